@@ -120,6 +120,11 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: bool
 def _tensor_backward(self: Tensor, gradient: Any = None, retain_graph: bool | None = None,
                      create_graph: bool = False, inputs: Any = None) -> None:
     """Backpropagate from this tensor with ``gradient`` (required unless it is a scalar)."""
+    data = self.data
+    if gradient is None and inputs is None and not create_graph and self._op is not None \
+            and data.size == 1:  # the usual loss.backward(): no argument checks to make
+        run_backward((self,), (np.ones(data.shape, data.dtype),), bool(retain_graph), False)
+        return
     if inputs is not None:
         ins = _as_tuple(inputs)
         grads = grad(self, ins, gradient, retain_graph=retain_graph, create_graph=create_graph,

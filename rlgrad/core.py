@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from heapq import heappop as _heappop
+from heapq import heappush as _heappush
 from typing import Any
 
 from rlgrad.ops import _sum_to, sum_to
 from rlgrad.tensor import Tensor, _const, _Trace
-from rlgrad.tracer import _GradMode
+from rlgrad.tracer import _GradMode, pass_through
 
 NO_GRAD_HINT = (
     "Usual causes: the value was cut from the graph by .detach() / stop_gradient(), it came "
@@ -25,20 +27,30 @@ NO_GRAD_HINT = (
 )
 
 
-def toposort(roots: Sequence[Tensor]) -> list[Tensor]:
-    """Recorded tensors reachable from ``roots``, each before every tensor it was computed from."""
+def reaching(roots: Sequence[Tensor], wanted: set[int]) -> set[int]:
+    """ids of the recorded tensors reachable from ``roots`` from which a ``wanted`` tensor can be
+    reached: the part of the graph ``autograd.grad`` has to walk."""
     stack = [r for r in roots if r._op is not None]
     seen = {id(r) for r in stack}
-    found = []
-    while stack:
+    order = []
+    while stack:  # every recorded tensor under the roots
         t = stack.pop()
-        found.append(t)
+        order.append(t)
         for a in t._args or ():
             if isinstance(a, Tensor) and a._op is not None and a.requires_grad and id(a) not in seen:
                 seen.add(id(a))
                 stack.append(a)
-    found.sort(key=_creation_order, reverse=True)
-    return found
+    order.sort(key=_creation_order)  # inputs before the tensors computed from them
+    reaches: set[int] = set()
+    for t in order:
+        if t._args is None:  # freed by an earlier backward: where it led is unknown, so keep it
+            reaches.add(id(t))  # and the loop raises the freed-graph error if a gradient gets here
+            continue
+        for a in t._args:
+            if isinstance(a, Tensor) and (id(a) in wanted or id(a) in reaches):
+                reaches.add(id(t))
+                break
+    return reaches
 
 
 _creation_order = operator.attrgetter("_seq")  # C-level key: no Python call per node
@@ -70,36 +82,46 @@ def run_backward(
     that requires grad (and of non-leaves that called ``retain_grad``); otherwise (``autograd.grad``)
     they are returned keyed by ``id(input)``, and only the part of the graph that reaches an input
     is visited.
+
+    Order: a tensor is processed once every tensor computed from it has passed its gradient on.
+    Tensors are numbered in creation order (``_seq``) and an input is always older than its
+    output, so taking the newest tensor holding a gradient from a heap gives that order with no
+    separate topological sort.
     """
     if _Trace.tape is not None:
         create_graph = True  # rlgrad.jit captures the backward pass as ordinary recorded ops
-    order = toposort(roots)
     wanted: set[int] | None = None
+    visit: set[int] | None = None  # None: every recorded tensor met; else only these ids
     if inputs is not None:
         wanted = {id(x) for x in inputs}
-        order = _prune(order, wanted)
+        visit = reaching(roots, wanted) | wanted
 
     grads: dict[int, Any] = {}
-    leaves: dict[int, Tensor] = {}  # leaves met on the way, for .grad
+    leaves: list[Tensor] = []  # leaves met on the way, for .grad
+    heap: list[tuple[int, Tensor]] = []
     for r, g in zip(roots, root_grads):
         key = id(r)
-        grads[key] = g if key not in grads else grads[key] + g
+        if key in grads:
+            grads[key] = grads[key] + g
+            continue
+        grads[key] = g
         if r._op is None:
-            leaves[key] = r
+            leaves.append(r)
+        elif visit is None or key in visit:
+            _heappush(heap, (-r._seq, r))
 
     prev_mode = _GradMode.enabled
     _GradMode.enabled = create_graph
     try:
-        for t in order:
+        while heap:
+            t = _heappop(heap)[1]
             key = id(t)
-            if wanted is None or key not in wanted:
-                g = grads.pop(key, None)  # an intermediate: its gradient is used up here
+            if wanted is None:
+                g = grads.pop(key)  # an intermediate: its gradient is used up here
+                if t._retain:
+                    _add_to_grad(t, g)
             else:
-                g = grads.get(key)
-            if g is None:
-                continue
-            if t._retain and wanted is None:
-                _add_to_grad(t, g)
+                g = grads[key] if key in wanted else grads.pop(key)
             args = t._args
             if args is None:
                 raise _freed_error(t)
@@ -110,37 +132,48 @@ def run_backward(
                     g = _const(g)
             else:
                 ans = t.data
-                if len(args) == 2:  # unrolled for the common arities: a comprehension is a call
+                n = len(args)
+                if n == 2:  # unrolled for the common arities: a comprehension is a call
                     a0, a1 = args
-                    argv = (a0.data if isinstance(a0, Tensor) else a0,
-                            a1.data if isinstance(a1, Tensor) else a1)
-                elif len(args) == 1:
+                    argv = (a0.data if a0.__class__ is Tensor else a0,
+                            a1.data if a1.__class__ is Tensor else a1)
+                elif n == 1:
                     argv = (args[0].data,)
                 else:
                     argv = [a.data if isinstance(a, Tensor) else a for a in args]
             rules = op.vjps
             kw = t._kw
-            for i, a in enumerate(args):
+            i = -1
+            for a in args:
+                i += 1
                 if not isinstance(a, Tensor) or not a.requires_grad:
                     continue
-                if a._op is None and wanted is not None and id(a) not in wanted:
-                    continue  # a leaf nobody asked about
+                akey = id(a)
+                if visit is not None and akey not in visit:
+                    continue  # autograd.grad: nothing asked for lies behind this argument
                 if rules is None:
                     ga = op.vjp_argnum(i, g, ans, *argv, **kw)
-                elif i < len(rules) and rules[i] is not None:
-                    ga = rules[i](g, ans, *argv, **kw) if kw else rules[i](g, ans, *argv)
+                elif i < len(rules):
+                    rule = rules[i]
+                    if rule is None:
+                        continue
+                    if rule is pass_through:
+                        ga = g
+                    else:
+                        ga = rule(g, ans, *argv, **kw) if kw else rule(g, ans, *argv)
                 else:
                     continue
                 if ga is None:
                     continue
                 if ga.shape != a.data.shape:
                     ga = unbroadcast(ga, a.data.shape, create_graph)
-                akey = id(a)
                 prev = grads.get(akey)
                 if prev is None:
                     grads[akey] = ga
                     if a._op is None:
-                        leaves[akey] = a
+                        leaves.append(a)
+                    else:
+                        _heappush(heap, (-a._seq, a))
                 else:
                     grads[akey] = prev + ga
             if not retain_graph:
@@ -150,8 +183,8 @@ def run_backward(
 
     if wanted is None:  # .backward(): into each leaf's .grad (inlined: once per parameter)
         given: set[int] = set()
-        for key, leaf in leaves.items():
-            g = grads[key]
+        for leaf in leaves:
+            g = grads[id(leaf)]
             if leaf.grad is None and not create_graph and not isinstance(g, Tensor):
                 if g.dtype != leaf.data.dtype:
                     g = g.astype(leaf.data.dtype)
@@ -162,20 +195,6 @@ def run_backward(
             else:
                 _add_to_grad(leaf, g)
     return grads
-
-
-def _prune(order: list[Tensor], wanted: set[int]) -> list[Tensor]:
-    """Keep only the tensors from which some wanted input can be reached."""
-    reaches: set[int] = set()
-    for t in reversed(order):  # leaves first
-        if t._args is None:  # freed by an earlier backward: where it led is unknown, so keep it
-            reaches.add(id(t))  # and the loop raises the freed-graph error if a gradient gets here
-            continue
-        for a in t._args:
-            if isinstance(a, Tensor) and (id(a) in wanted or id(a) in reaches):
-                reaches.add(id(t))
-                break
-    return [t for t in order if id(t) in reaches]
 
 
 def match_dtype(g: Any, like: Tensor) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.tensor import Tensor
-from rlgrad.tracer import defvjp, defvjp_argnum, primitive
+from rlgrad.tracer import defvjp, defvjp_argnum, pass_through, primitive
 
 
 def _shape(x: Any) -> tuple[int, ...]:
@@ -59,10 +59,10 @@ def _regrow(g: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 # Elementwise binary (NumPy broadcasting; the backward pass sums gradients back to each shape)
 # ---------------------------------------------------------------------------------------------
 add = primitive(np.add, "add", arity=2)
-defvjp(add, lambda g, ans, a, b: g, lambda g, ans, a, b: g)
+defvjp(add, pass_through, pass_through)
 
 subtract = primitive(np.subtract, "subtract", arity=2)
-defvjp(subtract, lambda g, ans, a, b: g, lambda g, ans, a, b: -g)
+defvjp(subtract, pass_through, lambda g, ans, a, b: -g)
 
 multiply = primitive(np.multiply, "multiply", arity=2)
 defvjp(multiply, lambda g, ans, a, b: g * b, lambda g, ans, a, b: g * a)
@@ -799,6 +799,14 @@ def _T(x: Any) -> Any:
     return x.mT  # the last two axes swapped (ndarray and Tensor both have it; no copy)
 
 
+def _contract(a: Any, b: Any) -> Any:
+    """``a @ b`` for the matmul rules. When the contracted axis has length 1 (the weight gradient
+    of a batch-1 layer) the product is an outer product: as a broadcast multiply it is the same
+    numbers, 2-3x faster than NumPy's matmul. Operators and .mT: no wrapper frame on arrays,
+    recorded on Tensors."""
+    return a * b if a.shape[-1] == 1 else a @ b
+
+
 def _matmul_vjp_a(g: Any, ans: Any, a: Any, b: Any) -> Any:
     if b.ndim == 1:
         if a.ndim == 1:
@@ -806,7 +814,7 @@ def _matmul_vjp_a(g: Any, ans: Any, a: Any, b: Any) -> Any:
         return expand_dims(g, -1) * b  # (..., m, 1) * (k,)
     if a.ndim == 1:
         return sum_to(matmul(b, expand_dims(g, -1))[..., 0], _shape(a))
-    return g @ b.mT  # operators and .mT: no wrapper frame on arrays, recorded on Tensors
+    return _contract(g, b.mT)
 
 
 def _matmul_vjp_b(g: Any, ans: Any, a: Any, b: Any) -> Any:
@@ -816,7 +824,7 @@ def _matmul_vjp_b(g: Any, ans: Any, a: Any, b: Any) -> Any:
         return expand_dims(a, -1) * expand_dims(g, -2)  # (k, 1) * (..., 1, n)
     if b.ndim == 1:
         return sum_to(matmul(_T(a), expand_dims(g, -1))[..., 0], _shape(b))
-    return a.mT @ g
+    return _contract(a.mT, g)
 
 
 matmul = primitive(np.matmul, "matmul", arity=2)
@@ -987,7 +995,7 @@ def _identity_fwd(x: Any) -> Any:
 
 
 identity = primitive(_identity_fwd, "identity", arity=1)
-defvjp(identity, lambda g, ans, x: g)
+defvjp(identity, pass_through)
 
 
 def _copy(x: Any) -> Any:
@@ -995,7 +1003,7 @@ def _copy(x: Any) -> Any:
 
 
 clone = primitive(_copy, "clone", arity=1)
-defvjp(clone, lambda g, ans, x: g)
+defvjp(clone, pass_through)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -255,6 +255,12 @@ def primitive(fwd: Callable, name: str | None = None, nondiff: bool = False,
     return call
 
 
+def pass_through(g: Any, ans: Any, *args: Any, **kwargs: Any) -> Any:
+    """The VJP rule of an argument that reaches the output unchanged (``a + b``, clone): ``g``
+    itself. The backward loop recognises it and hands ``g`` on without calling it."""
+    return g
+
+
 def defvjp(fn: Callable, *rules: Callable | None) -> None:
     """Register one VJP rule per positional argument of primitive ``fn`` (None: not differentiable)."""
     fn.primitive.vjps = rules  # type: ignore[attr-defined]
