@@ -126,19 +126,25 @@ def run_backward(
             if args is None:
                 raise _freed_error(t)
             op = t._op
+            n = len(args)
             if create_graph:
-                ans, argv = t, args
+                ans = t
                 if not isinstance(g, Tensor):
                     g = _const(g)
+                argv = args
+                if n <= 2:
+                    d0 = args[0]
+                    d1 = args[1] if n == 2 else None
             else:
                 ans = t.data
-                n = len(args)
-                if n == 2:  # unrolled for the common arities: a comprehension is a call
-                    a0, a1 = args
-                    argv = (a0.data if a0.__class__ is Tensor else a0,
-                            a1.data if a1.__class__ is Tensor else a1)
+                if n == 2:  # the common arities get plain locals and direct calls (no *argv)
+                    d0, d1 = args
+                    if isinstance(d0, Tensor):
+                        d0 = d0.data
+                    if isinstance(d1, Tensor):
+                        d1 = d1.data
                 elif n == 1:
-                    argv = (args[0].data,)
+                    d0 = args[0].data
                 else:
                     argv = [a.data if isinstance(a, Tensor) else a for a in args]
             rules = op.vjps
@@ -151,14 +157,19 @@ def run_backward(
                 akey = id(a)
                 if visit is not None and akey not in visit:
                     continue  # autograd.grad: nothing asked for lies behind this argument
-                if rules is None:
-                    ga = op.vjp_argnum(i, g, ans, *argv, **kw)
+                if rules is None:  # a variadic primitive (concatenate, einsum, ...)
+                    vals = argv if n > 2 else (d0,) if n == 1 else (d0, d1)
+                    ga = op.vjp_argnum(i, g, ans, *vals, **kw)
                 elif i < len(rules):
                     rule = rules[i]
                     if rule is None:
                         continue
                     if rule is pass_through:
                         ga = g
+                    elif n == 2:
+                        ga = rule(g, ans, d0, d1, **kw) if kw else rule(g, ans, d0, d1)
+                    elif n == 1:
+                        ga = rule(g, ans, d0, **kw) if kw else rule(g, ans, d0)
                     else:
                         ga = rule(g, ans, *argv, **kw) if kw else rule(g, ans, *argv)
                 else:
@@ -188,9 +199,11 @@ def run_backward(
             if leaf.grad is None and not create_graph and not isinstance(g, Tensor):
                 if g.dtype != leaf.data.dtype:
                     g = g.astype(leaf.data.dtype)
-                elif id(g) in given:
-                    g = g.copy()  # rules may hand one array to several leaves (add's g, g):
-                given.add(id(g))  # each .grad gets its own, so an in-place edit touches one
+                else:
+                    gid = id(g)
+                    if gid in given:
+                        g = g.copy()  # rules may hand one array to several leaves (add's g, g):
+                    given.add(gid)  # each .grad gets its own, so an in-place edit touches one
                 leaf.grad = _const(g)
             else:
                 _add_to_grad(leaf, g)

@@ -1020,7 +1020,10 @@ def _index_key(idx: Any) -> Any:
             raise TypeError("an index tensor cannot require grad: indices are never differentiable")
         return idx.data
     if isinstance(idx, tuple):
-        return tuple(_index_key(i) for i in idx)
+        for i in idx:  # the usual (rows, actions) or slices: nothing to unwrap, no new tuple
+            if isinstance(i, Tensor | list | tuple):
+                return tuple(_index_key(i) for i in idx)
+        return idx
     if isinstance(idx, list) and any(isinstance(i, Tensor) for i in idx):
         return [_index_key(i) for i in idx]
     return idx

@@ -179,7 +179,15 @@ def _unary(p: Primitive) -> Callable:
         out = p.fwd(x.data, *static, **kwargs)
         args = (x, *static) if static else (x,)
         if x.requires_grad and _GradMode.enabled and not p.nondiff:
-            res = _node(out, p, args, kwargs)
+            res = _new(Tensor)  # _node inlined: this is the path of every unary op
+            res.data = out
+            res.requires_grad = True
+            res.grad = None
+            res._op = p
+            res._args = args
+            res._kw = kwargs
+            res._retain = False
+            res._seq = _next_seq()
         else:
             res = _const(out)
             if x.requires_grad:
