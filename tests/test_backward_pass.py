@@ -1,0 +1,130 @@
+"""The backward pass itself (rlgrad/core.py): the order it visits tensors in, what it skips, and
+the shortcuts it takes (pass-through rules, outer products, direct rule calls), each checked
+against closed forms or against the plain computation."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rlgrad
+import rlgrad.numpy as rnp
+from rlgrad import Tensor, autograd, nn
+from rlgrad.tracer import defvjp, primitive
+
+
+def leaf(values: Any) -> Tensor:
+    return rlgrad.tensor(np.asarray(values, dtype=np.float64), requires_grad=True)
+
+
+def test_shared_intermediates_are_complete_before_they_pass_on() -> None:
+    # y feeds three later tensors created in an order unlike the walk's: y's gradient must hold
+    # all three contributions before y hands it to x.
+    x = leaf([0.3, -1.2, 2.0])
+    y = x * x
+    z = rnp.sin(y)
+    w = y * 3.0 + z * y
+    out = (w + y).sum()
+    out.backward()
+    xv = x.data
+    yv = xv * xv
+    dy = 3.0 + np.cos(yv) * yv + np.sin(yv) + 1.0
+    np.testing.assert_allclose(x.grad.data, dy * 2 * xv, rtol=1e-13)
+
+
+def test_a_tensor_used_twice_in_one_op_gets_both_contributions() -> None:
+    x = leaf([1.5, -0.5])
+    (x * x).sum().backward()
+    np.testing.assert_allclose(x.grad.data, 2 * x.data, rtol=1e-15)
+    a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    (a + b).sum().backward()  # add passes g itself to both arguments
+    assert a.grad.data is not b.grad.data  # each .grad owns its array
+    a.grad.data += 1.0
+    np.testing.assert_array_equal(b.grad.data, [1.0, 1.0])
+
+
+def _counting_identity() -> tuple[Any, list[int]]:
+    calls = [0]
+
+    def rule(g: Any, ans: Any, x: Any) -> Any:
+        calls[0] += 1
+        return g
+
+    f = primitive(lambda x: x * 1.0, "counted", arity=1)
+    defvjp(f, rule)
+    return f, calls
+
+
+def test_grad_visits_only_the_part_that_reaches_the_inputs() -> None:
+    f, calls = _counting_identity()
+    x, w = leaf([1.0, 2.0]), leaf([3.0, 4.0])
+    out = (x * 2.0).sum() + f(w).sum()
+    (gx,) = autograd.grad(out, x, retain_graph=True)
+    np.testing.assert_array_equal(gx.data, [2.0, 2.0])
+    assert calls[0] == 0  # the branch to w alone was never walked
+    out.backward()
+    assert calls[0] == 1
+    np.testing.assert_array_equal(w.grad.data, [1.0, 1.0])
+
+
+def test_grad_with_respect_to_an_intermediate() -> None:
+    x = leaf([0.5, -2.0])
+    h = rnp.tanh(x)
+    out = (h * h).sum()
+    gh, gx = autograd.grad(out, (h, x))
+    np.testing.assert_allclose(gh.data, 2 * np.tanh(x.data), rtol=1e-14)
+    np.testing.assert_allclose(gx.data, 2 * np.tanh(x.data) * (1 - np.tanh(x.data) ** 2), rtol=1e-14)
+
+
+def test_rules_get_arrays_for_parameters_in_plain_backward() -> None:
+    seen: list[type] = []
+
+    def rule(g: Any, ans: Any, x: Any, y: Any) -> Any:
+        seen.append(type(x))
+        return g * y
+
+    f = primitive(lambda x, y: x * y, "typed_mul", arity=2)
+    defvjp(f, rule)
+    p = nn.Parameter(np.array([1.0, 2.0]))
+    f(p, np.array([3.0, 4.0])).sum().backward()
+    assert seen == [np.ndarray]
+    np.testing.assert_array_equal(p.grad.data, [3.0, 4.0])
+
+
+@pytest.mark.parametrize("shapes", [((1, 5), (5, 4)), ((3, 1), (1, 4)), ((2, 1, 3), (3, 1)),
+                                    ((6, 1), (1, 1))])
+def test_outer_product_gradients_equal_matmul_and_check_to_second_order(shapes: Any) -> None:
+    rng = np.random.default_rng(0)
+    a0, b0 = (rng.standard_normal(s) for s in shapes)
+    a, b = leaf(a0), leaf(b0)
+    g0 = rng.standard_normal(np.broadcast_shapes(a0.shape[:-2], b0.shape[:-2])
+                             + (a0.shape[-2], b0.shape[-1]))
+    (a @ b).backward(g0)
+    ga = np.matmul(g0, np.swapaxes(b0, -1, -2))
+    gb = np.matmul(np.swapaxes(a0, -1, -2), g0)
+    gb = gb.sum(axis=tuple(range(gb.ndim - b0.ndim))) if gb.ndim > b0.ndim else gb
+    np.testing.assert_allclose(a.grad.data, ga, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(b.grad.data, gb, rtol=1e-14, atol=1e-15)
+    rlgrad.check_grads(lambda p, q: rnp.sum(rnp.tanh(p @ q)), order=2)(a0, b0)
+
+
+def test_float32_batch_one_weight_gradient_is_exactly_the_outer_product() -> None:
+    rng = np.random.default_rng(1)
+    h = rng.standard_normal((1, 64)).astype(np.float32)
+    w = rlgrad.tensor(rng.standard_normal((64, 64)).astype(np.float32), requires_grad=True)
+    g = rng.standard_normal((1, 64)).astype(np.float32)
+    (rlgrad.tensor(h) @ w).backward(g)
+    assert w.grad.dtype == np.float32
+    np.testing.assert_array_equal(w.grad.data, h.T @ g)
+
+
+def test_freed_graph_error_and_retain_graph() -> None:
+    x = leaf([1.0, 2.0])
+    y = (rnp.exp(x) * x).sum()
+    y.backward(retain_graph=True)
+    y.backward()
+    np.testing.assert_allclose(x.grad.data, 2 * np.exp(x.data) * (1 + x.data), rtol=1e-14)
+    with pytest.raises(RuntimeError, match="second time.*retain_graph=True"):
+        y.backward()
