@@ -75,13 +75,15 @@ def run_backward(
     retain_graph: bool,
     create_graph: bool,
     inputs: Sequence[Tensor] | None = None,
+    prune: bool = True,
 ) -> dict[int, Any]:
     """Propagate ``root_grads`` from ``roots``.
 
     With ``inputs=None`` (``Tensor.backward``) gradients are added into the ``.grad`` of every leaf
     that requires grad (and of non-leaves that called ``retain_grad``); otherwise (``autograd.grad``)
-    they are returned keyed by ``id(input)``, and only the part of the graph that reaches an input
-    is visited.
+    they are returned keyed by ``id(input)``, and (``prune``) only the part of the graph that
+    reaches an input is visited; ``prune=False`` skips that pre-pass, for callers whose graphs have
+    no other branches worth skipping (leaves that are not inputs are never given a gradient).
 
     Order: a tensor is processed once every tensor computed from it has passed its gradient on.
     Tensors are numbered in creation order (``_seq``) and an input is always older than its
@@ -94,7 +96,8 @@ def run_backward(
     visit: set[int] | None = None  # None: every recorded tensor met; else only these ids
     if inputs is not None:
         wanted = {id(x) for x in inputs}
-        visit = reaching(roots, wanted) | wanted
+        if prune:
+            visit = reaching(roots, wanted) | wanted
 
     grads: dict[int, Any] = {}
     leaves: list[Tensor] = []  # leaves met on the way, for .grad
@@ -155,8 +158,11 @@ def run_backward(
                 if not isinstance(a, Tensor) or not a.requires_grad:
                     continue
                 akey = id(a)
-                if visit is not None and akey not in visit:
-                    continue  # autograd.grad: nothing asked for lies behind this argument
+                if visit is not None:
+                    if akey not in visit:
+                        continue  # autograd.grad: nothing asked for lies behind this argument
+                elif wanted is not None and a._op is None and akey not in wanted:
+                    continue  # a leaf nobody asked about
                 if rules is None:  # a variadic primitive (concatenate, einsum, ...)
                     vals = argv if n > 2 else (d0,) if n == 1 else (d0, d1)
                     ga = op.vjp_argnum(i, g, ans, *vals, **kw)

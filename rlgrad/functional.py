@@ -47,9 +47,13 @@ def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
         leaves = []
         defs = []
         for item in tree:
-            sub, d = tree_flatten(item)
-            leaves.extend(sub)
-            defs.append(d)
+            if isinstance(item, dict | list | tuple):
+                sub, d = tree_flatten(item)
+                leaves.extend(sub)
+                defs.append(d)
+            else:  # a leaf (the usual list of parameter arrays): no recursive call
+                leaves.append(item)
+                defs.append(None)
         return leaves, (type(tree), None, defs)
     return [tree], None
 
@@ -63,7 +67,7 @@ def tree_unflatten(treedef: Any, leaves: list[Any]) -> Any:
         kind, keys, defs = d
         if kind == "dict":
             return {k: build(sd) for k, sd in zip(keys, defs)}
-        return kind(build(sd) for sd in defs)
+        return kind([next(it) if sd is None else build(sd) for sd in defs])
 
     return build(treedef)
 
@@ -176,7 +180,10 @@ def _backprop(out: Any, fresh: list[Tensor], cotangent: Any, nested: bool, retai
             seeds.append(c if isinstance(c, Tensor) else np.asarray(c, dtype=o.data.dtype))
     if not roots:
         return [np.zeros_like(x.data) for x in fresh]
-    found = run_backward(roots, seeds, retain_graph=retain or nested, create_graph=nested, inputs=fresh)
+    # Not nested, the graph holds no other differentiable leaves worth pruning for: skip the
+    # pre-pass that finds the part reaching the inputs (unwanted leaves are skipped anyway).
+    found = run_backward(roots, seeds, retain_graph=retain or nested, create_graph=nested, inputs=fresh,
+                         prune=nested)
     result = []
     for x in fresh:
         g = found.get(id(x))

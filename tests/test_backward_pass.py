@@ -128,3 +128,13 @@ def test_freed_graph_error_and_retain_graph() -> None:
     np.testing.assert_allclose(x.grad.data, 2 * np.exp(x.data) * (1 + x.data), rtol=1e-14)
     with pytest.raises(RuntimeError, match="second time.*retain_graph=True"):
         y.backward()
+
+
+def test_functional_grad_leaves_closed_over_parameters_alone() -> None:
+    # rlgrad.grad walks without the pruning pre-pass: a closed-over Parameter is a leaf nobody
+    # asked about, so it gets no gradient and its .grad stays untouched.
+    w = nn.Parameter(np.array([2.0, -1.0]))
+    x0 = np.array([0.5, 0.25])
+    gx = rlgrad.grad(lambda x: rnp.sum(rnp.tanh(x * w) * w))(x0)
+    np.testing.assert_allclose(gx, w.data ** 2 * (1 - np.tanh(x0 * w.data) ** 2), rtol=1e-14)
+    assert w.grad is None
