@@ -124,8 +124,9 @@ class _FlatAdam:
         self.m, self.v = np.zeros(n, dtype), np.zeros(n, dtype)
         self.vmax = np.zeros(n, dtype) if amsgrad else None
         self.g, self.buf = np.empty(n, dtype), np.empty(n, dtype)
-        self.updates = [self.buf[a:b].reshape(s)
-                        for a, b, s in zip(self.offsets[:-1], self.offsets[1:], self.shapes)]
+        spans = list(zip(self.offsets[:-1], self.offsets[1:], self.shapes))
+        self.updates = [self.buf[a:b].reshape(s) for a, b, s in spans]
+        self.grad_views = [self.g[a:b].reshape(s) for a, b, s in spans]
         self.step = 0
         self.state: dict = {}
         self.states: list[dict[str, Any]] = []
@@ -185,13 +186,39 @@ class Adam(Optimizer):
     # flat array per group (the per-parameter state entries are views into it, so state_dict and
     # load_state_dict see no difference), gradients are gathered with one concatenate, the Adam
     # arithmetic runs once, and each parameter takes its slice of the update.
+    def _current_flat(self, group: dict[str, Any]) -> _FlatAdam | None:
+        fl = self._flat.get(id(group))
+        if fl is not None and (fl.version != self._version or fl.state is not self.state
+                               or len(fl.params) != len(group["params"])
+                               or fl.amsgrad != group["amsgrad"]):
+            fl = None
+        return fl
+
+    def flat_grad_buffer(self) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        """The flat gradient array of the fast path and its per-parameter views, for a single
+        parameter group (None where the fast path does not apply: several groups, ``maximize``,
+        L2 weight decay, mixed dtypes, parameters at different steps).
+
+        A compiled step may write its gradients into the views and install them as ``.grad``:
+        ``step()`` then finds them in place and skips gathering them. Ask again before each
+        series of steps (``load_state_dict`` replaces the buffer); anything else stays correct
+        either way, the gradients are just copied.
+        """
+        if len(self.param_groups) != 1:
+            return None
+        group = self.param_groups[0]
+        if group["maximize"] or (group["weight_decay"] and not self._decoupled):
+            return None
+        fl = self._current_flat(group)
+        if fl is None or any(p is not q for p, q in zip(fl.params, group["params"])):
+            fl = self._build_flat(group)
+            if fl is None:
+                return None
+        return fl.g, fl.grad_views
+
     def _flat_update(self, group: dict[str, Any]) -> bool:
         params = group["params"]
-        fl = self._flat.get(id(group))
-        state = self.state
-        if fl is not None and (fl.version != self._version or fl.state is not state
-                               or len(fl.params) != len(params) or fl.amsgrad != group["amsgrad"]):
-            fl = None
+        fl = self._current_flat(group)
         grads = []
         for i, p in enumerate(params):
             gt = p.grad
@@ -206,8 +233,11 @@ class Adam(Optimizer):
             fl = self._build_flat(group)
             if fl is None:
                 return False
-        np.concatenate(grads, axis=None, out=fl.g)  # axis=None: flattened, no reshape calls
         lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
+        views = fl.grad_views
+        if group["maximize"] or any(g is not v for g, v in zip(grads, views)):
+            np.concatenate(grads, axis=None, out=fl.g)  # axis=None: flattened, no reshape calls
+        # else: the gradients were written into fl.g's views (flat_grad_buffer), nothing to gather
         if group["maximize"]:
             np.negative(fl.g, out=fl.g)
         if group["weight_decay"]:  # decoupled (AdamW); the L2 form takes the per-parameter path

@@ -96,6 +96,46 @@ def set_grads(params: list[Any], grads: Any, max_norm: float | None) -> float:
     return total
 
 
+_MALLOC_TUNED: list[bool] = []
+
+
+def keep_freed_memory(trim_threshold: int = 256 << 20, mmap_threshold: int = 32 << 20) -> bool:
+    """Let glibc's malloc keep freed memory for reuse instead of handing it back to the system;
+    True if it was done. Called once per process when an algorithm is built.
+
+    A compiled update allocates its intermediate arrays afresh at every call (a few MB for a PPO
+    minibatch) and frees them all at its end. With glibc's defaults the freed top of the heap
+    beyond 128 kB goes back to the system and arrays of 128 kB or more are mmap-ed one by one,
+    so every call page-faults all of that memory in again: a PPO CartPole step measured 0.90 ms
+    instead of 0.46 ms once the memory is kept. Raising ``M_TRIM_THRESHOLD`` and
+    ``M_MMAP_THRESHOLD`` makes repeated steps reuse the same, already mapped, pages (at the cost
+    of the process keeping up to ``trim_threshold`` bytes of freed heap). Left alone when the
+    user chose (``MALLOC_TRIM_THRESHOLD_`` / ``MALLOC_MMAP_THRESHOLD_`` set) or
+    ``RLGRAD_KEEP_FREED_MEMORY=0``; a no-op without glibc.
+    """
+    import ctypes
+    import os
+    import sys
+
+    if _MALLOC_TUNED:
+        return _MALLOC_TUNED[0]
+    ok = False
+    env = os.environ
+    if (sys.platform.startswith("linux") and env.get("RLGRAD_KEEP_FREED_MEMORY", "1") != "0"
+            and "MALLOC_TRIM_THRESHOLD_" not in env and "MALLOC_MMAP_THRESHOLD_" not in env):
+        try:
+            mallopt = ctypes.CDLL("libc.so.6").mallopt
+        except (OSError, AttributeError):
+            mallopt = None
+        if mallopt is not None:
+            mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+            m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
+            ok = bool(mallopt(m_trim_threshold, int(trim_threshold))) and \
+                bool(mallopt(m_mmap_threshold, int(mmap_threshold)))
+    _MALLOC_TUNED.append(ok)
+    return ok
+
+
 def rng_state(gen: np.random.Generator) -> dict[str, Any]:
     """A NumPy generator's state with its 128-bit integers as strings (checkpoint-safe)."""
     s = gen.bit_generator.state
@@ -125,6 +165,7 @@ class BaseAlgorithm:
                  vectorization_mode: str | None = None, blas_threads: int | None = 1) -> None:
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
+        keep_freed_memory()
         self.env_id = env if isinstance(env, str) else getattr(getattr(env, "spec", None), "id", None)
         self.seed = 0 if seed is None else int(seed)
         self.n_envs = n_envs

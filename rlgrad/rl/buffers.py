@@ -194,7 +194,16 @@ class ReplayBuffer:
             self.full = True
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> ReplayBatch:
-        idx = rng.integers(0, self.size(), size=batch_size)
+        return self.take(self.sample_indices(batch_size, rng))
+
+    def sample_indices(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` uniform draws (with replacement) of stored rows. ``k`` calls drawing ``m`` each
+        give the same indices as one call drawing ``k * m``: NumPy's bounded integers come from one
+        stream, whatever the size of each request."""
+        return rng.integers(0, self.size(), size=n)
+
+    def take(self, idx: np.ndarray) -> ReplayBatch:
+        """The transitions at rows ``idx``, as copies."""
         return ReplayBatch(self.observations[idx], self.actions[idx], self.next_observations[idx],
                            self.rewards[idx], self.terminated[idx], self.truncated[idx])
 

@@ -13,12 +13,13 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 import rlgrad
-from rlgrad import autograd, optim
+from rlgrad import autograd, nn, optim
 from rlgrad.nn import functional as F
 from rlgrad.ops import take_along_axis
 from rlgrad.rl.base import constructor_hyperparams, linear_schedule, set_grads
@@ -26,10 +27,129 @@ from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.off_policy import OffPolicyAlgorithm
 from rlgrad.rl.policies import QNetwork
+from rlgrad.tensor import _const
+
+# ---- the gradient step of an MLP Q-network, written out in NumPy --------------------------------
+Layer = tuple[Any, Any, str | None]  # (weight Parameter, bias Parameter, "relu" | "tanh" | None)
+_ACTIVATIONS = {nn.ReLU: "relu", nn.Tanh: "tanh"}
 
 
-def _stack(batches: list[ReplayBatch]) -> ReplayBatch:
-    return ReplayBatch(*(np.concatenate(parts) for parts in zip(*batches)))
+def mlp_layers(net: Any) -> list[Layer] | None:
+    """``net`` (a Sequential of Linear layers with biases, each but the last followed by ReLU or
+    Tanh) as a list of (weight, bias, activation); None for any other structure."""
+    mods = list(net) if isinstance(net, nn.Sequential) else []
+    layers: list[Layer] = []
+    i = 0
+    while i < len(mods):
+        lin = mods[i]
+        if type(lin) is not nn.Linear or lin.bias is None:
+            return None
+        act = _ACTIVATIONS.get(type(mods[i + 1])) if i + 1 < len(mods) else None
+        if i + 1 < len(mods) and act is None:
+            return None
+        layers.append((lin.weight, lin.bias, act))
+        i += 2 if act is not None else 1
+    if not layers or layers[-1][2] is not None:
+        return None
+    dtype = layers[0][0].data.dtype
+    if dtype.kind != "f" or any(w.data.dtype != dtype or b.data.dtype != dtype
+                                for w, b, _ in layers):
+        return None
+    return layers
+
+
+def mlp_forward(layers: list[Layer], x: np.ndarray, chunk: int = 512) -> np.ndarray:
+    """The network's outputs (n, out) for rows ``x``: feature-major products (``W @ H``, a plain
+    GEMM) over chunks of rows, whose activations stay in cache."""
+    w_last = layers[-1][0].data
+    out = np.empty((len(x), w_last.shape[0]), w_last.dtype)
+    for a in range(0, len(x), chunk):
+        h = x[a:a + chunk].T
+        for w, b, act in layers:
+            h = w.data @ h
+            h += b.data[:, None]
+            if act == "relu":
+                np.maximum(h, 0, out=h)
+            elif act == "tanh":
+                np.tanh(h, out=h)
+        out[a:a + chunk] = h.T
+    return out
+
+
+class FusedQStep:
+    """DQN's gradient step for an MLP Q-network: the forward pass, Q(s, a), the Huber TD error
+    (clipped to +-delta in the backward pass) and the backward pass written out in NumPy, on
+    buffers allocated once for a batch size.
+
+    The arithmetic of ``DQN.loss`` as the compiled engine step runs it (the tests check one
+    against the other to float32 rounding), laid out for BLAS: activations are kept
+    feature-major, (features, batch) C-contiguous, so every large product is a plain GEMM
+    (``W @ H`` forward, ``W.T @ D`` and ``D @ H.T`` backward; OpenBLAS runs the batch-major
+    forward ``H @ W.T`` about 25% slower at these shapes), bias gradients are GEMVs with a ones
+    vector, and nothing is allocated per step.
+    """
+
+    def __init__(self, layers: list[Layer], batch_size: int, delta: float) -> None:
+        self.layers = layers
+        dtype = layers[0][0].data.dtype
+        B = self.batch_size = int(batch_size)
+        self.h = [np.empty((w.shape[0], B), dtype) for w, _, _ in layers]  # layer outputs
+        self.d = [np.empty((w.shape[0], B), dtype) for w, _, _ in layers]  # their gradients
+        self.mask = [np.empty((w.shape[0], B), bool) if act == "relu" else None
+                     for w, _, act in layers]
+        self.tmp = [np.empty((w.shape[0], B), dtype) if act == "tanh" else None
+                    for w, _, act in layers]
+        self.ones = np.ones(B, dtype)
+        self.cols = np.arange(B)
+        self.scale = dtype.type(1.0 / B)  # the mean's 1/B, as the engine's backward applies it
+        self.delta = float(delta)
+
+    def __call__(self, obs: np.ndarray, actions: np.ndarray, target: np.ndarray,
+                 grads: list[np.ndarray]) -> np.ndarray:
+        """Write d loss / d (weight, bias) of every layer, in order, into ``grads``; return the
+        TD errors ``Q(s, a) - y`` (the loss is the mean Huber of them)."""
+        layers, hs, ds = self.layers, self.h, self.d
+        x = obs.T
+        for (w, b, act), h in zip(layers, hs):
+            np.matmul(w.data, x, out=h)
+            h += b.data[:, None]
+            if act == "relu":
+                np.maximum(h, 0, out=h)
+            elif act == "tanh":
+                np.tanh(h, out=h)
+            x = h
+        cols = self.cols
+        td = hs[-1][actions, cols] - target
+        dz = ds[-1]
+        dz.fill(0)
+        dz[actions, cols] = np.clip(td, -self.delta, self.delta) * self.scale
+        for i in range(len(layers) - 1, -1, -1):
+            w = layers[i][0].data
+            x = hs[i - 1] if i else obs.T
+            np.matmul(dz, x.T, out=grads[2 * i])
+            np.matmul(dz, self.ones, out=grads[2 * i + 1])
+            if i == 0:
+                break
+            dh = ds[i - 1]
+            np.matmul(w.T, dz, out=dh)
+            act, h = layers[i - 1][2], hs[i - 1]
+            if act == "relu":
+                m = self.mask[i - 1]
+                np.greater(h, 0, out=m)
+                np.multiply(dh, m, out=dh)
+            elif act == "tanh":
+                t = self.tmp[i - 1]
+                np.multiply(h, h, out=t)
+                np.subtract(1, t, out=t)
+                dh *= t
+            dz = dh
+        return td
+
+
+def huber(td: np.ndarray, delta: float) -> np.ndarray:
+    """The Huber loss of TD errors, elementwise (``F.huber_loss``'s formula)."""
+    a = np.abs(td)
+    return np.where(a < delta, 0.5 * td * td, delta * (a - 0.5 * delta))
 
 
 class DQN(OffPolicyAlgorithm):
@@ -64,6 +184,13 @@ class DQN(OffPolicyAlgorithm):
         self.n_actions = int(self.action_space.n)
         self._eye = np.eye(self.n_actions, dtype=np.float32)
         self._step_fn: Any = None  # the compiled gradient step, built on first use
+        #: the gradient step written out in NumPy (FusedQStep) for MLP Q-networks; False: always
+        #: the compiled engine step
+        self.fused_update = True
+        self._layers: list[Layer] | None = None
+        self._target_layers: list[Layer] | None = None
+        self._fused_step: FusedQStep | None = None
+        self._grad_buffer: tuple[np.ndarray, list[np.ndarray]] | None = None
 
     # ---- acting -------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -114,13 +241,91 @@ class DQN(OffPolicyAlgorithm):
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
         self._set_lr(self.optimizer)
+        if self._fused_layers() is not None:
+            losses = self._train_fused(gradient_steps, batch_size)
+        else:
+            losses = self._train_compiled(gradient_steps, batch_size)
+        self._n_updates += gradient_steps
+        self.logger.record("train/loss", float(losses.mean()))
+        self.logger.record("train/n_updates", self._n_updates)
+        self.logger.record("rollout/exploration_rate", self.exploration_rate)
+
+    def _fused_layers(self) -> list[Layer] | None:
+        """The Q-network's layers when the NumPy step applies (``fused_update``, an MLP of
+        ReLU/Tanh, this class's own loss and target), else None."""
+        if not self.fused_update or type(self).loss is not DQN.loss \
+                or type(self).td_target is not DQN.td_target:
+            return None
+        if self._layers is None:
+            layers = mlp_layers(self.q_net.q_net)
+            target = mlp_layers(self.q_net_target.q_net)
+            if layers is None or target is None or \
+                    [p for w, b, _ in layers for p in (w, b)] != self._params:
+                self.fused_update = False
+                return None
+            self._layers, self._target_layers = layers, target
+        return self._layers
+
+    def _train_fused(self, gradient_steps: int, batch_size: int) -> np.ndarray:
+        b, idx = self.sample_many(gradient_steps, batch_size)
+        B = batch_size
+        step = self._fused_step
+        if step is None or step.batch_size != B:
+            step = self._fused_step = FusedQStep(self._layers, B, self.clip_delta)
+        # Gradients go straight into the optimizer's flat gradient array (no gather in step())
+        flat = self.optimizer.flat_grad_buffer()
+        if flat is None:
+            if self._grad_buffer is None:
+                sizes = [p.data.size for p in self._params]
+                g = np.empty(sum(sizes), self._params[0].data.dtype)
+                ends = np.cumsum(sizes)
+                self._grad_buffer = (g, [g[e - n:e].reshape(p.shape)
+                                         for e, n, p in zip(ends, sizes, self._params)])
+            flat = self._grad_buffer
+        flat_grad, views = flat
+        grad_tensors = [_const(v) for v in views]
+        # The target network is fixed during train() (synced in _on_step): Q_target(s', .) of all
+        # the minibatches in one pass, once per distinct transition drawn.
+        uniq, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
+        if len(uniq) < len(idx):
+            q_next = mlp_forward(self._target_layers, b.next_observations[first])[inverse]
+        else:
+            q_next = mlp_forward(self._target_layers, b.next_observations)
+        not_term = 1.0 - b.terminated.astype(np.float32)
+        if not self.double_q:
+            targets = (b.rewards + self.gamma * not_term * q_next.max(axis=1)).astype(np.float32)
+        rows = np.arange(B)
+        tds = np.empty((gradient_steps, B), flat_grad.dtype)
+        max_norm, params, opt = self.max_grad_norm, self._params, self.optimizer
+        for i in range(gradient_steps):
+            sl = slice(i * B, (i + 1) * B)
+            if self.double_q:  # the online network (as it is now) picks a*
+                a_star = mlp_forward(self._layers, b.next_observations[sl]).argmax(axis=1)
+                y = (b.rewards[sl] + self.gamma * not_term[sl] * q_next[sl][rows, a_star]
+                     ).astype(np.float32)
+            else:
+                y = targets[sl]
+            tds[i] = step(b.observations[sl], b.actions[sl], y, views)
+            if max_norm is not None:  # clip_grad_norm_'s rule on the flat gradient
+                coef = float(max_norm) / (math.sqrt(float(np.dot(flat_grad, flat_grad))) + 1e-6)
+                if coef < 1.0:
+                    flat_grad *= flat_grad.dtype.type(coef)
+            for p, t in zip(params, grad_tensors):
+                p.grad = t
+            opt.step()
+        return huber(tds, self.clip_delta).mean(axis=1)
+
+    def _train_compiled(self, gradient_steps: int, batch_size: int) -> np.ndarray:
+        """The gradient step as an ``rlgrad.jit``-compiled program of the engine's operations
+        (any Q-network; the reference the NumPy step is tested against)."""
         losses = np.empty(gradient_steps)
-        batches = [self.sample(batch_size) for _ in range(gradient_steps)]
-        targets: Any = [None] * gradient_steps
+        b, _ = self.sample_many(gradient_steps, batch_size)
+        B = batch_size
+        targets: Any = None
         if not self.double_q and gradient_steps > 1:
             # The target network only changes between calls to train() (it is synced from
             # _on_step), so the targets of all the minibatches are one forward pass.
-            targets = self.td_target(_stack(batches)).reshape(gradient_steps, batch_size)
+            targets = self.td_target(b)
         if self._step_fn is None:
             params, q_net, delta = self._params, self.q_net, self.clip_delta
 
@@ -133,16 +338,15 @@ class DQN(OffPolicyAlgorithm):
             # forward and backward compiled once into straight-line NumPy (fixed batch shape)
             self._step_fn = rlgrad.jit(step)
         eye = self._eye
-        for i, b in enumerate(batches):
-            target = targets[i] if targets[i] is not None else self.td_target(b)
-            loss, grads = self._step_fn(b.observations, eye[b.actions], target)
+        for i in range(gradient_steps):
+            sl = slice(i * B, (i + 1) * B)
+            bi = ReplayBatch(*(a[sl] for a in b))
+            target = targets[sl] if targets is not None else self.td_target(bi)
+            loss, grads = self._step_fn(bi.observations, eye[bi.actions], target)
             set_grads(self._params, grads, self.max_grad_norm)
             self.optimizer.step()
             losses[i] = loss
-        self._n_updates += gradient_steps
-        self.logger.record("train/loss", float(losses.mean()))
-        self.logger.record("train/n_updates", self._n_updates)
-        self.logger.record("rollout/exploration_rate", self.exploration_rate)
+        return losses
 
     def _modules(self) -> dict[str, Any]:
         return {"q_net": self.q_net, "q_net_target": self.q_net_target}

@@ -242,7 +242,16 @@ class OffPolicyAlgorithm(BaseAlgorithm):
 
     # ---- shared pieces of the updates -----------------------------------------------------------
     def sample(self, batch_size: int) -> ReplayBatch:
-        b = self.replay_buffer.sample(batch_size, self.rng)
+        return self._normalized(self.replay_buffer.sample(batch_size, self.rng))
+
+    def sample_many(self, n_batches: int, batch_size: int) -> tuple[ReplayBatch, np.ndarray]:
+        """The minibatches of ``n_batches`` calls to ``sample(batch_size)`` (the same draws from
+        the same generator), stacked: rows ``[i * batch_size, (i + 1) * batch_size)`` are the i-th.
+        Also returns the buffer rows drawn (to spot repeated transitions)."""
+        idx = self.replay_buffer.sample_indices(n_batches * batch_size, self.rng)
+        return self._normalized(self.replay_buffer.take(idx)), idx
+
+    def _normalized(self, b: ReplayBatch) -> ReplayBatch:
         if self.normalizer is None:
             return b
         nz = self.normalizer.normalize_obs

@@ -1,0 +1,211 @@
+"""The RL fast paths against the plain ones they replace: the same numbers (to float32 rounding
+where BLAS sums in another order, bit for bit where the arithmetic is the same)."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import SyncVectorEnv
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
+
+from rlgrad import optim
+from rlgrad.nn import MLP, Linear, Sequential, Sigmoid, Tanh
+from rlgrad.rl import DQN
+from rlgrad.rl.base import keep_freed_memory
+from rlgrad.rl.buffers import ReplayBuffer
+from rlgrad.rl.dqn import FusedQStep, huber, mlp_forward, mlp_layers
+from rlgrad.rl.envs import FastEpisodeStatistics, FastSyncVectorEnv, make_vec_env
+from rlgrad.rl.policies import mlp_numpy
+
+
+def _params(m):
+    return [p.data.copy() for p in m.q_net.parameters()]
+
+
+def _assert_close_params(a, b, rtol=1e-5):
+    for p, q in zip(a, b):
+        scale = max(float(np.abs(p).max()), 1e-3)
+        np.testing.assert_allclose(p, q, rtol=0, atol=rtol * scale)
+
+
+# ---- DQN: the NumPy gradient step against the compiled engine step -------------------------------
+@pytest.mark.parametrize("double_q", [False, True])
+@pytest.mark.parametrize("arch,act", [([64, 64], "relu"), ([32], "tanh"), ([16, 8, 8], "relu")])
+def test_dqn_fused_train_matches_the_compiled_step(double_q, arch, act):
+    kw = dict(learning_rate=1e-3, batch_size=32, learning_starts=300, target_update_interval=50,
+              train_freq=64, gradient_steps=6, double_q=double_q,
+              policy_kwargs={"net_arch": arch, "activation_fn": act})
+    ref = DQN("CartPole-v1", seed=4, **kw)
+    ref.fused_update = False
+    fast = DQN("CartPole-v1", seed=4, **kw)
+    ref.learn(256)  # collection only up to here: the same transitions and networks
+    fast.learn(256)
+    _assert_close_params(_params(ref), _params(fast), rtol=0)
+    for m in (ref, fast):
+        m.train(6, 32)
+    assert fast._fused_step is not None and ref._fused_step is None
+    _assert_close_params(_params(ref), _params(fast))
+    la, lb = ref.logger.name_to_value["train/loss"], fast.logger.name_to_value["train/loss"]
+    assert la == pytest.approx(lb, rel=1e-5)
+
+
+def test_dqn_fused_gradient_equals_the_engine_gradient_with_clipping():
+    m = DQN("CartPole-v1", seed=0, policy_kwargs={"net_arch": [32, 32]}, max_grad_norm=1e-3)
+    rng = np.random.default_rng(0)
+    B = 16
+    obs = rng.normal(size=(B, 4)).astype(np.float32)
+    actions = rng.integers(0, 2, B)
+    target = (rng.normal(size=B) * 3).astype(np.float32)  # some |TD| > 1: clipped
+    from rlgrad.rl.buffers import ReplayBatch
+
+    b = ReplayBatch(obs, actions, obs, target, np.zeros(B, bool), np.zeros(B, bool))
+    loss, _ = m.loss(b, target)
+    params = list(m.q_net.parameters())
+    for p in params:
+        p.grad = None
+    loss.backward()
+    want = [p.grad.data.copy() for p in params]
+    step = FusedQStep(mlp_layers(m.q_net.q_net), B, m.clip_delta)
+    got = [np.empty_like(p.data) for p in params]
+    td = step(obs, actions, target, got)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
+    assert float(huber(td, 1.0).mean()) == pytest.approx(float(loss.data), rel=1e-6)
+    assert np.abs(td).max() > 1  # the clipped branch was exercised
+
+
+def test_dqn_fused_training_is_deterministic_and_resumable_bit_for_bit():
+    kw = dict(learning_starts=100, train_freq=16, gradient_steps=4, target_update_interval=50,
+              batch_size=32, policy_kwargs={"net_arch": [32]})
+    a = DQN("CartPole-v1", seed=7, **kw).learn(600, log_interval=1)
+    b = DQN("CartPole-v1", seed=7, **kw).learn(600, log_interval=1)
+    skip = ("time/fps", "time/time_elapsed")
+    curve = [[{k: v for k, v in r.items() if k not in skip} for r in m.logger.history]
+             for m in (a, b)]
+    assert curve[0] == curve[1] and len(curve[0]) > 0
+    for p, q in zip(_params(a), _params(b)):
+        np.testing.assert_array_equal(p, q)
+
+
+def test_mlp_layers_accepts_only_what_the_fused_step_computes():
+    assert mlp_layers(MLP([4, 8, 2])) is not None
+    assert mlp_layers(MLP([4, 8, 2], activation=Tanh)) is not None
+    assert mlp_layers(MLP([4, 8, 2], activation=Sigmoid)) is None
+    assert mlp_layers(MLP([4, 8, 2], output_activation=Tanh)) is None  # Q-values are linear
+    assert mlp_layers(Sequential(Linear(4, 2, bias=False))) is None
+    m = DQN("CartPole-v1", seed=0, policy_kwargs={"activation_fn": Sigmoid})
+    assert m._fused_layers() is None  # falls back to the compiled step
+
+
+def test_mlp_forward_equals_the_acting_forward():
+    net = MLP([4, 64, 64, 3])
+    x = np.random.default_rng(0).normal(size=(1100, 4)).astype(np.float32)  # several chunks
+    np.testing.assert_allclose(mlp_forward(mlp_layers(net), x, chunk=512), mlp_numpy(net, x),
+                               rtol=1e-5, atol=1e-6)
+
+
+# ---- replay sampling -------------------------------------------------------------------------
+def test_sample_many_draws_what_repeated_sample_calls_draw():
+    rb = ReplayBuffer(1000, 3, (), np.int64)
+    rng = np.random.default_rng(0)
+    for _ in range(7):
+        k = 50
+        rb.add(rng.normal(size=(k, 3)).astype(np.float32), rng.normal(size=(k, 3)).astype(np.float32),
+               rng.integers(0, 4, k), rng.normal(size=k).astype(np.float32), rng.random(k) < 0.1,
+               rng.random(k) < 0.1)
+    one, many = np.random.default_rng(5), np.random.default_rng(5)
+    batches = [rb.sample(32, one) for _ in range(9)]
+    idx = rb.sample_indices(9 * 32, many)
+    stacked = rb.take(idx)
+    for field, parts in zip(stacked, zip(*batches)):
+        np.testing.assert_array_equal(field, np.concatenate(parts))
+    assert one.random() == many.random()  # the generators continue in step
+
+
+# ---- Adam: gradients written into the optimizer's flat buffer --------------------------------
+def test_adam_flat_grad_buffer_gives_the_same_update_as_plain_grads():
+    rng = np.random.default_rng(0)
+    a, b = MLP([3, 16, 2]), MLP([3, 16, 2])
+    b.load_state_dict(a.state_dict())
+    oa, ob = optim.Adam(a.parameters(), lr=0.01), optim.Adam(b.parameters(), lr=0.01)
+    from rlgrad.tensor import _const
+
+    for _ in range(60):  # past the every-50-steps flush of tiny moments
+        grads = [rng.normal(size=p.shape).astype(np.float32) for p in a.parameters()]
+        for p, g in zip(a.parameters(), grads):
+            p.grad = _const(g.copy())
+        oa.step()
+        flat, views = ob.flat_grad_buffer()
+        for v, g in zip(views, grads):
+            v[...] = g
+        for p, v in zip(b.parameters(), views):
+            p.grad = _const(v)
+        ob.step()
+        np.testing.assert_array_equal(flat, np.concatenate([g.ravel() for g in grads]))
+    for p, q in zip(a.parameters(), b.parameters()):
+        np.testing.assert_array_equal(p.data, q.data)
+    sa, sb = oa.state_dict(), ob.state_dict()
+    for k in sa["state"]:
+        for key in ("exp_avg", "exp_avg_sq"):
+            np.testing.assert_array_equal(sa["state"][k][key], sb["state"][k][key])
+    # a loaded state replaces the buffer: ask again, the old views are simply copied
+    ob.load_state_dict(sa)
+    assert ob.flat_grad_buffer()[0] is not flat
+    assert optim.Adam(MLP([3, 4]).parameters(), maximize=True).flat_grad_buffer() is None
+    pa = list(a.parameters())
+    two_groups = optim.Adam([{"params": pa[:1]}, {"params": pa[1:]}])
+    assert two_groups.flat_grad_buffer() is None
+
+
+# ---- environments: the lean vector step against Gymnasium's ------------------------------------
+def _drive(venv, n_steps, seed):
+    rng = np.random.default_rng(seed)
+    venv.reset(seed=seed)
+    out = []
+    for _ in range(n_steps):
+        act = rng.integers(0, 2, venv.num_envs)
+        obs, rew, term, trunc, info = venv.step(act)
+        out.append((obs, rew, term, trunc, info))
+    return out
+
+
+def _same_info(x, y):
+    assert x.keys() == y.keys()
+    for k in x:
+        if isinstance(x[k], dict):
+            _same_info(x[k], y[k])
+        elif k != "t":  # wall-clock episode durations
+            np.testing.assert_array_equal(x[k], y[k])
+
+
+@pytest.mark.parametrize("n_envs,mode", [(1, "sync"), (3, "sync"), (8, "vector_entry_point")])
+def test_fast_vector_step_and_statistics_equal_gymnasiums(n_envs, mode):
+    ref = RecordEpisodeStatistics(gym.make_vec("CartPole-v1", num_envs=n_envs,
+                                               vectorization_mode=mode), buffer_length=100)
+    fast = make_vec_env("CartPole-v1", n_envs=n_envs, vectorization_mode=mode)
+    assert isinstance(fast, FastEpisodeStatistics)
+    if mode == "sync":
+        assert type(fast.env) is FastSyncVectorEnv
+    for (a, b) in zip(_drive(ref, 400, 3), _drive(fast, 400, 3)):
+        for x, y in zip(a[:4], b[:4]):
+            np.testing.assert_array_equal(x, y)
+            assert x.dtype == y.dtype
+        _same_info(a[4], b[4])
+    assert ref.episode_count == fast.episode_count > 5
+    assert list(ref.return_queue) == list(fast.return_queue)
+    assert list(ref.length_queue) == list(fast.length_queue)
+    np.testing.assert_array_equal(ref.episode_returns, fast.episode_returns)
+    np.testing.assert_array_equal(ref.episode_lengths, fast.episode_lengths)
+
+
+def test_fast_sync_vector_env_returns_fresh_arrays():
+    venv = FastSyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    assert isinstance(venv, SyncVectorEnv)
+    venv.reset(seed=0)
+    o1 = venv.step(np.array([0]))[0]
+    o2 = venv.step(np.array([1]))[0]
+    assert not np.shares_memory(o1, o2) and not np.array_equal(o1, o2)
+
+
+def test_keep_freed_memory_is_idempotent():
+    first = keep_freed_memory()
+    assert keep_freed_memory() is first
