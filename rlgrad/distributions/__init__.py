@@ -25,9 +25,10 @@ from rlgrad.distributions.normal import (
     TanhNormal,
 )
 from rlgrad.distributions.relaxed import RelaxedOneHotCategorical
+from rlgrad.distributions.sde import StateDependentNoiseDistribution
 
 __all__ = [
     "Distribution", "Categorical", "Bernoulli", "Normal", "Independent", "DiagNormal",
     "MultivariateNormalDiag", "TanhNormal", "Beta", "RelaxedOneHotCategorical", "kl_divergence",
-    "register_kl", "constraints",
+    "register_kl", "constraints", "StateDependentNoiseDistribution",
 ]

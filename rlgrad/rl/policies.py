@@ -5,7 +5,8 @@
   state-independent-std Gaussian for Box actions.
 * ``QNetwork``: Q(s, .) for DQN.
 * ``DeterministicActor`` (tanh-squashed, DDPG/TD3), ``ContinuousCritic`` (n Q(s, a) heads, twin for
-  TD3/SAC), ``SquashedGaussianActor`` (SAC, a ``TanhNormal`` sampled with ``rsample``).
+  TD3/SAC), ``SquashedGaussianActor`` (SAC, a ``TanhNormal`` sampled with ``rsample``, or gSDE's
+  ``StateDependentNoiseDistribution`` with ``use_sde``).
 
 Acting happens once per environment step and needs no gradient, so each network also runs as
 plain NumPy (``mlp_numpy``) on the very same parameter arrays: no Tensors, no graph, a handful
@@ -22,6 +23,7 @@ from gymnasium import spaces
 
 from rlgrad import nn, ops
 from rlgrad.distributions import Categorical, Normal
+from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
 from rlgrad.nn import init
 from rlgrad.rl.envs import flat_obs_dim
 from rlgrad.tensor import Tensor
@@ -298,27 +300,80 @@ LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
 class SquashedGaussianActor(nn.Module):
-    """SAC's actor: a Gaussian in pre-tanh space, squashed into [-1, 1] (``TanhNormal``)."""
+    """SAC's actor: a Gaussian in pre-tanh space, squashed into [-1, 1] (``TanhNormal``).
+
+    With ``use_sde`` (generalized State-Dependent Exploration, SB3's SAC ``Actor``): the mean is
+    ``mu(h)`` clipped to ``[-clip_mean, clip_mean]`` (0: no clip), ``log_std`` is a parameter of
+    shape ``(features, actions)`` (``(features, 1)`` without ``full_std``) set to
+    ``log_std_init``, and the noise is ``h @ (std * E)`` with ``h`` the last hidden layer (its
+    features are learned through the noise, SB3's ``learn_features=True``) and ``E`` a
+    standard-normal matrix held fixed between :meth:`reset_noise` calls
+    (``rlgrad.distributions.StateDependentNoiseDistribution``).
+    """
 
     def __init__(self, obs_dim: int, act_dim: int, net_arch: list[int],
-                 activation_fn: Any = "relu") -> None:
+                 activation_fn: Any = "relu", use_sde: bool = False, log_std_init: float = -3.0,
+                 full_std: bool = True, use_expln: bool = False, clip_mean: float = 2.0) -> None:
         super().__init__()
         self.latent_pi = mlp([obs_dim, *net_arch], activation_fn, output_activation=activation_fn)
         last = net_arch[-1] if net_arch else obs_dim
+        self.act_dim = act_dim
         self.mu = nn.Linear(last, act_dim)
-        self.log_std = nn.Linear(last, act_dim)
+        self.use_sde = bool(use_sde)
+        if self.use_sde:
+            self.use_expln = bool(use_expln)
+            self.clip_mean = float(clip_mean)
+            shape = (last, act_dim) if full_std else (last, 1)
+            self.log_std = nn.Parameter(np.full(shape, log_std_init, dtype=np.float32))
+            # the exploration matrices' standard-normal part, one per environment copy
+            self.sde_weights = np.zeros((1, last, act_dim), dtype=np.float32)
+        else:
+            self.log_std = nn.Linear(last, act_dim)
+
+    def _sde_mean(self, h: Any) -> Any:
+        mean = self.mu(h)
+        return mean.clip(-self.clip_mean, self.clip_mean) if self.clip_mean > 0 else mean
 
     def distribution(self, obs: Any) -> Any:
+        h = self.latent_pi(obs)
+        if self.use_sde:
+            return StateDependentNoiseDistribution(
+                self._sde_mean(h), self.log_std, h, use_expln=self.use_expln,
+                learn_features=True, squash_output=True)
         from rlgrad.distributions import TanhNormal
 
-        h = self.latent_pi(obs)
         log_std = self.log_std(h).clip(LOG_STD_MIN, LOG_STD_MAX)
         return TanhNormal(self.mu(h), log_std.exp())
 
+    # ---- gSDE noise -----------------------------------------------------------------------
+    def sample_sde_weights(self, rng: np.random.Generator, n: int | None = None) -> np.ndarray:
+        """Standard-normal ``E`` of shape ``(features, actions)``, or ``(n, features, actions)``."""
+        shape = self.sde_weights.shape[1:] if n is None else (n, *self.sde_weights.shape[1:])
+        return rng.standard_normal(shape, dtype=np.float32)
+
+    def reset_noise(self, rng: np.random.Generator, n_envs: int = 1) -> None:
+        """New exploration matrices for acting, one per environment copy."""
+        self.sde_weights = self.sample_sde_weights(rng, n_envs)
+
+    def sde_std(self) -> np.ndarray:
+        return sde_std_numpy(self.log_std.data, self.act_dim, self.use_expln)
+
     def numpy(self, obs: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
-        """tanh(mu) when ``rng`` is None, else a sample, in [-1, 1]."""
+        """tanh(mu) when ``rng`` is None, else a sample, in [-1, 1] (with gSDE: the action of the
+        held exploration matrices, ``rng`` unused)."""
         h = mlp_numpy(self.latent_pi, obs)
         mu = mlp_numpy([self.mu], h)
+        if self.use_sde:
+            if self.clip_mean > 0:
+                mu = np.clip(mu, -self.clip_mean, self.clip_mean)
+            if rng is None:
+                return np.tanh(mu)
+            w = self.sde_std() * self.sde_weights  # (n_envs, features, actions)
+            if len(w) == len(h):  # row i explores with environment copy i's matrix
+                noise = np.matmul(h[:, None, :], w)[:, 0, :]
+            else:  # another batch size (predict on other observations): the first matrix
+                noise = h @ w[0]
+            return np.tanh(mu + noise)
         if rng is None:
             return np.tanh(mu)
         log_std = np.clip(mlp_numpy([self.log_std], h), LOG_STD_MIN, LOG_STD_MAX)

@@ -7,6 +7,15 @@
   ``E[alpha log pi(a|s) - min_i Q_i(s, a)]``;
 * temperature: ``log alpha`` minimises ``-log alpha * (log pi(a|s) + target_entropy)`` with
   ``target_entropy = -dim(A)`` (``ent_coef="auto"``), or ``ent_coef`` is a fixed number.
+
+``use_sde=True`` explores with generalized State-Dependent Exploration (gSDE, as in
+Stable-Baselines3): the action is ``tanh(mu(s) + h(s) @ W)``, ``h`` the actor's last hidden layer
+and ``W = std * E`` an exploration matrix whose standard-normal ``E`` is drawn at the start of
+every rollout (``train_freq`` steps) and, if ``sde_sample_freq > 0``, every ``sde_sample_freq``
+steps within it (one matrix per environment copy); each gradient step draws a fresh ``E`` for
+its minibatch (used for both the actor's and the target's actions). ``use_sde_at_warmup``
+replaces the uniformly random warm-up actions by gSDE ones. ``policy_kwargs`` then also takes
+``log_std_init`` (-3), ``full_std`` (True), ``use_expln`` (False) and ``clip_mean`` (2.0).
 """
 
 from __future__ import annotations
@@ -29,7 +38,9 @@ class SAC(OffPolicyAlgorithm):
                  learning_starts: int = 100, batch_size: int = 256, tau: float = 0.005,
                  gamma: float = 0.99, train_freq: Any = 1, gradient_steps: int = 1,
                  ent_coef: str | float = "auto", target_update_interval: int = 1,
-                 target_entropy: str | float = "auto", n_critics: int = 2, n_envs: int = 1,
+                 target_entropy: str | float = "auto", n_critics: int = 2,
+                 use_sde: bool = False, sde_sample_freq: int = -1,
+                 use_sde_at_warmup: bool = False, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
                  seed: int | None = 0, verbose: int = 0, **env_options: Any) -> None:
         self._hyperparams = constructor_hyperparams(locals())
@@ -39,7 +50,14 @@ class SAC(OffPolicyAlgorithm):
         self.target_update_interval = int(target_update_interval)
         arch = list(self.policy_kwargs.get("net_arch", [256, 256]))
         act_fn = self.policy_kwargs.get("activation_fn", "relu")
-        self.actor = SquashedGaussianActor(self.obs_dim, self.act_dim, arch, act_fn)
+        self.use_sde = bool(use_sde)
+        self.sde_sample_freq = int(sde_sample_freq)
+        self.use_sde_at_warmup = bool(use_sde_at_warmup)
+        pk = self.policy_kwargs
+        sde_kw = {k: pk[k] for k in ("log_std_init", "full_std", "use_expln", "clip_mean")
+                  if k in pk}
+        self.actor = SquashedGaussianActor(self.obs_dim, self.act_dim, arch, act_fn,
+                                           use_sde=self.use_sde, **sde_kw)
         self.critic = ContinuousCritic(self.obs_dim, self.act_dim, arch, n_critics, act_fn)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self._critic_params = list(self.critic.parameters())  # cached for the Polyak update
@@ -57,6 +75,9 @@ class SAC(OffPolicyAlgorithm):
             self._ent_coef = init
         else:
             self._ent_coef = float(ent_coef)
+        self._sde_steps = 0  # steps since the rollout's start (gSDE's sde_sample_freq)
+        if self.use_sde:
+            self.actor.reset_noise(self.rng, self.n_envs)
 
     # ---- acting -------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -65,13 +86,37 @@ class SAC(OffPolicyAlgorithm):
     def _explore(self, obs: np.ndarray) -> np.ndarray:
         return self.actor.numpy(obs, self.rng).astype(np.float32)
 
+    def collect_rollouts(self, callback: Any) -> tuple[int, bool]:
+        if self.use_sde:  # a new exploration matrix per rollout (SB3: reset_noise(n_envs))
+            self.actor.reset_noise(self.rng, self.n_envs)
+            self._sde_steps = 0
+        return super().collect_rollouts(callback)
+
+    def _sample_action(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if not self.use_sde:
+            return super()._sample_action(obs)
+        freq = self.sde_sample_freq
+        if freq > 0 and self._sde_steps > 0 and self._sde_steps % freq == 0:
+            self.actor.reset_noise(self.rng, self.n_envs)
+        self._sde_steps += 1
+        if self.use_sde_at_warmup and self.num_timesteps < self.learning_starts:
+            act = self._explore(obs)
+            return act, self.unscale_action(act).reshape(len(obs), *self.action_space.shape)
+        return super()._sample_action(obs)
+
     # ---- learning -------------------------------------------------------------------------------
-    def td_target(self, b: Any, ent_coef: float) -> np.ndarray:
+    def td_target(self, b: Any, ent_coef: float, sde_weights: np.ndarray | None = None
+                  ) -> np.ndarray:
         with rlgrad.no_grad():
             dist = self.actor.distribution(b.next_observations)
-            next_a, next_logp = dist.rsample_and_log_prob(generator=self.generator)
+            if self.use_sde:  # the minibatch's exploration matrix; log-prob already summed
+                next_a, next_logp = dist.rsample_and_log_prob(weights=sde_weights)
+                next_logp = next_logp.data
+            else:
+                next_a, next_logp = dist.rsample_and_log_prob(generator=self.generator)
+                next_logp = next_logp.data.sum(-1)
             qs = self.critic_target(b.next_observations, next_a)
-            q_next = np.min([q.data for q in qs], axis=0) - ent_coef * next_logp.data.sum(-1)
+            q_next = np.min([q.data for q in qs], axis=0) - ent_coef * next_logp
         return (b.rewards + self.gamma * (1.0 - b.terminated) * q_next).astype(np.float32)
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
@@ -83,8 +128,13 @@ class SAC(OffPolicyAlgorithm):
         for _ in range(gradient_steps):
             b = self.sample(batch_size)
             dist = self.actor.distribution(b.observations)
-            a_pi, log_pi = dist.rsample_and_log_prob(generator=self.generator)
-            log_pi = log_pi.sum(-1)
+            sde_weights = None
+            if self.use_sde:  # SB3 resets the noise at every gradient step: log_std has moved
+                sde_weights = self.actor.sample_sde_weights(self.rng)
+                a_pi, log_pi = dist.rsample_and_log_prob(weights=sde_weights)
+            else:
+                a_pi, log_pi = dist.rsample_and_log_prob(generator=self.generator)
+                log_pi = log_pi.sum(-1)
             if self.auto_ent:
                 ent_coef = float(np.exp(self.log_ent_coef.data[0]))
                 ent_loss = -(self.log_ent_coef * (log_pi.data + self.target_entropy)).mean()
@@ -96,7 +146,7 @@ class SAC(OffPolicyAlgorithm):
                 ent_coef = self._ent_coef
             ent_coefs.append(ent_coef)
 
-            target = self.td_target(b, ent_coef)
+            target = self.td_target(b, ent_coef, sde_weights)
             qs = self.critic(b.observations, b.actions)
             critic_loss = 0.5 * sum(ops.square(q - target).mean() for q in qs)
             self.critic_optimizer.zero_grad()
@@ -124,6 +174,8 @@ class SAC(OffPolicyAlgorithm):
         lg.record("train/critic_loss", float(np.mean(critic_losses)))
         if ent_losses:
             lg.record("train/ent_coef_loss", float(np.mean(ent_losses)))
+        if self.use_sde:
+            lg.record("train/std", float(self.actor.sde_std().mean()))
 
     def _modules(self) -> dict[str, Any]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
@@ -136,11 +188,21 @@ class SAC(OffPolicyAlgorithm):
 
     def _extra_state(self) -> dict[str, Any]:
         out = super()._extra_state()
+        sac: dict[str, Any] = {}
         if self.auto_ent:
-            out["sac"] = {"log_ent_coef": self.log_ent_coef.data.copy()}
+            sac["log_ent_coef"] = self.log_ent_coef.data.copy()
+        if self.use_sde:
+            sac["sde_weights"] = self.actor.sde_weights.copy()
+            sac["sde_steps"] = self._sde_steps
+        if sac:
+            out["sac"] = sac
         return out
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         super()._set_extra_state(state)
-        if self.auto_ent and "sac" in state:
-            self.log_ent_coef.data[...] = state["sac"]["log_ent_coef"]
+        sac = state.get("sac", {})
+        if self.auto_ent and "log_ent_coef" in sac:
+            self.log_ent_coef.data[...] = sac["log_ent_coef"]
+        if self.use_sde and "sde_weights" in sac:
+            self.actor.sde_weights = np.array(sac["sde_weights"], dtype=np.float32)
+            self._sde_steps = int(sac["sde_steps"])
