@@ -9,11 +9,12 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from rlgrad import optim
 from rlgrad.nn import MLP, Linear, Sequential, Sigmoid, Tanh
-from rlgrad.rl import DQN
+from rlgrad.rl import A2C, DQN, PPO, REINFORCE
 from rlgrad.rl.base import keep_freed_memory
 from rlgrad.rl.buffers import ReplayBuffer
 from rlgrad.rl.dqn import FusedQStep, huber, mlp_forward, mlp_layers
 from rlgrad.rl.envs import FastEpisodeStatistics, FastSyncVectorEnv, make_vec_env
+from rlgrad.rl.on_policy import FusedActorCriticStep
 from rlgrad.rl.policies import mlp_numpy
 
 
@@ -209,3 +210,73 @@ def test_fast_sync_vector_env_returns_fresh_arrays():
 def test_keep_freed_memory_is_idempotent():
     first = keep_freed_memory()
     assert keep_freed_memory() is first
+
+
+# ---- PPO, A2C, REINFORCE: the NumPy actor-critic step against the compiled one -----------------
+def _policy_params(m):
+    return [p.data.copy() for p in m.policy.parameters()]
+
+
+@pytest.mark.parametrize("cls,kw,steps", [
+    (PPO, dict(n_envs=4, n_steps=32, batch_size=128, n_epochs=4, learning_rate="lin_0.001",
+               clip_range="lin_0.2"), 256),  # the preset's layout: one minibatch, full rollout
+    (PPO, dict(n_envs=4, n_steps=16, batch_size=64, n_epochs=3, ent_coef=0.05,
+               policy_kwargs={"net_arch": [32], "activation_fn": "relu"}), 192),
+    (PPO, dict(n_envs=2, n_steps=32, batch_size=64, n_epochs=2,
+               policy_kwargs={"net_arch": {"pi": [16, 16], "vf": [8]}}), 192),
+    (A2C, dict(n_envs=8), 400),
+    (A2C, dict(n_envs=4, ent_coef=0.01, policy_kwargs={"net_arch": [256, 256]}), 200),
+    (REINFORCE, dict(n_envs=2, n_steps=64), 384),
+])
+def test_actor_critic_fused_step_matches_the_compiled_step(cls, kw, steps):
+    ref = cls("CartPole-v1", seed=2, **kw)
+    ref.fused_update = False
+    fast = cls("CartPole-v1", seed=2, **kw)
+    ref.learn(steps, log_interval=1)
+    fast.learn(steps, log_interval=1)
+    assert fast._fused is not None and ref._fused is None
+    for p, q in zip(_policy_params(ref), _policy_params(fast)):
+        scale = max(float(np.abs(p).max()), 1e-3)
+        np.testing.assert_allclose(p, q, rtol=0, atol=2e-5 * scale)
+    ka = {k: v for k, v in ref.logger.history[-1].items() if k.startswith("train/")}
+    kb = {k: v for k, v in fast.logger.history[-1].items() if k.startswith("train/")}
+    assert ka.keys() == kb.keys()
+    for k in ka:
+        assert kb[k] == pytest.approx(ka[k], rel=1e-3, abs=1e-5), k
+
+
+def test_actor_critic_fused_step_gradient_equals_the_engine_gradient():
+    m = PPO("CartPole-v1", n_envs=2, n_steps=16, seed=0, ent_coef=0.1)
+    m._setup_learn(1000, True)
+    m.collect_rollouts(None)
+    data, w, valid = m._full_batch()
+    adv = m._advantages(data.advantages, valid)
+    rng = np.random.default_rng(0)
+    old = (data.old_log_prob + rng.normal(0, 0.2, len(w))).astype(np.float32)  # some clipped
+    clip = np.float32(0.1)
+    params = list(m.policy.parameters())
+    from rlgrad.rl.ppo import _surrogate_p
+
+    values, log_prob, entropy = m.policy.evaluate_traceable(data.observations,
+                                                           m.policy.action_input(data.actions))
+    from rlgrad import ops
+
+    loss = (_surrogate_p(log_prob, old, adv, clip, w)
+            + 0.5 * (w * ops.square(data.returns - values)).sum() + 0.1 * -(w * entropy).sum())
+    for p in params:
+        p.grad = None
+    loss.backward()
+    want = [p.grad.data.copy() for p in params]
+    step = FusedActorCriticStep(m.policy, params, len(w))
+    got = [np.empty_like(p.data) for p in params]
+    pl, vl, el, lp = step(data.observations, data.actions, adv, data.returns, w, 0.5, 0.1, got,
+                          old, clip)
+    np.testing.assert_allclose(lp, log_prob.data, rtol=1e-5, atol=1e-6)
+    assert float(pl + 0.5 * vl + 0.1 * el) == pytest.approx(float(loss.data), rel=1e-5)
+    for g, w_ in zip(got, want):
+        np.testing.assert_allclose(g, w_, rtol=1e-4, atol=1e-6)
+
+
+def test_continuous_actions_keep_the_compiled_step():
+    m = PPO("Pendulum-v1", n_envs=2, n_steps=16, batch_size=32, n_epochs=1, seed=0).learn(64)
+    assert m._fused is None and not m.fused_update and m._ppo_step is not None

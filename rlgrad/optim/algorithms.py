@@ -109,20 +109,20 @@ def _adam_math(g: np.ndarray, m: np.ndarray, v: np.ndarray, vmax: np.ndarray | N
     buf *= lr * bc2_sqrt / bc1
 
 
-class _FlatAdam:
-    """Flat moment arrays for one parameter group, and per-parameter views of the update."""
+class _FlatGroup:
+    """One parameter group's optimizer state in flat arrays (one per state key; the
+    per-parameter state entries are views into them, so ``state_dict`` and ``load_state_dict``
+    see no difference), a flat gradient and update array, and per-parameter views of both."""
 
-    def __init__(self, group: dict[str, Any], params: list[Any], dtype: np.dtype, amsgrad: bool,
+    def __init__(self, params: list[Any], dtype: np.dtype, keys: tuple[str, ...],
                  version: int) -> None:
-        self.group, self.params, self.dtype = group, list(params), dtype
-        self.amsgrad, self.version = bool(amsgrad), version
+        self.params, self.dtype, self.keys, self.version = list(params), dtype, keys, version
         self.shapes = [p.data.shape for p in params]
         self.offsets = [0]
         for p in params:
             self.offsets.append(self.offsets[-1] + p.data.size)
         n = self.offsets[-1]
-        self.m, self.v = np.zeros(n, dtype), np.zeros(n, dtype)
-        self.vmax = np.zeros(n, dtype) if amsgrad else None
+        self.arrays = {k: np.zeros(n, dtype) for k in keys}
         self.g, self.buf = np.empty(n, dtype), np.empty(n, dtype)
         spans = list(zip(self.offsets[:-1], self.offsets[1:], self.shapes))
         self.updates = [self.buf[a:b].reshape(s) for a, b, s in spans]
@@ -132,7 +132,128 @@ class _FlatAdam:
         self.states: list[dict[str, Any]] = []
 
 
-class Adam(Optimizer):
+class _FlatPath:
+    """The fast path of an optimizer for groups of many small parameters (RL networks), where
+    NumPy's per-call cost dominates: when every parameter of a group has a gradient, the state
+    lives in flat arrays (``_FlatGroup``), the gradients are gathered with one concatenate (or
+    not at all: ``flat_grad_buffer``), the update arithmetic runs once on the flat arrays and each
+    parameter takes its slice of the update. The arithmetic is the per-parameter path's,
+    element for element: both give the same bits.
+
+    Subclasses give the state keys of a group (``_flat_keys``), their initial value
+    (``_flat_init``) and whether a group can take the path (``_flat_applies``).
+    """
+
+    state: dict[Any, dict[str, Any]]
+    param_groups: list[dict[str, Any]]
+    _version: int
+    _flat: dict[int, _FlatGroup]
+
+    def _flat_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def _flat_init(self, key: str, group: dict[str, Any]) -> float:
+        return 0.0
+
+    def _flat_applies(self, group: dict[str, Any]) -> bool:
+        return True
+
+    def _current_flat(self, group: dict[str, Any]) -> _FlatGroup | None:
+        fl = self._flat.get(id(group))
+        if fl is not None and (fl.version != self._version or fl.state is not self.state
+                               or len(fl.params) != len(group["params"])
+                               or fl.keys != self._flat_keys(group)):
+            fl = None
+        return fl
+
+    def flat_grad_buffer(self) -> tuple[np.ndarray, list[np.ndarray]] | None:
+        """The flat gradient array of the fast path and its per-parameter views, for a single
+        parameter group (None where the fast path does not apply: several groups, ``maximize``,
+        L2 weight decay, mixed dtypes, parameters at different steps).
+
+        A compiled step may write its gradients into the views and install them as ``.grad``:
+        ``step()`` then finds them in place and skips gathering them. Ask again before each
+        series of steps (``load_state_dict`` replaces the buffer); anything else stays correct
+        either way, the gradients are just copied.
+        """
+        if len(self.param_groups) != 1:
+            return None
+        group = self.param_groups[0]
+        if group["maximize"] or not self._flat_applies(group):
+            return None
+        fl = self._current_flat(group)
+        if fl is None or any(p is not q for p, q in zip(fl.params, group["params"])):
+            fl = self._build_flat(group)
+            if fl is None:
+                return None
+        return fl.g, fl.grad_views
+
+    def _flat_gather(self, group: dict[str, Any]) -> _FlatGroup | None:
+        """The group's flat state with this step's gradients in ``fl.g`` (negated for
+        ``maximize``), the step counter advanced; None if the path does not apply."""
+        if not self._flat_applies(group):
+            self._flat.pop(id(group), None)  # per-parameter steps may now differ: rebuild later
+            return None
+        params = group["params"]
+        fl = self._current_flat(group)
+        grads = []
+        for i, p in enumerate(params):
+            gt = p.grad
+            if gt is None:
+                self._flat.pop(id(group), None)
+                return None
+            g = gt.data
+            if fl is not None and (fl.params[i] is not p or g.shape != fl.shapes[i]
+                                   or g.dtype != fl.dtype):
+                fl = None
+            grads.append(g)
+        if fl is None:
+            fl = self._build_flat(group)
+            if fl is None:
+                return None
+        if group["maximize"] or any(g is not v for g, v in zip(grads, fl.grad_views)):
+            np.concatenate(grads, axis=None, out=fl.g)  # axis=None: flattened, no reshape calls
+        # else: the gradients were written into fl.g's views (flat_grad_buffer), nothing to gather
+        if group["maximize"]:
+            np.negative(fl.g, out=fl.g)
+        t = fl.step = fl.step + 1
+        for st in fl.states:  # the per-parameter entries (no Tensor hashing on the hot path)
+            st["step"] = t
+        return fl
+
+    def _build_flat(self, group: dict[str, Any]) -> _FlatGroup | None:
+        params = group["params"]
+        dtype = params[0].data.dtype
+        if any(p.data.dtype != dtype for p in params):
+            return None
+        states = [self.state.get(p) for p in params]
+        steps = {st["step"] for st in states if st is not None}
+        if len(steps) > 1 or (steps and any(st is None for st in states)):
+            return None  # parameters at different steps: keep per-parameter updates
+        keys = self._flat_keys(group)
+        fl = _FlatGroup(params, dtype, keys, self._version)
+        fl.state = self.state
+        fl.step = steps.pop() if steps else 0
+        for key in keys:
+            init = self._flat_init(key, group)
+            if init:
+                fl.arrays[key].fill(init)
+        for i, (p, st) in enumerate(zip(params, states)):
+            a, b, shape = fl.offsets[i], fl.offsets[i + 1], fl.shapes[i]
+            if st is None:
+                st = self.state[p] = {"step": fl.step}
+            for key in keys:
+                view = fl.arrays[key][a:b].reshape(shape)
+                if key in st:
+                    view[...] = st[key]  # keep the state built so far (or just loaded)
+                st[key] = view
+            st.pop("_buf", None)
+            fl.states.append(st)
+        self._flat[id(group)] = fl
+        return fl
+
+
+class Adam(_FlatPath, Optimizer):
     """Adam (Kingma & Ba) with PyTorch's defaults; ``weight_decay`` is an L2 term added to the
     gradient (use ``AdamW`` for decoupled decay); ``amsgrad`` keeps the max second moment."""
 
@@ -144,14 +265,21 @@ class Adam(Optimizer):
         _check_hparams(lr=lr, eps=eps, weight_decay=weight_decay)
         if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
             raise ValueError(f"Invalid betas {betas}: each must be in [0, 1)")
-        self._flat: dict[int, _FlatAdam] = {}
+        self._flat: dict[int, _FlatGroup] = {}
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
                                       amsgrad=amsgrad, maximize=maximize))
 
+    def _flat_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if group["amsgrad"] else ())
+
+    def _flat_applies(self, group: dict[str, Any]) -> bool:
+        return not (group["weight_decay"] and not self._decoupled)  # L2: per parameter
+
     def _update_group(self, group: dict[str, Any]) -> None:
-        if not (group["weight_decay"] and not self._decoupled) and self._flat_update(group):
+        fl = self._flat_gather(group)
+        if fl is not None:
+            self._flat_update(group, fl)
             return
-        self._flat.pop(id(group), None)  # per-parameter steps may now differ: rebuild later
         lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
         wd, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
         decoupled = self._decoupled
@@ -180,106 +308,19 @@ class Adam(Optimizer):
                        st["max_exp_avg_sq"] if amsgrad else None, buf, t, lr, b1, b2, eps)
             x -= buf
 
-    # ---- the fast path: one set of flat arrays for the whole group ---------------------------
-    # Small RL networks have many small parameters, where the per-call cost of NumPy dominates.
-    # When every parameter of a group has a gradient (the usual case), the moments live in one
-    # flat array per group (the per-parameter state entries are views into it, so state_dict and
-    # load_state_dict see no difference), gradients are gathered with one concatenate, the Adam
-    # arithmetic runs once, and each parameter takes its slice of the update.
-    def _current_flat(self, group: dict[str, Any]) -> _FlatAdam | None:
-        fl = self._flat.get(id(group))
-        if fl is not None and (fl.version != self._version or fl.state is not self.state
-                               or len(fl.params) != len(group["params"])
-                               or fl.amsgrad != group["amsgrad"]):
-            fl = None
-        return fl
-
-    def flat_grad_buffer(self) -> tuple[np.ndarray, list[np.ndarray]] | None:
-        """The flat gradient array of the fast path and its per-parameter views, for a single
-        parameter group (None where the fast path does not apply: several groups, ``maximize``,
-        L2 weight decay, mixed dtypes, parameters at different steps).
-
-        A compiled step may write its gradients into the views and install them as ``.grad``:
-        ``step()`` then finds them in place and skips gathering them. Ask again before each
-        series of steps (``load_state_dict`` replaces the buffer); anything else stays correct
-        either way, the gradients are just copied.
-        """
-        if len(self.param_groups) != 1:
-            return None
-        group = self.param_groups[0]
-        if group["maximize"] or (group["weight_decay"] and not self._decoupled):
-            return None
-        fl = self._current_flat(group)
-        if fl is None or any(p is not q for p, q in zip(fl.params, group["params"])):
-            fl = self._build_flat(group)
-            if fl is None:
-                return None
-        return fl.g, fl.grad_views
-
-    def _flat_update(self, group: dict[str, Any]) -> bool:
-        params = group["params"]
-        fl = self._current_flat(group)
-        grads = []
-        for i, p in enumerate(params):
-            gt = p.grad
-            if gt is None:
-                return False
-            g = gt.data
-            if fl is not None and (fl.params[i] is not p or g.shape != fl.shapes[i]
-                                   or g.dtype != fl.dtype):
-                fl = None
-            grads.append(g)
-        if fl is None:
-            fl = self._build_flat(group)
-            if fl is None:
-                return False
+    def _flat_update(self, group: dict[str, Any], fl: _FlatGroup) -> None:
         lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
-        views = fl.grad_views
-        if group["maximize"] or any(g is not v for g, v in zip(grads, views)):
-            np.concatenate(grads, axis=None, out=fl.g)  # axis=None: flattened, no reshape calls
-        # else: the gradients were written into fl.g's views (flat_grad_buffer), nothing to gather
-        if group["maximize"]:
-            np.negative(fl.g, out=fl.g)
         if group["weight_decay"]:  # decoupled (AdamW); the L2 form takes the per-parameter path
             shrink = 1 - lr * group["weight_decay"]
-            for p in params:
+            for p in group["params"]:
                 p.data *= shrink
-        t = fl.step = fl.step + 1
-        for st in fl.states:  # the per-parameter entries (no Tensor hashing on the hot path)
-            st["step"] = t
-        _adam_math(fl.g, fl.m, fl.v, fl.vmax, fl.buf, t, lr, b1, b2, eps)
-        for p, u in zip(params, fl.updates):
+        a = fl.arrays
+        _adam_math(fl.g, a["exp_avg"], a["exp_avg_sq"], a.get("max_exp_avg_sq"), fl.buf, fl.step,
+                   lr, b1, b2, eps)
+        for p, u in zip(group["params"], fl.updates):
             x = p.data
             np.subtract(x, u, out=x)
-        return True
 
-    def _build_flat(self, group: dict[str, Any]) -> _FlatAdam | None:
-        params = group["params"]
-        dtype = params[0].data.dtype
-        if any(p.data.dtype != dtype for p in params):
-            return None
-        states = [self.state.get(p) for p in params]
-        steps = {st["step"] for st in states if st is not None}
-        if len(steps) > 1 or (steps and any(st is None for st in states)):
-            return None  # parameters at different steps: keep per-parameter updates
-        fl = _FlatAdam(group, params, dtype, group["amsgrad"], self._version)
-        fl.state = self.state
-        fl.step = steps.pop() if steps else 0
-        keys = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if fl.amsgrad else ())
-        flats = (fl.m, fl.v) + ((fl.vmax,) if fl.amsgrad else ())
-        for i, (p, st) in enumerate(zip(params, states)):
-            a, b, shape = fl.offsets[i], fl.offsets[i + 1], fl.shapes[i]
-            if st is None:
-                st = self.state[p] = {"step": fl.step}
-            for key, flat in zip(keys, flats):
-                view = flat[a:b].reshape(shape)
-                if key in st:
-                    view[...] = st[key]  # keep the moments built so far (or just loaded)
-                st[key] = view
-            st.pop("_buf", None)
-            fl.states.append(st)
-        self._flat[id(group)] = fl
-        return fl
 
 class AdamW(Adam):
     """Adam with decoupled weight decay (``p *= 1 - lr * weight_decay`` before the Adam step);
@@ -293,7 +334,7 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
 
 
-class RMSprop(Optimizer):
+class RMSprop(_FlatPath, Optimizer):
     """RMSprop with PyTorch's arguments.
 
     ``tf_style=True`` gives the TensorFlow / Stable-Baselines3 ``RMSpropTFLike`` variant used for
@@ -305,12 +346,31 @@ class RMSprop(Optimizer):
                  weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, *,
                  maximize: bool = False, tf_style: bool = False) -> None:
         _check_hparams(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum)
+        self._flat: dict[int, _FlatGroup] = {}
         super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                                       momentum=momentum, centered=centered, maximize=maximize,
                                       tf_style=tf_style))
 
+    def _flat_keys(self, group: dict[str, Any]) -> tuple[str, ...]:
+        return (("square_avg",) + (("grad_avg",) if group["centered"] else ())
+                + (("momentum_buffer",) if group["momentum"] > 0 else ()))
+
+    def _flat_init(self, key: str, group: dict[str, Any]) -> float:
+        return 1.0 if key == "square_avg" and group["tf_style"] else 0.0
+
+    def _flat_applies(self, group: dict[str, Any]) -> bool:
+        return not group["weight_decay"]  # the L2 term needs each parameter: per parameter
+
     def _update_group(self, group: dict[str, Any]) -> None:
-        lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+        fl = self._flat_gather(group)
+        if fl is not None:
+            a = fl.arrays
+            _rmsprop_math(fl.g, a["square_avg"], a.get("grad_avg"), a.get("momentum_buffer"),
+                          fl.buf, group)
+            for p, u in zip(group["params"], fl.updates):
+                x = p.data
+                np.subtract(x, u, out=x)
+            return
         wd, mom, centered = group["weight_decay"], group["momentum"], group["centered"]
         maximize, tf = group["maximize"], group["tf_style"]
         state = self.state
@@ -329,39 +389,49 @@ class RMSprop(Optimizer):
             if wd:
                 g = g + wd * x
             st["step"] += 1
-            sq = st["square_avg"]
-            sq *= alpha
-            np.multiply(g, g, out=buf)
-            buf *= 1 - alpha
-            sq += buf
+            ga = mb = None
             if centered:
                 ga = st.get("grad_avg")
                 if ga is None:
                     ga = st["grad_avg"] = np.zeros_like(x)
-                ga *= alpha
-                np.multiply(g, 1 - alpha, out=buf)
-                ga += buf
-                np.multiply(ga, ga, out=buf)
-                np.subtract(sq, buf, out=buf)
-            else:
-                np.copyto(buf, sq)
-            if tf:
-                buf += eps
-                np.sqrt(buf, out=buf)
-            else:
-                np.sqrt(buf, out=buf)
-                buf += eps
-            np.divide(g, buf, out=buf)  # g / avg
             if mom > 0:
                 mb = st.get("momentum_buffer")
                 if mb is None:
                     mb = st["momentum_buffer"] = np.zeros_like(x)
-                mb *= mom
-                mb += buf
-                np.multiply(mb, lr, out=buf)
-            else:
-                buf *= lr
+            _rmsprop_math(g, st["square_avg"], ga, mb, buf, group)
             x -= buf
+
+
+def _rmsprop_math(g: np.ndarray, sq: np.ndarray, ga: np.ndarray | None, mb: np.ndarray | None,
+                  buf: np.ndarray, group: dict[str, Any]) -> None:
+    """Update the averages (and momentum) in place and leave the parameter step (to subtract)
+    in ``buf``; ``ga`` for ``centered``, ``mb`` for ``momentum``."""
+    lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
+    sq *= alpha
+    np.multiply(g, g, out=buf)
+    buf *= 1 - alpha
+    sq += buf
+    if ga is not None:
+        ga *= alpha
+        np.multiply(g, 1 - alpha, out=buf)
+        ga += buf
+        np.multiply(ga, ga, out=buf)
+        np.subtract(sq, buf, out=buf)
+    else:
+        np.copyto(buf, sq)
+    if group["tf_style"]:
+        buf += eps
+        np.sqrt(buf, out=buf)
+    else:
+        np.sqrt(buf, out=buf)
+        buf += eps
+    np.divide(g, buf, out=buf)  # g / avg
+    if mb is not None:
+        mb *= group["momentum"]
+        mb += buf
+        np.multiply(mb, lr, out=buf)
+    else:
+        buf *= lr
 
 
 class RMSpropTFLike(RMSprop):

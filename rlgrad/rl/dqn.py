@@ -13,136 +13,44 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 import rlgrad
-from rlgrad import autograd, nn, optim
+from rlgrad import autograd, optim
 from rlgrad.nn import functional as F
 from rlgrad.ops import take_along_axis
 from rlgrad.rl.base import constructor_hyperparams, linear_schedule, set_grads
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
+from rlgrad.rl.fused import FusedMLP, Layer, clip_and_install, flat_gradients, mlp_forward, mlp_layers
 from rlgrad.rl.off_policy import OffPolicyAlgorithm
 from rlgrad.rl.policies import QNetwork
-from rlgrad.tensor import _const
-
-# ---- the gradient step of an MLP Q-network, written out in NumPy --------------------------------
-Layer = tuple[Any, Any, str | None]  # (weight Parameter, bias Parameter, "relu" | "tanh" | None)
-_ACTIVATIONS = {nn.ReLU: "relu", nn.Tanh: "tanh"}
-
-
-def mlp_layers(net: Any) -> list[Layer] | None:
-    """``net`` (a Sequential of Linear layers with biases, each but the last followed by ReLU or
-    Tanh) as a list of (weight, bias, activation); None for any other structure."""
-    mods = list(net) if isinstance(net, nn.Sequential) else []
-    layers: list[Layer] = []
-    i = 0
-    while i < len(mods):
-        lin = mods[i]
-        if type(lin) is not nn.Linear or lin.bias is None:
-            return None
-        act = _ACTIVATIONS.get(type(mods[i + 1])) if i + 1 < len(mods) else None
-        if i + 1 < len(mods) and act is None:
-            return None
-        layers.append((lin.weight, lin.bias, act))
-        i += 2 if act is not None else 1
-    if not layers or layers[-1][2] is not None:
-        return None
-    dtype = layers[0][0].data.dtype
-    if dtype.kind != "f" or any(w.data.dtype != dtype or b.data.dtype != dtype
-                                for w, b, _ in layers):
-        return None
-    return layers
-
-
-def mlp_forward(layers: list[Layer], x: np.ndarray, chunk: int = 512) -> np.ndarray:
-    """The network's outputs (n, out) for rows ``x``: feature-major products (``W @ H``, a plain
-    GEMM) over chunks of rows, whose activations stay in cache."""
-    w_last = layers[-1][0].data
-    out = np.empty((len(x), w_last.shape[0]), w_last.dtype)
-    for a in range(0, len(x), chunk):
-        h = x[a:a + chunk].T
-        for w, b, act in layers:
-            h = w.data @ h
-            h += b.data[:, None]
-            if act == "relu":
-                np.maximum(h, 0, out=h)
-            elif act == "tanh":
-                np.tanh(h, out=h)
-        out[a:a + chunk] = h.T
-    return out
 
 
 class FusedQStep:
-    """DQN's gradient step for an MLP Q-network: the forward pass, Q(s, a), the Huber TD error
-    (clipped to +-delta in the backward pass) and the backward pass written out in NumPy, on
-    buffers allocated once for a batch size.
-
-    The arithmetic of ``DQN.loss`` as the compiled engine step runs it (the tests check one
-    against the other to float32 rounding), laid out for BLAS: activations are kept
-    feature-major, (features, batch) C-contiguous, so every large product is a plain GEMM
-    (``W @ H`` forward, ``W.T @ D`` and ``D @ H.T`` backward; OpenBLAS runs the batch-major
-    forward ``H @ W.T`` about 25% slower at these shapes), bias gradients are GEMVs with a ones
-    vector, and nothing is allocated per step.
-    """
+    """DQN's gradient step for an MLP Q-network written out in NumPy (``rlgrad.rl.fused``): the
+    forward pass, Q(s, a), the Huber TD loss (its gradient: the TD error clipped to +-delta, over
+    the batch size) and the backward pass, on buffers allocated once for a batch size."""
 
     def __init__(self, layers: list[Layer], batch_size: int, delta: float) -> None:
-        self.layers = layers
-        dtype = layers[0][0].data.dtype
-        B = self.batch_size = int(batch_size)
-        self.h = [np.empty((w.shape[0], B), dtype) for w, _, _ in layers]  # layer outputs
-        self.d = [np.empty((w.shape[0], B), dtype) for w, _, _ in layers]  # their gradients
-        self.mask = [np.empty((w.shape[0], B), bool) if act == "relu" else None
-                     for w, _, act in layers]
-        self.tmp = [np.empty((w.shape[0], B), dtype) if act == "tanh" else None
-                    for w, _, act in layers]
-        self.ones = np.ones(B, dtype)
-        self.cols = np.arange(B)
-        self.scale = dtype.type(1.0 / B)  # the mean's 1/B, as the engine's backward applies it
+        self.mlp = FusedMLP(layers, batch_size)
+        self.batch_size = int(batch_size)
+        self.cols = np.arange(self.batch_size)
+        self.scale = layers[0][0].data.dtype.type(1.0 / self.batch_size)  # the mean's 1/B
         self.delta = float(delta)
 
     def __call__(self, obs: np.ndarray, actions: np.ndarray, target: np.ndarray,
                  grads: list[np.ndarray]) -> np.ndarray:
         """Write d loss / d (weight, bias) of every layer, in order, into ``grads``; return the
         TD errors ``Q(s, a) - y`` (the loss is the mean Huber of them)."""
-        layers, hs, ds = self.layers, self.h, self.d
-        x = obs.T
-        for (w, b, act), h in zip(layers, hs):
-            np.matmul(w.data, x, out=h)
-            h += b.data[:, None]
-            if act == "relu":
-                np.maximum(h, 0, out=h)
-            elif act == "tanh":
-                np.tanh(h, out=h)
-            x = h
-        cols = self.cols
-        td = hs[-1][actions, cols] - target
-        dz = ds[-1]
-        dz.fill(0)
-        dz[actions, cols] = np.clip(td, -self.delta, self.delta) * self.scale
-        for i in range(len(layers) - 1, -1, -1):
-            w = layers[i][0].data
-            x = hs[i - 1] if i else obs.T
-            np.matmul(dz, x.T, out=grads[2 * i])
-            np.matmul(dz, self.ones, out=grads[2 * i + 1])
-            if i == 0:
-                break
-            dh = ds[i - 1]
-            np.matmul(w.T, dz, out=dh)
-            act, h = layers[i - 1][2], hs[i - 1]
-            if act == "relu":
-                m = self.mask[i - 1]
-                np.greater(h, 0, out=m)
-                np.multiply(dh, m, out=dh)
-            elif act == "tanh":
-                t = self.tmp[i - 1]
-                np.multiply(h, h, out=t)
-                np.subtract(1, t, out=t)
-                dh *= t
-            dz = dh
+        mlp, cols = self.mlp, self.cols
+        td = mlp.forward(obs)[actions, cols] - target
+        dq = mlp.grad_out
+        dq.fill(0)
+        dq[actions, cols] = np.clip(td, -self.delta, self.delta) * self.scale
+        mlp.backward(obs, grads)
         return td
 
 
@@ -190,7 +98,7 @@ class DQN(OffPolicyAlgorithm):
         self._layers: list[Layer] | None = None
         self._target_layers: list[Layer] | None = None
         self._fused_step: FusedQStep | None = None
-        self._grad_buffer: tuple[np.ndarray, list[np.ndarray]] | None = None
+        self._grad_cache: dict[str, Any] = {}
 
     # ---- acting -------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -272,18 +180,9 @@ class DQN(OffPolicyAlgorithm):
         step = self._fused_step
         if step is None or step.batch_size != B:
             step = self._fused_step = FusedQStep(self._layers, B, self.clip_delta)
-        # Gradients go straight into the optimizer's flat gradient array (no gather in step())
-        flat = self.optimizer.flat_grad_buffer()
-        if flat is None:
-            if self._grad_buffer is None:
-                sizes = [p.data.size for p in self._params]
-                g = np.empty(sum(sizes), self._params[0].data.dtype)
-                ends = np.cumsum(sizes)
-                self._grad_buffer = (g, [g[e - n:e].reshape(p.shape)
-                                         for e, n, p in zip(ends, sizes, self._params)])
-            flat = self._grad_buffer
-        flat_grad, views = flat
-        grad_tensors = [_const(v) for v in views]
+        # gradients go straight into the optimizer's flat gradient array (no gather in step())
+        flat_grad, views, grad_tensors = flat_gradients(self.optimizer, self._params,
+                                                        self._grad_cache)
         # The target network is fixed during train() (synced in _on_step): Q_target(s', .) of all
         # the minibatches in one pass, once per distinct transition drawn.
         uniq, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
@@ -306,12 +205,7 @@ class DQN(OffPolicyAlgorithm):
             else:
                 y = targets[sl]
             tds[i] = step(b.observations[sl], b.actions[sl], y, views)
-            if max_norm is not None:  # clip_grad_norm_'s rule on the flat gradient
-                coef = float(max_norm) / (math.sqrt(float(np.dot(flat_grad, flat_grad))) + 1e-6)
-                if coef < 1.0:
-                    flat_grad *= flat_grad.dtype.type(coef)
-            for p, t in zip(params, grad_tensors):
-                p.grad = t
+            clip_and_install(params, flat_grad, grad_tensors, max_norm)
             opt.step()
         return huber(tds, self.clip_delta).mean(axis=1)
 
