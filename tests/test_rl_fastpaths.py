@@ -280,3 +280,38 @@ def test_actor_critic_fused_step_gradient_equals_the_engine_gradient():
 def test_continuous_actions_keep_the_compiled_step():
     m = PPO("Pendulum-v1", n_envs=2, n_steps=16, batch_size=32, n_epochs=1, seed=0).learn(64)
     assert m._fused is None and not m.fused_update and m._ppo_step is not None
+
+
+def test_dqn_acting_forward_is_the_modules_forward_bit_for_bit():
+    for act in ("relu", "tanh"):
+        m = DQN("CartPole-v1", seed=0, policy_kwargs={"net_arch": [32, 16], "activation_fn": act})
+        x = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+        np.testing.assert_array_equal(m._q_values(x), m.q_net.q_numpy(x))
+        np.testing.assert_array_equal(m._q_values(x[:1]), m.q_net.q_numpy(x[:1]))
+
+
+@pytest.mark.parametrize("batch", [16, 64])  # feature-major, batch-major
+def test_fused_mlp_backward_over_the_active_units_only_equals_the_dense_backward(batch):
+    from rlgrad.rl.fused import FusedMLP
+
+    rng = np.random.default_rng(0)
+    net = MLP([4, 32, 48, 40, 3])
+    lin = [m for m in net if isinstance(m, Linear)]
+    lin[1].bias.data[:36] -= 50.0  # 36 of 48 second-layer units dead for every input
+    lin[2].bias.data[:10] -= 50.0
+    layers = mlp_layers(net)
+    x = rng.normal(size=(batch, 4)).astype(np.float32)
+    dout = rng.normal(size=(3, batch)).astype(np.float32)
+    out = {}
+    for frac in (0.0, 0.5):
+        f = FusedMLP(layers, batch)
+        assert f.feature_major == (batch < 48)
+        f.sparse_fraction = frac
+        np.testing.assert_allclose(f.forward(x), mlp_numpy(net, x).T, rtol=1e-5, atol=1e-6)
+        f.grad_out[...] = dout
+        grads = [np.full(p.shape, np.nan, np.float32) for p in net.parameters()]
+        f.backward(x, grads)
+        out[frac] = grads
+    for a, b in zip(out[0.0], out[0.5]):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
+    assert not np.any(out[0.5][2][:36]) and not np.any(out[0.5][3][:36])  # dead units: zero

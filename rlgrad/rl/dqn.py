@@ -102,18 +102,38 @@ class DQN(OffPolicyAlgorithm):
 
     # ---- acting -------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        greedy = self.q_net.q_numpy(obs).argmax(axis=1)
+        greedy = self._q_values(obs).argmax(axis=1)
         if deterministic:
             return greedy
         return self._epsilon_greedy(obs, greedy)
 
+    def _q_values(self, obs: np.ndarray) -> np.ndarray:
+        """Q(obs, .) in NumPy, as ``q_net.q_numpy`` computes it (the same operations), without
+        walking the modules when the network is a plain MLP (once per environment step)."""
+        layers = self._layers if self._layers is not None else self._fused_layers()
+        if layers is None:
+            return self.q_net.q_numpy(obs)
+        h = obs
+        for w, b, act in layers:
+            h = h @ w.data.T
+            h += b.data
+            if act == "relu":
+                np.maximum(h, 0, out=h)
+            elif act == "tanh":
+                h = np.tanh(h)
+        return h
+
     def _epsilon_greedy(self, obs: np.ndarray, greedy: np.ndarray | None = None) -> np.ndarray:
         n, eps, rng = len(obs), self.exploration_rate, self.rng
         explore = rng.random(n) < eps
+        if n == 1:  # the same draws as below, without the reductions over one element
+            if explore[0]:
+                return rng.integers(0, self.n_actions, n)
+            return greedy if greedy is not None else self._q_values(obs).argmax(axis=1)
         if explore.all():  # skip the forward pass when every env explores
             return rng.integers(0, self.n_actions, n)
         if greedy is None:
-            greedy = self.q_net.q_numpy(obs).argmax(axis=1)
+            greedy = self._q_values(obs).argmax(axis=1)
         if explore.any():
             greedy = np.where(explore, rng.integers(0, self.n_actions, n), greedy)
         return greedy

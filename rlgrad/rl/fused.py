@@ -114,6 +114,9 @@ class FusedMLP:
                      for (s, _), (_, _, act) in zip(self._h, layers)]
         self.ones = np.ones(B, dtype)
         self.grad_out = self._d[-1][1]
+        #: restrict a ReLU layer's backward products to its active units when at most this
+        #: fraction of them is active for some row of the batch (0: never)
+        self.sparse_fraction = 0.5
 
     @property
     def output(self) -> np.ndarray:
@@ -137,15 +140,29 @@ class FusedMLP:
     def backward(self, x: np.ndarray, grads: list[np.ndarray]) -> None:
         layers, hs, ds = self.layers, self._h, self._d
         dz = ds[-1][1]
+        active = None  # units of a ReLU layer active for some row of the batch, if few
         for i in range(len(layers) - 1, -1, -1):
             w = layers[i][0].data
             xt = hs[i - 1][1] if i else x.T
-            np.matmul(dz, xt.T, out=grads[2 * i])
-            np.matmul(dz, self.ones, out=grads[2 * i + 1])
+            gw, gb = grads[2 * i], grads[2 * i + 1]
+            if active is not None:
+                # Units inactive for the whole batch have zero rows in dz: their weight and bias
+                # gradients are zero and they add nothing to dh. Three quarters of a DQN's second
+                # layer are such units (dead ReLUs): the two big products shrink accordingly.
+                dz_a = dz[active]
+                gw.fill(0)
+                gw[active] = dz_a @ xt.T
+                gb.fill(0)
+                gb[active] = dz_a @ self.ones
+            else:
+                np.matmul(dz, xt.T, out=gw)
+                np.matmul(dz, self.ones, out=gb)
             if i == 0:
                 break
             dstore, dh = ds[i - 1]
-            if w.shape[0] == 1:  # a one-unit layer: an outer product (BLAS is slow at K=1)
+            if active is not None:
+                np.matmul(w[active].T, dz_a, out=dh)
+            elif w.shape[0] == 1:  # a one-unit layer: an outer product (BLAS is slow at K=1)
                 if dstore is dh:
                     np.multiply(w.T, dz, out=dh)
                 else:
@@ -154,10 +171,16 @@ class FusedMLP:
                 np.matmul(w.T, dz, out=dh)
             act = layers[i - 1][2]
             hstore = hs[i - 1][0]
+            active = None
             if act == "relu":
                 m = self._mask[i - 1]
                 np.greater(hstore, 0, out=m)
                 np.multiply(dstore, m, out=dstore)
+                if i > 1:  # below: the products of layer i - 1, worth restricting if few units
+                    used = np.logical_or.reduce(m, axis=1 if dstore is dh else 0)
+                    n_used = int(np.count_nonzero(used))
+                    if n_used <= self.sparse_fraction * len(used):
+                        active = np.flatnonzero(used)
             elif act == "tanh":  # d tanh = 1 - tanh^2
                 t = self._tmp[i - 1]
                 np.multiply(hstore, hstore, out=t)
