@@ -32,32 +32,35 @@ from rlgrad.rl.policies import QNetwork
 class FusedQStep:
     """DQN's gradient step for an MLP Q-network written out in NumPy (``rlgrad.rl.fused``): the
     forward pass, Q(s, a), the Huber TD loss (its gradient: the TD error clipped to +-delta, over
-    the batch size) and the backward pass, on buffers allocated once for a batch size."""
+    the batch size) and the backward pass, on buffers allocated once for a batch size, with the
+    operations of the compiled engine step (the same bits)."""
 
     def __init__(self, layers: list[Layer], batch_size: int, delta: float) -> None:
         self.mlp = FusedMLP(layers, batch_size)
         self.batch_size = int(batch_size)
-        self.cols = np.arange(self.batch_size)
-        self.scale = layers[0][0].data.dtype.type(1.0 / self.batch_size)  # the mean's 1/B
+        dtype = layers[0][0].data.dtype
+        self.rows = np.arange(self.batch_size)
+        self.eye = np.eye(layers[-1][0].shape[0], dtype=dtype)
+        self.scale = dtype.type(1.0 / self.batch_size)  # the mean's 1/B, as the engine has it
         self.delta = float(delta)
 
     def __call__(self, obs: np.ndarray, actions: np.ndarray, target: np.ndarray,
                  grads: list[np.ndarray]) -> np.ndarray:
         """Write d loss / d (weight, bias) of every layer, in order, into ``grads``; return the
         TD errors ``Q(s, a) - y`` (the loss is the mean Huber of them)."""
-        mlp, cols = self.mlp, self.cols
-        td = mlp.forward(obs)[actions, cols] - target
-        dq = mlp.grad_out
-        dq.fill(0)
-        dq[actions, cols] = np.clip(td, -self.delta, self.delta) * self.scale
+        mlp = self.mlp
+        td = mlp.forward(obs)[self.rows, actions] - target
+        g = np.clip(td, -self.delta, self.delta) * self.scale
+        np.multiply(self.eye[actions], g[:, None], out=mlp.grad_out)  # d loss / d Q(s, .)
         mlp.backward(obs, grads)
         return td
 
 
-def huber(td: np.ndarray, delta: float) -> np.ndarray:
-    """The Huber loss of TD errors, elementwise (``F.huber_loss``'s formula)."""
+def huber_means(td: np.ndarray, delta: float) -> np.ndarray:
+    """The mean Huber loss of each row of TD errors (``F.huber_loss``'s arithmetic)."""
     a = np.abs(td)
-    return np.where(a < delta, 0.5 * td * td, delta * (a - 0.5 * delta))
+    loss = np.where(a < delta, 0.5 * td * td, delta * (a - 0.5 * delta))
+    return np.add.reduce(loss, axis=-1) / td.shape[-1]
 
 
 class DQN(OffPolicyAlgorithm):
@@ -97,6 +100,7 @@ class DQN(OffPolicyAlgorithm):
         self.fused_update = True
         self._layers: list[Layer] | None = None
         self._target_layers: list[Layer] | None = None
+        self._not_mlp = False
         self._fused_step: FusedQStep | None = None
         self._grad_cache: dict[str, Any] = {}
 
@@ -110,7 +114,7 @@ class DQN(OffPolicyAlgorithm):
     def _q_values(self, obs: np.ndarray) -> np.ndarray:
         """Q(obs, .) in NumPy, as ``q_net.q_numpy`` computes it (the same operations), without
         walking the modules when the network is a plain MLP (once per environment step)."""
-        layers = self._layers if self._layers is not None else self._fused_layers()
+        layers = self._mlp_layers()
         if layers is None:
             return self.q_net.q_numpy(obs)
         h = obs
@@ -169,33 +173,55 @@ class DQN(OffPolicyAlgorithm):
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
         self._set_lr(self.optimizer)
-        if self._fused_layers() is not None:
-            losses = self._train_fused(gradient_steps, batch_size)
+        b, idx = self.sample_many(gradient_steps, batch_size)
+        targets = None
+        if not self.double_q:
+            # The target network only changes between calls to train() (it is synced from
+            # _on_step): the targets of all the minibatches are one forward pass.
+            targets = self._all_targets(b, idx)
+        if self._use_fused():
+            losses = self._train_fused(b, targets, gradient_steps, batch_size)
         else:
-            losses = self._train_compiled(gradient_steps, batch_size)
+            losses = self._train_compiled(b, targets, gradient_steps, batch_size)
         self._n_updates += gradient_steps
         self.logger.record("train/loss", float(losses.mean()))
         self.logger.record("train/n_updates", self._n_updates)
         self.logger.record("rollout/exploration_rate", self.exploration_rate)
 
-    def _fused_layers(self) -> list[Layer] | None:
-        """The Q-network's layers when the NumPy step applies (``fused_update``, an MLP of
-        ReLU/Tanh, this class's own loss and target), else None."""
-        if not self.fused_update or type(self).loss is not DQN.loss \
-                or type(self).td_target is not DQN.td_target:
-            return None
-        if self._layers is None:
+    def _mlp_layers(self) -> list[Layer] | None:
+        """The online network's layers when the Q-networks are plain MLPs (ReLU/Tanh), else
+        None; the target network's are then in ``_target_layers``."""
+        if self._layers is None and not self._not_mlp:
             layers = mlp_layers(self.q_net.q_net)
             target = mlp_layers(self.q_net_target.q_net)
             if layers is None or target is None or \
                     [p for w, b, _ in layers for p in (w, b)] != self._params:
-                self.fused_update = False
-                return None
-            self._layers, self._target_layers = layers, target
+                self._not_mlp = True
+            else:
+                self._layers, self._target_layers = layers, target
         return self._layers
 
-    def _train_fused(self, gradient_steps: int, batch_size: int) -> np.ndarray:
-        b, idx = self.sample_many(gradient_steps, batch_size)
+    def _use_fused(self) -> bool:
+        """Whether train() runs the NumPy step (``fused_update``, an MLP, this class's loss)."""
+        return (self.fused_update and type(self).loss is DQN.loss
+                and type(self).td_target is DQN.td_target and self._mlp_layers() is not None)
+
+    def _all_targets(self, b: ReplayBatch, idx: np.ndarray) -> np.ndarray:
+        """``td_target`` of the stacked minibatches (without double Q): for an MLP, the target
+        network runs once per distinct transition drawn, in cache-sized chunks (the bits of
+        ``td_target``: ``mlp_forward``)."""
+        if type(self).td_target is not DQN.td_target or self._mlp_layers() is None:
+            return self.td_target(b)
+        uniq, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
+        if len(uniq) < len(idx):
+            q_next = mlp_forward(self._target_layers, b.next_observations[first])[inverse]
+        else:
+            q_next = mlp_forward(self._target_layers, b.next_observations)
+        not_term = 1.0 - b.terminated.astype(np.float32)
+        return (b.rewards + self.gamma * not_term * q_next.max(axis=1)).astype(np.float32)
+
+    def _train_fused(self, b: ReplayBatch, targets: np.ndarray | None, gradient_steps: int,
+                     batch_size: int) -> np.ndarray:
         B = batch_size
         step = self._fused_step
         if step is None or step.batch_size != B:
@@ -203,43 +229,25 @@ class DQN(OffPolicyAlgorithm):
         # gradients go straight into the optimizer's flat gradient array (no gather in step())
         flat_grad, views, grad_tensors = flat_gradients(self.optimizer, self._params,
                                                         self._grad_cache)
-        # The target network is fixed during train() (synced in _on_step): Q_target(s', .) of all
-        # the minibatches in one pass, once per distinct transition drawn.
-        uniq, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
-        if len(uniq) < len(idx):
-            q_next = mlp_forward(self._target_layers, b.next_observations[first])[inverse]
-        else:
-            q_next = mlp_forward(self._target_layers, b.next_observations)
-        not_term = 1.0 - b.terminated.astype(np.float32)
-        if not self.double_q:
-            targets = (b.rewards + self.gamma * not_term * q_next.max(axis=1)).astype(np.float32)
-        rows = np.arange(B)
         tds = np.empty((gradient_steps, B), flat_grad.dtype)
         max_norm, params, opt = self.max_grad_norm, self._params, self.optimizer
         for i in range(gradient_steps):
             sl = slice(i * B, (i + 1) * B)
-            if self.double_q:  # the online network (as it is now) picks a*
-                a_star = mlp_forward(self._layers, b.next_observations[sl]).argmax(axis=1)
-                y = (b.rewards[sl] + self.gamma * not_term[sl] * q_next[sl][rows, a_star]
-                     ).astype(np.float32)
-            else:
+            if targets is not None:
                 y = targets[sl]
+            else:  # double Q: the online network as it is now picks a*
+                y = self.td_target(ReplayBatch(*(a[sl] for a in b)))
             tds[i] = step(b.observations[sl], b.actions[sl], y, views)
-            clip_and_install(params, flat_grad, grad_tensors, max_norm)
+            clip_and_install(params, flat_grad, views, grad_tensors, max_norm)
             opt.step()
-        return huber(tds, self.clip_delta).mean(axis=1)
+        return huber_means(tds, self.clip_delta).astype(np.float64)
 
-    def _train_compiled(self, gradient_steps: int, batch_size: int) -> np.ndarray:
+    def _train_compiled(self, b: ReplayBatch, targets: np.ndarray | None, gradient_steps: int,
+                        batch_size: int) -> np.ndarray:
         """The gradient step as an ``rlgrad.jit``-compiled program of the engine's operations
         (any Q-network; the reference the NumPy step is tested against)."""
         losses = np.empty(gradient_steps)
-        b, _ = self.sample_many(gradient_steps, batch_size)
         B = batch_size
-        targets: Any = None
-        if not self.double_q and gradient_steps > 1:
-            # The target network only changes between calls to train() (it is synced from
-            # _on_step), so the targets of all the minibatches are one forward pass.
-            targets = self.td_target(b)
         if self._step_fn is None:
             params, q_net, delta = self._params, self.q_net, self.clip_delta
 

@@ -1,21 +1,19 @@
 """Gradient steps of small MLPs written out in NumPy, for the hottest RL updates.
 
 The engine (``rlgrad.jit``) compiles any update into straight-line NumPy; for the MLPs that RL
-presets use, the forward and backward pass of a whole step can also be written out by hand, on
-buffers allocated once per batch size:
+presets use, the forward and backward pass of a whole step is also written out here, with the
+very operations the compiled step runs (same calls, same operand layouts: the same bits, so a
+run follows the same trajectory either way), minus what costs time around them:
 
-* every product is one BLAS call in the operand layout OpenBLAS runs fastest for the shape:
-  activations are stored feature-major, (features, batch) C-contiguous, when the batch is
-  narrower than the layers (a DQN batch of 64 through 256 units: ``W @ H`` beats the batch-major
-  ``H @ W.T`` by ~25%), batch-major otherwise (a PPO rollout of 256 rows through 64 units: twice
-  as fast); the same code serves both, through transposed views;
-* nothing is allocated per step and no intermediate is kept beyond the backward pass;
-* gradients are written straight into the optimizer's flat gradient array
-  (``Adam.flat_grad_buffer``), clipped there by their global norm in one pass.
+* buffers allocated once per batch size, no intermediate kept beyond the backward pass;
+* the backward products of a ReLU layer restricted to the units active somewhere in the batch
+  (zero terms change no sum): most of a DQN's second layer is dead ReLUs;
+* gradients written straight into the optimizer's flat gradient array
+  (``Adam.flat_grad_buffer``), clipped there by their global norm in one pass;
+* large inference batches (DQN targets) feature-major in cache-sized chunks.
 
-The arithmetic is that of the engine's operations (the tests check each step against the
-compiled engine step to float32 rounding). The algorithms use these steps when their networks fit
-(``mlp_layers``) and fall back to the compiled step otherwise.
+The algorithms use these steps when their networks fit (``mlp_layers``) and fall back to the
+compiled step otherwise; the tests check each against the compiled engine step.
 """
 
 from __future__ import annotations
@@ -60,12 +58,18 @@ def mlp_layers(net: Any, head: Any = None) -> list[Layer] | None:
 
 
 def mlp_forward(layers: list[Layer], x: np.ndarray, chunk: int = 512) -> np.ndarray:
-    """The network's outputs (n, out) for rows ``x``, feature-major over chunks of rows (whose
-    activations stay in cache): for large batches of inference, e.g. all the TD targets of a
-    DQN update."""
+    """The network's outputs (n, out) for rows ``x``, feature-major (``W @ H``) over chunks of
+    ``chunk`` rows whose activations stay in cache: for large batches of inference, e.g. all the
+    TD targets of a DQN update. Every product has the same shape, ``chunk`` columns (the last
+    chunk overlaps the one before, or is padded): the rows come out with the bits of
+    ``mlp_numpy`` on the whole batch (OpenBLAS rounds a remainder of columns otherwise)."""
+    n = len(x)
     w_last = layers[-1][0].data
-    out = np.empty((len(x), w_last.shape[0]), w_last.dtype)
-    for a in range(0, len(x), chunk):
+    out = np.empty((n, w_last.shape[0]), w_last.dtype)
+    if n < chunk:
+        x = np.concatenate([x, np.zeros((chunk - n, *x.shape[1:]), x.dtype)])
+    for a in range(0, n, chunk):
+        a = min(a, len(x) - chunk)
         h = x[a:a + chunk].T
         for w, b, act in layers:
             h = w.data @ h
@@ -74,118 +78,98 @@ def mlp_forward(layers: list[Layer], x: np.ndarray, chunk: int = 512) -> np.ndar
                 np.maximum(h, 0, out=h)
             elif act == "tanh":
                 np.tanh(h, out=h)
-        out[a:a + chunk] = h.T
+        out[a:a + chunk] = h.T[:n - a]
     return out
 
 
 class FusedMLP:
     """Forward and backward pass of an MLP on a fixed batch size, on preallocated buffers.
 
-    ``forward(x)`` returns the output as a (out_features, batch) array (a view); the caller writes
-    d loss / d output into ``grad_out`` (same shape) and calls ``backward(x, grads)``, which
-    writes d loss / d (weight, bias) of every layer, in order, into ``grads``.
+    The operations are those the engine records for ``nn.Linear`` and the activations, in the
+    same layouts (``x @ W.T + b``; backward ``g @ W``, ``g.T @ x``, ``g.sum(0)``, ``g * (z > 0)``,
+    ``g * (1 - h * h)``), so BLAS and NumPy return the same bits as in the compiled engine step:
+    a run takes the same trajectory through either path. ``forward(x)`` returns the output
+    (batch, out_features); the caller writes d loss / d output into ``grad_out`` and calls
+    ``backward(x, grads)``, which writes d loss / d (weight, bias) of every layer, in order, into
+    ``grads``.
     """
 
     def __init__(self, layers: list[Layer], batch_size: int) -> None:
         self.layers = layers
         dtype = layers[0][0].data.dtype
         B = self.batch_size = int(batch_size)
-        # feature-major when the batch is narrower than the widest layer, else batch-major
-        self.feature_major = B < max(w.shape[0] for w, _, _ in layers)
-
-        def buf() -> list[tuple[np.ndarray, np.ndarray]]:  # (storage, (features, batch) view)
-            out = []
-            for i, (w, _, _) in enumerate(layers):
-                # the output layer is always feature-major: its few rows (Q-values, logits, a
-                # value) are then contiguous for the loss's reductions over them
-                if self.feature_major or i == len(layers) - 1:
-                    a = np.empty((w.shape[0], B), dtype)
-                    out.append((a, a))
-                else:
-                    a = np.empty((B, w.shape[0]), dtype)
-                    out.append((a, a.T))
-            return out
-
-        self._h, self._d = buf(), buf()  # layer outputs and their gradients
-        # scratch for the activations' derivatives, shaped like the storage
-        self._mask = [np.empty(s.shape, bool) if act == "relu" else None
-                      for (s, _), (_, _, act) in zip(self._h, layers)]
-        self._tmp = [np.empty(s.shape, dtype) if act == "tanh" else None
-                     for (s, _), (_, _, act) in zip(self._h, layers)]
-        self.ones = np.ones(B, dtype)
-        self.grad_out = self._d[-1][1]
-        #: restrict a ReLU layer's backward products to its active units when at most this
-        #: fraction of them is active for some row of the batch (0: never)
+        self._h = [np.empty((B, w.shape[0]), dtype) for w, _, _ in layers]  # layer outputs
+        self._d = [np.empty((B, w.shape[0]), dtype) for w, _, _ in layers]  # their gradients
+        self._mask = [np.empty((B, w.shape[0]), bool) if act == "relu" else None
+                      for w, _, act in layers]
+        self._tmp = [np.empty((B, w.shape[0]), dtype) if act == "tanh" else None
+                     for w, _, act in layers]
+        self.grad_out = self._d[-1]
+        #: restrict the backward products of a ReLU layer of at least ``sparse_min_units``
+        #: units to its active units when at most this fraction of them is active for some
+        #: row of the batch (0: never); small layers gain nothing
         self.sparse_fraction = 0.5
+        self.sparse_min_units = 128
 
     @property
     def output(self) -> np.ndarray:
-        return self._h[-1][1]
+        return self._h[-1]
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        xt = x.T
-        for (w, b, act), (store, h) in zip(self.layers, self._h):
-            np.matmul(w.data, xt, out=h)
-            if store is h:
-                h += b.data[:, None]
-            else:
-                store += b.data  # along the rows of the batch-major storage: contiguous
+        for (w, b, act), h in zip(self.layers, self._h):
+            np.matmul(x, w.data.T, out=h)
+            h += b.data
             if act == "relu":
-                np.maximum(store, 0, out=store)
+                np.maximum(h, 0, out=h)
             elif act == "tanh":
-                np.tanh(store, out=store)
-            xt = h
-        return xt
+                np.tanh(h, out=h)
+            x = h
+        return x
 
     def backward(self, x: np.ndarray, grads: list[np.ndarray]) -> None:
         layers, hs, ds = self.layers, self._h, self._d
-        dz = ds[-1][1]
-        active = None  # units of a ReLU layer active for some row of the batch, if few
+        dz = ds[-1]
+        active = None  # the units of a ReLU layer active for some row of the batch, if few
         for i in range(len(layers) - 1, -1, -1):
             w = layers[i][0].data
-            xt = hs[i - 1][1] if i else x.T
+            xi = hs[i - 1] if i else x
             gw, gb = grads[2 * i], grads[2 * i + 1]
             if active is not None:
-                # Units inactive for the whole batch have zero rows in dz: their weight and bias
-                # gradients are zero and they add nothing to dh. Three quarters of a DQN's second
-                # layer are such units (dead ReLUs): the two big products shrink accordingly.
-                dz_a = dz[active]
+                # Units inactive for the whole batch have zero columns in dz: zero weight and
+                # bias gradients, nothing added to the input's gradient (the products over the
+                # other units give the same bits: zero terms change no sum). Three quarters of
+                # a DQN's second layer are such units (dead ReLUs).
+                dz_a = dz[:, active]
                 gw.fill(0)
-                gw[active] = dz_a @ xt.T
-                gb.fill(0)
-                gb[active] = dz_a @ self.ones
+                gw[active] = dz_a.T @ xi
             else:
-                np.matmul(dz, xt.T, out=gw)
-                np.matmul(dz, self.ones, out=gb)
+                np.matmul(dz.T, xi, out=gw)
+            np.add.reduce(dz, axis=0, out=gb)  # (over all units: a narrower sum rounds otherwise)
             if i == 0:
                 break
-            dstore, dh = ds[i - 1]
+            dh = ds[i - 1]
             if active is not None:
-                np.matmul(w[active].T, dz_a, out=dh)
-            elif w.shape[0] == 1:  # a one-unit layer: an outer product (BLAS is slow at K=1)
-                if dstore is dh:
-                    np.multiply(w.T, dz, out=dh)
-                else:
-                    np.multiply(dz.T, w, out=dstore)
+                np.matmul(dz_a, w[active], out=dh)
+            elif w.shape[0] == 1:  # one unit: the outer product (BLAS is slow at K=1; same bits)
+                np.multiply(dz, w, out=dh)
             else:
-                np.matmul(w.T, dz, out=dh)
-            act = layers[i - 1][2]
-            hstore = hs[i - 1][0]
+                np.matmul(dz, w, out=dh)
+            act, h = layers[i - 1][2], hs[i - 1]
             active = None
             if act == "relu":
                 m = self._mask[i - 1]
-                np.greater(hstore, 0, out=m)
-                np.multiply(dstore, m, out=dstore)
-                if i > 1:  # below: the products of layer i - 1, worth restricting if few units
-                    used = np.logical_or.reduce(m, axis=1 if dstore is dh else 0)
-                    n_used = int(np.count_nonzero(used))
-                    if n_used <= self.sparse_fraction * len(used):
+                np.greater(h, 0, out=m)
+                np.multiply(dh, m, out=dh)
+                # below: layer i - 1's two products, worth restricting if few of many units
+                if i > 1 and m.shape[1] >= self.sparse_min_units:
+                    used = np.logical_or.reduce(m, axis=0)
+                    if np.count_nonzero(used) <= self.sparse_fraction * len(used):
                         active = np.flatnonzero(used)
-            elif act == "tanh":  # d tanh = 1 - tanh^2
+            elif act == "tanh":  # the engine's rule: g * (1 - tanh * tanh)
                 t = self._tmp[i - 1]
-                np.multiply(hstore, hstore, out=t)
+                np.multiply(h, h, out=t)
                 np.subtract(1, t, out=t)
-                np.multiply(dstore, t, out=dstore)
+                np.multiply(dh, t, out=dh)
             dz = dh
 
 
@@ -210,12 +194,17 @@ def flat_gradients(optimizer: Any, params: list[Any], cache: dict[str, Any]
     return flat, views, cache["tensors"]
 
 
-def clip_and_install(params: list[Any], flat: np.ndarray, tensors: list[Any],
-                     max_norm: float | None) -> None:
-    """``set_grads`` for gradients already in a flat array: scale them down together when their
-    global 2-norm exceeds ``max_norm`` (``clip_grad_norm_``'s rule), install them as ``.grad``."""
+def clip_and_install(params: list[Any], flat: np.ndarray, views: list[np.ndarray],
+                     tensors: list[Any], max_norm: float | None) -> None:
+    """``set_grads`` for gradients already in a flat array (``views`` of it per parameter): the
+    same global 2-norm (per-parameter dot products summed as Python floats), the same scaling
+    when it exceeds ``max_norm`` (one pass over the flat array), installed as ``.grad``."""
     if max_norm is not None:
-        coef = float(max_norm) / (math.sqrt(float(np.dot(flat, flat))) + 1e-6)
+        sq = 0.0
+        for v in views:
+            f = v.reshape(-1)
+            sq += float(np.dot(f, f))
+        coef = float(max_norm) / (math.sqrt(sq) + 1e-6)
         if coef < 1.0:
             flat *= flat.dtype.type(coef)
     for p, t in zip(params, tensors):

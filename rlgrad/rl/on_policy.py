@@ -40,9 +40,9 @@ class FusedActorCriticStep:
     towers of ReLU/Tanh) written out in NumPy on buffers allocated once per batch size
     (``rlgrad.rl.fused``): both towers forward, the log-softmax of the logits, the policy loss
     (PPO's clipped surrogate, or the score-function loss of A2C and REINFORCE), the weighted
-    squared value error and the entropy, then the backward pass. The same arithmetic as the
-    compiled steps of ``PPO._train_full_batch`` and ``policy_gradient_update`` (the tests check
-    them against each other).
+    squared value error and the entropy, then the backward pass. The operations of the compiled
+    steps of ``PPO._train_full_batch`` and ``policy_gradient_update`` (the same bits without an
+    entropy term in the loss; with one, to float rounding).
     """
 
     def __init__(self, policy: ActorCriticPolicy, params: list[Any], batch_size: int) -> None:
@@ -54,7 +54,7 @@ class FusedActorCriticStep:
         B = self.batch_size = int(batch_size)
         self.pi, self.vf = FusedMLP(pi_layers, B), FusedMLP(vf_layers, B)
         self.pi_idx, self.vf_idx = pi_idx, vf_idx
-        self.cols = np.arange(B)
+        self.rows = np.arange(B)
 
     @staticmethod
     def layers(policy: Any, params: list[Any]) -> tuple[tuple[list, list[int]], ...] | None:
@@ -82,14 +82,33 @@ class FusedActorCriticStep:
         log_prob). The rows are weighed by ``w`` (1/n each, 0 for reset rows). With
         ``old_log_prob`` the policy loss is PPO's clipped surrogate (``clip``), else
         ``-sum(w * log_prob * adv)``."""
-        pi, vf, cols = self.pi, self.vf, self.cols
-        logits = pi.forward(obs)  # (actions, batch)
-        values = vf.forward(obs)[0]
-        shifted = logits - np.maximum.reduce(logits, axis=0)
-        logp = shifted - np.log(np.add.reduce(np.exp(shifted), axis=0))  # log-softmax
-        log_prob = logp[actions, cols]
+        pi, vf, rows = self.pi, self.vf, self.rows
+        logits = pi.forward(obs)  # (batch, actions)
+        values = vf.forward(obs)[:, 0]
+        # log-softmax as ops.log_softmax computes it; over a few actions column by column (the
+        # same sums: NumPy adds fewer than 8 elements in order), a reduction over rows of 2 is slow
+        n_act = logits.shape[1]
+        if n_act < 8:
+            top = logits[:, 0]
+            for j in range(1, n_act):
+                top = np.maximum(top, logits[:, j])
+            shifted = logits - top[:, None]
+            e = np.exp(shifted)
+            total = e[:, 0].copy()
+            for j in range(1, n_act):
+                total += e[:, j]
+            logp = shifted - np.log(total)[:, None]
+        else:
+            shifted = logits - np.maximum.reduce(logits, axis=-1, keepdims=True)
+            logp = shifted - np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
+        log_prob = logp[rows, actions]
         probs = np.exp(logp)
-        entropy = -np.add.reduce(probs * logp, axis=0)
+        plogp = probs * logp
+        entropy = plogp[:, 0].copy() if n_act < 8 else -np.add.reduce(plogp, axis=-1)
+        if n_act < 8:
+            for j in range(1, n_act):
+                entropy += plogp[:, j]
+            np.negative(entropy, out=entropy)
         if old_log_prob is not None:  # the clipped surrogate and its rule (ppo._surrogate_vjp)
             ratio = np.exp(log_prob - old_log_prob)
             unclipped = adv * ratio
@@ -105,13 +124,14 @@ class FusedActorCriticStep:
         # d loss / d logits by the log-softmax rule, g - softmax * sum(g), g = d loss / d logp
         g = pi.grad_out
         if ent_coef:  # d(-sum w H)/d logp = w p (logp + 1)
-            g[...] = (ent_coef * w) * probs * (logp + 1)
-            g[actions, cols] += d_logp
-            g -= probs * np.add.reduce(g, axis=0)
+            g[...] = (ent_coef * w)[:, None] * probs * (logp + 1)
+            g[rows, actions] += d_logp
+            g -= probs * np.add.reduce(g, axis=-1, keepdims=True)
         else:  # g is d_logp at the actions and 0 elsewhere: sum(g) = d_logp
-            np.multiply(probs, -d_logp, out=g)
-            g[actions, cols] += d_logp
-        vf.grad_out[0] = (w * (-2 * vf_coef)) * err
+            np.multiply(probs, -d_logp[:, None], out=g)
+            g[rows, actions] += d_logp
+        # d loss / d value as the engine's rules give it: -((coef * w) * (err * 2))
+        np.negative((w * g.dtype.type(vf_coef)) * (err * 2), out=vf.grad_out[:, 0])
         pi.backward(obs, [grads[i] for i in self.pi_idx])
         vf.backward(obs, [grads[i] for i in self.vf_idx])
         return pl, vl, el, log_prob
@@ -243,9 +263,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     def _flat_grads(self) -> tuple[np.ndarray, list[np.ndarray], list[Any]]:
         return flat_gradients(self.optimizer, self._params, self._grad_cache)
 
-    def _step_flat(self, flat: np.ndarray, tensors: list[Any]) -> None:
+    def _step_flat(self, flat: np.ndarray, views: list[np.ndarray], tensors: list[Any]) -> None:
         """Gradients written into ``flat``: clip their norm, install them, optimizer step."""
-        clip_and_install(self._params, flat, tensors, self.max_grad_norm)
+        clip_and_install(self._params, flat, views, tensors, self.max_grad_norm)
         self.optimizer.step()
 
     def _apply_grads(self, grads: Any) -> None:
@@ -319,7 +339,7 @@ def policy_gradient_update(algo: OnPolicyAlgorithm, ent_coef: float) -> None:
         flat, views, tensors = algo._flat_grads()
         pl, vl, el, _ = fused(data.observations, data.actions, adv, data.returns, w, algo.vf_coef,
                               ent_coef, views)
-        algo._step_flat(flat, tensors)
+        algo._step_flat(flat, views, tensors)
     else:
         pl, vl, el = _compiled_policy_gradient_step(algo, data, adv, w, ent_coef)
     algo._n_updates += 1

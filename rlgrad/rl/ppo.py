@@ -182,7 +182,7 @@ class PPO(OnPolicyAlgorithm):
                 if np.mean(np.expm1(log_ratio) - log_ratio) > 1.5 * self.target_kl:
                     break
             if fused is not None:
-                self._step_flat(flat, tensors)
+                self._step_flat(flat, views, tensors)
             else:
                 self._apply_grads(grads)
             self._n_updates += 1
