@@ -348,3 +348,18 @@ def test_fused_mlp_backward_over_the_active_units_only_equals_the_dense_backward
     for a, b in zip(out[0.0], out[0.5]):
         np.testing.assert_array_equal(b, a)  # zero terms change no sum: the same bits
     assert not np.any(out[0.5][2][:36]) and not np.any(out[0.5][3][:36])  # dead units: zero
+    # consecutive steps into the same arrays: only the rows written last time are re-zeroed
+    sparse, dense = FusedMLP(layers, batch), FusedMLP(layers, batch)
+    sparse.sparse_min_units, dense.sparse_fraction = 1, 0.0
+    gs = [np.full(p.shape, np.nan, np.float32) for p in net.parameters()]
+    for k in range(4):
+        lin[1].bias.data[:] = rng.normal(size=48).astype(np.float32)
+        lin[1].bias.data[rng.permutation(48)[:30 + k]] -= 50.0  # another set of dead units
+        gd = [np.empty(p.shape, np.float32) for p in net.parameters()]
+        for f, g in ((sparse, gs), (dense, gd)):
+            f.forward(x)
+            f.grad_out[...] = dout
+            f.backward(x, g)
+        for a, b in zip(gd, gs):
+            np.testing.assert_array_equal(b, a)
+    assert sparse._written  # the partial re-zeroing ran

@@ -50,7 +50,7 @@ class FusedQStep:
         TD errors ``Q(s, a) - y`` (the loss is the mean Huber of them)."""
         mlp = self.mlp
         td = mlp.forward(obs)[self.rows, actions] - target
-        g = np.clip(td, -self.delta, self.delta) * self.scale
+        g = np.minimum(np.maximum(td, -self.delta), self.delta) * self.scale  # np.clip's values
         np.multiply(self.eye[actions], g[:, None], out=mlp.grad_out)  # d loss / d Q(s, .)
         mlp.backward(obs, grads)
         return td
@@ -229,6 +229,7 @@ class DQN(OffPolicyAlgorithm):
         # gradients go straight into the optimizer's flat gradient array (no gather in step())
         flat_grad, views, grad_tensors = flat_gradients(self.optimizer, self._params,
                                                         self._grad_cache)
+        step.mlp.forget()  # the array may have been written by others since the last train()
         tds = np.empty((gradient_steps, B), flat_grad.dtype)
         max_norm, params, opt = self.max_grad_norm, self._params, self.optimizer
         for i in range(gradient_steps):

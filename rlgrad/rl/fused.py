@@ -110,6 +110,14 @@ class FusedMLP:
         #: row of the batch (0: never); small layers gain nothing
         self.sparse_fraction = 0.5
         self.sparse_min_units = 128
+        # layer -> (gradient array, its rows the last sparse step wrote): the other rows are
+        # still zero if nothing else wrote the array since (forget() when unsure)
+        self._written: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def forget(self) -> None:
+        """Let the next backward pass rewrite every gradient entry (the gradient arrays may
+        have been written by someone else since the last one)."""
+        self._written.clear()
 
     @property
     def output(self) -> np.ndarray:
@@ -130,6 +138,7 @@ class FusedMLP:
         layers, hs, ds = self.layers, self._h, self._d
         dz = ds[-1]
         active = None  # the units of a ReLU layer active for some row of the batch, if few
+        active_mask = np.zeros(0, bool)
         for i in range(len(layers) - 1, -1, -1):
             w = layers[i][0].data
             xi = hs[i - 1] if i else x
@@ -140,10 +149,16 @@ class FusedMLP:
                 # other units give the same bits: zero terms change no sum). Three quarters of
                 # a DQN's second layer are such units (dead ReLUs).
                 dz_a = dz[:, active]
-                gw.fill(0)
+                written = self._written.get(i)
+                if written is not None and written[0] is gw:  # zero what the last step wrote
+                    gw[written[1] & ~active_mask] = 0
+                else:
+                    gw.fill(0)
+                self._written[i] = (gw, active_mask)
                 gw[active] = dz_a.T @ xi
             else:
                 np.matmul(dz.T, xi, out=gw)
+                self._written.pop(i, None)
             np.add.reduce(dz, axis=0, out=gb)  # (over all units: a narrower sum rounds otherwise)
             if i == 0:
                 break
@@ -162,9 +177,9 @@ class FusedMLP:
                 np.multiply(dh, m, out=dh)
                 # below: layer i - 1's two products, worth restricting if few of many units
                 if i > 1 and m.shape[1] >= self.sparse_min_units:
-                    used = np.logical_or.reduce(m, axis=0)
+                    used = np.logical_or.reduce(m, axis=0)  # a new array: kept in _written
                     if np.count_nonzero(used) <= self.sparse_fraction * len(used):
-                        active = np.flatnonzero(used)
+                        active, active_mask = np.flatnonzero(used), used
             elif act == "tanh":  # the engine's rule: g * (1 - tanh * tanh)
                 t = self._tmp[i - 1]
                 np.multiply(h, h, out=t)
