@@ -1,11 +1,14 @@
 """RL benchmark: the CartPole-v1 presets of PPO, A2C and DQN, rlgrad vs Stable-Baselines3.
 
-    .venv/bin/python bench/rl.py [--algos ppo,a2c,dqn] [--seeds 0] [--no-sb3]
+    .venv/bin/python bench/rl.py [--algos ppo,a2c,dqn] [--seeds 0] [--no-sb3] [--repeat 1]
 
 Trains each preset with rlgrad and, when ``stable-baselines3`` and ``torch`` are installed, the
 same hyperparameters with Stable-Baselines3 (one thread each, same process, interleaved), then
 prints the wall time of ``learn``, steps per second and the mean return of 20 deterministic
-evaluation episodes (the same evaluation code for both) as a markdown table.
+evaluation episodes (the same evaluation code for both) as a markdown table. With
+``--repeat N`` every pair of runs is repeated N times (interleaved, the returns are the same:
+seeded runs are deterministic) and the table gives the median times and the median of the
+per-repetition ratios; a shared machine's load drifts, and both libraries drift together.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import time
 
@@ -62,11 +66,19 @@ def run_sb3(algo: str, seed: int) -> dict:
     return {"time": dt, "steps": model.num_timesteps, "mean": mean, "std": std}
 
 
+def _median_run(runs: list[dict]) -> dict:
+    out = dict(runs[-1])
+    out["time"] = statistics.median(r["time"] for r in runs)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algos", default="ppo,a2c,dqn")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--no-sb3", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of each (algo, seed) pair; the table gives medians")
     args = ap.parse_args()
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -82,15 +94,24 @@ def main() -> None:
     rows = []
     for algo in algos:
         for seed in seeds:
-            r = run_rlgrad(algo, seed)
-            s = run_sb3(algo, seed) if have_sb3 else None
-            rows.append((algo, seed, r, s))
-            print(f"{algo} seed {seed}: rlgrad {r['time']:.1f}s return {r['mean']:.1f}"
-                  + (f" | SB3 {s['time']:.1f}s return {s['mean']:.1f}" if s else ""),
-                  file=sys.stderr, flush=True)
+            rs, ss = [], []
+            for _ in range(max(args.repeat, 1)):
+                r = run_rlgrad(algo, seed)
+                s = run_sb3(algo, seed) if have_sb3 else None
+                rs.append(r)
+                if s:
+                    ss.append(s)
+                print(f"{algo} seed {seed}: rlgrad {r['time']:.1f}s return {r['mean']:.1f}"
+                      + (f" | SB3 {s['time']:.1f}s return {s['mean']:.1f} | ratio "
+                         f"{r['time'] / s['time']:.2f}" if s else ""),
+                      file=sys.stderr, flush=True)
+            ratio = statistics.median(r["time"] / s["time"] for r, s in zip(rs, ss)) if ss else None
+            rows.append((algo, seed, _median_run(rs), _median_run(ss) if ss else None, ratio,
+                         len(rs)))
     cpu = platform.processor() or platform.machine()
     print(f"\nCartPole-v1 presets, {time.strftime('%Y-%m-%d')}, {cpu}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, NumPy {np.__version__}\n")
+          f"Python {platform.python_version()}, NumPy {np.__version__}"
+          + (f"; medians of {args.repeat} runs" if args.repeat > 1 else "") + "\n")
     head = "| algo | seed | steps | rlgrad learn (s) | rlgrad steps/s | rlgrad return |"
     sep = "|---|---|---|---|---|---|"
     if have_sb3:
@@ -98,12 +119,12 @@ def main() -> None:
         sep += "---|---|---|---|"
     print(head)
     print(sep)
-    for algo, seed, r, s in rows:
+    for algo, seed, r, s, ratio, _n in rows:
         line = (f"| {algo.upper()} | {seed} | {r['steps']} | {r['time']:.1f} | "
                 f"{r['steps'] / r['time']:.0f} | {r['mean']:.1f} ± {r['std']:.1f} |")
         if s:
             line += (f" {s['time']:.1f} | {s['steps'] / s['time']:.0f} | "
-                     f"{s['mean']:.1f} ± {s['std']:.1f} | {r['time'] / s['time']:.2f} |")
+                     f"{s['mean']:.1f} ± {s['std']:.1f} | {ratio:.2f} |")
         print(line)
 
 
