@@ -196,24 +196,27 @@ class _FlatPath:
             return None
         params = group["params"]
         fl = self._current_flat(group)
-        grads = []
-        for i, p in enumerate(params):
-            gt = p.grad
-            if gt is None:
-                self._flat.pop(id(group), None)
-                return None
-            g = gt.data
-            if fl is not None and (fl.params[i] is not p or g.shape != fl.shapes[i]
-                                   or g.dtype != fl.dtype):
-                fl = None
-            grads.append(g)
-        if fl is None:
-            fl = self._build_flat(group)
+        if fl is not None and not group["maximize"] and all(
+                p.grad is not None and p.grad.data is v and q is p
+                for p, q, v in zip(params, fl.params, fl.grad_views)):
+            pass  # the gradients were written into fl.g's views (flat_grad_buffer): in place
+        else:
+            grads = []
+            for i, p in enumerate(params):
+                gt = p.grad
+                if gt is None:
+                    self._flat.pop(id(group), None)
+                    return None
+                g = gt.data
+                if fl is not None and (fl.params[i] is not p or g.shape != fl.shapes[i]
+                                       or g.dtype != fl.dtype):
+                    fl = None
+                grads.append(g)
             if fl is None:
-                return None
-        if group["maximize"] or any(g is not v for g, v in zip(grads, fl.grad_views)):
+                fl = self._build_flat(group)
+                if fl is None:
+                    return None
             np.concatenate(grads, axis=None, out=fl.g)  # axis=None: flattened, no reshape calls
-        # else: the gradients were written into fl.g's views (flat_grad_buffer), nothing to gather
         if group["maximize"]:
             np.negative(fl.g, out=fl.g)
         t = fl.step = fl.step + 1

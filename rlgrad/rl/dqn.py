@@ -207,10 +207,13 @@ class DQN(OffPolicyAlgorithm):
                 and type(self).td_target is DQN.td_target and self._mlp_layers() is not None)
 
     def _all_targets(self, b: ReplayBatch, idx: np.ndarray) -> np.ndarray:
-        """``td_target`` of the stacked minibatches (without double Q): for an MLP, the target
-        network runs once per distinct transition drawn, in cache-sized chunks (the bits of
-        ``td_target``: ``mlp_forward``)."""
-        if type(self).td_target is not DQN.td_target or self._mlp_layers() is None:
+        """``td_target`` of the stacked minibatches (without double Q). For an MLP and a large
+        stack the target network runs once per distinct transition drawn, in cache-sized chunks
+        (``mlp_forward``): the same bits as ``td_target``'s one product over the whole stack,
+        which OpenBLAS computes with the same kernels from ~1,000 rows on (below, its
+        small-matrix kernels round otherwise: ``td_target`` itself then)."""
+        if type(self).td_target is not DQN.td_target or self._mlp_layers() is None \
+                or len(idx) < 2048:
             return self.td_target(b)
         uniq, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
         if len(uniq) < len(idx):
