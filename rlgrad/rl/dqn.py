@@ -24,43 +24,8 @@ from rlgrad.ops import take_along_axis
 from rlgrad.rl.base import constructor_hyperparams, linear_schedule, set_grads
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.fused import FusedMLP, Layer, clip_and_install, flat_gradients, mlp_forward, mlp_layers
 from rlgrad.rl.off_policy import OffPolicyAlgorithm
 from rlgrad.rl.policies import QNetwork
-
-
-class FusedQStep:
-    """DQN's gradient step for an MLP Q-network written out in NumPy (``rlgrad.rl.fused``): the
-    forward pass, Q(s, a), the Huber TD loss (its gradient: the TD error clipped to +-delta, over
-    the batch size) and the backward pass, on buffers allocated once for a batch size, with the
-    operations of the compiled engine step (the same bits)."""
-
-    def __init__(self, layers: list[Layer], batch_size: int, delta: float) -> None:
-        self.mlp = FusedMLP(layers, batch_size)
-        self.batch_size = int(batch_size)
-        dtype = layers[0][0].data.dtype
-        self.rows = np.arange(self.batch_size)
-        self.eye = np.eye(layers[-1][0].shape[0], dtype=dtype)
-        self.scale = dtype.type(1.0 / self.batch_size)  # the mean's 1/B, as the engine has it
-        self.delta = float(delta)
-
-    def __call__(self, obs: np.ndarray, actions: np.ndarray, target: np.ndarray,
-                 grads: list[np.ndarray]) -> np.ndarray:
-        """Write d loss / d (weight, bias) of every layer, in order, into ``grads``; return the
-        TD errors ``Q(s, a) - y`` (the loss is the mean Huber of them)."""
-        mlp = self.mlp
-        td = mlp.forward(obs)[self.rows, actions] - target
-        g = np.minimum(np.maximum(td, -self.delta), self.delta) * self.scale  # np.clip's values
-        np.multiply(self.eye[actions], g[:, None], out=mlp.grad_out)  # d loss / d Q(s, .)
-        mlp.backward(obs, grads)
-        return td
-
-
-def huber_means(td: np.ndarray, delta: float) -> np.ndarray:
-    """The mean Huber loss of each row of TD errors (``F.huber_loss``'s arithmetic)."""
-    a = np.abs(td)
-    loss = np.where(a < delta, 0.5 * td * td, delta * (a - 0.5 * delta))
-    return np.add.reduce(loss, axis=-1) / td.shape[-1]
 
 
 class DQN(OffPolicyAlgorithm):
@@ -95,49 +60,21 @@ class DQN(OffPolicyAlgorithm):
         self.n_actions = int(self.action_space.n)
         self._eye = np.eye(self.n_actions, dtype=np.float32)
         self._step_fn: Any = None  # the compiled gradient step, built on first use
-        #: the gradient step written out in NumPy (FusedQStep) for MLP Q-networks; False: always
-        #: the compiled engine step
-        self.fused_update = True
-        self._layers: list[Layer] | None = None
-        self._target_layers: list[Layer] | None = None
-        self._not_mlp = False
-        self._fused_step: FusedQStep | None = None
-        self._grad_cache: dict[str, Any] = {}
 
     # ---- acting -------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        greedy = self._q_values(obs).argmax(axis=1)
+        greedy = self.q_net.q_numpy(obs).argmax(axis=1)
         if deterministic:
             return greedy
         return self._epsilon_greedy(obs, greedy)
 
-    def _q_values(self, obs: np.ndarray) -> np.ndarray:
-        """Q(obs, .) in NumPy, as ``q_net.q_numpy`` computes it (the same operations), without
-        walking the modules when the network is a plain MLP (once per environment step)."""
-        layers = self._mlp_layers()
-        if layers is None:
-            return self.q_net.q_numpy(obs)
-        h = obs
-        for w, b, act in layers:
-            h = h @ w.data.T
-            h += b.data
-            if act == "relu":
-                np.maximum(h, 0, out=h)
-            elif act == "tanh":
-                h = np.tanh(h)
-        return h
-
     def _epsilon_greedy(self, obs: np.ndarray, greedy: np.ndarray | None = None) -> np.ndarray:
         n, eps, rng = len(obs), self.exploration_rate, self.rng
         explore = rng.random(n) < eps
-        if n == 1:  # the same draws as below, without the reductions over one element
-            if explore[0]:
-                return rng.integers(0, self.n_actions, n)
-            return greedy if greedy is not None else self._q_values(obs).argmax(axis=1)
         if explore.all():  # skip the forward pass when every env explores
             return rng.integers(0, self.n_actions, n)
         if greedy is None:
-            greedy = self._q_values(obs).argmax(axis=1)
+            greedy = self.q_net.q_numpy(obs).argmax(axis=1)
         if explore.any():
             greedy = np.where(explore, rng.integers(0, self.n_actions, n), greedy)
         return greedy
@@ -173,85 +110,16 @@ class DQN(OffPolicyAlgorithm):
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
         self._set_lr(self.optimizer)
-        b, idx = self.sample_many(gradient_steps, batch_size)
-        targets = None
-        if not self.double_q:
-            # The target network only changes between calls to train() (it is synced from
-            # _on_step): the targets of all the minibatches are one forward pass.
-            targets = self._all_targets(b, idx)
-        if self._use_fused():
-            losses = self._train_fused(b, targets, gradient_steps, batch_size)
-        else:
-            losses = self._train_compiled(b, targets, gradient_steps, batch_size)
-        self._n_updates += gradient_steps
-        self.logger.record("train/loss", float(losses.mean()))
-        self.logger.record("train/n_updates", self._n_updates)
-        self.logger.record("rollout/exploration_rate", self.exploration_rate)
-
-    def _mlp_layers(self) -> list[Layer] | None:
-        """The online network's layers when the Q-networks are plain MLPs (ReLU/Tanh), else
-        None; the target network's are then in ``_target_layers``."""
-        if self._layers is None and not self._not_mlp:
-            layers = mlp_layers(self.q_net.q_net)
-            target = mlp_layers(self.q_net_target.q_net)
-            if layers is None or target is None or \
-                    [p for w, b, _ in layers for p in (w, b)] != self._params:
-                self._not_mlp = True
-            else:
-                self._layers, self._target_layers = layers, target
-        return self._layers
-
-    def _use_fused(self) -> bool:
-        """Whether train() runs the NumPy step (``fused_update``, an MLP, this class's loss)."""
-        return (self.fused_update and type(self).loss is DQN.loss
-                and type(self).td_target is DQN.td_target and self._mlp_layers() is not None)
-
-    def _all_targets(self, b: ReplayBatch, idx: np.ndarray) -> np.ndarray:
-        """``td_target`` of the stacked minibatches (without double Q). For an MLP and a large
-        stack the target network runs once per distinct transition drawn, in cache-sized chunks
-        (``mlp_forward``): the same bits as ``td_target``'s one product over the whole stack,
-        which OpenBLAS computes with the same kernels from ~1,000 rows on (below, its
-        small-matrix kernels round otherwise: ``td_target`` itself then)."""
-        if type(self).td_target is not DQN.td_target or self._mlp_layers() is None \
-                or len(idx) < 2048:
-            return self.td_target(b)
-        uniq, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
-        if len(uniq) < len(idx):
-            q_next = mlp_forward(self._target_layers, b.next_observations[first])[inverse]
-        else:
-            q_next = mlp_forward(self._target_layers, b.next_observations)
-        not_term = 1.0 - b.terminated.astype(np.float32)
-        return (b.rewards + self.gamma * not_term * q_next.max(axis=1)).astype(np.float32)
-
-    def _train_fused(self, b: ReplayBatch, targets: np.ndarray | None, gradient_steps: int,
-                     batch_size: int) -> np.ndarray:
-        B = batch_size
-        step = self._fused_step
-        if step is None or step.batch_size != B:
-            step = self._fused_step = FusedQStep(self._layers, B, self.clip_delta)
-        # gradients go straight into the optimizer's flat gradient array (no gather in step())
-        flat_grad, views, grad_tensors = flat_gradients(self.optimizer, self._params,
-                                                        self._grad_cache)
-        step.mlp.forget()  # the array may have been written by others since the last train()
-        tds = np.empty((gradient_steps, B), flat_grad.dtype)
-        max_norm, params, opt = self.max_grad_norm, self._params, self.optimizer
-        for i in range(gradient_steps):
-            sl = slice(i * B, (i + 1) * B)
-            if targets is not None:
-                y = targets[sl]
-            else:  # double Q: the online network as it is now picks a*
-                y = self.td_target(ReplayBatch(*(a[sl] for a in b)))
-            tds[i] = step(b.observations[sl], b.actions[sl], y, views)
-            clip_and_install(params, flat_grad, views, grad_tensors, max_norm)
-            opt.step()
-        return huber_means(tds, self.clip_delta).astype(np.float64)
-
-    def _train_compiled(self, b: ReplayBatch, targets: np.ndarray | None, gradient_steps: int,
-                        batch_size: int) -> np.ndarray:
-        """The gradient step as an ``rlgrad.jit``-compiled program of the engine's operations
-        (any Q-network; the reference the NumPy step is tested against)."""
         losses = np.empty(gradient_steps)
-        B = batch_size
+        # All the minibatches in one draw (the same rows as drawing them one by one), stacked.
+        stacked, _ = self.sample_many(gradient_steps, batch_size)
+        batches = [ReplayBatch(*(part[i * batch_size:(i + 1) * batch_size] for part in stacked))
+                   for i in range(gradient_steps)]
+        targets: Any = [None] * gradient_steps
+        if not self.double_q and gradient_steps > 1:
+            # The target network only changes between calls to train() (it is synced from
+            # _on_step), so the targets of all the minibatches are one forward pass.
+            targets = self.td_target(stacked).reshape(gradient_steps, batch_size)
         if self._step_fn is None:
             params, q_net, delta = self._params, self.q_net, self.clip_delta
 
@@ -264,15 +132,16 @@ class DQN(OffPolicyAlgorithm):
             # forward and backward compiled once into straight-line NumPy (fixed batch shape)
             self._step_fn = rlgrad.jit(step)
         eye = self._eye
-        for i in range(gradient_steps):
-            sl = slice(i * B, (i + 1) * B)
-            bi = ReplayBatch(*(a[sl] for a in b))
-            target = targets[sl] if targets is not None else self.td_target(bi)
-            loss, grads = self._step_fn(bi.observations, eye[bi.actions], target)
+        for i, b in enumerate(batches):
+            target = targets[i] if targets[i] is not None else self.td_target(b)
+            loss, grads = self._step_fn(b.observations, eye[b.actions], target)
             set_grads(self._params, grads, self.max_grad_norm)
             self.optimizer.step()
             losses[i] = loss
-        return losses
+        self._n_updates += gradient_steps
+        self.logger.record("train/loss", float(losses.mean()))
+        self.logger.record("train/n_updates", self._n_updates)
+        self.logger.record("rollout/exploration_rate", self.exploration_rate)
 
     def _modules(self) -> dict[str, Any]:
         return {"q_net": self.q_net, "q_net_target": self.q_net_target}

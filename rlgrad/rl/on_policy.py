@@ -19,7 +19,6 @@ from rlgrad.rl.base import BaseAlgorithm, set_grads
 from rlgrad.rl.buffers import RolloutBuffer
 from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.fused import FusedMLP, clip_and_install, flat_gradients, mlp_layers
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.tensor import Tensor
 
@@ -33,108 +32,6 @@ def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
     """1 - Var[y_true - y_pred] / Var[y_true] (1: perfect, 0: no better than a constant)."""
     var_y = np.var(y_true)
     return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
-
-
-class FusedActorCriticStep:
-    """The loss and gradient of an update of a discrete-action ``ActorCriticPolicy`` (MLP
-    towers of ReLU/Tanh) written out in NumPy on buffers allocated once per batch size
-    (``rlgrad.rl.fused``): both towers forward, the log-softmax of the logits, the policy loss
-    (PPO's clipped surrogate, or the score-function loss of A2C and REINFORCE), the weighted
-    squared value error and the entropy, then the backward pass. The operations of the compiled
-    steps of ``PPO._train_full_batch`` and ``policy_gradient_update`` (the same bits without an
-    entropy term in the loss; with one, to float rounding).
-    """
-
-    def __init__(self, policy: ActorCriticPolicy, params: list[Any], batch_size: int) -> None:
-        layers = self.layers(policy, params)
-        if layers is None:
-            raise ValueError("FusedActorCriticStep needs a discrete-action ActorCriticPolicy of "
-                             "MLP towers (see FusedActorCriticStep.layers)")
-        (pi_layers, pi_idx), (vf_layers, vf_idx) = layers
-        B = self.batch_size = int(batch_size)
-        self.pi, self.vf = FusedMLP(pi_layers, B), FusedMLP(vf_layers, B)
-        self.pi_idx, self.vf_idx = pi_idx, vf_idx
-        self.rows = np.arange(B)
-
-    @staticmethod
-    def layers(policy: Any, params: list[Any]) -> tuple[tuple[list, list[int]], ...] | None:
-        """((policy layers, their positions in ``params``), (value layers, positions)), or None
-        when the step does not apply (continuous actions, other modules, other parameters)."""
-        if not isinstance(policy, ActorCriticPolicy) or not policy.discrete:
-            return None
-        pi = mlp_layers(policy.pi_net, policy.action_net)
-        vf = mlp_layers(policy.vf_net, policy.value_net)
-        if pi is None or vf is None:
-            return None
-        index = {id(p): i for i, p in enumerate(params)}
-        pos = [[index.get(id(p), -1) for w, b, _ in ls for p in (w, b)] for ls in (pi, vf)]
-        if sorted(pos[0] + pos[1]) != list(range(len(params))):
-            return None
-        return (pi, pos[0]), (vf, pos[1])
-
-    def __call__(self, obs: np.ndarray, actions: np.ndarray, adv: np.ndarray,
-                 returns: np.ndarray, w: np.ndarray, vf_coef: float, ent_coef: float,
-                 grads: list[np.ndarray], old_log_prob: np.ndarray | None = None,
-                 clip: Any = None) -> tuple[Any, Any, Any, np.ndarray]:
-        """Write the gradient of ``policy_loss + vf_coef * value_loss (+ ent_coef *
-        entropy_loss if ent_coef)`` into ``grads`` (one array per parameter, in the order of the
-        ``params`` given at construction); return (policy_loss, value_loss, entropy_loss,
-        log_prob). The rows are weighed by ``w`` (1/n each, 0 for reset rows). With
-        ``old_log_prob`` the policy loss is PPO's clipped surrogate (``clip``), else
-        ``-sum(w * log_prob * adv)``."""
-        pi, vf, rows = self.pi, self.vf, self.rows
-        logits = pi.forward(obs)  # (batch, actions)
-        values = vf.forward(obs)[:, 0]
-        # log-softmax as ops.log_softmax computes it; over a few actions column by column (the
-        # same sums: NumPy adds fewer than 8 elements in order), a reduction over rows of 2 is slow
-        n_act = logits.shape[1]
-        if n_act < 8:
-            top = logits[:, 0]
-            for j in range(1, n_act):
-                top = np.maximum(top, logits[:, j])
-            shifted = logits - top[:, None]
-            e = np.exp(shifted)
-            total = e[:, 0].copy()
-            for j in range(1, n_act):
-                total += e[:, j]
-            logp = shifted - np.log(total)[:, None]
-        else:
-            shifted = logits - np.maximum.reduce(logits, axis=-1, keepdims=True)
-            logp = shifted - np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
-        log_prob = logp[rows, actions]
-        probs = np.exp(logp)
-        plogp = probs * logp
-        entropy = plogp[:, 0].copy() if n_act < 8 else -np.add.reduce(plogp, axis=-1)
-        if n_act < 8:
-            for j in range(1, n_act):
-                entropy += plogp[:, j]
-            np.negative(entropy, out=entropy)
-        if old_log_prob is not None:  # the clipped surrogate and its rule (ppo._surrogate_vjp)
-            ratio = np.exp(log_prob - old_log_prob)
-            unclipped = adv * ratio
-            clipped = adv * np.minimum(np.maximum(ratio, 1 - clip), 1 + clip)
-            pl = -(w * np.minimum(unclipped, clipped)).sum()
-            d_logp = np.where(unclipped <= clipped, unclipped, 0.0) * -w
-        else:
-            pl = -(w * log_prob * adv).sum()
-            d_logp = -w * adv
-        err = returns - values
-        vl = (w * np.square(err)).sum()
-        el = -(w * entropy).sum()
-        # d loss / d logits by the log-softmax rule, g - softmax * sum(g), g = d loss / d logp
-        g = pi.grad_out
-        if ent_coef:  # d(-sum w H)/d logp = w p (logp + 1)
-            g[...] = (ent_coef * w)[:, None] * probs * (logp + 1)
-            g[rows, actions] += d_logp
-            g -= probs * np.add.reduce(g, axis=-1, keepdims=True)
-        else:  # g is d_logp at the actions and 0 elsewhere: sum(g) = d_logp
-            np.multiply(probs, -d_logp[:, None], out=g)
-            g[rows, actions] += d_logp
-        # d loss / d value as the engine's rules give it: -((coef * w) * (err * 2))
-        np.negative((w * g.dtype.type(vf_coef)) * (err * 2), out=vf.grad_out[:, 0])
-        pi.backward(obs, [grads[i] for i in self.pi_idx])
-        vf.backward(obs, [grads[i] for i in self.vf_idx])
-        return pl, vl, el, log_prob
 
 
 class OnPolicyAlgorithm(BaseAlgorithm):
@@ -156,11 +53,6 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.normalize_advantage = bool(normalize_advantage)
         self._iteration_num = 0
         self._pg_step: Any = None  # the compiled update, built on first use
-        #: updates of MLP policies as a NumPy step (FusedActorCriticStep); False: always the
-        #: compiled engine step
-        self.fused_update = True
-        self._fused: FusedActorCriticStep | None = None
-        self._grad_cache: dict[str, Any] = {}
         self.policy = ActorCriticPolicy(self.observation_space, self.action_space,
                                         **self.policy_kwargs)
         a_space = self.action_space
@@ -247,27 +139,6 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.optimizer.step()
         return norm
 
-    def _fused_step(self, batch_size: int) -> FusedActorCriticStep | None:
-        """The NumPy update step for this batch size, or None (``fused_update`` off, or a
-        policy it does not cover: then the compiled engine step runs)."""
-        if not self.fused_update:
-            return None
-        step = self._fused
-        if step is None or step.batch_size != batch_size:
-            if FusedActorCriticStep.layers(self.policy, self._params) is None:
-                self.fused_update = False
-                return None
-            step = self._fused = FusedActorCriticStep(self.policy, self._params, batch_size)
-        return step
-
-    def _flat_grads(self) -> tuple[np.ndarray, list[np.ndarray], list[Any]]:
-        return flat_gradients(self.optimizer, self._params, self._grad_cache)
-
-    def _step_flat(self, flat: np.ndarray, views: list[np.ndarray], tensors: list[Any]) -> None:
-        """Gradients written into ``flat``: clip their norm, install them, optimizer step."""
-        clip_and_install(self._params, flat, views, tensors, self.max_grad_norm)
-        self.optimizer.step()
-
     def _apply_grads(self, grads: Any) -> None:
         """Gradients computed by a compiled step -> .grad, clip the norm, optimizer step."""
         set_grads(self._params, grads, self.max_grad_norm)
@@ -327,39 +198,11 @@ def policy_gradient_losses(policy: ActorCriticPolicy, b: Any, normalize_advantag
 def policy_gradient_update(algo: OnPolicyAlgorithm, ent_coef: float) -> None:
     """One gradient step on the whole rollout (A2C, REINFORCE), losses logged apart.
 
-    The loss and its gradient run as ``FusedActorCriticStep`` for MLP policies of discrete
-    actions, else as one ``rlgrad.jit``-compiled step (straight-line NumPy, the same operations
-    as eager execution without the per-operation bookkeeping).
+    The loss and its gradient run as one ``rlgrad.jit``-compiled step (straight-line NumPy, the
+    same operations as eager execution without the per-operation bookkeeping).
     """
     data, w, valid = algo._full_batch()
     adv = algo._advantages(data.advantages, valid)
-    policy = algo.policy
-    fused = algo._fused_step(len(w))
-    if fused is not None:
-        flat, views, tensors = algo._flat_grads()
-        pl, vl, el, _ = fused(data.observations, data.actions, adv, data.returns, w, algo.vf_coef,
-                              ent_coef, views)
-        algo._step_flat(flat, views, tensors)
-    else:
-        pl, vl, el = _compiled_policy_gradient_step(algo, data, adv, w, ent_coef)
-    algo._n_updates += 1
-    if algo._will_log():
-        lg = algo.logger
-        lg.record("train/policy_loss", float(pl))
-        lg.record("train/value_loss", float(vl))
-        lg.record("train/entropy_loss", float(el))
-        lg.record("train/loss", float(pl + algo.vf_coef * vl + ent_coef * el))
-        lg.record("train/explained_variance",
-                  explained_variance(data.old_values[valid], data.returns[valid]))
-        lg.record("train/n_updates", algo._n_updates)
-        if not policy.discrete:
-            lg.record("train/std", float(np.exp(policy.log_std.data).mean()))
-
-
-def _compiled_policy_gradient_step(algo: OnPolicyAlgorithm, data: Any, adv: np.ndarray,
-                                   w: np.ndarray, ent_coef: float) -> tuple[Any, Any, Any]:
-    """``policy_gradient_update``'s step as an ``rlgrad.jit``-compiled program of the engine's
-    operations (any policy; the reference the NumPy step is tested against)."""
     policy = algo.policy
     if algo._pg_step is None:
         params = algo._params
@@ -380,4 +223,15 @@ def _compiled_policy_gradient_step(algo: OnPolicyAlgorithm, data: Any, adv: np.n
     pl, vl, el, grads = algo._pg_step(data.observations, policy.action_input(data.actions), adv,
                                       data.returns, w, coefs, ent_coef != 0)
     algo._apply_grads(grads)
-    return pl, vl, el
+    algo._n_updates += 1
+    if algo._will_log():
+        lg = algo.logger
+        lg.record("train/policy_loss", float(pl))
+        lg.record("train/value_loss", float(vl))
+        lg.record("train/entropy_loss", float(el))
+        lg.record("train/loss", float(pl + algo.vf_coef * vl + ent_coef * el))
+        lg.record("train/explained_variance",
+                  explained_variance(data.old_values[valid], data.returns[valid]))
+        lg.record("train/n_updates", algo._n_updates)
+        if not policy.discrete:
+            lg.record("train/std", float(np.exp(policy.log_std.data).mean()))

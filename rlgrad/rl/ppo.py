@@ -136,16 +136,12 @@ class PPO(OnPolicyAlgorithm):
                         clip, clip_vf)
 
     def _train_full_batch(self, clip: float) -> None:
-        """``n_epochs`` gradient steps on the whole rollout (fixed shape: the reset rows weigh 0),
-        the same operations as the eager path: ``FusedActorCriticStep`` for MLP policies of
-        discrete actions, else one ``rlgrad.jit``-compiled step."""
+        """``n_epochs`` gradient steps on the whole rollout as one ``rlgrad.jit``-compiled step
+        (fixed shape: the reset rows weigh 0), the same operations as the eager path."""
         data, w, valid = self._full_batch()
         adv = self._advantages(data.advantages, valid)
         policy = self.policy
-        fused = self._fused_step(len(w))
-        if fused is not None:
-            flat, views, tensors = self._flat_grads()
-        elif self._ppo_step is None:
+        if self._ppo_step is None:
             params = self._params
 
             def step(obs: Any, act_in: Any, old_logp: Any, adv: Any, returns: Any, w: Any,
@@ -167,24 +163,15 @@ class PPO(OnPolicyAlgorithm):
         old_logp = data.old_log_prob
         losses, log_probs = [], []
         for _epoch in range(self.n_epochs):
-            if fused is not None:
-                pl, vl, el, log_prob = fused(data.observations, data.actions, adv, data.returns,
-                                             w, self.vf_coef, self.ent_coef, views, old_logp,
-                                             clip_a)
-            else:
-                pl, vl, el, log_prob, grads = self._ppo_step(
-                    data.observations, act_in, old_logp, adv, data.returns, w, clip_a, coefs,
-                    use_ent)
+            pl, vl, el, log_prob, grads = self._ppo_step(
+                data.observations, act_in, old_logp, adv, data.returns, w, clip_a, coefs, use_ent)
             losses.append((pl, vl, el))
             log_probs.append(log_prob)
             if self.target_kl is not None:
                 log_ratio = (log_prob - old_logp)[valid]
                 if np.mean(np.expm1(log_ratio) - log_ratio) > 1.5 * self.target_kl:
                     break
-            if fused is not None:
-                self._step_flat(flat, views, tensors)
-            else:
-                self._apply_grads(grads)
+            self._apply_grads(grads)
             self._n_updates += 1
         # statistics of all epochs at once (one pass instead of one per epoch)
         log_ratio = (np.stack(log_probs) - old_logp)[:, valid]
