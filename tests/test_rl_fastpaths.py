@@ -1,5 +1,6 @@
-"""Fast paths against the plain ones they replace: drawing all of DQN's minibatches at once, the
-optimizer's flat gradient buffer, and glibc keeping freed memory."""
+"""Fast paths against the plain ones they replace: drawing all of DQN's minibatches at once, its
+targets over the distinct transitions in chunks, the optimizer's flat gradient buffer, and glibc
+keeping freed memory."""
 
 import numpy as np
 
@@ -65,3 +66,16 @@ def test_adam_flat_grad_buffer_gives_the_same_update_as_plain_grads():
 def test_keep_freed_memory_is_idempotent():
     first = keep_freed_memory()
     assert keep_freed_memory() is first
+
+
+def test_dqn_stacked_targets_equal_td_target_bit_for_bit():
+    from rlgrad.rl import make_from_preset
+
+    m, _ = make_from_preset("dqn", "CartPole-v1", seed=1)
+    m.learn(2500)
+    for n_batches in (40, 128):  # a young buffer: many repeated rows; 2,560 and 8,192 rows
+        b, idx = m.sample_many(n_batches, 64)
+        assert len(np.unique(idx)) < len(idx)
+        np.testing.assert_array_equal(m._stacked_targets(b, idx), m.td_target(b))
+    small, idx = m.sample_many(4, 64)  # below two chunks: td_target itself
+    np.testing.assert_array_equal(m._stacked_targets(small, idx), m.td_target(small))
