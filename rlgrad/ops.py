@@ -299,8 +299,28 @@ def astype(x: Any, dtype: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Reductions
 # ---------------------------------------------------------------------------------------------
+def _short_last_axis(x: Any, axis: Any) -> bool:
+    """Whether ``_reduce_short_last`` may stand in for a reduction of ``x`` over ``axis``."""
+    return (type(x) is np.ndarray and x.ndim >= 2 and 1 < x.shape[-1] < 8 and x.dtype.kind == "f"
+            and axis in (-1, x.ndim - 1) and x.flags.c_contiguous)
+
+
+def _reduce_short_last(ufunc: Any, x: np.ndarray, keepdims: bool) -> np.ndarray:
+    """``ufunc.reduce(x, axis=-1)`` when the last axis has 2 to 7 entries (the actions of a small
+    discrete space), as one ufunc call per column. NumPy reduces so few elements one after
+    another in this same order, so the result has the same bits (tested), but it sets up a loop
+    per row: on (256, 2) this is ~15x faster."""
+    out = ufunc(x[..., 0], x[..., 1])
+    for i in range(2, x.shape[-1]):
+        ufunc(out, x[..., i], out=out)
+    return out[..., None] if keepdims else out
+
+
 def _sum(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    return np.asarray(x).sum(axis=axis, keepdims=keepdims)  # the method skips np.sum's dispatch
+    x = np.asarray(x)
+    if _short_last_axis(x, axis):
+        return _reduce_short_last(np.add, x, keepdims)
+    return x.sum(axis=axis, keepdims=keepdims)  # the method skips np.sum's dispatch
 
 
 sum = primitive(_sum, "sum", arity=1)  # noqa: A001
@@ -386,6 +406,9 @@ defvjp(logsumexp, lambda g, ans, x, axis=None, keepdims=False:
 
 
 def _log_softmax(x: Any, axis: int = -1) -> Any:
+    if _short_last_axis(x, axis):  # a few actions: column by column, the same bits
+        shifted = x - _reduce_short_last(np.maximum, x, True)
+        return shifted - np.log(_reduce_short_last(np.add, np.exp(shifted), True))
     shifted = x - np.maximum.reduce(x, axis=axis, keepdims=True)  # ufunc reduce: no wrapper cost
     return shifted - np.log(np.add.reduce(np.exp(shifted), axis=axis, keepdims=True))
 

@@ -138,3 +138,34 @@ def test_functional_grad_leaves_closed_over_parameters_alone() -> None:
     gx = rlgrad.grad(lambda x: rnp.sum(rnp.tanh(x * w) * w))(x0)
     np.testing.assert_allclose(gx, w.data ** 2 * (1 - np.tanh(x0 * w.data) ** 2), rtol=1e-14)
     assert w.grad is None
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(513, 2), (7, 3), (4, 5, 7), (2, 3, 6), (300, 4)])
+def test_short_last_axis_reductions_have_numpys_bits(dtype: Any, shape: Any) -> None:
+    # sums and log_softmax over a few actions take a column-by-column path: the same bits as
+    # NumPy's own reduction, so compiled RL updates keep their trajectories exactly
+    from rlgrad.ops import _log_softmax, _sum
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal(shape) * 10.0 ** rng.uniform(-3, 3, shape)).astype(dtype)
+    for keepdims in (False, True):
+        got, want = _sum(x, axis=-1, keepdims=keepdims), x.sum(axis=-1, keepdims=keepdims)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+    shifted = x - np.maximum.reduce(x, axis=-1, keepdims=True)
+    want = shifted - np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
+    np.testing.assert_array_equal(_log_softmax(x, axis=-1), want)
+    rlgrad.check_grads(lambda t: rnp.sum(rnp.log_softmax(t, axis=-1) ** 2), order=2)(
+        x.astype(np.float64))
+
+
+def test_linear_value_head_input_gradient_is_the_outer_product() -> None:
+    rng = np.random.default_rng(4)
+    x = rlgrad.tensor(rng.standard_normal((64, 16)).astype(np.float32), requires_grad=True)
+    w = rlgrad.tensor(rng.standard_normal((1, 16)).astype(np.float32), requires_grad=True)
+    g = rng.standard_normal((64, 1)).astype(np.float32)
+    nn.functional.linear(x, w).backward(g)
+    np.testing.assert_array_equal(x.grad.data, g @ w.data)
+    rlgrad.check_grads(lambda a, b: rnp.sum(rnp.tanh(nn.functional.linear(a, b)) ** 2), order=2)(
+        rng.standard_normal((5, 3)), rng.standard_normal((1, 3)))
