@@ -142,20 +142,18 @@ class _FlatGroup:
         self.g, self.buf = np.empty(n, dtype), np.empty(n, dtype)
         spans = list(zip(self.offsets[:-1], self.offsets[1:], self.shapes))
         self.updates = [self.buf[a:b].reshape(s) for a, b, s in spans]
+        # g is the optimizer's own copy of the gradients, so an update may be left in it too
         self.grad_views = [self.g[a:b].reshape(s) for a, b, s in spans]
         self.step = 0
         self.state: dict = {}
         self.states: list[dict[str, Any]] = []
-        #: whether ``g`` holds a private copy of this step's gradients (gathered by ``step()``),
-        #: free to serve as scratch, or the caller's gradients written into ``grad_views``
-        self.g_private = False
 
 
 class _FlatPath:
     """The fast path of an optimizer for groups of many small parameters (RL networks), where
     NumPy's per-call cost dominates: when every parameter of a group has a gradient, the state
-    lives in flat arrays (``_FlatGroup``), the gradients are gathered with one concatenate (or
-    not at all: ``flat_grad_buffer``), the update arithmetic runs once on the flat arrays and each
+    lives in flat arrays (``_FlatGroup``), the gradients are gathered with one concatenate, the
+    update arithmetic runs once on the flat arrays and each
     parameter takes its slice of the update. The arithmetic is the per-parameter path's,
     element for element: both give the same bits.
 
@@ -185,28 +183,6 @@ class _FlatPath:
             fl = None
         return fl
 
-    def flat_grad_buffer(self) -> tuple[np.ndarray, list[np.ndarray]] | None:
-        """The flat gradient array of the fast path and its per-parameter views, for a single
-        parameter group (None where the fast path does not apply: several groups, ``maximize``,
-        L2 weight decay, mixed dtypes, parameters at different steps).
-
-        A compiled step may write its gradients into the views and install them as ``.grad``:
-        ``step()`` then finds them in place and skips gathering them. Ask again before each
-        series of steps (``load_state_dict`` replaces the buffer); anything else stays correct
-        either way, the gradients are just copied.
-        """
-        if len(self.param_groups) != 1:
-            return None
-        group = self.param_groups[0]
-        if group["maximize"] or not self._flat_applies(group):
-            return None
-        fl = self._current_flat(group)
-        if fl is None or any(p is not q for p, q in zip(fl.params, group["params"])):
-            fl = self._build_flat(group)
-            if fl is None:
-                return None
-        return fl.g, fl.grad_views
-
     def _flat_gather(self, group: dict[str, Any]) -> _FlatGroup | None:
         """The group's flat state with this step's gradients in ``fl.g`` (negated for
         ``maximize``), the step counter advanced; None if the path does not apply."""
@@ -215,28 +191,22 @@ class _FlatPath:
             return None
         params = group["params"]
         fl = self._current_flat(group)
-        if fl is not None and not group["maximize"] and all(
-                p.grad is not None and p.grad.data is v and q is p
-                for p, q, v in zip(params, fl.params, fl.grad_views)):
-            fl.g_private = False  # the gradients were written into fl.g's views: in place
-        else:
-            grads = []
-            for i, p in enumerate(params):
-                gt = p.grad
-                if gt is None:
-                    self._flat.pop(id(group), None)
-                    return None
-                g = gt.data
-                if fl is not None and (fl.params[i] is not p or g.shape != fl.shapes[i]
-                                       or g.dtype != fl.dtype):
-                    fl = None
-                grads.append(g)
+        grads = []
+        for i, p in enumerate(params):
+            gt = p.grad
+            if gt is None:
+                self._flat.pop(id(group), None)
+                return None
+            g = gt.data
+            if fl is not None and (fl.params[i] is not p or g.shape != fl.shapes[i]
+                                   or g.dtype != fl.dtype):
+                fl = None
+            grads.append(g)
+        if fl is None:
+            fl = self._build_flat(group)
             if fl is None:
-                fl = self._build_flat(group)
-                if fl is None:
-                    return None
-            np.concatenate(grads, axis=None, out=fl.g)  # axis=None: flattened, no reshape calls
-            fl.g_private = not any(g.base is fl.g for g in grads)  # none is a view of fl.g
+                return None
+        np.concatenate(grads, axis=None, out=fl.g)  # axis=None: flattened, no reshape calls
         if group["maximize"]:
             np.negative(fl.g, out=fl.g)
         t = fl.step = fl.step + 1
@@ -338,9 +308,9 @@ class Adam(_FlatPath, Optimizer):
             for p in group["params"]:
                 p.data *= shrink
         a = fl.arrays
-        step = _adam_math(fl.g, a["exp_avg"], a["exp_avg_sq"], a.get("max_exp_avg_sq"), fl.buf,
-                          fl.step, lr, b1, b2, eps, g_is_scratch=fl.g_private)
-        for p, u in zip(group["params"], fl.grad_views if step is fl.g else fl.updates):
+        _adam_math(fl.g, a["exp_avg"], a["exp_avg_sq"], a.get("max_exp_avg_sq"), fl.buf,
+                   fl.step, lr, b1, b2, eps, g_is_scratch=True)
+        for p, u in zip(group["params"], fl.grad_views):  # the step was left in fl.g
             x = p.data
             np.subtract(x, u, out=x)
 

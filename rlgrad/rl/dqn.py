@@ -101,6 +101,10 @@ class DQN(OffPolicyAlgorithm):
             q_next = q_next[np.arange(len(a_star)), a_star]
         else:
             q_next = q_next.max(axis=1)
+        return self._bootstrap(b, q_next)
+
+    def _bootstrap(self, b: ReplayBatch, q_next: np.ndarray) -> np.ndarray:
+        """r + gamma * (1 - terminated) * q_next: truncation still bootstraps."""
         not_term = 1.0 - b.terminated.astype(np.float32)
         return (b.rewards + self.gamma * not_term * q_next).astype(np.float32)
 
@@ -168,8 +172,7 @@ class DQN(OffPolicyAlgorithm):
             a = min(a, len(x) - C)
             q[a:a + C] = self.q_net_target.q_numpy(x[a:a + C])
         q_next = q[:len(uniq)][inverse] if len(uniq) < len(idx) else q
-        not_term = 1.0 - b.terminated.astype(np.float32)
-        return (b.rewards + self.gamma * not_term * q_next.max(axis=1)).astype(np.float32)
+        return self._bootstrap(b, q_next.max(axis=1))
 
     def _modules(self) -> dict[str, Any]:
         return {"q_net": self.q_net, "q_net_target": self.q_net_target}
