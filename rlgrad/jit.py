@@ -77,10 +77,18 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         self.fun = fun
         self.static_argnums = tuple(static_argnums)
         self._cache: dict[Any, _Compiled] = {}
+        self._by_shapes: dict[Any, _Compiled] = {}  # calls with plain arrays only
         self.__name__ = getattr(fun, "__name__", "jitted")
         self.__doc__ = getattr(fun, "__doc__", None)
 
     def __call__(self, *args: Any) -> Any:
+        if not self.static_argnums:  # the common call: arrays only, keyed without a tree walk
+            fast_key = tuple([(a.shape, a.dtype.char) for a in args if type(a) is np.ndarray])
+            if len(fast_key) == len(args):
+                compiled = self._by_shapes.get(fast_key)
+                if compiled is None:
+                    compiled = self._by_shapes[fast_key] = self._compile_for(args)
+                return compiled.fn(*args)
         leaves: list[Any] = []
         key: list[Any] = []
         if self.static_argnums:
@@ -179,6 +187,7 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
 
     # Generate one line per op; identity-like ops just rename.
     lines: list[tuple[str, str, list[str]]] = []  # (target, code, names used)
+    writers: dict[str, tuple[str, str, str, np.ndarray]] = {}  # in-place forms, see below
     for k, (p, args, kwargs, res) in enumerate(tape):
         keep_alive.append(res)
         if p.fwd is None:
@@ -190,8 +199,13 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
             fn = const(p.fwd)
             arg_src = [ref(a) for a in args]
             kw_src = [f"{key}={ref(v)}" for key, v in kwargs.items()]
-            code = f"{name} = {fn}({', '.join(arg_src + kw_src)})  # {p.name}"
+            call_args = ", ".join(arg_src + kw_src)
+            code = f"{name} = {fn}({call_args})  # {p.name}"
             lines.append((name, code, _names(code)))
+            value = res.data
+            if (p.fwd_out is not None and type(value) is np.ndarray and value.ndim
+                    and "out" not in kwargs):  # (fwd_out, its arguments, op name, traced value)
+                writers[name] = (const(p.fwd_out), call_args, p.name, value)
         slot[id(res)] = name
         # A traced value may come back unwrapped (an index computed in the step, e.g. an argmax,
         # reaches x[rows, a] as its array): map its array to the same variable, never a constant.
@@ -206,18 +220,44 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     body = []
     for target, code, used in reversed(lines):
         if target in needed:
-            body.append(code)
+            body.append((target, code, used))
             needed.update(used)
     body.reverse()
+    body = _reuse_buffers(body, outs, writers, const)
     params = ", ".join(f"a{i}" for i in range(len(inputs)))
     src = f"def step({params}):\n"
-    src += "".join(f"    {line}\n" for line in body)
+    src += "".join(f"    {code}\n" for _, code, _ in body)
     src += f"    return {_structure_source(out_def, iter(outs))}\n"
     namespace = dict(consts)
     exec(compile(src, "<rlgrad.jit>", "exec"), namespace)  # noqa: S102 - our own generated code
     step = namespace["step"]
     step.__rlgrad_keep_alive__ = keep_alive  # type: ignore[attr-defined]
     return _Compiled(step, src, len(body))
+
+
+def _reuse_buffers(body: list, outs: list[str], writers: dict[str, tuple[str, str, str, Any]],
+                   const: Callable[[Any], str]) -> list:
+    """Give every intermediate value that can be written in place (its primitive has a
+    ``fwd_out``) one array of its own, allocated here once and overwritten at every call, instead
+    of a fresh one per call: no allocator round trip and the same, cache-warm memory each time.
+
+    A value must not get one if the caller can still see it after the call: the outputs, and
+    whatever an output may be a view of (ops without ``fwd_out``, such as reshape or transpose,
+    may return views of their arguments), so those stay fresh. Within a call each buffer is
+    written once, before any reader, so no value is overwritten while in use. The price: one
+    compiled step must not run in two threads at once."""
+    escaping = set().union(*(_names(o) for o in outs)) if outs else set()
+    for target, _code, used in reversed(body):
+        if target in escaping and target not in writers:
+            escaping.update(used)
+    new_body = []
+    for target, code, used in body:
+        if target in writers and target not in escaping:
+            fn_out, args, op_name, value = writers[target]
+            buf = const(np.empty(value.shape, value.dtype))
+            code = f"{target} = {fn_out}({args}, out={buf})  # {op_name}, in place"
+        new_body.append((target, code, used))
+    return new_body
 
 
 def _structure_source(treedef: Any, names: Any) -> str:
