@@ -26,7 +26,8 @@ from rlgrad.tracer import defvjp, primitive
 
 def _surrogate(log_prob: Any, old_log_prob: Any, adv: Any, clip: Any, w: Any) -> Any:
     ratio = np.exp(log_prob - old_log_prob)
-    return -np.sum(w * np.minimum(adv * ratio, adv * np.clip(ratio, 1 - clip, 1 + clip)))
+    clipped = ops.clip(ratio, 1 - clip, 1 + clip)  # on arrays: NumPy's clip without its wrapper
+    return -np.add.reduce(w * np.minimum(adv * ratio, adv * clipped), axis=None)
 
 
 def _surrogate_vjp(g: Any, ans: Any, log_prob: Any, old_log_prob: Any, adv: Any, clip: Any,
