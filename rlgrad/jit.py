@@ -9,6 +9,8 @@ execution pays Python bookkeeping for every op on every call; ``jit`` pays it on
    ordinary ops while a trace is active;
 2. *compile*: turn the tape into straight-line Python source, one NumPy-level call per line
    (``v7 = f7(v3, v5)``), dropping ops whose results are not needed and aliasing identities;
+   every intermediate that the caller never sees is written into a buffer of its own, allocated
+   once (``v7 = f7(v3, v5, out=b7)``);
 3. *replay*: later calls with the same shapes and dtypes run that function on the raw arrays.
 
 The function must be pure in its array arguments: Python control flow may depend on shapes but
@@ -187,7 +189,7 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
 
     # Generate one line per op; identity-like ops just rename.
     lines: list[tuple[str, str, list[str]]] = []  # (target, code, names used)
-    writers: dict[str, tuple[str, str, str, np.ndarray]] = {}  # in-place forms, see below
+    writers: dict[str, tuple[Callable, str, str, np.ndarray]] = {}  # in-place forms, see below
     for k, (p, args, kwargs, res) in enumerate(tape):
         keep_alive.append(res)
         if p.fwd is None:
@@ -205,7 +207,7 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
             value = res.data
             if (p.fwd_out is not None and type(value) is np.ndarray and value.ndim
                     and "out" not in kwargs):  # (fwd_out, its arguments, op name, traced value)
-                writers[name] = (const(p.fwd_out), call_args, p.name, value)
+                writers[name] = (p.fwd_out, call_args, p.name, value)
         slot[id(res)] = name
         # A traced value may come back unwrapped (an index computed in the step, e.g. an argmax,
         # reaches x[rows, a] as its array): map its array to the same variable, never a constant.
@@ -235,7 +237,8 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     return _Compiled(step, src, len(body))
 
 
-def _reuse_buffers(body: list, outs: list[str], writers: dict[str, tuple[str, str, str, Any]],
+def _reuse_buffers(body: list, outs: list[str],
+                   writers: dict[str, tuple[Callable, str, str, Any]],
                    const: Callable[[Any], str]) -> list:
     """Give every intermediate value that can be written in place (its primitive has a
     ``fwd_out``) one array of its own, allocated here once and overwritten at every call, instead
@@ -253,9 +256,9 @@ def _reuse_buffers(body: list, outs: list[str], writers: dict[str, tuple[str, st
     new_body = []
     for target, code, used in body:
         if target in writers and target not in escaping:
-            fn_out, args, op_name, value = writers[target]
-            buf = const(np.empty(value.shape, value.dtype))
-            code = f"{target} = {fn_out}({args}, out={buf})  # {op_name}, in place"
+            fwd_out, args, op_name, value = writers[target]
+            fn, buf = const(fwd_out), const(np.empty(value.shape, value.dtype))
+            code = f"{target} = {fn}({args}, out={buf})  # {op_name}, in place"
         new_body.append((target, code, used))
     return new_body
 
