@@ -240,25 +240,54 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
 def _reuse_buffers(body: list, outs: list[str],
                    writers: dict[str, tuple[Callable, str, str, Any]],
                    const: Callable[[Any], str]) -> list:
-    """Give every intermediate value that can be written in place (its primitive has a
-    ``fwd_out``) one array of its own, allocated here once and overwritten at every call, instead
-    of a fresh one per call: no allocator round trip and the same, cache-warm memory each time.
+    """Write every intermediate value that can be written in place (its primitive has a
+    ``fwd_out``) into a buffer allocated here, once, instead of a fresh array per call: no
+    allocator round trip, and memory that stays in cache from one call to the next.
 
-    A value must not get one if the caller can still see it after the call: the outputs, and
-    whatever an output may be a view of (ops without ``fwd_out``, such as reshape or transpose,
-    may return views of their arguments), so those stay fresh. Within a call each buffer is
-    written once, before any reader, so no value is overwritten while in use. The price: one
-    compiled step must not run in two threads at once."""
+    * A value the caller can still see after the call gets none: the outputs, and whatever an
+      output may be a view of (ops without ``fwd_out``, such as reshape or transpose, may return
+      views of their arguments).
+    * Values whose lives do not overlap share a buffer, as registers are allocated: a buffer is
+      free again after the last line that reads its value or any view of it, and the line that
+      writes a buffer never reads it. That keeps the step's working set about as small as the
+      allocator's reuse of freed arrays did.
+
+    The price: one compiled step must not run in two threads at once."""
     escaping = set().union(*(_names(o) for o in outs)) if outs else set()
     for target, _code, used in reversed(body):
         if target in escaping and target not in writers:
             escaping.update(used)
+    buffered = {t for t, _, _ in body if t in writers and t not in escaping}
+    # roots[v]: the buffered values whose memory v may be (itself, or what it may be a view of)
+    roots: dict[str, set[str]] = {}
+    last_use: dict[str, int] = {}
+    for i, (target, _code, used) in enumerate(body):
+        for name in used:
+            for r in roots.get(name, ()):
+                last_use[r] = i
+        if target in buffered:
+            roots[target] = {target}
+        elif target not in writers:
+            roots[target] = set().union(*(roots.get(n, set()) for n in used)) if used else set()
+    free: dict[tuple, list[str]] = {}  # (shape, dtype) -> buffers no live value uses
+    holder: dict[str, str] = {}  # buffered value -> its buffer's name
+    releases: dict[int, list[str]] = {}
+    for r, i in last_use.items():
+        releases.setdefault(i, []).append(r)
     new_body = []
-    for target, code, used in body:
-        if target in writers and target not in escaping:
+    for i, (target, code, used) in enumerate(body):
+        if target in buffered:
             fwd_out, args, op_name, value = writers[target]
-            fn, buf = const(fwd_out), const(np.empty(value.shape, value.dtype))
-            code = f"{target} = {fn}({args}, out={buf})  # {op_name}, in place"
+            key = (value.shape, value.dtype.str)
+            pool = free.get(key)
+            buf = pool.pop() if pool else const(np.empty(value.shape, value.dtype))
+            holder[target] = buf
+            code = f"{target} = {const(fwd_out)}({args}, out={buf})  # {op_name}, in place"
+            if target not in last_use:  # never read: free at once
+                free.setdefault(key, []).append(buf)
+        for r in releases.get(i, ()):  # after this line, these buffers are free again
+            value = writers[r][3]
+            free.setdefault((value.shape, value.dtype.str), []).append(holder[r])
         new_body.append((target, code, used))
     return new_body
 

@@ -171,3 +171,31 @@ def test_huber_forward_has_the_bits_of_the_two_branch_formula(delta: float) -> N
         got = F._huber_fwd(x, t, delta, "none")
         assert got.dtype == dtype
         np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_values_with_disjoint_lives_share_buffers_and_views_keep_theirs_alive() -> None:
+    """A long chain of same-shape values: buffers are shared once a value and every view of it
+    are dead; an early value read late through a view keeps its buffer until then."""
+    rng = np.random.default_rng(8)
+    w = rlgrad.tensor(rng.standard_normal((32, 32)) * 0.2, requires_grad=True)
+
+    def step(x: np.ndarray) -> object:
+        h0 = rnp.tanh(x @ w)
+        early = h0.reshape(-1)  # a view of h0's buffer, read at the very end
+        h = h0
+        for _ in range(6):
+            h = rnp.tanh(h @ w) * 0.9 + h * 0.1
+        loss = rnp.sum(h * h) + rnp.sum(early[:5] * 3.0)
+        return loss, autograd.grad(loss, [w])[0]
+
+    jitted = rlgrad.jit(step)
+    x1, x2 = rng.standard_normal((16, 32)), rng.standard_normal((16, 32))
+    src = jitted.lower(x1)
+    in_place = [line for line in src.splitlines() if "in place" in line]
+    buffers = {line.split("out=")[1].split(")")[0] for line in in_place}
+    assert len(buffers) < len(in_place) / 2  # shared, not one per value
+    for x in (x1, x2, x1):
+        got = jitted(x)
+        want = step(x)
+        np.testing.assert_allclose(float(got[0]), float(want[0].data), rtol=1e-13)
+        np.testing.assert_array_equal(got[1], want[1].data)
