@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.creation import _empty_aligned
 from rlgrad.functional import _Depth, tree_flatten, tree_unflatten
 from rlgrad.tensor import Tensor, _const, _Trace
 from rlgrad.tracer import _GradMode
@@ -280,7 +281,7 @@ def _reuse_buffers(body: list, outs: list[str],
             fwd_out, args, op_name, value = writers[target]
             key = (value.shape, value.dtype.str)
             pool = free.get(key)
-            buf = pool.pop() if pool else const(np.empty(value.shape, value.dtype))
+            buf = pool.pop() if pool else const(_empty_aligned(value.shape, value.dtype))
             holder[target] = buf
             code = f"{target} = {const(fwd_out)}({args}, out={buf})  # {op_name}, in place"
             if target not in last_use:  # never read: free at once

@@ -199,3 +199,27 @@ def test_values_with_disjoint_lives_share_buffers_and_views_keep_theirs_alive() 
         want = step(x)
         np.testing.assert_allclose(float(got[0]), float(want[0].data), rtol=1e-13)
         np.testing.assert_array_equal(got[1], want[1].data)
+
+
+def test_reused_buffers_start_on_a_cache_line() -> None:
+    from rlgrad.creation import _empty_aligned
+
+    for shape, dtype in (((3, 5), np.float32), ((7,), np.float64), ((), np.float32), ((0,), np.int64)):
+        a = _empty_aligned(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+        if a.size:
+            assert a.ctypes.data % 64 == 0
+    step, params = _mlp_step()
+    src_fn = rlgrad.jit(step)
+    src_fn(np.ones((4, 8)), np.zeros((4, 2)))
+    compiled = next(iter(src_fn._by_shapes.values()))
+    bufs = [v for k, v in compiled.fn.__globals__.items()
+            if k.startswith("c") and isinstance(v, np.ndarray) and f"out={k})" in compiled.source]
+    assert bufs and all(b.ctypes.data % 64 == 0 for b in bufs)
+    opt = rlgrad.optim.Adam(params, lr=1e-3)
+    for p in params:
+        p.grad = rlgrad.tensor(np.ones_like(p.data))
+    opt.step()
+    flat = next(iter(opt._flat.values()))
+    assert all(a.ctypes.data % 64 == 0 for a in (flat.g, flat.buf, *flat.arrays.values()))
+    np.testing.assert_allclose(flat.arrays["exp_avg"], 0.1)  # from zeros: 0 + 0.1 (1 - 0)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.creation import _empty_aligned
 from rlgrad.optim.optimizer import Optimizer, _check_hparams
 
 __all__ = ["SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike"]
@@ -138,8 +139,10 @@ class _FlatGroup:
         for p in params:
             self.offsets.append(self.offsets[-1] + p.data.size)
         n = self.offsets[-1]
-        self.arrays = {k: np.zeros(n, dtype) for k in keys}
-        self.g, self.buf = np.empty(n, dtype), np.empty(n, dtype)
+        self.arrays = {k: _empty_aligned(n, dtype) for k in keys}
+        for a in self.arrays.values():
+            a.fill(0)
+        self.g, self.buf = _empty_aligned(n, dtype), _empty_aligned(n, dtype)
         spans = list(zip(self.offsets[:-1], self.offsets[1:], self.shapes))
         self.updates = [self.buf[a:b].reshape(s) for a, b, s in spans]
         # g is the optimizer's own copy of the gradients, so an update may be left in it too
