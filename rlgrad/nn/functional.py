@@ -52,8 +52,8 @@ def _rows(a: Any) -> Any:
 # differentiation with ``linear`` (each one's VJPs are the other two), so that they can skip work
 # that ReLU makes exactly zero: a unit dead for the whole batch has an all-zero gradient column,
 # and its row of the weight gradient and its term of the input gradient are exact zeros. A DQN's
-# second 256-unit layer has ~70% of its units dead on a 64-row batch: the two 64x256x256 products
-# then cost about half. Per output element, the terms left out are exact zeros and the rest are
+# second 256-unit layer has ~70% of its units dead on a 64-row batch: its two 64x256x256 products
+# then cost ~35% less. Per output element, the terms left out are exact zeros and the rest are
 # summed in the same order, so the numbers are the same (bitwise, with NumPy's OpenBLAS); only
 # where the skipped factor holds inf or NaN does the dense product give NaN and this one 0.
 _SKIP_MIN_UNITS = 64  # narrower products are too small for the check to pay
