@@ -217,7 +217,8 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
             traced_arrays.append(res.data)
 
     lines = _fold_constants(lines, consts)
-    outs = [ref(o) if isinstance(o, Tensor) else const(o) for o in out_leaves]
+    # ref(), not const(): an array returned from the step (a traced value's .data) is that value
+    outs = [ref(o) if isinstance(o, Tensor | np.ndarray) else const(o) for o in out_leaves]
     # Dead-code elimination, from the outputs back.
     needed = set().union(*(_names(o) for o in outs)) if outs else set()
     body = []

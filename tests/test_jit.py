@@ -182,3 +182,13 @@ def test_numpy_slice_of_a_traced_value_is_refused() -> None:
 
     with pytest.raises(RuntimeError, match="derived from a traced value"):
         rlgrad.jit(f)(np.arange(4.0).reshape(2, 2))
+
+
+def test_returning_a_traced_values_array_returns_it_fresh_at_every_call() -> None:
+    """``.data`` of a traced value as an output is that value, not a frozen constant; a NumPy
+    slice of it is refused like any other use."""
+    jitted = rlgrad.jit(lambda x: rnp.exp(x).data)
+    np.testing.assert_allclose(jitted(np.zeros(2)), [1.0, 1.0])
+    np.testing.assert_allclose(jitted(np.ones(2)), [np.e, np.e])
+    with pytest.raises(RuntimeError, match="derived from a traced value"):
+        rlgrad.jit(lambda x: rnp.exp(x).data[:1])(np.zeros(2))
