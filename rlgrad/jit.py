@@ -9,8 +9,8 @@ execution pays Python bookkeeping for every op on every call; ``jit`` pays it on
    ordinary ops while a trace is active;
 2. *compile*: turn the tape into straight-line Python source, one NumPy-level call per line
    (``v7 = f7(v3, v5)``), dropping ops whose results are not needed and aliasing identities;
-   every intermediate that the caller never sees is written into a buffer of its own, allocated
-   once (``v7 = f7(v3, v5, out=b7)``);
+   every intermediate that the caller never sees is written into a buffer allocated once and
+   shared by values whose lives do not overlap (``v7 = f7(v3, v5, out=b2)``);
 3. *replay*: later calls with the same shapes and dtypes run that function on the raw arrays.
 
 The function must be pure in its array arguments: Python control flow may depend on shapes but
