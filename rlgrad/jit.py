@@ -80,17 +80,18 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         self.fun = fun
         self.static_argnums = tuple(static_argnums)
         self._cache: dict[Any, _Compiled] = {}
-        self._by_shapes: dict[Any, _Compiled] = {}  # calls with plain arrays only
         self.__name__ = getattr(fun, "__name__", "jitted")
         self.__doc__ = getattr(fun, "__doc__", None)
 
     def __call__(self, *args: Any) -> Any:
         if not self.static_argnums:  # the common call: arrays only, keyed without a tree walk
+            # (such a key, a tuple of (shape, dtype char) pairs, never equals a tree walk's,
+            # which starts with the (tuple, length) of the arguments)
             fast_key = tuple([(a.shape, a.dtype.char) for a in args if type(a) is np.ndarray])
             if len(fast_key) == len(args):
-                compiled = self._by_shapes.get(fast_key)
+                compiled = self._cache.get(fast_key)
                 if compiled is None:
-                    compiled = self._by_shapes[fast_key] = self._compile_for(args)
+                    compiled = self._cache[fast_key] = self._compile_for(args)
                 return compiled.fn(*args)
         leaves: list[Any] = []
         key: list[Any] = []

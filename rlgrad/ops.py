@@ -205,23 +205,23 @@ softplus = primitive(_softplus, "softplus", arity=1)
 defvjp(softplus, lambda g, ans, x: g * sigmoid(x))
 
 
-def _relu(x: Any) -> Any:
-    return np.maximum(x, 0)
+def _relu(x: Any, out: Any = None) -> Any:
+    return np.maximum(x, 0, out=out)
 
 
-relu = primitive(_relu, "relu", arity=1, fwd_out=lambda x, out: np.maximum(x, 0, out=out))
+relu = primitive(_relu, "relu", arity=1, fwd_out=_relu)
 defvjp(relu, lambda g, ans, x: g * (x > 0))
 
 
 def _clip(x: Any, a_min: Any = None, a_max: Any = None, out: Any = None) -> Any:
     # np.clip is defined as minimum(maximum(x, a_min), a_max); its Python wrapper costs ~5 us,
     # more than the work on a minibatch, so float arrays take the two ufuncs directly
-    if type(x) is np.ndarray and x.dtype.kind == "f":
+    if type(x) is np.ndarray and x.dtype.kind == "f" and (a_min is not None or a_max is not None):
         if a_min is not None:
             x = np.maximum(x, a_min, out=out)
         if a_max is not None:
             x = np.minimum(x, a_max, out=out)
-        return x if a_min is not None or a_max is not None else np.clip(x, None, None, out=out)
+        return x
     return np.clip(x, a_min, a_max, out=out)
 
 
@@ -330,8 +330,7 @@ def _reduce_short_last(ufunc: Any, x: np.ndarray, keepdims: bool,
 def _sum(x: Any, axis: Any = None, keepdims: bool = False, out: Any = None) -> Any:
     x = np.asarray(x)
     if _short_last_axis(x, axis):
-        r = _reduce_short_last(np.add, x, keepdims, out)
-        return r if out is None else out
+        return _reduce_short_last(np.add, x, keepdims, out)
     return x.sum(axis=axis, keepdims=keepdims, out=out)  # the method skips np.sum's dispatch
 
 

@@ -212,7 +212,7 @@ def test_reused_buffers_start_on_a_cache_line() -> None:
     step, params = _mlp_step()
     src_fn = rlgrad.jit(step)
     src_fn(np.ones((4, 8)), np.zeros((4, 2)))
-    compiled = next(iter(src_fn._by_shapes.values()))
+    compiled = next(iter(src_fn._cache.values()))
     bufs = [v for k, v in compiled.fn.__globals__.items()
             if k.startswith("c") and isinstance(v, np.ndarray) and f"out={k})" in compiled.source]
     assert bufs and all(b.ctypes.data % 64 == 0 for b in bufs)
