@@ -11,11 +11,12 @@ TEST_STAMP := $(VENV)/.installed-test
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-$(RUN_STAMP): pyproject.toml | $(PY)
+# setup.py builds the optional C module of the fused optimizer updates (NumPy is the fallback)
+$(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c | $(PY)
 	$(PY) -m pip install --quiet -e ".[rl]"
 	touch $@
 
-$(TEST_STAMP): pyproject.toml | $(PY)
+$(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c | $(PY)
 	$(PY) -m pip install --quiet -e ".[dev,rl]"
 	touch $@
 
@@ -37,4 +38,4 @@ lint: $(TEST_STAMP)
 	$(PY) -m ruff check rlgrad tests bench examples
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build *.egg-info rlgrad/optim/_fused*.so

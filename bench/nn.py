@@ -1,8 +1,11 @@
-"""Benchmark: an ``nn.MLP`` + ``Adam`` training step and a DQN ``Conv2d`` layer.
+"""Benchmark: an ``nn.MLP`` + ``Adam`` training step, a DQN ``Conv2d`` layer, and the optimizer
+step alone.
 
 Rows compare rlgrad with the same computation written by hand in NumPy (the floor: no graph, no
-Tensors) and with PyTorch on one thread when it is installed. Run ``python bench/nn.py``; other
-scripts can call ``run()`` for the rows.
+Tensors) and with PyTorch on one thread when it is installed. The optimizer rows also time
+rlgrad's NumPy path (``RLGRAD_FUSED=0``'s) beside its fused C update, and PyTorch's default
+(foreach) and ``fused=True`` Adam. Run ``python bench/nn.py``; other scripts can call ``run()``
+and ``optim_rows()`` for the rows.
 """
 
 from __future__ import annotations
@@ -207,6 +210,117 @@ def conv_rows() -> list[dict[str, Any]]:
     }]
 
 
+# ---- the optimizer step alone: a DQN's Q-network (4-256-256-2, 67,586 parameters) ---------------
+OPTIM_SIZES = (4, 256, 256, 2)
+
+
+def _hand_flat_update(kind: str, P: np.ndarray, G: np.ndarray, m: np.ndarray, v: np.ndarray,
+                      buf: np.ndarray, t: int) -> None:
+    """The floor: the update written by hand on flat arrays, one ufunc per operation."""
+    if kind == "adam":
+        b1, b2, eps, lr = 0.9, 0.999, 1e-8, 1e-3
+        bc1, bc2s = 1 - b1**t, np.sqrt(1 - b2**t)
+        np.subtract(G, m, out=buf)
+        buf *= 1 - b1
+        m += buf
+        v *= b2
+        np.multiply(G, G, out=buf)
+        buf *= 1 - b2
+        v += buf
+        np.sqrt(v, out=buf)
+        buf += eps * bc2s
+        np.divide(m, buf, out=buf)
+        buf *= lr * bc2s / bc1
+    else:  # RMSprop, TensorFlow's epsilon (Stable-Baselines3's A2C)
+        alpha, eps, lr = 0.99, 1e-5, 7e-4
+        v *= alpha
+        np.multiply(G, G, out=buf)
+        buf *= 1 - alpha
+        v += buf
+        np.add(v, eps, out=buf)
+        np.sqrt(buf, out=buf)
+        np.divide(G, buf, out=buf)
+        buf *= lr
+    P -= buf
+
+
+def optim_rows() -> list[dict[str, Any]]:
+    """One optimizer step over a DQN's parameters, gradients given (microseconds, medians)."""
+    from rlgrad.optim import algorithms
+
+    rng = np.random.default_rng(0)
+    model = nn.MLP(OPTIM_SIZES)
+    params = list(model.parameters())
+    grads = [rng.standard_normal(p.shape).astype(np.float32) * 1e-2 for p in params]
+    for p, g in zip(params, grads):
+        p.grad = rlgrad.tensor(g)
+    n = sum(p.data.size for p in params)
+    rows = []
+    for kind, make in (("adam", lambda ps: optim.Adam(ps, lr=1e-3)),
+                       ("rmsprop", lambda ps: optim.RMSpropTFLike(ps, lr=7e-4, eps=1e-5))):
+        fused_opt, numpy_opt = make(params), make(params)
+        fused_mod = algorithms._fused
+
+        def numpy_path(opt: Any = numpy_opt) -> None:
+            algorithms._fused = None  # the NumPy flat path, as with RLGRAD_FUSED=0
+            try:
+                opt.step()
+            finally:
+                algorithms._fused = fused_mod
+
+        P = np.concatenate([p.data.ravel() for p in params])
+        G = np.concatenate([g.ravel() for g in grads])
+        m, buf = np.zeros_like(P), np.empty_like(P)
+        v = np.zeros_like(P) if kind == "adam" else np.ones_like(P)  # RMSpropTFLike starts at 1
+        t = [0]
+
+        def hand(P: np.ndarray = P, G: np.ndarray = G, m: np.ndarray = m, v: np.ndarray = v,
+                 buf: np.ndarray = buf, kind: str = kind) -> None:
+            t[0] += 1
+            _hand_flat_update(kind, P, G, m, v, buf, t[0])
+
+        fns: dict[str, Callable[[], Any]] = {"numpy": hand, "rlgrad_numpy": numpy_path}
+        if fused_mod is not None:
+            fns["rlgrad"] = fused_opt.step
+        try:
+            import torch
+
+            torch.set_num_threads(1)
+            tparams = [torch.nn.Parameter(torch.from_numpy(p.data.copy())) for p in params]
+            for tp, g in zip(tparams, grads):
+                tp.grad = torch.from_numpy(g)
+            if kind == "adam":
+                fns["torch"] = torch.optim.Adam(tparams, lr=1e-3).step
+                fns["torch_fused"] = torch.optim.Adam(tparams, lr=1e-3, fused=True).step
+            else:  # torch's RMSprop (epsilon outside the root): the same passes
+                fns["torch"] = torch.optim.RMSprop(tparams, lr=7e-4, eps=1e-5).step
+        except ImportError:
+            pass
+        with np.errstate(all="ignore"):
+            times = _time(fns)
+        row: dict[str, Any] = {"case": f"{'Adam' if kind == 'adam' else 'RMSprop'} step, "
+                                       f"{n:,} parameters"}
+        for name in ("numpy", "rlgrad", "rlgrad_numpy", "torch", "torch_fused"):
+            row[f"{name}_us"] = times[name] * 1e6 if name in times else None
+        rows.append(row)
+    return rows
+
+
+def optim_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| case | NumPy by hand (flat) | rlgrad (fused) | rlgrad, NumPy path | PyTorch "
+             "| PyTorch fused=True | rlgrad / NumPy | rlgrad / PyTorch |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ours, floor, th = r["rlgrad_us"], r["numpy_us"], r["torch_us"]
+        lines.append(
+            f"| {r['case']} | {_fmt(floor, ' µs')} | {_fmt(ours, ' µs')} | "
+            f"{_fmt(r['rlgrad_numpy_us'], ' µs')} | {_fmt(th, ' µs')} | "
+            f"{_fmt(r['torch_fused_us'], ' µs')} | "
+            f"{_fmt(None if ours is None else ours / floor)} | "
+            f"{_fmt(None if ours is None or th is None else ours / th)} |")
+    return "\n".join(lines)
+
+
 def run() -> list[dict[str, Any]]:
     """Every row of this benchmark (times in microseconds, medians)."""
     return mlp_rows() + conv_rows()
@@ -234,6 +348,8 @@ def table(rows: list[dict[str, Any]]) -> str:
 def main() -> None:
     print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread")
     print(table(run()))
+    print()
+    print(optim_table(optim_rows()))
 
 
 if __name__ == "__main__":

@@ -8,12 +8,20 @@ except where a gradient must be combined with weight decay.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
 
 from rlgrad.creation import _empty_aligned
 from rlgrad.optim.optimizer import Optimizer, _check_hparams
+
+try:  # the flat updates in one pass (C, built by setup.py when a compiler is there): same bits
+    from rlgrad.optim import _fused
+except ImportError:  # pragma: no cover - depends on the install
+    _fused = None
+if os.environ.get("RLGRAD_FUSED", "1") == "0":
+    _fused = None
 
 __all__ = ["SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike"]
 
@@ -151,6 +159,13 @@ class _FlatGroup:
         self.state: dict = {}
         self.states: list[dict[str, Any]] = []
 
+    def gather(self, grads: list[np.ndarray], maximize: bool) -> np.ndarray:
+        """The gradients copied into ``g`` (negated to maximize): the NumPy path's input."""
+        np.concatenate(grads, axis=None, out=self.g)  # axis=None: flattened, no reshape calls
+        if maximize:
+            np.negative(self.g, out=self.g)
+        return self.g
+
 
 class _FlatPath:
     """The fast path of an optimizer for groups of many small parameters (RL networks), where
@@ -186,9 +201,10 @@ class _FlatPath:
             fl = None
         return fl
 
-    def _flat_gather(self, group: dict[str, Any]) -> _FlatGroup | None:
-        """The group's flat state with this step's gradients in ``fl.g`` (negated for
-        ``maximize``), the step counter advanced; None if the path does not apply."""
+    def _flat_gather(self, group: dict[str, Any]) -> tuple[_FlatGroup, list[np.ndarray]] | None:
+        """The group's flat state, the step counter advanced, and this step's gradient arrays;
+        None if the path does not apply. ``fl.gather(grads, maximize)`` copies them into
+        ``fl.g`` for the NumPy arithmetic; the fused one reads them where they are."""
         if not self._flat_applies(group):
             self._flat.pop(id(group), None)  # per-parameter steps may now differ: rebuild later
             return None
@@ -209,13 +225,10 @@ class _FlatPath:
             fl = self._build_flat(group)
             if fl is None:
                 return None
-        np.concatenate(grads, axis=None, out=fl.g)  # axis=None: flattened, no reshape calls
-        if group["maximize"]:
-            np.negative(fl.g, out=fl.g)
         t = fl.step = fl.step + 1
         for st in fl.states:  # the per-parameter entries (no Tensor hashing on the hot path)
             st["step"] = t
-        return fl
+        return fl, grads
 
     def _build_flat(self, group: dict[str, Any]) -> _FlatGroup | None:
         params = group["params"]
@@ -272,9 +285,9 @@ class Adam(_FlatPath, Optimizer):
         return not (group["weight_decay"] and not self._decoupled)  # L2: per parameter
 
     def _update_group(self, group: dict[str, Any]) -> None:
-        fl = self._flat_gather(group)
-        if fl is not None:
-            self._flat_update(group, fl)
+        flat = self._flat_gather(group)
+        if flat is not None:
+            self._flat_update(group, *flat)
             return
         lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
         wd, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
@@ -304,15 +317,25 @@ class Adam(_FlatPath, Optimizer):
                        st["max_exp_avg_sq"] if amsgrad else None, buf, t, lr, b1, b2, eps)
             x -= buf
 
-    def _flat_update(self, group: dict[str, Any], fl: _FlatGroup) -> None:
+    def _flat_update(self, group: dict[str, Any], fl: _FlatGroup, grads: list[np.ndarray]) -> None:
         lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
-        if group["weight_decay"]:  # decoupled (AdamW); the L2 form takes the per-parameter path
-            shrink = 1 - lr * group["weight_decay"]
+        wd, t, a = group["weight_decay"], fl.step, fl.arrays
+        # decoupled decay (AdamW) shrinks first; the L2 form takes the per-parameter path
+        shrink = 1 - lr * wd if wd else 1.0
+        if _fused is not None:
+            # _adam_math's scalars, computed the same way; the floor as a float32/64 value
+            bc1, bc2_sqrt = 1 - b1**t, math.sqrt(1 - b2**t)
+            floor = float(np.finfo(fl.dtype).tiny * 1e13) if t % 50 == 0 else 0.0
+            if _fused.adam([p.data for p in group["params"]], grads, a["exp_avg"],
+                           a["exp_avg_sq"], a.get("max_exp_avg_sq"), 1 - b1, b2, 1 - b2,
+                           eps * bc2_sqrt, lr * bc2_sqrt / bc1, shrink, floor,
+                           group["maximize"]):
+                return
+        if wd:
             for p in group["params"]:
                 p.data *= shrink
-        a = fl.arrays
-        _adam_math(fl.g, a["exp_avg"], a["exp_avg_sq"], a.get("max_exp_avg_sq"), fl.buf,
-                   fl.step, lr, b1, b2, eps, g_is_scratch=True)
+        _adam_math(fl.gather(grads, group["maximize"]), a["exp_avg"], a["exp_avg_sq"],
+                   a.get("max_exp_avg_sq"), fl.buf, t, lr, b1, b2, eps, g_is_scratch=True)
         for p, u in zip(group["params"], fl.grad_views):  # the step was left in fl.g
             x = p.data
             np.subtract(x, u, out=x)
@@ -358,11 +381,17 @@ class RMSprop(_FlatPath, Optimizer):
         return not group["weight_decay"]  # the L2 term needs each parameter: per parameter
 
     def _update_group(self, group: dict[str, Any]) -> None:
-        fl = self._flat_gather(group)
-        if fl is not None:
+        flat = self._flat_gather(group)
+        if flat is not None:
+            fl, grads = flat
             a = fl.arrays
-            _rmsprop_math(fl.g, a["square_avg"], a.get("grad_avg"), a.get("momentum_buffer"),
-                          fl.buf, group)
+            if (_fused is not None and not group["centered"] and not group["momentum"]
+                    and _fused.rmsprop([p.data for p in group["params"]], grads, a["square_avg"],
+                                       group["alpha"], 1 - group["alpha"], group["eps"],
+                                       group["lr"], group["tf_style"], group["maximize"])):
+                return
+            _rmsprop_math(fl.gather(grads, group["maximize"]), a["square_avg"], a.get("grad_avg"),
+                          a.get("momentum_buffer"), fl.buf, group)
             for p, u in zip(group["params"], fl.updates):
                 x = p.data
                 np.subtract(x, u, out=x)

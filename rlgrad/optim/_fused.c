@@ -1,0 +1,263 @@
+/* rlgrad.optim._fused: the flat optimizer updates of algorithms.py (Adam, RMSprop) in one pass.
+
+   NumPy runs Adam's update as ~13 passes over the parameters (one ufunc per operation); here each
+   element is read and written once. The arithmetic is _adam_math's / _rmsprop_math's, operation
+   for operation, in the array's own precision: every operation is correctly rounded IEEE
+   arithmetic (+ - * / sqrt), nothing is contracted into an FMA (-ffp-contract=off) or
+   reassociated (no -ffast-math), so the results are bitwise those of the NumPy path. The tests
+   check it (tests/test_optim_fused.py).
+
+   The module is optional: setup.py builds it when a C compiler is there, and algorithms.py falls
+   back to NumPy without it (or with RLGRAD_FUSED=0). Each function returns False, having
+   changed nothing, when an array is not a C-contiguous float32/float64 buffer of the expected
+   size, so the caller can take the NumPy path for that step. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <string.h>
+
+/* AVX2 and baseline versions of the loops, picked at load time (GCC on x86-64 Linux). */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define CLONES
+#endif
+
+/* One flat group's buffers: the parameters' (written), the gradients' (read) and the state's. */
+typedef struct {
+    Py_ssize_t n_params;
+    int n_state;
+    char kind;        /* 'f' (float32) or 'd' (float64) */
+    Py_buffer *params, *grads, *state;
+} Group;
+
+static void release(Group *gr, Py_ssize_t n_params, int n_state) {
+    for (Py_ssize_t i = 0; i < n_params; i++) {
+        PyBuffer_Release(&gr->params[i]);
+        PyBuffer_Release(&gr->grads[i]);
+    }
+    for (int i = 0; i < n_state; i++) PyBuffer_Release(&gr->state[i]);
+    PyMem_Free(gr->params);
+    gr->params = NULL;
+}
+
+/* The buffer's element kind ('f' or 'd'), or 0 if it is neither. */
+static char kind_of(const Py_buffer *b) {
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    if (f[0] == '\0' || f[1] != '\0') return 0;
+    if (*f == 'f' && b->itemsize == 4) return 'f';
+    if (*f == 'd' && b->itemsize == 8) return 'd';
+    return 0;
+}
+
+/* Take the buffers; 1 if they all fit (same kind, sizes adding up), 0 if not (nothing held),
+   -1 with an exception set on a real error. */
+static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **state, int n_state) {
+    PyObject *ps = PySequence_Fast(params, "params must be a sequence of arrays");
+    if (!ps) return -1;
+    PyObject *gs = PySequence_Fast(grads, "grads must be a sequence of arrays");
+    if (!gs) { Py_DECREF(ps); return -1; }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(ps), i = 0, total = 0;
+    int s = 0, ok = n == PySequence_Fast_GET_SIZE(gs);
+    gr->params = PyMem_Malloc(sizeof(Py_buffer) * (size_t)(2 * n + n_state + 1));
+    if (!gr->params) { Py_DECREF(ps); Py_DECREF(gs); PyErr_NoMemory(); return -1; }
+    gr->grads = gr->params + n;
+    gr->state = gr->grads + n;
+    gr->kind = 0;
+    for (; ok && i < n; i++) {
+        Py_buffer *pb = &gr->params[i], *gb = &gr->grads[i];
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(ps, i), pb,
+                               PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            PyErr_Clear(); ok = 0; break;
+        }
+        if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(gs, i), gb,
+                               PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            PyErr_Clear(); PyBuffer_Release(pb); ok = 0; break;
+        }
+        char k = kind_of(pb);
+        if (i == 0) gr->kind = k;
+        const char *pa = pb->buf, *ga = gb->buf;
+        int overlap = pa < ga + gb->len && ga < pa + pb->len; /* the loops assume no aliasing */
+        if (!k || kind_of(gb) != k || k != gr->kind || gb->len != pb->len || overlap) {
+            PyBuffer_Release(pb); PyBuffer_Release(gb); ok = 0; break;
+        }
+        total += pb->len;
+    }
+    for (; ok && s < n_state; s++) {
+        Py_buffer *b = &gr->state[s];
+        if (PyObject_GetBuffer(state[s], b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+            PyErr_Clear(); ok = 0; break;
+        }
+        if (kind_of(b) != gr->kind || b->len != total) { PyBuffer_Release(b); ok = 0; break; }
+    }
+    Py_DECREF(ps); Py_DECREF(gs);
+    if (!ok) { release(gr, i, s); return 0; }
+    gr->n_params = n;
+    gr->n_state = n_state;
+    return 1;
+}
+
+/* ---- Adam ------------------------------------------------------------------------------------
+   _adam_math with g_is_scratch: v = v b2 + (g g) c2; m = m + (g - m) c1; every `flush` steps
+   |m|, |v| < floor become 0; amsgrad: vmax = max(vmax, v), NaN-propagating like np.maximum;
+   p = p shrink (AdamW) - m / (sqrt(v) + eps) * step_size. */
+
+#define ADAM_LOOPS(T, SQRT, FABS)                                                                  \
+    CLONES static void adam_fast_##T(T *restrict p, const T *restrict g, T *restrict m,            \
+                                     T *restrict v, Py_ssize_t n, T c1, T b2, T c2, T eps,         \
+                                     T step) {                                                     \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                       \
+            T gi = g[i];                                                                           \
+            T vv = v[i] * b2 + (gi * gi) * c2;                                                     \
+            T mm = m[i] + (gi - m[i]) * c1;                                                        \
+            m[i] = mm;                                                                             \
+            v[i] = vv;                                                                             \
+            p[i] = p[i] - mm / (SQRT(vv) + eps) * step;                                            \
+        }                                                                                          \
+    }                                                                                              \
+    static void adam_general_##T(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, \
+                                 T *restrict vmax, Py_ssize_t n, T c1, T b2, T c2, T eps, T step, \
+                                 T shrink, int decay, T floor_, int negate) {                      \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                       \
+            T gi = negate ? -g[i] : g[i];                                                          \
+            T vv = v[i] * b2 + (gi * gi) * c2;                                                     \
+            T mm = m[i] + (gi - m[i]) * c1;                                                        \
+            if (FABS(mm) < floor_) mm = 0;                                                         \
+            if (FABS(vv) < floor_) vv = 0;                                                         \
+            m[i] = mm;                                                                             \
+            v[i] = vv;                                                                             \
+            if (vmax) {                                                                            \
+                T a = vmax[i];                                                                     \
+                vv = (a != a || a >= vv) ? a : vv;                                                 \
+                vmax[i] = vv;                                                                      \
+            }                                                                                      \
+            T x = decay ? p[i] * shrink : p[i];                                                    \
+            p[i] = x - mm / (SQRT(vv) + eps) * step;                                               \
+        }                                                                                          \
+    }
+
+ADAM_LOOPS(float, sqrtf, fabsf)
+ADAM_LOOPS(double, sqrt, fabs)
+
+PyDoc_STRVAR(adam_doc,
+"adam(params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq, c1, b2, c2, eps, step_size, shrink,\n"
+"     floor, negate) -> bool\n\n"
+"One Adam step of every parameter in place; the state arrays are flat (the parameters'\n"
+"sizes in order). shrink != 1: decoupled weight decay first; floor > 0: moments below it\n"
+"become 0; negate: maximize. False (nothing changed) if an array does not fit.");
+
+static PyObject *adam(PyObject *self, PyObject *args) {
+    PyObject *params, *grads, *st[3];
+    double c1, b2, c2, eps, step, shrink, floor_;
+    int negate;
+    if (!PyArg_ParseTuple(args, "OOOOOdddddddp:adam", &params, &grads, &st[0], &st[1], &st[2],
+                          &c1, &b2, &c2, &eps, &step, &shrink, &floor_, &negate))
+        return NULL;
+    /* the scalars are rounded to the arrays' precision once, as NumPy does with a Python float */
+    Group gr;
+    int n_state = st[2] == Py_None ? 2 : 3;
+    int got = acquire(&gr, params, grads, st, n_state);
+    if (got <= 0) return got < 0 ? NULL : Py_NewRef(Py_False);
+    int general = n_state == 3 || shrink != 1.0 || floor_ > 0 || negate;
+    int decay = shrink != 1.0;
+    Py_ssize_t off = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < gr.n_params; i++) {
+        if (gr.kind == 'f') {
+            Py_ssize_t n = gr.params[i].len / 4;
+            float *m = (float *)gr.state[0].buf + off, *v = (float *)gr.state[1].buf + off;
+            float *vmax = n_state == 3 ? (float *)gr.state[2].buf + off : NULL;
+            if (general)
+                adam_general_float(gr.params[i].buf, gr.grads[i].buf, m, v, vmax, n, (float)c1,
+                                   (float)b2, (float)c2, (float)eps, (float)step, (float)shrink,
+                                   decay, (float)floor_, negate);
+            else
+                adam_fast_float(gr.params[i].buf, gr.grads[i].buf, m, v, n, (float)c1, (float)b2,
+                                (float)c2, (float)eps, (float)step);
+            off += n;
+        } else {
+            Py_ssize_t n = gr.params[i].len / 8;
+            double *m = (double *)gr.state[0].buf + off, *v = (double *)gr.state[1].buf + off;
+            double *vmax = n_state == 3 ? (double *)gr.state[2].buf + off : NULL;
+            if (general)
+                adam_general_double(gr.params[i].buf, gr.grads[i].buf, m, v, vmax, n, c1, b2, c2,
+                                    eps, step, shrink, decay, floor_, negate);
+            else
+                adam_fast_double(gr.params[i].buf, gr.grads[i].buf, m, v, n, c1, b2, c2, eps, step);
+            off += n;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(&gr, gr.n_params, gr.n_state);
+    Py_RETURN_TRUE;
+}
+
+/* ---- RMSprop ---------------------------------------------------------------------------------
+   _rmsprop_math without centering or momentum: sq = sq alpha + (g g) c; d = sqrt(sq + eps)
+   (tf_style) or sqrt(sq) + eps; p = p - g / d * lr. */
+
+#define RMSPROP_LOOP(T, SQRT)                                                                      \
+    CLONES static void rmsprop_##T(T *restrict p, const T *restrict g, T *restrict sq,             \
+                                   Py_ssize_t n, T alpha, T c, T eps, T lr, int tf, int negate) {  \
+        for (Py_ssize_t i = 0; i < n; i++) {                                                       \
+            T gi = negate ? -g[i] : g[i];                                                          \
+            T s = sq[i] * alpha + (gi * gi) * c;                                                   \
+            sq[i] = s;                                                                             \
+            T d = tf ? SQRT(s + eps) : SQRT(s) + eps;                                              \
+            p[i] = p[i] - gi / d * lr;                                                             \
+        }                                                                                          \
+    }
+
+RMSPROP_LOOP(float, sqrtf)
+RMSPROP_LOOP(double, sqrt)
+
+PyDoc_STRVAR(rmsprop_doc,
+"rmsprop(params, grads, square_avg, alpha, c, eps, lr, tf_style, negate) -> bool\n\n"
+"One RMSprop step (no centering, no momentum) of every parameter in place; square_avg is\n"
+"flat. False (nothing changed) if an array does not fit.");
+
+static PyObject *rmsprop(PyObject *self, PyObject *args) {
+    PyObject *params, *grads, *st[1];
+    double alpha, c, eps, lr;
+    int tf, negate;
+    if (!PyArg_ParseTuple(args, "OOOddddpp:rmsprop", &params, &grads, &st[0], &alpha, &c, &eps,
+                          &lr, &tf, &negate))
+        return NULL;
+    Group gr;
+    int got = acquire(&gr, params, grads, st, 1);
+    if (got <= 0) return got < 0 ? NULL : Py_NewRef(Py_False);
+    Py_ssize_t off = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < gr.n_params; i++) {
+        if (gr.kind == 'f') {
+            Py_ssize_t n = gr.params[i].len / 4;
+            rmsprop_float(gr.params[i].buf, gr.grads[i].buf, (float *)gr.state[0].buf + off, n,
+                          (float)alpha, (float)c, (float)eps, (float)lr, tf, negate);
+            off += n;
+        } else {
+            Py_ssize_t n = gr.params[i].len / 8;
+            rmsprop_double(gr.params[i].buf, gr.grads[i].buf, (double *)gr.state[0].buf + off, n,
+                           alpha, c, eps, lr, tf, negate);
+            off += n;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    release(&gr, gr.n_params, gr.n_state);
+    Py_RETURN_TRUE;
+}
+
+static PyMethodDef methods[] = {
+    {"adam", adam, METH_VARARGS, adam_doc},
+    {"rmsprop", rmsprop, METH_VARARGS, rmsprop_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_fused",
+    "The flat optimizer updates of rlgrad.optim in one pass over the parameters (optional).", -1,
+    methods,
+};
+
+PyMODINIT_FUNC PyInit__fused(void) { return PyModule_Create(&module); }

@@ -1,0 +1,14 @@
+"""Everything is in pyproject.toml but the optional C module of the fused optimizer updates
+(rlgrad/optim/_fused.c): without a C compiler the install still succeeds and the optimizers use
+their NumPy path, which gives the same bits."""
+
+import sys
+
+from setuptools import Extension, setup
+
+# Bitwise equality with the NumPy path needs IEEE arithmetic as written: no FMA contraction, no
+# reassociation. errno is never read, so sqrt may stay a vector instruction.
+flags = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off", "-fno-math-errno"]
+
+setup(ext_modules=[Extension("rlgrad.optim._fused", ["rlgrad/optim/_fused.c"],
+                             extra_compile_args=flags, optional=True)])

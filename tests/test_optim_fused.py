@@ -1,0 +1,146 @@
+"""The fused optimizer updates (rlgrad/optim/_fused.c, one pass in C) against the NumPy flat
+path they replace: the same IEEE operations in the same order, so the same bits, edge cases
+(Adam's flush of tiny moments, inf and NaN gradients, amsgrad's NaN-propagating max) included."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from rlgrad import optim
+from rlgrad.optim import algorithms
+from rlgrad.tensor import _const, tensor
+
+fused = algorithms._fused
+
+
+def test_the_module_is_built_where_there_is_a_c_compiler():
+    if os.environ.get("RLGRAD_FUSED") == "0":
+        pytest.skip("RLGRAD_FUSED=0 turns the fused updates off")
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler: the NumPy path is the only one")
+    assert fused is not None, "rlgrad.optim._fused was not built: reinstall with `pip install -e .`"
+
+
+needs_fused = pytest.mark.skipif(fused is None, reason="rlgrad.optim._fused not built")
+
+SHAPES = [(7, 3), (7,), (5, 7), (1,), (2, 5)]
+
+
+def _params(dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    return [tensor(rng.normal(size=s).astype(dtype), requires_grad=True) for s in SHAPES]
+
+
+def _grads(rng, dtype, step, kind):
+    out = []
+    for i, s in enumerate(SHAPES):
+        g = rng.normal(size=s)
+        if i == 1:  # a parameter whose moments sink below Adam's flush floor
+            g = g * (1e-27 if dtype == np.float32 else 1e-300)
+        if i == 3 and step >= 30:
+            g = np.zeros(s)  # no gradient any more: the moments decay
+        if kind == "nonfinite" and i == 2 and step in (20, 21):
+            g.reshape(-1)[:3] = [np.inf, -np.inf, np.nan]
+        out.append(g.astype(dtype))
+    return out
+
+
+def _run(cls, kw, dtype, use_fused, steps, kind="normal", monkeypatch=None):
+    monkeypatch.setattr(algorithms, "_fused", fused if use_fused else None)
+    params = _params(dtype)
+    opt = cls(params, **kw)
+    rng = np.random.default_rng(1)
+    for t in range(steps):
+        for p, g in zip(params, _grads(rng, dtype, t, kind)):
+            p.grad = _const(g)
+        opt.step()
+    assert opt._flat, "the flat path should have been taken"
+    state = {k: dict(v) for k, v in opt.state_dict()["state"].items()}
+    return [p.data.copy() for p in params], state
+
+
+CASES = [
+    (optim.Adam, dict(lr=0.01)),
+    (optim.Adam, dict(lr=0.003, betas=(0.8, 0.99), eps=1e-6, maximize=True)),
+    (optim.Adam, dict(lr=0.01, amsgrad=True)),
+    (optim.AdamW, dict(lr=0.01, weight_decay=0.1)),
+    (optim.RMSprop, dict(lr=0.01)),
+    (optim.RMSprop, dict(lr=0.01, alpha=0.9, eps=1e-5, maximize=True)),
+    (optim.RMSpropTFLike, dict(lr=7e-4, alpha=0.99, eps=1e-5)),
+]
+
+
+@needs_fused
+@pytest.mark.parametrize("cls,kw", CASES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_update_equals_the_numpy_path_bit_for_bit(cls, kw, dtype, monkeypatch):
+    # 100 steps: through Adam's flushes of tiny moments at steps 50 and 100
+    ref = _run(cls, kw, dtype, False, 100, monkeypatch=monkeypatch)
+    got = _run(cls, kw, dtype, True, 100, monkeypatch=monkeypatch)
+    for a, b in zip(got[0], ref[0]):
+        assert a.tobytes() == b.tobytes()
+    assert got[1].keys() == ref[1].keys()
+    for k in ref[1]:
+        for key, v in ref[1][k].items():
+            assert np.asarray(got[1][k][key]).tobytes() == np.asarray(v).tobytes(), (k, key)
+    if cls is not optim.RMSprop and cls is not optim.RMSpropTFLike:
+        # the flush did happen at step 100: the tiny parameter's first moment is exactly zero
+        # (without it, the test could not tell a missing flush)
+        assert np.all(got[1][1]["exp_avg"] == 0)
+
+
+@needs_fused
+@pytest.mark.parametrize("cls,kw", [CASES[0], CASES[2], CASES[6]])
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # the NumPy path warns
+def test_inf_and_nan_gradients_give_the_same_result(cls, kw, monkeypatch):
+    ref = _run(cls, kw, np.float32, False, 25, "nonfinite", monkeypatch)
+    got = _run(cls, kw, np.float32, True, 25, "nonfinite", monkeypatch)
+    assert any(np.isnan(p).any() for p in ref[0])  # the case is really there
+    for a, b in zip(got[0], ref[0]):
+        np.testing.assert_array_equal(a, b)  # NaN where NaN, the same numbers elsewhere
+
+
+@needs_fused
+def test_unsuitable_arrays_leave_everything_unchanged_and_return_false():
+    p = [np.ones(3, np.float32), np.ones(2, np.float32)]
+    m, v = np.zeros(5, np.float32), np.zeros(5, np.float32)
+    args = (None, 0.1, 0.999, 0.001, 1e-8, 0.01, 1.0, 0.0, False)
+    before = [a.copy() for a in p]
+    bad = [
+        [np.ones(3, np.float32), np.ones(4, np.float32)[::2]],  # not contiguous
+        [np.ones(3, np.float64), np.ones(2, np.float32)],  # another dtype
+        [np.ones(3, np.float32), np.ones(3, np.float32)],  # another size
+        [np.ones(3, np.float32), p[1]],  # the gradient is the parameter
+    ]
+    for grads in bad:
+        assert fused.adam(p, grads, m, v, *args) is False
+        assert fused.rmsprop(p, grads, v, 0.99, 0.01, 1e-8, 0.01, True, False) is False
+    assert fused.adam(p, [np.ones(3, np.float32)], m, v, *args) is False  # one gradient short
+    assert fused.adam(p, [g.copy() for g in p], np.zeros(4, np.float32), v, *args) is False
+    ro = np.ones(3, np.float32)
+    ro.flags.writeable = False
+    assert fused.adam([ro, p[1]], [g.copy() for g in p], m, v, *args) is False
+    for a, b in zip(p, before):
+        np.testing.assert_array_equal(a, b)
+    assert not m.any() and not v.any()
+    with pytest.raises(TypeError):
+        fused.adam(p, 3, m, v, *args)
+    # and the ones that fit are updated
+    assert fused.adam(p, [g.copy() for g in p], m, v, *args) is True
+    assert np.all(p[0] < 1) and np.all(m == np.float32(0.1))
+
+
+@needs_fused
+def test_a_non_contiguous_gradient_takes_the_numpy_path(monkeypatch):
+    def run(use_fused):
+        monkeypatch.setattr(algorithms, "_fused", fused if use_fused else None)
+        w = tensor(np.arange(12, dtype=np.float32).reshape(3, 4) / 10, requires_grad=True)
+        opt = optim.Adam([w], lr=0.1)
+        for _ in range(3):
+            w.grad = _const((np.arange(12, dtype=np.float32).reshape(4, 3) - 5).T)  # a view
+            opt.step()
+        return w.data.copy()
+
+    np.testing.assert_array_equal(run(True), run(False))
