@@ -244,64 +244,65 @@ def _hand_flat_update(kind: str, P: np.ndarray, G: np.ndarray, m: np.ndarray, v:
     P -= buf
 
 
-def optim_rows() -> list[dict[str, Any]]:
-    """One optimizer step over a DQN's parameters, gradients given (microseconds, medians)."""
+def _optim_fns(kind: str, params: list[Any], grads: list[np.ndarray]) -> dict[str, Callable[[], Any]]:
+    """The step of each implementation of one optimizer, gradients already in place."""
     from rlgrad.optim import algorithms
 
+    make = ((lambda ps: optim.Adam(ps, lr=1e-3)) if kind == "adam"
+            else (lambda ps: optim.RMSpropTFLike(ps, lr=7e-4, eps=1e-5)))
+    fused_opt, numpy_opt, fused_mod = make(params), make(params), algorithms._fused
+
+    def numpy_path() -> None:
+        algorithms._fused = None  # the NumPy flat path, as with RLGRAD_FUSED=0
+        try:
+            numpy_opt.step()
+        finally:
+            algorithms._fused = fused_mod
+
+    P = np.concatenate([p.data.ravel() for p in params])
+    G = np.concatenate([g.ravel() for g in grads])
+    m, buf = np.zeros_like(P), np.empty_like(P)
+    v = np.zeros_like(P) if kind == "adam" else np.ones_like(P)  # RMSpropTFLike starts at 1
+    t = [0]
+
+    def hand() -> None:
+        t[0] += 1
+        _hand_flat_update(kind, P, G, m, v, buf, t[0])
+
+    fns: dict[str, Callable[[], Any]] = {"numpy": hand, "rlgrad_numpy": numpy_path}
+    if fused_mod is not None:
+        fns["rlgrad"] = fused_opt.step
+    try:
+        import torch
+    except ImportError:
+        return fns
+    torch.set_num_threads(1)
+    tparams = [torch.nn.Parameter(torch.from_numpy(p.data.copy())) for p in params]
+    for tp, g in zip(tparams, grads):
+        tp.grad = torch.from_numpy(g)
+    if kind == "adam":
+        fns["torch"] = torch.optim.Adam(tparams, lr=1e-3).step
+        fns["torch_fused"] = torch.optim.Adam(tparams, lr=1e-3, fused=True).step
+    else:  # torch's RMSprop (epsilon outside the root): the same passes
+        fns["torch"] = torch.optim.RMSprop(tparams, lr=7e-4, eps=1e-5).step
+    return fns
+
+
+def optim_rows() -> list[dict[str, Any]]:
+    """One optimizer step over a DQN's parameters, gradients given (microseconds, medians)."""
     rng = np.random.default_rng(0)
-    model = nn.MLP(OPTIM_SIZES)
-    params = list(model.parameters())
+    params = list(nn.MLP(OPTIM_SIZES).parameters())
     grads = [rng.standard_normal(p.shape).astype(np.float32) * 1e-2 for p in params]
     for p, g in zip(params, grads):
         p.grad = rlgrad.tensor(g)
     n = sum(p.data.size for p in params)
     rows = []
-    for kind, make in (("adam", lambda ps: optim.Adam(ps, lr=1e-3)),
-                       ("rmsprop", lambda ps: optim.RMSpropTFLike(ps, lr=7e-4, eps=1e-5))):
-        fused_opt, numpy_opt = make(params), make(params)
-        fused_mod = algorithms._fused
-
-        def numpy_path(opt: Any = numpy_opt) -> None:
-            algorithms._fused = None  # the NumPy flat path, as with RLGRAD_FUSED=0
-            try:
-                opt.step()
-            finally:
-                algorithms._fused = fused_mod
-
-        P = np.concatenate([p.data.ravel() for p in params])
-        G = np.concatenate([g.ravel() for g in grads])
-        m, buf = np.zeros_like(P), np.empty_like(P)
-        v = np.zeros_like(P) if kind == "adam" else np.ones_like(P)  # RMSpropTFLike starts at 1
-        t = [0]
-
-        def hand(P: np.ndarray = P, G: np.ndarray = G, m: np.ndarray = m, v: np.ndarray = v,
-                 buf: np.ndarray = buf, kind: str = kind) -> None:
-            t[0] += 1
-            _hand_flat_update(kind, P, G, m, v, buf, t[0])
-
-        fns: dict[str, Callable[[], Any]] = {"numpy": hand, "rlgrad_numpy": numpy_path}
-        if fused_mod is not None:
-            fns["rlgrad"] = fused_opt.step
-        try:
-            import torch
-
-            torch.set_num_threads(1)
-            tparams = [torch.nn.Parameter(torch.from_numpy(p.data.copy())) for p in params]
-            for tp, g in zip(tparams, grads):
-                tp.grad = torch.from_numpy(g)
-            if kind == "adam":
-                fns["torch"] = torch.optim.Adam(tparams, lr=1e-3).step
-                fns["torch_fused"] = torch.optim.Adam(tparams, lr=1e-3, fused=True).step
-            else:  # torch's RMSprop (epsilon outside the root): the same passes
-                fns["torch"] = torch.optim.RMSprop(tparams, lr=7e-4, eps=1e-5).step
-        except ImportError:
-            pass
+    for kind, name in (("adam", "Adam"), ("rmsprop", "RMSprop")):
         with np.errstate(all="ignore"):
-            times = _time(fns)
-        row: dict[str, Any] = {"case": f"{'Adam' if kind == 'adam' else 'RMSprop'} step, "
-                                       f"{n:,} parameters"}
-        for name in ("numpy", "rlgrad", "rlgrad_numpy", "torch", "torch_fused"):
-            row[f"{name}_us"] = times[name] * 1e6 if name in times else None
+            times = _time(_optim_fns(kind, params, grads))
+        row: dict[str, Any] = {"case": f"{name} step, {n:,} parameters"}
+        for impl in ("numpy", "rlgrad", "rlgrad_numpy", "torch", "torch_fused"):
+            row[f"{impl}_us"] = times[impl] * 1e6 if impl in times else None
         rows.append(row)
     return rows
 
