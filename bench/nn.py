@@ -84,26 +84,32 @@ class _NumpyMLPAdam:
                 g = (g @ ps[2 * i]) * (pre[i - 1] > 0)
         self.t += 1
         b1, b2, eps, lr, t = self.b1, self.b2, self.eps, self.lr, self.t
-        bc1, bc2s = 1 - b1**t, np.sqrt(1 - b2**t)
         if self.flat:
             np.concatenate(grads, axis=None, out=self.G)
             triples = [(self.P, self.G, self.fm, self.fv, self.fbuf)]
         else:
             triples = list(zip(ps, grads, self.m, self.v, self.buf))
         for p, gr, m, v, buf in triples:
-            np.subtract(gr, m, out=buf)
-            buf *= 1 - b1
-            m += buf
-            v *= b2
-            np.multiply(gr, gr, out=buf)
-            buf *= 1 - b2
-            v += buf
-            np.sqrt(v, out=buf)
-            buf += eps * bc2s
-            np.divide(m, buf, out=buf)
-            buf *= lr * bc2s / bc1
-            p -= buf
+            _hand_adam(p, gr, m, v, buf, t, lr, b1, b2, eps)
         return loss
+
+
+def _hand_adam(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, buf: np.ndarray,
+               t: int, lr: float, b1: float, b2: float, eps: float) -> None:
+    """Adam written by hand, one ufunc per operation."""
+    bc1, bc2s = 1 - b1**t, np.sqrt(1 - b2**t)
+    np.subtract(g, m, out=buf)
+    buf *= 1 - b1
+    m += buf
+    v *= b2
+    np.multiply(g, g, out=buf)
+    buf *= 1 - b2
+    v += buf
+    np.sqrt(v, out=buf)
+    buf += eps * bc2s
+    np.divide(m, buf, out=buf)
+    buf *= lr * bc2s / bc1
+    p -= buf
 
 
 def _rlgrad_step(sizes: tuple[int, ...]) -> Callable[[np.ndarray, np.ndarray], float]:
@@ -218,29 +224,17 @@ def _hand_flat_update(kind: str, P: np.ndarray, G: np.ndarray, m: np.ndarray, v:
                       buf: np.ndarray, t: int) -> None:
     """The floor: the update written by hand on flat arrays, one ufunc per operation."""
     if kind == "adam":
-        b1, b2, eps, lr = 0.9, 0.999, 1e-8, 1e-3
-        bc1, bc2s = 1 - b1**t, np.sqrt(1 - b2**t)
-        np.subtract(G, m, out=buf)
-        buf *= 1 - b1
-        m += buf
-        v *= b2
-        np.multiply(G, G, out=buf)
-        buf *= 1 - b2
-        v += buf
-        np.sqrt(v, out=buf)
-        buf += eps * bc2s
-        np.divide(m, buf, out=buf)
-        buf *= lr * bc2s / bc1
-    else:  # RMSprop, TensorFlow's epsilon (Stable-Baselines3's A2C)
-        alpha, eps, lr = 0.99, 1e-5, 7e-4
-        v *= alpha
-        np.multiply(G, G, out=buf)
-        buf *= 1 - alpha
-        v += buf
-        np.add(v, eps, out=buf)
-        np.sqrt(buf, out=buf)
-        np.divide(G, buf, out=buf)
-        buf *= lr
+        _hand_adam(P, G, m, v, buf, t, 1e-3, 0.9, 0.999, 1e-8)
+        return
+    alpha, eps, lr = 0.99, 1e-5, 7e-4  # RMSprop, TensorFlow's epsilon (Stable-Baselines3's A2C)
+    v *= alpha
+    np.multiply(G, G, out=buf)
+    buf *= 1 - alpha
+    v += buf
+    np.add(v, eps, out=buf)
+    np.sqrt(buf, out=buf)
+    np.divide(G, buf, out=buf)
+    buf *= lr
     P -= buf
 
 
