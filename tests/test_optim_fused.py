@@ -144,3 +144,13 @@ def test_a_non_contiguous_gradient_takes_the_numpy_path(monkeypatch):
         return w.data.copy()
 
     np.testing.assert_array_equal(run(True), run(False))
+
+
+def test_rlgrad_fused_0_turns_it_off():
+    import subprocess
+    import sys
+
+    code = "import rlgrad.optim.algorithms as a; print(a._fused is None)"
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "RLGRAD_FUSED": "0"},
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "True"

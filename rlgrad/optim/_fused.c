@@ -155,7 +155,6 @@ static PyObject *adam(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOOOOdddddddp:adam", &params, &grads, &st[0], &st[1], &st[2],
                           &c1, &b2, &c2, &eps, &step, &shrink, &floor_, &negate))
         return NULL;
-    /* the scalars are rounded to the arrays' precision once, as NumPy does with a Python float */
     Group gr;
     int n_state = st[2] == Py_None ? 2 : 3;
     int got = acquire(&gr, params, grads, st, n_state);
@@ -163,6 +162,7 @@ static PyObject *adam(PyObject *self, PyObject *args) {
     int general = n_state == 3 || shrink != 1.0 || floor_ > 0 || negate;
     int decay = shrink != 1.0;
     Py_ssize_t off = 0;
+    /* float32: each scalar is rounded to float once, as NumPy rounds a Python float operand */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < gr.n_params; i++) {
         if (gr.kind == 'f') {
