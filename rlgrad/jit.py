@@ -191,7 +191,7 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
 
     # Generate one line per op; identity-like ops just rename.
     lines: list[tuple[str, str, list[str]]] = []  # (target, code, names used)
-    writers: dict[str, tuple[Callable, str, str, np.ndarray]] = {}  # in-place forms, see below
+    writers: dict[str, tuple[str, str, str, np.ndarray]] = {}  # in-place forms, see below
     for k, (p, args, kwargs, res) in enumerate(tape):
         keep_alive.append(res)
         if p.fwd is None:
@@ -207,9 +207,9 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
             code = f"{name} = {fn}({call_args})  # {p.name}"
             lines.append((name, code, _names(code)))
             value = res.data
-            if (p.fwd_out is not None and type(value) is np.ndarray and value.ndim
-                    and "out" not in kwargs):  # (fwd_out, its arguments, op name, traced value)
-                writers[name] = (p.fwd_out, call_args, p.name, value)
+            if (p.writes_out and type(value) is np.ndarray and value.ndim
+                    and "out" not in kwargs):  # (forward, its arguments, op name, traced value)
+                writers[name] = (fn, call_args, p.name, value)
         slot[id(res)] = name
         # A traced value may come back unwrapped (an index computed in the step, e.g. an argmax,
         # reaches x[rows, a] as its array): map its array to the same variable, never a constant.
@@ -241,14 +241,14 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
 
 
 def _reuse_buffers(body: list, outs: list[str],
-                   writers: dict[str, tuple[Callable, str, str, Any]],
+                   writers: dict[str, tuple[str, str, str, Any]],
                    const: Callable[[Any], str]) -> list:
     """Write every intermediate value that can be written in place (its primitive has a
-    ``fwd_out``) into a buffer allocated here, once, instead of a fresh array per call: no
+    ``writes_out``) into a buffer allocated here, once, instead of a fresh array per call: no
     allocator round trip, and memory that stays in cache from one call to the next.
 
     * A value the caller can still see after the call gets none: the outputs, and whatever an
-      output may be a view of (ops without ``fwd_out``, such as reshape or transpose, may return
+      output may be a view of (ops without ``writes_out``, such as reshape or transpose, may return
       views of their arguments).
     * Values whose lives do not overlap share a buffer, as registers are allocated: a buffer is
       free again after the last line that reads its value or any view of it, and the line that
@@ -280,12 +280,12 @@ def _reuse_buffers(body: list, outs: list[str],
     new_body = []
     for i, (target, code, used) in enumerate(body):
         if target in buffered:
-            fwd_out, args, op_name, value = writers[target]
+            fn, args, op_name, value = writers[target]
             key = (value.shape, value.dtype.str)
             pool = free.get(key)
             buf = pool.pop() if pool else const(_empty_aligned(value.shape, value.dtype))
             holder[target] = buf
-            code = f"{target} = {const(fwd_out)}({args}, out={buf})  # {op_name}, in place"
+            code = f"{target} = {fn}({args}, out={buf})  # {op_name}, in place"
             if target not in last_use:  # never read: free at once
                 free.setdefault(key, []).append(buf)
         for r in releases.get(i, ()):  # after this line, these buffers are free again

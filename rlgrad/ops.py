@@ -209,7 +209,7 @@ def _relu(x: Any, out: Any = None) -> Any:
     return np.maximum(x, 0, out=out)
 
 
-relu = primitive(_relu, "relu", arity=1, fwd_out=_relu)
+relu = primitive(_relu, "relu", arity=1, writes_out=True)
 defvjp(relu, lambda g, ans, x: g * (x > 0))
 
 
@@ -225,7 +225,7 @@ def _clip(x: Any, a_min: Any = None, a_max: Any = None, out: Any = None) -> Any:
     return np.clip(x, a_min, a_max, out=out)
 
 
-_clip_p = primitive(_clip, "clip", fwd_out=_clip)
+_clip_p = primitive(_clip, "clip", writes_out=True)
 defvjp(
     _clip_p,
     lambda g, ans, x, lo=None, hi=None: g * _inside(x, lo, hi),
@@ -334,7 +334,7 @@ def _sum(x: Any, axis: Any = None, keepdims: bool = False, out: Any = None) -> A
     return x.sum(axis=axis, keepdims=keepdims, out=out)  # the method skips np.sum's dispatch
 
 
-sum = primitive(_sum, "sum", arity=1, fwd_out=_sum)  # noqa: A001
+sum = primitive(_sum, "sum", arity=1, writes_out=True)  # noqa: A001
 defvjp(sum, lambda g, ans, x, axis=None, keepdims=False:
        broadcast_to(_regrow(g, x, axis, keepdims), _shape(x)))
 

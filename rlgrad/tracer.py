@@ -98,14 +98,14 @@ class set_grad_enabled(_GradModeContext):
 class Primitive:
     """One differentiable operation: its NumPy forward and its VJP rules, side by side."""
 
-    __slots__ = ("name", "fwd", "fwd_out", "vjps", "vjp_argnum", "nondiff", "cut_reason")
+    __slots__ = ("name", "fwd", "writes_out", "vjps", "vjp_argnum", "nondiff", "cut_reason")
 
     def __init__(self, fwd: Callable, name: str, nondiff: bool = False,
-                 fwd_out: Callable | None = None) -> None:
+                 writes_out: bool = False) -> None:
         self.fwd = fwd
-        # The forward writing into a given array, ``fwd_out(*args, out=buf, **kwargs)``, for
-        # ``rlgrad.jit``'s reused buffers; a ufunc is its own. None: the op may return a view.
-        self.fwd_out = fwd if fwd_out is None and isinstance(fwd, np.ufunc) else fwd_out
+        # Whether ``fwd(*args, out=buf, **kwargs)`` writes its result into ``buf`` (a ufunc does),
+        # for ``rlgrad.jit``'s reused buffers; False: the op may return a view.
+        self.writes_out = writes_out or isinstance(fwd, np.ufunc)
         self.name = name
         self.vjps: tuple[Callable | None, ...] | None = None
         self.vjp_argnum: Callable | None = None  # rule(i, g, ans, *args) for variadic primitives
@@ -249,15 +249,15 @@ def _binary(p: Primitive) -> Callable:
 
 
 def primitive(fwd: Callable, name: str | None = None, nondiff: bool = False,
-              arity: int | None = None, fwd_out: Callable | None = None) -> Callable:
+              arity: int | None = None, writes_out: bool = False) -> Callable:
     """Wrap NumPy function ``fwd`` as a traced primitive; attach its rules with ``defvjp``.
 
     ``arity=1``: one tensor argument first, any further arguments static (never Tensors: axes,
     shapes, indices); ``arity=2``: two arguments, no keywords. Both pick a faster call path.
-    ``fwd_out``: the same computation written into ``out=`` (the same bits), which lets compiled
-    steps reuse one buffer per intermediate value; a NumPy ufunc needs none.
+    ``writes_out=True``: ``fwd`` also takes ``out=`` and writes the same bits there, which lets
+    compiled steps reuse one buffer per intermediate value (a NumPy ufunc always does).
     """
-    p = Primitive(fwd, name or getattr(fwd, "__name__", "op"), nondiff, fwd_out)
+    p = Primitive(fwd, name or getattr(fwd, "__name__", "op"), nondiff, writes_out)
     if arity == 1:
         call = _unary(p)
     elif arity == 2:

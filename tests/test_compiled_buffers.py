@@ -12,6 +12,7 @@ from rlgrad import autograd
 from rlgrad.gradcheck import check_grads
 from rlgrad.nn import functional as F
 from rlgrad.ops import _clip
+from rlgrad.optim import algorithms
 
 
 def _dead_unit_batch(rows: int = 32, units: int = 96, inputs: int = 80, dead: float = 0.7,
@@ -201,7 +202,7 @@ def test_values_with_disjoint_lives_share_buffers_and_views_keep_theirs_alive() 
         np.testing.assert_array_equal(got[1], want[1].data)
 
 
-def test_reused_buffers_start_on_a_cache_line() -> None:
+def test_reused_buffers_start_on_a_cache_line(monkeypatch: pytest.MonkeyPatch) -> None:
     from rlgrad.creation import _empty_aligned
 
     for shape, dtype in (((3, 5), np.float32), ((7,), np.float64), ((), np.float32), ((0,), np.int64)):
@@ -219,6 +220,7 @@ def test_reused_buffers_start_on_a_cache_line() -> None:
     opt = rlgrad.optim.Adam(params, lr=1e-3)
     for p in params:
         p.grad = rlgrad.tensor(np.ones_like(p.data))
+    monkeypatch.setattr(algorithms, "_fused", None)  # the NumPy path, whose g and buf exist
     opt.step()
     flat = next(iter(opt._flat.values()))
     assert all(a.ctypes.data % 64 == 0 for a in (flat.g, flat.buf, *flat.arrays.values()))

@@ -110,9 +110,9 @@ def _linear_grad_weight(g: Any, x: Any, out: Any = None) -> Any:
 
 
 _linear_grad_input_p = primitive(_linear_grad_input, "linear_grad_input", arity=2,
-                                 fwd_out=_linear_grad_input)
+                                 writes_out=True)
 _linear_grad_weight_p = primitive(_linear_grad_weight, "linear_grad_weight", arity=2,
-                                  fwd_out=_linear_grad_weight)
+                                  writes_out=True)
 # g @ W: d/dg is c @ W.T = linear(c, W), d/dW is g.T @ c; g.T @ x: d/dg is x @ c.T, d/dx is g @ c.
 defvjp(_linear_grad_input_p, lambda c, ans, g, w: _linear_p(c, w),
        lambda c, ans, g, w: _linear_grad_weight_p(g, c))
@@ -124,7 +124,7 @@ def _linear_vjp_b(g: Any, ans: Any, x: Any, weight: Any, bias: Any = None) -> An
     return g if g.ndim == 1 else _rows(g).sum(axis=0)
 
 
-_linear_p = primitive(_linear, "linear", fwd_out=_linear)
+_linear_p = primitive(_linear, "linear", writes_out=True)
 defvjp(_linear_p, lambda g, ans, x, weight, bias=None: _linear_grad_input_p(g, weight),
        lambda g, ans, x, weight, bias=None: _linear_grad_weight_p(g, x), _linear_vjp_b)
 

@@ -99,7 +99,7 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
 }
 
 /* ---- Adam ------------------------------------------------------------------------------------
-   _adam_math with g_is_scratch: v = v b2 + (g g) c2; m = m + (g - m) c1; every `flush` steps
+   _adam_math: m = m + (g - m) c1; v = v b2 + (g g) c2; every `flush` steps
    |m|, |v| < floor become 0; amsgrad: vmax = max(vmax, v), NaN-propagating like np.maximum;
    p = p shrink (AdamW) - m / (sqrt(v) + eps) * step_size. */
 
@@ -135,6 +135,27 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
             T x = decay ? p[i] * shrink : p[i];                                                    \
             p[i] = x - mm / (SQRT(vv) + eps) * step;                                               \
         }                                                                                          \
+    }                                                                                              \
+    /* every parameter in turn, its slice of the flat state; each scalar is rounded to T once,  \
+       as NumPy rounds a Python float operand */                                                   \
+    static void adam_group_##T(const Group *gr, double c1, double b2, double c2, double eps,       \
+                               double step, double shrink, double floor_, int negate) {            \
+        int general = gr->n_state == 3 || shrink != 1.0 || floor_ > 0 || negate;                  \
+        T *m = gr->state[0].buf, *v = gr->state[1].buf;                                            \
+        T *vmax = gr->n_state == 3 ? gr->state[2].buf : NULL;                                      \
+        for (Py_ssize_t i = 0; i < gr->n_params; i++) {                                            \
+            Py_ssize_t n = gr->params[i].len / (Py_ssize_t)sizeof(T);                              \
+            if (general)                                                                           \
+                adam_general_##T(gr->params[i].buf, gr->grads[i].buf, m, v, vmax, n, (T)c1,       \
+                                 (T)b2, (T)c2, (T)eps, (T)step, (T)shrink, shrink != 1.0,          \
+                                 (T)floor_, negate);                                               \
+            else                                                                                   \
+                adam_fast_##T(gr->params[i].buf, gr->grads[i].buf, m, v, n, (T)c1, (T)b2, (T)c2,  \
+                              (T)eps, (T)step);                                                    \
+            m += n;                                                                                \
+            v += n;                                                                                \
+            if (vmax) vmax += n;                                                                   \
+        }                                                                                          \
     }
 
 ADAM_LOOPS(float, sqrtf, fabsf)
@@ -158,36 +179,11 @@ static PyObject *adam(PyObject *self, PyObject *args) {
     int n_state = st[2] == Py_None ? 2 : 3;
     int got = acquire(&gr, params, grads, st, n_state);
     if (got <= 0) return got < 0 ? NULL : Py_NewRef(Py_False);
-    int general = n_state == 3 || shrink != 1.0 || floor_ > 0 || negate;
-    int decay = shrink != 1.0;
-    Py_ssize_t off = 0;
-    /* float32: each scalar is rounded to float once, as NumPy rounds a Python float operand */
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < gr.n_params; i++) {
-        if (gr.kind == 'f') {
-            Py_ssize_t n = gr.params[i].len / 4;
-            float *m = (float *)gr.state[0].buf + off, *v = (float *)gr.state[1].buf + off;
-            float *vmax = n_state == 3 ? (float *)gr.state[2].buf + off : NULL;
-            if (general)
-                adam_general_float(gr.params[i].buf, gr.grads[i].buf, m, v, vmax, n, (float)c1,
-                                   (float)b2, (float)c2, (float)eps, (float)step, (float)shrink,
-                                   decay, (float)floor_, negate);
-            else
-                adam_fast_float(gr.params[i].buf, gr.grads[i].buf, m, v, n, (float)c1, (float)b2,
-                                (float)c2, (float)eps, (float)step);
-            off += n;
-        } else {
-            Py_ssize_t n = gr.params[i].len / 8;
-            double *m = (double *)gr.state[0].buf + off, *v = (double *)gr.state[1].buf + off;
-            double *vmax = n_state == 3 ? (double *)gr.state[2].buf + off : NULL;
-            if (general)
-                adam_general_double(gr.params[i].buf, gr.grads[i].buf, m, v, vmax, n, c1, b2, c2,
-                                    eps, step, shrink, decay, floor_, negate);
-            else
-                adam_fast_double(gr.params[i].buf, gr.grads[i].buf, m, v, n, c1, b2, c2, eps, step);
-            off += n;
-        }
-    }
+    if (gr.kind == 'f')
+        adam_group_float(&gr, c1, b2, c2, eps, step, shrink, floor_, negate);
+    else
+        adam_group_double(&gr, c1, b2, c2, eps, step, shrink, floor_, negate);
     Py_END_ALLOW_THREADS
     release(&gr, gr.n_params, gr.n_state);
     Py_RETURN_TRUE;
@@ -206,6 +202,16 @@ static PyObject *adam(PyObject *self, PyObject *args) {
             sq[i] = s;                                                                             \
             T d = tf ? SQRT(s + eps) : SQRT(s) + eps;                                              \
             p[i] = p[i] - gi / d * lr;                                                             \
+        }                                                                                          \
+    }                                                                                              \
+    static void rmsprop_group_##T(const Group *gr, double alpha, double c, double eps, double lr,  \
+                                  int tf, int negate) {                                            \
+        T *sq = gr->state[0].buf;                                                                  \
+        for (Py_ssize_t i = 0; i < gr->n_params; i++) {                                            \
+            Py_ssize_t n = gr->params[i].len / (Py_ssize_t)sizeof(T);                              \
+            rmsprop_##T(gr->params[i].buf, gr->grads[i].buf, sq, n, (T)alpha, (T)c, (T)eps,        \
+                        (T)lr, tf, negate);                                                        \
+            sq += n;                                                                               \
         }                                                                                          \
     }
 
@@ -227,21 +233,11 @@ static PyObject *rmsprop(PyObject *self, PyObject *args) {
     Group gr;
     int got = acquire(&gr, params, grads, st, 1);
     if (got <= 0) return got < 0 ? NULL : Py_NewRef(Py_False);
-    Py_ssize_t off = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < gr.n_params; i++) {
-        if (gr.kind == 'f') {
-            Py_ssize_t n = gr.params[i].len / 4;
-            rmsprop_float(gr.params[i].buf, gr.grads[i].buf, (float *)gr.state[0].buf + off, n,
-                          (float)alpha, (float)c, (float)eps, (float)lr, tf, negate);
-            off += n;
-        } else {
-            Py_ssize_t n = gr.params[i].len / 8;
-            rmsprop_double(gr.params[i].buf, gr.grads[i].buf, (double *)gr.state[0].buf + off, n,
-                           alpha, c, eps, lr, tf, negate);
-            off += n;
-        }
-    }
+    if (gr.kind == 'f')
+        rmsprop_group_float(&gr, alpha, c, eps, lr, tf, negate);
+    else
+        rmsprop_group_double(&gr, alpha, c, eps, lr, tf, negate);
     Py_END_ALLOW_THREADS
     release(&gr, gr.n_params, gr.n_state);
     Py_RETURN_TRUE;
