@@ -17,22 +17,20 @@ $(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c | $(PY)
 	touch $@
 
 $(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c | $(PY)
-	$(PY) -m pip install --quiet -e ".[dev,rl]"
+	$(PY) -m pip install --quiet -e ".[dev,rl,compare]"
 	touch $@
 
 # Trains PPO on CartPole-v1 to a return of 500, evaluates it, prints the run directory and its plot.
 run: $(RUN_STAMP)
 	$(PY) -m rlgrad.cli demo
 
+# -rs: every skipped test prints its reason (only what cannot be installed may skip)
 test: $(TEST_STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -rs
 
-# Benchmarks compare against PyTorch / HIPS autograd when installed: `make bench-deps` adds them.
+# Benchmarks compare against PyTorch / HIPS autograd / SB3 (installed by the test dependencies).
 bench: $(TEST_STAMP)
 	$(PY) bench/engine.py
-
-bench-deps: $(TEST_STAMP)
-	$(PY) -m pip install --quiet -e ".[compare]"
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check rlgrad tests bench examples
