@@ -197,3 +197,28 @@ def test_mean_of_an_empty_array_is_nan_as_numpy_and_torch():
         m.sum().backward()
     np.testing.assert_array_equal(m.data, torch.ones((0, 3), dtype=torch.float64).mean(0).numpy())
     assert t.grad.shape == (0, 3)
+
+
+# ---- xlogy at x == 0 (found by tests/test_random_programs.py) -------------------------------------
+@pytest.mark.parametrize("name", ["xlogy", "xlog1py"])
+def test_xlogy_gradient_at_zero_x_is_log_y(name):
+    """x * log(y) is smooth in x at x == 0 when y is inside log's domain: its derivative there is
+    log(y) (the old mask made it 0); only where y is outside (y <= 0) is it defined as 0."""
+    from rlgrad import special
+
+    fn = getattr(special, name)
+    shift = 0.0 if name == "xlogy" else -1.0
+    x = np.array([0.0, 0.0, 0.0, 1.5, -0.5])
+    y = np.array([0.5, 2.0, 0.0, 3.0, 0.25]) + shift
+    with np.errstate(divide="ignore"):
+        log_y = np.log(y - shift)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gx = rlgrad.grad(lambda x: rnp.sum(fn(x, y)))(x)
+        gy = rlgrad.grad(lambda y: rnp.sum(fn(x, y)))(y)
+    np.testing.assert_allclose(gx, [log_y[0], log_y[1], 0.0, log_y[3], log_y[4]], rtol=1e-14)
+    np.testing.assert_allclose(gy, [0.0, 0.0, 0.0, 1.5 / 3.0, -0.5 / 0.25], rtol=1e-14)
+    inside = np.array([0.0, 0.0, 1.5, -0.5]), np.array([0.5, 2.0, 3.0, 0.25]) + shift
+    rlgrad.check_grads(fn, order=2)(*inside)
+    scipy_special = pytest.importorskip("scipy.special")
+    np.testing.assert_array_equal(fn(x, y), getattr(scipy_special, name)(x, y))
