@@ -12,7 +12,7 @@ from rlgrad import (
     autograd,  # noqa: F401 - installs Tensor.backward
     numpy,  # noqa: F401 - installs NumPy dispatch on Tensors
 )
-from rlgrad import ops as _ops  # noqa: F401 - installs the Tensor operators
+from rlgrad import tensor_methods as _tensor_methods  # noqa: F401 - installs the Tensor operators
 from rlgrad.creation import (  # noqa: F401
     arange,
     cat,

@@ -1,8 +1,8 @@
 """The Tensor: an ndarray, a ``requires_grad`` flag, a ``.grad``, and (when it was computed by a
 recorded primitive) the link to that primitive and its arguments.
 
-Operators and methods are attached at the bottom of ``rlgrad/ops.py`` next to the primitives they
-call, so that every forward and gradient lives in one table.
+Operators and methods are attached by ``rlgrad/tensor_methods.py``; each calls a primitive of
+``rlgrad/ops.py``, where every forward and gradient lives.
 """
 
 from __future__ import annotations
@@ -255,3 +255,16 @@ def _node(data: Any, op: Any, args: tuple, kw: dict) -> Tensor:
     t._retain = False
     t._seq = _next_seq()
     return t
+
+
+# Shape queries that work on a Tensor, an ndarray or a Python scalar/list alike.
+def _shape(x: Any) -> tuple[int, ...]:
+    return x.shape if hasattr(x, "shape") else np.shape(x)
+
+
+def _ndim(x: Any) -> int:
+    return x.ndim if hasattr(x, "ndim") else np.ndim(x)
+
+
+def _size(x: Any) -> int:
+    return x.size if hasattr(x, "size") else np.size(x)
