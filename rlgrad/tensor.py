@@ -52,7 +52,7 @@ class Tensor:
     ``data`` is the underlying NumPy array (not a Tensor, unlike PyTorch's ``.data``).
     """
 
-    # _cut (set only where a gradient path was cut: see tracer.apply) is read with getattr.
+    # _cut: (op, reason, sources) where a gradient path was cut (see tracer._record), else None.
     __slots__ = ("data", "requires_grad", "grad", "_op", "_args", "_kw", "_retain", "_seq", "_cut",
                  "__weakref__")
     __array_priority__ = 1000  # so ndarray <op> Tensor defers to the Tensor's reflected operator
@@ -65,6 +65,7 @@ class Tensor:
         self._args = None
         self._kw = None
         self._retain = False
+        self._cut = None
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_(True)
@@ -241,19 +242,7 @@ def _const(data: Any) -> Tensor:
     t._args = None
     t._kw = None
     t._retain = False
-    return t
-
-
-def _node(data: Any, op: Any, args: tuple, kw: dict) -> Tensor:
-    t = _new(Tensor)
-    t.data = data
-    t.requires_grad = True
-    t.grad = None
-    t._op = op
-    t._args = args
-    t._kw = kw
-    t._retain = False
-    t._seq = _next_seq()
+    t._cut = None
     return t
 
 
