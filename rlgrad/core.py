@@ -16,7 +16,7 @@ from heapq import heappush as _heappush
 from typing import Any
 
 from rlgrad.ops import _sum_to, sum_to
-from rlgrad.tensor import Tensor, _const, _Trace
+from rlgrad.tensor import Tensor, _Trace, constant
 from rlgrad.tracer import _GradMode, pass_through
 
 NO_GRAD_HINT = (
@@ -155,7 +155,7 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
         n = len(args)
         if create_graph:  # rules get the graph's Tensors, and are recorded
             ans, argv = t, args
-            g = g if isinstance(g, Tensor) else _const(g)
+            g = g if isinstance(g, Tensor) else constant(g)
             d0 = args[0]
             d1 = args[1] if n == 2 else None
         else:
@@ -224,7 +224,7 @@ def _write_leaf_grads(leaves: list[Tensor], grads: dict[int, Any], create_graph:
                 if gid in given:
                     g = g.copy()  # rules may hand one array to several leaves (add's g, g):
                 given.add(gid)  # each .grad gets its own, so an in-place edit touches one
-            leaf.grad = _const(g)
+            leaf.grad = constant(g)
         else:
             _add_to_grad(leaf, g)
 
@@ -238,10 +238,10 @@ def match_dtype(g: Any, like: Tensor) -> Any:
 def _add_to_grad(t: Tensor, g: Any) -> None:
     g = match_dtype(g, t)
     if not isinstance(g, Tensor):
-        g = _const(g)
+        g = constant(g)
     if t.grad is None:
         t.grad = g
     elif g.requires_grad or t.grad.requires_grad:
         t.grad = t.grad + g
     else:
-        t.grad = _const(t.grad.data + g.data)
+        t.grad = constant(t.grad.data + g.data)

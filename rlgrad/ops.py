@@ -825,12 +825,12 @@ defvjp(cholesky, _cholesky_vjp)
 # ---------------------------------------------------------------------------------------------
 # Cutting the graph
 # ---------------------------------------------------------------------------------------------
-def _same(x: Any) -> Any:
+def _identity(x: Any) -> Any:  # the forward of both stop_gradient and identity
     return x
 
 
 # A primitive (not a bare constructor) so that rlgrad.jit sees it; nondiff: the output is a leaf.
-stop_gradient = primitive(_same, "stop_gradient", nondiff=True, arity=1)
+stop_gradient = primitive(_identity, "stop_gradient", nondiff=True, arity=1)
 stop_gradient.__doc__ = """The value of ``x`` with no gradient flowing back through it, at every
 nesting level (JAX's ``lax.stop_gradient``, PyTorch's ``detach``). Plain arrays pass through."""
 
@@ -868,11 +868,7 @@ def ravel(x: Any) -> Any:
     return reshape(x, (-1,))
 
 
-def _identity_fwd(x: Any) -> Any:
-    return x
-
-
-identity = primitive(_identity_fwd, "identity", arity=1)
+identity = primitive(_identity, "identity", arity=1)
 defvjp(identity, pass_through)
 
 

@@ -228,12 +228,16 @@ def tensor(data: Any, requires_grad: bool = False, dtype: Any = None) -> Tensor:
 # from it, so sorting by this number gives the backward pass its topological order.
 _next_seq = itertools.count().__next__
 
-# Fast constructors used by the tracer; they bypass __init__'s checks (the data is already an
-# array produced by NumPy and the flags are known).
+# The fast constructor: it bypasses __init__'s checks (the data is already an array produced by
+# NumPy and the flags are known).
 _new = object.__new__
 
 
-def _const(data: Any) -> Tensor:
+def constant(data: Any) -> Tensor:
+    """``data`` as a Tensor that never requires grad, with no copy and no conversion: the result
+    of an op that records nothing, a gradient handed to ``.grad``, a value put in a graph as a
+    constant. ``data`` must already be a NumPy array or NumPy scalar (``rlgrad.tensor`` converts
+    and copies anything else); the Tensor shares its memory, as ``torch.from_numpy`` does."""
     t = _new(Tensor)
     t.data = data
     t.requires_grad = False
@@ -244,6 +248,9 @@ def _const(data: Any) -> Tensor:
     t._retain = False
     t._cut = None
     return t
+
+
+_const = constant  # the name ~18 modules imported before it was public
 
 
 # Shape queries that work on a Tensor, an ndarray or a Python scalar/list alike.

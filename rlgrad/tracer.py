@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import Tensor, _const, _new, _next_seq, _Trace
+from rlgrad.tensor import Tensor, _new, _next_seq, _Trace, constant
 
 
 class _GradMode:
@@ -152,7 +152,7 @@ def _record(p: Primitive, out: Any, args: tuple, kwargs: dict, needs_grad: bool)
         res._seq = _next_seq()
         res._cut = None
     else:
-        res = _const(out)
+        res = constant(out)
         if needs_grad:
             res._cut = (p.name, p.cut_reason, args)
         else:
