@@ -128,6 +128,22 @@ def _seed(roots: Sequence[Tensor], root_grads: Sequence[Any],
     return grads, leaves, heap
 
 
+def _refuse_modified(t: Tensor, a: Tensor) -> None:
+    """``a`` (an argument of ``t``'s op, or ``t`` itself) was written in place after ``t`` was
+    computed: torch's "modified by an inplace operation" error, unless the op's rules read no
+    values at all (an add passes its gradient through, whatever the values were)."""
+    rules = t._op.vjps
+    if rules is not None and all(r is None or r is pass_through for r in rules):
+        return
+    where = next((i for i, x in enumerate(t._args) if x is a), None)
+    what = "its output" if where is None else f"argument {where}"
+    raise RuntimeError(
+        f"one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: {what} of {t._op.name} (a {a.dtype} tensor of shape {a.shape}) was written "
+        f"after {t._op.name} used it, so its gradient would be computed from the new values. "
+        f"Write into a copy (x.clone()), or build the graph after the write")
+
+
 def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: list[Tensor],
                wanted: set[int] | None, visit: set[int] | None, retain_graph: bool,
                create_graph: bool) -> None:
@@ -153,21 +169,39 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
             raise _freed_error(t)
         op = t._op
         n = len(args)
+        tseq = t._seq
+        if t._written:  # the output itself was written in place after it was computed
+            _refuse_modified(t, t)
         if create_graph:  # rules get the graph's Tensors, and are recorded
             ans, argv = t, args
             g = g if isinstance(g, Tensor) else constant(g)
             d0 = args[0]
             d1 = args[1] if n == 2 else None
-        else:
+            for a in args:
+                if isinstance(a, Tensor) and a._written > tseq:
+                    _refuse_modified(t, a)
+        else:  # an argument written in place after t was computed would feed the rules new values
             ans = t.data
             if n == 2:
                 d0, d1 = args
-                d0 = d0.data if isinstance(d0, Tensor) else d0
-                d1 = d1.data if isinstance(d1, Tensor) else d1
+                if isinstance(d0, Tensor):
+                    if d0._written > tseq:
+                        _refuse_modified(t, d0)
+                    d0 = d0.data
+                if isinstance(d1, Tensor):
+                    if d1._written > tseq:
+                        _refuse_modified(t, d1)
+                    d1 = d1.data
             elif n == 1:
-                d0 = args[0].data
+                d0 = args[0]
+                if d0._written > tseq:
+                    _refuse_modified(t, d0)
+                d0 = d0.data
             else:
                 argv = [a.data if isinstance(a, Tensor) else a for a in args]
+                for a in args:
+                    if isinstance(a, Tensor) and a._written > tseq:
+                        _refuse_modified(t, a)
         rules = op.vjps
         kw = t._kw
         for i, a in enumerate(args):

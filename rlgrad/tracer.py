@@ -151,6 +151,7 @@ def _record(p: Primitive, out: Any, args: tuple, kwargs: dict, needs_grad: bool)
         res._retain = False
         res._seq = _next_seq()
         res._cut = None
+        res._written = 0
     else:
         res = constant(out)
         if needs_grad:
