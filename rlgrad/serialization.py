@@ -193,6 +193,32 @@ def atomic_replace(path: str | os.PathLike) -> Iterator[str]:
     _fsync_dir(folder)  # make the rename itself durable
 
 
+def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Make ``dst`` a copy of ``src``, crash-safely: a hard link where the file system allows it
+    (no bytes copied; ``src`` is only ever replaced by a rename, so the link keeps the old
+    content), else a byte copy; either way under a temporary name renamed over ``dst``."""
+    src, dst = os.fspath(src), os.fspath(dst)
+    folder = os.path.dirname(os.path.abspath(dst))
+    tmp = os.path.join(folder, f".{os.path.basename(dst)}.{os.getpid()}.link.tmp")
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        os.link(src, tmp)
+    except OSError:  # no hard links here (FAT, some network file systems): copy the bytes
+        import shutil
+
+        with atomic_replace(dst) as t:
+            shutil.copyfile(src, t)
+        return
+    try:
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(folder)
+
+
 def _fsync_dir(folder: str) -> None:
     if not hasattr(os, "O_DIRECTORY"):  # Windows cannot open a folder; the rename is enough there
         return
