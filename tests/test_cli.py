@@ -614,3 +614,87 @@ def test_a_damaged_run_directory_never_gives_a_traceback(ref_run: Path, work: Pa
         if name in ("checkpoint.safetensors", "metrics.csv", "learning_curve.png") or (
                 name == "run.lock" and kind != "directory"):
             assert status == 0, (name, err)  # these never stop a resume
+
+
+# ---- custom environments: Gymnasium's module:EnvId -----------------------------------------------
+TINY_ENV = '''
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class Tiny(gym.Env):
+    """Reward 1 for the action that matches the sign of the first observation; 20 steps."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return self.obs, {}
+
+    def step(self, action):
+        reward = float(int(action) == int(self.obs[0] > 0))
+        self.t += 1
+        self.obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return self.obs, reward, False, self.t >= 20, {}
+
+
+gym.register("TinyRlgradTest-v0", entry_point=Tiny)
+'''
+
+
+def test_module_colon_env_id_trains_resumes_and_evaluates(tmp_path: Path) -> None:
+    pkg = tmp_path / "mods" / "tinypkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "envs.py").write_text(TINY_ENV)
+    (pkg / "broken.py").write_text("raise RuntimeError('no display')\n")
+    env = _env()
+    env["PYTHONPATH"] = str(tmp_path / "mods") + os.pathsep + env["PYTHONPATH"]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rlgrad.cli", *args], capture_output=True,
+                              text=True, env=env, timeout=120, cwd=tmp_path)
+
+    run_dir, ref = tmp_path / "run", tmp_path / "ref"
+    args = ["tinypkg.envs:TinyRlgradTest-v0", "--algo", "ppo", "--n-envs", "2", "--set",
+            "n_steps=32", "--set", "batch_size=32", "--checkpoint-every", "64", "--no-progress"]
+    p = run("train", *args, "--steps", "128", "--run-dir", str(run_dir))
+    assert p.returncode == 0, p.stderr  # before: "unknown environment id"
+    p = run("train", *args, "--steps", "192", "--run-dir", str(ref))
+    assert p.returncode == 0, p.stderr
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["env_id"] == (
+        "tinypkg.envs:TinyRlgradTest-v0")
+    p = run("resume", str(run_dir), "--steps", "192", "--no-progress")  # a new process: the
+    assert p.returncode == 0, p.stderr                                   # module is imported again
+    assert int(curve(run_dir)[-1]["time/total_timesteps"]) == 192
+    assert curve(run_dir) == curve(ref)  # the environment's own state was restored too
+    p = run("eval", str(run_dir), "--episodes", "2")
+    assert p.returncode == 0 and "over 2 episodes" in p.stdout, p.stderr
+
+    cases = {"nopkg_rlgrad.envs:TinyRlgradTest-v0": ["cannot import module 'nopkg_rlgrad.envs'",
+                                                     "PYTHONPATH"],
+             "tinypkg.broken:TinyRlgradTest-v0": ["importing module 'tinypkg.broken' failed",
+                                                  "RuntimeError: no display"],
+             "tinypkg.envs:TinyRlgradTst-v0": ["registered no such id", "TinyRlgradTest-v0"],
+             "a:b:TinyRlgradTest-v0": ["one ':'"]}
+    for env_id, words in cases.items():
+        line = one_error_line(run("train", env_id, "--algo", "ppo", "--steps", "64"))
+        assert all(w in line for w in words), (env_id, line)
+
+
+def test_make_vec_env_accepts_module_colon_env_id(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlgrad.rl.envs import make_vec_env
+
+    (tmp_path / "tiny_rlgrad_envs.py").write_text(TINY_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    venv = make_vec_env("tiny_rlgrad_envs:TinyRlgradTest-v0", n_envs=2, seed=0)
+    obs, _ = venv.reset(seed=0)
+    assert obs.shape == (2, 3)
+    venv.close()
+    with pytest.raises(ModuleNotFoundError, match="cannot import module 'no_such_rlgrad_mod'"):
+        make_vec_env("no_such_rlgrad_mod:TinyRlgradTest-v0")

@@ -108,7 +108,7 @@ def save_checkpoint(algo: Any, rd: RunDir, cfg: dict[str, Any]) -> None:
         # the environment's own state, unless the algorithm's state already carries it; either
         # way ``exact`` says whether all of it could be saved (resume starts new episodes if not)
         env_state = envstate.capture(algo.env)
-        if "vector_env" in state.get("env", {}):
+        if state.get("env", {}).get("vector_env"):  # empty for envs outside Gymnasium's own
             env_state["objects"] = {}
     rd.save_checkpoint({
         "algo": type(algo).__name__, "env_id": algo.env_id or "", "seed": algo.seed,
