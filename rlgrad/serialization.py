@@ -57,6 +57,15 @@ class CheckpointDict(dict):
         self.source = source
 
 
+def _source_of(state_dict: Any) -> str:
+    """Where a state dict came from, when it was read by ``rlgrad.load`` (for error messages)."""
+    src = getattr(state_dict, "source", None)
+    if not src:
+        return ""
+    path, key = src
+    return f" (from checkpoint '{path}'" + (f", key '{key}')" if key else ")")
+
+
 # Checkpoints store arrays exactly; these are the dtypes safetensors' NumPy API round-trips.
 _SAVABLE = {np.dtype(t) for t in (
     np.float64, np.float32, np.float16, np.int64, np.uint64, np.int32, np.uint32, np.int16,
