@@ -29,7 +29,7 @@ import numpy as np
 
 from rlgrad.creation import _empty_aligned
 from rlgrad.functional import _Depth, tree_flatten, tree_unflatten
-from rlgrad.tensor import Tensor, _const, _Trace
+from rlgrad.tensor import Tensor, _Trace, constant
 from rlgrad.tracer import _GradMode
 
 _ALIAS_OPS = ("identity", "stop_gradient")  # replay needs no code for these
@@ -126,7 +126,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
     def _trace(self, args: tuple, leaves: list[Any], in_def: Any) -> _Compiled:
         if _Trace.tape is not None:
             raise RuntimeError("rlgrad.jit: nested jit is not supported; jit the outer function only")
-        inputs = [_const(np.asarray(x)) for x in leaves]
+        inputs = [constant(np.asarray(x)) for x in leaves]
         dyn_traced = tree_unflatten(in_def, inputs)
         it = iter(dyn_traced)
         call_args = [a if i in self.static_argnums else next(it) for i, a in enumerate(args)]

@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from rlgrad import ops
 from rlgrad.indexing import one_hot as _one_hot
-from rlgrad.tensor import Tensor, _const, _Trace
+from rlgrad.tensor import Tensor, _const, _shape, _Trace
 from rlgrad.tracer import defvjp, is_grad_enabled, primitive
 
 __all__ = [
@@ -26,10 +26,6 @@ __all__ = [
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "cross_entropy", "nll_loss",
     "binary_cross_entropy_with_logits",
 ]
-
-
-def _shape(x: Any) -> tuple[int, ...]:
-    return x.shape if hasattr(x, "shape") else np.shape(x)
 
 
 # ---------------------------------------------------------------------------------------------
