@@ -511,6 +511,8 @@ def _broadcast_to(x: Any, shape: Any) -> Any:
     shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)  # NumPy takes an int
     if x.shape == shape:
         return x
+    if x.ndim > len(shape):  # NumPy's error (the copy below would squeeze (1,) into ())
+        np.broadcast_to(x, shape)
     out = np.empty(shape, dtype=x.dtype)  # a writable copy: several times faster than np.broadcast_to
     out[...] = x
     return out

@@ -237,6 +237,127 @@ OPS = [
     Op("take_along_axis", 1, _take_along),
     Op("matmul", 1, _matmul),
 ]
+
+
+def _last_axis(fn: Callable, margin: Callable | None = None, min_len: int = 1) -> Callable:
+    """An op on the last axis (layer_norm, linear, einsum ...): needs at least one dimension."""
+    def draw(data: Any, shapes: list) -> Any:
+        if not shapes[0] or shapes[0][-1] < min_len:
+            return None
+        return fn, margin
+
+    return draw
+
+
+def _square(fn: Callable) -> Callable:
+    """A linear-algebra op on a symmetric positive definite matrix made from x: x x^T + I."""
+    def draw(data: Any, shapes: list) -> Any:
+        if len(shapes[0]) < 2:
+            return None
+        def spd(x: Any) -> Any:  # noqa: E306
+            return x @ rnp.swapaxes(x, -1, -2) + np.eye(np.shape(x)[-2])
+        return (lambda x: fn(spd(x), x)), None
+
+    return draw
+
+
+def _gather(data: Any, shapes: list) -> Any:
+    shape = shapes[0]
+    if not shape:
+        return None
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    idx_shape = tuple(data.draw(st.integers(1, n)) for n in shape)
+    idx = np.asarray(data.draw(hnp.arrays(np.int64, idx_shape,
+                                          elements=st.integers(0, shape[dim] - 1))))
+    if data.draw(st.booleans()):
+        return (lambda x: rlgrad.gather(x, dim, idx)), None
+    src_shape = idx_shape
+    return (lambda x: rlgrad.scatter_add(x, dim, idx, rnp.reshape(
+        x[tuple(slice(0, n) for n in src_shape)], src_shape) * 2.0)), None
+
+
+def _same_shape_pair(fn: Callable, margin: Callable | None = None) -> Callable:
+    def draw(data: Any, shapes: list) -> Any:
+        return (lambda x, y: fn(x, rnp.broadcast_to(y, np.shape(x))) if _fits(x, y) else
+                fn(x, x[::-1] if np.ndim(x) else x * 0.5)), margin
+
+    return draw
+
+
+def _fits(x: Any, y: Any) -> bool:
+    try:
+        return np.broadcast_shapes(np.shape(x), np.shape(y)) == np.shape(x)
+    except ValueError:
+        return False
+
+
+def _normal_logp(x: Any, y: Any) -> Any:
+    from rlgrad.distributions import Normal
+
+    d = Normal(x, F.softplus(y) + 0.2)
+    return d.log_prob(np.full(np.broadcast_shapes(np.shape(x), np.shape(y)), 0.3)) + d.entropy()
+
+
+def _categorical(data: Any, shapes: list) -> Any:
+    from rlgrad.distributions import Categorical
+
+    shape = shapes[0]
+    if not shape:
+        return None
+    acts = np.asarray(data.draw(hnp.arrays(np.int64, shape[:-1],
+                                           elements=st.integers(0, shape[-1] - 1))))
+    return (lambda x: Categorical(logits=x).log_prob(acts) * 1.0 + Categorical(
+        logits=x).entropy()), None
+
+
+OPS += [
+    Op("linear", 1, _last_axis(lambda x: F.linear(x, rnp.reshape(x, (-1, np.shape(x)[-1])),
+                                                  rnp.reshape(x, (-1, np.shape(x)[-1]))[:, 0]))),
+    Op("einsum_outer", 1, _last_axis(lambda x: rnp.einsum("...i,...j->...ij", x, x[..., ::-1]))),
+    Op("einsum_dot", 1, _last_axis(lambda x: rnp.einsum("...i,...i->...", x, x[..., ::-1]))),
+    Op("layer_norm", 1, _last_axis(lambda x: F.layer_norm(x, np.shape(x)[-1:]),
+                                   lambda x: _gap(x, -1), min_len=2)),
+    Op("elu", 1, fixed(F.elu, _kink())), Op("silu", 1, fixed(F.silu)),
+    Op("leaky_relu", 1, fixed(lambda x: F.leaky_relu(x, 0.1), _kink())),
+    Op("softplus_beta", 1, fixed(lambda x: F.softplus(x, beta=2.0))),
+    Op("gammaln", 1, fixed(lambda x: special.gammaln(x * x + 0.5))),
+    Op("digamma", 1, fixed(lambda x: special.digamma(x * x + 0.5))),
+    Op("betaln", 2, _broadcast_pair(lambda x, y: special.betaln(x * x + 0.5, y * y + 0.5))),
+    Op("mse", 2, _same_shape_pair(lambda x, y: F.mse_loss(x, y, reduction="none"))),
+    Op("huber", 2, _same_shape_pair(lambda x, y: F.huber_loss(x, y, reduction="sum", delta=0.5),
+                                    lambda x, y: _kink()(np.abs(np.subtract(x, y)) - 0.5)
+                                    if _fits(x, y) else np.inf)),
+    Op("bce_logits", 2, _same_shape_pair(lambda x, y: F.binary_cross_entropy_with_logits(
+        x, F.sigmoid(y), reduction="none"))),
+    Op("cross_entropy_probs", 1, _last_axis(lambda x: F.cross_entropy(
+        x, F.softmax(x[..., ::-1], dim=-1), reduction="sum"))),
+    Op("std", 1, reduction(lambda x, a, k: rnp.std(x, axis=a, keepdims=k),
+                           lambda x, a: _max_margin(x, a))),
+    Op("std_method", 1, along(lambda x, a: _t(x).std(dim=a, correction=0),
+                              lambda x, a: _gap(x, a))),
+    Op("norm", 1, fixed(lambda x: rnp.linalg.norm(x), lambda x: float(np.sum(np.square(x))))),
+    Op("norm_3", 1, _last_axis(lambda x: rnp.linalg.norm(x, 3, axis=-1), _kink())),
+    Op("inv", 1, _square(lambda a, x: rnp.linalg.inv(a))),
+    Op("det", 1, _square(lambda a, x: rnp.linalg.det(a))),
+    Op("slogdet", 1, _square(lambda a, x: rnp.linalg.slogdet(a)[1])),
+    Op("solve", 1, _square(lambda a, x: rnp.linalg.solve(a, x))),
+    Op("cholesky", 1, _square(lambda a, x: rnp.linalg.cholesky(a))),
+    Op("triu_tril", 1, _square(lambda a, x: rnp.triu(x) * 2.0 + rnp.tril(x, -1))),
+    Op("trace", 1, _square(lambda a, x: rnp.trace(x) + rnp.sum(rnp.diagonal(x, 0, -2, -1)))),
+    Op("gather_scatter", 1, _gather),
+    Op("stack_split", 2, _broadcast_pair(lambda x, y: rnp.split(rnp.stack(
+        [x + 0 * y, y + 0 * x]), 2)[1] * 1.5)),
+    Op("outer", 2, _broadcast_pair(lambda x, y: rnp.outer(x, y))),
+    Op("tensordot", 2, _broadcast_pair(lambda x, y: rnp.tensordot(x + 0 * y, y + 0 * x,
+                                                                  axes=np.ndim(x + 0 * y)))),
+    Op("average", 1, reduction(lambda x, a, k: rnp.average(x, axis=a, weights=np.abs(x) * 0 + 1.5)
+                               , tuples=False)),
+    Op("normal_logp", 2, _broadcast_pair(_normal_logp)),
+    Op("categorical", 1, _categorical),
+    Op("permute_flatten", 1, fixed(lambda x: _t(x).permute(*reversed(range(np.ndim(x)))).flatten())),
+    Op("logsumexp_method", 1, along(lambda x, a: _t(x).logsumexp(dim=a, keepdim=True))),
+    Op("cumsum_method", 1, along(lambda x, a: _t(x).cumsum(a))),
+]
 BY_NAME = {op.name: op for op in OPS}
 
 

@@ -240,7 +240,14 @@ def std(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
         keepdims: bool = False) -> Any:
     if not _is_traced(x):
         return _np.std(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    return sqrt(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
+    return _std_from_var(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
+
+
+def _std_from_var(v: Any) -> Any:
+    """sqrt(v) with gradient 0 where v == 0 (as torch's std): there d sqrt = dv / 0, and dv is 0
+    (one element, or all equal: a kink whose subgradient 0 is taken), which gave 0 * inf = NaN."""
+    zero = equal(v, 0)
+    return where(zero, 0.0, sqrt(where(zero, 1.0, v)))
 
 
 @_numpy_on_arrays(_np.average)
