@@ -89,19 +89,36 @@ def _log_base(a: Any, ans: Any) -> Any:
     la = log(where(a > 0, a, 1))
     return la if la.dtype == ans.dtype else la.astype(ans.dtype)
 
-# Ties split the gradient evenly between the two sides, as autograd and PyTorch do.
+# Ties split the gradient evenly between the two sides, as autograd and PyTorch do. A NaN result
+# came from a NaN operand (the first one if both are), which takes the gradient, as in max().
 maximum = primitive(np.maximum, "maximum", arity=2)
 defvjp(
     maximum,
-    lambda g, ans, a, b: g * (a > b) + (g * 0.5) * (a == b),
-    lambda g, ans, a, b: g * (b > a) + (g * 0.5) * (a == b),
+    lambda g, ans, a, b: _nan_to_a(g, ans, a, g * (a > b) + (g * 0.5) * (a == b)),
+    lambda g, ans, a, b: _nan_to_b(g, ans, a, b, g * (b > a) + (g * 0.5) * (a == b)),
 )
 minimum = primitive(np.minimum, "minimum", arity=2)
 defvjp(
     minimum,
-    lambda g, ans, a, b: g * (a < b) + (g * 0.5) * (a == b),
-    lambda g, ans, a, b: g * (b < a) + (g * 0.5) * (a == b),
+    lambda g, ans, a, b: _nan_to_a(g, ans, a, g * (a < b) + (g * 0.5) * (a == b)),
+    lambda g, ans, a, b: _nan_to_b(g, ans, a, b, g * (b < a) + (g * 0.5) * (a == b)),
 )
+
+
+def _may_be_nan(ans: Any) -> bool:
+    """Whether a NaN term is needed: recorded (Tensor), it must not depend on the values; on plain
+    arrays only when the result holds a NaN."""
+    if ans.dtype.kind not in "fc":
+        return False
+    return isinstance(ans, Tensor) or bool(np.isnan(ans).any())
+
+
+def _nan_to_a(g: Any, ans: Any, a: Any, grad: Any) -> Any:
+    return grad + g * isnan(a) if _may_be_nan(ans) else grad
+
+
+def _nan_to_b(g: Any, ans: Any, a: Any, b: Any, grad: Any) -> Any:
+    return grad + g * logical_and(isnan(b), logical_not(isnan(a))) if _may_be_nan(ans) else grad
 
 logaddexp = primitive(np.logaddexp, "logaddexp", arity=2)
 defvjp(

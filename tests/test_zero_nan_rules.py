@@ -263,3 +263,20 @@ def test_broadcast_to_fewer_dimensions_is_numpys_error():
         rnp.broadcast_to(np.array([0.2]), ())
     with pytest.raises(ValueError):
         rnp.broadcast_to(rlgrad.tensor([0.2]), ())
+
+
+@pytest.mark.parametrize("fn", [rnp.maximum, rnp.minimum])
+def test_elementwise_maximum_over_nan_sends_the_gradient_to_the_nan(fn):
+    """np.maximum's NaN result came from the NaN operand (the first one when both are): it gets
+    the gradient and the other side 0 (was 0 to both: the NaN's source got nothing)."""
+    a = np.array([np.nan, 1.0, np.nan, 2.0, 3.0])
+    b = np.array([1.0, np.nan, np.nan, 2.0, 1.0])
+    ga = rlgrad.grad(lambda a: rnp.sum(fn(a, b)))(a)
+    gb = rlgrad.grad(lambda b: rnp.sum(fn(a, b)))(b)
+    wins = [1.0, 0.0] if fn is rnp.maximum else [0.0, 1.0]  # the last pair: 3 vs 1
+    np.testing.assert_array_equal(ga, [1, 0, 1, 0.5, wins[0]])
+    np.testing.assert_array_equal(gb, [0, 1, 0, 0.5, wins[1]])
+    ta, tb = rlgrad.tensor(a, requires_grad=True), rlgrad.tensor(b, requires_grad=True)
+    (ga2, gb2) = autograd.grad(fn(ta, tb).sum(), (ta, tb), create_graph=True)  # recorded path
+    np.testing.assert_array_equal(ga2.data, ga)
+    np.testing.assert_array_equal(gb2.data, gb)
