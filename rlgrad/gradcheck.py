@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.functional import make_jvp, make_vjp, tree_flatten, tree_unflatten
+from rlgrad.autograd import grad
+from rlgrad.tensor import Tensor
+from rlgrad.transforms import make_jvp, make_vjp, tree_flatten, tree_unflatten
 
 EPS = 1e-6
 
@@ -111,9 +113,6 @@ def gradcheck(func: Callable, inputs: Any, eps: float = 1e-6, atol: float = 1e-5
 
     ``inputs`` is a Tensor or a tuple of Tensors; those with ``requires_grad`` are checked.
     """
-    from rlgrad.autograd import grad
-    from rlgrad.tensor import Tensor
-
     ins = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     checked = [i for i, t in enumerate(ins) if isinstance(t, Tensor) and t.requires_grad]
     out0 = func(*ins)
@@ -152,6 +151,4 @@ def gradcheck(func: Callable, inputs: Any, eps: float = 1e-6, atol: float = 1e-5
 
 
 def _pick(out: Any, i: int) -> Any:
-    from rlgrad.tensor import Tensor
-
     return out if isinstance(out, Tensor) else out[i]

@@ -21,15 +21,16 @@ are read at every replay, so in-place optimizer updates to them are seen.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from rlgrad.creation import _empty_aligned
-from rlgrad.functional import _Depth, tree_flatten, tree_unflatten
 from rlgrad.tensor import Tensor, _Trace, constant
 from rlgrad.tracer import _GradMode
+from rlgrad.transforms import _Depth, tree_flatten, tree_unflatten
 
 _ALIAS_OPS = ("identity", "stop_gradient")  # replay needs no code for these
 
@@ -326,8 +327,6 @@ def _fold_constants(lines: list[tuple[str, str, list[str]]], consts: dict[str, A
 
 
 def _names(code: str) -> set[str]:
-    import re
-
     rhs = code.split(" = ", 1)[1] if " = " in code else code  # a line, or a bare output name
     rhs = rhs.split("  #", 1)[0]
     return set(re.findall(r"\b[va]\d+\b", rhs))

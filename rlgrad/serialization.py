@@ -27,6 +27,8 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.tensor import Tensor
+
 __all__ = ["save", "load", "CheckpointError", "StateDictError", "CheckpointDict"]
 
 FORMAT = "rlgrad.checkpoint"
@@ -100,8 +102,6 @@ class _Encoder:
         return name
 
     def encode(self, obj: Any, path: str) -> Any:
-        from rlgrad.tensor import Tensor
-
         if obj is None or isinstance(obj, bool | str):
             return obj
         if isinstance(obj, np.generic):  # before float: np.float64 is a float subclass
@@ -332,8 +332,6 @@ class _Decoder:
         if "$array" in node:
             return self._array(node["$array"], key, node.get("shape"))
         if "$tensor" in node:
-            from rlgrad.tensor import Tensor
-
             return Tensor(self._array(node["$tensor"], key, node.get("shape")),
                           requires_grad=bool(node.get("requires_grad", False)))
         if "$scalar" in node:
