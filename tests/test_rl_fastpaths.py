@@ -2,6 +2,7 @@
 targets over the distinct transitions in chunks, and glibc keeping freed memory."""
 
 import numpy as np
+from fp_tolerance import assert_close_ulps
 
 from rlgrad.rl.base import keep_freed_memory
 from rlgrad.rl.buffers import ReplayBuffer
@@ -30,7 +31,7 @@ def test_keep_freed_memory_is_idempotent():
     assert keep_freed_memory() is first
 
 
-def test_dqn_stacked_targets_equal_td_target_bit_for_bit():
+def test_dqn_stacked_targets_equal_td_target():
     from rlgrad.rl import make_from_preset
 
     m, _ = make_from_preset("dqn", "CartPole-v1", seed=1)
@@ -38,6 +39,8 @@ def test_dqn_stacked_targets_equal_td_target_bit_for_bit():
     for n_batches in (40, 128):  # a young buffer: many repeated rows; 2,560 and 8,192 rows
         b, idx = m.sample_many(n_batches, 64)
         assert len(np.unique(idx)) < len(idx)
-        np.testing.assert_array_equal(m._stacked_targets(b, idx), m.td_target(b))
+        # the distinct rows in 1,024-row chunks: other matrix shapes than td_target's, which BLAS
+        # may round differently in float32's last bits
+        assert_close_ulps(m._stacked_targets(b, idx), m.td_target(b))
     small, idx = m.sample_many(4, 64)  # below two chunks: td_target itself
     np.testing.assert_array_equal(m._stacked_targets(small, idx), m.td_target(small))
