@@ -221,7 +221,12 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     lines = _fold_constants(lines, consts)
     # ref(), not const(): an array returned from the step (a traced value's .data) is that value
     outs = [ref(o) if isinstance(o, Tensor | np.ndarray) else const(o) for o in out_leaves]
-    # Dead-code elimination, from the outputs back.
+    body = _reuse_buffers(_live_lines(lines, outs), outs, writers, const)
+    return _build_step(body, outs, out_def, len(inputs), consts, keep_alive)
+
+
+def _live_lines(lines: list, outs: list[str]) -> list:
+    """Dead-code elimination: the lines an output depends on, found from the outputs back."""
     needed = set().union(*(_names(o) for o in outs)) if outs else set()
     body = []
     for target, code, used in reversed(lines):
@@ -229,8 +234,13 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
             body.append((target, code, used))
             needed.update(used)
     body.reverse()
-    body = _reuse_buffers(body, outs, writers, const)
-    params = ", ".join(f"a{i}" for i in range(len(inputs)))
+    return body
+
+
+def _build_step(body: list, outs: list[str], out_def: Any, n_inputs: int, consts: dict[str, Any],
+                keep_alive: list[Any]) -> _Compiled:
+    """The straight-line source ``def step(a0, a1, ...)`` of ``body``, compiled."""
+    params = ", ".join(f"a{i}" for i in range(n_inputs))
     src = f"def step({params}):\n"
     src += "".join(f"    {code}\n" for _, code, _ in body)
     src += f"    return {_structure_source(out_def, iter(outs))}\n"
