@@ -4,7 +4,7 @@ An RL update runs the same computation on arrays of the same shapes thousands of
 execution pays Python bookkeeping for every op on every call; ``jit`` pays it once:
 
 1. *trace*: call the function with its array arguments wrapped as Tensors; every primitive call
-   that touches a Tensor is appended to a tape (``tracer.apply``), including the backward pass
+   that touches a Tensor is appended to a tape (``tracer._record``), including the backward pass
    of any ``grad`` / ``value_and_grad`` / ``autograd.grad`` inside, which records itself as
    ordinary ops while a trace is active;
 2. *compile*: turn the tape into straight-line Python source, one NumPy-level call per line
