@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.indexing_kernels import _put_along_axis_add, _take_along_axis, _untake
-from rlgrad.tensor import _ndim, _shape, _size
+from rlgrad.tensor import Tensor, _ndim, _shape, _size
 from rlgrad.tracer import defvjp, defvjp_argnum, pass_through, primitive
 
 
@@ -68,17 +68,20 @@ true_divide = divide
 power = primitive(np.power, "power", arity=2)
 defvjp(
     power,
-    lambda g, ans, a, b: g * b * a ** _pow_minus_one(b),
+    lambda g, ans, a, b: _pow_vjp_base(g, a, b),
     lambda g, ans, a, b: g * ans * _log_base(a, ans),
 )
 
 
-def _pow_minus_one(b: Any) -> Any:
-    """b - 1, except 1 where b == 0: there b * a ** 1 = 0, not 0 * a ** -1 = nan at a = 0 (so
-    x ** 0 and the higher derivatives of x ** 2 are 0 at 0, as in torch and autograd)."""
-    if isinstance(b, int | float):  # a Python number stays one (no float64 upcast)
-        return b - 1 if b != 0 else 1
-    return where(b != 0, b - 1, 1)
+def _pow_vjp_base(g: Any, a: Any, b: Any) -> Any:
+    """b * a ** (b - 1), exactly (so its derivatives in b are right too: d/db at b == 0 is 1/a),
+    except at a == b == 0, where it is 0 * inf: there x ** 0 is constant, so 0. The derivatives of
+    this 0 are 0 as well, although the mixed one (1/a) is infinite there: torch also says 0."""
+    if isinstance(b, int | float):  # a constant exponent, a Python number: stays one (no upcast)
+        return g * b * a ** (b - 1) if b != 0 else g * 0
+    both = logical_and(equal(a, 0), equal(b, 0))
+    safe_a = where(both, 1, a)  # so the masked branch is finite and its gradients are 0, not nan
+    return where(both, 0, g * b * safe_a ** (b - 1))
 
 
 def _log_base(a: Any, ans: Any) -> Any:
@@ -335,7 +338,7 @@ defvjp(sum, lambda g, ans, x, axis=None, keepdims=False:
 
 def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     x = np.asarray(x)
-    if x.dtype.kind not in "fc":
+    if x.dtype.kind not in "fc" or x.size == 0:  # an empty mean is NaN (NumPy's, with its warning)
         return np.mean(x, axis=axis, keepdims=keepdims)
     total = np.add.reduce(x, axis=axis, keepdims=keepdims)  # same pairwise sum np.mean uses
     return total / (x.size // builtins.max(total.size, 1) if x.size else 1)
@@ -343,7 +346,7 @@ def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 def _mean_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     # x is the differentiated argument, so an array or a Tensor: attributes, not helpers
-    n = x.size // (ans.size or 1)
+    n = x.size // (ans.size or 1) or 1  # 0 only for an empty x, whose gradient is empty
     if axis is None:  # a 0-d gradient broadcasts as it is
         return broadcast_to(g / n, x.shape)
     return broadcast_to(_regrow(g, x, axis, keepdims) / n, x.shape)
@@ -357,14 +360,58 @@ def _prod(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     return np.prod(x, axis=axis, keepdims=keepdims)
 
 
+def _prod_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    # d prod / d x_i is the product of the other elements: no division, so exact with zeros
+    # (g * ans / x is 0/0 there), and a product of x's elements again, so every order follows
+    return _regrow(g, x, axis, keepdims) * _prod_of_others(x, axis)
+
+
+def _prod_of_others(x: Any, axis: Any) -> Any:
+    """For each element of ``x``, the product of the other elements of its group along ``axis``."""
+    shape, nd = _shape(x), _ndim(x)
+    red = _norm_axes(axis, nd)
+    kept = tuple(a for a in range(nd) if a not in red)
+    n = int(np.prod([shape[a] for a in red]))
+    if n <= 1 or _size(x) == 0:  # no other element: an empty product, 1
+        return x * 0 + 1
+    perm = kept + red
+    y = reshape(transpose(x, perm), tuple(shape[a] for a in kept) + (n,))
+    if isinstance(y, Tensor):
+        others = _exclusive_prod(y) * flip(_exclusive_prod(flip(y, -1)), -1)
+    else:  # plain arrays (the first-order backward pass): NumPy's cumprod, no graph needed
+        one = np.ones(y.shape[:-1] + (1,), dtype=y.dtype)
+        left = np.cumprod(np.concatenate([one, y[..., :-1]], -1), -1)
+        right = np.cumprod(np.concatenate([one, y[..., :0:-1]], -1), -1)[..., ::-1]
+        others = left * right
+    back = reshape(others, tuple(shape[a] for a in perm))
+    return transpose(back, tuple(np.argsort(perm)))
+
+
+def _exclusive_prod(y: Tensor) -> Any:
+    """``[1, y0, y0*y1, ...]`` along the last axis, by doubling steps of recorded multiplies
+    (log2(n) of them): differentiable at every order, zeros included."""
+    n = y.shape[-1]
+    one = np.ones(y.shape[:-1] + (1,), dtype=y.dtype)
+    acc = concatenate([one, y[..., :-1]], -1)
+    k = 1
+    while k < n:  # Hillis-Steele scan: acc[i] *= acc[i - k]
+        pad = np.ones(y.shape[:-1] + (k,), dtype=y.dtype)
+        acc = acc * concatenate([pad, acc[..., :-k]], -1)
+        k *= 2
+    return acc
+
+
 prod = primitive(_prod, "prod", arity=1)
-defvjp(prod, lambda g, ans, x, axis=None, keepdims=False:
-       _regrow(g, x, axis, keepdims) * _regrow(ans, x, axis, keepdims) / x)
+defvjp(prod, _prod_vjp)
 
 
 def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     ans_kd = _regrow(ans, x, axis, keepdims)
     hit = x == ans_kd  # ties share the gradient evenly
+    # A NaN is the extremum (NumPy's), so it takes the gradient (torch's); on plain arrays (no
+    # graph, no trace) only when there is one, recorded it must not depend on the values
+    if ans.dtype.kind in "fc" and (isinstance(ans, Tensor) or np.isnan(ans).any()):
+        hit = logical_or(hit, logical_and(isnan(x), isnan(ans_kd)))
     count = sum(hit, axis=axis, keepdims=True).astype(g.dtype)  # not int64: no float64 upcast
     return _regrow(g, x, axis, keepdims) * hit / count
 

@@ -51,7 +51,7 @@ from rlgrad.ops import (
     swapaxes,
     transpose,
 )
-from rlgrad.tensor import Tensor
+from rlgrad.tensor import Tensor, mark_written
 from rlgrad.tracer import _GradMode
 
 
@@ -179,6 +179,7 @@ def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
             "build a new tensor instead (rlgrad.numpy.where, put_along_axis or concatenate)"
         )
     self.data[_index_key(idx)] = value.data if isinstance(value, Tensor) else value
+    mark_written(self)
 
 
 def _install_tensor_methods() -> None:
@@ -275,6 +276,7 @@ def _install_inplace_operators() -> None:
                 return fn(self, other)
             o = other.data if isinstance(other, Tensor) else other
             d = self.data
+            mark_written(self)
             if isinstance(d, np.ndarray) and d.flags.writeable and d.ndim >= np.ndim(o):
                 ufunc(d, o, out=d, casting="same_kind")
             else:

@@ -150,6 +150,7 @@ def _record(p: Primitive, out: Any, args: tuple, kwargs: dict, needs_grad: bool)
         res._kw = kwargs
         res._retain = False
         res._seq = _next_seq()  # no _cut: a node requires grad, so _record never reads it
+        res._written = 0
     else:
         res = constant(out)
         if needs_grad:
