@@ -558,6 +558,15 @@ def test_checkpoint_rotation_is_crash_safe_at_every_step(tmp_path: Path,
         assert len(steps) >= 2, (crash_at, steps)  # a previous one survives every crash
 
 
+def _same_in_float32(rebuilt: list[dict[str, str]], ref: list[dict[str, str]]) -> None:
+    """Rows rebuilt from TensorBoard (float32 values) against the CSV's float64 ones."""
+    assert len(rebuilt) == len(ref)
+    for a, b in zip(rebuilt, ref):
+        for k, v in b.items():
+            if v != "":
+                assert np.float32(float(a[k])) == np.float32(float(v)), (k, a[k], v)
+
+
 def test_random_bytes_in_metrics_csv_neither_stop_resume_nor_lose_data(ref_run: Path,
                                                                        work: Path) -> None:
     run = work / "garbled-metrics"
@@ -574,10 +583,44 @@ def test_random_bytes_in_metrics_csv_neither_stop_resume_nor_lose_data(ref_run: 
     p = cli("resume", str(run), "--steps", str(TOTAL + 64))  # before: a traceback, no training
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr and "metrics.damaged-1.csv" in p.stderr, p.stderr
+    assert f"{TOTAL // 64} rows up to step {TOTAL} were rebuilt" in p.stderr, p.stderr
     assert (run / "metrics.damaged-1.csv").read_bytes() == garbage  # kept as it was
     rows = curve(run)
-    assert [int(r["time/total_timesteps"]) for r in rows] == [TOTAL + 64]
+    assert [int(r["time/total_timesteps"]) for r in rows] == list(range(64, TOTAL + 65, 64))
+    _same_in_float32(rows[:-1], curve(ref_run))
     assert rlgrad.load(run / "checkpoint.safetensors")["run"]["num_timesteps"] == TOTAL + 64
+
+    # again, now from two event files (the resume wrote a second one)
+    (run / "metrics.csv").write_bytes(garbage)
+    p = cli("resume", str(run), "--steps", str(TOTAL + 128))
+    assert p.returncode == 0 and "metrics.damaged-2.csv" in p.stderr, p.stderr
+    again = curve(run)
+    assert [int(r["time/total_timesteps"]) for r in again] == list(range(64, TOTAL + 129, 64))
+    _same_in_float32(again[:-1], rows)
+
+
+def test_event_rows_follow_tensorboard_purge_semantics(tmp_path: Path) -> None:
+    from rlgrad.cli.events import event_rows, without_torch
+
+    with without_torch():
+        from tensorboardX import SummaryWriter
+
+    first = SummaryWriter(str(tmp_path), filename_suffix=".a")
+    for step in (10, 20, 30, 40):  # a run killed after logging 40, checkpointed at 20
+        first.add_scalar("x", step + 0.5, step)
+        first.add_scalar("y", -step, step)
+    first.close()
+    second = SummaryWriter(str(tmp_path), purge_step=21, filename_suffix=".b")  # the resume
+    second.add_scalar("x", 1.25, 30)
+    second.close()
+    assert event_rows(tmp_path, 1000) == [
+        {"x": 10.5, "y": -10.0, "time/total_timesteps": 10},
+        {"x": 20.5, "y": -20.0, "time/total_timesteps": 20},
+        {"x": 1.25, "time/total_timesteps": 30}]
+    assert [r["time/total_timesteps"] for r in event_rows(tmp_path, 20)] == [10, 20]
+    events = sorted(tmp_path.glob("events.out.tfevents.*"))
+    events[0].write_bytes(events[0].read_bytes()[:-7])  # a torn last record: the rest is read
+    assert [r["time/total_timesteps"] for r in event_rows(tmp_path, 1000)] == [10, 20, 30]
 
 
 DAMAGE = {
@@ -698,3 +741,24 @@ def test_make_vec_env_accepts_module_colon_env_id(tmp_path: Path,
     venv.close()
     with pytest.raises(ModuleNotFoundError, match="cannot import module 'no_such_rlgrad_mod'"):
         make_vec_env("no_such_rlgrad_mod:TinyRlgradTest-v0")
+
+
+def test_module_env_ids_are_also_looked_up_in_the_current_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``rlgrad`` console script, unlike ``python -m``, has no current directory on sys.path:
+    it is appended (last, so that it never shadows an installed package)."""
+    import gymnasium as gym
+
+    from rlgrad.cli.env_ids import check_env_id
+    from rlgrad.cli.errors import CLIError
+
+    (tmp_path / "tiny_cwd_rlgrad_envs.py").write_text(
+        TINY_ENV.replace("TinyRlgradTest-v0", "TinyCwdRlgradTest-v0"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "tiny_cwd_rlgrad_envs", raising=False)
+    check_env_id("tiny_cwd_rlgrad_envs:TinyCwdRlgradTest-v0")
+    assert sys.path[-1] == str(tmp_path) and "TinyCwdRlgradTest-v0" in gym.registry
+    gym.registry.pop("TinyCwdRlgradTest-v0")
+    with pytest.raises(CLIError, match="cannot import module 'no_such_rlgrad_mod'"):
+        check_env_id("no_such_rlgrad_mod:X-v0")
