@@ -382,7 +382,7 @@ def _resume(rd: RunDir, algo: Any, cfg: dict[str, Any], ckpt: dict[str, Any], pr
         if st.get("exact"):
             try:
                 envstate.restore(algo.env, st)
-            except (ValueError, KeyError, TypeError) as e:
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise CLIError(f"corrupt checkpoint: the environment state in {rd.checkpoint} "
                                f"does not fit {cfg['env_id']}: {e}") from None
         else:
