@@ -17,7 +17,7 @@ import numpy as np
 
 from rlgrad.core import run_backward
 from rlgrad.ops import identity, stop_gradient
-from rlgrad.tensor import Tensor, _const, _Trace
+from rlgrad.tensor import Tensor, _Trace, constant
 from rlgrad.tracer import _GradMode
 
 __all__ = [
@@ -90,7 +90,7 @@ def _fresh(x: Any, where: str) -> Tensor:
             "never differentiable (the gradient flows to the gathered values only); for a "
             "number, pass a float, e.g. 3.0 instead of 3"
         )
-    t = _const(arr)
+    t = constant(arr)
     t.requires_grad = True
     return t
 
@@ -392,7 +392,7 @@ def make_jvp(fun: Callable, argnum: int = 0) -> Callable:
             zeros = np.zeros(np.shape(od), dtype=np.result_type(od))
             if not (isinstance(out, Tensor) and out.requires_grad):
                 return _unbox(out, nested), zeros
-            u = _const(zeros)
+            u = constant(zeros)
             u.requires_grad = True
             g = run_backward([out], [u], retain_graph=True, create_graph=True, inputs=fresh)
             roots, seeds = [], []

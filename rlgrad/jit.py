@@ -21,6 +21,7 @@ are read at every replay, so in-place optimizer updates to them are seen.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -28,10 +29,11 @@ import numpy as np
 
 from rlgrad.creation import _empty_aligned
 from rlgrad.functional import _Depth, tree_flatten, tree_unflatten
-from rlgrad.tensor import Tensor, _const, _Trace
+from rlgrad.tensor import Tensor, _Trace, constant
 from rlgrad.tracer import _GradMode
 
 _ALIAS_OPS = ("identity", "stop_gradient")  # replay needs no code for these
+_INDEX_OPS = ("getitem", "untake")  # their second argument is an index
 
 
 class _Compiled:
@@ -124,7 +126,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
     def _trace(self, args: tuple, leaves: list[Any], in_def: Any) -> _Compiled:
         if _Trace.tape is not None:
             raise RuntimeError("rlgrad.jit: nested jit is not supported; jit the outer function only")
-        inputs = [_const(np.asarray(x)) for x in leaves]
+        inputs = [constant(np.asarray(x)) for x in leaves]
         dyn_traced = tree_unflatten(in_def, inputs)
         it = iter(dyn_traced)
         call_args = [a if i in self.static_argnums else next(it) for i, a in enumerate(args)]
@@ -167,12 +169,12 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
                 return name
             keep_alive.append(value)
             return f"{const(value)}.data"  # a tensor from outside: read its current value
-        if isinstance(value, np.ndarray):
+        if isinstance(value, np.ndarray | np.generic):  # (a 1-D argmax is a NumPy scalar)
             name = by_array.get(id(value))
             if name is not None:
                 return name
             for traced in traced_arrays:  # the arguments and every value computed so far
-                if value.size and np.shares_memory(value, traced):
+                if type(value) is np.ndarray and value.size and np.shares_memory(value, traced):
                     raise RuntimeError(
                         "rlgrad.jit: an array derived from a traced value outside rlgrad's "
                         "operations (e.g. a NumPy slice of .data) was used in the step; the "
@@ -183,10 +185,12 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
         if isinstance(value, tuple):
             inner = ", ".join(ref(v) for v in value)
             return f"({inner},)" if value else "()"
-        if isinstance(value, list) and any(isinstance(v, Tensor | np.ndarray) for v in value):
+        if isinstance(value, list) and any(isinstance(v, Tensor | np.ndarray | np.generic) for v in value):
             return "[" + ", ".join(ref(v) for v in value) + "]"
-        if value is None or isinstance(value, bool | int | float | str):
-            return repr(value)
+        kind = type(value)
+        if value is None or kind is bool or kind is int or kind is str or (
+                kind is float and math.isfinite(value)):
+            return repr(value)  # repr reads back as the same value (nan, inf, np.float64 do not)
         return const(value)
 
     # Generate one line per op; identity-like ops just rename.
@@ -196,6 +200,8 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
         keep_alive.append(res)
         if p.fwd is None:
             raise RuntimeError(f"rlgrad.jit: {p.name} cannot be compiled")
+        if p.name in _INDEX_OPS and len(args) > 1:
+            _refuse_traced_mask(args[1], by_array)
         if p.name in _ALIAS_OPS and len(args) == 1 and not kwargs:
             name = ref(args[0])
         else:
@@ -213,9 +219,12 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
         slot[id(res)] = name
         # A traced value may come back unwrapped (an index computed in the step, e.g. an argmax,
         # reaches x[rows, a] as its array): map its array to the same variable, never a constant.
-        if isinstance(res.data, np.ndarray) and not name.startswith("c"):
+        # (not np.True_/np.False_: NumPy's boolean scalars are shared objects)
+        if (isinstance(res.data, np.ndarray | np.generic) and type(res.data) is not np.bool_
+                and not name.startswith("c")):
             by_array[id(res.data)] = name
-            traced_arrays.append(res.data)
+            if type(res.data) is np.ndarray:
+                traced_arrays.append(res.data)
 
     lines = _fold_constants(lines, consts)
     # ref(), not const(): an array returned from the step (a traced value's .data) is that value
@@ -238,6 +247,18 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     step = namespace["step"]
     step.__rlgrad_keep_alive__ = keep_alive  # type: ignore[attr-defined]
     return _Compiled(step, src, len(body))
+
+
+def _refuse_traced_mask(idx: Any, by_array: dict[int, str]) -> None:
+    """A boolean mask made from the traced values selects a data-dependent number of elements:
+    the step's shapes (and its buffers) would be those of the first call."""
+    for part in idx if isinstance(idx, tuple | list) else (idx,):
+        if isinstance(part, np.ndarray) and part.dtype == bool and id(part) in by_array:
+            raise RuntimeError(
+                "rlgrad.jit: indexing with a boolean mask of the traced values selects a number "
+                "of elements that depends on the data, which a compiled step cannot replay; use "
+                "rlgrad.numpy.where(mask, x, 0) (and a sum or mean over it) instead"
+            )
 
 
 def _reuse_buffers(body: list, outs: list[str],

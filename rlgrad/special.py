@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
-from rlgrad.tensor import Tensor
+from rlgrad.tensor import Tensor, _Trace
 from rlgrad.tracer import defvjp, primitive
 
 __all__ = [
@@ -191,14 +191,18 @@ def betaln(a: Any, b: Any) -> Any:
 def xlogy(x: Any, y: Any) -> Any:
     """x * log(y), defined as 0 where x == 0 (also when y == 0), with NaN-free gradients."""
     zero = (x.data if isinstance(x, Tensor) else np.asarray(x)) == 0
-    if not np.any(zero):
+    if not _Trace.compiling and not np.any(zero):
         return x * ops.log(y)
+    if _Trace.compiling:  # the mask from the live values at every call of the step
+        zero = ops.equal(x, 0)
     return ops.where(zero, 0.0, x * ops.log(ops.where(zero, 1.0, y)))
 
 
 def xlog1py(x: Any, y: Any) -> Any:
     """x * log1p(y), defined as 0 where x == 0 (also when y == -1), with NaN-free gradients."""
     zero = (x.data if isinstance(x, Tensor) else np.asarray(x)) == 0
-    if not np.any(zero):
+    if not _Trace.compiling and not np.any(zero):
         return x * ops.log1p(y)
+    if _Trace.compiling:  # the mask from the live values at every call of the step
+        zero = ops.equal(x, 0)
     return ops.where(zero, 0.0, x * ops.log1p(ops.where(zero, 0.0, y)))

@@ -13,7 +13,7 @@ import numpy as np
 
 from rlgrad import autograd
 from rlgrad.analysis._common import fresh_input, param_list
-from rlgrad.tensor import Tensor, _const
+from rlgrad.tensor import Tensor, constant
 
 __all__ = ["frozen", "optimize_input", "InputOptimizationResult"]
 
@@ -101,5 +101,5 @@ def optimize_input(model: Callable, objective: Callable, x0: Any, steps: int = 1
             if bounds is not None:
                 np.clip(x.data, bounds[0], bounds[1], out=x.data)
         final = objective(x, model(x))
-    xf = _const(np.array(x.data, copy=True))
+    xf = constant(np.array(x.data, copy=True))
     return InputOptimizationResult(x=xf, loss=float(final.data), losses=losses, steps=n)

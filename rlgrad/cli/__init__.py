@@ -4,7 +4,8 @@
 
     rlgrad train ENV_ID --algo ppo [--preset NAME] [--steps N] [--seed S] [--n-envs N]
                  [--run-dir DIR] [--set key=value ...] [--checkpoint-every STEPS]
-    rlgrad resume RUN_DIR [--steps TOTAL]
+                 [--keep-checkpoints N]
+    rlgrad resume RUN_DIR [--steps TOTAL] [--keep-checkpoints N]
     rlgrad eval RUN_DIR [--episodes 20] [--video FILE.gif|FILE.mp4]
     rlgrad plot RUN_DIR ... [-o FILE.png] [--key rollout/ep_rew_mean]
     rlgrad presets
@@ -57,6 +58,9 @@ def build_parser() -> ArgumentParser:
     t.add_argument("--checkpoint-every", "--checkpoint-interval", dest="checkpoint_every",
                    type=_whole_number, default=None, metavar="STEPS",
                    help="checkpoint interval in environment steps (default 10000)")
+    t.add_argument("--keep-checkpoints", type=int, default=None, metavar="N",
+                   help="checkpoints kept, newest first (default 2: a damaged newest one gives "
+                   "way to the one before it)")
     t.add_argument("--no-buffer-in-checkpoint", dest="save_buffer", action="store_false",
                    help="leave the replay buffer out of checkpoints (smaller files; a resumed "
                    "off-policy run then refills it)")
@@ -67,6 +71,8 @@ def build_parser() -> ArgumentParser:
     r.add_argument("run_dir", metavar="RUN_DIR")
     r.add_argument("--steps", type=_whole_number, default=None,
                    help="new total budget (default: the run's own)")
+    r.add_argument("--keep-checkpoints", type=int, default=None, metavar="N",
+                   help="checkpoints kept from now on (default: the run's own)")
     r.add_argument("--no-progress", dest="progress", action="store_false")
 
     e = sub.add_parser("eval", help="mean and std of the return of a run's last checkpoint")
@@ -129,11 +135,11 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         return cmd_train(args.env_id, args.algo, args.seed, args.preset, args.steps, args.n_envs,
                          args.sets, args.run_dir, args.checkpoint_every, args.save_buffer,
-                         args.progress, argv=argv)
+                         args.progress, argv=argv, keep_checkpoints=args.keep_checkpoints)
     if cmd == "resume":
         from rlgrad.cli.train import cmd_resume
 
-        return cmd_resume(args.run_dir, args.steps, args.progress)
+        return cmd_resume(args.run_dir, args.steps, args.progress, args.keep_checkpoints)
     if cmd == "eval":
         from rlgrad.cli.evaluate import cmd_eval
 

@@ -154,6 +154,8 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     where,
 )
 from rlgrad.tensor import Tensor as _Tensor
+from rlgrad.tensor import _Trace
+from rlgrad.tracer import primitive as _primitive
 
 
 def shape(a: Any) -> tuple[int, ...]:
@@ -356,13 +358,15 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: Any
 def sort(a: Any, axis: int = -1) -> Any:
     if not _is_traced(a):
         return _np.sort(a, axis=axis)
-    return take_along_axis(a, _np.argsort(a.data, axis=axis), axis=axis)
+    return take_along_axis(a, argsort(a, axis=axis), axis=axis)  # recorded: jit recomputes it
 
 
 def cumprod(a: Any, axis: Any = None) -> Any:
     if not _is_traced(a):
         return _np.cumprod(a, axis=axis)
-    return exp(cumsum(log(a), axis=axis)) if _np.all(a.data > 0) else _cumprod_general(a, axis)
+    if not _Trace.compiling and _np.all(a.data > 0):  # (jit: no branch on the first values)
+        return exp(cumsum(log(a), axis=axis))
+    return _cumprod_general(a, axis)
 
 
 def _cumprod_general(a: Any, axis: Any) -> Any:
@@ -399,8 +403,20 @@ def exp2(x: Any) -> Any:
 
 
 # Boolean- and index-valued functions: no gradient exists, so on Tensors they run on the values.
-def _on_values(np_fn: Any) -> Any:
+# While rlgrad.jit traces, a fixed-shape one is recorded (the step recomputes it from the live
+# values, and bool() of it raises jit's error); one whose shape depends on the values is refused.
+def _on_values(np_fn: Any, fixed_shape: bool = True) -> Any:
+    recorded = _primitive(np_fn, np_fn.__name__, nondiff=True) if fixed_shape else None
+
     def fn(*args: Any, **kwargs: Any) -> Any:
+        if _Trace.compiling and _is_traced(*args, *kwargs.values()):
+            if recorded is None or _is_traced(*kwargs.values()):
+                raise RuntimeError(
+                    f"rlgrad.jit: {np_fn.__name__} of a traced tensor"
+                    + (" gives a result whose shape depends on the values, which" if recorded is
+                       None else " with a tensor keyword argument") + " a compiled step cannot "
+                    "replay; use rlgrad.numpy.where with a mask instead, or call it outside jit")
+            return recorded(*args, **kwargs)
         return np_fn(*(_raw(x) for x in args), **{k: _raw(v) for k, v in kwargs.items()})
 
     fn.__name__ = fn.__qualname__ = np_fn.__name__
@@ -411,9 +427,9 @@ def _on_values(np_fn: Any) -> Any:
 all = _on_values(_np.all)  # noqa: A001
 any = _on_values(_np.any)  # noqa: A001
 count_nonzero = _on_values(_np.count_nonzero)
-nonzero = _on_values(_np.nonzero)
-flatnonzero = _on_values(_np.flatnonzero)
-argwhere = _on_values(_np.argwhere)
+nonzero = _on_values(_np.nonzero, fixed_shape=False)
+flatnonzero = _on_values(_np.flatnonzero, fixed_shape=False)
+argwhere = _on_values(_np.argwhere, fixed_shape=False)
 searchsorted = _on_values(_np.searchsorted)
 signbit = _on_values(_np.signbit)
 isposinf = _on_values(_np.isposinf)
