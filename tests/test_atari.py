@@ -208,3 +208,31 @@ def test_minatar_channels_first_uint8():
             obs, _, term, trunc, _ = env.step(env.action_space.sample())
             if term or trunc:
                 obs, _ = env.reset()
+
+
+def test_frame_replay_rebuilds_real_atari_stacks():
+    """Two Breakout training envs (life-loss soft resets, FIRE resets, NEXT_STEP autoreset): every
+    stored obs and next_obs comes back from the frame buffer as the wrappers built it."""
+    from rlgrad.rl.frame_replay import FrameReplayBuffer
+
+    venv = gym.vector.SyncVectorEnv([lambda: make_atari_env("ALE/Breakout-v5", training=True)] * 2)
+    rb = FrameReplayBuffer(10_000, (4, 84, 84), n_envs=2)
+    obs, _ = venv.reset(seed=0)
+    rng = np.random.default_rng(0)
+    prev_done = np.zeros(2, dtype=bool)
+    rows, ends = [], 0
+    for _ in range(250):
+        act = rng.integers(0, 4, 2)
+        nxt, rew, term, trunc, _ = venv.step(act)
+        valid = ~prev_done
+        ids = np.flatnonzero(valid)
+        rows += [(obs[i].copy(), nxt[i].copy()) for i in ids]
+        rb.add(obs[valid], nxt[valid], act[valid], rew[valid], term[valid], trunc[valid], env_ids=ids)
+        ends += int((term & valid).sum())
+        prev_done = term | trunc
+        obs = nxt
+    assert ends >= 4 and rb.size() == len(rows)
+    b = rb.take(np.arange(len(rows)))
+    np.testing.assert_array_equal(b.observations, np.stack([r[0] for r in rows]))
+    np.testing.assert_array_equal(b.next_observations, np.stack([r[1] for r in rows]))
+    assert rb.frames_added <= len(rows) + 2 * (ends + 2)  # one frame a step, one per episode start

@@ -118,6 +118,31 @@ def test_stacks_match_frame_stack_observation(frame_capacity, palette):
         assert rb.frame_capacity == frame_capacity and rb.size() < frame_capacity
 
 
+def test_same_step_autoreset():
+    """SAME_STEP vector envs: every row is real, a done row's next_obs is info["final_obs"]."""
+    from gymnasium.vector import AutoresetMode
+
+    fn = lambda: FrameStackObservation(TimeLimit(FlickerEnv(), max_episode_steps=9), K)
+    venv = SyncVectorEnv([fn] * 3, autoreset_mode=AutoresetMode.SAME_STEP)
+    rb = FrameReplayBuffer(70, (K, H, W), n_envs=3)
+    rng = np.random.default_rng(4)
+    obs, _ = venv.reset(seed=4)
+    rows, dones = [], 0
+    for _ in range(60):
+        act = rng.integers(0, 3, 3)
+        nxt, rew, term, trunc, info = venv.step(act)
+        final = nxt.copy()
+        for i in np.flatnonzero(term | trunc):
+            final[i] = info["final_obs"][i]
+        rows += [(obs[i].copy(), final[i].copy(), int(act[i]), rew[i], term[i], trunc[i])
+                 for i in range(3)]
+        rb.add(obs, final, act, rew, term, trunc)
+        dones += int((term | trunc).sum())
+        obs = nxt
+    assert dones >= 10
+    _check_live_rows(rb, rows)
+
+
 def test_start_mid_episode_and_pattern_of_equal_frames():
     """A buffer that first sees envs mid-episode (stacks of distinct frames) is exact too."""
     venv = _make_venv(2)
