@@ -16,6 +16,7 @@ from rlgrad.rl.atari import (  # noqa: E402
     GAME_LENGTH,
     GAME_RETURN,
     FireReset,
+    MinAtarRender,
     make_atari_env,
     make_minatar_env,
     pixel_env_kind,
@@ -236,3 +237,16 @@ def test_frame_replay_rebuilds_real_atari_stacks():
     np.testing.assert_array_equal(b.observations, np.stack([r[0] for r in rows]))
     np.testing.assert_array_equal(b.next_observations, np.stack([r[1] for r in rows]))
     assert rb.frames_added <= len(rows) + 2 * (ends + 2)  # one frame a step, one per episode start
+
+
+def test_minatar_rgb_render_is_uint8_and_upscaled():
+    env = make_minatar_env("MinAtar/Breakout-v1", render_mode="rgb_array")
+    assert isinstance(env, MinAtarRender) and env.metadata["render_fps"] == 15
+    env.reset(seed=0)
+    frame = env.render()
+    assert frame.shape == (160, 160, 3) and frame.dtype == np.uint8
+    raw = env.unwrapped.render()  # (10, 10, 3) floats in [0, 1]
+    np.testing.assert_array_equal(frame[::16, ::16], np.round(raw * 255).astype(np.uint8))
+    np.testing.assert_array_equal(frame[5:16, 3:16], np.broadcast_to(frame[0, 0], (11, 13, 3)))
+    assert len(np.unique(frame.reshape(-1, 3), axis=0)) >= 3  # background and two objects at least
+    assert not isinstance(make_minatar_env("MinAtar/Breakout-v1"), MinAtarRender)

@@ -234,18 +234,40 @@ def _channels_first_uint8(obs: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(obs, -1, 0), dtype=np.uint8)
 
 
+class MinAtarRender(gym.Wrapper):
+    """MinAtar's ``rgb_array`` frames are 10x10 float colours (seaborn's palette); videos want
+    uint8 images of a watchable size: each cell becomes ``scale`` x ``scale`` pixels."""
+
+    def __init__(self, env: gym.Env, scale: int = 16, fps: int = 15) -> None:
+        super().__init__(env)
+        self.scale = int(scale)
+        self.metadata = {**env.metadata, "render_fps": fps}
+
+    def render(self) -> Any:
+        frame = self.env.render()
+        if self.render_mode != "rgb_array" or frame is None:
+            return frame
+        img = np.round(np.clip(np.asarray(frame, dtype=np.float64), 0.0, 1.0) * 255).astype(np.uint8)
+        return np.repeat(np.repeat(img, self.scale, axis=0), self.scale, axis=1)
+
+
 def make_minatar_env(env_id: str, **make_kwargs: Any) -> gym.Env:
     """One MinAtar env; its 10x10xC boolean observations become channels-first uint8 (C, 10, 10).
 
     uint8 rather than float32: the values are 0/1 either way, a replay buffer holds them in a
-    quarter of the memory, and the network casts them to float32 (without scaling)."""
+    quarter of the memory, and the network casts them to float32 (without scaling).
+    ``render_mode="rgb_array"`` renders uint8 160x160 images (``MinAtarRender``)."""
     register_pixel_envs(env_id)
     if pixel_env_kind(env_id) != "minatar":
         raise ValueError(f"{env_id!r} is not a MinAtar id: use make_atari_env")
+    if make_kwargs.get("render_mode") == "rgb_array":
+        # Gymnasium's checker would warn once about the float frames MinAtarRender converts
+        make_kwargs.setdefault("disable_env_checker", True)
     env = gym.make(env_id, **make_kwargs)
     h, w, c = env.observation_space.shape
     space = spaces.Box(0, 1, shape=(c, h, w), dtype=np.uint8)
-    return TransformObservation(env, _channels_first_uint8, space)
+    env = TransformObservation(env, _channels_first_uint8, space)
+    return MinAtarRender(env) if env.render_mode == "rgb_array" else env
 
 
 def make_pixel_env(env_id: str, training: bool, **kwargs: Any) -> gym.Env:
