@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
-from rlgrad.numpy import var
+from rlgrad.numpy import _std_from_var, var
 from rlgrad.ops import (
     absolute,
     add,
@@ -44,7 +44,7 @@ from rlgrad.ops import (
     remainder,
     reshape,
     softmax,
-    sqrt,
+    sqrt,  # noqa: F401 - installed as a method by name below
     squeeze,
     stop_gradient,
     subtract,
@@ -154,8 +154,8 @@ def _method_var(self: Tensor, axis: Any = None, ddof: int = 0, keepdims: bool = 
 
 def _method_std(self: Tensor, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
                 dim: Any = None, correction: Any = None, keepdim: bool = False) -> Any:
-    return sqrt(_method_var(self, axis, ddof, keepdims, dim=dim, correction=correction,
-                            keepdim=keepdim))
+    return _std_from_var(_method_var(self, axis, ddof, keepdims, dim=dim, correction=correction,
+                                     keepdim=keepdim))
 
 
 def _method_argmax(self: Tensor, axis: Any = None, *, dim: Any = None, keepdims: bool = False,
