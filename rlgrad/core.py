@@ -182,25 +182,26 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
         if args is None:
             raise _freed_error(t)
         op = t._op
-        n = len(args)
+        n = len(args)  # >= 1: a node has a Tensor argument
+        tseq = t._seq
         if t._written:  # the output itself was written in place after it was computed
             _refuse_modified(t, t)
         ans = t.data  # below: an argument written in place after t was computed is refused
-        if create_graph or not 0 < n < 3:
+        if create_graph or n > 2:
             g, ans, d0, d1, argv = _rule_inputs(t, g, create_graph)
         elif n == 2:
             d0, d1 = args
             if isinstance(d0, Tensor):
-                if d0._written > t._seq:
+                if d0._written > tseq:
                     _refuse_modified(t, d0)
                 d0 = d0.data
             if isinstance(d1, Tensor):
-                if d1._written > t._seq:
+                if d1._written > tseq:
                     _refuse_modified(t, d1)
                 d1 = d1.data
         else:
             d0 = args[0]
-            if d0._written > t._seq:
+            if d0._written > tseq:
                 _refuse_modified(t, d0)
             d0 = d0.data
         rules, kw = op.vjps, t._kw
