@@ -52,7 +52,8 @@ class Tensor:
     ``data`` is the underlying NumPy array (not a Tensor, unlike PyTorch's ``.data``).
     """
 
-    # _cut: (op, reason, sources) where a gradient path was cut (see tracer._record), else None.
+    # _cut: (op, reason, sources) where a gradient path was cut (see tracer._record), else None;
+    # unset on graph nodes (they require grad, so nothing reads it), hence read with getattr.
     # _written: 0, or the creation-order number (``_seq``'s counter) of the last in-place write,
     # so a node older than that write knows the value it saved has changed (torch's version check).
     __slots__ = ("data", "requires_grad", "grad", "_op", "_args", "_kw", "_retain", "_seq", "_cut",
@@ -106,7 +107,7 @@ class Tensor:
         self._retain = True
 
     def detach_(self) -> Tensor:
-        self._op = self._args = self._kw = None
+        self._op = self._args = self._kw = self._cut = None
         self.requires_grad = False
         return self
 

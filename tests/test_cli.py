@@ -505,15 +505,16 @@ def test_the_last_two_checkpoints_are_kept_and_a_damaged_newest_gives_way(ref_ru
 
 def test_keep_checkpoints_is_configurable(work: Path) -> None:
     run = work / "keep3"
-    args = [a for a in TRAIN_ARGS if a != str(TOTAL)]
-    args[args.index("--steps") + 1:args.index("--steps") + 1] = ["1024"]
+    args = ["CartPole-v1", "--algo", "ppo", "--steps", "512", "--n-envs", "2", "--set",
+            "n_steps=32", "--set", "batch_size=32", "--set", "n_epochs=1", "--checkpoint-every",
+            "128", "--no-progress"]
     p = cli("train", *args, "--keep-checkpoints", "3", "--run-dir", str(run))
     assert p.returncode == 0, p.stderr
     steps = [rlgrad.load(run / n)["run"]["num_timesteps"] for n in
              ("checkpoint.safetensors", "checkpoint.1.safetensors", "checkpoint.2.safetensors")]
-    assert steps == [1024, 768, 512] and yaml.safe_load(
+    assert steps == [512, 384, 256] and yaml.safe_load(
         (run / "config.yaml").read_text())["keep_checkpoints"] == 3
-    p = cli("resume", str(run), "--steps", "1088", "--keep-checkpoints", "1")
+    p = cli("resume", str(run), "--steps", "576", "--keep-checkpoints", "1")
     assert p.returncode == 0, p.stderr
     assert sorted(q.name for q in run.glob("checkpoint*")) == ["checkpoint.safetensors"]
     assert "at least 1" in one_error_line(cli("resume", str(run), "--keep-checkpoints", "0"))
@@ -558,6 +559,15 @@ def test_checkpoint_rotation_is_crash_safe_at_every_step(tmp_path: Path,
         assert len(steps) >= 2, (crash_at, steps)  # a previous one survives every crash
 
 
+def _same_in_float32(rebuilt: list[dict[str, str]], ref: list[dict[str, str]]) -> None:
+    """Rows rebuilt from TensorBoard (float32 values) against the CSV's float64 ones."""
+    assert len(rebuilt) == len(ref)
+    for a, b in zip(rebuilt, ref):
+        for k, v in b.items():
+            if v != "":
+                assert np.float32(float(a[k])) == np.float32(float(v)), (k, a[k], v)
+
+
 def test_random_bytes_in_metrics_csv_neither_stop_resume_nor_lose_data(ref_run: Path,
                                                                        work: Path) -> None:
     run = work / "garbled-metrics"
@@ -574,10 +584,44 @@ def test_random_bytes_in_metrics_csv_neither_stop_resume_nor_lose_data(ref_run: 
     p = cli("resume", str(run), "--steps", str(TOTAL + 64))  # before: a traceback, no training
     assert p.returncode == 0, p.stderr
     assert "Traceback" not in p.stderr and "metrics.damaged-1.csv" in p.stderr, p.stderr
+    assert f"{TOTAL // 64} rows up to step {TOTAL} were rebuilt" in p.stderr, p.stderr
     assert (run / "metrics.damaged-1.csv").read_bytes() == garbage  # kept as it was
     rows = curve(run)
-    assert [int(r["time/total_timesteps"]) for r in rows] == [TOTAL + 64]
+    assert [int(r["time/total_timesteps"]) for r in rows] == list(range(64, TOTAL + 65, 64))
+    _same_in_float32(rows[:-1], curve(ref_run))
     assert rlgrad.load(run / "checkpoint.safetensors")["run"]["num_timesteps"] == TOTAL + 64
+
+    # again, now from two event files (the resume wrote a second one)
+    (run / "metrics.csv").write_bytes(garbage)
+    p = cli("resume", str(run), "--steps", str(TOTAL + 128))
+    assert p.returncode == 0 and "metrics.damaged-2.csv" in p.stderr, p.stderr
+    again = curve(run)
+    assert [int(r["time/total_timesteps"]) for r in again] == list(range(64, TOTAL + 129, 64))
+    _same_in_float32(again[:-1], rows)
+
+
+def test_event_rows_follow_tensorboard_purge_semantics(tmp_path: Path) -> None:
+    from rlgrad.cli.events import event_rows, without_torch
+
+    with without_torch():
+        from tensorboardX import SummaryWriter
+
+    first = SummaryWriter(str(tmp_path), filename_suffix=".a")
+    for step in (10, 20, 30, 40):  # a run killed after logging 40, checkpointed at 20
+        first.add_scalar("x", step + 0.5, step)
+        first.add_scalar("y", -step, step)
+    first.close()
+    second = SummaryWriter(str(tmp_path), purge_step=21, filename_suffix=".b")  # the resume
+    second.add_scalar("x", 1.25, 30)
+    second.close()
+    assert event_rows(tmp_path, 1000) == [
+        {"x": 10.5, "y": -10.0, "time/total_timesteps": 10},
+        {"x": 20.5, "y": -20.0, "time/total_timesteps": 20},
+        {"x": 1.25, "time/total_timesteps": 30}]
+    assert [r["time/total_timesteps"] for r in event_rows(tmp_path, 20)] == [10, 20]
+    events = sorted(tmp_path.glob("events.out.tfevents.*"))
+    events[0].write_bytes(events[0].read_bytes()[:-7])  # a torn last record: the rest is read
+    assert [r["time/total_timesteps"] for r in event_rows(tmp_path, 1000)] == [10, 20, 30]
 
 
 DAMAGE = {
@@ -662,10 +706,13 @@ def test_module_colon_env_id_trains_resumes_and_evaluates(tmp_path: Path) -> Non
     run_dir, ref = tmp_path / "run", tmp_path / "ref"
     args = ["tinypkg.envs:TinyRlgradTest-v0", "--algo", "ppo", "--n-envs", "2", "--set",
             "n_steps=32", "--set", "batch_size=32", "--checkpoint-every", "64", "--no-progress"]
-    p = run("train", *args, "--steps", "128", "--run-dir", str(run_dir))
-    assert p.returncode == 0, p.stderr  # before: "unknown environment id"
-    p = run("train", *args, "--steps", "192", "--run-dir", str(ref))
-    assert p.returncode == 0, p.stderr
+    procs = [subprocess.Popen([sys.executable, "-m", "rlgrad.cli", "train", *args, "--steps",
+                               steps, "--run-dir", str(d)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+             for steps, d in (("128", run_dir), ("192", ref))]  # side by side
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err  # before: "unknown environment id"
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["env_id"] == (
         "tinypkg.envs:TinyRlgradTest-v0")
     p = run("resume", str(run_dir), "--steps", "192", "--no-progress")  # a new process: the
@@ -681,9 +728,14 @@ def test_module_colon_env_id_trains_resumes_and_evaluates(tmp_path: Path) -> Non
                                                   "RuntimeError: no display"],
              "tinypkg.envs:TinyRlgradTst-v0": ["registered no such id", "TinyRlgradTest-v0"],
              "a:b:TinyRlgradTest-v0": ["one ':'"]}
-    for env_id, words in cases.items():
-        line = one_error_line(run("train", env_id, "--algo", "ppo", "--steps", "64"))
-        assert all(w in line for w in words), (env_id, line)
+    procs = {env_id: subprocess.Popen(  # all at once: about a second each
+        [sys.executable, "-m", "rlgrad.cli", "train", env_id, "--algo", "ppo", "--steps", "64"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        for env_id in cases}
+    for env_id, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        line = one_error_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+        assert all(w in line for w in cases[env_id]), (env_id, line)
 
 
 def test_make_vec_env_accepts_module_colon_env_id(tmp_path: Path,
@@ -698,3 +750,65 @@ def test_make_vec_env_accepts_module_colon_env_id(tmp_path: Path,
     venv.close()
     with pytest.raises(ModuleNotFoundError, match="cannot import module 'no_such_rlgrad_mod'"):
         make_vec_env("no_such_rlgrad_mod:TinyRlgradTest-v0")
+
+
+def test_module_env_ids_are_also_looked_up_in_the_current_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``rlgrad`` console script, unlike ``python -m``, has no current directory on sys.path:
+    it is appended (last, so that it never shadows an installed package)."""
+    import gymnasium as gym
+
+    from rlgrad.cli.env_ids import check_env_id
+    from rlgrad.cli.errors import CLIError
+
+    (tmp_path / "tiny_cwd_rlgrad_envs.py").write_text(
+        TINY_ENV.replace("TinyRlgradTest-v0", "TinyCwdRlgradTest-v0"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "tiny_cwd_rlgrad_envs", raising=False)
+    check_env_id("tiny_cwd_rlgrad_envs:TinyCwdRlgradTest-v0")
+    assert sys.path[-1] == str(tmp_path) and "TinyCwdRlgradTest-v0" in gym.registry
+    gym.registry.pop("TinyCwdRlgradTest-v0")
+    with pytest.raises(CLIError, match="cannot import module 'no_such_rlgrad_mod'"):
+        check_env_id("no_such_rlgrad_mod:X-v0")
+
+
+def _hostile_checkpoints(good: bytes) -> dict[str, bytes]:
+    """The hostile files of issue 19, each a checkpoint.safetensors a run could hold."""
+    import json
+
+    def framed(header: bytes, data: bytes = b"") -> bytes:
+        return len(header).to_bytes(8, "little") + header + data
+
+    n = 8 + int.from_bytes(good[:8], "little")
+    header = json.loads(good[8:n])
+    deep_tree = dict(header, __metadata__=dict(header["__metadata__"],
+                                               tree="[" * 900 + "]" * 900))
+    name = next(k for k in header if k != "__metadata__")
+    return {
+        "string offsets": framed(json.dumps(dict(header, **{name: dict(
+            header[name], data_offsets=["0", "8"])})).encode(), good[n:]),
+        "null offsets": framed(json.dumps(dict(header, **{name: dict(
+            header[name], data_offsets=None)})).encode(), good[n:]),
+        "JSON nested 100,000 deep": framed(b"{\"a\":" + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+        "tree nested 900 deep": framed(json.dumps(deep_tree).encode(), good[n:]),
+    }
+
+
+def test_hostile_checkpoints_are_one_line_for_resume_and_eval(ref_run: Path, work: Path,
+                                                               capsys: pytest.CaptureFixture
+                                                               ) -> None:
+    good = (ref_run / "checkpoint.safetensors").read_bytes()
+    for i, (what, data) in enumerate(_hostile_checkpoints(good).items()):
+        run = work / f"hostile-{i}"
+        shutil.copytree(ref_run, run)
+        (run / "checkpoint.1.safetensors").unlink()  # nothing to fall back to
+        (run / "checkpoint.safetensors").write_bytes(data)
+        for cmd in ("resume", "eval"):
+            assert main([cmd, str(run)]) == 2, what  # before: TypeError, RecursionError
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and "corrupt checkpoint" in err[0], (what, err)
+    (run / "checkpoint.safetensors").unlink()
+    (run / "checkpoint.safetensors").mkdir()  # a directory: before, IsADirectoryError
+    assert main(["resume", str(run)]) == 2
+    assert "is a directory" in capsys.readouterr().err

@@ -42,7 +42,9 @@ def build_parser() -> ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
 
     t = sub.add_parser("train", help="train an algorithm on a Gymnasium environment")
-    t.add_argument("env_id", metavar="ENV_ID", help="a registered Gymnasium id, e.g. CartPole-v1")
+    t.add_argument("env_id", metavar="ENV_ID",
+                   help="a registered Gymnasium id, e.g. CartPole-v1, or module:EnvId (the "
+                   "module is imported first and registers EnvId, as gymnasium.make does)")
     t.add_argument("--algo", required=True, help="ppo, a2c, reinforce, dqn, ... (rlgrad presets)")
     t.add_argument("--preset", default=None, help="preset to use: an environment id of the "
                    "algorithm's presets, a YAML file, or 'none' (default: ENV_ID's preset if any)")

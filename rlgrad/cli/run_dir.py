@@ -298,6 +298,20 @@ class RunDir:
             atomic_write_bytes(self.metrics, "".join(lines).encode())
         return dropped
 
+    def write_metrics(self, rows: list[dict[str, Any]]) -> None:
+        """Write ``rows`` as metrics.csv (atomically), columns in order of first appearance."""
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        lines: list[str] = []
+
+        class _Sink:
+            def write(self, s: str) -> None:
+                lines.append(s)
+
+        w = csv.DictWriter(_Sink(), fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write_bytes(self.metrics, "".join(lines).encode())
+
     def set_aside_metrics(self) -> Path:
         """Rename a damaged metrics.csv to metrics.damaged-N.csv (kept, never overwritten)."""
         i = 1

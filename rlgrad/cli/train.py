@@ -71,16 +71,11 @@ class SignalGuard:
 
 
 def _tensorboard_writer(logdir: Path, purge_step: int | None) -> Any:
-    """A tensorboardX SummaryWriter. tensorboardX imports torch when it is installed, only to
-    accept torch tensors (2-3 s per process); we log floats, so that import is skipped."""
-    missing = "torch" not in sys.modules
-    if missing:
-        sys.modules["torch"] = None  # type: ignore[assignment]  # makes `import torch` fail fast
-    try:
+    """A tensorboardX SummaryWriter (loaded without torch: see ``events.without_torch``)."""
+    from rlgrad.cli.events import without_torch
+
+    with without_torch():
         from tensorboardX import SummaryWriter
-    finally:
-        if missing:
-            sys.modules.pop("torch", None)
     return SummaryWriter(str(logdir), purge_step=purge_step, flush_secs=10)
 
 
@@ -342,10 +337,23 @@ def _metrics_back_to(rd: RunDir, step: int) -> int:
     try:
         return rd.truncate_metrics(step)
     except DamagedMetrics as e:
+        from rlgrad.cli.events import event_rows
+
         kept = rd.set_aside_metrics()
-        print(f"rlgrad: warning: {e.message}; it is kept as {kept.name} and a new metrics.csv "
-              f"begins after step {step} (the TensorBoard event files still hold the earlier "
-              "rows)", file=sys.stderr)
+        try:
+            rows = event_rows(rd.path, step)
+        except Exception as err:  # damaged event files too: begin a new table
+            rows, why = [], f" (the TensorBoard event files cannot be read either: {err})"
+        else:
+            why = "" if rows else " (the TensorBoard event files hold none)"
+        if rows:
+            rd.write_metrics(rows)
+            new = (f"its {len(rows)} rows up to step {step} were rebuilt from the TensorBoard "
+                   "event files (with their float32 values)")
+        else:
+            new = f"a new metrics.csv begins after step {step}{why}"
+        print(f"rlgrad: warning: {e.message}; it is kept as {kept.name}, and {new}",
+              file=sys.stderr)
         return 0
 
 
@@ -374,7 +382,7 @@ def _resume(rd: RunDir, algo: Any, cfg: dict[str, Any], ckpt: dict[str, Any], pr
         if st.get("exact"):
             try:
                 envstate.restore(algo.env, st)
-            except (ValueError, KeyError, TypeError) as e:
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise CLIError(f"corrupt checkpoint: the environment state in {rd.checkpoint} "
                                f"does not fit {cfg['env_id']}: {e}") from None
         else:
