@@ -260,3 +260,14 @@ def test_actions_passed_to_the_step_index_log_probs_at_every_call():
 def test_index_uses_that_cannot_be_replayed_are_refused(fn, match):
     with pytest.raises(RuntimeError, match=match):
         rlgrad.jit(fn)(np.arange(12.0).reshape(3, 4))
+
+
+@pytest.mark.parametrize("name, args", [("median", ()), ("percentile", (50,)), ("quantile", (0.5,)),
+                                        ("unique", ()), ("partition", (1,)),
+                                        ("argpartition", (1,))])
+def test_numpy_functions_without_an_rlgrad_version_are_refused_not_frozen(name, args):
+    """NumPy's own median, unique, partition ... on a traced tensor: a TypeError naming the
+    function (they have no rlgrad version), never a value computed once and replayed."""
+    fn = getattr(np, name)
+    with pytest.raises(TypeError, match=f"numpy.{name} has no differentiable rlgrad version"):
+        rlgrad.jit(lambda x: fn(x, *args))(np.array([3.0, 1.0, 2.0]))
