@@ -280,3 +280,28 @@ def test_elementwise_maximum_over_nan_sends_the_gradient_to_the_nan(fn):
     (ga2, gb2) = autograd.grad(fn(ta, tb).sum(), (ta, tb), create_graph=True)  # recorded path
     np.testing.assert_array_equal(ga2.data, ga)
     np.testing.assert_array_equal(gb2.data, gb)
+
+
+def test_tensor_max_min_with_dim_send_the_gradient_to_the_index_as_torch():
+    """torch's max(dim)/min(dim) route the gradient to the returned index: with ties or several
+    NaNs, the first one gets it all (rnp.max and Tensor.amax share it, as NumPy-style code)."""
+    torch = _torch()
+    x = np.array([[1.0, 3.0, 3.0], [np.nan, 2.0, np.nan], [0.0, 0.0, 0.0], [4.0, -1.0, 2.0]])
+    w = np.array([1.0, 2.0, 3.0, 4.0])
+    for name in ("max", "min"):
+        for kd in (False, True):
+            t = rlgrad.tensor(x, requires_grad=True)
+            tt = torch.tensor(x, requires_grad=True)
+            v, i = getattr(t, name)(1, keepdim=kd)
+            tv, ti = getattr(tt, name)(1, keepdim=kd)
+            (v * w.reshape(v.shape)).sum().backward()
+            (tv * torch.tensor(w).reshape(tv.shape)).sum().backward()
+            np.testing.assert_array_equal(v.data, tv.detach().numpy())
+            np.testing.assert_array_equal(i.data, ti.numpy())
+            np.testing.assert_array_equal(t.grad.data, tt.grad.numpy())
+    y = np.random.default_rng(4).standard_normal((3, 4))
+    rlgrad.check_grads(lambda y: _as_tensor(y).max(1)[0] ** 3, order=2)(y)
+
+
+def _as_tensor(y):
+    return y if isinstance(y, rlgrad.Tensor) else rlgrad.tensor(y)
