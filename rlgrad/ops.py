@@ -467,7 +467,7 @@ defvjp(cumsum, _cumsum_vjp)
 
 
 def _logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    m = np.max(x, axis=axis, keepdims=True)
+    m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)  # (nothing: log(0) = -inf, torch's)
     m = np.where(np.isfinite(m), m, 0)
     out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
     return out if keepdims else np.squeeze(out, axis=axis) if axis is not None else out.reshape(())

@@ -305,3 +305,15 @@ def test_tensor_max_min_with_dim_send_the_gradient_to_the_index_as_torch():
 
 def _as_tensor(y):
     return y if isinstance(y, rlgrad.Tensor) else rlgrad.tensor(y)
+
+
+def test_logsumexp_of_nothing_is_minus_inf_as_torch_and_scipy():
+    torch = _torch()
+    t = rlgrad.tensor(np.ones((2, 0)), requires_grad=True)
+    with np.errstate(divide="ignore"):  # log(0), as NumPy says it
+        out = t.logsumexp(dim=1)
+        assert rnp.logsumexp(np.ones((0,))) == -np.inf
+    np.testing.assert_array_equal(out.data, torch.ones((2, 0), dtype=torch.float64)
+                                  .logsumexp(dim=1).numpy())
+    out.sum().backward()
+    assert t.grad.shape == (2, 0)
