@@ -87,6 +87,11 @@ def run_backward(
 
     Three phases: seed the roots' gradients, propagate them to the leaves, write the leaves'
     ``.grad`` (``Tensor.backward`` only).
+
+    Order: a tensor is processed once every tensor computed from it has passed its gradient on.
+    Tensors are numbered in creation order (``_seq``) and an input is always older than its
+    output, so taking the newest tensor holding a gradient from a heap gives that order with no
+    separate topological sort.
     """
     if _Trace.tape is not None:
         create_graph = True  # rlgrad.jit captures the backward pass as ordinary recorded ops
@@ -128,17 +133,42 @@ def _seed(roots: Sequence[Tensor], root_grads: Sequence[Any],
     return grads, leaves, heap
 
 
+def _refuse_modified(t: Tensor, a: Tensor) -> None:
+    """``a`` (an argument of ``t``'s op, or ``t`` itself) was written in place after ``t`` was
+    computed: torch's "modified by an inplace operation" error, unless the op's rules read no
+    values at all (an add passes its gradient through, whatever the values were)."""
+    rules = t._op.vjps
+    if rules is not None and all(r is None or r is pass_through for r in rules):
+        return
+    where = next((i for i, x in enumerate(t._args) if x is a), None)
+    what = "its output" if where is None else f"argument {where}"
+    raise RuntimeError(
+        f"one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: {what} of {t._op.name} (a {a.dtype} tensor of shape {a.shape}) was written "
+        f"after {t._op.name} used it, so its gradient would be computed from the new values. "
+        f"Write into a copy (x.clone()), or build the graph after the write")
+
+
+def _rule_inputs(t: Tensor, g: Any, create_graph: bool) -> tuple[Any, Any, Any, Any, Any]:
+    """``(g, ans, d0, d1, argv)`` for ``t``'s rules off the hot path: with ``create_graph`` the
+    graph's own Tensors (so the rules are recorded), else plain arrays in ``argv`` for a variadic
+    op. Refuses an argument written in place after ``t`` was computed."""
+    args = t._args
+    for a in args:
+        if isinstance(a, Tensor) and a._written > t._seq:
+            _refuse_modified(t, a)
+    if create_graph:
+        g = g if isinstance(g, Tensor) else constant(g)
+        return g, t, args[0] if args else None, args[1] if len(args) == 2 else None, args
+    return g, t.data, None, None, [a.data if isinstance(a, Tensor) else a for a in args]
+
+
 def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: list[Tensor],
                wanted: set[int] | None, visit: set[int] | None, retain_graph: bool,
                create_graph: bool) -> None:
-    """Hand each tensor's gradient to its arguments through the VJP rules, newest tensor first.
-
-    A tensor is processed once every tensor computed from it has passed its gradient on: tensors
-    are numbered in creation order (``_seq``) and an input is always older than its output, so
-    taking the newest tensor holding a gradient from a heap gives that order with no separate
-    topological sort. The hot loop of the engine: the common arities get plain locals and direct
-    calls (no ``*argv``), and ``pass_through`` rules are not called at all.
-    """
+    """Hand each tensor's gradient to its arguments through the VJP rules, newest tensor first
+    (see run_backward). The engine's hot loop: one- and two-argument ops get plain locals and
+    direct rule calls (no ``*argv``), and ``pass_through`` rules are not called at all."""
     while heap:
         t = _heappop(heap)[1]
         key = id(t)
@@ -153,23 +183,27 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
             raise _freed_error(t)
         op = t._op
         n = len(args)
-        if create_graph:  # rules get the graph's Tensors, and are recorded
-            ans, argv = t, args
-            g = g if isinstance(g, Tensor) else constant(g)
-            d0 = args[0]
-            d1 = args[1] if n == 2 else None
+        if t._written:  # the output itself was written in place after it was computed
+            _refuse_modified(t, t)
+        ans = t.data  # below: an argument written in place after t was computed is refused
+        if create_graph or not 0 < n < 3:
+            g, ans, d0, d1, argv = _rule_inputs(t, g, create_graph)
+        elif n == 2:
+            d0, d1 = args
+            if isinstance(d0, Tensor):
+                if d0._written > t._seq:
+                    _refuse_modified(t, d0)
+                d0 = d0.data
+            if isinstance(d1, Tensor):
+                if d1._written > t._seq:
+                    _refuse_modified(t, d1)
+                d1 = d1.data
         else:
-            ans = t.data
-            if n == 2:
-                d0, d1 = args
-                d0 = d0.data if isinstance(d0, Tensor) else d0
-                d1 = d1.data if isinstance(d1, Tensor) else d1
-            elif n == 1:
-                d0 = args[0].data
-            else:
-                argv = [a.data if isinstance(a, Tensor) else a for a in args]
-        rules = op.vjps
-        kw = t._kw
+            d0 = args[0]
+            if d0._written > t._seq:
+                _refuse_modified(t, d0)
+            d0 = d0.data
+        rules, kw = op.vjps, t._kw
         for i, a in enumerate(args):
             if not isinstance(a, Tensor) or not a.requires_grad:
                 continue

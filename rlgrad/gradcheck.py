@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.functional import make_jvp, make_vjp, tree_flatten, tree_unflatten
+from rlgrad.autograd import grad
+from rlgrad.tensor import Tensor
+from rlgrad.transforms import make_jvp, make_vjp, tree_flatten, tree_unflatten
 
 EPS = 1e-6
 
@@ -113,9 +115,6 @@ def gradcheck(func: Callable, inputs: Any, eps: float = 1e-6, atol: float = 1e-5
     PyTorch's, it raises when no input requires grad, and an output that does not require grad
     must have a zero numerical Jacobian (else the graph lost a dependence: a mismatch).
     """
-    from rlgrad.autograd import grad
-    from rlgrad.tensor import Tensor
-
     ins = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     checked = [i for i, t in enumerate(ins) if isinstance(t, Tensor) and t.requires_grad]
     if not checked:
@@ -155,6 +154,4 @@ def gradcheck(func: Callable, inputs: Any, eps: float = 1e-6, atol: float = 1e-5
 
 
 def _outputs(out: Any) -> tuple[Any, ...]:
-    from rlgrad.tensor import Tensor
-
     return (out,) if isinstance(out, Tensor) else tuple(out)

@@ -338,7 +338,8 @@ defvjp(sum, lambda g, ans, x, axis=None, keepdims=False:
 
 def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     x = np.asarray(x)
-    if x.dtype.kind not in "fc" or x.size == 0:  # an empty mean is NaN (NumPy's, with its warning)
+    # NumPy's own: the mean of nothing (NaN, with its warning); float16 (summed in float32)
+    if x.dtype.kind not in "fc" or x.size == 0 or x.dtype == np.float16:
         return np.mean(x, axis=axis, keepdims=keepdims)
     total = np.add.reduce(x, axis=axis, keepdims=keepdims)  # same pairwise sum np.mean uses
     return total / (x.size // builtins.max(total.size, 1) if x.size else 1)
@@ -507,8 +508,11 @@ defvjp(transpose, _transpose_vjp)
 
 def _broadcast_to(x: Any, shape: Any) -> Any:
     x = np.asarray(x)
-    if x.shape == tuple(shape):
+    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)  # NumPy takes an int
+    if x.shape == shape:
         return x
+    if x.ndim > len(shape):  # NumPy's error (the copy below would squeeze (1,) into ())
+        np.broadcast_to(x, shape)
     out = np.empty(shape, dtype=x.dtype)  # a writable copy: several times faster than np.broadcast_to
     out[...] = x
     return out

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import stat
 import tempfile
 import zlib
@@ -28,6 +29,8 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
+
+from rlgrad.tensor import Tensor
 
 __all__ = ["save", "load", "CheckpointError", "StateDictError", "CheckpointDict"]
 
@@ -110,8 +113,6 @@ class _Encoder:
         return {tag: name, "dtype": self.arrays[name].dtype.name}
 
     def encode(self, obj: Any, path: str, depth: int = 0) -> Any:
-        from rlgrad.tensor import Tensor
-
         if depth > MAX_DEPTH:
             raise ValueError(
                 f"rlgrad.save: the value at key '{path or '<root>'}' nests dicts/lists/tuples "
@@ -221,8 +222,6 @@ def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
             os.unlink(tmp)
         os.link(src, tmp)
     except OSError:  # no hard links here (FAT, some network file systems): copy the bytes
-        import shutil
-
         with atomic_replace(dst) as t:
             shutil.copyfile(src, t)
         return
@@ -422,8 +421,6 @@ class _Decoder:
         if "$array" in node:
             return self._array(node, "$array", key)
         if "$tensor" in node:
-            from rlgrad.tensor import Tensor
-
             arr = self._array(node, "$tensor", key)
             grad = node.get("requires_grad", False) is True
             if grad and arr.dtype.kind not in "fc":

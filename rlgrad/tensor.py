@@ -52,9 +52,12 @@ class Tensor:
     ``data`` is the underlying NumPy array (not a Tensor, unlike PyTorch's ``.data``).
     """
 
-    # _cut: (op, reason, sources) where a gradient path was cut (see tracer._record), else None.
+    # _cut: (op, reason, sources) where a gradient path was cut (see tracer._record), else None;
+    # unset on graph nodes (they require grad, so nothing reads it), hence read with getattr.
+    # _written: 0, or the creation-order number (``_seq``'s counter) of the last in-place write,
+    # so a node older than that write knows the value it saved has changed (torch's version check).
     __slots__ = ("data", "requires_grad", "grad", "_op", "_args", "_kw", "_retain", "_seq", "_cut",
-                 "__weakref__")
+                 "_written", "__weakref__")
     __array_priority__ = 1000  # so ndarray <op> Tensor defers to the Tensor's reflected operator
 
     def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None) -> None:
@@ -66,6 +69,7 @@ class Tensor:
         self._kw = None
         self._retain = False
         self._cut = None
+        self._written = 0
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_(True)
@@ -103,7 +107,7 @@ class Tensor:
         self._retain = True
 
     def detach_(self) -> Tensor:
-        self._op = self._args = self._kw = None
+        self._op = self._args = self._kw = self._cut = None
         self.requires_grad = False
         return self
 
@@ -228,6 +232,15 @@ def tensor(data: Any, requires_grad: bool = False, dtype: Any = None) -> Tensor:
 # from it, so sorting by this number gives the backward pass its topological order.
 _next_seq = itertools.count().__next__
 
+def mark_written(*tensors: Any) -> None:
+    """Record an in-place write into each Tensor among ``tensors``: a gradient rule recorded
+    before it would read the new values, so the backward pass refuses it (as torch's version
+    counter does). Every in-place API calls this; writes into ``.data``'s array are not seen."""
+    for t in tensors:
+        if isinstance(t, Tensor):
+            t._written = _next_seq()
+
+
 # The fast constructor: it bypasses __init__'s checks (the data is already an array produced by
 # NumPy and the flags are known).
 _new = object.__new__
@@ -247,6 +260,7 @@ def constant(data: Any) -> Tensor:
     t._kw = None
     t._retain = False
     t._cut = None
+    t._written = 0
     return t
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
-from rlgrad.numpy import var
+from rlgrad.numpy import _std_from_var, var
 from rlgrad.ops import (
     absolute,
     add,
@@ -44,14 +44,14 @@ from rlgrad.ops import (
     remainder,
     reshape,
     softmax,
-    sqrt,
+    sqrt,  # noqa: F401 - installed as a method by name below
     squeeze,
     stop_gradient,
     subtract,
     swapaxes,
     transpose,
 )
-from rlgrad.tensor import Tensor
+from rlgrad.tensor import Tensor, mark_written
 from rlgrad.tracer import _GradMode
 
 
@@ -154,8 +154,8 @@ def _method_var(self: Tensor, axis: Any = None, ddof: int = 0, keepdims: bool = 
 
 def _method_std(self: Tensor, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
                 dim: Any = None, correction: Any = None, keepdim: bool = False) -> Any:
-    return sqrt(_method_var(self, axis, ddof, keepdims, dim=dim, correction=correction,
-                            keepdim=keepdim))
+    return _std_from_var(_method_var(self, axis, ddof, keepdims, dim=dim, correction=correction,
+                                     keepdim=keepdim))
 
 
 def _method_argmax(self: Tensor, axis: Any = None, *, dim: Any = None, keepdims: bool = False,
@@ -179,6 +179,7 @@ def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
             "build a new tensor instead (rlgrad.numpy.where, put_along_axis or concatenate)"
         )
     self.data[_index_key(idx)] = value.data if isinstance(value, Tensor) else value
+    mark_written(self)
 
 
 def _install_tensor_methods() -> None:
@@ -275,6 +276,7 @@ def _install_inplace_operators() -> None:
                 return fn(self, other)
             o = other.data if isinstance(other, Tensor) else other
             d = self.data
+            mark_written(self)
             if isinstance(d, np.ndarray) and d.flags.writeable and d.ndim >= np.ndim(o):
                 ufunc(d, o, out=d, casting="same_kind")
             else:

@@ -149,15 +149,15 @@ def _record(p: Primitive, out: Any, args: tuple, kwargs: dict, needs_grad: bool)
         res._args = args
         res._kw = kwargs
         res._retain = False
-        res._seq = _next_seq()
-        res._cut = None
+        res._seq = _next_seq()  # no _cut: a node requires grad, so _record never reads it
+        res._written = 0
     else:
         res = constant(out)
         if needs_grad:
             res._cut = (p.name, p.cut_reason, args)
         else:
             for a in args:
-                if isinstance(a, Tensor) and a._cut is not None:
+                if isinstance(a, Tensor) and getattr(a, "_cut", None) is not None:
                     res._cut = (p.name, "via", args)  # keeps the way back to a cut (for explain)
                     break
     if _Trace.tape is not None:

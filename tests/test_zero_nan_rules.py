@@ -197,3 +197,69 @@ def test_mean_of_an_empty_array_is_nan_as_numpy_and_torch():
         m.sum().backward()
     np.testing.assert_array_equal(m.data, torch.ones((0, 3), dtype=torch.float64).mean(0).numpy())
     assert t.grad.shape == (0, 3)
+
+
+# ---- xlogy at x == 0 (found by tests/test_random_programs.py) -------------------------------------
+@pytest.mark.parametrize("name", ["xlogy", "xlog1py"])
+def test_xlogy_gradient_at_zero_x_is_log_y(name):
+    """x * log(y) is smooth in x at x == 0 when y is inside log's domain: its derivative there is
+    log(y) (the old mask made it 0); only where y is outside (y <= 0) is it defined as 0."""
+    from rlgrad import special
+
+    fn = getattr(special, name)
+    shift = 0.0 if name == "xlogy" else -1.0
+    x = np.array([0.0, 0.0, 0.0, 1.5, -0.5])
+    y = np.array([0.5, 2.0, 0.0, 3.0, 0.25]) + shift
+    with np.errstate(divide="ignore"):
+        log_y = np.log(y - shift)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gx = rlgrad.grad(lambda x: rnp.sum(fn(x, y)))(x)
+        gy = rlgrad.grad(lambda y: rnp.sum(fn(x, y)))(y)
+    np.testing.assert_allclose(gx, [log_y[0], log_y[1], 0.0, log_y[3], log_y[4]], rtol=1e-14)
+    np.testing.assert_allclose(gy, [0.0, 0.0, 0.0, 1.5 / 3.0, -0.5 / 0.25], rtol=1e-14)
+    inside = np.array([0.0, 0.0, 1.5, -0.5]), np.array([0.5, 2.0, 3.0, 0.25]) + shift
+    rlgrad.check_grads(fn, order=2)(*inside)
+    scipy_special = pytest.importorskip("scipy.special")
+    np.testing.assert_array_equal(fn(x, y), getattr(scipy_special, name)(x, y))
+
+
+# ---- std of constant data, 0-d losses (found by tests/test_random_programs.py) ---------------------
+def test_std_gradient_where_the_spread_is_zero_is_zero_as_torch():
+    torch = _torch()
+    x = np.array([[1.0, 2.0, 4.0], [3.0, 3.0, 3.0]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = rlgrad.grad(lambda x: rnp.sum(rnp.std(x, axis=1)))(x)
+        g1 = rlgrad.grad(lambda x: rnp.sum(rnp.std(x[:, :1], axis=1)))(x)  # one element
+        t = rlgrad.tensor(x, requires_grad=True)
+        t.std(dim=1, correction=0).sum().backward()
+    tt = torch.tensor(x, requires_grad=True)
+    tt.std(dim=1, correction=0).sum().backward()
+    np.testing.assert_allclose(g, tt.grad.numpy(), rtol=1e-14)
+    np.testing.assert_allclose(t.grad.data, tt.grad.numpy(), rtol=1e-14)
+    np.testing.assert_array_equal(g1, np.zeros_like(x))
+    rlgrad.check_grads(lambda x: rnp.std(x, axis=1), order=2)(x[:1])  # away from 0: unchanged
+    assert np.isnan(rnp.std(rlgrad.tensor([np.nan, 1.0])).data)  # NaN stays NaN, not 0
+
+
+def test_regression_losses_take_0d_operands_as_torch():
+    torch = _torch()
+    import rlgrad.nn.functional as F
+
+    for red in ("none", "mean", "sum"):
+        t = rlgrad.tensor(np.array(0.5), requires_grad=True)
+        loss = F.mse_loss(t, rlgrad.tensor(np.array(0.2)), reduction=red)
+        loss.backward()
+        tt = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+        tl = torch.nn.functional.mse_loss(tt, torch.tensor(0.2, dtype=torch.float64), reduction=red)
+        tl.backward()
+        np.testing.assert_allclose(loss.data, tl.detach().numpy(), rtol=1e-15)
+        np.testing.assert_allclose(t.grad.data, tt.grad.numpy(), rtol=1e-15)
+
+
+def test_broadcast_to_fewer_dimensions_is_numpys_error():
+    with pytest.raises(ValueError):
+        rnp.broadcast_to(np.array([0.2]), ())
+    with pytest.raises(ValueError):
+        rnp.broadcast_to(rlgrad.tensor([0.2]), ())

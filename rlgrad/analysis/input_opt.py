@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad import autograd
+from rlgrad import autograd, optim
 from rlgrad.analysis._common import fresh_input, param_list
 from rlgrad.tensor import Tensor, constant
 
@@ -45,8 +45,6 @@ class InputOptimizationResult:
 
 
 def _make_optimizer(optimizer: Any, x: Tensor, lr: float) -> Any:
-    from rlgrad import optim
-
     if optimizer is None or optimizer == "adam":
         return optim.Adam([x], lr=lr)
     if optimizer == "sgd":

@@ -416,6 +416,8 @@ def _reduce_np(loss: np.ndarray, reduction: str) -> Any:
 # recorded node): they sit in every value-function and Q-learning update.
 def _mse_fwd(input: Any, target: Any, reduction: str = "mean") -> Any:  # noqa: A002
     d = np.subtract(input, target)
+    if type(d) is not np.ndarray:  # 0-d operands give a NumPy scalar, which out= cannot take
+        return _reduce_np(np.asarray(d * d), reduction)
     np.multiply(d, d, out=d)
     return _reduce_np(d, reduction)
 

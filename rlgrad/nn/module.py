@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlgrad.serialization import StateDictError, _source_of
-from rlgrad.tensor import Tensor, constant, get_default_dtype
+from rlgrad.tensor import Tensor, constant, get_default_dtype, mark_written
 
 __all__ = ["Module", "Parameter", "IncompatibleKeys", "StateDictError"]
 
@@ -382,6 +382,7 @@ class Module:
             )
         for mod, name, _kind, arr in values:
             current = getattr(mod, name)
+            mark_written(current)
             cur = current.data if isinstance(current, Tensor) else current
             if cur.flags.writeable:
                 np.copyto(cur, arr, casting="unsafe")

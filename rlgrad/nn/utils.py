@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import Tensor, constant
+from rlgrad.tensor import Tensor, constant, mark_written
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
 
@@ -82,4 +82,5 @@ def vector_to_parameters(vec: Any, parameters: Iterable[Tensor]) -> None:
     for p in params:
         k = p.data.size
         p.data[...] = v[i:i + k].reshape(p.data.shape)
+        mark_written(p)
         i += k

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.serialization import StateDictError, _source_of
-from rlgrad.tensor import Tensor, constant
+from rlgrad.tensor import Tensor, constant, mark_written
 from rlgrad.tracer import enable_grad
 
 __all__ = ["Optimizer", "required"]
@@ -102,6 +102,8 @@ class Optimizer:
                 loss = closure()
         for group in self.param_groups:
             self._update_group(group)
+            # updated in place: a graph recorded before the step must not backprop through them
+            mark_written(*(p for p in group["params"] if p.grad is not None))
         return loss
 
     def _update_group(self, group: dict[str, Any]) -> None:
