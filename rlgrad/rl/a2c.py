@@ -12,7 +12,7 @@ from typing import Any
 from rlgrad import optim
 from rlgrad.rl.base import constructor_hyperparams
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.on_policy import OnPolicyAlgorithm, policy_gradient_update
+from rlgrad.rl.on_policy import OnPolicyAlgorithm
 
 
 class A2C(OnPolicyAlgorithm):
@@ -37,6 +37,3 @@ class A2C(OnPolicyAlgorithm):
         else:
             self.optimizer = optim.Adam(self._params, lr=lr)
 
-    def train(self) -> None:
-        self._set_lr()
-        policy_gradient_update(self, self.ent_coef)

@@ -13,7 +13,7 @@ from typing import Any
 from rlgrad import optim
 from rlgrad.rl.base import constructor_hyperparams
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.on_policy import OnPolicyAlgorithm, policy_gradient_update
+from rlgrad.rl.on_policy import OnPolicyAlgorithm
 
 
 class REINFORCE(OnPolicyAlgorithm):
@@ -32,6 +32,3 @@ class REINFORCE(OnPolicyAlgorithm):
         self._params = list(self.policy.parameters())
         self.optimizer = optim.Adam(self._params, lr=self.lr_schedule(1.0))
 
-    def train(self) -> None:
-        self._set_lr()
-        policy_gradient_update(self, self.ent_coef)
