@@ -7,7 +7,6 @@ import rlgrad
 from rlgrad.rl import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.callbacks import BaseCallback
-from rlgrad.rl.policies import mlp_numpy
 
 
 def _rollout(m):
@@ -120,6 +119,17 @@ def _dqn_batch(m, n=8, seed=0):
                        np.zeros(n, bool))
 
 
+def _relu_mlp_np(net, x):
+    """A Linear/ReLU stack in float64, written here (independent of rlgrad's acting path)."""
+    x = np.asarray(x, np.float64)
+    lin = [m for m in net if hasattr(m, "weight")]
+    for k, m in enumerate(lin):
+        x = x @ m.weight.data.astype(np.float64).T + m.bias.data
+        if k < len(lin) - 1:
+            x = np.maximum(x, 0)
+    return x
+
+
 @pytest.mark.parametrize("double_q", [False, True])
 def test_dqn_target_and_clipped_td_error(double_q):
     m = DQN("CartPole-v1", double_q=double_q, gamma=0.9, seed=0,
@@ -128,20 +138,27 @@ def test_dqn_target_and_clipped_td_error(double_q):
     for p in m.q_net_target.parameters():  # make the target net differ from the online one
         p.data += rng.normal(0, 0.5, p.shape).astype(np.float32)
     b = _dqn_batch(m)
-    qt = mlp_numpy(m.q_net_target.q_net, b.next_observations)
+    qt = _relu_mlp_np(m.q_net_target, b.next_observations)
     if double_q:
-        a_star = mlp_numpy(m.q_net.q_net, b.next_observations).argmax(1)
+        a_star = _relu_mlp_np(m.q_net, b.next_observations).argmax(1)
         nxt = qt[np.arange(8), a_star]
     else:
         nxt = qt.max(1)
     y = b.rewards + 0.9 * (1 - b.terminated) * nxt
-    np.testing.assert_allclose(m.td_target(b), y, rtol=1e-5)
-    loss, q_a = m.loss(b)
-    q_a.retain_grad()
-    loss.backward()
-    # DQN 3.0: the gradient w.r.t. Q(s, a) is the TD error clipped to +-clip_delta (mean over batch)
-    np.testing.assert_allclose(q_a.grad.data, np.clip(q_a.data - y, -1, 1) / 8, rtol=1e-5,
-                               atol=1e-7)
+    np.testing.assert_allclose(m.td_target(b), y, rtol=1e-5, atol=1e-6)
+    # DQN 3.0: the gradient w.r.t. Q(s, a) is the TD error clipped to +-clip_delta (mean over
+    # the batch), so the output bias of action k gets the sum over the rows that took k
+    q_a = _relu_mlp_np(m.q_net, b.observations)[np.arange(8), b.actions]
+    g = np.clip(q_a - y, -1, 1) / 8
+    exp_bias = [g[b.actions == k].sum() for k in range(2)]
+    huber = np.where(np.abs(q_a - y) <= 1, 0.5 * (q_a - y) ** 2, np.abs(q_a - y) - 0.5).mean()
+    batch = {"obs": b.observations, "actions": b.actions, "target": y.astype(np.float32)}
+    from rlgrad.rl.steps import grad_step
+
+    for compiled in (False, True):  # DQN.loss, the training loss, run eagerly and compiled
+        loss, _, grads = grad_step(m.loss, m._params, compiled)(batch)
+        assert float(loss) == pytest.approx(huber, rel=1e-5)
+        np.testing.assert_allclose(grads[-1], exp_bias, rtol=1e-5, atol=1e-7)
 
 
 def test_td3_target_without_smoothing():
@@ -161,7 +178,7 @@ def test_td3_target_without_smoothing():
 
 
 def test_wrong_action_space_errors():
-    with pytest.raises(ValueError, match="Discrete action space.*SAC, TD3 or DDPG"):
+    with pytest.raises(ValueError, match=r"discrete \(Discrete\) action space.*SAC, TD3 or DDPG"):
         DQN("Pendulum-v1")
     with pytest.raises(ValueError, match="continuous.*DQN, PPO or A2C"):
         SAC("CartPole-v1")
@@ -302,3 +319,46 @@ def test_replay_stores_final_obs_and_truncation_flags():
     for t in range(11):
         same = np.all(nxt[t] == obs[t + 1], axis=1)
         assert same.tolist() == [t % 4 != 3] * 2
+
+
+def test_a_subclass_inherits_hyperparameters_through_kwargs(tmp_path):
+    """A subclass types only its own argument: the parent's stay settable (API and --set) and
+    are recorded, and the subclass's value is not overwritten by the parent's constructor."""
+    from rlgrad.cli.build import parse_sets
+    from rlgrad.rl.hyperparams import hyperparameters
+
+    class WideDQN(DQN):
+        def __init__(self, env, width: int = 32, **kwargs):
+            self.width = width
+            super().__init__(env, **kwargs)
+
+        def make_q_net(self):
+            from rlgrad.rl.policies import mlp
+
+            return mlp([self.obs_dim, self.width, self.n_actions], "relu")
+
+    params = hyperparameters(WideDQN)
+    assert {"width", "clip_delta", "gamma", "policy_kwargs", "blas_threads"} <= set(params)
+    assert parse_sets(["width=8", "clip_delta=2.5"], WideDQN) == {"width": 8, "clip_delta": 2.5}
+    m = WideDQN("CartPole-v1", width=8, gamma=0.5, learning_starts=0, seed=0)
+    hp = m.get_hyperparams()
+    assert hp["width"] == 8 and hp["gamma"] == 0.5 and hp["clip_delta"] == 1.0
+    assert m.q_net[0].weight.shape == (8, 4)
+    assert list(hyperparameters(DDPG)) == [k for k in hyperparameters(TD3) if k not in
+                                           DDPG.fixed_hyperparams]
+    with pytest.raises(TypeError, match="DDPG fixes n_critics"):
+        DDPG("Pendulum-v1", n_critics=2)
+    with pytest.raises(ValueError, match="policy_kwargs has no key 'net_arc'"):
+        DQN("CartPole-v1", policy_kwargs={"net_arc": [8]})
+
+
+def test_dqn_loads_checkpoints_of_the_qnetwork_layout(tmp_path):
+    """Checkpoints written when the MLP sat inside a QNetwork ('q_net.0.weight') still load."""
+    m = DQN("CartPole-v1", seed=0, policy_kwargs={"net_arch": [8]})
+    state = m.get_state()
+    old = {**state, "modules": {k: {f"q_net.{n}": v for n, v in sd.items()}
+                                for k, sd in state["modules"].items()}}
+    m2 = DQN("CartPole-v1", seed=1, policy_kwargs={"net_arch": [8]})
+    m2.set_state(old)
+    for p, q in zip(m.q_net.parameters(), m2.q_net.parameters()):
+        np.testing.assert_array_equal(p.data, q.data)

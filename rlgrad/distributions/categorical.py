@@ -165,8 +165,8 @@ class Categorical(Distribution):
             if self._probs_in is not None:
                 p = self._probs_in
                 self._probs = p / ops.sum(p, axis=-1, keepdims=True)
-            else:
-                self._probs = ops.softmax(self._logits_in, axis=-1)
+            else:  # exp of the normalised log-probabilities: softmax without a second pass
+                self._probs = ops.exp(self.logits)
         return self._probs
 
     @property
@@ -281,20 +281,23 @@ class Categorical(Distribution):
         return ops.log(out) if self._probs_in is not None else out
 
     def _log_prob_traced(self, value: Tensor) -> Tensor:
-        # the index is a traced input: gather with it as an engine operation, so that the
-        # compiled step reads each call's actions (shapes as the batch's, no broadcasting)
+        # The index is a traced input: select with engine operations, so that the compiled step
+        # reads each call's actions (shapes as the batch's, no broadcasting). A one-hot select
+        # and sum: for a few categories cheaper than a gather and its scatter-add backward.
         table = self.probs if self._probs_in is not None else self.logits
-        shape = self._batch_shape
-        out = ops.reshape(ops.take_along_axis(table, ops.reshape(value, shape + (1,)), -1), shape)
+        categories = np.arange(self._num_events)
+        hit = ops.reshape(value, self._batch_shape + (1,)) == categories
+        out = ops.sum(ops.where(hit, table, 0.0), axis=-1)
         return ops.log(out) if self._probs_in is not None else out
 
     def entropy(self) -> Tensor:
         p = self.probs
-        mask = (p > 0) if tracing() else p.data > 0  # traced: recomputed at every replay
         if self._probs_in is not None:
+            mask = (p > 0) if tracing() else p.data > 0  # traced: recomputed at every replay
             plogp = p * ops.log(ops.where(mask, p, 1.0))
-        else:
-            plogp = p * ops.where(mask, self.logits, 0.0)
+        else:  # a masked (-inf) logit has p = 0: clamped as torch does, its term is 0, not NaN
+            logits = self.logits
+            plogp = p * ops.clip(logits, float(np.finfo(logits.data.dtype).min), None)
         return -ops.sum(plogp, axis=-1)
 
     def enumerate_support(self, expand: bool = True) -> Tensor:

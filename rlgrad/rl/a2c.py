@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from rlgrad import optim
-from rlgrad.rl.base import constructor_hyperparams
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm
 
@@ -25,7 +24,6 @@ class A2C(OnPolicyAlgorithm):
                  normalize_advantage: bool = False, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
                  seed: int | None = 0, verbose: int = 0, **env_options: Any) -> None:
-        self._hyperparams = constructor_hyperparams(locals())
         super().__init__(env, learning_rate, n_steps, gamma, gae_lambda, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, **env_options)

@@ -35,6 +35,7 @@ def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
 
 
 class OnPolicyAlgorithm(BaseAlgorithm):
+    _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 1
 
     def __init__(self, env: EnvLike, learning_rate: Any, n_steps: int, gamma: float,
@@ -54,7 +55,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self._iteration_num = 0
         self._loss_steps: dict[bool, Any] = {}  # compiled / eager gradient steps, built on first use
         self.policy = ActorCriticPolicy(self.observation_space, self.action_space,
-                                        **self.policy_kwargs)
+                                        **self.net_kwargs(net_arch=None, activation_fn="tanh",
+                                                          ortho_init=True, log_std_init=0.0,
+                                                          init_seed=None))
         a_space = self.action_space
         if isinstance(a_space, spaces.Discrete):
             a_shape, a_dtype = (), np.int64

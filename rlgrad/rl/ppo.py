@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops, optim
-from rlgrad.rl.base import constructor_hyperparams, get_schedule_fn
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm
+from rlgrad.rl.schedules import get_schedule_fn
 from rlgrad.tracer import defvjp, primitive
 
 
@@ -62,7 +62,6 @@ class PPO(OnPolicyAlgorithm):
                  n_envs: int = 1, normalize: bool | dict = False,
                  policy_kwargs: dict | None = None, seed: int | None = 0, verbose: int = 0,
                  **env_options: Any) -> None:
-        self._hyperparams = constructor_hyperparams(locals())
         super().__init__(env, learning_rate, n_steps, gamma, gae_lambda, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, **env_options)
