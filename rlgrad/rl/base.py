@@ -33,6 +33,7 @@ from rlgrad.rl.envs import (
 from rlgrad.rl.hyperparams import capture, constructor_hyperparams
 from rlgrad.rl.logger import Logger
 from rlgrad.rl.normalize import Normalizer
+from rlgrad.rl.progress import ProgressBar
 from rlgrad.rl.runtime import keep_freed_memory, limit_blas_threads
 from rlgrad.rl.schedules import Schedule, get_schedule_fn, linear_schedule
 from rlgrad.rl.steps import set_grads
@@ -202,7 +203,7 @@ class BaseAlgorithm:
         if cb is not None:
             cb.init_callback(self)
             cb.on_training_start()
-        bar = _ProgressBar(self._total_timesteps, self) if progress_bar else None
+        bar = ProgressBar(self._total_timesteps, self) if progress_bar else None
         try:
             while self.num_timesteps < self._total_timesteps:
                 if not self._iteration(cb):
@@ -316,38 +317,3 @@ class BaseAlgorithm:
         model = cls(env, seed=int(ckpt["seed"]), **hp)
         model.set_state(ckpt["state"])
         return model
-
-
-class _ProgressBar:
-    """A rich progress bar: steps, steps per second, recent mean return, ETA."""
-
-    def __init__(self, total: int, algo: BaseAlgorithm) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self.algo = algo
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[fps]} steps/s"), TextColumn("return {task.fields[ret]}"),
-            TimeRemainingColumn(),
-        )
-        self.task = self.progress.add_task(type(algo).__name__, total=total,
-                                           completed=algo.num_timesteps, fps="-", ret="-")
-        self.t0 = time.perf_counter()
-        self.n0 = algo.num_timesteps
-        self.progress.start()
-
-    def update(self) -> None:
-        a = self.algo
-        q = a._ep_stats.return_queue
-        fps = (a.num_timesteps - self.n0) / max(time.perf_counter() - self.t0, 1e-9)
-        self.progress.update(self.task, completed=a.num_timesteps, fps=f"{fps:.0f}",
-                             ret=f"{np.mean(q):.1f}" if len(q) else "-")
-
-    def close(self) -> None:
-        self.progress.stop()

@@ -135,11 +135,6 @@ def seed_env(venv: VectorEnv, seed: int) -> tuple[np.ndarray, dict]:
     return venv.reset(seed=seed)
 
 
-def check_box_or_discrete(space: spaces.Space, what: str) -> None:
-    if not isinstance(space, spaces.Box | spaces.Discrete):
-        raise ValueError(f"{what} must be Box or Discrete, got {space}")
-
-
 def flat_obs_dim(space: spaces.Space) -> int:
     if isinstance(space, spaces.Box):
         return int(np.prod(space.shape))
