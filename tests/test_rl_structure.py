@@ -73,3 +73,17 @@ def test_moved_helpers_keep_their_old_import_path(module, names):
     mod = importlib.import_module(module)
     for n in names:
         assert callable(getattr(mod, n)), n
+
+
+def test_cli_help_and_docs_list_every_algorithm():
+    """--algo's help and docs/cli.md name every algorithm of the registry (the CLI does not import
+    rlgrad.rl to build its parser, so this test keeps the list in step)."""
+    from rlgrad.cli import build_parser
+    from rlgrad.rl import ALGORITHMS
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    help_text = next(a.help for a in train._actions if "--algo" in a.option_strings)
+    docs = (ROOT.parent / "docs" / "cli.md").read_text()
+    for name in ALGORITHMS:
+        assert name in help_text, name
+        assert f"`{name}`" in docs, name

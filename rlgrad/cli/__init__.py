@@ -43,7 +43,7 @@ def build_parser() -> ArgumentParser:
     t = sub.add_parser("train", help="train an algorithm on a Gymnasium environment")
     t.add_argument("env_id", metavar="ENV_ID", help="a registered Gymnasium id, e.g. CartPole-v1")
     t.add_argument("--algo", required=True,
-                   help="one of reinforce, a2c, ppo, dqn, ddpg, td3, sac")
+                   help="one of reinforce, a2c, ppo, dqn, qrdqn, ddpg, td3, sac")
     t.add_argument("--preset", default=None, help="preset to use: an environment id of the "
                    "algorithm's presets, a YAML file, or 'none' (default: ENV_ID's preset if any)")
     t.add_argument("--steps", type=_whole_number, default=None,

@@ -35,6 +35,7 @@ def hyperparameters(cls: type) -> dict[str, inspect.Parameter]:
     out: dict[str, inspect.Parameter] = {}
     seen: set[str] = set()
     fixed: set[str] = set()
+    defaults = default_overrides(cls)
     for klass in cls.__mro__:
         init = _own_init(klass)
         if init is None or klass is object:
@@ -46,11 +47,26 @@ def hyperparameters(cls: type) -> dict[str, inspect.Parameter]:
             for name, p in params.items():
                 if (name not in _NOT_HYPER and name not in seen and name not in fixed
                         and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)):
-                    out[name] = p
+                    out[name] = p.replace(default=defaults[name]) if name in defaults else p
         seen |= set(params)
         if last:
             break
     return out
+
+
+def default_overrides(cls: type) -> dict[str, Any]:
+    """The parent's defaults a subclass changes (``default_hyperparams`` in its class body, e.g.
+    QR-DQN's learning rate), merged down the class chain: the subclass's win."""
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        out.update(klass.__dict__.get("default_hyperparams", {}))
+    return out
+
+
+def apply_defaults(cls: type, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``cls``'s ``default_hyperparams`` filled in where not given: what a
+    subclass's ``__init__`` passes to its parent's."""
+    return {**default_overrides(cls), **kwargs}
 
 
 def capture(cls: type, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any] | None:
@@ -65,10 +81,11 @@ def capture(cls: type, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any] | 
     params = hyperparameters(cls)
     hp = {name: p.default for name, p in params.items()
           if p.default is not p.empty and _defined_by_algorithm(cls, name)}
+    hp.update(default_overrides(cls))
     for name, value in bound.arguments.items():
         p = inspect.signature(init).parameters[name]
         if p.kind is p.VAR_KEYWORD:
-            hp.update(value)
+            hp.update({k: v for k, v in value.items() if k not in _NOT_HYPER})
         elif name not in _NOT_HYPER:
             hp[name] = value
     return hp
