@@ -286,4 +286,5 @@ def build(cls: type, env_id: str, seed: int, hp: dict[str, Any]) -> Any:
     try:
         return cls(env_id, seed=seed, **hp)
     except (ValueError, TypeError) as e:
-        raise CLIError(f"{cls.__name__} on {env_id}: {e}") from None
+        msg = str(e).removeprefix(f"{cls.__name__}: ")  # range errors name the class already
+        raise CLIError(f"{cls.__name__} on {env_id}: {msg}") from None

@@ -34,6 +34,7 @@ from rlgrad.rl.hyperparams import capture, constructor_hyperparams
 from rlgrad.rl.logger import Logger
 from rlgrad.rl.normalize import Normalizer
 from rlgrad.rl.progress import ProgressBar
+from rlgrad.rl.ranges import check_hyperparams, check_relations
 from rlgrad.rl.runtime import keep_freed_memory, limit_blas_threads
 from rlgrad.rl.schedules import Schedule, get_schedule_fn, linear_schedule
 from rlgrad.rl.steps import set_grads
@@ -78,6 +79,7 @@ class BaseAlgorithm:
                  gamma: float = 0.99, policy_kwargs: dict[str, Any] | None = None,
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
                  vectorization_mode: str | None = None, blas_threads: int | None = 1) -> None:
+        check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
         keep_freed_memory()
@@ -101,6 +103,7 @@ class BaseAlgorithm:
         self.n_envs = self.env.num_envs
         self.observation_space: spaces.Space = self.env.single_observation_space
         self.action_space: spaces.Space = self.env.single_action_space
+        check_relations(type(self).__name__, {**self._hyperparams, "n_envs": self.n_envs})
         if not isinstance(self.action_space, self.action_spaces):
             raise ValueError(action_space_error(type(self).__name__, self.action_spaces,
                                                 self.action_space))

@@ -132,10 +132,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         self.tau = float(tau)
         if isinstance(train_freq, int):
             train_freq = (train_freq, "step")
-        n, unit = int(train_freq[0]), str(train_freq[1])
-        if unit not in ("step", "episode"):
-            raise ValueError(f"train_freq unit must be 'step' or 'episode', got {unit!r}")
-        self.train_freq = (n, unit)
+        self.train_freq = (int(train_freq[0]), str(train_freq[1]))  # range: rl/ranges.py
         self.gradient_steps = int(gradient_steps)
         self.continuous = isinstance(a, spaces.Box)
         if self.continuous:

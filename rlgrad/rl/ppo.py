@@ -65,8 +65,6 @@ class PPO(OnPolicyAlgorithm):
         super().__init__(env, learning_rate, n_steps, gamma, gae_lambda, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, **env_options)
-        if batch_size < 2 and normalize_advantage:
-            raise ValueError("batch_size must be at least 2 when normalize_advantage is on")
         self.batch_size = int(batch_size)
         self.n_epochs = int(n_epochs)
         self.clip_range = get_schedule_fn(clip_range)
