@@ -25,10 +25,22 @@ MLP_CASES = [((4, 64, 64, 2), 32), ((84, 256, 256, 18), 32)]
 
 
 def _time(fns: dict[str, Callable[[], Any]], min_time: float = 0.3,
-          repeats: int = 9) -> dict[str, float]:
-    """Median seconds per call of each function, timed in interleaved rounds (bench/_timing.py)."""
-    times = _timing.interleaved(fns, repeats, min_time / repeats)
-    return {name: float(np.median(ts)) for name, ts in times.items()}
+          repeats: int = 9) -> dict[str, np.ndarray]:
+    """Seconds per call of each function in every interleaved round (bench/_timing.py)."""
+    return _timing.interleaved(fns, repeats, min_time / repeats)
+
+
+def _us(times: dict[str, np.ndarray], name: str) -> float | None:
+    """Median microseconds per call, None for an implementation that did not run."""
+    return float(np.median(times[name])) * 1e6 if name in times else None
+
+
+def _round_ratio(times: dict[str, np.ndarray], name: str, base: str) -> float | None:
+    """The median of the per-round ratios (a round times every implementation back to back, so
+    load that comes and goes on a shared machine cancels out of each ratio)."""
+    if name not in times or base not in times:
+        return None
+    return float(np.median(times[name] / times[base]))
 
 
 # ---- hand-written NumPy: forward, backward and Adam with no framework at all ------------------
@@ -37,13 +49,8 @@ class _NumpyMLPAdam:
     strict floor, every parameter a view into one flat array so that Adam is a dozen ufunc calls
     in total and the update one subtraction."""
 
-    def __init__(self, sizes: tuple[int, ...], rng: np.random.Generator, lr: float = 1e-3,
-                 flat: bool = False) -> None:
-        self.params = []
-        for n_in, n_out in zip(sizes[:-1], sizes[1:]):
-            bound = 1 / np.sqrt(n_in)
-            self.params.append(rng.uniform(-bound, bound, (n_out, n_in)).astype(np.float32))
-            self.params.append(rng.uniform(-bound, bound, n_out).astype(np.float32))
+    def __init__(self, weights: list[np.ndarray], lr: float = 1e-3, flat: bool = False) -> None:
+        self.params = [w.copy() for w in weights]  # (W1, b1, W2, b2, ...), PyTorch's layout
         self.flat = flat
         if flat:
             self.P = np.concatenate([p.ravel() for p in self.params])
@@ -112,8 +119,11 @@ def _hand_adam(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, buf: 
     p -= buf
 
 
-def _rlgrad_step(sizes: tuple[int, ...]) -> Callable[[np.ndarray, np.ndarray], float]:
+def _rlgrad_step(weights: list[np.ndarray]) -> Callable[[np.ndarray, np.ndarray], float]:
+    sizes = [weights[0].shape[1]] + [w.shape[0] for w in weights[::2]]
     model = nn.MLP(sizes)
+    for p, w in zip(model.parameters(), weights):
+        p.data[...] = w
     opt = optim.Adam(model.parameters(), lr=1e-3)
 
     def step(x: np.ndarray, y: np.ndarray) -> float:
@@ -126,18 +136,21 @@ def _rlgrad_step(sizes: tuple[int, ...]) -> Callable[[np.ndarray, np.ndarray], f
     return step
 
 
-def _torch_step(sizes: tuple[int, ...]) -> Callable[[np.ndarray, np.ndarray], float] | None:
+def _torch_step(weights: list[np.ndarray]) -> Callable[[np.ndarray, np.ndarray], float] | None:
     try:
         import torch
     except ImportError:
         return None
     torch.set_num_threads(1)
     layers: list[Any] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers.append(torch.nn.Linear(a, b))
-        if i < len(sizes) - 2:
+    for i, w in enumerate(weights[::2]):
+        layers.append(torch.nn.Linear(w.shape[1], w.shape[0]))
+        if i < len(weights) // 2 - 1:
             layers.append(torch.nn.ReLU())
     model = torch.nn.Sequential(*layers)
+    with torch.no_grad():
+        for p, w in zip(model.parameters(), weights):
+            p.copy_(torch.from_numpy(w))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
 
     def step(x: np.ndarray, y: np.ndarray) -> float:
@@ -151,29 +164,46 @@ def _torch_step(sizes: tuple[int, ...]) -> Callable[[np.ndarray, np.ndarray], fl
     return step
 
 
+def _mlp_steps(weights: list[np.ndarray]) -> dict[str, Callable[[np.ndarray, np.ndarray], float]]:
+    """Every implementation's training step, all starting from the same weights."""
+    steps = {"numpy": _NumpyMLPAdam(weights).step,
+             "numpy_flat": _NumpyMLPAdam(weights, flat=True).step,
+             "rlgrad": _rlgrad_step(weights)}
+    tstep = _torch_step(weights)
+    if tstep is not None:
+        steps["torch"] = tstep
+    return steps
+
+
+def _check_same_losses(steps: dict[str, Callable[[np.ndarray, np.ndarray], float]],
+                       x: np.ndarray, y: np.ndarray, n: int = 5) -> None:
+    """The implementations compute the same thing: the same losses over ``n`` Adam steps from the
+    same weights (each loss is taken before its update, so the updates are compared too)."""
+    losses = {name: [step(x, y) for _ in range(n)] for name, step in steps.items()}
+    ref = losses["numpy"]
+    for name, ls in losses.items():
+        if not np.allclose(ls, ref, rtol=1e-4, atol=1e-6):
+            raise AssertionError(f"bench/nn.py: {name} computes another thing than NumPy by hand: "
+                                 f"losses {ls} vs {ref}")
+
+
 def mlp_rows() -> list[dict[str, Any]]:
     rows = []
     rng = np.random.default_rng(0)
     for sizes, batch in MLP_CASES:
         x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
         y = rng.standard_normal((batch, sizes[-1])).astype(np.float32)
-        hand = _NumpyMLPAdam(sizes, rng)
-        hand_flat = _NumpyMLPAdam(sizes, rng, flat=True)
-        ours = _rlgrad_step(sizes)
-        tstep = _torch_step(sizes)
-        fns = {"numpy": partial(hand.step, x, y), "numpy_flat": partial(hand_flat.step, x, y),
-               "rlgrad": partial(ours, x, y)}
-        if tstep is not None:
-            fns["torch"] = partial(tstep, x, y)
+        weights = [p.data.copy() for p in nn.MLP(sizes).parameters()]
+        _check_same_losses(_mlp_steps(weights), x, y)
+        fns = {name: partial(step, x, y) for name, step in _mlp_steps(weights).items()}
         times = _time(fns)
-        t_np, t_rg, t_th = times["numpy"], times["rlgrad"], times.get("torch")
-        t_flat = times["numpy_flat"]
         rows.append({
             "case": f"MLP {'-'.join(map(str, sizes))} + Adam, batch {batch}",
-            "numpy_us": t_np * 1e6, "numpy_flat_us": t_flat * 1e6, "rlgrad_us": t_rg * 1e6,
-            "torch_us": None if t_th is None else t_th * 1e6,
-            "rlgrad/numpy": t_rg / t_np, "rlgrad/numpy_flat": t_rg / t_flat,
-            "rlgrad/torch": None if t_th is None else t_rg / t_th,
+            "numpy_us": _us(times, "numpy"), "numpy_flat_us": _us(times, "numpy_flat"),
+            "rlgrad_us": _us(times, "rlgrad"), "torch_us": _us(times, "torch"),
+            "rlgrad/numpy": _round_ratio(times, "rlgrad", "numpy"),
+            "rlgrad/numpy_flat": _round_ratio(times, "rlgrad", "numpy_flat"),
+            "rlgrad/torch": _round_ratio(times, "rlgrad", "torch"),
         })
     return rows
 
@@ -185,10 +215,11 @@ def conv_rows() -> list[dict[str, Any]]:
     conv = nn.Conv2d(4, 32, 8, stride=4)
     g_out = rng.standard_normal((32, 32, 20, 20)).astype(np.float32)
 
-    def ours() -> None:
+    def ours() -> Any:
         conv.zero_grad()
         y = conv(x)
         y.backward(g_out)
+        return y.data, conv.weight.grad.data
 
     fns: dict[str, Callable[[], Any]] = {"rlgrad": ours}
     try:
@@ -196,23 +227,29 @@ def conv_rows() -> list[dict[str, Any]]:
 
         torch.set_num_threads(1)
         tconv = torch.nn.Conv2d(4, 32, 8, stride=4)
+        with torch.no_grad():  # the same weights: the outputs and gradients are compared below
+            tconv.weight.copy_(torch.from_numpy(conv.weight.data))
+            tconv.bias.copy_(torch.from_numpy(conv.bias.data))
         xt, gt = torch.from_numpy(x), torch.from_numpy(g_out)
 
-        def theirs() -> None:
+        def theirs() -> Any:
             tconv.zero_grad()
-            tconv(xt).backward(gt)
+            y = tconv(xt)
+            y.backward(gt)
+            return y.detach().numpy(), tconv.weight.grad.numpy()
 
         fns["torch"] = theirs
+        for a, b in zip(ours(), theirs()):
+            if not np.allclose(a, b, rtol=1e-3, atol=1e-3):
+                raise AssertionError("bench/nn.py: rlgrad's and PyTorch's Conv2d disagree")
     except ImportError:
         pass
     times = _time(fns, min_time=1.0, repeats=7)
-    t_rg, t_th = times["rlgrad"], times.get("torch")
     return [{
         "case": "Conv2d 4->32 k8 s4 on 32x4x84x84, fwd+bwd",
-        "numpy_us": None, "numpy_flat_us": None, "rlgrad_us": t_rg * 1e6,
-        "torch_us": None if t_th is None else t_th * 1e6,
-        "rlgrad/numpy": None, "rlgrad/numpy_flat": None,
-        "rlgrad/torch": None if t_th is None else t_rg / t_th,
+        "numpy_us": None, "numpy_flat_us": None, "rlgrad_us": _us(times, "rlgrad"),
+        "torch_us": _us(times, "torch"), "rlgrad/numpy": None, "rlgrad/numpy_flat": None,
+        "rlgrad/torch": _round_ratio(times, "rlgrad", "torch"),
     }]
 
 
@@ -238,13 +275,24 @@ def _hand_flat_update(kind: str, P: np.ndarray, G: np.ndarray, m: np.ndarray, v:
     P -= buf
 
 
-def _optim_fns(kind: str, params: list[Any], grads: list[np.ndarray]) -> dict[str, Callable[[], Any]]:
-    """The step of each implementation of one optimizer, gradients already in place."""
+def _rlgrad_params(weights: list[np.ndarray], grads: list[np.ndarray]) -> list[Any]:
+    params = [nn.Parameter(w.copy()) for w in weights]
+    for p, g in zip(params, grads):
+        p.grad = rlgrad.tensor(g)
+    return params
+
+
+def _optim_impls(kind: str, weights: list[np.ndarray], grads: list[np.ndarray]
+                 ) -> dict[str, tuple[Callable[[], Any], Callable[[], np.ndarray]]]:
+    """name -> (one optimizer step, the flat parameters now) for each implementation, each on its
+    own copy of the same parameters with the same gradients in place."""
     from rlgrad.optim import algorithms
 
     make = ((lambda ps: optim.Adam(ps, lr=1e-3)) if kind == "adam"
             else (lambda ps: optim.RMSpropTFLike(ps, lr=7e-4, eps=1e-5)))
-    fused_opt, numpy_opt, fused_mod = make(params), make(params), algorithms._fused
+    fused_mod = algorithms._fused
+    fused_ps, numpy_ps = _rlgrad_params(weights, grads), _rlgrad_params(weights, grads)
+    fused_opt, numpy_opt = make(fused_ps), make(numpy_ps)
 
     def numpy_path() -> None:
         algorithms._fused = None  # the NumPy flat path, as with RLGRAD_FUSED=0
@@ -253,7 +301,10 @@ def _optim_fns(kind: str, params: list[Any], grads: list[np.ndarray]) -> dict[st
         finally:
             algorithms._fused = fused_mod
 
-    P = np.concatenate([p.data.ravel() for p in params])
+    def flat_of(ps: list[Any]) -> Callable[[], np.ndarray]:
+        return lambda: np.concatenate([np.asarray(p.data).ravel() for p in ps])
+
+    P = np.concatenate([w.ravel() for w in weights])
     G = np.concatenate([g.ravel() for g in grads])
     m, buf = np.zeros_like(P), np.empty_like(P)
     v = np.zeros_like(P) if kind == "adam" else np.ones_like(P)  # RMSpropTFLike starts at 1
@@ -263,40 +314,57 @@ def _optim_fns(kind: str, params: list[Any], grads: list[np.ndarray]) -> dict[st
         t[0] += 1
         _hand_flat_update(kind, P, G, m, v, buf, t[0])
 
-    fns: dict[str, Callable[[], Any]] = {"numpy": hand, "rlgrad_numpy": numpy_path}
+    impls = {"numpy": (hand, lambda: P.copy()), "rlgrad_numpy": (numpy_path, flat_of(numpy_ps))}
     if fused_mod is not None:
-        fns["rlgrad"] = fused_opt.step
+        impls["rlgrad"] = (fused_opt.step, flat_of(fused_ps))
     try:
         import torch
     except ImportError:
-        return fns
+        return impls
     torch.set_num_threads(1)
-    tparams = [torch.nn.Parameter(torch.from_numpy(p.data.copy())) for p in params]
-    for tp, g in zip(tparams, grads):
-        tp.grad = torch.from_numpy(g)
-    if kind == "adam":
-        fns["torch"] = torch.optim.Adam(tparams, lr=1e-3).step
-        fns["torch_fused"] = torch.optim.Adam(tparams, lr=1e-3, fused=True).step
-    else:  # torch's RMSprop (epsilon outside the root): the same passes
-        fns["torch"] = torch.optim.RMSprop(tparams, lr=7e-4, eps=1e-5).step
-    return fns
+    torch_opts = {"torch": {}} if kind != "adam" else {"torch": {}, "torch_fused": {"fused": True}}
+    for name, extra in torch_opts.items():
+        tparams = [torch.nn.Parameter(torch.from_numpy(w.copy())) for w in weights]
+        for tp, g in zip(tparams, grads):
+            tp.grad = torch.from_numpy(g)
+        if kind == "adam":
+            opt = torch.optim.Adam(tparams, lr=1e-3, **extra)
+        else:  # torch's RMSprop (epsilon outside the root, v from 0): the same passes, not values
+            opt = torch.optim.RMSprop(tparams, lr=7e-4, eps=1e-5)
+        impls[name] = (opt.step, flat_of([tp.detach() for tp in tparams]) if kind == "adam"
+                       else (lambda: None))
+    return impls
+
+
+def _check_same_updates(impls: dict[str, tuple[Callable[[], Any], Callable[[], Any]]]) -> None:
+    """Three steps of each implementation land on the same parameters as the NumPy floor's."""
+    for step, _ in impls.values():
+        for _ in range(3):
+            step()
+    ref = impls["numpy"][1]()
+    for name, (_, now) in impls.items():
+        got = now()
+        if got is not None and not np.allclose(got, ref, rtol=1e-5, atol=1e-7):
+            raise AssertionError(f"bench/nn.py: {name}'s update differs from the NumPy floor's")
 
 
 def optim_rows() -> list[dict[str, Any]]:
     """One optimizer step over a DQN's parameters, gradients given (microseconds, medians)."""
     rng = np.random.default_rng(0)
-    params = list(nn.MLP(OPTIM_SIZES).parameters())
-    grads = [rng.standard_normal(p.shape).astype(np.float32) * 1e-2 for p in params]
-    for p, g in zip(params, grads):
-        p.grad = rlgrad.tensor(g)
-    n = sum(p.data.size for p in params)
+    weights = [p.data.copy() for p in nn.MLP(OPTIM_SIZES).parameters()]
+    grads = [rng.standard_normal(w.shape).astype(np.float32) * 1e-2 for w in weights]
+    n = sum(w.size for w in weights)
     rows = []
     for kind, name in (("adam", "Adam"), ("rmsprop", "RMSprop")):
         with np.errstate(all="ignore"):
-            times = _time(_optim_fns(kind, params, grads))
+            impls = _optim_impls(kind, weights, grads)
+            _check_same_updates(impls)
+            times = _time({impl: step for impl, (step, _) in impls.items()})
         row: dict[str, Any] = {"case": f"{name} step, {n:,} parameters"}
         for impl in ("numpy", "rlgrad", "rlgrad_numpy", "torch", "torch_fused"):
-            row[f"{impl}_us"] = times[impl] * 1e6 if impl in times else None
+            row[f"{impl}_us"] = _us(times, impl)
+        row["rlgrad/numpy"] = _round_ratio(times, "rlgrad", "numpy")
+        row["rlgrad/torch"] = _round_ratio(times, "rlgrad", "torch")
         rows.append(row)
     return rows
 
@@ -311,8 +379,7 @@ def optim_table(rows: list[dict[str, Any]]) -> str:
             f"| {r['case']} | {_fmt(floor, ' µs')} | {_fmt(ours, ' µs')} | "
             f"{_fmt(r['rlgrad_numpy_us'], ' µs')} | {_fmt(th, ' µs')} | "
             f"{_fmt(r['torch_fused_us'], ' µs')} | "
-            f"{_fmt(None if ours is None else ours / floor)} | "
-            f"{_fmt(None if ours is None or th is None else ours / th)} |")
+            f"{_fmt(r['rlgrad/numpy'])} | {_fmt(r['rlgrad/torch'])} |")
     return "\n".join(lines)
 
 

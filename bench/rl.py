@@ -1,6 +1,7 @@
 """RL benchmark: the CartPole-v1 presets of PPO, A2C and DQN, rlgrad vs Stable-Baselines3.
 
     .venv/bin/python bench/rl.py [--algos ppo,a2c,dqn] [--seeds 0] [--no-sb3] [--repeat 1]
+                                 [--stepping same|native|both]
 
 Trains each preset with rlgrad and, when ``stable-baselines3`` and ``torch`` are installed, the
 same hyperparameters with Stable-Baselines3 (one thread each, same process, interleaved), then
@@ -9,6 +10,12 @@ evaluation episodes (the same evaluation code for both) as a markdown table. Wit
 ``--repeat N`` every pair of runs is repeated N times (interleaved, the returns are the same:
 seeded runs are deterministic) and the table gives the median times and the median of the
 per-repetition ratios; a shared machine's load drifts, and both libraries drift together.
+
+Environment stepping: with ``--stepping same`` (the default) both libraries step Python CartPole
+copies one after the other (rlgrad Gymnasium's ``SyncVectorEnv``, SB3 its ``DummyVecEnv``), so the
+ratio compares the libraries, not the environments. ``native`` lets rlgrad use what it picks by
+default (Gymnasium's NumPy-vectorised CartPole, which steps all copies in a few NumPy calls);
+``both`` reports the two rows.
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ def _sb3_schedule(v):
     return v
 
 
-def run_rlgrad(algo: str, seed: int) -> dict:
-    model, budget = make_from_preset(algo, "CartPole-v1", seed=seed)
+def run_rlgrad(algo: str, seed: int, stepping: str) -> dict:
+    mode = {"same": "sync", "native": None}[stepping]
+    model, budget = make_from_preset(algo, "CartPole-v1", seed=seed, vectorization_mode=mode)
     t = time.perf_counter()
     model.learn(budget)
     dt = time.perf_counter() - t
@@ -72,6 +80,23 @@ def _median_run(runs: list[dict]) -> dict:
     return out
 
 
+def _pair(algo: str, seed: int, stepping: str, repeat: int, have_sb3: bool) -> tuple:
+    """``repeat`` interleaved runs of rlgrad and SB3: the table row's medians."""
+    rs, ss = [], []
+    for _ in range(max(repeat, 1)):
+        r = run_rlgrad(algo, seed, stepping)
+        s = run_sb3(algo, seed) if have_sb3 else None
+        rs.append(r)
+        if s:
+            ss.append(s)
+        print(f"{algo} seed {seed} ({stepping} stepping): rlgrad {r['time']:.1f}s return "
+              f"{r['mean']:.1f}" + (f" | SB3 {s['time']:.1f}s return {s['mean']:.1f} | ratio "
+                                    f"{r['time'] / s['time']:.2f}" if s else ""),
+              file=sys.stderr, flush=True)
+    ratio = statistics.median(r["time"] / s["time"] for r, s in zip(rs, ss)) if ss else None
+    return algo, seed, stepping, _median_run(rs), _median_run(ss) if ss else None, ratio
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algos", default="ppo,a2c,dqn")
@@ -79,6 +104,8 @@ def main() -> None:
     ap.add_argument("--no-sb3", action="store_true")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of each (algo, seed) pair; the table gives medians")
+    ap.add_argument("--stepping", choices=("same", "native", "both"), default="same",
+                    help="rlgrad's env stepping: SB3's kind (same) or its own default (native)")
     args = ap.parse_args()
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -91,36 +118,26 @@ def main() -> None:
             have_sb3 = True
         except ImportError:
             print("stable-baselines3 / torch not installed: rlgrad only", file=sys.stderr)
+    steppings = ("same", "native") if args.stepping == "both" else (args.stepping,)
     rows = []
     for algo in algos:
         for seed in seeds:
-            rs, ss = [], []
-            for _ in range(max(args.repeat, 1)):
-                r = run_rlgrad(algo, seed)
-                s = run_sb3(algo, seed) if have_sb3 else None
-                rs.append(r)
-                if s:
-                    ss.append(s)
-                print(f"{algo} seed {seed}: rlgrad {r['time']:.1f}s return {r['mean']:.1f}"
-                      + (f" | SB3 {s['time']:.1f}s return {s['mean']:.1f} | ratio "
-                         f"{r['time'] / s['time']:.2f}" if s else ""),
-                      file=sys.stderr, flush=True)
-            ratio = statistics.median(r["time"] / s["time"] for r, s in zip(rs, ss)) if ss else None
-            rows.append((algo, seed, _median_run(rs), _median_run(ss) if ss else None, ratio,
-                         len(rs)))
+            for stepping in steppings:
+                rows.append(_pair(algo, seed, stepping, args.repeat, have_sb3))
     cpu = platform.processor() or platform.machine()
     print(f"\nCartPole-v1 presets, {time.strftime('%Y-%m-%d')}, {cpu}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, NumPy {np.__version__}"
           + (f"; medians of {args.repeat} runs" if args.repeat > 1 else "") + "\n")
-    head = "| algo | seed | steps | rlgrad learn (s) | rlgrad steps/s | rlgrad return |"
-    sep = "|---|---|---|---|---|---|"
+    head = "| algo | seed | rlgrad env stepping | steps | rlgrad learn (s) | rlgrad steps/s | rlgrad return |"
+    sep = "|---|---|---|---|---|---|---|"
     if have_sb3:
         head += " SB3 learn (s) | SB3 steps/s | SB3 return | time ratio rlgrad/SB3 |"
         sep += "---|---|---|---|"
     print(head)
     print(sep)
-    for algo, seed, r, s, ratio, _n in rows:
-        line = (f"| {algo.upper()} | {seed} | {r['steps']} | {r['time']:.1f} | "
+    names = {"same": "SyncVectorEnv (as SB3's DummyVecEnv)", "native": "NumPy-vectorised CartPole"}
+    for algo, seed, stepping, r, s, ratio in rows:
+        line = (f"| {algo.upper()} | {seed} | {names[stepping]} | {r['steps']} | {r['time']:.1f} | "
                 f"{r['steps'] / r['time']:.0f} | {r['mean']:.1f} ± {r['std']:.1f} |")
         if s:
             line += (f" {s['time']:.1f} | {s['steps'] / s['time']:.0f} | "

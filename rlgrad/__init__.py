@@ -8,11 +8,13 @@ Two APIs over one engine:
 
 from __future__ import annotations
 
+import importlib as _importlib
+
 from rlgrad import (
     autograd,  # noqa: F401 - installs Tensor.backward
     numpy,  # noqa: F401 - installs NumPy dispatch on Tensors
 )
-from rlgrad import ops as _ops  # noqa: F401 - installs the Tensor operators
+from rlgrad import tensor_methods as _tensor_methods  # noqa: F401 - installs the Tensor operators
 from rlgrad.creation import (  # noqa: F401
     arange,
     cat,
@@ -27,7 +29,13 @@ from rlgrad.creation import (  # noqa: F401
     zeros,
     zeros_like,
 )
-from rlgrad.functional import (
+from rlgrad.gradcheck import check_grads, gradcheck
+from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_add
+from rlgrad.jit import jit
+from rlgrad.ops import stop_gradient
+from rlgrad.tensor import Tensor, constant, get_default_dtype, set_default_dtype, tensor
+from rlgrad.tracer import defvjp, enable_grad, is_grad_enabled, no_grad, primitive, set_grad_enabled
+from rlgrad.transforms import (
     elementwise_grad,
     grad,
     grad_and_aux,
@@ -44,17 +52,11 @@ from rlgrad.functional import (
     vector_jacobian_product,
     vjp,
 )
-from rlgrad.gradcheck import check_grads, gradcheck
-from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_add
-from rlgrad.jit import jit
-from rlgrad.ops import stop_gradient
-from rlgrad.tensor import Tensor, get_default_dtype, set_default_dtype, tensor
-from rlgrad.tracer import defvjp, enable_grad, is_grad_enabled, no_grad, primitive, set_grad_enabled
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Tensor", "tensor", "autograd", "numpy", "no_grad", "enable_grad", "set_grad_enabled",
+    "Tensor", "tensor", "constant", "autograd", "numpy", "no_grad", "enable_grad", "set_grad_enabled",
     "is_grad_enabled", "stop_gradient", "grad", "value_and_grad", "elementwise_grad", "jacobian",
     "hessian", "make_vjp", "vjp", "hessian_tensor_product", "hvp", "make_hvp", "grad_and_aux",
     "tensor_jacobian_product", "vector_jacobian_product", "make_jvp", "jvp", "check_grads",
@@ -64,10 +66,8 @@ __all__ = [
 
 
 def __getattr__(name: str):  # noqa: ANN202 - lazy subpackages keep `import rlgrad` light
-    import importlib
-
-    if name in ("nn", "optim", "distributions", "random", "estimators", "analysis", "rl"):
-        return importlib.import_module(f"rlgrad.{name}")
+    if name in ("nn", "optim", "distributions", "random", "estimators", "analysis", "rl", "functional"):
+        return _importlib.import_module(f"rlgrad.{name}")
     if name in ("save", "load"):
         from rlgrad import serialization
 

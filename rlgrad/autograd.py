@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.core import NO_GRAD_HINT, match_dtype, run_backward
-from rlgrad.tensor import Tensor, _const
+from rlgrad.tensor import Tensor, constant
 from rlgrad.tracer import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 
 __all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"]
@@ -103,7 +103,7 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: bool
         g = found.get(id(x))
         if g is None:
             if materialize_grads:
-                result.append(_const(np.zeros_like(x.data)))
+                result.append(constant(np.zeros_like(x.data)))
                 continue
             if not allow_unused:
                 raise RuntimeError(
@@ -113,7 +113,7 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: bool
             result.append(None)
             continue
         g = match_dtype(g, x)
-        result.append(g if isinstance(g, Tensor) else _const(g))
+        result.append(g if isinstance(g, Tensor) else constant(g))
     return tuple(result)
 
 

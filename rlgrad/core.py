@@ -16,7 +16,7 @@ from heapq import heappush as _heappush
 from typing import Any
 
 from rlgrad.ops import _sum_to, sum_to
-from rlgrad.tensor import Tensor, _const, _Trace
+from rlgrad.tensor import Tensor, _Trace, constant
 from rlgrad.tracer import _GradMode, pass_through
 
 NO_GRAD_HINT = (
@@ -85,6 +85,9 @@ def run_backward(
     reaches an input is visited; ``prune=False`` skips that pre-pass, for callers whose graphs have
     no other branches worth skipping (leaves that are not inputs are never given a gradient).
 
+    Three phases: seed the roots' gradients, propagate them to the leaves, write the leaves'
+    ``.grad`` (``Tensor.backward`` only).
+
     Order: a tensor is processed once every tensor computed from it has passed its gradient on.
     Tensors are numbered in creation order (``_seq``) and an input is always older than its
     output, so taking the newest tensor holding a gradient from a heap gives that order with no
@@ -98,7 +101,22 @@ def run_backward(
         wanted = {id(x) for x in inputs}
         if prune:
             visit = reaching(roots, wanted) | wanted
+    grads, leaves, heap = _seed(roots, root_grads, visit)
+    prev_mode = _GradMode.enabled
+    _GradMode.enabled = create_graph
+    try:
+        _propagate(heap, grads, leaves, wanted, visit, retain_graph, create_graph)
+    finally:
+        _GradMode.enabled = prev_mode
+    if wanted is None:
+        _write_leaf_grads(leaves, grads, create_graph)
+    return grads
 
+
+def _seed(roots: Sequence[Tensor], root_grads: Sequence[Any],
+          visit: set[int] | None) -> tuple[dict[int, Any], list[Tensor], list[tuple[int, Tensor]]]:
+    """The roots' gradients (a root given twice gets their sum), the roots that are leaves, and
+    the heap of recorded roots to start from."""
     grads: dict[int, Any] = {}
     leaves: list[Tensor] = []  # leaves met on the way, for .grad
     heap: list[tuple[int, Tensor]] = []
@@ -112,108 +130,137 @@ def run_backward(
             leaves.append(r)
         elif visit is None or key in visit:
             _heappush(heap, (-r._seq, r))
+    return grads, leaves, heap
 
-    prev_mode = _GradMode.enabled
-    _GradMode.enabled = create_graph
-    try:
-        while heap:
-            t = _heappop(heap)[1]
-            key = id(t)
-            if wanted is None:
-                g = grads.pop(key)  # an intermediate: its gradient is used up here
-                if t._retain:
-                    _add_to_grad(t, g)
+
+def _refuse_modified(t: Tensor, a: Tensor) -> None:
+    """``a`` (an argument of ``t``'s op, or ``t`` itself) was written in place after ``t`` was
+    computed: torch's "modified by an inplace operation" error, unless the op's rules read no
+    values at all (an add passes its gradient through, whatever the values were)."""
+    rules = t._op.vjps
+    if rules is not None and all(r is None or r is pass_through for r in rules):
+        return
+    where = next((i for i, x in enumerate(t._args) if x is a), None)
+    what = "its output" if where is None else f"argument {where}"
+    raise RuntimeError(
+        f"one of the variables needed for gradient computation has been modified by an inplace "
+        f"operation: {what} of {t._op.name} (a {a.dtype} tensor of shape {a.shape}) was written "
+        f"after {t._op.name} used it, so its gradient would be computed from the new values. "
+        f"Write into a copy (x.clone()), or build the graph after the write")
+
+
+def _rule_inputs(t: Tensor, g: Any, create_graph: bool) -> tuple[Any, Any, Any, Any, Any]:
+    """``(g, ans, d0, d1, argv)`` for ``t``'s rules off the hot path: with ``create_graph`` the
+    graph's own Tensors (so the rules are recorded), else plain arrays in ``argv`` for a variadic
+    op. Refuses an argument written in place after ``t`` was computed."""
+    args = t._args
+    for a in args:
+        if isinstance(a, Tensor) and a._written > t._seq:
+            _refuse_modified(t, a)
+    if create_graph:
+        g = g if isinstance(g, Tensor) else constant(g)
+        return g, t, args[0] if args else None, args[1] if len(args) == 2 else None, args
+    return g, t.data, None, None, [a.data if isinstance(a, Tensor) else a for a in args]
+
+
+def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: list[Tensor],
+               wanted: set[int] | None, visit: set[int] | None, retain_graph: bool,
+               create_graph: bool) -> None:
+    """Hand each tensor's gradient to its arguments through the VJP rules, newest tensor first
+    (see run_backward). The engine's hot loop: one- and two-argument ops get plain locals and
+    direct rule calls (no ``*argv``), and ``pass_through`` rules are not called at all."""
+    while heap:
+        t = _heappop(heap)[1]
+        key = id(t)
+        if wanted is None:
+            g = grads.pop(key)  # an intermediate: its gradient is used up here
+            if t._retain:
+                _add_to_grad(t, g)
+        else:
+            g = grads[key] if key in wanted else grads.pop(key)
+        args = t._args
+        if args is None:
+            raise _freed_error(t)
+        op = t._op
+        n = len(args)
+        if t._written:  # the output itself was written in place after it was computed
+            _refuse_modified(t, t)
+        ans = t.data  # below: an argument written in place after t was computed is refused
+        if create_graph or not 0 < n < 3:
+            g, ans, d0, d1, argv = _rule_inputs(t, g, create_graph)
+        elif n == 2:
+            d0, d1 = args
+            if isinstance(d0, Tensor):
+                if d0._written > t._seq:
+                    _refuse_modified(t, d0)
+                d0 = d0.data
+            if isinstance(d1, Tensor):
+                if d1._written > t._seq:
+                    _refuse_modified(t, d1)
+                d1 = d1.data
+        else:
+            d0 = args[0]
+            if d0._written > t._seq:
+                _refuse_modified(t, d0)
+            d0 = d0.data
+        rules, kw = op.vjps, t._kw
+        for i, a in enumerate(args):
+            if not isinstance(a, Tensor) or not a.requires_grad:
+                continue
+            akey = id(a)
+            if visit is not None:
+                if akey not in visit:
+                    continue  # autograd.grad: nothing asked for lies behind this argument
+            elif wanted is not None and a._op is None and akey not in wanted:
+                continue  # a leaf nobody asked about
+            if rules is None:  # a variadic primitive (concatenate, einsum, ...)
+                ga = op.vjp_argnum(i, g, ans, *(argv if n > 2 else (d0,) if n == 1 else (d0, d1)), **kw)
             else:
-                g = grads[key] if key in wanted else grads.pop(key)
-            args = t._args
-            if args is None:
-                raise _freed_error(t)
-            op = t._op
-            n = len(args)
-            if create_graph:
-                ans = t
-                if not isinstance(g, Tensor):
-                    g = _const(g)
-                argv = args
-                if n <= 2:
-                    d0 = args[0]
-                    d1 = args[1] if n == 2 else None
-            else:
-                ans = t.data
-                if n == 2:  # the common arities get plain locals and direct calls (no *argv)
-                    d0, d1 = args
-                    if isinstance(d0, Tensor):
-                        d0 = d0.data
-                    if isinstance(d1, Tensor):
-                        d1 = d1.data
+                rule = rules[i] if i < len(rules) else None
+                if rule is None:
+                    continue
+                if rule is pass_through:
+                    ga = g
+                elif n == 2:
+                    ga = rule(g, ans, d0, d1, **kw) if kw else rule(g, ans, d0, d1)
                 elif n == 1:
-                    d0 = args[0].data
+                    ga = rule(g, ans, d0, **kw) if kw else rule(g, ans, d0)
                 else:
-                    argv = [a.data if isinstance(a, Tensor) else a for a in args]
-            rules = op.vjps
-            kw = t._kw
-            i = -1
-            for a in args:
-                i += 1
-                if not isinstance(a, Tensor) or not a.requires_grad:
-                    continue
-                akey = id(a)
-                if visit is not None:
-                    if akey not in visit:
-                        continue  # autograd.grad: nothing asked for lies behind this argument
-                elif wanted is not None and a._op is None and akey not in wanted:
-                    continue  # a leaf nobody asked about
-                if rules is None:  # a variadic primitive (concatenate, einsum, ...)
-                    vals = argv if n > 2 else (d0,) if n == 1 else (d0, d1)
-                    ga = op.vjp_argnum(i, g, ans, *vals, **kw)
-                elif i < len(rules):
-                    rule = rules[i]
-                    if rule is None:
-                        continue
-                    if rule is pass_through:
-                        ga = g
-                    elif n == 2:
-                        ga = rule(g, ans, d0, d1, **kw) if kw else rule(g, ans, d0, d1)
-                    elif n == 1:
-                        ga = rule(g, ans, d0, **kw) if kw else rule(g, ans, d0)
-                    else:
-                        ga = rule(g, ans, *argv, **kw) if kw else rule(g, ans, *argv)
+                    ga = rule(g, ans, *argv, **kw) if kw else rule(g, ans, *argv)
+            if ga is None:
+                continue
+            if ga.shape != a.data.shape:
+                ga = unbroadcast(ga, a.data.shape, create_graph)
+            prev = grads.get(akey)
+            if prev is None:
+                grads[akey] = ga
+                if a._op is None:
+                    leaves.append(a)
                 else:
-                    continue
-                if ga is None:
-                    continue
-                if ga.shape != a.data.shape:
-                    ga = unbroadcast(ga, a.data.shape, create_graph)
-                prev = grads.get(akey)
-                if prev is None:
-                    grads[akey] = ga
-                    if a._op is None:
-                        leaves.append(a)
-                    else:
-                        _heappush(heap, (-a._seq, a))
-                else:
-                    grads[akey] = prev + ga
-            if not retain_graph:
-                t._args = None  # free what the rules needed; a second pass raises
-    finally:
-        _GradMode.enabled = prev_mode
-
-    if wanted is None:  # .backward(): into each leaf's .grad (inlined: once per parameter)
-        given: set[int] = set()
-        for leaf in leaves:
-            g = grads[id(leaf)]
-            if leaf.grad is None and not create_graph and not isinstance(g, Tensor):
-                if g.dtype != leaf.data.dtype:
-                    g = g.astype(leaf.data.dtype)
-                else:
-                    gid = id(g)
-                    if gid in given:
-                        g = g.copy()  # rules may hand one array to several leaves (add's g, g):
-                    given.add(gid)  # each .grad gets its own, so an in-place edit touches one
-                leaf.grad = _const(g)
+                    _heappush(heap, (-a._seq, a))
             else:
-                _add_to_grad(leaf, g)
-    return grads
+                grads[akey] = prev + ga
+        if not retain_graph:
+            t._args = None  # free what the rules needed; a second pass raises
+
+
+def _write_leaf_grads(leaves: list[Tensor], grads: dict[int, Any], create_graph: bool) -> None:
+    """``.backward()``: add each leaf's gradient into its ``.grad`` (a new ``.grad`` takes the
+    array itself when no other leaf got the same one)."""
+    given: set[int] = set()
+    for leaf in leaves:
+        g = grads[id(leaf)]
+        if leaf.grad is None and not create_graph and not isinstance(g, Tensor):
+            if g.dtype != leaf.data.dtype:
+                g = g.astype(leaf.data.dtype)
+            else:
+                gid = id(g)
+                if gid in given:
+                    g = g.copy()  # rules may hand one array to several leaves (add's g, g):
+                given.add(gid)  # each .grad gets its own, so an in-place edit touches one
+            leaf.grad = constant(g)
+        else:
+            _add_to_grad(leaf, g)
 
 
 def match_dtype(g: Any, like: Tensor) -> Any:
@@ -225,10 +272,10 @@ def match_dtype(g: Any, like: Tensor) -> Any:
 def _add_to_grad(t: Tensor, g: Any) -> None:
     g = match_dtype(g, t)
     if not isinstance(g, Tensor):
-        g = _const(g)
+        g = constant(g)
     if t.grad is None:
         t.grad = g
     elif g.requires_grad or t.grad.requires_grad:
         t.grad = t.grad + g
     else:
-        t.grad = _const(t.grad.data + g.data)
+        t.grad = constant(t.grad.data + g.data)

@@ -10,7 +10,8 @@ from rlgrad import ops
 from rlgrad.tensor import Tensor, get_default_dtype
 
 
-def _shape(shape: tuple) -> tuple[int, ...]:
+def _size_args(shape: tuple) -> tuple[int, ...]:
+    """``zeros(2, 3)`` and ``zeros((2, 3))`` alike, as PyTorch's constructors take a size."""
     if len(shape) == 1 and isinstance(shape[0], tuple | list):
         return tuple(shape[0])
     return tuple(shape)
@@ -33,15 +34,15 @@ def _make(arr: np.ndarray, requires_grad: bool) -> Tensor:
 
 
 def zeros(*shape: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _make(np.zeros(_shape(shape), dtype=dtype or get_default_dtype()), requires_grad)
+    return _make(np.zeros(_size_args(shape), dtype=dtype or get_default_dtype()), requires_grad)
 
 
 def ones(*shape: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _make(np.ones(_shape(shape), dtype=dtype or get_default_dtype()), requires_grad)
+    return _make(np.ones(_size_args(shape), dtype=dtype or get_default_dtype()), requires_grad)
 
 
 def empty(*shape: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _make(np.empty(_shape(shape), dtype=dtype or get_default_dtype()), requires_grad)
+    return _make(np.empty(_size_args(shape), dtype=dtype or get_default_dtype()), requires_grad)
 
 
 def full(shape: Any, fill_value: float, dtype: Any = None, requires_grad: bool = False) -> Tensor:

@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.functional import make_jvp, make_vjp, tree_flatten, tree_unflatten
+from rlgrad.autograd import grad
+from rlgrad.tensor import Tensor
+from rlgrad.transforms import make_jvp, make_vjp, tree_flatten, tree_unflatten
 
 EPS = 1e-6
 
@@ -109,25 +111,24 @@ def gradcheck(func: Callable, inputs: Any, eps: float = 1e-6, atol: float = 1e-5
               rtol: float = 1e-3, raise_exception: bool = True) -> bool:
     """PyTorch-style: compare every analytic Jacobian entry with central differences.
 
-    ``inputs`` is a Tensor or a tuple of Tensors; those with ``requires_grad`` are checked.
+    ``inputs`` is a Tensor or a tuple of Tensors; those with ``requires_grad`` are checked. As
+    PyTorch's, it raises when no input requires grad, and an output that does not require grad
+    must have a zero numerical Jacobian (else the graph lost a dependence: a mismatch).
     """
-    from rlgrad.autograd import grad
-    from rlgrad.tensor import Tensor
-
     ins = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
     checked = [i for i, t in enumerate(ins) if isinstance(t, Tensor) and t.requires_grad]
-    out0 = func(*ins)
-    outs = (out0,) if isinstance(out0, Tensor) else tuple(out0)
+    if not checked:
+        raise ValueError("gradcheck expects at least one input tensor to require gradient, but "
+                         "none of them has requires_grad=True")
+    outs = _outputs(func(*ins))
     for oi, out in enumerate(outs):
-        flat_n = out.data.size
-        for j in range(flat_n):
-            seed = np.zeros(out.shape, dtype=out.dtype)
-            seed.reshape(-1)[j] = 1
-            out_now = func(*ins)
-            out_now = out_now if isinstance(out_now, Tensor) else out_now[oi]
-            if not out_now.requires_grad:
-                continue
-            analytic = grad(out_now, [ins[i] for i in checked], seed, allow_unused=True)
+        for j in range(out.data.size):
+            out_now = _outputs(func(*ins))[oi]
+            analytic: list[Any] = [None] * len(checked)
+            if out_now.requires_grad:
+                seed = np.zeros(out.shape, dtype=out.dtype)
+                seed.reshape(-1)[j] = 1
+                analytic = grad(out_now, [ins[i] for i in checked], seed, allow_unused=True)
             for i, ga in zip(checked, analytic):
                 x = ins[i]
                 ga = np.zeros_like(x.data) if ga is None else ga.data
@@ -135,23 +136,22 @@ def gradcheck(func: Callable, inputs: Any, eps: float = 1e-6, atol: float = 1e-5
                 for k in range(flat.size):
                     orig = flat[k]
                     flat[k] = orig + eps
-                    plus = _pick(func(*ins), oi).data.reshape(-1)[j]
+                    plus = _outputs(func(*ins))[oi].data.reshape(-1)[j]
                     flat[k] = orig - eps
-                    minus = _pick(func(*ins), oi).data.reshape(-1)[j]
+                    minus = _outputs(func(*ins))[oi].data.reshape(-1)[j]
                     flat[k] = orig
                     numeric = (plus - minus) / (2 * eps)
                     a = ga.reshape(-1)[k]
-                    if not np.isclose(a, numeric, rtol=rtol, atol=atol):
-                        if raise_exception:
-                            raise AssertionError(
-                                f"gradcheck: Jacobian mismatch for output {oi} element {j}, input "
-                                f"{i} element {k}: analytic {a!r}, numerical {numeric!r}"
-                            )
+                    if np.isclose(a, numeric, rtol=rtol, atol=atol):
+                        continue
+                    if not raise_exception:
                         return False
+                    why = "" if out_now.requires_grad else " (the output does not require grad)"
+                    raise AssertionError(
+                        f"gradcheck: Jacobian mismatch for output {oi} element {j}, input {i} "
+                        f"element {k}: analytic {a!r}, numerical {numeric!r}{why}")
     return True
 
 
-def _pick(out: Any, i: int) -> Any:
-    from rlgrad.tensor import Tensor
-
-    return out if isinstance(out, Tensor) else out[i]
+def _outputs(out: Any) -> tuple[Any, ...]:
+    return (out,) if isinstance(out, Tensor) else tuple(out)

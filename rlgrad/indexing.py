@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
-from rlgrad.tensor import Tensor
+from rlgrad.tensor import Tensor, _shape
 
 __all__ = ["gather", "gather_nd", "take_along_axis", "one_hot", "scatter_add", "put_along_axis"]
 
@@ -39,10 +39,6 @@ def _indices(index: Any, where: str) -> np.ndarray:
             "never differentiable (cast actions with .astype(np.int64))"
         )
     return idx
-
-
-def _shape(x: Any) -> tuple[int, ...]:
-    return x.shape if isinstance(x, Tensor) else np.shape(x)
 
 
 def _check_bounds(idx: np.ndarray, size: int, where: str, dim: int, shape: tuple[int, ...],

@@ -4,7 +4,7 @@ An RL update runs the same computation on arrays of the same shapes thousands of
 execution pays Python bookkeeping for every op on every call; ``jit`` pays it once:
 
 1. *trace*: call the function with its array arguments wrapped as Tensors; every primitive call
-   that touches a Tensor is appended to a tape (``tracer.apply``), including the backward pass
+   that touches a Tensor is appended to a tape (``tracer._record``), including the backward pass
    of any ``grad`` / ``value_and_grad`` / ``autograd.grad`` inside, which records itself as
    ordinary ops while a trace is active;
 2. *compile*: turn the tape into straight-line Python source, one NumPy-level call per line
@@ -21,17 +21,20 @@ are read at every replay, so in-place optimizer updates to them are seen.
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from rlgrad.creation import _empty_aligned
-from rlgrad.functional import _Depth, tree_flatten, tree_unflatten
-from rlgrad.tensor import Tensor, _const, _Trace
+from rlgrad.tensor import Tensor, _Trace, constant
 from rlgrad.tracer import _GradMode
+from rlgrad.transforms import _Depth, tree_flatten, tree_unflatten
 
 _ALIAS_OPS = ("identity", "stop_gradient")  # replay needs no code for these
+_INDEX_OPS = ("getitem", "untake")  # their second argument is an index
 
 
 class _Compiled:
@@ -124,7 +127,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
     def _trace(self, args: tuple, leaves: list[Any], in_def: Any) -> _Compiled:
         if _Trace.tape is not None:
             raise RuntimeError("rlgrad.jit: nested jit is not supported; jit the outer function only")
-        inputs = [_const(np.asarray(x)) for x in leaves]
+        inputs = [constant(np.asarray(x)) for x in leaves]
         dyn_traced = tree_unflatten(in_def, inputs)
         it = iter(dyn_traced)
         call_args = [a if i in self.static_argnums else next(it) for i, a in enumerate(args)]
@@ -145,64 +148,98 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         return _compile(inputs, tape, out_leaves, out_def)
 
 
-def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any) -> _Compiled:
-    slot: dict[int, str] = {}  # id(traced Tensor) -> variable name in the generated code
-    by_array: dict[int, str] = {}  # id(input ndarray) -> name: indices unwrapped from inputs
-    traced_arrays: list[np.ndarray] = []
-    for i, t in enumerate(inputs):
-        slot[id(t)] = by_array[id(t.data)] = f"a{i}"
-        traced_arrays.append(t.data)
-    consts: dict[str, Any] = {}
-    keep_alive: list[Any] = []  # ids are only unique while the objects live
+class _Names:
+    """The generated code's names: ``a<i>`` for the arguments, ``v<k>`` for the tape's values,
+    ``c<j>`` for constants (captured tensors, arrays, forwards), looked up by object identity."""
 
-    def const(value: Any) -> str:
-        name = f"c{len(consts)}"
-        consts[name] = value
+    def __init__(self, inputs: list[Tensor]) -> None:
+        self.slot: dict[int, str] = {}  # id(traced Tensor) -> variable name in the generated code
+        self.by_array: dict[int, str] = {}  # id(input ndarray) -> name: indices unwrapped from inputs
+        self.traced_arrays: list[np.ndarray] = []
+        for i, t in enumerate(inputs):
+            self.slot[id(t)] = self.by_array[id(t.data)] = f"a{i}"
+            self.traced_arrays.append(t.data)
+        self.consts: dict[str, Any] = {}
+        self.keep_alive: list[Any] = []  # ids are only unique while the objects live
+
+    def const(self, value: Any) -> str:
+        name = f"c{len(self.consts)}"
+        self.consts[name] = value
         return name
 
-    def ref(value: Any) -> str:
+    def ref(self, value: Any) -> str:
+        """Source text that stands for ``value`` in the step."""
         if isinstance(value, Tensor):
-            name = slot.get(id(value))
+            name = self.slot.get(id(value))
             if name is not None:
                 return name
-            keep_alive.append(value)
-            return f"{const(value)}.data"  # a tensor from outside: read its current value
-        if isinstance(value, np.ndarray):
-            name = by_array.get(id(value))
+            self.keep_alive.append(value)
+            return f"{self.const(value)}.data"  # a tensor from outside: read its current value
+        if isinstance(value, np.ndarray | np.generic):  # (a 1-D argmax is a NumPy scalar)
+            name = self.by_array.get(id(value))
             if name is not None:
                 return name
-            for traced in traced_arrays:  # the arguments and every value computed so far
-                if value.size and np.shares_memory(value, traced):
+            for traced in self.traced_arrays:  # the arguments and every value computed so far
+                if type(value) is np.ndarray and value.size and np.shares_memory(value, traced):
                     raise RuntimeError(
                         "rlgrad.jit: an array derived from a traced value outside rlgrad's "
                         "operations (e.g. a NumPy slice of .data) was used in the step; the "
                         "compiled step would freeze it. Compute it with rlgrad operations or pass "
                         "it as an argument."
                     )
-            return const(value)
+            return self.const(value)
         if isinstance(value, tuple):
-            inner = ", ".join(ref(v) for v in value)
+            inner = ", ".join(self.ref(v) for v in value)
             return f"({inner},)" if value else "()"
-        if isinstance(value, list) and any(isinstance(v, Tensor | np.ndarray) for v in value):
-            return "[" + ", ".join(ref(v) for v in value) + "]"
-        if value is None or isinstance(value, bool | int | float | str):
-            return repr(value)
-        return const(value)
+        if isinstance(value, list) and any(isinstance(v, Tensor | np.ndarray | np.generic) for v in value):
+            return "[" + ", ".join(self.ref(v) for v in value) + "]"
+        kind = type(value)
+        if value is None or kind is bool or kind is int or kind is str or (
+                kind is float and math.isfinite(value)):
+            return repr(value)  # repr reads back as the same value (nan, inf, np.float64 do not)
+        return self.const(value)
 
-    # Generate one line per op; identity-like ops just rename.
+    def bind(self, res: Tensor, name: str) -> None:
+        """``res`` is ``name`` from here on."""
+        self.slot[id(res)] = name
+        # A traced value may come back unwrapped (an index computed in the step, e.g. an argmax,
+        # reaches x[rows, a] as its array): map its array to the same variable, never a constant.
+        # (not np.True_/np.False_: NumPy's boolean scalars are shared objects)
+        if (isinstance(res.data, np.ndarray | np.generic) and type(res.data) is not np.bool_
+                and not name.startswith("c")):
+            self.by_array[id(res.data)] = name
+            if type(res.data) is np.ndarray:
+                self.traced_arrays.append(res.data)
+
+
+def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any) -> _Compiled:
+    names = _Names(inputs)
+    lines, writers = _emit(tape, names)
+    lines = _fold_constants(lines, names.consts)
+    # ref(), not const(): an array returned from the step (a traced value's .data) is that value
+    outs = [names.ref(o) if isinstance(o, Tensor | np.ndarray) else names.const(o) for o in out_leaves]
+    body = _reuse_buffers(_live_lines(lines, outs), outs, writers, names.const)
+    return _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive)
+
+
+def _emit(tape: list, names: _Names) -> tuple[list, dict[str, tuple[str, str, str, np.ndarray]]]:
+    """One line of source per op on the tape (identity-like ops just rename), and the in-place
+    forms of the lines whose primitive can write into a given buffer (see _reuse_buffers)."""
     lines: list[tuple[str, str, list[str]]] = []  # (target, code, names used)
-    writers: dict[str, tuple[str, str, str, np.ndarray]] = {}  # in-place forms, see below
+    writers: dict[str, tuple[str, str, str, np.ndarray]] = {}
     for k, (p, args, kwargs, res) in enumerate(tape):
-        keep_alive.append(res)
+        names.keep_alive.append(res)
         if p.fwd is None:
             raise RuntimeError(f"rlgrad.jit: {p.name} cannot be compiled")
+        if p.name in _INDEX_OPS and len(args) > 1:
+            _refuse_traced_mask(args[1], names.by_array)
         if p.name in _ALIAS_OPS and len(args) == 1 and not kwargs:
-            name = ref(args[0])
+            name = names.ref(args[0])
         else:
             name = f"v{k}"
-            fn = const(p.fwd)
-            arg_src = [ref(a) for a in args]
-            kw_src = [f"{key}={ref(v)}" for key, v in kwargs.items()]
+            fn = names.const(p.fwd)
+            arg_src = [names.ref(a) for a in args]
+            kw_src = [f"{key}={names.ref(v)}" for key, v in kwargs.items()]
             call_args = ", ".join(arg_src + kw_src)
             code = f"{name} = {fn}({call_args})  # {p.name}"
             lines.append((name, code, _names(code)))
@@ -210,17 +247,12 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
             if (p.writes_out and type(value) is np.ndarray and value.ndim
                     and "out" not in kwargs):  # (forward, its arguments, op name, traced value)
                 writers[name] = (fn, call_args, p.name, value)
-        slot[id(res)] = name
-        # A traced value may come back unwrapped (an index computed in the step, e.g. an argmax,
-        # reaches x[rows, a] as its array): map its array to the same variable, never a constant.
-        if isinstance(res.data, np.ndarray) and not name.startswith("c"):
-            by_array[id(res.data)] = name
-            traced_arrays.append(res.data)
+        names.bind(res, name)
+    return lines, writers
 
-    lines = _fold_constants(lines, consts)
-    # ref(), not const(): an array returned from the step (a traced value's .data) is that value
-    outs = [ref(o) if isinstance(o, Tensor | np.ndarray) else const(o) for o in out_leaves]
-    # Dead-code elimination, from the outputs back.
+
+def _live_lines(lines: list, outs: list[str]) -> list:
+    """Dead-code elimination: the lines an output depends on, found from the outputs back."""
     needed = set().union(*(_names(o) for o in outs)) if outs else set()
     body = []
     for target, code, used in reversed(lines):
@@ -228,8 +260,13 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
             body.append((target, code, used))
             needed.update(used)
     body.reverse()
-    body = _reuse_buffers(body, outs, writers, const)
-    params = ", ".join(f"a{i}" for i in range(len(inputs)))
+    return body
+
+
+def _build_step(body: list, outs: list[str], out_def: Any, n_inputs: int, consts: dict[str, Any],
+                keep_alive: list[Any]) -> _Compiled:
+    """The straight-line source ``def step(a0, a1, ...)`` of ``body``, compiled."""
+    params = ", ".join(f"a{i}" for i in range(n_inputs))
     src = f"def step({params}):\n"
     src += "".join(f"    {code}\n" for _, code, _ in body)
     src += f"    return {_structure_source(out_def, iter(outs))}\n"
@@ -238,6 +275,18 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     step = namespace["step"]
     step.__rlgrad_keep_alive__ = keep_alive  # type: ignore[attr-defined]
     return _Compiled(step, src, len(body))
+
+
+def _refuse_traced_mask(idx: Any, by_array: dict[int, str]) -> None:
+    """A boolean mask made from the traced values selects a data-dependent number of elements:
+    the step's shapes (and its buffers) would be those of the first call."""
+    for part in idx if isinstance(idx, tuple | list) else (idx,):
+        if isinstance(part, np.ndarray) and part.dtype == bool and id(part) in by_array:
+            raise RuntimeError(
+                "rlgrad.jit: indexing with a boolean mask of the traced values selects a number "
+                "of elements that depends on the data, which a compiled step cannot replay; use "
+                "rlgrad.numpy.where(mask, x, 0) (and a sum or mean over it) instead"
+            )
 
 
 def _reuse_buffers(body: list, outs: list[str],
@@ -326,8 +375,6 @@ def _fold_constants(lines: list[tuple[str, str, list[str]]], consts: dict[str, A
 
 
 def _names(code: str) -> set[str]:
-    import re
-
     rhs = code.split(" = ", 1)[1] if " = " in code else code  # a line, or a bare output name
     rhs = rhs.split("  #", 1)[0]
     return set(re.findall(r"\b[va]\d+\b", rhs))

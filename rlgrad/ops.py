@@ -1,4 +1,10 @@
-"""Every primitive of the engine: its NumPy forward and its VJP rules, side by side.
+"""The primitive table: NumPy's functions as primitives, each forward next to its VJP rules.
+
+Only primitives live here. The Tensor's operators and methods that call them are in
+``tensor_methods.py``; the NumPy forwards of the indexing fast paths in ``indexing_kernels.py``.
+Primitives of one domain stay with their domain, as HIPS autograd keeps ``scipy.special`` apart:
+fused layers and losses in ``nn/functional.py``, ``gammaln``/``digamma`` in ``special.py``, the
+straight-through estimator in ``estimators.py`` (see docs/engine.md, "Where primitives live").
 
 Rules have the form ``rule(g, ans, *args, **kwargs)``: ``g`` is the gradient of the output, ``ans``
 the output, ``args`` the forward's arguments.  They are written only with functions from this
@@ -10,25 +16,13 @@ Broadcasting is undone by the backward pass itself (``core.unbroadcast``), not b
 from __future__ import annotations
 
 import builtins
-import functools
 from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import Tensor
+from rlgrad.indexing_kernels import _put_along_axis_add, _take_along_axis, _untake
+from rlgrad.tensor import Tensor, _ndim, _shape, _size
 from rlgrad.tracer import defvjp, defvjp_argnum, pass_through, primitive
-
-
-def _shape(x: Any) -> tuple[int, ...]:
-    return x.shape if hasattr(x, "shape") else np.shape(x)
-
-
-def _ndim(x: Any) -> int:
-    return x.ndim if hasattr(x, "ndim") else np.ndim(x)
-
-
-def _size(x: Any) -> int:
-    return x.size if hasattr(x, "size") else np.size(x)
 
 
 def _zero(g: Any, ans: Any, *args: Any, **kw: Any) -> Any:
@@ -74,17 +68,20 @@ true_divide = divide
 power = primitive(np.power, "power", arity=2)
 defvjp(
     power,
-    lambda g, ans, a, b: g * b * a ** _pow_minus_one(b),
+    lambda g, ans, a, b: _pow_vjp_base(g, a, b),
     lambda g, ans, a, b: g * ans * _log_base(a, ans),
 )
 
 
-def _pow_minus_one(b: Any) -> Any:
-    """b - 1, except 1 where b == 0: there b * a ** 1 = 0, not 0 * a ** -1 = nan at a = 0 (so
-    x ** 0 and the higher derivatives of x ** 2 are 0 at 0, as in torch and autograd)."""
-    if isinstance(b, int | float):  # a Python number stays one (no float64 upcast)
-        return b - 1 if b != 0 else 1
-    return where(b != 0, b - 1, 1)
+def _pow_vjp_base(g: Any, a: Any, b: Any) -> Any:
+    """b * a ** (b - 1), exactly (so its derivatives in b are right too: d/db at b == 0 is 1/a),
+    except at a == b == 0, where it is 0 * inf: there x ** 0 is constant, so 0. The derivatives of
+    this 0 are 0 as well, although the mixed one (1/a) is infinite there: torch also says 0."""
+    if isinstance(b, int | float):  # a constant exponent, a Python number: stays one (no upcast)
+        return g * b * a ** (b - 1) if b != 0 else g * 0
+    both = logical_and(equal(a, 0), equal(b, 0))
+    safe_a = where(both, 1, a)  # so the masked branch is finite and its gradients are 0, not nan
+    return where(both, 0, g * b * safe_a ** (b - 1))
 
 
 def _log_base(a: Any, ans: Any) -> Any:
@@ -341,7 +338,8 @@ defvjp(sum, lambda g, ans, x, axis=None, keepdims=False:
 
 def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     x = np.asarray(x)
-    if x.dtype.kind not in "fc":
+    # NumPy's own: the mean of nothing (NaN, with its warning); float16 (summed in float32)
+    if x.dtype.kind not in "fc" or x.size == 0 or x.dtype == np.float16:
         return np.mean(x, axis=axis, keepdims=keepdims)
     total = np.add.reduce(x, axis=axis, keepdims=keepdims)  # same pairwise sum np.mean uses
     return total / (x.size // builtins.max(total.size, 1) if x.size else 1)
@@ -349,7 +347,7 @@ def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 def _mean_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     # x is the differentiated argument, so an array or a Tensor: attributes, not helpers
-    n = x.size // (ans.size or 1)
+    n = x.size // (ans.size or 1) or 1  # 0 only for an empty x, whose gradient is empty
     if axis is None:  # a 0-d gradient broadcasts as it is
         return broadcast_to(g / n, x.shape)
     return broadcast_to(_regrow(g, x, axis, keepdims) / n, x.shape)
@@ -363,14 +361,58 @@ def _prod(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     return np.prod(x, axis=axis, keepdims=keepdims)
 
 
+def _prod_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    # d prod / d x_i is the product of the other elements: no division, so exact with zeros
+    # (g * ans / x is 0/0 there), and a product of x's elements again, so every order follows
+    return _regrow(g, x, axis, keepdims) * _prod_of_others(x, axis)
+
+
+def _prod_of_others(x: Any, axis: Any) -> Any:
+    """For each element of ``x``, the product of the other elements of its group along ``axis``."""
+    shape, nd = _shape(x), _ndim(x)
+    red = _norm_axes(axis, nd)
+    kept = tuple(a for a in range(nd) if a not in red)
+    n = int(np.prod([shape[a] for a in red]))
+    if n <= 1 or _size(x) == 0:  # no other element: an empty product, 1
+        return x * 0 + 1
+    perm = kept + red
+    y = reshape(transpose(x, perm), tuple(shape[a] for a in kept) + (n,))
+    if isinstance(y, Tensor):
+        others = _exclusive_prod(y) * flip(_exclusive_prod(flip(y, -1)), -1)
+    else:  # plain arrays (the first-order backward pass): NumPy's cumprod, no graph needed
+        one = np.ones(y.shape[:-1] + (1,), dtype=y.dtype)
+        left = np.cumprod(np.concatenate([one, y[..., :-1]], -1), -1)
+        right = np.cumprod(np.concatenate([one, y[..., :0:-1]], -1), -1)[..., ::-1]
+        others = left * right
+    back = reshape(others, tuple(shape[a] for a in perm))
+    return transpose(back, tuple(np.argsort(perm)))
+
+
+def _exclusive_prod(y: Tensor) -> Any:
+    """``[1, y0, y0*y1, ...]`` along the last axis, by doubling steps of recorded multiplies
+    (log2(n) of them): differentiable at every order, zeros included."""
+    n = y.shape[-1]
+    one = np.ones(y.shape[:-1] + (1,), dtype=y.dtype)
+    acc = concatenate([one, y[..., :-1]], -1)
+    k = 1
+    while k < n:  # Hillis-Steele scan: acc[i] *= acc[i - k]
+        pad = np.ones(y.shape[:-1] + (k,), dtype=y.dtype)
+        acc = acc * concatenate([pad, acc[..., :-k]], -1)
+        k *= 2
+    return acc
+
+
 prod = primitive(_prod, "prod", arity=1)
-defvjp(prod, lambda g, ans, x, axis=None, keepdims=False:
-       _regrow(g, x, axis, keepdims) * _regrow(ans, x, axis, keepdims) / x)
+defvjp(prod, _prod_vjp)
 
 
 def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     ans_kd = _regrow(ans, x, axis, keepdims)
     hit = x == ans_kd  # ties share the gradient evenly
+    # A NaN is the extremum (NumPy's), so it takes the gradient (torch's); on plain arrays (no
+    # graph, no trace) only when there is one, recorded it must not depend on the values
+    if ans.dtype.kind in "fc" and (isinstance(ans, Tensor) or np.isnan(ans).any()):
+        hit = logical_or(hit, logical_and(isnan(x), isnan(ans_kd)))
     count = sum(hit, axis=axis, keepdims=True).astype(g.dtype)  # not int64: no float64 upcast
     return _regrow(g, x, axis, keepdims) * hit / count
 
@@ -466,8 +508,11 @@ defvjp(transpose, _transpose_vjp)
 
 def _broadcast_to(x: Any, shape: Any) -> Any:
     x = np.asarray(x)
-    if x.shape == tuple(shape):
+    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)  # NumPy takes an int
+    if x.shape == shape:
         return x
+    if x.ndim > len(shape):  # NumPy's error (the copy below would squeeze (1,) into ())
+        np.broadcast_to(x, shape)
     out = np.empty(shape, dtype=x.dtype)  # a writable copy: several times faster than np.broadcast_to
     out[...] = x
     return out
@@ -639,35 +684,8 @@ defvjp(tril, lambda g, ans, x, k=0: tril(g, k))
 # ---------------------------------------------------------------------------------------------
 # Indexing: the gradient of a gather is a scatter-add (duplicates accumulate, never overwrite)
 # ---------------------------------------------------------------------------------------------
-# Speed: a gather's forward is NumPy's own indexing (bounds checked in C). Its scatter-add never
-# builds a dense one-hot matrix: a plain write where no index can repeat, NumPy's ``add.at``
-# otherwise, through flat positions for large batches (its one-dimensional form is several times
-# faster there) and directly for small ones (where the flattening costs more than it saves).
-def _has_int_array(idx: Any) -> bool:
-    parts = idx if isinstance(idx, tuple) else (idx,)
-    for p in parts:
-        if isinstance(p, list) or (isinstance(p, np.ndarray) and p.dtype.kind in "iu"):
-            return True
-    return False
-
-
-def _in_bounds(i: np.ndarray, n: int, axis: int, shape: tuple[int, ...], where: str) -> np.ndarray:
-    """``i`` as intp with negative indices wrapped; an IndexError names the index and the shape."""
-    i = i.astype(np.intp, copy=False)
-    if i.size == 0:
-        return i
-    lo, hi = i.min(), i.max()
-    if lo < -n or hi >= n:
-        bad = i[(i < -n) | (i >= n)].flat[0]
-        raise IndexError(
-            f"{where}index {int(bad)} is out of bounds for axis {axis} with size {n} "
-            f"(indexing a tensor of shape {shape})"
-        )
-    if lo < 0:
-        i = np.where(i < 0, i + n, i)
-    return i
-
-
+# The scatters' and take_along_axis's NumPy forwards, with their fast paths, are in
+# rlgrad/indexing_kernels.py; the public gather/scatter API built on these is rlgrad/indexing.py.
 def _getitem(x: Any, idx: Any) -> Any:
     try:
         return x[idx]  # NumPy checks the bounds in C: cheaper than any check written here
@@ -675,129 +693,10 @@ def _getitem(x: Any, idx: Any) -> Any:
         raise IndexError(f"{e} (indexing a tensor of shape {_shape(x)})") from None
 
 
-_FLAT_SCATTER_MIN = 256  # from this many gathered values on, a 1-D scatter beats a tuple one
-
-
-def _untake(g: Any, idx: Any, shape: tuple[int, ...]) -> Any:
-    """Zeros of ``shape`` with ``g`` added at ``idx``: the adjoint of ``x[idx]``."""
-    g = np.asarray(g)
-    out = np.zeros(shape, dtype=g.dtype)
-    if g.size == 1 or not _has_int_array(idx):
-        out[idx] = g  # slices, ints, masks and a single element never repeat an element
-        return out
-    parts = idx if isinstance(idx, tuple) else (idx,)
-    if (g.size >= _FLAT_SCATTER_MIN and len(parts) == len(shape)
-            and all(isinstance(p, np.ndarray) and p.dtype.kind in "iu" for p in parts)):
-        # one coordinate array per axis (q[rows, actions]): scatter through flat positions;
-        # NumPy's one-dimensional add.at is several times faster than its tuple form. The
-        # forward already checked the bounds, so 'wrap' only resolves negative indices.
-        flat = np.ravel_multi_index(parts, shape, mode="wrap")
-        np.add.at(out.reshape(-1), flat.reshape(-1), g.reshape(-1))
-    else:
-        np.add.at(out, idx, g)  # repeated indices accumulate
-    return out
-
-
 getitem = primitive(_getitem, "getitem", arity=1)
 untake = primitive(_untake, "untake", arity=1)
 defvjp(getitem, lambda g, ans, x, idx: untake(g, idx, x.shape))
 defvjp(untake, lambda g, ans, gx, idx, shape: getitem(g, idx))
-
-
-def _strides(shape: tuple[int, ...]) -> list[int]:
-    """C-order strides of ``shape`` counted in elements."""
-    out = [1] * len(shape)
-    for k in range(len(shape) - 2, -1, -1):
-        out[k] = out[k + 1] * shape[k + 1]
-    return out
-
-
-@functools.lru_cache(maxsize=64)  # an RL update gathers with the same shapes at every step
-def _lane_offsets(shape: tuple[int, ...], lanes: tuple[int, ...], ax: int) -> Any:
-    """Flat offset, in an array of ``shape``, of the start of each lane along ``ax``: lane
-    coordinates run over ``lanes`` (1 at ``ax``); axes where ``shape`` is 1 broadcast (offset 0).
-    Cached, so returned read-only."""
-    nd = len(shape)
-    strides = _strides(shape)
-    base: Any = 0
-    for k in range(nd):
-        if k != ax and lanes[k] > 1 and shape[k] != 1:
-            coord = np.arange(lanes[k], dtype=np.intp) * strides[k]
-            base = base + coord.reshape((lanes[k],) + (1,) * (nd - 1 - k))
-    if isinstance(base, np.ndarray):
-        base.flags.writeable = False
-    return base
-
-
-def _along_error(e: Exception, where: str, shape: tuple[int, ...],
-                 ishape: tuple[int, ...]) -> Exception:
-    return type(e)(f"{where}: {e} (input shape {shape}, indices shape {ishape})")
-
-
-_FLAT_ALONG_MIN = 16384  # below this many elements NumPy's own take/put_along_axis is faster
-
-
-def _take_along_axis(x: Any, indices: Any, axis: Any = -1) -> Any:
-    idx = np.asarray(indices)
-    if (isinstance(x, np.ndarray) and x.flags.c_contiguous and x.size >= _FLAT_ALONG_MIN
-            and axis is not None
-            and idx.dtype.kind in "iu" and idx.ndim == x.ndim):
-        ax = axis % x.ndim
-        S, I = x.shape, idx.shape
-        if all(k == ax or S[k] == I[k] or 1 in (S[k], I[k]) for k in range(x.ndim)):
-            i = _in_bounds(idx, S[ax], ax, S, "take_along_axis: ")
-            out_shape = tuple(I[k] if k == ax else builtins.max(S[k], I[k]) for k in range(x.ndim))
-            lanes = tuple(1 if k == ax else n for k, n in enumerate(out_shape))
-            flat = _lane_offsets(S, lanes, ax) + i * _strides(S)[ax]
-            if flat.shape != out_shape:
-                flat = np.broadcast_to(flat, out_shape)
-            return np.take(x.reshape(-1), flat)
-    try:
-        return np.take_along_axis(x, indices, axis)
-    except (IndexError, ValueError) as e:
-        raise _along_error(e, "take_along_axis", _shape(x), idx.shape) from None
-
-
-def _put_along_axis_add(g: Any, indices: Any, axis: int, shape: tuple[int, ...]) -> Any:
-    """Adjoint of take_along_axis: scatter-add ``g`` into zeros of ``shape`` along ``axis``.
-
-    ``g`` holds one lane per position of its non-axis dimensions; it may cover fewer lanes than
-    ``shape`` (PyTorch's scatter_add allows it), and where ``shape`` has size 1 the lanes are
-    summed into it (the adjoint of take_along_axis broadcasting its input).
-    """
-    g = np.asarray(g)
-    idx = np.asarray(indices)
-    shape = tuple(shape)
-    nd = len(shape)
-    ax = axis % nd
-    G, I = g.shape, idx.shape
-    if (idx.ndim != nd or g.ndim != nd or G[ax] != I[ax]
-            or any(k != ax and not ((G[k] <= shape[k] or shape[k] == 1) and I[k] in (1, G[k]))
-                   for k in range(nd))):
-        raise ValueError(
-            f"scatter along axis {ax}: values of shape {G} and indices of shape {I} do not fit "
-            f"an output of shape {shape} (need the same number of dimensions, indices matching "
-            "the values, and values no larger than the output outside the axis)"
-        )
-    out = np.zeros(shape, dtype=g.dtype)
-    if g.size == 0:
-        return out
-    if (out.size < _FLAT_ALONG_MIN and G[ax] == 1 and I == G
-            and all(G[k] == shape[k] for k in range(nd) if k != ax)):
-        np.put_along_axis(out, idx, g, ax)  # one index per lane: no repeats; small: NumPy's own
-        return out
-    i = _in_bounds(idx, shape[ax], ax, shape, "scatter along axis: ")
-    lanes = tuple(1 if k == ax else n for k, n in enumerate(G))
-    flat = _lane_offsets(shape, lanes, ax) + i * _strides(shape)[ax]
-    if flat.shape != G:
-        flat = np.broadcast_to(flat, G)
-    flat = flat.reshape(-1)
-    unique = G[ax] == 1 and all(k == ax or shape[k] != 1 or G[k] == 1 for k in range(nd))
-    if unique:  # one index per lane (an action per row): no position repeats, so a plain put
-        out.reshape(-1)[flat] = g.reshape(-1)
-    else:
-        np.add.at(out.reshape(-1), flat, g.reshape(-1))  # repeated indices accumulate
-    return out
 
 
 def _take_lanes(g: Any, src: Any, indices: Any, axis: int) -> Any:
@@ -977,12 +876,12 @@ defvjp(cholesky, _cholesky_vjp)
 # ---------------------------------------------------------------------------------------------
 # Cutting the graph
 # ---------------------------------------------------------------------------------------------
-def _same(x: Any) -> Any:
+def _identity(x: Any) -> Any:  # the forward of both stop_gradient and identity
     return x
 
 
 # A primitive (not a bare constructor) so that rlgrad.jit sees it; nondiff: the output is a leaf.
-stop_gradient = primitive(_same, "stop_gradient", nondiff=True, arity=1)
+stop_gradient = primitive(_identity, "stop_gradient", nondiff=True, arity=1)
 stop_gradient.__doc__ = """The value of ``x`` with no gradient flowing back through it, at every
 nesting level (JAX's ``lax.stop_gradient``, PyTorch's ``detach``). Plain arrays pass through."""
 
@@ -1020,11 +919,7 @@ def ravel(x: Any) -> Any:
     return reshape(x, (-1,))
 
 
-def _identity_fwd(x: Any) -> Any:
-    return x
-
-
-identity = primitive(_identity_fwd, "identity", arity=1)
+identity = primitive(_identity, "identity", arity=1)
 defvjp(identity, pass_through)
 
 
@@ -1035,251 +930,3 @@ def _copy(x: Any) -> Any:
 clone = primitive(_copy, "clone", arity=1)
 defvjp(clone, pass_through)
 
-
-# ---------------------------------------------------------------------------------------------
-# Tensor operators and methods (NumPy's names, with PyTorch's aliases where they differ)
-# ---------------------------------------------------------------------------------------------
-def _axis(axis: Any, dim: Any) -> Any:
-    return dim if axis is None else axis
-
-
-def _index_key(idx: Any) -> Any:
-    """Unwrap Tensors inside an index; an index is never differentiable."""
-    if isinstance(idx, Tensor):
-        if idx.requires_grad:
-            raise TypeError("an index tensor cannot require grad: indices are never differentiable")
-        return idx.data
-    if isinstance(idx, tuple):
-        for i in idx:  # the usual (rows, actions) or slices: nothing to unwrap, no new tuple
-            if isinstance(i, Tensor | list | tuple):
-                return tuple(_index_key(i) for i in idx)
-        return idx
-    if isinstance(idx, list) and any(isinstance(i, Tensor) for i in idx):
-        return [_index_key(i) for i in idx]
-    return idx
-
-
-def _reduction(fn: Any) -> Any:
-    def method(self: Tensor, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
-               keepdim: bool = False) -> Any:
-        return fn(self, axis=_axis(axis, dim), keepdims=keepdims or keepdim)
-
-    method.__name__ = fn.__name__
-    return method
-
-
-class MaxMinResult(tuple):
-    """``(values, indices)``, as PyTorch's ``max(dim)`` / ``min(dim)`` return."""
-
-    __slots__ = ()
-
-    def __new__(cls, values: Any, indices: Any) -> MaxMinResult:
-        return tuple.__new__(cls, (values, indices))
-
-    values = property(lambda self: self[0])
-    indices = property(lambda self: self[1])
-
-
-def _extremum_method(fn: Any, arg_fn: Any) -> Any:
-    def method(self: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None,
-               keepdims: bool = False) -> Any:
-        # PyTorch: t.max(dim) is (values, indices), so `q.max(1)[0]` means what it does in torch;
-        # NumPy: t.max(axis=1) is the values. Without either, the maximum of all elements.
-        if dim is None or axis is not None:
-            return fn(self, axis=axis, keepdims=keepdims or keepdim)
-        kd = keepdim or keepdims
-        return MaxMinResult(fn(self, axis=dim, keepdims=kd), arg_fn(self, axis=dim, keepdims=kd))
-
-    method.__name__ = fn.__name__
-    return method
-
-
-def _method_reshape(self: Tensor, *shape: Any) -> Any:
-    if len(shape) == 1 and isinstance(shape[0], tuple | list):
-        shape = tuple(shape[0])
-    return reshape(self, shape)
-
-
-def _method_transpose(self: Tensor, *axes: Any) -> Any:
-    if len(axes) == 1 and isinstance(axes[0], tuple | list):
-        axes = tuple(axes[0])
-    if len(axes) == 2:  # torch's transpose(dim0, dim1); on 2-D the same as NumPy's
-        return swapaxes(self, axes[0], axes[1])
-    return transpose(self, axes or None)
-
-
-def _method_permute(self: Tensor, *axes: Any) -> Any:
-    if len(axes) == 1 and isinstance(axes[0], tuple | list):
-        axes = tuple(axes[0])
-    return transpose(self, axes)
-
-
-def _method_squeeze(self: Tensor, axis: Any = None, *, dim: Any = None) -> Any:
-    return squeeze(self, _axis(axis, dim))
-
-
-def _method_unsqueeze(self: Tensor, dim: int) -> Any:
-    return expand_dims(self, dim)
-
-
-def _method_softmax(self: Tensor, dim: int = -1) -> Any:
-    return softmax(self, axis=dim)
-
-
-def _method_log_softmax(self: Tensor, dim: int = -1) -> Any:
-    return log_softmax(self, axis=dim)
-
-
-def _method_var(self: Tensor, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
-                dim: Any = None, correction: Any = None, keepdim: bool = False) -> Any:
-    from rlgrad.numpy import var
-
-    return var(self, axis=_axis(axis, dim), ddof=ddof if correction is None else correction,
-               keepdims=keepdims or keepdim)
-
-
-def _method_std(self: Tensor, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
-                dim: Any = None, correction: Any = None, keepdim: bool = False) -> Any:
-    return sqrt(_method_var(self, axis, ddof, keepdims, dim=dim, correction=correction,
-                            keepdim=keepdim))
-
-
-def _method_argmax(self: Tensor, axis: Any = None, *, dim: Any = None, keepdims: bool = False,
-                   keepdim: bool = False) -> Any:
-    return argmax(self, axis=_axis(axis, dim), keepdims=keepdims or keepdim)
-
-
-def _method_argmin(self: Tensor, axis: Any = None, *, dim: Any = None, keepdims: bool = False,
-                   keepdim: bool = False) -> Any:
-    return argmin(self, axis=_axis(axis, dim), keepdims=keepdims or keepdim)
-
-
-def _method_clip(self: Tensor, min: Any = None, max: Any = None) -> Any:  # noqa: A002
-    return clip(self, min, max)
-
-
-def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
-    if self.requires_grad:
-        raise RuntimeError(
-            "in-place assignment into a tensor that requires grad would corrupt its gradient; "
-            "build a new tensor instead (rlgrad.numpy.where, put_along_axis or concatenate)"
-        )
-    self.data[_index_key(idx)] = value.data if isinstance(value, Tensor) else value
-
-
-def _install_tensor_methods() -> None:
-    T = Tensor
-    T.__add__ = add
-    T.__radd__ = lambda self, other: add(other, self)
-    T.__sub__ = subtract
-    T.__rsub__ = lambda self, other: subtract(other, self)
-    T.__mul__ = multiply
-    T.__rmul__ = lambda self, other: multiply(other, self)
-    T.__truediv__ = divide
-    T.__rtruediv__ = lambda self, other: divide(other, self)
-    T.__pow__ = power
-    T.__rpow__ = lambda self, other: power(other, self)
-    T.__matmul__ = matmul
-    T.__rmatmul__ = lambda self, other: matmul(other, self)
-    T.__neg__ = negative
-    T.__pos__ = lambda self: self
-    T.__abs__ = absolute
-    T.__floordiv__ = floor_divide
-    T.__mod__ = remainder
-    T.__lt__ = less
-    T.__le__ = less_equal
-    T.__gt__ = greater
-    T.__ge__ = greater_equal
-    T.__eq__ = equal
-    T.__ne__ = not_equal
-    T.__and__ = logical_and
-    T.__or__ = logical_or
-    T.__invert__ = logical_not
-    T.__getitem__ = lambda self, idx: getitem(self, _index_key(idx))
-    T.__setitem__ = _method_setitem
-    T.T = property(lambda self: transpose(self))
-    T.mT = property(lambda self: swapaxes(self, -1, -2))
-    for name in ("exp", "log", "log1p", "expm1", "sqrt", "square", "tanh", "sin", "cos", "sigmoid",
-                 "relu", "softplus", "sign", "floor", "ceil", "reciprocal", "abs", "cumsum", "flip"):
-        setattr(T, name, globals()[name])
-    T.neg = negative
-    for name in ("sum", "mean", "prod", "logsumexp"):
-        setattr(T, name, _reduction(globals()[name]))
-    T.amax, T.amin = _reduction(max), _reduction(min)  # values only, as torch.amax and np.amax
-    T.max = _extremum_method(max, argmax)
-    T.min = _extremum_method(min, argmin)
-    T.var = _method_var
-    T.std = _method_std
-    T.argmax = _method_argmax
-    T.argmin = _method_argmin
-    T.reshape = T.view = _method_reshape
-    T.flatten = lambda self, start_dim=0: reshape(self, self.shape[:start_dim] + (-1,))
-    T.ravel = lambda self: reshape(self, (-1,))
-    T.transpose = _method_transpose
-    T.permute = _method_permute
-    T.swapaxes = swapaxes
-    T.squeeze = _method_squeeze
-    T.unsqueeze = _method_unsqueeze
-    T.expand_dims = expand_dims
-    T.broadcast_to = broadcast_to
-    T.expand = lambda self, *shape: broadcast_to(
-        self, tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape)
-    T.clip = T.clamp = _method_clip
-    T.pow = power
-    T.matmul = T.dot = matmul
-    T.softmax = _method_softmax
-    T.log_softmax = _method_log_softmax
-    T.clone = clone
-    T.detach = stop_gradient
-    T.astype = astype
-    T.to = lambda self, dtype: astype(self, dtype)
-    T.float = lambda self: astype(self, np.float32)
-    T.double = lambda self: astype(self, np.float64)
-    T.long = lambda self: astype(self, np.int64)
-    T.int = lambda self: astype(self, np.int32)
-    T.bool = lambda self: astype(self, np.bool_)
-    T.type = lambda self, dtype=None: self.dtype if dtype is None else astype(self, dtype)
-
-
-_install_tensor_methods()
-
-
-def _install_inplace_operators() -> None:
-    """``+= -= *= /=`` as torch has them: in place under ``no_grad`` or on tensors that need no
-    gradient (``with no_grad(): p -= lr * p.grad`` updates the parameter); on a leaf that requires
-    grad with recording on, an error (torch's); on a computed tensor, a new recorded tensor
-    (``loss += term`` keeps accumulating the graph)."""
-    from rlgrad.tracer import _GradMode
-
-    def make(fn: Any, ufunc: Any, sym: str) -> Any:
-        def method(self: Tensor, other: Any) -> Any:
-            if self.requires_grad and _GradMode.enabled:
-                if self._op is None:
-                    raise RuntimeError(
-                        f"a leaf tensor that requires grad is used in an in-place operation "
-                        f"({sym}=): update parameters inside `with rlgrad.no_grad():` (or through "
-                        f".data), or write `x = x {sym} y` for a new tensor"
-                    )
-                return fn(self, other)
-            o = other.data if isinstance(other, Tensor) else other
-            d = self.data
-            if isinstance(d, np.ndarray) and d.flags.writeable and d.ndim >= np.ndim(o):
-                ufunc(d, o, out=d, casting="same_kind")
-            else:
-                new = np.asarray(ufunc(d, o))
-                if new.shape != np.shape(d):
-                    raise ValueError(f"in-place {sym}= cannot change the shape {np.shape(d)} to "
-                                     f"{new.shape}")
-                self.data = new.astype(np.result_type(d), copy=False)
-            return self
-
-        method.__name__ = f"__i{fn.__name__}__"
-        return method
-
-    Tensor.__iadd__ = make(add, np.add, "+")
-    Tensor.__isub__ = make(subtract, np.subtract, "-")
-    Tensor.__imul__ = make(multiply, np.multiply, "*")
-    Tensor.__itruediv__ = make(divide, np.divide, "/")
-
-
-_install_inplace_operators()

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.tensor import _Trace
+
 __all__ = [
     "Generator", "default_generator", "seed", "manual_seed", "get_rng_state", "set_rng_state",
     "numpy_generator", "generator_state_dict", "load_generator_state",
@@ -131,6 +133,12 @@ def load_generator_state(gen: np.random.Generator, d: dict[str, Any]) -> None:
 def numpy_generator(generator: Generator | np.random.Generator | None = None
                     ) -> np.random.Generator:
     """The NumPy generator to draw from: ``generator``'s, or the global one when it is None."""
+    if _Trace.compiling:
+        raise RuntimeError(
+            "rlgrad.jit: a random draw (a distribution's rsample() or sample()) inside the "
+            "traced function would be frozen into the compiled step, the same noise at every "
+            "call; draw the noise outside and pass it as an argument"
+        )
     if generator is None:
         return default_generator._rng
     if isinstance(generator, Generator):

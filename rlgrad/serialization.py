@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import stat
 import tempfile
 import zlib
@@ -27,11 +28,16 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.tensor import Tensor
+
 __all__ = ["save", "load", "CheckpointError", "StateDictError", "CheckpointDict"]
 
 FORMAT = "rlgrad.checkpoint"
 FORMAT_VERSION = "1"
 _MAX_HEADER = 100_000_000  # safetensors' own limit on the JSON header
+# Nesting of dicts/lists/tuples a checkpoint may hold (a training checkpoint needs about 6):
+# a bound that save and load share keeps both far from Python's recursion limit.
+MAX_DEPTH = 100
 
 
 class CheckpointError(ValueError):
@@ -52,6 +58,15 @@ class CheckpointDict(dict):
     def __init__(self, *args: Any, source: tuple[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.source = source
+
+
+def _source_of(state_dict: Any) -> str:
+    """Where a state dict came from, when it was read by ``rlgrad.load`` (for error messages)."""
+    src = getattr(state_dict, "source", None)
+    if not src:
+        return ""
+    path, key = src
+    return f" (from checkpoint '{path}'" + (f", key '{key}')" if key else ")")
 
 
 # Checkpoints store arrays exactly; these are the dtypes safetensors' NumPy API round-trips.
@@ -90,9 +105,12 @@ class _Encoder:
         self.arrays[name] = np.ascontiguousarray(arr)
         return name
 
-    def encode(self, obj: Any, path: str) -> Any:
-        from rlgrad.tensor import Tensor
-
+    def encode(self, obj: Any, path: str, depth: int = 0) -> Any:
+        if depth > MAX_DEPTH:
+            raise ValueError(
+                f"rlgrad.save: the value at key '{path or '<root>'}' nests dicts/lists/tuples "
+                f"more than {MAX_DEPTH} levels deep, which a checkpoint cannot hold"
+            )
         if obj is None or isinstance(obj, bool | str):
             return obj
         if isinstance(obj, np.generic):  # before float: np.float64 is a float subclass
@@ -115,12 +133,13 @@ class _Encoder:
                         f"rlgrad.save: the dict at key '{path or '<root>'}' has a key {k!r} of type "
                         f"{type(k).__name__}; checkpoint keys must be str or int"
                     )
-                items.append([k, self.encode(v, _join(path, k))])
+                items.append([k, self.encode(v, _join(path, k), depth + 1)])
             return {"$dict": items}
         if isinstance(obj, list):
-            return [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]
+            return [self.encode(v, _join(path, i), depth + 1) for i, v in enumerate(obj)]
         if isinstance(obj, tuple):
-            return {"$tuple": [self.encode(v, _join(path, i)) for i, v in enumerate(obj)]}
+            return {"$tuple": [self.encode(v, _join(path, i), depth + 1)
+                               for i, v in enumerate(obj)]}
         hint = ""
         if hasattr(obj, "state_dict"):
             hint = "; save its state instead: rlgrad.save(x.state_dict(), path)"
@@ -184,6 +203,30 @@ def atomic_replace(path: str | os.PathLike) -> Iterator[str]:
     _fsync_dir(folder)  # make the rename itself durable
 
 
+def atomic_copy(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+    """Make ``dst`` a copy of ``src``, crash-safely: a hard link where the file system allows it
+    (no bytes copied; ``src`` is only ever replaced by a rename, so the link keeps the old
+    content), else a byte copy; either way under a temporary name renamed over ``dst``."""
+    src, dst = os.fspath(src), os.fspath(dst)
+    folder = os.path.dirname(os.path.abspath(dst))
+    tmp = os.path.join(folder, f".{os.path.basename(dst)}.{os.getpid()}.link.tmp")
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        os.link(src, tmp)
+    except OSError:  # no hard links here (FAT, some network file systems): copy the bytes
+        with atomic_replace(dst) as t:
+            shutil.copyfile(src, t)
+        return
+    try:
+        os.replace(tmp, dst)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(folder)
+
+
 def _fsync_dir(folder: str) -> None:
     if not hasattr(os, "O_DIRECTORY"):  # Windows cannot open a folder; the rename is enough there
         return
@@ -197,8 +240,24 @@ def _fsync_dir(folder: str) -> None:
 # ---------------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------------
-def _read_header(path: str) -> tuple[dict, int]:
-    """Parse and check the safetensors header ourselves, so damage is reported by key."""
+def _is_count(x: Any) -> bool:
+    """A non-negative JSON integer (bool is an int in Python, not in JSON)."""
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _parse_json(text: str | bytes, path: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError) as e:
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: its {what} is not valid JSON "
+                              f"({e})") from None
+    except RecursionError:
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: its {what} nests deeper than "
+                              "any checkpoint does (a hostile or damaged file)") from None
+
+
+def _open_header(path: str) -> tuple[bytes, int, int]:
+    """(raw JSON header, its length, file size)."""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
@@ -214,26 +273,35 @@ def _read_header(path: str) -> tuple[dict, int]:
                     f"checkpoint '{path}' is truncated or not a checkpoint: its header claims "
                     f"{n} bytes but the file has {size} bytes"
                 )
-            raw = f.read(n)
+            return f.read(n), n, size
     except FileNotFoundError:
         raise FileNotFoundError(f"no checkpoint at '{path}'") from None
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"checkpoint '{path}' is corrupt: its header is not valid JSON ({e})") from None
+    except IsADirectoryError:
+        raise CheckpointError(f"checkpoint '{path}' is a directory, not a checkpoint file") from None
+
+
+def _read_header(path: str) -> tuple[dict, int]:
+    """Parse and check the safetensors header ourselves, so damage is reported by key."""
+    raw, n, size = _open_header(path)
+    header = _parse_json(raw, path, "header")
     if not isinstance(header, dict):
         raise CheckpointError(f"checkpoint '{path}' is corrupt: its header is not a JSON object")
     data_len = size - 8 - n
     for name, spec in header.items():
         if name == "__metadata__":
+            if not isinstance(spec, dict) or not all(isinstance(v, str) for v in spec.values()):
+                raise CheckpointError(f"checkpoint '{path}' is corrupt: its metadata is not a "
+                                      "mapping of strings")
             continue
-        try:
-            start, end = spec["data_offsets"]
-            spec["dtype"], spec["shape"]  # noqa: B018 - presence check
-        except (KeyError, TypeError, ValueError):
+        offsets = spec.get("data_offsets") if isinstance(spec, dict) else None
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(map(_is_count, offsets))
+                and offsets[0] <= offsets[1] and isinstance(spec.get("dtype"), str)
+                and isinstance(spec.get("shape"), list) and all(map(_is_count, spec["shape"]))):
             raise CheckpointError(
-                f"checkpoint '{path}' is corrupt: the entry for key '{name}' is malformed"
-            ) from None
+                f"checkpoint '{path}' is corrupt: the entry for key '{name}' is malformed (it "
+                "needs a dtype, a shape of non-negative integers and two ordered data offsets)"
+            )
+        start, end = offsets
         if end > data_len:
             raise CheckpointError(
                 f"checkpoint '{path}' is truncated: the array at key '{name}' needs bytes "
@@ -246,7 +314,8 @@ def _read_header(path: str) -> tuple[dict, int]:
 def load(path: str | os.PathLike) -> Any:
     """Read a checkpoint written by ``rlgrad.save``; dicts come back as ``CheckpointDict``.
 
-    A plain safetensors file (not written by rlgrad) loads as a dict of arrays.
+    A plain safetensors file (not written by rlgrad) loads as a dict of arrays. Anything wrong
+    with the file (truncated, damaged, hostile, a directory) raises ``CheckpointError``.
     """
     import safetensors.numpy as stn
 
@@ -256,7 +325,8 @@ def load(path: str | os.PathLike) -> Any:
     try:
         arrays = stn.load_file(path)
     except Exception as e:  # the library's own error type varies across versions
-        raise CheckpointError(f"checkpoint '{path}' could not be read by safetensors: {e}") from None
+        msg = " ".join(str(e).split())
+        raise CheckpointError(f"checkpoint '{path}' could not be read by safetensors: {msg}") from None
     if meta.get("format") != FORMAT:  # a plain safetensors file: name -> array
         return CheckpointDict(arrays, source=(path, ""))
     if meta.get("format_version") != FORMAT_VERSION:
@@ -264,12 +334,12 @@ def load(path: str | os.PathLike) -> Any:
             f"checkpoint '{path}' has format version {meta.get('format_version')!r}; this "
             f"rlgrad reads version {FORMAT_VERSION}. Upgrade rlgrad to read it."
         )
-    try:
-        tree = json.loads(meta["tree"])
-        crcs = json.loads(meta["crc32"])
-    except (KeyError, json.JSONDecodeError) as e:
-        raise CheckpointError(
-            f"checkpoint '{path}' is corrupt: its structure record is damaged ({e})") from None
+    if "tree" not in meta or "crc32" not in meta:
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: its structure record is missing")
+    tree = _parse_json(meta["tree"], path, "structure record")
+    crcs = _parse_json(meta["crc32"], path, "checksum record")
+    if not isinstance(crcs, dict):
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: its checksum record is damaged")
     for name, arr in arrays.items():
         if name not in crcs:
             raise CheckpointError(f"checkpoint '{path}' is corrupt: array '{name}' has no checksum")
@@ -278,7 +348,7 @@ def load(path: str | os.PathLike) -> Any:
                 f"checkpoint '{path}' is corrupt: the array at key '{name}' fails its checksum "
                 "(the file was damaged after it was written). Use an earlier checkpoint."
             )
-    return _Decoder(path, arrays).decode(tree, "")
+    return _Decoder(path, arrays).decode(tree, "", 0)
 
 
 class _Decoder:
@@ -286,12 +356,18 @@ class _Decoder:
         self.path = path
         self.arrays = arrays
 
+    def _bad(self, key: str, what: str) -> CheckpointError:
+        return CheckpointError(f"checkpoint '{self.path}' is corrupt: {what} under key "
+                               f"'{key or '<root>'}'")
+
     def _array(self, name: Any, key: str, shape: Any = None) -> np.ndarray:
         arr = self.arrays.get(name) if isinstance(name, str) else None
         if arr is None:
             raise CheckpointError(
                 f"checkpoint '{self.path}' is corrupt: the array for key '{key or '<root>'}' is missing"
             )
+        if shape is not None and not (isinstance(shape, list) and all(map(_is_count, shape))):
+            raise self._bad(key, f"a malformed shape {shape!r}")
         if shape is not None and arr.shape != tuple(shape):
             if arr.size != int(np.prod(shape)):
                 raise CheckpointError(
@@ -303,32 +379,43 @@ class _Decoder:
             arr = arr.copy()
         return arr
 
-    def decode(self, node: Any, key: str) -> Any:
+    def _items(self, node: dict, tag: str, key: str) -> list:
+        items = node[tag]
+        if not isinstance(items, list):
+            raise self._bad(key, f"a malformed {tag} record")
+        return items
+
+    def decode(self, node: Any, key: str, depth: int) -> Any:
+        if depth > MAX_DEPTH:
+            raise self._bad(key, f"a structure nested more than {MAX_DEPTH} levels deep "
+                            "(a hostile or damaged file)")
         if isinstance(node, list):
-            return [self.decode(v, _join(key, i)) for i, v in enumerate(node)]
+            return [self.decode(v, _join(key, i), depth + 1) for i, v in enumerate(node)]
         if not isinstance(node, dict):
             return node
         if "$dict" in node:
             out = CheckpointDict(source=(self.path, key))
-            for item in node["$dict"]:
-                if not (isinstance(item, list) and len(item) == 2):
-                    raise CheckpointError(
-                        f"checkpoint '{self.path}' is corrupt: malformed entry under key '{key}'"
-                    )
+            for item in self._items(node, "$dict", key):
+                if not (isinstance(item, list) and len(item) == 2
+                        and isinstance(item[0], str | int) and not isinstance(item[0], bool)):
+                    raise self._bad(key, "a malformed entry")
                 k, v = item
-                out[k] = self.decode(v, _join(key, k))
+                out[k] = self.decode(v, _join(key, k), depth + 1)
             return out
         if "$tuple" in node:
-            return tuple(self.decode(v, _join(key, i)) for i, v in enumerate(node["$tuple"]))
+            return tuple(self.decode(v, _join(key, i), depth + 1)
+                         for i, v in enumerate(self._items(node, "$tuple", key)))
         if "$array" in node:
             return self._array(node["$array"], key, node.get("shape"))
         if "$tensor" in node:
-            from rlgrad.tensor import Tensor
-
-            return Tensor(self._array(node["$tensor"], key, node.get("shape")),
-                          requires_grad=bool(node.get("requires_grad", False)))
+            arr = self._array(node["$tensor"], key, node.get("shape"))
+            grad = node.get("requires_grad", False) is True
+            if grad and arr.dtype.kind not in "fc":
+                raise self._bad(key, f"a {arr.dtype} tensor marked as requiring grad")
+            return Tensor(arr, requires_grad=grad)
         if "$scalar" in node:
-            return self._array(node["$scalar"], key).reshape(())[()]
-        raise CheckpointError(
-            f"checkpoint '{self.path}' is corrupt: unknown record {sorted(node)} under key '{key}'"
-        )
+            arr = self._array(node["$scalar"], key)
+            if arr.size != 1:
+                raise self._bad(key, f"a scalar record holding {arr.size} values")
+            return arr.reshape(())[()]
+        raise self._bad(key, f"an unknown record {sorted(node)}")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
-from rlgrad.tensor import Tensor
+from rlgrad.tensor import Tensor, _Trace
 from rlgrad.tracer import defvjp, primitive
 
 __all__ = [
@@ -189,16 +189,26 @@ def betaln(a: Any, b: Any) -> Any:
 
 
 def xlogy(x: Any, y: Any) -> Any:
-    """x * log(y), defined as 0 where x == 0 (also when y == 0), with NaN-free gradients."""
-    zero = (x.data if isinstance(x, Tensor) else np.asarray(x)) == 0
-    if not np.any(zero):
-        return x * ops.log(y)
-    return ops.where(zero, 0.0, x * ops.log(ops.where(zero, 1.0, y)))
+    """x * log(y), defined as 0 where x == 0 (also when y <= 0), with NaN-free gradients."""
+    return _x_log(x, y, ops.log, 0.0, 1.0)
 
 
 def xlog1py(x: Any, y: Any) -> Any:
-    """x * log1p(y), defined as 0 where x == 0 (also when y == -1), with NaN-free gradients."""
-    zero = (x.data if isinstance(x, Tensor) else np.asarray(x)) == 0
-    if not np.any(zero):
-        return x * ops.log1p(y)
-    return ops.where(zero, 0.0, x * ops.log1p(ops.where(zero, 0.0, y)))
+    """x * log1p(y), defined as 0 where x == 0 (also when y <= -1), with NaN-free gradients."""
+    return _x_log(x, y, ops.log1p, -1.0, 0.0)
+
+
+def _x_log(x: Any, y: Any, log: Any, edge: float, safe: float) -> Any:
+    """x * log(y) masked only where x == 0 and log(y) is not finite (y <= edge): where y is
+    inside the domain x * log(y) is 0 at x == 0 by itself, and its gradient in x is log(y), not
+    0 (a mask there would cut it)."""
+    def raw(v: Any) -> Any:
+        return v.data if isinstance(v, Tensor) else np.asarray(v)
+
+    with np.errstate(invalid="ignore"):
+        masked = (raw(x) == 0) & (raw(y) <= edge)
+    if not _Trace.compiling and not np.any(masked):
+        return x * log(y)
+    if _Trace.compiling:  # the mask from the live values at every call of the step
+        masked = ops.logical_and(ops.equal(x, 0), ops.less_equal(y, edge))
+    return ops.where(masked, 0.0, x * log(ops.where(masked, safe, y)))

@@ -1,8 +1,8 @@
 """The Tensor: an ndarray, a ``requires_grad`` flag, a ``.grad``, and (when it was computed by a
 recorded primitive) the link to that primitive and its arguments.
 
-Operators and methods are attached at the bottom of ``rlgrad/ops.py`` next to the primitives they
-call, so that every forward and gradient lives in one table.
+Operators and methods are attached by ``rlgrad/tensor_methods.py``; each calls a primitive of
+``rlgrad/ops.py``, where every forward and gradient lives.
 """
 
 from __future__ import annotations
@@ -52,9 +52,12 @@ class Tensor:
     ``data`` is the underlying NumPy array (not a Tensor, unlike PyTorch's ``.data``).
     """
 
-    # _cut (set only where a gradient path was cut: see tracer.apply) is read with getattr.
+    # _cut: (op, reason, sources) where a gradient path was cut (see tracer._record), else None;
+    # unset on graph nodes (they require grad, so nothing reads it), hence read with getattr.
+    # _written: 0, or the creation-order number (``_seq``'s counter) of the last in-place write,
+    # so a node older than that write knows the value it saved has changed (torch's version check).
     __slots__ = ("data", "requires_grad", "grad", "_op", "_args", "_kw", "_retain", "_seq", "_cut",
-                 "__weakref__")
+                 "_written", "__weakref__")
     __array_priority__ = 1000  # so ndarray <op> Tensor defers to the Tensor's reflected operator
 
     def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None) -> None:
@@ -65,6 +68,8 @@ class Tensor:
         self._args = None
         self._kw = None
         self._retain = False
+        self._cut = None
+        self._written = 0
         self.requires_grad = False
         if requires_grad:
             self.requires_grad_(True)
@@ -102,7 +107,7 @@ class Tensor:
         self._retain = True
 
     def detach_(self) -> Tensor:
-        self._op = self._args = self._kw = None
+        self._op = self._args = self._kw = self._cut = None
         self.requires_grad = False
         return self
 
@@ -227,12 +232,25 @@ def tensor(data: Any, requires_grad: bool = False, dtype: Any = None) -> Tensor:
 # from it, so sorting by this number gives the backward pass its topological order.
 _next_seq = itertools.count().__next__
 
-# Fast constructors used by the tracer; they bypass __init__'s checks (the data is already an
-# array produced by NumPy and the flags are known).
+def mark_written(*tensors: Any) -> None:
+    """Record an in-place write into each Tensor among ``tensors``: a gradient rule recorded
+    before it would read the new values, so the backward pass refuses it (as torch's version
+    counter does). Every in-place API calls this; writes into ``.data``'s array are not seen."""
+    for t in tensors:
+        if isinstance(t, Tensor):
+            t._written = _next_seq()
+
+
+# The fast constructor: it bypasses __init__'s checks (the data is already an array produced by
+# NumPy and the flags are known).
 _new = object.__new__
 
 
-def _const(data: Any) -> Tensor:
+def constant(data: Any) -> Tensor:
+    """``data`` as a Tensor that never requires grad, with no copy and no conversion: the result
+    of an op that records nothing, a gradient handed to ``.grad``, a value put in a graph as a
+    constant. ``data`` must already be a NumPy array or NumPy scalar (``rlgrad.tensor`` converts
+    and copies anything else); the Tensor shares its memory, as ``torch.from_numpy`` does."""
     t = _new(Tensor)
     t.data = data
     t.requires_grad = False
@@ -241,17 +259,22 @@ def _const(data: Any) -> Tensor:
     t._args = None
     t._kw = None
     t._retain = False
+    t._cut = None
+    t._written = 0
     return t
 
 
-def _node(data: Any, op: Any, args: tuple, kw: dict) -> Tensor:
-    t = _new(Tensor)
-    t.data = data
-    t.requires_grad = True
-    t.grad = None
-    t._op = op
-    t._args = args
-    t._kw = kw
-    t._retain = False
-    t._seq = _next_seq()
-    return t
+_const = constant  # the name ~18 modules imported before it was public
+
+
+# Shape queries that work on a Tensor, an ndarray or a Python scalar/list alike.
+def _shape(x: Any) -> tuple[int, ...]:
+    return x.shape if hasattr(x, "shape") else np.shape(x)
+
+
+def _ndim(x: Any) -> int:
+    return x.ndim if hasattr(x, "ndim") else np.ndim(x)
+
+
+def _size(x: Any) -> int:
+    return x.size if hasattr(x, "size") else np.size(x)

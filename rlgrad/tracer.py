@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import Tensor, _const, _new, _next_seq, _node, _Trace
+from rlgrad.tensor import Tensor, _new, _next_seq, _Trace, constant
 
 
 class _GradMode:
@@ -133,15 +133,33 @@ def apply(p: Primitive, args: tuple, kwargs: dict) -> Any:
                 needs_grad = True
     if raw is None:  # no Tensor at all: plain NumPy in, plain NumPy out
         return p.fwd(*args, **kwargs)
-    out = p.fwd(*raw, **kwargs)
+    return _record(p, p.fwd(*raw, **kwargs), args, kwargs, needs_grad)
+
+
+def _record(p: Primitive, out: Any, args: tuple, kwargs: dict, needs_grad: bool) -> Tensor:
+    """The Tensor a call of ``p`` on Tensors returns, and the one place a call is recorded: a
+    node of the graph when an argument requires grad (and recording is on), else a constant that
+    remembers where a gradient path was cut (for ``explain``); on a trace's tape either way."""
     if needs_grad and _GradMode.enabled and not p.nondiff:
-        res = _node(out, p, args, kwargs)
+        res = _new(Tensor)  # Tensor.__init__'s checks skipped: out is NumPy's result
+        res.data = out
+        res.requires_grad = True
+        res.grad = None
+        res._op = p
+        res._args = args
+        res._kw = kwargs
+        res._retain = False
+        res._seq = _next_seq()  # no _cut: a node requires grad, so _record never reads it
+        res._written = 0
     else:
-        res = _const(out)
+        res = constant(out)
         if needs_grad:
             res._cut = (p.name, p.cut_reason, args)
-        elif any(getattr(a, "_cut", None) is not None for a in args):
-            res._cut = (p.name, "via", args)  # keeps the way back to a cut (for explain)
+        else:
+            for a in args:
+                if isinstance(a, Tensor) and getattr(a, "_cut", None) is not None:
+                    res._cut = (p.name, "via", args)  # keeps the way back to a cut (for explain)
+                    break
     if _Trace.tape is not None:
         _Trace.tape.append((p, args, kwargs, res))
     return res
@@ -182,68 +200,29 @@ def _unary(p: Primitive) -> Callable:
     def call(x: Any, *static: Any, **kwargs: Any) -> Any:
         if not isinstance(x, Tensor):
             return p.fwd(x, *static, **kwargs)
-        out = p.fwd(x.data, *static, **kwargs)
-        args = (x, *static) if static else (x,)
-        if x.requires_grad and _GradMode.enabled and not p.nondiff:
-            res = _new(Tensor)  # _node inlined: this is the path of every unary op
-            res.data = out
-            res.requires_grad = True
-            res.grad = None
-            res._op = p
-            res._args = args
-            res._kw = kwargs
-            res._retain = False
-            res._seq = _next_seq()
-        else:
-            res = _const(out)
-            if x.requires_grad:
-                res._cut = (p.name, p.cut_reason, args)
-            elif getattr(x, "_cut", None) is not None:
-                res._cut = (p.name, "via", args)  # keeps the way back to a cut (for explain)
-        if _Trace.tape is not None:
-            _Trace.tape.append((p, args, kwargs, res))
-        return res
+        return _record(p, p.fwd(x.data, *static, **kwargs), (x, *static) if static else (x,),
+                       kwargs, x.requires_grad)
 
     return call
 
 
 def _binary(p: Primitive) -> Callable:
-    """The call path of a two-argument primitive without keywords: the arithmetic operators, the
-    hottest path of the engine, so the node is built inline."""
+    """The call path of a two-argument primitive without keywords: the arithmetic operators."""
 
     def call(a: Any, b: Any) -> Any:
         if isinstance(a, Tensor):
-            ra = a.data
             rg = a.requires_grad
             if isinstance(b, Tensor):
-                out = p.fwd(ra, b.data)
+                out = p.fwd(a.data, b.data)
                 rg = rg or b.requires_grad
             else:
-                out = p.fwd(ra, b)
+                out = p.fwd(a.data, b)
         elif isinstance(b, Tensor):
             out = p.fwd(a, b.data)
             rg = b.requires_grad
         else:
             return p.fwd(a, b)
-        if rg and _GradMode.enabled:
-            t = _new(Tensor)
-            t.data = out
-            t.requires_grad = True
-            t.grad = None
-            t._op = p
-            t._args = (a, b)
-            t._kw = _NO_KW
-            t._retain = False
-            t._seq = _next_seq()
-        else:
-            t = _const(out)
-            if rg:
-                t._cut = (p.name, p.cut_reason, (a, b))
-            elif getattr(a, "_cut", None) is not None or getattr(b, "_cut", None) is not None:
-                t._cut = (p.name, "via", (a, b))  # keeps the way back to a cut (for explain)
-        if _Trace.tape is not None:
-            _Trace.tape.append((p, (a, b), _NO_KW, t))
-        return t
+        return _record(p, out, (a, b), _NO_KW, rg)
 
     return call
 

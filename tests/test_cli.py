@@ -423,3 +423,392 @@ def test_mp4_writer_when_ffmpeg_is_there(tmp_path: Path) -> None:
     evaluate.write_mp4(frames, tmp_path / "a.mp4", fps=50)
     data = (tmp_path / "a.mp4").read_bytes()
     assert data[4:8] == b"ftyp" and len(data) > 500
+
+
+# ---- hostile and damaged run directories ----------------------------------------------------------
+def _flip_last_array_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-100] ^= 0xFF  # inside an array: the checksum catches it
+    path.write_bytes(bytes(data))
+
+
+def test_a_checkpoint_of_another_environment_is_refused_in_one_line(ref_run: Path,
+                                                                     work: Path) -> None:
+    acro = work / "acrobot"
+    p = cli("train", "Acrobot-v1", "--algo", "ppo", "--steps", "64", "--n-envs", "2", "--set",
+            "n_steps=32", "--set", "batch_size=32", "--no-progress", "--run-dir", str(acro))
+    assert p.returncode == 0, p.stderr
+    mixed = work / "mixed"
+    shutil.copytree(ref_run, mixed)
+    shutil.copy(acro / "checkpoint.safetensors", mixed / "checkpoint.safetensors")
+    before = (mixed / "metrics.csv").read_bytes()
+    for cmd in ("resume", "eval"):  # before: resume trained Acrobot; eval, a broadcast traceback
+        line = one_error_line(cli(cmd, str(mixed), "--steps" if cmd == "resume" else "--episodes",
+                                  str(TOTAL + 64) if cmd == "resume" else "2"))
+        assert "Acrobot-v1" in line and "CartPole-v1" in line and "another run" in line, line
+    assert (mixed / "metrics.csv").read_bytes() == before  # nothing was touched
+
+    # the same id but other spaces (a custom environment that changed): the spaces are checked
+    ckpt = rlgrad.load(acro / "checkpoint.safetensors")
+    ckpt["env_id"] = "CartPole-v1"
+    rlgrad.save(ckpt, mixed / "checkpoint.safetensors")
+    line = one_error_line(cli("eval", str(mixed), "--episodes", "2"))
+    assert "observation space" in line and "[6]" in line and "[4]" in line, line
+
+
+def test_old_checkpoints_without_spaces_still_resume(ref_run: Path, work: Path) -> None:
+    run = work / "old-format"
+    shutil.copytree(ref_run, run)
+    for p in run.glob("checkpoint*.safetensors"):
+        ckpt = rlgrad.load(p)
+        assert ckpt["spaces"] == {"observation": {"type": "Box", "shape": [4], "dtype": "float32"},
+                                  "action": {"type": "Discrete", "shape": [], "dtype": "int64",
+                                             "n": 2}}
+        del ckpt["spaces"]
+        rlgrad.save(ckpt, p)
+    p = cli("eval", str(run), "--episodes", "2")
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+
+
+def test_the_last_two_checkpoints_are_kept_and_a_damaged_newest_gives_way(ref_run: Path,
+                                                                          work: Path) -> None:
+    newest, prev = ref_run / "checkpoint.safetensors", ref_run / "checkpoint.1.safetensors"
+    assert sorted(p.name for p in ref_run.glob("checkpoint*")) == [prev.name, newest.name]
+    assert rlgrad.load(newest)["run"]["num_timesteps"] == TOTAL
+    assert rlgrad.load(prev)["run"]["num_timesteps"] == TOTAL - 256
+
+    run = work / "damaged-newest"
+    shutil.copytree(ref_run, run)
+    _flip_last_array_byte(run / newest.name)
+    p = cli("eval", str(run), "--episodes", "2")
+    assert p.returncode == 0, p.stderr
+    assert f"at step {TOTAL - 256}" in p.stdout
+    warn = p.stderr.strip().splitlines()
+    assert len(warn) == 1 and "warning" in warn[0] and "checksum" in warn[0], p.stderr
+    assert f"the 256 steps from {TOTAL - 256} to {TOTAL} are lost" in warn[0]
+
+    p = cli("resume", str(run))
+    assert p.returncode == 0, p.stderr
+    assert f"at step {TOTAL - 256} of {TOTAL}" in p.stdout
+    assert "will be trained again" in p.stderr and "Traceback" not in p.stderr
+    assert (run / "checkpoint.safetensors.damaged").exists()  # set aside, not deleted
+    assert rlgrad.load(run / newest.name)["run"]["num_timesteps"] == TOTAL
+    assert rlgrad.load(run / prev.name)["run"]["num_timesteps"] == TOTAL - 256
+    assert curve(run) == curve(ref_run)  # the lost steps were trained again, alike
+
+    # both damaged: one line that says so
+    _flip_last_array_byte(run / newest.name)
+    _flip_last_array_byte(run / prev.name)
+    line = one_error_line(cli("resume", str(run), "--steps", str(TOTAL + 128)))
+    assert "corrupt checkpoint" in line and "the 1 earlier checkpoint is unusable too" in line
+
+
+def test_keep_checkpoints_is_configurable(work: Path) -> None:
+    run = work / "keep3"
+    args = ["CartPole-v1", "--algo", "ppo", "--steps", "512", "--n-envs", "2", "--set",
+            "n_steps=32", "--set", "batch_size=32", "--set", "n_epochs=1", "--checkpoint-every",
+            "128", "--no-progress"]
+    p = cli("train", *args, "--keep-checkpoints", "3", "--run-dir", str(run))
+    assert p.returncode == 0, p.stderr
+    steps = [rlgrad.load(run / n)["run"]["num_timesteps"] for n in
+             ("checkpoint.safetensors", "checkpoint.1.safetensors", "checkpoint.2.safetensors")]
+    assert steps == [512, 384, 256] and yaml.safe_load(
+        (run / "config.yaml").read_text())["keep_checkpoints"] == 3
+    p = cli("resume", str(run), "--steps", "576", "--keep-checkpoints", "1")
+    assert p.returncode == 0, p.stderr
+    assert sorted(q.name for q in run.glob("checkpoint*")) == ["checkpoint.safetensors"]
+    assert "at least 1" in one_error_line(cli("resume", str(run), "--keep-checkpoints", "0"))
+
+
+def test_checkpoint_rotation_is_crash_safe_at_every_step(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash between any two file operations of a save leaves every checkpoint whole and the
+    newest one either the previous save or the new one."""
+    from rlgrad.cli import run_dir as rd_mod
+    from rlgrad.cli.run_dir import RunDir
+
+    class Crash(Exception):
+        pass
+
+    real = {"replace": os.replace, "link": os.link}
+    for crash_at in range(8):
+        rd = RunDir(tmp_path / f"r{crash_at}")
+        rd.create()
+        for step in (1, 2, 3):
+            rd.save_checkpoint({"step": step}, keep=3)
+        calls = [0]  # file operations so far, shared by both patched functions
+
+        def counted(name: str, calls: list[int] = calls, crash_at: int = crash_at):
+            def f(*a, **k):
+                calls[0] += 1
+                if calls[0] > crash_at:
+                    raise Crash
+                return real[name](*a, **k)
+            return f
+
+        monkeypatch.setattr(rd_mod.os, "replace", counted("replace"))
+        monkeypatch.setattr(os, "link", counted("link"))
+        try:
+            rd.save_checkpoint({"step": 4}, keep=3)
+        except Crash:
+            pass
+        monkeypatch.setattr(rd_mod.os, "replace", real["replace"])
+        monkeypatch.setattr(os, "link", real["link"])
+        steps = [rlgrad.load(p)["step"] for p in rd.checkpoint_paths()]
+        assert steps[0] in (3, 4) and steps == sorted(steps, reverse=True), (crash_at, steps)
+        assert len(steps) >= 2, (crash_at, steps)  # a previous one survives every crash
+
+
+def _same_in_float32(rebuilt: list[dict[str, str]], ref: list[dict[str, str]]) -> None:
+    """Rows rebuilt from TensorBoard (float32 values) against the CSV's float64 ones."""
+    assert len(rebuilt) == len(ref)
+    for a, b in zip(rebuilt, ref):
+        for k, v in b.items():
+            if v != "":
+                assert np.float32(float(a[k])) == np.float32(float(v)), (k, a[k], v)
+
+
+def test_random_bytes_in_metrics_csv_neither_stop_resume_nor_lose_data(ref_run: Path,
+                                                                       work: Path) -> None:
+    run = work / "garbled-metrics"
+    shutil.copytree(ref_run, run)
+    garbage = np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8).tobytes()
+    (run / "metrics.csv").write_bytes(garbage)
+    line = one_error_line(cli("plot", str(run)))  # before: a UnicodeDecodeError traceback
+    assert "metrics.csv is damaged" in line and "not UTF-8" in line, line
+    twin = work / "garbled-twin"
+    shutil.copytree(ref_run, twin)
+    p = cli("plot", str(run), str(twin), "-o", str(work / "two.png"))  # the readable one is drawn
+    assert p.returncode == 0 and "left out" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+    p = cli("resume", str(run), "--steps", str(TOTAL + 64))  # before: a traceback, no training
+    assert p.returncode == 0, p.stderr
+    assert "Traceback" not in p.stderr and "metrics.damaged-1.csv" in p.stderr, p.stderr
+    assert f"{TOTAL // 64} rows up to step {TOTAL} were rebuilt" in p.stderr, p.stderr
+    assert (run / "metrics.damaged-1.csv").read_bytes() == garbage  # kept as it was
+    rows = curve(run)
+    assert [int(r["time/total_timesteps"]) for r in rows] == list(range(64, TOTAL + 65, 64))
+    _same_in_float32(rows[:-1], curve(ref_run))
+    assert rlgrad.load(run / "checkpoint.safetensors")["run"]["num_timesteps"] == TOTAL + 64
+
+    # again, now from two event files (the resume wrote a second one)
+    (run / "metrics.csv").write_bytes(garbage)
+    p = cli("resume", str(run), "--steps", str(TOTAL + 128))
+    assert p.returncode == 0 and "metrics.damaged-2.csv" in p.stderr, p.stderr
+    again = curve(run)
+    assert [int(r["time/total_timesteps"]) for r in again] == list(range(64, TOTAL + 129, 64))
+    _same_in_float32(again[:-1], rows)
+
+
+def test_event_rows_follow_tensorboard_purge_semantics(tmp_path: Path) -> None:
+    from rlgrad.cli.events import event_rows, without_torch
+
+    with without_torch():
+        from tensorboardX import SummaryWriter
+
+    first = SummaryWriter(str(tmp_path), filename_suffix=".a")
+    for step in (10, 20, 30, 40):  # a run killed after logging 40, checkpointed at 20
+        first.add_scalar("x", step + 0.5, step)
+        first.add_scalar("y", -step, step)
+    first.close()
+    second = SummaryWriter(str(tmp_path), purge_step=21, filename_suffix=".b")  # the resume
+    second.add_scalar("x", 1.25, 30)
+    second.close()
+    assert event_rows(tmp_path, 1000) == [
+        {"x": 10.5, "y": -10.0, "time/total_timesteps": 10},
+        {"x": 20.5, "y": -20.0, "time/total_timesteps": 20},
+        {"x": 1.25, "time/total_timesteps": 30}]
+    assert [r["time/total_timesteps"] for r in event_rows(tmp_path, 20)] == [10, 20]
+    events = sorted(tmp_path.glob("events.out.tfevents.*"))
+    events[0].write_bytes(events[0].read_bytes()[:-7])  # a torn last record: the rest is read
+    assert [r["time/total_timesteps"] for r in event_rows(tmp_path, 1000)] == [10, 20, 30]
+
+
+DAMAGE = {
+    "random": lambda p: p.write_bytes(np.random.default_rng(1).integers(
+        0, 256, 3000, dtype=np.uint8).tobytes()),
+    "empty": lambda p: p.write_bytes(b""),
+    "half": lambda p: p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2]),
+    "directory": lambda p: (p.unlink(), p.mkdir()),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(DAMAGE))
+def test_a_damaged_run_directory_never_gives_a_traceback(ref_run: Path, work: Path, kind: str,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    """Every file of a run damaged in turn; resume, eval and plot through the CLI entry point
+    end in exit status 0 (used what could be used, with a warning) or 2 and one line; never an
+    exception (before: UnicodeDecodeError, TypeError, RecursionError, IsADirectoryError)."""
+    names = ["config.yaml", "metrics.csv", "checkpoint.safetensors", "checkpoint.1.safetensors",
+             "learning_curve.png", "run.lock", next(ref_run.glob("events.out.tfevents.*")).name]
+    for name in names:
+        run = work / f"damaged-{kind}-{name}"
+        shutil.copytree(ref_run, run)
+        (run / "run.lock").write_text("0\n")
+        DAMAGE[kind](run / name)
+        for args in (["eval", str(run), "--episodes", "1"], ["plot", str(run)],
+                     ["resume", str(run), "--steps", str(TOTAL + 64), "--no-progress"]):
+            status = main(args)
+            err = capsys.readouterr().err
+            assert status in (0, 2), (name, args, err)
+            lines = err.strip().splitlines()
+            if status == 2:
+                assert len(lines) == 1 and "error" in lines[0], (name, args, err)
+            assert "Traceback" not in err
+        if name in ("checkpoint.safetensors", "metrics.csv", "learning_curve.png") or (
+                name == "run.lock" and kind != "directory"):
+            assert status == 0, (name, err)  # these never stop a resume
+
+
+# ---- custom environments: Gymnasium's module:EnvId -----------------------------------------------
+TINY_ENV = '''
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class Tiny(gym.Env):
+    """Reward 1 for the action that matches the sign of the first observation; 20 steps."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return self.obs, {}
+
+    def step(self, action):
+        reward = float(int(action) == int(self.obs[0] > 0))
+        self.t += 1
+        self.obs = self.np_random.uniform(-1, 1, 3).astype(np.float32)
+        return self.obs, reward, False, self.t >= 20, {}
+
+
+gym.register("TinyRlgradTest-v0", entry_point=Tiny)
+'''
+
+
+def test_module_colon_env_id_trains_resumes_and_evaluates(tmp_path: Path) -> None:
+    pkg = tmp_path / "mods" / "tinypkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "envs.py").write_text(TINY_ENV)
+    (pkg / "broken.py").write_text("raise RuntimeError('no display')\n")
+    env = _env()
+    env["PYTHONPATH"] = str(tmp_path / "mods") + os.pathsep + env["PYTHONPATH"]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rlgrad.cli", *args], capture_output=True,
+                              text=True, env=env, timeout=120, cwd=tmp_path)
+
+    run_dir, ref = tmp_path / "run", tmp_path / "ref"
+    args = ["tinypkg.envs:TinyRlgradTest-v0", "--algo", "ppo", "--n-envs", "2", "--set",
+            "n_steps=32", "--set", "batch_size=32", "--checkpoint-every", "64", "--no-progress"]
+    procs = [subprocess.Popen([sys.executable, "-m", "rlgrad.cli", "train", *args, "--steps",
+                               steps, "--run-dir", str(d)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+             for steps, d in (("128", run_dir), ("192", ref))]  # side by side
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err  # before: "unknown environment id"
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["env_id"] == (
+        "tinypkg.envs:TinyRlgradTest-v0")
+    p = run("resume", str(run_dir), "--steps", "192", "--no-progress")  # a new process: the
+    assert p.returncode == 0, p.stderr                                   # module is imported again
+    assert int(curve(run_dir)[-1]["time/total_timesteps"]) == 192
+    assert curve(run_dir) == curve(ref)  # the environment's own state was restored too
+    p = run("eval", str(run_dir), "--episodes", "2")
+    assert p.returncode == 0 and "over 2 episodes" in p.stdout, p.stderr
+
+    cases = {"nopkg_rlgrad.envs:TinyRlgradTest-v0": ["cannot import module 'nopkg_rlgrad.envs'",
+                                                     "PYTHONPATH"],
+             "tinypkg.broken:TinyRlgradTest-v0": ["importing module 'tinypkg.broken' failed",
+                                                  "RuntimeError: no display"],
+             "tinypkg.envs:TinyRlgradTst-v0": ["registered no such id", "TinyRlgradTest-v0"],
+             "a:b:TinyRlgradTest-v0": ["one ':'"]}
+    procs = {env_id: subprocess.Popen(  # all at once: about a second each
+        [sys.executable, "-m", "rlgrad.cli", "train", env_id, "--algo", "ppo", "--steps", "64"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        for env_id in cases}
+    for env_id, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        line = one_error_line(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+        assert all(w in line for w in cases[env_id]), (env_id, line)
+
+
+def test_make_vec_env_accepts_module_colon_env_id(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlgrad.rl.envs import make_vec_env
+
+    (tmp_path / "tiny_rlgrad_envs.py").write_text(TINY_ENV)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    venv = make_vec_env("tiny_rlgrad_envs:TinyRlgradTest-v0", n_envs=2, seed=0)
+    obs, _ = venv.reset(seed=0)
+    assert obs.shape == (2, 3)
+    venv.close()
+    with pytest.raises(ModuleNotFoundError, match="cannot import module 'no_such_rlgrad_mod'"):
+        make_vec_env("no_such_rlgrad_mod:TinyRlgradTest-v0")
+
+
+def test_module_env_ids_are_also_looked_up_in_the_current_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``rlgrad`` console script, unlike ``python -m``, has no current directory on sys.path:
+    it is appended (last, so that it never shadows an installed package)."""
+    import gymnasium as gym
+
+    from rlgrad.cli.env_ids import check_env_id
+    from rlgrad.cli.errors import CLIError
+
+    (tmp_path / "tiny_cwd_rlgrad_envs.py").write_text(
+        TINY_ENV.replace("TinyRlgradTest-v0", "TinyCwdRlgradTest-v0"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "tiny_cwd_rlgrad_envs", raising=False)
+    check_env_id("tiny_cwd_rlgrad_envs:TinyCwdRlgradTest-v0")
+    assert sys.path[-1] == str(tmp_path) and "TinyCwdRlgradTest-v0" in gym.registry
+    gym.registry.pop("TinyCwdRlgradTest-v0")
+    with pytest.raises(CLIError, match="cannot import module 'no_such_rlgrad_mod'"):
+        check_env_id("no_such_rlgrad_mod:X-v0")
+
+
+def _hostile_checkpoints(good: bytes) -> dict[str, bytes]:
+    """The hostile files of issue 19, each a checkpoint.safetensors a run could hold."""
+    import json
+
+    def framed(header: bytes, data: bytes = b"") -> bytes:
+        return len(header).to_bytes(8, "little") + header + data
+
+    n = 8 + int.from_bytes(good[:8], "little")
+    header = json.loads(good[8:n])
+    deep_tree = dict(header, __metadata__=dict(header["__metadata__"],
+                                               tree="[" * 900 + "]" * 900))
+    name = next(k for k in header if k != "__metadata__")
+    return {
+        "string offsets": framed(json.dumps(dict(header, **{name: dict(
+            header[name], data_offsets=["0", "8"])})).encode(), good[n:]),
+        "null offsets": framed(json.dumps(dict(header, **{name: dict(
+            header[name], data_offsets=None)})).encode(), good[n:]),
+        "JSON nested 100,000 deep": framed(b"{\"a\":" + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+        "tree nested 900 deep": framed(json.dumps(deep_tree).encode(), good[n:]),
+    }
+
+
+def test_hostile_checkpoints_are_one_line_for_resume_and_eval(ref_run: Path, work: Path,
+                                                               capsys: pytest.CaptureFixture
+                                                               ) -> None:
+    good = (ref_run / "checkpoint.safetensors").read_bytes()
+    for i, (what, data) in enumerate(_hostile_checkpoints(good).items()):
+        run = work / f"hostile-{i}"
+        shutil.copytree(ref_run, run)
+        (run / "checkpoint.1.safetensors").unlink()  # nothing to fall back to
+        (run / "checkpoint.safetensors").write_bytes(data)
+        for cmd in ("resume", "eval"):
+            assert main([cmd, str(run)]) == 2, what  # before: TypeError, RecursionError
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and "corrupt checkpoint" in err[0], (what, err)
+    (run / "checkpoint.safetensors").unlink()
+    (run / "checkpoint.safetensors").mkdir()  # a directory: before, IsADirectoryError
+    assert main(["resume", str(run)]) == 2
+    assert "is a directory" in capsys.readouterr().err

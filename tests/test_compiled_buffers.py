@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from fp_tolerance import assert_product_close
 
 import rlgrad
 import rlgrad.numpy as rnp
@@ -37,9 +38,10 @@ def test_skipping_dead_units_gives_the_dense_products(dtype: type) -> None:
     np.testing.assert_array_equal(live, np.flatnonzero(g.any(axis=0)))
     gw = F._linear_grad_weight(g, x)
     gx = F._linear_grad_input(g, w)
-    rtol = 1e-6 if dtype == np.float32 else 1e-13
-    np.testing.assert_allclose(gw, g.T @ x, rtol=rtol, atol=0)
-    np.testing.assert_allclose(gx, g @ w, rtol=rtol, atol=0)
+    # fewer rows in the products than the dense ones: BLAS may block (and so round) them
+    # differently, on some CPUs in float32's last bits
+    assert_product_close(gw, g.T, x)
+    assert_product_close(gx, g, w)
     dead = np.setdiff1d(np.arange(g.shape[1]), live)
     assert not gw[dead].any()  # rows of dead units: exact zeros
     assert gw.dtype == gx.dtype == dtype

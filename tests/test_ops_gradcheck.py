@@ -1176,3 +1176,15 @@ def test_torch_style_gradcheck() -> None:
     with pytest.raises(AssertionError, match="Jacobian mismatch"):
         rlgrad.gradcheck(wrong, x)
     assert rlgrad.gradcheck(wrong, x, raise_exception=False) is False
+
+
+def test_torch_style_gradcheck_cannot_pass_without_a_gradient() -> None:
+    x = rlgrad.tensor(np.array([0.3, -1.2, 2.0]), requires_grad=True)
+    # an output cut off from the graph whose value does depend on x: a lost dependence
+    with pytest.raises(AssertionError, match="does not require grad"):
+        rlgrad.gradcheck(lambda x: rlgrad.tensor(np.exp(x.data)), x)
+    assert rlgrad.gradcheck(lambda x: rlgrad.tensor(np.exp(x.data)), x,
+                            raise_exception=False) is False
+    assert rlgrad.gradcheck(lambda x: (x * 0.0).detach() + 1.0, x)  # truly constant: zero Jacobian
+    with pytest.raises(ValueError, match="at least one input tensor to require gradient"):
+        rlgrad.gradcheck(lambda x: x.exp(), rlgrad.tensor(np.array([1.0])))

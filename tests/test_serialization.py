@@ -253,3 +253,150 @@ def test_loading_never_unpickles(tmp_path, monkeypatch):
     path = tmp_path / "ckpt"
     rlgrad.save(sample_checkpoint(), path)
     rlgrad.load(path)
+
+
+# ---- hostile headers: every one a CheckpointError with one line, never a raw Python error ------
+def _with_header(path, header: dict | bytes, data: bytes = b"") -> None:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
+
+
+def _one_line_checkpoint_error(path) -> str:
+    with pytest.raises(CheckpointError) as e:
+        rlgrad.load(path)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg
+    return msg
+
+
+@pytest.mark.parametrize("offsets", [["0", "4"], None, [None, None], [0], [4, 0], [-4, 0],
+                                     [0.5, 4], [True, 4], "04", {"a": 1}])
+def test_malformed_data_offsets_are_a_checkpoint_error(tmp_path, offsets):
+    path = tmp_path / "bad.ckpt"
+    _with_header(path, {"a": {"dtype": "F32", "shape": [1], "data_offsets": offsets}}, b"\0" * 4)
+    assert "key 'a'" in _one_line_checkpoint_error(path)
+
+
+@pytest.mark.parametrize("entry", [None, 3, "x", [], {"dtype": 3, "shape": [1], "data_offsets": [0, 4]},
+                                   {"dtype": "F32", "shape": "1", "data_offsets": [0, 4]},
+                                   {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]},
+                                   {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}])
+def test_malformed_entries_are_a_checkpoint_error(tmp_path, entry):
+    path = tmp_path / "bad.ckpt"
+    _with_header(path, {"a": entry}, b"\0" * 4)
+    _one_line_checkpoint_error(path)
+
+
+@pytest.mark.parametrize("meta", [[], "x", {"format": "rlgrad.checkpoint", "format_version": "1",
+                                            "tree": "[", "crc32": "{}"},
+                                  {"format": "rlgrad.checkpoint", "format_version": "1",
+                                   "tree": "{\"$dict\": 5}", "crc32": "{}"},
+                                  {"format": "rlgrad.checkpoint", "format_version": "1",
+                                   "tree": "{\"$array\": \"a\", \"shape\": \"x\"}",
+                                   "crc32": "[]"},
+                                  {"format": "rlgrad.checkpoint", "format_version": "1",
+                                   "tree": "{\"$dict\": [[[1], 2]]}", "crc32": "{}"},
+                                  {"format": "rlgrad.checkpoint", "format_version": "1",
+                                   "tree": "{\"$tuple\": 7}", "crc32": "{}"}])
+def test_malformed_metadata_is_a_checkpoint_error(tmp_path, meta):
+    path = tmp_path / "bad.ckpt"
+    _with_header(path, {"__metadata__": meta})
+    _one_line_checkpoint_error(path)
+
+
+def test_deeply_nested_header_is_a_checkpoint_error(tmp_path):
+    path = tmp_path / "deep.ckpt"
+    depth = 100_000
+    _with_header(path, b"{\"a\":" + b"[" * depth + b"]" * depth + b"}")
+    assert "nest" in _one_line_checkpoint_error(path)
+
+
+def test_deeply_nested_tree_is_a_checkpoint_error_and_is_refused_when_saving(tmp_path):
+    path = tmp_path / "deep.ckpt"
+    rlgrad.save({"a": np.zeros(2)}, path)
+    header = json.loads(path.read_bytes()[8:8 + int.from_bytes(path.read_bytes()[:8], "little")])
+    data = path.read_bytes()[8 + int.from_bytes(path.read_bytes()[:8], "little"):]
+    header["__metadata__"]["tree"] = "[" * 900 + "]" * 900  # valid JSON, valid file otherwise
+    _with_header(path, header, data)
+    assert "nest" in _one_line_checkpoint_error(path)
+    deep: list = []
+    for _ in range(900):
+        deep = [deep]
+    with pytest.raises(ValueError, match="nest"):
+        rlgrad.save(deep, tmp_path / "deep2.ckpt")
+    shallow: list = []
+    for _ in range(serialization.MAX_DEPTH - 1):
+        shallow = [shallow]
+    rlgrad.save(shallow, tmp_path / "ok.ckpt")  # as deep as allowed: round-trips
+    assert rlgrad.load(tmp_path / "ok.ckpt") == shallow
+
+
+def test_a_directory_is_a_checkpoint_error(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    assert "directory" in _one_line_checkpoint_error(tmp_path / "ckpt")
+
+
+def test_damaged_headers_never_raise_anything_but_checkpoint_error(tmp_path):
+    """Every single-byte change of a real checkpoint's header: it loads the same or is refused."""
+    path = tmp_path / "c.ckpt"
+    obj = {"model": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}, "step": 7, "t": (1, "x")}
+    rlgrad.save(obj, path)
+    good = path.read_bytes()
+    n = 8 + int.from_bytes(good[:8], "little")
+    rng = np.random.default_rng(0)
+    for i in rng.choice(n, size=min(n, 300), replace=False):
+        for new in (ord("0"), ord("\""), ord("["), ord("}"), ord("-"), 0xFF):
+            bad = bytearray(good)
+            bad[i] = new
+            path.write_bytes(bytes(bad))
+            try:
+                rlgrad.load(path)
+            except CheckpointError as e:
+                assert "\n" not in str(e)
+
+
+def test_damaged_structure_records_never_raise_anything_but_checkpoint_error(tmp_path):
+    """A valid file whose structure record has one node replaced by a wrong value: loads or is
+    refused with a CheckpointError (before: TypeError, ValueError from NumPy or the Tensor)."""
+    import random
+
+    path = tmp_path / "c.ckpt"
+    obj = {"model": {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "i": np.arange(3)},
+           "t": (1, "x"), "s": np.float32(2), "T": rlgrad.tensor(np.ones(2, dtype=np.float32))}
+    rlgrad.save(obj, path)
+    good = path.read_bytes()
+    n = 8 + int.from_bytes(good[:8], "little")
+    header = json.loads(good[8:n])
+    tree = json.loads(header["__metadata__"]["tree"])
+    wrong = [None, -1, "x", [1, 2], {}, {"$dict": 3}, {"$tuple": {}}, True,
+             {"$tensor": "model.i", "requires_grad": True}, {"$scalar": "model.w"},
+             {"$array": "model.w", "shape": [7]}, {"$array": "model.w", "shape": [[1]]},
+             {"$tensor": "model.w", "shape": "ab"}]
+
+    def places(t, path=()):
+        yield path
+        items = t.items() if isinstance(t, dict) else enumerate(t) if isinstance(t, list) else ()
+        for k, v in items:
+            yield from places(v, (*path, k))
+
+    rng = random.Random(0)
+    spots = list(places(tree))
+    refused = 0
+    for _ in range(400):
+        t = json.loads(json.dumps(tree))
+        where, value = rng.choice(spots), rng.choice(wrong)
+        if not where:
+            t = value
+        else:
+            node = t
+            for k in where[:-1]:
+                node = node[k]
+            node[where[-1]] = value
+        header["__metadata__"]["tree"] = json.dumps(t)
+        _with_header(path, header, good[n:])
+        try:
+            rlgrad.load(path)
+        except CheckpointError as e:
+            assert "\n" not in str(e)
+            refused += 1
+    assert refused > 100

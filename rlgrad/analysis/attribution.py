@@ -17,7 +17,7 @@ import numpy as np
 
 from rlgrad import autograd
 from rlgrad.analysis._common import fresh_input, select_target
-from rlgrad.tensor import Tensor, _const
+from rlgrad.tensor import Tensor, constant
 
 __all__ = ["saliency", "integrated_gradients"]
 
@@ -47,7 +47,7 @@ def saliency(model: Callable, x: Any, target: Any = None, *, absolute: bool = Fa
     """
     xt = fresh_input(x)
     g, _ = _input_grad(model, xt, target)
-    return _const(np.abs(g) if absolute else g)
+    return constant(np.abs(g) if absolute else g)
 
 
 def integrated_gradients(model: Callable, x: Any, baseline: Any = None, steps: int = 50, *,
@@ -76,10 +76,10 @@ def integrated_gradients(model: Callable, x: Any, baseline: Any = None, steps: i
         total += w * g
     attr = (diff * total).astype(xd.dtype)
     if not return_delta:
-        return _const(attr)
+        return constant(attr)
     f_x = _value(model, xd, target)
     f_b = _value(model, bd, target)
-    return _const(attr), float(attr.sum(dtype=np.float64) - (f_x - f_b))
+    return constant(attr), float(attr.sum(dtype=np.float64) - (f_x - f_b))
 
 
 def _value(model: Callable, x: np.ndarray, target: Any) -> float:

@@ -15,7 +15,7 @@ import numpy as np
 
 from rlgrad import autograd
 from rlgrad.analysis._common import param_list
-from rlgrad.tensor import Tensor, _const
+from rlgrad.tensor import Tensor, constant
 
 __all__ = [
     "HessianOperator", "hessian_vector_product", "dense_hessian", "top_hessian_eigenvalues",
@@ -65,7 +65,7 @@ class HessianOperator:
         for g, vi in zip(self.grads, self._split(v)):
             if g is None or not g.requires_grad:
                 continue  # a gradient that is constant in the params: its block of H is zero
-            term = (g * _const(vi)).sum()
+            term = (g * constant(vi)).sum()
             dot = term if dot is None else dot + term
         if dot is None:
             return np.zeros(self.dim)
@@ -91,7 +91,7 @@ def hessian_vector_product(loss: Tensor, params: Any, vector: Any) -> list[Tenso
     else:
         flat = np.ravel(vector.data if isinstance(vector, Tensor) else vector)
     hv = op.matvec(flat)
-    return [_const(h) for h in op._split(hv)]
+    return [constant(h) for h in op._split(hv)]
 
 
 def dense_hessian(loss: Tensor, params: Any) -> np.ndarray:

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad import autograd
+from rlgrad import autograd, optim
 from rlgrad.analysis._common import fresh_input, param_list
-from rlgrad.tensor import Tensor, _const
+from rlgrad.tensor import Tensor, constant
 
 __all__ = ["frozen", "optimize_input", "InputOptimizationResult"]
 
@@ -45,8 +45,6 @@ class InputOptimizationResult:
 
 
 def _make_optimizer(optimizer: Any, x: Tensor, lr: float) -> Any:
-    from rlgrad import optim
-
     if optimizer is None or optimizer == "adam":
         return optim.Adam([x], lr=lr)
     if optimizer == "sgd":
@@ -101,5 +99,5 @@ def optimize_input(model: Callable, objective: Callable, x0: Any, steps: int = 1
             if bounds is not None:
                 np.clip(x.data, bounds[0], bounds[1], out=x.data)
         final = objective(x, model(x))
-    xf = _const(np.array(x.data, copy=True))
+    xf = constant(np.array(x.data, copy=True))
     return InputOptimizationResult(x=xf, loss=float(final.data), losses=losses, steps=n)

@@ -4,7 +4,8 @@
 
     rlgrad train ENV_ID --algo ppo [--preset NAME] [--steps N] [--seed S] [--n-envs N]
                  [--run-dir DIR] [--set key=value ...] [--checkpoint-every STEPS]
-    rlgrad resume RUN_DIR [--steps TOTAL]
+                 [--keep-checkpoints N]
+    rlgrad resume RUN_DIR [--steps TOTAL] [--keep-checkpoints N]
     rlgrad eval RUN_DIR [--episodes 20] [--video FILE.gif|FILE.mp4]
     rlgrad plot RUN_DIR ... [-o FILE.png] [--key rollout/ep_rew_mean]
     rlgrad presets
@@ -41,7 +42,9 @@ def build_parser() -> ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
 
     t = sub.add_parser("train", help="train an algorithm on a Gymnasium environment")
-    t.add_argument("env_id", metavar="ENV_ID", help="a registered Gymnasium id, e.g. CartPole-v1")
+    t.add_argument("env_id", metavar="ENV_ID",
+                   help="a registered Gymnasium id, e.g. CartPole-v1, or module:EnvId (the "
+                   "module is imported first and registers EnvId, as gymnasium.make does)")
     t.add_argument("--algo", required=True,
                    help="one of reinforce, a2c, ppo, dqn, qrdqn, ddpg, td3, sac")
     t.add_argument("--preset", default=None, help="preset to use: an environment id of the "
@@ -58,6 +61,9 @@ def build_parser() -> ArgumentParser:
     t.add_argument("--checkpoint-every", "--checkpoint-interval", dest="checkpoint_every",
                    type=_whole_number, default=None, metavar="STEPS",
                    help="checkpoint interval in environment steps (default 10000)")
+    t.add_argument("--keep-checkpoints", type=int, default=None, metavar="N",
+                   help="checkpoints kept, newest first (default 2: a damaged newest one gives "
+                   "way to the one before it)")
     t.add_argument("--no-buffer-in-checkpoint", dest="save_buffer", action="store_false",
                    help="leave the replay buffer out of checkpoints (smaller files; a resumed "
                    "off-policy run then refills it)")
@@ -68,6 +74,8 @@ def build_parser() -> ArgumentParser:
     r.add_argument("run_dir", metavar="RUN_DIR")
     r.add_argument("--steps", type=_whole_number, default=None,
                    help="new total budget (default: the run's own)")
+    r.add_argument("--keep-checkpoints", type=int, default=None, metavar="N",
+                   help="checkpoints kept from now on (default: the run's own)")
     r.add_argument("--no-progress", dest="progress", action="store_false")
 
     e = sub.add_parser("eval", help="mean and std of the return of a run's last checkpoint")
@@ -130,11 +138,11 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         return cmd_train(args.env_id, args.algo, args.seed, args.preset, args.steps, args.n_envs,
                          args.sets, args.run_dir, args.checkpoint_every, args.save_buffer,
-                         args.progress, argv=argv)
+                         args.progress, argv=argv, keep_checkpoints=args.keep_checkpoints)
     if cmd == "resume":
         from rlgrad.cli.train import cmd_resume
 
-        return cmd_resume(args.run_dir, args.steps, args.progress)
+        return cmd_resume(args.run_dir, args.steps, args.progress, args.keep_checkpoints)
     if cmd == "eval":
         from rlgrad.cli.evaluate import cmd_eval
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlgrad.cli.env_ids import check_env_id  # noqa: F401 - also accepts module:EnvId
 from rlgrad.cli.errors import CLIError, did_you_mean
 
 # Keys of a preset that are not constructor arguments.
@@ -32,13 +33,6 @@ def resolve_algo(name: str) -> tuple[str, type]:
         raise CLIError(f"unknown algorithm {name!r}{did_you_mean(key, table)} (available: "
                        f"{', '.join(sorted(table))})")
     return key, table[key]
-
-
-def check_env_id(env_id: str) -> None:
-    import gymnasium as gym
-
-    if env_id not in gym.registry:
-        raise CLIError(f"unknown environment id {env_id!r}{did_you_mean(env_id, gym.registry)}")
 
 
 def action_space_of(env_id: str) -> Any:

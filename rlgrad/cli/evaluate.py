@@ -128,7 +128,7 @@ def evaluate_run(rd: RunDir, episodes: int, deterministic: bool = True, seed: in
 
     if episodes < 1:
         raise CLIError(f"--episodes must be at least 1, got {episodes}")
-    algo, cfg, _ = restore(rd)
+    algo, cfg, _ = restore(rd, purpose="eval")
     mean, std = evaluate(algo, str(cfg["env_id"]), n_episodes=episodes,
                          deterministic=deterministic, seed=seed)
     print(f"{rd.path}: {str(cfg['algo']).upper()} on {cfg['env_id']} at step {algo.num_timesteps}")

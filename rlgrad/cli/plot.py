@@ -161,9 +161,29 @@ def run_curve(rd: RunDir, rows: list[dict[str, Any]] | None = None) -> Path:
     return write_curve([run], rd.curve, title=title)
 
 
+def _load_runs(dirs: list[Path], key: str) -> list[Run]:
+    """The runs that can be read; a damaged metrics.csv among several is skipped with a warning
+    (the others still make a plot), alone it is the error."""
+    import sys
+
+    from rlgrad.cli.run_dir import DamagedMetrics
+
+    runs, damaged = [], []
+    for p in dirs:
+        try:
+            runs.append(load_run(p, key))
+        except DamagedMetrics as e:
+            damaged.append(e)
+    if damaged and not runs:
+        raise damaged[0]
+    for e in damaged:
+        print(f"rlgrad plot: warning: {e.message}; that run is left out", file=sys.stderr)
+    return runs
+
+
 def cmd_plot(paths: list[str], output: str | None, key: str) -> int:
     dirs = expand(paths)
-    runs = [load_run(p, key) for p in dirs]
+    runs = _load_runs(dirs, key)
     if not any(len(r.steps) for r in runs):
         raise CLIError(f"none of these runs has logged '{key}' yet")
     if output is None:

@@ -7,7 +7,9 @@
         metrics.csv              one row per logged iteration (Stable-Baselines3 key names)
         events.out.tfevents.*    the same scalars for TensorBoard
         learning_curve.png       episode return against steps (end of training, every checkpoint)
-        checkpoint.safetensors   the last checkpoint (rlgrad.save: atomic, checksummed)
+        checkpoint.safetensors   the newest checkpoint (rlgrad.save: atomic, checksummed)
+        checkpoint.1.safetensors the one before it (``keep_checkpoints`` of them are kept, 2 by
+                                 default); a damaged newest one is replaced by the previous
 
 Every file that is rewritten is written under a temporary name and renamed over the old one, so a
 ``kill -9`` at any moment leaves the old version or the new one, never half of each. metrics.csv
@@ -18,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import platform
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.cli.errors import CLIError
-from rlgrad.serialization import atomic_replace
+from rlgrad.serialization import atomic_copy, atomic_replace
 
 CONFIG = "config.yaml"
 METRICS = "metrics.csv"
@@ -36,6 +40,16 @@ CHECKPOINT = "checkpoint.safetensors"
 CURVE = "learning_curve.png"
 LOCK = "run.lock"
 STEP_KEY = "time/total_timesteps"
+DEFAULT_KEEP = 2  # checkpoints kept: the newest and the one before it
+
+
+class DamagedMetrics(CLIError):
+    """metrics.csv cannot be read as the CSV table rlgrad writes."""
+
+
+class DamagedCheckpoint(CLIError):
+    """A checkpoint file that cannot be used (missing, truncated, corrupt, not a training
+    checkpoint, or state that does not fit): an earlier checkpoint may stand in for it."""
 
 
 def default_run_dir(env_id: str, algo: str, seed: int, root: str = "runs") -> Path:
@@ -121,6 +135,9 @@ class RunDir:
         """One process at a time trains a run directory (``run.lock`` holds its pid; the lock of
         a process that died, even by kill -9, is taken over)."""
         path = self.path / LOCK
+        if path.is_dir():
+            raise CLIError(f"'{path}' is a directory where rlgrad keeps its lock file; remove it "
+                           "(no rlgrad process uses a directory there)")
         try:
             other = int(path.read_text().strip() or 0)
         except (OSError, ValueError):
@@ -156,36 +173,91 @@ class RunDir:
         if not self.config.exists():
             raise CLIError(f"'{self.path}' is not a run directory: it has no {CONFIG}")
         try:
-            cfg = yaml.safe_load(self.config.read_text())
+            cfg = yaml.safe_load(self.config.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise CLIError(f"{self.config} is damaged: {_not_text(e)}") from None
         except (OSError, yaml.YAMLError) as e:
             raise CLIError(f"cannot read {self.config}: {type(e).__name__}: {e}") from None
         if not isinstance(cfg, dict) or "env_id" not in cfg or "algo" not in cfg:
             raise CLIError(f"{self.config} is not an rlgrad run configuration")
+        _check_config(cfg, self.config)
         return cfg
 
-    def load_checkpoint(self) -> dict[str, Any]:
-        """The checkpoint as a dict, or a one-line CLIError when it is missing or damaged."""
+    # ---- checkpoints: the newest is checkpoint.safetensors, older ones checkpoint.N.safetensors
+    def checkpoint_path(self, age: int) -> Path:
+        """The checkpoint ``age`` saves before the newest (0: the newest)."""
+        return self.checkpoint if age == 0 else self.path / f"checkpoint.{age}.safetensors"
+
+    def checkpoint_paths(self) -> list[Path]:
+        """The checkpoints there are, newest first."""
+        ages = [0] if self.checkpoint.exists() else []
+        for p in self.path.glob("checkpoint.*.safetensors"):
+            mid = p.name[len("checkpoint."):-len(".safetensors")]
+            if mid.isdigit() and int(mid) > 0:
+                ages.append(int(mid))
+        return [self.checkpoint_path(a) for a in sorted(ages)]
+
+    def save_checkpoint(self, obj: dict[str, Any], keep: int = DEFAULT_KEEP) -> None:
+        """Write ``obj`` as the newest checkpoint and keep the ``keep - 1`` before it. Every step
+        is a rename or an atomic write, so a kill -9 anywhere leaves checkpoint.safetensors whole
+        (the older ones may then be one save behind, never broken)."""
+        import rlgrad
+
+        for p in self.checkpoint_paths():  # a smaller --keep-checkpoints than before
+            if p != self.checkpoint and int(p.name.split(".")[1]) >= keep:
+                p.unlink(missing_ok=True)
+        if keep > 1 and self.checkpoint.exists():
+            try:
+                for age in range(keep - 1, 1, -1):
+                    older = self.checkpoint_path(age - 1)
+                    if older.exists():
+                        os.replace(older, self.checkpoint_path(age))
+                atomic_copy(self.checkpoint, self.checkpoint_path(1))
+            except OSError as e:  # e.g. a folder in the way: the new checkpoint matters more
+                print(f"rlgrad: warning: the previous checkpoint could not be kept: {e}",
+                      file=sys.stderr)
+        rlgrad.save(obj, self.checkpoint)
+
+    def set_aside_newer_than(self, used: Path) -> list[Path]:
+        """Rename the checkpoints newer than ``used`` (they failed their checks) to
+        NAME.damaged: out of the rotation, so later saves keep ``used``, yet not deleted."""
+        moved = []
+        for p in self.checkpoint_paths():
+            if p == used:
+                break
+            dst = p.with_name(p.name + ".damaged")
+            os.replace(p, dst)
+            moved.append(dst)
+        return moved
+
+    def load_checkpoint(self, path: Path | None = None) -> dict[str, Any]:
+        """A checkpoint (the newest by default) as a dict; ``DamagedCheckpoint`` (one line) when
+        it is missing, damaged or not a training checkpoint."""
         import rlgrad
         from rlgrad.serialization import CheckpointError
 
         self.require()
-        if not self.checkpoint.exists():
+        path = self.checkpoint if path is None else path
+        if not path.exists():
+            if path != self.checkpoint or len(self.checkpoint_paths()) > 0:
+                raise DamagedCheckpoint(f"{path.name} is missing")
             again = "rlgrad train ..."
             try:
                 again = str(self.read_config().get("command") or again)
             except CLIError:
                 pass
-            raise CLIError(
+            raise DamagedCheckpoint(
                 f"no checkpoint in '{self.path}' ({CHECKPOINT} is missing): the run stopped before "
                 f"its first checkpoint; start it again: {again}"
             )
         try:
-            ckpt = rlgrad.load(self.checkpoint)
+            ckpt = rlgrad.load(path)
         except (CheckpointError, OSError) as e:
-            raise CLIError(f"corrupt checkpoint: {e}") from None
-        if not isinstance(ckpt, dict) or not {"algo", "state", "hyperparams"} <= set(ckpt):
-            raise CLIError(f"corrupt checkpoint: '{self.checkpoint}' is not an rlgrad training "
-                           "checkpoint (no algo/state/hyperparams)")
+            raise DamagedCheckpoint(f"corrupt checkpoint: {e}") from None
+        if not isinstance(ckpt, dict) or not {"algo", "state", "hyperparams"} <= set(ckpt) or not (
+                isinstance(ckpt["state"], dict) and isinstance(ckpt["hyperparams"], dict)):
+            raise DamagedCheckpoint(f"corrupt checkpoint: '{path}' is not an rlgrad training "
+                                    "checkpoint (no algo/state/hyperparams)")
         return ckpt
 
     def read_metrics(self) -> list[dict[str, Any]]:
@@ -197,17 +269,14 @@ class RunDir:
         only a kill in the middle of an append can leave); returns how many rows were dropped."""
         if not self.metrics.exists():
             return 0
-        with open(self.metrics, newline="") as f:
-            reader = csv.reader(f)
-            header = next(reader, None)
-            rows = list(reader)
+        header, rows = _read_table(self.metrics)
         if not header:
             self.metrics.unlink()
             return len(rows)
         keep = []
-        col = header.index(STEP_KEY) if STEP_KEY in header else None
+        col = header.index(STEP_KEY)
         for r in rows:
-            if len(r) != len(header) or col is None:
+            if len(r) != len(header):
                 continue
             try:
                 step = int(float(r[col]))
@@ -229,6 +298,71 @@ class RunDir:
             atomic_write_bytes(self.metrics, "".join(lines).encode())
         return dropped
 
+    def write_metrics(self, rows: list[dict[str, Any]]) -> None:
+        """Write ``rows`` as metrics.csv (atomically), columns in order of first appearance."""
+        keys = list(dict.fromkeys(k for r in rows for k in r))
+        lines: list[str] = []
+
+        class _Sink:
+            def write(self, s: str) -> None:
+                lines.append(s)
+
+        w = csv.DictWriter(_Sink(), fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+        atomic_write_bytes(self.metrics, "".join(lines).encode())
+
+    def set_aside_metrics(self) -> Path:
+        """Rename a damaged metrics.csv to metrics.damaged-N.csv (kept, never overwritten)."""
+        i = 1
+        while (dst := self.path / f"metrics.damaged-{i}.csv").exists():
+            i += 1
+        os.replace(self.metrics, dst)
+        return dst
+
+
+def _not_text(e: UnicodeDecodeError) -> str:
+    return (f"it is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}), "
+            "as if overwritten with other data")
+
+
+def _read_table(path: Path) -> tuple[list[str], list[list[str]]]:
+    """(header, rows) of a metrics CSV; ``DamagedMetrics`` when it is not one."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f)
+            header = next(reader, None) or []
+            rows = list(reader)
+    except UnicodeDecodeError as e:
+        raise DamagedMetrics(f"{path} is damaged: {_not_text(e)}") from None
+    except csv.Error as e:
+        raise DamagedMetrics(f"{path} is damaged: it is not a CSV table ({e})") from None
+    except IsADirectoryError:
+        raise DamagedMetrics(f"{path} is a directory, not a CSV file") from None
+    if (header or rows) and STEP_KEY not in header:
+        raise DamagedMetrics(f"{path} is damaged: its first line is not a header with a "
+                             f"{STEP_KEY} column")
+    return header, rows
+
+
+def _check_config(cfg: dict[str, Any], path: Path) -> None:
+    """The fields a resume relies on have the types rlgrad wrote (a hand edit may break them)."""
+    def count(v: Any, low: int) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+    checks = {"env_id": (lambda v: isinstance(v, str) and v, "an environment id"),
+              "algo": (lambda v: isinstance(v, str) and v, "an algorithm name"),
+              "seed": (lambda v: count(v, 0), "a non-negative integer"),
+              "total_timesteps": (lambda v: count(v, 1), "a positive integer"),
+              "checkpoint_interval": (lambda v: count(v, 1), "a positive integer"),
+              "keep_checkpoints": (lambda v: count(v, 1), "a positive integer"),
+              "hyperparams": (lambda v: isinstance(v, dict), "a mapping")}
+    for key, (ok, want) in checks.items():
+        if key in cfg and not ok(cfg[key]):
+            raise CLIError(f"{path} is damaged: {key} is {cfg[key]!r}, expected {want}")
+    if not isinstance(cfg.get("resumes", []), list):
+        raise CLIError(f"{path} is damaged: resumes is {cfg['resumes']!r}, expected a list")
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -240,20 +374,51 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def space_signature(space: Any) -> dict[str, Any]:
+    """What a network's shape depends on in a Gymnasium space, as plain data: kind, shape,
+    dtype, and the number of choices of a discrete space (bounds may differ: they only scale)."""
+    sig: dict[str, Any] = {"type": type(space).__name__}
+    if getattr(space, "shape", None) is not None:
+        sig["shape"] = [int(d) for d in space.shape]
+    if getattr(space, "dtype", None) is not None:
+        sig["dtype"] = str(space.dtype)
+    for attr in ("n", "nvec"):
+        if getattr(space, attr, None) is not None:
+            sig[attr] = plain(np.asarray(getattr(space, attr)))
+    return sig
+
+
+def peek_step(path: Path) -> int | None:
+    """The step a checkpoint was saved at, from its header alone (which outlives damage to the
+    arrays after it); None when even that cannot be read."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(min(n, 10_000_000)))
+        node = json.loads(header["__metadata__"]["tree"])
+        for key in ("run", "num_timesteps"):
+            node = dict(node["$dict"])[key]
+    except Exception:  # any damage at all: the step is unknown
+        return None
+    return node if isinstance(node, int) and not isinstance(node, bool) else None
+
+
 def read_metrics_csv(path: Path) -> list[dict[str, Any]]:
+    """The rows of a metrics CSV as floats (empty cells dropped); [] when there is none yet;
+    ``DamagedMetrics`` (one line) when the file is not such a table."""
     if not path.exists():
         return []
+    header, rows = _read_table(path)
     out = []
-    with open(path, newline="") as f:
-        for row in csv.DictReader(f):
-            clean: dict[str, Any] = {}
-            for k, v in row.items():
-                if k is None or v in (None, ""):
-                    continue
-                try:
-                    clean[k] = float(v)
-                except ValueError:
-                    clean[k] = v
-            if STEP_KEY in clean:
-                out.append(clean)
+    for row in rows:
+        clean: dict[str, Any] = {}
+        for k, v in zip(header, row):
+            if v == "":
+                continue
+            try:
+                clean[k] = float(v)
+            except ValueError:
+                clean[k] = v
+        if isinstance(clean.get(STEP_KEY), float):
+            out.append(clean)
     return out

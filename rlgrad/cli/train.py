@@ -26,9 +26,19 @@ from types import FrameType
 from typing import Any
 
 from rlgrad.cli import envstate
-from rlgrad.cli.build import TrainSpec, build, resolve, resolve_algo
+from rlgrad.cli.build import TrainSpec, build, check_env_id, resolve, resolve_algo
 from rlgrad.cli.errors import CLIError
-from rlgrad.cli.run_dir import RunDir, default_run_dir, plain, versions
+from rlgrad.cli.run_dir import (
+    DEFAULT_KEEP,
+    DamagedCheckpoint,
+    DamagedMetrics,
+    RunDir,
+    default_run_dir,
+    peek_step,
+    plain,
+    space_signature,
+    versions,
+)
 from rlgrad.rl.callbacks import BaseCallback
 
 DEFAULT_CHECKPOINT_INTERVAL = 10_000
@@ -61,16 +71,11 @@ class SignalGuard:
 
 
 def _tensorboard_writer(logdir: Path, purge_step: int | None) -> Any:
-    """A tensorboardX SummaryWriter. tensorboardX imports torch when it is installed, only to
-    accept torch tensors (2-3 s per process); we log floats, so that import is skipped."""
-    missing = "torch" not in sys.modules
-    if missing:
-        sys.modules["torch"] = None  # type: ignore[assignment]  # makes `import torch` fail fast
-    try:
+    """A tensorboardX SummaryWriter (loaded without torch: see ``events.without_torch``)."""
+    from rlgrad.cli.events import without_torch
+
+    with without_torch():
         from tensorboardX import SummaryWriter
-    finally:
-        if missing:
-            sys.modules.pop("torch", None)
     return SummaryWriter(str(logdir), purge_step=purge_step, flush_secs=10)
 
 
@@ -92,22 +97,23 @@ class TensorBoardRowWriter:
 
 
 def save_checkpoint(algo: Any, rd: RunDir, cfg: dict[str, Any]) -> None:
-    import rlgrad
-
     state = algo.get_state(include_replay_buffer=bool(cfg.get("checkpoint_replay_buffer")))
     env_state = None
     if algo._last_obs is not None:
         # the environment's own state, unless the algorithm's state already carries it; either
         # way ``exact`` says whether all of it could be saved (resume starts new episodes if not)
         env_state = envstate.capture(algo.env)
-        if "vector_env" in state.get("env", {}):
+        if state.get("env", {}).get("vector_env"):  # empty for envs outside Gymnasium's own
             env_state["objects"] = {}
-    rlgrad.save({
+    rd.save_checkpoint({
         "algo": type(algo).__name__, "env_id": algo.env_id or "", "seed": algo.seed,
         "hyperparams": algo.get_hyperparams(), "state": state, "env_state": env_state,
+        # what the networks' shapes depend on: a resume checks them against the environment
+        "spaces": {"observation": space_signature(algo.observation_space),
+                   "action": space_signature(algo.action_space)},
         "run": {"algo": cfg["algo"], "num_timesteps": algo.num_timesteps,
                 "total_timesteps": cfg["total_timesteps"], "saved_at": time.time()},
-    }, rd.checkpoint)
+    }, keep=int(cfg.get("keep_checkpoints") or DEFAULT_KEEP))
 
 
 class CheckpointCallback(BaseCallback):
@@ -197,14 +203,17 @@ def _train_loop(algo: Any, rd: RunDir, cfg: dict[str, Any], progress: bool, resu
 def cmd_train(env_id: str, algo_name: str, seed: int, preset: str | None, steps: int | None,
               n_envs: int | None, sets: list[str], run_dir: str | None,
               checkpoint_interval: int | None, save_buffer: bool, progress: bool,
-              argv: list[str] | None = None, summary: bool = True) -> int:
+              argv: list[str] | None = None, summary: bool = True,
+              keep_checkpoints: int | None = None) -> int:
     spec: TrainSpec = resolve(env_id, algo_name, seed, preset, steps, n_envs, sets)
     rd = RunDir(run_dir) if run_dir else RunDir(default_run_dir(spec.env_id, spec.algo, spec.seed))
-    if rd.checkpoint.exists():
+    if rd.checkpoint_paths():
         raise CLIError(f"'{rd.path}' already holds a run: continue it with rlgrad resume "
                        f"{rd.path}, or choose another --run-dir")
     if checkpoint_interval is not None and checkpoint_interval < 1:
         raise CLIError(f"--checkpoint-every must be positive, got {checkpoint_interval}")
+    if keep_checkpoints is not None and keep_checkpoints < 1:
+        raise CLIError(f"--keep-checkpoints must be at least 1, got {keep_checkpoints}")
     made = not rd.path.exists()
     rd.create()  # before building: an unwritable directory is reported before any work
     try:
@@ -212,7 +221,7 @@ def cmd_train(env_id: str, algo_name: str, seed: int, preset: str | None, steps:
             if rd.config.exists():  # a run killed before its first checkpoint: start it over
                 rd.clear_outputs()
             return _train_new(spec, rd, checkpoint_interval, save_buffer, progress, argv,
-                              summary)
+                              summary, keep_checkpoints or DEFAULT_KEEP)
     except CLIError:
         if made and not any(rd.path.iterdir()):  # bad input leaves no empty run directory
             rd.path.rmdir()
@@ -220,13 +229,15 @@ def cmd_train(env_id: str, algo_name: str, seed: int, preset: str | None, steps:
 
 
 def _train_new(spec: TrainSpec, rd: RunDir, checkpoint_interval: int | None, save_buffer: bool,
-               progress: bool, argv: list[str] | None, summary: bool) -> int:
+               progress: bool, argv: list[str] | None, summary: bool, keep: int = DEFAULT_KEEP
+               ) -> int:
     algo = build(spec.cls, spec.env_id, spec.seed, spec.hyperparams)
     cfg = {
         "env_id": spec.env_id, "algo": spec.algo, "seed": spec.seed,
         "total_timesteps": spec.total_timesteps, "preset": spec.preset,
         "checkpoint_interval": int(checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL),
         "checkpoint_replay_buffer": bool(save_buffer),
+        "keep_checkpoints": int(keep),
         "overrides": spec.overrides,
         "hyperparams": algo.get_hyperparams(),
         "versions": versions(),
@@ -240,34 +251,124 @@ def _train_new(spec: TrainSpec, rd: RunDir, checkpoint_interval: int | None, sav
     return _train_loop(algo, rd, plain(cfg), progress, resumed=False, summary=summary)
 
 
-def restore(rd: RunDir) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """(algorithm with the checkpoint's state, config, checkpoint) of a run directory."""
+def _env_name(env_id: str) -> str:
+    """The registered id of ``module:EnvId`` (the module part only says where it is defined)."""
+    return env_id.rpartition(":")[2]
+
+
+def _restore_from(rd: RunDir, path: Path, cfg: dict[str, Any], cls: type, env_id: str
+                  ) -> tuple[Any, dict[str, Any]]:
+    """(algorithm, checkpoint) of one checkpoint file. ``DamagedCheckpoint`` if the file cannot
+    be used (an earlier one may stand in); ``CLIError`` if it belongs to another run."""
     from rlgrad.serialization import CheckpointError
 
-    cfg = rd.read_config()
-    ckpt = rd.load_checkpoint()
-    _, cls = resolve_algo(str(cfg["algo"]))
+    ckpt = rd.load_checkpoint(path)
+    other = "it belongs to another run (put this run's own checkpoint back)"
     if ckpt["algo"] != cls.__name__:
-        raise CLIError(f"corrupt checkpoint: {rd.checkpoint} holds a {ckpt['algo']} but "
-                       f"{rd.config} says {cfg['algo']}")
-    env_id = str(ckpt.get("env_id") or cfg["env_id"])
-    hp = dict(ckpt["hyperparams"])
-    algo = build(cls, env_id, int(ckpt.get("seed", cfg.get("seed", 0))), hp)
+        raise CLIError(f"{path} holds a {ckpt['algo']} checkpoint but {rd.config} says "
+                       f"{cfg['algo']}: {other}")
+    ckpt_env = ckpt.get("env_id")
+    if isinstance(ckpt_env, str) and ckpt_env and _env_name(ckpt_env) != _env_name(env_id):
+        raise CLIError(f"{path} holds a {ckpt['algo']} checkpoint of {ckpt_env} but {rd.config} "
+                       f"says {env_id}: {other}")
+    seed = ckpt.get("seed")
+    seed = seed if isinstance(seed, int) else int(cfg.get("seed") or 0)
+    algo = build(cls, env_id, seed, dict(ckpt["hyperparams"]))
+    spaces = ckpt.get("spaces")  # older checkpoints lack it: then set_state checks the shapes
+    for kind in ("observation", "action") if isinstance(spaces, dict) else ():
+        now, then = space_signature(getattr(algo, f"{kind}_space")), spaces.get(kind)
+        if then is not None and plain(then) != now:
+            algo.env.close()
+            raise CLIError(f"{path} was trained with the {kind} space {plain(then)} but {env_id} "
+                           f"has {now}: {other}")
     try:
         algo.set_state(ckpt["state"])
-    except (KeyError, ValueError, TypeError, CheckpointError) as e:
-        raise CLIError(f"corrupt checkpoint: {rd.checkpoint} does not fit {cls.__name__} on "
-                       f"{env_id}: {e}") from None
-    return algo, cfg, ckpt
+    except (KeyError, ValueError, TypeError, IndexError, AttributeError, CheckpointError) as e:
+        algo.env.close()
+        raise DamagedCheckpoint(f"corrupt checkpoint: {path} does not fit {cls.__name__} on "
+                                f"{env_id}: {e}") from None
+    return algo, ckpt
 
 
-def cmd_resume(run_dir: str, steps: int | None, progress: bool) -> int:
+def _warn_fallback(damaged: list[tuple[Path, str]], used: Path, step: int, purpose: str) -> None:
+    reason = damaged[0][1].removeprefix("corrupt checkpoint: ").replace(
+        " Use an earlier checkpoint.", "").rstrip(". ")
+    if len(damaged) > 1:
+        reason += f" (and {', '.join(p.name for p, _ in damaged[1:])} unusable too)"
+    lost_to = peek_step(damaged[0][0])
+    act = "resuming from" if purpose == "resume" else "evaluating"
+    if lost_to is not None and lost_to > step:
+        lost = (f"the {lost_to - step} steps from {step} to {lost_to} are lost"
+                + (" and will be trained again" if purpose == "resume" else " (not in this policy)"))
+    else:
+        lost = f"whatever was trained after step {step} is lost"
+    msg = f"rlgrad: warning: {reason}; {act} {used.name} (step {step}) instead: {lost}"
+    print(" ".join(msg.split()), file=sys.stderr)
+
+
+def restore(rd: RunDir, purpose: str = "resume") -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """(algorithm with the state of the newest usable checkpoint, config, checkpoint) of a run
+    directory. A damaged newest checkpoint gives way to the one before it, with a warning that
+    says how many steps are lost; a checkpoint of another algorithm, environment or spaces is
+    refused (it is no damage but a file from another run)."""
+    cfg = rd.read_config()
+    _, cls = resolve_algo(str(cfg["algo"]))
+    env_id = str(cfg["env_id"])
+    check_env_id(env_id)  # imports the module of a ``module:EnvId`` id again
+    paths = [rd.checkpoint, *(p for p in rd.checkpoint_paths() if p != rd.checkpoint)]
+    damaged: list[tuple[Path, str]] = []
+    for path in paths:
+        try:
+            algo, ckpt = _restore_from(rd, path, cfg, cls, env_id)
+        except DamagedCheckpoint as e:
+            damaged.append((path, e.message))
+            continue
+        if damaged:
+            _warn_fallback(damaged, path, algo.num_timesteps, purpose)
+        return algo, cfg, ckpt
+    more = len(damaged) - 1
+    raise CLIError(damaged[0][1] + (f" (and the {more} earlier checkpoint{'s' * (more > 1)} "
+                                    f"{'are' if more > 1 else 'is'} unusable too)" if more else ""))
+
+
+def _metrics_back_to(rd: RunDir, step: int) -> int:
+    """Cut metrics.csv back to ``step`` (rows dropped); a damaged one is not lost but renamed, and
+    a new one begins: a resume never fails for the sake of its log."""
+    try:
+        return rd.truncate_metrics(step)
+    except DamagedMetrics as e:
+        from rlgrad.cli.events import event_rows
+
+        kept = rd.set_aside_metrics()
+        try:
+            rows = event_rows(rd.path, step)
+        except Exception as err:  # damaged event files too: begin a new table
+            rows, why = [], f" (the TensorBoard event files cannot be read either: {err})"
+        else:
+            why = "" if rows else " (the TensorBoard event files hold none)"
+        if rows:
+            rd.write_metrics(rows)
+            new = (f"its {len(rows)} rows up to step {step} were rebuilt from the TensorBoard "
+                   "event files (with their float32 values)")
+        else:
+            new = f"a new metrics.csv begins after step {step}{why}"
+        print(f"rlgrad: warning: {e.message}; it is kept as {kept.name}, and {new}",
+              file=sys.stderr)
+        return 0
+
+
+def cmd_resume(run_dir: str, steps: int | None, progress: bool,
+               keep_checkpoints: int | None = None) -> int:
     rd = RunDir(run_dir)
+    if steps is not None and steps < 1:
+        raise CLIError(f"--steps must be positive, got {steps}")
+    if keep_checkpoints is not None and keep_checkpoints < 1:
+        raise CLIError(f"--keep-checkpoints must be at least 1, got {keep_checkpoints}")
     algo, cfg, ckpt = restore(rd)
     if steps is not None:
-        if steps < 1:
-            raise CLIError(f"--steps must be positive, got {steps}")
         cfg["total_timesteps"] = int(steps)
+    if keep_checkpoints is not None:
+        cfg["keep_checkpoints"] = int(keep_checkpoints)
     with rd.lock():
         return _resume(rd, algo, cfg, ckpt, progress)
 
@@ -277,11 +378,11 @@ def _resume(rd: RunDir, algo: Any, cfg: dict[str, Any], ckpt: dict[str, Any], pr
     total = int(cfg["total_timesteps"])
     step = algo.num_timesteps
     st = ckpt.get("env_state")
-    if st is not None:
+    if isinstance(st, dict):
         if st.get("exact"):
             try:
                 envstate.restore(algo.env, st)
-            except (ValueError, KeyError, TypeError) as e:
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise CLIError(f"corrupt checkpoint: the environment state in {rd.checkpoint} "
                                f"does not fit {cfg['env_id']}: {e}") from None
         else:
@@ -298,7 +399,10 @@ def _resume(rd: RunDir, algo: Any, cfg: dict[str, Any], ckpt: dict[str, Any], pr
     try:
         rd.create()
         rd.remove_stale_temporaries()
-        dropped = rd.truncate_metrics(step)
+        used = Path((getattr(ckpt, "source", None) or (rd.checkpoint,))[0])
+        for moved in rd.set_aside_newer_than(used):
+            print(f"rlgrad: note: the unusable checkpoint is kept as {moved}", file=sys.stderr)
+        dropped = _metrics_back_to(rd, step)
     except OSError as e:
         raise CLIError(f"cannot write the run directory '{rd.path}': {e.strerror or e}") from None
     # the logger's in-memory history (series(), the final message) continues from the CSV

@@ -11,7 +11,7 @@ from rlgrad import ops
 from rlgrad.distributions import constraints
 from rlgrad.distributions.distribution import Distribution, _params, _rng, _shape_tuple
 from rlgrad.special import betaln, digamma, xlog1py, xlogy
-from rlgrad.tensor import Tensor, _const
+from rlgrad.tensor import Tensor, _const, _Trace
 from rlgrad.tracer import mark_cut
 
 __all__ = ["Beta"]
@@ -76,12 +76,13 @@ class Beta(Distribution):
         a, b < 1 (U-shaped, infinite at both ends) the end with the stronger singularity (0 if
         a < b, 1 if a >= b); NaN for the uniform Beta(1, 1)."""
         a, b = self.concentration1, self.concentration0
-        ad, bd = a.data, b.data
+        # the masks from the tensors while rlgrad.jit traces (recomputed at every call)
+        ad, bd = (a, b) if _Trace.compiling else (a.data, b.data)
         interior = (ad > 1) & (bd > 1)
         safe = ops.where(interior, a + b - 2, 1.0)
         inner = (a - 1) / safe
-        edge = np.where(ad >= bd, 1.0, 0.0)  # U-shaped: x^(a-1) vs (1-x)^(b-1) at the ends
-        edge = np.where((ad <= 1) & (bd > 1), 0.0, edge)
-        edge = np.where((ad > 1) & (bd <= 1), 1.0, edge)
-        edge = np.where((ad == 1) & (bd == 1), np.nan, edge).astype(ad.dtype)
+        edge = ops.where(ad >= bd, 1.0, 0.0)  # U-shaped: x^(a-1) vs (1-x)^(b-1) at the ends
+        edge = ops.where((ad <= 1) & (bd > 1), 0.0, edge)
+        edge = ops.where((ad > 1) & (bd <= 1), 1.0, edge)
+        edge = ops.astype(ops.where((ad == 1) & (bd == 1), np.nan, edge), ad.dtype)
         return ops.where(interior, inner, edge)

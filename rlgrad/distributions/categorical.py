@@ -29,7 +29,7 @@ from rlgrad.distributions.distribution import (
 )
 from rlgrad.random import default_generator, numpy_generator
 from rlgrad.special import xlogy
-from rlgrad.tensor import Tensor, _const
+from rlgrad.tensor import Tensor, _const, _Trace
 from rlgrad.tracer import mark_cut
 
 __all__ = ["Categorical", "Bernoulli"]
@@ -318,6 +318,9 @@ class Categorical(Distribution):
 
     @property
     def mode(self) -> Tensor:
+        if _Trace.compiling:  # recorded, so that rlgrad.jit recomputes it at every call
+            return ops.astype(ops.argmax(self._logits_in if self._probs_in is None
+                                         else self._probs_in, axis=-1), np.int64)
         return _const(np.asarray(np.argmax(self._param_data(), axis=-1), dtype=np.int64))
 
     def _param_data(self) -> np.ndarray:

@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from rlgrad import ops
 from rlgrad.indexing import one_hot as _one_hot
-from rlgrad.tensor import Tensor
+from rlgrad.tensor import Tensor, _const, _shape, _Trace
 from rlgrad.tracer import defvjp, is_grad_enabled, primitive
 
 __all__ = [
@@ -26,10 +26,6 @@ __all__ = [
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "cross_entropy", "nll_loss",
     "binary_cross_entropy_with_logits",
 ]
-
-
-def _shape(x: Any) -> tuple[int, ...]:
-    return x.shape if hasattr(x, "shape") else np.shape(x)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,6 +416,8 @@ def _reduce_np(loss: np.ndarray, reduction: str) -> Any:
 # recorded node): they sit in every value-function and Q-learning update.
 def _mse_fwd(input: Any, target: Any, reduction: str = "mean") -> Any:  # noqa: A002
     d = np.subtract(input, target)
+    if type(d) is not np.ndarray:  # 0-d operands give a NumPy scalar, which out= cannot take
+        return _reduce_np(np.asarray(d * d), reduction)
     np.multiply(d, d, out=d)
     return _reduce_np(d, reduction)
 
@@ -506,6 +504,14 @@ def _int_target(target: Any, where: str) -> np.ndarray:
     return t
 
 
+def _live_target(target: Any, t: np.ndarray) -> Any:
+    """The target to compute masks and indices from: while rlgrad.jit traces, the traced tensor
+    (so the step recomputes them from each call's target), else its array ``t``."""
+    if _Trace.compiling and isinstance(target, Tensor):
+        return ops.reshape(target, t.shape) if target.shape != t.shape else target
+    return t
+
+
 def nll_loss(input: Any, target: Any, weight: Any = None, ignore_index: int = -100,  # noqa: A002
              reduction: str = "mean") -> Any:
     """Negative log-likelihood of integer ``target`` under log-probabilities ``input`` (N, C, ...).
@@ -522,16 +528,18 @@ def nll_loss(input: Any, target: Any, weight: Any = None, ignore_index: int = -1
     if t.shape != (shape[0],) + tuple(shape[2:]):
         raise ValueError(f"nll_loss: target shape {t.shape} does not match input shape {shape} "
                          f"(expected {(shape[0],) + tuple(shape[2:])})")
-    valid = t != ignore_index
-    safe_t = np.where(valid, t, 0)
-    if safe_t.size and (safe_t.min() < 0 or safe_t.max() >= n_cls):
-        bad = safe_t[(safe_t < 0) | (safe_t >= n_cls)].flat[0]
+    checked = np.where(t != ignore_index, t, 0)  # (while jit traces: the first call's, checked)
+    if checked.size and (checked.min() < 0 or checked.max() >= n_cls):
+        bad = checked[(checked < 0) | (checked >= n_cls)].flat[0]
         raise IndexError(f"nll_loss: target {int(bad)} is out of bounds for {n_cls} classes")
+    live = _live_target(target, t)
+    valid = live != ignore_index
+    safe_t = ops.where(valid, live, 0) if live is not t else checked
     logp = ops.take_along_axis(_class_axis_last(input), safe_t[..., None], -1)[..., 0]
     w = np.ones(t.shape, dtype=np.result_type(_dtype(input))) if weight is None else None
     if weight is not None:
         wdata = weight.data if isinstance(weight, Tensor) else np.asarray(weight)
-        w = wdata[safe_t].astype(_dtype(input), copy=False)
+        w = ops.astype((wdata if live is t else _const(wdata))[safe_t], _dtype(input))
     w = w * valid
     loss = -logp * w
     if reduction == "mean":
@@ -564,7 +572,7 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, ignore_index: int
     if not label_smoothing:
         return loss
     # PyTorch: (1 - eps) * nll + eps * mean over classes of -log p (ignored targets excluded).
-    t = _int_target(target, "cross_entropy")
+    t = _live_target(target, _int_target(target, "cross_entropy"))
     n_cls = _shape(input)[1 if len(_shape(input)) > 1 else 0]
     axis = 1 if len(_shape(input)) > 1 else 0
     valid = (t != ignore_index)
@@ -578,9 +586,10 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, ignore_index: int
     if reduction == "mean":
         if weight is not None:
             wd = np.asarray(weight.data if isinstance(weight, Tensor) else weight)
-            denom = np.sum(wd[np.where(valid, t, 0)] * valid)
+            wd = _const(wd) if isinstance(t, Tensor) else wd
+            denom = ops.sum(wd[ops.where(valid, t, 0)] * valid)
         else:
-            denom = np.sum(valid)
+            denom = ops.sum(valid)
         smooth = ops.sum(smooth) / denom
     else:
         smooth = _reduce(smooth, reduction)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import Tensor
+from rlgrad.tensor import Tensor, mark_written
 
 __all__ = [
     "manual_seed", "default_generator", "calculate_gain", "uniform_", "normal_", "constant_",
@@ -47,6 +47,7 @@ def _array(tensor: Any) -> np.ndarray:
 def _fill(tensor: Any, values: Any) -> Any:
     arr = _array(tensor)
     arr[...] = values  # in place, cast to the tensor's own dtype
+    mark_written(tensor)
     return tensor
 
 

@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlgrad.serialization import StateDictError
-from rlgrad.tensor import Tensor, _const, get_default_dtype
+from rlgrad.serialization import StateDictError, _source_of
+from rlgrad.tensor import Tensor, constant, get_default_dtype, mark_written
 
 __all__ = ["Module", "Parameter", "IncompatibleKeys", "StateDictError"]
 
@@ -42,7 +42,7 @@ class Parameter(Tensor):
     def __deepcopy__(self, memo: dict) -> Parameter:
         new = Parameter(self.data.copy(), requires_grad=self.requires_grad)
         if self.grad is not None:
-            new.grad = _const(np.array(self.grad.data, copy=True))
+            new.grad = constant(np.array(self.grad.data, copy=True))
         memo[id(self)] = new
         return new
 
@@ -52,15 +52,6 @@ class IncompatibleKeys(NamedTuple):
 
     missing_keys: list[str]
     unexpected_keys: list[str]
-
-
-def _source_of(state_dict: Any) -> str:
-    """Where a state dict came from, when it was read by ``rlgrad.load`` (for error messages)."""
-    src = getattr(state_dict, "source", None)
-    if not src:
-        return ""
-    path, key = src
-    return f" (from checkpoint '{path}'" + (f", key '{key}')" if key else ")")
 
 
 class Module:
@@ -273,7 +264,7 @@ class Module:
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
-                p.grad = _const(np.zeros_like(p.data))
+                p.grad = constant(np.zeros_like(p.data))
 
     def apply(self, fn: Callable[[Module], Any]) -> Module:
         """Call ``fn`` on every submodule (children first) then on self, e.g. for init."""
@@ -291,7 +282,7 @@ class Module:
             if p.data.dtype != dt:
                 p.data = p.data.astype(dt)
                 if p.grad is not None:
-                    p.grad = _const(p.grad.data.astype(dt))
+                    p.grad = constant(p.grad.data.astype(dt))
         for m in self.modules():
             for name, b in m._buffers.items():
                 arr = b.data if isinstance(b, Tensor) else b
@@ -391,6 +382,7 @@ class Module:
             )
         for mod, name, _kind, arr in values:
             current = getattr(mod, name)
+            mark_written(current)
             cur = current.data if isinstance(current, Tensor) else current
             if cur.flags.writeable:
                 np.copyto(cur, arr, casting="unsafe")

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import Tensor, _const
+from rlgrad.tensor import Tensor, constant, mark_written
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
 
@@ -31,7 +31,7 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
     """
     params = [p for p in _params(parameters) if p.grad is not None]
     if not params:
-        return _const(np.array(0.0, dtype=np.float32))
+        return constant(np.array(0.0, dtype=np.float32))
     dtype = params[0].grad.data.dtype
     norm_type = float(norm_type)
     if norm_type == math.inf:
@@ -52,15 +52,15 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
     coef = float(max_norm) / (total + 1e-6)
     if coef < 1.0:
         for p in params:
-            p.grad = _const(p.grad.data * p.grad.data.dtype.type(coef))
-    return _const(np.array(total, dtype=dtype))
+            p.grad = constant(p.grad.data * p.grad.data.dtype.type(coef))
+    return constant(np.array(total, dtype=dtype))
 
 
 def clip_grad_value_(parameters: Any, clip_value: float) -> None:
     """Clip every gradient element to ``[-clip_value, clip_value]``."""
     for p in _params(parameters):
         if p.grad is not None:
-            p.grad = _const(np.clip(p.grad.data, -clip_value, clip_value))
+            p.grad = constant(np.clip(p.grad.data, -clip_value, clip_value))
 
 
 def parameters_to_vector(parameters: Iterable[Tensor]) -> np.ndarray:
@@ -82,4 +82,5 @@ def vector_to_parameters(vec: Any, parameters: Iterable[Tensor]) -> None:
     for p in params:
         k = p.data.size
         p.data[...] = v[i:i + k].reshape(p.data.shape)
+        mark_written(p)
         i += k

@@ -7,6 +7,9 @@ defined here are compositions of them, so their gradients follow.
 
 from __future__ import annotations
 
+import builtins as _builtins
+import functools as _functools
+import math as _math
 from typing import Any
 
 import numpy as _np
@@ -154,6 +157,32 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     where,
 )
 from rlgrad.tensor import Tensor as _Tensor
+from rlgrad.tensor import _Trace
+from rlgrad.tracer import primitive as _primitive
+
+
+def _numpy_on_arrays(np_fn: Any) -> Any:
+    """Decorate a composition of primitives: with no Tensor among its arguments (nor inside a
+    list or tuple of them) NumPy's own function runs, so plain arrays get NumPy's exact result
+    (values, dtype, type, and every form of the signature)."""
+
+    def decorate(fn: Any) -> Any:
+        @_functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if _has_tensor(args) or (kwargs and _has_tensor(kwargs.values())):
+                return fn(*args, **kwargs)
+            return np_fn(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+def _has_tensor(xs: Any) -> bool:
+    for x in xs:  # (not ``any``: this module defines NumPy's any)
+        if isinstance(x, _Tensor) or (isinstance(x, list | tuple) and _has_tensor(x)):
+            return True
+    return False
 
 
 def shape(a: Any) -> tuple[int, ...]:
@@ -177,37 +206,51 @@ def _is_traced(*xs: Any) -> bool:
     return False
 
 
+@_numpy_on_arrays(_np.fabs)
 def fabs(x: Any) -> Any:
     return absolute(x)
 
 
+@_numpy_on_arrays(_np.positive)
 def positive(x: Any) -> Any:
     return x
 
 
+@_numpy_on_arrays(_np.sinc)
 def sinc(x: Any) -> Any:
     y = pi * where(equal(x, 0), 1.0e-20, x)
     return sin(y) / y
 
 
+@_numpy_on_arrays(_np.var)
 def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
         keepdims: bool = False) -> Any:
     if out is not None:
         raise TypeError("rlgrad.numpy.var does not take out=")
     if not _is_traced(x):
         return _np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    n = _np.size(x.data) // _np.size(_np.sum(x.data, axis=axis))
+    n = _np.size(x.data) // (_np.size(_np.sum(x.data, axis=axis)) or 1)  # (3, 0) over 0: n = 0
     centred = x - mean(x, axis=axis, keepdims=True)
-    return sum(centred * centred, axis=axis, keepdims=keepdims) / (n - ddof)
+    # a float: no n - ddof <= 0 ZeroDivisionError, NumPy's inf/nan instead (float32 stays so)
+    return sum(centred * centred, axis=axis, keepdims=keepdims) / float(_builtins.max(n - ddof, 0))
 
 
+@_numpy_on_arrays(_np.std)
 def std(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
         keepdims: bool = False) -> Any:
     if not _is_traced(x):
         return _np.std(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    return sqrt(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
+    return _std_from_var(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
+def _std_from_var(v: Any) -> Any:
+    """sqrt(v) with gradient 0 where v == 0 (as torch's std): there d sqrt = dv / 0, and dv is 0
+    (one element, or all equal: a kink whose subgradient 0 is taken), which gave 0 * inf = NaN."""
+    zero = equal(v, 0)
+    return where(zero, 0.0, sqrt(where(zero, 1.0, v)))
+
+
+@_numpy_on_arrays(_np.average)
 def average(a: Any, axis: Any = None, weights: Any = None) -> Any:
     if weights is None:
         return mean(a, axis=axis)
@@ -215,33 +258,44 @@ def average(a: Any, axis: Any = None, weights: Any = None) -> Any:
     return sum(a * weights, axis=axis) / sum(full_weights, axis=axis)
 
 
+@_numpy_on_arrays(_np.dot)
 def dot(a: Any, b: Any) -> Any:
     """NumPy's dot for 0-, 1- and 2-D operands, and its N-D rule through tensordot."""
     if _np.ndim(_d(a)) == 0 or _np.ndim(_d(b)) == 0:
-        return multiply(a, b)
+        return multiply(_strong(a), _strong(b))
     if _np.ndim(_d(b)) <= 2:
         return matmul(a, b)
     return tensordot(a, b, axes=([-1], [-2]))
+
+
+def _strong(x: Any) -> Any:
+    """A Python number as the 0-d array NumPy's dot and inner make of it (so float32 * 0.5 is
+    float64 there, as in NumPy)."""
+    return _np.asarray(x) if isinstance(x, int | float | complex) else x
 
 
 def _d(x: Any) -> Any:
     return x.data if isinstance(x, _Tensor) else x
 
 
+@_numpy_on_arrays(_np.vdot)
 def vdot(a: Any, b: Any) -> Any:
     return sum(ravel(a) * ravel(b))
 
 
+@_numpy_on_arrays(_np.inner)
 def inner(a: Any, b: Any) -> Any:
     if _np.ndim(_d(a)) == 0 or _np.ndim(_d(b)) == 0:
-        return multiply(a, b)
+        return multiply(_strong(a), _strong(b))
     return tensordot(a, b, axes=([-1], [-1]))
 
 
+@_numpy_on_arrays(_np.outer)
 def outer(a: Any, b: Any) -> Any:
     return expand_dims(ravel(a), 1) * expand_dims(ravel(b), 0)
 
 
+@_numpy_on_arrays(_np.tensordot)
 def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
     na, nb = _np.ndim(_d(a)), _np.ndim(_d(b))
     if isinstance(axes, int):
@@ -262,12 +316,14 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
     return einsum(f"{''.join(sa)},{''.join(sb)}->{''.join(out)}", a, b)
 
 
+@_numpy_on_arrays(_np.trace)
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     if not _is_traced(a):
         return _np.trace(a, offset, axis1, axis2)
     return sum(diagonal(a, offset, axis1, axis2), axis=-1)
 
 
+@_numpy_on_arrays(_np.diagonal)
 def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     """NumPy's diagonal: the diagonal of the (axis1, axis2) planes, as the last axis."""
     nd = _np.ndim(_d(a))
@@ -282,6 +338,7 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     return b[..., k + _np.maximum(-offset, 0), k + _np.maximum(offset, 0)]
 
 
+@_numpy_on_arrays(_np.split)
 def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
     n = _np.shape(_d(ary))[axis]
     if isinstance(indices_or_sections, int):
@@ -296,29 +353,36 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
     return [ary[pre + (slice(lo, hi),)] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
+@_numpy_on_arrays(_np.array_split)
 def array_split(ary: Any, sections: int, axis: int = 0) -> list[Any]:
     n = _np.shape(_d(ary))[axis]
     sizes = [n // sections + (1 if i < n % sections else 0) for i in range(sections)]
     return split(ary, list(_np.cumsum(sizes)[:-1]), axis)
 
 
+@_numpy_on_arrays(_np.hstack)
 def hstack(tup: Any) -> Any:
-    return concatenate(tup, axis=0 if _np.ndim(_d(tup[0])) == 1 else 1)
+    arrays = [atleast_1d(t) for t in tup]  # (a 1-D tensor's elements are 0-d: NumPy's rule)
+    return concatenate(arrays, axis=0 if _np.ndim(_d(arrays[0])) == 1 else 1)
 
 
+@_numpy_on_arrays(_np.vstack)
 def vstack(tup: Any) -> Any:
-    return concatenate([reshape(t, (1, -1)) if _np.ndim(_d(t)) == 1 else t for t in tup], axis=0)
+    return concatenate([atleast_2d(t) for t in tup], axis=0)
 
 
+@_numpy_on_arrays(_np.atleast_1d)
 def atleast_1d(x: Any) -> Any:
     return reshape(x, (1,)) if _np.ndim(_d(x)) == 0 else x
 
 
+@_numpy_on_arrays(_np.atleast_2d)
 def atleast_2d(x: Any) -> Any:
     nd = _np.ndim(_d(x))
     return reshape(x, (1,) * (2 - nd) + _np.shape(_d(x))) if nd < 2 else x
 
 
+@_numpy_on_arrays(_np.take)
 def take(a: Any, indices: Any, axis: Any = None) -> Any:
     """``np.take``: like ``a[indices]`` along ``axis`` (the flattened array when None)."""
     idx = _np.asarray(_d(indices))
@@ -356,13 +420,15 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: Any
 def sort(a: Any, axis: int = -1) -> Any:
     if not _is_traced(a):
         return _np.sort(a, axis=axis)
-    return take_along_axis(a, _np.argsort(a.data, axis=axis), axis=axis)
+    return take_along_axis(a, argsort(a, axis=axis), axis=axis)  # recorded: jit recomputes it
 
 
 def cumprod(a: Any, axis: Any = None) -> Any:
     if not _is_traced(a):
         return _np.cumprod(a, axis=axis)
-    return exp(cumsum(log(a), axis=axis)) if _np.all(a.data > 0) else _cumprod_general(a, axis)
+    if not _Trace.compiling and _np.all(a.data > 0):  # (jit: no branch on the first values)
+        return exp(cumsum(log(a), axis=axis))
+    return _cumprod_general(a, axis)
 
 
 def _cumprod_general(a: Any, axis: Any) -> Any:
@@ -387,20 +453,33 @@ def diff(a: Any, n: int = 1, axis: int = -1) -> Any:
 
 
 def log2(x: Any) -> Any:
-    return _np.log2(x) if not _is_traced(x) else log(x) * (1 / _np.log(2))
+    # (math's log: a Python float, which does not make float32 float64)
+    return _np.log2(x) if not _is_traced(x) else log(x) * (1 / _math.log(2))
 
 
 def log10(x: Any) -> Any:
-    return _np.log10(x) if not _is_traced(x) else log(x) * (1 / _np.log(10))
+    return _np.log10(x) if not _is_traced(x) else log(x) * (1 / _math.log(10))
 
 
 def exp2(x: Any) -> Any:
-    return _np.exp2(x) if not _is_traced(x) else exp(x * _np.log(2))
+    return _np.exp2(x) if not _is_traced(x) else exp(x * _math.log(2))
 
 
 # Boolean- and index-valued functions: no gradient exists, so on Tensors they run on the values.
-def _on_values(np_fn: Any) -> Any:
+# While rlgrad.jit traces, a fixed-shape one is recorded (the step recomputes it from the live
+# values, and bool() of it raises jit's error); one whose shape depends on the values is refused.
+def _on_values(np_fn: Any, fixed_shape: bool = True) -> Any:
+    recorded = _primitive(np_fn, np_fn.__name__, nondiff=True) if fixed_shape else None
+
     def fn(*args: Any, **kwargs: Any) -> Any:
+        if _Trace.compiling and _is_traced(*args, *kwargs.values()):
+            if recorded is None or _is_traced(*kwargs.values()):
+                raise RuntimeError(
+                    f"rlgrad.jit: {np_fn.__name__} of a traced tensor"
+                    + (" gives a result whose shape depends on the values, which" if recorded is
+                       None else " with a tensor keyword argument") + " a compiled step cannot "
+                    "replay; use rlgrad.numpy.where with a mask instead, or call it outside jit")
+            return recorded(*args, **kwargs)
         return np_fn(*(_raw(x) for x in args), **{k: _raw(v) for k, v in kwargs.items()})
 
     fn.__name__ = fn.__qualname__ = np_fn.__name__
@@ -411,22 +490,31 @@ def _on_values(np_fn: Any) -> Any:
 all = _on_values(_np.all)  # noqa: A001
 any = _on_values(_np.any)  # noqa: A001
 count_nonzero = _on_values(_np.count_nonzero)
-nonzero = _on_values(_np.nonzero)
-flatnonzero = _on_values(_np.flatnonzero)
-argwhere = _on_values(_np.argwhere)
+nonzero = _on_values(_np.nonzero, fixed_shape=False)
+flatnonzero = _on_values(_np.flatnonzero, fixed_shape=False)
+argwhere = _on_values(_np.argwhere, fixed_shape=False)
 searchsorted = _on_values(_np.searchsorted)
 signbit = _on_values(_np.signbit)
 isposinf = _on_values(_np.isposinf)
 isneginf = _on_values(_np.isneginf)
 
 
-def nan_to_num(x: Any, nan: float = 0.0) -> Any:  # noqa: A002
-    return where(isnan(x), nan, x)
+@_numpy_on_arrays(_np.nan_to_num)
+def nan_to_num(x: Any, copy: bool = True, nan: float = 0.0, posinf: Any = None,  # noqa: A002
+               neginf: Any = None) -> Any:
+    """NumPy's: NaN becomes ``nan``, +-inf the largest finite numbers of the dtype (or
+    ``posinf``/``neginf``); the gradient flows where the value is kept."""
+    info = _np.finfo(_np.result_type(_d(x)))
+    big = info.max if posinf is None else posinf
+    small = info.min if neginf is None else neginf
+    out = where(isnan(x), nan, x)
+    return where(isposinf(x), big, where(isneginf(x), small, out))
 
 
+@_numpy_on_arrays(_np.heaviside)
 def heaviside(x: Any, h0: Any) -> Any:
     step = astype(greater(x, 0), _np.result_type(_d(x)))  # x's dtype: float32 stays float32
-    return where(equal(x, 0), h0, step)
+    return where(isnan(x), _np.nan, where(equal(x, 0), h0, step))  # NaN stays NaN (NumPy's)
 
 
 def sigmoid(x: Any) -> Any:

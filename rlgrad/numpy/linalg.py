@@ -20,13 +20,21 @@ from rlgrad.ops import (  # noqa: F401
     sum,
 )
 from rlgrad.tensor import Tensor as _Tensor
+from rlgrad.tensor import _Trace
+from rlgrad.tracer import primitive as _primitive
 
 
 def slogdet(a: Any) -> tuple[Any, Any]:
     """(sign, log|det|); the sign is piecewise constant, so only the second carries a gradient."""
-    raw = a.data if isinstance(a, _Tensor) else a
-    sign = _np.linalg.slogdet(raw)[0]
-    return sign, logabsdet(a)
+    sign = _slogdet_sign(a)  # a primitive, so rlgrad.jit recomputes it at every call
+    return (sign.data if isinstance(sign, _Tensor) and not _Trace.compiling else sign), logabsdet(a)
+
+
+def _sign_of_det(a: Any) -> Any:
+    return _np.linalg.slogdet(a)[0]
+
+
+_slogdet_sign = _primitive(_sign_of_det, "slogdet_sign", nondiff=True, arity=1)
 
 
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A002

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.serialization import StateDictError
-from rlgrad.tensor import Tensor, _const
+from rlgrad.serialization import StateDictError, _source_of
+from rlgrad.tensor import Tensor, constant, mark_written
 from rlgrad.tracer import enable_grad
 
 __all__ = ["Optimizer", "required"]
@@ -25,14 +25,6 @@ class _Required:
 
 
 required = _Required()
-
-
-def _source_of(sd: Any) -> str:
-    src = getattr(sd, "source", None)
-    if not src:
-        return ""
-    path, key = src
-    return f" (from checkpoint '{path}'" + (f", key '{key}')" if key else ")")
 
 
 class Optimizer:
@@ -100,7 +92,7 @@ class Optimizer:
                 if set_to_none or p.grad is None:
                     p.grad = None
                 else:
-                    p.grad = _const(np.zeros_like(p.data))
+                    p.grad = constant(np.zeros_like(p.data))
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update of every parameter that has a gradient; returns ``closure()`` if given."""
@@ -110,6 +102,8 @@ class Optimizer:
                 loss = closure()
         for group in self.param_groups:
             self._update_group(group)
+            # updated in place: a graph recorded before the step must not backprop through them
+            mark_written(*(p for p in group["params"] if p.grad is not None))
         return loss
 
     def _update_group(self, group: dict[str, Any]) -> None:

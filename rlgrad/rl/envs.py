@@ -12,6 +12,7 @@ final observation in ``info["final_obs"]``) are handled too; ``DISABLED`` is ref
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -33,6 +34,24 @@ def _suggest(env_id: str) -> str:
     return f" Did you mean: {', '.join(close)}?" if close else ""
 
 
+def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
+    """The registry entry of ``env_id``; Gymnasium's ``"module:EnvId"`` form imports ``module``
+    first (which registers ``EnvId``), as ``gymnasium.make`` does."""
+    module, sep, name = env_id.rpartition(":")
+    if sep:
+        if not module or not name or ":" in module:
+            raise ValueError(f"environment id {env_id!r}: expected an id or module:EnvId")
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            raise ModuleNotFoundError(f"cannot import module {module!r} of environment id "
+                                      f"{env_id!r}: {e}", name=e.name) from e
+    if name not in gym.registry:
+        where = f" (module {module!r} registered no such id)" if sep else ""
+        raise ValueError(f"unknown Gymnasium environment id {name!r}{where}.{_suggest(name)}")
+    return gym.spec(name)
+
+
 def make_vec_env(
     env: EnvLike | Callable[[], gym.Env],
     n_envs: int = 1,
@@ -49,9 +68,7 @@ def make_vec_env(
     """
     env_kwargs = dict(env_kwargs or {})
     if isinstance(env, str):
-        if env not in gym.registry:
-            raise ValueError(f"unknown Gymnasium environment id {env!r}.{_suggest(env)}")
-        spec = gym.spec(env)
+        spec = env_spec(env)
         mode = vectorization_mode
         if mode is None:
             # Gymnasium's vectorised implementation steps all copies in a few NumPy calls: a win

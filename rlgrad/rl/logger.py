@@ -69,10 +69,14 @@ class CSVWriter:
         self.keys: list[str] = []
         self.rows: list[dict[str, Any]] = []
         if os.path.exists(path):  # resuming: keep what is there
-            with open(path, newline="") as f:
-                r = csv.DictReader(f)
-                self.keys = list(r.fieldnames or [])
-                self.rows = list(r)
+            try:
+                with open(path, newline="", encoding="utf-8") as f:
+                    r = csv.DictReader(f)
+                    self.keys = list(r.fieldnames or [])
+                    self.rows = list(r)
+            except (UnicodeDecodeError, csv.Error) as e:
+                raise ValueError(f"{path} is not a CSV table of metrics ({type(e).__name__}: "
+                                 f"{e}); move it away or choose another path") from None
 
     def write(self, row: dict[str, Any], step: int) -> None:
         self.rows.append(row)
@@ -80,13 +84,13 @@ class CSVWriter:
         if new or not os.path.exists(self.path):
             self.keys += new
             tmp = self.path + ".tmp"
-            with open(tmp, "w", newline="") as f:
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
                 w = csv.DictWriter(f, fieldnames=self.keys)
                 w.writeheader()
                 w.writerows(self.rows)
             os.replace(tmp, self.path)
         else:
-            with open(self.path, "a", newline="") as f:
+            with open(self.path, "a", newline="", encoding="utf-8") as f:
                 csv.DictWriter(f, fieldnames=self.keys).writerow(row)
 
 
