@@ -53,6 +53,16 @@ def clipped_surrogate_loss(log_prob: Any, old_log_prob: np.ndarray, advantages: 
     return _surrogate_p(log_prob, old_log_prob, advantages, clip, weights)
 
 
+def _approx_kl(log_prob: np.ndarray, old_log_prob: np.ndarray, valid: Any,
+               clip: float = 0.0) -> tuple[Any, Any]:
+    """(approximate KL, clip fraction) of the valid rows, per row of ``log_prob`` if it is
+    stacked (epochs, rows); the KL is Schulman's low-variance estimator ``(r - 1) - log r``."""
+    log_ratio = (log_prob - old_log_prob)[..., valid]
+    ratio = np.exp(log_ratio)
+    return (np.mean((ratio - 1) - log_ratio, axis=-1),
+            np.mean(np.abs(ratio - 1) > clip, axis=-1))
+
+
 class PPO(OnPolicyAlgorithm):
     def __init__(self, env: EnvLike, learning_rate: Any = 3e-4, n_steps: int = 2048,
                  batch_size: int = 64, n_epochs: int = 10, gamma: float = 0.99,
@@ -108,19 +118,18 @@ class PPO(OnPolicyAlgorithm):
                 if clip_vf is not None:
                     b["clip_vf"] = clip_vf
                 loss, s, grads = step(b, self.ent_coef != 0)
-                log_ratio = (s["log_prob"] - b["old_log_prob"])[valid]
-                ratio = np.exp(log_ratio)
-                approx_kl = float(np.mean((ratio - 1) - log_ratio))  # Schulman's estimator
-                stats.append((s["policy_loss"], s["value_loss"], s["entropy_loss"],
-                              np.mean(np.abs(ratio - 1) > clip), approx_kl, loss))
-                stop = self.target_kl is not None and approx_kl > 1.5 * self.target_kl
+                stats.append((loss, s, b["old_log_prob"], valid))
+                stop = (self.target_kl is not None
+                        and _approx_kl(s["log_prob"], b["old_log_prob"], valid)[0]
+                        > 1.5 * self.target_kl)
                 if stop:  # early stopping: this minibatch's step is not taken
                     break
                 self._apply_grads(grads)
             self._n_updates += 1
             if stop:
                 break
-        self._log_train(stats, float(clip), clip_vf)
+        self._log_train(stats, self.clip_range(p),
+                        None if clip_vf is None else self.clip_range_vf(p))
 
     def _minibatches(self) -> Any:
         """Shuffled minibatches of the valid rows, advantages normalised per minibatch (SB3)."""
@@ -132,7 +141,14 @@ class PPO(OnPolicyAlgorithm):
 
     def _log_train(self, stats: list[tuple[Any, ...]], clip: float,
                    clip_vf: float | None) -> None:
-        pl, vl, el, cf, kl, loss = (np.asarray(x, dtype=np.float64) for x in zip(*stats))
+        # the ratio statistics of all steps at once when they share the rollout (full batch)
+        loss, s, old, valid = zip(*stats)
+        if all(o is old[0] for o in old):
+            kl, cf = _approx_kl(np.stack([x["log_prob"] for x in s]), old[0], valid[0], clip)
+        else:
+            kl, cf = zip(*(_approx_kl(x["log_prob"], o, v, clip) for _, x, o, v in stats))
+        pl, vl, el = (np.asarray([x[k] for x in s], dtype=np.float64)
+                      for k in ("policy_loss", "value_loss", "entropy_loss"))
         lg = self.logger
         lg.record("train/entropy_loss", float(np.mean(el)))
         lg.record("train/policy_gradient_loss", float(np.mean(pl)))
