@@ -210,7 +210,7 @@ class DQN(OffPolicyAlgorithm):
         self.exploration_rate = float(state.get("dqn", {}).get("exploration_rate", 1.0))
 
     def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        # checkpoints before the network hook wrapped the MLP in a QNetwork ("q_net.0.weight")
+        # checkpoints written when the MLP sat inside a QNetwork ("q_net.0.weight")
         mods = state.get("modules", {})
         if any(k.startswith("q_net.") for m in mods.values() for k in m):
             mods = {name: {k.removeprefix("q_net."): v for k, v in m.items()}

@@ -3,7 +3,8 @@
 * ``ActorCriticPolicy``: separate MLPs for the policy and the value (SB3's ``MlpPolicy``:
   [64, 64] tanh, orthogonal initialisation), a Categorical head for Discrete actions and a
   state-independent-std Gaussian for Box actions.
-* ``QNetwork``: Q(s, .) for DQN.
+* ``QNetwork``: Q(s, .) as a module (DQN's ``make_q_net`` now builds the plain ``mlp``; this class
+  stays for code written against it).
 * ``DeterministicActor`` (tanh-squashed, DDPG/TD3), ``ContinuousCritic`` (n Q(s, a) heads, twin for
   TD3/SAC), ``SquashedGaussianActor`` (SAC, a ``TanhNormal`` sampled with ``rsample``, or gSDE's
   ``StateDependentNoiseDistribution`` with ``use_sde``).
