@@ -285,11 +285,11 @@ class Categorical(Distribution):
 
     def _log_prob_traced(self, value: Tensor) -> Tensor:
         # The index is a traced input: select with engine operations, so that the compiled step
-        # reads each call's actions (shapes as the batch's, no broadcasting). A one-hot select
+        # reads each call's actions (broadcast against the batch as eagerly). A one-hot select
         # and sum: for a few categories cheaper than a gather and its scatter-add backward.
         table = self.probs if self._probs_in is not None else self.logits
         categories = np.arange(self._num_events)
-        hit = ops.reshape(value, self._batch_shape + (1,)) == categories
+        hit = ops.expand_dims(value, -1) == categories
         out = ops.sum(ops.where(hit, table, 0.0), axis=-1)
         return ops.log(out) if self._probs_in is not None else out
 
