@@ -179,6 +179,7 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
     (see run_backward). The engine's hot loop: one- and two-argument ops get plain locals and
     direct rule calls (no ``*argv``), and ``pass_through`` rules are not called at all."""
     plain = wanted is None and visit is None  # Tensor.backward: every argument gets its share
+    fast = not create_graph  # plain arrays for the rules
     while heap:
         t = _heappop(heap)[1]
         key = id(t)
@@ -196,9 +197,7 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
         if t._written:  # the output itself was written in place after it was computed
             _refuse_modified(t, t)
         ans = t.data  # below: an argument written in place after t was computed is refused
-        if create_graph or not 0 < n < 3:
-            g, ans, d0, d1, argv = _rule_inputs(t, g, create_graph)
-        elif n == 2:
+        if n == 2 and fast:
             d0, d1 = args
             if isinstance(d0, Tensor):
                 if d0._written > t._seq:
@@ -208,11 +207,13 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
                 if d1._written > t._seq:
                     _refuse_modified(t, d1)
                 d1 = d1.data
-        else:
+        elif n == 1 and fast:
             d0 = args[0]
             if d0._written > t._seq:
                 _refuse_modified(t, d0)
             d0 = d0.data
+        else:
+            g, ans, d0, d1, argv = _rule_inputs(t, g, create_graph)
         rules, kw = op.vjps, t._kw
         if rules is None:  # a variadic primitive (concatenate, einsum, ...): one rule for all
             pairs = [(a, partial(op.vjp_argnum, i)) for i, a in enumerate(args)]

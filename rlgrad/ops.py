@@ -411,9 +411,15 @@ def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = F
     hit = x == ans_kd  # ties share the gradient evenly
     # A NaN is the extremum (NumPy's), so it takes the gradient (torch's); on plain arrays (no
     # graph, no trace) only when there is one, recorded it must not depend on the values
-    if ans.dtype.kind in "fc" and (isinstance(ans, Tensor) or np.isnan(ans).any()):
-        hit = logical_or(hit, logical_and(isnan(x), isnan(ans_kd)))
-    count = sum(hit, axis=axis, keepdims=True).astype(g.dtype)  # not int64: no float64 upcast
+    if isinstance(ans, Tensor) or x.size >= 1 << 24:
+        if ans.dtype.kind in "fc":
+            hit = logical_or(hit, logical_and(isnan(x), isnan(ans_kd)))
+        count = sum(hit, axis=axis, keepdims=True).astype(g.dtype)  # not int64: no float64 upcast
+    else:  # counted in g's dtype directly: small whole numbers, exact, so the same values
+        count = np.add.reduce(hit, axis=axis, keepdims=True, dtype=g.dtype)
+        if ans.dtype.kind in "fc" and not count.all():  # a group with no hit: a NaN extremum
+            hit = hit | (np.isnan(x) & np.isnan(ans_kd))
+            count = np.add.reduce(hit, axis=axis, keepdims=True, dtype=g.dtype)
     return _regrow(g, x, axis, keepdims) * hit / count
 
 
@@ -539,6 +545,8 @@ def _sum_to(g: Any, shape: tuple[int, ...]) -> Any:
     lead = g.ndim - len(shape)
     if lead == 1 and g.shape[1:] == shape:  # a bias broadcast over the batch: the common case
         return g.reshape(shape) if g.shape[0] == 1 else g.sum(axis=0)
+    if lead == 0 and shape[-1] == 1 and g.shape[:-1] == shape[:-1] and _short_last_axis(g, -1):
+        return _reduce_short_last(np.add, g, True)  # a keepdims reduction over a few actions
     axes = tuple(range(lead)) + tuple(
         i + lead for i, s in enumerate(shape) if s == 1 and g.shape[i + lead] != 1
     )

@@ -59,3 +59,23 @@ def test_max_min_are_numpys(x: np.ndarray) -> None:
 def test_max_of_nothing_is_numpys_error() -> None:
     with pytest.raises(ValueError, match="zero-size array"):
         _amax(np.zeros((0, 3)), 0, False)
+
+
+@pytest.mark.parametrize("x", [np.array([[1.0, 1.0, 0.0], [np.nan, 2.0, np.nan], [3.0, 3.0, 3.0]],
+                                        np.float32),
+                               np.random.default_rng(2).standard_normal((4, 5)),
+                               np.arange(6.0).reshape(2, 3)])
+def test_max_rule_on_arrays_counts_as_the_recorded_one(x: np.ndarray) -> None:
+    """Plain arrays count ties in the gradient's dtype and look for NaN only when a group has no
+    hit; the recorded rule (Tensors) counts in int64 and always masks NaN: the same numbers."""
+    from rlgrad.ops import _extremum_vjp
+    from rlgrad.tensor import constant
+
+    for axis in (None, 0, 1):
+        for keepdims in (False, True):
+            ans = np.max(x, axis=axis, keepdims=keepdims)
+            g = np.random.default_rng(3).standard_normal(np.shape(ans)).astype(x.dtype)
+            plain = _extremum_vjp(g, ans, x, axis, keepdims)
+            recorded = _extremum_vjp(constant(g), constant(ans), constant(x), axis, keepdims).data
+            assert plain.dtype == recorded.dtype
+            np.testing.assert_array_equal(plain, recorded)
