@@ -193,23 +193,24 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
         if args is None:
             raise _freed_error(t)
         op = t._op
-        n = len(args)
+        n = len(args)  # >= 1: a node has a Tensor argument
+        tseq = t._seq
         if t._written:  # the output itself was written in place after it was computed
             _refuse_modified(t, t)
         ans = t.data  # below: an argument written in place after t was computed is refused
         if n == 2 and fast:
             d0, d1 = args
             if isinstance(d0, Tensor):
-                if d0._written > t._seq:
+                if d0._written > tseq:
                     _refuse_modified(t, d0)
                 d0 = d0.data
             if isinstance(d1, Tensor):
-                if d1._written > t._seq:
+                if d1._written > tseq:
                     _refuse_modified(t, d1)
                 d1 = d1.data
         elif n == 1 and fast:
             d0 = args[0]
-            if d0._written > t._seq:
+            if d0._written > tseq:
                 _refuse_modified(t, d0)
             d0 = d0.data
         else:

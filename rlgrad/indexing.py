@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
-from rlgrad.tensor import Tensor, _shape
+from rlgrad.tensor import Tensor, _shape, _Trace
 
 __all__ = ["gather", "gather_nd", "take_along_axis", "one_hot", "scatter_add", "put_along_axis"]
 
@@ -167,7 +167,8 @@ def one_hot(indices: Any, num_classes: int = -1, dtype: Any = np.int64) -> Any:
     requiring grad: a one-hot encoding has no gradient w.r.t. the integer indices).
     """
     idx = _indices(indices, "one_hot")
-    if num_classes < 0:
+    inferred = num_classes < 0
+    if inferred:
         if not idx.size:
             raise ValueError("one_hot: cannot infer num_classes from empty indices; pass it")
         num_classes = int(idx.max()) + 1
@@ -177,6 +178,11 @@ def one_hot(indices: Any, num_classes: int = -1, dtype: Any = np.int64) -> Any:
             f"one_hot: class index {int(bad)} is out of bounds for num_classes={num_classes} "
             f"(indices shape {idx.shape}); class values must be in [0, num_classes)"
         )
+    if _Trace.compiling and isinstance(indices, Tensor):  # recorded: rlgrad.jit replays it
+        if inferred:
+            raise RuntimeError("rlgrad.jit: one_hot with num_classes=-1 takes its size from the "
+                               "values; pass num_classes inside a compiled step")
+        return ops.astype(ops.equal(ops.expand_dims(indices, -1), np.arange(num_classes)), dtype)
     out = (idx[..., None] == np.arange(num_classes)).astype(dtype)
     return Tensor(out) if isinstance(indices, Tensor) else out
 
@@ -231,6 +237,12 @@ def put_along_axis(arr: Any, indices: Any, values: Any, axis: int) -> Any:
     would be arbitrary): use ``scatter_add`` to sum them.
     """
     idx = _indices(indices, "put_along_axis")
+    if _Trace.compiling and isinstance(indices, Tensor):
+        raise RuntimeError(
+            "rlgrad.jit: put_along_axis with indices that are traced values cannot check them for "
+            "repeats at every call; write where(one_hot(indices, n) == 1, values, arr) (or "
+            "scatter_add to sum repeats) inside a compiled step"
+        )
     shape = _shape(arr)
     nd = len(shape)
     if idx.ndim != nd:

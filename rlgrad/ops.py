@@ -16,6 +16,7 @@ Broadcasting is undone by the backward pass itself (``core.unbroadcast``), not b
 from __future__ import annotations
 
 import builtins
+import math
 from typing import Any
 
 import numpy as np
@@ -89,19 +90,38 @@ def _log_base(a: Any, ans: Any) -> Any:
     la = log(where(a > 0, a, 1))
     return la if la.dtype == ans.dtype else la.astype(ans.dtype)
 
-# Ties split the gradient evenly between the two sides, as autograd and PyTorch do.
+# Ties split the gradient evenly between the two sides, as autograd and PyTorch do. A NaN result
+# came from a NaN operand (the first one if both are), which takes the gradient, as in max().
 maximum = primitive(np.maximum, "maximum", arity=2)
 defvjp(
     maximum,
-    lambda g, ans, a, b: g * (a > b) + (g * 0.5) * (a == b),
-    lambda g, ans, a, b: g * (b > a) + (g * 0.5) * (a == b),
+    lambda g, ans, a, b: _nan_to_a(g, ans, a, g * (a > b) + (g * 0.5) * (a == b)),
+    lambda g, ans, a, b: _nan_to_b(g, ans, a, b, g * (b > a) + (g * 0.5) * (a == b)),
 )
 minimum = primitive(np.minimum, "minimum", arity=2)
 defvjp(
     minimum,
-    lambda g, ans, a, b: g * (a < b) + (g * 0.5) * (a == b),
-    lambda g, ans, a, b: g * (b < a) + (g * 0.5) * (a == b),
+    lambda g, ans, a, b: _nan_to_a(g, ans, a, g * (a < b) + (g * 0.5) * (a == b)),
+    lambda g, ans, a, b: _nan_to_b(g, ans, a, b, g * (b < a) + (g * 0.5) * (a == b)),
 )
+
+
+def _may_be_nan(ans: Any) -> bool:
+    """Whether a NaN term is needed: recorded (Tensor), it must not depend on the values; on plain
+    arrays only when the result may hold a NaN (its sum is NaN: one reduction, ~1 us)."""
+    if ans.dtype.kind != "f":
+        return False
+    return isinstance(ans, Tensor) or math.isnan(np.add.reduce(ans, axis=None))
+
+
+def _nan_to_a(g: Any, ans: Any, a: Any, grad: Any) -> Any:
+    return grad + where(isnan(a), g, 0) if _may_be_nan(ans) else grad
+
+
+def _nan_to_b(g: Any, ans: Any, a: Any, b: Any, grad: Any) -> Any:
+    if not _may_be_nan(ans):
+        return grad
+    return grad + where(logical_and(isnan(b), logical_not(isnan(a))), g, 0)
 
 logaddexp = primitive(np.logaddexp, "logaddexp", arity=2)
 defvjp(
@@ -411,15 +431,12 @@ def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = F
     hit = x == ans_kd  # ties share the gradient evenly
     # A NaN is the extremum (NumPy's), so it takes the gradient (torch's); on plain arrays (no
     # graph, no trace) only when there is one, recorded it must not depend on the values
-    if isinstance(ans, Tensor) or x.size >= 1 << 24:
-        if ans.dtype.kind in "fc":
-            hit = logical_or(hit, logical_and(isnan(x), isnan(ans_kd)))
+    if _may_be_nan(ans):
+        hit = logical_or(hit, logical_and(isnan(x), isnan(ans_kd)))
+    if isinstance(hit, Tensor) or x.size >= 1 << 24:
         count = sum(hit, axis=axis, keepdims=True).astype(g.dtype)  # not int64: no float64 upcast
     else:  # counted in g's dtype directly: small whole numbers, exact, so the same values
         count = np.add.reduce(hit, axis=axis, keepdims=True, dtype=g.dtype)
-        if ans.dtype.kind in "fc" and not count.all():  # a group with no hit: a NaN extremum
-            hit = hit | (np.isnan(x) & np.isnan(ans_kd))
-            count = np.add.reduce(hit, axis=axis, keepdims=True, dtype=g.dtype)
     return _regrow(g, x, axis, keepdims) * hit / count
 
 
@@ -463,7 +480,7 @@ defvjp(cumsum, _cumsum_vjp)
 
 
 def _logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    m = np.max(x, axis=axis, keepdims=True)
+    m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)  # (nothing: log(0) = -inf, torch's)
     m = np.where(np.isfinite(m), m, 0)
     out = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
     return out if keepdims else np.squeeze(out, axis=axis) if axis is not None else out.reshape(())

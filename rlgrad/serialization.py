@@ -3,15 +3,17 @@
 A checkpoint is **one safetensors file**. Its arrays are the safetensors tensors (named by their
 dotted key path, e.g. ``model.0.weight``, so any safetensors reader can open them); everything
 else (the nesting of dicts, lists and tuples, numbers, strings, bools, None) is a JSON tree in the
-file's text metadata, next to a CRC-32 of every array. Loading parses JSON and copies bytes: it
-never executes code (there is no pickle anywhere).
+file's text metadata, next to a CRC-32 of every array; the tree records each array's dtype and
+shape too, so a header whose dtype was changed (same bytes, another meaning) is caught. Loading
+parses JSON and copies bytes: it never executes code (there is no pickle anywhere).
 
 Writes are atomic: the file is written under a temporary name in the same folder, fsynced, then
 renamed over the target (and the folder fsynced), so a crash at any moment leaves either the old
 checkpoint or the new one, never a mixture.
 
-A file that is truncated, damaged, or not a checkpoint raises ``CheckpointError`` naming the file
-and, when it can be told, the key.
+A file that is truncated, damaged, hostile (malformed header entries, JSON nested past
+``MAX_DEPTH``), a directory, or not a checkpoint raises ``CheckpointError``: one line naming the
+file and, when it can be told, the key.
 """
 
 from __future__ import annotations
@@ -105,6 +107,11 @@ class _Encoder:
         self.arrays[name] = np.ascontiguousarray(arr)
         return name
 
+    def _record(self, tag: str, arr: np.ndarray, path: str) -> dict[str, Any]:
+        # the dtype is recorded too: the CRC covers an array's bytes, not the header's dtype
+        name = self._add_array(arr, path)
+        return {tag: name, "dtype": self.arrays[name].dtype.name}
+
     def encode(self, obj: Any, path: str, depth: int = 0) -> Any:
         if depth > MAX_DEPTH:
             raise ValueError(
@@ -114,14 +121,14 @@ class _Encoder:
         if obj is None or isinstance(obj, bool | str):
             return obj
         if isinstance(obj, np.generic):  # before float: np.float64 is a float subclass
-            return {"$scalar": self._add_array(np.asarray(obj), path)}
+            return self._record("$scalar", np.asarray(obj), path)
         if isinstance(obj, int | float):
             return obj  # JSON keeps 1 and 1.0 apart; nan/inf use JSON5 tokens Python reads back
         # Shapes are kept in the tree too: safetensors' file writer stores a 0-d array as (1,).
         if isinstance(obj, np.ndarray):
-            return {"$array": self._add_array(obj, path), "shape": list(obj.shape)}
+            return {**self._record("$array", obj, path), "shape": list(obj.shape)}
         if isinstance(obj, Tensor):
-            return {"$tensor": self._add_array(obj.data, path), "shape": list(obj.shape),
+            return {**self._record("$tensor", obj.data, path), "shape": list(obj.shape),
                     "requires_grad": obj.requires_grad}
         if isinstance(obj, Mapping):
             items = []
@@ -360,11 +367,17 @@ class _Decoder:
         return CheckpointError(f"checkpoint '{self.path}' is corrupt: {what} under key "
                                f"'{key or '<root>'}'")
 
-    def _array(self, name: Any, key: str, shape: Any = None) -> np.ndarray:
+    def _array(self, node: dict, tag: str, key: str) -> np.ndarray:
+        name, shape, dtype = node[tag], node.get("shape"), node.get("dtype")
         arr = self.arrays.get(name) if isinstance(name, str) else None
         if arr is None:
             raise CheckpointError(
                 f"checkpoint '{self.path}' is corrupt: the array for key '{key or '<root>'}' is missing"
+            )
+        if dtype is not None and dtype != arr.dtype.name:  # absent in older checkpoints
+            raise CheckpointError(
+                f"checkpoint '{self.path}' is corrupt: the array at key '{key or '<root>'}' has "
+                f"dtype {arr.dtype.name} in the header, its record says {dtype!r}"
             )
         if shape is not None and not (isinstance(shape, list) and all(map(_is_count, shape))):
             raise self._bad(key, f"a malformed shape {shape!r}")
@@ -406,15 +419,15 @@ class _Decoder:
             return tuple(self.decode(v, _join(key, i), depth + 1)
                          for i, v in enumerate(self._items(node, "$tuple", key)))
         if "$array" in node:
-            return self._array(node["$array"], key, node.get("shape"))
+            return self._array(node, "$array", key)
         if "$tensor" in node:
-            arr = self._array(node["$tensor"], key, node.get("shape"))
+            arr = self._array(node, "$tensor", key)
             grad = node.get("requires_grad", False) is True
             if grad and arr.dtype.kind not in "fc":
                 raise self._bad(key, f"a {arr.dtype} tensor marked as requiring grad")
             return Tensor(arr, requires_grad=grad)
         if "$scalar" in node:
-            arr = self._array(node["$scalar"], key)
+            arr = self._array(node, "$scalar", key)
             if arr.size != 1:
                 raise self._bad(key, f"a scalar record holding {arr.size} values")
             return arr.reshape(())[()]

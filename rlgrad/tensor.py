@@ -185,6 +185,7 @@ class Tensor:
         return int(self.data)
 
     def __index__(self) -> int:
+        _refuse_value("using it as a Python index (e.g. a NumPy array indexed by it)")
         if self.data.dtype.kind not in "iub":
             raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
         return int(self.data)

@@ -103,8 +103,13 @@ def _extremum_method(fn: Any, arg_fn: Any) -> Any:
         # NumPy: t.max(axis=1) is the values. Without either, the maximum of all elements.
         if dim is None or axis is not None:
             return fn(self, axis=axis, keepdims=keepdims or keepdim)
-        kd = keepdim or keepdims
-        return MaxMinResult(fn(self, axis=dim, keepdims=kd), arg_fn(self, axis=dim, keepdims=kd))
+        # the values gathered at the indices: the gradient goes to that one element, as in torch
+        # (with ties or several NaNs, the first), not shared as NumPy-style max(axis=) does
+        idx = arg_fn(self, axis=dim, keepdims=True)
+        values = ops.take_along_axis(self, idx, dim)
+        if not (keepdim or keepdims):
+            values, idx = squeeze(values, dim), squeeze(idx, dim)
+        return MaxMinResult(values, idx)
 
     method.__name__ = fn.__name__
     return method

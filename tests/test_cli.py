@@ -696,6 +696,11 @@ def test_module_colon_env_id_trains_resumes_and_evaluates(tmp_path: Path) -> Non
     (pkg / "__init__.py").write_text("")
     (pkg / "envs.py").write_text(TINY_ENV)
     (pkg / "broken.py").write_text("raise RuntimeError('no display')\n")
+    (pkg / "needs.py").write_text(  # registers an env whose dependency is missing
+        "import gymnasium as gym\n"
+        "def make(**kw):\n"
+        "    raise gym.error.DependencyNotInstalled('needs the foo engine: pip install foo')\n"
+        "gym.register('TinyNeedsRlgradTest-v0', entry_point=make)\n")
     env = _env()
     env["PYTHONPATH"] = str(tmp_path / "mods") + os.pathsep + env["PYTHONPATH"]
 
@@ -727,7 +732,9 @@ def test_module_colon_env_id_trains_resumes_and_evaluates(tmp_path: Path) -> Non
              "tinypkg.broken:TinyRlgradTest-v0": ["importing module 'tinypkg.broken' failed",
                                                   "RuntimeError: no display"],
              "tinypkg.envs:TinyRlgradTst-v0": ["registered no such id", "TinyRlgradTest-v0"],
-             "a:b:TinyRlgradTest-v0": ["one ':'"]}
+             "a:b:TinyRlgradTest-v0": ["one ':'"],
+             "tinypkg.needs:TinyNeedsRlgradTest-v0": [  # before: a traceback
+                 "cannot create environment", "DependencyNotInstalled", "pip install foo"]}
     procs = {env_id: subprocess.Popen(  # all at once: about a second each
         [sys.executable, "-m", "rlgrad.cli", "train", env_id, "--algo", "ppo", "--steps", "64"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)

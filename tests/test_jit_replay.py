@@ -116,6 +116,14 @@ def _programs():
         "categorical_mode": lambda x: rnp.sum(x[ROWS, Categorical(logits=x).mode]),
         "nll_from_argmax": lambda x: F.nll_loss(F.log_softmax(x, dim=1), rnp.argmax(x, 1)),
         "median_by_sort": lambda x: rnp.sum(rnp.sort(x, axis=1)[:, 1:3] * W[:, :2]),
+        "take_flat_argmax": lambda x: rnp.take(x, rnp.argmax(x)) * 2.0,
+        "take_rows": lambda x: rnp.sum(rnp.take(x, rnp.argmin(x, 1), axis=1) * W[:, :3]),
+        "gather": lambda x: rnp.sum(rlgrad.gather(x, 1, rnp.argmax(x, 1, keepdims=True)) ** 2),
+        "scatter_add": lambda x: rnp.sum(rlgrad.scatter_add(
+            x, 1, rnp.argmax(x, 1, keepdims=True), x[:, :1] * 3.0) * W),
+        "one_hot": lambda x: rnp.sum(rlgrad.one_hot(rnp.argmax(x, 1), 4) * x * W),
+        "categorical_log_prob": lambda x: rnp.sum(Categorical(logits=x).log_prob(
+            rnp.argmin(x, 1))),
     }
 
 
@@ -220,3 +228,46 @@ def test_cumprod_does_not_freeze_the_branch_taken_for_positive_first_inputs():
         cv, cg = compiled(x)
         np.testing.assert_allclose(cv, v, rtol=1e-14)
         np.testing.assert_allclose(cg, g, rtol=1e-14)
+
+
+def test_actions_passed_to_the_step_index_log_probs_at_every_call():
+    from rlgrad.distributions import Bernoulli
+
+    def cat(x, a):
+        return rnp.sum(Categorical(logits=x).log_prob(a)) + rnp.sum(
+            Categorical(probs=F.softmax(x, dim=-1)).log_prob(a[0]))
+
+    def bern(x, a):
+        return rnp.sum(Bernoulli(logits=x[:, 0]).log_prob(a) * W[:, 0])
+
+    x = np.random.default_rng(3).standard_normal((3, 4))
+    for fn, actions in ((cat, ([0, 3, 1], [2, 2, 0])), (bern, ([0, 1, 1], [1, 0, 0]))):
+        compiled = rlgrad.jit(rlgrad.value_and_grad(fn))
+        for a in actions:
+            a = np.array(a)
+            v, g = rlgrad.value_and_grad(fn)(x, a)
+            cv, cg = compiled(x, a)
+            np.testing.assert_allclose(cv, v, rtol=1e-14)
+            np.testing.assert_allclose(cg, g, rtol=1e-14)
+
+
+@pytest.mark.parametrize("fn, match", [
+    (lambda x: rlgrad.put_along_axis(x, rnp.argmax(x, 1, keepdims=True), 0.0, 1) * 1.0,
+     "put_along_axis"),
+    (lambda x: rlgrad.one_hot(rnp.argmax(x, 1)) * 1.0, "num_classes"),
+    (lambda x: np.array([10.0, 20.0, 30.0, 40.0])[rnp.argmax(x[0])] * x, "traced tensor"),
+], ids=["put_along_axis", "one_hot_inferred", "numpy_indexed_by_traced"])
+def test_index_uses_that_cannot_be_replayed_are_refused(fn, match):
+    with pytest.raises(RuntimeError, match=match):
+        rlgrad.jit(fn)(np.arange(12.0).reshape(3, 4))
+
+
+@pytest.mark.parametrize("name, args", [("median", ()), ("percentile", (50,)), ("quantile", (0.5,)),
+                                        ("unique", ()), ("partition", (1,)),
+                                        ("argpartition", (1,))])
+def test_numpy_functions_without_an_rlgrad_version_are_refused_not_frozen(name, args):
+    """NumPy's own median, unique, partition ... on a traced tensor: a TypeError naming the
+    function (they have no rlgrad version), never a value computed once and replayed."""
+    fn = getattr(np, name)
+    with pytest.raises(TypeError, match=f"numpy.{name} has no differentiable rlgrad version"):
+        rlgrad.jit(lambda x: fn(x, *args))(np.array([3.0, 1.0, 2.0]))

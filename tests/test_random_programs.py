@@ -446,3 +446,12 @@ def test_random_programs_compiled_equal_eager_on_fresh_inputs(data):
         np.testing.assert_allclose(cv, v, rtol=1e-10, atol=1e-12 * scale)
         for a, b in zip(cg, g):
             np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-10 * max(1.0, np.max(np.abs(b))))
+
+
+@settings(max_examples=max(EXAMPLES // 5, 10), deadline=None, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.data_too_large])
+@given(st.data())
+def test_random_programs_match_finite_differences_at_third_order(data):
+    program = _draw_program(data)
+    rlgrad.check_grads(program, order=3, rtol=1e-4, atol=1e-5)(*program.inputs)

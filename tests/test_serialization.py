@@ -400,3 +400,27 @@ def test_damaged_structure_records_never_raise_anything_but_checkpoint_error(tmp
             assert "\n" not in str(e)
             refused += 1
     assert refused > 100
+
+
+def test_a_dtype_changed_in_the_header_is_caught(tmp_path):
+    """The CRC covers an array's bytes, not the header's dtype: F32 read as I32 has the same
+    bytes. The structure record keeps the dtype too (before: loaded silently as int32)."""
+    path = tmp_path / "c.ckpt"
+    rlgrad.save({"w": np.linspace(0, 1, 4, dtype=np.float32), "s": np.float32(2.5)}, path)
+    data = path.read_bytes()
+    for old, new in ((b'"dtype":"F32","shape":[4]', b'"dtype":"I32","shape":[4]'),
+                     (b'"dtype":"F32","shape":[1]', b'"dtype":"U32","shape":[1]')):
+        assert data.count(old) == 1
+        path.write_bytes(data.replace(old, new))
+        with pytest.raises(CheckpointError, match="has dtype u?int32 in the header, its record "
+                                                  "says 'float32'"):
+            rlgrad.load(path)
+    header = json.loads(data[8:8 + int.from_bytes(data[:8], "little")])
+    tree = header["__metadata__"]["tree"]
+    old_style = json.loads(tree)  # a checkpoint of an rlgrad that did not record dtypes
+    for _, node in old_style["$dict"]:
+        node.pop("dtype")
+    header["__metadata__"]["tree"] = json.dumps(old_style)
+    _with_header(path, header, data[8 + int.from_bytes(data[:8], "little"):])
+    got = rlgrad.load(path)
+    assert got["w"].dtype == np.float32 and got["s"] == np.float32(2.5)

@@ -266,3 +266,20 @@ def test_ops_holds_primitives_not_tensor_methods() -> None:
                          and ast.unparse(n.value) in ("T", "Tensor")]
     assert not assigns_to_tensor, f"ops.py sets Tensor attributes (lines {assigns_to_tensor}): " \
                                   "operators and methods belong in tensor_methods.py"
+
+
+def test_engine_module_map_in_the_docs_is_bottom_up() -> None:
+    """docs/engine.md's first table lists the engine from the bottom of the import graph up: each
+    module imports only those listed above it (and its own submodules, and creation.py)."""
+    docs = (ROOT / "docs" / "engine.md").read_text()
+    table = docs.split("\n\n| file |", 1)[1].split("\n\n", 1)[0]
+    order = []
+    for row in table.splitlines()[2:]:
+        path = row.split("`")[1].rstrip("/")
+        order.append(path.removesuffix(".py").replace("/", "."))
+    assert order[0] == "rlgrad.tensor" and "rlgrad.ops" in order, order
+    graph = import_graph()
+    for i, m in enumerate(order):
+        later = {d for d in graph[m] if d not in order[:i] and not d.startswith(m + ".")
+                 and d != "rlgrad.creation"}
+        assert not later, f"{m} imports {sorted(later)}, not listed above it in docs/engine.md"

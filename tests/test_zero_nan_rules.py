@@ -263,3 +263,57 @@ def test_broadcast_to_fewer_dimensions_is_numpys_error():
         rnp.broadcast_to(np.array([0.2]), ())
     with pytest.raises(ValueError):
         rnp.broadcast_to(rlgrad.tensor([0.2]), ())
+
+
+@pytest.mark.parametrize("fn", [rnp.maximum, rnp.minimum])
+def test_elementwise_maximum_over_nan_sends_the_gradient_to_the_nan(fn):
+    """np.maximum's NaN result came from the NaN operand (the first one when both are): it gets
+    the gradient and the other side 0 (was 0 to both: the NaN's source got nothing)."""
+    a = np.array([np.nan, 1.0, np.nan, 2.0, 3.0])
+    b = np.array([1.0, np.nan, np.nan, 2.0, 1.0])
+    ga = rlgrad.grad(lambda a: rnp.sum(fn(a, b)))(a)
+    gb = rlgrad.grad(lambda b: rnp.sum(fn(a, b)))(b)
+    wins = [1.0, 0.0] if fn is rnp.maximum else [0.0, 1.0]  # the last pair: 3 vs 1
+    np.testing.assert_array_equal(ga, [1, 0, 1, 0.5, wins[0]])
+    np.testing.assert_array_equal(gb, [0, 1, 0, 0.5, wins[1]])
+    ta, tb = rlgrad.tensor(a, requires_grad=True), rlgrad.tensor(b, requires_grad=True)
+    (ga2, gb2) = autograd.grad(fn(ta, tb).sum(), (ta, tb), create_graph=True)  # recorded path
+    np.testing.assert_array_equal(ga2.data, ga)
+    np.testing.assert_array_equal(gb2.data, gb)
+
+
+def test_tensor_max_min_with_dim_send_the_gradient_to_the_index_as_torch():
+    """torch's max(dim)/min(dim) route the gradient to the returned index: with ties or several
+    NaNs, the first one gets it all (rnp.max and Tensor.amax share it, as NumPy-style code)."""
+    torch = _torch()
+    x = np.array([[1.0, 3.0, 3.0], [np.nan, 2.0, np.nan], [0.0, 0.0, 0.0], [4.0, -1.0, 2.0]])
+    w = np.array([1.0, 2.0, 3.0, 4.0])
+    for name in ("max", "min"):
+        for kd in (False, True):
+            t = rlgrad.tensor(x, requires_grad=True)
+            tt = torch.tensor(x, requires_grad=True)
+            v, i = getattr(t, name)(1, keepdim=kd)
+            tv, ti = getattr(tt, name)(1, keepdim=kd)
+            (v * w.reshape(v.shape)).sum().backward()
+            (tv * torch.tensor(w).reshape(tv.shape)).sum().backward()
+            np.testing.assert_array_equal(v.data, tv.detach().numpy())
+            np.testing.assert_array_equal(i.data, ti.numpy())
+            np.testing.assert_array_equal(t.grad.data, tt.grad.numpy())
+    y = np.random.default_rng(4).standard_normal((3, 4))
+    rlgrad.check_grads(lambda y: _as_tensor(y).max(1)[0] ** 3, order=2)(y)
+
+
+def _as_tensor(y):
+    return y if isinstance(y, rlgrad.Tensor) else rlgrad.tensor(y)
+
+
+def test_logsumexp_of_nothing_is_minus_inf_as_torch_and_scipy():
+    torch = _torch()
+    t = rlgrad.tensor(np.ones((2, 0)), requires_grad=True)
+    with np.errstate(divide="ignore"):  # log(0), as NumPy says it
+        out = t.logsumexp(dim=1)
+        assert rnp.logsumexp(np.ones((0,))) == -np.inf
+    np.testing.assert_array_equal(out.data, torch.ones((2, 0), dtype=torch.float64)
+                                  .logsumexp(dim=1).numpy())
+    out.sum().backward()
+    assert t.grad.shape == (2, 0)

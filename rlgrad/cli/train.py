@@ -228,10 +228,21 @@ def cmd_train(env_id: str, algo_name: str, seed: int, preset: str | None, steps:
         raise
 
 
+def _build(cls: type, env_id: str, seed: int, hp: dict[str, Any]) -> Any:
+    """``build``, with Gymnasium's own errors (a missing dependency such as Box2D or MuJoCo, an
+    environment that refuses its arguments) said in one line."""
+    from gymnasium.error import Error as GymError
+
+    try:
+        return build(cls, env_id, seed, hp)
+    except GymError as e:
+        raise CLIError(f"cannot create environment {env_id!r}: {type(e).__name__}: {e}") from None
+
+
 def _train_new(spec: TrainSpec, rd: RunDir, checkpoint_interval: int | None, save_buffer: bool,
                progress: bool, argv: list[str] | None, summary: bool, keep: int = DEFAULT_KEEP
                ) -> int:
-    algo = build(spec.cls, spec.env_id, spec.seed, spec.hyperparams)
+    algo = _build(spec.cls, spec.env_id, spec.seed, spec.hyperparams)
     cfg = {
         "env_id": spec.env_id, "algo": spec.algo, "seed": spec.seed,
         "total_timesteps": spec.total_timesteps, "preset": spec.preset,
@@ -273,7 +284,7 @@ def _restore_from(rd: RunDir, path: Path, cfg: dict[str, Any], cls: type, env_id
                        f"says {env_id}: {other}")
     seed = ckpt.get("seed")
     seed = seed if isinstance(seed, int) else int(cfg.get("seed") or 0)
-    algo = build(cls, env_id, seed, dict(ckpt["hyperparams"]))
+    algo = _build(cls, env_id, seed, dict(ckpt["hyperparams"]))
     spaces = ckpt.get("spaces")  # older checkpoints lack it: then set_state checks the shapes
     for kind in ("observation", "action") if isinstance(spaces, dict) else ():
         now, then = space_signature(getattr(algo, f"{kind}_space")), spaces.get(kind)

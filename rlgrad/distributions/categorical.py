@@ -247,6 +247,8 @@ class Categorical(Distribution):
     def log_prob(self, value: Any) -> Tensor:
         """log p(value); differentiable w.r.t. the parameters (value is an index, never)."""
         idx = self._index(value)
+        if _Trace.compiling and isinstance(value, Tensor):  # rlgrad.jit: read at every call
+            idx = value if value.dtype.kind in "iu" else ops.astype(value, np.int64)
         if self._probs_in is not None:
             # gather first, then log: a zero probability elsewhere never meets a log
             table = self.probs
@@ -261,11 +263,12 @@ class Categorical(Distribution):
                     f"Categorical.log_prob: value of shape {idx.shape} does not broadcast with "
                     f"the batch shape {self._batch_shape}"
                 ) from None
-            idx = np.broadcast_to(idx, shape)
+            idx = ops.broadcast_to(idx, shape) if isinstance(idx, Tensor) else np.broadcast_to(
+                idx, shape)
             if shape != self._batch_shape:
                 table = ops.broadcast_to(table, shape + (self._num_events,))
         if not shape:
-            out = table[int(idx)]
+            out = table[idx if isinstance(idx, Tensor) else int(idx)]
         else:
             out = ops.reshape(ops.take_along_axis(table, idx[..., None], -1), shape)
         return ops.log(out) if self._probs_in is not None else out
@@ -362,6 +365,8 @@ class Bernoulli(Distribution):
 
     def log_prob(self, value: Any) -> Tensor:
         v = self._validate_sample(value) if self._validate_args else _data(value)
+        if _Trace.compiling and isinstance(value, Tensor):  # rlgrad.jit: read at every call
+            v = value
         if self._logits_in is not None:
             lg = self._logits_in
             if v.dtype != lg.data.dtype:

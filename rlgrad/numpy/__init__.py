@@ -394,6 +394,9 @@ def take(a: Any, indices: Any, axis: Any = None) -> Any:
             bad = idx[(idx < -n) | (idx >= n)].flat[0]
             raise IndexError(f"take: index {int(bad)} is out of bounds for size {n} (flattened "
                              f"from a tensor of shape {_np.shape(_d(a))})")
+    if isinstance(indices, _Tensor):  # index with the tensor: rlgrad.jit reads it at every call
+        idx = indices
+    if axis is None:
         return ravel(a)[idx]
     ax = axis % _np.ndim(_d(a))
     return a[(slice(None),) * ax + (idx,)]

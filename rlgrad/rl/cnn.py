@@ -1,0 +1,118 @@
+"""Convolutional trunks for pixel observations: the Nature DQN CNN (Mnih et al. 2015) for 84x84
+Atari frames and the MinAtar paper's small CNN (Young & Tian 2019) for 10x10 inputs.
+
+Both are ``Sequential``s whose children are numbered as in the equivalent ``torch.nn.Sequential``,
+so a ``state_dict`` moves between them key for key:
+
+* ``NatureCNN``: ``Conv2d(C, 32, 8, stride=4), ReLU, Conv2d(32, 64, 4, stride=2), ReLU,
+  Conv2d(64, 64, 3, stride=1), ReLU, Flatten, Linear(n_flatten, features_dim), ReLU``; keys
+  ``0.weight 0.bias 2.weight 2.bias 4.weight 4.bias 7.weight 7.bias`` (SB3's ``NatureCNN`` names
+  them ``cnn.0 cnn.2 cnn.4 linear.0``: the same tensors).
+* ``MinAtarCNN``: ``Conv2d(C, 16, 3, stride=1), ReLU, Flatten, Linear(16 * 8 * 8, features_dim),
+  ReLU``; keys ``0.weight 0.bias 3.weight 3.bias``.
+
+The forward passes are the functions ``nature_cnn`` / ``minatar_cnn`` of an input and the list of
+weights (the modules call them with their own parameters), so they can be differentiated with
+respect to any of them. ``NatureCNN`` divides its input by 255 inside the network (uint8 frames go
+in as stored, as SB3's ``normalize_images``); ``MinAtarCNN`` casts its 0/1 input to float.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from rlgrad.nn import functional as F
+from rlgrad.nn.layers import Conv2d, Flatten, Linear, ReLU, Sequential
+from rlgrad.tensor import Tensor, get_default_dtype
+
+_NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (out channels, kernel, stride)
+
+
+def _dtype_of(w: Any) -> np.dtype:
+    return w.data.dtype if isinstance(w, Tensor) else np.asarray(w).dtype
+
+
+def _as_float(x: Any, dtype: np.dtype, scale: float | None) -> Any:
+    """An observation batch as float of the weights' dtype, divided by ``scale`` (uint8 frames
+    become [0, 1]). A Tensor that requires grad, or a traced value, stays in the graph."""
+    if isinstance(x, Tensor):
+        if x.requires_grad:
+            return x if scale is None else x / scale
+        x = x.data
+    if isinstance(x, np.ndarray | np.generic | list):  # plain data: no graph
+        x = np.asarray(x).astype(dtype, copy=False)
+        return x if scale is None else x / dtype.type(scale)
+    return x if scale is None else x / scale
+
+
+def nature_cnn(x: Any, params: Sequence[Any], normalize: bool = True) -> Any:
+    """Nature CNN on (N, C, H, W): three conv+ReLU, flatten, linear+ReLU; ``params`` are
+    (w1, b1, w2, b2, w3, b3, w4, b4). ``normalize`` divides the input by 255."""
+    h = _as_float(x, _dtype_of(params[0]), 255.0 if normalize else None)
+    for i, (_, _, stride) in enumerate(_NATURE_CONVS):
+        h = F.relu(F.conv2d(h, params[2 * i], params[2 * i + 1], stride))
+    return F.relu(F.linear(F.flatten(h, 1), params[6], params[7]))
+
+
+def minatar_cnn(x: Any, params: Sequence[Any]) -> Any:
+    """MinAtar CNN on (N, C, 10, 10): conv 3x3 (16) + ReLU, flatten, linear + ReLU; ``params`` are
+    (w1, b1, w2, b2)."""
+    h = _as_float(x, _dtype_of(params[0]), None)
+    h = F.relu(F.conv2d(h, params[0], params[1], 1))
+    return F.relu(F.linear(F.flatten(h, 1), params[2], params[3]))
+
+
+def _conv_out(size: int, kernel: int, stride: int) -> int:
+    return (size - kernel) // stride + 1
+
+
+class NatureCNN(Sequential):
+    """The Nature DQN trunk; ``features_dim`` outputs (512). ``observation_shape`` is (C, H, W),
+    channels first: 4 stacked 84x84 frames for Atari."""
+
+    def __init__(self, observation_shape: Sequence[int] = (4, 84, 84), features_dim: int = 512,
+                 normalize: bool = True, dtype: Any = None) -> None:
+        c, h, w = (int(d) for d in observation_shape)
+        for _, k, s in _NATURE_CONVS:
+            h, w = _conv_out(h, k, s), _conv_out(w, k, s)
+        if min(h, w) < 1:
+            raise ValueError(f"NatureCNN needs (C, H, W) observations of at least 36x36, got "
+                             f"{tuple(observation_shape)}")
+        dt = np.dtype(dtype) if dtype is not None else get_default_dtype()
+        (c1, k1, s1), (c2, k2, s2), (c3, k3, s3) = _NATURE_CONVS
+        super().__init__(
+            Conv2d(c, c1, k1, s1, dtype=dt), ReLU(), Conv2d(c1, c2, k2, s2, dtype=dt), ReLU(),
+            Conv2d(c2, c3, k3, s3, dtype=dt), ReLU(), Flatten(),
+            Linear(c3 * h * w, features_dim, dtype=dt), ReLU(),
+        )
+        self.observation_shape = (c, *observation_shape[1:])
+        self.features_dim = int(features_dim)
+        self.normalize = normalize
+
+    def forward(self, x: Any) -> Any:
+        return nature_cnn(x, list(self.parameters()), self.normalize)
+
+
+class MinAtarCNN(Sequential):
+    """The MinAtar paper's trunk; ``features_dim`` outputs (128). ``observation_shape`` is (C, H, W),
+    channels first: (C, 10, 10) for MinAtar."""
+
+    def __init__(self, observation_shape: Sequence[int], features_dim: int = 128,
+                 dtype: Any = None) -> None:
+        c, h, w = (int(d) for d in observation_shape)
+        if min(h, w) < 3:
+            raise ValueError(f"MinAtarCNN needs (C, H, W) observations of at least 3x3, got "
+                             f"{tuple(observation_shape)}")
+        dt = np.dtype(dtype) if dtype is not None else get_default_dtype()
+        super().__init__(
+            Conv2d(c, 16, 3, 1, dtype=dt), ReLU(), Flatten(),
+            Linear(16 * (h - 2) * (w - 2), features_dim, dtype=dt), ReLU(),
+        )
+        self.observation_shape = (c, h, w)
+        self.features_dim = int(features_dim)
+
+    def forward(self, x: Any) -> Any:
+        return minatar_cnn(x, list(self.parameters()))
