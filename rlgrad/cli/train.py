@@ -40,6 +40,7 @@ from rlgrad.cli.run_dir import (
     versions,
 )
 from rlgrad.rl.callbacks import BaseCallback
+from rlgrad.rl.finite import NonFiniteError
 
 DEFAULT_CHECKPOINT_INTERVAL = 10_000
 
@@ -184,6 +185,10 @@ def _train_loop(algo: Any, rd: RunDir, cfg: dict[str, Any], progress: bool, resu
             if cb.last_step != algo.num_timesteps:
                 save_checkpoint(algo, rd, cfg)
             refresh_curve(rd)
+        except NonFiniteError as e:  # nothing is saved: the last good checkpoint stays
+            print(f"rlgrad: {e}. The last checkpoint (step {cb.last_step}) is kept: {cmd}",
+                  file=sys.stderr)
+            return 1
         except _ForcedStop as e:  # a second signal, wherever it landed (saves are atomic)
             signum = int(e.args[0])
             print(f"rlgrad: stopped at once by a second {signal.Signals(signum).name}; the last "

@@ -30,6 +30,7 @@ from rlgrad.rl.envs import (
     preprocess_obs,
     set_env_state,
 )
+from rlgrad.rl.finite import NonFiniteError
 from rlgrad.rl.hyperparams import capture, constructor_hyperparams
 from rlgrad.rl.logger import Logger
 from rlgrad.rl.normalize import Normalizer
@@ -78,7 +79,8 @@ class BaseAlgorithm:
                  normalize: bool | dict[str, Any] = False, learning_rate: float | str | Schedule = 3e-4,
                  gamma: float = 0.99, policy_kwargs: dict[str, Any] | None = None,
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
-                 vectorization_mode: str | None = None, blas_threads: int | None = 1) -> None:
+                 vectorization_mode: str | None = None, blas_threads: int | None = 1,
+                 check_finite: bool = True) -> None:
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
@@ -108,7 +110,7 @@ class BaseAlgorithm:
             raise ValueError(action_space_error(type(self).__name__, self.action_spaces,
                                                 self.action_space))
         self.obs_dim = flat_obs_dim(self.observation_space)
-        self._adapter = StepAdapter(self.env)
+        self._adapter = StepAdapter(self.env, check_finite=check_finite)
         self._ep_stats = episode_statistics(self.env)
         self.normalizer: Normalizer | None = None
         if normalize:
@@ -209,8 +211,12 @@ class BaseAlgorithm:
         bar = ProgressBar(self._total_timesteps, self) if progress_bar else None
         try:
             while self.num_timesteps < self._total_timesteps:
-                if not self._iteration(cb):
-                    break
+                try:
+                    if not self._iteration(cb):
+                        break
+                except NonFiniteError as e:
+                    raise NonFiniteError(f"{type(self).__name__} on {self.env_id}, after "
+                                         f"{self.num_timesteps} timesteps: {e}") from None
                 if bar is not None:
                     bar.update()
                 if cb is not None and cb.on_iteration_end() is False:

@@ -29,6 +29,7 @@ from rlgrad import nn, ops, optim
 from rlgrad.nn import functional as F
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
+from rlgrad.rl.finite import check_update
 from rlgrad.rl.off_policy import OffPolicyAlgorithm, bootstrapped_target, target_network
 from rlgrad.rl.policies import mlp, mlp_numpy
 from rlgrad.rl.schedules import linear_schedule
@@ -163,6 +164,7 @@ class DQN(OffPolicyAlgorithm):
             target = targets[i] if targets is not None else self.td_target(b)
             loss, _, grads = self._step_fn(
                 {"obs": b.observations, "actions": b.actions, "target": target})
+            check_update({"loss": loss})
             set_grads(self._params, grads, self.max_grad_norm)
             self.optimizer.step()
             losses[i] = loss

@@ -23,6 +23,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from rlgrad.random import generator_state_dict, load_generator_state
+from rlgrad.rl.finite import check_transition
 
 EnvLike = str | gym.Env | VectorEnv
 
@@ -183,8 +184,10 @@ class StepAdapter:
       NEXT_STEP mode, ``info["final_obs"]`` in SAME_STEP mode), for bootstrapping on truncation.
     """
 
-    def __init__(self, venv: VectorEnv) -> None:
+    def __init__(self, venv: VectorEnv, check_finite: bool = True) -> None:
         self.venv = venv
+        self.check_finite = check_finite  # NaN/inf observations and rewards stop training
+        self.steps = 0
         self.mode = autoreset_mode(venv)
         self.next_step = self.mode == AutoresetMode.NEXT_STEP
         self.num_envs = venv.num_envs
@@ -199,6 +202,9 @@ class StepAdapter:
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                                   np.ndarray, np.ndarray]:
         obs, rew, term, trunc, info = self.venv.step(actions)
+        self.steps += 1
+        if self.check_finite:
+            check_transition(obs, rew, self.steps)
         done = term | trunc
         if self.next_step:
             valid = ~self.prev_done

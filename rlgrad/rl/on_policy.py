@@ -24,6 +24,7 @@ from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import RolloutBatch, RolloutBuffer
 from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike
+from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.steps import grad_step, set_grads
 
@@ -32,6 +33,9 @@ def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
     """1 - Var[y_true - y_pred] / Var[y_true] (1: perfect, 0: no better than a constant)."""
     var_y = np.var(y_true)
     return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+
+
+_LOSS_TERMS = ("policy_loss", "value_loss", "entropy_loss")
 
 
 class OnPolicyAlgorithm(BaseAlgorithm):
@@ -149,7 +153,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self._set_lr()
         b, valid = self._full_batch()
         loss, stats, grads = self._loss_step(compiled=True)(b, self.ent_coef != 0)
-        self._apply_grads(grads)
+        self._apply_grads(grads, loss, stats)
         self._n_updates += 1
         if self._will_log():
             lg = self.logger
@@ -178,8 +182,10 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.logger.record("train/learning_rate", lr)
         return lr
 
-    def _apply_grads(self, grads: Any) -> None:
-        """Gradients computed by a compiled step -> .grad, clip the norm, optimizer step."""
+    def _apply_grads(self, grads: Any, loss: Any, stats: dict[str, Any]) -> None:
+        """Gradients computed by a step -> .grad, clip the norm, optimizer step; a non-finite
+        loss term stops training before the weights take it."""
+        check_update({"loss": loss, **{k: stats[k] for k in _LOSS_TERMS}})
         set_grads(self._params, grads, self.max_grad_norm)
         self.optimizer.step()
 

@@ -124,7 +124,7 @@ class PPO(OnPolicyAlgorithm):
                         > 1.5 * self.target_kl)
                 if stop:  # early stopping: this minibatch's step is not taken
                     break
-                self._apply_grads(grads)
+                self._apply_grads(grads, loss, s)
             self._n_updates += 1
             if stop:
                 break

@@ -106,6 +106,7 @@ RANGES: dict[str, Range] = {
     "env_kwargs": Range(kind=dict, none_ok=True),
     "vectorization_mode": Range(choices=("sync", "async", "vector_entry_point"), none_ok=True),
     "blas_threads": Range(1, integer=True, none_ok=True),
+    "check_finite": Range(kind=bool),
     "max_grad_norm": Range(0.0, lo_open=True, none_ok=True),
     "batch_size": _COUNT,
     # on-policy

@@ -27,6 +27,7 @@ import numpy as np
 import rlgrad
 from rlgrad import nn, ops, optim
 from rlgrad.rl.envs import EnvLike
+from rlgrad.rl.finite import check_update
 from rlgrad.rl.off_policy import (
     OffPolicyAlgorithm,
     bootstrapped_target,
@@ -138,6 +139,7 @@ class SAC(OffPolicyAlgorithm):
             if self.auto_ent:
                 ent_coef = float(np.exp(self.log_ent_coef.data[0]))
                 ent_loss = -(self.log_ent_coef * (log_pi.data + self.target_entropy)).mean()
+                check_update({"ent_coef_loss": ent_loss})
                 self.ent_coef_optimizer.zero_grad()
                 ent_loss.backward()
                 self.ent_coef_optimizer.step()
@@ -149,6 +151,7 @@ class SAC(OffPolicyAlgorithm):
             target = self.td_target(b, ent_coef, sde_weights)
             qs = self.critic(b.observations, b.actions)
             critic_loss = 0.5 * sum(ops.square(q - target).mean() for q in qs)
+            check_update({"critic_loss": critic_loss})
             self.critic_optimizer.zero_grad()
             critic_loss.backward()
             self.critic_optimizer.step()
@@ -161,6 +164,7 @@ class SAC(OffPolicyAlgorithm):
                 for q in q_pi[2:]:
                     min_q = ops.minimum(min_q, q)
                 actor_loss = (ent_coef * log_pi - min_q).mean()
+                check_update({"actor_loss": actor_loss})
                 actor_loss.backward()
             self.actor_optimizer.step()
             actor_losses.append(float(actor_loss.data))

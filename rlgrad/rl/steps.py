@@ -18,6 +18,7 @@ import numpy as np
 
 import rlgrad
 from rlgrad import autograd
+from rlgrad.rl.finite import NonFiniteError
 from rlgrad.tensor import Tensor, _const
 
 
@@ -65,6 +66,9 @@ def set_grads(params: list[Any], grads: Any, max_norm: float | None) -> float:
             f = g.reshape(-1)
             sq += float(np.dot(f, f))
         total = math.sqrt(sq)
+        if not math.isfinite(total):
+            raise NonFiniteError(f"the gradient of an update is not finite (its norm is {total}): "
+                                 "training stops before the weights take it")
         coef = float(max_norm) / (total + 1e-6)
         if coef < 1.0:
             grads = [g * g.dtype.type(coef) for g in grads]

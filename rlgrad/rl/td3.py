@@ -15,6 +15,7 @@ import numpy as np
 
 from rlgrad import ops, optim
 from rlgrad.rl.envs import EnvLike
+from rlgrad.rl.finite import check_update
 from rlgrad.rl.off_policy import (
     OffPolicyAlgorithm,
     bootstrapped_target,
@@ -85,6 +86,7 @@ class TD3(OffPolicyAlgorithm):
             target = self.td_target(b)
             qs = self.critic(b.observations, b.actions)
             critic_loss = sum(ops.square(q - target).mean() for q in qs)
+            check_update({"critic_loss": critic_loss})
             self.critic_optimizer.zero_grad()
             critic_loss.backward()
             self.critic_optimizer.step()
@@ -94,6 +96,7 @@ class TD3(OffPolicyAlgorithm):
                 with frozen(self.critic):  # dQ/da flows to the actor; critic weights untouched
                     actor_loss = -self.critic.q1_forward(b.observations,
                                                          self.actor(b.observations)).mean()
+                    check_update({"actor_loss": actor_loss})
                     actor_loss.backward()
                 self.actor_optimizer.step()
                 actor_losses.append(float(actor_loss.data))

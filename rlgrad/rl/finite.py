@@ -1,0 +1,54 @@
+"""Stop on the first non-finite number instead of training on it.
+
+An environment that returns NaN or inf once turns every weight into NaN within a few updates,
+after which acting silently returns action 0. So observations and rewards are checked as they
+arrive (one ``np.isfinite`` over the batch per step; ``check_finite=False`` turns it off, as
+SB3's ``VecCheckNan`` is optional), and each update's loss terms before the weights move. Either
+stops training with one line; a run's last good checkpoint stays on disk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class NonFiniteError(FloatingPointError):
+    """A NaN or inf reached training (from the environment or in an update)."""
+
+
+def _first_bad(x: np.ndarray) -> tuple[int, str] | None:
+    """(env index, 'nan' / 'inf' / '-inf') of the first non-finite row, or None."""
+    if x.dtype.kind not in "fc":
+        return None
+    ok = np.isfinite(x)
+    if ok.all():
+        return None
+    rows = ok.reshape(len(x), -1).all(axis=1) if x.ndim > 1 else ok
+    i = int(np.flatnonzero(~rows)[0])
+    v = x[i].reshape(-1)[np.flatnonzero(~np.isfinite(x[i].reshape(-1)))[0]]
+    return i, "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
+
+
+def check_transition(obs: Any, rewards: Any, step: int) -> None:
+    """Raise NonFiniteError naming the environment, the step and the field."""
+    for field, x in (("observation", obs), ("reward", rewards)):
+        if not isinstance(x, np.ndarray):
+            continue
+        bad = _first_bad(x)
+        if bad is not None:
+            raise NonFiniteError(
+                f"environment {bad[0]} returned a non-finite {field} ({bad[1]}) at vector step "
+                f"{step}; training stops so no weight learns from it. Fix the environment, or pass "
+                f"check_finite=False to train on it anyway")
+
+
+def check_update(terms: dict[str, Any]) -> None:
+    """Raise NonFiniteError naming the first loss term that is not finite."""
+    for name, value in terms.items():
+        v = np.asarray(getattr(value, "data", value), dtype=np.float64)
+        if not np.isfinite(v).all():
+            raise NonFiniteError(
+                f"the {name} of an update is {float(v.reshape(-1)[0])}: training stops before "
+                f"the weights take it (a learning rate too high, or inputs out of range?)")
