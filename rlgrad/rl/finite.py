@@ -9,9 +9,12 @@ stops training with one line; a run's last good checkpoint stays on disk.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
+
+from rlgrad.tensor import Tensor
 
 
 class NonFiniteError(FloatingPointError):
@@ -47,8 +50,10 @@ def check_transition(obs: Any, rewards: Any, step: int) -> None:
 def check_update(terms: dict[str, Any]) -> None:
     """Raise NonFiniteError naming the first loss term that is not finite."""
     for name, value in terms.items():
-        v = np.asarray(getattr(value, "data", value), dtype=np.float64)
-        if not np.isfinite(v).all():
-            raise NonFiniteError(
-                f"the {name} of an update is {float(v.reshape(-1)[0])}: training stops before "
-                f"the weights take it (a learning rate too high, or inputs out of range?)")
+        v = value.data if isinstance(value, Tensor) else value
+        if math.isfinite(v) if getattr(v, "ndim", 0) == 0 else np.isfinite(v).all():
+            continue
+        first = float(np.asarray(v, dtype=np.float64).reshape(-1)[0])
+        raise NonFiniteError(
+            f"the {name} of an update is {first}: training stops before the weights take it "
+            f"(a learning rate too high, or inputs out of range?)")
