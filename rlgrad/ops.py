@@ -299,8 +299,15 @@ bitwise_or = _nondiff(np.bitwise_or, "bitwise_or")
 bitwise_xor = _nondiff(np.bitwise_xor, "bitwise_xor")
 invert = _nondiff(np.invert, "invert")
 floor_divide = _nondiff(np.floor_divide, "floor_divide")
-remainder = _nondiff(np.remainder, "remainder")
+
+
+# x mod y = x - k*y with k = floor(x / y) (trunc for fmod) piecewise constant: d/dx = 1,
+# d/dy = -k (the jumps, where k changes, are measure zero; NumPy's value is kept there).
+remainder = primitive(np.remainder, "remainder", arity=2)
+defvjp(remainder, pass_through, lambda g, ans, a, b: -g * floor(a / b))
 mod = remainder
+fmod = primitive(np.fmod, "fmod", arity=2)
+defvjp(fmod, pass_through, lambda g, ans, a, b: -g * trunc(a / b))
 
 
 def _astype(x: Any, dtype: Any) -> Any:

@@ -91,7 +91,6 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     cumsum,
     diag,
     divide,
-    einsum,
     equal,
     exp,
     expand_dims,
@@ -99,6 +98,7 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     flip,
     floor,
     floor_divide,
+    fmod,
     greater,
     greater_equal,
     invert,
@@ -314,6 +314,29 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
         sb[j] = sa[i]
     out = [c for i, c in enumerate(sa) if i not in ax_a] + [c for j, c in enumerate(sb) if j not in ax_b]
     return einsum(f"{''.join(sa)},{''.join(sb)}->{''.join(out)}", a, b)
+
+
+def einsum(*operands: Any, **kwargs: Any) -> Any:
+    """NumPy's einsum, in the subscripts form and the sublist form
+    ``einsum(a, [0, 1], b, [1, 2], [0, 2])`` (turned into subscripts, so both differentiate)."""
+    if not _has_tensor(operands):
+        return _np.einsum(*operands, **kwargs)
+    kwargs.pop("optimize", None)  # (the primitive picks its own contraction order)
+    if kwargs:
+        raise TypeError(f"rlgrad.numpy.einsum on Tensors takes no {sorted(kwargs)}")
+    if isinstance(operands[0], str):
+        return _ops.einsum(*operands)
+    arrays, subs = list(operands[0::2]), [list(s) for s in operands[1::2]]
+    out = list(arrays.pop()) if len(operands) % 2 else None  # odd: the last is the output
+    spec = ",".join(_einsum_letters(s) for s in subs)
+    if out is not None:
+        spec += "->" + _einsum_letters(out)
+    return _ops.einsum(spec, *arrays)
+
+
+def _einsum_letters(sublist: list[Any]) -> str:
+    chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return "".join("..." if s is Ellipsis else chars[int(s)] for s in sublist)
 
 
 @_numpy_on_arrays(_np.trace)
