@@ -836,6 +836,8 @@ ROWS: list[Row] = [
     Row("maximum", broadcast(ops.maximum, grid(0.03), grid(0.08))),
     Row("minimum", broadcast(ops.minimum, grid(0.03), grid(0.08))),
     Row("logaddexp", broadcast(ops.logaddexp, reals(-3, 3), reals(-3, 3))),
+    Row("logaddexp2", broadcast(ops.logaddexp2, reals(-3, 3), reals(-3, 3))),
+    Row("hypot", broadcast(ops.hypot, nonzero(0.3, 3), nonzero(0.3, 3))),
     Row("arctan2", broadcast(ops.arctan2, nonzero(0.2, 2), reals(-2, 2))),
     # elementwise unary
     Row("negative", unary(ops.negative, reals(-3, 3))),
@@ -866,6 +868,7 @@ ROWS: list[Row] = [
     Row("cosh", unary(ops.cosh, reals(-3, 3))),
     Row("arcsinh", unary(ops.arcsinh, reals(-3, 3))),
     Row("arctanh", unary(ops.arctanh, reals(-0.9, 0.9))),
+    Row("arccosh", unary(ops.arccosh, reals(1.2, 4))),
     Row("sigmoid", unary(ops.sigmoid, reals(-6, 6))),
     Row("softplus", unary(ops.softplus, reals(-6, 6))),
     Row("relu", unary(ops.relu, nonzero(0.01, 3))),
