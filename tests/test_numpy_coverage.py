@@ -137,16 +137,23 @@ CASES = [
      + m.real_if_close(a) + m.angle(a), (V,)),
     ("partition", lambda m, a: m.partition(a, 2) * m.arange(5.0), (V,)),
     ("partition_axis", lambda m, a: m.partition(a, [1, 2], axis=0) * m.arange(6.0), (M,)),
+    ("full", lambda m, a: m.full((2, 5), a[1]) * m.full(5, a[0] * 2.0, dtype=np.float64), (V,)),
+    ("full_array_fill", lambda m, a: m.full((2, 5), a) ** 2, (V,)),
+    ("array_api_names", lambda m, a: m.pow(m.acos(m.tanh(a)), 2) + m.atan2(a, 2.0) + m.asinh(a)
+     + m.atanh(m.tanh(a) * 0.5) + m.acosh(a * a + 1.5) + m.asin(m.tanh(a)) + m.atan(a), (V,)),
+    ("permute_dims", lambda m, a: m.permute_dims(a, (2, 0, 1)) ** 2, (C3,)),
     ("gradient", lambda m, a: m.gradient(a * a), (V,)),
     ("gradient_2d", lambda m, a: m.gradient(a ** 3, 0.5, 2.0), (M,)),
     ("gradient_edge2", lambda m, a: m.gradient(a ** 3, axis=1, edge_order=2), (M,)),
 ]
 NOT_IN_AUTOGRAD = {"partition", "partition_axis", "gradient", "gradient_2d", "gradient_edge2",
-                   "r_", "c_", "repeat_empty", "hsplit_1d", "array_split_3d", "dsplit", "fmax",
-                   "fmin", "logaddexp2", "hypot", "arccosh", "atleast_3d", "row_stack",
+                   "r_", "c_",
                    # autograd has them, in another form: a boxed list (its split family), no
-                   # axes= (rot90), no array endpoints (linspace)
-                   "hsplit", "vsplit", "array_split_2d", "rot90", "rot90_k2", "linspace_arrays"}
+                   # axes= (rot90), no array endpoints (linspace); an array
+                   # fill_value of full gets the sum of the gradient in autograd
+                   "hsplit", "vsplit", "full_array_fill", "array_split_2d", "hsplit_1d", "dsplit",
+                   "array_split_3d",
+                   "rot90", "rot90_k2", "linspace_arrays"}
 
 
 def _flat(m, out):

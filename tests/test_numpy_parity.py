@@ -190,6 +190,8 @@ EXTRA: dict[str, list[tuple[tuple, dict]]] = {
     "rollaxis": [((np.ones((2, 3, 4)), 2), {}), ((np.ones((2, 3, 4)), 0, 3), {})],
     "partition": [((_V, 2), {}), ((_A, 1), {"axis": 0})],
     "gradient": [((_V,), {}), ((_A, 0.5), {}), ((np.ones((3, 4)),), {"edge_order": 2, "axis": 1})],
+    "full": [(((2, 3), 1.5), {}), ((3, _V[:1]), {}), (((2, 4), _V), {"dtype": np.float32})],
+    "permute_dims": [((np.ones((2, 3, 4)), (1, 2, 0)), {})],
     "hypot": [((_A, _A[:, :1]), {})],
     "fmax": [((_A, ARRAYS["f64"]), {}), ((ARRAYS["vec_nan"], 0.0), {})],
     "fmin": [((_A, ARRAYS["f64"]), {}), ((ARRAYS["vec_nan"], 0.0), {})],

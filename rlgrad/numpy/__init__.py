@@ -34,7 +34,6 @@ from numpy import (  # noqa: E402,F401
     float16,
     float32,
     float64,
-    full,
     full_like,
     identity,
     iinfo,
@@ -898,6 +897,22 @@ def _gradient_1d(f: Any, ax: int, h: float, edge_order: int) -> Any:
         last = (0.5 * at(-3, -2) - 2.0 * at(-2, -1) + 1.5 * at(-1)) / h
     return concatenate([first, mid, last], axis=ax)
 
+
+# NumPy 2's array-API names (autograd.numpy has them)
+acos, acosh, asin, asinh = arccos, arccosh, arcsin, arcsinh
+atan, atan2, atanh, pow = arctan, arctan2, arctanh, power  # noqa: A001
+
+
+@_numpy_on_arrays(_np.permute_dims)
+def permute_dims(a: Any, axes: Any = None) -> Any:
+    return transpose(a, axes)
+
+
+@_numpy_on_arrays(_np.full)
+def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C") -> Any:
+    """NumPy's full, differentiable in ``fill_value`` (as autograd's)."""
+    out = broadcast_to(fill_value, (shape,) if isinstance(shape, int) else tuple(shape))
+    return astype(out, dtype) if dtype is not None else out * 1  # (a copy, as NumPy's)
 
 # ---- NumPy's own functions called on a Tensor ---------------------------------------------------
 # numpy.exp(t), numpy.sum(t), numpy.linalg.inv(t) ... dispatch here through NumPy's protocols.
