@@ -173,3 +173,18 @@ def test_numpy_function_gradients(name, f, args):
         return
     _same_grad(lambda *a: rnp.sum(_flat(rnp, f(rnp, *a)) * w),
                lambda *a: anp.sum(_flat(anp, f(anp, *a)) * w), *args)
+
+
+def test_complex_intermediate_raises_instead_of_a_wrong_gradient():
+    """|x (1 + 2j)| = sqrt(5) |x|: the real rules gave -1.34 (the real part of a wrong complex
+    gradient); now every way of asking for the gradient says complex values are not differentiated."""
+    x = np.array([1.0, 2.0])
+    with pytest.raises(TypeError, match="through complex values"):
+        rlgrad.grad(lambda x: rnp.sum(rnp.abs(x * (1 + 2j))))(x)
+    t = rlgrad.tensor(x, requires_grad=True)
+    with pytest.raises(TypeError, match="through complex values"):
+        rnp.sum(rnp.abs(t * (1 + 2j))).backward()
+    with pytest.raises(TypeError, match="through complex values"):
+        rlgrad.autograd.grad(rnp.sum(rnp.abs(t * (1 + 2j))), [t])
+    with pytest.raises(TypeError, match="complex Tensor"):
+        rnp.real(t * (1 + 2j))
