@@ -1,6 +1,7 @@
 """Timing shared by the benchmarks: one BLAS thread, calibrated loops, interleaved rounds.
 
-Import this module before NumPy (it pins BLAS to one thread through the environment).
+Import this module before NumPy (it pins BLAS to one thread through the environment) and before
+rlgrad (it puts this checkout's rlgrad first on the path).
 Implementations are timed in turn within every round and rounds are repeated, so load that comes
 and goes on a shared machine hits them alike; ratios are taken per round, then the median.
 """
@@ -8,6 +9,10 @@ and goes on a shared machine hits them alike; ratios are taken per round, then t
 from __future__ import annotations
 
 import os
+import sys
+
+# The rlgrad of this checkout, not an installed one (an editable install points at another tree).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")

@@ -3,6 +3,9 @@
 loss = mean(-log_softmax(logits)[i, a_i] * adv_i), float32, batch 1, 32 and 256, one thread.
 Compared in the same process with the same computation written by hand in NumPy (the floor), and
 with PyTorch eager, HIPS autograd and JAX when they are installed. Reports medians of repeats.
+The "unfused" rows write the same loss with elementary ``rlgrad.numpy`` functions (max, exp, sum,
+log, take_along_axis, mean: 18 recorded ops instead of log_softmax and an index): the per-op cost
+of recording and of the backward pass, as user code ported from NumPy/autograd pays it.
 
     python bench/engine.py [--repeats 15] [--quick]
 
@@ -80,6 +83,31 @@ def rlgrad_setup(p: dict[str, Any]) -> Callable[[], Any]:
     return step
 
 
+def unfused_loss(params: list[Any], x: Any, a: Any, adv: Any, xp: Any = rnp) -> Any:
+    """The loss from elementary functions, 18 recorded ops (``a`` and ``adv`` of shape (n, 1))."""
+    w1, b1, w2, b2, w3, b3 = params
+    h1 = xp.tanh(x @ w1 + b1)
+    h2 = xp.tanh(h1 @ w2 + b2)
+    logits = h2 @ w3 + b3
+    z = logits - xp.max(logits, axis=1, keepdims=True)
+    logp = z - xp.log(xp.sum(xp.exp(z), axis=1, keepdims=True))
+    return -xp.mean(xp.take_along_axis(logp, a, axis=1) * adv)
+
+
+def rlgrad_unfused_setup(p: dict[str, Any]) -> Callable[[], Any]:
+    params = [rlgrad.tensor(w, requires_grad=True) for w in p["params"]]
+    x = rlgrad.tensor(p["x"])
+    a, adv = p["a"][:, None], p["adv"][:, None]
+
+    def step() -> Any:
+        for q in params:
+            q.grad = None
+        unfused_loss(params, x, a, adv).backward()
+        return [q.grad for q in params]
+
+    return step
+
+
 def policy_loss(params: list[Any], x: Any, a: Any, adv: Any) -> Any:
     w1, b1, w2, b2, w3, b3 = params
     h1 = rnp.tanh(x @ w1 + b1)
@@ -121,6 +149,36 @@ def torch_setup(p: dict[str, Any]) -> Callable[[], Any] | None:
         logp = torch.log_softmax(h2 @ w3 + b3, dim=1)
         loss = -(logp[rows, a] * adv).mean()
         loss.backward()
+        return [q.grad for q in params]
+
+    return step
+
+
+def torch_unfused_setup(p: dict[str, Any]) -> Callable[[], Any] | None:
+    torch = _timing.torch_or_none()
+    if torch is None:
+        return None
+    params = [torch.tensor(w, requires_grad=True) for w in p["params"]]
+    x = torch.tensor(p["x"])
+    a, adv = torch.tensor(p["a"][:, None]), torch.tensor(p["adv"][:, None])
+
+    class _Xp:  # torch's functions under NumPy's names, for unfused_loss
+        tanh, exp, log, take_along_axis = torch.tanh, torch.exp, torch.log, torch.take_along_dim
+
+        @staticmethod
+        def max(t: Any, axis: int, keepdims: bool) -> Any:
+            return torch.amax(t, dim=axis, keepdim=keepdims)
+
+        @staticmethod
+        def sum(t: Any, axis: int, keepdims: bool) -> Any:
+            return torch.sum(t, dim=axis, keepdim=keepdims)
+
+        mean = staticmethod(torch.mean)
+
+    def step() -> Any:
+        for q in params:
+            q.grad = None
+        unfused_loss(params, x, a, adv, _Xp).backward()
         return [q.grad for q in params]
 
     return step
@@ -178,14 +236,21 @@ def jax_setup(p: dict[str, Any]) -> Callable[[], Any] | None:
 def check_same(p: dict[str, Any]) -> None:
     """Guard: rlgrad's gradients equal the hand-written ones (a benchmark of a wrong answer is void)."""
     ref = numpy_step(p)
-    for got in ([g.data for g in rlgrad_setup(p)()], rlgrad_functional_setup(p)(),
-                rlgrad_jit_setup(p)()[1]):
+    for got in ([g.data for g in rlgrad_setup(p)()], [g.data for g in rlgrad_unfused_setup(p)()],
+                rlgrad_functional_setup(p)(), rlgrad_jit_setup(p)()[1]):
         for r, g in zip(ref, got):
             assert g.dtype == np.float32, g.dtype
             np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-6)
+    torch_step = torch_unfused_setup(p)
+    if torch_step is not None:
+        for r, g in zip(ref, torch_step()):
+            np.testing.assert_allclose(g.numpy(), r, rtol=1e-4, atol=1e-6)
 
 
-def run(repeats: int = 15, batches: tuple[int, ...] = BATCHES) -> list[dict[str, Any]]:
+def run(repeats: int = 15, batches: tuple[int, ...] = BATCHES,
+        only: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Rows of the table; ``only``: keep the floor and the implementations whose name contains
+    one of these words."""
     rows = []
     for batch in batches:
         p = make_problem(batch)
@@ -193,13 +258,16 @@ def run(repeats: int = 15, batches: tuple[int, ...] = BATCHES) -> list[dict[str,
         impls = {
             "numpy (hand-written)": lambda p=p: numpy_step(p),
             "rlgrad (Tensor.backward)": rlgrad_setup(p),
+            "rlgrad unfused (Tensor.backward, 18 ops)": rlgrad_unfused_setup(p),
             "rlgrad (functional grad)": rlgrad_functional_setup(p),
             "rlgrad (jit: trace once, replay)": rlgrad_jit_setup(p),
             "PyTorch eager": torch_setup(p),
+            "PyTorch eager unfused (18 ops)": torch_unfused_setup(p),
             "HIPS autograd": autograd_setup(p),
             "JAX (jit)": jax_setup(p),
         }
-        present = {k: v for k, v in impls.items() if v is not None}
+        present = {k: v for i, (k, v) in enumerate(impls.items()) if v is not None
+                   and (i == 0 or not only or any(w in k for w in only))}
         timed = _timing.paired(_timing.interleaved(present, repeats), next(iter(present)))
         for name, (t, ratio) in timed.items():
             rows.append({"batch": batch, "impl": name, "us": t * 1e6, "ratio": ratio})
@@ -220,12 +288,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="batch 32 only, 7 repeats, no nn section")
+    ap.add_argument("--only", default="", help="comma-separated words: time only the floor and "
+                    "the implementations whose name contains one (e.g. --only unfused,Tensor)")
+    ap.add_argument("--batches", default="", help="comma-separated batch sizes (default 1,32,256)")
     args = ap.parse_args()
     batches = (32,) if args.quick else BATCHES
+    if args.batches:
+        batches = tuple(int(b) for b in args.batches.split(","))
+    only = tuple(w for w in args.only.split(",") if w)
     repeats = 7 if args.quick else args.repeats
     print("Engine: forward + backward, MLP 4-64-64-2 tanh, policy-gradient loss, float32, 1 thread\n")
-    print(table(run(repeats, batches)))
-    if not args.quick:
+    print(table(run(repeats, batches, only)))
+    if not args.quick and not only:
         import nn as nn_bench  # bench/nn.py: the nn.MLP + Adam steps and Conv2d (issue 4)
 
         print("\nnn + optim: forward, backward and Adam step; Conv2d forward + backward\n")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Sequence
+from functools import partial
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
 from typing import Any
@@ -163,12 +164,22 @@ def _rule_inputs(t: Tensor, g: Any, create_graph: bool) -> tuple[Any, Any, Any, 
     return g, t.data, None, None, [a.data if isinstance(a, Tensor) else a for a in args]
 
 
+def _skipped(a: Tensor, visit: set[int] | None, wanted: set[int]) -> bool:
+    """autograd.grad: whether argument ``a`` gets no gradient (nothing asked for lies behind it,
+    or it is a leaf nobody asked about)."""
+    if visit is not None:
+        return id(a) not in visit
+    return a._op is None and id(a) not in wanted
+
+
 def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: list[Tensor],
                wanted: set[int] | None, visit: set[int] | None, retain_graph: bool,
                create_graph: bool) -> None:
     """Hand each tensor's gradient to its arguments through the VJP rules, newest tensor first
     (see run_backward). The engine's hot loop: one- and two-argument ops get plain locals and
     direct rule calls (no ``*argv``), and ``pass_through`` rules are not called at all."""
+    plain = wanted is None and visit is None  # Tensor.backward: every argument gets its share
+    fast = not create_graph  # plain arrays for the rules
     while heap:
         t = _heappop(heap)[1]
         key = id(t)
@@ -187,9 +198,7 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
         if t._written:  # the output itself was written in place after it was computed
             _refuse_modified(t, t)
         ans = t.data  # below: an argument written in place after t was computed is refused
-        if create_graph or n > 2:
-            g, ans, d0, d1, argv = _rule_inputs(t, g, create_graph)
-        elif n == 2:
+        if n == 2 and fast:
             d0, d1 = args
             if isinstance(d0, Tensor):
                 if d0._written > tseq:
@@ -199,39 +208,38 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
                 if d1._written > tseq:
                     _refuse_modified(t, d1)
                 d1 = d1.data
-        else:
+        elif n == 1 and fast:
             d0 = args[0]
             if d0._written > tseq:
                 _refuse_modified(t, d0)
             d0 = d0.data
+        else:
+            g, ans, d0, d1, argv = _rule_inputs(t, g, create_graph)
         rules, kw = op.vjps, t._kw
-        for i, a in enumerate(args):
-            if not isinstance(a, Tensor) or not a.requires_grad:
+        if rules is None:  # a variadic primitive (concatenate, einsum, ...): one rule for all
+            pairs = [(a, partial(op.vjp_argnum, i)) for i, a in enumerate(args)]
+            argv = argv if n > 2 else (d0,) if n == 1 else (d0, d1)
+        else:  # zip: arguments past the last rule (static ones) are not even looked at
+            pairs = zip(args, rules)
+        for a, rule in pairs:
+            if rule is None or not isinstance(a, Tensor) or not a.requires_grad:
                 continue
-            akey = id(a)
-            if visit is not None:
-                if akey not in visit:
-                    continue  # autograd.grad: nothing asked for lies behind this argument
-            elif wanted is not None and a._op is None and akey not in wanted:
-                continue  # a leaf nobody asked about
-            if rules is None:  # a variadic primitive (concatenate, einsum, ...)
-                ga = op.vjp_argnum(i, g, ans, *(argv if n > 2 else (d0,) if n == 1 else (d0, d1)), **kw)
+            if not plain and _skipped(a, visit, wanted):
+                continue
+            if rule is pass_through:
+                ga = g
+            elif n == 2 and rules is not None:
+                ga = rule(g, ans, d0, d1, **kw) if kw else rule(g, ans, d0, d1)
+            elif n == 1 and rules is not None:
+                ga = rule(g, ans, d0, **kw) if kw else rule(g, ans, d0)
             else:
-                rule = rules[i] if i < len(rules) else None
-                if rule is None:
-                    continue
-                if rule is pass_through:
-                    ga = g
-                elif n == 2:
-                    ga = rule(g, ans, d0, d1, **kw) if kw else rule(g, ans, d0, d1)
-                elif n == 1:
-                    ga = rule(g, ans, d0, **kw) if kw else rule(g, ans, d0)
-                else:
-                    ga = rule(g, ans, *argv, **kw) if kw else rule(g, ans, *argv)
+                ga = rule(g, ans, *argv, **kw) if kw else rule(g, ans, *argv)
             if ga is None:
                 continue
-            if ga.shape != a.data.shape:
-                ga = unbroadcast(ga, a.data.shape, create_graph)
+            shape = a.data.shape
+            if ga.shape != shape:
+                ga = unbroadcast(ga, shape, create_graph)
+            akey = id(a)
             prev = grads.get(akey)
             if prev is None:
                 grads[akey] = ga

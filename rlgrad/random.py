@@ -23,7 +23,7 @@ from rlgrad.tensor import _Trace
 
 __all__ = [
     "Generator", "default_generator", "seed", "manual_seed", "get_rng_state", "set_rng_state",
-    "numpy_generator",
+    "numpy_generator", "generator_state_dict", "load_generator_state",
 ]
 
 
@@ -110,6 +110,24 @@ def get_rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     default_generator.set_state(state)
+
+
+def generator_state_dict(gen: np.random.Generator) -> dict[str, Any]:
+    """A NumPy generator's state with its 128-bit integers as strings (checkpoint-safe: the
+    state holds only strings and small integers)."""
+    s = gen.bit_generator.state
+    return {"bit_generator": s["bit_generator"], "state": str(s["state"]["state"]),
+            "inc": str(s["state"]["inc"]), "has_uint32": int(s["has_uint32"]),
+            "uinteger": int(s["uinteger"])}
+
+
+def load_generator_state(gen: np.random.Generator, d: dict[str, Any]) -> None:
+    """Restore a state made by :func:`generator_state_dict` in place."""
+    gen.bit_generator.state = {
+        "bit_generator": str(d["bit_generator"]),
+        "state": {"state": int(d["state"]), "inc": int(d["inc"])},
+        "has_uint32": int(d["has_uint32"]), "uinteger": int(d["uinteger"]),
+    }
 
 
 def numpy_generator(generator: Generator | np.random.Generator | None = None

@@ -695,3 +695,28 @@ def test_random_seed_also_seeds_layer_initialization() -> None:
     s2 = rlgrad.random.default_generator.numpy.random()
     np.testing.assert_array_equal(w1, w2)
     assert s1 == s2
+
+
+def test_distributions_trace_under_jit_and_check_eagerly():
+    """Traced by rlgrad.jit, Categorical reads each call's actions (not the first call's) and the
+    entropy's mask is recomputed; the value checks are skipped while tracing only."""
+    import rlgrad
+    from rlgrad.distributions import Categorical, Independent, Normal
+
+    def f(logits, a, loc, x):
+        c = Categorical(logits=logits)
+        n = Independent(Normal(loc, rlgrad.numpy.exp(loc * 0.5)), 1)
+        return c.log_prob(a) + c.entropy() + n.log_prob(x)
+
+    step = rlgrad.jit(f)
+    rng = np.random.default_rng(0)
+    logits = rng.normal(size=(5, 3)).astype(np.float32)
+    loc, x = (rng.normal(size=(5, 2)).astype(np.float32) for _ in range(2))
+    for a in (np.array([0, 1, 2, 0, 1]), np.array([2, 2, 2, 2, 2])):
+        logits[1, 0] = -np.inf if a[0] == 2 else 0.3  # a masked action: entropy's mask changes
+        np.testing.assert_allclose(step(logits, a, loc, x),
+                                   f(rlgrad.tensor(logits), a, loc, x).data, rtol=1e-6)
+    with pytest.raises(ValueError, match="value must be an integer"):
+        Categorical(logits=logits).log_prob(np.array([0, 1, 3, 0, 1]))
+    with pytest.raises(ValueError, match="scale"):
+        Normal(loc, -np.ones_like(loc))

@@ -7,8 +7,6 @@ import rlgrad
 from rlgrad.rl import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.callbacks import BaseCallback
-from rlgrad.rl.on_policy import policy_gradient_losses
-from rlgrad.rl.policies import log_softmax_np, mlp_numpy
 
 
 def _rollout(m):
@@ -17,44 +15,100 @@ def _rollout(m):
     return next(m.rollout_buffer.get(None))
 
 
+def _mlp_np(layers, x):
+    """A Linear/Tanh stack in float64, written here (independent of rlgrad's acting path)."""
+    x = np.asarray(x, np.float64)
+    for m in layers:
+        if hasattr(m, "weight"):
+            x = x @ m.weight.data.astype(np.float64).T + m.bias.data
+        else:
+            x = np.tanh(x)
+    return x
+
+
 def _logp_np(m, b):
-    logp = log_softmax_np(m.policy._head_np(b.observations))
+    logits = _mlp_np([*m.policy.pi_net, m.policy.action_net], b.observations)
+    z = logits - logits.max(1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(1, keepdims=True))
     return logp[np.arange(len(b.actions)), b.actions], logp
 
 
+def _values_np(m, b):
+    return _mlp_np([*m.policy.vf_net, m.policy.value_net], b.observations)[:, 0]
+
+
+def _both_steps(m):
+    """The algorithm's one loss, run eagerly and compiled (the same function)."""
+    return m._loss_step(compiled=False), m._loss_step(compiled=True)
+
+
 def test_ppo_losses_hand_computed():
-    m = PPO("CartPole-v1", n_envs=2, n_steps=8, batch_size=16, seed=1)
+    m = PPO("CartPole-v1", n_envs=2, n_steps=8, batch_size=16, ent_coef=0.01, seed=1)
     b = _rollout(m)
     rng = np.random.default_rng(0)
     b = b._replace(old_log_prob=b.old_log_prob + rng.normal(0, 0.3, len(b.old_log_prob)),
                    old_values=b.old_values + rng.normal(0, 0.5, len(b.old_values)).astype(np.float32))
     clip, clip_vf = 0.2, 0.1
-    pl, vl, el, ratio, _ = m.losses(b, clip, clip_vf)
-    logp, logp_all = _logp_np(m, b)
     adv = (b.advantages - b.advantages.mean()) / (b.advantages.std() + 1e-8)
+    logp, logp_all = _logp_np(m, b)
     r = np.exp(logp - b.old_log_prob)
     exp_pl = -np.mean(np.minimum(adv * r, adv * np.clip(r, 1 - clip, 1 + clip)))
-    v = m.policy.predict_values(b.observations)
-    v_clipped = b.old_values + np.clip(v - b.old_values, -clip_vf, clip_vf)
-    exp_vl = np.mean((b.returns - v_clipped) ** 2)
+    v = _values_np(m, b)
     exp_el = np.mean(np.sum(np.exp(logp_all) * logp_all, axis=1))  # -entropy
-    np.testing.assert_allclose(ratio, r, rtol=1e-5)
-    assert float(pl.data) == pytest.approx(exp_pl, rel=1e-4, abs=1e-6)
-    assert float(vl.data) == pytest.approx(exp_vl, rel=1e-4)
-    assert float(np.asarray(getattr(el, "data", el))) == pytest.approx(exp_el, rel=1e-4)
+    for vf in (clip_vf, None):
+        batch = m._loss_batch(b, adv.astype(np.float32), np.full(16, 1 / 16, np.float32))
+        batch["clip"] = np.float32(clip)
+        if vf is not None:
+            batch["clip_vf"] = np.float32(vf)
+        v_used = v if vf is None else b.old_values + np.clip(v - b.old_values, -vf, vf)
+        exp_vl = np.mean((b.returns - v_used) ** 2)
+        for step in _both_steps(m) if vf is None else _both_steps(m)[:1]:
+            loss, s, _ = step(batch, True)
+            np.testing.assert_allclose(s["log_prob"], logp, rtol=1e-5, atol=1e-6)
+            assert float(s["policy_loss"]) == pytest.approx(exp_pl, rel=1e-4, abs=1e-6)
+            assert float(s["value_loss"]) == pytest.approx(exp_vl, rel=1e-4)
+            assert float(s["entropy_loss"]) == pytest.approx(exp_el, rel=1e-4)
+            assert float(loss) == pytest.approx(exp_pl + 0.5 * exp_vl + 0.01 * exp_el, rel=1e-4)
 
 
-def test_policy_gradient_losses_hand_computed():
+def test_policy_gradient_loss_and_its_gradient_hand_computed():
     m = A2C("CartPole-v1", n_envs=2, n_steps=5, seed=2)
     b = _rollout(m)
-    pl, vl, el = policy_gradient_losses(m.policy, b, normalize_advantage=False)
+    n = len(b.actions)
+    batch = m._loss_batch(b, b.advantages, np.full(n, 1 / n, np.float32))
     logp, logp_all = _logp_np(m, b)
-    assert float(pl.data) == pytest.approx(-np.mean(logp * b.advantages), rel=1e-4, abs=1e-7)
-    v = m.policy.predict_values(b.observations)
-    assert float(vl.data) == pytest.approx(np.mean((b.returns - v) ** 2), rel=1e-4)
-    # the score-function gradient: d pl / d logits = -(onehot(a) - softmax) * A / n
-    pl.backward()
-    assert m.policy.action_net.bias.grad is not None
+    v = _values_np(m, b)
+    # the score-function gradient: d pl / d logits = -(onehot(a) - softmax) * A / n, so the
+    # action head's bias gets its sum over rows; the value head's bias -2 (R - V) * vf_coef / n
+    onehot = np.eye(2)[b.actions]
+    exp_bias = -((onehot - np.exp(logp_all)) * b.advantages[:, None]).sum(0) / n
+    exp_vbias = -0.5 * 2 * np.sum(b.returns - v) / n
+    i_bias = next(i for i, p in enumerate(m._params) if p is m.policy.action_net.bias)
+    i_vbias = next(i for i, p in enumerate(m._params) if p is m.policy.value_net.bias)
+    for step in _both_steps(m):
+        loss, s, grads = step(batch, False)
+        assert float(s["policy_loss"]) == pytest.approx(-np.mean(logp * b.advantages), rel=1e-4,
+                                                        abs=1e-7)
+        assert float(s["value_loss"]) == pytest.approx(np.mean((b.returns - v) ** 2), rel=1e-4)
+        np.testing.assert_allclose(grads[i_bias], exp_bias, rtol=1e-4, atol=1e-7)
+        np.testing.assert_allclose(grads[i_vbias], [exp_vbias], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_acting_samples_as_the_policy_distribution(env):
+    """The NumPy acting path draws the same actions as ``distribution(obs).sample`` from the same
+    generator state, with the distribution's log-probabilities."""
+    m = PPO(env, n_envs=2, seed=0)
+    obs = np.random.default_rng(0).normal(size=(64, m.obs_dim)).astype(np.float32)
+    a, _, logp = m.policy.act(obs, np.random.default_rng(5))
+    dist = m.policy.distribution(obs)
+    a_dist = dist.sample(generator=np.random.default_rng(5)).data
+    if m.policy.discrete:
+        np.testing.assert_array_equal(a, a_dist)
+    else:  # loc from NumPy vs the engine's matmul: the same draws, a few ulp apart
+        np.testing.assert_allclose(a.reshape(a_dist.shape), a_dist, rtol=1e-5, atol=1e-6)
+    lp = dist.log_prob(m.policy.actions_for_loss(a)).data
+    np.testing.assert_allclose(logp, lp, rtol=1e-5, atol=1e-5)
 
 
 def _dqn_batch(m, n=8, seed=0):
@@ -65,6 +119,17 @@ def _dqn_batch(m, n=8, seed=0):
                        np.zeros(n, bool))
 
 
+def _relu_mlp_np(net, x):
+    """A Linear/ReLU stack in float64, written here (independent of rlgrad's acting path)."""
+    x = np.asarray(x, np.float64)
+    lin = [m for m in net if hasattr(m, "weight")]
+    for k, m in enumerate(lin):
+        x = x @ m.weight.data.astype(np.float64).T + m.bias.data
+        if k < len(lin) - 1:
+            x = np.maximum(x, 0)
+    return x
+
+
 @pytest.mark.parametrize("double_q", [False, True])
 def test_dqn_target_and_clipped_td_error(double_q):
     m = DQN("CartPole-v1", double_q=double_q, gamma=0.9, seed=0,
@@ -73,20 +138,27 @@ def test_dqn_target_and_clipped_td_error(double_q):
     for p in m.q_net_target.parameters():  # make the target net differ from the online one
         p.data += rng.normal(0, 0.5, p.shape).astype(np.float32)
     b = _dqn_batch(m)
-    qt = mlp_numpy(m.q_net_target.q_net, b.next_observations)
+    qt = _relu_mlp_np(m.q_net_target, b.next_observations)
     if double_q:
-        a_star = mlp_numpy(m.q_net.q_net, b.next_observations).argmax(1)
+        a_star = _relu_mlp_np(m.q_net, b.next_observations).argmax(1)
         nxt = qt[np.arange(8), a_star]
     else:
         nxt = qt.max(1)
     y = b.rewards + 0.9 * (1 - b.terminated) * nxt
-    np.testing.assert_allclose(m.td_target(b), y, rtol=1e-5)
-    loss, q_a = m.loss(b)
-    q_a.retain_grad()
-    loss.backward()
-    # DQN 3.0: the gradient w.r.t. Q(s, a) is the TD error clipped to +-clip_delta (mean over batch)
-    np.testing.assert_allclose(q_a.grad.data, np.clip(q_a.data - y, -1, 1) / 8, rtol=1e-5,
-                               atol=1e-7)
+    np.testing.assert_allclose(m.td_target(b), y, rtol=1e-5, atol=1e-6)
+    # DQN 3.0: the gradient w.r.t. Q(s, a) is the TD error clipped to +-clip_delta (mean over
+    # the batch), so the output bias of action k gets the sum over the rows that took k
+    q_a = _relu_mlp_np(m.q_net, b.observations)[np.arange(8), b.actions]
+    g = np.clip(q_a - y, -1, 1) / 8
+    exp_bias = [g[b.actions == k].sum() for k in range(2)]
+    huber = np.where(np.abs(q_a - y) <= 1, 0.5 * (q_a - y) ** 2, np.abs(q_a - y) - 0.5).mean()
+    batch = {"obs": b.observations, "actions": b.actions, "target": y.astype(np.float32)}
+    from rlgrad.rl.steps import grad_step
+
+    for compiled in (False, True):  # DQN.loss, the training loss, run eagerly and compiled
+        loss, _, grads = grad_step(m.loss, m._params, compiled)(batch)
+        assert float(loss) == pytest.approx(huber, rel=1e-5)
+        np.testing.assert_allclose(grads[-1], exp_bias, rtol=1e-5, atol=1e-7)
 
 
 def test_td3_target_without_smoothing():
@@ -106,7 +178,7 @@ def test_td3_target_without_smoothing():
 
 
 def test_wrong_action_space_errors():
-    with pytest.raises(ValueError, match="Discrete action space.*SAC, TD3 or DDPG"):
+    with pytest.raises(ValueError, match=r"discrete \(Discrete\) action space.*SAC, TD3 or DDPG"):
         DQN("Pendulum-v1")
     with pytest.raises(ValueError, match="continuous.*DQN, PPO or A2C"):
         SAC("CartPole-v1")
@@ -209,9 +281,9 @@ def test_fused_acting_path_matches_the_modules(env):
     a2, v2, l2 = m.policy.act(obs, np.random.default_rng(1), m.policy.fused_numpy())
     np.testing.assert_allclose(v1, v2, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(a1, a2, rtol=1e-5, atol=1e-6)
-    values, log_prob, _ = m.policy.evaluate_actions(obs, a2)  # the training graph agrees
-    np.testing.assert_allclose(log_prob.data, l2, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(values.data, v2, rtol=1e-4, atol=1e-5)
+    log_prob = m.policy.distribution(obs).log_prob(m.policy.actions_for_loss(a2))
+    np.testing.assert_allclose(log_prob.data, l2, rtol=1e-4, atol=1e-5)  # the training graph
+    np.testing.assert_allclose(m.policy.value(obs).data, v2, rtol=1e-4, atol=1e-5)  # agrees
 
 
 def _same_step_env(max_steps):
@@ -247,3 +319,46 @@ def test_replay_stores_final_obs_and_truncation_flags():
     for t in range(11):
         same = np.all(nxt[t] == obs[t + 1], axis=1)
         assert same.tolist() == [t % 4 != 3] * 2
+
+
+def test_a_subclass_inherits_hyperparameters_through_kwargs(tmp_path):
+    """A subclass types only its own argument: the parent's stay settable (API and --set) and
+    are recorded, and the subclass's value is not overwritten by the parent's constructor."""
+    from rlgrad.cli.build import parse_sets
+    from rlgrad.rl.hyperparams import hyperparameters
+
+    class WideDQN(DQN):
+        def __init__(self, env, width: int = 32, **kwargs):
+            self.width = width
+            super().__init__(env, **kwargs)
+
+        def make_q_net(self):
+            from rlgrad.rl.policies import mlp
+
+            return mlp([self.obs_dim, self.width, self.n_actions], "relu")
+
+    params = hyperparameters(WideDQN)
+    assert {"width", "clip_delta", "gamma", "policy_kwargs", "blas_threads"} <= set(params)
+    assert parse_sets(["width=8", "clip_delta=2.5"], WideDQN) == {"width": 8, "clip_delta": 2.5}
+    m = WideDQN("CartPole-v1", width=8, gamma=0.5, learning_starts=0, seed=0)
+    hp = m.get_hyperparams()
+    assert hp["width"] == 8 and hp["gamma"] == 0.5 and hp["clip_delta"] == 1.0
+    assert m.q_net[0].weight.shape == (8, 4)
+    assert list(hyperparameters(DDPG)) == [k for k in hyperparameters(TD3) if k not in
+                                           DDPG.fixed_hyperparams]
+    with pytest.raises(TypeError, match="DDPG fixes n_critics"):
+        DDPG("Pendulum-v1", n_critics=2)
+    with pytest.raises(ValueError, match="policy_kwargs has no key 'net_arc'"):
+        DQN("CartPole-v1", policy_kwargs={"net_arc": [8]})
+
+
+def test_dqn_loads_checkpoints_of_the_qnetwork_layout(tmp_path):
+    """Checkpoints written when the MLP sat inside a QNetwork ('q_net.0.weight') still load."""
+    m = DQN("CartPole-v1", seed=0, policy_kwargs={"net_arch": [8]})
+    state = m.get_state()
+    old = {**state, "modules": {k: {f"q_net.{n}": v for n, v in sd.items()}
+                                for k, sd in state["modules"].items()}}
+    m2 = DQN("CartPole-v1", seed=1, policy_kwargs={"net_arch": [8]})
+    m2.set_state(old)
+    for p, q in zip(m.q_net.parameters(), m2.q_net.parameters()):
+        np.testing.assert_array_equal(p.data, q.data)

@@ -44,3 +44,23 @@ def test_dqn_stacked_targets_equal_td_target():
         assert_close_ulps(m._stacked_targets(b, idx), m.td_target(b))
     small, idx = m.sample_many(4, 64)  # below two chunks: td_target itself
     np.testing.assert_array_equal(m._stacked_targets(small, idx), m.td_target(small))
+
+
+def test_stacked_targets_take_several_values_per_row():
+    """A DQN variant whose next_values gives a row per transition (quantiles) gets the same
+    stacked targets as td_target, also when the batch size equals the row length."""
+    from rlgrad.rl import DQN
+
+    class RowDQN(DQN):
+        def next_values(self, next_obs):
+            return np.stack([super(RowDQN, self).next_values(next_obs) * k for k in
+                             (1.0, 0.5, 2.0, -1.0)], axis=1).astype(np.float32)
+
+    m = RowDQN("CartPole-v1", learning_starts=10_000, seed=0)  # collect only (no loss here)
+    assert m.targets_fixed_during_train()
+    m.learn(2500)
+    b, idx = m.sample_many(600, 4)  # 2,400 rows: two chunks and a deduplicated stack
+    y = m.td_target(b)
+    assert y.shape == (2400, 4)
+    np.testing.assert_allclose(y[:, 1], 0.5 * y[:, 0] + 0.5 * b.rewards, rtol=1e-5, atol=1e-5)
+    assert_close_ulps(m._stacked_targets(b, idx), y)

@@ -45,7 +45,8 @@ def build_parser() -> ArgumentParser:
     t.add_argument("env_id", metavar="ENV_ID",
                    help="a registered Gymnasium id, e.g. CartPole-v1, or module:EnvId (the "
                    "module is imported first and registers EnvId, as gymnasium.make does)")
-    t.add_argument("--algo", required=True, help="ppo, a2c, reinforce, dqn, ... (rlgrad presets)")
+    t.add_argument("--algo", required=True,
+                   help="one of reinforce, a2c, ppo, dqn, qrdqn, ddpg, td3, sac")
     t.add_argument("--preset", default=None, help="preset to use: an environment id of the "
                    "algorithm's presets, a YAML file, or 'none' (default: ENV_ID's preset if any)")
     t.add_argument("--steps", type=_whole_number, default=None,

@@ -14,25 +14,16 @@ from typing import Any
 from rlgrad.cli.env_ids import check_env_id  # noqa: F401 - also accepts module:EnvId
 from rlgrad.cli.errors import CLIError, did_you_mean
 
-# Which action spaces each algorithm takes (the constructors check too; this answers before any
-# environment or network is built).
-ACTION_SPACES = {"dqn": ("Discrete",), "ddpg": ("Box",), "td3": ("Box",), "sac": ("Box",)}
 # Keys of a preset that are not constructor arguments.
 BUDGET_KEY = "n_timesteps"
 DEFAULT_STEPS = 100_000
 
 
 def algorithms() -> dict[str, type]:
-    """{name: class} of the algorithms rlgrad.rl provides (lower-case names)."""
+    """{name: class} of the algorithms rlgrad.rl provides (its registry, ``rl.ALGORITHMS``)."""
     from rlgrad import rl
 
-    table = getattr(rl, "ALGORITHMS", None)
-    if table:
-        return {k.lower(): v for k, v in table.items()}
-    from rlgrad.rl.base import BaseAlgorithm
-
-    return {name.lower(): obj for name, obj in vars(rl).items()
-            if inspect.isclass(obj) and issubclass(obj, BaseAlgorithm) and obj is not BaseAlgorithm}
+    return dict(rl.ALGORITHMS)
 
 
 def resolve_algo(name: str) -> tuple[str, type]:
@@ -58,40 +49,26 @@ def action_space_of(env_id: str) -> Any:
 
 
 def check_action_space(algo: str, cls: type, env_id: str) -> None:
-    allowed = ACTION_SPACES.get(algo)
-    if allowed is None:
-        return
+    """Refuse an environment whose action space ``cls`` does not take (``cls.action_spaces``,
+    the one statement of it) before anything is built."""
     space = action_space_of(env_id)
-    if type(space).__name__ not in allowed:
-        kind = "discrete" if allowed == ("Discrete",) else "continuous (Box)"
-        available = algorithms()
-        fits = [a for a in available if type(space).__name__ in ACTION_SPACES.get(a, ("Box", "Discrete"))]
-        hint = f"; for this environment use {', '.join(sorted(fits))}" if fits else ""
-        raise CLIError(f"{cls.__name__} needs a {kind} action space but {env_id} has {space}{hint}")
+    if isinstance(space, cls.action_spaces):
+        return
+    from rlgrad.rl.base import action_space_error
+
+    fits = [a for a, c in algorithms().items() if isinstance(space, c.action_spaces)]
+    hint = f"; for this environment use {', '.join(sorted(fits))}" if fits else ""
+    raise CLIError(action_space_error(cls.__name__, cls.action_spaces, space).split(", got")[0]
+                   + f" but {env_id} has {space}{hint}")
 
 
 # ---- parameters and their types ----------------------------------------------------------------
 def parameters(cls: type) -> dict[str, inspect.Parameter]:
-    """Constructor arguments of ``cls`` that a person may set (with the base class's ones that
-    the constructor forwards through ``**kwargs``)."""
-    # PPO(**env_options) -> OnPolicyAlgorithm(**env_options) -> BaseAlgorithm(env_kwargs, ...):
-    # the middle classes get their arguments explicitly from the subclass, so only the last
-    # class's arguments that no class above names are reachable through **kwargs.
-    inits = [k.__dict__["__init__"] for k in cls.__mro__ if "__init__" in k.__dict__]
-    sigs = [inspect.signature(f).parameters for f in inits if f is not object.__init__]
-    out: dict[str, inspect.Parameter] = {}
-    seen: set[str] = set()
-    for i, params in enumerate(sigs):
-        var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
-        if i == 0 or not var_kw:
-            for name, p in params.items():
-                if (name not in ("self", "env", "seed") and name not in seen
-                        and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)):
-                    out[name] = p
-        seen |= set(params)
-        if not var_kw:
-            break
-    return out
+    """Constructor arguments of ``cls`` that a person may set, through the whole class chain
+    (``rlgrad.rl.hyperparams.hyperparameters``: a subclass's ``**kwargs`` reach its parent's)."""
+    from rlgrad.rl.hyperparams import hyperparameters
+
+    return hyperparameters(cls)
 
 
 def _tokens(annotation: Any) -> list[str]:
@@ -303,4 +280,5 @@ def build(cls: type, env_id: str, seed: int, hp: dict[str, Any]) -> Any:
     try:
         return cls(env_id, seed=seed, **hp)
     except (ValueError, TypeError) as e:
-        raise CLIError(f"{cls.__name__} on {env_id}: {e}") from None
+        msg = str(e).removeprefix(f"{cls.__name__}: ")  # range errors name the class already
+        raise CLIError(f"{cls.__name__} on {env_id}: {msg}") from None

@@ -24,6 +24,8 @@ from rlgrad.distributions.distribution import (
     _params,
     _shape_tuple,
     _uniform,
+    _validating,
+    tracing,
 )
 from rlgrad.random import default_generator, numpy_generator
 from rlgrad.special import xlogy
@@ -45,6 +47,15 @@ def _one_of(name: str, probs: Any, logits: Any) -> None:
             f"{name} takes exactly one of probs= or logits=, got "
             f"{'both' if probs is not None else 'neither'}"
         )
+
+
+def inverse_cdf(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Category indices for uniforms ``u`` in [0, 1) on unnormalised cumulative masses ``cdf``
+    (last axis): the first category whose mass exceeds ``u * total``, so zero-mass (masked)
+    categories are never drawn. ``Categorical.sample``'s rule; the policies' NumPy acting path
+    calls it too, so acting samples exactly as the distribution does."""
+    t = u * cdf[..., -1]
+    return (cdf[..., :-1] <= t[..., None]).sum(axis=-1)
 
 
 class Categorical(Distribution):
@@ -77,8 +88,7 @@ class Categorical(Distribution):
         self._batch_shape = data.shape[:-1]
         self._event_shape = ()
         self._num_events = data.shape[-1]
-        self._validate_args = (Distribution._validate_default if validate_args is None
-                               else validate_args)
+        self._validate_args = _validating(validate_args)
         self._logits = self._probs = self._cdf = None  # computed on demand
         # One row of a few actions (the acting loop): the row as Python floats, where a handful
         # of scalar operations beat NumPy's per-call overhead for checking and sampling.
@@ -155,8 +165,8 @@ class Categorical(Distribution):
             if self._probs_in is not None:
                 p = self._probs_in
                 self._probs = p / ops.sum(p, axis=-1, keepdims=True)
-            else:
-                self._probs = ops.softmax(self._logits_in, axis=-1)
+            else:  # exp of the normalised log-probabilities: softmax without a second pass
+                self._probs = ops.exp(self.logits)
         return self._probs
 
     @property
@@ -193,9 +203,7 @@ class Categorical(Distribution):
             return mark_cut(_const(np.int64(self._sample_row(rng.random()))), "sample",
                             (self._probs_in if self._logits_in is None else self._logits_in,))
         cdf = self._unnormalised_cdf()
-        shape = _shape_tuple(sample_shape) + self._batch_shape
-        u = rng.random(shape) * cdf[..., -1]
-        idx = np.count_nonzero(cdf[..., :-1] <= u[..., None], axis=-1)
+        idx = inverse_cdf(cdf, rng.random(_shape_tuple(sample_shape) + self._batch_shape))
         src = self._probs_in if self._logits_in is None else self._logits_in
         return mark_cut(_const(np.asarray(idx, dtype=np.int64)), "sample", (src,))
 
@@ -246,6 +254,8 @@ class Categorical(Distribution):
 
     def log_prob(self, value: Any) -> Tensor:
         """log p(value); differentiable w.r.t. the parameters (value is an index, never)."""
+        if isinstance(value, Tensor) and tracing():
+            return self._log_prob_traced(value)
         idx = self._index(value)
         if _Trace.compiling and isinstance(value, Tensor):  # rlgrad.jit: read at every call
             idx = value if value.dtype.kind in "iu" else ops.astype(value, np.int64)
@@ -273,13 +283,24 @@ class Categorical(Distribution):
             out = ops.reshape(ops.take_along_axis(table, idx[..., None], -1), shape)
         return ops.log(out) if self._probs_in is not None else out
 
+    def _log_prob_traced(self, value: Tensor) -> Tensor:
+        # The index is a traced input: select with engine operations, so that the compiled step
+        # reads each call's actions (broadcast against the batch as eagerly). A one-hot select
+        # and sum: for a few categories cheaper than a gather and its scatter-add backward.
+        table = self.probs if self._probs_in is not None else self.logits
+        categories = np.arange(self._num_events)
+        hit = ops.expand_dims(value, -1) == categories
+        out = ops.sum(ops.where(hit, table, 0.0), axis=-1)
+        return ops.log(out) if self._probs_in is not None else out
+
     def entropy(self) -> Tensor:
         p = self.probs
-        mask = p.data > 0
         if self._probs_in is not None:
+            mask = (p > 0) if tracing() else p.data > 0  # traced: recomputed at every replay
             plogp = p * ops.log(ops.where(mask, p, 1.0))
-        else:
-            plogp = p * ops.where(mask, self.logits, 0.0)
+        else:  # a masked (-inf) logit has p = 0: clamped as torch does, its term is 0, not NaN
+            logits = self.logits
+            plogp = p * ops.clip(logits, float(np.finfo(logits.data.dtype).min), None)
         return -ops.sum(plogp, axis=-1)
 
     def enumerate_support(self, expand: bool = True) -> Tensor:

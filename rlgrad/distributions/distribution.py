@@ -11,6 +11,8 @@ Shapes follow ``torch.distributions``: a draw has shape ``sample_shape + batch_s
 event_shape``; ``log_prob`` and ``entropy`` have shape ``sample_shape + batch_shape`` (events are
 summed over).  Validation of arguments and values is on by default; turn it off globally with
 ``Distribution.set_default_validate_args(False)`` or per instance with ``validate_args=False``.
+While ``rlgrad.jit`` traces a function the checks are skipped (they read values, which a compiled
+step must not bake in); the same function run eagerly checks them.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.distributions import constraints
 from rlgrad.random import numpy_generator
-from rlgrad.tensor import Tensor, _const, get_default_dtype
+from rlgrad.tensor import Tensor, _const, _Trace, get_default_dtype
 from rlgrad.tracer import mark_cut
 
 __all__ = ["Distribution"]
@@ -51,8 +53,7 @@ class Distribution:
                  validate_args: bool | None = None) -> None:
         self._batch_shape = tuple(batch_shape)
         self._event_shape = tuple(event_shape)
-        self._validate_args = (Distribution._validate_default if validate_args is None
-                               else bool(validate_args))
+        self._validate_args = _validating(validate_args)
 
     # ---- shapes --------------------------------------------------------------------------
     @property
@@ -165,6 +166,18 @@ class Distribution:
 
 
 # ---- helpers shared by the distributions -------------------------------------------------------
+def tracing() -> bool:
+    """True while ``rlgrad.jit`` traces: value checks are skipped and index/mask computations
+    stay engine operations (a value read then would be frozen into the compiled step)."""
+    return _Trace.compiling
+
+
+def _validating(validate_args: bool | None) -> bool:
+    """Whether a new distribution checks its arguments and values (never while tracing)."""
+    on = Distribution._validate_default if validate_args is None else bool(validate_args)
+    return on and not _Trace.compiling
+
+
 def _shape_tuple(sample_shape: Any) -> tuple[int, ...]:
     if isinstance(sample_shape, tuple):
         return sample_shape

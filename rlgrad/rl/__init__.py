@@ -21,12 +21,13 @@ from rlgrad.rl.logger import CSVWriter, Logger, TensorBoardWriter
 from rlgrad.rl.normalize import Normalizer, RunningMeanStd
 from rlgrad.rl.ppo import PPO
 from rlgrad.rl.presets import list_presets, load_preset, split_preset
+from rlgrad.rl.qrdqn import QRDQN
 from rlgrad.rl.reinforce import REINFORCE
 from rlgrad.rl.sac import SAC
 from rlgrad.rl.td3 import TD3
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
-    "reinforce": REINFORCE, "a2c": A2C, "ppo": PPO, "dqn": DQN,
+    "reinforce": REINFORCE, "a2c": A2C, "ppo": PPO, "dqn": DQN, "qrdqn": QRDQN,
     "ddpg": DDPG, "td3": TD3, "sac": SAC,
 }
 
@@ -46,7 +47,7 @@ def make_from_preset(algo: str, env_id: str, seed: int = 0, **overrides: object
 
 
 __all__ = [
-    "A2C", "PPO", "REINFORCE", "DQN", "DDPG", "TD3", "SAC", "ALGORITHMS", "BaseAlgorithm",
+    "A2C", "PPO", "REINFORCE", "DQN", "QRDQN", "DDPG", "TD3", "SAC", "ALGORITHMS", "BaseAlgorithm",
     "BaseCallback", "CallbackList",
     "FunctionCallback", "CSVWriter", "Logger", "TensorBoardWriter", "Normalizer",
     "RunningMeanStd", "ReplayBuffer", "RolloutBuffer", "compute_gae", "evaluate",

@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlgrad import optim
-from rlgrad.rl.base import constructor_hyperparams
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.on_policy import OnPolicyAlgorithm, policy_gradient_update
+from rlgrad.rl.on_policy import OnPolicyAlgorithm
 
 
 class A2C(OnPolicyAlgorithm):
@@ -25,7 +24,6 @@ class A2C(OnPolicyAlgorithm):
                  normalize_advantage: bool = False, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
                  seed: int | None = 0, verbose: int = 0, **env_options: Any) -> None:
-        self._hyperparams = constructor_hyperparams(locals())
         super().__init__(env, learning_rate, n_steps, gamma, gae_lambda, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, **env_options)
@@ -37,6 +35,3 @@ class A2C(OnPolicyAlgorithm):
         else:
             self.optimizer = optim.Adam(self._params, lr=lr)
 
-    def train(self) -> None:
-        self._set_lr()
-        policy_gradient_update(self, self.ent_coef)

@@ -10,9 +10,7 @@ state (networks, optimizers, counters, RNG streams, normaliser, optionally the r
 
 from __future__ import annotations
 
-import math
 import time
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -20,7 +18,7 @@ from gymnasium import spaces
 
 import rlgrad
 from rlgrad.nn import init as nn_init
-from rlgrad.random import Generator
+from rlgrad.random import Generator, generator_state_dict, load_generator_state
 from rlgrad.rl.callbacks import BaseCallback, make_callback
 from rlgrad.rl.envs import (
     EnvLike,
@@ -32,137 +30,56 @@ from rlgrad.rl.envs import (
     preprocess_obs,
     set_env_state,
 )
+from rlgrad.rl.hyperparams import capture, constructor_hyperparams
 from rlgrad.rl.logger import Logger
 from rlgrad.rl.normalize import Normalizer
-from rlgrad.rl.threads import limit_blas_threads
-from rlgrad.tensor import _const
+from rlgrad.rl.progress import ProgressBar
+from rlgrad.rl.ranges import check_hyperparams, check_relations
+from rlgrad.rl.runtime import keep_freed_memory, limit_blas_threads
+from rlgrad.rl.schedules import Schedule, get_schedule_fn, linear_schedule
+from rlgrad.rl.steps import set_grads
 
-Schedule = Callable[[float], float]
-
-
-def constructor_hyperparams(arguments: dict[str, Any]) -> dict[str, Any]:
-    """An algorithm constructor's arguments (its ``locals()``) that are hyperparameters, with the
-    environment options merged in: what ``save`` stores and ``load`` passes back."""
-    skip = ("self", "env", "seed", "__class__", "env_options")
-    hyper = {k: v for k, v in arguments.items() if k not in skip}
-    hyper.update(arguments.get("env_options", {}))
-    return hyper
+# The helpers that lived here keep their old import path (rlgrad.rl.base.<name>).
+rng_state, set_rng_state = generator_state_dict, load_generator_state
+__all__ = ["BaseAlgorithm", "Schedule", "action_space_error", "constructor_hyperparams",
+           "get_schedule_fn", "keep_freed_memory", "linear_schedule", "rng_state", "set_grads",
+           "set_rng_state"]
 
 
-def get_schedule_fn(value: float | str | Schedule) -> Schedule:
-    """A schedule of ``progress_remaining`` (1 at the start of training, 0 at the end).
-
-    A number is constant; ``"lin_X"`` goes linearly from X to 0 (rl-baselines3-zoo's notation).
-    """
-    if callable(value):
-        return value
-    if isinstance(value, str):
-        if value.startswith("lin_"):
-            start = float(value[4:])
-            return lambda p: p * start
-        value = float(value)
-    v = float(value)
-    return lambda p: v
-
-
-def linear_schedule(start: float, end: float, end_fraction: float) -> Schedule:
-    """From ``start`` to ``end`` over the first ``end_fraction`` of training, then ``end``."""
-
-    def fn(progress_remaining: float) -> float:
-        done = 1.0 - progress_remaining
-        if done > end_fraction:
-            return end
-        return start + done * (end - start) / end_fraction
-
-    return fn
-
-
-def set_grads(params: list[Any], grads: Any, max_norm: float | None) -> float:
-    """Install gradients computed as arrays (by a compiled step) as ``.grad``, scaled down
-    together when their global 2-norm exceeds ``max_norm`` (``clip_grad_norm_``'s rule, done on
-    the arrays before they become Tensors). Returns the norm before clipping (0 if not asked)."""
-    total = 0.0
-    if max_norm is not None:
-        sq = 0.0
-        for g in grads:
-            f = g.reshape(-1)
-            sq += float(np.dot(f, f))
-        total = math.sqrt(sq)
-        coef = float(max_norm) / (total + 1e-6)
-        if coef < 1.0:
-            grads = [g * g.dtype.type(coef) for g in grads]
-    for p, g in zip(params, grads):
-        p.grad = _const(g)
-    return total
-
-
-_MALLOC_TUNED: list[bool] = []
-
-
-def keep_freed_memory(trim_threshold: int = 256 << 20, mmap_threshold: int = 32 << 20) -> bool:
-    """Let glibc's malloc keep freed memory for reuse instead of handing it back to the system;
-    True if it was done. Called once per process when an algorithm is built.
-
-    A compiled update allocates its intermediate arrays afresh at every call (a few MB for a PPO
-    minibatch) and frees them all at its end. With glibc's defaults the freed top of the heap
-    beyond 128 kB goes back to the system and arrays of 128 kB or more are mmap-ed one by one,
-    so every call page-faults all of that memory in again: a PPO CartPole step measured 0.90 ms
-    instead of 0.46 ms once the memory is kept. Raising ``M_TRIM_THRESHOLD`` and
-    ``M_MMAP_THRESHOLD`` makes repeated steps reuse the same, already mapped, pages (at the cost
-    of the process keeping up to ``trim_threshold`` bytes of freed heap). Left alone when the
-    user chose (``MALLOC_TRIM_THRESHOLD_`` / ``MALLOC_MMAP_THRESHOLD_`` set) or
-    ``RLGRAD_KEEP_FREED_MEMORY=0``; a no-op without glibc.
-    """
-    import ctypes
-    import os
-    import sys
-
-    if _MALLOC_TUNED:
-        return _MALLOC_TUNED[0]
-    ok = False
-    env = os.environ
-    if (sys.platform.startswith("linux") and env.get("RLGRAD_KEEP_FREED_MEMORY", "1") != "0"
-            and "MALLOC_TRIM_THRESHOLD_" not in env and "MALLOC_MMAP_THRESHOLD_" not in env):
-        try:
-            mallopt = ctypes.CDLL("libc.so.6").mallopt
-        except (OSError, AttributeError):
-            mallopt = None
-        if mallopt is not None:
-            mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-            m_trim_threshold, m_mmap_threshold = -1, -3  # glibc's malloc.h
-            ok = bool(mallopt(m_trim_threshold, int(trim_threshold))) and \
-                bool(mallopt(m_mmap_threshold, int(mmap_threshold)))
-    _MALLOC_TUNED.append(ok)
-    return ok
-
-
-def rng_state(gen: np.random.Generator) -> dict[str, Any]:
-    """A NumPy generator's state with its 128-bit integers as strings (checkpoint-safe)."""
-    s = gen.bit_generator.state
-    return {"bit_generator": s["bit_generator"], "state": str(s["state"]["state"]),
-            "inc": str(s["state"]["inc"]), "has_uint32": int(s["has_uint32"]),
-            "uinteger": int(s["uinteger"])}
-
-
-def set_rng_state(gen: np.random.Generator, d: dict[str, Any]) -> None:
-    gen.bit_generator.state = {
-        "bit_generator": str(d["bit_generator"]),
-        "state": {"state": int(d["state"]), "inc": int(d["inc"])},
-        "has_uint32": int(d["has_uint32"]), "uinteger": int(d["uinteger"]),
-    }
+def action_space_error(name: str, allowed: tuple[type, ...], space: spaces.Space) -> str:
+    """One line: which action space the algorithm needs, what it got, what to use instead."""
+    if allowed == (spaces.Discrete,):
+        return (f"{name} needs a discrete (Discrete) action space, got {space}: for continuous "
+                "actions use SAC, TD3 or DDPG")
+    if allowed == (spaces.Box,):
+        return (f"{name} needs a continuous (Box) action space, got {space}: for discrete actions "
+                "use DQN, PPO or A2C")
+    kinds = " or ".join(t.__name__ for t in allowed)
+    return f"{name} supports {kinds} action spaces, got {space}"
 
 
 class BaseAlgorithm:
     """Shared machinery: environment, seeding, counters, logging, callbacks, predict, save/load."""
 
+    _abstract = True  # not an algorithm itself (see rlgrad.rl.hyperparams)
     #: keys of the constructor that describe the environment rather than the learner
     _env_keys: ClassVar[tuple[str, ...]] = ("n_envs", "normalize")
+    #: the Gymnasium action spaces the algorithm takes: checked when it is built, and read by the
+    #: CLI to refuse an environment before building anything
+    action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> BaseAlgorithm:
+        # the hyperparameters of this call, through the whole class chain (rlgrad.rl.hyperparams)
+        obj = super().__new__(cls)
+        obj._hyperparams = capture(cls, args, kwargs) or {}
+        return obj
 
     def __init__(self, env: EnvLike, seed: int | None = 0, n_envs: int = 1,
                  normalize: bool | dict[str, Any] = False, learning_rate: float | str | Schedule = 3e-4,
                  gamma: float = 0.99, policy_kwargs: dict[str, Any] | None = None,
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
                  vectorization_mode: str | None = None, blas_threads: int | None = 1) -> None:
+        check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
         keep_freed_memory()
@@ -186,6 +103,10 @@ class BaseAlgorithm:
         self.n_envs = self.env.num_envs
         self.observation_space: spaces.Space = self.env.single_observation_space
         self.action_space: spaces.Space = self.env.single_action_space
+        check_relations(type(self).__name__, {**self._hyperparams, "n_envs": self.n_envs})
+        if not isinstance(self.action_space, self.action_spaces):
+            raise ValueError(action_space_error(type(self).__name__, self.action_spaces,
+                                                self.action_space))
         self.obs_dim = flat_obs_dim(self.observation_space)
         self._adapter = StepAdapter(self.env)
         self._ep_stats = episode_statistics(self.env)
@@ -205,6 +126,15 @@ class BaseAlgorithm:
         self._start_time = 0.0
         self._num_timesteps_at_start = 0
         self._stop = False
+
+    def net_kwargs(self, **defaults: Any) -> dict[str, Any]:
+        """``policy_kwargs`` over the algorithm's network defaults (the one way every algorithm
+        reads them); a key the networks do not take is refused in one line."""
+        unknown = sorted(set(self.policy_kwargs) - set(defaults))
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: policy_kwargs has no key "
+                             f"{', '.join(map(repr, unknown))}; it takes {', '.join(defaults)}")
+        return {**defaults, **self.policy_kwargs}
 
     # ---- hooks for subclasses -------------------------------------------------------------
     def _iteration(self, callback: BaseCallback | None) -> bool:
@@ -227,6 +157,10 @@ class BaseAlgorithm:
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         pass
+
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """A checkpoint's state as this version names it (older layouts stay loadable)."""
+        return state
 
     # ---- observations -----------------------------------------------------------------------
     def _obs(self, raw: np.ndarray, update: bool) -> np.ndarray:
@@ -272,7 +206,7 @@ class BaseAlgorithm:
         if cb is not None:
             cb.init_callback(self)
             cb.on_training_start()
-        bar = _ProgressBar(self._total_timesteps, self) if progress_bar else None
+        bar = ProgressBar(self._total_timesteps, self) if progress_bar else None
         try:
             while self.num_timesteps < self._total_timesteps:
                 if not self._iteration(cb):
@@ -319,8 +253,8 @@ class BaseAlgorithm:
             "optimizers": {k: o.state_dict() for k, o in self._optimizers().items()},
             "counters": {"num_timesteps": self.num_timesteps, "n_updates": self._n_updates,
                          "episode_num": self._episode_num, "total_timesteps": self._total_timesteps},
-            "rng": {"algo": rng_state(self.rng),
-                    "global": rng_state(rlgrad.random.default_generator.numpy)},
+            "rng": {"algo": generator_state_dict(self.rng),
+                    "global": generator_state_dict(rlgrad.random.default_generator.numpy)},
         }
         if self.normalizer is not None:
             state["normalizer"] = self.normalizer.state_dict()
@@ -334,6 +268,7 @@ class BaseAlgorithm:
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
+        state = self._upgrade_state(state)
         for k, m in self._modules().items():
             m.load_state_dict(state["modules"][k])
         for k, o in self._optimizers().items():
@@ -343,8 +278,8 @@ class BaseAlgorithm:
         self._n_updates = int(c["n_updates"])
         self._episode_num = int(c["episode_num"])
         self._total_timesteps = int(c["total_timesteps"])
-        set_rng_state(self.rng, state["rng"]["algo"])
-        set_rng_state(rlgrad.random.default_generator.numpy, state["rng"]["global"])
+        load_generator_state(self.rng, state["rng"]["algo"])
+        load_generator_state(rlgrad.random.default_generator.numpy, state["rng"]["global"])
         if self.normalizer is not None and "normalizer" in state:
             self.normalizer.load_state_dict(state["normalizer"])
         if "env" in state:
@@ -385,38 +320,3 @@ class BaseAlgorithm:
         model = cls(env, seed=int(ckpt["seed"]), **hp)
         model.set_state(ckpt["state"])
         return model
-
-
-class _ProgressBar:
-    """A rich progress bar: steps, steps per second, recent mean return, ETA."""
-
-    def __init__(self, total: int, algo: BaseAlgorithm) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-        )
-
-        self.algo = algo
-        self.progress = Progress(
-            TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TextColumn("{task.fields[fps]} steps/s"), TextColumn("return {task.fields[ret]}"),
-            TimeRemainingColumn(),
-        )
-        self.task = self.progress.add_task(type(algo).__name__, total=total,
-                                           completed=algo.num_timesteps, fps="-", ret="-")
-        self.t0 = time.perf_counter()
-        self.n0 = algo.num_timesteps
-        self.progress.start()
-
-    def update(self) -> None:
-        a = self.algo
-        q = a._ep_stats.return_queue
-        fps = (a.num_timesteps - self.n0) / max(time.perf_counter() - self.t0, 1e-9)
-        self.progress.update(self.task, completed=a.num_timesteps, fps=f"{fps:.0f}",
-                             ret=f"{np.mean(q):.1f}" if len(q) else "-")
-
-    def close(self) -> None:
-        self.progress.stop()

@@ -2,13 +2,20 @@
 
 * replay buffer, uniform sampling; epsilon-greedy behaviour with epsilon linear from
   ``exploration_initial_eps`` to ``exploration_final_eps`` over ``exploration_fraction`` of training;
-* a target network synchronised every ``target_update_interval`` environment steps (``tau=1``)
-  or Polyak-averaged (``tau<1``);
-* the TD error ``Q(s, a) - y`` clipped to ``[-clip_delta, clip_delta]`` in the backward pass, as
-  DQN 3.0's ``delta:clamp(-clip_delta, clip_delta)`` did: exactly the gradient of the Huber loss
-  with ``delta = clip_delta``, which is the loss minimised here;
+* a target network synchronised every ``target_update_interval`` environment steps: copied
+  (``tau=1``) or Polyak-averaged (``tau<1``: ``target <- tau * online + (1 - tau) * target``;
+  ``tau`` is SB3's name for the Polyak coefficient);
+* the Huber loss of the TD error ``Q(s, a) - y`` with ``delta = clip_delta``, whose gradient is the
+  TD error clipped to ``[-clip_delta, clip_delta]``, as DQN 3.0's ``delta:clamp(-1, 1)`` did
+  (SB3's ``smooth_l1_loss`` is the case ``clip_delta=1``);
 * Double DQN (van Hasselt et al., 2016): the online network picks ``argmax_a Q(s', a)``, the
   target network evaluates it.
+
+A variant overrides the hooks, each documented below, and inherits the rest (replay, exploration,
+target sync, the compiled gradient step, checkpoints): ``make_q_net`` (the network),
+``q_values`` (acting), ``next_values`` (the target network's estimate at s'; its shape is free:
+one number or a row per transition), ``loss`` (the loss on a batch). ``rlgrad.rl.QRDQN`` is such
+a variant.
 """
 
 from __future__ import annotations
@@ -16,19 +23,31 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
-import rlgrad
-from rlgrad import autograd, optim
+from rlgrad import nn, ops, optim
 from rlgrad.nn import functional as F
-from rlgrad.ops import take_along_axis
-from rlgrad.rl.base import constructor_hyperparams, linear_schedule, set_grads
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.off_policy import OffPolicyAlgorithm
-from rlgrad.rl.policies import QNetwork
+from rlgrad.rl.off_policy import OffPolicyAlgorithm, bootstrapped_target, target_network
+from rlgrad.rl.policies import mlp, mlp_numpy
+from rlgrad.rl.schedules import linear_schedule
+from rlgrad.rl.steps import grad_step, set_grads
+
+
+def gather_actions(q: Any, actions: Any) -> Any:
+    """``q[i, actions[i], ...]`` for every row ``i`` of ``q`` (batch, n_actions, ...); engine
+    operations only, so ``actions`` may be a traced input of a compiled step. A one-hot select
+    and sum (exact: the other terms are zeros), for a few actions cheaper than a gather and its
+    scatter-add backward."""
+    n, k, extra = q.shape[0], q.shape[1], (1,) * (len(q.shape) - 2)
+    hit = ops.reshape(actions, (n, 1) + extra) == np.arange(k).reshape((k,) + extra)
+    return ops.sum(ops.where(hit, q, 0.0), axis=1)
 
 
 class DQN(OffPolicyAlgorithm):
+    action_spaces = (spaces.Discrete,)
+
     def __init__(self, env: EnvLike, learning_rate: Any = 1e-4, buffer_size: int = 1_000_000,
                  learning_starts: int = 100, batch_size: int = 32, tau: float = 1.0,
                  gamma: float = 0.99, train_freq: Any = 4, gradient_steps: int = 1,
@@ -38,10 +57,9 @@ class DQN(OffPolicyAlgorithm):
                  double_q: bool = False, n_envs: int = 1, normalize: bool | dict = False,
                  policy_kwargs: dict | None = None, seed: int | None = 0, verbose: int = 0,
                  **env_options: Any) -> None:
-        self._hyperparams = constructor_hyperparams(locals())
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,
-                         verbose, continuous=False, **env_options)
+                         verbose, **env_options)
         self.target_update_interval = int(target_update_interval)
         self.exploration_schedule = linear_schedule(exploration_initial_eps,
                                                     exploration_final_eps, exploration_fraction)
@@ -49,21 +67,52 @@ class DQN(OffPolicyAlgorithm):
         self.max_grad_norm = max_grad_norm
         self.clip_delta = float(clip_delta)
         self.double_q = bool(double_q)
-        self.q_net = QNetwork(self.observation_space, self.action_space, **self.policy_kwargs)
-        self.q_net_target = QNetwork(self.observation_space, self.action_space,
-                                     **self.policy_kwargs)
-        optim.hard_update(self.q_net_target, self.q_net)
-        self.q_net_target.requires_grad_(False)
+        self.n_actions = int(self.action_space.n)
+        self.q_net = self.make_q_net()
+        self.q_net_target = target_network(self.q_net)
         self._params = list(self.q_net.parameters())
         self._target_params = list(self.q_net_target.parameters())  # cached: synced often
         self.optimizer = optim.Adam(self._params, lr=self.lr_schedule(1.0))
-        self.n_actions = int(self.action_space.n)
-        self._eye = np.eye(self.n_actions, dtype=np.float32)
         self._step_fn: Any = None  # the compiled gradient step, built on first use
+
+    # ---- hooks a variant overrides --------------------------------------------------------------
+    def make_q_net(self) -> nn.Module:
+        """The online network, ``obs -> (batch, n_actions)`` (the target network is a copy).
+
+        ``policy_kwargs``: ``net_arch`` (hidden sizes, [64, 64]) and ``activation_fn`` ("relu").
+        """
+        kw = self.net_kwargs(net_arch=[64, 64], activation_fn="relu")
+        return mlp([self.obs_dim, *kw["net_arch"], self.n_actions], kw["activation_fn"])
+
+    def q_values(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
+        """Q(s, .) of ``net`` (the online network by default) in NumPy, shape (batch, n_actions):
+        what acting takes the argmax of."""
+        return mlp_numpy(self.q_net if net is None else net, obs)
+
+    def next_values(self, next_obs: np.ndarray) -> np.ndarray:
+        """The target network's value of each next state, ``max_a Q'(s', a)`` (Double DQN:
+        ``Q'(s', argmax_a Q(s', a))``), shape (batch,); ``td_target`` bootstraps from it."""
+        q_next = self.q_values(next_obs, self.q_net_target)
+        if self.double_q:
+            a_star = self.q_values(next_obs).argmax(axis=1)
+            return q_next[np.arange(len(a_star)), a_star]
+        return q_next.max(axis=1)
+
+    def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The training loss on ``batch`` = {"obs", "actions", "target"}: the Huber loss
+        (delta = ``clip_delta``) of ``Q(s, a) - y``. Returns (loss, statistics to log), as every
+        algorithm's ``loss``; run eagerly or compiled by ``train``."""
+        q_a = gather_actions(self.q_net(batch["obs"]), batch["actions"])
+        return F.huber_loss(q_a, batch["target"], delta=self.clip_delta), {}
+
+    def targets_fixed_during_train(self) -> bool:
+        """Whether ``next_values`` reads only the target network, which does not change during
+        ``train()``: then the targets of all its minibatches are computed in one pass."""
+        return not self.double_q
 
     # ---- acting -------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
-        greedy = self.q_net.q_numpy(obs).argmax(axis=1)
+        greedy = self.q_values(obs).argmax(axis=1)
         if deterministic:
             return greedy
         return self._epsilon_greedy(obs, greedy)
@@ -74,11 +123,11 @@ class DQN(OffPolicyAlgorithm):
         if n == 1:  # the same draws as below, without reductions over one element
             if explore[0]:
                 return rng.integers(0, self.n_actions, n)
-            return greedy if greedy is not None else self.q_net.q_numpy(obs).argmax(axis=1)
+            return greedy if greedy is not None else self.q_values(obs).argmax(axis=1)
         if explore.all():  # skip the forward pass when every env explores
             return rng.integers(0, self.n_actions, n)
         if greedy is None:
-            greedy = self.q_net.q_numpy(obs).argmax(axis=1)
+            greedy = self.q_values(obs).argmax(axis=1)
         if explore.any():
             greedy = np.where(explore, rng.integers(0, self.n_actions, n), greedy)
         return greedy
@@ -93,56 +142,27 @@ class DQN(OffPolicyAlgorithm):
         self.exploration_rate = self.exploration_schedule(self._current_progress_remaining)
 
     # ---- learning -------------------------------------------------------------------------------
-    def td_target(self, b: Any) -> np.ndarray:
-        """y = r + gamma * (1 - terminated) * Q_target(s', a*), a* greedy (online net if double_q)."""
-        q_next = self.q_net_target.q_numpy(b.next_observations)
-        if self.double_q:
-            a_star = self.q_net.q_numpy(b.next_observations).argmax(axis=1)
-            q_next = q_next[np.arange(len(a_star)), a_star]
-        else:
-            q_next = q_next.max(axis=1)
-        return self._bootstrap(b, q_next)
-
-    def _bootstrap(self, b: ReplayBatch, q_next: np.ndarray) -> np.ndarray:
-        """r + gamma * (1 - terminated) * q_next: truncation still bootstraps."""
-        not_term = 1.0 - b.terminated.astype(np.float32)
-        return (b.rewards + self.gamma * not_term * q_next).astype(np.float32)
-
-    def loss(self, b: Any, target: np.ndarray | None = None) -> Any:
-        """Huber(Q(s, a) - y; delta = clip_delta): its gradient is the TD error clipped to +-delta."""
-        if target is None:
-            target = self.td_target(b)
-        q = self.q_net(b.observations)
-        q_a = take_along_axis(q, b.actions[:, None], 1).reshape(-1)
-        return F.huber_loss(q_a, target, delta=self.clip_delta), q_a
+    def td_target(self, b: ReplayBatch) -> np.ndarray:
+        """y = r + gamma * (1 - terminated) * next_values(s'), one row per transition."""
+        return bootstrapped_target(b.rewards, b.terminated, self.gamma,
+                                   self.next_values(b.next_observations))
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
         self._set_lr(self.optimizer)
         losses = np.empty(gradient_steps)
         # All the minibatches in one draw (the same rows as drawing them one by one), stacked.
         stacked, idx = self.sample_many(gradient_steps, batch_size)
-        batches = [ReplayBatch(*(part[i * batch_size:(i + 1) * batch_size] for part in stacked))
-                   for i in range(gradient_steps)]
-        targets: Any = [None] * gradient_steps
-        if not self.double_q and gradient_steps > 1:
-            # The target network only changes between calls to train() (it is synced from
-            # _on_step), so the targets of all the minibatches are one forward pass.
-            targets = self._stacked_targets(stacked, idx).reshape(gradient_steps, batch_size)
-        if self._step_fn is None:
-            params, q_net, delta = self._params, self.q_net, self.clip_delta
-
-            def step(obs: Any, onehot: Any, target: Any) -> Any:
-                # Q(s, a) picked by a one-hot product: the same value as take_along_axis
-                q_a = (q_net(obs) * onehot).sum(-1)
-                loss = F.huber_loss(q_a, target, delta=delta)
-                return loss, autograd.grad(loss, params)
-
-            # forward and backward compiled once into straight-line NumPy (fixed batch shape)
-            self._step_fn = rlgrad.jit(step)
-        eye = self._eye
-        for i, b in enumerate(batches):
-            target = targets[i] if targets[i] is not None else self.td_target(b)
-            loss, grads = self._step_fn(b.observations, eye[b.actions], target)
+        targets = None
+        if self.targets_fixed_during_train() and gradient_steps > 1:
+            y = self._stacked_targets(stacked, idx)
+            targets = y.reshape((gradient_steps, batch_size) + y.shape[1:])
+        if self._step_fn is None:  # forward and backward compiled once (fixed batch shape)
+            self._step_fn = grad_step(self.loss, self._params)
+        for i in range(gradient_steps):
+            b = ReplayBatch(*(part[i * batch_size:(i + 1) * batch_size] for part in stacked))
+            target = targets[i] if targets is not None else self.td_target(b)
+            loss, _, grads = self._step_fn(
+                {"obs": b.observations, "actions": b.actions, "target": target})
             set_grads(self._params, grads, self.max_grad_norm)
             self.optimizer.step()
             losses[i] = loss
@@ -154,25 +174,25 @@ class DQN(OffPolicyAlgorithm):
     _TARGET_CHUNK = 1024
 
     def _stacked_targets(self, b: ReplayBatch, idx: np.ndarray) -> np.ndarray:
-        """``td_target`` of the stacked minibatches (``idx``: the buffer rows drawn), computed
-        once per distinct transition (a draw of 8,192 from a young buffer repeats many) and in
-        chunks of ``_TARGET_CHUNK`` rows, whose activations stay in cache: ~30% faster than one
-        product over the whole stack, and the same bits (OpenBLAS computes every row with the
-        same kernels from ~1,000 rows on; the last chunk overlaps the one before to keep its
-        size). Small stacks, and subclasses with their own ``td_target``, take ``td_target``."""
+        """``td_target`` of the stacked minibatches (``idx``: the buffer rows drawn), with
+        ``next_values`` run once per distinct transition (a draw of 8,192 from a young buffer
+        repeats many) and in chunks of ``_TARGET_CHUNK`` rows, whose activations stay in cache:
+        ~30% faster than one product over the whole stack (the last chunk overlaps the one before
+        to keep its size). Small stacks take ``td_target`` directly."""
         C = self._TARGET_CHUNK
-        if type(self).td_target is not DQN.td_target or len(idx) < 2 * C:
+        if len(idx) < 2 * C:
             return self.td_target(b)
         uniq, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
         x = b.next_observations[first] if len(uniq) < len(idx) else b.next_observations
         if len(x) < C:  # pad: every product has C rows
             x = np.concatenate([x, np.repeat(x[:1], C - len(x), axis=0)])
-        q = np.empty((len(x), self.n_actions), np.float32)
-        for a in range(0, len(x), C):
-            a = min(a, len(x) - C)
-            q[a:a + C] = self.q_net_target.q_numpy(x[a:a + C])
-        q_next = q[:len(uniq)][inverse] if len(uniq) < len(idx) else q
-        return self._bootstrap(b, q_next.max(axis=1))
+        chunks = [(min(a, len(x) - C), self.next_values(x[min(a, len(x) - C):][:C]))
+                  for a in range(0, len(x), C)]
+        v = np.empty((len(x),) + chunks[0][1].shape[1:], chunks[0][1].dtype)
+        for a, chunk in chunks:
+            v[a:a + C] = chunk
+        v_next = v[:len(uniq)][inverse] if len(uniq) < len(idx) else v
+        return bootstrapped_target(b.rewards, b.terminated, self.gamma, v_next)
 
     def _modules(self) -> dict[str, Any]:
         return {"q_net": self.q_net, "q_net_target": self.q_net_target}
@@ -188,3 +208,12 @@ class DQN(OffPolicyAlgorithm):
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         super()._set_extra_state(state)
         self.exploration_rate = float(state.get("dqn", {}).get("exploration_rate", 1.0))
+
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        # checkpoints written when the MLP sat inside a QNetwork ("q_net.0.weight")
+        mods = state.get("modules", {})
+        if any(k.startswith("q_net.") for m in mods.values() for k in m):
+            mods = {name: {k.removeprefix("q_net."): v for k, v in m.items()}
+                    for name, m in mods.items()}
+            state = {**state, "modules": mods}
+        return state

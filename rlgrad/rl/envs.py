@@ -22,6 +22,8 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
+from rlgrad.random import generator_state_dict, load_generator_state
+
 EnvLike = str | gym.Env | VectorEnv
 
 
@@ -150,11 +152,6 @@ def seed_env(venv: VectorEnv, seed: int) -> tuple[np.ndarray, dict]:
     return venv.reset(seed=seed)
 
 
-def check_box_or_discrete(space: spaces.Space, what: str) -> None:
-    if not isinstance(space, spaces.Box | spaces.Discrete):
-        raise ValueError(f"{what} must be Box or Discrete, got {space}")
-
-
 def flat_obs_dim(space: spaces.Space) -> int:
     if isinstance(space, spaces.Box):
         return int(np.prod(space.shape))
@@ -234,14 +231,12 @@ def _children(obj: Any) -> list[tuple[str, Any]]:
 
 
 def _capture(obj: Any) -> dict[str, Any]:
-    from rlgrad.rl.base import rng_state
-
     state: dict[str, Any] = {}
     for k, v in vars(obj).items():
         if k in _SKIP:
             continue
         if isinstance(v, np.random.Generator):
-            state[k] = {"__rng__": rng_state(v)}
+            state[k] = {"__rng__": generator_state_dict(v)}
         elif isinstance(v, np.ndarray) and v.dtype.kind in "fiub":
             state[k] = v.copy()
         elif isinstance(v, bool | int | float | np.number) and not isinstance(v, np.complexfloating):
@@ -259,8 +254,6 @@ def _capture(obj: Any) -> dict[str, Any]:
 def _restore(obj: Any, state: dict[str, Any]) -> None:
     from collections import deque
 
-    from rlgrad.rl.base import set_rng_state
-
     children = dict(_children(obj))
     for k, v in state.items():
         if k.startswith("["):
@@ -270,7 +263,7 @@ def _restore(obj: Any, state: dict[str, Any]) -> None:
             if not isinstance(gen, np.random.Generator):  # an env never reset has none yet
                 gen = np.random.Generator(np.random.PCG64())
                 setattr(obj, k, gen)
-            set_rng_state(gen, v["__rng__"])
+            load_generator_state(gen, v["__rng__"])
         elif isinstance(v, dict) and "__tuple__" in v:
             setattr(obj, k, tuple(v["__tuple__"]))
         elif isinstance(v, dict) and "__deque__" in v:

@@ -1,7 +1,6 @@
 """Metrics under Stable-Baselines3's key names, kept in memory and passed to pluggable writers.
 
-``logger.record("train/value_loss", x)`` stores a value for the current row; ``record_mean``
-averages values recorded several times before a dump (one per gradient step, say); ``dump(step)``
+``logger.record("train/value_loss", x)`` stores a value for the current row; ``dump(step)``
 closes the row, appends it to ``logger.history`` and hands it to every writer. A writer is any
 object with ``write(row: dict, step: int)`` (and optionally ``close()``): ``CSVWriter`` and
 ``TensorBoardWriter`` are provided; a command-line layer can add its own.
@@ -22,28 +21,18 @@ class Logger:
     def __init__(self, writers: list[Writer] | None = None) -> None:
         self.writers: list[Writer] = list(writers or [])
         self.name_to_value: dict[str, Any] = {}
-        self._sums: dict[str, float] = {}
-        self._counts: dict[str, int] = {}
         self.history: list[dict[str, Any]] = []
 
     def record(self, key: str, value: Any) -> None:
         self.name_to_value[key] = value
-
-    def record_mean(self, key: str, value: float) -> None:
-        self._sums[key] = self._sums.get(key, 0.0) + float(value)
-        self._counts[key] = self._counts.get(key, 0) + 1
 
     def add_writer(self, writer: Writer) -> None:
         self.writers.append(writer)
 
     def dump(self, step: int) -> dict[str, Any]:
         row = dict(self.name_to_value)
-        for k, s in self._sums.items():
-            row[k] = s / self._counts[k]
         row["time/total_timesteps"] = int(step)
         self.name_to_value.clear()
-        self._sums.clear()
-        self._counts.clear()
         self.history.append(row)
         for w in self.writers:
             w.write(row, step)

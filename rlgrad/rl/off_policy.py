@@ -8,6 +8,7 @@ output) and rescaled to the environment's bounds only when stepping it, as Stabl
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -91,59 +92,62 @@ def frozen(module: Module) -> Iterator[None]:
             p.requires_grad = True
 
 
+def target_network(net: Module) -> Module:
+    """A frozen copy of ``net`` (the target network), kept in step by ``optim.polyak_update``."""
+    return copy.deepcopy(net).requires_grad_(False)
+
+
+def bootstrapped_target(rewards: np.ndarray, terminated: np.ndarray, gamma: float,
+                        next_values: np.ndarray) -> np.ndarray:
+    """The TD target ``r + gamma (1 - terminated) next_values`` in float32; truncation still
+    bootstraps. ``next_values`` holds one estimate per row, ``(n,)``, or several, ``(n, k)``
+    (QR-DQN's quantiles): rewards and terminations broadcast over them."""
+    shape = (len(rewards),) + (1,) * (np.ndim(next_values) - 1)
+    not_term = 1.0 - np.asarray(terminated, dtype=np.float32).reshape(shape)
+    return (rewards.reshape(shape) + gamma * not_term * next_values).astype(np.float32)
+
+
 class OffPolicyAlgorithm(BaseAlgorithm):
+    """``tau`` is the Polyak coefficient of the target networks (SB3's keyword):
+    ``target <- tau * online + (1 - tau) * target``; 1 copies."""
+
+    _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 4  # episodes between two dumps of the logger, as in SB3
+    action_spaces = (spaces.Box,)
 
     def __init__(self, env: EnvLike, learning_rate: Any, buffer_size: int, learning_starts: int,
                  batch_size: int, tau: float, gamma: float, train_freq: Any, gradient_steps: int,
                  n_envs: int = 1, normalize: bool | dict[str, Any] = False,
                  policy_kwargs: dict | None = None, seed: int | None = 0, verbose: int = 0,
-                 continuous: bool = True, **env_options: Any) -> None:
+                 **env_options: Any) -> None:
         super().__init__(env, seed=seed, n_envs=n_envs, normalize=normalize,
                          learning_rate=learning_rate, gamma=gamma, policy_kwargs=policy_kwargs,
                          verbose=verbose, **env_options)
         if self.normalizer is not None:
             self.normalizer.norm_reward = False  # replayed rewards must keep one scale
         a = self.action_space
-        name = type(self).__name__
-        if continuous and not isinstance(a, spaces.Box):
-            raise ValueError(
-                f"{name} needs a continuous (Box) action space, got {a}: for discrete actions use "
-                "DQN, PPO or A2C"
-            )
-        if not continuous and not isinstance(a, spaces.Discrete):
-            raise ValueError(
-                f"{name} needs a Discrete action space, got {a}: for continuous actions use SAC, "
-                "TD3 or DDPG"
-            )
         self.buffer_size = int(buffer_size)
         self.learning_starts = int(learning_starts)
         self.batch_size = int(batch_size)
         self.tau = float(tau)
         if isinstance(train_freq, int):
             train_freq = (train_freq, "step")
-        n, unit = int(train_freq[0]), str(train_freq[1])
-        if unit not in ("step", "episode"):
-            raise ValueError(f"train_freq unit must be 'step' or 'episode', got {unit!r}")
-        self.train_freq = (n, unit)
+        self.train_freq = (int(train_freq[0]), str(train_freq[1]))  # range: rl/ranges.py
         self.gradient_steps = int(gradient_steps)
-        if continuous:
+        self.continuous = isinstance(a, spaces.Box)
+        if self.continuous:
             self.act_dim = int(np.prod(a.shape))
             self._low = a.low.astype(np.float32)
             self._high = a.high.astype(np.float32)
             a_shape, a_dtype = (self.act_dim,), np.float32
         else:
             a_shape, a_dtype = (), np.int64
-        self.continuous = continuous
         self.replay_buffer = ReplayBuffer(self.buffer_size, self.obs_dim, a_shape, a_dtype)
         self.action_noise: NormalActionNoise | None = None
         self._n_calls = 0
         self._last_dump_episode = 0
 
     # ---- actions ------------------------------------------------------------------------------
-    def scale_action(self, action: np.ndarray) -> np.ndarray:
-        return 2.0 * (action - self._low) / (self._high - self._low) - 1.0
-
     def unscale_action(self, scaled: np.ndarray) -> np.ndarray:
         return self._low + 0.5 * (scaled + 1.0) * (self._high - self._low)
 

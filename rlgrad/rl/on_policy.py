@@ -1,5 +1,11 @@
 """The on-policy loop shared by REINFORCE, A2C and PPO: collect ``n_steps`` from every env copy
-with the current policy, compute GAE(lambda), then let the subclass ``train()`` on the rollout.
+with the current policy, compute GAE(lambda), then ``train()`` on the rollout.
+
+Each algorithm writes its loss once, ``loss(batch, use_entropy) -> (loss, stats)`` on
+``policy.distribution(obs)``; the base class's is the score-function loss of A2C and REINFORCE,
+PPO overrides it with the clipped surrogate. The trainer runs that function through
+``rlgrad.rl.steps.grad_step``: compiled by ``rlgrad.jit`` for the fixed-shape whole rollout,
+eagerly for PPO's shuffled minibatches.
 
 The per-step loop is kept lean: one batched policy forward over all env copies in NumPy (no
 graph), one vector-env step, one row written into preallocated arrays.
@@ -13,19 +19,13 @@ import numpy as np
 from gymnasium import spaces
 
 import rlgrad
-from rlgrad import autograd, ops
-from rlgrad.nn import functional as F
-from rlgrad.rl.base import BaseAlgorithm, set_grads
-from rlgrad.rl.buffers import RolloutBuffer
+from rlgrad import ops
+from rlgrad.rl.base import BaseAlgorithm
+from rlgrad.rl.buffers import RolloutBatch, RolloutBuffer
 from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.policies import ActorCriticPolicy
-from rlgrad.tensor import Tensor
-
-
-def as_float(x: Any) -> float:
-    """A loss as a Python float, whether a Tensor or (no graph needed) a NumPy value."""
-    return float(x.data) if isinstance(x, Tensor) else float(x)
+from rlgrad.rl.steps import grad_step, set_grads
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
@@ -35,6 +35,7 @@ def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
 
 
 class OnPolicyAlgorithm(BaseAlgorithm):
+    _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 1
 
     def __init__(self, env: EnvLike, learning_rate: Any, n_steps: int, gamma: float,
@@ -52,9 +53,11 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.normalize_advantage = bool(normalize_advantage)
         self._iteration_num = 0
-        self._pg_step: Any = None  # the compiled update, built on first use
+        self._loss_steps: dict[bool, Any] = {}  # compiled / eager gradient steps, built on first use
         self.policy = ActorCriticPolicy(self.observation_space, self.action_space,
-                                        **self.policy_kwargs)
+                                        **self.net_kwargs(net_arch=None, activation_fn="tanh",
+                                                          ortho_init=True, log_std_init=0.0,
+                                                          init_seed=None))
         a_space = self.action_space
         if isinstance(a_space, spaces.Discrete):
             a_shape, a_dtype = (), np.int64
@@ -114,8 +117,54 @@ class OnPolicyAlgorithm(BaseAlgorithm):
             self.logger.dump(self.num_timesteps)
         return True
 
+    # ---- the loss and the update --------------------------------------------------------------
+    def loss(self, b: dict[str, Any], use_entropy: bool) -> tuple[Any, dict[str, Any]]:
+        """The score-function loss of A2C and REINFORCE on batch ``b`` (``_loss_batch``):
+
+            -sum_i w_i log pi(a_i|s_i) A_i + vf_coef sum_i w_i (R_i - V(s_i))^2 - ent_coef sum_i w_i H_i
+
+        (weights ``w``: 1/n per row, 0 for padding). Returns the loss and the terms to log.
+        """
+        dist = self.policy.distribution(b["obs"])
+        w = b["weights"]
+        policy_loss = -(w * dist.log_prob(b["actions"]) * b["advantages"]).sum()
+        value_loss = (w * ops.square(b["returns"] - self.policy.value(b["obs"]))).sum()
+        entropy_loss = -(w * dist.entropy()).sum()
+        loss = policy_loss + b["coefs"][0] * value_loss
+        if use_entropy:
+            loss = loss + b["coefs"][1] * entropy_loss
+        return loss, {"policy_loss": policy_loss, "value_loss": value_loss,
+                      "entropy_loss": entropy_loss}
+
+    def _loss_step(self, compiled: bool) -> Any:
+        """``self.loss`` and its gradient as one step, compiled or eager (built once each)."""
+        step = self._loss_steps.get(compiled)
+        if step is None:
+            step = self._loss_steps[compiled] = grad_step(self.loss, self._params, compiled,
+                                                          static_argnums=(1,))
+        return step
+
     def train(self) -> None:
-        raise NotImplementedError
+        """One gradient step on the whole rollout (A2C, REINFORCE), compiled; losses logged."""
+        self._set_lr()
+        b, valid = self._full_batch()
+        loss, stats, grads = self._loss_step(compiled=True)(b, self.ent_coef != 0)
+        self._apply_grads(grads)
+        self._n_updates += 1
+        if self._will_log():
+            lg = self.logger
+            for k in ("policy_loss", "value_loss", "entropy_loss"):
+                lg.record(f"train/{k}", float(stats[k]))
+            lg.record("train/loss", float(loss))
+            self._log_common(valid)
+
+    def _log_common(self, valid: Any) -> None:
+        flat, lg = self.rollout_buffer.flat(), self.logger
+        lg.record("train/explained_variance",
+                  explained_variance(flat.old_values[valid], flat.returns[valid]))
+        lg.record("train/n_updates", self._n_updates)
+        if not self.policy.discrete:
+            lg.record("train/std", float(np.exp(self.policy.log_std.data).mean()))
 
     def _will_log(self) -> bool:
         """Whether the current iteration's statistics will be dumped (computed only then)."""
@@ -129,23 +178,13 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.logger.record("train/learning_rate", lr)
         return lr
 
-    def _step(self, loss: Any) -> float | None:
-        """zero_grad, backward, clip the gradient norm, step; returns the pre-clip norm."""
-        self.optimizer.zero_grad()
-        loss.backward()
-        norm = None
-        if self.max_grad_norm is not None:
-            norm = float(rlgrad.optim.clip_grad_norm_(self._params, self.max_grad_norm))
-        self.optimizer.step()
-        return norm
-
     def _apply_grads(self, grads: Any) -> None:
         """Gradients computed by a compiled step -> .grad, clip the norm, optimizer step."""
         set_grads(self._params, grads, self.max_grad_norm)
         self.optimizer.step()
 
-    def _full_batch(self) -> tuple[Any, np.ndarray, np.ndarray]:
-        """(every row of the rollout, weights, valid mask): a fixed shape, for compiled steps.
+    def _full_batch(self) -> tuple[dict[str, Any], np.ndarray]:
+        """(the loss batch of every row of the rollout, valid mask): a fixed shape, compiled once.
 
         The NEXT_STEP reset rows stay in place with weight 0, so the shape never changes and
         ``rlgrad.jit`` compiles the update once; weights are 1 / (number of valid rows).
@@ -153,7 +192,15 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         buf = self.rollout_buffer
         valid = buf.valid.reshape(-1)
         w = valid.astype(np.float32) / max(int(valid.sum()), 1)
-        return buf.flat(), w, valid
+        data = buf.flat()
+        return self._loss_batch(data, self._advantages(data.advantages, valid), w), valid
+
+    def _loss_batch(self, data: RolloutBatch, adv: np.ndarray, w: np.ndarray) -> dict[str, Any]:
+        """What ``loss`` reads: arrays only, so the same dict feeds the eager and compiled step."""
+        return {"obs": data.observations, "actions": self.policy.actions_for_loss(data.actions),
+                "advantages": adv, "returns": data.returns, "weights": w,
+                "old_log_prob": data.old_log_prob, "old_values": data.old_values,
+                "coefs": np.array([self.vf_coef, self.ent_coef], dtype=np.float32)}
 
     def _advantages(self, adv: np.ndarray, valid: np.ndarray) -> np.ndarray:
         if self.normalize_advantage and valid.sum() > 1:
@@ -179,59 +226,3 @@ class OnPolicyAlgorithm(BaseAlgorithm):
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         self._iteration_num = int(state.get("iteration", {}).get("num", 0))
-
-
-def policy_gradient_losses(policy: ActorCriticPolicy, b: Any, normalize_advantage: bool,
-                           ent_coef: float = 1.0) -> tuple[Any, Any, Any]:
-    """(policy, value, entropy) losses of the score-function estimator on batch ``b``."""
-    values, log_prob, entropy = policy.evaluate_actions(b.observations, b.actions,
-                                                        entropy_grad=ent_coef != 0)
-    adv = b.advantages
-    if normalize_advantage and len(adv) > 1:
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-    policy_loss = -(log_prob * adv).mean()  # grad: -E[grad log pi(a|s) * A]
-    value_loss = F.mse_loss(values, b.returns)
-    entropy_loss = -entropy.mean()
-    return policy_loss, value_loss, entropy_loss
-
-
-def policy_gradient_update(algo: OnPolicyAlgorithm, ent_coef: float) -> None:
-    """One gradient step on the whole rollout (A2C, REINFORCE), losses logged apart.
-
-    The loss and its gradient run as one ``rlgrad.jit``-compiled step (straight-line NumPy, the
-    same operations as eager execution without the per-operation bookkeeping).
-    """
-    data, w, valid = algo._full_batch()
-    adv = algo._advantages(data.advantages, valid)
-    policy = algo.policy
-    if algo._pg_step is None:
-        params = algo._params
-
-        def step(obs: Any, act_in: Any, adv: Any, returns: Any, w: Any, coefs: Any,
-                 use_entropy: bool) -> Any:
-            values, log_prob, entropy = policy.evaluate_traceable(obs, act_in)
-            pl = -(w * log_prob * adv).sum()  # grad: -E[grad log pi(a|s) * A]
-            vl = (w * ops.square(returns - values)).sum()
-            el = -(w * entropy).sum()
-            loss = pl + coefs[0] * vl
-            if use_entropy:
-                loss = loss + coefs[1] * el
-            return pl, vl, el, autograd.grad(loss, params)
-
-        algo._pg_step = rlgrad.jit(step, static_argnums=(6,))
-    coefs = np.array([algo.vf_coef, ent_coef], dtype=np.float32)
-    pl, vl, el, grads = algo._pg_step(data.observations, policy.action_input(data.actions), adv,
-                                      data.returns, w, coefs, ent_coef != 0)
-    algo._apply_grads(grads)
-    algo._n_updates += 1
-    if algo._will_log():
-        lg = algo.logger
-        lg.record("train/policy_loss", float(pl))
-        lg.record("train/value_loss", float(vl))
-        lg.record("train/entropy_loss", float(el))
-        lg.record("train/loss", float(pl + algo.vf_coef * vl + ent_coef * el))
-        lg.record("train/explained_variance",
-                  explained_variance(data.old_values[valid], data.returns[valid]))
-        lg.record("train/n_updates", algo._n_updates)
-        if not policy.discrete:
-            lg.record("train/std", float(np.exp(policy.log_std.data).mean()))

@@ -3,7 +3,8 @@
 * ``ActorCriticPolicy``: separate MLPs for the policy and the value (SB3's ``MlpPolicy``:
   [64, 64] tanh, orthogonal initialisation), a Categorical head for Discrete actions and a
   state-independent-std Gaussian for Box actions.
-* ``QNetwork``: Q(s, .) for DQN.
+* ``QNetwork``: Q(s, .) as a module (DQN's ``make_q_net`` now builds the plain ``mlp``; this class
+  stays for code written against it).
 * ``DeterministicActor`` (tanh-squashed, DDPG/TD3), ``ContinuousCritic`` (n Q(s, a) heads, twin for
   TD3/SAC), ``SquashedGaussianActor`` (SAC, a ``TanhNormal`` sampled with ``rsample``, or gSDE's
   ``StateDependentNoiseDistribution`` with ``use_sde``).
@@ -22,7 +23,8 @@ import numpy as np
 from gymnasium import spaces
 
 from rlgrad import nn, ops
-from rlgrad.distributions import Categorical, Normal
+from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
+from rlgrad.distributions.categorical import inverse_cdf
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
 from rlgrad.nn import init
 from rlgrad.rl.envs import flat_obs_dim
@@ -69,11 +71,6 @@ def _ortho(net: nn.Module, gain: float, generator: np.random.Generator) -> None:
                 init.zeros_(m.bias)
 
 
-def log_softmax_np(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
-
-
 class ActorCriticPolicy(nn.Module):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  net_arch: Any = None, activation_fn: Any = "tanh", ortho_init: bool = True,
@@ -109,57 +106,22 @@ class ActorCriticPolicy(nn.Module):
 
     # ---- training (through the engine) ------------------------------------------------------
     def distribution(self, obs: Any) -> Any:
+        """pi(.|obs): a ``Categorical`` over Discrete actions, a diagonal Gaussian (``Independent``
+        ``Normal``: one log-probability per action vector) over Box actions, whose actions are
+        rows of ``act_dim`` numbers. Eager or traced by ``rlgrad.jit`` alike."""
         out = self.action_net(self.pi_net(obs))
         if self.discrete:
             return Categorical(logits=out)
-        return Normal(out, self.log_std.exp())
+        return Independent(Normal(out, self.log_std.exp()), 1)
 
     def value(self, obs: Any) -> Any:
         return self.value_net(self.vf_net(obs)).reshape(-1)
 
-    def evaluate_actions(self, obs: np.ndarray, actions: np.ndarray, entropy_grad: bool = True
-                         ) -> tuple[Any, Any, Any]:
-        """(values, log_prob(actions), entropy), each of shape (batch,), recorded for backward.
-
-        With ``entropy_grad=False`` (an entropy coefficient of 0) the entropy is a plain array,
-        for logging only: no graph is built for a term that does not enter the loss.
-        """
-        dist = self.distribution(obs)
-        log_prob = dist.log_prob(actions)
-        if entropy_grad:
-            entropy = dist.entropy()
-        elif self.discrete:
-            logp = dist.logits.data  # normalised log-probabilities, already computed by log_prob
-            entropy = -(np.exp(logp) * logp).sum(-1)
-        else:
-            entropy = np.broadcast_to(0.5 + 0.5 * math.log(2 * math.pi) + self.log_std.data,
-                                      (len(obs), self.act_dim))
-        if not self.discrete:  # a diagonal Gaussian: independent dimensions add up
-            log_prob = log_prob.sum(-1)
-            entropy = entropy.sum(-1)
-        return self.value(obs), log_prob, entropy
-
-    def action_input(self, actions: np.ndarray) -> np.ndarray:
-        """Actions as ``evaluate_traceable`` takes them: one-hot float rows for Discrete."""
+    def actions_for_loss(self, actions: np.ndarray) -> np.ndarray:
+        """Stored actions as ``distribution(obs).log_prob`` takes them (Box: flat rows)."""
         if self.discrete:
-            return np.eye(self.act_dim, dtype=np.float32)[actions]
+            return actions
         return np.asarray(actions, dtype=np.float32).reshape(len(actions), self.act_dim)
-
-    def evaluate_traceable(self, obs: Any, action_input: Any) -> tuple[Any, Any, Any]:
-        """``evaluate_actions`` written with engine operations only (no value-dependent Python),
-        so that ``rlgrad.jit`` can compile an update around it; actions from ``action_input``."""
-        out = self.action_net(self.pi_net(obs))
-        values = self.value(obs)
-        if self.discrete:
-            logp_all = ops.log_softmax(out, axis=-1)
-            log_prob = (logp_all * action_input).sum(-1)
-            entropy = -(ops.exp(logp_all) * logp_all).sum(-1)
-        else:
-            log_std = self.log_std
-            z = (action_input - out) * ops.exp(-log_std)
-            log_prob = (-0.5 * z * z - log_std).sum(-1) - 0.5 * math.log(2 * math.pi) * self.act_dim
-            entropy = (log_std + (0.5 + 0.5 * math.log(2 * math.pi))).sum() + 0.0 * values
-        return values, log_prob, entropy
 
     # ---- acting (NumPy, no graph) -----------------------------------------------------------
     def _head_np(self, obs: np.ndarray) -> np.ndarray:
@@ -213,17 +175,17 @@ class ActorCriticPolicy(nn.Module):
             out = self._head_np(obs)
             values = self.predict_values(obs)
         n = len(obs)
+        # ``distribution(obs).sample(generator=rng)``'s draws and rules on the NumPy outputs
+        # (tests/test_rl_algos.py checks both give the same actions and log-probabilities)
         if self.discrete:
             # inverse-CDF sampling on unnormalised probabilities; log p(a) = z_a - m - log(sum)
             m = out.max(axis=1, keepdims=True)
             z = out - m
             cdf = np.cumsum(np.exp(z), axis=1)
-            total = cdf[:, -1]
-            u = rng.random(n) * total
-            actions = np.minimum((cdf < u[:, None]).sum(axis=1), self.act_dim - 1)
-            return actions, values, z[np.arange(n), actions] - np.log(total)
+            actions = inverse_cdf(cdf, rng.random(n))
+            return actions, values, z[np.arange(n), actions] - np.log(cdf[:, -1])
         log_std = self.log_std.data
-        eps = rng.standard_normal(out.shape).astype(np.float32)
+        eps = rng.standard_normal(out.shape, dtype=out.dtype)
         actions = out + np.exp(log_std) * eps
         log_prob = (-0.5 * np.square(eps) - log_std - 0.5 * math.log(2 * math.pi)).sum(axis=1)
         return actions.reshape(n, *self.action_shape), values, log_prob
@@ -290,8 +252,6 @@ class ContinuousCritic(nn.Module):
 
 def _cat(obs: Any, actions: Any) -> Any:
     if isinstance(obs, Tensor) or isinstance(actions, Tensor):
-        from rlgrad import ops
-
         return ops.concatenate([obs, actions], axis=1)
     return np.concatenate([obs, actions], axis=1).astype(np.float32, copy=False)
 
@@ -340,8 +300,6 @@ class SquashedGaussianActor(nn.Module):
             return StateDependentNoiseDistribution(
                 self._sde_mean(h), self.log_std, h, use_expln=self.use_expln,
                 learn_features=True, squash_output=True)
-        from rlgrad.distributions import TanhNormal
-
         log_std = self.log_std(h).clip(LOG_STD_MIN, LOG_STD_MAX)
         return TanhNormal(self.mu(h), log_std.exp())
 

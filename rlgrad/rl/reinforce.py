@@ -11,9 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from rlgrad import optim
-from rlgrad.rl.base import constructor_hyperparams
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.on_policy import OnPolicyAlgorithm, policy_gradient_update
+from rlgrad.rl.on_policy import OnPolicyAlgorithm
 
 
 class REINFORCE(OnPolicyAlgorithm):
@@ -25,13 +24,9 @@ class REINFORCE(OnPolicyAlgorithm):
                  n_envs: int = 8, normalize: bool | dict = False,
                  policy_kwargs: dict | None = None, seed: int | None = 0, verbose: int = 0,
                  **env_options: Any) -> None:
-        self._hyperparams = constructor_hyperparams(locals())
         super().__init__(env, learning_rate, n_steps, gamma, 1.0, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, **env_options)
         self._params = list(self.policy.parameters())
         self.optimizer = optim.Adam(self._params, lr=self.lr_schedule(1.0))
 
-    def train(self) -> None:
-        self._set_lr()
-        policy_gradient_update(self, self.ent_coef)

@@ -20,16 +20,19 @@ replaces the uniformly random warm-up actions by gSDE ones. ``policy_kwargs`` th
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
 
 import rlgrad
 from rlgrad import nn, ops, optim
-from rlgrad.rl.base import constructor_hyperparams
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.off_policy import OffPolicyAlgorithm, frozen
+from rlgrad.rl.off_policy import (
+    OffPolicyAlgorithm,
+    bootstrapped_target,
+    frozen,
+    target_network,
+)
 from rlgrad.rl.policies import ContinuousCritic, SquashedGaussianActor
 
 
@@ -43,23 +46,20 @@ class SAC(OffPolicyAlgorithm):
                  use_sde_at_warmup: bool = False, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
                  seed: int | None = 0, verbose: int = 0, **env_options: Any) -> None:
-        self._hyperparams = constructor_hyperparams(locals())
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,
-                         verbose, continuous=True, **env_options)
+                         verbose, **env_options)
         self.target_update_interval = int(target_update_interval)
-        arch = list(self.policy_kwargs.get("net_arch", [256, 256]))
-        act_fn = self.policy_kwargs.get("activation_fn", "relu")
+        kw = self.net_kwargs(net_arch=[256, 256], activation_fn="relu", log_std_init=-3.0,
+                             full_std=True, use_expln=False, clip_mean=2.0)
+        arch, act_fn = list(kw.pop("net_arch")), kw.pop("activation_fn")
         self.use_sde = bool(use_sde)
         self.sde_sample_freq = int(sde_sample_freq)
         self.use_sde_at_warmup = bool(use_sde_at_warmup)
-        pk = self.policy_kwargs
-        sde_kw = {k: pk[k] for k in ("log_std_init", "full_std", "use_expln", "clip_mean")
-                  if k in pk}
         self.actor = SquashedGaussianActor(self.obs_dim, self.act_dim, arch, act_fn,
-                                           use_sde=self.use_sde, **sde_kw)
+                                           use_sde=self.use_sde, **kw)  # kw: gSDE's options
         self.critic = ContinuousCritic(self.obs_dim, self.act_dim, arch, n_critics, act_fn)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.critic_target = target_network(self.critic)
         self._critic_params = list(self.critic.parameters())  # cached for the Polyak update
         self._critic_target_params = list(self.critic_target.parameters())
         lr = self.lr_schedule(1.0)
@@ -117,7 +117,7 @@ class SAC(OffPolicyAlgorithm):
                 next_logp = next_logp.data.sum(-1)
             qs = self.critic_target(b.next_observations, next_a)
             q_next = np.min([q.data for q in qs], axis=0) - ent_coef * next_logp
-        return (b.rewards + self.gamma * (1.0 - b.terminated) * q_next).astype(np.float32)
+        return bootstrapped_target(b.rewards, b.terminated, self.gamma, q_next)
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
         opts = [self.actor_optimizer, self.critic_optimizer]

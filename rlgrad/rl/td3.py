@@ -9,15 +9,19 @@ smoothing (``rlgrad.rl.DDPG``).
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import numpy as np
 
 from rlgrad import ops, optim
-from rlgrad.rl.base import constructor_hyperparams
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.off_policy import OffPolicyAlgorithm, frozen, make_action_noise
+from rlgrad.rl.off_policy import (
+    OffPolicyAlgorithm,
+    bootstrapped_target,
+    frozen,
+    make_action_noise,
+    target_network,
+)
 from rlgrad.rl.policies import ContinuousCritic, DeterministicActor, mlp_numpy
 
 
@@ -30,19 +34,18 @@ class TD3(OffPolicyAlgorithm):
                  n_critics: int = 2, n_envs: int = 1, normalize: bool | dict = False,
                  policy_kwargs: dict | None = None, seed: int | None = 0, verbose: int = 0,
                  **env_options: Any) -> None:
-        self._hyperparams = constructor_hyperparams(locals())
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,
-                         verbose, continuous=True, **env_options)
+                         verbose, **env_options)
         self.policy_delay = int(policy_delay)
         self.target_policy_noise = float(target_policy_noise)
         self.target_noise_clip = float(target_noise_clip)
-        arch = list(self.policy_kwargs.get("net_arch", [400, 300]))
-        act_fn = self.policy_kwargs.get("activation_fn", "relu")
+        kw = self.net_kwargs(net_arch=[400, 300], activation_fn="relu")
+        arch, act_fn = list(kw["net_arch"]), kw["activation_fn"]
         self.actor = DeterministicActor(self.obs_dim, self.act_dim, arch, act_fn)
         self.critic = ContinuousCritic(self.obs_dim, self.act_dim, arch, n_critics, act_fn)
-        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
-        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_target = target_network(self.actor)
+        self.critic_target = target_network(self.critic)
         lr = self.lr_schedule(1.0)
         self.actor_optimizer = optim.Adam(self.actor.parameters(), lr=lr)
         self.critic_optimizer = optim.Adam(self.critic.parameters(), lr=lr)
@@ -71,7 +74,7 @@ class TD3(OffPolicyAlgorithm):
             next_a = np.clip(next_a + np.clip(eps, -c, c), -1.0, 1.0).astype(np.float32)
         x = np.concatenate([b.next_observations, next_a], axis=1)
         q_next = np.min([mlp_numpy(q, x)[:, 0] for q in self.critic_target.q_networks], axis=0)
-        return (b.rewards + self.gamma * (1.0 - b.terminated) * q_next).astype(np.float32)
+        return bootstrapped_target(b.rewards, b.terminated, self.gamma, q_next)
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
         self._set_lr(self.actor_optimizer, self.critic_optimizer)

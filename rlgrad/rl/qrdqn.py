@@ -1,0 +1,89 @@
+"""Quantile Regression DQN (Dabney et al., 2018), as SB3-contrib's ``QRDQN``.
+
+The network gives ``n_quantiles`` values per action: the quantiles of the return at the
+midpoints ``tau_i = (2i + 1) / (2 n_quantiles)``. Acting and the target's greedy action use their
+mean (the Q-value); the target is the whole row of quantiles of that action at s',
+``r + gamma (1 - terminated) theta'_j(s', a*)``, and the loss is the quantile Huber loss
+
+    sum_i mean_{b, j} |tau_i - 1{u_bij < 0}| huber_kappa(u_bij),   u_bij = y_bj - theta_i(s_b, a_b)
+
+(SB3-contrib's ``quantile_huber_loss(..., sum_over_quantiles=True)``; ``kappa = clip_delta``, 1 as
+there). It is DQN with three hooks overridden (``make_q_net``, ``q_values``/``next_values``,
+``loss``): replay, exploration, target sync, the compiled gradient step and checkpoints are DQN's.
+``policy_kwargs`` takes ``n_quantiles`` (200, SB3-contrib's default), ``net_arch`` and
+``activation_fn``; the defaults that differ from DQN's are SB3-contrib's (``default_hyperparams``),
+and Adam's ``eps`` is ``0.01 / batch_size`` as in the paper.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from rlgrad import nn, ops, optim
+from rlgrad.nn import functional as F
+from rlgrad.rl.dqn import DQN, gather_actions
+from rlgrad.rl.envs import EnvLike
+from rlgrad.rl.hyperparams import apply_defaults
+from rlgrad.rl.policies import mlp, mlp_numpy
+
+
+def quantile_midpoints(n: int) -> np.ndarray:
+    """``tau_i = (2i + 1) / (2n)``, i = 0..n-1: the quantile levels the network estimates."""
+    return ((np.arange(n) + 0.5) / n).astype(np.float32)
+
+
+def quantile_huber_loss(current: Any, target: Any, taus: np.ndarray, kappa: float = 1.0) -> Any:
+    """Quantile Huber loss of ``current`` (batch, N) quantile estimates at levels ``taus`` (N,)
+    against ``target`` (batch, N') samples: summed over the N estimates, averaged over the batch
+    and the N' targets. The weights ``|tau - 1{u < 0}|`` carry no gradient."""
+    b, n = current.shape
+    u = ops.reshape(target, (b, 1, target.shape[1])) - ops.reshape(current, (b, n, 1))
+    tau = taus.reshape(n, 1)
+    weight = ops.where(u < 0, 1.0 - tau, tau)
+    pairwise = weight * F.huber_loss(u, 0.0, reduction="none", delta=kappa)
+    return ops.mean(ops.sum(pairwise, axis=1))
+
+
+class QRDQN(DQN):
+    #: SB3-contrib's QRDQN defaults where they differ from DQN's
+    default_hyperparams: ClassVar[dict[str, Any]] = {
+        "learning_rate": 5e-5, "exploration_fraction": 0.005, "exploration_final_eps": 0.01,
+        "max_grad_norm": None}
+
+    def __init__(self, env: EnvLike, **kwargs: Any) -> None:
+        super().__init__(env, **apply_defaults(type(self), kwargs))
+        self.taus = quantile_midpoints(self.n_quantiles)
+        self.optimizer = optim.Adam(self._params, lr=self.lr_schedule(1.0),
+                                    eps=0.01 / self.batch_size)
+
+    def make_q_net(self) -> nn.Module:
+        """``obs -> (batch, n_actions * n_quantiles)``: per action, its quantiles."""
+        kw = self.net_kwargs(net_arch=[64, 64], activation_fn="relu", n_quantiles=200)
+        self.n_quantiles = int(kw["n_quantiles"])
+        out = self.n_actions * self.n_quantiles
+        return mlp([self.obs_dim, *kw["net_arch"], out], kw["activation_fn"])
+
+    def quantiles(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
+        """(batch, n_actions, n_quantiles) in NumPy (the online network by default)."""
+        out = mlp_numpy(self.q_net if net is None else net, obs)
+        return out.reshape(len(obs), self.n_actions, self.n_quantiles)
+
+    def q_values(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
+        return self.quantiles(obs, net).mean(axis=2)
+
+    def next_values(self, next_obs: np.ndarray) -> np.ndarray:
+        """The target network's quantiles of the greedy action at s' (by their mean; with
+        ``double_q`` the online network's mean picks it), shape (batch, n_quantiles)."""
+        theta = self.quantiles(next_obs, self.q_net_target)
+        q = self.q_values(next_obs) if self.double_q else theta.mean(axis=2)
+        a_star = q.argmax(axis=1)
+        return theta[np.arange(len(a_star)), a_star]
+
+    def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """Quantile Huber loss of the taken action's quantiles against the target rows."""
+        n = batch["obs"].shape[0]
+        theta = ops.reshape(self.q_net(batch["obs"]), (n, self.n_actions, self.n_quantiles))
+        current = gather_actions(theta, batch["actions"])
+        return quantile_huber_loss(current, batch["target"], self.taus, self.clip_delta), {}

@@ -1,0 +1,210 @@
+"""The valid range of every hyperparameter of every algorithm, in one table.
+
+``check_hyperparams(name, values)`` runs when an algorithm is built (``BaseAlgorithm.__init__``,
+so the Python API and the CLI alike), before anything is allocated, and refuses the first bad
+value with one line naming the parameter, the value and the range; ``check_relations`` follows
+once the environment exists. ``RANGES`` holds one entry per argument name (the same name
+means the same thing in every algorithm); ``RELATIONS`` the rules between two arguments.
+A new hyperparameter needs an entry here (``tests/test_rl_ranges.py`` checks every algorithm).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Range:
+    """A number in an interval (``lo``/``hi``, open or closed), optionally an integer, None, a
+    schedule (``"lin_X"`` or a function of the progress), or one of ``choices``."""
+
+    lo: float = -math.inf
+    hi: float = math.inf
+    lo_open: bool = False
+    hi_open: bool = False
+    integer: bool = False
+    none_ok: bool = False
+    schedule: bool = False
+    choices: tuple[Any, ...] = ()
+    kind: type | tuple[type, ...] | None = None  # a non-numeric argument: only its type is checked
+
+    def describe(self) -> str:
+        parts = []
+        if self.kind is not None:
+            kinds = self.kind if isinstance(self.kind, tuple) else (self.kind,)
+            parts.append(" or ".join(k.__name__ for k in kinds))
+        elif self.lo > -math.inf or self.hi < math.inf or self.integer:
+            what = "an integer" if self.integer else "a number"
+            if self.lo > -math.inf and self.hi < math.inf:
+                parts.append(f"{what} in {'(' if self.lo_open else '['}{_num(self.lo)}, "
+                             f"{_num(self.hi)}{')' if self.hi_open else ']'}")
+            elif self.lo > -math.inf:
+                parts.append(f"{what} {'>' if self.lo_open else '>='} {_num(self.lo)}")
+            elif self.hi < math.inf:
+                parts.append(f"{what} {'<' if self.hi_open else '<='} {_num(self.hi)}")
+            else:
+                parts.append(what)
+        parts += [repr(c) for c in self.choices]
+        if self.schedule:
+            parts.append("'lin_X' with X in that range")
+        if self.none_ok:
+            parts.append("None")
+        return " or ".join(parts)
+
+    def ok(self, v: Any) -> bool:
+        if v is None:
+            return self.none_ok
+        if any(v == c and type(v) is type(c) for c in self.choices):
+            return True
+        if self.kind is not None:
+            return isinstance(v, self.kind)
+        if self.schedule and isinstance(v, str) and v.startswith("lin_"):
+            v = _float(v[4:])
+        elif self.schedule and callable(v):
+            try:
+                v = v(1.0)  # a schedule's value at the start of training
+            except Exception:  # noqa: BLE001 - a schedule that cannot be called is not valid
+                return False
+        if isinstance(v, bool) or not isinstance(v, int | float) or math.isnan(v):
+            return False
+        if self.integer and not float(v).is_integer():
+            return False
+        above = v > self.lo if self.lo_open else v >= self.lo
+        below = v < self.hi if self.hi_open else v <= self.hi
+        return above and below
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
+def _float(s: str) -> Any:
+    try:
+        return float(s)
+    except ValueError:
+        return s
+
+
+_PROB = Range(0.0, 1.0)
+_POSITIVE = Range(0.0, lo_open=True)
+_NON_NEGATIVE = Range(0.0)
+_COUNT = Range(1, integer=True)
+_FLAG = Range(kind=bool)
+_MAX_ROWS = 10_000_000  # rollout and replay rows: beyond this a typo, not a plan (memory)
+
+RANGES: dict[str, Range] = {
+    # shared
+    "learning_rate": Range(0.0, lo_open=True, schedule=True),
+    "gamma": _PROB,
+    "n_envs": Range(1, 4096, integer=True),
+    "normalize": Range(kind=(bool, dict)),
+    "policy_kwargs": Range(kind=dict, none_ok=True),
+    "verbose": Range(0, integer=True),
+    "env_kwargs": Range(kind=dict, none_ok=True),
+    "vectorization_mode": Range(choices=("sync", "async", "vector_entry_point"), none_ok=True),
+    "blas_threads": Range(1, integer=True, none_ok=True),
+    "max_grad_norm": Range(0.0, lo_open=True, none_ok=True),
+    "batch_size": _COUNT,
+    # on-policy
+    "n_steps": Range(1, _MAX_ROWS, integer=True),
+    "gae_lambda": _PROB,
+    "ent_coef": Range(0.0, choices=("auto",)),  # SAC also takes "auto_X" (see _ent_coef_ok)
+    "vf_coef": _NON_NEGATIVE,
+    "normalize_advantage": _FLAG,
+    "n_epochs": _COUNT,
+    "clip_range": Range(0.0, lo_open=True, schedule=True),
+    "clip_range_vf": Range(0.0, lo_open=True, schedule=True, none_ok=True),
+    "target_kl": Range(0.0, lo_open=True, none_ok=True),
+    "rms_prop_eps": _POSITIVE,
+    "use_rms_prop": _FLAG,
+    # off-policy
+    "buffer_size": Range(1, _MAX_ROWS * 10, integer=True),
+    "learning_starts": Range(0, integer=True),
+    "tau": Range(0.0, 1.0, lo_open=True),
+    "train_freq": Range(1, integer=True),  # or (n, "step" | "episode"): see _train_freq_ok
+    "gradient_steps": Range(1, integer=True, choices=(-1,)),
+    "target_update_interval": _COUNT,
+    "exploration_fraction": Range(0.0, 1.0, lo_open=True),
+    "exploration_initial_eps": _PROB,
+    "exploration_final_eps": _PROB,
+    "clip_delta": _POSITIVE,
+    "double_q": _FLAG,
+    "noise_type": Range(choices=("normal", "ornstein-uhlenbeck"), none_ok=True),
+    "noise_std": _NON_NEGATIVE,
+    "policy_delay": _COUNT,
+    "target_policy_noise": _NON_NEGATIVE,
+    "target_noise_clip": _NON_NEGATIVE,
+    "n_critics": _COUNT,
+    "target_entropy": Range(choices=("auto",)),
+    "use_sde": _FLAG,
+    "sde_sample_freq": Range(-1, integer=True),
+    "use_sde_at_warmup": _FLAG,
+}
+
+
+def _train_freq_ok(v: Any) -> bool:
+    if isinstance(v, list | tuple) and len(v) == 2:
+        return RANGES["train_freq"].ok(v[0]) and v[1] in ("step", "episode")
+    return RANGES["train_freq"].ok(v)
+
+
+def _ent_coef_ok(v: Any) -> bool:
+    if isinstance(v, str) and v.startswith("auto_"):
+        return _POSITIVE.ok(_float(v[5:]))
+    return RANGES["ent_coef"].ok(v)
+
+
+def _net_arch_ok(pk: Any) -> bool:
+    arch = (pk or {}).get("net_arch") if isinstance(pk, dict) else None
+    if arch is None:
+        return True
+    lists = arch.values() if isinstance(arch, dict) else [arch]
+    return all(isinstance(a, list | tuple) and all(_COUNT.ok(n) for n in a) for a in lists)
+
+
+#: arguments whose check is a function (several forms), with the range as the message says it
+SPECIAL: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "train_freq": (_train_freq_ok, "an integer >= 1 or [n >= 1, 'step' | 'episode']"),
+    "ent_coef": (_ent_coef_ok, "a number >= 0 (SAC also 'auto' or 'auto_X', X > 0)"),
+    "target_entropy": (lambda v: v == "auto" or Range().ok(v), "a number or 'auto'"),
+}
+
+#: rules between arguments: (arguments, holds(values), what must hold)
+RELATIONS: list[tuple[tuple[str, ...], Callable[..., bool], str]] = [
+    (("buffer_size", "batch_size"), lambda buf, bs: buf >= bs, "buffer_size >= batch_size"),
+    (("n_steps", "n_envs"), lambda t, n: t * n <= _MAX_ROWS,
+     f"n_steps * n_envs <= {_MAX_ROWS:,} (rollout rows)"),
+    (("batch_size", "n_steps", "n_envs"), lambda bs, t, n: bs <= t * n,
+     "batch_size <= n_steps * n_envs (the rollout)"),
+    (("batch_size", "normalize_advantage"), lambda bs, norm: bs >= 2 or not norm,
+     "batch_size >= 2 when normalize_advantage is on (a one-row batch has no std)"),
+]
+
+
+def check_hyperparams(algo: str, values: dict[str, Any]) -> None:
+    """Raise ValueError, one line, for the first value outside its range."""
+    for name, v in values.items():
+        if name in SPECIAL:
+            ok, what = SPECIAL[name][0](v), SPECIAL[name][1]
+        elif name in RANGES:
+            ok, what = RANGES[name].ok(v), RANGES[name].describe()
+        else:
+            continue
+        if not ok:
+            raise ValueError(f"{algo}: {name}={v!r} is out of range: {name} must be {what}")
+    if not _net_arch_ok(values.get("policy_kwargs")):
+        raise ValueError(f"{algo}: policy_kwargs.net_arch="
+                         f"{values['policy_kwargs']['net_arch']!r} is out of range: layer sizes "
+                         "must be integers >= 1")
+
+
+def check_relations(algo: str, values: dict[str, Any]) -> None:
+    """Raise ValueError, one line, for the first rule of ``RELATIONS`` that does not hold (run
+    once the environment is built: ``n_envs`` is then the real number of copies)."""
+    for names, holds, what in RELATIONS:
+        if all(n in values for n in names) and not holds(*(values[n] for n in names)):
+            shown = ", ".join(f"{n}={values[n]!r}" for n in names)
+            raise ValueError(f"{algo}: {shown} is out of range: {what}")

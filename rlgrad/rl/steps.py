@@ -1,0 +1,73 @@
+"""The one builder of gradient steps: an algorithm writes its loss once, this runs it.
+
+``grad_step(loss_fn, params)`` wraps ``loss_fn(*args) -> (loss, stats)`` into
+``step(*args) -> (loss, stats, grads)``, the gradient of ``loss`` w.r.t. ``params`` taken by
+``autograd.grad``. With ``compiled=True`` (the default) the step is ``rlgrad.jit`` of exactly that
+function: traced once per input shape, replayed as straight-line NumPy. With ``compiled=False`` the
+same function runs eagerly (for batches whose shapes change from call to call). Either way the
+results are NumPy arrays, ready for ``apply_grads``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+import rlgrad
+from rlgrad import autograd
+from rlgrad.tensor import Tensor, _const
+
+
+def _arrays(tree: Any) -> Any:
+    if isinstance(tree, Tensor):
+        return tree.data
+    if isinstance(tree, dict):
+        return {k: _arrays(v) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(_arrays(v) for v in tree)
+    return tree
+
+
+def grad_step(loss_fn: Callable[..., tuple[Any, Any]], params: Sequence[Tensor],
+              compiled: bool = True, static_argnums: tuple[int, ...] = ()) -> Callable:
+    """``step(*args) -> (loss, stats, grads)`` for ``loss_fn(*args) -> (loss, stats)``.
+
+    ``args`` are arrays or dicts/lists of arrays (a batch); ``static_argnums`` names Python values
+    that select the computation (e.g. whether an entropy term enters the loss): one compiled
+    program per distinct value. ``stats`` is a pytree of values to log.
+    """
+    params = list(params)
+
+    def step(*args: Any) -> tuple[Any, Any, Any]:
+        loss, stats = loss_fn(*args)
+        return loss, stats, autograd.grad(loss, params)
+
+    if compiled:
+        return rlgrad.jit(step, static_argnums=static_argnums)
+
+    def eager(*args: Any) -> tuple[Any, Any, Any]:
+        return _arrays(step(*args))
+
+    return eager
+
+
+def set_grads(params: list[Any], grads: Any, max_norm: float | None) -> float:
+    """Install gradients computed as arrays (by a step above) as ``.grad``, scaled down
+    together when their global 2-norm exceeds ``max_norm`` (``clip_grad_norm_``'s rule, done on
+    the arrays before they become Tensors). Returns the norm before clipping (0 if not asked)."""
+    total = 0.0
+    if max_norm is not None:
+        sq = 0.0
+        for g in grads:
+            f = g.reshape(-1)
+            sq += float(np.dot(f, f))
+        total = math.sqrt(sq)
+        coef = float(max_norm) / (total + 1e-6)
+        if coef < 1.0:
+            grads = [g * g.dtype.type(coef) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = _const(g)
+    return total
