@@ -48,6 +48,9 @@ def test_angle_wrapping_operator():
     t = rlgrad.tensor(th, requires_grad=True)
     ((t + np.pi) % (2 * np.pi)).sum().backward()
     np.testing.assert_array_equal(t.grad.data, np.ones_like(th))
+    y = rlgrad.tensor(np.array([0.7, 1.3, 2.9]), requires_grad=True)
+    (5.0 % y).sum().backward()  # __rmod__: d/dy (5 mod y) = -floor(5 / y)
+    np.testing.assert_array_equal(y.grad.data, -np.floor(5.0 / y.data))
 
 
 def test_einsum_sublist_form():
