@@ -191,3 +191,14 @@ def test_complex_intermediate_raises_instead_of_a_wrong_gradient():
         rlgrad.autograd.grad(rnp.sum(rnp.abs(t * (1 + 2j))), [t])
     with pytest.raises(TypeError, match="complex Tensor"):
         rnp.real(t * (1 + 2j))
+
+
+def test_numpy_ufuncs_on_tensors_dispatch_to_the_new_functions():
+    x, y = R.randn(4), R.rand(4) + 0.5
+
+    def f(x, y):
+        return (np.hypot(x, y) + np.fmod(x, y) + np.logaddexp2(x, y) + np.deg2rad(x)
+                + np.conjugate(x) + np.fmax(x, y) + np.arccosh(y + 1.0))
+
+    rlgrad.check_grads(f, order=2)(x, y)
+    np.testing.assert_allclose(rlgrad.grad(lambda x: rnp.sum(np.fmod(x, y)))(x), np.ones(4))

@@ -917,7 +917,7 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C") -> An
 # ---- NumPy's own functions called on a Tensor ---------------------------------------------------
 # numpy.exp(t), numpy.sum(t), numpy.linalg.inv(t) ... dispatch here through NumPy's protocols.
 # Where rlgrad has no differentiable version the call fails loudly: a gradient is never dropped.
-_UFUNC_ALIASES = {"true_divide": "divide", "conjugate": None}
+_UFUNC_ALIASES = {"true_divide": "divide"}
 
 
 def _lookup(name: str, module: str) -> Any:
