@@ -261,7 +261,7 @@ def _write_leaf_grads(leaves: list[Tensor], grads: dict[int, Any], create_graph:
         g = grads[id(leaf)]
         if leaf.grad is None and not create_graph and not isinstance(g, Tensor):
             if g.dtype != leaf.data.dtype:
-                g = g.astype(leaf.data.dtype)
+                g = match_dtype(g, leaf)
             else:
                 gid = id(g)
                 if gid in given:
@@ -275,7 +275,13 @@ def _write_leaf_grads(leaves: list[Tensor], grads: dict[int, Any], create_graph:
 def match_dtype(g: Any, like: Tensor) -> Any:
     """Gradients carry their tensor's dtype (a float32 parameter gets a float32 gradient)."""
     dt = like.data.dtype
-    return g.astype(dt) if g.dtype != dt else g  # ndarray and Tensor alike
+    if g.dtype == dt:
+        return g
+    if g.dtype.kind == "c" and dt.kind != "c":  # the rules are for real numbers: never a wrong one
+        raise TypeError(
+            "the gradient reached a real input through complex values, which rlgrad does not "
+            "differentiate; keep the real and imaginary parts as two real tensors")
+    return g.astype(dt)  # ndarray and Tensor alike
 
 
 def _add_to_grad(t: Tensor, g: Any) -> None:

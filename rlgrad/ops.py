@@ -123,6 +123,16 @@ def _nan_to_b(g: Any, ans: Any, a: Any, b: Any, grad: Any) -> Any:
         return grad
     return grad + where(logical_and(isnan(b), logical_not(isnan(a))), g, 0)
 
+logaddexp2 = primitive(np.logaddexp2, "logaddexp2", arity=2)
+defvjp(
+    logaddexp2,
+    lambda g, ans, a, b: g * exp((a - ans) * math.log(2)),
+    lambda g, ans, a, b: g * exp((b - ans) * math.log(2)),
+)
+# hypot's gradient is x / hypot: at (0, 0) a kink, where it is 0 / 0 (as autograd's)
+hypot = primitive(np.hypot, "hypot", arity=2)
+defvjp(hypot, lambda g, ans, a, b: g * a / ans, lambda g, ans, a, b: g * b / ans)
+
 logaddexp = primitive(np.logaddexp, "logaddexp", arity=2)
 defvjp(
     logaddexp,
@@ -202,6 +212,8 @@ arcsinh = primitive(np.arcsinh, "arcsinh", arity=1)
 defvjp(arcsinh, lambda g, ans, x: g / sqrt(x * x + 1))
 arctanh = primitive(np.arctanh, "arctanh", arity=1)
 defvjp(arctanh, lambda g, ans, x: g / (1 - x * x))
+arccosh = primitive(np.arccosh, "arccosh", arity=1)
+defvjp(arccosh, lambda g, ans, x: g / sqrt(x * x - 1))
 
 
 def _sigmoid(x: Any) -> Any:
@@ -299,8 +311,15 @@ bitwise_or = _nondiff(np.bitwise_or, "bitwise_or")
 bitwise_xor = _nondiff(np.bitwise_xor, "bitwise_xor")
 invert = _nondiff(np.invert, "invert")
 floor_divide = _nondiff(np.floor_divide, "floor_divide")
-remainder = _nondiff(np.remainder, "remainder")
+
+
+# x mod y = x - k*y with k = floor(x / y) (trunc for fmod) piecewise constant: d/dx = 1,
+# d/dy = -k (the jumps, where k changes, are measure zero; NumPy's value is kept there).
+remainder = primitive(np.remainder, "remainder", arity=2)
+defvjp(remainder, pass_through, lambda g, ans, a, b: -g * floor(a / b))
 mod = remainder
+fmod = primitive(np.fmod, "fmod", arity=2)
+defvjp(fmod, pass_through, lambda g, ans, a, b: -g * trunc(a / b))
 
 
 def _astype(x: Any, dtype: Any) -> Any:

@@ -206,6 +206,7 @@ def _install_tensor_methods() -> None:
     T.__abs__ = absolute
     T.__floordiv__ = floor_divide
     T.__mod__ = remainder
+    T.__rmod__ = lambda self, other: remainder(other, self)
     T.__lt__ = less
     T.__le__ = less_equal
     T.__gt__ = greater

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.core import run_backward
+from rlgrad.core import match_dtype, run_backward
 from rlgrad.ops import identity, multiply, reshape, stack, stop_gradient
 from rlgrad.ops import sum as _sum
 from rlgrad.tensor import Tensor, _Trace, constant
@@ -191,7 +191,7 @@ def _backprop(out: Any, fresh: list[Tensor], cotangent: Any, nested: bool, retai
         if g is None:
             g = np.zeros_like(x.data)
         elif g.dtype != x.data.dtype:
-            g = g.astype(x.data.dtype)
+            g = match_dtype(g, x)
         result.append(_unbox(g, nested))
     return result
 

@@ -173,7 +173,28 @@ EXTRA: dict[str, list[tuple[tuple, dict]]] = {
     "diff": [((_A,), {"n": 2, "axis": 0}), ((_V,), {"n": 3})],
     "moveaxis": [((np.ones((2, 3, 4)), [0, 1], [-1, 0]), {})],
     "matmul": [((_A, _A.T), {}), ((_V, _V), {}), ((_E.T, _E), {})],
-    "repeat": [((_V, [1, 0, 2, 1]), {}), ((_A, 2), {"axis": 1})],
+    "repeat": [((_V, [1, 0, 2, 1]), {}), ((_A, 2), {"axis": 1}), ((_E, 2), {"axis": 0})],
+    "dsplit": [((np.ones((2, 3, 4)), 2), {}), ((np.ones((2, 3, 4)), [1, 3]), {})],
+    "vsplit": [((np.ones((4, 3)), 2), {}), ((np.ones((4, 3, 2)), [1]), {})],
+    "hsplit": [((np.ones((2, 4)), 2), {}), ((_V, 2), {})],
+    "append": [((_A, _A), {}), ((_A, _A), {"axis": 1}), ((_V, 1.0), {})],
+    "column_stack": [(([_V, _V],), {}), (([_A.T, _A.T],), {})],
+    "row_stack": [(([_A, _A],), {}), (([_V, _V],), {})],
+    "atleast_3d": [((_A, _V, ARRAYS["scalar"]), {})],
+    "select": [(([_A > 0, _A < -1], [_A, -_A], 0.5), {})],
+    "kron": [((_A, ARRAYS["square"]), {}), ((_V, _A), {})],
+    "cross": [((np.ones((2, 3)), _A), {}), ((_A, _A), {"axis": 1}), ((_V[:2], _V[1:3]), {})],
+    "linspace": [((0.0, 1.0, 5), {}), ((_V, _V * 2, 3), {"axis": 1}),
+                 ((_V, 2.0, 4), {"endpoint": False, "retstep": True})],
+    "rot90": [((_A,), {"k": 3}), ((np.ones((2, 3, 4)), 2, (2, 1)), {})],
+    "rollaxis": [((np.ones((2, 3, 4)), 2), {}), ((np.ones((2, 3, 4)), 0, 3), {})],
+    "partition": [((_V, 2), {}), ((_A, 1), {"axis": 0})],
+    "gradient": [((_V,), {}), ((_A, 0.5), {}), ((np.ones((3, 4)),), {"edge_order": 2, "axis": 1})],
+    "full": [(((2, 3), 1.5), {}), ((3, _V[:1]), {}), (((2, 4), _V), {"dtype": np.float32})],
+    "permute_dims": [((np.ones((2, 3, 4)), (1, 2, 0)), {})],
+    "hypot": [((_A, _A[:, :1]), {})],
+    "fmax": [((_A, ARRAYS["f64"]), {}), ((ARRAYS["vec_nan"], 0.0), {})],
+    "fmin": [((_A, ARRAYS["f64"]), {}), ((ARRAYS["vec_nan"], 0.0), {})],
 }
 
 
@@ -225,3 +246,28 @@ def test_rlgrad_numpy_on_tensors_gives_numpy_values(name):
                 except (TypeError, NotImplementedError):
                     continue
             _close(want, _unwrap(got), where)
+
+
+def _tensors(x: Any) -> Any:
+    """Float arrays (also inside lists and tuples) as Tensors that require grad."""
+    if isinstance(x, list | tuple):
+        return type(x)(_tensors(v) for v in x)
+    if isinstance(x, np.ndarray) and x.dtype.kind == "f":
+        return rlgrad.tensor(x, requires_grad=True)
+    return x
+
+
+@pytest.mark.parametrize("name", sorted(EXTRA))
+def test_extra_calls_on_tensors_give_numpy_values(name):
+    """The EXTRA calls with their float arrays as Tensors: NumPy's values, or a refusal."""
+    fn, ref = getattr(rnp, name), getattr(np, name)
+    for args, kwargs in EXTRA[name]:
+        where = f"{name}{args} {kwargs} on Tensors"
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            want = ref(*copy.deepcopy(args), **kwargs)
+            try:
+                got = fn(*_tensors(args), **kwargs)
+            except (TypeError, NotImplementedError):
+                continue
+        _close(want, _unwrap(got), where)

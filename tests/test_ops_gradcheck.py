@@ -836,6 +836,8 @@ ROWS: list[Row] = [
     Row("maximum", broadcast(ops.maximum, grid(0.03), grid(0.08))),
     Row("minimum", broadcast(ops.minimum, grid(0.03), grid(0.08))),
     Row("logaddexp", broadcast(ops.logaddexp, reals(-3, 3), reals(-3, 3))),
+    Row("logaddexp2", broadcast(ops.logaddexp2, reals(-3, 3), reals(-3, 3))),
+    Row("hypot", broadcast(ops.hypot, nonzero(0.3, 3), nonzero(0.3, 3))),
     Row("arctan2", broadcast(ops.arctan2, nonzero(0.2, 2), reals(-2, 2))),
     # elementwise unary
     Row("negative", unary(ops.negative, reals(-3, 3))),
@@ -849,6 +851,9 @@ ROWS: list[Row] = [
     Row("absolute", unary(ops.absolute, nonzero(0.01, 3))),
     Row("sign", unary(ops.sign, nonzero(0.01, 3))),
     Row("floor", unary(ops.floor, off_integers())),
+    # x / y stays off the integers (the jumps): x = k + f, f in [0.1, 0.4], |y| in {0.5, 1}
+    Row("remainder", broadcast(ops.remainder, off_integers(), st.sampled_from([0.5, -0.5, 1.0, -1.0]))),
+    Row("fmod", broadcast(ops.fmod, off_integers(), st.sampled_from([0.5, -0.5, 1.0, -1.0]))),
     Row("ceil", unary(ops.ceil, off_integers())),
     Row("round", unary(ops.round, off_integers())),
     Row("trunc", unary(ops.trunc, off_integers())),
@@ -863,6 +868,7 @@ ROWS: list[Row] = [
     Row("cosh", unary(ops.cosh, reals(-3, 3))),
     Row("arcsinh", unary(ops.arcsinh, reals(-3, 3))),
     Row("arctanh", unary(ops.arctanh, reals(-0.9, 0.9))),
+    Row("arccosh", unary(ops.arccosh, reals(1.2, 4))),
     Row("sigmoid", unary(ops.sigmoid, reals(-6, 6))),
     Row("softplus", unary(ops.softplus, reals(-6, 6))),
     Row("relu", unary(ops.relu, nonzero(0.01, 3))),
@@ -987,7 +993,6 @@ NONDIFF = {
     "bitwise_xor",
     "invert",
     "floor_divide",
-    "remainder",
     "astype",  # the cast to an integer or boolean dtype (the float cast is differentiable)
     "stop_gradient",
 }
@@ -1097,7 +1102,6 @@ NONDIFF_CALLS = {
     "argmin": lambda x: ops.argmin(x, axis=0),
     "argsort": lambda x: ops.argsort(x),
     "floor_divide": lambda x: ops.floor_divide(x, 2.0),
-    "remainder": lambda x: ops.remainder(x, 2.0),
     "bitwise_and": lambda x: ops.bitwise_and(ops.greater(x, 0), True),
     "bitwise_or": lambda x: ops.bitwise_or(ops.greater(x, 0), False),
     "bitwise_xor": lambda x: ops.bitwise_xor(ops.greater(x, 0), True),

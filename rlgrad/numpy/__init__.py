@@ -34,7 +34,6 @@ from numpy import (  # noqa: E402,F401
     float16,
     float32,
     float64,
-    full,
     full_like,
     identity,
     iinfo,
@@ -45,7 +44,6 @@ from numpy import (  # noqa: E402,F401
     int64,
     isclose,
     ix_,
-    linspace,
     nan,
     ndarray,
     newaxis,
@@ -69,6 +67,7 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     amax,
     amin,
     arccos,
+    arccosh,
     arcsin,
     arcsinh,
     arctan,
@@ -91,7 +90,6 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     cumsum,
     diag,
     divide,
-    einsum,
     equal,
     exp,
     expand_dims,
@@ -99,8 +97,10 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     flip,
     floor,
     floor_divide,
+    fmod,
     greater,
     greater_equal,
+    hypot,
     invert,
     isfinite,
     isinf,
@@ -110,6 +110,7 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     log,
     log1p,
     logaddexp,
+    logaddexp2,
     logical_and,
     logical_not,
     logical_or,
@@ -316,6 +317,29 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
     return einsum(f"{''.join(sa)},{''.join(sb)}->{''.join(out)}", a, b)
 
 
+def einsum(*operands: Any, **kwargs: Any) -> Any:
+    """NumPy's einsum, in the subscripts form and the sublist form
+    ``einsum(a, [0, 1], b, [1, 2], [0, 2])`` (turned into subscripts, so both differentiate)."""
+    if not _has_tensor(operands):
+        return _np.einsum(*operands, **kwargs)
+    kwargs.pop("optimize", None)  # (the primitive picks its own contraction order)
+    if kwargs:
+        raise TypeError(f"rlgrad.numpy.einsum on Tensors takes no {sorted(kwargs)}")
+    if isinstance(operands[0], str):
+        return _ops.einsum(*operands)
+    arrays, subs = list(operands[0::2]), [list(s) for s in operands[1::2]]
+    out = list(arrays.pop()) if len(operands) % 2 else None  # odd: the last is the output
+    spec = ",".join(_einsum_letters(s) for s in subs)
+    if out is not None:
+        spec += "->" + _einsum_letters(out)
+    return _ops.einsum(spec, *arrays)
+
+
+def _einsum_letters(sublist: list[Any]) -> str:
+    chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    return "".join("..." if s is Ellipsis else chars[int(s)] for s in sublist)
+
+
 @_numpy_on_arrays(_np.trace)
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     if not _is_traced(a):
@@ -354,7 +378,11 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
 
 
 @_numpy_on_arrays(_np.array_split)
-def array_split(ary: Any, sections: int, axis: int = 0) -> list[Any]:
+def array_split(ary: Any, sections: Any, axis: int = 0) -> list[Any]:
+    if not isinstance(sections, int | _np.integer):  # split points: as split, without its check
+        return split(ary, list(sections), axis)
+    if sections <= 0:
+        raise ValueError("number sections must be larger than 0.")
     n = _np.shape(_d(ary))[axis]
     sizes = [n // sections + (1 if i < n % sections else 0) for i in range(sections)]
     return split(ary, list(_np.cumsum(sizes)[:-1]), axis)
@@ -372,14 +400,16 @@ def vstack(tup: Any) -> Any:
 
 
 @_numpy_on_arrays(_np.atleast_1d)
-def atleast_1d(x: Any) -> Any:
-    return reshape(x, (1,)) if _np.ndim(_d(x)) == 0 else x
+def atleast_1d(*arys: Any) -> Any:
+    out = tuple(reshape(x, (1,)) if _np.ndim(_d(x)) == 0 else x for x in arys)
+    return out[0] if len(out) == 1 else out
 
 
 @_numpy_on_arrays(_np.atleast_2d)
-def atleast_2d(x: Any) -> Any:
-    nd = _np.ndim(_d(x))
-    return reshape(x, (1,) * (2 - nd) + _np.shape(_d(x))) if nd < 2 else x
+def atleast_2d(*arys: Any) -> Any:
+    out = tuple(reshape(x, (1,) * (2 - _np.ndim(_d(x))) + _np.shape(_d(x))) if _np.ndim(_d(x)) < 2
+                else x for x in arys)
+    return out[0] if len(out) == 1 else out
 
 
 @_numpy_on_arrays(_np.take)
@@ -569,10 +599,325 @@ def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan:
     return _Tensor(out) if _is_traced(a, b) else out
 
 
+# ---- More of NumPy, as compositions of the primitives (HIPS autograd's coverage) ---------------
+__version__ = _np.__version__
+
+
+@_numpy_on_arrays(_np.append)
+def append(arr: Any, values: Any, axis: Any = None) -> Any:
+    if axis is None:
+        return concatenate([ravel(arr), ravel(values)], axis=0)
+    return concatenate([arr, values], axis=axis)
+
+
+def _split_along(name: str, ary: Any, indices_or_sections: Any, axis: int, min_ndim: int) -> list[Any]:
+    if _np.ndim(_d(ary)) < min_ndim:
+        raise ValueError(f"{name} only works on arrays of {min_ndim} or more dimensions")
+    return split(ary, indices_or_sections, axis)
+
+
+@_numpy_on_arrays(_np.hsplit)
+def hsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
+    axis = 1 if _np.ndim(_d(ary)) > 1 else 0
+    return _split_along("hsplit", ary, indices_or_sections, axis, 1)
+
+
+@_numpy_on_arrays(_np.vsplit)
+def vsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
+    return _split_along("vsplit", ary, indices_or_sections, 0, 2)
+
+
+@_numpy_on_arrays(_np.dsplit)
+def dsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
+    return _split_along("dsplit", ary, indices_or_sections, 2, 3)
+
+
+@_numpy_on_arrays(_np.column_stack)
+def column_stack(tup: Any) -> Any:
+    cols = [reshape(t, (-1, 1)) if _np.ndim(_d(t)) < 2 else t for t in tup]
+    return concatenate(cols, axis=1)
+
+
+row_stack = vstack
+
+
+@_numpy_on_arrays(_np.atleast_3d)
+def atleast_3d(*arys: Any) -> Any:
+    out = []
+    for x in arys:
+        shp = _np.shape(_d(x))
+        out.append(reshape(x, {0: (1, 1, 1), 1: (1, *shp, 1), 2: (*shp, 1)}.get(len(shp), shp)))
+    return out[0] if len(out) == 1 else tuple(out)
+
+
+@_numpy_on_arrays(_np.radians)
+def radians(x: Any) -> Any:
+    return x * (_math.pi / 180)
+
+
+@_numpy_on_arrays(_np.degrees)
+def degrees(x: Any) -> Any:
+    return x * (180 / _math.pi)
+
+
+deg2rad = _numpy_on_arrays(_np.deg2rad)(radians.__wrapped__)
+rad2deg = _numpy_on_arrays(_np.rad2deg)(degrees.__wrapped__)
+
+
+@_numpy_on_arrays(_np.fmax)
+def fmax(x1: Any, x2: Any) -> Any:
+    """maximum, except that a NaN loses (the other argument is taken, with its gradient)."""
+    return where(isnan(x2), x1, where(isnan(x1), x2, maximum(x1, x2)))
+
+
+@_numpy_on_arrays(_np.fmin)
+def fmin(x1: Any, x2: Any) -> Any:
+    return where(isnan(x2), x1, where(isnan(x1), x2, minimum(x1, x2)))
+
+
+@_numpy_on_arrays(_np.select)
+def select(condlist: Any, choicelist: Any, default: Any = 0) -> Any:
+    if len(condlist) != len(choicelist):
+        raise ValueError("select: list of cases must be same length as list of conditions")
+    out = default
+    for cond, choice in zip(reversed(condlist), reversed(choicelist)):  # the first true one wins
+        out = where(cond, choice, out)
+    return out
+
+
+@_numpy_on_arrays(_np.flipud)
+def flipud(m: Any) -> Any:
+    return flip(m, 0)
+
+
+@_numpy_on_arrays(_np.fliplr)
+def fliplr(m: Any) -> Any:
+    if _np.ndim(_d(m)) < 2:
+        raise ValueError("fliplr: input must be >= 2-d")
+    return flip(m, 1)
+
+
+@_numpy_on_arrays(_np.rot90)
+def rot90(m: Any, k: int = 1, axes: Any = (0, 1)) -> Any:
+    """NumPy's rot90: flips and a swap of the two axes."""
+    a0, a1 = axes
+    k %= 4
+    if k == 0:
+        return m
+    if k == 2:
+        return flip(flip(m, a0), a1)
+    order = list(range(_np.ndim(_d(m))))
+    order[a0], order[a1] = order[a1], order[a0]
+    return transpose(flip(m, a1), order) if k == 1 else flip(transpose(m, order), a1)
+
+
+@_numpy_on_arrays(_np.rollaxis)
+def rollaxis(a: Any, axis: int, start: int = 0) -> Any:
+    n = _np.ndim(_d(a))
+    axis %= n
+    start = start + n if start < 0 else start
+    if not 0 <= start <= n:
+        raise ValueError(f"rollaxis: start {start} is out of range for {n} dimensions")
+    if axis < start:
+        start -= 1
+    return a if axis == start else moveaxis(a, axis, start)
+
+
+@_numpy_on_arrays(_np.kron)
+def kron(a: Any, b: Any) -> Any:
+    sa, sb = _np.shape(_d(a)), _np.shape(_d(b))
+    nd = _builtins.max(len(sa), len(sb))
+    sa, sb = (1,) * (nd - len(sa)) + sa, (1,) * (nd - len(sb)) + sb
+    inter_a = tuple(v for s in sa for v in (s, 1))  # a's axes interleaved with b's
+    inter_b = tuple(v for s in sb for v in (1, s))
+    prod = reshape(a, inter_a) * reshape(b, inter_b)
+    return reshape(prod, tuple(x * y for x, y in zip(sa, sb)))
+
+
+@_numpy_on_arrays(_np.cross)
+def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: Any = None) -> Any:
+    """NumPy's cross product of 3-vectors (and of 2-vectors: the z component) along the axes."""
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
+    na, nb = _np.shape(_d(a))[-1], _np.shape(_d(b))[-1]
+    if na not in (2, 3) or nb not in (2, 3):
+        raise ValueError("incompatible dimensions for cross product (dimension must be 2 or 3)")
+    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2] if na == 3 else 0.0
+    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2] if nb == 3 else 0.0
+    z = a0 * b1 - a1 * b0
+    if na == 2 and nb == 2:
+        return z
+    out = stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, z], axis=-1)
+    return moveaxis(out, -1, axisc)
+
+
+@_numpy_on_arrays(_np.linspace)
+def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
+             dtype: Any = None, axis: int = 0) -> Any:
+    """NumPy's linspace, differentiable in ``start`` and ``stop``."""
+    if dtype is not None and _np.dtype(dtype).kind not in "fc":
+        raise TypeError("rlgrad.numpy.linspace on Tensors: an integer dtype has no gradient")
+    div = (num - 1) if endpoint else num
+    span = stop - start
+    nd = _np.ndim(_d(span))
+    frac = _np.arange(num, dtype=_np.result_type(_d(span), 1.0)).reshape((-1,) + (1,) * nd)
+    y = start + frac * (span / div) if div > 0 else start + frac * span
+    if endpoint and num > 1:  # NumPy puts stop itself last
+        last = (_np.arange(num) == num - 1).reshape((-1,) + (1,) * nd)
+        y = where(last, stop, y)
+    y = moveaxis(y, 0, axis) if nd and axis != 0 else y
+    y = astype(y, dtype) if dtype is not None else y
+    return (y, span / div if div > 0 else _np.nan) if retstep else y
+
+
+def make_diagonal(D: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+    """autograd's make_diagonal: the last axis of ``D`` made into diagonal matrices (the inverse
+    of ``diagonal(.., axis1=-1, axis2=-2)``); only offset=0, axis1=-1, axis2=-2, as autograd."""
+    if not (offset == 0 and axis1 == -1 and axis2 == -2):
+        raise NotImplementedError("make_diagonal only supports offset=0, axis1=-1, axis2=-2")
+    n = _np.shape(_d(D))[-1]
+    return expand_dims(D, -1) * _np.eye(n, dtype=_np.result_type(_d(D)))
+
+
+class _Concatenator:
+    """``r_`` / ``c_``: NumPy's index tricks; with Tensors among the items, a concatenation."""
+
+    def __init__(self, np_obj: Any, columns: bool) -> None:
+        self._np, self._columns = np_obj, columns
+
+    def __getitem__(self, key: Any) -> Any:
+        items = key if isinstance(key, tuple) else (key,)
+        if not _has_tensor(items):
+            return self._np[key]
+        if isinstance(items[0], str):
+            raise NotImplementedError("rlgrad.numpy r_/c_ take no string directive with Tensors; "
+                                      "use concatenate")
+        parts = [_np.r_[k] if isinstance(k, slice) else k for k in items]
+        if self._columns:
+            parts = [reshape(p, (-1, 1)) if _np.ndim(_d(p)) < 2 else p for p in parts]
+            return concatenate(parts, axis=-1)
+        return concatenate([atleast_1d(p) for p in parts], axis=0)
+
+    def __len__(self) -> int:
+        return 0
+
+
+r_ = _Concatenator(_np.r_, columns=False)
+c_ = _Concatenator(_np.c_, columns=True)
+
+
+# Complex numbers: rlgrad's rules are written for real values, so on a complex Tensor these refuse
+# (a clear error, never a wrong number); on a real Tensor they are what NumPy gives, exactly.
+def _real_only(name: str, x: Any) -> None:
+    if isinstance(x, _Tensor) and x.dtype.kind == "c":
+        raise TypeError(f"rlgrad.numpy.{name} of a complex Tensor: rlgrad does not differentiate "
+                        "complex values; keep real and imaginary parts as two real tensors")
+
+
+@_numpy_on_arrays(_np.real)
+def real(val: Any) -> Any:
+    _real_only("real", val)
+    return val
+
+
+@_numpy_on_arrays(_np.imag)
+def imag(val: Any) -> Any:
+    _real_only("imag", val)
+    return zeros_like(val)  # a constant: the imaginary part of a real number does not move
+
+
+@_numpy_on_arrays(_np.conjugate)
+def conjugate(x: Any) -> Any:
+    _real_only("conjugate", x)
+    return x
+
+
+conj = conjugate
+
+
+_angle_values = _on_values(_np.angle)
+
+
+def angle(z: Any, deg: bool = False) -> Any:
+    """NumPy's angle; of a real Tensor it is piecewise constant (0 or pi), so no gradient."""
+    _real_only("angle", z)
+    return _angle_values(z, deg)
+
+
+@_numpy_on_arrays(_np.real_if_close)
+def real_if_close(a: Any, tol: float = 100) -> Any:
+    _real_only("real_if_close", a)
+    return a
+
+
+argpartition = _on_values(_np.argpartition)
+
+
+@_numpy_on_arrays(_np.partition)
+def partition(a: Any, kth: Any, axis: Any = -1, kind: str = "introselect", order: Any = None) -> Any:
+    """NumPy's partition: the elements moved where NumPy moves them (recorded: jit recomputes)."""
+    if order is not None:
+        raise TypeError("rlgrad.numpy.partition takes no order= (structured arrays)")
+    if axis is None:
+        a, axis = ravel(a), 0
+    return take_along_axis(a, argpartition(a, kth, axis=axis, kind=kind), axis=axis)
+
+
+@_numpy_on_arrays(_np.gradient)
+def gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1) -> Any:
+    """NumPy's gradient with uniform (scalar) spacings: central differences inside, one-sided
+    (edge_order 1 or 2) at the edges."""
+    nd = _np.ndim(_d(f))
+    axes = tuple(range(nd)) if axis is None else tuple(int(a) % nd for a in _np.atleast_1d(axis))
+    hs = list(varargs) or [1.0]
+    if len(hs) == 1:
+        hs = hs * len(axes)
+    if len(hs) != len(axes) or _builtins.any(_np.ndim(_d(h)) for h in hs):
+        raise NotImplementedError("rlgrad.numpy.gradient on Tensors takes scalar spacings only")
+    outs = [_gradient_1d(f, ax, float(h), edge_order) for ax, h in zip(axes, hs)]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _gradient_1d(f: Any, ax: int, h: float, edge_order: int) -> Any:
+    n = _np.shape(_d(f))[ax]
+    if n < edge_order + 1:
+        raise ValueError("Shape of array too small to calculate a numerical gradient, at least "
+                         "(edge_order + 1) elements are required.")
+    pre = (slice(None),) * ax
+
+    def at(lo: Any, hi: Any = None) -> Any:
+        return f[pre + (slice(lo, hi),)]
+
+    mid = (at(2) - at(None, -2)) / (2.0 * h)
+    if edge_order == 1:
+        first, last = (at(1, 2) - at(0, 1)) / h, (at(-1) - at(-2, -1)) / h
+    else:
+        first = (-1.5 * at(0, 1) + 2.0 * at(1, 2) - 0.5 * at(2, 3)) / h
+        last = (0.5 * at(-3, -2) - 2.0 * at(-2, -1) + 1.5 * at(-1)) / h
+    return concatenate([first, mid, last], axis=ax)
+
+
+# NumPy 2's array-API names (autograd.numpy has them)
+acos, acosh, asin, asinh = arccos, arccosh, arcsin, arcsinh
+atan, atan2, atanh, pow = arctan, arctan2, arctanh, power  # noqa: A001
+
+
+@_numpy_on_arrays(_np.permute_dims)
+def permute_dims(a: Any, axes: Any = None) -> Any:
+    return transpose(a, axes)
+
+
+@_numpy_on_arrays(_np.full)
+def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C") -> Any:
+    """NumPy's full, differentiable in ``fill_value`` (as autograd's)."""
+    out = broadcast_to(fill_value, (shape,) if isinstance(shape, int) else tuple(shape))
+    return astype(out, dtype) if dtype is not None else out * 1  # (a copy, as NumPy's)
+
 # ---- NumPy's own functions called on a Tensor ---------------------------------------------------
 # numpy.exp(t), numpy.sum(t), numpy.linalg.inv(t) ... dispatch here through NumPy's protocols.
 # Where rlgrad has no differentiable version the call fails loudly: a gradient is never dropped.
-_UFUNC_ALIASES = {"true_divide": "divide", "conjugate": None}
+_UFUNC_ALIASES = {"true_divide": "divide"}
 
 
 def _lookup(name: str, module: str) -> Any:
