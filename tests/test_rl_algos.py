@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from np_reference import relu_mlp_np
 
 import rlgrad
 from rlgrad.rl import A2C, DDPG, DQN, PPO, REINFORCE, SAC, TD3
@@ -119,17 +120,6 @@ def _dqn_batch(m, n=8, seed=0):
                        np.zeros(n, bool))
 
 
-def _relu_mlp_np(net, x):
-    """A Linear/ReLU stack in float64, written here (independent of rlgrad's acting path)."""
-    x = np.asarray(x, np.float64)
-    lin = [m for m in net if hasattr(m, "weight")]
-    for k, m in enumerate(lin):
-        x = x @ m.weight.data.astype(np.float64).T + m.bias.data
-        if k < len(lin) - 1:
-            x = np.maximum(x, 0)
-    return x
-
-
 @pytest.mark.parametrize("double_q", [False, True])
 def test_dqn_target_and_clipped_td_error(double_q):
     m = DQN("CartPole-v1", double_q=double_q, gamma=0.9, seed=0,
@@ -138,9 +128,9 @@ def test_dqn_target_and_clipped_td_error(double_q):
     for p in m.q_net_target.parameters():  # make the target net differ from the online one
         p.data += rng.normal(0, 0.5, p.shape).astype(np.float32)
     b = _dqn_batch(m)
-    qt = _relu_mlp_np(m.q_net_target, b.next_observations)
+    qt = relu_mlp_np(m.q_net_target, b.next_observations)
     if double_q:
-        a_star = _relu_mlp_np(m.q_net, b.next_observations).argmax(1)
+        a_star = relu_mlp_np(m.q_net, b.next_observations).argmax(1)
         nxt = qt[np.arange(8), a_star]
     else:
         nxt = qt.max(1)
@@ -148,7 +138,7 @@ def test_dqn_target_and_clipped_td_error(double_q):
     np.testing.assert_allclose(m.td_target(b), y, rtol=1e-5, atol=1e-6)
     # DQN 3.0: the gradient w.r.t. Q(s, a) is the TD error clipped to +-clip_delta (mean over
     # the batch), so the output bias of action k gets the sum over the rows that took k
-    q_a = _relu_mlp_np(m.q_net, b.observations)[np.arange(8), b.actions]
+    q_a = relu_mlp_np(m.q_net, b.observations)[np.arange(8), b.actions]
     g = np.clip(q_a - y, -1, 1) / 8
     exp_bias = [g[b.actions == k].sum() for k in range(2)]
     huber = np.where(np.abs(q_a - y) <= 1, 0.5 * (q_a - y) ** 2, np.abs(q_a - y) - 0.5).mean()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from np_reference import relu_mlp_np
 
 import rlgrad
 from rlgrad import autograd
@@ -52,16 +53,6 @@ def test_quantile_huber_loss_value_and_gradient_against_numpy(kappa):
     np.testing.assert_allclose(g.data, fd, rtol=1e-5, atol=1e-9)
 
 
-def _relu_mlp_np(net, x):
-    x = np.asarray(x, np.float64)
-    lin = [m for m in net if hasattr(m, "weight")]
-    for k, m in enumerate(lin):
-        x = x @ m.weight.data.astype(np.float64).T + m.bias.data
-        if k < len(lin) - 1:
-            x = np.maximum(x, 0)
-    return x
-
-
 @pytest.mark.parametrize("double_q", [False, True])
 def test_qrdqn_target_and_training_loss(double_q):
     n_q, b = 4, 4  # batch size == n_quantiles: a wrong broadcast would pass silently
@@ -74,14 +65,14 @@ def test_qrdqn_target_and_training_loss(double_q):
                         rng.normal(size=(b, 4)).astype(np.float32),
                         rng.normal(size=b).astype(np.float32), np.array([1, 0, 0, 1], bool),
                         np.zeros(b, bool))
-    theta_t = _relu_mlp_np(m.q_net_target, batch.next_observations).reshape(b, 2, n_q)
-    picker = _relu_mlp_np(m.q_net, batch.next_observations).reshape(b, 2, n_q) if double_q \
+    theta_t = relu_mlp_np(m.q_net_target, batch.next_observations).reshape(b, 2, n_q)
+    picker = relu_mlp_np(m.q_net, batch.next_observations).reshape(b, 2, n_q) if double_q \
         else theta_t
     a_star = picker.mean(2).argmax(1)
     y = batch.rewards[:, None] + 0.9 * (1 - batch.terminated[:, None]) * theta_t[np.arange(b),
                                                                                  a_star]
     np.testing.assert_allclose(m.td_target(batch), y, rtol=1e-5, atol=1e-5)
-    theta = _relu_mlp_np(m.q_net, batch.observations).reshape(b, 2, n_q)
+    theta = relu_mlp_np(m.q_net, batch.observations).reshape(b, 2, n_q)
     current = theta[np.arange(b), batch.actions]
     exp_loss, d_current = _qh_numpy(current, y, quantile_midpoints(n_q).astype(np.float64), 1.0)
     exp_bias = np.zeros((2, n_q))  # the output bias of (action, quantile)
