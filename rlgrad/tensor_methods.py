@@ -187,20 +187,17 @@ def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
     mark_written(self)
 
 
+def _reflected(fn: Any) -> Any:
+    """``other <op> self`` for the Tensor's ``__rOP__`` (NumPy scalars and arrays defer to it)."""
+    return lambda self, other: fn(other, self)
+
+
 def _install_tensor_methods() -> None:
     T = Tensor
-    T.__add__ = add
-    T.__radd__ = lambda self, other: add(other, self)
-    T.__sub__ = subtract
-    T.__rsub__ = lambda self, other: subtract(other, self)
-    T.__mul__ = multiply
-    T.__rmul__ = lambda self, other: multiply(other, self)
-    T.__truediv__ = divide
-    T.__rtruediv__ = lambda self, other: divide(other, self)
-    T.__pow__ = power
-    T.__rpow__ = lambda self, other: power(other, self)
-    T.__matmul__ = matmul
-    T.__rmatmul__ = lambda self, other: matmul(other, self)
+    for name, fn in (("add", add), ("sub", subtract), ("mul", multiply), ("truediv", divide),
+                     ("pow", power), ("matmul", matmul)):
+        setattr(T, f"__{name}__", fn)
+        setattr(T, f"__r{name}__", _reflected(fn))
     T.__neg__ = negative
     T.__pos__ = lambda self: self
     T.__abs__ = absolute
