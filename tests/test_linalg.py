@@ -203,3 +203,42 @@ def test_linalg_on_tensors_through_numpy_and_jit():
         v_want, g_want = rlgrad.value_and_grad(loss)(b)
         np.testing.assert_allclose(val, v_want, rtol=1e-12)
         np.testing.assert_allclose(g, g_want, rtol=1e-9, atol=1e-12)
+
+
+def test_numpy2_norms_multi_dot_matrix_transpose():
+    x = R.randn(2, 3, 4)
+    for kw in [{}, {"axis": 1}, {"axis": (0, 2), "keepdims": True}, {"ord": 3, "axis": (-1, 0)},
+               {"ord": np.inf}, {"keepdims": True, "ord": 1}]:
+        want = np.linalg.vector_norm(x, **kw)
+        got = la.vector_norm(rlgrad.tensor(x), **kw)
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got.data, want, rtol=1e-13)
+        rlgrad.check_grads(lambda x, kw=kw: la.vector_norm(x, **kw), order=2)(x)
+    for kw in [{}, {"ord": "nuc"}, {"ord": -1, "keepdims": True}, {"ord": 2}]:
+        np.testing.assert_allclose(la.matrix_norm(rlgrad.tensor(x), **kw).data,
+                                   np.linalg.matrix_norm(x, **kw), rtol=1e-13)
+        rlgrad.check_grads(lambda x, kw=kw: la.matrix_norm(x, **kw), order=2)(x)
+    chain = [R.randn(4), R.randn(4, 3), R.randn(3, 5), R.randn(5)]
+    np.testing.assert_allclose(la.multi_dot([rlgrad.tensor(c) for c in chain]).data,
+                               np.linalg.multi_dot(chain), rtol=1e-12)
+    rlgrad.check_grads(lambda *c: la.multi_dot(list(c)), order=2)(*chain)
+    np.testing.assert_array_equal(la.matrix_transpose(rlgrad.tensor(x)).data, np.linalg.matrix_transpose(x))
+
+
+def test_norm_of_a_list_of_tensors():
+    x = R.randn(3)
+    f = lambda m, x: m.linalg.norm([x[0] * 2, x[1], 1.5, x[2] ** 2])  # noqa: E731
+    np.testing.assert_allclose(f(rnp, x), f(np, x), rtol=1e-14)
+    rlgrad.check_grads(lambda x: f(rnp, x), order=2)(x)
+    np.testing.assert_allclose(rlgrad.grad(lambda x: f(rnp, x))(x), autograd.grad(lambda x: f(anp, x))(x))
+
+
+def test_svd_of_a_rank_deficient_non_square_matrix():
+    """Singular values 0: their gradient exists (U diag(g) Vh); one through U or Vh does not."""
+    a = np.zeros((4, 3))
+    a[0, 0], a[1, 1] = 3.0, 2.0  # singular values 3, 2 and exactly 0
+    g = rlgrad.grad(lambda a: rnp.sum(la.svd(a, full_matrices=False)[1]))(a)
+    np.testing.assert_allclose(g, rlgrad.grad(lambda a: rnp.sum(la.svd(a, compute_uv=False)))(a))
+    assert np.all(np.isfinite(g))
+    with pytest.raises(ValueError, match="rank-deficient"):
+        rlgrad.grad(lambda a: rnp.sum(la.svd(a, full_matrices=False)[0] * np.arange(12.0).reshape(4, 3)))(a)

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import numpy as _np
 
+from rlgrad.numpy._arrays import array_from, holds_tensor
 from rlgrad.ops import (  # noqa: F401
     _T,
     absolute,
@@ -225,18 +226,23 @@ def _svd_reduced_vjp(gu: Any, gs: Any, gvh: Any, u: Any, s: Any, vh: Any) -> Any
     utgu = matmul(_T(u), gu)
     vtgv = matmul(vh, _T(gvh))
     ju, jv = utgu - _T(utgu), vtgv - _T(vtgv)
-    _refuse_at_repeated(diff, ju + jv, "svd")
+    _refuse_at_repeated(diff, ju, "svd")
+    _refuse_at_repeated(diff, jv, "svd")
     f = _inverse_gaps(diff)
     t = f * ju * s[..., None, :] + eye * gs[..., :, None] + s[..., :, None] * (f * jv)
     out = matmul(matmul(u, t), vh)
     if m == n:
         return out
-    if not _Trace.compiling and _np.any(_data(s) == 0):
+    # a non-square matrix: the columns of U (rows of Vh) also turn out of their span, by 1 / s
+    g_out = gvh if m < n else _T(gu)
+    if not _Trace.compiling and _np.any(_data(s) == 0) and _np.any(_data(g_out)):
         raise ValueError("rlgrad.numpy.linalg.svd: the gradient through U and Vh of a "
                          "rank-deficient non-square matrix is undefined (a singular value is 0)")
+    s_safe = where(s == 0, 1, s)  # (0 there: checked above that nothing reaches it)
     if m < n:
-        return out + matmul(matmul(u / s[..., None, :], gvh), _np.eye(n, dtype=s.dtype) - matmul(_T(vh), vh))
-    return out + _T(matmul(matmul(_T(vh) / s[..., None, :], _T(gu)),
+        return out + matmul(matmul(u / s_safe[..., None, :], gvh),
+                            _np.eye(n, dtype=s.dtype) - matmul(_T(vh), vh))
+    return out + _T(matmul(matmul(_T(vh) / s_safe[..., None, :], _T(gu)),
                            _np.eye(m, dtype=s.dtype) - matmul(u, _T(u))))
 
 
@@ -380,6 +386,8 @@ def _matrix_norm(x: Any, ord: Any, row: int, col: int) -> Any:  # noqa: A002
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A002
     """NumPy's norm, every ``ord`` it takes: vector p-norms (any p, 0, +-inf), and for matrices
     Frobenius, nuclear, +-2 (extreme singular values), +-1 and +-inf (column/row sums)."""
+    if type(x) in (list, tuple) and holds_tensor(x):  # (autograd's norm takes lists too)
+        x = array_from(x, False)
     if not isinstance(x, _Tensor):
         return _np.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
     _real_only(x, "norm")
@@ -406,3 +414,40 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
         shape[row] = shape[col] = 1
         out = reshape(out, tuple(shape))
     return out
+
+
+def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:  # noqa: A002
+    """NumPy 2's vector_norm: over all axes (None) or several, flattened together."""
+    if not isinstance(x, _Tensor):
+        return _np.linalg.vector_norm(x, axis=axis, keepdims=keepdims, ord=ord)
+    shape = x.shape
+    axes = tuple(range(x.ndim)) if axis is None else (axis,) if not isinstance(axis, tuple) else axis
+    axes = tuple(_np.lib.array_utils.normalize_axis_index(a, x.ndim) for a in axes)
+    rest = tuple(s for i, s in enumerate(shape) if i not in axes)
+    flat = reshape(moveaxis(x, axes, tuple(range(-len(axes), 0))), rest + (-1,))
+    out = norm(flat, ord, axis=-1)
+    return reshape(out, tuple(1 if i in axes else s for i, s in enumerate(shape))) if keepdims else out
+
+
+def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:  # noqa: A002
+    """NumPy 2's matrix_norm: the norm of each matrix over the last two axes."""
+    if not isinstance(x, _Tensor):
+        return _np.linalg.matrix_norm(x, keepdims=keepdims, ord=ord)
+    return norm(x, ord, axis=(-2, -1), keepdims=keepdims)
+
+
+def matrix_transpose(x: Any, /) -> Any:
+    return _T(x) if isinstance(x, _Tensor) else _np.linalg.matrix_transpose(x)
+
+
+def multi_dot(arrays: Any, *, out: Any = None) -> Any:
+    """NumPy's multi_dot as a chain of matmuls, left to right (NumPy may choose another order:
+    the same product up to rounding)."""
+    if out is not None or not any(isinstance(a, _Tensor) for a in arrays):
+        return _np.linalg.multi_dot(arrays, out=out)
+    if len(arrays) < 2:
+        raise ValueError("Expecting at least two arrays.")
+    result = arrays[0]
+    for a in arrays[1:]:
+        result = matmul(result, a)
+    return result
