@@ -304,3 +304,18 @@ def test_int_and_astype_are_reads_float_raises_inside_a_transform():
         t = rlgrad.tensor(2.0, requires_grad=True)
         assert read(t * t) == 4.0  # outside a transform: PyTorch's float(loss)
     assert rlgrad.grad(lambda x: x * float(np.float64(2.0)) + float(rlgrad.tensor(1.0)))(3.0) == 2.0
+
+
+def test_arrays_built_from_tensors_replay_under_jit():
+    """rnp.array / mean of lists / linalg.norm of a list inside a compiled step: recomputed from
+    each call's values (the dtype and shape found from the first call's are fixed by the trace)."""
+    def f(x):
+        return (rnp.sum(rnp.array([[x[0], 1.0], [x[1] * 2, x[0] * x[1]]]) ** 2)
+                + rnp.mean([x[0], x[1]]) + rnp.linalg.norm([x[0], 2.0]))
+
+    step = rlgrad.jit(rlgrad.value_and_grad(f))
+    for x in (np.array([1.0, 2.0]), np.array([3.0, -1.0]), np.array([0.5, 0.25])):
+        v, g = step(x)
+        v_want, g_want = rlgrad.value_and_grad(f)(x)
+        np.testing.assert_allclose(v, v_want, rtol=1e-14)
+        np.testing.assert_allclose(g, g_want, rtol=1e-14)
