@@ -350,9 +350,17 @@ def matrix_power(a: Any, n: int) -> Any:
 
 
 # ---- norm --------------------------------------------------------------------------------------
+def _root(s: Any, p: Any = 2) -> Any:
+    """s ** (1 / p) of a sum of |x| ** p, with gradient 0 where s == 0 (all of x is 0): the
+    norm's subgradient there (PyTorch's, and std's), not 0 / 0 = NaN."""
+    zero = s == 0
+    safe = where(zero, 1, s)
+    return where(zero, 0, sqrt(safe) if p == 2 else safe ** (1 / p))
+
+
 def _vector_norm(x: Any, ord: Any, axis: Any, keepdims: bool) -> Any:  # noqa: A002
     if ord is None or ord == 2:
-        return sqrt(sum(x * x, axis=axis, keepdims=keepdims))
+        return _root(sum(x * x, axis=axis, keepdims=keepdims))
     if isinstance(ord, str):
         raise ValueError(f"Invalid norm order '{ord}' for vectors")
     if ord == _np.inf:
@@ -364,7 +372,7 @@ def _vector_norm(x: Any, ord: Any, axis: Any, keepdims: bool) -> Any:  # noqa: A
     if ord == 1:
         return sum(absolute(x), axis=axis, keepdims=keepdims)
     p = _np.asarray(ord, dtype=x.dtype)[()]  # NumPy raises in x's dtype
-    return sum(absolute(x) ** p, axis=axis, keepdims=keepdims) ** (1 / p)
+    return _root(sum(absolute(x) ** p, axis=axis, keepdims=keepdims), p)
 
 
 def _matrix_norm(x: Any, ord: Any, row: int, col: int) -> Any:  # noqa: A002
@@ -377,7 +385,7 @@ def _matrix_norm(x: Any, ord: Any, row: int, col: int) -> Any:  # noqa: A002
     elif ord in (_np.inf, -_np.inf):  # the largest (smallest) row sum
         sums, rest = sum(absolute(x), axis=col), row - (row > col)
     elif ord in (None, "fro", "f"):
-        return sqrt(sum(x * x, axis=(row, col)))
+        return _root(sum(x * x, axis=(row, col)))
     else:
         raise ValueError("Invalid norm order for matrices.")
     return max(sums, axis=rest) if ord in (1, _np.inf) else min(sums, axis=rest)
@@ -396,7 +404,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
     nd = x.ndim
     if axis is None:
         if ord is None or (ord in ("f", "fro") and nd == 2) or (ord == 2 and nd == 1):
-            out = sqrt(sum(x * x))
+            out = _root(sum(x * x))
             return reshape(out, (1,) * nd) if keepdims else out
         axis = tuple(range(nd))
     elif not isinstance(axis, tuple):
