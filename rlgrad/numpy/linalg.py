@@ -20,13 +20,13 @@ from typing import Any, NamedTuple
 
 import numpy as _np
 
-from rlgrad.numpy._arrays import array_from, holds_tensor
+from rlgrad.numpy._arrays import array_from as _array_from
+from rlgrad.numpy._arrays import holds_tensor as _holds_tensor
 from rlgrad.ops import (  # noqa: F401
     _T,
     absolute,
     astype,
     cholesky,
-    concatenate,
     det,
     inv,
     logabsdet,
@@ -77,8 +77,8 @@ def _real_only(a: Any, name: str) -> None:
 
 
 def _inverse_gaps(diff: Any) -> Any:
-    """1 / diff where diff != 0, else 0 (the diagonal, and exactly repeated values, whose terms
-    ``_refuse_at_repeated`` checks are not needed)."""
+    """1 / diff, and 0 where diff == 0: on the diagonal, and at exactly repeated values, where
+    ``_refuse_at_repeated`` has checked that no gradient couples the two vectors."""
     nz = diff != 0
     return where(nz, 1 / where(nz, diff, 1), 0)
 
@@ -394,8 +394,8 @@ def _matrix_norm(x: Any, ord: Any, row: int, col: int) -> Any:  # noqa: A002
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A002
     """NumPy's norm, every ``ord`` it takes: vector p-norms (any p, 0, +-inf), and for matrices
     Frobenius, nuclear, +-2 (extreme singular values), +-1 and +-inf (column/row sums)."""
-    if type(x) in (list, tuple) and holds_tensor(x):  # (autograd's norm takes lists too)
-        x = array_from(x, False)
+    if type(x) in (list, tuple) and _holds_tensor(x):  # (autograd's norm takes lists too)
+        x = _array_from(x, False)
     if not isinstance(x, _Tensor):
         return _np.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
     _real_only(x, "norm")
