@@ -364,7 +364,10 @@ def _reduce_short_last(ufunc: Any, x: np.ndarray, keepdims: bool,
 
 
 def _sum(x: Any, axis: Any = None, keepdims: bool = False, out: Any = None) -> Any:
-    x = np.asarray(x)
+    if type(x) is not np.ndarray:
+        if type(x) in (list, tuple) and holds_tensor(x):  # autograd's sum of a list of boxes
+            return sum(array_from(x, False), axis=axis, keepdims=keepdims)
+        x = np.asarray(x)
     if _short_last_axis(x, axis):
         return _reduce_short_last(np.add, x, keepdims, out)
     return x.sum(axis=axis, keepdims=keepdims, out=out)  # the method skips np.sum's dispatch
@@ -376,7 +379,10 @@ defvjp(sum, lambda g, ans, x, axis=None, keepdims=False:
 
 
 def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    x = np.asarray(x)
+    if type(x) is not np.ndarray:
+        if type(x) in (list, tuple) and holds_tensor(x):  # autograd's mean of a list of boxes
+            return mean(array_from(x, False), axis=axis, keepdims=keepdims)
+        x = np.asarray(x)
     # NumPy's own: the mean of nothing (NaN, with its warning); float16 (summed in float32)
     if x.dtype.kind not in "fc" or x.size == 0 or x.dtype == np.float16:
         return np.mean(x, axis=axis, keepdims=keepdims)
@@ -984,3 +990,42 @@ def _copy(x: Any) -> Any:
 clone = primitive(_copy, "clone", arity=1)
 defvjp(clone, pass_through)
 
+
+# Arrays built from Tensors: rnp.array([x, y]) and nested lists mixing Tensors, arrays and
+# scalars, differentiable as in autograd and JAX (one stack per level of nesting).
+def holds_tensor(obj: Any) -> bool:
+    if isinstance(obj, Tensor):
+        return True
+    if type(obj) in (list, tuple):
+        for o in obj:  # (no generator: this is on the call path of rnp.array)
+            if holds_tensor(o):
+                return True
+    return False
+
+
+def _values(obj: Any) -> Any:
+    if isinstance(obj, Tensor):
+        return obj.data
+    if type(obj) in (list, tuple):
+        return [_values(o) for o in obj]
+    return obj
+
+
+def _assemble(obj: Any, dtype: np.dtype) -> Any:
+    if type(obj) in (list, tuple):
+        return stack([_assemble(o, dtype) for o in obj])
+    if isinstance(obj, Tensor):
+        return obj if obj.dtype == dtype else astype(obj, dtype)
+    return np.asarray(obj, dtype=dtype)
+
+
+def array_from(obj: Any, copy: bool, *args: Any, **kwargs: Any) -> Any:
+    """NumPy's array/asarray of ``obj``, which holds Tensors: NumPy's dtype and shape (found by
+    NumPy on the values, so its errors too), the values differentiable in every Tensor."""
+    ref = np.array(_values(obj), *args, **kwargs)
+    if isinstance(obj, Tensor):
+        out = obj if obj.dtype == ref.dtype else astype(obj, ref.dtype)
+        out = clone(out) if copy and out is obj else out
+    else:
+        out = _assemble(obj, ref.dtype)
+    return out if out.shape == ref.shape else reshape(out, ref.shape)  # ndmin

@@ -20,8 +20,6 @@ from typing import Any, NamedTuple
 
 import numpy as _np
 
-from rlgrad.numpy._arrays import array_from as _array_from
-from rlgrad.numpy._arrays import holds_tensor as _holds_tensor
 from rlgrad.ops import (  # noqa: F401
     _T,
     absolute,
@@ -42,6 +40,8 @@ from rlgrad.ops import (  # noqa: F401
     triu,
     where,
 )
+from rlgrad.ops import array_from as _array_from
+from rlgrad.ops import holds_tensor as _holds_tensor
 from rlgrad.tensor import Tensor as _Tensor
 from rlgrad.tensor import _shape, _Trace, constant
 from rlgrad.tracer import defvjp, primitive
