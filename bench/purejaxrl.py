@@ -13,11 +13,14 @@ gamma 0.99, 64-64 tanh actor and critic with orthogonal initialisation. The one 
 ``distrax.Categorical`` (not installed) is written out (sample by ``jax.random.categorical``,
 ``log_softmax`` log-probabilities, entropy), the same draws and values.
 
-rlgrad runs its ``PPO`` with the same hyperparameters. What differs by design: rlgrad's loss is
-SB3's (value loss ``vf_coef * mean((R - V)^2)`` without value clipping, where PureJaxRL takes
-``vf_coef * 0.5 * mean(max(unclipped, clipped))``), and rlgrad drops the transition Gymnasium's
-NEXT_STEP autoreset inserts after a done (gymnax resets within the step), so its rollouts hold a
-few rows fewer.
+rlgrad runs its ``PPO`` with the same hyperparameters, its value weight written in SB3's
+convention: PureJaxRL's value term is ``VF_COEF * 0.5 * mean(max(unclipped, clipped))`` of the
+squared errors, SB3's ``vf_coef * mean(...)``, so rlgrad gets ``vf_coef = 0.25`` (with 0.5, twice
+PureJaxRL's weight, the critic's gradient takes most of the shared 0.5 norm clip and seeds 0, 1, 2
+stopped at 342, 301 and 223). What differs by design: rlgrad's value loss is not clipped (SB3's
+default; its ``clip_range_vf`` clips without PureJaxRL's max), and rlgrad drops the transition
+Gymnasium's NEXT_STEP autoreset inserts after a done (gymnax resets within the step), so its
+rollouts hold a few rows fewer.
 
 Each side runs as its own Python process on one thread (XLA:
 ``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``; NumPy: one BLAS thread),
@@ -56,7 +59,8 @@ RLGRAD_KWARGS = {
     "batch_size": CONFIG["NUM_ENVS"] * CONFIG["NUM_STEPS"] // CONFIG["NUM_MINIBATCHES"],
     "n_epochs": CONFIG["UPDATE_EPOCHS"], "learning_rate": f"lin_{CONFIG['LR']}",
     "gamma": CONFIG["GAMMA"], "gae_lambda": CONFIG["GAE_LAMBDA"], "clip_range": CONFIG["CLIP_EPS"],
-    "ent_coef": CONFIG["ENT_COEF"], "vf_coef": CONFIG["VF_COEF"],
+    # PureJaxRL's value term is VF_COEF * 0.5 * mean(squared error): SB3's vf_coef * mean(...)
+    "ent_coef": CONFIG["ENT_COEF"], "vf_coef": 0.5 * CONFIG["VF_COEF"],
     "max_grad_norm": CONFIG["MAX_GRAD_NORM"],
     "policy_kwargs": {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": "tanh"},
 }
