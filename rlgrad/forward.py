@@ -88,6 +88,11 @@ def _node_tangent(t: Tensor, tangents: dict[int, Any], recorded: bool) -> Any:
     if out.shape != t.data.shape:
         out = broadcast_to(out, t.data.shape)
     if out.dtype != t.data.dtype and t.data.dtype.kind in "fc":
+        if out.dtype.kind == "c" and t.data.dtype.kind != "c":  # never the real part of a wrong number
+            raise TypeError(
+                f"forward mode: the tangent of {p.name}'s real output came through complex values, "
+                "which rlgrad does not differentiate; keep the real and imaginary parts as two "
+                "real tensors")
         out = astype(out, t.data.dtype)
     return out
 

@@ -356,6 +356,12 @@ def test_bad_arguments_give_clear_errors() -> None:
         rlgrad.jacfwd(f, has_aux=True)(x)
 
 
+def test_a_tangent_through_complex_values_raises() -> None:
+    f = lambda x: rnp.sum(rlgrad.ops.absolute(rlgrad.ops.astype(x, np.complex128) * (1 + 2j)))  # noqa: E731
+    with pytest.raises(TypeError, match="complex"):
+        rlgrad.jvp(f, (np.array([1.0, 2.0]),), (np.ones(2),))
+
+
 def test_a_graph_freed_inside_the_function_raises() -> None:
     def f(x: Any) -> Any:
         y = rnp.sin(x)
