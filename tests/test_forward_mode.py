@@ -120,6 +120,8 @@ def test_jvp_of_primitives_outside_ops(name: str) -> None:
         assert name in _recorded(out), f"the case for {name} does not record it"
         # straight_through's derivative is its surrogate's by definition, not its value's
         _check_jvp(case.fn, case.args, rng, fd=name != "straight_through")
+        if name != "straight_through":  # 2nd order, every mixture of forward and reverse
+            rlgrad.check_grads(case.fn, modes=("fwd", "rev"), order=2)(*case.args)
     if name == "straight_through":
         a, b = case.args
         _, t = rlgrad.jvp(case.fn, (a, b), (np.ones_like(a), 2 * np.ones_like(b)))
