@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_ops_gradcheck import ROWS, SETTINGS, Case, _recorded
+from test_ops_gradcheck import MAX_EXAMPLES, ROWS, SETTINGS, Case, _recorded
 from test_structure import library_primitives
 
 import rlgrad
@@ -105,7 +105,7 @@ def test_every_differentiable_primitive_has_a_case() -> None:
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
-@settings(SETTINGS, max_examples=8)
+@settings(SETTINGS, max_examples=max(MAX_EXAMPLES // 3, 8))  # RLGRAD_GRADCHECK_EXAMPLES deepens it
 @given(data=st.data())
 def test_jvp_of_every_op(row: Any, data: st.DataObject) -> None:
     case = data.draw(row.cases, label="case")
