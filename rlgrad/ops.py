@@ -379,8 +379,17 @@ def _astype(x: Any, dtype: Any) -> Any:
     return x.astype(dtype, copy=False)
 
 
+def _astype_vjp(g: Any, ans: Any, x: Any, dtype: Any) -> Any:
+    if g.dtype.kind == "c" and x.dtype.kind != "c":  # the cast back would keep a wrong real part
+        raise TypeError(
+            "the gradient reached a real input through complex values (a cast to a complex "
+            "dtype), which rlgrad does not differentiate; keep the real and imaginary parts as "
+            "two real tensors")
+    return g.astype(x.dtype)
+
+
 _astype_p = primitive(_astype, "astype", arity=1)
-defvjp(_astype_p, lambda g, ans, x, dtype: g.astype(x.dtype))
+defvjp(_astype_p, _astype_vjp)
 defjvp_is_linear(_astype_p)
 
 
