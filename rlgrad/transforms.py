@@ -23,7 +23,7 @@ import numpy as np
 from rlgrad.core import match_dtype, run_backward
 from rlgrad.forward import graph_between, push_tangents
 from rlgrad.ops import identity, reshape, stack, stop_gradient
-from rlgrad.tensor import Tensor, _next_seq, _Trace, constant
+from rlgrad.tensor import Tensor, _Depth, _next_seq, _Trace, constant
 from rlgrad.tracer import _GradMode
 
 __all__ = [
@@ -32,10 +32,6 @@ __all__ = [
     "vector_jacobian_product", "make_jvp", "jvp", "linearize", "jacfwd", "jacrev",
     "tree_flatten", "tree_unflatten",
 ]
-
-
-class _Depth:
-    value = 0  # how many transforms are currently evaluating their function
 
 
 # ---- pytrees: lists, tuples and dicts of arrays ----------------------------------------------

@@ -68,7 +68,41 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "digamma": [Case(special.digamma, (r(4, lo=0.3, hi=4),))],
         "polygamma": [Case(lambda x: special.polygamma(2, x), (r(4, lo=0.3, hi=4),))],
         "straight_through": [Case(estimators.straight_through, (r(3, 2), r(3, 2)))],
+        **_linalg_cases(rng),
         "ppo_clipped_surrogate": [Case(lambda lp: clipped_surrogate_loss(lp, old, adv, 0.2), (lp_ok,))],
+    }
+
+
+def _linalg_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
+    """The decompositions, through sign-invariant functions of their vectors (a column of U and
+    the row of Vh, or an eigenvector, may flip sign between two nearby matrices)."""
+    la = rnp.linalg
+
+    def eigh_f(a: Any) -> Any:
+        w, v = la.eigh(a)
+        return rnp.concatenate([w, rnp.ravel(v * v[..., :1, :])])
+
+    def eig_f(a: Any) -> Any:
+        e, u = la.eig(a)
+        return rnp.concatenate([e, rnp.ravel(u * u[..., :1, :])])
+
+    def svd_f(a: Any, full: bool = False) -> Any:
+        u, s, vh = la.svd(a, full_matrices=full)
+        k = s.shape[-1]
+        outer = u[..., :, :k, None] * vh[..., None, :k, :]
+        return rnp.concatenate([rnp.ravel(s), rnp.ravel(outer)])
+
+    sym = rng.standard_normal((4, 4))
+    q = rng.standard_normal((3, 3)) + 3 * np.eye(3)
+    real_eig = q @ np.diag([1.0, -0.5, 2.0]) @ np.linalg.inv(q)
+    return {
+        "eigh": [Case(eigh_f, (sym + sym.T,)), Case(eigh_f, (rng.standard_normal((4, 4)),))],
+        "eig": [Case(eig_f, (real_eig,))],
+        "svd": [Case(svd_f, (rng.standard_normal((4, 3)),)), Case(svd_f, (rng.standard_normal((2, 5)),)),
+                Case(lambda a: svd_f(a, True), (rng.standard_normal((3, 3)),))],
+        "svdvals": [Case(lambda a: la.svd(a, compute_uv=False), (rng.standard_normal((4, 3)),))],
+        "pinv": [Case(la.pinv, (rng.standard_normal((4, 3)),)),
+                 Case(la.pinv, (rng.standard_normal((2, 5)),))],
     }
 
 
