@@ -416,3 +416,18 @@ def test_a_graph_freed_inside_the_function_raises() -> None:
 
     with pytest.raises(RuntimeError, match="freed"):
         rlgrad.jvp(f, (np.ones(2),), (np.ones(2),))
+
+
+def test_linalg_tangents_that_do_not_exist_raise() -> None:
+    """As their VJPs: eigenvectors at a repeated eigenvalue, and the extra columns of a full
+    non-square SVD, have no derivative; the eigenvalues there do."""
+    def vecs(a: Any) -> Any:
+        return rnp.linalg.eigh(a)[1]
+
+    t = np.array([[0.0, 1.0], [1.0, 0.0]])
+    with pytest.raises(ValueError, match="repeated"):
+        rlgrad.jvp(vecs, (np.eye(2),), (t,))
+    _, dw = rlgrad.jvp(lambda a: rnp.linalg.eigh(a)[0], (np.diag([1.0, 2.0]),), (np.diag([3.0, 5.0]),))
+    np.testing.assert_allclose(dw, [3.0, 5.0])
+    with pytest.raises(NotImplementedError, match="full_matrices=False"):
+        rlgrad.jvp(lambda a: rnp.linalg.svd(a)[0], (np.ones((3, 2)),), (np.ones((3, 2)),))
