@@ -4,7 +4,8 @@
 decompositions with several outputs (``eigh``, ``eig``, ``svd``) are primitives here: each returns
 its outputs packed into one array that the public function unpacks by indexing, so one
 decomposition serves every output and its VJP rule sees the gradients of all of them at once
-(zeros for an output that is not used). On plain arrays every function is NumPy's own.
+(zeros for an output that is not used), and its JVP rule gives their tangents packed the same
+way (forward mode). On plain arrays every function is NumPy's own.
 
 The rules are the ones autograd uses (M. Giles, "An extended collection of matrix derivative
 results", 2008; J. Townsend, "Differentiating the singular value decomposition", 2016), written
@@ -44,7 +45,7 @@ from rlgrad.ops import array_from as _array_from
 from rlgrad.ops import holds_tensor as _holds_tensor
 from rlgrad.tensor import Tensor as _Tensor
 from rlgrad.tensor import _shape, _Trace, constant
-from rlgrad.tracer import defvjp, primitive
+from rlgrad.tracer import defjvp, defvjp, primitive
 
 LinAlgError = _np.linalg.LinAlgError
 
@@ -118,8 +119,22 @@ def _eigh_vjp(g: Any, ans: Any, a: Any, UPLO: str = "L") -> Any:  # noqa: N803
     return tril(both) if UPLO.upper() == "L" else triu(both)
 
 
+def _eigh_jvp(t: Any, ans: Any, a: Any, UPLO: str = "L") -> Any:  # noqa: N803
+    # the symmetric matrix eigh sees: the triangle it reads, mirrored
+    low = tril(t) if UPLO.upper() == "L" else _T(triu(t))
+    ts = low + _T(tril(low, -1))
+    w, v = ans[..., 0, :], ans[..., 1:, :]
+    m = matmul(matmul(_T(v), ts), v)  # V^T dA V
+    diff = w[..., None, :] - w[..., :, None]  # [i, j]: w_j - w_i
+    _refuse_at_repeated(diff, m, "eigh")
+    dw = sum(m * _np.eye(_shape(a)[-1], dtype=ans.dtype), axis=-1)
+    dv = matmul(v, _inverse_gaps(diff) * m)
+    return concatenate([dw[..., None, :], dv], axis=-2)
+
+
 _eigh_p = primitive(_eigh_packed, "eigh", arity=1)
 defvjp(_eigh_p, _eigh_vjp)
+defjvp(_eigh_p, _eigh_jvp)
 
 
 def eigh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803
@@ -161,8 +176,23 @@ def _eig_vjp(g: Any, ans: Any, a: Any) -> Any:
     return matmul(matmul(inv(ut), ge[..., None, :] * eye + _inverse_gaps(diff) * p), ut)
 
 
+def _eig_jvp(t: Any, ans: Any, a: Any) -> Any:
+    # A = U diag(e) U^-1: de = diag(U^-1 dA U), dU = U (F o U^-1 dA U), each column then kept
+    # at unit norm (NumPy's normalisation)
+    n = _shape(a)[-1]
+    e, u = ans[..., 0, :], ans[..., 1:, :]
+    p = matmul(matmul(inv(u), t), u)
+    diff = e[..., None, :] - e[..., :, None]
+    _refuse_at_repeated(diff, p, "eig")
+    de = sum(p * _np.eye(n, dtype=ans.dtype), axis=-1)
+    du = matmul(u, _inverse_gaps(diff) * p)
+    du = du - u * sum(u * du, axis=-2, keepdims=True)
+    return concatenate([de[..., None, :], du], axis=-2)
+
+
 _eig_p = primitive(_eig_packed, "eig", arity=1)
 defvjp(_eig_p, _eig_vjp)
+defjvp(_eig_p, _eig_jvp)
 
 
 def eig(a: Any) -> Any:
@@ -246,8 +276,49 @@ def _svd_reduced_vjp(gu: Any, gs: Any, gvh: Any, u: Any, s: Any, vh: Any) -> Any
                            _np.eye(m, dtype=s.dtype) - matmul(u, _T(u))))
 
 
+def _svd_jvp(t: Any, ans: Any, a: Any, full_matrices: bool = True) -> Any:
+    shape = _shape(a)
+    m, n, k, ku, kv = _svd_sizes(shape, full_matrices)
+    if ku > k or kv > k:
+        raise NotImplementedError("rlgrad.numpy.linalg.svd: forward mode through "
+                                  "full_matrices=True of a non-square matrix is undefined (the "
+                                  "extra columns are any basis of a complement); use "
+                                  "full_matrices=False")
+    u, s, vh = _svd_unpack(ans, shape, full_matrices)
+    du, ds, dvh = _svd_reduced_jvp(t, u, s, vh)
+    b = tuple(shape[:-2])
+    return concatenate([reshape(du, b + (m * k,)), ds, reshape(dvh, b + (k * n,))], axis=-1)
+
+
+def _svd_reduced_jvp(t: Any, u: Any, s: Any, vh: Any) -> tuple[Any, Any, Any]:
+    # Townsend (2016): dP = U^T dA V, F_ij = 1 / (s_j^2 - s_i^2); the columns of U (V) also
+    # turn out of their span by (I - U U^T) dA V / s
+    m, k, n = _shape(u)[-2], _shape(s)[-1], _shape(vh)[-1]
+    v = _T(vh)
+    dp = matmul(matmul(_T(u), t), v)
+    s2 = s * s
+    diff = s2[..., None, :] - s2[..., :, None]
+    sym_u = dp * s[..., None, :] + s[..., :, None] * _T(dp)  # dP S + S dP^T
+    sym_v = s[..., :, None] * dp + _T(dp) * s[..., None, :]  # S dP + dP^T S
+    _refuse_at_repeated(diff, sym_u - _T(sym_u), "svd")
+    f = _inverse_gaps(diff)
+    ds = sum(dp * _np.eye(k, dtype=s.dtype), axis=-1)
+    du = matmul(u, f * sym_u)
+    dv = matmul(v, f * sym_v)
+    if m > k or n > k:
+        s_safe = where(s == 0, 1, s)
+        if m > k:
+            out_u = matmul(matmul(_np.eye(m, dtype=s.dtype) - matmul(u, _T(u)), t), v)
+            du = du + out_u / s_safe[..., None, :]
+        if n > k:
+            out_v = matmul(matmul(_np.eye(n, dtype=s.dtype) - matmul(v, vh), _T(t)), u)
+            dv = dv + out_v / s_safe[..., None, :]
+    return du, ds, _T(dv)
+
+
 _svd_p = primitive(_svd_packed, "svd", arity=1)
 defvjp(_svd_p, _svd_vjp)
+defjvp(_svd_p, _svd_jvp)
 
 
 def _singular_values(a: Any) -> Any:
@@ -261,6 +332,12 @@ def _svdvals_vjp(g: Any, ans: Any, a: Any) -> Any:
 
 _svdvals_p = primitive(_singular_values, "svdvals", arity=1)
 defvjp(_svdvals_p, _svdvals_vjp)
+defjvp(_svdvals_p, lambda t, ans, a: _svdvals_jvp(t, a))
+
+
+def _svdvals_jvp(t: Any, a: Any) -> Any:
+    u, _, vh = svd(a, full_matrices=False)  # ds = diag(U^T dA V)
+    return sum(u * matmul(t, _T(vh)), axis=-2)
 
 
 def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
@@ -293,8 +370,19 @@ def _pinv_vjp(g: Any, ans: Any, a: Any, *args: Any, **kwargs: Any) -> Any:
               + matmul(matmul(matmul(en - matmul(ans, a), g), ans_t), ans))
 
 
+def _pinv_jvp(t: Any, ans: Any, a: Any, *args: Any, **kwargs: Any) -> Any:
+    # Golub & Pereyra (1973): -A+ dA A+ + A+ A+^T dA^T (I - A A+) + (I - A+ A) dA^T A+^T A+
+    m, n = _shape(a)[-2:]
+    em, en = _np.eye(m, dtype=ans.dtype), _np.eye(n, dtype=ans.dtype)
+    ans_t, tt = _T(ans), _T(t)
+    return (-matmul(matmul(ans, t), ans)
+            + matmul(matmul(matmul(ans, ans_t), tt), em - matmul(a, ans))
+            + matmul(matmul(matmul(en - matmul(ans, a), tt), ans_t), ans))
+
+
 _pinv_p = primitive(_np.linalg.pinv, "pinv", arity=1)
 defvjp(_pinv_p, _pinv_vjp)
+defjvp(_pinv_p, _pinv_jvp)
 
 
 def pinv(a: Any, rcond: Any = None, hermitian: bool = False, **kwargs: Any) -> Any:
