@@ -83,6 +83,8 @@ def make_vec_env(
         venv = gym.make_vec(env, num_envs=n_envs, vectorization_mode=mode, **kwargs, **env_kwargs)
     elif isinstance(env, VectorEnv):
         venv = env
+    elif hasattr(env, "venv") and isinstance(env.venv, VectorEnv):  # SB3's interface (rl.vec_env)
+        venv = env.venv
     elif isinstance(env, gym.Env):
         if n_envs != 1:
             raise ValueError(
