@@ -386,3 +386,23 @@ def test_sb3_action_noise_and_torch_activation_are_translated() -> None:
         TD3("MlpPolicy", "Pendulum-v1", action_noise=NormalActionNoise(np.ones(1), np.ones(1)))
     with pytest.raises(ValueError, match="^SAC: action_noise is not supported"):
         SAC("MlpPolicy", "Pendulum-v1", action_noise=noise)
+
+
+def test_configure_set_logger_and_check_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                            ) -> None:
+    import csv
+
+    from rlgrad.rl.common.env_checker import check_env
+    from rlgrad.rl.common.logger import configure
+
+    check_env(gym.make("CartPole-v1"))
+    m = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, seed=0)
+    m.set_logger(configure(str(tmp_path), ["stdout", "csv", "tensorboard"]))
+    m.learn(192)
+    with open(tmp_path / "progress.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["time/total_timesteps"]) for r in rows] == [64, 128, 192]
+    assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
+    assert capsys.readouterr().out.count("|    value_loss ") == 3
+    with pytest.raises(ValueError, match="format 'json' is not written by rlgrad"):
+        configure(str(tmp_path), ["json"])

@@ -321,6 +321,10 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             cb.on_training_end()
         return self
 
+    def set_logger(self, logger: Logger) -> None:
+        """Log to ``logger`` from now on (SB3's; e.g. ``rlgrad.rl.common.logger.configure``)."""
+        self.logger = logger
+
     def _learn_writers(self, tb_log_name: str, reset_num_timesteps: bool) -> list[Any]:
         """The writers of one ``learn`` call: SB3's stdout table (``verbose >= 1``) and
         TensorBoard (``tensorboard_log``)."""

@@ -183,3 +183,21 @@ class HumanWriter:
     def write(self, row: dict[str, Any], step: int) -> None:
         if row:
             print(self.format(row), file=self.file or sys.stdout, flush=True)
+
+
+def configure(folder: str | None = None, format_strings: list[str] | None = None) -> Logger:
+    """SB3's ``configure``: a Logger writing to ``folder`` in the formats named: ``"stdout"``
+    (SB3's table), ``"csv"`` (``progress.csv``), ``"tensorboard"``; ``"log"`` and ``"json"`` are
+    not written (one line says so). Use it with ``model.set_logger``."""
+    formats = ["stdout", "csv"] if format_strings is None else list(format_strings)
+    unknown = sorted(set(formats) - {"stdout", "csv", "tensorboard"})
+    if unknown:
+        raise ValueError(f"configure: format {unknown[0]!r} is not written by rlgrad; use "
+                         "'stdout', 'csv' or 'tensorboard'")
+    if folder is None and set(formats) - {"stdout"}:
+        raise ValueError("configure: the csv and tensorboard formats need a folder")
+    if folder is not None:
+        os.makedirs(folder, exist_ok=True)
+    make = {"stdout": HumanWriter, "csv": lambda: CSVWriter(os.path.join(folder, "progress.csv")),
+            "tensorboard": lambda: TensorBoardWriter(folder)}
+    return Logger([make[f]() for f in formats])

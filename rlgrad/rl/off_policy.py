@@ -123,6 +123,11 @@ class PolicyView:
         return predict_with(algo.observation_space, observation,
                             lambda x: algo._predict(x, deterministic))
 
+    def parameters(self) -> Iterator[Any]:
+        """Every parameter of the algorithm's networks (SB3's policy holds them all)."""
+        for module in self._algo._modules().values():
+            yield from module.parameters()
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._algo, name)
 
