@@ -269,7 +269,8 @@ def test_tensorboard_log_run_dirs_follow_sb3(tmp_path: Path) -> None:
     m.learn(128, tb_log_name="run")
     m.learn(128, tb_log_name="run", reset_num_timesteps=False)  # continues run_1
     m.learn(64, tb_log_name="run")
-    assert sorted(os.listdir(tmp_path)) == ["PPO_1", "run_1", "run_2"]
+    m.learn(64, tb_log_name="cont", reset_num_timesteps=False)  # SB3 names it cont_0
+    assert sorted(os.listdir(tmp_path)) == ["PPO_1", "cont_0", "run_1", "run_2"]
     rows = event_rows(tmp_path / "run_1", 10**9)
     assert [r["time/total_timesteps"] for r in rows] == [64, 128, 192, 256]
     assert all("train/value_loss" in r for r in rows)
@@ -406,3 +407,17 @@ def test_configure_set_logger_and_check_env(tmp_path: Path, capsys: pytest.Captu
     assert capsys.readouterr().out.count("|    value_loss ") == 3
     with pytest.raises(ValueError, match="format 'json' is not written by rlgrad"):
         configure(str(tmp_path), ["json"])
+
+
+def test_every_n_timesteps_and_progress_bar_callback() -> None:
+    from rlgrad.rl.common.callbacks import BaseCallback, EveryNTimesteps, ProgressBarCallback
+
+    class Count(BaseCallback):
+        def _on_step(self) -> bool:
+            return True
+
+    count = Count()
+    bar = ProgressBarCallback()
+    PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, seed=0).learn(
+        320, callback=[EveryNTimesteps(n_steps=100, callback=count), bar])
+    assert count.n_calls == 3 and bar.bar is None  # at 100, 200, 300; the bar closed at the end

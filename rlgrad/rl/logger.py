@@ -142,12 +142,12 @@ class TensorBoardWriter:
 def next_run_dir(root: str, name: str, new: bool = True) -> str:
     """SB3's TensorBoard run folder ``<root>/<name>_<n>``: ``n`` one more than the largest there
     (from 1), or the largest itself when a run continues (``new=False``, SB3's
-    ``reset_num_timesteps=False``)."""
+    ``reset_num_timesteps=False``; ``<name>_0`` if there is none, as SB3 names it)."""
     pattern = re.compile(re.escape(name) + r"_(\d+)$")
     ids = [int(m.group(1)) for f in (os.listdir(root) if os.path.isdir(root) else ())
            if (m := pattern.match(f))]
     last = max(ids, default=0)
-    return os.path.join(root, f"{name}_{last + 1 if new or last == 0 else last}")
+    return os.path.join(root, f"{name}_{last + 1 if new else last}")
 
 
 class HumanWriter:
