@@ -358,16 +358,21 @@ def test_callback_locals_and_stop_on_max_episodes() -> None:
         def __init__(self):
             super().__init__()
             self.episodes = 0
+            self.returns: list[float] = []
 
         def _on_step(self) -> bool:
             self.episodes += int(np.sum(self.locals["dones"]))
             assert self.locals["rewards"].shape == (4,)
+            for info in self.locals["infos"]:  # SB3's way to read finished episodes
+                if "episode" in info:
+                    self.returns.append(float(info["episode"]["r"]))
             return True
 
     dones = Dones()
     m = PPO("MlpPolicy", "CartPole-v1", n_envs=4, n_steps=16, batch_size=64, seed=0)
     m.learn(100_000, callback=[dones, StopTrainingOnMaxEpisodes(max_episodes=5)])
     assert dones.episodes == 20 and m.num_timesteps < 100_000  # 5 per copy, as SB3 counts
+    assert dones.returns == list(m._ep_stats.return_queue)  # the episodes' returns, in order
     calls = []  # an SB3-style function of (locals, globals) is accepted too
     m.learn(64, callback=lambda locals_, globals_: calls.append(len(locals_)) or True)
     assert len(calls) == 16

@@ -23,6 +23,7 @@ from rlgrad.rl.buffers import ReplayBatch, ReplayBuffer
 from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, preprocess_obs
 from rlgrad.rl.policies import predict_with
+from rlgrad.rl.vec_env import LazyInfos
 
 
 class NormalActionNoise:
@@ -251,6 +252,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 self._on_step()
                 if callback is not None:
                     callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
+                                            "infos": LazyInfos(adapter.last_info, self.n_envs),
                                             "actions": env_act})
                     if not callback.on_step():
                         self._last_obs = raw

@@ -27,6 +27,7 @@ from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.steps import grad_step, set_grads
+from rlgrad.rl.vec_env import LazyInfos
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
@@ -104,6 +105,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                 obs = next_obs
                 if callback is not None:
                     callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
+                                            "infos": LazyInfos(adapter.last_info, self.n_envs),
                                             "actions": actions})
                     if not callback.on_step():
                         self._last_obs = raw

@@ -46,6 +46,26 @@ def split_infos(info: dict[str, Any], n: int) -> list[dict[str, Any]]:
     return out
 
 
+class LazyInfos(Sequence):
+    """SB3's list of per-copy info dicts, made from Gymnasium's vector info when first read (a
+    callback's ``self.locals["infos"]``: most callbacks never read it)."""
+
+    def __init__(self, info: dict[str, Any], n: int) -> None:
+        self._info, self._n = info, n
+        self._list: list[dict[str, Any]] | None = None
+
+    def _items(self) -> list[dict[str, Any]]:
+        if self._list is None:
+            self._list = split_infos(self._info, self._n)
+        return self._list
+
+    def __getitem__(self, i: Any) -> Any:
+        return self._items()[i]
+
+    def __len__(self) -> int:
+        return self._n
+
+
 class VecEnv:
     """SB3's VecEnv interface over the Gymnasium vector env ``venv`` (SAME_STEP autoreset)."""
 
