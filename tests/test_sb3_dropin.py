@@ -426,3 +426,26 @@ def test_every_n_timesteps_and_progress_bar_callback() -> None:
     PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, seed=0).learn(
         320, callback=[EveryNTimesteps(n_steps=100, callback=count), bar])
     assert count.n_calls == 3 and bar.bar is None  # at 100, 200, 300; the bar closed at the end
+
+
+def test_the_loop_fills_locals_only_for_callbacks_that_read_them() -> None:
+    from rlgrad.rl.common.callbacks import (
+        BaseCallback,
+        CallbackList,
+        EvalCallback,
+        StopTrainingOnMaxEpisodes,
+        StopTrainingOnRewardThreshold,
+    )
+
+    class Mine(BaseCallback):
+        pass
+
+    stop = StopTrainingOnMaxEpisodes(1000)
+    assert not CallbackList([stop, StopTrainingOnMaxEpisodes(5)]).wants_locals()
+    assert CallbackList([stop, Mine()]).wants_locals()
+    assert not EvalCallback("CartPole-v1", StopTrainingOnRewardThreshold(1.0)).wants_locals()
+    assert EvalCallback("CartPole-v1", callback_after_eval=Mine()).wants_locals()
+    PPO("MlpPolicy", "CartPole-v1", n_steps=32, batch_size=32, seed=0).learn(64, callback=stop)
+    assert stop.locals.keys() <= {"self", "total_timesteps", "callback", "log_interval",
+                                  "tb_log_name", "reset_num_timesteps", "progress_bar",
+                                  "writers", "cb"}  # learn's own, not the per-step ones

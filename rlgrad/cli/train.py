@@ -94,6 +94,8 @@ def save_checkpoint(algo: Any, rd: RunDir, cfg: dict[str, Any]) -> None:
 class CheckpointCallback(BaseCallback):
     """Checkpoints every ``interval`` steps (at iteration ends), refreshes the PNG, obeys signals."""
 
+    uses_locals = False
+
     def __init__(self, rd: RunDir, cfg: dict[str, Any], guard: SignalGuard, last_step: int) -> None:
         super().__init__()
         self.rd, self.cfg, self.guard = rd, cfg, guard

@@ -30,6 +30,10 @@ from rlgrad.rl.vec_env import as_vec_env, sync_envs_normalization, unwrap_vec_no
 
 
 class BaseCallback:
+    #: whether it reads ``self.locals`` (the loop then fills them at every step, ~2 us): True
+    #: for a user's subclass, False for rlgrad's own callbacks, which never read them
+    uses_locals = True
+
     def __init__(self, verbose: int = 0) -> None:
         self.model: Any = None
         self.n_calls = 0
@@ -99,11 +103,20 @@ class BaseCallback:
         self.locals.update(locals_)
         self.update_child_locals(locals_)
 
+    def wants_locals(self) -> bool:
+        """Whether this callback or one it triggers reads the per-step locals."""
+        return self.uses_locals or any(c.wants_locals() for c in self._children())
+
+    def _children(self) -> list[BaseCallback]:
+        return []
+
     def update_child_locals(self, locals_: dict[str, Any]) -> None:
         pass
 
 
 class CallbackList(BaseCallback):
+    uses_locals = False
+
     def __init__(self, callbacks: Sequence[BaseCallback]) -> None:
         super().__init__()
         self.callbacks = [make_callback(c) for c in callbacks]
@@ -145,9 +158,14 @@ class CallbackList(BaseCallback):
         for c in self.callbacks:
             c.update_locals(locals_)
 
+    def _children(self) -> list[BaseCallback]:
+        return self.callbacks
+
 
 class FunctionCallback(BaseCallback):
     """Wraps ``fn(algo) -> bool | None``, called after every vector-environment step."""
+
+    uses_locals = False
 
     def __init__(self, fn: Callable[[Any], bool | None]) -> None:
         super().__init__()
@@ -193,6 +211,8 @@ def make_callback(callback: Any) -> BaseCallback | None:
 class EventCallback(BaseCallback):
     """A callback that triggers a child callback (``callback``) on its events."""
 
+    uses_locals = False
+
     def __init__(self, callback: BaseCallback | None = None, verbose: int = 0) -> None:
         super().__init__(verbose)
         self.callback = callback
@@ -215,6 +235,9 @@ class EventCallback(BaseCallback):
         if self.callback is not None:
             self.callback.update_locals(locals_)
 
+    def _children(self) -> list[BaseCallback]:
+        return [self.callback] if self.callback is not None else []
+
 
 class EveryNTimesteps(EventCallback):
     """Triggers ``callback`` every ``n_steps`` environment steps."""
@@ -235,6 +258,8 @@ class CheckpointCallback(BaseCallback):
     """Saves the model every ``save_freq`` calls (vector steps) to
     ``<save_path>/<name_prefix>_<num_timesteps>_steps.safetensors`` (SB3's name with rlgrad's
     extension); optionally the replay buffer and the VecNormalize statistics next to it."""
+
+    uses_locals = False
 
     def __init__(self, save_freq: int, save_path: str, name_prefix: str = "rl_model",
                  save_replay_buffer: bool = False, save_vecnormalize: bool = False,
@@ -345,10 +370,15 @@ class EvalCallback(EventCallback):
         if self.callback_on_new_best is not None:
             self.callback_on_new_best.update_locals(locals_)
 
+    def _children(self) -> list[BaseCallback]:
+        return [c for c in (self.callback, self.callback_on_new_best) if c is not None]
+
 
 class StopTrainingOnRewardThreshold(BaseCallback):
     """As ``EvalCallback(callback_on_new_best=...)``: stops once the best mean reward reaches
     ``reward_threshold``."""
+
+    uses_locals = False
 
     def __init__(self, reward_threshold: float, verbose: int = 0) -> None:
         super().__init__(verbose)
@@ -368,6 +398,8 @@ class StopTrainingOnRewardThreshold(BaseCallback):
 class StopTrainingOnNoModelImprovement(BaseCallback):
     """As ``EvalCallback(callback_after_eval=...)``: stops after ``max_no_improvement_evals``
     evaluations in a row without a new best (counted once ``min_evals`` have run)."""
+
+    uses_locals = False
 
     def __init__(self, max_no_improvement_evals: int, min_evals: int = 0, verbose: int = 0) -> None:
         super().__init__(verbose)
@@ -396,6 +428,8 @@ class StopTrainingOnMaxEpisodes(BaseCallback):
     """Stops after ``max_episodes`` episodes per environment copy (``max_episodes * n_envs``
     in all, as SB3 counts)."""
 
+    uses_locals = False
+
     def __init__(self, max_episodes: int, verbose: int = 0) -> None:
         super().__init__(verbose)
         self.max_episodes = int(max_episodes)
@@ -417,6 +451,8 @@ class StopTrainingOnMaxEpisodes(BaseCallback):
 
 class ProgressBarCallback(BaseCallback):
     """The progress bar of ``learn(progress_bar=True)`` as a callback (rich)."""
+
+    uses_locals = False
 
     def __init__(self) -> None:
         super().__init__()

@@ -222,6 +222,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         noise = self.action_noise
         if callback is not None:
             callback.on_rollout_start()
+        want_locals = callback is not None and callback.wants_locals()
         raw = self._last_obs
         obs = preprocess_obs(raw, space)
         with rlgrad.no_grad():
@@ -251,9 +252,10 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 self._update_progress()
                 self._on_step()
                 if callback is not None:
-                    callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
-                                            "infos": LazyInfos(adapter.last_info, self.n_envs),
-                                            "actions": env_act})
+                    if want_locals:
+                        callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
+                                                "infos": LazyInfos(adapter.last_info, self.n_envs),
+                                                "actions": env_act})
                     if not callback.on_step():
                         self._last_obs = raw
                         return steps * self.n_envs, False

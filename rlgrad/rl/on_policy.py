@@ -84,6 +84,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         buf.reset()
         if callback is not None:
             callback.on_rollout_start()
+        want_locals = callback is not None and callback.wants_locals()
         obs = self._obs(self._last_obs, update=False)
         rng, n = self.rng, self.n_envs
         same_step = not adapter.next_step
@@ -104,9 +105,10 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                 buf.add(obs, actions, rew, term, done, values, log_probs, valid)
                 obs = next_obs
                 if callback is not None:
-                    callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
-                                            "infos": LazyInfos(adapter.last_info, self.n_envs),
-                                            "actions": actions})
+                    if want_locals:
+                        callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
+                                                "infos": LazyInfos(adapter.last_info, self.n_envs),
+                                                "actions": actions})
                     if not callback.on_step():
                         self._last_obs = raw
                         return False
