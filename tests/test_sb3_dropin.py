@@ -449,3 +449,18 @@ def test_the_loop_fills_locals_only_for_callbacks_that_read_them() -> None:
     assert stop.locals.keys() <= {"self", "total_timesteps", "callback", "log_interval",
                                   "tb_log_name", "reset_num_timesteps", "progress_bar",
                                   "writers", "cb"}  # learn's own, not the per-step ones
+
+
+def test_replay_buffer_save_and_load(tmp_path: Path) -> None:
+    from rlgrad.rl.common.callbacks import CheckpointCallback
+
+    m = DQN("MlpPolicy", "CartPole-v1", learning_starts=50, buffer_size=500, seed=0)
+    m.learn(300, callback=CheckpointCallback(150, str(tmp_path), save_replay_buffer=True))
+    assert (tmp_path / "rl_model_replay_buffer_300_steps.safetensors").exists()
+    m.save_replay_buffer(tmp_path / "rb")
+    m2 = DQN("MlpPolicy", "CartPole-v1", learning_starts=50, buffer_size=500, seed=1)
+    m2.load_replay_buffer(tmp_path / "rb")
+    a, b = m.replay_buffer.state_dict(), m2.replay_buffer.state_dict()
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]))

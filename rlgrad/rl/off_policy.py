@@ -23,6 +23,7 @@ from rlgrad.rl.buffers import ReplayBatch, ReplayBuffer
 from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, preprocess_obs
 from rlgrad.rl.policies import predict_with
+from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
 from rlgrad.rl.vec_env import LazyInfos
 
 
@@ -204,6 +205,15 @@ class OffPolicyAlgorithm(BaseAlgorithm):
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         raise NotImplementedError
+
+    def save_replay_buffer(self, path: str) -> None:
+        """The replay buffer alone, in an rlgrad checkpoint file (SB3's method; ``.safetensors``
+        appended when ``path`` has no extension)."""
+        rlgrad.save({"replay_buffer": self.replay_buffer.state_dict()}, with_extension(path))
+
+    def load_replay_buffer(self, path: str) -> None:
+        """Replace the replay buffer by the one ``save_replay_buffer`` wrote."""
+        self.replay_buffer.load_state_dict(rlgrad.load(existing_checkpoint(path))["replay_buffer"])
 
     @property
     def policy(self) -> PolicyView:
