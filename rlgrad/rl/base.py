@@ -25,8 +25,9 @@ from rlgrad.random import Generator, generator_state_dict, load_generator_state
 from rlgrad.rl.callbacks import BaseCallback, make_callback
 from rlgrad.rl.envs import (
     EnvLike,
+    EpisodeStatistics,
     StepAdapter,
-    episode_statistics,
+    find_episode_statistics,
     flat_obs_dim,
     get_env_state,
     make_vec_env,
@@ -52,7 +53,7 @@ from rlgrad.rl.sb3_args import (
 )
 from rlgrad.rl.schedules import Schedule, get_schedule_fn, linear_schedule
 from rlgrad.rl.steps import set_grads
-from rlgrad.rl.vec_env import VecEnv, vec_env_view
+from rlgrad.rl.vec_env import LazyInfos, VecEnv, vec_env_view
 
 # The helpers that lived here keep their old import path (rlgrad.rl.base.<name>).
 rng_state, set_rng_state = generator_state_dict, load_generator_state
@@ -155,7 +156,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.rng = self.generator.numpy
         self._check_finite = check_finite
         self._attach_env(make_vec_env(env, n_envs=n_envs, env_kwargs=env_kwargs,
-                                      vectorization_mode=vectorization_mode), env)
+                                      vectorization_mode=vectorization_mode,
+                                      record_statistics=False), env)
         self.observation_space: spaces.Space = self.env.single_observation_space
         self.action_space: spaces.Space = self.env.single_action_space
         try:
@@ -198,8 +200,12 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.n_envs = venv.num_envs
         self._user_env = given if not isinstance(given, str) else None
         self._env_view: Any = None  # get_env()'s SB3 interface, made on first use
-        self._adapter = StepAdapter(venv, check_finite=self._check_finite)
-        self._ep_stats = episode_statistics(venv)
+        # episode statistics: a RecordEpisodeStatistics wrapper the env comes with, else kept by
+        # the step adapter (the same numbers, less work per step)
+        wrapper = find_episode_statistics(venv)
+        own = EpisodeStatistics(self.n_envs) if wrapper is None else None
+        self._adapter = StepAdapter(venv, check_finite=self._check_finite, statistics=own)
+        self._ep_stats: Any = wrapper if own is None else own
 
     def _apply_policy_name(self) -> None:
         """SB3's policy name: refused in one line if the spaces or the algorithm do not fit it,
@@ -363,6 +369,11 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         if self._env_normalizes():
             self.normalizer = self._user_env.normalizer
 
+    def _infos(self, done: np.ndarray) -> LazyInfos:
+        """The last vector step's infos as SB3's per-copy list (a callback's locals["infos"])."""
+        return LazyInfos(self._adapter.last_info, self.n_envs, done, self._ep_stats,
+                         time.perf_counter() - self._start_time)
+
     def _env_normalizes(self) -> bool:
         """Whether the env the user passed normalises observations itself (SB3's VecNormalize)."""
         return getattr(self._user_env, "normalizer", None) is not None
@@ -381,7 +392,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     def set_env(self, env: Any, force_reset: bool = True) -> None:
         """Train on ``env`` from now on: the same spaces and number of copies (the buffers are
         sized by it); ``force_reset`` starts new episodes at the next ``learn``."""
-        venv = make_vec_env(env, n_envs=self.n_envs)
+        venv = make_vec_env(env, n_envs=self.n_envs, record_statistics=False)
         check_same_spaces(type(self).__name__, venv, self.observation_space, self.action_space)
         if venv.num_envs != self.n_envs:
             raise ValueError(f"{type(self).__name__}.set_env: the env has {venv.num_envs} "
@@ -420,6 +431,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             state["env"] = {"last_obs": np.asarray(self._last_obs).copy(),
                             "prev_done": self._adapter.prev_done.copy(),
                             "vector_env": get_env_state(self.env)}
+            if self._adapter.statistics is not None:
+                state["env"]["episode_statistics"] = self._adapter.statistics.state_dict()
         state.update(self._extra_state())
         if not include_replay_buffer:
             state.pop("replay_buffer", None)
@@ -444,7 +457,9 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             self._last_obs = np.asarray(state["env"]["last_obs"])
             self._adapter.prev_done = np.asarray(state["env"]["prev_done"], dtype=bool).copy()
             if "vector_env" in state["env"]:
-                set_env_state(self.env, state["env"]["vector_env"])
+                set_env_state(self.env, state["env"]["vector_env"], self._adapter.statistics)
+            if "episode_statistics" in state["env"] and self._adapter.statistics is not None:
+                self._adapter.statistics.load_state_dict(state["env"]["episode_statistics"])
             self._env_seeded = True
         self._set_extra_state(state)
 
@@ -488,7 +503,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         if not env:
             raise ValueError("this checkpoint was trained on an environment instance; pass env=")
         if given is not None and "spaces" in ckpt:  # before building networks that would not fit
-            check_same_spaces(f"{cls.__name__}.load({path!r})", make_vec_env(given),
+            check_same_spaces(f"{cls.__name__}.load({path!r})",
+                              make_vec_env(given, record_statistics=False),
                               ckpt["spaces"]["observation"], ckpt["spaces"]["action"])
         hp = dict(ckpt["hyperparams"])
         if given is not None and not isinstance(given, str):

@@ -24,7 +24,6 @@ from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, preprocess_obs
 from rlgrad.rl.policies import predict_with
 from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
-from rlgrad.rl.vec_env import LazyInfos
 
 
 class NormalActionNoise:
@@ -264,7 +263,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 if callback is not None:
                     if want_locals:
                         callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
-                                                "infos": LazyInfos(adapter.last_info, self.n_envs),
+                                                "infos": self._infos(done),
                                                 "actions": env_act})
                     if not callback.on_step():
                         self._last_obs = raw

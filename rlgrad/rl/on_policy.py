@@ -4,8 +4,8 @@ with the current policy, compute GAE(lambda), then ``train()`` on the rollout.
 Each algorithm writes its loss once, ``loss(batch, use_entropy) -> (loss, stats)`` on
 ``policy.distribution(obs)``; the base class's is the score-function loss of A2C and REINFORCE,
 PPO overrides it with the clipped surrogate. The trainer runs that function through
-``rlgrad.rl.steps.grad_step``: compiled by ``rlgrad.jit`` for the fixed-shape whole rollout,
-eagerly for PPO's shuffled minibatches.
+``rlgrad.rl.steps.grad_step``, compiled by ``rlgrad.jit``: for the fixed-shape whole rollout,
+and for PPO's shuffled minibatches padded to one shape.
 
 The per-step loop is kept lean: one batched policy forward over all env copies in NumPy (no
 graph), one vector-env step, one row written into preallocated arrays.
@@ -27,7 +27,6 @@ from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.steps import grad_step, set_grads
-from rlgrad.rl.vec_env import LazyInfos
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
@@ -107,7 +106,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                 if callback is not None:
                     if want_locals:
                         callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
-                                                "infos": LazyInfos(adapter.last_info, self.n_envs),
+                                                "infos": self._infos(done),
                                                 "actions": actions})
                     if not callback.on_step():
                         self._last_obs = raw

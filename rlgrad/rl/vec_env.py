@@ -48,15 +48,34 @@ def split_infos(info: dict[str, Any], n: int) -> list[dict[str, Any]]:
 
 class LazyInfos(Sequence):
     """SB3's list of per-copy info dicts, made from Gymnasium's vector info when first read (a
-    callback's ``self.locals["infos"]``: most callbacks never read it)."""
+    callback's ``self.locals["infos"]``: most callbacks never read it). A copy whose episode
+    ended gets SB3's ``info["episode"] = {"r", "l", "t"}`` from the algorithm's episode
+    statistics when no wrapper (Monitor, RecordEpisodeStatistics) put one there."""
 
-    def __init__(self, info: dict[str, Any], n: int) -> None:
+    def __init__(self, info: dict[str, Any], n: int, done: np.ndarray | None = None,
+                 stats: Any = None, elapsed: float = 0.0) -> None:
         self._info, self._n = info, n
         self._list: list[dict[str, Any]] | None = None
+        self._done = np.flatnonzero(done) if done is not None else np.zeros(0, dtype=int)
+        self._episodes: list[dict[str, Any]] = []
+        if len(self._done) and stats is not None:  # the statistics' newest entries, in row order
+            k = len(self._done)
+            self._episodes = [{"r": r, "l": n_, "t": round(elapsed, 6)} for r, n_ in zip(
+                list(stats.return_queue)[-k:], list(stats.length_queue)[-k:])]
 
     def _items(self) -> list[dict[str, Any]]:
         if self._list is None:
-            self._list = split_infos(self._info, self._n)
+            out = split_infos(self._info, self._n)
+            final = self._info.get("final_info")
+            finals = split_infos(final, self._n) if final else None
+            for j, i in enumerate(self._done):
+                if finals is not None:
+                    out[i].update(finals[i])
+                out[i].pop("final_info", None)
+                out[i].pop("final_obs", None)
+                if "episode" not in out[i] and j < len(self._episodes):
+                    out[i]["episode"] = self._episodes[j]
+            self._list = out
         return self._list
 
     def __getitem__(self, i: Any) -> Any:
