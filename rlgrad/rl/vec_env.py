@@ -88,9 +88,11 @@ class LazyInfos(Sequence):
 class VecEnv:
     """SB3's VecEnv interface over the Gymnasium vector env ``venv`` (SAME_STEP autoreset)."""
 
+    _same_step_only = True
+
     def __init__(self, venv: VectorEnv) -> None:
         mode = venv.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
-        if AutoresetMode(mode) != AutoresetMode.SAME_STEP:
+        if self._same_step_only and AutoresetMode(mode) != AutoresetMode.SAME_STEP:
             raise ValueError("VecEnv needs a Gymnasium vector env in SAME_STEP autoreset mode")
         self.venv = venv
         self.num_envs = venv.num_envs
@@ -207,15 +209,7 @@ class _NextStepView(VecEnv):
     """SB3's interface on a NEXT_STEP vector env that can reset some copies
     (``reset(options={"reset_mask": ...})``): finished copies are reset right after the step."""
 
-    def __init__(self, venv: VectorEnv) -> None:  # skips VecEnv's mode check
-        self.venv = venv
-        self.num_envs = venv.num_envs
-        self.observation_space = venv.single_observation_space
-        self.action_space = venv.single_action_space
-        self.render_mode = getattr(venv, "render_mode", None)
-        self.reset_infos = [{} for _ in range(self.num_envs)]
-        self._seed = None
-        self._actions = None
+    _same_step_only = False
 
     def step_wait(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         obs, rew, term, trunc, info = self.venv.step(self._actions)
