@@ -26,6 +26,7 @@ from rlgrad.ops import (  # noqa: F401
     absolute,
     astype,
     cholesky,
+    concatenate,
     det,
     inv,
     logabsdet,
