@@ -34,6 +34,7 @@ from gymnasium.wrappers import (
     TransformObservation,
     TransformReward,
 )
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 EXTRA_HINT = "pip install 'rlgrad[atari]'"
 GAME_RETURN = "game_return"
@@ -275,3 +276,44 @@ def make_pixel_env(env_id: str, training: bool, **kwargs: Any) -> gym.Env:
     if pixel_env_kind(env_id) == "minatar":
         return make_minatar_env(env_id, **kwargs)
     return make_atari_env(env_id, training, **kwargs)
+
+
+# ---- vector envs ------------------------------------------------------------------------------------
+class RecordGameStatistics(RecordEpisodeStatistics):
+    """The vector env's episode statistics for Atari training envs: ``return_queue``,
+    ``length_queue`` and ``episode_count`` count whole games with their raw score (the
+    ``GAME_RETURN`` / ``GAME_LENGTH`` infos), not the clipped per-life training episodes, so logs,
+    TensorBoard and the progress bar report what papers and SB3's ``Monitor`` report."""
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        obs, rewards, terminated, truncated, infos = self.env.step(actions)
+        mask = infos.get("_" + GAME_RETURN)
+        if mask is not None and np.any(mask):
+            idx = np.flatnonzero(mask)
+            self.return_queue.extend(np.asarray(infos[GAME_RETURN], dtype=np.float64)[idx])
+            self.length_queue.extend(np.asarray(infos[GAME_LENGTH], dtype=np.int64)[idx])
+            self.episode_count += len(idx)
+        return obs, rewards, terminated, truncated, infos
+
+
+def make_pixel_vec_env(env_id: str, n_envs: int, training: bool = True,
+                       vectorization_mode: str | None = None,
+                       env_kwargs: dict[str, Any] | None = None,
+                       wrappers: Any = None) -> Any:
+    """``n_envs`` copies of ``make_pixel_env(env_id, training)`` in a Sync (or, with
+    ``vectorization_mode="async"``, Async) vector env with episode statistics: raw whole-game
+    scores for Atari (``RecordGameStatistics``), Gymnasium's ``RecordEpisodeStatistics`` else."""
+    register_pixel_envs(env_id)  # one clear line for a missing package or game, before any copy
+    kwargs = dict(env_kwargs or {})
+
+    def make() -> gym.Env:
+        env = make_pixel_env(env_id, training, **kwargs)
+        for w in wrappers or ():
+            env = w(env)
+        return env
+
+    cls = gym.vector.AsyncVectorEnv if vectorization_mode == "async" else gym.vector.SyncVectorEnv
+    venv = cls([make] * n_envs)
+    if pixel_env_kind(env_id) == "atari":
+        return RecordGameStatistics(venv, buffer_length=100)
+    return RecordEpisodeStatistics(venv, buffer_length=100)

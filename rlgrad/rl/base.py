@@ -26,6 +26,7 @@ from rlgrad.rl.envs import (
     episode_statistics,
     flat_obs_dim,
     get_env_state,
+    is_image_space,
     make_vec_env,
     preprocess_obs,
     set_env_state,
@@ -59,6 +60,25 @@ def action_space_error(name: str, allowed: tuple[type, ...], space: spaces.Space
     return f"{name} supports {kinds} action spaces, got {space}"
 
 
+def resolve_policy(cls: type, policy: str | None, space: spaces.Space, env_id: str | None) -> str:
+    """"CnnPolicy" or "MlpPolicy" (SB3's names): ``policy`` if given, else from the observation
+    space (images -> CNN); a policy that cannot take the observations is refused in one line."""
+    name, env = cls.__name__, env_id or "this environment"
+    image = is_image_space(space)
+    if policy is None:
+        policy = "CnnPolicy" if image else "MlpPolicy"
+    if policy == "CnnPolicy" and not image:
+        raise ValueError(f"{name}: CnnPolicy needs image observations (a uint8 Box of shape (C, H, "
+                         f"W)), but {env} gives {space}: use policy='MlpPolicy'")
+    if policy == "CnnPolicy" and not cls.cnn_policy:
+        raise ValueError(f"{name} has MLP networks only, but {env} gives image observations "
+                         f"{space}: use DQN, QR-DQN, PPO or A2C, which have a CNN")
+    if policy == "MlpPolicy" and image:
+        raise ValueError(f"{name}: MlpPolicy takes vector observations, but {env} gives images "
+                         f"{space}: use policy='CnnPolicy' (the default for images)")
+    return policy
+
+
 class BaseAlgorithm:
     """Shared machinery: environment, seeding, counters, logging, callbacks, predict, save/load."""
 
@@ -68,6 +88,8 @@ class BaseAlgorithm:
     #: the Gymnasium action spaces the algorithm takes: checked when it is built, and read by the
     #: CLI to refuse an environment before building anything
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box)
+    #: whether the algorithm has a CNN for image observations (``policy="CnnPolicy"``)
+    cnn_policy: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> BaseAlgorithm:
         # the hyperparameters of this call, through the whole class chain (rlgrad.rl.hyperparams)
@@ -80,7 +102,7 @@ class BaseAlgorithm:
                  gamma: float = 0.99, policy_kwargs: dict[str, Any] | None = None,
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
                  vectorization_mode: str | None = None, blas_threads: int | None = 1,
-                 check_finite: bool = True) -> None:
+                 check_finite: bool = True, policy: str | None = None) -> None:
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
@@ -110,9 +132,13 @@ class BaseAlgorithm:
             raise ValueError(action_space_error(type(self).__name__, self.action_spaces,
                                                 self.action_space))
         self.obs_dim = flat_obs_dim(self.observation_space)
+        self.policy_name = resolve_policy(type(self), policy, self.observation_space, self.env_id)
         self._adapter = StepAdapter(self.env, check_finite=check_finite)
         self._ep_stats = episode_statistics(self.env)
         self.normalizer: Normalizer | None = None
+        if normalize and self.policy_name == "CnnPolicy":
+            raise ValueError(f"{type(self).__name__}: normalize is for vector observations; image "
+                             "observations are scaled inside the CNN: set normalize=False")
         if normalize:
             opts = dict(normalize) if isinstance(normalize, dict) else {}
             opts.setdefault("gamma", self.gamma)

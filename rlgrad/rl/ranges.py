@@ -107,6 +107,7 @@ RANGES: dict[str, Range] = {
     "vectorization_mode": Range(choices=("sync", "async", "vector_entry_point"), none_ok=True),
     "blas_threads": Range(1, integer=True, none_ok=True),
     "check_finite": Range(kind=bool),
+    "policy": Range(choices=("MlpPolicy", "CnnPolicy"), none_ok=True),
     "max_grad_norm": Range(0.0, lo_open=True, none_ok=True),
     "batch_size": _COUNT,
     # on-policy
