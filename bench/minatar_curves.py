@@ -116,12 +116,12 @@ def main() -> None:
         for algo in algos:
             for seed in seeds:
                 r = train(algo, game, int(seed), args.steps)
-                runs.append(r)
+                runs.append({**r, "steps": args.steps})
+                if args.json:  # after every run: a long benchmark stopped early keeps its runs
+                    Path(args.json).write_text(json.dumps(runs))
                 print(f"{algo} {game} seed {seed}: final {r['final']:.2f}, eval {r['eval']:.2f} "
                       f"({r['wall']:.0f} s)", file=sys.stderr, flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps([{**r, "steps": args.steps} for r in runs]))
-    report([{**r, "steps": args.steps} for r in runs], args.png)
+    report(runs, args.png)
 
 
 def report(runs: list[dict[str, Any]], png: str | None) -> None:
