@@ -319,10 +319,11 @@ class RecordGameStatistics(RecordEpisodeStatistics):
 def make_pixel_vec_env(env_id: str, n_envs: int, training: bool = True,
                        vectorization_mode: str | None = None,
                        env_kwargs: dict[str, Any] | None = None,
-                       wrappers: Any = None) -> Any:
+                       wrappers: Any = None, record_statistics: bool = True) -> Any:
     """``n_envs`` copies of ``make_pixel_env(env_id, training)`` in a Sync (or, with
-    ``vectorization_mode="async"``, Async) vector env with episode statistics: raw whole-game
-    scores for Atari (``RecordGameStatistics``), Gymnasium's ``RecordEpisodeStatistics`` else."""
+    ``vectorization_mode="async"``, Async) vector env with episode statistics: an Atari training
+    env always records raw whole-game scores (``RecordGameStatistics``: the algorithms' logs use
+    them); otherwise Gymnasium's ``RecordEpisodeStatistics`` if ``record_statistics``."""
     register_pixel_envs(env_id)  # one clear line for a missing package or game, before any copy
     kwargs = dict(env_kwargs or {})
 
@@ -334,6 +335,6 @@ def make_pixel_vec_env(env_id: str, n_envs: int, training: bool = True,
 
     cls = gym.vector.AsyncVectorEnv if vectorization_mode == "async" else gym.vector.SyncVectorEnv
     venv = cls([make] * n_envs)
-    if pixel_env_kind(env_id) == "atari":
+    if training and pixel_env_kind(env_id) == "atari":
         return RecordGameStatistics(venv, buffer_length=100)
-    return RecordEpisodeStatistics(venv, buffer_length=100)
+    return RecordEpisodeStatistics(venv, buffer_length=100) if record_statistics else venv

@@ -24,7 +24,8 @@ def evaluate(agent: Any, env: EnvLike | None = None, n_episodes: int = 20,
         if env is None:
             raise ValueError("the agent was trained on an environment instance: pass env=")
     n = min(n_episodes, max_envs) if isinstance(env, str) else 1
-    venv = make_vec_env(env, n_envs=n, training=False)
+    # returns are counted here; Atari in its evaluation form (whole games, raw scores)
+    venv = make_vec_env(env, n_envs=n, record_statistics=False, training=False)
     adapter = StepAdapter(venv)
     obs = adapter.reset(seed=seed)
     quota = np.full(n, n_episodes // n) + (np.arange(n) < n_episodes % n)
