@@ -250,3 +250,12 @@ def test_minatar_rgb_render_is_uint8_and_upscaled():
     np.testing.assert_array_equal(frame[5:16, 3:16], np.broadcast_to(frame[0, 0], (11, 13, 3)))
     assert len(np.unique(frame.reshape(-1, 3), axis=0)) >= 3  # background and two objects at least
     assert not isinstance(make_minatar_env("MinAtar/Breakout-v1"), MinAtarRender)
+
+
+def test_evaluation_fires_after_a_life_loss():
+    """A policy that never presses FIRE still plays whole Breakout games in evaluation (without
+    it, the game waits for FIRE until its 27,000-step limit)."""
+    env, base = _recorded("ALE/Breakout-v5", training=False)
+    events, info = _play_until_game_over(env, action=0)
+    assert len(events) == 1 and events[0][1] == 0 and info[GAME_LENGTH] < 1000
+    assert base.actions.count(1) == 5 * 4  # FIRE at the reset and after each of 4 lost lives

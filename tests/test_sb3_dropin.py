@@ -147,13 +147,15 @@ def test_policy_names_that_cannot_be_used_say_so_in_one_line() -> None:
         PPO("MlpPolicy")
 
 
-def test_cnn_policy_on_images_is_refused_until_a_cnn_policy_exists() -> None:
+def test_cnn_policy_is_taken_by_the_algorithms_with_a_cnn_and_refused_by_the_others() -> None:
     class Pixels(gym.Env):
-        observation_space = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
-        action_space = gym.spaces.Discrete(2)
+        observation_space = gym.spaces.Box(0, 255, (3, 84, 84), np.uint8)
+        action_space = gym.spaces.Box(-1, 1, (2,), np.float32)
 
-    with pytest.raises(ValueError, match="CnnPolicy is not supported yet by PPO"):
-        PPO("CnnPolicy", Pixels())
+    with pytest.raises(ValueError, match="^SAC has MLP networks only"):
+        SAC("CnnPolicy", Pixels())
+    assert PPO("CnnPolicy", "MinAtar/Breakout-v1").policy_name == "CnnPolicy"
+    assert PPO("MinAtar/Breakout-v1").policy_name == "CnnPolicy"  # chosen from the space
 
 
 def test_device_cpu_and_auto_are_accepted_cuda_is_one_line() -> None:

@@ -122,6 +122,8 @@ def cmd_presets() -> int:
         note = "" if algo in have else "  (preset only: algorithm not available yet)"
         envs = ", ".join(table.get(algo, [])) or "no presets (class defaults)"
         print(f"  {algo:<{width}}  {envs}{note}")
+    print("(atari: every Atari id, ALE/<Game>-v5 or <Game>NoFrameskip-v4; minatar: every "
+          "MinAtar/<Game>-v1 id)")
     return 0
 
 

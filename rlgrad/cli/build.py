@@ -218,11 +218,12 @@ def load_preset_for(algo: str, env_id: str, preset: str | None) -> tuple[dict[st
     file, a YAML file, or "none"); without ``--preset``, the env's own preset if there is one."""
     import yaml
 
-    from rlgrad.rl.presets import list_presets, load_preset
+    from rlgrad.rl.presets import list_presets, load_preset, preset_key
 
     table = list_presets().get(algo, [])
-    if preset is None:
-        return (load_preset(algo, env_id), env_id) if env_id in table else ({}, None)
+    if preset is None:  # the id's own entry, or its family's (atari, minatar)
+        key = preset_key(env_id, table)
+        return (load_preset(algo, key), key) if key is not None else ({}, None)
     if preset.lower() == "none":
         return {}, None
     if preset in table:

@@ -36,6 +36,14 @@ def check_env_id(env_id: str) -> None:
     one-line ``CLIError`` with the closest registered ids."""
     import gymnasium as gym
 
+    from rlgrad.rl.atari import pixel_env_kind, register_pixel_envs
+
+    if pixel_env_kind(env_id):  # Atari / MinAtar: registered by their package (the atari extra)
+        try:
+            register_pixel_envs(env_id)
+        except (ImportError, ValueError) as e:
+            raise CLIError(str(e)) from None
+        return
     module, sep, name = env_id.rpartition(":")
     where = ""
     if sep:

@@ -57,8 +57,13 @@ def record_episode(agent: Any, env_id: str, seed: int, deterministic: bool, max_
     for k, v in (("SDL_VIDEODRIVER", "dummy"), ("SDL_AUDIODRIVER", "dummy"),
                  ("PYGAME_HIDE_SUPPORT_PROMPT", "1")):
         os.environ.setdefault(k, v)
+    from rlgrad.rl.atari import make_pixel_env, pixel_env_kind
+
     try:
-        env = gym.make(env_id, render_mode="rgb_array")
+        if pixel_env_kind(env_id):  # the evaluation form: whole games, raw scores
+            env = make_pixel_env(env_id, training=False, render_mode="rgb_array")
+        else:
+            env = gym.make(env_id, render_mode="rgb_array")
     except DependencyNotInstalled as e:
         raise CLIError(f"cannot render {env_id}: {e}") from None
     except Exception as e:  # an env that does not take render_mode

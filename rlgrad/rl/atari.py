@@ -14,7 +14,8 @@ Gymnasium has no wrapper for is added here as three small wrappers:
 
 Layering, inside out: ALE env (frameskip=1) -> AtariPreprocessing -> AtariGameStatistics ->
 [EpisodicLife] -> FireReset -> [sign of the reward] -> FrameStackObservation; the bracketed ones
-for training only. Observations are uint8 (4, 84, 84): the network scales them, not the buffer.
+for training only (evaluation presses FIRE after a life loss instead). Observations are uint8
+(4, 84, 84): the network scales them, not the buffer.
 
 Ids are registered lazily: ``ALE/<Game>-v5`` and ``<Game>NoFrameskip-v4`` need ``ale-py``,
 ``MinAtar/<Game>-v0|v1`` needs ``minatar``; both come with ``pip install 'rlgrad[atari]'``.
@@ -34,6 +35,7 @@ from gymnasium.wrappers import (
     TransformObservation,
     TransformReward,
 )
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 EXTRA_HINT = "pip install 'rlgrad[atari]'"
 GAME_RETURN = "game_return"
@@ -170,14 +172,20 @@ class EpisodicLife(gym.Wrapper):
 
 class FireReset(gym.Wrapper):
     """Presses FIRE after every reset (including the soft reset after a life loss): Breakout and
-    other games wait for it, and an untrained agent may never press it (SB3's ``FireResetEnv``)."""
+    other games wait for it, and an untrained agent may never press it (SB3's ``FireResetEnv``).
 
-    def __init__(self, env: gym.Env) -> None:
+    ``on_life_loss``: also after a life loss within the episode (evaluation, whole games): a
+    deterministic policy that never presses FIRE would otherwise wait until the game's time limit
+    (27,000 steps). The FIRE step's reward goes to the step that lost the life."""
+
+    def __init__(self, env: gym.Env, on_life_loss: bool = False) -> None:
         super().__init__(env)
         meanings = env.unwrapped.get_action_meanings()
         if "FIRE" not in meanings:
             raise ValueError(f"{env.spec.id if env.spec else env} has no FIRE action: {meanings}")
         self.fire = meanings.index("FIRE")
+        self.on_life_loss = on_life_loss
+        self.lives = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[Any, dict[str, Any]]:
@@ -185,9 +193,21 @@ class FireReset(gym.Wrapper):
         for _ in range(100):  # bounded: a FIRE that ends the episode is followed by a new reset
             obs, _, terminated, truncated, _ = self.env.step(self.fire)
             if not (terminated or truncated):
-                return obs, info
+                break
             obs, info = self.env.reset(options=options)
+        self.lives = int(self.env.unwrapped.ale.lives())
         return obs, info
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if not self.on_life_loss:
+            return obs, reward, terminated, truncated, info
+        lives = int(self.env.unwrapped.ale.lives())
+        if 0 < lives < self.lives and not (terminated or truncated):
+            obs, r, terminated, truncated, info = self.env.step(self.fire)
+            reward += r
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
 
 
 def _sign(reward: Any) -> float:
@@ -221,10 +241,11 @@ def wrap_atari(env: gym.Env, training: bool, *, noop_max: int = 30, frame_skip: 
     env = AtariPreprocessing(env, noop_max=noop_max, frame_skip=frame_skip, screen_size=screen_size,
                              terminal_on_life_loss=False, grayscale_obs=True, scale_obs=False)
     env = AtariGameStatistics(env)
-    if training if terminal_on_life_loss is None else terminal_on_life_loss:
+    episodic_life = training if terminal_on_life_loss is None else terminal_on_life_loss
+    if episodic_life:
         env = EpisodicLife(env)
     if "FIRE" in env.unwrapped.get_action_meanings():
-        env = FireReset(env)
+        env = FireReset(env, on_life_loss=not episodic_life)
     if training if clip_reward is None else clip_reward:
         env = TransformReward(env, _sign)
     return FrameStackObservation(env, frame_stack)
@@ -275,3 +296,45 @@ def make_pixel_env(env_id: str, training: bool, **kwargs: Any) -> gym.Env:
     if pixel_env_kind(env_id) == "minatar":
         return make_minatar_env(env_id, **kwargs)
     return make_atari_env(env_id, training, **kwargs)
+
+
+# ---- vector envs ------------------------------------------------------------------------------------
+class RecordGameStatistics(RecordEpisodeStatistics):
+    """The vector env's episode statistics for Atari training envs: ``return_queue``,
+    ``length_queue`` and ``episode_count`` count whole games with their raw score (the
+    ``GAME_RETURN`` / ``GAME_LENGTH`` infos), not the clipped per-life training episodes, so logs,
+    TensorBoard and the progress bar report what papers and SB3's ``Monitor`` report."""
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        obs, rewards, terminated, truncated, infos = self.env.step(actions)
+        mask = infos.get("_" + GAME_RETURN)
+        if mask is not None and np.any(mask):
+            idx = np.flatnonzero(mask)
+            self.return_queue.extend(np.asarray(infos[GAME_RETURN], dtype=np.float64)[idx])
+            self.length_queue.extend(np.asarray(infos[GAME_LENGTH], dtype=np.int64)[idx])
+            self.episode_count += len(idx)
+        return obs, rewards, terminated, truncated, infos
+
+
+def make_pixel_vec_env(env_id: str, n_envs: int, training: bool = True,
+                       vectorization_mode: str | None = None,
+                       env_kwargs: dict[str, Any] | None = None,
+                       wrappers: Any = None, record_statistics: bool = True) -> Any:
+    """``n_envs`` copies of ``make_pixel_env(env_id, training)`` in a Sync (or, with
+    ``vectorization_mode="async"``, Async) vector env with episode statistics: an Atari training
+    env always records raw whole-game scores (``RecordGameStatistics``: the algorithms' logs use
+    them); otherwise Gymnasium's ``RecordEpisodeStatistics`` if ``record_statistics``."""
+    register_pixel_envs(env_id)  # one clear line for a missing package or game, before any copy
+    kwargs = dict(env_kwargs or {})
+
+    def make() -> gym.Env:
+        env = make_pixel_env(env_id, training, **kwargs)
+        for w in wrappers or ():
+            env = w(env)
+        return env
+
+    cls = gym.vector.AsyncVectorEnv if vectorization_mode == "async" else gym.vector.SyncVectorEnv
+    venv = cls([make] * n_envs)
+    if training and pixel_env_kind(env_id) == "atari":
+        return RecordGameStatistics(venv, buffer_length=100)
+    return RecordEpisodeStatistics(venv, buffer_length=100) if record_statistics else venv

@@ -30,6 +30,7 @@ from rlgrad.rl.envs import (
     find_episode_statistics,
     flat_obs_dim,
     get_env_state,
+    is_image_space,
     make_vec_env,
     preprocess_obs,
     set_env_state,
@@ -47,7 +48,7 @@ from rlgrad.rl.sb3_args import (
     action_noise_kwargs,
     existing_checkpoint,
     fresh_seed,
-    policy_error,
+    multi_input_error,
     split_policy,
     with_extension,
 )
@@ -87,6 +88,26 @@ def action_space_error(name: str, allowed: tuple[type, ...], space: spaces.Space
     return f"{name} supports {kinds} action spaces, got {space}"
 
 
+def resolve_policy(cls: type, policy: str | None, space: spaces.Space, env_id: str | None) -> str:
+    """"CnnPolicy" or "MlpPolicy" (SB3's names): ``policy`` if given, else from the observation
+    space (images -> CNN); a policy that cannot take the observations is refused in one line."""
+    name, env = cls.__name__, env_id or "this environment"
+    image = is_image_space(space)
+    if policy is None:
+        policy = "CnnPolicy" if image else "MlpPolicy"
+    if policy == "CnnPolicy" and not image:
+        raise ValueError(f"{name}: CnnPolicy needs image observations (a uint8 Box of shape (C, H, "
+                         f"W)), but {env} gives {space}: use policy='MlpPolicy'")
+    if policy == "CnnPolicy" and not cls.cnn_policy:
+        raise ValueError(f"{name} has MLP networks only, but {env} gives image observations "
+                         f"{space}: use DQN, QR-DQN, PPO or A2C, which have a CNN")
+    if policy == "MlpPolicy" and image:
+        raise ValueError(f"{name}: MlpPolicy takes vector observations, but {env} gives images "
+                         f"{space}: use policy='CnnPolicy' (the default for images)")
+    return policy
+
+
+
 class _AlgorithmType(type):
     """Takes SB3's call ``Algo(policy, env, ...)`` as well as rlgrad's ``Algo(env, ...)``: the
     policy name is taken out before ``__new__`` captures the hyperparameters."""
@@ -98,8 +119,8 @@ class _AlgorithmType(type):
             kwargs.update(action_noise_kwargs(cls.__name__, "noise_type" in hyperparameters(cls),
                                               kwargs.pop("action_noise")))
         obj = cls.__new__(cls, *args, **kwargs)
-        obj._policy_name = policy or DEFAULT_POLICY
-        if policy not in (None, DEFAULT_POLICY):
+        obj._policy_name = policy  # None: chosen from the observation space
+        if policy not in (None, DEFAULT_POLICY):  # (MlpPolicy: what vectors get anyway)
             obj._hyperparams["policy"] = policy  # save/load rebuilds with the same policy
         obj.__init__(*args, **kwargs)
         return obj
@@ -116,7 +137,9 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box)
     #: SB3 policy names the algorithm builds, each with the policy_kwargs defaults it stands for
     policy_aliases: ClassVar[dict[str, dict[str, Any]]] = {"MlpPolicy": {}}
-    _policy_name = DEFAULT_POLICY
+    _policy_name: str | None = None
+    #: whether the algorithm has a CNN for image observations (``policy="CnnPolicy"``)
+    cnn_policy: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> BaseAlgorithm:
         # the hyperparameters of this call, through the whole class chain (rlgrad.rl.hyperparams)
@@ -174,6 +197,9 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self._apply_policy_name()
         self.obs_dim = flat_obs_dim(self.observation_space)
         self.normalizer: Normalizer | None = None
+        if normalize and self.policy_name == "CnnPolicy":
+            raise ValueError(f"{type(self).__name__}: normalize is for vector observations; image "
+                             "observations are scaled inside the CNN: set normalize=False")
         if normalize:
             opts = dict(normalize) if isinstance(normalize, dict) else {}
             opts.setdefault("gamma", self.gamma)
@@ -211,10 +237,10 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """SB3's policy name: refused in one line if the spaces or the algorithm do not fit it,
         else its policy_kwargs defaults under the user's."""
         name = self._policy_name
-        err = policy_error(type(self).__name__, name, self.observation_space, self.policy_aliases)
-        if err is not None:
-            raise ValueError(err)
-        self.policy_kwargs = {**self.policy_aliases.get(name, {}), **self.policy_kwargs}
+        if name == "MultiInputPolicy":
+            raise ValueError(multi_input_error(type(self).__name__, self.observation_space))
+        self.policy_name = resolve_policy(type(self), name, self.observation_space, self.env_id)
+        self.policy_kwargs = {**self.policy_aliases.get(self.policy_name, {}), **self.policy_kwargs}
 
     def net_kwargs(self, **defaults: Any) -> dict[str, Any]:
         """``policy_kwargs`` over the algorithm's network defaults (the one way every algorithm

@@ -46,6 +46,10 @@ def compute_gae(
     return adv, adv + values
 
 
+def _shape(obs_dim: int | tuple[int, ...]) -> tuple[int, ...]:
+    return (int(obs_dim),) if isinstance(obs_dim, int | np.integer) else tuple(map(int, obs_dim))
+
+
 class RolloutBatch(NamedTuple):
     observations: np.ndarray
     actions: np.ndarray
@@ -58,12 +62,15 @@ class RolloutBatch(NamedTuple):
 class RolloutBuffer:
     """``n_steps`` x ``n_envs`` transitions of the current policy, then GAE over them."""
 
-    def __init__(self, n_steps: int, n_envs: int, obs_dim: int, action_shape: tuple[int, ...],
-                 action_dtype: Any, gamma: float = 0.99, gae_lambda: float = 1.0) -> None:
+    def __init__(self, n_steps: int, n_envs: int, obs_dim: int | tuple[int, ...],
+                 action_shape: tuple[int, ...], action_dtype: Any, gamma: float = 0.99,
+                 gae_lambda: float = 1.0, obs_dtype: Any = np.float32) -> None:
         self.n_steps, self.n_envs = n_steps, n_envs
         self.gamma, self.gae_lambda = gamma, gae_lambda
         T, N = n_steps, n_envs
-        self.observations = np.zeros((T, N, obs_dim), dtype=np.float32)
+        # images: (C, H, W) uint8 rows, as the env gives them
+        self.obs_shape = _shape(obs_dim)
+        self.observations = np.zeros((T, N, *self.obs_shape), dtype=obs_dtype)
         self.actions = np.zeros((T, N, *action_shape), dtype=action_dtype)
         self.rewards = np.zeros((T, N), dtype=np.float32)
         self.values = np.zeros((T, N), dtype=np.float32)
@@ -119,7 +126,7 @@ class RolloutBuffer:
         """All rows, flattened to (T * n_envs, ...) views."""
         R = self.n_steps * self.n_envs
         return RolloutBatch(
-            self.observations.reshape(R, -1), self.actions.reshape(R, *self.actions.shape[2:]),
+            self.observations.reshape(R, *self.obs_shape), self.actions.reshape(R, *self.actions.shape[2:]),
             self.values.reshape(R), self.log_probs.reshape(R), self.advantages.reshape(R),
             self.returns.reshape(R),
         )
@@ -170,12 +177,14 @@ class ReplayBatch(NamedTuple):
 class ReplayBuffer:
     """A ring of ``buffer_size`` transitions; ``sample`` draws uniformly with replacement."""
 
-    def __init__(self, buffer_size: int, obs_dim: int, action_shape: tuple[int, ...],
-                 action_dtype: Any = np.float32, obs_dtype: Any = np.float32) -> None:
+    def __init__(self, buffer_size: int, obs_dim: int | tuple[int, ...],
+                 action_shape: tuple[int, ...], action_dtype: Any = np.float32,
+                 obs_dtype: Any = np.float32) -> None:
         self.buffer_size = int(buffer_size)
         n = self.buffer_size
-        self.observations = np.zeros((n, obs_dim), dtype=obs_dtype)
-        self.next_observations = np.zeros((n, obs_dim), dtype=obs_dtype)
+        shape = _shape(obs_dim)  # images: (C, H, W) rows, e.g. MinAtar's uint8 (C, 10, 10)
+        self.observations = np.zeros((n, *shape), dtype=obs_dtype)
+        self.next_observations = np.zeros((n, *shape), dtype=obs_dtype)
         self.actions = np.zeros((n, *action_shape), dtype=action_dtype)
         self.rewards = np.zeros(n, dtype=np.float32)
         self.terminated = np.zeros(n, dtype=bool)
@@ -190,8 +199,10 @@ class ReplayBuffer:
         return self.size()
 
     def add(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray,
-            rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray) -> None:
-        """Add a batch of rows (one per environment that made a real transition)."""
+            rewards: np.ndarray, terminated: np.ndarray, truncated: np.ndarray,
+            env_ids: np.ndarray | None = None) -> None:
+        """Add a batch of rows (one per environment that made a real transition; ``env_ids``,
+        which, matters to ``FrameReplayBuffer`` only)."""
         k = len(rewards)
         if k == 0:
             return

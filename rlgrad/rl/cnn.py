@@ -57,10 +57,10 @@ def nature_cnn(x: Any, params: Sequence[Any], normalize: bool = True) -> Any:
     return F.relu(F.linear(F.flatten(h, 1), params[6], params[7]))
 
 
-def minatar_cnn(x: Any, params: Sequence[Any]) -> Any:
+def minatar_cnn(x: Any, params: Sequence[Any], normalize: bool = False) -> Any:
     """MinAtar CNN on (N, C, 10, 10): conv 3x3 (16) + ReLU, flatten, linear + ReLU; ``params`` are
-    (w1, b1, w2, b2)."""
-    h = _as_float(x, _dtype_of(params[0]), None)
+    (w1, b1, w2, b2). ``normalize`` divides the input by 255 (MinAtar's own 0/1 input: no)."""
+    h = _as_float(x, _dtype_of(params[0]), 255.0 if normalize else None)
     h = F.relu(F.conv2d(h, params[0], params[1], 1))
     return F.relu(F.linear(F.flatten(h, 1), params[2], params[3]))
 
@@ -101,7 +101,7 @@ class MinAtarCNN(Sequential):
     channels first: (C, 10, 10) for MinAtar."""
 
     def __init__(self, observation_shape: Sequence[int], features_dim: int = 128,
-                 dtype: Any = None) -> None:
+                 normalize: bool = False, dtype: Any = None) -> None:
         c, h, w = (int(d) for d in observation_shape)
         if min(h, w) < 3:
             raise ValueError(f"MinAtarCNN needs (C, H, W) observations of at least 3x3, got "
@@ -113,6 +113,7 @@ class MinAtarCNN(Sequential):
         )
         self.observation_shape = (c, h, w)
         self.features_dim = int(features_dim)
+        self.normalize = normalize
 
     def forward(self, x: Any) -> Any:
-        return minatar_cnn(x, list(self.parameters()))
+        return minatar_cnn(x, list(self.parameters()), self.normalize)

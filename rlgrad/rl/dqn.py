@@ -31,7 +31,7 @@ from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.off_policy import OffPolicyAlgorithm, bootstrapped_target, target_network
-from rlgrad.rl.policies import mlp, mlp_numpy
+from rlgrad.rl.policies import cnn_trunk, mlp, mlp_numpy
 from rlgrad.rl.schedules import linear_schedule
 from rlgrad.rl.steps import grad_step, set_grads
 
@@ -48,6 +48,7 @@ def gather_actions(q: Any, actions: Any) -> Any:
 
 class DQN(OffPolicyAlgorithm):
     action_spaces = (spaces.Discrete,)
+    cnn_policy = True  # image observations: a CNN trunk (Nature / MinAtar) under the Q head
 
     def __init__(self, env: EnvLike, learning_rate: Any = 1e-4, buffer_size: int = 1_000_000,
                  learning_starts: int = 100, batch_size: int = 32, tau: float = 1.0,
@@ -80,10 +81,23 @@ class DQN(OffPolicyAlgorithm):
     def make_q_net(self) -> nn.Module:
         """The online network, ``obs -> (batch, n_actions)`` (the target network is a copy).
 
-        ``policy_kwargs``: ``net_arch`` (hidden sizes, [64, 64]) and ``activation_fn`` ("relu").
+        ``policy_kwargs``: ``net_arch`` (hidden sizes, [64, 64]; with a CNN, [] as in SB3) and
+        ``activation_fn`` ("relu"); with a CNN also ``features_dim`` and ``normalize_images``.
         """
-        kw = self.net_kwargs(net_arch=[64, 64], activation_fn="relu")
-        return mlp([self.obs_dim, *kw["net_arch"], self.n_actions], kw["activation_fn"])
+        return self.q_network(self.n_actions)
+
+    def q_network(self, n_out: int, **defaults: Any) -> nn.Module:
+        """An MLP ``obs -> n_out`` on vector observations; on images (``CnnPolicy``) the CNN trunk
+        (``policies.cnn_trunk``: Nature CNN for 84x84, MinAtar's for 10x10) then the MLP head.
+        ``defaults``: a variant's own ``policy_kwargs`` keys (read by the variant)."""
+        cnn = self.policy_name == "CnnPolicy"
+        extra = {"features_dim": None, "normalize_images": None} if cnn else {}
+        kw = self.net_kwargs(net_arch=None, activation_fn="relu", **defaults, **extra)
+        arch = kw["net_arch"] if kw["net_arch"] is not None else ([] if cnn else [64, 64])
+        if not cnn:
+            return mlp([self.obs_dim, *arch, n_out], kw["activation_fn"])
+        trunk = cnn_trunk(self.observation_space, kw["features_dim"], kw["normalize_images"])
+        return nn.Sequential(trunk, *mlp([trunk.features_dim, *arch, n_out], kw["activation_fn"]))
 
     def q_values(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
         """Q(s, .) of ``net`` (the online network by default) in NumPy, shape (batch, n_actions):

@@ -62,6 +62,7 @@ def make_vec_env(
     env_kwargs: dict[str, Any] | None = None,
     wrappers: Sequence[Callable[[gym.Env], gym.Env]] | None = None,
     record_statistics: bool = True,
+    training: bool = True,
 ) -> VectorEnv:
     """A vector environment with episode statistics, from an id, env, factory or vector env.
 
@@ -71,9 +72,16 @@ def make_vec_env(
     For an id, Gymnasium's own vectorised implementation is used when it exists (CartPole's
     ``vector_entry_point`` steps all copies in a few NumPy calls), otherwise ``SyncVectorEnv``;
     ``vectorization_mode="async"`` gives ``AsyncVectorEnv`` (worth it only for slow environments).
+    Atari and MinAtar ids get their preprocessing (``rlgrad.rl.atari``); ``training=False`` builds
+    Atari's evaluation form (whole games, raw rewards).
     """
     env_kwargs = dict(env_kwargs or {})
-    if isinstance(env, str):
+    if isinstance(env, str) and _pixel_kind(env):
+        from rlgrad.rl.atari import make_pixel_vec_env
+
+        venv = make_pixel_vec_env(env, n_envs, training, vectorization_mode, env_kwargs, wrappers,
+                                  record_statistics)
+    elif isinstance(env, str):
         spec = env_spec(env)
         mode = vectorization_mode
         if mode is None:
@@ -119,6 +127,12 @@ def make_vec_env(
     if seed is not None:
         seed_env(venv, seed)
     return venv
+
+
+def _pixel_kind(env_id: str) -> str | None:
+    from rlgrad.rl.atari import pixel_env_kind  # no heavy import: ale-py/minatar load on use
+
+    return pixel_env_kind(env_id)
 
 
 class EpisodeStatistics:
@@ -207,11 +221,50 @@ def seed_env(venv: VectorEnv, seed: int) -> tuple[np.ndarray, dict]:
     return venv.reset(seed=seed)
 
 
+def is_image_space(space: spaces.Space) -> bool:
+    """Image observations: a uint8 ``Box`` of 3 dimensions, channels first (C, H, W), as the Atari
+    and MinAtar envs of ``rlgrad.rl.atari`` give them. They are kept as uint8 arrays of that shape
+    (the CNN scales them), not flattened to float32."""
+    return isinstance(space, spaces.Box) and space.dtype == np.uint8 and len(space.shape) == 3
+
+
+def obs_shape(space: spaces.Space) -> tuple[int, ...]:
+    """The shape of one preprocessed observation: (C, H, W) for images, (features,) otherwise."""
+    return tuple(int(d) for d in space.shape) if is_image_space(space) else (flat_obs_dim(space),)
+
+
+def frame_stacked(venv: VectorEnv) -> bool:
+    """Whether the sub-environments end in Gymnasium's ``FrameStackObservation`` (each
+    observation is the previous one shifted by a frame), looked up through the wrappers of the
+    first copy of a ``SyncVectorEnv`` (no wrapper over it may change the observations); False
+    when it cannot be seen (``AsyncVectorEnv``)."""
+    from gymnasium.wrappers import FrameStackObservation
+
+    e: Any = venv
+    while e is not None and not getattr(e, "envs", None):
+        e = getattr(e, "env", None)
+    if e is None:
+        return False
+    e = e.envs[0]
+    while isinstance(e, gym.Wrapper):
+        if isinstance(e, FrameStackObservation):
+            return True
+        if isinstance(e, gym.ObservationWrapper) or e.observation_space != e.env.observation_space:
+            return False  # a wrapper over the stack that changes the observations
+        e = e.env
+    return False
+
+
 def flat_obs_dim(space: spaces.Space) -> int:
     if isinstance(space, spaces.Box):
         return int(np.prod(space.shape))
     if isinstance(space, spaces.Discrete):
         return int(space.n)  # one-hot encoded
+    if isinstance(space, spaces.Dict | spaces.Tuple):
+        raise ValueError(
+            f"{type(space).__name__} observation spaces are not supported (got {space}): wrap the "
+            "environment in gymnasium.wrappers.FlattenObservation, or keep one image or vector "
+            "entry of it")
     raise ValueError(
         f"observation space {space} is not supported: rlgrad.rl's MLP policies take Box "
         "(flattened) "
@@ -220,11 +273,14 @@ def flat_obs_dim(space: spaces.Space) -> int:
 
 
 def preprocess_obs(obs: np.ndarray, space: spaces.Space) -> np.ndarray:
-    """Batch of observations -> float32 matrix (n, features): flatten Box, one-hot Discrete."""
+    """Batch of observations -> float32 matrix (n, features): flatten Box, one-hot Discrete;
+    images (``is_image_space``) stay uint8 (n, C, H, W), as they are."""
     if isinstance(space, spaces.Discrete):
         out = np.zeros((len(obs), space.n), dtype=np.float32)
         out[np.arange(len(obs)), np.asarray(obs, dtype=np.int64) - space.start] = 1.0
         return out
+    if space.dtype == np.uint8 and len(space.shape) == 3:  # is_image_space, inlined: every step
+        return np.asarray(obs)
     obs = np.asarray(obs, dtype=np.float32)
     return obs.reshape(len(obs), -1) if obs.ndim != 2 else obs
 

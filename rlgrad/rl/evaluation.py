@@ -24,14 +24,16 @@ def evaluate(agent: Any, env: EnvLike | None = None, n_episodes: int = 20,
 
     Episodes run side by side in a vector env of up to ``max_envs`` copies (seeded seed, seed+1,
     ...); each copy contributes its episodes in order, so the result does not depend on timing.
-    ``env`` defaults to the id the agent was trained on.
+    ``env`` defaults to the id the agent was trained on. Atari ids are evaluated on whole games
+    with their raw scores (no life-loss episodes, no reward clipping).
     """
     if env is None:
         env = agent.env_id
         if env is None:
             raise ValueError("the agent was trained on an environment instance: pass env=")
     n = min(n_episodes, max_envs) if isinstance(env, str) else 1
-    venv = make_vec_env(env, n_envs=n, record_statistics=False)  # returns are counted here
+    # returns are counted here; Atari in its evaluation form (whole games, raw scores)
+    venv = make_vec_env(env, n_envs=n, record_statistics=False, training=False)
     adapter = StepAdapter(venv)
     obs = adapter.reset(seed=seed)
     quota = np.full(n, n_episodes // n) + (np.arange(n) < n_episodes % n)

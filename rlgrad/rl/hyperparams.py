@@ -51,6 +51,9 @@ def hyperparameters(cls: type) -> dict[str, inspect.Parameter]:
         seen |= set(params)
         if last:
             break
+    if "policy_aliases" in dir(cls):  # SB3's policy name, which the algorithms' metaclass takes
+        out.setdefault("policy", inspect.Parameter("policy", inspect.Parameter.KEYWORD_ONLY,
+                                                   default=None))
     return out
 
 

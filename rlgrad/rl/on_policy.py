@@ -23,7 +23,7 @@ from rlgrad import ops
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import RolloutBatch, RolloutBuffer
 from rlgrad.rl.callbacks import BaseCallback
-from rlgrad.rl.envs import EnvLike
+from rlgrad.rl.envs import EnvLike, is_image_space, obs_shape
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.steps import grad_step, set_grads
@@ -41,6 +41,7 @@ _LOSS_TERMS = ("policy_loss", "value_loss", "entropy_loss")
 class OnPolicyAlgorithm(BaseAlgorithm):
     _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 1
+    cnn_policy = True  # ActorCriticPolicy has SB3's CnnPolicy form for image observations
 
     def __init__(self, env: EnvLike, learning_rate: Any, n_steps: int, gamma: float,
                  gae_lambda: float, ent_coef: float, vf_coef: float, max_grad_norm: float | None,
@@ -58,17 +59,21 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.normalize_advantage = bool(normalize_advantage)
         self._iteration_num = 0
         self._loss_steps: dict[bool, Any] = {}  # compiled / eager gradient steps, built on first use
-        self.policy = ActorCriticPolicy(self.observation_space, self.action_space,
+        cnn = self.policy_name == "CnnPolicy"
+        extra = {"features_dim": None, "normalize_images": None} if cnn else {}
+        self.policy = ActorCriticPolicy(self.observation_space, self.action_space, cnn=cnn,
                                         **self.net_kwargs(net_arch=None, activation_fn="tanh",
                                                           ortho_init=True, log_std_init=0.0,
-                                                          init_seed=None))
+                                                          init_seed=None, **extra))
         a_space = self.action_space
         if isinstance(a_space, spaces.Discrete):
             a_shape, a_dtype = (), np.int64
         else:
             a_shape, a_dtype = a_space.shape, np.float32
-        self.rollout_buffer = RolloutBuffer(self.n_steps, self.n_envs, self.obs_dim, a_shape,
-                                            a_dtype, self.gamma, self.gae_lambda)
+        self.rollout_buffer = RolloutBuffer(
+            self.n_steps, self.n_envs, obs_shape(self.observation_space), a_shape, a_dtype,
+            self.gamma, self.gae_lambda,
+            obs_dtype=np.uint8 if is_image_space(self.observation_space) else np.float32)
         self._clip_actions = isinstance(a_space, spaces.Box)
         if self._clip_actions:
             self._low, self._high = a_space.low, a_space.high
@@ -137,10 +142,10 @@ class OnPolicyAlgorithm(BaseAlgorithm):
 
         (weights ``w``: 1/n per row, 0 for padding). Returns the loss and the terms to log.
         """
-        dist = self.policy.distribution(b["obs"])
+        dist, values = self.policy.distribution_and_value(b["obs"])  # a CNN trunk runs once
         w = b["weights"]
         policy_loss = -(w * dist.log_prob(b["actions"]) * b["advantages"]).sum()
-        value_loss = (w * ops.square(b["returns"] - self.policy.value(b["obs"]))).sum()
+        value_loss = (w * ops.square(b["returns"] - values)).sum()
         entropy_loss = -(w * dist.entropy()).sum()
         loss = policy_loss + b["coefs"][0] * value_loss
         if use_entropy:

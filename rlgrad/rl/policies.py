@@ -27,7 +27,8 @@ from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
 from rlgrad.distributions.categorical import inverse_cdf
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
 from rlgrad.nn import init
-from rlgrad.rl.envs import flat_obs_dim, preprocess_obs
+from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
+from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs
 from rlgrad.tensor import Tensor
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -61,14 +62,46 @@ def mlp_numpy(net: nn.Module, x: np.ndarray) -> np.ndarray:
                 x += m.bias.data
         elif t in _NP_ACT:
             x = _NP_ACT[t](x)
-        else:  # anything else: the module itself on a constant
-            x = np.asarray(m(Tensor(x)).data)
+        else:  # anything else (a CNN trunk): the module itself, without a graph
+            x = trunk_numpy(m, x)
     return x
+
+
+def cnn_trunk(observation_space: spaces.Space, features_dim: int | None = None,
+              normalize_images: bool | None = None) -> nn.Module:
+    """The CNN for image observations (C, H, W): the Nature CNN (512 features) for frames of at
+    least 36x36 (Atari's 84x84), the MinAtar paper's CNN (128 features) for smaller ones (10x10).
+    ``normalize_images`` (default: when the space's high is 255) divides the input by 255."""
+    if not is_image_space(observation_space):
+        raise ValueError(f"a CNN needs image observations (a uint8 Box of shape (C, H, W)), got "
+                         f"{observation_space}")
+    shape = observation_space.shape
+    if normalize_images is None:
+        normalize_images = bool(np.max(observation_space.high) > 1)
+    if min(shape[1:]) >= 36:
+        return NatureCNN(shape, features_dim or 512, normalize=normalize_images)
+    return MinAtarCNN(shape, features_dim or 128, normalize=normalize_images)
+
+
+def trunk_numpy(trunk: nn.Module | None, obs: np.ndarray) -> np.ndarray:
+    """The trunk's features of ``obs`` as a NumPy array, without a graph (``obs`` itself when
+    there is no trunk: MLP policies read the observation directly)."""
+    if trunk is None:
+        return obs
+    with no_grad():
+        return np.asarray(trunk(obs).data)
+
+
+def _tower(in_dim: int, arch: list[int], activation_fn: Any) -> nn.Module:
+    """Hidden layers ``in_dim -> arch`` with the activation after each; none for ``arch == []``."""
+    if not arch:
+        return nn.Sequential()
+    return mlp([in_dim, *arch], activation_fn, output_activation=activation_fn)
 
 
 def _ortho(net: nn.Module, gain: float, generator: np.random.Generator) -> None:
     for m in net.modules():
-        if isinstance(m, nn.Linear):
+        if isinstance(m, nn.Linear | nn.Conv2d):
             init.orthogonal_(m.weight, gain=gain, generator=generator)
             if m.bias is not None:
                 init.zeros_(m.bias)
@@ -89,12 +122,18 @@ def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.nd
 class ActorCriticPolicy(nn.Module):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  net_arch: Any = None, activation_fn: Any = "tanh", ortho_init: bool = True,
-                 log_std_init: float = 0.0, init_seed: int | None = None) -> None:
+                 log_std_init: float = 0.0, init_seed: int | None = None, cnn: bool | None = None,
+                 features_dim: int | None = None, normalize_images: bool | None = None) -> None:
         super().__init__()
-        obs_dim = flat_obs_dim(observation_space)
+        # SB3's CnnPolicy: one CNN trunk shared by the actor and the critic, heads right on its
+        # features (net_arch [] by default); MlpPolicy: two MLP towers on the observation
+        cnn = is_image_space(observation_space) if cnn is None else cnn
+        self.features_extractor = (cnn_trunk(observation_space, features_dim, normalize_images)
+                                   if cnn else None)
+        in_dim = self.features_extractor.features_dim if cnn else flat_obs_dim(observation_space)
         if net_arch is None:
-            net_arch = {"pi": [64, 64], "vf": [64, 64]}
-        elif isinstance(net_arch, list | tuple):
+            net_arch = [] if cnn else {"pi": [64, 64], "vf": [64, 64]}
+        if isinstance(net_arch, list | tuple):
             net_arch = {"pi": list(net_arch), "vf": list(net_arch)}
         pi_arch, vf_arch = list(net_arch["pi"]), list(net_arch["vf"])
         self.discrete = isinstance(action_space, spaces.Discrete)
@@ -107,31 +146,46 @@ class ActorCriticPolicy(nn.Module):
         self.act_dim = act_dim
         self.action_shape = () if self.discrete else tuple(action_space.shape)
         self.observation_space, self.action_space = observation_space, action_space
-        self.pi_net = mlp([obs_dim, *pi_arch], activation_fn, output_activation=activation_fn)
-        self.vf_net = mlp([obs_dim, *vf_arch], activation_fn, output_activation=activation_fn)
-        self.action_net = nn.Linear(pi_arch[-1] if pi_arch else obs_dim, act_dim)
-        self.value_net = nn.Linear(vf_arch[-1] if vf_arch else obs_dim, 1)
+        self.pi_net = _tower(in_dim, pi_arch, activation_fn)
+        self.vf_net = _tower(in_dim, vf_arch, activation_fn)
+        self.action_net = nn.Linear(pi_arch[-1] if pi_arch else in_dim, act_dim)
+        self.value_net = nn.Linear(vf_arch[-1] if vf_arch else in_dim, 1)
         if not self.discrete:
             self.log_std = nn.Parameter(np.full(act_dim, log_std_init, dtype=np.float32))
-        if ortho_init:  # SB3's gains: sqrt(2) hidden, 0.01 policy head, 1 value head
+        if ortho_init:  # SB3's gains: sqrt(2) trunk and hidden, 0.01 policy head, 1 value head
             g = init.default_generator() if init_seed is None else np.random.default_rng(init_seed)
+            if cnn:
+                _ortho(self.features_extractor, math.sqrt(2), g)
             _ortho(self.pi_net, math.sqrt(2), g)
             _ortho(self.vf_net, math.sqrt(2), g)
             _ortho(self.action_net, 0.01, g)
             _ortho(self.value_net, 1.0, g)
 
     # ---- training (through the engine) ------------------------------------------------------
-    def distribution(self, obs: Any) -> Any:
-        """pi(.|obs): a ``Categorical`` over Discrete actions, a diagonal Gaussian (``Independent``
-        ``Normal``: one log-probability per action vector) over Box actions, whose actions are
-        rows of ``act_dim`` numbers. Eager or traced by ``rlgrad.jit`` alike."""
-        out = self.action_net(self.pi_net(obs))
+    def _features(self, obs: Any) -> Any:
+        return obs if self.features_extractor is None else self.features_extractor(obs)
+
+    def _distribution(self, features: Any) -> Any:
+        out = self.action_net(self.pi_net(features))
         if self.discrete:
             return Categorical(logits=out)
         return Independent(Normal(out, self.log_std.exp()), 1)
 
+    def distribution(self, obs: Any) -> Any:
+        """pi(.|obs): a ``Categorical`` over Discrete actions, a diagonal Gaussian (``Independent``
+        ``Normal``: one log-probability per action vector) over Box actions, whose actions are
+        rows of ``act_dim`` numbers. Eager or traced by ``rlgrad.jit`` alike."""
+        return self._distribution(self._features(obs))
+
     def value(self, obs: Any) -> Any:
-        return self.value_net(self.vf_net(obs)).reshape(-1)
+        return self.value_net(self.vf_net(self._features(obs))).reshape(-1)
+
+    def distribution_and_value(self, obs: Any) -> tuple[Any, Any]:
+        """``(distribution(obs), value(obs))`` with the shared CNN trunk run once."""
+        if self.features_extractor is None:
+            return self.distribution(obs), self.value(obs)
+        f = self.features_extractor(obs)
+        return self._distribution(f), self.value_net(self.vf_net(f)).reshape(-1)
 
     def actions_for_loss(self, actions: np.ndarray) -> np.ndarray:
         """Stored actions as ``distribution(obs).log_prob`` takes them (Box: flat rows)."""
@@ -140,11 +194,13 @@ class ActorCriticPolicy(nn.Module):
         return np.asarray(actions, dtype=np.float32).reshape(len(actions), self.act_dim)
 
     # ---- acting (NumPy, no graph) -----------------------------------------------------------
-    def _head_np(self, obs: np.ndarray) -> np.ndarray:
-        return mlp_numpy([self.action_net], mlp_numpy(self.pi_net, obs))
+    def _head_np(self, obs: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
+        f = trunk_numpy(self.features_extractor, obs) if features is None else features
+        return mlp_numpy([self.action_net], mlp_numpy(self.pi_net, f))
 
-    def predict_values(self, obs: np.ndarray) -> np.ndarray:
-        return mlp_numpy([self.value_net], mlp_numpy(self.vf_net, obs))[:, 0]
+    def predict_values(self, obs: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
+        f = trunk_numpy(self.features_extractor, obs) if features is None else features
+        return mlp_numpy([self.value_net], mlp_numpy(self.vf_net, f))[:, 0]
 
     def fused_numpy(self) -> list[tuple[np.ndarray, np.ndarray, Any]] | None:
         """The actor and critic towers as one network of block matrices, for acting.
@@ -153,8 +209,10 @@ class ActorCriticPolicy(nn.Module):
         (first layer) or put side by side on a block diagonal (deeper layers): one matmul per
         layer instead of two, same outputs (logits or means, then the value). Built once per
         rollout (the weights do not change while acting); None when the towers differ in depth
-        or activation.
+        or activation, or a CNN trunk comes first.
         """
+        if self.features_extractor is not None:
+            return None
         lin_pi = [m for m in self.pi_net if type(m) is nn.Linear] + [self.action_net]
         lin_vf = [m for m in self.vf_net if type(m) is nn.Linear] + [self.value_net]
         act_pi = [type(m) for m in self.pi_net if type(m) is not nn.Linear]
@@ -188,8 +246,9 @@ class ActorCriticPolicy(nn.Module):
                     x = act(x, out=x)  # x is this layer's own fresh array
             out, values = x[:, :-1], x[:, -1]
         else:
-            out = self._head_np(obs)
-            values = self.predict_values(obs)
+            f = trunk_numpy(self.features_extractor, obs)  # the CNN once for both heads
+            out = self._head_np(obs, f)
+            values = self.predict_values(obs, f)
         n = len(obs)
         # ``distribution(obs).sample(generator=rng)``'s draws and rules on the NumPy outputs
         # (tests/test_rl_algos.py checks both give the same actions and log-probabilities)

@@ -87,9 +87,8 @@ class PPO(OnPolicyAlgorithm):
     # ---- the update: the loss once, run compiled (whole rollout) or eager (minibatches) -----
     def loss(self, b: dict[str, Any], use_entropy: bool) -> tuple[Any, dict[str, Any]]:
         """Clipped surrogate + vf_coef * value loss - ent_coef * entropy, weighted rows."""
-        dist = self.policy.distribution(b["obs"])
+        dist, values = self.policy.distribution_and_value(b["obs"])  # a CNN trunk runs once
         log_prob = dist.log_prob(b["actions"])
-        values = self.policy.value(b["obs"])
         w = b["weights"]
         policy_loss = _surrogate_p(log_prob, b["old_log_prob"], b["advantages"], b["clip"], w)
         if "clip_vf" in b:  # keep the new value within clip_vf of the old one

@@ -3,6 +3,10 @@
 Values equal rl-baselines3-zoo's tuned ones where the zoo has them. Besides an algorithm's
 constructor arguments an entry may hold ``n_timesteps`` (the training budget), ``n_envs`` and
 ``normalize`` (``true`` or a dict of ``Normalizer`` options), which are environment settings.
+
+Two entries stand for a family of ids, as the zoo's ``atari`` does: ``atari`` applies to every
+Atari id (``ALE/<Game>-v5``, ``<Game>NoFrameskip-v4``), ``minatar`` to every MinAtar id; an entry
+for the id itself comes first.
 """
 
 from __future__ import annotations
@@ -33,9 +37,22 @@ def list_presets() -> dict[str, list[str]]:
     return dict(sorted(out.items()))
 
 
+def preset_key(env_id: str, keys: Any) -> str | None:
+    """The entry of a preset table (``keys``) that applies to ``env_id``: the id itself, else its
+    family's (``atari`` / ``minatar``), else None."""
+    from rlgrad.rl.atari import pixel_env_kind
+
+    if env_id in keys:
+        return env_id
+    family = pixel_env_kind(env_id)
+    return family if family in keys else None
+
+
 def load_preset(algo: str, env_id: str) -> dict[str, Any]:
-    """The preset of ``algo`` for ``env_id`` (a fresh dict: callers may modify it)."""
+    """The preset of ``algo`` for ``env_id`` (a fresh dict: callers may modify it); Atari and
+    MinAtar ids fall back to their family's entry."""
     table = _read(algo)
+    env_id = preset_key(env_id, table) or env_id
     if env_id not in table:
         raise ValueError(
             f"no {algo} preset for {env_id!r}; {algo} presets exist for: {', '.join(sorted(table))}"

@@ -26,7 +26,7 @@ from rlgrad.nn import functional as F
 from rlgrad.rl.dqn import DQN, gather_actions
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.hyperparams import apply_defaults
-from rlgrad.rl.policies import mlp, mlp_numpy
+from rlgrad.rl.policies import mlp_numpy
 
 
 def quantile_midpoints(n: int) -> np.ndarray:
@@ -60,10 +60,8 @@ class QRDQN(DQN):
 
     def make_q_net(self) -> nn.Module:
         """``obs -> (batch, n_actions * n_quantiles)``: per action, its quantiles."""
-        kw = self.net_kwargs(net_arch=[64, 64], activation_fn="relu", n_quantiles=200)
-        self.n_quantiles = int(kw["n_quantiles"])
-        out = self.n_actions * self.n_quantiles
-        return mlp([self.obs_dim, *kw["net_arch"], out], kw["activation_fn"])
+        self.n_quantiles = int(self.policy_kwargs.get("n_quantiles", 200))
+        return self.q_network(self.n_actions * self.n_quantiles, n_quantiles=200)
 
     def quantiles(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
         """(batch, n_actions, n_quantiles) in NumPy (the online network by default)."""

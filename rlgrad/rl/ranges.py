@@ -111,6 +111,7 @@ RANGES: dict[str, Range] = {
     "blas_threads": Range(1, integer=True, none_ok=True),
     "check_finite": Range(kind=bool),
     "tensorboard_log": Range(kind=(str, os.PathLike), none_ok=True),
+    "policy": Range(choices=("MlpPolicy", "CnnPolicy", "MultiInputPolicy"), none_ok=True),
     "max_grad_norm": Range(0.0, lo_open=True, none_ok=True),
     "batch_size": _COUNT,
     # on-policy

@@ -78,20 +78,11 @@ def is_image_space(space: spaces.Space) -> bool:
                 and (space.shape[0] in (1, 3, 4) or space.shape[-1] in (1, 3, 4)))
 
 
-def policy_error(algo: str, name: str, space: spaces.Space, aliases: dict[str, Any]) -> str | None:
-    """One line when ``name`` cannot be used on observations ``space`` by ``algo``, else None."""
-    if name == "MultiInputPolicy" and name not in aliases:
-        return (f"{algo}: MultiInputPolicy (Dict observations) is not supported yet: rlgrad.rl's "
-                f"policies take Box or Discrete observations, got {space}; flatten the "
-                "observation (gymnasium.wrappers.FlattenObservation) and use MlpPolicy")
-    if name == "CnnPolicy":
-        if not is_image_space(space):
-            return (f"{algo}: CnnPolicy needs image observations (a uint8 Box in [0, 255] of "
-                    f"shape (H, W, C) or (C, H, W)), got {space}; use MlpPolicy")
-        if name not in aliases:
-            return (f"{algo}: CnnPolicy is not supported yet by {algo} (its networks are MLPs on "
-                    "flattened observations); use MlpPolicy")
-    return None
+def multi_input_error(algo: str, space: spaces.Space) -> str:
+    """The one line for SB3's MultiInputPolicy, which rlgrad has not got (yet)."""
+    return (f"{algo}: MultiInputPolicy (Dict observations) is not supported yet: rlgrad.rl's "
+            f"policies take Box or Discrete observations, got {space}; flatten the "
+            "observation (gymnasium.wrappers.FlattenObservation) and use MlpPolicy")
 
 
 def device_ok(device: Any) -> bool:

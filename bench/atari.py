@@ -1,0 +1,150 @@
+"""Benchmark: DQN on Atari, rlgrad vs Stable-Baselines3 (PyTorch, one thread), in one run.
+
+    .venv/bin/python bench/atari.py [--env BreakoutNoFrameskip-v4] [--steps 3000] [--repeat 1]
+                                    [--quick] [--no-sb3]
+
+Three tables:
+
+1. the Nature CNN alone (``bench/cnn.py``'s rows: forward at batch 1, forward at batch 32 without a
+   graph, forward + backward at batch 32);
+2. one whole DQN gradient step (``train(1, 32)``: sample 32 transitions, target network, Huber
+   loss, backward, gradient clipping, Adam) on the same Atari replay contents for both;
+3. a short DQN run from scratch, the same hyperparameters for both (buffer 10k, learning starts
+   after 1/6 of the steps, an update every 4 steps on batches of 32, target copied every 1,000
+   steps, Adam 1e-4, epsilon 1 -> 0.01 over 10%): wall time of ``learn``, and the environment
+   alone (the same number of random steps through each library's Atari wrappers) to tell the
+   libraries' own time from the emulator's.
+
+rlgrad's envs are ``rlgrad.rl.atari`` (Gymnasium's AtariPreprocessing + FrameStackObservation);
+SB3's are its ``make_atari_env`` (``AtariWrapper``) + ``VecFrameStack(4)``: the same DeepMind
+preprocessing. Times are medians over ``--repeat`` interleaved pairs; the ratio is the median of
+the per-pair ratios (a shared machine's load drifts, both libraries drift together).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any
+
+import _timing  # first: pins BLAS to one thread before NumPy loads (the comparison is per core)
+import numpy as np  # noqa: E402
+
+import rlgrad  # noqa: E402
+from rlgrad.rl import DQN  # noqa: E402
+
+HP = dict(buffer_size=10_000, learning_rate=1e-4, batch_size=32, train_freq=4, gradient_steps=1,
+          target_update_interval=1000, exploration_fraction=0.1, exploration_final_eps=0.01,
+          max_grad_norm=10.0)
+
+
+def _rlgrad_dqn(env_id: str, steps: int, seed: int) -> DQN:
+    return DQN(env_id, seed=seed, learning_starts=steps // 6, **HP)
+
+
+def _sb3_dqn(env_id: str, steps: int, seed: int) -> Any:
+    import ale_py
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import DQN as SB3DQN
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    torch.set_num_threads(1)
+    gym.register_envs(ale_py)
+    env = VecFrameStack(make_atari_env(env_id, n_envs=1, seed=seed), n_stack=4)
+    return SB3DQN("CnnPolicy", env, seed=seed, device="cpu", learning_starts=steps // 6, **HP)
+
+
+def _run(make: Any, env_id: str, steps: int, seed: int) -> dict[str, float]:
+    model = make(env_id, steps, seed)
+    t = time.perf_counter()
+    model.learn(steps)
+    return {"time": time.perf_counter() - t}
+
+
+def _env_only(env_id: str, steps: int, sb3: bool) -> float:
+    """Seconds for ``steps`` random steps through the library's Atari env stack."""
+    if sb3:
+        env = _sb3_dqn(env_id, 6 * steps, 0).env
+    else:
+        env = _rlgrad_dqn(env_id, 6 * steps, 0).env
+    rng = np.random.default_rng(0)
+    env.reset()
+    n = int(env.action_space.nvec[0]) if hasattr(env.action_space, "nvec") else env.action_space.n
+    t = time.perf_counter()
+    for _ in range(steps):
+        env.step(rng.integers(0, n, 1))
+    return time.perf_counter() - t
+
+
+def _filled(env_id: str, sb3: bool) -> Any:
+    """A model whose replay buffer holds 2,000 random steps (warm-up only, no update)."""
+    model = (_sb3_dqn if sb3 else _rlgrad_dqn)(env_id, 12_000, 0)
+    model.learn(2_000)
+    return model
+
+
+def update_row(env_id: str, repeats: int, have_sb3: bool) -> dict[str, Any]:
+    ours = _filled(env_id, False)
+    impls = {"rlgrad": lambda: ours.train(1, 32)}
+    if have_sb3:
+        theirs = _filled(env_id, True)
+        impls["torch"] = lambda: theirs.train(1, 32)
+    times = _timing.interleaved(impls, repeats, 0.5)
+    row = {"case": "DQN gradient step, batch 32", "rlgrad_us": float(np.median(times["rlgrad"])) * 1e6,
+           "torch_us": None, "rlgrad/torch": None}
+    if have_sb3:
+        row["torch_us"] = float(np.median(times["torch"])) * 1e6
+        row["rlgrad/torch"] = float(np.median(times["rlgrad"] / times["torch"]))
+    return row
+
+
+def run_rows(env_id: str, steps: int, repeat: int, have_sb3: bool) -> list[dict[str, Any]]:
+    rows = []
+    for what, fn in (("learn", lambda sb3: _run(_sb3_dqn if sb3 else _rlgrad_dqn, env_id, steps,
+                                                0)["time"]),
+                     ("environment only", lambda sb3: _env_only(env_id, steps, sb3))):
+        ours, theirs = [], []
+        for _ in range(max(repeat, 1)):
+            ours.append(fn(False))
+            if have_sb3:
+                theirs.append(fn(True))
+            print(f"{what}: rlgrad {ours[-1]:.1f}s" + (f", SB3 {theirs[-1]:.1f}s" if theirs else ""),
+                  file=sys.stderr, flush=True)
+        ratio = statistics.median(a / b for a, b in zip(ours, theirs)) if theirs else None
+        rows.append({"case": what, "rlgrad_s": statistics.median(ours),
+                     "sb3_s": statistics.median(theirs) if theirs else None, "ratio": ratio})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--env", default="BreakoutNoFrameskip-v4")
+    ap.add_argument("--steps", type=int, default=3000, help="environment steps of the short run")
+    ap.add_argument("--repeat", type=int, default=1, help="interleaved pairs of runs")
+    ap.add_argument("--repeats", type=int, default=9, help="rounds of the per-call timings")
+    ap.add_argument("--quick", action="store_true", help="CNN and update tables only, 3 rounds")
+    ap.add_argument("--no-sb3", action="store_true")
+    args = ap.parse_args()
+    import cnn
+
+    have_sb3 = not args.no_sb3 and _timing.torch_or_none() is not None
+    repeats, min_time = (3, 0.3) if args.quick else (args.repeats, 1.0)
+    print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread; {args.env}")
+    rows = cnn.run(repeats, min_time) + [update_row(args.env, repeats, have_sb3)]
+    print(cnn.table(rows).replace("NatureCNN, uint8 4x84x84", "Nature CNN / DQN, uint8 4x84x84"))
+    if args.quick:
+        return
+    print(f"\n| DQN, {args.steps:,} steps of {args.env} | rlgrad | SB3 DQN(\"CnnPolicy\") | "
+          "rlgrad / SB3 |\n|---|---:|---:|---:|")
+    for r in run_rows(args.env, args.steps, args.repeat, have_sb3):
+        sb3 = "-" if r["sb3_s"] is None else f"{r['sb3_s']:.1f} s"
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        print(f"| {r['case']} | {r['rlgrad_s']:.1f} s | {sb3} | {ratio} |")
+
+
+if __name__ == "__main__":
+    main()
