@@ -18,9 +18,7 @@ import numpy as _np
 from numpy import (  # noqa: E402,F401
     allclose,
     arange,
-    array,
     array_equal,
-    asarray,
     bool_,
     broadcast_shapes,
     complex64,
@@ -157,6 +155,8 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     trunc,
     where,
 )
+from rlgrad.ops import array_from as _array_from
+from rlgrad.ops import holds_tensor as _holds_tensor
 from rlgrad.tensor import Tensor as _Tensor
 from rlgrad.tensor import _Trace
 from rlgrad.tracer import primitive as _primitive
@@ -223,11 +223,33 @@ def sinc(x: Any) -> Any:
     return sin(y) / y
 
 
+def array(object: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - NumPy's name
+    """NumPy's array; of Tensors, or lists nesting Tensors with arrays and scalars, differentiable
+    in each Tensor (autograd's and JAX's), as NumPy's dtype and shape."""
+    if _holds_tensor(object):
+        return _array_from(object, True, *args, **kwargs)
+    return _np.array(object, *args, **kwargs)
+
+
+def asarray(a: Any, *args: Any, **kwargs: Any) -> Any:
+    """NumPy's asarray; a Tensor of the asked dtype is returned itself, lists holding Tensors
+    are built as ``array`` builds them."""
+    if _holds_tensor(a):
+        return _array_from(a, False, *args, **kwargs)
+    return _np.asarray(a, *args, **kwargs)
+
+
+def _listed(x: Any) -> Any:
+    """A list or tuple holding Tensors as one array (autograd's mean/std/var of lists)."""
+    return _array_from(x, False) if type(x) in (list, tuple) and _holds_tensor(x) else x
+
+
 @_numpy_on_arrays(_np.var)
 def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
         keepdims: bool = False) -> Any:
     if out is not None:
         raise TypeError("rlgrad.numpy.var does not take out=")
+    x = _listed(x)
     if not _is_traced(x):
         return _np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     n = _np.size(x.data) // (_np.size(_np.sum(x.data, axis=axis)) or 1)  # (3, 0) over 0: n = 0
@@ -239,6 +261,7 @@ def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
 @_numpy_on_arrays(_np.std)
 def std(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
         keepdims: bool = False) -> Any:
+    x = _listed(x)
     if not _is_traced(x):
         return _np.std(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     return _std_from_var(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
