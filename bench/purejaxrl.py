@@ -24,7 +24,8 @@ rollouts hold a few rows fewer.
 
 Each side runs as its own Python process on one thread (XLA:
 ``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``; NumPy: one BLAS thread),
-and the time is that process's whole wall time: interpreter start, imports, compilation
+and the time is that process's whole wall time (and its CPU time, user + system, which a loaded
+machine inflates less): interpreter start, imports, compilation
 (PureJaxRL's ``jax.jit`` of the whole training, rlgrad's tracing) and training. Runs are
 interleaved, ``--repeat`` times; the table gives medians and the median of the per-pair ratios.
 "Return" is the mean return of the training episodes that ended in the last 10 updates (PureJaxRL's
@@ -39,6 +40,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -108,11 +110,11 @@ def _rlgrad_train(seed: int) -> dict:
     # episodes that ended in the last 10 updates: the newest entries of the statistics queue
     n_new = updates[-1] - updates[-11] if len(updates) > 10 else updates[-1]
     rets = returns[-1][-n_new:] if n_new else []
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     mean, std = evaluate(model, CONFIG["ENV_NAME"], n_episodes=20)
     return {"train_s": dt, "return": float(np.mean(rets)) if rets else float("nan"),
             "eval_mean": mean, "eval_std": std, "eval_s": time.perf_counter() - t1,
-            "steps": model.num_timesteps}
+            "eval_cpu_s": time.process_time() - c1, "steps": model.num_timesteps}
 
 
 class _UpdateCallback:
@@ -140,15 +142,18 @@ def run_side(side: str, seed: int) -> dict:
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + XLA_ONE_THREAD).strip()
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    t0 = time.perf_counter()
+    t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([sys.executable, "-m", "bench.purejaxrl", "--child", side, "--seed",
                         str(seed)], cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     if p.returncode != 0:
         raise RuntimeError(f"{side} run failed:\n{p.stderr[-3000:]}")
     line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")][-1]
     res = json.loads(line[len("RESULT "):])
     res["wall_s"] = wall - res.get("eval_s", 0.0)  # the evaluation after training is not timed
+    res["cpu_s"] = cpu - res.get("eval_cpu_s", 0.0)
     return res
 
 
@@ -182,30 +187,36 @@ def main() -> None:
     for i in range(repeat):
         r = run_side("rlgrad", args.seed)
         rs.append(r)
-        msg = f"run {i + 1}: rlgrad {r['wall_s']:.1f} s (train {r['train_s']:.1f}) return {r['return']:.1f}"
+        msg = (f"run {i + 1}: rlgrad {r['wall_s']:.1f} s (CPU {r['cpu_s']:.1f}, train "
+               f"{r['train_s']:.1f}) return {r['return']:.1f}")
         if jax_ok:
             j = run_side("jax", args.seed)
             js.append(j)
-            msg += (f" | PureJaxRL {j['wall_s']:.1f} s (compile+train {j['train_s']:.1f}) return "
-                    f"{j['return']:.1f} | ratio {r['wall_s'] / j['wall_s']:.2f}")
+            msg += (f" | PureJaxRL {j['wall_s']:.1f} s (CPU {j['cpu_s']:.1f}, compile+train "
+                    f"{j['train_s']:.1f}) return {j['return']:.1f} | ratio wall "
+                    f"{r['wall_s'] / j['wall_s']:.2f}, CPU {r['cpu_s'] / j['cpu_s']:.2f}")
         print(msg, file=sys.stderr, flush=True)
     med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
     print(f"\nPPO, PureJaxRL's CartPole-v1 configuration (500k steps, 4 envs x 128, 4 epochs x 4 "
           f"minibatches), seed {args.seed}, {time.strftime('%Y-%m-%d')}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one thread each, "
           f"Python {platform.python_version()}; medians of {repeat} interleaved runs\n")
-    print("| implementation | whole process (s) | training (s) | steps | return (last 10 updates) "
-          "| deterministic eval (20 ep.) |")
-    print("|---|---:|---:|---:|---:|---|")
+    print("| implementation | whole process, wall (s) | whole process, CPU (s) | training (s) | steps "
+          "| return (last 10 updates) | deterministic eval (20 ep.) |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     r = rs[-1]
-    print(f"| rlgrad PPO | {med(rs, 'wall_s'):.1f} | {med(rs, 'train_s'):.1f} | {r['steps']} | "
-          f"{r['return']:.1f} | {r['eval_mean']:.1f} ± {r['eval_std']:.1f} |")
+    print(f"| rlgrad PPO | {med(rs, 'wall_s'):.1f} | {med(rs, 'cpu_s'):.1f} | "
+          f"{med(rs, 'train_s'):.1f} | {r['steps']} | {r['return']:.1f} | "
+          f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f} |")
     if js:
         j = js[-1]
         print(f"| PureJaxRL PPO (jax {j['jax']}, {j['backend']}) | {med(js, 'wall_s'):.1f} | "
-              f"{med(js, 'train_s'):.1f} (compile + train) | {j['steps']} | {j['return']:.1f} | - |")
-        ratio = statistics.median(a["wall_s"] / b["wall_s"] for a, b in zip(rs, js))
-        print(f"\nrlgrad / PureJaxRL whole-process time: {ratio:.2f}x (median of per-pair ratios)")
+              f"{med(js, 'cpu_s'):.1f} | {med(js, 'train_s'):.1f} (compile + train) | {j['steps']} | "
+              f"{j['return']:.1f} | - |")
+        for k, name in (("wall_s", "wall"), ("cpu_s", "CPU")):
+            ratio = statistics.median(a[k] / b[k] for a, b in zip(rs, js))
+            print(f"\nrlgrad / PureJaxRL whole-process {name} time: {ratio:.2f}x (median of the "
+                  "per-pair ratios)")
 
 
 if __name__ == "__main__":

@@ -48,3 +48,16 @@ def test_padded_compiled_step_equals_unpadded_eager_step():
     for gp, ge in zip(g_p, g_e):
         scale = float(np.abs(ge).max()) + 1e-12
         np.testing.assert_allclose(gp, ge, rtol=0, atol=1e-5 * scale)
+
+
+def test_ratio_statistics_of_padded_minibatches_at_once_equal_one_by_one():
+    from rlgrad.rl.ppo import _approx_kl, _approx_kl_padded
+
+    rng = np.random.default_rng(0)
+    lp, old = rng.normal(-0.7, 0.3, (5, 40)), rng.normal(-0.7, 0.3, (5, 40))
+    n = np.array([40, 40, 40, 40, 17])
+    kl, cf = _approx_kl_padded(lp, old, n, 0.2)
+    for i in range(5):
+        k, c = _approx_kl(lp[i], old[i], slice(None, n[i]), 0.2)
+        assert kl[i] == np.float64(k) or abs(kl[i] - k) <= 1e-12 * max(abs(k), 1e-300)
+        assert cf[i] == c

@@ -64,6 +64,17 @@ def _approx_kl(log_prob: np.ndarray, old_log_prob: np.ndarray, valid: Any,
             np.mean(np.abs(ratio - 1) > clip, axis=-1))
 
 
+def _approx_kl_padded(log_prob: np.ndarray, old_log_prob: np.ndarray, n_real: np.ndarray,
+                      clip: float) -> tuple[np.ndarray, np.ndarray]:
+    """``_approx_kl`` of every padded minibatch of an update at once: row ``i`` of the stacked
+    (steps, batch_size) arrays counts its first ``n_real[i]`` entries (the rest are padding)."""
+    real = np.arange(log_prob.shape[1]) < n_real[:, None]
+    log_ratio = log_prob - old_log_prob
+    ratio = np.exp(log_ratio)
+    kl = np.where(real, (ratio - 1) - log_ratio, 0.0).sum(axis=1) / n_real
+    return kl, (real & (np.abs(ratio - 1) > clip)).sum(axis=1) / n_real
+
+
 class PPO(OnPolicyAlgorithm):
     def __init__(self, env: EnvLike, learning_rate: Any = 3e-4, n_steps: int = 2048,
                  batch_size: int = 64, n_epochs: int = 10, gamma: float = 0.99,
@@ -158,6 +169,10 @@ class PPO(OnPolicyAlgorithm):
         loss, s, old, valid = zip(*stats)
         if all(o is old[0] for o in old):
             kl, cf = _approx_kl(np.stack([x["log_prob"] for x in s]), old[0], valid[0], clip)
+        elif all(isinstance(v, slice) and v.start is None for v in valid) \
+                and len({x["log_prob"].shape for x in s}) == 1:
+            kl, cf = _approx_kl_padded(np.stack([x["log_prob"] for x in s]), np.stack(old),
+                                       np.array([v.stop for v in valid]), clip)
         else:
             kl, cf = zip(*(_approx_kl(x["log_prob"], o, v, clip) for _, x, o, v in stats))
         pl, vl, el = (np.asarray([x[k] for x in s], dtype=np.float64)
