@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
-from rlgrad.tensor import Tensor, _shape, _Trace
+from rlgrad.tensor import Tensor, _shape, _Trace, constant
 
 __all__ = ["gather", "gather_nd", "take_along_axis", "one_hot", "scatter_add", "put_along_axis"]
 
@@ -184,7 +184,7 @@ def one_hot(indices: Any, num_classes: int = -1, dtype: Any = np.int64) -> Any:
                                "values; pass num_classes inside a compiled step")
         return ops.astype(ops.equal(ops.expand_dims(indices, -1), np.arange(num_classes)), dtype)
     out = (idx[..., None] == np.arange(num_classes)).astype(dtype)
-    return Tensor(out) if isinstance(indices, Tensor) else out
+    return constant(out) if isinstance(indices, Tensor) else out
 
 
 def scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:

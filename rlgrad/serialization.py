@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import Tensor
+from rlgrad.tensor import Tensor, _leaf
 
 __all__ = ["save", "load", "CheckpointError", "StateDictError", "CheckpointDict"]
 
@@ -425,7 +425,7 @@ class _Decoder:
             grad = node.get("requires_grad", False) is True
             if grad and arr.dtype.kind not in "fc":
                 raise self._bad(key, f"a {arr.dtype} tensor marked as requiring grad")
-            return Tensor(arr, requires_grad=grad)
+            return _leaf(arr, requires_grad=grad)
         if "$scalar" in node:
             arr = self._array(node, "$scalar", key)
             if arr.size != 1:

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.device import CPU, check_device
+
 _FLOAT_KINDS = "fc"
 
 
@@ -60,19 +62,14 @@ class Tensor:
                  "_written", "__weakref__")
     __array_priority__ = 1000  # so ndarray <op> Tensor defers to the Tensor's reflected operator
 
-    def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None) -> None:
-        arr = _as_array(data, dtype)
-        self.data = arr
-        self.grad: Tensor | None = None
-        self._op = None
-        self._args = None
-        self._kw = None
-        self._retain = False
-        self._cut = None
-        self._written = 0
-        self.requires_grad = False
-        if requires_grad:
-            self.requires_grad_(True)
+    def __init__(self, *args: Any, requires_grad: bool = False, dtype: Any = None,
+                 device: Any = None) -> None:
+        """``torch.Tensor(data)``: a float tensor of the default dtype (float32), whatever the
+        input's dtype, sharing the memory of a NumPy array of that dtype (as PyTorch's);
+        ``torch.Tensor(2, 3)``: a tensor of that shape (zeros here). ``rlgrad.tensor(data)``
+        keeps the input's dtype."""
+        check_device(device)
+        _init_leaf(self, _constructor_array(args, dtype), requires_grad)
 
     # ---- flags --------------------------------------------------------------------------
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
@@ -124,9 +121,16 @@ class Tensor:
     def dtype(self) -> np.dtype:
         return self.data.dtype
 
+    def size(self, dim: int | None = None) -> Any:
+        """PyTorch's: the shape as a ``Size`` (a tuple), or the length of dimension ``dim``.
+        (NumPy's ``.size``, the element count, is ``numel()``.)"""
+        return Size(self.data.shape) if dim is None else self.data.shape[dim]
+
     @property
-    def size(self) -> int:  # NumPy's attribute; torch's method form is numel()
-        return self.data.size
+    def device(self) -> Any:
+        return CPU
+
+    is_cuda = False
 
     def numel(self) -> int:
         return int(self.data.size)
@@ -205,6 +209,59 @@ class Tensor:
         return f"tensor({body}{extra})"
 
 
+class Size(tuple):
+    """``torch.Size``: the tuple ``Tensor.size()`` returns."""
+
+    __slots__ = ()
+
+    def numel(self) -> int:
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+    def __repr__(self) -> str:
+        return f"Size({list(self)})"
+
+
+def _init_leaf(t: Tensor, arr: np.ndarray, requires_grad: bool) -> None:
+    t.data = arr
+    t.grad = None
+    t._op = None
+    t._args = None
+    t._kw = None
+    t._retain = False
+    t._cut = None
+    t._written = 0
+    t.requires_grad = False
+    if requires_grad:
+        t.requires_grad_(True)
+
+
+def _constructor_array(args: tuple, dtype: Any) -> np.ndarray:
+    dt = get_default_dtype() if dtype is None else np.dtype(dtype)
+    if all(isinstance(a, int | np.integer) and not isinstance(a, bool) for a in args) and (
+            len(args) != 1 or not isinstance(args[0], np.ndarray)):
+        return np.zeros(args, dt)  # Tensor(2, 3) / Tensor(): a shape (torch leaves it unset)
+    if len(args) == 1 and isinstance(args[0], Size):
+        return np.zeros(tuple(args[0]), dt)
+    if len(args) != 1:
+        raise TypeError(f"Tensor() takes one array-like or integer sizes, got {len(args)} arguments")
+    data = args[0]
+    if isinstance(data, Tensor):
+        data = data.data
+    elif isinstance(data, list | tuple) and any(isinstance(d, Tensor) for d in data):
+        data = [np.asarray(d.detach().data if isinstance(d, Tensor) else d) for d in data]
+    return np.asarray(data, dtype=dt)
+
+
+def _leaf(arr: np.ndarray, requires_grad: bool = False) -> Tensor:
+    """A leaf Tensor holding ``arr`` itself (no conversion, no copy)."""
+    t = _new(Tensor)
+    _init_leaf(t, arr, requires_grad)
+    return t
+
+
 def _as_array(data: Any, dtype: Any = None) -> np.ndarray:
     if isinstance(data, Tensor):
         data = data.data
@@ -218,15 +275,18 @@ def _as_array(data: Any, dtype: Any = None) -> np.ndarray:
     return arr
 
 
-def tensor(data: Any, requires_grad: bool = False, dtype: Any = None) -> Tensor:
+def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+           pin_memory: bool = False) -> Tensor:
     """Make a leaf Tensor holding a copy of ``data`` (as ``torch.tensor``: updating one never
-    changes the other). A NumPy array keeps its dtype; Python floats become float32."""
+    changes the other). A NumPy array keeps its dtype (float64 stays float64, as in PyTorch);
+    Python floats get the default dtype (float32), Python ints int64, bools bool."""
     if isinstance(data, list | tuple) and any(isinstance(d, Tensor) for d in data):
         data = [np.asarray(d.detach().data if isinstance(d, Tensor) else d) for d in data]
-    t = Tensor(data, requires_grad=requires_grad, dtype=dtype)
-    if t.data is (data.data if isinstance(data, Tensor) else data):
-        t.data = t.data.copy()
-    return t
+    check_device(device)
+    arr = _as_array(data, dtype)
+    if arr is (data.data if isinstance(data, Tensor) else data):
+        arr = arr.copy()
+    return _leaf(arr, requires_grad)
 
 
 # Creation order of recorded tensors: an argument is always created before the tensors computed
@@ -278,4 +338,4 @@ def _ndim(x: Any) -> int:
 
 
 def _size(x: Any) -> int:
-    return x.size if hasattr(x, "size") else np.size(x)
+    return x.data.size if isinstance(x, Tensor) else np.size(x)

@@ -11,7 +11,7 @@ import pytest
 
 import rlgrad
 import rlgrad.numpy as rnp
-from rlgrad import Tensor, autograd, no_grad
+from rlgrad import Tensor, autograd, no_grad, tensor
 from rlgrad.analysis import (
     HessianOperator,
     dense_hessian,
@@ -40,7 +40,7 @@ def _net(params: list, x: object) -> object:
 
 
 def _params(seed: int = 0) -> list[Tensor]:
-    return [Tensor(a.copy(), requires_grad=True) for a in _arrays(seed)]
+    return [tensor(a.copy(), requires_grad=True) for a in _arrays(seed)]
 
 
 def _fd_input_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -57,7 +57,7 @@ def _fd_input_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 def test_saliency_of_an_output_matches_finite_differences() -> None:
     arrs = _arrays()
     x = np.random.default_rng(1).standard_normal((2, D))
-    model = lambda t: _net([Tensor(a) for a in arrs], t)  # noqa: E731
+    model = lambda t: _net([tensor(a) for a in arrs], t)  # noqa: E731
     s = saliency(model, x, target=1)
     fd = _fd_input_grad(lambda z: _net(arrs, z)[:, 1].sum(), x)
     np.testing.assert_allclose(s.data, fd, rtol=1e-6, atol=1e-8)
@@ -93,7 +93,7 @@ def test_saliency_needs_a_target_for_vector_outputs() -> None:
 @pytest.mark.parametrize("method", ["gausslegendre", "trapezoid", "midpoint"])
 def test_integrated_gradients_completeness(method: str) -> None:
     arrs = _arrays(4)
-    model = lambda t: _net([Tensor(a) for a in arrs], t)  # noqa: E731
+    model = lambda t: _net([tensor(a) for a in arrs], t)  # noqa: E731
     x = np.random.default_rng(5).standard_normal(D)
     base = np.full(D, 0.1)
     attr, delta = integrated_gradients(model, x, base, steps=64, target=2, method=method,
@@ -122,7 +122,7 @@ def _loss_setup(seed: int = 0) -> tuple[list[Tensor], Tensor, np.ndarray]:
 
     theta0 = np.concatenate([a.ravel() for a in arrs])
     h_ref = np.asarray(rlgrad.hessian(flat_loss)(theta0))
-    ps = [Tensor(a.copy(), requires_grad=True) for a in arrs]
+    ps = [tensor(a.copy(), requires_grad=True) for a in arrs]
     loss = ((_net(ps, x) - y) ** 2).mean()
     return ps, loss, h_ref
 
@@ -175,8 +175,8 @@ def test_hutchinson_trace_estimate() -> None:
 
 
 def test_hessian_operator_zero_blocks_for_unused_params() -> None:
-    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
-    u = Tensor(np.array([3.0]), requires_grad=True)
+    w = tensor(np.array([1.0, 2.0]), requires_grad=True)
+    u = tensor(np.array([3.0]), requires_grad=True)
     loss = (w ** 3).sum()
     h = HessianOperator(loss, {"w": w, "u": u}).dense()
     np.testing.assert_allclose(h, np.diag([6.0, 12.0, 0.0]))
@@ -230,11 +230,11 @@ def _true_norm(loss: Tensor, p: Tensor) -> float:
 
 def _cut_graph(seed: int = 0) -> tuple[dict[str, Tensor], object]:
     r = np.random.default_rng(seed)
-    t = lambda *s: Tensor(r.standard_normal(s), requires_grad=True)  # noqa: E731
+    t = lambda *s: tensor(r.standard_normal(s), requires_grad=True)  # noqa: E731
     ps = {"w": t(D, H), "b": t(H), "w_detach": t(D), "w_nograd": t(D), "w_argmax": t(D, A),
           "w_cast": t(D), "table": t(A), "mu": t(), "log_std": t(), "logits": t(A), "unused": t(2),
-          "frozen": Tensor(r.standard_normal(D)), "actions": Tensor(np.array([0, 2, 1]))}
-    x = Tensor(r.standard_normal((3, D)))
+          "frozen": tensor(r.standard_normal(D)), "actions": tensor(np.array([0, 2, 1]))}
+    x = tensor(r.standard_normal((3, D)))
 
     def loss_fn() -> Tensor:
         h = rnp.tanh(x @ ps["w"] + ps["b"])  # gets a gradient
@@ -284,8 +284,8 @@ def test_explain_names_every_cut_when_tracing_a_function() -> None:
 
 def test_explain_on_a_loss_tensor_keeps_the_graph_and_grads_untouched() -> None:
     ps = _params()
-    x = Tensor(np.random.default_rng(0).standard_normal((3, D)))
-    extra = Tensor(np.ones(D), requires_grad=True)
+    x = tensor(np.random.default_rng(0).standard_normal((3, D)))
+    extra = tensor(np.ones(D), requires_grad=True)
     q = _net(ps, x)
     target = (q * 0.9).detach()  # a semi-gradient TD target: the cut is on another path
     loss = ((q - target) ** 2).mean() + (q.sum(-1) * (x @ extra).detach()).mean()

@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 import rlgrad
 import rlgrad.numpy as rnp
-from rlgrad import Tensor, autograd
+from rlgrad import Tensor, autograd, tensor
 from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_add, take_along_axis
 
 RNG = np.random.default_rng(1234)
 
 
 def leaf(a: np.ndarray) -> Tensor:
-    return Tensor(np.array(a, dtype=np.float64), requires_grad=True)
+    return tensor(np.array(a, dtype=np.float64), requires_grad=True)
 
 
 def scatter_ref(shape: tuple[int, ...], index_fn, g: np.ndarray) -> np.ndarray:
@@ -115,7 +115,7 @@ def shapes_and_indices(draw):  # noqa: ANN201 - a hypothesis strategy
 def test_getitem_property_matches_numpy_and_scatter_add(case, dtype) -> None:
     shape, idx = case
     a = np.arange(1.0, np.prod(shape) + 1).reshape(shape).astype(dtype)
-    x = Tensor(a, requires_grad=True)
+    x = tensor(a, requires_grad=True)
     out = x[idx]
     np.testing.assert_array_equal(out.data, a[idx])
     assert out.dtype == dtype
@@ -163,8 +163,8 @@ def test_getitem_duplicate_rows_with_trailing_axis() -> None:
 
 
 def test_getitem_index_tensor_and_float32_kept() -> None:
-    x = Tensor(np.ones((4, 3), dtype=np.float32), requires_grad=True)
-    rows, acts = Tensor(np.arange(4)), Tensor(np.array([2, 2, 0, 1]))
+    x = tensor(np.ones((4, 3), dtype=np.float32), requires_grad=True)
+    rows, acts = tensor(np.arange(4)), tensor(np.array([2, 2, 0, 1]))
     out = x[rows, acts]
     assert out.dtype == np.float32
     out.sum().backward()
@@ -457,7 +457,7 @@ def test_one_hot() -> None:
     np.testing.assert_array_equal(out, [[[1, 0, 0], [0, 0, 1]], [[0, 1, 0], [0, 1, 0]]])
     assert out.dtype == np.int64
     np.testing.assert_array_equal(one_hot(np.array([3, 1])), [[0, 0, 0, 1], [0, 1, 0, 0]])
-    t = one_hot(Tensor(np.array([1])), 2, dtype=np.float32)
+    t = one_hot(tensor(np.array([1])), 2, dtype=np.float32)
     assert isinstance(t, Tensor) and t.dtype == np.float32 and not t.requires_grad
     with pytest.raises(IndexError, match=r"class index 3 .*num_classes=3.*\(2,\)"):
         one_hot(np.array([0, 3]), 3)
@@ -493,7 +493,7 @@ def test_scatter_add_dim0_second_order_and_dtype() -> None:
         return rnp.sum(scatter_add(base, 0, idx, s) ** 3)
 
     rlgrad.check_grads(f, order=2)(RNG.standard_normal((3, 2)), RNG.standard_normal((2, 2)))
-    x32 = Tensor(np.zeros((3, 2), dtype=np.float32), requires_grad=True)
+    x32 = tensor(np.zeros((3, 2), dtype=np.float32), requires_grad=True)
     assert scatter_add(x32, 0, idx, np.ones((2, 2))).dtype == np.float32
 
 
@@ -541,7 +541,7 @@ def test_put_along_axis() -> None:
     np.testing.assert_allclose(x.grad.data, g * mask, rtol=1e-12)
     np.testing.assert_allclose(v.grad.data, g[[0, 1, 2], [1, 3, 0]][:, None], rtol=1e-12)
     # a scalar value broadcast to every written position; arr's float32 is kept
-    x32 = Tensor(np.zeros((2, 3), dtype=np.float32), requires_grad=True)
+    x32 = tensor(np.zeros((2, 3), dtype=np.float32), requires_grad=True)
     out32 = put_along_axis(x32, np.array([[2], [0]]), 1.5, 1)
     assert out32.dtype == np.float32
     np.testing.assert_array_equal(out32.data, [[0, 0, 1.5], [1.5, 0, 0]])
@@ -560,7 +560,7 @@ def test_put_along_axis_second_order() -> None:
 # ---- indices are never differentiable -----------------------------------------------------------
 def test_grad_wrt_integer_index_is_an_error_saying_why() -> None:
     q = leaf(RNG.standard_normal((4, 3)))
-    actions = Tensor(np.array([0, 2, 2, 1]))
+    actions = tensor(np.array([0, 2, 2, 1]))
     loss = gather(q, 1, actions.data[:, None]).sum()
     with pytest.raises(TypeError, match="never differentiable"):
         autograd.grad(loss, [actions])
@@ -580,7 +580,7 @@ def test_grad_wrt_integer_index_is_an_error_saying_why() -> None:
 def test_scatter_add_builds_no_dense_one_hot() -> None:
     # x[rows, cols] on a (2000, 500) input: a one-hot formulation would need 2000 x 1e6 entries;
     # the scatter-add needs the (2000, 500) gradient plus index arrays.
-    x = Tensor(np.zeros((2000, 500), dtype=np.float32), requires_grad=True)
+    x = tensor(np.zeros((2000, 500), dtype=np.float32), requires_grad=True)
     rows = np.arange(2000)
     cols = RNG.integers(0, 500, 2000)
     for select in (lambda t: t[rows, cols], lambda t: gather(t, 1, cols[:, None])):

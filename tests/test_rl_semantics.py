@@ -9,7 +9,7 @@ import pytest
 
 import rlgrad
 import rlgrad.numpy as rnp
-from rlgrad import Tensor, autograd, no_grad, stop_gradient
+from rlgrad import Tensor, autograd, no_grad, stop_gradient, tensor
 from rlgrad.indexing import gather, gather_nd, one_hot, take_along_axis
 
 N, D, H, A = 12, 5, 7, 4
@@ -27,7 +27,7 @@ def net_arrays(seed: int) -> list[np.ndarray]:
 
 
 def as_params(arrays: list[np.ndarray], requires_grad: bool = True) -> list[Tensor]:
-    return [Tensor(a.copy(), requires_grad=requires_grad) for a in arrays]
+    return [tensor(a.copy(), requires_grad=requires_grad) for a in arrays]
 
 
 def q_net(params: list, s) -> Tensor:
@@ -80,7 +80,7 @@ def test_policy_loss_gradient_is_closed_form(select: str) -> None:
     actions[:3] = actions[0]  # repeated actions, repeated rows of the one-hot
     reward = r.standard_normal(N)
     rows = np.arange(N)
-    logits = Tensor(z, requires_grad=True)
+    logits = tensor(z, requires_grad=True)
     probs = rnp.softmax(logits, axis=1)
     if select == "gather_nd":
         picked = gather_nd(probs, np.stack([rows, actions], axis=1))
@@ -225,7 +225,7 @@ def test_backward_from_hidden_layer_with_given_gradient() -> None:
     gw1, gb1 = autograd.grad(hidden, [w1, b1], grad_outputs=g_hidden, retain_graph=True)
     np.testing.assert_allclose(gw1.data, want_w1, rtol=1e-12)
     np.testing.assert_allclose(gb1.data, want_b1, rtol=1e-12)
-    hidden.backward(Tensor(g_hidden))
+    hidden.backward(tensor(g_hidden))
     np.testing.assert_allclose(w1.grad.data, want_w1, rtol=1e-12)
     assert w2.grad is None and b2.grad is None  # below the seed only
     # functional: make_vjp returns (vjp, ans)
@@ -236,7 +236,7 @@ def test_backward_from_hidden_layer_with_given_gradient() -> None:
 
 
 def test_backward_seed_errors_are_clear() -> None:
-    w = Tensor(rng(6).standard_normal((3, 2)), requires_grad=True)
+    w = tensor(rng(6).standard_normal((3, 2)), requires_grad=True)
     out = w * 2
     with pytest.raises(RuntimeError, match="gradient="):
         out.backward()
@@ -251,7 +251,7 @@ def test_saliency_of_probability_and_loss_vs_finite_differences() -> None:
     b = batch(7)
     arrays = net_arrays(15)
     params = as_params(arrays, requires_grad=False)  # a trained, frozen model
-    x = Tensor(b["s"].copy()).requires_grad_()
+    x = tensor(b["s"].copy()).requires_grad_()
     probs = rnp.softmax(q_net(params, x), axis=1)
     p0 = probs[3, b["a"][3]]
     (g_prob,) = autograd.grad(p0, x, retain_graph=True)
@@ -281,7 +281,7 @@ def test_optimize_the_input_of_a_frozen_model() -> None:
     params = as_params(arrays)
     for p in params:
         p.requires_grad_(False)
-    x = Tensor(np.zeros((1, D))).requires_grad_()
+    x = tensor(np.zeros((1, D))).requires_grad_()
     before = None
     for _ in range(30):  # raise Q(x, action 2) by gradient ascent on x
         q = q_net(params, x)[0, 2]
@@ -309,12 +309,12 @@ def test_stop_gradient_every_nesting_level() -> None:
     np.testing.assert_allclose(hess, np.diag([2.0, 6.0]))
     # and stop_gradient under no_grad / on plain arrays is the identity on values
     with no_grad():
-        assert stop_gradient(Tensor(np.ones(2), requires_grad=True)).requires_grad is False
+        assert stop_gradient(tensor(np.ones(2), requires_grad=True)).requires_grad is False
     np.testing.assert_array_equal(stop_gradient(np.arange(3.0)), np.arange(3.0))
 
 
 def test_detach_with_create_graph() -> None:
-    x = Tensor(np.array([2.0, -1.0]), requires_grad=True)
+    x = tensor(np.array([2.0, -1.0]), requires_grad=True)
     y = (x**3 * x.detach()).sum()
     (g,) = autograd.grad(y, x, create_graph=True)
     np.testing.assert_allclose(g.data, 3 * x.data**2 * x.data)
@@ -356,7 +356,7 @@ def test_hessian_vector_product_through_gather_nd() -> None:
     fd = (g(theta + eps * v) - g(theta - eps * v)) / (2 * eps)
     np.testing.assert_allclose(hv, fd, rtol=1e-5, atol=1e-8)
     # and PyTorch-style, with create_graph=True
-    t = Tensor(theta, requires_grad=True)
+    t = tensor(theta, requires_grad=True)
     (gt,) = autograd.grad(loss(t), t, create_graph=True)
     (hv2,) = autograd.grad((gt * v).sum(), t)
     np.testing.assert_allclose(hv2.data, hv, rtol=1e-10, atol=1e-12)

@@ -36,7 +36,7 @@ def test_attributes() -> None:
     assert t.T.shape == (3, 2)
     close(t.T, data.T)
     assert t.T.requires_grad
-    assert len(t) == 2 and t.numel() == 6 and t.dim() == 2 and t.size == 6
+    assert len(t) == 2 and t.numel() == 6 and t.dim() == 2 and t.size() == (2, 3) and t.size(1) == 3
 
 
 def test_computed_tensor_attributes() -> None:
@@ -651,7 +651,8 @@ def test_reduction_methods_numpy_and_torch_keywords() -> None:
     close(x.sum(dim=1, keepdim=True), data.sum(1, keepdims=True))
     close(x.mean(1), data.mean(1))
     close(x.amax(dim=0), data.max(0))  # values, as torch.amax (torch's max(dim) is a pair)
-    close(x.var(), data.var())
+    close(x.var(), data.var(ddof=1))  # PyTorch: unbiased by default
+    close(x.var(unbiased=False), data.var())
     close(x.std(dim=1, correction=1), data.std(1, ddof=1))
     close(x.reshape(3, 2), data.reshape(3, 2))
     close(x.reshape((6,)), data.reshape(6))

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.indexing import take_along_axis
-from rlgrad.tensor import Tensor, get_default_dtype
+from rlgrad.tensor import Tensor, _leaf, get_default_dtype
 
 __all__ = ["named_params", "fresh_input", "select_target"]
 
@@ -47,7 +47,7 @@ def fresh_input(x: Any) -> Tensor:
     data = x.data if isinstance(x, Tensor) else np.asarray(x)
     if data.dtype.kind not in "fc":
         data = data.astype(get_default_dtype())
-    return Tensor(np.array(data, copy=True), requires_grad=True)
+    return _leaf(np.array(data, copy=True), requires_grad=True)
 
 
 def select_target(out: Any, target: Any) -> Tensor:

@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from rlgrad import ops
 from rlgrad.indexing import one_hot as _one_hot
-from rlgrad.tensor import Tensor, _const, _shape, _Trace
+from rlgrad.tensor import Tensor, _const, _shape, _size, _Trace
 from rlgrad.tracer import defvjp, is_grad_enabled, primitive
 
 __all__ = [
@@ -424,7 +424,7 @@ def _mse_fwd(input: Any, target: Any, reduction: str = "mean") -> Any:  # noqa: 
 
 def _mse_vjp(g: Any, ans: Any, input: Any, target: Any, reduction: str = "mean") -> Any:  # noqa: A002
     d = input - target
-    return d * (g * (2.0 * _reduction_scale(reduction, d.size)))
+    return d * (g * (2.0 * _reduction_scale(reduction, _size(d))))
 
 
 _mse_p = primitive(_mse_fwd, "mse_loss")
@@ -460,7 +460,7 @@ def _huber_vjp(g: Any, ans: Any, input: Any, target: Any, delta: float = 1.0,  #
                reduction: str = "mean", scale: float = 1.0) -> Any:
     # d/dd huber = clip(d, -delta, delta); clip's own rule gives the second derivative.
     d = input - target
-    k = scale * _reduction_scale(reduction, d.size)
+    k = scale * _reduction_scale(reduction, _size(d))
     return ops.clip(d, -delta, delta) * (g * k if k != 1.0 else g)
 
 

@@ -15,8 +15,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rlgrad.device import check_device, is_device
 from rlgrad.serialization import StateDictError, _source_of
-from rlgrad.tensor import Tensor, constant, get_default_dtype, mark_written
+from rlgrad.tensor import Tensor, _as_array, _init_leaf, constant, get_default_dtype, mark_written
 
 __all__ = ["Module", "Parameter", "IncompatibleKeys", "StateDictError"]
 
@@ -32,9 +33,7 @@ class Parameter(Tensor):
     def __init__(self, data: Any = None, requires_grad: bool = True) -> None:
         if data is None:
             data = np.empty(0, dtype=get_default_dtype())
-        if isinstance(data, Tensor):
-            data = data.data
-        super().__init__(data, requires_grad=requires_grad)
+        _init_leaf(self, _as_array(data), requires_grad)
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
@@ -273,9 +272,25 @@ class Module:
         fn(self)
         return self
 
-    def to(self, dtype: Any) -> Module:
-        """Cast floating parameters and buffers to ``dtype`` in place (e.g. float64 for gradcheck)."""
-        dt = np.dtype(dtype)
+    def to(self, *args: Any, dtype: Any = None, device: Any = None, non_blocking: bool = False) -> Module:
+        """``to(device)`` (CPU devices only: rlgrad computes on the CPU), ``to(dtype)``: cast
+        floating parameters and buffers in place (e.g. float64 for gradcheck), as PyTorch's."""
+        for a in args:
+            if is_device(a):
+                device = a
+            else:
+                dtype = a.dtype if isinstance(a, Tensor) else a
+        check_device(device)
+        return self if dtype is None else self._cast(np.dtype(dtype))
+
+    def cpu(self) -> Module:
+        return self
+
+    def cuda(self, device: Any = None) -> Module:
+        check_device("cuda")
+        return self
+
+    def _cast(self, dt: np.dtype) -> Module:
         if dt.kind != "f":
             raise TypeError(f"Module.to takes a floating dtype, got {dt}")
         for p in self.parameters():

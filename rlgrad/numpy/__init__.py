@@ -159,6 +159,7 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
 )
 from rlgrad.tensor import Tensor as _Tensor
 from rlgrad.tensor import _Trace
+from rlgrad.tensor import constant as _constant
 from rlgrad.tracer import primitive as _primitive
 
 
@@ -569,7 +570,7 @@ def _raw(x: Any) -> Any:
 def _constant_like(np_fn: Any) -> Any:
     def fn(a: Any, *args: Any, **kwargs: Any) -> Any:
         out = np_fn(_raw(a), *args, **kwargs)
-        return _Tensor(out) if isinstance(a, _Tensor) else out  # a constant: never requires grad
+        return _constant(_np.asarray(out)) if isinstance(a, _Tensor) else out
 
     fn.__name__ = fn.__qualname__ = np_fn.__name__
     fn.__doc__ = f"NumPy's ``{np_fn.__name__}``; on a Tensor, a constant Tensor of its dtype."
@@ -596,7 +597,7 @@ def array_equal(a1: Any, a2: Any, equal_nan: bool = False) -> bool:
 
 def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Any:
     out = _np.isclose(_raw(a), _raw(b), rtol=rtol, atol=atol, equal_nan=equal_nan)
-    return _Tensor(out) if _is_traced(a, b) else out
+    return _constant(_np.asarray(out)) if _is_traced(a, b) else out
 
 
 # ---- More of NumPy, as compositions of the primitives (HIPS autograd's coverage) ---------------

@@ -14,6 +14,7 @@ import numpy as np
 
 from rlgrad.serialization import StateDictError, _source_of
 from rlgrad.tensor import Tensor, constant, mark_written
+from rlgrad.threads import apply_training_default
 from rlgrad.tracer import enable_grad
 
 __all__ = ["Optimizer", "required"]
@@ -35,6 +36,7 @@ class Optimizer:
         self.state: dict[Tensor, dict[str, Any]] = {}  # keyed by the tensor (hash = identity)
         self.param_groups: list[dict[str, Any]] = []
         self._version = 0  # bumped when the state is replaced (caches built on it are stale)
+        apply_training_default()  # one BLAS thread for training, unless the user chose (threads.py)
         if isinstance(params, Tensor):
             raise TypeError(
                 "params argument given to the optimizer should be an iterable of Tensors or "

@@ -28,7 +28,7 @@ from rlgrad.distributions.categorical import inverse_cdf
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
 from rlgrad.nn import init
 from rlgrad.rl.envs import flat_obs_dim
-from rlgrad.tensor import Tensor
+from rlgrad.tensor import Tensor, constant
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
 _NP_ACT = {nn.Tanh: np.tanh, nn.ReLU: lambda x: np.maximum(x, 0, out=x)}
@@ -59,7 +59,7 @@ def mlp_numpy(net: nn.Module, x: np.ndarray) -> np.ndarray:
         elif t in _NP_ACT:
             x = _NP_ACT[t](x)
         else:  # anything else: the module itself on a constant
-            x = np.asarray(m(Tensor(x)).data)
+            x = np.asarray(m(constant(x)).data)
     return x
 
 
