@@ -31,7 +31,7 @@ import numpy as np
 from rlgrad.creation import _empty_aligned
 from rlgrad.tensor import Tensor, _Trace, constant
 from rlgrad.tracer import _GradMode
-from rlgrad.transforms import _Depth, tree_flatten, tree_unflatten
+from rlgrad.transforms import _Depth, dict_keys, tree_flatten, tree_unflatten
 
 _ALIAS_OPS = ("identity", "stop_gradient")  # replay needs no code for these
 _INDEX_OPS = ("getitem", "untake")  # their second argument is an index
@@ -59,7 +59,7 @@ def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
         for item in tree:
             _flatten(item, leaves, key)
     elif kind is dict:
-        names = tuple(sorted(tree))
+        names = tuple(dict_keys(tree))  # the leaf order tree_flatten traced with
         key.append((dict, names))
         for name in names:
             _flatten(tree[name], leaves, key)
@@ -69,6 +69,33 @@ def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
         arr = np.asarray(tree)
         leaves.append(arr)
         key.append((arr.shape, arr.dtype.char, "scalar"))
+
+
+def _flat_call(args: tuple) -> tuple[tuple, list[np.ndarray]] | None:
+    """(cache key, leaves) when every argument is an array or a dict of arrays (a step's batch),
+    else None. The key never equals a tree walk's, which starts with the arguments' (tuple,
+    length); the leaves follow the dicts' sorted names, as ``tree_flatten``'s do."""
+    key: list[Any] = []
+    leaves: list[np.ndarray] = []
+    for a in args:
+        kind = type(a)
+        if kind is np.ndarray:
+            leaves.append(a)
+            key.append((a.shape, a.dtype.char))
+        elif kind is dict:
+            names = tuple(sorted(a)) if all(type(n) is str for n in a) else None
+            if names is None:
+                return None
+            key.append(names)
+            for name in names:
+                v = a[name]
+                if type(v) is not np.ndarray:
+                    return None
+                leaves.append(v)
+                key.append((v.shape, v.dtype.char))
+        else:
+            return None
+    return tuple(key), leaves
 
 
 class jit:  # noqa: N801 - lower-case like jax.jit
@@ -87,15 +114,14 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         self.__doc__ = getattr(fun, "__doc__", None)
 
     def __call__(self, *args: Any) -> Any:
-        if not self.static_argnums:  # the common call: arrays only, keyed without a tree walk
-            # (such a key, a tuple of (shape, dtype char) pairs, never equals a tree walk's,
-            # which starts with the (tuple, length) of the arguments)
-            fast_key = tuple([(a.shape, a.dtype.char) for a in args if type(a) is np.ndarray])
-            if len(fast_key) == len(args):
+        if not self.static_argnums:  # the common calls, keyed without the recursive tree walk
+            fast = _flat_call(args)
+            if fast is not None:
+                fast_key, leaves = fast
                 compiled = self._cache.get(fast_key)
                 if compiled is None:
                     compiled = self._cache[fast_key] = self._compile_for(args)
-                return compiled.fn(*args)
+                return compiled.fn(*leaves)
         leaves: list[Any] = []
         key: list[Any] = []
         if self.static_argnums:

@@ -33,10 +33,15 @@ class _Depth:
 
 
 # ---- pytrees: lists, tuples and dicts of arrays ----------------------------------------------
+def dict_keys(tree: dict) -> list[Any]:
+    """The order of a dict's leaves in a pytree: sorted names (as JAX), else insertion order."""
+    return sorted(tree) if all(type(k) is str for k in tree) else list(tree)
+
+
 def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
     """Leaves of a nest of lists, tuples and dicts, and a description to rebuild it."""
     if isinstance(tree, dict):
-        keys = sorted(tree) if all(isinstance(k, str) for k in tree) else list(tree)
+        keys = dict_keys(tree)
         leaves: list[Any] = []
         defs = []
         for k in keys:

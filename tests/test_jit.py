@@ -192,3 +192,30 @@ def test_returning_a_traced_values_array_returns_it_fresh_at_every_call() -> Non
     np.testing.assert_allclose(jitted(np.ones(2)), [np.e, np.e])
     with pytest.raises(RuntimeError, match="derived from a traced value"):
         rlgrad.jit(lambda x: rnp.exp(x).data[:1])(np.zeros(2))
+
+
+def test_dict_batches_take_the_fast_call_and_keep_the_leaf_order() -> None:
+    # a step's batch is a dict of arrays: keyed without the tree walk, its leaves in sorted-name
+    # order as tree_flatten has them; other dicts (non-str names, nested) take the tree walk
+    calls = []
+
+    def f(batch: dict, scale: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        return batch["x"] * scale - batch["a"] + 2 * batch["b"]
+
+    jf = rlgrad.jit(f)
+    rng = np.random.default_rng(0)
+    b = {"x": rng.standard_normal(3), "a": rng.standard_normal(3), "b": rng.standard_normal(3)}
+    s = np.array(1.5)
+    out = jf(b, s)
+    np.testing.assert_allclose(out, f(b, s))
+    b2 = {k: v + 1 for k, v in reversed(b.items())}  # other insertion order, same names
+    np.testing.assert_allclose(jf(b2, s), f(b2, s))
+    assert len(jf._cache) == 1 and len(calls) == 3  # traced once, plus the two eager calls
+    nested = {"x": b["x"], "a": b["a"], "b": [b["b"]]}
+    g = rlgrad.jit(lambda t: t["x"] - t["a"] + t["b"][0])
+    np.testing.assert_allclose(g(nested), b["x"] - b["a"] + b["b"])
+    # non-str names: insertion order, in the cache key as in tree_flatten (the key walk once
+    # sorted them while the trace did not: a silently swapped input)
+    h = rlgrad.jit(lambda t: t[0] * 2 + t[1])
+    np.testing.assert_allclose(h({1: b["a"], 0: b["x"]}), 2 * b["x"] + b["a"])
