@@ -59,7 +59,7 @@ def full(shape: Any, fill_value: float, dtype: Any = None, device: Any = None,
 
 
 def _like(t: Any) -> np.ndarray:
-    return t.data if isinstance(t, Tensor) else np.asarray(t)
+    return t._value if isinstance(t, Tensor) else np.asarray(t)
 
 
 def zeros_like(t: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:

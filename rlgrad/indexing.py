@@ -31,7 +31,7 @@ __all__ = ["gather", "gather_nd", "take_along_axis", "one_hot", "scatter_add", "
 def _indices(index: Any, where: str) -> np.ndarray:
     """The index as an integer ndarray; anything else is refused with the reason."""
     if isinstance(index, Tensor):
-        index = index.data
+        index = index._value
     idx = np.asarray(index)
     if idx.dtype.kind not in "iu":
         raise TypeError(
@@ -129,7 +129,7 @@ def gather_nd(params: Any, indices: Any, batch_dims: int = 0) -> Any:
         for j in range(b)
     ]
     if isinstance(indices, Tensor):  # through recorded ops, so that rlgrad.jit can follow them
-        parts += [ops.getitem(indices, (Ellipsis, c)).data for c in range(k)]
+        parts += [ops.getitem(indices, (Ellipsis, c))._value for c in range(k)]
     else:
         parts += [idx[..., c] for c in range(k)]
     if not parts:  # K = 0 and no batch axes: every index row addresses all of params
@@ -225,7 +225,7 @@ def scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:
 
 
 def _dtype(x: Any) -> np.dtype:
-    return x.data.dtype if isinstance(x, Tensor) else np.asarray(x).dtype
+    return x._value.dtype if isinstance(x, Tensor) else np.asarray(x).dtype
 
 
 def put_along_axis(arr: Any, indices: Any, values: Any, axis: int) -> Any:

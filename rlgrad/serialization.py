@@ -128,7 +128,7 @@ class _Encoder:
         if isinstance(obj, np.ndarray):
             return {**self._record("$array", obj, path), "shape": list(obj.shape)}
         if isinstance(obj, Tensor):
-            return {**self._record("$tensor", obj.data, path), "shape": list(obj.shape),
+            return {**self._record("$tensor", obj._value, path), "shape": list(obj.shape),
                     "requires_grad": obj.requires_grad}
         if isinstance(obj, Mapping):
             items = []

@@ -66,7 +66,7 @@ def _index_key(idx: Any) -> Any:
     if isinstance(idx, Tensor):
         if idx.requires_grad:
             raise TypeError("an index tensor cannot require grad: indices are never differentiable")
-        return idx.data
+        return idx._value
     if isinstance(idx, tuple):
         for i in idx:  # the usual (rows, actions) or slices: nothing to unwrap, no new tuple
             if isinstance(i, Tensor | list | tuple):
@@ -209,7 +209,7 @@ def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
             "in-place assignment into a tensor that requires grad would corrupt its gradient; "
             "build a new tensor instead (rlgrad.numpy.where, put_along_axis or concatenate)"
         )
-    self.data[_index_key(idx)] = value.data if isinstance(value, Tensor) else value
+    self._value[_index_key(idx)] = value._value if isinstance(value, Tensor) else value
     mark_written(self)
 
 
@@ -241,7 +241,7 @@ def _method_t(self: Tensor) -> Any:
 
 
 def _nondiff_reduce(fn: Any, self: Tensor, dim: Any, keepdim: bool) -> Tensor:
-    return constant(np.asarray(fn(self.data, axis=dim, keepdims=keepdim)))
+    return constant(np.asarray(fn(self._value, axis=dim, keepdims=keepdim)))
 
 
 def _cast(self: Tensor, dtype: Any) -> Any:
@@ -364,7 +364,7 @@ def _install_torch_methods() -> None:
     T.new_full = lambda self, size, value, dtype=None: constant(
         np.full(tuple(size), value, dtype or self.dtype))
     T.new_tensor = lambda self, data, dtype=None: constant(np.array(
-        data.data if isinstance(data, Tensor) else data, dtype=dtype or self.dtype))
+        data._value if isinstance(data, Tensor) else data, dtype=dtype or self.dtype))
 
 
 _install_torch_methods()
@@ -385,8 +385,8 @@ def _install_inplace_operators() -> None:
                         f".data), or write `x = x {sym} y` for a new tensor"
                     )
                 return fn(self, other)
-            o = other.data if isinstance(other, Tensor) else other
-            d = self.data
+            o = other._value if isinstance(other, Tensor) else other
+            d = self._value
             mark_written(self)
             if isinstance(d, np.ndarray) and d.flags.writeable and d.ndim >= np.ndim(o):
                 ufunc(d, o, out=d, casting="same_kind")
@@ -395,7 +395,7 @@ def _install_inplace_operators() -> None:
                 if new.shape != np.shape(d):
                     raise ValueError(f"in-place {sym}= cannot change the shape {np.shape(d)} to "
                                      f"{new.shape}")
-                self.data = new.astype(np.result_type(d), copy=False)
+                self._value = new.astype(np.result_type(d), copy=False)
             return self
 
         method.__name__ = f"__i{fn.__name__}__"
@@ -422,11 +422,11 @@ def _writable(self: Tensor, name: str) -> np.ndarray:
         raise RuntimeError(f"{name} on a tensor computed in the graph is not supported by rlgrad; "
                            "write the out-of-place form (e.g. x = x + y)")
     mark_written(self)
-    return self.data
+    return self._value
 
 
 def _value(x: Any) -> Any:
-    return x.data if isinstance(x, Tensor) else x
+    return x._value if isinstance(x, Tensor) else x
 
 
 def _install_inplace_methods() -> None:

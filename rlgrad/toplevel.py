@@ -174,8 +174,8 @@ def rand_like(input: Any, *, dtype: Any = None, device: Any = None,
 def normal(mean: Any, std: Any = 1.0, size: Any = None, *, generator: Any = None) -> Tensor:
     """``torch.normal``: ``mean + std * N(0, 1)`` with the broadcast shape of ``mean`` and ``std``
     (Tensors or numbers; ``size=`` when both are numbers). The draw is a constant, as PyTorch's."""
-    m = mean.detach().data if isinstance(mean, Tensor) else np.asarray(mean)
-    s = std.detach().data if isinstance(std, Tensor) else np.asarray(std)
+    m = mean.detach()._value if isinstance(mean, Tensor) else np.asarray(mean)
+    s = std.detach()._value if isinstance(std, Tensor) else np.asarray(std)
     shape = tuple(size) if size is not None else np.broadcast_shapes(m.shape, s.shape)
     dts = [a.dtype for a in (m, s) if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.ndim]
     dt = dts[0] if dts else get_default_dtype()

@@ -83,11 +83,11 @@ def _fresh(x: Any, where: str) -> Tensor:
     if isinstance(x, Tensor):
         if x.requires_grad and _GradMode.enabled:
             return identity(x)  # connected to the outer graph, distinct from the outer variable
-        if _Trace.tape is not None and x.data.dtype.kind in "fc":
+        if _Trace.tape is not None and x._value.dtype.kind in "fc":
             t = stop_gradient(x)  # a new leaf, but one rlgrad.jit can trace back to its input
             t.requires_grad = True
             return t
-        x = x.data
+        x = x._value
     arr = np.asarray(x)
     if arr.dtype.kind not in "fc":
         raise TypeError(
@@ -157,7 +157,7 @@ def _unbox(x: Any, nested: bool) -> Any:
     if isinstance(x, Tensor):
         if _Trace.tape is not None:  # rlgrad.jit is tracing: every value stays a traced Tensor
             return x
-        return x if nested and x.requires_grad else x.data
+        return x if nested and x.requires_grad else x._value
     if isinstance(x, dict | list | tuple):
         leaves, d = tree_flatten(x)
         return tree_unflatten(d, [_unbox(v, nested) for v in leaves])
@@ -177,15 +177,15 @@ def _backprop(out: Any, fresh: list[Tensor], cotangent: Any, nested: bool, retai
     roots, seeds = [], []
     for o, c in zip(outs, cts):
         if isinstance(c, Tensor) and not nested:
-            c = c.data
+            c = c._value
         if np.shape(c) != np.shape(_data(o)):
             raise ValueError(f"the cotangent has shape {np.shape(c)} but the output has shape "
                              f"{np.shape(_data(o))}")
         if isinstance(o, Tensor) and o.requires_grad:
             roots.append(o)
-            seeds.append(c if isinstance(c, Tensor) else np.asarray(c, dtype=o.data.dtype))
+            seeds.append(c if isinstance(c, Tensor) else np.asarray(c, dtype=o._value.dtype))
     if not roots:
-        return [np.zeros_like(x.data) for x in fresh]
+        return [np.zeros_like(x._value) for x in fresh]
     # Not nested, the graph holds no other differentiable leaves worth pruning for: skip the
     # pre-pass that finds the part reaching the inputs (unwanted leaves are skipped anyway).
     found = run_backward(roots, seeds, retain_graph=retain or nested, create_graph=nested, inputs=fresh,
@@ -194,19 +194,19 @@ def _backprop(out: Any, fresh: list[Tensor], cotangent: Any, nested: bool, retai
     for x in fresh:
         g = found.get(id(x))
         if g is None:
-            g = np.zeros_like(x.data)
-        elif g.dtype != x.data.dtype:
+            g = np.zeros_like(x._value)
+        elif g.dtype != x._value.dtype:
             g = match_dtype(g, x)
         result.append(_unbox(g, nested))
     return result
 
 
 def _scalar_output(out: Any, where: str) -> Any:
-    size = out.data.size if isinstance(out, Tensor) else np.size(out)
+    size = out._value.size if isinstance(out, Tensor) else np.size(out)
     if size != 1:
         raise TypeError(
             f"{where} only applies to functions with a scalar output, this one returned shape "
-            f"{np.shape(out.data if isinstance(out, Tensor) else out)}; use elementwise_grad, "
+            f"{np.shape(out._value if isinstance(out, Tensor) else out)}; use elementwise_grad, "
             "jacobian or vjp for non-scalar outputs"
         )
     return out
@@ -257,7 +257,7 @@ def grad_and_aux(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Call
 
 
 def _data(x: Any) -> Any:
-    return x.data if isinstance(x, Tensor) else x
+    return x._value if isinstance(x, Tensor) else x
 
 
 def elementwise_grad(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Callable:
@@ -316,10 +316,10 @@ def jacobian(fun: Callable, argnum: int = 0, *, argnums: Any = None) -> Callable
         n = int(np.prod(out_shape))
         rows = []
         for k in range(n):
-            basis = np.zeros(n, dtype=_data(out).dtype if isinstance(out, Tensor) else x.data.dtype)
+            basis = np.zeros(n, dtype=_data(out).dtype if isinstance(out, Tensor) else x._value.dtype)
             basis[k] = 1
             rows.append(_backprop(out, fresh, basis.reshape(out_shape), nested, retain=True)[0])
-        jac = stack(rows) if rows else np.zeros((0,) + x.shape, dtype=x.data.dtype)
+        jac = stack(rows) if rows else np.zeros((0,) + x.shape, dtype=x._value.dtype)
         return _unbox(reshape(jac, out_shape + x.shape), nested)
 
     return jacobian_fun
@@ -404,7 +404,7 @@ def make_jvp(fun: Callable, argnum: int = 0) -> Callable:
                 gx = g.get(id(x))
                 if isinstance(gx, Tensor) and gx.requires_grad:
                     roots.append(gx)
-                    seeds.append(np.asarray(_data(vi), dtype=gx.data.dtype))
+                    seeds.append(np.asarray(_data(vi), dtype=gx._value.dtype))
             r = None
             if roots:
                 res = run_backward(roots, seeds, retain_graph=nested, create_graph=nested, inputs=[u])

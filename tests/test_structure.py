@@ -281,3 +281,13 @@ def test_engine_module_map_in_the_docs_is_bottom_up() -> None:
         later = {d for d in graph[m] if d not in order[:i] and not d.startswith(m + ".")
                  and d != "rlgrad.creation"}
         assert not later, f"{m} imports {sorted(later)}, not listed above it in docs/engine.md"
+
+
+def test_library_code_reads_value_not_data() -> None:
+    """`.data` is PyTorch's (a new Tensor per access); rlgrad's own code uses `._value`, the
+    array, so no hot path pays for a Tensor. Code merged from before the change would read a
+    Tensor where it expects an array: this names it."""
+    hits = [(m, n.lineno) for m, tree in TREES.items() for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and n.attr == "data"
+            and not (isinstance(n.value, ast.Attribute) and n.value.attr == "ctypes")]
+    assert not hits, f"`.data` in library code (use `._value`): {hits}"

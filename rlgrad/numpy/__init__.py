@@ -197,7 +197,7 @@ def ndim(a: Any) -> int:
 
 def size(a: Any, axis: Any = None) -> int:
     if isinstance(a, _Tensor):
-        return a.data.size if axis is None else a.shape[axis]
+        return a._value.size if axis is None else a.shape[axis]
     return _np.size(a, axis)
 
 
@@ -231,7 +231,7 @@ def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
         raise TypeError("rlgrad.numpy.var does not take out=")
     if not _is_traced(x):
         return _np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    n = _np.size(x.data) // (_np.size(_np.sum(x.data, axis=axis)) or 1)  # (3, 0) over 0: n = 0
+    n = _np.size(x._value) // (_np.size(_np.sum(x._value, axis=axis)) or 1)  # (3, 0) over 0: n = 0
     centred = x - mean(x, axis=axis, keepdims=True)
     # a float: no n - ddof <= 0 ZeroDivisionError, NumPy's inf/nan instead (float32 stays so)
     return sum(centred * centred, axis=axis, keepdims=keepdims) / float(_builtins.max(n - ddof, 0))
@@ -277,7 +277,7 @@ def _strong(x: Any) -> Any:
 
 
 def _d(x: Any) -> Any:
-    return x.data if isinstance(x, _Tensor) else x
+    return x._value if isinstance(x, _Tensor) else x
 
 
 @_numpy_on_arrays(_np.vdot)
@@ -357,7 +357,7 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     if not _is_traced(a):
         return _np.diagonal(a, offset, axis1, axis2)
     b = moveaxis(a, (axis1, axis2), (-2, -1))
-    n, m = _np.shape(b.data)[-2:]
+    n, m = _np.shape(b._value)[-2:]
     length = _np.clip(_np.minimum(n, m - offset) if offset >= 0 else _np.minimum(n + offset, m), 0, None)
     k = _np.arange(length)
     return b[..., k + _np.maximum(-offset, 0), k + _np.maximum(offset, 0)]
@@ -460,7 +460,7 @@ def sort(a: Any, axis: int = -1) -> Any:
 def cumprod(a: Any, axis: Any = None) -> Any:
     if not _is_traced(a):
         return _np.cumprod(a, axis=axis)
-    if not _Trace.compiling and _np.all(a.data > 0):  # (jit: no branch on the first values)
+    if not _Trace.compiling and _np.all(a._value > 0):  # (jit: no branch on the first values)
         return exp(cumsum(log(a), axis=axis))
     return _cumprod_general(a, axis)
 
@@ -468,7 +468,7 @@ def cumprod(a: Any, axis: Any = None) -> Any:
 def _cumprod_general(a: Any, axis: Any) -> Any:
     if axis is None:
         a, axis = ravel(a), 0
-    parts = split(a, _np.shape(a.data)[axis], axis)
+    parts = split(a, _np.shape(a._value)[axis], axis)
     acc = [parts[0]]
     for p in parts[1:]:
         acc.append(acc[-1] * p)
@@ -564,7 +564,7 @@ log_softmax = _ops.log_softmax
 # ---- Constants shaped like an array, and predicates: no gradient to carry, Tensors accepted -------
 # (autograd code writes np.zeros_like(x) on traced values all the time)
 def _raw(x: Any) -> Any:
-    return x.data if isinstance(x, _Tensor) else x
+    return x._value if isinstance(x, _Tensor) else x
 
 
 def _constant_like(np_fn: Any) -> Any:

@@ -27,7 +27,7 @@ from rlgrad.tracer import primitive as _primitive
 def slogdet(a: Any) -> tuple[Any, Any]:
     """(sign, log|det|); the sign is piecewise constant, so only the second carries a gradient."""
     sign = _slogdet_sign(a)  # a primitive, so rlgrad.jit recomputes it at every call
-    return (sign.data if isinstance(sign, _Tensor) and not _Trace.compiling else sign), logabsdet(a)
+    return (sign._value if isinstance(sign, _Tensor) and not _Trace.compiling else sign), logabsdet(a)
 
 
 def _sign_of_det(a: Any) -> Any:

@@ -221,3 +221,47 @@ def test_normal_and_randn_like_shapes_and_moments() -> None:
     assert z.shape == (2, 3) and z.dtype == np.float64
     r = torch_like.randint(0, 4, (1000,))
     assert r.dtype == np.int64 and set(np.unique(r.numpy())) == {0, 1, 2, 3}
+
+
+# ---- .data: a Tensor outside the graph sharing memory, as PyTorch's ---------------------------
+def test_data_is_a_tensor_sharing_memory_outside_the_graph() -> None:
+    p = torch_like.nn.Parameter(torch_like.ones(3))
+    d = p.data
+    assert isinstance(d, rlgrad.Tensor) and not d.requires_grad and d.is_leaf and d.grad_fn is None
+    d[0] = 5.0
+    assert p[0].item() == 5.0
+    p.data = torch_like.zeros(2)  # assignment replaces the values, as PyTorch's
+    assert p.shape == (2,) and p.requires_grad
+
+
+def test_soft_target_update_through_data_matches_torch() -> None:
+    tau = 0.05
+    src, tgt = RNG.standard_normal((3, 4)).astype(np.float32), RNG.standard_normal((3, 4)).astype(np.float32)
+    results = []
+    for m in (torch_like, torch):
+        p, t = m.nn.Parameter(m.tensor(src)), m.nn.Parameter(m.tensor(tgt))
+        t.data.copy_(tau * p.data + (1 - tau) * t.data)
+        p.data.add_(p.data, alpha=-0.5)
+        p.data -= 1.0
+        results.append((t, p))
+    same(results[0][0], results[1][0], rtol=1e-6, atol=1e-7)
+    same(results[0][1], results[1][1])
+
+
+def test_writes_through_data_are_not_version_tracked_as_in_torch() -> None:
+    """PyTorch: `w.data.mul_(2)` after w was saved for backward is not detected (the backward
+    reads the new value); `w.mul_(2)` under no_grad is, and backward raises."""
+    grads = []
+    for m in (torch_like, torch):
+        w = m.tensor([1.0, 2.0], requires_grad=True)
+        y = (w * w).sum()
+        w.data.mul_(2.0)
+        y.backward()
+        grads.append(w.grad)
+    same(grads[0], grads[1])
+    w = torch_like.tensor([1.0, 2.0], requires_grad=True)
+    y = (w * w).sum()
+    with torch_like.no_grad():
+        w.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation|in-place"):
+        y.backward()
