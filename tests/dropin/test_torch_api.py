@@ -265,3 +265,43 @@ def test_writes_through_data_are_not_version_tracked_as_in_torch() -> None:
         w.mul_(2.0)
     with pytest.raises(RuntimeError, match="modified by an inplace operation|in-place"):
         y.backward()
+
+
+def test_summary_writer_takes_tensors(tmp_path) -> None:
+    pytest.importorskip("tensorboardX")
+    from rlgrad.cli.events import STEP_KEY, event_rows
+    from rlgrad.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    writer.add_text("hyperparameters", "|param|value|")
+    writer.add_scalar("losses/value_loss", torch_like.tensor(0.25), 7)
+    writer.add_scalar("charts/episodic_return", 12.0, 7)
+    writer.close()
+    assert event_rows(tmp_path, 10) == [{"losses/value_loss": 0.25, "charts/episodic_return": 12.0,
+                                         STEP_KEY: 7}]
+
+
+def test_module_to_device_and_dtype() -> None:
+    net = torch_like.nn.Linear(3, 2)
+    assert net.to("cpu") is net and net.weight.dtype == np.float32
+    net.to(torch_like.device("cpu"), torch_like.float64)
+    assert net.weight.dtype == np.float64 and net.bias.dtype == np.float64
+    assert net.to(dtype=torch_like.float32).weight.dtype == np.float32
+
+
+def test_save_and_load_as_cleanrl_does(tmp_path) -> None:
+    actor, qf = torch_like.nn.Linear(3, 2), torch_like.nn.Linear(5, 1)
+    path = tmp_path / "model.cleanrl_model"
+    torch_like.save((actor.state_dict(), qf.state_dict()), path)
+    a_sd, q_sd = torch_like.load(path, map_location=torch_like.device("cpu"), weights_only=True)
+    fresh = torch_like.nn.Linear(3, 2)
+    fresh.load_state_dict(a_sd)
+    np.testing.assert_array_equal(fresh.weight.detach().numpy(), actor.weight.detach().numpy())
+    with pytest.raises(RuntimeError, match="CPU only"):
+        torch_like.load(path, map_location="cuda")
+
+
+@pytest.mark.parametrize("fill", [0, 1.5, True])
+def test_full_takes_its_dtype_from_the_fill_value(fill) -> None:
+    same(torch_like.full((2, 3), fill), torch.full((2, 3), fill))
+    same(torch_like.full_like(torch_like.zeros(2), fill), torch.full_like(torch.zeros(2), fill))
