@@ -1,7 +1,7 @@
 """The CleanRL-style scripts next to this file (written for PyTorch, imports of rlgrad) run
 unchanged and learn CartPole with fixed seeds: the untrained policies' returns are ~20, and the
-scripts end well above 150 (the budgets are a fraction of CleanRL's); TD3 on Pendulum goes from
-about -1200 to its usual -150..-300."""
+scripts end well above 150 (the budgets are a fraction of CleanRL's); TD3 and SAC on Pendulum go
+from about -1200 to their usual -150..-300."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ def load(name: str):  # noqa: ANN201
     return mod
 
 
-@pytest.mark.parametrize("name", ["cleanrl_style_ppo", "cleanrl_style_dqn", "cleanrl_style_td3"])
+@pytest.mark.parametrize("name", ["cleanrl_style_ppo", "cleanrl_style_dqn",
+                                  "cleanrl_style_td3", "cleanrl_style_sac"])
 def test_only_the_import_lines_name_rlgrad(name: str) -> None:
     src = (HERE / f"{name}.py").read_text().split('"""', 2)[2]  # after the module docstring
     named = [ln for ln in src.splitlines() if "rlgrad" in ln]
@@ -47,6 +48,13 @@ def test_dqn_script_learns_cartpole() -> None:
 
 def test_td3_script_learns_pendulum() -> None:
     out = load("cleanrl_style_td3").main(["--total-timesteps", "7000", "--seed", "1"])
+    returns = out["episode_returns"]
+    assert np.mean(returns[:5]) < -700  # random actions
+    assert np.mean(returns[-5:]) > -400, returns[-5:]
+
+
+def test_sac_script_learns_pendulum() -> None:
+    out = load("cleanrl_style_sac").main(["--total-timesteps", "6000", "--seed", "1"])
     returns = out["episode_returns"]
     assert np.mean(returns[:5]) < -700  # random actions
     assert np.mean(returns[-5:]) > -400, returns[-5:]
