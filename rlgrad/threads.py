@@ -76,6 +76,12 @@ def set_num_threads(n: int) -> bool:
     return _set(n)
 
 
+def leave_alone() -> None:
+    """Record that the user chose the threads (an algorithm built with ``blas_threads=None``):
+    the optimizers will not change them."""
+    _policy["user"] = True
+
+
 def apply_training_default() -> None:
     """One BLAS thread for a training script, once per process, unless the user chose (see the
     module's docstring). Called when an ``rlgrad.optim`` optimizer is built."""

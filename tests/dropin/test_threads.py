@@ -53,3 +53,11 @@ def test_set_num_threads_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match="positive integer"):
         rlgrad.set_num_threads(0)
     assert rlgrad.get_num_interop_threads() >= 1
+
+
+def test_an_algorithm_built_with_blas_threads_none_leaves_blas_alone() -> None:
+    pytest.importorskip("gymnasium")
+    before, after = run("from rlgrad.rl import PPO\nPPO('CartPole-v1', n_steps=16, batch_size=16, "
+                        "blas_threads=None)")
+    assert after == before
+    assert run("from rlgrad.rl import PPO\nPPO('CartPole-v1', n_steps=16, batch_size=16)")[1] == 1
