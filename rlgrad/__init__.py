@@ -42,7 +42,7 @@ from rlgrad.tensor import Tensor, constant, get_default_dtype, set_default_dtype
 from rlgrad.threads import get_num_interop_threads, get_num_threads, set_num_interop_threads, set_num_threads
 from rlgrad.toplevel import *  # noqa: F403 - PyTorch's top-level functions and dtypes
 from rlgrad.toplevel import __all__ as _toplevel_all
-from rlgrad.tracer import defvjp, enable_grad, is_grad_enabled, no_grad, primitive, set_grad_enabled
+from rlgrad.tracer import defjvp, defvjp, enable_grad, is_grad_enabled, no_grad, primitive, set_grad_enabled
 from rlgrad.transforms import (
     elementwise_grad,
     grad,
@@ -50,8 +50,11 @@ from rlgrad.transforms import (
     hessian,
     hessian_tensor_product,
     hvp,
+    jacfwd,
     jacobian,
+    jacrev,
     jvp,
+    linearize,
     make_hvp,
     make_jvp,
     make_vjp,
@@ -68,10 +71,11 @@ __all__ = [
     "is_grad_enabled", "stop_gradient", "grad", "value_and_grad", "elementwise_grad", "jacobian",
     "hessian", "make_vjp", "vjp", "hessian_tensor_product", "hvp", "make_hvp", "grad_and_aux",
     "tensor_jacobian_product", "vector_jacobian_product", "make_jvp", "jvp", "check_grads",
-    "gradcheck", "primitive", "defvjp", "gather", "gather_nd", "one_hot", "put_along_axis",
-    "scatter_add", "get_default_dtype", "set_default_dtype", "jit", "device", "cuda", "backends",
-    "as_tensor", "from_numpy", "empty_like", "full_like", "set_num_threads", "get_num_threads",
-    "set_num_interop_threads", "get_num_interop_threads", *_toplevel_all,
+    "gradcheck", "primitive", "defvjp", "defjvp", "gather", "gather_nd", "one_hot", "put_along_axis",
+    "scatter_add", "get_default_dtype", "set_default_dtype", "jit", "linearize", "jacfwd", "jacrev",
+    "device", "cuda", "backends", "as_tensor", "from_numpy", "empty_like", "full_like",
+    "set_num_threads", "get_num_threads", "set_num_interop_threads", "get_num_interop_threads",
+    *_toplevel_all,
 ]
 
 
