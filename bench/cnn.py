@@ -30,17 +30,17 @@ def _cases(model: NatureCNN, rng: np.random.Generator) -> dict[str, dict[str, Ca
 
     def act() -> Any:
         with rlgrad.no_grad():
-            return model(x1).data
+            return model(x1)._value
 
     def target() -> Any:
         with rlgrad.no_grad():
-            return model(x32).data
+            return model(x32)._value
 
     def update() -> Any:
         model.zero_grad()
         y = model(x32)
         y.backward(g32)
-        return y.data, params[0].grad.data, params[6].grad.data
+        return y._value, params[0].grad._value, params[6].grad._value
 
     cases = {"forward, batch 1 (act)": {"rlgrad": act},
              "forward, batch 32, no graph (target)": {"rlgrad": target},

@@ -48,7 +48,7 @@ def make_policy(seed: int = 0) -> tuple[Callable[[Any], Any], list[tuple[np.ndar
 
         np.random.seed(seed)
         net = nn.MLP(list(SIZES), activation=nn.Tanh)
-        weights = [(m.weight.data, m.bias.data) for m in net if isinstance(m, nn.Linear)]
+        weights = [(m.weight._value, m.bias._value) for m in net if isinstance(m, nn.Linear)]
         return net, weights
     except ImportError:
         weights = []
@@ -146,7 +146,7 @@ def sample_impls(batch: int, k: int) -> dict[str, Callable[[], Any]]:
 
     def rlgrad_sample() -> Any:
         s = Categorical(logits=logits).sample()
-        return int(s) if not batch else s.data
+        return int(s) if not batch else s._value
 
     impls = {"numpy (hand-written)": numpy_sample, "rlgrad Categorical": rlgrad_sample}
     torch = _torch()
@@ -181,10 +181,10 @@ def check(obs: np.ndarray) -> None:
     net, weights = make_policy()
     with rlgrad.no_grad():
         logits = net(obs)
-        b = ops_policy(weights)(obs).data
+        b = ops_policy(weights)(obs)._value
     (w1, b1), (w2, b2), (w3, b3) = weights
     ref = np.tanh(np.tanh(obs @ w1.T + b1) @ w2.T + b2) @ w3.T + b3
-    np.testing.assert_allclose(logits.data, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(logits._value, ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(b, ref, rtol=1e-5, atol=1e-6)
     p = np.exp(ref - ref.max())
     p /= p.sum()

@@ -236,7 +236,7 @@ def jax_setup(p: dict[str, Any]) -> Callable[[], Any] | None:
 def check_same(p: dict[str, Any]) -> None:
     """Guard: rlgrad's gradients equal the hand-written ones (a benchmark of a wrong answer is void)."""
     ref = numpy_step(p)
-    for got in ([g.data for g in rlgrad_setup(p)()], [g.data for g in rlgrad_unfused_setup(p)()],
+    for got in ([g._value for g in rlgrad_setup(p)()], [g._value for g in rlgrad_unfused_setup(p)()],
                 rlgrad_functional_setup(p)(), rlgrad_jit_setup(p)()[1]):
         for r, g in zip(ref, got):
             assert g.dtype == np.float32, g.dtype

@@ -103,25 +103,25 @@ def rlgrad_impls(p: dict[str, Any]) -> dict[str, Callable[[], Any]]:
         q.grad = None
         sel = rnp.take_along_axis(q, a2, 1)
         sel.backward(g2)
-        return sel.data, q.grad.data
+        return sel._value, q.grad._value
 
     def torch_style() -> Any:
         q.grad = None
         sel = gather(q, 1, a2)
         sel.backward(g2)
-        return sel.data, q.grad.data
+        return sel._value, q.grad._value
 
     def fancy() -> Any:
         q.grad = None
         sel = q[rows, a]
         sel.backward(g)
-        return sel.data, q.grad.data
+        return sel._value, q.grad._value
 
     def tf_style() -> Any:
         q.grad = None
         sel = gather_nd(q, nd_idx)
         sel.backward(g)
-        return sel.data, q.grad.data
+        return sel._value, q.grad._value
 
     return {
         "rlgrad: take_along_axis": along,

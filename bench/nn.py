@@ -123,7 +123,7 @@ def _rlgrad_step(weights: list[np.ndarray]) -> Callable[[np.ndarray, np.ndarray]
     sizes = [weights[0].shape[1]] + [w.shape[0] for w in weights[::2]]
     model = nn.MLP(sizes)
     for p, w in zip(model.parameters(), weights):
-        p.data[...] = w
+        p._value[...] = w
     opt = optim.Adam(model.parameters(), lr=1e-3)
 
     def step(x: np.ndarray, y: np.ndarray) -> float:
@@ -193,7 +193,7 @@ def mlp_rows() -> list[dict[str, Any]]:
     for sizes, batch in MLP_CASES:
         x = rng.standard_normal((batch, sizes[0])).astype(np.float32)
         y = rng.standard_normal((batch, sizes[-1])).astype(np.float32)
-        weights = [p.data.copy() for p in nn.MLP(sizes).parameters()]
+        weights = [p._value.copy() for p in nn.MLP(sizes).parameters()]
         _check_same_losses(_mlp_steps(weights), x, y)
         fns = {name: partial(step, x, y) for name, step in _mlp_steps(weights).items()}
         times = _time(fns)
@@ -219,7 +219,7 @@ def conv_rows() -> list[dict[str, Any]]:
         conv.zero_grad()
         y = conv(x)
         y.backward(g_out)
-        return y.data, conv.weight.grad.data
+        return y._value, conv.weight.grad._value
 
     fns: dict[str, Callable[[], Any]] = {"rlgrad": ours}
     try:
@@ -228,8 +228,8 @@ def conv_rows() -> list[dict[str, Any]]:
         torch.set_num_threads(1)
         tconv = torch.nn.Conv2d(4, 32, 8, stride=4)
         with torch.no_grad():  # the same weights: the outputs and gradients are compared below
-            tconv.weight.copy_(torch.from_numpy(conv.weight.data))
-            tconv.bias.copy_(torch.from_numpy(conv.bias.data))
+            tconv.weight.copy_(torch.from_numpy(conv.weight._value))
+            tconv.bias.copy_(torch.from_numpy(conv.bias._value))
         xt, gt = torch.from_numpy(x), torch.from_numpy(g_out)
 
         def theirs() -> Any:
@@ -302,7 +302,7 @@ def _optim_impls(kind: str, weights: list[np.ndarray], grads: list[np.ndarray]
             algorithms._fused = fused_mod
 
     def flat_of(ps: list[Any]) -> Callable[[], np.ndarray]:
-        return lambda: np.concatenate([np.asarray(p.data).ravel() for p in ps])
+        return lambda: np.concatenate([np.asarray(p._value).ravel() for p in ps])
 
     P = np.concatenate([w.ravel() for w in weights])
     G = np.concatenate([g.ravel() for g in grads])
@@ -351,7 +351,7 @@ def _check_same_updates(impls: dict[str, tuple[Callable[[], Any], Callable[[], A
 def optim_rows() -> list[dict[str, Any]]:
     """One optimizer step over a DQN's parameters, gradients given (microseconds, medians)."""
     rng = np.random.default_rng(0)
-    weights = [p.data.copy() for p in nn.MLP(OPTIM_SIZES).parameters()]
+    weights = [p._value.copy() for p in nn.MLP(OPTIM_SIZES).parameters()]
     grads = [rng.standard_normal(w.shape).astype(np.float32) * 1e-2 for w in weights]
     n = sum(w.size for w in weights)
     rows = []

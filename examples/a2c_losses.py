@@ -84,14 +84,14 @@ for update in range(args.updates):
             obs, _ = env.reset()
     with rlgrad.no_grad():
         _, last_v = model(obs[None].astype(np.float32))
-    ret, returns = float(last_v.data[0]), np.zeros(N_STEPS, np.float32)
+    ret, returns = float(last_v.detach().numpy()[0]), np.zeros(N_STEPS, np.float32)
     for t in reversed(range(N_STEPS)):  # n-step returns, bootstrapped from V(s_N)
         ret = rewards[t] + GAMMA * ret * (1.0 - dones[t])
         returns[t] = ret
 
     s = np.asarray(states, dtype=np.float32)
     logits, values = model(s)
-    advantages = returns - values.data  # a constant: computed outside autodiff
+    advantages = returns - values.detach().numpy()  # a constant: computed outside autodiff
     losses = a2c_loss(logits, values, np.asarray(actions), advantages, returns)
 
     if update == 0:  # the gradient of the sum is the sum of the parts' gradients
@@ -99,7 +99,7 @@ for update in range(args.updates):
         parts = {k: autograd.grad(losses[k], params, retain_graph=True, materialize_grads=True)
                  for k in ("total", "policy", "value", "entropy")}  # zeros where unused
         for g, gp, gv, ge in zip(*parts.values()):
-            np.testing.assert_allclose(g.data, gp.data + VF_COEF * gv.data - ENT_COEF * ge.data,
+            np.testing.assert_allclose(g.numpy(), gp.numpy() + VF_COEF * gv.numpy() - ENT_COEF * ge.numpy(),
                                        rtol=1e-4, atol=1e-6)
         rep_value = rlgrad.explain(losses["value"], model)
         rep_policy = rlgrad.explain(losses["policy"], model)
@@ -112,8 +112,8 @@ for update in range(args.updates):
     losses["total"].backward()
     opt.step()
     for k in history:
-        history[k].append(float(losses[k].data))
-    total = float(losses["total"].data)
+        history[k].append(float(losses[k].detach().numpy()))
+    total = float(losses["total"].detach().numpy())
     recombined = history["policy"][-1] + VF_COEF * history["value"][-1] - ENT_COEF * history["entropy"][-1]
     assert abs(total - recombined) < 1e-4 * max(1.0, abs(total))
 env.close()

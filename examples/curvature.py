@@ -42,26 +42,26 @@ grads = autograd.grad(loss, params, create_graph=True)  # recorded: differentiab
 penalty = sum((g ** 2).sum() for g in grads)
 d_penalty = autograd.grad(penalty, params)
 # that is 2 H g: check it against the Hessian-vector product with v = g
-flat_g = np.concatenate([g.data.ravel() for g in grads])
+flat_g = np.concatenate([g.detach().numpy().ravel() for g in grads])
 hg = hessian_vector_product(loss_fn(), params, flat_g)
-np.testing.assert_allclose(np.concatenate([d.data.ravel() for d in d_penalty]),
-                           2 * np.concatenate([h.data.ravel() for h in hg]), rtol=1e-10)
+np.testing.assert_allclose(np.concatenate([d.detach().numpy().ravel() for d in d_penalty]),
+                           2 * np.concatenate([h.detach().numpy().ravel() for h in hg]), rtol=1e-10)
 print(f"d ||g||^2 / dtheta == 2 H g  (n = {flat_g.size} parameters)")
 
 # ---- Hessian-vector product vs finite differences of the gradient --------------------------
 v = rng.standard_normal(flat_g.size)
-hv = np.concatenate([h.data.ravel() for h in hessian_vector_product(loss_fn(), params, v)])
+hv = np.concatenate([h.detach().numpy().ravel() for h in hessian_vector_product(loss_fn(), params, v)])
 
 
 def flat_grad() -> np.ndarray:
-    return np.concatenate([g.data.ravel() for g in autograd.grad(loss_fn(), params)])
+    return np.concatenate([g.detach().numpy().ravel() for g in autograd.grad(loss_fn(), params)])
 
 
 def shift(eps: float) -> None:
     i = 0
     for p in params:
-        p.data += eps * v[i:i + p.data.size].reshape(p.shape)
-        i += p.data.size
+        p.data += eps * v[i:i + p.numel()].reshape(p.shape)
+        i += p.numel()
 
 
 eps = 1e-5

@@ -38,18 +38,18 @@ def q_value(states: np.ndarray, actions: object) -> rlgrad.Tensor:
 
 # way 1: dQ/da from the critic, at a = actor(s) as a constant leaf, fed into the actor's backward
 a = actor(s)
-a_leaf = rlgrad.tensor(a.data, requires_grad=True)
+a_leaf = rlgrad.tensor(a.detach().numpy(), requires_grad=True)
 (dq_da,) = autograd.grad(q_value(s, a_leaf).mean(), [a_leaf])
 actor.zero_grad()
 a.backward(-dq_da)  # ascend Q: the gradient of the loss -Q is -dQ/da
-way1 = [p.grad.data.copy() for p in actor.parameters()]
+way1 = [p.grad.detach().numpy().copy() for p in actor.parameters()]
 
 # way 2: the surrogate loss -Q(s, actor(s)), with the critic frozen for this update
 actor.zero_grad()
 with frozen(critic):
     loss = -q_value(s, actor(s)).mean()
     loss.backward()
-way2 = [p.grad.data.copy() for p in actor.parameters()]
+way2 = [p.grad.detach().numpy().copy() for p in actor.parameters()]
 assert all(p.grad is None for p in critic.parameters())  # frozen: the critic got nothing
 for (name, _), g1, g2 in zip(actor.named_parameters(), way1, way2):
     np.testing.assert_allclose(g1, g2, rtol=1e-5, atol=1e-7)
@@ -61,17 +61,17 @@ actions = rng.integers(0, A, B)
 advantages = rng.standard_normal(B).astype(np.float32)
 
 logits = policy(s)
-probs = F.softmax(logits, dim=-1).data
+probs = F.softmax(logits, dim=-1).detach().numpy()
 onehot = np.eye(A, dtype=np.float32)[actions]
 d_logits = -(onehot - probs) * advantages[:, None] / B  # d/dlogits of -mean(adv * log pi(a|s))
 policy.zero_grad()
 logits.backward(d_logits)
-way1 = [p.grad.data.copy() for p in policy.parameters()]
+way1 = [p.grad.detach().numpy().copy() for p in policy.parameters()]
 
 policy.zero_grad()
 log_pi = rlgrad.gather(F.log_softmax(policy(s), dim=-1), 1, actions[:, None]).squeeze(1)
 (-(advantages * log_pi).mean()).backward()
-way2 = [p.grad.data.copy() for p in policy.parameters()]
+way2 = [p.grad.detach().numpy().copy() for p in policy.parameters()]
 for (name, _), g1, g2 in zip(policy.named_parameters(), way1, way2):
     np.testing.assert_allclose(g1, g2, rtol=1e-5, atol=1e-7)
     print(f"REINFORCE  {name:9s}: max |backward(dL/dlogits) - surrogate| = {np.abs(g1 - g2).max():.1e}")

@@ -41,14 +41,14 @@ term = (rng.random(B) < 0.2).astype(np.float32)
 
 
 def grads() -> list[np.ndarray]:
-    return [p.grad.data.copy() for p in network.parameters()]
+    return [p.grad.detach().numpy().copy() for p in network.parameters()]
 
 
 # ---- 1. DQN 3.0: TD error outside autodiff, backward seeded at the output layer ---------------
 with rlgrad.no_grad():
-    q2_max = target_network(s2).data.max(axis=1)
+    q2_max = target_network(s2).detach().numpy().max(axis=1)
 q_all = network(s)  # recorded: the only part that is differentiated
-delta = r + GAMMA * (1 - term) * q2_max - q_all.data[np.arange(B), a]  # plain NumPy
+delta = r + GAMMA * (1 - term) * q2_max - q_all.detach().numpy()[np.arange(B), a]  # plain NumPy
 delta = np.clip(delta, -CLIP_DELTA, CLIP_DELTA)
 targets = np.zeros((B, A), dtype=np.float32)
 targets[np.arange(B), a] = delta

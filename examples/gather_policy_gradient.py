@@ -35,7 +35,7 @@ states, actions, rewards = [], [], []
 done = False
 while not done:
     with rlgrad.no_grad():
-        p = F.softmax(policy(obs[None].astype(np.float32)), dim=-1).data[0]
+        p = F.softmax(policy(obs[None].astype(np.float32)), dim=-1).detach().numpy()[0]
     a = int(rng.choice(2, p=p / p.sum()))
     states.append(obs)
     actions.append(a)
@@ -63,16 +63,16 @@ loss = -(rlgrad.numpy.log(pi_taken) * returns).mean()
 # the gradient that reaches the probabilities: nonzero only at the gathered entries
 d_probs, d_pi = autograd.grad(loss, [probs, pi_taken], retain_graph=True)
 expected = np.zeros((T, 2), dtype=np.float32)
-expected[np.arange(T), actions] = -returns / (T * pi_taken.data)  # d/dp of -log(p) R / T
-np.testing.assert_allclose(d_probs.data, expected, rtol=1e-5, atol=1e-7)
+expected[np.arange(T), actions] = -returns / (T * pi_taken.detach().numpy())  # d/dp of -log(p) R / T
+np.testing.assert_allclose(d_probs.detach().numpy(), expected, rtol=1e-5, atol=1e-7)
 # ... which is dloss/dpi_taken scattered back into a zero matrix (gather's one-hot Jacobian)
 scattered = np.zeros((T, 2), dtype=np.float32)
-scattered[np.arange(T), actions] = d_pi.data
-np.testing.assert_array_equal(d_probs.data, scattered)
-untaken = d_probs.data[np.arange(T), 1 - np.asarray(actions)]
+scattered[np.arange(T), actions] = d_pi.detach().numpy()
+np.testing.assert_array_equal(d_probs.detach().numpy(), scattered)
+untaken = d_probs.detach().numpy()[np.arange(T), 1 - np.asarray(actions)]
 assert np.all(untaken == 0)
 print("dloss/dprobs, first 4 steps (zero where the action was not taken):")
-print(np.round(d_probs.data[:4], 5))
+print(np.round(d_probs.detach().numpy()[:4], 5))
 
 # the indices get none: asking for it is an error that says why
 try:
@@ -93,7 +93,7 @@ opt.zero_grad()
 loss.backward()
 opt.step()
 with rlgrad.no_grad():
-    new = F.softmax(policy(s), dim=-1).data[np.arange(T), actions]
-better = (np.log(new) - np.log(pi_taken.data)) * returns
+    new = F.softmax(policy(s), dim=-1).detach().numpy()[np.arange(T), actions]
+better = (np.log(new) - np.log(pi_taken.detach().numpy())) * returns
 assert better.mean() > 0, better.mean()
 print(f"after one step, mean change of log pi(a_t) * R_t = {better.mean():+.4f} (> 0)")

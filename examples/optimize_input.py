@@ -21,21 +21,21 @@ D = 4
 
 # ---- 1. the fixed point of f: minimize ||x - f(x)||^2 ---------------------------------------
 f = nn.Sequential(nn.Linear(D, D, dtype=np.float64), nn.Tanh())
-w = f[0].weight.data
+w = f[0].weight.detach().numpy()
 w *= 0.8 / np.linalg.norm(w, 2)  # make f a contraction, so the fixed point is unique
 f[0].bias.data[...] = [0.5, -0.3, 0.2, 0.1]
-before = {n: p.data.copy() for n, p in f.named_parameters()}
+before = {n: p.detach().numpy().copy() for n, p in f.named_parameters()}
 
 res = optimize_input(f, lambda x, fx: ((x - fx) ** 2).sum(), np.zeros(D), steps=300, lr=0.05)
-x_star = res.x.data
+x_star = res.x.detach().numpy()
 print(f"x* = {np.round(x_star, 5)}, ||x* - f(x*)||^2 = {res.loss:.2e} after {res.steps} steps")
 
 reference = np.zeros(D)
 for _ in range(300):  # the same point by iterating the contraction x <- f(x)
-    reference = np.tanh(w @ reference + f[0].bias.data)
+    reference = np.tanh(w @ reference + f[0].bias.detach().numpy())
 np.testing.assert_allclose(x_star, reference, atol=1e-5)
 for n, p in f.named_parameters():  # frozen: unchanged, no .grad, flag restored
-    np.testing.assert_array_equal(p.data, before[n])
+    np.testing.assert_array_equal(p.detach().numpy(), before[n])
     assert p.grad is None and p.requires_grad
 print("matches fixed-point iteration; the weights are unchanged and still require grad")
 
@@ -44,9 +44,9 @@ q_net = nn.MLP([D, 32, 2], activation=nn.Tanh, dtype=np.float64)
 q_net[2].bias.requires_grad_(False)  # a flag that must come back as False
 res2 = optimize_input(q_net, lambda x, q: -q[1], np.zeros(D), steps=200, lr=0.05,
                       bounds=(-1.0, 1.0))
-q_best = float(q_net(res2.x).data[1])
+q_best = float(q_net(res2.x).detach().numpy()[1])
 rng = np.random.default_rng(0)
-q_random = q_net(rng.uniform(-1, 1, (2000, D))).data[:, 1].max()
+q_random = q_net(rng.uniform(-1, 1, (2000, D))).detach().numpy()[:, 1].max()
 print(f"Q(x, a=1): optimized {q_best:.4f} >= best of 2000 random states {q_random:.4f}")
-assert q_best >= q_random - 1e-9 and np.all(np.abs(res2.x.data) <= 1.0)
+assert q_best >= q_random - 1e-9 and np.all(np.abs(res2.x.detach().numpy()) <= 1.0)
 assert q_net[0].weight.requires_grad and not q_net[2].bias.requires_grad

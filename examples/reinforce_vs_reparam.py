@@ -49,7 +49,7 @@ def per_sample_grads(reparam: bool) -> np.ndarray:
         baseline = -((Y - MU) ** 2 + np.exp(2 * LOG_SIGMA))  # E[r]: lowers variance, no bias
         objective = (reward(a) - baseline) * dist.log_prob(a)  # the score-function surrogate
     g_mu, g_ls = autograd.grad(objective.sum(), [mu, log_sigma])
-    return np.stack([g_mu.data, g_ls.data], axis=1)
+    return np.stack([g_mu.detach().numpy(), g_ls.detach().numpy()], axis=1)
 
 
 for name, reparam in (("score function", False), ("reparameterized", True)):
@@ -87,7 +87,7 @@ for name in ("score function", "reparameterized"):
         opt.zero_grad()
         loss.backward()
         opt.step()
-    mu = float(policy(net).loc.data)
+    mu = float(policy(net).loc.detach().numpy())
     print(f"{name:16s} after 400 steps: mu = {mu:.3f} (optimum {Y})")
     assert abs(mu - Y) < 0.3
 

@@ -50,8 +50,8 @@ for _ in range(150):
     loss = F.binary_cross_entropy_with_logits(model(X).squeeze(-1), Y)
     loss.backward()
     opt.step()
-acc = ((model(X).data[:, 0] > 0) == (Y > 0)).mean()
-print(f"train loss {float(loss.data):.3f}, accuracy {acc:.3f}")
+acc = ((model(X).detach().numpy()[:, 0] > 0) == (Y > 0)).mean()
+print(f"train loss {float(loss.detach().numpy()):.3f}, accuracy {acc:.3f}")
 assert acc > 0.95
 
 
@@ -61,12 +61,12 @@ def prob(x: rlgrad.Tensor) -> rlgrad.Tensor:
 
 xs, ys = X[:8], Y[:8].copy()
 ys[4:] = 1 - ys[4:]  # pretend the last four are labelled wrongly: confident mistakes
-g_prob = saliency(prob, xs, target=lambda p: p.sum()).data  # d p / d x, one row per input
+g_prob = saliency(prob, xs, target=lambda p: p.sum()).detach().numpy()  # d p / d x, one row per input
 g_loss = saliency(lambda x: model(x).squeeze(-1), xs,
-                  target=lambda z: F.binary_cross_entropy_with_logits(z, ys, reduction="sum")).data
+                  target=lambda z: F.binary_cross_entropy_with_logits(z, ys, reduction="sum")).numpy()
 
 # the two differ by the factor (p - y) / (p (1 - p)), row by row
-p = prob(rlgrad.tensor(xs)).data
+p = prob(rlgrad.tensor(xs)).detach().numpy()
 factor = ((p - ys) / (p * (1 - p)))[:, None]
 np.testing.assert_allclose(g_loss, factor * g_prob, rtol=1e-3, atol=1e-6)
 n_prob, n_loss = np.linalg.norm(g_prob, axis=1), np.linalg.norm(g_loss, axis=1)
@@ -83,8 +83,8 @@ print("mean |dp/dx| per feature:", np.round(mean_sal, 3))
 # integrated gradients: attributions add up to p(x) - p(0)
 attr, delta = integrated_gradients(prob, xs[0], np.zeros(D, np.float32), steps=32,
                                    target=lambda q: q.sum(), return_delta=True)
-p0 = float(prob(rlgrad.tensor(np.zeros((1, D), np.float32))).data[0])
-print(f"integrated gradients {np.round(attr.data, 3)}: sum {attr.data.sum():.4f} "
+p0 = float(prob(rlgrad.tensor(np.zeros((1, D), np.float32))).detach().numpy()[0])
+print(f"integrated gradients {np.round(attr.detach().numpy(), 3)}: sum {attr.detach().numpy().sum():.4f} "
       f"= p(x) - p(0) = {p[0] - p0:.4f}")
 assert abs(delta) < 1e-3
 

@@ -17,11 +17,15 @@ from rlgrad import (
 from rlgrad import tensor_methods as _tensor_methods  # noqa: F401 - installs the Tensor operators
 from rlgrad.creation import (  # noqa: F401
     arange,
+    as_tensor,
     cat,
     concatenate,
     empty,
+    empty_like,
     eye,
+    from_numpy,
     full,
+    full_like,
     linspace,
     ones,
     ones_like,
@@ -29,11 +33,15 @@ from rlgrad.creation import (  # noqa: F401
     zeros,
     zeros_like,
 )
+from rlgrad.device import backends, cuda, device
 from rlgrad.gradcheck import check_grads, gradcheck
 from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_add
 from rlgrad.jit import jit
 from rlgrad.ops import stop_gradient
 from rlgrad.tensor import Tensor, constant, get_default_dtype, set_default_dtype, tensor
+from rlgrad.threads import get_num_interop_threads, get_num_threads, set_num_interop_threads, set_num_threads
+from rlgrad.toplevel import *  # noqa: F403 - PyTorch's top-level functions and dtypes
+from rlgrad.toplevel import __all__ as _toplevel_all
 from rlgrad.tracer import defjvp, defvjp, enable_grad, is_grad_enabled, no_grad, primitive, set_grad_enabled
 from rlgrad.transforms import (
     elementwise_grad,
@@ -64,13 +72,16 @@ __all__ = [
     "hessian", "make_vjp", "vjp", "hessian_tensor_product", "hvp", "make_hvp", "grad_and_aux",
     "tensor_jacobian_product", "vector_jacobian_product", "make_jvp", "jvp", "check_grads",
     "gradcheck", "primitive", "defvjp", "defjvp", "gather", "gather_nd", "one_hot", "put_along_axis",
-    "scatter_add", "get_default_dtype", "set_default_dtype", "jit",
-    "linearize", "jacfwd", "jacrev",
+    "scatter_add", "get_default_dtype", "set_default_dtype", "jit", "linearize", "jacfwd", "jacrev",
+    "device", "cuda", "backends", "as_tensor", "from_numpy", "empty_like", "full_like",
+    "set_num_threads", "get_num_threads", "set_num_interop_threads", "get_num_interop_threads",
+    *_toplevel_all,
 ]
 
 
 def __getattr__(name: str):  # noqa: ANN202 - lazy subpackages keep `import rlgrad` light
-    if name in ("nn", "optim", "distributions", "random", "estimators", "analysis", "rl", "functional"):
+    if name in ("nn", "optim", "distributions", "random", "estimators", "analysis", "rl", "functional",
+                "utils"):
         return _importlib.import_module(f"rlgrad.{name}")
     if name in ("save", "load"):
         from rlgrad import serialization

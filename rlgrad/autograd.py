@@ -37,22 +37,22 @@ def _root_grads(outputs: tuple[Tensor, ...], grad_outputs: Any, what: str) -> li
                 + NO_GRAD_HINT
             )
         if g is None:
-            if out.data.size != 1:
+            if out._value.size != 1:
                 raise RuntimeError(
                     f"grad can be implicitly created only for scalar outputs, but output {i} has "
                     f"shape {out.shape}: pass gradient= (backward) or grad_outputs= (grad) with "
                     f"that shape, e.g. the gradient of the loss w.r.t. this output"
                 )
-            g = np.array(1, dtype=out.data.dtype).reshape(out.shape)  # C-level, unlike ones_like
+            g = np.array(1, dtype=out._value.dtype).reshape(out.shape)  # C-level, unlike ones_like
         else:
-            g_shape = np.shape(g.data if isinstance(g, Tensor) else g)
+            g_shape = np.shape(g._value if isinstance(g, Tensor) else g)
             if g_shape != out.shape:
                 raise RuntimeError(
                     f"{what}: the gradient for output {i} has shape {g_shape} but the output has "
                     f"shape {out.shape}; they must match"
                 )
             if not isinstance(g, Tensor):
-                g = np.array(g, dtype=out.data.dtype)  # a copy, as torch makes: .grad never aliases it
+                g = np.array(g, dtype=out._value.dtype)  # a copy, as torch makes: .grad never aliases it
         roots.append(g)
     return roots
 
@@ -67,7 +67,7 @@ def backward(tensors: Any, grad_tensors: Any = None, retain_graph: bool | None =
     outs = _as_tuple(tensors)
     roots = _root_grads(outs, grad_tensors, "backward")
     if not create_graph:
-        roots = [g.data if isinstance(g, Tensor) else g for g in roots]
+        roots = [g._value if isinstance(g, Tensor) else g for g in roots]
     run_backward(outs, roots, retain_graph=create_graph if retain_graph is None else retain_graph,
                  create_graph=create_graph)
 
@@ -84,7 +84,7 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: bool
     for i, x in enumerate(ins):
         if not isinstance(x, Tensor):
             raise TypeError(f"grad: input {i} is a {type(x).__name__}, not a Tensor")
-        if x.data.dtype.kind not in "fc":
+        if x._value.dtype.kind not in "fc":
             raise TypeError(
                 f"grad: input {i} is an integer/boolean tensor ({x.dtype}, shape {x.shape}); "
                 "indices (actions, gather/gather_nd indices) are never differentiable: the "
@@ -95,7 +95,7 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: bool
                                "call .requires_grad_() on it before computing the output")
     roots = _root_grads(outs, grad_outputs, "grad")
     if not create_graph:
-        roots = [g.data if isinstance(g, Tensor) else g for g in roots]
+        roots = [g._value if isinstance(g, Tensor) else g for g in roots]
     found = run_backward(outs, roots, retain_graph=create_graph if retain_graph is None else retain_graph,
                          create_graph=create_graph, inputs=ins)
     result: list[Tensor | None] = []
@@ -103,7 +103,7 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: bool
         g = found.get(id(x))
         if g is None:
             if materialize_grads:
-                result.append(constant(np.zeros_like(x.data)))
+                result.append(constant(np.zeros_like(x._value)))
                 continue
             if not allow_unused:
                 raise RuntimeError(
@@ -120,7 +120,7 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: bool
 def _tensor_backward(self: Tensor, gradient: Any = None, retain_graph: bool | None = None,
                      create_graph: bool = False, inputs: Any = None) -> None:
     """Backpropagate from this tensor with ``gradient`` (required unless it is a scalar)."""
-    data = self.data
+    data = self._value
     if gradient is None and inputs is None and not create_graph and self._op is not None \
             and data.size == 1:  # the usual loss.backward(): no argument checks to make
         run_backward((self,), (np.ones(data.shape, data.dtype),), bool(retain_graph), False)

@@ -161,7 +161,7 @@ def _rule_inputs(t: Tensor, g: Any, create_graph: bool) -> tuple[Any, Any, Any, 
     if create_graph:
         g = g if isinstance(g, Tensor) else constant(g)
         return g, t, args[0] if args else None, args[1] if len(args) == 2 else None, args
-    return g, t.data, None, None, [a.data if isinstance(a, Tensor) else a for a in args]
+    return g, t._value, None, None, [a._value if isinstance(a, Tensor) else a for a in args]
 
 
 def _skipped(a: Tensor, visit: set[int] | None, wanted: set[int]) -> bool:
@@ -197,22 +197,22 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
         tseq = t._seq
         if t._written:  # the output itself was written in place after it was computed
             _refuse_modified(t, t)
-        ans = t.data  # below: an argument written in place after t was computed is refused
+        ans = t._value  # below: an argument written in place after t was computed is refused
         if n == 2 and fast:
             d0, d1 = args
             if isinstance(d0, Tensor):
                 if d0._written > tseq:
                     _refuse_modified(t, d0)
-                d0 = d0.data
+                d0 = d0._value
             if isinstance(d1, Tensor):
                 if d1._written > tseq:
                     _refuse_modified(t, d1)
-                d1 = d1.data
+                d1 = d1._value
         elif n == 1 and fast:
             d0 = args[0]
             if d0._written > tseq:
                 _refuse_modified(t, d0)
-            d0 = d0.data
+            d0 = d0._value
         else:
             g, ans, d0, d1, argv = _rule_inputs(t, g, create_graph)
         rules, kw = op.vjps, t._kw
@@ -236,7 +236,7 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
                 ga = rule(g, ans, *argv, **kw) if kw else rule(g, ans, *argv)
             if ga is None:
                 continue
-            shape = a.data.shape
+            shape = a._value.shape
             if ga.shape != shape:
                 ga = unbroadcast(ga, shape, create_graph)
             akey = id(a)
@@ -260,7 +260,7 @@ def _write_leaf_grads(leaves: list[Tensor], grads: dict[int, Any], create_graph:
     for leaf in leaves:
         g = grads[id(leaf)]
         if leaf.grad is None and not create_graph and not isinstance(g, Tensor):
-            if g.dtype != leaf.data.dtype:
+            if g.dtype != leaf._value.dtype:
                 g = match_dtype(g, leaf)
             else:
                 gid = id(g)
@@ -274,7 +274,7 @@ def _write_leaf_grads(leaves: list[Tensor], grads: dict[int, Any], create_graph:
 
 def match_dtype(g: Any, like: Tensor) -> Any:
     """Gradients carry their tensor's dtype (a float32 parameter gets a float32 gradient)."""
-    dt = like.data.dtype
+    dt = like._value.dtype
     if g.dtype == dt:
         return g
     if g.dtype.kind == "c" and dt.kind != "c":  # the rules are for real numbers: never a wrong one
@@ -293,4 +293,4 @@ def _add_to_grad(t: Tensor, g: Any) -> None:
     elif g.requires_grad or t.grad.requires_grad:
         t.grad = t.grad + g
     else:
-        t.grad = constant(t.grad.data + g.data)
+        t.grad = constant(t.grad._value + g._value)

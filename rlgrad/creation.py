@@ -7,7 +7,8 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
-from rlgrad.tensor import Tensor, get_default_dtype
+from rlgrad.device import check_device
+from rlgrad.tensor import Tensor, _as_array, _leaf, get_default_dtype
 
 
 def _size_args(shape: tuple) -> tuple[int, ...]:
@@ -29,46 +30,89 @@ def _empty_aligned(shape: Any, dtype: Any, align: int = 64) -> np.ndarray:
     return raw[start:start + n * dt.itemsize].view(dt).reshape(shape)
 
 
-def _make(arr: np.ndarray, requires_grad: bool) -> Tensor:
-    return Tensor(arr, requires_grad=requires_grad)
+def _make(arr: np.ndarray, requires_grad: bool, device: Any = None) -> Tensor:
+    check_device(device)
+    return _leaf(arr, requires_grad)
 
 
-def zeros(*shape: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _make(np.zeros(_size_args(shape), dtype=dtype or get_default_dtype()), requires_grad)
+def _dt(dtype: Any) -> Any:
+    return get_default_dtype() if dtype is None else dtype
 
 
-def ones(*shape: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _make(np.ones(_size_args(shape), dtype=dtype or get_default_dtype()), requires_grad)
+def zeros(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    return _make(np.zeros(_size_args(shape), dtype=_dt(dtype)), requires_grad, device)
 
 
-def empty(*shape: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _make(np.empty(_size_args(shape), dtype=dtype or get_default_dtype()), requires_grad)
+def ones(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    return _make(np.ones(_size_args(shape), dtype=_dt(dtype)), requires_grad, device)
 
 
-def full(shape: Any, fill_value: float, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _make(np.full(shape, fill_value, dtype=dtype or get_default_dtype()), requires_grad)
+def empty(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    return _make(np.empty(_size_args(shape), dtype=_dt(dtype)), requires_grad, device)
 
 
-def zeros_like(t: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    data = t.data if isinstance(t, Tensor) else np.asarray(t)
-    return _make(np.zeros_like(data, dtype=dtype), requires_grad)
+def full(shape: Any, fill_value: float, dtype: Any = None, device: Any = None,
+         requires_grad: bool = False) -> Tensor:
+    if dtype is None and isinstance(fill_value, bool | int | np.integer):  # torch: int -> int64
+        dtype = np.bool_ if isinstance(fill_value, bool) else np.int64
+    return _make(np.full(shape, fill_value, dtype=_dt(dtype)), requires_grad, device)
 
 
-def ones_like(t: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    data = t.data if isinstance(t, Tensor) else np.asarray(t)
-    return _make(np.ones_like(data, dtype=dtype), requires_grad)
+def _like(t: Any) -> np.ndarray:
+    return t._value if isinstance(t, Tensor) else np.asarray(t)
 
 
-def eye(n: int, m: int | None = None, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _make(np.eye(n, m, dtype=dtype or get_default_dtype()), requires_grad)
+def zeros_like(t: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    return _make(np.zeros_like(_like(t), dtype=dtype), requires_grad, device)
 
 
-def arange(*args: Any, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _make(np.arange(*args, dtype=dtype), requires_grad)
+def ones_like(t: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    return _make(np.ones_like(_like(t), dtype=dtype), requires_grad, device)
 
 
-def linspace(start: float, stop: float, num: int, dtype: Any = None, requires_grad: bool = False) -> Tensor:
-    return _make(np.linspace(start, stop, num, dtype=dtype or get_default_dtype()), requires_grad)
+def empty_like(t: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    return _make(np.empty_like(_like(t), dtype=dtype), requires_grad, device)
+
+
+def full_like(t: Any, fill_value: float, dtype: Any = None, device: Any = None,
+              requires_grad: bool = False) -> Tensor:
+    return _make(np.full_like(_like(t), fill_value, dtype=dtype), requires_grad, device)
+
+
+def eye(n: int, m: int | None = None, dtype: Any = None, device: Any = None,
+        requires_grad: bool = False) -> Tensor:
+    return _make(np.eye(n, m, dtype=_dt(dtype)), requires_grad, device)
+
+
+def arange(*args: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+    """``torch.arange``: int64 for integer arguments, the default dtype if any is a float."""
+    if dtype is None and any(isinstance(a, float | np.floating) for a in args):
+        dtype = get_default_dtype()
+    return _make(np.arange(*args, dtype=dtype), requires_grad, device)
+
+
+def linspace(start: float, stop: float, num: int, dtype: Any = None, device: Any = None,
+             requires_grad: bool = False) -> Tensor:
+    return _make(np.linspace(start, stop, num, dtype=_dt(dtype)), requires_grad, device)
+
+
+def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """``torch.as_tensor``: shares the memory of a NumPy array (or Tensor) when no conversion is
+    needed, else converts as ``tensor()`` does."""
+    check_device(device)
+    if isinstance(data, Tensor):
+        return data if dtype is None or data.dtype == np.dtype(dtype) else data.to(dtype)
+    if isinstance(data, np.ndarray) and (dtype is None or data.dtype == np.dtype(dtype)):
+        return _leaf(data)
+    return _leaf(_as_array(data, dtype))
+
+
+def from_numpy(arr: np.ndarray) -> Tensor:
+    """``torch.from_numpy``: a Tensor sharing ``arr``'s memory (writes to one show in the other)."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"from_numpy expects a NumPy array, got {type(arr).__name__}; use "
+                        "rlgrad.tensor(data) for other data")
+    return _leaf(arr)
 
 
 def cat(tensors: Any, dim: int = 0) -> Any:

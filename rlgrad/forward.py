@@ -77,7 +77,8 @@ def _node_tangent(t: Tensor, tangents: dict[int, Any], recorded: bool) -> Any:
         if isinstance(a, Tensor) and a._written > t._seq:
             _refuse_modified(t, a)
     p: Primitive = t._op
-    ans, vals = (t, args) if recorded else (t.data, [a.data if isinstance(a, Tensor) else a for a in args])
+    ans, vals = (t, args) if recorded else (
+        t._value, [a._value if isinstance(a, Tensor) else a for a in args])
     kw = t._kw or {}
     if p.jvp_linear:
         out = _linear_tangent(p, ts, vals, kw)
@@ -85,15 +86,15 @@ def _node_tangent(t: Tensor, tangents: dict[int, Any], recorded: bool) -> Any:
         out = _sum_of_rules(p, ts, ans, vals, kw)
         if out is None:
             return None
-    if out.shape != t.data.shape:
-        out = broadcast_to(out, t.data.shape)
-    if out.dtype != t.data.dtype and t.data.dtype.kind in "fc":
-        if out.dtype.kind == "c" and t.data.dtype.kind != "c":  # never the real part of a wrong number
+    if out.shape != t._value.shape:
+        out = broadcast_to(out, t._value.shape)
+    if out.dtype != t._value.dtype and t._value.dtype.kind in "fc":
+        if out.dtype.kind == "c" and t._value.dtype.kind != "c":  # never the real part of a wrong number
             raise TypeError(
                 f"forward mode: the tangent of {p.name}'s real output came through complex values, "
                 "which rlgrad does not differentiate; keep the real and imaginary parts as two "
                 "real tensors")
-        out = astype(out, t.data.dtype)
+        out = astype(out, t._value.dtype)
     return out
 
 
@@ -129,7 +130,7 @@ def _linear_tangent(p: Primitive, ts: list[Any], vals: Sequence[Any], kw: dict) 
         if ts[i] is not None:
             new[i] = ts[i]
         elif vals[i] is not None:
-            v = vals[i].data if isinstance(vals[i], Tensor) else vals[i]
+            v = vals[i]._value if isinstance(vals[i], Tensor) else vals[i]
             # a Python number stays one (NumPy 2 would let a 0-d float64 array upcast float32)
             new[i] = np.zeros_like(v) if isinstance(v, np.ndarray | np.generic) else v * 0
     return p.call(*new, **kw)

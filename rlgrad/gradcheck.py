@@ -122,7 +122,7 @@ def gradcheck(func: Callable, inputs: Any, eps: float = 1e-6, atol: float = 1e-5
                          "none of them has requires_grad=True")
     outs = _outputs(func(*ins))
     for oi, out in enumerate(outs):
-        for j in range(out.data.size):
+        for j in range(out._value.size):
             out_now = _outputs(func(*ins))[oi]
             analytic: list[Any] = [None] * len(checked)
             if out_now.requires_grad:
@@ -131,14 +131,14 @@ def gradcheck(func: Callable, inputs: Any, eps: float = 1e-6, atol: float = 1e-5
                 analytic = grad(out_now, [ins[i] for i in checked], seed, allow_unused=True)
             for i, ga in zip(checked, analytic):
                 x = ins[i]
-                ga = np.zeros_like(x.data) if ga is None else ga.data
-                flat = x.data.reshape(-1)
+                ga = np.zeros_like(x._value) if ga is None else ga._value
+                flat = x._value.reshape(-1)
                 for k in range(flat.size):
                     orig = flat[k]
                     flat[k] = orig + eps
-                    plus = _outputs(func(*ins))[oi].data.reshape(-1)[j]
+                    plus = _outputs(func(*ins))[oi]._value.reshape(-1)[j]
                     flat[k] = orig - eps
-                    minus = _outputs(func(*ins))[oi].data.reshape(-1)[j]
+                    minus = _outputs(func(*ins))[oi]._value.reshape(-1)[j]
                     flat[k] = orig
                     numeric = (plus - minus) / (2 * eps)
                     a = ga.reshape(-1)[k]

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
-from rlgrad.tensor import Tensor, _shape, _Trace
+from rlgrad.tensor import Tensor, _shape, _Trace, constant
 
 __all__ = ["gather", "gather_nd", "take_along_axis", "one_hot", "scatter_add", "put_along_axis"]
 
@@ -31,7 +31,7 @@ __all__ = ["gather", "gather_nd", "take_along_axis", "one_hot", "scatter_add", "
 def _indices(index: Any, where: str) -> np.ndarray:
     """The index as an integer ndarray; anything else is refused with the reason."""
     if isinstance(index, Tensor):
-        index = index.data
+        index = index._value
     idx = np.asarray(index)
     if idx.dtype.kind not in "iu":
         raise TypeError(
@@ -129,7 +129,7 @@ def gather_nd(params: Any, indices: Any, batch_dims: int = 0) -> Any:
         for j in range(b)
     ]
     if isinstance(indices, Tensor):  # through recorded ops, so that rlgrad.jit can follow them
-        parts += [ops.getitem(indices, (Ellipsis, c)).data for c in range(k)]
+        parts += [ops.getitem(indices, (Ellipsis, c))._value for c in range(k)]
     else:
         parts += [idx[..., c] for c in range(k)]
     if not parts:  # K = 0 and no batch axes: every index row addresses all of params
@@ -184,7 +184,7 @@ def one_hot(indices: Any, num_classes: int = -1, dtype: Any = np.int64) -> Any:
                                "values; pass num_classes inside a compiled step")
         return ops.astype(ops.equal(ops.expand_dims(indices, -1), np.arange(num_classes)), dtype)
     out = (idx[..., None] == np.arange(num_classes)).astype(dtype)
-    return Tensor(out) if isinstance(indices, Tensor) else out
+    return constant(out) if isinstance(indices, Tensor) else out
 
 
 def scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:
@@ -225,7 +225,7 @@ def scatter_add(x: Any, dim: int, index: Any, src: Any) -> Any:
 
 
 def _dtype(x: Any) -> np.dtype:
-    return x.data.dtype if isinstance(x, Tensor) else np.asarray(x).dtype
+    return x._value.dtype if isinstance(x, Tensor) else np.asarray(x).dtype
 
 
 def put_along_axis(arr: Any, indices: Any, values: Any, axis: int) -> Any:

@@ -64,7 +64,7 @@ def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
         for name in names:
             _flatten(tree[name], leaves, key)
     elif isinstance(tree, Tensor):
-        _flatten(tree.data, leaves, key)
+        _flatten(tree._value, leaves, key)
     else:
         arr = np.asarray(tree)
         leaves.append(arr)
@@ -146,7 +146,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
     def _compile_for(self, args: tuple) -> _Compiled:
         dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
         leaves, in_def = tree_flatten(dyn)
-        leaves = [x.data if isinstance(x, Tensor) else np.asarray(x) for x in leaves]
+        leaves = [x._value if isinstance(x, Tensor) else np.asarray(x) for x in leaves]
         return self._trace(args, leaves, in_def)
 
     # ---- tracing ------------------------------------------------------------------------------
@@ -183,8 +183,8 @@ class _Names:
         self.by_array: dict[int, str] = {}  # id(input ndarray) -> name: indices unwrapped from inputs
         self.traced_arrays: list[np.ndarray] = []
         for i, t in enumerate(inputs):
-            self.slot[id(t)] = self.by_array[id(t.data)] = f"a{i}"
-            self.traced_arrays.append(t.data)
+            self.slot[id(t)] = self.by_array[id(t._value)] = f"a{i}"
+            self.traced_arrays.append(t._value)
         self.consts: dict[str, Any] = {}
         self.keep_alive: list[Any] = []  # ids are only unique while the objects live
 
@@ -200,7 +200,7 @@ class _Names:
             if name is not None:
                 return name
             self.keep_alive.append(value)
-            return f"{self.const(value)}.data"  # a tensor from outside: read its current value
+            return f"{self.const(value)}._value"  # a tensor from outside: read its current value
         if isinstance(value, np.ndarray | np.generic):  # (a 1-D argmax is a NumPy scalar)
             name = self.by_array.get(id(value))
             if name is not None:
@@ -209,7 +209,7 @@ class _Names:
                 if type(value) is np.ndarray and value.size and np.shares_memory(value, traced):
                     raise RuntimeError(
                         "rlgrad.jit: an array derived from a traced value outside rlgrad's "
-                        "operations (e.g. a NumPy slice of .data) was used in the step; the "
+                        "operations (e.g. a NumPy slice of .numpy()) was used in the step; the "
                         "compiled step would freeze it. Compute it with rlgrad operations or pass "
                         "it as an argument."
                     )
@@ -231,18 +231,18 @@ class _Names:
         # A traced value may come back unwrapped (an index computed in the step, e.g. an argmax,
         # reaches x[rows, a] as its array): map its array to the same variable, never a constant.
         # (not np.True_/np.False_: NumPy's boolean scalars are shared objects)
-        if (isinstance(res.data, np.ndarray | np.generic) and type(res.data) is not np.bool_
+        if (isinstance(res._value, np.ndarray | np.generic) and type(res._value) is not np.bool_
                 and not name.startswith("c")):
-            self.by_array[id(res.data)] = name
-            if type(res.data) is np.ndarray:
-                self.traced_arrays.append(res.data)
+            self.by_array[id(res._value)] = name
+            if type(res._value) is np.ndarray:
+                self.traced_arrays.append(res._value)
 
 
 def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any) -> _Compiled:
     names = _Names(inputs)
     lines, writers = _emit(tape, names)
     lines = _fold_constants(lines, names.consts)
-    # ref(), not const(): an array returned from the step (a traced value's .data) is that value
+    # ref(), not const(): an array returned from the step (a traced value's ._value) is that value
     outs = [names.ref(o) if isinstance(o, Tensor | np.ndarray) else names.const(o) for o in out_leaves]
     body = _reuse_buffers(_live_lines(lines, outs), outs, writers, names.const)
     return _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive)
@@ -269,7 +269,7 @@ def _emit(tape: list, names: _Names) -> tuple[list, dict[str, tuple[str, str, st
             call_args = ", ".join(arg_src + kw_src)
             code = f"{name} = {fn}({call_args})  # {p.name}"
             lines.append((name, code, _names(code)))
-            value = res.data
+            value = res._value
             if (p.writes_out and type(value) is np.ndarray and value.ndim
                     and "out" not in kwargs):  # (forward, its arguments, op name, traced value)
                 writers[name] = (fn, call_args, p.name, value)
@@ -389,7 +389,7 @@ def _fold_constants(lines: list[tuple[str, str, list[str]]], consts: dict[str, A
     kept = []
     folded: dict[str, Any] = {}
     for target, code, used in lines:
-        if not used and ".data" not in code:
+        if not used and "._value" not in code:
             scope = {**consts, **folded}
             exec(code, scope)  # noqa: S102 - our own generated line
             folded[target] = scope[target]

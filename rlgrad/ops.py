@@ -456,7 +456,7 @@ def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 def _mean_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     # x is the differentiated argument, so an array or a Tensor: attributes, not helpers
-    n = x.size // (ans.size or 1) or 1  # 0 only for an empty x, whose gradient is empty
+    n = _size(x) // (_size(ans) or 1) or 1  # 0 only for an empty x, whose gradient is empty
     if axis is None:  # a 0-d gradient broadcasts as it is
         return broadcast_to(g / n, x.shape)
     return broadcast_to(_regrow(g, x, axis, keepdims) / n, x.shape)
@@ -525,7 +525,7 @@ def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = F
     # graph, no trace) only when there is one, recorded it must not depend on the values
     if _may_be_nan(ans):
         hit = logical_or(hit, logical_and(isnan(x), isnan(ans_kd)))
-    if isinstance(hit, Tensor) or x.size >= 1 << 24:
+    if isinstance(hit, Tensor) or _size(x) >= 1 << 24:
         count = sum(hit, axis=axis, keepdims=True).astype(g.dtype)  # not int64: no float64 upcast
     else:  # counted in g's dtype directly: small whole numbers, exact, so the same values
         count = np.add.reduce(hit, axis=axis, keepdims=True, dtype=g.dtype)
@@ -1139,7 +1139,7 @@ def holds_tensor(obj: Any) -> bool:
 
 def _values(obj: Any) -> Any:
     if isinstance(obj, Tensor):
-        return obj.data
+        return obj._value
     if type(obj) in (list, tuple):
         return [_values(o) for o in obj]
     return obj

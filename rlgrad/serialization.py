@@ -30,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import Tensor
+from rlgrad.device import check_device
+from rlgrad.tensor import Tensor, _leaf
 
 __all__ = ["save", "load", "CheckpointError", "StateDictError", "CheckpointDict"]
 
@@ -128,7 +129,7 @@ class _Encoder:
         if isinstance(obj, np.ndarray):
             return {**self._record("$array", obj, path), "shape": list(obj.shape)}
         if isinstance(obj, Tensor):
-            return {**self._record("$tensor", obj.data, path), "shape": list(obj.shape),
+            return {**self._record("$tensor", obj._value, path), "shape": list(obj.shape),
                     "requires_grad": obj.requires_grad}
         if isinstance(obj, Mapping):
             items = []
@@ -318,13 +319,18 @@ def _read_header(path: str) -> tuple[dict, int]:
     return header, data_len
 
 
-def load(path: str | os.PathLike) -> Any:
+def load(path: str | os.PathLike, map_location: Any = None, weights_only: Any = None) -> Any:
     """Read a checkpoint written by ``rlgrad.save``; dicts come back as ``CheckpointDict``.
 
     A plain safetensors file (not written by rlgrad) loads as a dict of arrays. Anything wrong
     with the file (truncated, damaged, hostile, a directory) raises ``CheckpointError``.
+    ``map_location`` (a CPU device) and ``weights_only`` are accepted as PyTorch's ``load`` takes
+    them: a checkpoint holds only data, never code, so it is always "weights only".
     """
     import safetensors.numpy as stn
+
+    check_device(map_location if not callable(map_location) and not isinstance(map_location, dict)
+                 else None)
 
     path = os.fspath(path)
     header, _ = _read_header(path)
@@ -425,7 +431,7 @@ class _Decoder:
             grad = node.get("requires_grad", False) is True
             if grad and arr.dtype.kind not in "fc":
                 raise self._bad(key, f"a {arr.dtype} tensor marked as requiring grad")
-            return Tensor(arr, requires_grad=grad)
+            return _leaf(arr, requires_grad=grad)
         if "$scalar" in node:
             arr = self._array(node, "$scalar", key)
             if arr.size != 1:

@@ -206,7 +206,7 @@ def _x_log(x: Any, y: Any, log: Any, edge: float, safe: float) -> Any:
     inside the domain x * log(y) is 0 at x == 0 by itself, and its gradient in x is log(y), not
     0 (a mask there would cut it)."""
     def raw(v: Any) -> Any:
-        return v.data if isinstance(v, Tensor) else np.asarray(v)
+        return v._value if isinstance(v, Tensor) else np.asarray(v)
 
     with np.errstate(invalid="ignore"):
         masked = (raw(x) == 0) & (raw(y) <= edge)

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.device import CPU, check_device
+
 _FLOAT_KINDS = "fc"
 
 
@@ -63,38 +65,34 @@ def set_default_dtype(dtype: Any) -> None:
 class Tensor:
     """An n-dimensional array that can record the operations applied to it.
 
-    ``data`` is the underlying NumPy array (not a Tensor, unlike PyTorch's ``.data``).
+    ``.data`` is, as in PyTorch, a Tensor outside the graph sharing this one's memory; the NumPy
+    array itself is ``._value`` (library code) or ``.detach().numpy()`` (user code).
     """
 
     # _cut: (op, reason, sources) where a gradient path was cut (see tracer._record), else None;
     # unset on graph nodes (they require grad, so nothing reads it), hence read with getattr.
     # _written: 0, or the creation-order number (``_seq``'s counter) of the last in-place write,
     # so a node older than that write knows the value it saved has changed (torch's version check).
-    __slots__ = ("data", "requires_grad", "grad", "_op", "_args", "_kw", "_retain", "_seq", "_cut",
+    __slots__ = ("_value", "requires_grad", "grad", "_op", "_args", "_kw", "_retain", "_seq", "_cut",
                  "_written", "__weakref__")
     __array_priority__ = 1000  # so ndarray <op> Tensor defers to the Tensor's reflected operator
 
-    def __init__(self, data: Any, requires_grad: bool = False, dtype: Any = None) -> None:
-        arr = _as_array(data, dtype)
-        self.data = arr
-        self.grad: Tensor | None = None
-        self._op = None
-        self._args = None
-        self._kw = None
-        self._retain = False
-        self._cut = None
-        self._written = 0
-        self.requires_grad = False
-        if requires_grad:
-            self.requires_grad_(True)
+    def __init__(self, *args: Any, requires_grad: bool = False, dtype: Any = None,
+                 device: Any = None) -> None:
+        """``torch.Tensor(data)``: a float tensor of the default dtype (float32), whatever the
+        input's dtype, sharing the memory of a NumPy array of that dtype (as PyTorch's);
+        ``torch.Tensor(2, 3)``: a tensor of that shape (zeros here). ``rlgrad.tensor(data)``
+        keeps the input's dtype."""
+        check_device(device)
+        _init_leaf(self, _constructor_array(args, dtype), requires_grad)
 
     # ---- flags --------------------------------------------------------------------------
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
         """Set ``requires_grad`` in place (freezing a parameter is ``requires_grad_(False)``)."""
-        if requires_grad and self.data.dtype.kind not in _FLOAT_KINDS:
+        if requires_grad and self._value.dtype.kind not in _FLOAT_KINDS:
             raise TypeError(
                 f"only floating-point tensors can require gradients, this one is "
-                f"{self.data.dtype} with shape {self.shape}: integer and boolean values "
+                f"{self._value.dtype} with shape {self.shape}: integer and boolean values "
                 f"(indices, actions, masks) are never differentiable"
             )
         if not requires_grad and self._op is not None:
@@ -125,28 +123,50 @@ class Tensor:
         self.requires_grad = False
         return self
 
+    @property
+    def data(self) -> Tensor:
+        """PyTorch's ``.data``: a Tensor that shares this one's memory, requires no grad and is
+        not in the graph (``target.data.copy_(tau * p.data + (1 - tau) * target.data)``).
+        Writes through it are not seen by the in-place version check, as in PyTorch."""
+        return constant(self._value)
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        """``t.data = other``: ``t`` now holds ``other``'s array (no copy), as in PyTorch."""
+        arr = value._value if isinstance(value, Tensor) else value
+        if not isinstance(arr, np.ndarray | np.generic):
+            raise TypeError(f"assigning .data needs a Tensor or a NumPy array, got {type(value).__name__}")
+        self._value = arr
+
     # ---- NumPy views ---------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
-        return self.data.shape
+        return self._value.shape
 
     @property
     def ndim(self) -> int:
-        return self.data.ndim
+        return self._value.ndim
 
     @property
     def dtype(self) -> np.dtype:
-        return self.data.dtype
+        return self._value.dtype
+
+    def size(self, dim: int | None = None) -> Any:
+        """PyTorch's: the shape as a ``Size`` (a tuple), or the length of dimension ``dim``.
+        (NumPy's ``.size``, the element count, is ``numel()``.)"""
+        return Size(self._value.shape) if dim is None else self._value.shape[dim]
 
     @property
-    def size(self) -> int:  # NumPy's attribute; torch's method form is numel()
-        return self.data.size
+    def device(self) -> Any:
+        return CPU
+
+    is_cuda = False
 
     def numel(self) -> int:
-        return int(self.data.size)
+        return int(self._value.size)
 
     def dim(self) -> int:
-        return self.data.ndim
+        return self._value.ndim
 
     def numpy(self) -> np.ndarray:
         _refuse_value("numpy()")
@@ -155,19 +175,19 @@ class Tensor:
                 "can't call numpy() on a tensor that requires grad: the gradient would be "
                 "dropped; use .detach().numpy()"
             )
-        return np.asarray(self.data)
+        return np.asarray(self._value)
 
     def item(self) -> float | int | bool:
         _refuse_value("item()")
         if self.dtype.kind in _FLOAT_KINDS:
             _refuse_float(self, "item()")
-        if self.data.size != 1:
+        if self._value.size != 1:
             raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
-        return self.data.item()
+        return self._value.item()
 
     def tolist(self) -> Any:
         _refuse_value("tolist()")
-        return np.asarray(self.data).tolist()
+        return np.asarray(self._value).tolist()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         _refuse_value("converting to a NumPy array")
@@ -176,13 +196,13 @@ class Tensor:
                 "converting a tensor that requires grad to a NumPy array would silently drop "
                 "its gradient; call .detach() first, or use rlgrad.numpy's function"
             )
-        arr = np.asarray(self.data)
+        arr = np.asarray(self._value)
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
     def __len__(self) -> int:
-        if self.data.ndim == 0:
+        if self._value.ndim == 0:
             raise TypeError("len() of a 0-d tensor")
-        return self.data.shape[0]
+        return self._value.shape[0]
 
     def __iter__(self):  # noqa: ANN204
         for i in range(len(self)):
@@ -190,31 +210,31 @@ class Tensor:
 
     def __bool__(self) -> bool:
         _refuse_value("bool()")
-        return bool(self.data)
+        return bool(self._value)
 
     def __float__(self) -> float:
         _refuse_value("float()")
         _refuse_float(self, "float()")
-        return float(self.data)
+        return float(self._value)
 
     def __int__(self) -> int:
         _refuse_value("int()")
-        return int(self.data)
+        return int(self._value)
 
     def __index__(self) -> int:
         _refuse_value("using it as a Python index (e.g. a NumPy array indexed by it)")
-        if self.data.dtype.kind not in "iub":
+        if self._value.dtype.kind not in "iub":
             raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
-        return int(self.data)
+        return int(self._value)
 
     def __hash__(self) -> int:
         return id(self)
 
     def __repr__(self) -> str:
-        body = np.array2string(np.asarray(self.data), separator=", ", prefix="tensor(")
+        body = np.array2string(np.asarray(self._value), separator=", ", prefix="tensor(")
         extra = ""
-        if self.data.dtype != get_default_dtype() and self.data.dtype.kind == "f":
-            extra += f", dtype={self.data.dtype}"
+        if self._value.dtype != get_default_dtype() and self._value.dtype.kind == "f":
+            extra += f", dtype={self._value.dtype}"
         if self._op is not None:
             extra += f", grad_fn=<{self._op.name}>"
         elif self.requires_grad:
@@ -222,9 +242,62 @@ class Tensor:
         return f"tensor({body}{extra})"
 
 
+class Size(tuple):
+    """``torch.Size``: the tuple ``Tensor.size()`` returns."""
+
+    __slots__ = ()
+
+    def numel(self) -> int:
+        n = 1
+        for d in self:
+            n *= d
+        return n
+
+    def __repr__(self) -> str:
+        return f"Size({list(self)})"
+
+
+def _init_leaf(t: Tensor, arr: np.ndarray, requires_grad: bool) -> None:
+    t._value = arr
+    t.grad = None
+    t._op = None
+    t._args = None
+    t._kw = None
+    t._retain = False
+    t._cut = None
+    t._written = 0
+    t.requires_grad = False
+    if requires_grad:
+        t.requires_grad_(True)
+
+
+def _constructor_array(args: tuple, dtype: Any) -> np.ndarray:
+    dt = get_default_dtype() if dtype is None else np.dtype(dtype)
+    if all(isinstance(a, int | np.integer) and not isinstance(a, bool) for a in args) and (
+            len(args) != 1 or not isinstance(args[0], np.ndarray)):
+        return np.zeros(args, dt)  # Tensor(2, 3) / Tensor(): a shape (torch leaves it unset)
+    if len(args) == 1 and isinstance(args[0], Size):
+        return np.zeros(tuple(args[0]), dt)
+    if len(args) != 1:
+        raise TypeError(f"Tensor() takes one array-like or integer sizes, got {len(args)} arguments")
+    data = args[0]
+    if isinstance(data, Tensor):
+        data = data._value
+    elif isinstance(data, list | tuple) and any(isinstance(d, Tensor) for d in data):
+        data = [np.asarray(d.detach()._value if isinstance(d, Tensor) else d) for d in data]
+    return np.asarray(data, dtype=dt)
+
+
+def _leaf(arr: np.ndarray, requires_grad: bool = False) -> Tensor:
+    """A leaf Tensor holding ``arr`` itself (no conversion, no copy)."""
+    t = _new(Tensor)
+    _init_leaf(t, arr, requires_grad)
+    return t
+
+
 def _as_array(data: Any, dtype: Any = None) -> np.ndarray:
     if isinstance(data, Tensor):
-        data = data.data
+        data = data._value
     if dtype is not None:
         return np.asarray(data, dtype=dtype)
     if isinstance(data, np.ndarray | np.generic):
@@ -235,15 +308,18 @@ def _as_array(data: Any, dtype: Any = None) -> np.ndarray:
     return arr
 
 
-def tensor(data: Any, requires_grad: bool = False, dtype: Any = None) -> Tensor:
+def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False,
+           pin_memory: bool = False) -> Tensor:
     """Make a leaf Tensor holding a copy of ``data`` (as ``torch.tensor``: updating one never
-    changes the other). A NumPy array keeps its dtype; Python floats become float32."""
+    changes the other). A NumPy array keeps its dtype (float64 stays float64, as in PyTorch);
+    Python floats get the default dtype (float32), Python ints int64, bools bool."""
     if isinstance(data, list | tuple) and any(isinstance(d, Tensor) for d in data):
-        data = [np.asarray(d.detach().data if isinstance(d, Tensor) else d) for d in data]
-    t = Tensor(data, requires_grad=requires_grad, dtype=dtype)
-    if t.data is (data.data if isinstance(data, Tensor) else data):
-        t.data = t.data.copy()
-    return t
+        data = [np.asarray(d.detach()._value if isinstance(d, Tensor) else d) for d in data]
+    check_device(device)
+    arr = _as_array(data, dtype)
+    if arr is (data._value if isinstance(data, Tensor) else data):
+        arr = arr.copy()
+    return _leaf(arr, requires_grad)
 
 
 # Creation order of recorded tensors: an argument is always created before the tensors computed
@@ -253,7 +329,7 @@ _next_seq = itertools.count().__next__
 def mark_written(*tensors: Any) -> None:
     """Record an in-place write into each Tensor among ``tensors``: a gradient rule recorded
     before it would read the new values, so the backward pass refuses it (as torch's version
-    counter does). Every in-place API calls this; writes into ``.data``'s array are not seen."""
+    counter does). Every in-place API calls this; writes into ``._value``'s array are not seen."""
     for t in tensors:
         if isinstance(t, Tensor):
             t._written = _next_seq()
@@ -270,7 +346,7 @@ def constant(data: Any) -> Tensor:
     constant. ``data`` must already be a NumPy array or NumPy scalar (``rlgrad.tensor`` converts
     and copies anything else); the Tensor shares its memory, as ``torch.from_numpy`` does."""
     t = _new(Tensor)
-    t.data = data
+    t._value = data
     t.requires_grad = False
     t.grad = None
     t._op = None
@@ -295,4 +371,4 @@ def _ndim(x: Any) -> int:
 
 
 def _size(x: Any) -> int:
-    return x.size if hasattr(x, "size") else np.size(x)
+    return x._value.size if isinstance(x, Tensor) else np.size(x)

@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
+from rlgrad.device import check_device, is_device
+from rlgrad.indexing import gather
 from rlgrad.numpy import _std_from_var, var
 from rlgrad.ops import (
     absolute,
@@ -51,7 +53,7 @@ from rlgrad.ops import (
     swapaxes,
     transpose,
 )
-from rlgrad.tensor import Tensor, mark_written
+from rlgrad.tensor import Tensor, constant, mark_written
 from rlgrad.tracer import _GradMode
 
 
@@ -64,7 +66,7 @@ def _index_key(idx: Any) -> Any:
     if isinstance(idx, Tensor):
         if idx.requires_grad:
             raise TypeError("an index tensor cannot require grad: indices are never differentiable")
-        return idx.data
+        return idx._value
     if isinstance(idx, tuple):
         for i in idx:  # the usual (rows, actions) or slices: nothing to unwrap, no new tuple
             if isinstance(i, Tensor | list | tuple):
@@ -96,9 +98,11 @@ class MaxMinResult(tuple):
     indices = property(lambda self: self[1])
 
 
-def _extremum_method(fn: Any, arg_fn: Any) -> Any:
+def _extremum_method(fn: Any, arg_fn: Any, elementwise: Any) -> Any:
     def method(self: Tensor, dim: Any = None, keepdim: bool = False, *, axis: Any = None,
                keepdims: bool = False) -> Any:
+        if isinstance(dim, Tensor | np.ndarray):  # torch's t.max(other): elementwise
+            return elementwise(self, dim)
         # PyTorch: t.max(dim) is (values, indices), so `q.max(1)[0]` means what it does in torch;
         # NumPy: t.max(axis=1) is the values. Without either, the maximum of all elements.
         if dim is None or axis is not None:
@@ -135,8 +139,14 @@ def _method_permute(self: Tensor, *axes: Any) -> Any:
     return transpose(self, axes)
 
 
-def _method_squeeze(self: Tensor, axis: Any = None, *, dim: Any = None) -> Any:
-    return squeeze(self, _axis(axis, dim))
+def _method_squeeze(self: Tensor, dim: Any = None, *, axis: Any = None) -> Any:
+    """PyTorch's: a named dimension whose size is not 1 is left alone (NumPy's raises)."""
+    d = _axis(axis, dim)
+    if d is None:
+        return squeeze(self, None)
+    dims = tuple(d) if isinstance(d, tuple | list) else (d,)
+    keep = tuple(i for i in dims if self.shape[i] == 1)
+    return squeeze(self, keep) if keep else self
 
 
 def _method_unsqueeze(self: Tensor, dim: int) -> Any:
@@ -151,16 +161,32 @@ def _method_log_softmax(self: Tensor, dim: int = -1) -> Any:
     return log_softmax(self, axis=dim)
 
 
-def _method_var(self: Tensor, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
-                dim: Any = None, correction: Any = None, keepdim: bool = False) -> Any:
-    return var(self, axis=_axis(axis, dim), ddof=ddof if correction is None else correction,
+def _correction(unbiased: Any, correction: Any, ddof: Any) -> Any:
+    if isinstance(unbiased, int | np.integer) and not isinstance(unbiased, bool):
+        raise TypeError("var/std's second positional argument is PyTorch's `unbiased` (a bool); "
+                        "pass the number of degrees of freedom as correction= (or ddof=)")
+    given = [c for c in (correction, ddof) if c is not None]
+    if given:
+        return given[0]
+    return 1 if unbiased is None or unbiased else 0
+
+
+def _method_var(self: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *,
+                correction: Any = None, ddof: Any = None, axis: Any = None,
+                keepdims: bool = False) -> Any:
+    """PyTorch's: the unbiased estimate (``correction=1``) unless ``unbiased=False`` or
+    ``correction=0`` (``ddof=`` is accepted as a synonym). ``rlgrad.numpy.var`` is NumPy's
+    (``ddof=0``)."""
+    return var(self, axis=_axis(axis, dim), ddof=_correction(unbiased, correction, ddof),
                keepdims=keepdims or keepdim)
 
 
-def _method_std(self: Tensor, axis: Any = None, ddof: int = 0, keepdims: bool = False, *,
-                dim: Any = None, correction: Any = None, keepdim: bool = False) -> Any:
-    return _std_from_var(_method_var(self, axis, ddof, keepdims, dim=dim, correction=correction,
-                                     keepdim=keepdim))
+def _method_std(self: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bool = False, *,
+                correction: Any = None, ddof: Any = None, axis: Any = None,
+                keepdims: bool = False) -> Any:
+    """PyTorch's, as ``var``: unbiased by default."""
+    return _std_from_var(_method_var(self, dim, unbiased, keepdim, correction=correction,
+                                     ddof=ddof, axis=axis, keepdims=keepdims))
 
 
 def _method_argmax(self: Tensor, axis: Any = None, *, dim: Any = None, keepdims: bool = False,
@@ -183,8 +209,61 @@ def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
             "in-place assignment into a tensor that requires grad would corrupt its gradient; "
             "build a new tensor instead (rlgrad.numpy.where, put_along_axis or concatenate)"
         )
-    self.data[_index_key(idx)] = value.data if isinstance(value, Tensor) else value
+    self._value[_index_key(idx)] = value._value if isinstance(value, Tensor) else value
     mark_written(self)
+
+
+def _sizes(sizes: tuple) -> tuple:
+    return tuple(sizes[0]) if len(sizes) == 1 and isinstance(sizes[0], tuple | list) else sizes
+
+
+def _method_flatten(self: Tensor, start_dim: int = 0, end_dim: int = -1) -> Any:
+    shape = self.shape
+    if not shape:
+        return reshape(self, (1,))
+    s, e = start_dim % len(shape), end_dim % len(shape)
+    return reshape(self, shape[:s] + (-1,) + shape[e + 1:]) if s <= e else self
+
+
+def _method_expand(self: Tensor, *sizes: Any) -> Any:
+    """PyTorch's: ``-1`` keeps a dimension's size."""
+    sizes = _sizes(sizes)
+    lead = len(sizes) - self.ndim
+    full = tuple(self.shape[i - lead] if n == -1 else n for i, n in enumerate(sizes))
+    return broadcast_to(self, full)
+
+
+def _method_t(self: Tensor) -> Any:
+    if self.ndim > 2:
+        raise ValueError(f"t() expects a tensor with at most 2 dimensions, got {self.ndim}; use "
+                         "transpose(dim0, dim1)")
+    return transpose(self) if self.ndim == 2 else self
+
+
+def _nondiff_reduce(fn: Any, self: Tensor, dim: Any, keepdim: bool) -> Tensor:
+    return constant(np.asarray(fn(self._value, axis=dim, keepdims=keepdim)))
+
+
+def _cast(self: Tensor, dtype: Any) -> Any:
+    """A cast that returns ``self`` when the dtype is already right (PyTorch's ``.float()``,
+    ``.to(dtype)``)."""
+    return self if self.dtype == np.dtype(dtype) else astype(self, dtype)
+
+
+def _method_to(self: Tensor, *args: Any, dtype: Any = None, device: Any = None,
+               non_blocking: bool = False, copy: bool = False, **_kw: Any) -> Any:
+    """``t.to(device)``, ``t.to(dtype)``, ``t.to(device, dtype)``, ``t.to(other)``: CPU devices
+    are accepted (rlgrad computes on the CPU), another device raises."""
+    for a in args:
+        if isinstance(a, Tensor):
+            dtype = a.dtype
+        elif is_device(a):
+            device = a
+        else:
+            dtype = a
+    check_device(device)
+    out = self if dtype is None else _cast(self, dtype)
+    return clone(out) if copy and out is self else out
 
 
 def _reflected(fn: Any) -> Any:
@@ -224,14 +303,14 @@ def _install_tensor_methods() -> None:
     for name in ("sum", "mean", "prod", "logsumexp"):
         setattr(T, name, _reduction(getattr(ops, name)))
     T.amax, T.amin = _reduction(ops.max), _reduction(ops.min)  # values only, as torch.amax/np.amax
-    T.max = _extremum_method(ops.max, argmax)
-    T.min = _extremum_method(ops.min, argmin)
+    T.max = _extremum_method(ops.max, argmax, ops.maximum)
+    T.min = _extremum_method(ops.min, argmin, ops.minimum)
     T.var = _method_var
     T.std = _method_std
     T.argmax = _method_argmax
     T.argmin = _method_argmin
     T.reshape = T.view = _method_reshape
-    T.flatten = lambda self, start_dim=0: reshape(self, self.shape[:start_dim] + (-1,))
+    T.flatten = _method_flatten
     T.ravel = lambda self: reshape(self, (-1,))
     T.transpose = _method_transpose
     T.permute = _method_permute
@@ -240,8 +319,7 @@ def _install_tensor_methods() -> None:
     T.unsqueeze = _method_unsqueeze
     T.expand_dims = expand_dims
     T.broadcast_to = broadcast_to
-    T.expand = lambda self, *shape: broadcast_to(
-        self, tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list) else shape)
+    T.expand = _method_expand
     T.clip = T.clamp = _method_clip
     T.pow = power
     T.matmul = T.dot = matmul
@@ -250,16 +328,46 @@ def _install_tensor_methods() -> None:
     T.clone = clone
     T.detach = stop_gradient
     T.astype = astype
-    T.to = lambda self, dtype: astype(self, dtype)
-    T.float = lambda self: astype(self, np.float32)
-    T.double = lambda self: astype(self, np.float64)
-    T.long = lambda self: astype(self, np.int64)
-    T.int = lambda self: astype(self, np.int32)
-    T.bool = lambda self: astype(self, np.bool_)
-    T.type = lambda self, dtype=None: self.dtype if dtype is None else astype(self, dtype)
 
 
 _install_tensor_methods()
+
+
+def _install_torch_methods() -> None:
+    """PyTorch's devices, casts and the methods it has beyond NumPy's."""
+    T = Tensor
+    T.to = _method_to
+    T.cpu = lambda self: self
+    T.cuda = lambda self, *a, **k: check_device("cuda")
+    T.float = lambda self: _cast(self, np.float32)
+    T.double = lambda self: _cast(self, np.float64)
+    T.half = lambda self: _cast(self, np.float16)
+    T.long = lambda self: _cast(self, np.int64)
+    T.int = lambda self: _cast(self, np.int32)
+    T.bool = lambda self: _cast(self, np.bool_)
+    T.type = lambda self, dtype=None: self.dtype if dtype is None else _cast(self, dtype)
+    T.type_as = lambda self, other: _cast(self, other.dtype)
+    T.gather = gather
+    T.contiguous = lambda self, *a, **k: self
+    T.t = _method_t
+    T.view_as = T.reshape_as = lambda self, other: reshape(self, other.shape)
+    T.expand_as = lambda self, other: broadcast_to(self, other.shape)
+    T.nelement = T.numel
+    T.ndimension = T.dim
+    T.is_floating_point = lambda self: self.dtype.kind == "f"
+    T.masked_fill = lambda self, mask, value: ops.where(mask, value, self)
+    T.all = lambda self, dim=None, keepdim=False: _nondiff_reduce(np.all, self, dim, keepdim)
+    T.any = lambda self, dim=None, keepdim=False: _nondiff_reduce(np.any, self, dim, keepdim)
+    T.repeat = lambda self, *sizes: ops.tile(self, _sizes(sizes))
+    T.new_zeros = lambda self, *size, dtype=None: constant(np.zeros(_sizes(size), dtype or self.dtype))
+    T.new_ones = lambda self, *size, dtype=None: constant(np.ones(_sizes(size), dtype or self.dtype))
+    T.new_full = lambda self, size, value, dtype=None: constant(
+        np.full(tuple(size), value, dtype or self.dtype))
+    T.new_tensor = lambda self, data, dtype=None: constant(np.array(
+        data._value if isinstance(data, Tensor) else data, dtype=dtype or self.dtype))
+
+
+_install_torch_methods()
 
 
 def _install_inplace_operators() -> None:
@@ -277,8 +385,8 @@ def _install_inplace_operators() -> None:
                         f".data), or write `x = x {sym} y` for a new tensor"
                     )
                 return fn(self, other)
-            o = other.data if isinstance(other, Tensor) else other
-            d = self.data
+            o = other._value if isinstance(other, Tensor) else other
+            d = self._value
             mark_written(self)
             if isinstance(d, np.ndarray) and d.flags.writeable and d.ndim >= np.ndim(o):
                 ufunc(d, o, out=d, casting="same_kind")
@@ -287,7 +395,7 @@ def _install_inplace_operators() -> None:
                 if new.shape != np.shape(d):
                     raise ValueError(f"in-place {sym}= cannot change the shape {np.shape(d)} to "
                                      f"{new.shape}")
-                self.data = new.astype(np.result_type(d), copy=False)
+                self._value = new.astype(np.result_type(d), copy=False)
             return self
 
         method.__name__ = f"__i{fn.__name__}__"
@@ -300,3 +408,71 @@ def _install_inplace_operators() -> None:
 
 
 _install_inplace_operators()
+
+
+def _writable(self: Tensor, name: str) -> np.ndarray:
+    """The array an in-place method writes into; refused where PyTorch would refuse (a leaf
+    that requires grad while recording), and for a graph node (rlgrad records no in-place ops)."""
+    if self.requires_grad and _GradMode.enabled:
+        if self._op is None:
+            raise RuntimeError(
+                f"a leaf tensor that requires grad is used in an in-place operation ({name}): "
+                "update it inside `with rlgrad.no_grad():` or through `.data`"
+            )
+        raise RuntimeError(f"{name} on a tensor computed in the graph is not supported by rlgrad; "
+                           "write the out-of-place form (e.g. x = x + y)")
+    mark_written(self)
+    return self._value
+
+
+def _value(x: Any) -> Any:
+    return x._value if isinstance(x, Tensor) else x
+
+
+def _install_inplace_methods() -> None:
+    """PyTorch's ``copy_``, ``fill_``, ``zero_``, ``add_``, ``sub_``, ``mul_``, ``div_``,
+    ``clamp_``, ``lerp_``: they write into the tensor's array (casting to its dtype) and return
+    it. Through ``p.data`` (or under ``no_grad``) they are how target networks are updated."""
+    def copy_(self: Tensor, src: Any, non_blocking: bool = False) -> Tensor:
+        _writable(self, "copy_")[...] = _value(src)
+        return self
+
+    def fill_(self: Tensor, value: Any) -> Tensor:
+        _writable(self, "fill_")[...] = _value(value)
+        return self
+
+    def zero_(self: Tensor) -> Tensor:
+        _writable(self, "zero_")[...] = 0
+        return self
+
+    def binary(ufunc: Any, name: str) -> Any:
+        def method(self: Tensor, other: Any, *, alpha: Any = None) -> Tensor:
+            o = _value(other)
+            if alpha is not None:
+                o = o * alpha
+            d = _writable(self, name)
+            ufunc(d, o, out=d, casting="unsafe" if d.dtype.kind in "iub" and ufunc is np.divide
+                  else "same_kind")
+            return self
+
+        method.__name__ = name
+        return method
+
+    def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        d = _writable(self, "clamp_")
+        np.clip(d, _value(min), _value(max), out=d)
+        return self
+
+    def lerp_(self: Tensor, end: Any, weight: Any) -> Tensor:
+        d = _writable(self, "lerp_")
+        d += _value(weight) * (_value(end) - d)
+        return self
+
+    T = Tensor
+    T.copy_, T.fill_, T.zero_, T.clamp_, T.clip_, T.lerp_ = copy_, fill_, zero_, clamp_, clamp_, lerp_
+    for ufunc, name in ((np.add, "add_"), (np.subtract, "sub_"), (np.multiply, "mul_"),
+                        (np.divide, "div_")):
+        setattr(T, name, binary(ufunc, name))
+
+
+_install_inplace_methods()

@@ -140,7 +140,7 @@ def apply(p: Primitive, args: tuple, kwargs: dict) -> Any:
         if isinstance(a, Tensor):
             if raw is None:
                 raw = list(args)
-            raw[i] = a.data
+            raw[i] = a._value
             if a.requires_grad:
                 needs_grad = True
     if raw is None:  # no Tensor at all: plain NumPy in, plain NumPy out
@@ -154,7 +154,7 @@ def _record(p: Primitive, out: Any, args: tuple, kwargs: dict, needs_grad: bool)
     remembers where a gradient path was cut (for ``explain``); on a trace's tape either way."""
     if needs_grad and _GradMode.enabled and not p.nondiff:
         res = _new(Tensor)  # Tensor.__init__'s checks skipped: out is NumPy's result
-        res.data = out
+        res._value = out
         res.requires_grad = True
         res.grad = None
         res._op = p
@@ -212,7 +212,7 @@ def _unary(p: Primitive) -> Callable:
     def call(x: Any, *static: Any, **kwargs: Any) -> Any:
         if not isinstance(x, Tensor):
             return p.fwd(x, *static, **kwargs)
-        return _record(p, p.fwd(x.data, *static, **kwargs), (x, *static) if static else (x,),
+        return _record(p, p.fwd(x._value, *static, **kwargs), (x, *static) if static else (x,),
                        kwargs, x.requires_grad)
 
     return call
@@ -225,12 +225,12 @@ def _binary(p: Primitive) -> Callable:
         if isinstance(a, Tensor):
             rg = a.requires_grad
             if isinstance(b, Tensor):
-                out = p.fwd(a.data, b.data)
+                out = p.fwd(a._value, b._value)
                 rg = rg or b.requires_grad
             else:
-                out = p.fwd(a.data, b)
+                out = p.fwd(a._value, b)
         elif isinstance(b, Tensor):
-            out = p.fwd(a, b.data)
+            out = p.fwd(a, b._value)
             rg = b.requires_grad
         else:
             return p.fwd(a, b)

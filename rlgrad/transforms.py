@@ -85,11 +85,11 @@ def _fresh(x: Any, where: str) -> Tensor:
     if isinstance(x, Tensor):
         if x.requires_grad and _GradMode.enabled:
             return identity(x)  # connected to the outer graph, distinct from the outer variable
-        if _Trace.tape is not None and x.data.dtype.kind in "fc":
+        if _Trace.tape is not None and x._value.dtype.kind in "fc":
             t = stop_gradient(x)  # a new leaf, but one rlgrad.jit can trace back to its input
             t.requires_grad = True
             return t
-        x = x.data
+        x = x._value
     arr = np.asarray(x)
     if arr.dtype.kind not in "fc":
         raise TypeError(
@@ -159,7 +159,7 @@ def _unbox(x: Any, nested: bool) -> Any:
     if isinstance(x, Tensor):
         if _Trace.tape is not None:  # rlgrad.jit is tracing: every value stays a traced Tensor
             return x
-        return x if nested and x.requires_grad else x.data
+        return x if nested and x.requires_grad else x._value
     if isinstance(x, dict | list | tuple):
         leaves, d = tree_flatten(x)
         return tree_unflatten(d, [_unbox(v, nested) for v in leaves])
@@ -179,15 +179,15 @@ def _backprop(out: Any, fresh: list[Tensor], cotangent: Any, nested: bool, retai
     roots, seeds = [], []
     for o, c in zip(outs, cts):
         if isinstance(c, Tensor) and not nested:
-            c = c.data
+            c = c._value
         if np.shape(c) != np.shape(_data(o)):
             raise ValueError(f"the cotangent has shape {np.shape(c)} but the output has shape "
                              f"{np.shape(_data(o))}")
         if isinstance(o, Tensor) and o.requires_grad:
             roots.append(o)
-            seeds.append(c if isinstance(c, Tensor) else np.asarray(c, dtype=o.data.dtype))
+            seeds.append(c if isinstance(c, Tensor) else np.asarray(c, dtype=o._value.dtype))
     if not roots:
-        return [np.zeros_like(x.data) for x in fresh]
+        return [np.zeros_like(x._value) for x in fresh]
     # Not nested, the graph holds no other differentiable leaves worth pruning for: skip the
     # pre-pass that finds the part reaching the inputs (unwanted leaves are skipped anyway).
     found = run_backward(roots, seeds, retain_graph=retain or nested, create_graph=nested, inputs=fresh,
@@ -196,19 +196,19 @@ def _backprop(out: Any, fresh: list[Tensor], cotangent: Any, nested: bool, retai
     for x in fresh:
         g = found.get(id(x))
         if g is None:
-            g = np.zeros_like(x.data)
-        elif g.dtype != x.data.dtype:
+            g = np.zeros_like(x._value)
+        elif g.dtype != x._value.dtype:
             g = match_dtype(g, x)
         result.append(_unbox(g, nested))
     return result
 
 
 def _scalar_output(out: Any, where: str) -> Any:
-    size = out.data.size if isinstance(out, Tensor) else np.size(out)
+    size = out._value.size if isinstance(out, Tensor) else np.size(out)
     if size != 1:
         raise TypeError(
             f"{where} only applies to functions with a scalar output, this one returned shape "
-            f"{np.shape(out.data if isinstance(out, Tensor) else out)}; use elementwise_grad, "
+            f"{np.shape(out._value if isinstance(out, Tensor) else out)}; use elementwise_grad, "
             "jacobian or vjp for non-scalar outputs"
         )
     return out
@@ -259,7 +259,7 @@ def grad_and_aux(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Call
 
 
 def _data(x: Any) -> Any:
-    return x.data if isinstance(x, Tensor) else x
+    return x._value if isinstance(x, Tensor) else x
 
 
 def elementwise_grad(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Callable:
@@ -348,20 +348,20 @@ class _Linearized:
             t = seeds.get(id(o)) if isinstance(o, Tensor) else None
             if t is None:  # no path from a tangent to this output
                 t = np.zeros_like(np.asarray(_data(o)))
-            elif isinstance(o, Tensor) and t.dtype != o.data.dtype:
+            elif isinstance(o, Tensor) and t.dtype != o._value.dtype:
                 t = match_dtype(t, o)
             result.append(_unbox(t, keep))
         return result
 
     def _seed(self, x: Tensor, v: Any, recorded: bool) -> Any:
         shape = np.shape(_data(v))
-        if shape != x.data.shape:
+        if shape != x._value.shape:
             raise ValueError(f"{self.where}: a tangent has shape {shape} but its primal has shape "
-                             f"{x.data.shape}; each tangent must have its primal's shape")
+                             f"{x._value.shape}; each tangent must have its primal's shape")
         if isinstance(v, Tensor):
             v = match_dtype(v, x)
-            return v if recorded else v.data
-        v = np.asarray(v, dtype=x.data.dtype)
+            return v if recorded else v._value
+        v = np.asarray(v, dtype=x._value.dtype)
         return constant(v) if recorded else v
 
 
@@ -457,14 +457,14 @@ def jacfwd(fun: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
         blocks: list[list[Any]] = [[None] * n_in for _ in lin.outs]
         for j, x in enumerate(lin.fresh):
             cols: list[list[Any]] = [[] for _ in lin.outs]
-            for k in range(x.data.size):
+            for k in range(x._value.size):
                 seeds: list[Any] = [None] * n_in
-                seeds[j] = _one_hot(k, x.data.shape, x.data.dtype)
+                seeds[j] = _one_hot(k, x._value.shape, x._value.dtype)
                 for o, t in enumerate(lin(seeds)):
                     cols[o].append(t)
             for o, out in enumerate(lin.outs):
                 od = np.asarray(_data(out))
-                blocks[o][j] = _assemble(cols[o], od.shape, x.data.shape, od.dtype, axis=-1)
+                blocks[o][j] = _assemble(cols[o], od.shape, x._value.shape, od.dtype, axis=-1)
         jac = tree_unflatten(lin.odef, [unpack(row) for row in blocks])
         return (jac, _unbox(aux, lin.nested)) if has_aux else jac
 
@@ -492,7 +492,7 @@ def jacrev(fun: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
                 grads = _backprop(o, fresh, _one_hot(k, od.shape, od.dtype), nested, retain=True)
                 for j, g in enumerate(grads):
                     rows[j].append(g)
-            per_out.append(unpack([_assemble(r, od.shape, x.data.shape, x.data.dtype, axis=0)
+            per_out.append(unpack([_assemble(r, od.shape, x._value.shape, x._value.dtype, axis=0)
                                    for r, x in zip(rows, fresh)]))
         jac = tree_unflatten(odef, per_out)
         return (jac, _unbox(aux, nested)) if has_aux else jac

@@ -13,7 +13,7 @@ def relu_mlp_np(net: Any, x: Any) -> np.ndarray:
     x = np.asarray(x, np.float64)
     lin = [m for m in net if hasattr(m, "weight")]
     for k, m in enumerate(lin):
-        x = x @ m.weight.data.astype(np.float64).T + m.bias.data
+        x = x @ m.weight._value.astype(np.float64).T + m.bias._value
         if k < len(lin) - 1:
             x = np.maximum(x, 0)
     return x

@@ -11,7 +11,7 @@ import pytest
 
 import rlgrad
 import rlgrad.numpy as rnp
-from rlgrad import Tensor, autograd, no_grad
+from rlgrad import Tensor, autograd, no_grad, tensor
 from rlgrad.analysis import (
     HessianOperator,
     dense_hessian,
@@ -40,7 +40,7 @@ def _net(params: list, x: object) -> object:
 
 
 def _params(seed: int = 0) -> list[Tensor]:
-    return [Tensor(a.copy(), requires_grad=True) for a in _arrays(seed)]
+    return [tensor(a.copy(), requires_grad=True) for a in _arrays(seed)]
 
 
 def _fd_input_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -57,20 +57,20 @@ def _fd_input_grad(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 def test_saliency_of_an_output_matches_finite_differences() -> None:
     arrs = _arrays()
     x = np.random.default_rng(1).standard_normal((2, D))
-    model = lambda t: _net([Tensor(a) for a in arrs], t)  # noqa: E731
+    model = lambda t: _net([tensor(a) for a in arrs], t)  # noqa: E731
     s = saliency(model, x, target=1)
     fd = _fd_input_grad(lambda z: _net(arrs, z)[:, 1].sum(), x)
-    np.testing.assert_allclose(s.data, fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(s._value, fd, rtol=1e-6, atol=1e-8)
     # one index per row (the action taken) and the greedy output
     acts = np.array([2, 0])
     s2 = saliency(model, x, target=acts)
     fd2 = _fd_input_grad(lambda z: _net(arrs, z)[np.arange(2), acts].sum(), x)
-    np.testing.assert_allclose(s2.data, fd2, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(s2._value, fd2, rtol=1e-6, atol=1e-8)
     greedy = _net(arrs, x).argmax(-1)
     s3 = saliency(model, x, target="max")
     fd3 = _fd_input_grad(lambda z: _net(arrs, z)[np.arange(2), greedy].sum(), x)
-    np.testing.assert_allclose(s3.data, fd3, rtol=1e-6, atol=1e-8)
-    np.testing.assert_allclose(saliency(model, x, target=1, absolute=True).data, np.abs(fd), rtol=1e-6)
+    np.testing.assert_allclose(s3._value, fd3, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(saliency(model, x, target=1, absolute=True)._value, np.abs(fd), rtol=1e-6)
 
 
 def test_saliency_of_a_loss_matches_finite_differences_and_leaves_params_alone() -> None:
@@ -80,7 +80,7 @@ def test_saliency_of_a_loss_matches_finite_differences_and_leaves_params_alone()
     s = saliency(lambda t: _net(ps, t), x, target=lambda q: ((q - y) ** 2).mean())
     arrs = _arrays()
     fd = _fd_input_grad(lambda z: ((_net(arrs, z) - y) ** 2).mean(), x)
-    np.testing.assert_allclose(s.data, fd, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(s._value, fd, rtol=1e-6, atol=1e-9)
     assert all(p.grad is None for p in ps)
 
 
@@ -93,14 +93,14 @@ def test_saliency_needs_a_target_for_vector_outputs() -> None:
 @pytest.mark.parametrize("method", ["gausslegendre", "trapezoid", "midpoint"])
 def test_integrated_gradients_completeness(method: str) -> None:
     arrs = _arrays(4)
-    model = lambda t: _net([Tensor(a) for a in arrs], t)  # noqa: E731
+    model = lambda t: _net([tensor(a) for a in arrs], t)  # noqa: E731
     x = np.random.default_rng(5).standard_normal(D)
     base = np.full(D, 0.1)
     attr, delta = integrated_gradients(model, x, base, steps=64, target=2, method=method,
                                        return_delta=True)
     expected = _net(arrs, x)[2] - _net(arrs, base)[2]
     tol = 1e-9 if method == "gausslegendre" else 2e-3 * max(1.0, abs(expected))
-    assert abs(attr.data.sum() - expected) < tol
+    assert abs(attr._value.sum() - expected) < tol
     assert abs(delta) < tol
     assert attr.shape == x.shape
 
@@ -122,7 +122,7 @@ def _loss_setup(seed: int = 0) -> tuple[list[Tensor], Tensor, np.ndarray]:
 
     theta0 = np.concatenate([a.ravel() for a in arrs])
     h_ref = np.asarray(rlgrad.hessian(flat_loss)(theta0))
-    ps = [Tensor(a.copy(), requires_grad=True) for a in arrs]
+    ps = [tensor(a.copy(), requires_grad=True) for a in arrs]
     loss = ((_net(ps, x) - y) ** 2).mean()
     return ps, loss, h_ref
 
@@ -130,13 +130,13 @@ def _loss_setup(seed: int = 0) -> tuple[list[Tensor], Tensor, np.ndarray]:
 def test_hvp_and_dense_hessian_match_the_reference_hessian() -> None:
     ps, loss, h_ref = _loss_setup()
     n = h_ref.shape[0]
-    assert n == sum(p.data.size for p in ps)
+    assert n == sum(p._value.size for p in ps)
     v = np.random.default_rng(0).standard_normal(n)
     hv = hessian_vector_product(loss, ps, v)
-    np.testing.assert_allclose(np.concatenate([h.data.ravel() for h in hv]), h_ref @ v,
+    np.testing.assert_allclose(np.concatenate([h._value.ravel() for h in hv]), h_ref @ v,
                                rtol=1e-8, atol=1e-10)
     # given per parameter, the result is per parameter too
-    per = np.split(v, np.cumsum([p.data.size for p in ps])[:-1])
+    per = np.split(v, np.cumsum([p._value.size for p in ps])[:-1])
     hv2 = hessian_vector_product(loss, ps, [c.reshape(p.shape) for c, p in zip(per, ps)])
     assert [h.shape for h in hv2] == [p.shape for p in ps]
     np.testing.assert_allclose(dense_hessian(loss, ps), h_ref, rtol=1e-8, atol=1e-10)
@@ -175,8 +175,8 @@ def test_hutchinson_trace_estimate() -> None:
 
 
 def test_hessian_operator_zero_blocks_for_unused_params() -> None:
-    w = Tensor(np.array([1.0, 2.0]), requires_grad=True)
-    u = Tensor(np.array([3.0]), requires_grad=True)
+    w = tensor(np.array([1.0, 2.0]), requires_grad=True)
+    u = tensor(np.array([3.0]), requires_grad=True)
     loss = (w ** 3).sum()
     h = HessianOperator(loss, {"w": w, "u": u}).dense()
     np.testing.assert_allclose(h, np.diag([6.0, 12.0, 0.0]))
@@ -187,23 +187,23 @@ def test_optimize_input_finds_the_fixed_point_with_the_model_frozen() -> None:
     nn = pytest.importorskip("rlgrad.nn")
     lin = nn.Linear(3, 3, dtype=np.float64)
     w = np.random.default_rng(0).standard_normal((3, 3))
-    lin.weight.data[...] = 0.5 * w / np.linalg.norm(w, 2)  # a contraction: one fixed point
-    lin.bias.data[...] = [0.3, -0.2, 0.1]
+    lin.weight._value[...] = 0.5 * w / np.linalg.norm(w, 2)  # a contraction: one fixed point
+    lin.bias._value[...] = [0.3, -0.2, 0.1]
     lin.bias.requires_grad_(False)  # a flag that must come back as it was (False)
 
     def f(x: object) -> object:
         return rnp.tanh(lin(x))
 
-    before = [p.data.copy() for p in lin.parameters()]
+    before = [p._value.copy() for p in lin.parameters()]
     res = optimize_input(f, lambda x, y: ((x - y) ** 2).sum(), np.zeros(3), steps=400,
                          optimizer="adam", lr=0.05, params=lin)
     star = np.zeros(3)
     for _ in range(200):  # the fixed point by iterating the contraction itself
-        star = np.tanh(lin.weight.data @ star + lin.bias.data)
-    np.testing.assert_allclose(res.x.data, star, atol=1e-4)
+        star = np.tanh(lin.weight._value @ star + lin.bias._value)
+    np.testing.assert_allclose(res.x._value, star, atol=1e-4)
     assert res.loss < 1e-8 and res.losses[0] > res.loss
     for p, b in zip(lin.parameters(), before):
-        np.testing.assert_array_equal(p.data, b)
+        np.testing.assert_array_equal(p._value, b)
         assert p.grad is None
     assert lin.weight.requires_grad is True and lin.bias.requires_grad is False
     assert not res.x.requires_grad
@@ -225,16 +225,16 @@ def test_optimize_input_restores_flags_on_error_and_accepts_params() -> None:
 # ---- explain ---------------------------------------------------------------------------------
 def _true_norm(loss: Tensor, p: Tensor) -> float:
     (g,) = autograd.grad(loss, [p], retain_graph=True)
-    return float(np.linalg.norm(g.data))
+    return float(np.linalg.norm(g._value))
 
 
 def _cut_graph(seed: int = 0) -> tuple[dict[str, Tensor], object]:
     r = np.random.default_rng(seed)
-    t = lambda *s: Tensor(r.standard_normal(s), requires_grad=True)  # noqa: E731
+    t = lambda *s: tensor(r.standard_normal(s), requires_grad=True)  # noqa: E731
     ps = {"w": t(D, H), "b": t(H), "w_detach": t(D), "w_nograd": t(D), "w_argmax": t(D, A),
           "w_cast": t(D), "table": t(A), "mu": t(), "log_std": t(), "logits": t(A), "unused": t(2),
-          "frozen": Tensor(r.standard_normal(D)), "actions": Tensor(np.array([0, 2, 1]))}
-    x = Tensor(r.standard_normal((3, D)))
+          "frozen": tensor(r.standard_normal(D)), "actions": tensor(np.array([0, 2, 1]))}
+    x = tensor(r.standard_normal((3, D)))
 
     def loss_fn() -> Tensor:
         h = rnp.tanh(x @ ps["w"] + ps["b"])  # gets a gradient
@@ -284,8 +284,8 @@ def test_explain_names_every_cut_when_tracing_a_function() -> None:
 
 def test_explain_on_a_loss_tensor_keeps_the_graph_and_grads_untouched() -> None:
     ps = _params()
-    x = Tensor(np.random.default_rng(0).standard_normal((3, D)))
-    extra = Tensor(np.ones(D), requires_grad=True)
+    x = tensor(np.random.default_rng(0).standard_normal((3, D)))
+    extra = tensor(np.ones(D), requires_grad=True)
     q = _net(ps, x)
     target = (q * 0.9).detach()  # a semi-gradient TD target: the cut is on another path
     loss = ((q - target) ** 2).mean() + (q.sum(-1) * (x @ extra).detach()).mean()

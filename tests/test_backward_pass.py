@@ -28,21 +28,21 @@ def test_shared_intermediates_are_complete_before_they_pass_on() -> None:
     w = y * 3.0 + z * y
     out = (w + y).sum()
     out.backward()
-    xv = x.data
+    xv = x._value
     yv = xv * xv
     dy = 3.0 + np.cos(yv) * yv + np.sin(yv) + 1.0
-    np.testing.assert_allclose(x.grad.data, dy * 2 * xv, rtol=1e-13)
+    np.testing.assert_allclose(x.grad._value, dy * 2 * xv, rtol=1e-13)
 
 
 def test_a_tensor_used_twice_in_one_op_gets_both_contributions() -> None:
     x = leaf([1.5, -0.5])
     (x * x).sum().backward()
-    np.testing.assert_allclose(x.grad.data, 2 * x.data, rtol=1e-15)
+    np.testing.assert_allclose(x.grad._value, 2 * x._value, rtol=1e-15)
     a, b = leaf([1.0, 2.0]), leaf([3.0, 4.0])
     (a + b).sum().backward()  # add passes g itself to both arguments
-    assert a.grad.data is not b.grad.data  # each .grad owns its array
-    a.grad.data += 1.0
-    np.testing.assert_array_equal(b.grad.data, [1.0, 1.0])
+    assert a.grad._value is not b.grad._value  # each .grad owns its array
+    a.grad._value += 1.0
+    np.testing.assert_array_equal(b.grad._value, [1.0, 1.0])
 
 
 def _counting_identity() -> tuple[Any, list[int]]:
@@ -62,11 +62,11 @@ def test_grad_visits_only_the_part_that_reaches_the_inputs() -> None:
     x, w = leaf([1.0, 2.0]), leaf([3.0, 4.0])
     out = (x * 2.0).sum() + f(w).sum()
     (gx,) = autograd.grad(out, x, retain_graph=True)
-    np.testing.assert_array_equal(gx.data, [2.0, 2.0])
+    np.testing.assert_array_equal(gx._value, [2.0, 2.0])
     assert calls[0] == 0  # the branch to w alone was never walked
     out.backward()
     assert calls[0] == 1
-    np.testing.assert_array_equal(w.grad.data, [1.0, 1.0])
+    np.testing.assert_array_equal(w.grad._value, [1.0, 1.0])
 
 
 def test_grad_with_respect_to_an_intermediate() -> None:
@@ -74,8 +74,8 @@ def test_grad_with_respect_to_an_intermediate() -> None:
     h = rnp.tanh(x)
     out = (h * h).sum()
     gh, gx = autograd.grad(out, (h, x))
-    np.testing.assert_allclose(gh.data, 2 * np.tanh(x.data), rtol=1e-14)
-    np.testing.assert_allclose(gx.data, 2 * np.tanh(x.data) * (1 - np.tanh(x.data) ** 2), rtol=1e-14)
+    np.testing.assert_allclose(gh._value, 2 * np.tanh(x._value), rtol=1e-14)
+    np.testing.assert_allclose(gx._value, 2 * np.tanh(x._value) * (1 - np.tanh(x._value) ** 2), rtol=1e-14)
 
 
 def test_rules_get_arrays_for_parameters_in_plain_backward() -> None:
@@ -90,7 +90,7 @@ def test_rules_get_arrays_for_parameters_in_plain_backward() -> None:
     p = nn.Parameter(np.array([1.0, 2.0]))
     f(p, np.array([3.0, 4.0])).sum().backward()
     assert seen == [np.ndarray]
-    np.testing.assert_array_equal(p.grad.data, [3.0, 4.0])
+    np.testing.assert_array_equal(p.grad._value, [3.0, 4.0])
 
 
 @pytest.mark.parametrize("shapes", [((1, 5), (5, 4)), ((3, 1), (1, 4)), ((2, 1, 3), (3, 1)),
@@ -105,8 +105,8 @@ def test_outer_product_gradients_equal_matmul_and_check_to_second_order(shapes: 
     ga = np.matmul(g0, np.swapaxes(b0, -1, -2))
     gb = np.matmul(np.swapaxes(a0, -1, -2), g0)
     gb = gb.sum(axis=tuple(range(gb.ndim - b0.ndim))) if gb.ndim > b0.ndim else gb
-    np.testing.assert_allclose(a.grad.data, ga, rtol=1e-14, atol=1e-15)
-    np.testing.assert_allclose(b.grad.data, gb, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(a.grad._value, ga, rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(b.grad._value, gb, rtol=1e-14, atol=1e-15)
     rlgrad.check_grads(lambda p, q: rnp.sum(rnp.tanh(p @ q)), order=2)(a0, b0)
 
 
@@ -117,7 +117,7 @@ def test_float32_batch_one_weight_gradient_is_exactly_the_outer_product() -> Non
     g = rng.standard_normal((1, 64)).astype(np.float32)
     (rlgrad.tensor(h) @ w).backward(g)
     assert w.grad.dtype == np.float32
-    np.testing.assert_array_equal(w.grad.data, h.T @ g)
+    np.testing.assert_array_equal(w.grad._value, h.T @ g)
 
 
 def test_freed_graph_error_and_retain_graph() -> None:
@@ -125,7 +125,7 @@ def test_freed_graph_error_and_retain_graph() -> None:
     y = (rnp.exp(x) * x).sum()
     y.backward(retain_graph=True)
     y.backward()
-    np.testing.assert_allclose(x.grad.data, 2 * np.exp(x.data) * (1 + x.data), rtol=1e-14)
+    np.testing.assert_allclose(x.grad._value, 2 * np.exp(x._value) * (1 + x._value), rtol=1e-14)
     with pytest.raises(RuntimeError, match="second time.*retain_graph=True"):
         y.backward()
 
@@ -136,7 +136,7 @@ def test_functional_grad_leaves_closed_over_parameters_alone() -> None:
     w = nn.Parameter(np.array([2.0, -1.0]))
     x0 = np.array([0.5, 0.25])
     gx = rlgrad.grad(lambda x: rnp.sum(rnp.tanh(x * w) * w))(x0)
-    np.testing.assert_allclose(gx, w.data ** 2 * (1 - np.tanh(x0 * w.data) ** 2), rtol=1e-14)
+    np.testing.assert_allclose(gx, w._value ** 2 * (1 - np.tanh(x0 * w._value) ** 2), rtol=1e-14)
     assert w.grad is None
 
 
@@ -166,6 +166,6 @@ def test_linear_value_head_input_gradient_is_the_outer_product() -> None:
     w = rlgrad.tensor(rng.standard_normal((1, 16)).astype(np.float32), requires_grad=True)
     g = rng.standard_normal((64, 1)).astype(np.float32)
     nn.functional.linear(x, w).backward(g)
-    np.testing.assert_array_equal(x.grad.data, g @ w.data)
+    np.testing.assert_array_equal(x.grad._value, g @ w._value)
     rlgrad.check_grads(lambda a, b: rnp.sum(rnp.tanh(nn.functional.linear(a, b)) ** 2), order=2)(
         rng.standard_normal((5, 3)), rng.standard_normal((1, 3)))

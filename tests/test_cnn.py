@@ -51,24 +51,24 @@ def test_nature_cnn_matches_pytorch(dtype):
     out = ours(x)
     want = theirs(tx)
     tol = dict(rtol=1e-4, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-12)
-    assert out.data.dtype == dtype and out.shape == (3, 512)
-    np.testing.assert_allclose(out.data, want.detach().numpy(), **tol)
-    assert (out.data > 0).mean() > 0.1  # not a network whose ReLUs are all off
+    assert out._value.dtype == dtype and out.shape == (3, 512)
+    np.testing.assert_allclose(out._value, want.detach().numpy(), **tol)
+    assert (out._value > 0).mean() > 0.1  # not a network whose ReLUs are all off
     # gradients of one loss with respect to every weight
     g = np.random.default_rng(1).standard_normal((3, 512)).astype(dtype)
     (out * rlgrad.tensor(g)).sum().backward()
     (want * torch.from_numpy(g)).sum().backward()
     for p, (name, tp) in zip(ours.parameters(), theirs.named_parameters()):
         if dtype == np.float64:
-            np.testing.assert_allclose(p.grad.data, tp.grad.numpy(), err_msg=name, **tol)
+            np.testing.assert_allclose(p.grad._value, tp.grad.numpy(), err_msg=name, **tol)
         else:  # a float32 ReLU input near 0 may switch on in one library and off in the other,
             # moving a few entries by ~1e-3 of their scale: compare the whole array's error
-            err = np.linalg.norm(p.grad.data - tp.grad.numpy()) / np.linalg.norm(tp.grad.numpy())
+            err = np.linalg.norm(p.grad._value - tp.grad.numpy()) / np.linalg.norm(tp.grad.numpy())
             assert err < 1e-4, (name, err)
     # and back: torch's weights into a fresh module give torch's outputs
     back = NatureCNN(dtype=dtype)
     back.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
-    np.testing.assert_array_equal(back(x).data, out.data)
+    np.testing.assert_array_equal(back(x)._value, out._value)
 
 
 def test_minatar_cnn_matches_pytorch():
@@ -78,7 +78,7 @@ def test_minatar_cnn_matches_pytorch():
     theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
     x = np.random.default_rng(2).random((5, 4, 10, 10)) < 0.2
     out = ours(x.astype(np.uint8))
-    np.testing.assert_allclose(out.data, theirs(torch.from_numpy(x).double()).detach().numpy(),
+    np.testing.assert_allclose(out._value, theirs(torch.from_numpy(x).double()).detach().numpy(),
                                rtol=1e-12, atol=1e-13)
     assert out.shape == (5, 128)
 
@@ -91,13 +91,13 @@ def test_uint8_inputs():
     scaled = x.astype(np.float32) / np.float32(255)
     assert scaled.max() <= 1.0 and scaled.max() > 0.99
     # dividing by 255 inside the network = feeding the [0, 1] frames to an unscaled one
-    np.testing.assert_array_equal(nat(x).data, raw(scaled).data)
-    np.testing.assert_array_equal(nat(x).data, nat(rlgrad.tensor(x.astype(np.float32))).data)
-    assert not np.array_equal(nat(x).data, raw(x).data)
+    np.testing.assert_array_equal(nat(x)._value, raw(scaled)._value)
+    np.testing.assert_array_equal(nat(x)._value, nat(rlgrad.tensor(x.astype(np.float32)))._value)
+    assert not np.array_equal(nat(x)._value, raw(x)._value)
     mini = MinAtarCNN((4, 10, 10))
     b = np.random.default_rng(4).random((3, 4, 10, 10)) < 0.3
-    np.testing.assert_array_equal(mini(b.astype(np.uint8)).data, mini(b).data)
-    np.testing.assert_array_equal(mini(b.astype(np.uint8)).data, mini(b.astype(np.float32)).data)
+    np.testing.assert_array_equal(mini(b.astype(np.uint8))._value, mini(b)._value)
+    np.testing.assert_array_equal(mini(b.astype(np.uint8))._value, mini(b.astype(np.float32))._value)
 
 
 def _weights(model, seed):

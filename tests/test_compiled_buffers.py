@@ -126,16 +126,16 @@ def test_jit_reuses_buffers_and_matches_eager_at_every_call() -> None:
     for x, y in batches:
         got = jitted(x, y)
         want = step(x, y)
-        np.testing.assert_allclose(float(got[0]), float(want[0].data), rtol=1e-12)
+        np.testing.assert_allclose(float(got[0]), float(want[0]._value), rtol=1e-12)
         for a, b in zip(got[1], want[1]):
-            np.testing.assert_array_equal(a, b.data)
-        np.testing.assert_array_equal(got[2], want[2].data)
+            np.testing.assert_array_equal(a, b._value)
+        np.testing.assert_array_equal(got[2], want[2]._value)
         kept.append((got, want))
     # what an earlier call returned was not overwritten by the later calls
     for got, want in kept:
         for a, b in zip(got[1], want[1]):
-            np.testing.assert_array_equal(a, b.data)
-        np.testing.assert_array_equal(got[2], want[2].data)  # a view of an op's output
+            np.testing.assert_array_equal(a, b._value)
+        np.testing.assert_array_equal(got[2], want[2]._value)  # a view of an op's output
 
 
 def test_jit_outputs_and_their_views_are_never_reused_buffers() -> None:
@@ -200,8 +200,8 @@ def test_values_with_disjoint_lives_share_buffers_and_views_keep_theirs_alive() 
     for x in (x1, x2, x1):
         got = jitted(x)
         want = step(x)
-        np.testing.assert_allclose(float(got[0]), float(want[0].data), rtol=1e-13)
-        np.testing.assert_array_equal(got[1], want[1].data)
+        np.testing.assert_allclose(float(got[0]), float(want[0]._value), rtol=1e-13)
+        np.testing.assert_array_equal(got[1], want[1]._value)
 
 
 def test_reused_buffers_start_on_a_cache_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,7 +221,7 @@ def test_reused_buffers_start_on_a_cache_line(monkeypatch: pytest.MonkeyPatch) -
     assert bufs and all(b.ctypes.data % 64 == 0 for b in bufs)
     opt = rlgrad.optim.Adam(params, lr=1e-3)
     for p in params:
-        p.grad = rlgrad.tensor(np.ones_like(p.data))
+        p.grad = rlgrad.tensor(np.ones_like(p._value))
     monkeypatch.setattr(algorithms, "_fused", None)  # the NumPy path, whose g and buf exist
     opt.step()
     flat = next(iter(opt._flat.values()))

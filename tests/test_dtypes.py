@@ -28,8 +28,8 @@ def _float_nodes(t: Any) -> dict[str, np.dtype]:
         if not isinstance(u, Tensor) or id(u) in seen:
             continue
         seen.add(id(u))
-        if u.data.dtype.kind == "f":
-            found.setdefault(f"{u._op.name if u._op else 'leaf'}#{len(found)}", u.data.dtype)
+        if u._value.dtype.kind == "f":
+            found.setdefault(f"{u._op.name if u._op else 'leaf'}#{len(found)}", u._value.dtype)
         stack.extend(u._args or ())
     return found
 
@@ -254,7 +254,7 @@ def test_grad_takes_the_parameter_dtype() -> None:
     assert x.grad.dtype == np.float32
     (g,) = autograd.grad((x * np.arange(3.0)).sum(), x)
     assert g.dtype == np.float32
-    np.testing.assert_allclose(x.grad.data, [0.0, 1.0, 2.0])
+    np.testing.assert_allclose(x.grad._value, [0.0, 1.0, 2.0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,7 +310,7 @@ def test_casts_to_integer_or_bool_leave_the_graph() -> None:
     assert y.dtype == np.float32 and y.requires_grad
     y.sum().backward()
     assert x.grad.dtype == np.float64
-    np.testing.assert_allclose(x.grad.data, [1.0, 1.0])
+    np.testing.assert_allclose(x.grad._value, [1.0, 1.0])
 
 
 def test_comparisons_return_bool() -> None:

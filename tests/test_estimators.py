@@ -54,18 +54,18 @@ def test_score_function_and_pathwise_estimators_agree_with_the_closed_form() -> 
     # score function: x carries no graph; the gradient comes from log_prob
     x = d.sample(generator=rrandom.Generator(0))
     sf = score_function_surrogate(d.log_prob(x), f(x), reduction="sum")
-    g_sf_mu, g_sf_sigma = (g.data for g in rlgrad.autograd.grad(sf, [mu, sigma]))
-    xd = x.data
+    g_sf_mu, g_sf_sigma = (g._value for g in rlgrad.autograd.grad(sf, [mu, sigma]))
+    xd = x._value
     np.testing.assert_allclose(g_sf_mu, f(xd) * (xd - MU) / SIGMA**2, rtol=1e-10)
     # with a baseline (here the exact E[f]): same mean, lower variance
     baseline = -((Y - MU) ** 2 + SIGMA**2)
     sfb = score_function_surrogate(d.log_prob(x), f(x), baseline=baseline, reduction="sum")
-    g_sfb_mu = rlgrad.autograd.grad(sfb, [mu])[0].data
+    g_sfb_mu = rlgrad.autograd.grad(sfb, [mu])[0]._value
 
     # pathwise: x = mu + sigma * eps is differentiable; backpropagate f(x) itself
     xr = d.rsample(generator=rrandom.Generator(1))
-    g_pw_mu, g_pw_sigma = (g.data for g in rlgrad.autograd.grad(f(xr).sum(), [mu, sigma]))
-    np.testing.assert_allclose(g_pw_mu, 2 * (Y - xr.data), rtol=1e-12)
+    g_pw_mu, g_pw_sigma = (g._value for g in rlgrad.autograd.grad(f(xr).sum(), [mu, sigma]))
+    np.testing.assert_allclose(g_pw_mu, 2 * (Y - xr._value), rtol=1e-12)
 
     for est in (g_sf_mu, g_sfb_mu, g_pw_mu):
         _check_unbiased(est, D_MU)
@@ -84,25 +84,25 @@ def test_dice_gives_unbiased_second_derivatives_where_the_plain_surrogate_does_n
     x = d.sample(generator=rrandom.Generator(2))
     fx = f(x)
     dice = (magic_box(d.log_prob(x)) * fx).sum()
-    np.testing.assert_allclose(dice.item(), fx.data.sum())  # the box is 1 in value
+    np.testing.assert_allclose(dice.item(), fx._value.sum())  # the box is 1 in value
     g_mu, g_sigma = rlgrad.autograd.grad(dice, [mu, sigma], create_graph=True)
-    _check_unbiased(g_mu.data, D_MU)
-    _check_unbiased(g_sigma.data, D_SIGMA)
+    _check_unbiased(g_mu._value, D_MU)
+    _check_unbiased(g_sigma._value, D_SIGMA)
     # samples are independent, so d/dmu_i of the summed gradient is sample i's second derivative
-    h_mumu, h_musigma = (h.data for h in rlgrad.autograd.grad(g_mu.sum(), [mu, sigma],
+    h_mumu, h_musigma = (h._value for h in rlgrad.autograd.grad(g_mu.sum(), [mu, sigma],
                                                               retain_graph=True))
-    h_sigsig = rlgrad.autograd.grad(g_sigma.sum(), [sigma])[0].data
+    h_sigsig = rlgrad.autograd.grad(g_sigma.sum(), [sigma])[0]._value
     _check_unbiased(h_mumu, -2.0)
     _check_unbiased(h_musigma, 0.0)
     _check_unbiased(h_sigsig, -2.0)
-    xd = x.data
+    xd = x._value
     z = (xd - MU) / SIGMA
     np.testing.assert_allclose(h_mumu, f(xd) * (z**2 - 1) / SIGMA**2, rtol=1e-9)
 
     # the score-function surrogate differentiated twice is biased: E = ((Y-mu)^2 + s^2) / s^2
     naive = score_function_surrogate(d.log_prob(x), fx, reduction="sum")
     g_naive = rlgrad.autograd.grad(naive, [mu], create_graph=True)[0]
-    h_naive = rlgrad.autograd.grad(g_naive.sum(), [mu])[0].data
+    h_naive = rlgrad.autograd.grad(g_naive.sum(), [mu])[0]._value
     se = _check_unbiased(h_naive, ((Y - MU) ** 2 + SIGMA**2) / SIGMA**2)
     assert abs(h_naive.mean() - (-2.0)) > 20 * se
 
@@ -118,12 +118,12 @@ def test_dice_objective_over_a_sequence_with_and_without_baselines() -> None:
     results = []
     for baselines in (None, np.array([mu0, mu0**2])):
         obj = dice_objective(log_probs, costs, axis=-1, baselines=baselines)
-        np.testing.assert_allclose(obj.data, costs.data.sum(-1), rtol=1e-12)
+        np.testing.assert_allclose(obj._value, costs._value.sum(-1), rtol=1e-12)
         g = rlgrad.autograd.grad(obj.sum(), [mu], create_graph=True)[0]
-        h = rlgrad.autograd.grad(g.sum(), [mu], retain_graph=True)[0].data
-        _check_unbiased(g.data, 1 + 2 * mu0)
+        h = rlgrad.autograd.grad(g.sum(), [mu], retain_graph=True)[0]._value
+        _check_unbiased(g._value, 1 + 2 * mu0)
         _check_unbiased(h, 2.0)
-        results.append(g.data.var())
+        results.append(g._value.var())
     assert results[1] < results[0]  # the baseline term reduces the variance
 
 
@@ -134,7 +134,7 @@ def test_score_function_surrogate_options() -> None:
     out = score_function_surrogate(lp, adv, baseline=b)
     assert out.item() == pytest.approx(np.mean([-0.5, 3.0, -0.375]))
     g_lp, g_adv, g_b = rlgrad.autograd.grad(out, [lp, adv, b], allow_unused=True)
-    np.testing.assert_allclose(g_lp.data, np.array([0.5, -1.5, 1.5]) / 3)
+    np.testing.assert_allclose(g_lp._value, np.array([0.5, -1.5, 1.5]) / 3)
     assert g_adv is None and g_b is None  # stop_gradient: neither is trained by this term
     assert score_function_surrogate(lp, adv, reduction="none").shape == (3,)
     assert score_function_surrogate(lp, adv, reduction="sum").item() == pytest.approx(0.5)
@@ -158,9 +158,9 @@ def test_straight_through_is_exact_in_value_and_passes_the_surrogate_gradient() 
     soft = t64([0.2, 0.7, 0.1], True)
     hard = rlgrad.tensor(np.array([0.0, 1.0, 0.0]))
     y = straight_through(hard, soft * 2.0)
-    np.testing.assert_array_equal(y.data, [0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(y._value, [0.0, 1.0, 0.0])
     (y * t64([1.0, 2.0, 3.0])).sum().backward()
-    np.testing.assert_allclose(soft.grad.data, [2.0, 4.0, 6.0])
+    np.testing.assert_allclose(soft.grad._value, [2.0, 4.0, 6.0])
 
 
 # ---- the seed-style training loop -----------------------------------------------------------
@@ -174,7 +174,7 @@ def test_training_loop_drives_mu_to_the_target(estimator: str) -> None:
     opt = optim.Adam(net.parameters(), lr=3e-3)
     features = np.ones((64, 1), dtype=np.float32)
     with rlgrad.no_grad():
-        start = net(features[:1]).data[0, 0]
+        start = net(features[:1])._value[0, 0]
     assert abs(start - Y) > 2  # the policy starts far from the target
     baseline = 0.0
     for _ in range(1000):
@@ -185,10 +185,10 @@ def test_training_loop_drives_mu_to_the_target(estimator: str) -> None:
             a = d.rsample()
             reward = -((Y - features[:, 0] * a) ** 2)
             loss = -reward.mean()
-            r = reward.data
+            r = reward._value
         else:
             a = d.sample()
-            r = -((Y - features[:, 0] * a.data) ** 2)
+            r = -((Y - features[:, 0] * a._value) ** 2)
             if estimator == "score_function":
                 loss = -score_function_surrogate(d.log_prob(a), r, baseline=baseline)
             else:
@@ -199,5 +199,5 @@ def test_training_loop_drives_mu_to_the_target(estimator: str) -> None:
         opt.step()
     with rlgrad.no_grad():
         final = net(features[:1])
-    assert abs(final.data[0, 0] - Y) < 0.05, final.data
-    assert float(np.logaddexp(0, final.data[0, 1])) < 0.2  # sigma shrank: the policy is sure
+    assert abs(final._value[0, 0] - Y) < 0.05, final._value
+    assert float(np.logaddexp(0, final._value[0, 1])) < 0.2  # sigma shrank: the policy is sure

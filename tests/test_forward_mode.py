@@ -107,7 +107,7 @@ def _linalg_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
 
 
 def _as_f64(x: Any) -> np.ndarray:
-    return np.asarray(x.data if isinstance(x, Tensor) else x, dtype=np.float64)
+    return np.asarray(x._value if isinstance(x, Tensor) else x, dtype=np.float64)
 
 
 def _check_jvp(fn: Any, args: tuple, rng: np.random.Generator, fd: bool = True) -> None:
@@ -339,7 +339,7 @@ def test_reverse_over_forward_and_forward_over_forward() -> None:
     _, t = rlgrad.jvp(f, (xt,), (v,))
     assert isinstance(t, Tensor) and t.requires_grad
     (gx,) = autograd.grad(t, [xt])
-    np.testing.assert_allclose(gx.data, h @ v, rtol=1e-10)
+    np.testing.assert_allclose(gx._value, h @ v, rtol=1e-10)
 
 
 def test_third_order_mixtures_of_modes() -> None:

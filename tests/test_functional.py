@@ -530,7 +530,7 @@ def test_transforms_inside_autograd_graph() -> None:
     g = grad(lambda y: rnp.sum(y ** 3))(x)  # 3x^2, still connected to x
     assert isinstance(g, Tensor) and g.requires_grad
     rnp.sum(g).backward()
-    close(x.grad.data, 6 * x.data)
+    close(x.grad._value, 6 * x._value)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,14 +12,14 @@ from hypothesis import strategies as st
 
 import rlgrad
 import rlgrad.numpy as rnp
-from rlgrad import Tensor, autograd
+from rlgrad import Tensor, autograd, tensor
 from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_add, take_along_axis
 
 RNG = np.random.default_rng(1234)
 
 
 def leaf(a: np.ndarray) -> Tensor:
-    return Tensor(np.array(a, dtype=np.float64), requires_grad=True)
+    return tensor(np.array(a, dtype=np.float64), requires_grad=True)
 
 
 def scatter_ref(shape: tuple[int, ...], index_fn, g: np.ndarray) -> np.ndarray:
@@ -35,7 +35,7 @@ def scatter_ref(shape: tuple[int, ...], index_fn, g: np.ndarray) -> np.ndarray:
 def backward_grad(x: Tensor, out: Tensor, g: np.ndarray) -> np.ndarray:
     x.grad = None
     out.backward(g)
-    return x.grad.data
+    return x.grad._value
 
 
 # ---- x[idx]: every kind of index ----------------------------------------------------------------
@@ -75,7 +75,7 @@ def test_getitem_value_and_scatter_add_gradient(name: str) -> None:
     idx = IDX[name]
     x = leaf(A)
     out = x[idx]
-    np.testing.assert_array_equal(out.data, A[idx])
+    np.testing.assert_array_equal(out._value, A[idx])
     g = RNG.standard_normal(out.shape)
     want = scatter_ref(A.shape, lambda p: p[idx], g)
     np.testing.assert_allclose(backward_grad(x, out, g), want, rtol=1e-12, atol=1e-12)
@@ -115,11 +115,11 @@ def shapes_and_indices(draw):  # noqa: ANN201 - a hypothesis strategy
 def test_getitem_property_matches_numpy_and_scatter_add(case, dtype) -> None:
     shape, idx = case
     a = np.arange(1.0, np.prod(shape) + 1).reshape(shape).astype(dtype)
-    x = Tensor(a, requires_grad=True)
+    x = tensor(a, requires_grad=True)
     out = x[idx]
-    np.testing.assert_array_equal(out.data, a[idx])
+    np.testing.assert_array_equal(out._value, a[idx])
     assert out.dtype == dtype
-    g = np.linspace(-1.0, 2.0, out.data.size).reshape(out.shape).astype(dtype)
+    g = np.linspace(-1.0, 2.0, out._value.size).reshape(out.shape).astype(dtype)
     want = scatter_ref(shape, lambda p: p[idx], g)
     # repeated indices add several values: in float32 their sum can cancel to rounding noise, so
     # the order of accumulation shows at the scale of float32's epsilon, not relative to ~0
@@ -142,8 +142,8 @@ def test_take_along_axis_property_matches_numpy(data) -> None:
     a = np.arange(1.0, np.prod(shape) + 1).reshape(shape)
     x = leaf(a)
     out = rnp.take_along_axis(x, idx, axis)
-    np.testing.assert_array_equal(out.data, np.take_along_axis(a, idx, axis))
-    g = np.linspace(-1.0, 2.0, out.data.size).reshape(out.shape)
+    np.testing.assert_array_equal(out._value, np.take_along_axis(a, idx, axis))
+    g = np.linspace(-1.0, 2.0, out._value.size).reshape(out.shape)
     want = scatter_ref(shape, lambda p: np.take_along_axis(p, idx, axis), g)
     np.testing.assert_allclose(backward_grad(x, out, g), want, rtol=1e-12)
 
@@ -152,24 +152,24 @@ def test_getitem_duplicates_accumulate_hand_computed() -> None:
     x = leaf(np.zeros((2, 3)))
     out = x[[0, 0, 1, 0], [2, 2, 1, 2]]  # x[0, 2] three times, x[1, 1] once
     out.backward(np.array([1.0, 10.0, 100.0, 1000.0]))
-    np.testing.assert_array_equal(x.grad.data, [[0, 0, 1011.0], [0, 100.0, 0]])
+    np.testing.assert_array_equal(x.grad._value, [[0, 0, 1011.0], [0, 100.0, 0]])
 
 
 def test_getitem_duplicate_rows_with_trailing_axis() -> None:
     x = leaf(np.zeros((3, 2)))
     out = x[np.array([2, 0, 2])]
     out.backward(np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]))
-    np.testing.assert_array_equal(x.grad.data, [[3.0, 4.0], [0, 0], [6.0, 8.0]])
+    np.testing.assert_array_equal(x.grad._value, [[3.0, 4.0], [0, 0], [6.0, 8.0]])
 
 
 def test_getitem_index_tensor_and_float32_kept() -> None:
-    x = Tensor(np.ones((4, 3), dtype=np.float32), requires_grad=True)
-    rows, acts = Tensor(np.arange(4)), Tensor(np.array([2, 2, 0, 1]))
+    x = tensor(np.ones((4, 3), dtype=np.float32), requires_grad=True)
+    rows, acts = tensor(np.arange(4)), tensor(np.array([2, 2, 0, 1]))
     out = x[rows, acts]
     assert out.dtype == np.float32
     out.sum().backward()
     assert x.grad.dtype == np.float32
-    np.testing.assert_array_equal(x.grad.data, np.eye(3, dtype=np.float32)[[2, 2, 0, 1]])
+    np.testing.assert_array_equal(x.grad._value, np.eye(3, dtype=np.float32)[[2, 2, 0, 1]])
 
 
 def test_getitem_out_of_range_names_index_and_shape() -> None:
@@ -202,22 +202,22 @@ def test_getitem_create_graph_roundtrip() -> None:
     (hx,) = autograd.grad((gx * gx).sum(), x)
     # gx = scatter(3 x[idx]^2): x[0,1] counted twice -> gx[0,1] = 6 x01^2, gx[2,3] = 3 x23^2
     want = np.zeros((3, 4))
-    want[0, 1] = 2 * (6 * x.data[0, 1] ** 2) * 12 * x.data[0, 1]
-    want[2, 3] = 2 * (3 * x.data[2, 3] ** 2) * 6 * x.data[2, 3]
-    np.testing.assert_allclose(hx.data, want, rtol=1e-12)
+    want[0, 1] = 2 * (6 * x._value[0, 1] ** 2) * 12 * x._value[0, 1]
+    want[2, 3] = 2 * (3 * x._value[2, 3] ** 2) * 6 * x._value[2, 3]
+    np.testing.assert_allclose(hx._value, want, rtol=1e-12)
 
 
 # ---- rlgrad.numpy.take --------------------------------------------------------------------------
 def test_take_flat_and_axis() -> None:
     x = leaf(A[0])  # (4, 5)
     out = rnp.take(x, np.array([19, 0, 0, -1]))
-    np.testing.assert_array_equal(out.data, np.take(A[0], [19, 0, 0, -1]))
+    np.testing.assert_array_equal(out._value, np.take(A[0], [19, 0, 0, -1]))
     g = np.array([1.0, 2.0, 3.0, 4.0])
     want = np.zeros(20)
     np.add.at(want, [19, 0, 0, 19], g)
     np.testing.assert_array_equal(backward_grad(x, out, g), want.reshape(4, 5))
     out = rnp.take(x, np.array([[4, 4], [0, 2]]), axis=1)
-    np.testing.assert_array_equal(out.data, np.take(A[0], [[4, 4], [0, 2]], axis=1))
+    np.testing.assert_array_equal(out._value, np.take(A[0], [[4, 4], [0, 2]], axis=1))
     g = RNG.standard_normal(out.shape)
     want = scatter_ref((4, 5), lambda p: np.take(p, [[4, 4], [0, 2]], axis=1), g)
     np.testing.assert_allclose(backward_grad(x, out, g), want, rtol=1e-12)
@@ -247,7 +247,7 @@ def test_take_along_axis_matches_numpy_and_scatter_add(shape, ishape, axis) -> N
     x = leaf(a)
     for fn in (rnp.take_along_axis, take_along_axis):
         out = fn(x, idx, axis)
-        np.testing.assert_array_equal(out.data, np.take_along_axis(a, idx, axis))
+        np.testing.assert_array_equal(out._value, np.take_along_axis(a, idx, axis))
         g = RNG.standard_normal(out.shape)
         want = scatter_ref(shape, lambda p: np.take_along_axis(p, idx, axis), g)
         np.testing.assert_allclose(backward_grad(x, out, g), want, rtol=1e-12, atol=1e-12)
@@ -258,7 +258,7 @@ def test_take_along_axis_axis_none_and_plain_arrays() -> None:
     idx = np.array([11, 0, 0])
     x = leaf(a)
     out = rnp.take_along_axis(x, idx, None)
-    np.testing.assert_array_equal(out.data, np.take_along_axis(a, idx, None))
+    np.testing.assert_array_equal(out._value, np.take_along_axis(a, idx, None))
     want = np.zeros(12)
     np.add.at(want, idx, 1.0)
     np.testing.assert_array_equal(backward_grad(x, out, np.ones(3)), want.reshape(3, 4))
@@ -292,9 +292,9 @@ def test_gather_torch_docs_example() -> None:
     t = np.array([[1.0, 2.0], [3.0, 4.0]])
     x = leaf(t)
     out = gather(x, 1, np.array([[0, 0], [1, 0]]))
-    np.testing.assert_array_equal(out.data, [[1.0, 1.0], [4.0, 3.0]])
+    np.testing.assert_array_equal(out._value, [[1.0, 1.0], [4.0, 3.0]])
     out.backward(np.array([[1.0, 2.0], [3.0, 4.0]]))
-    np.testing.assert_array_equal(x.grad.data, [[3.0, 0.0], [4.0, 3.0]])  # 1+2 accumulate
+    np.testing.assert_array_equal(x.grad._value, [[3.0, 0.0], [4.0, 3.0]])  # 1+2 accumulate
 
 
 @pytest.mark.parametrize(
@@ -314,7 +314,7 @@ def test_gather_shapes_and_gradient(shape, dim, ishape) -> None:
         grids[dim % len(shape)] = idx
         return p[tuple(grids)]
 
-    np.testing.assert_array_equal(out.data, ref(a))
+    np.testing.assert_array_equal(out._value, ref(a))
     g = RNG.standard_normal(ishape)
     np.testing.assert_allclose(backward_grad(x, out, g), scatter_ref(shape, ref, g), rtol=1e-12)
 
@@ -355,8 +355,8 @@ def test_gather_matches_torch(shape, dim, ishape) -> None:
     tx = torch.tensor(a, requires_grad=True)
     tout = torch.gather(tx, dim, torch.tensor(idx))
     tout.backward(torch.tensor(g))
-    np.testing.assert_array_equal(out.data, tout.detach().numpy())
-    np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(out._value, tout.detach().numpy())
+    np.testing.assert_allclose(x.grad._value, tx.grad.numpy(), rtol=1e-12, atol=1e-15)
 
 
 # ---- gather_nd (TensorFlow) ---------------------------------------------------------------------
@@ -384,7 +384,7 @@ TF_EXAMPLES = [
 def test_gather_nd_tensorflow_doc_examples(case: int) -> None:
     params, indices, b, want = TF_EXAMPLES[case]
     out = gather_nd(leaf(params), np.array(indices), batch_dims=b)
-    np.testing.assert_array_equal(out.data, np.array(want))
+    np.testing.assert_array_equal(out._value, np.array(want))
 
 
 def test_gather_nd_shape_rule_batch_dims() -> None:
@@ -394,7 +394,7 @@ def test_gather_nd_shape_rule_batch_dims() -> None:
     out = gather_nd(params, idx, batch_dims=1)
     assert out.shape == (5, 3)
     same = gather_nd(params, np.stack([np.arange(5), idx[:, 0]], axis=1))
-    np.testing.assert_array_equal(out.data, same.data)
+    np.testing.assert_array_equal(out._value, same._value)
     # batch shape + outer shape + inner shape
     idx2 = RNG.integers(0, 7, (5, 4, 2, 1))
     assert gather_nd(params, idx2, batch_dims=1).shape == (5, 4, 2, 3)
@@ -419,7 +419,7 @@ def test_gather_nd_gradient_scatter_add_with_duplicates(batch_dims: int) -> None
             res[pos] = p[pos[:batch_dims] + tuple(idx[pos])]
         return res
 
-    np.testing.assert_array_equal(out.data, ref(a))
+    np.testing.assert_array_equal(out._value, ref(a))
     g = RNG.standard_normal(out.shape)
     np.testing.assert_allclose(backward_grad(x, out, g), scatter_ref(shape, ref, g), rtol=1e-12)
 
@@ -428,7 +428,7 @@ def test_gather_nd_duplicates_hand_computed() -> None:
     x = leaf(np.zeros((2, 3)))
     out = gather_nd(x, np.array([[1, 2], [0, 0], [1, 2]]))
     out.backward(np.array([1.0, 2.0, 4.0]))
-    np.testing.assert_array_equal(x.grad.data, [[2.0, 0, 0], [0, 0, 5.0]])
+    np.testing.assert_array_equal(x.grad._value, [[2.0, 0, 0], [0, 0, 5.0]])
 
 
 def test_gather_nd_errors() -> None:
@@ -457,7 +457,7 @@ def test_one_hot() -> None:
     np.testing.assert_array_equal(out, [[[1, 0, 0], [0, 0, 1]], [[0, 1, 0], [0, 1, 0]]])
     assert out.dtype == np.int64
     np.testing.assert_array_equal(one_hot(np.array([3, 1])), [[0, 0, 0, 1], [0, 1, 0, 0]])
-    t = one_hot(Tensor(np.array([1])), 2, dtype=np.float32)
+    t = one_hot(tensor(np.array([1])), 2, dtype=np.float32)
     assert isinstance(t, Tensor) and t.dtype == np.float32 and not t.requires_grad
     with pytest.raises(IndexError, match=r"class index 3 .*num_classes=3.*\(2,\)"):
         one_hot(np.array([0, 3]), 3)
@@ -479,11 +479,11 @@ def test_scatter_add_values_and_gradients() -> None:
     src = leaf(np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]))
     idx = np.array([[0, 0], [3, 1]])  # uses src[:, :2] only (index smaller than src)
     out = scatter_add(x, 1, idx, src)
-    np.testing.assert_array_equal(out.data, [[4.0, 1, 1, 1], [1, 6.0, 1, 5.0]])
+    np.testing.assert_array_equal(out._value, [[4.0, 1, 1, 1], [1, 6.0, 1, 5.0]])
     g = np.array([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
     out.backward(g)
-    np.testing.assert_array_equal(x.grad.data, g)
-    np.testing.assert_array_equal(src.grad.data, [[1.0, 1.0, 0.0], [8.0, 6.0, 0.0]])
+    np.testing.assert_array_equal(x.grad._value, g)
+    np.testing.assert_array_equal(src.grad._value, [[1.0, 1.0, 0.0], [8.0, 6.0, 0.0]])
 
 
 def test_scatter_add_dim0_second_order_and_dtype() -> None:
@@ -493,7 +493,7 @@ def test_scatter_add_dim0_second_order_and_dtype() -> None:
         return rnp.sum(scatter_add(base, 0, idx, s) ** 3)
 
     rlgrad.check_grads(f, order=2)(RNG.standard_normal((3, 2)), RNG.standard_normal((2, 2)))
-    x32 = Tensor(np.zeros((3, 2), dtype=np.float32), requires_grad=True)
+    x32 = tensor(np.zeros((3, 2), dtype=np.float32), requires_grad=True)
     assert scatter_add(x32, 0, idx, np.ones((2, 2))).dtype == np.float32
 
 
@@ -517,13 +517,13 @@ def test_scatter_add_errors_and_torch() -> None:
         tx, ts = torch.tensor(a, requires_grad=True), torch.tensor(s, requires_grad=True)
         tout = tx.scatter_add(dim, torch.tensor(idx), ts)
         tout.backward(torch.tensor(g))
-        np.testing.assert_allclose(out.data, tout.detach().numpy(), rtol=1e-12)
-        np.testing.assert_allclose(x.grad.data, tx.grad.numpy(), rtol=1e-12)
-        np.testing.assert_allclose(src.grad.data, ts.grad.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(out._value, tout.detach().numpy(), rtol=1e-12)
+        np.testing.assert_allclose(x.grad._value, tx.grad.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(src.grad._value, ts.grad.numpy(), rtol=1e-12)
     a, s = RNG.standard_normal((4, 5)), RNG.standard_normal((3, 6))
     idx = RNG.integers(0, 4, (3, 5))
     want = torch.tensor(a).scatter_add(0, torch.tensor(idx), torch.tensor(s)).numpy()
-    np.testing.assert_allclose(scatter_add(leaf(a), 0, idx, leaf(s)).data, want, rtol=1e-12)
+    np.testing.assert_allclose(scatter_add(leaf(a), 0, idx, leaf(s))._value, want, rtol=1e-12)
 
 
 def test_put_along_axis() -> None:
@@ -533,18 +533,18 @@ def test_put_along_axis() -> None:
     out = put_along_axis(x, idx, v, 1)
     want = a.copy()
     np.put_along_axis(want, idx, np.array([[10.0], [20.0], [30.0]]), 1)
-    np.testing.assert_array_equal(out.data, want)
+    np.testing.assert_array_equal(out._value, want)
     g = RNG.standard_normal((3, 4))
     out.backward(g)
     mask = np.ones((3, 4))
     mask[[0, 1, 2], [1, 3, 0]] = 0
-    np.testing.assert_allclose(x.grad.data, g * mask, rtol=1e-12)
-    np.testing.assert_allclose(v.grad.data, g[[0, 1, 2], [1, 3, 0]][:, None], rtol=1e-12)
+    np.testing.assert_allclose(x.grad._value, g * mask, rtol=1e-12)
+    np.testing.assert_allclose(v.grad._value, g[[0, 1, 2], [1, 3, 0]][:, None], rtol=1e-12)
     # a scalar value broadcast to every written position; arr's float32 is kept
-    x32 = Tensor(np.zeros((2, 3), dtype=np.float32), requires_grad=True)
+    x32 = tensor(np.zeros((2, 3), dtype=np.float32), requires_grad=True)
     out32 = put_along_axis(x32, np.array([[2], [0]]), 1.5, 1)
     assert out32.dtype == np.float32
-    np.testing.assert_array_equal(out32.data, [[0, 0, 1.5], [1.5, 0, 0]])
+    np.testing.assert_array_equal(out32._value, [[0, 0, 1.5], [1.5, 0, 0]])
     with pytest.raises(ValueError, match="repeated"):
         put_along_axis(x, np.array([[1, 1]] * 3), 0.0, 1)
     with pytest.raises(IndexError, match=r"put_along_axis: index 4 .*\(3, 4\)"):
@@ -560,8 +560,8 @@ def test_put_along_axis_second_order() -> None:
 # ---- indices are never differentiable -----------------------------------------------------------
 def test_grad_wrt_integer_index_is_an_error_saying_why() -> None:
     q = leaf(RNG.standard_normal((4, 3)))
-    actions = Tensor(np.array([0, 2, 2, 1]))
-    loss = gather(q, 1, actions.data[:, None]).sum()
+    actions = tensor(np.array([0, 2, 2, 1]))
+    loss = gather(q, 1, actions._value[:, None]).sum()
     with pytest.raises(TypeError, match="never differentiable"):
         autograd.grad(loss, [actions])
     with pytest.raises(TypeError, match="never differentiable"):
@@ -571,16 +571,16 @@ def test_grad_wrt_integer_index_is_an_error_saying_why() -> None:
         return rnp.sum(take_along_axis(values, acts[:, None], 1))
 
     with pytest.raises(TypeError, match="never differentiable"):
-        rlgrad.grad(f, argnum=1)(q.data, actions.data)
+        rlgrad.grad(f, argnum=1)(q._value, actions._value)
     # ... while the gradient w.r.t. the gathered values is the scatter-add
-    np.testing.assert_array_equal(rlgrad.grad(f)(q.data, actions.data),
-                                  np.eye(3)[actions.data])
+    np.testing.assert_array_equal(rlgrad.grad(f)(q._value, actions._value),
+                                  np.eye(3)[actions._value])
 
 
 def test_scatter_add_builds_no_dense_one_hot() -> None:
     # x[rows, cols] on a (2000, 500) input: a one-hot formulation would need 2000 x 1e6 entries;
     # the scatter-add needs the (2000, 500) gradient plus index arrays.
-    x = Tensor(np.zeros((2000, 500), dtype=np.float32), requires_grad=True)
+    x = tensor(np.zeros((2000, 500), dtype=np.float32), requires_grad=True)
     rows = np.arange(2000)
     cols = RNG.integers(0, 500, 2000)
     for select in (lambda t: t[rows, cols], lambda t: gather(t, 1, cols[:, None])):
@@ -589,5 +589,5 @@ def test_scatter_add_builds_no_dense_one_hot() -> None:
         select(x).sum().backward()
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        assert peak < 1.5 * x.data.nbytes, peak  # the gradient itself plus index-sized arrays
-        assert x.grad.data.sum() == 2000
+        assert peak < 1.5 * x._value.nbytes, peak  # the gradient itself plus index-sized arrays
+        assert x.grad._value.sum() == 2000

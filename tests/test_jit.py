@@ -72,7 +72,7 @@ def test_captured_tensor_is_read_at_every_replay() -> None:
 
     jitted = rlgrad.jit(rlgrad.grad(f))
     np.testing.assert_allclose(jitted(np.ones(2)), [1.0, 2.0])
-    w.data *= 3  # an optimizer's in-place update
+    w._value *= 3  # an optimizer's in-place update
     np.testing.assert_allclose(jitted(np.ones(2)), [3.0, 6.0])
 
 
@@ -123,7 +123,7 @@ def test_value_dependent_python_is_refused_with_a_clear_error() -> None:
 
 def test_array_derived_from_an_argument_outside_rlgrad_is_refused() -> None:
     def f(x: np.ndarray, idx: np.ndarray) -> object:
-        rows = idx.data[::2]  # a NumPy view of the argument, invisible to the trace
+        rows = idx._value[::2]  # a NumPy view of the argument, invisible to the trace
         return rnp.sum(x[rows])
 
     with pytest.raises(RuntimeError, match="derived from a traced value"):
@@ -178,20 +178,20 @@ def test_indices_computed_inside_the_step_are_replayed_not_frozen(pick: str) -> 
 def test_numpy_slice_of_a_traced_value_is_refused() -> None:
     def f(x: np.ndarray) -> object:
         a = rnp.argmax(x, axis=1)
-        return rnp.sum(x[np.arange(2), a.data[::1]])  # a NumPy view the trace cannot follow
+        return rnp.sum(x[np.arange(2), a._value[::1]])  # a NumPy view the trace cannot follow
 
     with pytest.raises(RuntimeError, match="derived from a traced value"):
         rlgrad.jit(f)(np.arange(4.0).reshape(2, 2))
 
 
 def test_returning_a_traced_values_array_returns_it_fresh_at_every_call() -> None:
-    """``.data`` of a traced value as an output is that value, not a frozen constant; a NumPy
+    """``._value`` of a traced value as an output is that value, not a frozen constant; a NumPy
     slice of it is refused like any other use."""
-    jitted = rlgrad.jit(lambda x: rnp.exp(x).data)
+    jitted = rlgrad.jit(lambda x: rnp.exp(x)._value)
     np.testing.assert_allclose(jitted(np.zeros(2)), [1.0, 1.0])
     np.testing.assert_allclose(jitted(np.ones(2)), [np.e, np.e])
     with pytest.raises(RuntimeError, match="derived from a traced value"):
-        rlgrad.jit(lambda x: rnp.exp(x).data[:1])(np.zeros(2))
+        rlgrad.jit(lambda x: rnp.exp(x)._value[:1])(np.zeros(2))
 
 
 def test_dict_batches_take_the_fast_call_and_keep_the_leaf_order() -> None:

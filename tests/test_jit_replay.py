@@ -82,7 +82,7 @@ def _t(x):
 
 
 def _val(x):
-    return x.data if isinstance(x, rlgrad.Tensor) else x
+    return x._value if isinstance(x, rlgrad.Tensor) else x
 
 
 def _programs():
@@ -187,7 +187,7 @@ def test_beta_mode_is_recomputed():
     compiled = rlgrad.jit(lambda a, b: Beta(a, b).mode * 1.0)
     for a, b in ((np.array([0.5, 2.0, 3.0]), np.array([3.0, 2.0, 0.5])),
                  (np.array([3.0, 0.5, 2.0]), np.array([0.5, 3.0, 2.0]))):
-        np.testing.assert_allclose(compiled(a, b), Beta(a, b).mode.data)
+        np.testing.assert_allclose(compiled(a, b), Beta(a, b).mode._value)
 
 
 # ---- refused at trace time --------------------------------------------------------------------------

@@ -83,25 +83,25 @@ def test_state_dict_values_are_copies_and_round_trip():
     m = TwoLayer()
     sd = m.state_dict()
     w0 = sd["head.weight"].copy()
-    m.head.weight.data += 1.0
+    m.head.weight._value += 1.0
     np.testing.assert_array_equal(sd["head.weight"], w0)  # a kept state dict does not move
     m.load_state_dict(sd)
-    np.testing.assert_array_equal(m.head.weight.data, w0)
+    np.testing.assert_array_equal(m.head.weight._value, w0)
     assert m.state_dict(keep_vars=True)["head.weight"] is m.head.weight
 
 
 def test_load_state_dict_is_in_place_and_casts_dtype():
     m = nn.Linear(2, 3)
-    arr = m.weight.data
+    arr = m.weight._value
     m.load_state_dict({"weight": np.ones((3, 2), dtype=np.float64), "bias": np.zeros(3)})
-    assert m.weight.data is arr and m.weight.dtype == np.float32
+    assert m.weight._value is arr and m.weight.dtype == np.float32
     np.testing.assert_array_equal(arr, np.ones((3, 2), dtype=np.float32))
 
 
 def test_load_state_dict_lists_missing_unexpected_and_misshaped_keys():
     m = TwoLayer()
     sd = m.state_dict()
-    before = m.head.bias.data.copy()
+    before = m.head.bias._value.copy()
     del sd["body.0.bias"]
     sd["extra"] = np.zeros(1)
     sd["head.weight"] = np.zeros((3, 4))
@@ -115,7 +115,7 @@ def test_load_state_dict_lists_missing_unexpected_and_misshaped_keys():
     assert ("size mismatch for head.weight: copying a param with shape (3, 4) from checkpoint, "
             "the shape in current model is (2, 4).") in msg
     assert isinstance(e.value, RuntimeError) and isinstance(e.value, ValueError)
-    np.testing.assert_array_equal(m.head.bias.data, before)  # nothing was written
+    np.testing.assert_array_equal(m.head.bias._value, before)  # nothing was written
 
     # strict=False skips missing/unexpected keys but never a shape mismatch
     with pytest.raises(StateDictError, match="size mismatch for head.weight"):
@@ -123,7 +123,7 @@ def test_load_state_dict_lists_missing_unexpected_and_misshaped_keys():
     sd["head.weight"] = np.zeros((2, 4))
     res = m.load_state_dict(sd, strict=False)
     assert res.missing_keys == ["body.0.bias"] and res.unexpected_keys == ["extra"]
-    np.testing.assert_array_equal(m.head.bias.data, np.full(2, 7.0, dtype=np.float32))
+    np.testing.assert_array_equal(m.head.bias._value, np.full(2, 7.0, dtype=np.float32))
 
 
 def test_load_state_dict_error_names_the_checkpoint_file_and_key(tmp_path):
@@ -159,12 +159,12 @@ def test_deepcopy_gives_an_independent_target_network():
     m(x).sum().backward()
     target = copy.deepcopy(m)
     assert target[0].weight is not m[0].weight
-    assert target[0].weight.data is not m[0].weight.data
-    np.testing.assert_array_equal(target(x).data, m(x).data)
+    assert target[0].weight._value is not m[0].weight._value
+    np.testing.assert_array_equal(target(x)._value, m(x)._value)
     assert list(target._parameters) == list(m._parameters)
     assert target._modules["0"].weight is target[0].weight  # registry and attribute agree
-    m[0].weight.data += 1.0
-    assert not np.array_equal(target(x).data, m(x).data)
+    m[0].weight._value += 1.0
+    assert not np.array_equal(target(x)._value, m(x)._value)
     assert target[0].weight.requires_grad
 
 
@@ -173,7 +173,7 @@ def test_to_double_and_zero_grad():
     assert all(p.dtype == np.float64 for p in m.parameters())
     m(np.ones((1, 2))).sum().backward()
     m.zero_grad(set_to_none=False)
-    assert all(np.all(p.grad.data == 0) for p in m.parameters())
+    assert all(np.all(p.grad._value == 0) for p in m.parameters())
     m.zero_grad()
     assert all(p.grad is None for p in m.parameters())
 
@@ -203,7 +203,7 @@ def test_linear_matches_hand_computation_and_layout():
     lin = nn.Linear(3, 2)
     lin.load_state_dict({"weight": np.array([[1.0, 2, 3], [0, -1, 1]]), "bias": np.array([0.5, -2])})
     y = lin(np.array([[1.0, 1, 1], [2, 0, -1]], dtype=np.float32))
-    np.testing.assert_allclose(y.data, [[6.5, -2.0], [-0.5, -3.0]])
+    np.testing.assert_allclose(y._value, [[6.5, -2.0], [-0.5, -3.0]])
     assert lin.weight.shape == (2, 3)  # (out_features, in_features), as PyTorch
 
 
@@ -219,23 +219,23 @@ def test_linear_backward_values():
     lin = nn.Linear(2, 1, dtype=np.float64)
     lin.load_state_dict({"weight": [[3.0, -1.0]], "bias": [0.5]})
     (lin(x) ** 2).sum().backward()  # y = 1.5, dy = 3
-    np.testing.assert_allclose(lin.weight.grad.data, [[3.0, 6.0]])
-    np.testing.assert_allclose(lin.bias.grad.data, [3.0])
-    np.testing.assert_allclose(x.grad.data, [[9.0, -3.0]])
+    np.testing.assert_allclose(lin.weight.grad._value, [[3.0, 6.0]])
+    np.testing.assert_allclose(lin.bias.grad._value, [3.0])
+    np.testing.assert_allclose(x.grad._value, [[9.0, -3.0]])
 
 
 def test_default_init_bounds_follow_pytorch():
     init.manual_seed(0)
     lin = nn.Linear(100, 50)
     bound = 1 / math.sqrt(100)
-    assert np.abs(lin.weight.data).max() <= bound and np.abs(lin.bias.data).max() <= bound
-    assert np.abs(lin.weight.data).max() > 0.9 * bound
+    assert np.abs(lin.weight._value).max() <= bound and np.abs(lin.bias._value).max() <= bound
+    assert np.abs(lin.weight._value).max() > 0.9 * bound
     conv = nn.Conv2d(4, 8, 3)
     cb = 1 / math.sqrt(4 * 9)
-    assert np.abs(conv.weight.data).max() <= cb and np.abs(conv.weight.data).max() > 0.9 * cb
+    assert np.abs(conv.weight._value).max() <= cb and np.abs(conv.weight._value).max() > 0.9 * cb
     init.manual_seed(0)
     again = nn.Linear(100, 50)
-    np.testing.assert_array_equal(again.weight.data, lin.weight.data)
+    np.testing.assert_array_equal(again.weight._value, lin.weight._value)
 
 
 def test_conv2d_matches_a_direct_loop():
@@ -268,9 +268,9 @@ def test_conv2d_module_backward_uses_cached_columns_correctly():
     g = randn(2, 3, 3, 3)
     conv(x).backward(g)
     # the same gradient through the recomputing path (weight given as a plain array)
-    wgrad = F.conv2d_weight_grad(x.data, g, (2, 2), (1, 1), conv.weight.shape)
-    np.testing.assert_allclose(conv.weight.grad.data, wgrad, atol=1e-12)
-    np.testing.assert_allclose(conv.bias.grad.data, g.sum(axis=(0, 2, 3)))
+    wgrad = F.conv2d_weight_grad(x._value, g, (2, 2), (1, 1), conv.weight.shape)
+    np.testing.assert_allclose(conv.weight.grad._value, wgrad, atol=1e-12)
+    np.testing.assert_allclose(conv.bias.grad._value, g.sum(axis=(0, 2, 3)))
     assert x.grad.shape == x.shape
 
 
@@ -285,7 +285,7 @@ def test_flatten_mlp_and_dqn_stack_shapes():
     mlp = nn.MLP([4, 16, 16, 2], activation="tanh", output_activation=nn.Tanh)
     assert [type(m).__name__ for m in mlp] == ["Linear", "Tanh", "Linear", "Tanh", "Linear", "Tanh"]
     assert list(mlp.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
-    assert np.all(np.abs(mlp(np.ones((3, 4))).data) <= 1)
+    assert np.all(np.abs(mlp(np.ones((3, 4)))._value) <= 1)
     with pytest.raises(ValueError, match="unknown activation 'swishy'"):
         nn.MLP([2, 2, 2], activation="swishy")
 
@@ -294,7 +294,7 @@ def test_layernorm_values_and_gradients():
     ln = nn.LayerNorm(4, dtype=np.float64)
     x = np.array([[1.0, 2.0, 3.0, 4.0]])
     mu, var = 2.5, 1.25
-    np.testing.assert_allclose(ln(x).data, (x - mu) / np.sqrt(var + 1e-5))
+    np.testing.assert_allclose(ln(x)._value, (x - mu) / np.sqrt(var + 1e-5))
     w, b = randn(4), randn(4)
     rlgrad.check_grads(lambda x, w, b: F.layer_norm(x, 4, w, b), order=2)(randn(3, 4), w, b)
 
@@ -310,9 +310,9 @@ def test_activation_values():
     np.testing.assert_allclose(F.softplus(x), np.log1p(np.exp(x)))
     np.testing.assert_allclose(F.softplus(x, beta=2.0), np.log1p(np.exp(2 * x)) / 2)
     np.testing.assert_allclose(F.sigmoid(x), 1 / (1 + np.exp(-x)))
-    np.testing.assert_allclose(nn.ELU()(x).data, F.elu(x))
-    np.testing.assert_allclose(nn.Softplus()(x).data, F.softplus(x))
-    np.testing.assert_allclose(nn.Tanh()(x).data, np.tanh(x))
+    np.testing.assert_allclose(np.asarray(nn.ELU()(x)), F.elu(x))
+    np.testing.assert_allclose(np.asarray(nn.Softplus()(x)), F.softplus(x))
+    np.testing.assert_allclose(np.asarray(nn.Tanh()(x)), np.tanh(x))
 
 
 def test_activations_are_stable_for_large_inputs():
@@ -322,7 +322,7 @@ def test_activations_are_stable_for_large_inputs():
     np.testing.assert_array_equal(F.sigmoid(x), [0.0, 1.0])
     xt = rlgrad.tensor(x, requires_grad=True)
     F.elu(xt).sum().backward()
-    np.testing.assert_array_equal(xt.grad.data, [0.0, 1.0])  # no nan from the unused branch
+    np.testing.assert_array_equal(xt.grad._value, [0.0, 1.0])  # no nan from the unused branch
 
 
 @pytest.mark.parametrize("fn", [F.elu, F.softplus, F.sigmoid, F.tanh, lambda x: F.softplus(x, beta=3.0),
@@ -344,8 +344,8 @@ def test_softmax_family_is_stable_for_large_logits():
     assert F.logsumexp(z, dim=1, keepdim=True).shape == (2, 1)
     zt = rlgrad.tensor(z, requires_grad=True)
     F.log_softmax(zt, dim=1)[:, 0].sum().backward()
-    assert np.all(np.isfinite(zt.grad.data))
-    np.testing.assert_allclose(zt.grad.data[0], [1, 0, 0] - ref0)
+    assert np.all(np.isfinite(zt.grad._value))
+    np.testing.assert_allclose(zt.grad._value[0], [1, 0, 0] - ref0)
 
 
 def test_softmax_gradients():
@@ -542,11 +542,11 @@ def test_state_dict_loads_into_pytorch_and_back():
     theirs = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
     theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
     x = RNG.standard_normal((3, 4)).astype(np.float32)
-    np.testing.assert_allclose(ours(x).data, theirs(torch.from_numpy(x)).detach().numpy(),
+    np.testing.assert_allclose(ours(x)._value, theirs(torch.from_numpy(x)).detach().numpy(),
                                rtol=1e-5, atol=1e-6)
     back = nn.MLP([4, 8, 2])
     back.load_state_dict({k: v.numpy() for k, v in theirs.state_dict().items()})
-    np.testing.assert_array_equal(back(x).data, ours(x).data)
+    np.testing.assert_array_equal(back(x)._value, ours(x)._value)
 
 
 def test_conv_gradients_match_pytorch():
@@ -557,7 +557,7 @@ def test_conv_gradients_match_pytorch():
     xs, ws, bs = t64(x), t64(w), t64(b)
     F.conv2d(xs, ws, bs, stride=4).backward(g)
     for ours, theirs in [(xs, xt), (ws, wt), (bs, bt)]:
-        np.testing.assert_allclose(ours.grad.data, theirs.grad.numpy(), atol=1e-10)
+        np.testing.assert_allclose(ours.grad._value, theirs.grad.numpy(), atol=1e-10)
 
 
 def test_gradient_penalty_through_a_model_matches_pytorch():
@@ -572,7 +572,7 @@ def test_gradient_penalty_through_a_model_matches_pytorch():
         out = lin(F.elu(F.conv2d(xt, conv.weight, conv.bias, 2).reshape(2, -1)))
         (gx,) = rlgrad.autograd.grad(F.tanh(out).sum(), xt, create_graph=True)
         (gx * gx).sum().backward()
-        return [p.grad.data for p in (*conv.parameters(), *lin.parameters())]
+        return [p.grad._value for p in (*conv.parameters(), *lin.parameters())]
 
     tc = torch.nn.Conv2d(2, 3, 3, stride=2).double()
     tl = torch.nn.Linear(12, 2).double()

@@ -37,8 +37,8 @@ class Poisoned(gym.Wrapper):
 
 
 def _finite(model) -> bool:
-    return all(np.isfinite(p.data).all() for p in model.policy.parameters()) if hasattr(
-        model, "policy") else all(np.isfinite(p.data).all() for p in model.q_net.parameters())
+    return all(np.isfinite(p._value).all() for p in model.policy.parameters()) if hasattr(
+        model, "policy") else all(np.isfinite(p._value).all() for p in model.q_net.parameters())
 
 
 @pytest.mark.parametrize("cls,kw", [(PPO, dict(n_steps=64, batch_size=32)),

@@ -215,7 +215,7 @@ TENSOR_PATTERNS = [p for p in PATTERNS if all(not isinstance(x, int) for x in p[
 def _unwrap(x: Any) -> Any:
     if isinstance(x, tuple | list):
         return type(x)(_unwrap(v) for v in x)
-    return x.data if isinstance(x, rlgrad.Tensor) else x
+    return x._value if isinstance(x, rlgrad.Tensor) else x
 
 
 @pytest.mark.parametrize("name", [n for n in NAMES if n not in UNINITIALISED])

@@ -33,7 +33,7 @@ def run(opt_cls, kwargs: dict, seed: int = 0) -> list[np.ndarray]:
         for p, g in zip(params, grads):
             p.grad = rlgrad.tensor(g)
         opt.step()
-    return [p.data for p in params]
+    return [p._value for p in params]
 
 
 # ---- reference formulas, written the way the papers / PyTorch docs state them --------------
@@ -95,9 +95,9 @@ def check_against(ref, opt_cls, kwargs, ref_kwargs=None):
     init = make_params()
     seq = grad_sequence()
     for i, p0 in enumerate(init):
-        want = ref(p0.data, [step[i] for step in seq], **(ref_kwargs or kwargs))
+        want = ref(p0._value, [step[i] for step in seq], **(ref_kwargs or kwargs))
         np.testing.assert_allclose(got[i], want, rtol=1e-12, atol=1e-12)
-        assert not np.allclose(got[i], p0.data)  # the update did something
+        assert not np.allclose(got[i], p0._value)  # the update did something
 
 
 @pytest.mark.parametrize("kw", [
@@ -145,13 +145,13 @@ def test_rmsprop_tf_like_first_step_is_lr_times_gradient_scale():
     opt = optim.RMSpropTFLike([p], lr=0.1, alpha=0.99, eps=1e-5)
     p.grad = rlgrad.tensor(np.array([2.0]))
     opt.step()
-    assert p.data[0] == pytest.approx(1.0 - 0.1 * 2.0 / math.sqrt(0.99 + 0.01 * 4 + 1e-5), rel=1e-14)
+    assert p._value[0] == pytest.approx(1.0 - 0.1 * 2.0 / math.sqrt(0.99 + 0.01 * 4 + 1e-5), rel=1e-14)
     # PyTorch's form divides by sqrt(v) + eps, with v starting at zero: about 10x the step
     q = rlgrad.tensor(np.array([1.0]), requires_grad=True)
     opt2 = optim.RMSprop([q], lr=0.1, alpha=0.99, eps=1e-5)
     q.grad = rlgrad.tensor(np.array([2.0]))
     opt2.step()
-    assert q.data[0] == pytest.approx(1.0 - 0.1 * 2.0 / (math.sqrt(0.04) + 1e-5), rel=1e-14)
+    assert q._value[0] == pytest.approx(1.0 - 0.1 * 2.0 / (math.sqrt(0.04) + 1e-5), rel=1e-14)
 
 
 def test_adam_skips_parameters_without_gradient_and_keeps_own_step_counts():
@@ -160,7 +160,7 @@ def test_adam_skips_parameters_without_gradient_and_keeps_own_step_counts():
     seq = grad_sequence()
     missing = {1: 1, 3: 0}  # step -> index of the parameter that gets no gradient that step
     used: list[list[np.ndarray]] = [[] for _ in params]
-    init = [p.data.copy() for p in params]
+    init = [p._value.copy() for p in params]
     for k, grads in enumerate(seq):
         for i, (p, g) in enumerate(zip(params, grads)):
             p.grad = None if missing.get(k) == i else rlgrad.tensor(g)
@@ -168,7 +168,7 @@ def test_adam_skips_parameters_without_gradient_and_keeps_own_step_counts():
                 used[i].append(g)
         opt.step()
     for i, p in enumerate(params):
-        np.testing.assert_allclose(p.data, ref_adam(init[i], used[i], 0.01), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(p._value, ref_adam(init[i], used[i], 0.01), rtol=1e-12, atol=1e-12)
         assert opt.state[p]["step"] == len(used[i])
 
 
@@ -182,18 +182,18 @@ def test_float32_parameters_stay_float32_and_match_float64_closely():
     assert p32.dtype == np.float32 and opt.state[p32]["exp_avg"].dtype == np.float32
     ref = ref_adam(np.linspace(-1, 1, 6), [np.resize(s[0], 6).astype(np.float32).astype(np.float64)
                                           for s in grads], 0.01)
-    np.testing.assert_allclose(p32.data, ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(p32._value, ref, rtol=1e-5, atol=1e-6)
 
 
 def test_param_groups_have_their_own_hyperparameters():
     a, b = make_params()[:2]
     opt = optim.SGD([{"params": [a]}, {"params": [b], "lr": 1.0}], lr=0.1, momentum=0.0)
-    a0, b0 = a.data.copy(), b.data.copy()
-    a.grad = rlgrad.tensor(np.ones_like(a.data))
-    b.grad = rlgrad.tensor(np.ones_like(b.data))
+    a0, b0 = a._value.copy(), b._value.copy()
+    a.grad = rlgrad.tensor(np.ones_like(a._value))
+    b.grad = rlgrad.tensor(np.ones_like(b._value))
     opt.step()
-    np.testing.assert_allclose(a.data, a0 - 0.1)
-    np.testing.assert_allclose(b.data, b0 - 1.0)
+    np.testing.assert_allclose(a._value, a0 - 0.1)
+    np.testing.assert_allclose(b._value, b0 - 1.0)
     assert opt.param_groups[1]["momentum"] == 0.0
     with pytest.raises(ValueError, match="more than one parameter group"):
         opt.add_param_group({"params": [a]})
@@ -215,12 +215,12 @@ def test_zero_grad_and_a_training_loop_on_a_model():
     assert all(p.grad is None for p in model.parameters())
     nn.functional.mse_loss(model(x), y).backward()
     opt.zero_grad(set_to_none=False)
-    assert all(p.grad is not None and not p.grad.data.any() for p in model.parameters())
+    assert all(p.grad is not None and not p.grad._value.any() for p in model.parameters())
 
 
 def test_optimizing_the_input_of_a_frozen_model():
     model = nn.Linear(3, 1, dtype=np.float64).requires_grad_(False)
-    w = model.weight.data.copy()
+    w = model.weight._value.copy()
     x = rlgrad.tensor(np.zeros((1, 3)), requires_grad=True)
     opt = optim.SGD([x], lr=0.1)
     for _ in range(50):
@@ -228,8 +228,8 @@ def test_optimizing_the_input_of_a_frozen_model():
         out = model(x)
         (-out.sum()).backward()  # ascend the output: the input moves along the weight
         opt.step()
-    np.testing.assert_allclose(x.data, 50 * 0.1 * w)
-    np.testing.assert_array_equal(model.weight.data, w)
+    np.testing.assert_allclose(x._value, 50 * 0.1 * w)
+    np.testing.assert_array_equal(model.weight._value, w)
 
 
 def test_optimizer_argument_errors():
@@ -257,7 +257,7 @@ def test_state_dict_resume_is_exact(tmp_path):
                 p.grad = rlgrad.tensor(g)
             opt_a.step()
         path = tmp_path / f"{cls.__name__}.ckpt"
-        rlgrad.save({"params": [p.data for p in a], "opt": opt_a.state_dict()}, path)
+        rlgrad.save({"params": [p._value for p in a], "opt": opt_a.state_dict()}, path)
         ck = rlgrad.load(path)
         b = [rlgrad.tensor(arr, requires_grad=True) for arr in ck["params"]]
         opt_b = cls(b, lr=123.0)
@@ -270,7 +270,7 @@ def test_state_dict_resume_is_exact(tmp_path):
             opt_a.step()
             opt_b.step()
         for pa, pb in zip(a, b):
-            np.testing.assert_array_equal(pa.data, pb.data)
+            np.testing.assert_array_equal(pa._value, pb._value)
 
 
 def test_state_dict_layout_and_misshaped_state():
@@ -302,12 +302,12 @@ def test_loaded_state_is_used_by_the_flat_fast_path():
             p.grad = rlgrad.tensor(g)
         opt_a.step()
     for p, q in zip(a, b):
-        q.data[...] = p.data
+        q._value[...] = p._value
     for p, g in zip(b, seq[0]):  # one step so that b has a flat layout of its own first
         p.grad = rlgrad.tensor(g)
     opt_b.step()
     for p, q in zip(a, b):
-        q.data[...] = p.data
+        q._value[...] = p._value
     opt_b.load_state_dict(opt_a.state_dict())
     for grads in seq[2:]:
         for p, q, g in zip(a, b, grads):
@@ -315,7 +315,7 @@ def test_loaded_state_is_used_by_the_flat_fast_path():
         opt_a.step()
         opt_b.step()
     for p, q in zip(a, b):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p._value, q._value)
 
 
 # ---- against PyTorch ----------------------------------------------------------------------
@@ -331,7 +331,7 @@ def test_loaded_state_is_used_by_the_flat_fast_path():
 def test_against_pytorch(name, kw):
     torch = pytest.importorskip("torch")
     init, seq = make_params(), grad_sequence()
-    tparams = [torch.tensor(p.data.copy(), requires_grad=True) for p in init]
+    tparams = [torch.tensor(p._value.copy(), requires_grad=True) for p in init]
     topt = getattr(torch.optim, name)(tparams, **kw)
     for grads in seq:
         for p, g in zip(tparams, grads):
@@ -372,11 +372,11 @@ def test_clip_grad_norm_scales_globally_and_returns_the_norm():
     a.grad, b.grad = rlgrad.tensor(np.array([3.0, 0.0])), rlgrad.tensor(np.array([4.0]))
     norm = optim.clip_grad_norm_([a, b], max_norm=1.0)
     assert float(norm) == pytest.approx(5.0)
-    np.testing.assert_allclose(a.grad.data, [3 / (5 + 1e-6), 0.0])
-    np.testing.assert_allclose(b.grad.data, [4 / (5 + 1e-6)])
+    np.testing.assert_allclose(a.grad._value, [3 / (5 + 1e-6), 0.0])
+    np.testing.assert_allclose(b.grad._value, [4 / (5 + 1e-6)])
     norm = optim.clip_grad_norm_([a, b], max_norm=10.0)  # below the limit: unchanged
     assert norm.item() == pytest.approx(1.0, rel=1e-5)
-    np.testing.assert_allclose(b.grad.data, [4 / (5 + 1e-6)])
+    np.testing.assert_allclose(b.grad._value, [4 / (5 + 1e-6)])
     a.grad = rlgrad.tensor(np.array([-7.0, 1.0]))
     assert float(nn.utils.clip_grad_norm_([a, b], 1.0, norm_type=math.inf)) == pytest.approx(7.0)
     with pytest.raises(RuntimeError, match="non-finite"):
@@ -390,8 +390,8 @@ def test_clip_grad_norm_never_writes_into_a_shared_gradient_array():
     ((x + y) * 10.0).sum().backward()  # both gradients may be the very same array
     optim.clip_grad_norm_([x, y], max_norm=1.0)
     expected = 10.0 / (math.sqrt(600.0) + 1e-6)
-    np.testing.assert_allclose(x.grad.data, expected)
-    np.testing.assert_allclose(y.grad.data, expected)
+    np.testing.assert_allclose(x.grad._value, expected)
+    np.testing.assert_allclose(y.grad._value, expected)
 
 
 def test_sb3_style_schedules():
@@ -435,13 +435,13 @@ def test_pytorch_style_schedulers():
 
 def test_polyak_and_hard_update():
     src, dst = nn.Linear(2, 2, dtype=np.float64), nn.Linear(2, 2, dtype=np.float64)
-    s0, d0 = src.weight.data.copy(), dst.weight.data.copy()
-    arr = dst.weight.data
+    s0, d0 = src.weight._value.copy(), dst.weight._value.copy()
+    arr = dst.weight._value
     optim.polyak_update(src.parameters(), dst.parameters(), tau=0.25)
-    np.testing.assert_allclose(dst.weight.data, 0.75 * d0 + 0.25 * s0)
-    assert dst.weight.data is arr  # in place
+    np.testing.assert_allclose(dst.weight._value, 0.75 * d0 + 0.25 * s0)
+    assert dst.weight._value is arr  # in place
     optim.soft_update(dst, src, tau=0.5)  # target first
-    np.testing.assert_allclose(dst.weight.data, 0.5 * (0.75 * d0 + 0.25 * s0) + 0.5 * s0)
+    np.testing.assert_allclose(dst.weight._value, 0.5 * (0.75 * d0 + 0.25 * s0) + 0.5 * s0)
     optim.hard_update(dst, src)
     np.testing.assert_array_equal(dst.state_dict()["bias"], src.state_dict()["bias"])
     with pytest.raises(ValueError, match="tau must be in"):

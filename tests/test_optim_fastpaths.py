@@ -28,7 +28,7 @@ def _run(a, b, fast, ref, steps, rng, dtype=np.float32):
 
 def _same(a, b, fast, ref):
     for pa, pb in zip(a.parameters(), b.parameters()):
-        np.testing.assert_array_equal(pa.data, pb.data)
+        np.testing.assert_array_equal(pa._value, pb._value)
     sa, sb = fast.state_dict(), ref.state_dict()
     assert sa["state"].keys() == sb["state"].keys()
     for k in sa["state"]:
@@ -66,7 +66,7 @@ def test_rmsprop_weight_decay_and_missing_gradients_take_the_per_parameter_path(
     params = list(p.parameters())
     opt = optim.RMSprop(params, lr=0.01, weight_decay=0.1)
     for q in params:
-        q.grad = _const(np.ones_like(q.data))
+        q.grad = _const(np.ones_like(q._value))
     opt.step()
     assert not opt._flat
     opt2 = optim.RMSprop(params, lr=0.01)
@@ -74,7 +74,7 @@ def test_rmsprop_weight_decay_and_missing_gradients_take_the_per_parameter_path(
     opt2.step()
     assert not opt2._flat and opt2.state.get(params[0]) is None  # untouched without a gradient
     for q in params:
-        q.grad = _const(np.ones_like(q.data))
+        q.grad = _const(np.ones_like(q._value))
     opt2.step()  # parameters now at different steps: still per parameter
     assert not opt2._flat
     assert {opt2.state[q]["step"] for q in params} == {1, 2}

@@ -58,7 +58,7 @@ def _run(cls, kw, dtype, use_fused, steps, kind="normal", monkeypatch=None):
         opt.step()
     assert opt._flat, "the flat path should have been taken"
     state = {k: dict(v) for k, v in opt.state_dict()["state"].items()}
-    return [p.data.copy() for p in params], state
+    return [p._value.copy() for p in params], state
 
 
 CASES = [
@@ -141,7 +141,7 @@ def test_a_non_contiguous_gradient_takes_the_numpy_path(monkeypatch):
         for _ in range(3):
             w.grad = _const((np.arange(12, dtype=np.float32).reshape(4, 3) - 5).T)  # a view
             opt.step()
-        return w.data.copy()
+        return w._value.copy()
 
     np.testing.assert_array_equal(run(True), run(False))
 

@@ -407,7 +407,7 @@ def _draw_program(data: Any) -> Program:
         if margin is not None and margin(*args) < MARGIN:
             continue  # too close to a kink here: finite differences would mean nothing
         out = fn(*args)
-        out = out.data if isinstance(out, rlgrad.Tensor) else np.asarray(out)
+        out = out._value if isinstance(out, rlgrad.Tensor) else np.asarray(out)
         if (out.size > 200 or out.size == 0 or not np.all(np.isfinite(out))
                 or np.max(np.abs(out)) > 1e3):
             continue  # keep values moderate: finite differences in float64 stay accurate

@@ -21,7 +21,7 @@ def _mlp_np(layers, x):
     x = np.asarray(x, np.float64)
     for m in layers:
         if hasattr(m, "weight"):
-            x = x @ m.weight.data.astype(np.float64).T + m.bias.data
+            x = x @ m.weight._value.astype(np.float64).T + m.bias._value
         else:
             x = np.tanh(x)
     return x
@@ -103,12 +103,12 @@ def test_acting_samples_as_the_policy_distribution(env):
     obs = np.random.default_rng(0).normal(size=(64, m.obs_dim)).astype(np.float32)
     a, _, logp = m.policy.act(obs, np.random.default_rng(5))
     dist = m.policy.distribution(obs)
-    a_dist = dist.sample(generator=np.random.default_rng(5)).data
+    a_dist = dist.sample(generator=np.random.default_rng(5))._value
     if m.policy.discrete:
         np.testing.assert_array_equal(a, a_dist)
     else:  # loc from NumPy vs the engine's matmul: the same draws, a few ulp apart
         np.testing.assert_allclose(a.reshape(a_dist.shape), a_dist, rtol=1e-5, atol=1e-6)
-    lp = dist.log_prob(m.policy.actions_for_loss(a)).data
+    lp = dist.log_prob(m.policy.actions_for_loss(a))._value
     np.testing.assert_allclose(logp, lp, rtol=1e-5, atol=1e-5)
 
 
@@ -126,7 +126,7 @@ def test_dqn_target_and_clipped_td_error(double_q):
             policy_kwargs={"net_arch": [16]})
     rng = np.random.default_rng(1)
     for p in m.q_net_target.parameters():  # make the target net differ from the online one
-        p.data += rng.normal(0, 0.5, p.shape).astype(np.float32)
+        p._value += rng.normal(0, 0.5, p.shape).astype(np.float32)
     b = _dqn_batch(m)
     qt = relu_mlp_np(m.q_net_target, b.next_observations)
     if double_q:
@@ -161,8 +161,8 @@ def test_td3_target_without_smoothing():
                     rng.normal(size=(n, 3)).astype(np.float32), np.ones(n, np.float32),
                     np.array([True, False, False, False, True]), np.zeros(n, bool))
     with rlgrad.no_grad():
-        a2 = m.actor_target(b.next_observations).data
-        q1, q2 = (q.data for q in m.critic_target(b.next_observations, a2))
+        a2 = m.actor_target(b.next_observations)._value
+        q1, q2 = (q._value for q in m.critic_target(b.next_observations, a2))
     y = 1 + 0.5 * (1 - b.terminated) * np.minimum(q1, q2)
     np.testing.assert_allclose(m.td_target(b), y, rtol=1e-5)
 
@@ -177,7 +177,7 @@ def test_wrong_action_space_errors():
 
 
 def _params(module):
-    return [p.data.copy() for p in module.parameters()]
+    return [p._value.copy() for p in module.parameters()]
 
 
 @pytest.mark.parametrize("cls,env,kw", [
@@ -273,8 +273,8 @@ def test_fused_acting_path_matches_the_modules(env):
     np.testing.assert_allclose(v1, v2, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(a1, a2, rtol=1e-5, atol=1e-6)
     log_prob = m.policy.distribution(obs).log_prob(m.policy.actions_for_loss(a2))
-    np.testing.assert_allclose(log_prob.data, l2, rtol=1e-4, atol=1e-5)  # the training graph
-    np.testing.assert_allclose(m.policy.value(obs).data, v2, rtol=1e-4, atol=1e-5)  # agrees
+    np.testing.assert_allclose(log_prob._value, l2, rtol=1e-4, atol=1e-5)  # the training graph
+    np.testing.assert_allclose(m.policy.value(obs)._value, v2, rtol=1e-4, atol=1e-5)  # agrees
 
 
 def _same_step_env(max_steps):
@@ -352,4 +352,4 @@ def test_dqn_loads_checkpoints_of_the_qnetwork_layout(tmp_path):
     m2 = DQN("CartPole-v1", seed=1, policy_kwargs={"net_arch": [8]})
     m2.set_state(old)
     for p, q in zip(m.q_net.parameters(), m2.q_net.parameters()):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p._value, q._value)

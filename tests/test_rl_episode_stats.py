@@ -61,4 +61,4 @@ def test_checkpoint_with_gymnasiums_wrapper_loads_into_the_adapters_statistics()
     new.learn(512, reset_num_timesteps=False)
     assert list(st.return_queue) == [float(x) for x in wrapped.return_queue]
     for p, q in zip(old.policy.parameters(), new.policy.parameters()):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p._value, q._value)

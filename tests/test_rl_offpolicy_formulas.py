@@ -43,7 +43,7 @@ def layers(seq):
     out = []
     for mod in seq:
         if isinstance(mod, nn.Linear):
-            out.append(("lin", mod.weight.data.astype(np.float64), mod.bias.data.astype(np.float64)))
+            out.append(("lin", mod.weight._value.astype(np.float64), mod.bias._value.astype(np.float64)))
         elif isinstance(mod, nn.ReLU):
             out.append(("relu",))
         elif isinstance(mod, nn.Tanh):
@@ -91,7 +91,7 @@ def critic_snapshot(critic):
 
 
 def params64(module):
-    return [p.data.astype(np.float64) for p in module.parameters()]
+    return [p._value.astype(np.float64) for p in module.parameters()]
 
 
 def fill_buffer(m, seed=1):
@@ -110,7 +110,7 @@ def perturb_targets(m, modules):
     rng = np.random.default_rng(2)
     for mod in modules:
         for p in mod.parameters():
-            p.data[...] += rng.normal(0.0, 0.05, p.data.shape).astype(np.float32)
+            p._value[...] += rng.normal(0.0, 0.05, p._value.shape).astype(np.float32)
 
 
 def record_batches(m):
@@ -192,7 +192,7 @@ def test_sac_one_update(monkeypatch):
     m = make_sac()
     actor0, critic0 = sac_snapshot(m.actor), critic_snapshot(m.critic)
     target0, target0_params = critic_snapshot(m.critic_target), params64(m.critic_target)
-    log_alpha = float(m.log_ent_coef.data[0])
+    log_alpha = float(m.log_ent_coef._value[0])
     alpha, te = np.exp(log_alpha), m.target_entropy
     assert te == -ACT
     batches, eps = record_batches(m), record_eps(monkeypatch)
@@ -204,7 +204,7 @@ def test_sac_one_update(monkeypatch):
     # entropy coefficient: loss -mean(log_alpha (log pi + target_entropy)), d/dlog_alpha closed form
     a_pi, logp = sac_actor(actor0, b.observations, eps[0])
     assert logs["train/ent_coef_loss"] == pytest.approx(-np.mean(log_alpha * (logp + te)), rel=1e-5)
-    np.testing.assert_allclose(m.log_ent_coef.grad.data, [-np.mean(logp + te)], rtol=1e-5)
+    np.testing.assert_allclose(m.log_ent_coef.grad._value, [-np.mean(logp + te)], rtol=1e-5)
     assert logs["train/ent_coef"] == pytest.approx(alpha, rel=1e-6)  # used before its own step
 
     # critics: 0.5 * sum_j mean((Q_j - y)^2); d/d(last bias) = mean(Q_j - y), d/dW = mean((Q_j - y) h)
@@ -216,8 +216,8 @@ def test_sac_one_update(monkeypatch):
     for q_net, q_snap, q in zip(m.critic.q_networks, critic0, qs, strict=True):
         _, h = forward(q_snap, x, return_hidden=True)
         lin = last_linear(q_net)
-        np.testing.assert_allclose(lin.bias.grad.data, [np.mean(q - y)], rtol=1e-4, atol=1e-6)
-        np.testing.assert_allclose(lin.weight.grad.data, [np.mean((q - y)[:, None] * h, 0)],
+        np.testing.assert_allclose(lin.bias.grad._value, [np.mean(q - y)], rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(lin.weight.grad._value, [np.mean((q - y)[:, None] * h, 0)],
                                    rtol=1e-4, atol=1e-6)
 
     # actor: mean(alpha log pi(a|s) - min_j Q_j(s, a)) through the critic as updated just before
@@ -229,9 +229,9 @@ def test_sac_one_update(monkeypatch):
 
     b_mu = actor0["mu"][2]
     assert logs["train/actor_loss"] == pytest.approx(actor_loss(b_mu), rel=1e-5, abs=1e-6)
-    np.testing.assert_allclose(m.actor.mu.bias.grad.data, fd_grad(actor_loss, b_mu),
+    np.testing.assert_allclose(m.actor.mu.bias.grad._value, fd_grad(actor_loss, b_mu),
                                rtol=1e-3, atol=1e-5)
-    assert np.abs(m.actor.mu.bias.grad.data).max() > 1e-3  # a gradient that can be wrong
+    assert np.abs(m.actor.mu.bias.grad._value).max() > 1e-3  # a gradient that can be wrong
 
     assert_polyak(params64(m.critic), target0_params, params64(m.critic_target), TAU)
 
@@ -262,7 +262,7 @@ def make_td3(algo):
     fill_buffer(m)
     perturb_targets(m, [m.critic_target, m.actor_target])
     # mu'(s') near +-1 in some rows, so the clip of the smoothed action to [-1, 1] acts
-    last_linear(m.actor_target.mu).bias.data[...] = [2.0, -2.0]
+    last_linear(m.actor_target.mu).bias._value[...] = [2.0, -2.0]
     m.rng = RecordingRng(m.rng)
     return m
 
@@ -281,7 +281,7 @@ def check_critic_step(m, b, critic0, y):
     loss = sum(np.mean((q - y) ** 2) for q in qs)
     assert m.logger.name_to_value["train/critic_loss"] == pytest.approx(loss, rel=1e-5)
     for q_net, q in zip(m.critic.q_networks, qs, strict=True):
-        np.testing.assert_allclose(last_linear(q_net).bias.grad.data, [2 * np.mean(q - y)],
+        np.testing.assert_allclose(last_linear(q_net).bias.grad._value, [2 * np.mean(q - y)],
                                    rtol=1e-4, atol=1e-6)
 
 
@@ -328,7 +328,7 @@ def test_ddpg_td3_one_update(algo):
         return -np.mean(q_values([q1], b.observations, forward(ls, b.observations))[0])
 
     assert m.logger.name_to_value["train/actor_loss"] == pytest.approx(actor_loss(b_last), rel=1e-5)
-    grad = last_linear(m.actor.mu).bias.grad.data
+    grad = last_linear(m.actor.mu).bias.grad._value
     np.testing.assert_allclose(grad, fd_grad(actor_loss, b_last), rtol=1e-3, atol=1e-6)
     assert np.abs(grad).max() > 1e-4
 

@@ -41,8 +41,8 @@ def test_quantile_huber_loss_value_and_gradient_against_numpy(kappa):
     loss = quantile_huber_loss(x, target, taus, kappa)
     (g,) = autograd.grad(loss, [x])
     exp_loss, exp_grad = _qh_numpy(current, target, taus, kappa)
-    np.testing.assert_allclose(float(loss.data), exp_loss, rtol=1e-12)
-    np.testing.assert_allclose(g.data, exp_grad, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(float(loss._value), exp_loss, rtol=1e-12)
+    np.testing.assert_allclose(g._value, exp_grad, rtol=1e-10, atol=1e-14)
     # second check of the gradient: central finite differences of the NumPy loss
     eps, fd = 1e-6, np.zeros_like(current)
     for idx in np.ndindex(current.shape):
@@ -50,7 +50,7 @@ def test_quantile_huber_loss_value_and_gradient_against_numpy(kappa):
         d[idx] = eps
         fd[idx] = (_qh_numpy(current + d, target, taus, kappa)[0]
                    - _qh_numpy(current - d, target, taus, kappa)[0]) / (2 * eps)
-    np.testing.assert_allclose(g.data, fd, rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(g._value, fd, rtol=1e-5, atol=1e-9)
 
 
 @pytest.mark.parametrize("double_q", [False, True])
@@ -60,7 +60,7 @@ def test_qrdqn_target_and_training_loss(double_q):
               policy_kwargs={"net_arch": [16], "n_quantiles": n_q})
     rng = np.random.default_rng(1)
     for p in m.q_net_target.parameters():
-        p.data += rng.normal(0, 0.5, p.shape).astype(np.float32)
+        p._value += rng.normal(0, 0.5, p.shape).astype(np.float32)
     batch = ReplayBatch(rng.normal(size=(b, 4)).astype(np.float32), rng.integers(0, 2, b),
                         rng.normal(size=(b, 4)).astype(np.float32),
                         rng.normal(size=b).astype(np.float32), np.array([1, 0, 0, 1], bool),

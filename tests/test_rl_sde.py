@@ -40,24 +40,24 @@ def test_log_prob_matches_closed_form(squash, full_std):
     d = StateDependentNoiseDistribution(mean, log_std, latent, squash_output=squash)
     rng = np.random.default_rng(2)
     actions = np.tanh(rng.normal(size=(B, A))) if squash else rng.normal(size=(B, A))
-    np.testing.assert_allclose(d.log_prob(actions).data,
+    np.testing.assert_allclose(d.log_prob(actions)._value,
                                _closed_form(mean, latent, log_std, actions, squash), rtol=1e-10)
     # a draw: mean + latent @ (std * E), and its log-probability from the pre-tanh value
     a, lp = d.rsample_and_log_prob(weights=weights)
     u = mean + latent @ (np.broadcast_to(np.exp(log_std), (F, A)) * weights)
-    np.testing.assert_allclose(a.data, np.tanh(u) if squash else u, rtol=1e-12)
-    np.testing.assert_allclose(lp.data, _closed_form(mean, latent, log_std, a.data, squash),
+    np.testing.assert_allclose(a._value, np.tanh(u) if squash else u, rtol=1e-12)
+    np.testing.assert_allclose(lp._value, _closed_form(mean, latent, log_std, a._value, squash),
                                rtol=1e-8)
-    assert d.log_prob(a).data.shape == (B,)
-    np.testing.assert_allclose(d.mode.data, np.tanh(mean) if squash else mean)
+    assert d.log_prob(a)._value.shape == (B,)
+    np.testing.assert_allclose(d.mode._value, np.tanh(mean) if squash else mean)
 
 
 def test_unsquashed_entropy_and_variance():
     mean, latent, log_std, _ = _numbers(3)
     d = StateDependentNoiseDistribution(mean, log_std, latent)
     var = latent ** 2 @ np.exp(log_std) ** 2 + 1e-6
-    np.testing.assert_allclose(d.variance.data, var, rtol=1e-12)
-    np.testing.assert_allclose(d.entropy().data, (0.5 * np.log(2 * math.pi * math.e * var)).sum(-1),
+    np.testing.assert_allclose(d.variance._value, var, rtol=1e-12)
+    np.testing.assert_allclose(d.entropy()._value, (0.5 * np.log(2 * math.pi * math.e * var)).sum(-1),
                                rtol=1e-12)
 
 
@@ -65,7 +65,7 @@ def test_per_row_exploration_matrices():
     mean, latent, log_std, _ = _numbers(4)
     w = np.random.default_rng(5).normal(size=(B, F, A))
     d = StateDependentNoiseDistribution(mean, log_std, latent)
-    a = d.rsample(weights=w).data
+    a = d.rsample(weights=w)._value
     for i in range(B):
         np.testing.assert_allclose(a[i], mean[i] + latent[i] @ (np.exp(log_std) * w[i]),
                                    rtol=1e-12)
@@ -75,7 +75,7 @@ def test_expln_std():
     mean, latent, _, _ = _numbers(6)
     log_std = np.array([[-1.0, 0.0, 2.0]] * F)
     d = StateDependentNoiseDistribution(mean, log_std, latent, use_expln=True)
-    np.testing.assert_allclose(d.std.data[0], [math.exp(-1.0), 1.0, math.log1p(2.0 + 1e-6) + 1])
+    np.testing.assert_allclose(d.std._value[0], [math.exp(-1.0), 1.0, math.log1p(2.0 + 1e-6) + 1])
 
 
 @pytest.mark.parametrize("squash", [False, True])
@@ -112,7 +112,7 @@ def test_rsample_loss_gradients_match_finite_differences(learn_features):
     if not learn_features:
         z.requires_grad = True
         loss(m, s, z).backward()
-        assert z.grad is None or not np.any(z.grad.data)
+        assert z.grad is None or not np.any(z.grad._value)
 
 
 def test_matches_stable_baselines3():
@@ -132,10 +132,10 @@ def test_matches_stable_baselines3():
     d = StateDependentNoiseDistribution(m, s, z, squash_output=True, learn_features=True)
     a, lp = d.rsample_and_log_prob(weights=weights)
     (lp.sum() + a.sum()).backward()
-    np.testing.assert_allclose(a.data, a_ref.detach().numpy(), rtol=1e-12)
-    np.testing.assert_allclose(lp.data, lp_ref.detach().numpy(), rtol=1e-7)
+    np.testing.assert_allclose(a._value, a_ref.detach().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(lp._value, lp_ref.detach().numpy(), rtol=1e-7)
     for mine, theirs in ((m, tm), (s, ts), (z, tz)):
-        np.testing.assert_allclose(mine.grad.data, theirs.grad.numpy(), rtol=1e-6, atol=1e-9)
+        np.testing.assert_allclose(mine.grad._value, theirs.grad.numpy(), rtol=1e-6, atol=1e-9)
 
 
 # ---- SAC with gSDE --------------------------------------------------------------------------
@@ -149,7 +149,7 @@ def _sac(**kw):
 def test_actor_shapes_and_deterministic_action():
     m = _sac(policy_kwargs={"net_arch": [16, 8], "log_std_init": -3.67, "full_std": False})
     assert m.actor.log_std.shape == (8, 1)
-    np.testing.assert_allclose(m.actor.log_std.data, -3.67)
+    np.testing.assert_allclose(m.actor.log_std._value, -3.67)
     obs = np.stack([m.observation_space.sample() for _ in range(4)])
     a, _ = m.predict(obs, deterministic=True)
     h = rlgrad.rl.policies.mlp_numpy(m.actor.latent_pi, obs.astype(np.float32))
@@ -167,7 +167,7 @@ def test_noise_held_between_resets_and_new_after():
     # the stochastic action is tanh(mu + h @ (std * E)) with the held E
     h = rlgrad.rl.policies.mlp_numpy(m.actor.latent_pi, obs)
     mu = np.clip(rlgrad.rl.policies.mlp_numpy([m.actor.mu], h), -2, 2)
-    w = np.exp(m.actor.log_std.data) * m.actor.sde_weights[0]
+    w = np.exp(m.actor.log_std._value) * m.actor.sde_weights[0]
     np.testing.assert_allclose(m._explore(obs), np.tanh(mu + h @ w), rtol=1e-5)
 
 
@@ -199,11 +199,11 @@ def test_sde_sample_freq(freq, changes):
 
 def test_gradient_steps_draw_their_own_matrix_and_train_log_std():
     m = _sac(gradient_steps=4)
-    before = m.actor.log_std.data.copy()
+    before = m.actor.log_std._value.copy()
     m.learn(64)
-    assert not np.array_equal(before, m.actor.log_std.data)
+    assert not np.array_equal(before, m.actor.log_std._value)
     assert m.logger.name_to_value["train/std"] == pytest.approx(
-        float(np.exp(m.actor.log_std.data).mean()))
+        float(np.exp(m.actor.log_std._value).mean()))
 
 
 def test_use_sde_at_warmup():
@@ -235,7 +235,7 @@ def test_resumed_run_is_bit_identical(tmp_path):
     part.save(path, include_replay_buffer=True)
     resumed = SAC.load(path).learn(48, reset_num_timesteps=False)
     for p, q in zip(full.actor.parameters(), resumed.actor.parameters()):
-        np.testing.assert_array_equal(p.data, q.data)
+        np.testing.assert_array_equal(p._value, q._value)
 
 
 def test_sac_gsde_learns_pendulum():

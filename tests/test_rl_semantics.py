@@ -9,7 +9,7 @@ import pytest
 
 import rlgrad
 import rlgrad.numpy as rnp
-from rlgrad import Tensor, autograd, no_grad, stop_gradient
+from rlgrad import Tensor, autograd, no_grad, stop_gradient, tensor
 from rlgrad.indexing import gather, gather_nd, one_hot, take_along_axis
 
 N, D, H, A = 12, 5, 7, 4
@@ -27,7 +27,7 @@ def net_arrays(seed: int) -> list[np.ndarray]:
 
 
 def as_params(arrays: list[np.ndarray], requires_grad: bool = True) -> list[Tensor]:
-    return [Tensor(a.copy(), requires_grad=requires_grad) for a in arrays]
+    return [tensor(a.copy(), requires_grad=requires_grad) for a in arrays]
 
 
 def q_net(params: list, s) -> Tensor:
@@ -80,7 +80,7 @@ def test_policy_loss_gradient_is_closed_form(select: str) -> None:
     actions[:3] = actions[0]  # repeated actions, repeated rows of the one-hot
     reward = r.standard_normal(N)
     rows = np.arange(N)
-    logits = Tensor(z, requires_grad=True)
+    logits = tensor(z, requires_grad=True)
     probs = rnp.softmax(logits, axis=1)
     if select == "gather_nd":
         picked = gather_nd(probs, np.stack([rows, actions], axis=1))
@@ -93,7 +93,7 @@ def test_policy_loss_gradient_is_closed_form(select: str) -> None:
     loss = -rnp.mean(rnp.log(picked) * reward)
     loss.backward()
     closed = (softmax_np(z) - one_hot(actions, A)) * reward[:, None] / N
-    np.testing.assert_allclose(logits.grad.data, closed, rtol=1e-10, atol=1e-14)
+    np.testing.assert_allclose(logits.grad._value, closed, rtol=1e-10, atol=1e-14)
 
 
 def test_policy_loss_transposed_layout_as_in_the_question() -> None:
@@ -117,7 +117,7 @@ def test_policy_loss_transposed_layout_as_in_the_question() -> None:
 # ---- DQN: Huber on a stopped target == DQN 3.0's backward(-targets) -----------------------------
 def huber(d):
     ad = rnp.abs(d)
-    return rnp.where(ad.data <= 1.0, 0.5 * d * d, ad - 0.5)
+    return rnp.where(ad._value <= 1.0, 0.5 * d * d, ad - 0.5)
 
 
 def dqn_huber_grads(online: list[Tensor], target_arrays: list[np.ndarray] | None, b: dict,
@@ -156,19 +156,19 @@ def test_dqn_update_two_ways_same_gradients(cut: str) -> None:
     net2 = as_params(arrays)
     q_all = q_net(net2, b["s"])  # the network's output layer: backpropagation starts here
     q2_all = q_np(target_arrays if cut == "no_grad" else arrays, b["s2"])
-    targets = dqn3_targets(q_all.data, q2_all, b)
+    targets = dqn3_targets(q_all._value, q2_all, b)
     assert np.any(np.abs(targets) == 1.0), "the batch should exercise the clipping"
     q_all.backward(-targets, retain_graph=True)
     for p, p2 in zip(online, net2):
-        np.testing.assert_allclose(p.grad.data, p2.grad.data, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(p.grad._value, p2.grad._value, rtol=1e-12, atol=1e-14)
 
     # the same through autograd.grad(..., grad_outputs=) and functionally through vjp
     grads = autograd.grad(q_all, net2, grad_outputs=-targets)
     for p, g in zip(online, grads):
-        np.testing.assert_allclose(p.grad.data, g.data, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(p.grad._value, g._value, rtol=1e-12, atol=1e-14)
     _, vjp_fn = rlgrad.vjp(lambda *ps: q_net(list(ps), b["s"]), *arrays)
     for p, g in zip(online, vjp_fn(-targets)):
-        np.testing.assert_allclose(p.grad.data, g, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(p.grad._value, g, rtol=1e-12, atol=1e-14)
 
 
 def test_dqn_gradient_matches_finite_differences_with_target_held() -> None:
@@ -183,7 +183,7 @@ def test_dqn_gradient_matches_finite_differences_with_target_held() -> None:
         d = y - q_np([arrays[0], arrays[1], w2, arrays[3]], b["s"])[np.arange(N), b["a"]]
         return float(np.sum(np.where(np.abs(d) <= 1, 0.5 * d * d, np.abs(d) - 0.5)))
 
-    np.testing.assert_allclose(online[2].grad.data, numeric_grad(loss_w2, arrays[2].copy()),
+    np.testing.assert_allclose(online[2].grad._value, numeric_grad(loss_w2, arrays[2].copy()),
                                rtol=1e-6, atol=1e-8)
 
 
@@ -197,15 +197,15 @@ def test_frozen_parameter_gets_no_gradient_and_no_error() -> None:
     dqn_huber_grads(frozen, target_arrays, b, "no_grad")
     assert frozen[0].grad is None
     for p, r in zip(frozen[1:], ref[1:]):
-        np.testing.assert_allclose(p.grad.data, r.grad.data, rtol=1e-12)
+        np.testing.assert_allclose(p.grad._value, r.grad._value, rtol=1e-12)
     # the DQN 3.0 path too, and autograd.grad over the trainable ones only
     q_all = q_net(frozen, b["s"])
-    targets = dqn3_targets(q_all.data, q_np(target_arrays, b["s2"]), b)
+    targets = dqn3_targets(q_all._value, q_np(target_arrays, b["s2"]), b)
     for p in frozen:
         p.grad = None
     q_all.backward(-targets)
     assert frozen[0].grad is None
-    np.testing.assert_allclose(frozen[2].grad.data, ref[2].grad.data, rtol=1e-12)
+    np.testing.assert_allclose(frozen[2].grad._value, ref[2].grad._value, rtol=1e-12)
     with pytest.raises(RuntimeError, match="does not require grad"):
         autograd.grad(q_net(frozen, b["s"]).sum(), [frozen[0]])
 
@@ -219,24 +219,24 @@ def test_backward_from_hidden_layer_with_given_gradient() -> None:
     hidden = rnp.tanh(s @ w1 + b1)
     q = hidden @ w2 + b2
     g_hidden = r.standard_normal(hidden.shape)  # "computed elsewhere"
-    pre = 1 - hidden.data**2
+    pre = 1 - hidden._value**2
     want_w1, want_b1 = s.T @ (g_hidden * pre), (g_hidden * pre).sum(axis=0)
     # tf.gradients(ys=hidden, xs=[w1, b1], grad_ys=g_hidden)
     gw1, gb1 = autograd.grad(hidden, [w1, b1], grad_outputs=g_hidden, retain_graph=True)
-    np.testing.assert_allclose(gw1.data, want_w1, rtol=1e-12)
-    np.testing.assert_allclose(gb1.data, want_b1, rtol=1e-12)
-    hidden.backward(Tensor(g_hidden))
-    np.testing.assert_allclose(w1.grad.data, want_w1, rtol=1e-12)
+    np.testing.assert_allclose(gw1._value, want_w1, rtol=1e-12)
+    np.testing.assert_allclose(gb1._value, want_b1, rtol=1e-12)
+    hidden.backward(tensor(g_hidden))
+    np.testing.assert_allclose(w1.grad._value, want_w1, rtol=1e-12)
     assert w2.grad is None and b2.grad is None  # below the seed only
     # functional: make_vjp returns (vjp, ans)
     vjp_fn, ans = rlgrad.make_vjp(lambda w: rnp.tanh(s @ w + arrays[1]))(arrays[0])
-    np.testing.assert_allclose(ans, hidden.data, rtol=1e-14)
+    np.testing.assert_allclose(ans, hidden._value, rtol=1e-14)
     np.testing.assert_allclose(vjp_fn(g_hidden), want_w1, rtol=1e-12)
     del q
 
 
 def test_backward_seed_errors_are_clear() -> None:
-    w = Tensor(rng(6).standard_normal((3, 2)), requires_grad=True)
+    w = tensor(rng(6).standard_normal((3, 2)), requires_grad=True)
     out = w * 2
     with pytest.raises(RuntimeError, match="gradient="):
         out.backward()
@@ -251,13 +251,13 @@ def test_saliency_of_probability_and_loss_vs_finite_differences() -> None:
     b = batch(7)
     arrays = net_arrays(15)
     params = as_params(arrays, requires_grad=False)  # a trained, frozen model
-    x = Tensor(b["s"].copy()).requires_grad_()
+    x = tensor(b["s"].copy()).requires_grad_()
     probs = rnp.softmax(q_net(params, x), axis=1)
     p0 = probs[3, b["a"][3]]
     (g_prob,) = autograd.grad(p0, x, retain_graph=True)
     num = numeric_grad(lambda v: softmax_np(q_np(arrays, v))[3, b["a"][3]], b["s"].copy())
-    np.testing.assert_allclose(g_prob.data, num, rtol=1e-6, atol=1e-9)
-    assert np.all(g_prob.data[np.arange(N) != 3] == 0)  # other samples do not matter
+    np.testing.assert_allclose(g_prob._value, num, rtol=1e-6, atol=1e-9)
+    assert np.all(g_prob._value[np.arange(N) != 3] == 0)  # other samples do not matter
 
     reward = b["r"]
     loss = -rnp.mean(rnp.log(gather_nd(probs, np.stack([np.arange(N), b["a"]], 1))) * reward)
@@ -269,7 +269,7 @@ def test_saliency_of_probability_and_loss_vs_finite_differences() -> None:
         return float(-np.mean(np.log(pr[np.arange(N), b["a"]]) * reward))
 
     num = numeric_grad(loss_np, b["s"].copy())
-    np.testing.assert_allclose(x.grad.data, num, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(x.grad._value, num, rtol=1e-6, atol=1e-9)
     # functional: grad over the input argument, the parameters untouched
     f = lambda ps, v: -rnp.mean(rnp.log(gather_nd(rnp.softmax(q_net(ps, v), axis=1),  # noqa: E731
                                                   np.stack([np.arange(N), b["a"]], 1))) * reward)
@@ -281,16 +281,16 @@ def test_optimize_the_input_of_a_frozen_model() -> None:
     params = as_params(arrays)
     for p in params:
         p.requires_grad_(False)
-    x = Tensor(np.zeros((1, D))).requires_grad_()
+    x = tensor(np.zeros((1, D))).requires_grad_()
     before = None
     for _ in range(30):  # raise Q(x, action 2) by gradient ascent on x
         q = q_net(params, x)[0, 2]
         before = q.item() if before is None else before
         q.backward()
-        x.data += 0.1 * x.grad.data
+        x._value += 0.1 * x.grad._value
         x.grad = None
-    assert q_np(arrays, x.data)[0, 2] > before + 0.1
-    np.testing.assert_array_equal(params[0].data, arrays[0])
+    assert q_np(arrays, x._value)[0, 2] > before + 0.1
+    np.testing.assert_array_equal(params[0]._value, arrays[0])
 
 
 # ---- stop_gradient / detach at every nesting level ----------------------------------------------
@@ -309,23 +309,23 @@ def test_stop_gradient_every_nesting_level() -> None:
     np.testing.assert_allclose(hess, np.diag([2.0, 6.0]))
     # and stop_gradient under no_grad / on plain arrays is the identity on values
     with no_grad():
-        assert stop_gradient(Tensor(np.ones(2), requires_grad=True)).requires_grad is False
+        assert stop_gradient(tensor(np.ones(2), requires_grad=True)).requires_grad is False
     np.testing.assert_array_equal(stop_gradient(np.arange(3.0)), np.arange(3.0))
 
 
 def test_detach_with_create_graph() -> None:
-    x = Tensor(np.array([2.0, -1.0]), requires_grad=True)
+    x = tensor(np.array([2.0, -1.0]), requires_grad=True)
     y = (x**3 * x.detach()).sum()
     (g,) = autograd.grad(y, x, create_graph=True)
-    np.testing.assert_allclose(g.data, 3 * x.data**2 * x.data)
+    np.testing.assert_allclose(g._value, 3 * x._value**2 * x._value)
     (h,) = autograd.grad(g.sum(), x, create_graph=True)
-    np.testing.assert_allclose(h.data, 6 * x.data * x.data)
+    np.testing.assert_allclose(h._value, 6 * x._value * x._value)
     (t,) = autograd.grad(h.sum(), x)
-    np.testing.assert_allclose(t.data, 6 * x.data)
+    np.testing.assert_allclose(t._value, 6 * x._value)
     z = (x**2 * stop_gradient(x * 5)).sum()
     (gz,) = autograd.grad(z, x, create_graph=True)
     (hz,) = autograd.grad(gz.sum(), x)
-    np.testing.assert_allclose(hz.data, 2 * 5 * x.data)
+    np.testing.assert_allclose(hz._value, 2 * 5 * x._value)
 
 
 # ---- second order through gather and through stop_gradient --------------------------------------
@@ -356,10 +356,10 @@ def test_hessian_vector_product_through_gather_nd() -> None:
     fd = (g(theta + eps * v) - g(theta - eps * v)) / (2 * eps)
     np.testing.assert_allclose(hv, fd, rtol=1e-5, atol=1e-8)
     # and PyTorch-style, with create_graph=True
-    t = Tensor(theta, requires_grad=True)
+    t = tensor(theta, requires_grad=True)
     (gt,) = autograd.grad(loss(t), t, create_graph=True)
     (hv2,) = autograd.grad((gt * v).sum(), t)
-    np.testing.assert_allclose(hv2.data, hv, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(hv2._value, hv, rtol=1e-10, atol=1e-12)
 
 
 def test_second_order_through_stop_gradient_holds_the_target_constant() -> None:

@@ -46,7 +46,7 @@ def sample_checkpoint() -> dict:
 def assert_same(a, b) -> None:
     if isinstance(a, rlgrad.Tensor):
         assert isinstance(b, rlgrad.Tensor) and b.requires_grad == a.requires_grad
-        assert_same(a.data, b.data)
+        assert_same(a._value, b._value)
     elif isinstance(a, np.ndarray):
         assert isinstance(b, np.ndarray) and b.shape == a.shape
         assert b.dtype == a.dtype.newbyteorder("=")
@@ -84,7 +84,7 @@ def test_checkpoint_is_one_plain_safetensors_file(tmp_path):
     rlgrad.save({"model": model.state_dict(), "step": 3}, path)
     assert os.listdir(tmp_path) == ["ckpt"]  # no temporary or side files left
     arrays = safetensors.numpy.load_file(str(path))  # any safetensors reader opens it
-    np.testing.assert_array_equal(arrays["model.0.weight"], model[0].weight.data)
+    np.testing.assert_array_equal(arrays["model.0.weight"], model[0].weight._value)
     with safetensors.safe_open(str(path), framework="np") as f:
         meta = f.metadata()
     assert meta["format"] == "rlgrad.checkpoint"
@@ -122,7 +122,7 @@ def test_model_and_optimizer_round_trip(tmp_path):
         loss.backward()
         o.step()
     for a, b in zip(model.parameters(), model2.parameters()):
-        np.testing.assert_array_equal(a.data, b.data)
+        np.testing.assert_array_equal(a._value, b._value)
 
 
 def test_unsupported_values_are_refused_with_the_key(tmp_path):

@@ -306,9 +306,19 @@ def test_engine_module_map_in_the_docs_is_bottom_up() -> None:
     for row in table.splitlines()[2:]:
         path = row.split("`")[1].rstrip("/")
         order.append(path.removesuffix(".py").replace("/", "."))
-    assert order[0] == "rlgrad.tensor" and "rlgrad.ops" in order, order
+    assert order[:2] == ["rlgrad.device", "rlgrad.tensor"] and "rlgrad.ops" in order, order
     graph = import_graph()
     for i, m in enumerate(order):
         later = {d for d in graph[m] if d not in order[:i] and not d.startswith(m + ".")
                  and d != "rlgrad.creation"}
         assert not later, f"{m} imports {sorted(later)}, not listed above it in docs/engine.md"
+
+
+def test_library_code_reads_value_not_data() -> None:
+    """`.data` is PyTorch's (a new Tensor per access); rlgrad's own code uses `._value`, the
+    array, so no hot path pays for a Tensor. Code merged from before the change would read a
+    Tensor where it expects an array: this names it."""
+    hits = [(m, n.lineno) for m, tree in TREES.items() for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and n.attr == "data"
+            and not (isinstance(n.value, ast.Attribute) and n.value.attr == "ctypes")]
+    assert not hits, f"`.data` in library code (use `._value`): {hits}"

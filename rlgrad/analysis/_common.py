@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.indexing import take_along_axis
-from rlgrad.tensor import Tensor, get_default_dtype
+from rlgrad.tensor import Tensor, _leaf, get_default_dtype
 
 __all__ = ["named_params", "fresh_input", "select_target"]
 
@@ -44,10 +44,10 @@ def param_list(params: Any) -> list[Tensor]:
 def fresh_input(x: Any) -> Tensor:
     """A new float leaf with ``requires_grad=True`` holding a copy of ``x``'s values (integer
     inputs, e.g. raw observations, get the default float dtype)."""
-    data = x.data if isinstance(x, Tensor) else np.asarray(x)
+    data = x._value if isinstance(x, Tensor) else np.asarray(x)
     if data.dtype.kind not in "fc":
         data = data.astype(get_default_dtype())
-    return Tensor(np.array(data, copy=True), requires_grad=True)
+    return _leaf(np.array(data, copy=True), requires_grad=True)
 
 
 def select_target(out: Any, target: Any) -> Tensor:
@@ -66,7 +66,7 @@ def select_target(out: Any, target: Any) -> Tensor:
         if not isinstance(val, Tensor):
             raise TypeError(f"target(output) returned a {type(val).__name__}, not a Tensor")
     elif target is None:
-        if out.data.size != 1:
+        if out._value.size != 1:
             raise ValueError(
                 f"the model output has shape {out.shape}: pass target= (an output index, one "
                 "index per row, 'max', or a callable such as a loss) to say which value to "
@@ -76,10 +76,10 @@ def select_target(out: Any, target: Any) -> Tensor:
     elif isinstance(target, str):
         if target not in ("max", "argmax"):
             raise ValueError(f"unknown target {target!r}: use 'max', an index or a callable")
-        idx = np.argmax(out.data, axis=-1)
+        idx = np.argmax(out._value, axis=-1)
         val = take_along_axis(out, np.expand_dims(idx, -1), axis=-1)
     else:
-        idx = np.asarray(target.data if isinstance(target, Tensor) else target)
+        idx = np.asarray(target._value if isinstance(target, Tensor) else target)
         if idx.dtype.kind not in "iu":
             raise TypeError(f"target indices must be integers, got {idx.dtype}")
         if idx.ndim == 0:
@@ -91,4 +91,4 @@ def select_target(out: Any, target: Any) -> Tensor:
                     f"of shape {out.shape} (expected {out.shape[:-1]})"
                 )
             val = take_along_axis(out, np.expand_dims(idx, -1), axis=-1)
-    return val if val.data.size == 1 and val.ndim == 0 else val.sum()
+    return val if val._value.size == 1 and val.ndim == 0 else val.sum()

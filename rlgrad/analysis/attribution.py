@@ -31,8 +31,8 @@ def _input_grad(model: Callable, x: Tensor, target: Any) -> tuple[np.ndarray, fl
             "lambda: <target>, [x]) says which op cut it"
         )
     (g,) = autograd.grad(val, [x], allow_unused=True)
-    gx = np.zeros_like(x.data) if g is None else g.data
-    return gx, float(val.data)
+    gx = np.zeros_like(x._value) if g is None else g._value
+    return gx, float(val._value)
 
 
 def saliency(model: Callable, x: Any, target: Any = None, *, absolute: bool = False) -> Tensor:
@@ -64,8 +64,8 @@ def integrated_gradients(model: Callable, x: Any, baseline: Any = None, steps: i
     """
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    xd = fresh_input(x).data
-    bd = np.zeros_like(xd) if baseline is None else fresh_input(baseline).data.astype(xd.dtype)
+    xd = fresh_input(x)._value
+    bd = np.zeros_like(xd) if baseline is None else fresh_input(baseline)._value.astype(xd.dtype)
     if bd.shape != xd.shape:
         bd = np.broadcast_to(bd, xd.shape).copy()
     alphas, weights = _quadrature(steps, method)
@@ -84,7 +84,7 @@ def integrated_gradients(model: Callable, x: Any, baseline: Any = None, steps: i
 
 def _value(model: Callable, x: np.ndarray, target: Any) -> float:
     # a leaf that requires grad so a callable target sees the same kind of input as above
-    return float(select_target(model(fresh_input(x)), target).data)
+    return float(select_target(model(fresh_input(x)), target)._value)
 
 
 def _quadrature(steps: int, method: str) -> tuple[np.ndarray, np.ndarray]:

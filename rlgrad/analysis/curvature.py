@@ -32,7 +32,7 @@ class HessianOperator:
     """
 
     def __init__(self, loss: Tensor, params: Any) -> None:
-        if not isinstance(loss, Tensor) or loss.data.size != 1:
+        if not isinstance(loss, Tensor) or loss._value.size != 1:
             raise ValueError("the Hessian needs a scalar loss Tensor")
         self.params = [p for p in param_list(params) if p.requires_grad]
         if not self.params:
@@ -40,19 +40,19 @@ class HessianOperator:
         if not loss.requires_grad:
             raise RuntimeError("the loss does not depend on the parameters (every path was cut)")
         self.shapes = [p.shape for p in self.params]
-        self.sizes = [int(p.data.size) for p in self.params]
+        self.sizes = [int(p._value.size) for p in self.params]
         self.dim = int(sum(self.sizes))
-        self.dtype = np.result_type(*[p.data.dtype for p in self.params])
+        self.dtype = np.result_type(*[p._value.dtype for p in self.params])
         grads = autograd.grad(loss, self.params, create_graph=True, retain_graph=True,
                               allow_unused=True)
         self.grads = grads
         self.gradient = np.concatenate(
-            [np.zeros(n) if g is None else np.ravel(g.data) for g, n in zip(grads, self.sizes)])
+            [np.zeros(n) if g is None else np.ravel(g._value) for g, n in zip(grads, self.sizes)])
 
     def _split(self, v: np.ndarray) -> list[np.ndarray]:
         out, i = [], 0
         for p, n, shape in zip(self.params, self.sizes, self.shapes):
-            out.append(np.asarray(v[i:i + n], dtype=p.data.dtype).reshape(shape))
+            out.append(np.asarray(v[i:i + n], dtype=p._value.dtype).reshape(shape))
             i += n
         return out
 
@@ -70,7 +70,7 @@ class HessianOperator:
         if dot is None:
             return np.zeros(self.dim)
         hv = autograd.grad(dot, self.params, retain_graph=True, allow_unused=True)
-        return np.concatenate([np.zeros(n) if h is None else np.ravel(h.data).astype(np.float64)
+        return np.concatenate([np.zeros(n) if h is None else np.ravel(h._value).astype(np.float64)
                                for h, n in zip(hv, self.sizes)])
 
     __matmul__ = matvec
@@ -87,9 +87,9 @@ def hessian_vector_product(loss: Tensor, params: Any, vector: Any) -> list[Tenso
     (a list of arrays/tensors with the parameters' shapes) or flat; returned per parameter."""
     op = HessianOperator(loss, params)
     if isinstance(vector, list | tuple):
-        flat = np.concatenate([np.ravel(v.data if isinstance(v, Tensor) else v) for v in vector])
+        flat = np.concatenate([np.ravel(v._value if isinstance(v, Tensor) else v) for v in vector])
     else:
-        flat = np.ravel(vector.data if isinstance(vector, Tensor) else vector)
+        flat = np.ravel(vector._value if isinstance(vector, Tensor) else vector)
     hv = op.matvec(flat)
     return [constant(h) for h in op._split(hv)]
 

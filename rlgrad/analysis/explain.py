@@ -83,7 +83,7 @@ def _kind(op: str, reason: str, out: Any) -> str:
         return "sample"
     if op in _ARG_OPS:
         return "argmax"
-    if op == "astype" or (isinstance(out, Tensor) and out.data.dtype.kind in "iub"
+    if op == "astype" or (isinstance(out, Tensor) and out._value.dtype.kind in "iub"
                           and op not in _COMPARISONS):
         return "integer cast"
     if op in _COMPARISONS:
@@ -182,7 +182,7 @@ class GradientReport:
 
     def __str__(self) -> str:
         n_ops = sum(1 for t in self._nodes.values() if t._op is not None)
-        val = self.loss.data
+        val = self.loss._value
         head = (f"Gradient flow to the loss (shape {tuple(self.loss.shape)}"
                 + (f", value {float(val):.6g}" if val.size == 1 else "")
                 + f"): {n_ops} recorded ops, {len(self.cuts)} cut edge(s)")
@@ -309,8 +309,8 @@ def _index_owners(producer: dict[int, tuple[str, tuple]]) -> dict[int, Tensor]:
     """Integer/boolean traced tensors by the id of their array: an index Tensor is unwrapped to
     its array before the indexing primitive is called, so this is how an index is traced back to
     the argmax or cast that made it."""
-    return {id(t.data): t for t in producer.get(-1, ("", ()))[1]
-            if t.data.dtype.kind in "iub" and t.data.ndim > 0}
+    return {id(t._value): t for t in producer.get(-1, ("", ()))[1]
+            if t._value.dtype.kind in "iub" and t._value.ndim > 0}
 
 
 def _index_tensors(args: tuple, owners: dict[int, Tensor]) -> list[Tensor]:
@@ -369,10 +369,10 @@ def explain(loss: Tensor | Callable[[], Any], params: Any = None) -> GradientRep
         names = {id(p): n for n, p in named}
 
     # gradients, without touching .grad and without freeing the graph
-    wanted = [p for _, p in named if p.requires_grad and p.data.dtype.kind in "fc"]
+    wanted = [p for _, p in named if p.requires_grad and p._value.dtype.kind in "fc"]
     grads: dict[int, Any] = {}
     if wanted and loss.requires_grad and not freed:
-        go = None if loss.data.size == 1 else np.ones_like(loss.data)
+        go = None if loss._value.size == 1 else np.ones_like(loss._value)
         if go is not None:
             warnings.append("the loss is not a scalar: gradients are those of its sum")
         gs = autograd.grad(loss, wanted, grad_outputs=go, allow_unused=True, retain_graph=True)
@@ -462,7 +462,7 @@ def _record(name: str, p: Tensor, g: Any, nodes: dict[int, Tensor],
             children: dict[int, list[_Edge]], loss: Tensor, traced: bool) -> ParamRecord:
     shape = tuple(p.shape)
     used = id(p) in nodes
-    if p.data.dtype.kind not in "fc":
+    if p._value.dtype.kind not in "fc":
         return ParamRecord(name, shape, "integer", note=(
             f"an integer tensor ({p.dtype}): indices and actions are never differentiable; "
             "the gradient flows to the values they select (gather/gather_nd/indexing), not to "
@@ -472,7 +472,7 @@ def _record(name: str, p: Tensor, g: Any, nodes: dict[int, Tensor],
             "requires_grad is False (frozen)" + ("" if used else ", and it is not used by the loss")))
     cuts = _cuts_from(name, p, children) if used else []
     if g is not None:
-        gd = np.asarray(g.data, dtype=np.float64)
+        gd = np.asarray(g._value, dtype=np.float64)
         # cuts on other paths are worth knowing (a target computed under no_grad, ...); masks
         # made by comparisons inside ops (relu, softplus, clip) are not
         cuts = [c for c in cuts if c.kind != "comparison"]

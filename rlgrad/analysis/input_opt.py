@@ -82,14 +82,14 @@ def optimize_input(model: Callable, objective: Callable, x0: Any, steps: int = 1
         for n in range(1, steps + 1):
             opt.zero_grad()
             loss = objective(x, model(x))
-            if not isinstance(loss, Tensor) or loss.data.size != 1:
+            if not isinstance(loss, Tensor) or loss._value.size != 1:
                 raise ValueError("objective(x, output) must return a scalar Tensor")
             if not loss.requires_grad:
                 raise RuntimeError(
                     "the objective does not depend on x through differentiable ops; "
                     "rlgrad.explain(lambda: objective(x, model(x)), [x]) says which op cut it"
                 )
-            losses.append(float(loss.data))
+            losses.append(float(loss._value))
             if tol is not None and losses[-1] < tol:
                 n -= 1
                 break
@@ -97,7 +97,7 @@ def optimize_input(model: Callable, objective: Callable, x0: Any, steps: int = 1
             (x.grad,) = autograd.grad(loss, [x])
             opt.step()
             if bounds is not None:
-                np.clip(x.data, bounds[0], bounds[1], out=x.data)
+                np.clip(x._value, bounds[0], bounds[1], out=x._value)
         final = objective(x, model(x))
-    xf = constant(np.array(x.data, copy=True))
-    return InputOptimizationResult(x=xf, loss=float(final.data), losses=losses, steps=n)
+    xf = constant(np.array(x._value, copy=True))
+    return InputOptimizationResult(x=xf, loss=float(final._value), losses=losses, steps=n)

@@ -40,7 +40,7 @@ class Beta(Distribution):
             self._check_arg("concentration0", self.concentration0, constraints.positive, _HINT)
 
     def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
-        a, b = self.concentration1.data, self.concentration0.data
+        a, b = self.concentration1._value, self.concentration0._value
         shape = _shape_tuple(sample_shape) + self._batch_shape
         x = _rng(generator).beta(a, b, size=shape)
         return mark_cut(_const(np.asarray(x, dtype=a.dtype)), "sample",
@@ -77,7 +77,7 @@ class Beta(Distribution):
         a < b, 1 if a >= b); NaN for the uniform Beta(1, 1)."""
         a, b = self.concentration1, self.concentration0
         # the masks from the tensors while rlgrad.jit traces (recomputed at every call)
-        ad, bd = (a, b) if _Trace.compiling else (a.data, b.data)
+        ad, bd = (a, b) if _Trace.compiling else (a._value, b._value)
         interior = (ad > 1) & (bd > 1)
         safe = ops.where(interior, a + b - 2, 1.0)
         inner = (a - 1) / safe

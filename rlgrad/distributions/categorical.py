@@ -73,13 +73,13 @@ class Categorical(Distribution):
                  validate_args: bool | None = None) -> None:
         if probs is None and isinstance(logits, Tensor):  # the acting loop's path: keep it short
             t = logits
-            if t.data.dtype.kind != "f":
+            if t._value.dtype.kind != "f":
                 t = _as_param(t, _float_dtype())
         else:
             _one_of("Categorical", probs, logits)
             raw = logits if probs is None else probs
             t = _as_param(raw, _float_dtype(raw))
-        data = t.data
+        data = t._value
         if data.ndim == 0:
             raise ValueError(
                 f"Categorical: {'logits' if probs is None else 'probs'} must have at least one "
@@ -136,7 +136,7 @@ class Categorical(Distribution):
         )
 
     def _check_probs(self, t: Tensor) -> None:
-        data = t.data
+        data = t._value
         neg = data < 0
         if neg.any() or np.isnan(data).any():
             self._check_arg("probs", t, _NON_NEGATIVE,
@@ -156,7 +156,7 @@ class Categorical(Distribution):
                 # log of a zero probability: the smallest normal number keeps it finite and its
                 # gradient NaN-free (torch clamps to eps instead)
                 p = self.probs
-                self._logits = ops.log(ops.clip(p, np.finfo(p.data.dtype).tiny, None))
+                self._logits = ops.log(ops.clip(p, np.finfo(p._value.dtype).tiny, None))
         return self._logits
 
     @property
@@ -178,9 +178,9 @@ class Categorical(Distribution):
         cdf = self._cdf
         if cdf is None:
             if self._probs_in is not None:
-                cdf = np.cumsum(self._probs_in.data, axis=-1)
+                cdf = np.cumsum(self._probs_in._value, axis=-1)
             else:
-                x = self._logits_in.data
+                x = self._logits_in._value
                 if x.ndim == 1:
                     cdf = np.cumsum(np.exp(x - x.max()))
                 else:
@@ -296,11 +296,11 @@ class Categorical(Distribution):
     def entropy(self) -> Tensor:
         p = self.probs
         if self._probs_in is not None:
-            mask = (p > 0) if tracing() else p.data > 0  # traced: recomputed at every replay
+            mask = (p > 0) if tracing() else p._value > 0  # traced: recomputed at every replay
             plogp = p * ops.log(ops.where(mask, p, 1.0))
         else:  # a masked (-inf) logit has p = 0: clamped as torch does, its term is 0, not NaN
             logits = self.logits
-            plogp = p * ops.clip(logits, float(np.finfo(logits.data.dtype).min), None)
+            plogp = p * ops.clip(logits, float(np.finfo(logits._value.dtype).min), None)
         return -ops.sum(plogp, axis=-1)
 
     def enumerate_support(self, expand: bool = True) -> Tensor:
@@ -327,7 +327,7 @@ class Categorical(Distribution):
         return _const(np.asarray(np.argmax(self._param_data(), axis=-1), dtype=np.int64))
 
     def _param_data(self) -> np.ndarray:
-        return (self._logits_in if self._probs_in is None else self._probs_in).data
+        return (self._logits_in if self._probs_in is None else self._probs_in)._value
 
     @property
     def support(self) -> constraints.Constraint:  # type: ignore[override]
@@ -373,13 +373,13 @@ class Bernoulli(Distribution):
             if self._logits_in is not None:
                 self._logits = self._logits_in
             else:  # clamp as torch does, so p = 0 or 1 gives finite logits
-                eps = float(np.finfo(self._probs_in.data.dtype).eps)
+                eps = float(np.finfo(self._probs_in._value.dtype).eps)
                 p = ops.clip(self._probs_in, eps, 1 - eps)
                 self._logits = ops.log(p) - ops.log1p(-p)
         return self._logits
 
     def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
-        p = self.probs.data
+        p = self.probs._value
         rng = numpy_generator(generator)
         u = _uniform(rng, _shape_tuple(sample_shape) + self._batch_shape, p.dtype)
         return mark_cut(_const((u < p).astype(p.dtype)), "sample", (self.probs,))
@@ -390,8 +390,8 @@ class Bernoulli(Distribution):
             v = value
         if self._logits_in is not None:
             lg = self._logits_in
-            if v.dtype != lg.data.dtype:
-                v = v.astype(lg.data.dtype)
+            if v.dtype != lg._value.dtype:
+                v = v.astype(lg._value.dtype)
             return lg * v - ops.softplus(lg)  # minus BCE-with-logits: stable for any logit
         p = self._probs_in
         return ops.log(ops.where(v == 1, p, 1 - p))  # one log: no 0 * log(0)
@@ -402,13 +402,13 @@ class Bernoulli(Distribution):
             # softplus(n) - n exp(-softplus(-n)): no cancellation, and exp(-softplus) keeps the
             # relative accuracy of a tiny sigmoid
             lg = self._logits_in
-            n = ops.where(lg.data > 0, -lg, lg)
+            n = ops.where(lg._value > 0, -lg, lg)
             return ops.softplus(n) - n * ops.exp(-ops.softplus(-n))
         p = self._probs_in
         return -(xlogy(p, p) + xlogy(1 - p, 1 - p))
 
     def enumerate_support(self, expand: bool = True) -> Tensor:
-        dt = (self._probs_in if self._probs_in is not None else self._logits_in).data.dtype
+        dt = (self._probs_in if self._probs_in is not None else self._logits_in)._value.dtype
         values = np.arange(2, dtype=dt).reshape((2,) + (1,) * len(self._batch_shape))
         if expand:
             values = np.broadcast_to(values, (2,) + self._batch_shape).copy()
@@ -426,7 +426,7 @@ class Bernoulli(Distribution):
     @property
     def mode(self) -> Tensor:
         """1 where p > 1/2, 0 where p < 1/2, NaN at a tie (as torch)."""
-        p = self.probs.data
+        p = self.probs._value
         m = (p >= 0.5).astype(p.dtype)
         return _const(np.where(p == 0.5, np.nan, m).astype(p.dtype))
 

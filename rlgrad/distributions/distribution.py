@@ -77,7 +77,7 @@ class Distribution:
         with no_grad():
             x = self.rsample(sample_shape, generator=generator)
         # mark_cut: rlgrad.explain names sample() as the op that cut the parameters' gradient
-        return mark_cut(_const(x.data), "sample",
+        return mark_cut(_const(x._value), "sample",
                         tuple(v for v in vars(self).values() if isinstance(v, Tensor)))
 
     def rsample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
@@ -125,7 +125,7 @@ class Distribution:
     # ---- validation ----------------------------------------------------------------------
     def _check_arg(self, name: str, value: Tensor, constraint: constraints.Constraint,
                    hint: str = "") -> None:
-        data = value.data
+        data = value._value
         ok = constraint.check(data)
         if not np.all(ok):
             raise ValueError(_violation(f"{type(self).__name__}", f"argument '{name}'",
@@ -133,7 +133,7 @@ class Distribution:
 
     def _validate_sample(self, value: Any) -> np.ndarray:
         """Check ``value``'s shape and support; returns its data."""
-        data = value.data if isinstance(value, Tensor) else np.asarray(value)
+        data = value._value if isinstance(value, Tensor) else np.asarray(value)
         ev = self._event_shape
         if ev and data.shape[data.ndim - len(ev):] != ev:
             raise ValueError(
@@ -161,7 +161,7 @@ class Distribution:
         for n in names:
             v = getattr(self, n, None)
             if isinstance(v, Tensor):
-                parts.append(f"{n}: {v.shape}" if v.data.size > 1 else f"{n}: {v.data!s}")
+                parts.append(f"{n}: {v.shape}" if v._value.size > 1 else f"{n}: {v._value!s}")
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
@@ -191,7 +191,7 @@ def _float_dtype(*values: Any) -> np.dtype:
     dtype = None
     for v in values:
         if isinstance(v, Tensor):
-            d = v.data.dtype
+            d = v._value.dtype
         elif isinstance(v, np.ndarray | np.generic):
             d = v.dtype
         else:
@@ -204,9 +204,9 @@ def _float_dtype(*values: Any) -> np.dtype:
 def _as_param(v: Any, dtype: np.dtype) -> Tensor:
     """A parameter as a Tensor; Tensors (and their graphs) are kept, numbers get ``dtype``."""
     if isinstance(v, Tensor):
-        if v.data.dtype.kind == "f":
+        if v._value.dtype.kind == "f":
             return v
-        return _const(v.data.astype(dtype))  # integer tensors: never differentiable anyway
+        return _const(v._value.astype(dtype))  # integer tensors: never differentiable anyway
     return _const(np.asarray(v, dtype=dtype))
 
 
@@ -214,16 +214,16 @@ def _params(*values: Any) -> tuple[list[Tensor], tuple[int, ...]]:
     """Parameters as Tensors broadcast to one shape (torch's ``broadcast_all``)."""
     dtype = _float_dtype(*values)
     ts = [_as_param(v, dtype) for v in values]
-    shape = ts[0].data.shape
-    if any(t.data.shape != shape for t in ts[1:]):
+    shape = ts[0]._value.shape
+    if any(t._value.shape != shape for t in ts[1:]):
         try:
-            shape = np.broadcast_shapes(*(t.data.shape for t in ts))
+            shape = np.broadcast_shapes(*(t._value.shape for t in ts))
         except ValueError:
             raise ValueError(
                 "distribution parameters do not broadcast together: shapes "
-                + ", ".join(str(t.data.shape) for t in ts)
+                + ", ".join(str(t._value.shape) for t in ts)
             ) from None
-        ts = [t if t.data.shape == shape else ops.broadcast_to(t, shape) for t in ts]
+        ts = [t if t._value.shape == shape else ops.broadcast_to(t, shape) for t in ts]
     return ts, shape
 
 
@@ -273,4 +273,4 @@ def _sum_rightmost(x: Any, n: int) -> Any:
 
 
 def _data(x: Any) -> np.ndarray:
-    return x.data if isinstance(x, Tensor) else np.asarray(x)
+    return x._value if isinstance(x, Tensor) else np.asarray(x)

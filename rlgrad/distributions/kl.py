@@ -56,10 +56,10 @@ def kl_divergence(p: Distribution, q: Distribution) -> Tensor:
 @register_kl(Categorical, Categorical)
 def _kl_categorical(p: Categorical, q: Categorical) -> Tensor:
     pp = p.probs
-    p_pos = pp.data > 0
+    p_pos = pp._value > 0
     # 0 * log 0 = 0 where p has no mass; where q has none but p has, the KL is +inf
     t = pp * ops.where(p_pos, p.logits - q.logits, 0.0)
-    q_zero = p_pos & (q.probs.data == 0)
+    q_zero = p_pos & (q.probs._value == 0)
     if q_zero.any():
         t = ops.where(q_zero, np.inf, t)
     return ops.sum(t, axis=-1)
@@ -68,7 +68,7 @@ def _kl_categorical(p: Categorical, q: Categorical) -> Tensor:
 @register_kl(Bernoulli, Bernoulli)
 def _kl_bernoulli(p: Bernoulli, q: Bernoulli) -> Tensor:
     pp, qp = p.probs, q.probs
-    pd, qd = pp.data, qp.data
+    pd, qd = pp._value, qp._value
     t1 = pp * ops.where(pd > 0, ops.softplus(-q.logits) - ops.softplus(-p.logits), 0.0)
     t2 = (1 - pp) * ops.where(pd < 1, ops.softplus(q.logits) - ops.softplus(p.logits), 0.0)
     inf1 = (pd > 0) & (qd == 0)

@@ -49,12 +49,12 @@ class Normal(Distribution):
 
     def _eps(self, sample_shape: Any, generator: Any) -> np.ndarray:
         shape = _shape_tuple(sample_shape) + self._batch_shape
-        return _standard_normal(_rng(generator), shape, self.loc.data.dtype)
+        return _standard_normal(_rng(generator), shape, self.loc._value.dtype)
 
     def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
         eps = self._eps(sample_shape, generator)
         # mark_cut: rlgrad.explain names sample() as the op that cut loc/scale's gradient path
-        return mark_cut(_const(self.loc.data + self.scale.data * eps), "sample",
+        return mark_cut(_const(self.loc._value + self.scale._value * eps), "sample",
                         (self.loc, self.scale))
 
     def rsample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
@@ -230,7 +230,7 @@ class TanhNormal(Distribution):
 
     def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
         u = self.base_dist.sample(sample_shape, generator=generator)
-        y = mark_cut(_const(np.tanh(u.data)), "sample", (u,))
+        y = mark_cut(_const(np.tanh(u._value)), "sample", (u,))
         self._cache = (y, u)
         return y
 
@@ -253,12 +253,12 @@ class TanhNormal(Distribution):
         if cache is not None:
             if value is cache[0]:
                 return cache[1]  # the draw itself: u carries its graph (pathwise)
-            if (value.data if isinstance(value, Tensor) else value) is cache[0].data:
-                return _const(cache[1].data)  # a detached view of the draw: exact u, no graph
+            if (value._value if isinstance(value, Tensor) else value) is cache[0]._value:
+                return _const(cache[1]._value)  # a detached view of the draw: exact u, no graph
         v = _data(value)
         if self._validate_args:
             self._validate_sample(value)
-        eps = float(np.finfo(v.dtype if v.dtype.kind == "f" else self.loc.data.dtype).eps)
+        eps = float(np.finfo(v.dtype if v.dtype.kind == "f" else self.loc._value.dtype).eps)
         return ops.arctanh(ops.clip(value, -1.0 + eps, 1.0 - eps))
 
     def log_prob(self, value: Any) -> Tensor:

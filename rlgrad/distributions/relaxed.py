@@ -62,7 +62,7 @@ class RelaxedOneHotCategorical(Distribution):
     def _t_event(self) -> Tensor:
         """The temperature with a trailing axis, to broadcast against the K categories."""
         t = self.temperature
-        return ops.expand_dims(t, -1) if t.data.ndim else t
+        return ops.expand_dims(t, -1) if t._value.ndim else t
 
     def _gumbel(self, sample_shape: Any, generator: Any) -> np.ndarray:
         dtype = self._categorical._param_data().dtype
@@ -80,7 +80,7 @@ class RelaxedOneHotCategorical(Distribution):
         soft = ops.softmax(scores, axis=-1)
         if not self.hard:
             return soft
-        d = soft.data
+        d = soft._value
         hard = (np.arange(d.shape[-1]) == np.argmax(d, axis=-1)[..., None]).astype(d.dtype)
         return straight_through(_const(hard), soft)
 
@@ -97,5 +97,5 @@ class RelaxedOneHotCategorical(Distribution):
         return score + log_scale - ops.sum(log_y, axis=-1)
 
     def __repr__(self) -> str:
-        return (f"RelaxedOneHotCategorical(temperature: {self.temperature.data!s}, "
+        return (f"RelaxedOneHotCategorical(temperature: {self.temperature._value!s}, "
                 f"{self._categorical!r}, hard={self.hard})")

@@ -133,11 +133,11 @@ class StateDependentNoiseDistribution(Distribution):
     def sample_weights(self, sample_shape: Any = (), generator: Any = None) -> np.ndarray:
         """Standard-normal ``E`` of shape ``sample_shape + (n_features, n_actions)`` (no graph)."""
         shape = _shape_tuple(sample_shape) + tuple(self.std.shape)
-        return _standard_normal(_rng(generator), shape, self.mean_actions.data.dtype)
+        return _standard_normal(_rng(generator), shape, self.mean_actions._value.dtype)
 
     def exploration_matrix(self, weights: Any) -> Tensor:
         """``W = std * E``: differentiable w.r.t. ``log_std`` (the reparameterization)."""
-        return self.std * _const(np.asarray(_data(weights), dtype=self.std.data.dtype))
+        return self.std * _const(np.asarray(_data(weights), dtype=self.std._value.dtype))
 
     def get_noise(self, weights: Any) -> Tensor:
         """``latent_sde @ W``: ``weights`` ``(n_features, n_actions)`` for one matrix shared by
@@ -180,8 +180,8 @@ class StateDependentNoiseDistribution(Distribution):
 
         with no_grad():
             u, _ = self._pre_squash(sample_shape, generator, weights)
-        u = _const(u.data)
-        y = _const(np.tanh(u.data)) if self.squash_output else u
+        u = _const(u._value)
+        y = _const(np.tanh(u._value)) if self.squash_output else u
         self._cache = (y, u)
         return mark_cut(y, "sample", (self.mean_actions, self.log_std))
 
@@ -215,13 +215,13 @@ class StateDependentNoiseDistribution(Distribution):
         if cache is not None:
             if value is cache[0]:
                 u = cache[1]
-            elif _data(value) is cache[0].data:
-                u = _const(cache[1].data)
+            elif _data(value) is cache[0]._value:
+                u = _const(cache[1]._value)
         if u is None:
             if self._validate_args:
                 self._validate_sample(value)
             if self.squash_output:
-                eps = float(np.finfo(self.mean_actions.data.dtype).eps)
+                eps = float(np.finfo(self.mean_actions._value.dtype).eps)
                 u = ops.arctanh(ops.clip(value, -1.0 + eps, 1.0 - eps))
             else:
                 u = value

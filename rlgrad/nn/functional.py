@@ -17,7 +17,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from rlgrad import ops
 from rlgrad.indexing import one_hot as _one_hot
-from rlgrad.tensor import Tensor, _const, _shape, _Trace
+from rlgrad.tensor import Tensor, _const, _shape, _size, _Trace
 from rlgrad.tracer import defjvp, defjvp_elementwise, defvjp, is_grad_enabled, primitive
 
 __all__ = [
@@ -297,9 +297,9 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,  # noqa: 
     """
     cols = None
     if isinstance(weight, Tensor) and weight.requires_grad and is_grad_enabled():
-        xd = input.data if isinstance(input, Tensor) else np.asarray(input)
+        xd = input._value if isinstance(input, Tensor) else np.asarray(input)
         st, pd = _pair(stride, "stride"), _pair(padding, "padding")
-        _check_conv(xd, weight.data, st, pd)
+        _check_conv(xd, weight._value, st, pd)
         cols = _im2col(xd, weight.shape[2], weight.shape[3], st, pd)
     return _conv2d_p(input, weight, bias, cols, stride=stride, padding=padding)
 
@@ -458,7 +458,7 @@ def _mse_fwd(input: Any, target: Any, reduction: str = "mean") -> Any:  # noqa: 
 
 def _mse_vjp(g: Any, ans: Any, input: Any, target: Any, reduction: str = "mean") -> Any:  # noqa: A002
     d = input - target
-    return d * (g * (2.0 * _reduction_scale(reduction, d.size)))
+    return d * (g * (2.0 * _reduction_scale(reduction, _size(d))))
 
 
 _mse_p = primitive(_mse_fwd, "mse_loss")
@@ -498,7 +498,7 @@ def _huber_vjp(g: Any, ans: Any, input: Any, target: Any, delta: float = 1.0,  #
                reduction: str = "mean", scale: float = 1.0) -> Any:
     # d/dd huber = clip(d, -delta, delta); clip's own rule gives the second derivative.
     d = input - target
-    k = scale * _reduction_scale(reduction, d.size)
+    k = scale * _reduction_scale(reduction, _size(d))
     return ops.clip(d, -delta, delta) * (g * k if k != 1.0 else g)
 
 
@@ -537,7 +537,7 @@ def _class_axis_last(x: Any) -> Any:
 
 
 def _int_target(target: Any, where: str) -> np.ndarray:
-    t = target.data if isinstance(target, Tensor) else np.asarray(target)
+    t = target._value if isinstance(target, Tensor) else np.asarray(target)
     if t.dtype.kind not in "iu":
         raise TypeError(
             f"{where}: target must hold integer class indices (got {t.dtype}); for class "
@@ -580,7 +580,7 @@ def nll_loss(input: Any, target: Any, weight: Any = None, ignore_index: int = -1
     logp = ops.take_along_axis(_class_axis_last(input), safe_t[..., None], -1)[..., 0]
     w = np.ones(t.shape, dtype=np.result_type(_dtype(input))) if weight is None else None
     if weight is not None:
-        wdata = weight.data if isinstance(weight, Tensor) else np.asarray(weight)
+        wdata = weight._value if isinstance(weight, Tensor) else np.asarray(weight)
         w = ops.astype((wdata if live is t else _const(wdata))[safe_t], _dtype(input))
     w = w * valid
     loss = -logp * w
@@ -608,7 +608,7 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, ignore_index: int
         if weight is not None:
             wshape = [1] * len(_shape(input))
             wshape[axis] = n_cls
-            logp = logp * np.reshape(weight.data if isinstance(weight, Tensor) else weight, wshape)
+            logp = logp * np.reshape(weight._value if isinstance(weight, Tensor) else weight, wshape)
         return _reduce(-ops.sum(logp * target, axis=axis), reduction)
     loss = nll_loss(logp, target, weight=weight, ignore_index=ignore_index, reduction=reduction)
     if not label_smoothing:
@@ -621,13 +621,13 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, ignore_index: int
     if weight is not None:
         wshape = [1] * len(_shape(input))
         wshape[axis] = n_cls
-        wv = np.reshape(weight.data if isinstance(weight, Tensor) else weight, wshape)
+        wv = np.reshape(weight._value if isinstance(weight, Tensor) else weight, wshape)
         smooth = -ops.sum(logp * wv, axis=axis) * valid
     else:
         smooth = -ops.sum(logp, axis=axis) * valid
     if reduction == "mean":
         if weight is not None:
-            wd = np.asarray(weight.data if isinstance(weight, Tensor) else weight)
+            wd = np.asarray(weight._value if isinstance(weight, Tensor) else weight)
             wd = _const(wd) if isinstance(t, Tensor) else wd
             denom = ops.sum(wd[ops.where(valid, t, 0)] * valid)
         else:

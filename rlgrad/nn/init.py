@@ -38,7 +38,7 @@ def _rng(generator: Any) -> Any:
 
 
 def _array(tensor: Any) -> np.ndarray:
-    arr = tensor.data if isinstance(tensor, Tensor) else tensor
+    arr = tensor._value if isinstance(tensor, Tensor) else tensor
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"init functions fill a Tensor or an array in place, got {type(tensor).__name__}")
     return arr

@@ -27,8 +27,8 @@ def _as_input(x: Any, dtype: np.dtype) -> Any:
     """Inputs that carry no gradient (observations: float64 arrays, uint8 frames) are cast to the
     layer's dtype, so one float64 batch does not silently turn the whole update into float64."""
     if isinstance(x, Tensor):
-        if x.data.dtype != dtype and not x.requires_grad:
-            return x.data.astype(dtype)
+        if x._value.dtype != dtype and not x.requires_grad:
+            return x._value.astype(dtype)
         return x
     x = np.asarray(x)
     return x if x.dtype == dtype else x.astype(dtype)
@@ -65,8 +65,8 @@ class Linear(Module):
 
     def forward(self, x: Any) -> Any:
         w = self.weight
-        if not (isinstance(x, Tensor) and x.data.dtype == w.data.dtype):
-            x = _as_input(x, w.data.dtype)
+        if not (isinstance(x, Tensor) and x._value.dtype == w._value.dtype):
+            x = _as_input(x, w._value.dtype)
         return _linear(x, w, self.bias)
 
     def extra_repr(self) -> str:
@@ -108,8 +108,8 @@ class Conv2d(Module):
 
     def forward(self, x: Any) -> Any:
         w = self.weight
-        if not (isinstance(x, Tensor) and x.data.dtype == w.data.dtype):
-            x = _as_input(x, w.data.dtype)
+        if not (isinstance(x, Tensor) and x._value.dtype == w._value.dtype):
+            x = _as_input(x, w._value.dtype)
         return F.conv2d(x, w, self.bias, self.stride, self.padding)
 
     def extra_repr(self) -> str:

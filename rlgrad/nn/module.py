@@ -15,8 +15,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rlgrad.device import check_device, is_device
 from rlgrad.serialization import StateDictError, _source_of
-from rlgrad.tensor import Tensor, constant, get_default_dtype, mark_written
+from rlgrad.tensor import Tensor, _as_array, _init_leaf, constant, get_default_dtype, mark_written
 
 __all__ = ["Module", "Parameter", "IncompatibleKeys", "StateDictError"]
 
@@ -32,17 +33,15 @@ class Parameter(Tensor):
     def __init__(self, data: Any = None, requires_grad: bool = True) -> None:
         if data is None:
             data = np.empty(0, dtype=get_default_dtype())
-        if isinstance(data, Tensor):
-            data = data.data
-        super().__init__(data, requires_grad=requires_grad)
+        _init_leaf(self, _as_array(data), requires_grad)
 
     def __repr__(self) -> str:
         return "Parameter containing:\n" + super().__repr__()
 
     def __deepcopy__(self, memo: dict) -> Parameter:
-        new = Parameter(self.data.copy(), requires_grad=self.requires_grad)
+        new = Parameter(self._value.copy(), requires_grad=self.requires_grad)
         if self.grad is not None:
-            new.grad = constant(np.array(self.grad.data, copy=True))
+            new.grad = constant(np.array(self.grad._value, copy=True))
         memo[id(self)] = new
         return new
 
@@ -264,7 +263,7 @@ class Module:
             if set_to_none or p.grad is None:
                 p.grad = None
             else:
-                p.grad = constant(np.zeros_like(p.data))
+                p.grad = constant(np.zeros_like(p._value))
 
     def apply(self, fn: Callable[[Module], Any]) -> Module:
         """Call ``fn`` on every submodule (children first) then on self, e.g. for init."""
@@ -273,22 +272,38 @@ class Module:
         fn(self)
         return self
 
-    def to(self, dtype: Any) -> Module:
-        """Cast floating parameters and buffers to ``dtype`` in place (e.g. float64 for gradcheck)."""
-        dt = np.dtype(dtype)
+    def to(self, *args: Any, dtype: Any = None, device: Any = None, non_blocking: bool = False) -> Module:
+        """``to(device)`` (CPU devices only: rlgrad computes on the CPU), ``to(dtype)``: cast
+        floating parameters and buffers in place (e.g. float64 for gradcheck), as PyTorch's."""
+        for a in args:
+            if is_device(a):
+                device = a
+            else:
+                dtype = a.dtype if isinstance(a, Tensor) else a
+        check_device(device)
+        return self if dtype is None else self._cast(np.dtype(dtype))
+
+    def cpu(self) -> Module:
+        return self
+
+    def cuda(self, device: Any = None) -> Module:
+        check_device("cuda")
+        return self
+
+    def _cast(self, dt: np.dtype) -> Module:
         if dt.kind != "f":
             raise TypeError(f"Module.to takes a floating dtype, got {dt}")
         for p in self.parameters():
-            if p.data.dtype != dt:
-                p.data = p.data.astype(dt)
+            if p._value.dtype != dt:
+                p._value = p._value.astype(dt)
                 if p.grad is not None:
-                    p.grad = constant(p.grad.data.astype(dt))
+                    p.grad = constant(p.grad._value.astype(dt))
         for m in self.modules():
             for name, b in m._buffers.items():
-                arr = b.data if isinstance(b, Tensor) else b
+                arr = b._value if isinstance(b, Tensor) else b
                 if arr is not None and arr.dtype.kind == "f" and arr.dtype != dt:
                     if isinstance(b, Tensor):
-                        b.data = arr.astype(dt)
+                        b._value = arr.astype(dt)
                     else:
                         m.__dict__[name] = m._buffers[name] = arr.astype(dt)
         return self
@@ -312,10 +327,10 @@ class Module:
             base = f"{mod_prefix}." if mod_prefix else ""
             for name, p in mod._parameters.items():
                 if p is not None:
-                    out[base + name] = p if keep_vars else p.data.copy()
+                    out[base + name] = p if keep_vars else p._value.copy()
             for name, b in mod._buffers.items():
                 if b is not None and name not in mod._non_persistent:
-                    arr = b.data if isinstance(b, Tensor) else b
+                    arr = b._value if isinstance(b, Tensor) else b
                     out[base + name] = b if keep_vars else np.array(arr, copy=True)
         return out
 
@@ -350,13 +365,13 @@ class Module:
             if key not in state_dict:
                 continue
             v = state_dict[key]
-            arr = v.data if isinstance(v, Tensor) else v
+            arr = v._value if isinstance(v, Tensor) else v
             if not isinstance(arr, np.ndarray | np.generic | int | float | list):
                 problems.append(f"value for {key} is a {type(v).__name__}, not an array")
                 continue
             arr = np.asarray(arr)
             current = getattr(mod, name)
-            cur = current.data if isinstance(current, Tensor) else current
+            cur = current._value if isinstance(current, Tensor) else current
             if arr.dtype.kind not in "biuf":
                 problems.append(f"value for {key} has dtype {arr.dtype}, not a number type")
             elif arr.shape != cur.shape:
@@ -383,11 +398,11 @@ class Module:
         for mod, name, _kind, arr in values:
             current = getattr(mod, name)
             mark_written(current)
-            cur = current.data if isinstance(current, Tensor) else current
+            cur = current._value if isinstance(current, Tensor) else current
             if cur.flags.writeable:
                 np.copyto(cur, arr, casting="unsafe")
             elif isinstance(current, Tensor):
-                current.data = arr.astype(cur.dtype, copy=True)
+                current._value = arr.astype(cur.dtype, copy=True)
             else:
                 mod.__dict__[name] = mod._buffers[name] = arr.astype(cur.dtype, copy=True)
         return IncompatibleKeys(missing, unexpected)

@@ -32,18 +32,19 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
     params = [p for p in _params(parameters) if p.grad is not None]
     if not params:
         return constant(np.array(0.0, dtype=np.float32))
-    dtype = params[0].grad.data.dtype
+    dtype = params[0].grad._value.dtype
     norm_type = float(norm_type)
     if norm_type == math.inf:
-        total = max(float(np.max(np.abs(p.grad.data))) if p.grad.data.size else 0.0 for p in params)
+        total = max(float(np.max(np.abs(p.grad._value))) if p.grad._value.size else 0.0 for p in params)
     elif norm_type == 2.0:
         sq = 0.0
         for p in params:
-            g = p.grad.data.reshape(-1)
+            g = p.grad._value.reshape(-1)
             sq += float(np.dot(g, g))
         total = math.sqrt(sq)
     else:
-        total = float(sum(float(np.sum(np.abs(p.grad.data) ** norm_type)) for p in params)) ** (1 / norm_type)
+        total = float(sum(float(np.sum(np.abs(p.grad._value) ** norm_type)) for p in params)) \
+            ** (1 / norm_type)
     if error_if_nonfinite and not math.isfinite(total):
         raise RuntimeError(
             f"the total norm of order {norm_type} of the gradients is non-finite ({total}), so "
@@ -52,7 +53,7 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
     coef = float(max_norm) / (total + 1e-6)
     if coef < 1.0:
         for p in params:
-            p.grad = constant(p.grad.data * p.grad.data.dtype.type(coef))
+            p.grad = constant(p.grad._value * p.grad._value.dtype.type(coef))
     return constant(np.array(total, dtype=dtype))
 
 
@@ -60,7 +61,7 @@ def clip_grad_value_(parameters: Any, clip_value: float) -> None:
     """Clip every gradient element to ``[-clip_value, clip_value]``."""
     for p in _params(parameters):
         if p.grad is not None:
-            p.grad = constant(np.clip(p.grad.data, -clip_value, clip_value))
+            p.grad = constant(np.clip(p.grad._value, -clip_value, clip_value))
 
 
 def parameters_to_vector(parameters: Iterable[Tensor]) -> np.ndarray:
@@ -68,19 +69,19 @@ def parameters_to_vector(parameters: Iterable[Tensor]) -> np.ndarray:
     params = _params(parameters)
     if not params:
         return np.zeros(0, dtype=np.float32)
-    return np.concatenate([p.data.reshape(-1) for p in params])
+    return np.concatenate([p._value.reshape(-1) for p in params])
 
 
 def vector_to_parameters(vec: Any, parameters: Iterable[Tensor]) -> None:
     """Copy consecutive slices of ``vec`` into the parameters, in place."""
-    v = vec.data if isinstance(vec, Tensor) else np.asarray(vec)
+    v = vec._value if isinstance(vec, Tensor) else np.asarray(vec)
     params = _params(parameters)
-    n = sum(p.data.size for p in params)
+    n = sum(p._value.size for p in params)
     if v.ndim != 1 or v.size != n:
         raise ValueError(f"vector_to_parameters: expected a 1-D vector of {n} values, got shape {v.shape}")
     i = 0
     for p in params:
-        k = p.data.size
-        p.data[...] = v[i:i + k].reshape(p.data.shape)
+        k = p._value.size
+        p._value[...] = v[i:i + k].reshape(p._value.shape)
         mark_written(p)
         i += k

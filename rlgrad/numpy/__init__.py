@@ -159,6 +159,7 @@ from rlgrad.ops import array_from as _array_from
 from rlgrad.ops import holds_tensor as _holds_tensor
 from rlgrad.tensor import Tensor as _Tensor
 from rlgrad.tensor import _Trace
+from rlgrad.tensor import constant as _constant
 from rlgrad.tracer import primitive as _primitive
 
 
@@ -196,7 +197,7 @@ def ndim(a: Any) -> int:
 
 def size(a: Any, axis: Any = None) -> int:
     if isinstance(a, _Tensor):
-        return a.data.size if axis is None else a.shape[axis]
+        return a._value.size if axis is None else a.shape[axis]
     return _np.size(a, axis)
 
 
@@ -252,7 +253,7 @@ def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
     x = _listed(x)
     if not _is_traced(x):
         return _np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    n = _np.size(x.data) // (_np.size(_np.sum(x.data, axis=axis)) or 1)  # (3, 0) over 0: n = 0
+    n = _np.size(x._value) // (_np.size(_np.sum(x._value, axis=axis)) or 1)  # (3, 0) over 0: n = 0
     centred = x - mean(x, axis=axis, keepdims=True)
     # a float: no n - ddof <= 0 ZeroDivisionError, NumPy's inf/nan instead (float32 stays so)
     return sum(centred * centred, axis=axis, keepdims=keepdims) / float(_builtins.max(n - ddof, 0))
@@ -299,7 +300,7 @@ def _strong(x: Any) -> Any:
 
 
 def _d(x: Any) -> Any:
-    return x.data if isinstance(x, _Tensor) else x
+    return x._value if isinstance(x, _Tensor) else x
 
 
 @_numpy_on_arrays(_np.vdot)
@@ -379,7 +380,7 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     if not _is_traced(a):
         return _np.diagonal(a, offset, axis1, axis2)
     b = moveaxis(a, (axis1, axis2), (-2, -1))
-    n, m = _np.shape(b.data)[-2:]
+    n, m = _np.shape(b._value)[-2:]
     length = _np.clip(_np.minimum(n, m - offset) if offset >= 0 else _np.minimum(n + offset, m), 0, None)
     k = _np.arange(length)
     return b[..., k + _np.maximum(-offset, 0), k + _np.maximum(offset, 0)]
@@ -482,7 +483,7 @@ def sort(a: Any, axis: int = -1) -> Any:
 def cumprod(a: Any, axis: Any = None) -> Any:
     if not _is_traced(a):
         return _np.cumprod(a, axis=axis)
-    if not _Trace.compiling and _np.all(a.data > 0):  # (jit: no branch on the first values)
+    if not _Trace.compiling and _np.all(a._value > 0):  # (jit: no branch on the first values)
         return exp(cumsum(log(a), axis=axis))
     return _cumprod_general(a, axis)
 
@@ -490,7 +491,7 @@ def cumprod(a: Any, axis: Any = None) -> Any:
 def _cumprod_general(a: Any, axis: Any) -> Any:
     if axis is None:
         a, axis = ravel(a), 0
-    parts = split(a, _np.shape(a.data)[axis], axis)
+    parts = split(a, _np.shape(a._value)[axis], axis)
     acc = [parts[0]]
     for p in parts[1:]:
         acc.append(acc[-1] * p)
@@ -586,13 +587,13 @@ log_softmax = _ops.log_softmax
 # ---- Constants shaped like an array, and predicates: no gradient to carry, Tensors accepted -------
 # (autograd code writes np.zeros_like(x) on traced values all the time)
 def _raw(x: Any) -> Any:
-    return x.data if isinstance(x, _Tensor) else x
+    return x._value if isinstance(x, _Tensor) else x
 
 
 def _constant_like(np_fn: Any) -> Any:
     def fn(a: Any, *args: Any, **kwargs: Any) -> Any:
         out = np_fn(_raw(a), *args, **kwargs)
-        return _Tensor(out) if isinstance(a, _Tensor) else out  # a constant: never requires grad
+        return _constant(_np.asarray(out)) if isinstance(a, _Tensor) else out
 
     fn.__name__ = fn.__qualname__ = np_fn.__name__
     fn.__doc__ = f"NumPy's ``{np_fn.__name__}``; on a Tensor, a constant Tensor of its dtype."
@@ -619,7 +620,7 @@ def array_equal(a1: Any, a2: Any, equal_nan: bool = False) -> bool:
 
 def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Any:
     out = _np.isclose(_raw(a), _raw(b), rtol=rtol, atol=atol, equal_nan=equal_nan)
-    return _Tensor(out) if _is_traced(a, b) else out
+    return _constant(_np.asarray(out)) if _is_traced(a, b) else out
 
 
 # ---- More of NumPy, as compositions of the primitives (HIPS autograd's coverage) ---------------

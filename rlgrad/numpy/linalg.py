@@ -68,7 +68,7 @@ class SVDResult(NamedTuple):
 
 
 def _data(x: Any) -> Any:
-    return x.data if isinstance(x, _Tensor) else x
+    return x._value if isinstance(x, _Tensor) else x
 
 
 def _real_only(a: Any, name: str) -> None:
@@ -415,7 +415,7 @@ def slogdet(a: Any) -> Any:
     if not isinstance(a, _Tensor):
         return _np.linalg.slogdet(a)
     sign = _slogdet_sign(a)  # a primitive, so rlgrad.jit recomputes it at every call
-    return SlogdetResult(sign.data if not _Trace.compiling else sign, logabsdet(a))
+    return SlogdetResult(sign._value if not _Trace.compiling else sign, logabsdet(a))
 
 
 def matrix_power(a: Any, n: int) -> Any:
@@ -424,9 +424,9 @@ def matrix_power(a: Any, n: int) -> Any:
         return _np.linalg.matrix_power(a, n)
     n = int(_np.asarray(n).__index__())  # NumPy's TypeError for a non-integer power
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
-        _np.linalg.matrix_power(a.data, n)  # NumPy's error for a non-square input
+        _np.linalg.matrix_power(a._value, n)  # NumPy's error for a non-square input
     if n == 0:
-        return constant(_np.linalg.matrix_power(a.data, 0))  # the identity: no gradient
+        return constant(_np.linalg.matrix_power(a._value, 0))  # the identity: no gradient
     if n < 0:
         a, n = inv(a), -n
     result = z = None

@@ -1,6 +1,6 @@
 """SGD, Adam, AdamW and RMSprop, with PyTorch's arguments and update rules.
 
-Each update runs in place on ``p.data`` with ``out=`` ufuncs and one scratch array per parameter
+Each update runs in place on ``p._value`` with ``out=`` ufuncs and one scratch array per parameter
 (kept in the state under ``"_buf"``, never saved), so a step allocates nothing in steady state
 except where a gradient must be combined with weight decay.
 
@@ -59,7 +59,7 @@ class SGD(Optimizer):
             gt = p.grad
             if gt is None:
                 continue
-            g, x = gt.data, p.data
+            g, x = gt._value, p._value
             st = state.get(p)
             if st is None:
                 st = state[p] = {}
@@ -132,10 +132,10 @@ class _FlatGroup:
     def __init__(self, params: list[Any], dtype: np.dtype, keys: tuple[str, ...],
                  version: int) -> None:
         self.params, self.dtype, self.keys, self.version = list(params), dtype, keys, version
-        self.shapes = [p.data.shape for p in params]
+        self.shapes = [p._value.shape for p in params]
         self.offsets = [0]
         for p in params:
-            self.offsets.append(self.offsets[-1] + p.data.size)
+            self.offsets.append(self.offsets[-1] + p._value.size)
         n = self.offsets[-1]
         self.arrays = {k: _empty_aligned(n, dtype) for k in keys}
         for a in self.arrays.values():
@@ -163,7 +163,7 @@ class _FlatGroup:
     def apply_updates(self) -> None:
         """Subtract each parameter's slice of ``buf``, the step the NumPy path left there."""
         for p, u in zip(self.params, self.updates):
-            x = p.data
+            x = p._value
             np.subtract(x, u, out=x)
 
 
@@ -216,7 +216,7 @@ class _FlatPath:
             if gt is None:
                 self._flat.pop(id(group), None)
                 return None
-            g = gt.data
+            g = gt._value
             if fl is not None and (fl.params[i] is not p or g.shape != fl.shapes[i]
                                    or g.dtype != fl.dtype):
                 fl = None
@@ -232,8 +232,8 @@ class _FlatPath:
 
     def _build_flat(self, group: dict[str, Any]) -> _FlatGroup | None:
         params = group["params"]
-        dtype = params[0].data.dtype
-        if any(p.data.dtype != dtype for p in params):
+        dtype = params[0]._value.dtype
+        if any(p._value.dtype != dtype for p in params):
             return None
         states = [self.state.get(p) for p in params]
         steps = {st["step"] for st in states if st is not None}
@@ -297,7 +297,7 @@ class Adam(_FlatPath, Optimizer):
             gt = p.grad
             if gt is None:
                 continue
-            g, x = gt.data, p.data
+            g, x = gt._value, p._value
             st = state.get(p)
             if st is None:
                 st = state[p] = {"step": 0, "exp_avg": np.zeros_like(x),
@@ -326,14 +326,14 @@ class Adam(_FlatPath, Optimizer):
             # _adam_math's scalars, computed the same way; the floor as a float32/64 value
             bc1, bc2_sqrt = 1 - b1**t, math.sqrt(1 - b2**t)
             floor = float(np.finfo(fl.dtype).tiny * 1e13) if t % 50 == 0 else 0.0
-            if _fused.adam([p.data for p in group["params"]], grads, a["exp_avg"],
+            if _fused.adam([p._value for p in group["params"]], grads, a["exp_avg"],
                            a["exp_avg_sq"], a.get("max_exp_avg_sq"), 1 - b1, b2, 1 - b2,
                            eps * bc2_sqrt, lr * bc2_sqrt / bc1, shrink, floor,
                            group["maximize"]):
                 return
         if wd:
             for p in group["params"]:
-                p.data *= shrink
+                p._value *= shrink
         g, buf = fl.gather(grads, group["maximize"])
         _adam_math(g, a["exp_avg"], a["exp_avg_sq"], a.get("max_exp_avg_sq"), buf, t, lr, b1, b2,
                    eps)
@@ -385,7 +385,7 @@ class RMSprop(_FlatPath, Optimizer):
             fl, grads = flat
             a = fl.arrays
             if (_fused is not None and not group["centered"] and not group["momentum"]
-                    and _fused.rmsprop([p.data for p in group["params"]], grads, a["square_avg"],
+                    and _fused.rmsprop([p._value for p in group["params"]], grads, a["square_avg"],
                                        group["alpha"], 1 - group["alpha"], group["eps"],
                                        group["lr"], group["tf_style"], group["maximize"])):
                 return
@@ -401,7 +401,7 @@ class RMSprop(_FlatPath, Optimizer):
             gt = p.grad
             if gt is None:
                 continue
-            g, x = gt.data, p.data
+            g, x = gt._value, p._value
             st = state.get(p)
             if st is None:
                 st = state[p] = {"step": 0,

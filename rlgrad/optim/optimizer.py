@@ -1,6 +1,6 @@
 """``Optimizer``: parameter groups, ``zero_grad``, ``step`` and ``state_dict`` as in PyTorch.
 
-Updates are vectorised NumPy applied in place to ``p.data`` with ``out=`` ufuncs and per-parameter
+Updates are vectorised NumPy applied in place to ``p._value`` with ``out=`` ufuncs and per-parameter
 scratch buffers: a step records nothing and allocates nothing it can avoid. Gradients are only
 read, never written: the backward pass may hand one array to several parameters.
 """
@@ -14,6 +14,7 @@ import numpy as np
 
 from rlgrad.serialization import StateDictError, _source_of
 from rlgrad.tensor import Tensor, constant, mark_written
+from rlgrad.threads import apply_training_default
 from rlgrad.tracer import enable_grad
 
 __all__ = ["Optimizer", "required"]
@@ -35,6 +36,7 @@ class Optimizer:
         self.state: dict[Tensor, dict[str, Any]] = {}  # keyed by the tensor (hash = identity)
         self.param_groups: list[dict[str, Any]] = []
         self._version = 0  # bumped when the state is replaced (caches built on it are stale)
+        apply_training_default()  # one BLAS thread for training, unless the user chose (threads.py)
         if isinstance(params, Tensor):
             raise TypeError(
                 "params argument given to the optimizer should be an iterable of Tensors or "
@@ -69,7 +71,7 @@ class Optimizer:
                     f"{p._op.name}): optimize the leaf it was computed from, or .detach() it and "
                     "call .requires_grad_()"
                 )
-            if p.data.dtype.kind != "f":
+            if p._value.dtype.kind != "f":
                 raise TypeError(f"can't optimize parameter {i} of dtype {p.dtype}: optimizers "
                                 "update real floating-point tensors")
         if len({id(p) for p in ps}) != len(ps):
@@ -92,7 +94,7 @@ class Optimizer:
                 if set_to_none or p.grad is None:
                     p.grad = None
                 else:
-                    p.grad = constant(np.zeros_like(p.data))
+                    p.grad = constant(np.zeros_like(p._value))
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update of every parameter that has a gradient; returns ``closure()`` if given."""
@@ -168,15 +170,15 @@ class Optimizer:
                 continue
             entry = {}
             for k, v in dict(s).items():
-                arr = v.data if isinstance(v, Tensor) else v
+                arr = v._value if isinstance(v, Tensor) else v
                 if isinstance(arr, np.ndarray) and arr.ndim > 0:
-                    if arr.shape != p.data.shape:
+                    if arr.shape != p._value.shape:
                         problems.append(
                             f"size mismatch for state.{key}.{k}: shape {arr.shape} in the state "
-                            f"dict, but the parameter has shape {p.data.shape}"
+                            f"dict, but the parameter has shape {p._value.shape}"
                         )
                         continue
-                    arr = arr.astype(p.data.dtype, copy=True)
+                    arr = arr.astype(p._value.dtype, copy=True)
                 elif isinstance(arr, np.ndarray | np.generic):
                     arr = arr.item()
                 entry[k] = arr

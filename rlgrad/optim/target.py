@@ -20,7 +20,7 @@ def _arrays(x: Any, what: str) -> list[np.ndarray]:
         items = [x]
     else:
         items = list(x)
-    return [t.data if isinstance(t, Tensor) else t for t in items]
+    return [t._value if isinstance(t, Tensor) else t for t in items]
 
 
 def _pairs(params: Any, target_params: Any) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -20,6 +20,7 @@ import numpy as np
 from gymnasium import spaces
 
 import rlgrad
+from rlgrad import threads
 from rlgrad.nn import init as nn_init
 from rlgrad.random import Generator, generator_state_dict, load_generator_state
 from rlgrad.rl.callbacks import BaseCallback, make_callback
@@ -157,6 +158,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
+        else:
+            threads.leave_alone()  # the optimizers built below leave BLAS alone too
         keep_freed_memory()
         self.env_id = env if isinstance(env, str) else getattr(getattr(env, "spec", None), "id", None)
         self.seed = fresh_seed() if seed is None else int(seed)

@@ -32,7 +32,7 @@ _NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))  # (out channels, kernel, s
 
 
 def _dtype_of(w: Any) -> np.dtype:
-    return w.data.dtype if isinstance(w, Tensor) else np.asarray(w).dtype
+    return w._value.dtype if isinstance(w, Tensor) else np.asarray(w).dtype
 
 
 def _as_float(x: Any, dtype: np.dtype, scale: float | None) -> Any:
@@ -41,7 +41,7 @@ def _as_float(x: Any, dtype: np.dtype, scale: float | None) -> Any:
     if isinstance(x, Tensor):
         if x.requires_grad:
             return x if scale is None else x / scale
-        x = x.data
+        x = x._value
     if isinstance(x, np.ndarray | np.generic | list):  # plain data: no graph
         x = np.asarray(x).astype(dtype, copy=False)
         return x if scale is None else x / dtype.type(scale)

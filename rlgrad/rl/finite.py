@@ -55,7 +55,7 @@ def check_transition(obs: Any, rewards: Any, step: int) -> None:
 def check_update(terms: dict[str, Any]) -> None:
     """Raise NonFiniteError naming the first loss term that is not finite."""
     for name, value in terms.items():
-        v = value.data if isinstance(value, Tensor) else value
+        v = value._value if isinstance(value, Tensor) else value
         if math.isfinite(v) if getattr(v, "ndim", 0) == 0 else np.isfinite(v).all():
             continue
         first = float(np.asarray(v, dtype=np.float64).reshape(-1)[0])

@@ -181,7 +181,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                   explained_variance(flat.old_values[valid], flat.returns[valid]))
         lg.record("train/n_updates", self._n_updates)
         if not self.policy.discrete:
-            lg.record("train/std", float(np.exp(self.policy.log_std.data).mean()))
+            lg.record("train/std", float(np.exp(self.policy.log_std._value).mean()))
 
     def _will_log(self) -> bool:
         """Whether the current iteration's statistics will be dumped (computed only then)."""

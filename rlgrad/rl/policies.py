@@ -57,9 +57,9 @@ def mlp_numpy(net: nn.Module, x: np.ndarray) -> np.ndarray:
     for m in net:
         t = type(m)
         if t is nn.Linear:
-            x = x @ m.weight.data.T
+            x = x @ m.weight._value.T
             if m.bias is not None:
-                x += m.bias.data
+                x += m.bias._value
         elif t in _NP_ACT:
             x = _NP_ACT[t](x)
         else:  # anything else (a CNN trunk): the module itself, without a graph
@@ -89,7 +89,7 @@ def trunk_numpy(trunk: nn.Module | None, obs: np.ndarray) -> np.ndarray:
     if trunk is None:
         return obs
     with no_grad():
-        return np.asarray(trunk(obs).data)
+        return np.asarray(trunk(obs)._value)
 
 
 def _tower(in_dim: int, arch: list[int], activation_fn: Any) -> nn.Module:
@@ -221,14 +221,14 @@ class ActorCriticPolicy(nn.Module):
             return None
         layers = []
         for i, (p, v) in enumerate(zip(lin_pi, lin_vf)):
-            wp, wv = p.weight.data, v.weight.data
+            wp, wv = p.weight._value, v.weight._value
             if i == 0:
                 w = np.concatenate([wp, wv], axis=0)
             else:
                 w = np.zeros((wp.shape[0] + wv.shape[0], wp.shape[1] + wv.shape[1]), wp.dtype)
                 w[:wp.shape[0], :wp.shape[1]] = wp
                 w[wp.shape[0]:, wp.shape[1]:] = wv
-            b = np.concatenate([p.bias.data, v.bias.data])
+            b = np.concatenate([p.bias._value, v.bias._value])
             act = _NP_ACT[act_pi[i]] if i < len(act_pi) else None
             layers.append((np.ascontiguousarray(w.T), b, act))
         return layers
@@ -259,7 +259,7 @@ class ActorCriticPolicy(nn.Module):
             cdf = np.add.accumulate(np.exp(z), axis=1)
             actions = inverse_cdf(cdf, rng.random(n))
             return actions, values, z[np.arange(n), actions] - np.log(cdf[:, -1])
-        log_std = self.log_std.data
+        log_std = self.log_std._value
         eps = rng.standard_normal(out.shape, dtype=out.dtype)
         actions = out + np.exp(log_std) * eps
         log_prob = (-0.5 * np.square(eps) - log_std - 0.5 * math.log(2 * math.pi)).sum(axis=1)
@@ -406,7 +406,7 @@ class SquashedGaussianActor(nn.Module):
         self.sde_weights = self.sample_sde_weights(rng, n_envs)
 
     def sde_std(self) -> np.ndarray:
-        return sde_std_numpy(self.log_std.data, self.act_dim, self.use_expln)
+        return sde_std_numpy(self.log_std._value, self.act_dim, self.use_expln)
 
     def numpy(self, obs: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
         """tanh(mu) when ``rng`` is None, else a sample, in [-1, 1] (with gSDE: the action of the

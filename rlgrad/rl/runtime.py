@@ -17,46 +17,13 @@ import ctypes
 import os
 import sys
 
-_NAMES = ("scipy_openblas_set_num_threads64_", "scipy_openblas_set_num_threads_64_",
-          "openblas_set_num_threads64_", "openblas_set_num_threads")
-_done: dict[int, bool] = {}
-
-
-def _openblas_libs() -> list[str]:
-    paths = []
-    try:
-        with open("/proc/self/maps") as f:
-            for line in f:
-                p = line.rsplit(" ", 1)[-1].strip()
-                name = p.rsplit("/", 1)[-1].lower()
-                if "openblas" in name and ".so" in name and p not in paths:
-                    paths.append(p)
-    except OSError:
-        pass
-    return paths
+from rlgrad.threads import _set
+from rlgrad.threads import openblas_libs as _openblas_libs  # noqa: F401 - old name
 
 
 def limit_blas_threads(n: int = 1) -> bool:
     """Set the number of OpenBLAS threads of this process; True if it was done."""
-    if _done.get(n):
-        return True
-    import numpy  # noqa: F401 - make sure NumPy's BLAS is loaded
-
-    ok = False
-    for path in _openblas_libs():
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for name in _NAMES:
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn.argtypes = [ctypes.c_int]
-                fn(int(n))
-                ok = True
-                break
-    _done[n] = ok
-    return ok
+    return _set(n)  # not cached: the user may have changed it since
 
 
 _MALLOC_TUNED: list[bool] = []

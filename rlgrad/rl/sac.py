@@ -112,12 +112,12 @@ class SAC(OffPolicyAlgorithm):
             dist = self.actor.distribution(b.next_observations)
             if self.use_sde:  # the minibatch's exploration matrix; log-prob already summed
                 next_a, next_logp = dist.rsample_and_log_prob(weights=sde_weights)
-                next_logp = next_logp.data
+                next_logp = next_logp._value
             else:
                 next_a, next_logp = dist.rsample_and_log_prob(generator=self.generator)
-                next_logp = next_logp.data.sum(-1)
+                next_logp = next_logp._value.sum(-1)
             qs = self.critic_target(b.next_observations, next_a)
-            q_next = np.min([q.data for q in qs], axis=0) - ent_coef * next_logp
+            q_next = np.min([q._value for q in qs], axis=0) - ent_coef * next_logp
         return bootstrapped_target(b.rewards, b.terminated, self.gamma, q_next)
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
@@ -137,13 +137,13 @@ class SAC(OffPolicyAlgorithm):
                 a_pi, log_pi = dist.rsample_and_log_prob(generator=self.generator)
                 log_pi = log_pi.sum(-1)
             if self.auto_ent:
-                ent_coef = float(np.exp(self.log_ent_coef.data[0]))
-                ent_loss = -(self.log_ent_coef * (log_pi.data + self.target_entropy)).mean()
+                ent_coef = float(np.exp(self.log_ent_coef._value[0]))
+                ent_loss = -(self.log_ent_coef * (log_pi._value + self.target_entropy)).mean()
                 check_update({"ent_coef_loss": ent_loss})
                 self.ent_coef_optimizer.zero_grad()
                 ent_loss.backward()
                 self.ent_coef_optimizer.step()
-                ent_losses.append(float(ent_loss.data))
+                ent_losses.append(float(ent_loss._value))
             else:
                 ent_coef = self._ent_coef
             ent_coefs.append(ent_coef)
@@ -155,7 +155,7 @@ class SAC(OffPolicyAlgorithm):
             self.critic_optimizer.zero_grad()
             critic_loss.backward()
             self.critic_optimizer.step()
-            critic_losses.append(float(critic_loss.data))
+            critic_losses.append(float(critic_loss._value))
 
             self.actor_optimizer.zero_grad()
             with frozen(self.critic):  # the actor's loss differentiates through Q w.r.t. a only
@@ -167,7 +167,7 @@ class SAC(OffPolicyAlgorithm):
                 check_update({"actor_loss": actor_loss})
                 actor_loss.backward()
             self.actor_optimizer.step()
-            actor_losses.append(float(actor_loss.data))
+            actor_losses.append(float(actor_loss._value))
             self._n_updates += 1
             if self._n_updates % self.target_update_interval == 0:
                 optim.polyak_update(self._critic_params, self._critic_target_params, self.tau)
@@ -194,7 +194,7 @@ class SAC(OffPolicyAlgorithm):
         out = super()._extra_state()
         sac: dict[str, Any] = {}
         if self.auto_ent:
-            sac["log_ent_coef"] = self.log_ent_coef.data.copy()
+            sac["log_ent_coef"] = self.log_ent_coef._value.copy()
         if self.use_sde:
             sac["sde_weights"] = self.actor.sde_weights.copy()
             sac["sde_steps"] = self._sde_steps
@@ -206,7 +206,7 @@ class SAC(OffPolicyAlgorithm):
         super()._set_extra_state(state)
         sac = state.get("sac", {})
         if self.auto_ent and "log_ent_coef" in sac:
-            self.log_ent_coef.data[...] = sac["log_ent_coef"]
+            self.log_ent_coef._value[...] = sac["log_ent_coef"]
         if self.use_sde and "sde_weights" in sac:
             self.actor.sde_weights = np.array(sac["sde_weights"], dtype=np.float32)
             self._sde_steps = int(sac["sde_steps"])

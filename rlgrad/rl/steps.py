@@ -24,7 +24,7 @@ from rlgrad.tensor import Tensor, _const
 
 def _arrays(tree: Any) -> Any:
     if isinstance(tree, Tensor):
-        return tree.data
+        return tree._value
     if isinstance(tree, dict):
         return {k: _arrays(v) for k, v in tree.items()}
     if isinstance(tree, list | tuple):

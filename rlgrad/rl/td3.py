@@ -90,7 +90,7 @@ class TD3(OffPolicyAlgorithm):
             self.critic_optimizer.zero_grad()
             critic_loss.backward()
             self.critic_optimizer.step()
-            critic_losses.append(float(critic_loss.data))
+            critic_losses.append(float(critic_loss._value))
             if self._n_updates % self.policy_delay == 0:
                 self.actor_optimizer.zero_grad()
                 with frozen(self.critic):  # dQ/da flows to the actor; critic weights untouched
@@ -99,7 +99,7 @@ class TD3(OffPolicyAlgorithm):
                     check_update({"actor_loss": actor_loss})
                     actor_loss.backward()
                 self.actor_optimizer.step()
-                actor_losses.append(float(actor_loss.data))
+                actor_losses.append(float(actor_loss._value))
                 optim.polyak_update(self._pairs[0], self._pairs[1], self.tau)
         lg = self.logger
         lg.record("train/n_updates", self._n_updates)

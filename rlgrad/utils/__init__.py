@@ -1,0 +1,1 @@
+"""``rlgrad.utils``: the parts of ``torch.utils`` RL scripts import (``tensorboard``)."""
