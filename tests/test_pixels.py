@@ -96,7 +96,7 @@ def test_shared_trunk_loss_gradient_matches_finite_differences():
     finally:
         rlgrad.set_default_dtype(old)
     pol = algo.policy
-    assert pol.features_extractor[0].weight.data.dtype == np.float64
+    assert pol.features_extractor[0].weight._value.dtype == np.float64
     rng = np.random.default_rng(0)
     n = 6
     b = {"obs": rng.integers(0, 2, (n, 4, 10, 10)).astype(np.uint8),
@@ -105,24 +105,24 @@ def test_shared_trunk_loss_gradient_matches_finite_differences():
          "coefs": np.array([0.5, 0.01])}
 
     def loss_value():
-        return float(algo.loss(b, True)[0].data)
+        return float(algo.loss(b, True)[0]._value)
 
     loss, _ = algo.loss(b, True)
     loss.backward()
     for p, idx in ((pol.features_extractor[0].weight, (3, 1, 1, 2)),
                    (pol.features_extractor[3].bias, (7,))):
-        g = p.grad.data[idx]
-        h, x0 = 1e-6, p.data[idx]
-        p.data[idx] = x0 + h
+        g = p.grad._value[idx]
+        h, x0 = 1e-6, p._value[idx]
+        p._value[idx] = x0 + h
         up = loss_value()
-        p.data[idx] = x0 - h
+        p._value[idx] = x0 - h
         down = loss_value()
-        p.data[idx] = x0
+        p._value[idx] = x0
         assert g == pytest.approx((up - down) / (2 * h), rel=1e-5, abs=1e-9)
     # the trunk is run once for both heads and gives what the two separate calls give
     dist, v = pol.distribution_and_value(b["obs"])
-    np.testing.assert_allclose(v.data, pol.value(b["obs"]).data, rtol=1e-12)
-    np.testing.assert_allclose(dist.logits.data, pol.distribution(b["obs"]).logits.data, rtol=1e-12)
+    np.testing.assert_allclose(v._value, pol.value(b["obs"])._value, rtol=1e-12)
+    np.testing.assert_allclose(dist.logits._value, pol.distribution(b["obs"]).logits._value, rtol=1e-12)
 
 
 # ---- replay and statistics inside the real loops ---------------------------------------------------
