@@ -35,6 +35,16 @@ def _whole_number(text: str) -> int:
     return v
 
 
+def _ray_arguments(p: argparse.ArgumentParser, runners: bool) -> None:
+    if runners:
+        p.add_argument("--env-runners", type=int, default=None, metavar="N",
+                       help="sample on N Ray actors (reinforce, a2c, ppo; n_envs is split among "
+                       "them; needs rlgrad[ray]); same as --set env_runners=N")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="the Ray cluster of a run with env runners (host:port of `ray start "
+                   "--head`, or auto); default: a local Ray")
+
+
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="rlgrad", description="Train, resume, evaluate and plot deep-RL runs "
                        "built on rlgrad's autodiff engine.")
@@ -69,6 +79,7 @@ def build_parser() -> ArgumentParser:
                    "off-policy run then refills it)")
     t.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar")
+    _ray_arguments(t, runners=True)
 
     r = sub.add_parser("resume", help="continue a run from its last checkpoint")
     r.add_argument("run_dir", metavar="RUN_DIR")
@@ -77,6 +88,7 @@ def build_parser() -> ArgumentParser:
     r.add_argument("--keep-checkpoints", type=int, default=None, metavar="N",
                    help="checkpoints kept from now on (default: the run's own)")
     r.add_argument("--no-progress", dest="progress", action="store_false")
+    _ray_arguments(r, runners=False)
 
     e = sub.add_parser("eval", help="mean and std of the return of a run's last checkpoint")
     e.add_argument("run_dir", metavar="RUN_DIR")
@@ -131,17 +143,43 @@ def _versions() -> str:
     return "  ".join(f"{k} {v}" for k, v in versions().items())
 
 
+def _ray_address(address: str | None) -> None:
+    """Ray importable and the cluster address reachable (a TCP probe of seconds), before any
+    work; the address reaches ``ray.init`` through ``RAY_ADDRESS`` when the runners start."""
+    import os
+
+    from rlgrad.rl.distributed.cluster import import_ray, probe
+
+    try:
+        import_ray()
+        if address:
+            probe(address)
+    except (ImportError, ConnectionError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    if address:
+        os.environ["RAY_ADDRESS"] = address
+
+
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     cmd = args.command
     if cmd == "train":
         from rlgrad.cli.train import cmd_train
 
+        sets = list(args.sets)
+        if args.env_runners is not None:
+            if args.env_runners < 1:
+                raise CLIError(f"--env-runners must be at least 1, got {args.env_runners}")
+            sets.append(f"env_runners={args.env_runners}")
+        if args.env_runners or args.ray_address:
+            _ray_address(args.ray_address)
         return cmd_train(args.env_id, args.algo, args.seed, args.preset, args.steps, args.n_envs,
-                         args.sets, args.run_dir, args.checkpoint_every, args.save_buffer,
+                         sets, args.run_dir, args.checkpoint_every, args.save_buffer,
                          args.progress, argv=argv, keep_checkpoints=args.keep_checkpoints)
     if cmd == "resume":
         from rlgrad.cli.train import cmd_resume
 
+        if args.ray_address:
+            _ray_address(args.ray_address)
         return cmd_resume(args.run_dir, args.steps, args.progress, args.keep_checkpoints)
     if cmd == "eval":
         from rlgrad.cli.evaluate import cmd_eval

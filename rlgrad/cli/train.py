@@ -176,6 +176,7 @@ def _train_loop(algo: Any, rd: RunDir, cfg: dict[str, Any], progress: bool, resu
                            reset_num_timesteps=not resumed)
             finally:
                 algo.logger.close()
+                algo.close_env_runners()  # Ray actors (env_runners > 0) end with the run
             elapsed = time.perf_counter() - t0
             if cb.stopped_by is not None and algo.num_timesteps < total:
                 name = signal.Signals(cb.stopped_by).name

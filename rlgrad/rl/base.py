@@ -68,6 +68,8 @@ class BaseAlgorithm:
     #: the Gymnasium action spaces the algorithm takes: checked when it is built, and read by the
     #: CLI to refuse an environment before building anything
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box)
+    #: whether ``env_runners > 0`` (rollouts on Ray actors, rlgrad.rl.distributed) is supported
+    env_runner_sampling: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> BaseAlgorithm:
         # the hyperparameters of this call, through the whole class chain (rlgrad.rl.hyperparams)
@@ -80,8 +82,16 @@ class BaseAlgorithm:
                  gamma: float = 0.99, policy_kwargs: dict[str, Any] | None = None,
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
                  vectorization_mode: str | None = None, blas_threads: int | None = 1,
-                 check_finite: bool = True) -> None:
+                 check_finite: bool = True, env_runners: int = 0) -> None:
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
+        if env_runners and not self.env_runner_sampling:
+            raise ValueError(f"{type(self).__name__}: env_runners={env_runners}: rollouts on Ray "
+                             "env runners are implemented for REINFORCE, A2C and PPO only so far")
+        if env_runners and not isinstance(env, str):
+            raise ValueError(f"{type(self).__name__}: env_runners={env_runners} needs the "
+                             "environment as an id (each runner builds its own copies)")
+        self.env_runners = int(env_runners)
+        self._sampler: Any = None  # the Ray env runners' driver (rlgrad.rl.distributed)
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
         keep_freed_memory()
@@ -237,6 +247,13 @@ class BaseAlgorithm:
         self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / elapsed))
         self.logger.record("time/time_elapsed", elapsed)
         self.logger.record("time/episodes", int(st.episode_count))
+
+    def close_env_runners(self) -> None:
+        """Stop the Ray env runners of ``env_runners > 0``, and Ray if it was started for them
+        (a later ``learn`` starts new ones)."""
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.close()
 
     # ---- acting ---------------------------------------------------------------------------------
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,

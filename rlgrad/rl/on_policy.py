@@ -41,6 +41,7 @@ _LOSS_TERMS = ("policy_loss", "value_loss", "entropy_loss")
 class OnPolicyAlgorithm(BaseAlgorithm):
     _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 1
+    env_runner_sampling = True  # env_runners > 0: rollouts on Ray actors (rlgrad.rl.distributed)
 
     def __init__(self, env: EnvLike, learning_rate: Any, n_steps: int, gamma: float,
                  gae_lambda: float, ent_coef: float, vf_coef: float, max_grad_norm: float | None,
@@ -56,6 +57,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.vf_coef = float(vf_coef)
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.normalize_advantage = bool(normalize_advantage)
+        self._env_arg = env  # what env runners build their own copies from
         self._iteration_num = 0
         self._loss_steps: dict[bool, Any] = {}  # compiled / eager gradient steps, built on first use
         self.policy = ActorCriticPolicy(self.observation_space, self.action_space,
@@ -79,6 +81,12 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         return np.clip(actions, self._low, self._high) if self._clip_actions else actions
 
     def collect_rollouts(self, callback: BaseCallback | None) -> bool:
+        if self.env_runners:  # the same rollout, sampled by Ray actors (started on first use)
+            if self._sampler is None:
+                from rlgrad.rl.distributed.sampler import RaySampler
+
+                self._sampler = RaySampler(self)
+            return self._sampler.collect(callback)
         buf, policy, adapter, norm = self.rollout_buffer, self.policy, self._adapter, self.normalizer
         buf.reset()
         obs = self._obs(self._last_obs, update=False)

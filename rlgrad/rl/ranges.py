@@ -11,7 +11,8 @@ A new hyperparameter needs an entry here (``tests/test_rl_ranges.py`` checks eve
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +108,7 @@ RANGES: dict[str, Range] = {
     "vectorization_mode": Range(choices=("sync", "async", "vector_entry_point"), none_ok=True),
     "blas_threads": Range(1, integer=True, none_ok=True),
     "check_finite": Range(kind=bool),
+    "env_runners": Range(0, 1024, integer=True),
     "max_grad_norm": Range(0.0, lo_open=True, none_ok=True),
     "batch_size": _COUNT,
     # on-policy
@@ -178,6 +180,8 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[..., bool], str]] = [
     (("buffer_size", "batch_size"), lambda buf, bs: buf >= bs, "buffer_size >= batch_size"),
     (("n_steps", "n_envs"), lambda t, n: t * n <= _MAX_ROWS,
      f"n_steps * n_envs <= {_MAX_ROWS:,} (rollout rows)"),
+    (("env_runners", "n_envs"), lambda r, n: r <= n,
+     "env_runners <= n_envs (n_envs is the total over the runners; each steps one copy or more)"),
     (("batch_size", "n_steps", "n_envs"), lambda bs, t, n: bs <= t * n,
      "batch_size <= n_steps * n_envs (the rollout)"),
     (("batch_size", "normalize_advantage"), lambda bs, norm: bs >= 2 or not norm,
@@ -202,9 +206,25 @@ def check_hyperparams(algo: str, values: dict[str, Any]) -> None:
                          "must be integers >= 1")
 
 
+_RELATIONS_CHECKED = [True]
+
+
+@contextmanager
+def relations_unchecked() -> Iterator[None]:
+    """Build algorithms without ``RELATIONS``: an env runner's copy samples a share of the
+    learner's environment copies, and the learner checked the rules for the whole rollout."""
+    _RELATIONS_CHECKED.append(False)
+    try:
+        yield
+    finally:
+        _RELATIONS_CHECKED.pop()
+
+
 def check_relations(algo: str, values: dict[str, Any]) -> None:
     """Raise ValueError, one line, for the first rule of ``RELATIONS`` that does not hold (run
     once the environment is built: ``n_envs`` is then the real number of copies)."""
+    if not _RELATIONS_CHECKED[-1]:
+        return
     for names, holds, what in RELATIONS:
         if all(n in values for n in names) and not holds(*(values[n] for n in names)):
             shown = ", ".join(f"{n}={values[n]!r}" for n in names)
