@@ -15,6 +15,7 @@ used without Ray.
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from typing import Any
 
@@ -97,7 +98,8 @@ class EnvRunner:
 
         Returns the rollout buffer's arrays (``ROLLOUT_FIELDS``, advantages and returns
         included), the episodes finished meanwhile (``episode_returns``, ``episode_lengths``),
-        the normaliser's statistics after the rollout, and the weights' ``version``.
+        the normaliser's statistics after the rollout, the weights' ``version``, the process
+        id and the seconds the rollout took here (``sample_time``).
         """
         algo = self.algo
         if weights is not None:
@@ -106,12 +108,15 @@ class EnvRunner:
             self._resize(n_steps)
         stats = algo._ep_stats
         before = stats.episode_count
+        t0 = time.perf_counter()
         algo.collect_rollouts(None)
+        elapsed = time.perf_counter() - t0
         new = min(stats.episode_count - before, len(stats.return_queue))
         buf = algo.rollout_buffer
         out: dict[str, Any] = {f: getattr(buf, f).copy() for f in ROLLOUT_FIELDS}
         out.update(
-            index=self.index, version=self.version, pid=os.getpid(), n_envs=buf.n_envs, n_steps=buf.n_steps,
+            index=self.index, version=self.version, pid=os.getpid(), sample_time=elapsed,
+            n_envs=buf.n_envs, n_steps=buf.n_steps,
             episode_returns=np.asarray(list(stats.return_queue)[len(stats.return_queue) - new:],
                                        dtype=np.float64),
             episode_lengths=np.asarray(list(stats.length_queue)[len(stats.length_queue) - new:],

@@ -92,6 +92,7 @@ class RaySampler:
         self.pids: list[int | None] = [None] * len(counts)  # each runner's process
         self.events: list[str] = []  # one line per fault, also printed
         self.version = 0
+        self.sample_times: list[float] = []
 
     # ---- one iteration ------------------------------------------------------------------------
     def weights(self) -> dict[str, Any]:
@@ -108,6 +109,7 @@ class RaySampler:
         self.version += 1
         sent = self.weights()
         batches = self._sample_all(self.ray.put(sent))
+        self.sample_times = [float(b["sample_time"]) for b in batches]  # seconds, in the runners
         self._fill(batches)
         self._merge_normalizer(sent["normalizer"], batches)
         for b in batches:
