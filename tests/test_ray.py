@@ -145,6 +145,29 @@ def test_one_runner_is_the_local_run(local_ray, env_id, normalize):
         remote.close_env_runners()
 
 
+@needs_ray
+def test_resumed_run_with_runners_is_the_uninterrupted_one(local_ray, tmp_path):
+    """A checkpoint holds the runners' environments and action streams: a run saved after 2
+    iterations and loaded into a new learner (new runners) ends as the uninterrupted run, bit
+    for bit (PPO: the minibatch order comes from the learner's own stream, also saved)."""
+    kw = dict(seed=1, n_envs=4, n_steps=16, batch_size=32, n_epochs=2, env_runners=2)
+    whole, part = PPO("CartPole-v1", **kw), PPO("CartPole-v1", **kw)
+    try:
+        whole.learn(64 * 4)
+        part.learn(64 * 2)
+        part.save(str(tmp_path / "ckpt.safetensors"))
+    finally:
+        whole.close_env_runners()
+        part.close_env_runners()
+    resumed = PPO.load(str(tmp_path / "ckpt.safetensors"))
+    try:
+        resumed.learn(64 * 2, reset_num_timesteps=False)
+        _same_state(whole, resumed)
+        assert list(whole._ep_stats.return_queue) == list(resumed._ep_stats.return_queue)
+    finally:
+        resumed.close_env_runners()
+
+
 class _KillRunner(BaseCallback):
     """SIGKILLs runner 0's process shortly after iteration ``at`` ends (mid-rollout, mostly)."""
 

@@ -58,6 +58,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.normalize_advantage = bool(normalize_advantage)
         self._env_arg = env  # what env runners build their own copies from
+        self._runner_states: dict[str, Any] | None = None  # theirs, from a checkpoint
         self._iteration_num = 0
         self._loss_steps: dict[bool, Any] = {}  # compiled / eager gradient steps, built on first use
         self.policy = ActorCriticPolicy(self.observation_space, self.action_space,
@@ -86,6 +87,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                 from rlgrad.rl.distributed.sampler import RaySampler
 
                 self._sampler = RaySampler(self)
+                if self._runner_states:  # a checkpoint's: the runners continue its episodes
+                    self._sampler.set_state(self._runner_states)
+                    self._runner_states = None
             return self._sampler.collect(callback)
         buf, policy, adapter, norm = self.rollout_buffer, self.policy, self._adapter, self.normalizer
         buf.reset()
@@ -236,7 +240,16 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         return {"optimizer": self.optimizer}
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"iteration": {"num": self._iteration_num}}
+        state: dict[str, Any] = {"iteration": {"num": self._iteration_num}}
+        if self._sampler is not None:  # the env runners' environments and action streams
+            state["env_runners"] = self._sampler.get_state()
+        elif self._runner_states:
+            state["env_runners"] = self._runner_states
+        return state
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         self._iteration_num = int(state.get("iteration", {}).get("num", 0))
+        self._runner_states = state.get("env_runners")
+        if self._runner_states and self._sampler is not None:
+            self._sampler.set_state(self._runner_states)
+            self._runner_states = None

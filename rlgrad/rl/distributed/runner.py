@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.random import generator_state_dict, load_generator_state
 from rlgrad.rl.buffers import RolloutBuffer
+from rlgrad.rl.envs import get_env_state, set_env_state
 from rlgrad.rl.ranges import relations_unchecked
 
 #: the rollout buffer's arrays a runner sends back, each (n_steps, n_envs, ...)
@@ -72,6 +74,32 @@ class EnvRunner:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def get_state(self) -> dict[str, Any]:
+        """What sampling continues from: the environment copies (their whole state where it is
+        plain data, ``rlgrad.rl.envs.get_env_state``), the last observations, the action
+        stream and the normaliser's per-copy discounted returns."""
+        algo = self.algo
+        state: dict[str, Any] = {
+            "rng": generator_state_dict(algo.rng),
+            "env": {"last_obs": np.asarray(algo._last_obs).copy(),
+                    "prev_done": algo._adapter.prev_done.copy(),
+                    "vector_env": get_env_state(algo.env)}}
+        if algo.normalizer is not None:
+            state["returns"] = algo.normalizer.returns.copy()
+        return state
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Continue from ``get_state()``'s result (an environment whose state is not plain data
+        keeps the episodes it started)."""
+        algo, env = self.algo, state["env"]
+        load_generator_state(algo.rng, state["rng"])
+        if env.get("vector_env"):
+            set_env_state(algo.env, env["vector_env"])
+            algo._last_obs = np.asarray(env["last_obs"])
+            algo._adapter.prev_done = np.asarray(env["prev_done"], dtype=bool).copy()
+        if algo.normalizer is not None and "returns" in state:
+            algo.normalizer.returns = np.array(state["returns"], dtype=np.float64)
 
     def set_weights(self, weights: dict[str, Any]) -> None:
         """Load ``{"policy": state_dict, "normalizer": statistics or None, "version": int}``."""

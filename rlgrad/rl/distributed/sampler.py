@@ -94,6 +94,22 @@ class RaySampler:
         self.version = 0
         self.sample_times: list[float] = []
 
+    # ---- checkpoints ----------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """Every runner's ``get_state()``, keyed by its index: part of the learner's checkpoint."""
+        states = self.ray.get([r.get_state.remote() for r in self.runners],
+                              timeout=self.timeout_s)
+        return {str(i): st for i, st in enumerate(states)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Hand each runner its state of a checkpoint (of a run with as many runners)."""
+        if sorted(state, key=int) != [str(i) for i in range(len(self.runners))]:
+            self.warn(f"rlgrad: warning: the checkpoint holds the state of {len(state)} env "
+                      f"runners, this run has {len(self.runners)}: they start new episodes")
+            return
+        self.ray.get([r.set_state.remote(state[str(i)]) for i, r in enumerate(self.runners)],
+                     timeout=self.timeout_s + self.restart_timeout_s)
+
     # ---- one iteration ------------------------------------------------------------------------
     def weights(self) -> dict[str, Any]:
         algo = self.algo
