@@ -40,6 +40,9 @@ def _ray_arguments(p: argparse.ArgumentParser, runners: bool) -> None:
         p.add_argument("--env-runners", type=int, default=None, metavar="N",
                        help="sample on N Ray actors (reinforce, a2c, ppo; n_envs is split among "
                        "them; needs rlgrad[ray]); same as --set env_runners=N")
+        p.add_argument("--seeds", default=None, metavar="SEEDS",
+                       help="train these seeds (0-4, 0,1,5) in parallel on Ray, each an "
+                       "ordinary run under --run-dir/seed-S, plotted together")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="the Ray cluster of a run with env runners (host:port of `ray start "
                    "--head`, or auto); default: a local Ray")
@@ -170,6 +173,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
             if args.env_runners < 1:
                 raise CLIError(f"--env-runners must be at least 1, got {args.env_runners}")
             sets.append(f"env_runners={args.env_runners}")
+        if args.seeds is not None:
+            from rlgrad.cli.seeds import cmd_train_seeds
+
+            return cmd_train_seeds(args)
         if args.env_runners or args.ray_address:
             _ray_address(args.ray_address)
         return cmd_train(args.env_id, args.algo, args.seed, args.preset, args.steps, args.n_envs,
