@@ -24,6 +24,20 @@ class _Trace:
     compiling = False
 
 
+class _Depth:
+    value = 0  # how many transforms (grad, vjp, jit ...) are currently evaluating their function
+
+
+def _refuse_float(t: Any, what: str) -> None:
+    """Inside a transform (autograd/JAX semantics) a float read of a value being differentiated
+    would drop a gradient that is not 0: refused, as autograd and JAX refuse it. (An int read is
+    piecewise constant, its derivative 0: allowed. Outside transforms, PyTorch's float(loss).)"""
+    if _Depth.value and t.requires_grad:
+        raise TypeError(
+            f"{what} of a value being differentiated (inside rlgrad.grad, vjp ...) would drop its "
+            "gradient; keep it a Tensor, or read it without one: float(rlgrad.stop_gradient(x))")
+
+
 def _refuse_value(what: str) -> None:
     if _Trace.compiling:
         raise RuntimeError(
@@ -145,6 +159,8 @@ class Tensor:
 
     def item(self) -> float | int | bool:
         _refuse_value("item()")
+        if self.dtype.kind in _FLOAT_KINDS:
+            _refuse_float(self, "item()")
         if self.data.size != 1:
             raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         return self.data.item()
@@ -178,6 +194,7 @@ class Tensor:
 
     def __float__(self) -> float:
         _refuse_value("float()")
+        _refuse_float(self, "float()")
         return float(self.data)
 
     def __int__(self) -> int:

@@ -18,7 +18,7 @@ import numpy as np
 from rlgrad.core import match_dtype, run_backward
 from rlgrad.ops import identity, multiply, reshape, stack, stop_gradient
 from rlgrad.ops import sum as _sum
-from rlgrad.tensor import Tensor, _Trace, constant
+from rlgrad.tensor import Tensor, _Depth, _Trace, constant
 from rlgrad.tracer import _GradMode
 
 __all__ = [
@@ -26,10 +26,6 @@ __all__ = [
     "hessian_tensor_product", "hvp", "make_hvp", "grad_and_aux", "tensor_jacobian_product",
     "vector_jacobian_product", "make_jvp", "jvp", "tree_flatten", "tree_unflatten",
 ]
-
-
-class _Depth:
-    value = 0  # how many transforms are currently evaluating their function
 
 
 # ---- pytrees: lists, tuples and dicts of arrays ----------------------------------------------

@@ -202,3 +202,120 @@ def test_numpy_ufuncs_on_tensors_dispatch_to_the_new_functions():
 
     rlgrad.check_grads(f, order=2)(x, y)
     np.testing.assert_allclose(rlgrad.grad(lambda x: rnp.sum(np.fmod(x, y)))(x), np.ones(4))
+
+
+# ---- ties in max/min/maximum/minimum: autograd's split, which PyTorch's reductions share --------
+TIES_X = np.array([[1.0, 3.0, 3.0], [2.0, 2.0, 2.0]])
+TIES_Y = np.array([[1.0, 0.0, 3.0], [2.0, 5.0, 2.0]])
+
+
+@pytest.mark.parametrize("name", ["max", "min", "amax", "amin"])
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)])
+def test_reduction_ties_share_the_gradient_evenly(name, axis):
+    """Each of k tied extrema gets 1/k of the gradient (autograd's grad_chooser; torch.amax/amin
+    and torch.max()/min() without dim do the same)."""
+    x = TIES_X if name in ("max", "amax") else -TIES_X  # the same ties, at the minimum
+    g = rlgrad.grad(lambda x: rnp.sum(getattr(rnp, name)(x, axis=axis)))(x)
+    np.testing.assert_array_equal(g, autograd.grad(lambda x: anp.sum(getattr(anp, name)(x, axis=axis)))(x))
+    expect = {None: [[0, 0.5, 0.5], [0, 0, 0]], 0: [[0, 1, 1], [1, 0, 0]],
+              1: [[0, 0.5, 0.5], [1 / 3, 1 / 3, 1 / 3]], (0, 1): [[0, 0.5, 0.5], [0, 0, 0]]}
+    np.testing.assert_allclose(g, expect[axis], rtol=1e-15)
+
+
+def test_tensor_max_dim_takes_the_index_as_pytorch():
+    """Tensor.max(dim) returns (values, indices) and, as torch's, sends the gradient to the one
+    element at the index (the first of the tied ones); amax(dim) splits it."""
+    t = rlgrad.tensor(TIES_X, requires_grad=True)
+    t.max(1)[0].sum().backward()
+    np.testing.assert_array_equal(t.grad.data, [[0, 1, 0], [1, 0, 0]])
+    t.grad = None
+    t.amax(dim=1).sum().backward()
+    np.testing.assert_allclose(t.grad.data, [[0, 0.5, 0.5], [1 / 3, 1 / 3, 1 / 3]], rtol=1e-15)
+
+
+@pytest.mark.parametrize("name", ["maximum", "minimum", "fmax", "fmin"])
+def test_elementwise_ties_split_in_half(name):
+    """On x == y each side gets half (autograd's balanced_eq; torch.maximum/minimum too; only
+    torch.fmax/fmin give it all to the first argument)."""
+    fn = getattr(rnp, name)
+    gx, gy = rlgrad.grad(lambda x, y: rnp.sum(fn(x, y) * TIES_Y), argnums=(0, 1))(TIES_X, TIES_Y)
+    af = getattr(anp, name)
+    ax, ay = autograd.grad(lambda x, y: anp.sum(af(x, y) * TIES_Y), (0, 1))(TIES_X, TIES_Y)
+    np.testing.assert_array_equal(gx, ax)
+    np.testing.assert_array_equal(gy, ay)
+    tie = TIES_X == TIES_Y
+    np.testing.assert_array_equal(gx[tie], 0.5 * TIES_Y[tie])
+    np.testing.assert_array_equal(gx + gy, TIES_Y)  # the whole gradient, once
+
+
+# ---- arrays built from Tensors (autograd's array_from_args; JAX's jnp.array) ---------------------
+BUILD_CASES = [
+    ("pair", lambda m, x, y: m.array([x[0], y[1] * 2])),
+    ("nested_mixed", lambda m, x, y: m.array([[x[0], 1.5, y[2]], [x[1] ** 2, np.float64(2.0), x[0] * y[0]]])),
+    ("rows", lambda m, x, y: m.array([x, y, np.ones(3)]) * m.array((y, x, x))),
+    ("asarray_list", lambda m, x, y: m.asarray([x[0] * y, x]) ** 2),
+    ("tensor_itself", lambda m, x, y: m.array(x) * m.asarray(y)),
+    ("mean_std_var_sum", lambda m, x, y: m.mean([x[0], y[1], 2.0]) * m.std([x[1], y[0] ** 2])
+     + m.var([x, y], axis=0) + m.sum([x[2], y[0]])),
+]
+
+
+@pytest.mark.parametrize("name, f", BUILD_CASES, ids=[c[0] for c in BUILD_CASES])
+def test_arrays_built_from_tensors_are_differentiable(name, f):
+    x, y = R.randn(3), R.randn(3)
+    rlgrad.check_grads(lambda x, y: f(rnp, x, y), order=2)(x, y)
+    np.testing.assert_allclose(f(rnp, x, y), f(np, x, y), rtol=1e-14)  # plain arrays: NumPy's
+    got = f(rnp, rlgrad.tensor(x, requires_grad=True), rlgrad.tensor(y))
+    np.testing.assert_allclose(got.data, f(np, x, y), rtol=1e-14)
+    if name == "tensor_itself":  # autograd's asarray of a box has no VJP
+        return
+    w = R.randn(*np.shape(f(np, x, y)))
+    _same_grad(lambda x, y: rnp.sum(f(rnp, x, y) * w), lambda x, y: anp.sum(f(anp, x, y) * w), x, y)
+
+
+def test_array_from_tensors_takes_numpys_dtype_shape_and_errors():
+    x32 = rlgrad.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    for obj, kw in [([x32, x32], {}), ([x32, [1.0, 2.0]], {}), ([x32[0], 3], {}),
+                    (x32, {"dtype": np.float64}), ([x32, x32], {"ndmin": 4}), (x32, {"ndmin": 3})]:
+        got = rnp.array(obj, **kw)
+        want = np.array(x32.data if obj is x32 else
+                        [o.data if isinstance(o, rlgrad.Tensor) else o for o in obj], **kw)
+        assert got.dtype == want.dtype and got.shape == want.shape, (obj, kw)
+        assert got.requires_grad
+        np.testing.assert_array_equal(got.data, want)
+    assert rnp.asarray(x32) is x32 and rnp.array(x32) is not x32  # asarray does not copy
+    with pytest.raises(ValueError, match="inhomogeneous"):
+        rnp.array([x32, x32[0]])
+    g = rlgrad.grad(lambda x: rnp.sum(rnp.array([x, x * 2], dtype=np.float32)))(np.array([1.0]))
+    np.testing.assert_array_equal(g, [3.0])
+
+
+def test_int_and_astype_are_reads_float_raises_inside_a_transform():
+    """int(x) and x.astype(int) are piecewise constant: reads with derivative 0 (JAX's; autograd
+    refuses int(x) and passes g through astype(int)). float(x) / x.item() would drop a non-zero
+    derivative: refused inside a transform (as autograd and JAX), allowed outside (PyTorch's)."""
+    assert rlgrad.grad(lambda x: x * int(x))(3.5) == 3.0
+    np.testing.assert_array_equal(rlgrad.grad(lambda x: rnp.sum(x * x.astype(int)))(np.array([2.5, -1.5])),
+                                  [2.0, -1.0])
+    for read in (float, lambda t: t.item()):
+        with pytest.raises(TypeError, match="would drop its gradient"):
+            rlgrad.grad(lambda x, read=read: x * read(x))(3.5)
+        assert rlgrad.grad(lambda x, read=read: x * read(rlgrad.stop_gradient(x)))(3.5) == 3.5
+        t = rlgrad.tensor(2.0, requires_grad=True)
+        assert read(t * t) == 4.0  # outside a transform: PyTorch's float(loss)
+    assert rlgrad.grad(lambda x: x * float(np.float64(2.0)) + float(rlgrad.tensor(1.0)))(3.0) == 2.0
+
+
+def test_arrays_built_from_tensors_replay_under_jit():
+    """rnp.array / mean of lists / linalg.norm of a list inside a compiled step: recomputed from
+    each call's values (the dtype and shape found from the first call's are fixed by the trace)."""
+    def f(x):
+        return (rnp.sum(rnp.array([[x[0], 1.0], [x[1] * 2, x[0] * x[1]]]) ** 2)
+                + rnp.mean([x[0], x[1]]) + rnp.linalg.norm([x[0], 2.0]))
+
+    step = rlgrad.jit(rlgrad.value_and_grad(f))
+    for x in (np.array([1.0, 2.0]), np.array([3.0, -1.0]), np.array([0.5, 0.25])):
+        v, g = step(x)
+        v_want, g_want = rlgrad.value_and_grad(f)(x)
+        np.testing.assert_allclose(v, v_want, rtol=1e-14)
+        np.testing.assert_allclose(g, g_want, rtol=1e-14)

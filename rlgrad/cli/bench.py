@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rlgrad.cli.errors import CLIError, did_you_mean
 
-ORDER = ("engine", "nn", "gather", "distributions", "rl", "qrdqn")
+ORDER = ("engine", "nn", "gather", "distributions", "rl", "purejaxrl", "offpolicy_floor", "qrdqn")
 
 
 def bench_dir() -> Path | None:

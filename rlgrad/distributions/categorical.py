@@ -55,7 +55,7 @@ def inverse_cdf(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
     categories are never drawn. ``Categorical.sample``'s rule; the policies' NumPy acting path
     calls it too, so acting samples exactly as the distribution does."""
     t = u * cdf[..., -1]
-    return (cdf[..., :-1] <= t[..., None]).sum(axis=-1)
+    return np.add.reduce(cdf[..., :-1] <= t[..., None], axis=-1, dtype=np.int64)  # bool sum
 
 
 class Categorical(Distribution):

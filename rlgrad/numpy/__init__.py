@@ -18,9 +18,7 @@ import numpy as _np
 from numpy import (  # noqa: E402,F401
     allclose,
     arange,
-    array,
     array_equal,
-    asarray,
     bool_,
     broadcast_shapes,
     complex64,
@@ -60,6 +58,8 @@ from numpy import (  # noqa: E402,F401
 
 from rlgrad import ops as _ops
 from rlgrad.numpy import linalg  # noqa: E402,F401
+from rlgrad.numpy._arrays import array_from as _array_from
+from rlgrad.numpy._arrays import holds_tensor as _holds_tensor
 from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     abs,
     absolute,
@@ -118,7 +118,6 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     matmul,
     max,
     maximum,
-    mean,
     min,
     minimum,
     mod,
@@ -144,7 +143,6 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     stack,
     stop_gradient,
     subtract,
-    sum,
     swapaxes,
     take_along_axis,
     tan,
@@ -223,11 +221,49 @@ def sinc(x: Any) -> Any:
     return sin(y) / y
 
 
+def array(object: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - NumPy's name
+    """NumPy's array; of Tensors, or lists nesting Tensors with arrays and scalars, differentiable
+    in each Tensor (autograd's and JAX's), as NumPy's dtype and shape."""
+    if _holds_tensor(object):
+        return _array_from(object, True, *args, **kwargs)
+    return _np.array(object, *args, **kwargs)
+
+
+def asarray(a: Any, *args: Any, **kwargs: Any) -> Any:
+    """NumPy's asarray; a Tensor of the asked dtype is returned itself, lists holding Tensors
+    are built as ``array`` builds them."""
+    if _holds_tensor(a):
+        return _array_from(a, False, *args, **kwargs)
+    return _np.asarray(a, *args, **kwargs)
+
+
+def _listed(x: Any) -> Any:
+    """A list or tuple holding Tensors as one array (autograd's mean/std/var of lists)."""
+    return _array_from(x, False) if type(x) in (list, tuple) and _holds_tensor(x) else x
+
+
+def sum(a: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001
+    if type(a) is list or type(a) is tuple:
+        a = _listed(a)
+    return _ops_sum(a, *args, **kwargs)
+
+
+def mean(a: Any, *args: Any, **kwargs: Any) -> Any:
+    if type(a) is list or type(a) is tuple:
+        a = _listed(a)
+    return _ops_mean(a, *args, **kwargs)
+
+
+_ops_sum, _ops_mean = _ops.sum, _ops.mean
+sum.__doc__, mean.__doc__ = _ops_sum.__doc__, _ops_mean.__doc__
+
+
 @_numpy_on_arrays(_np.var)
 def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
         keepdims: bool = False) -> Any:
     if out is not None:
         raise TypeError("rlgrad.numpy.var does not take out=")
+    x = _listed(x)
     if not _is_traced(x):
         return _np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     n = _np.size(x.data) // (_np.size(_np.sum(x.data, axis=axis)) or 1)  # (3, 0) over 0: n = 0
@@ -239,6 +275,7 @@ def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
 @_numpy_on_arrays(_np.std)
 def std(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
         keepdims: bool = False) -> Any:
+    x = _listed(x)
     if not _is_traced(x):
         return _np.std(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     return _std_from_var(var(x, axis=axis, ddof=ddof, keepdims=keepdims))

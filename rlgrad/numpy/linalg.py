@@ -1,58 +1,453 @@
-"""``rlgrad.numpy.linalg``: differentiable counterparts of ``numpy.linalg``."""
+"""``rlgrad.numpy.linalg``: differentiable counterparts of ``numpy.linalg``, as HIPS autograd's.
+
+``inv``, ``det``, ``solve`` and ``cholesky`` are primitives of ``rlgrad/ops.py``. The
+decompositions with several outputs (``eigh``, ``eig``, ``svd``) are primitives here: each returns
+its outputs packed into one array that the public function unpacks by indexing, so one
+decomposition serves every output and its VJP rule sees the gradients of all of them at once
+(zeros for an output that is not used). On plain arrays every function is NumPy's own.
+
+The rules are the ones autograd uses (M. Giles, "An extended collection of matrix derivative
+results", 2008; J. Townsend, "Differentiating the singular value decomposition", 2016), written
+with rlgrad functions so that every order works. Where a rule divides by a difference of
+eigenvalues (singular values) that is exactly 0, a gradient reaching the eigenvectors there is
+undefined: it raises, as a gradient that cannot be computed must.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import builtins as _builtins
+from typing import Any, NamedTuple
 
 import numpy as _np
 
+from rlgrad.numpy._arrays import array_from, holds_tensor
 from rlgrad.ops import (  # noqa: F401
+    _T,
     absolute,
+    astype,
     cholesky,
+    concatenate,
     det,
     inv,
     logabsdet,
     matmul,
     max,
     min,
+    moveaxis,
+    reshape,
     solve,
     sqrt,
     sum,
+    tril,
+    triu,
+    where,
 )
 from rlgrad.tensor import Tensor as _Tensor
-from rlgrad.tensor import _Trace
-from rlgrad.tracer import primitive as _primitive
+from rlgrad.tensor import _shape, _Trace, constant
+from rlgrad.tracer import defvjp, primitive
+
+LinAlgError = _np.linalg.LinAlgError
 
 
-def slogdet(a: Any) -> tuple[Any, Any]:
-    """(sign, log|det|); the sign is piecewise constant, so only the second carries a gradient."""
-    sign = _slogdet_sign(a)  # a primitive, so rlgrad.jit recomputes it at every call
-    return (sign.data if isinstance(sign, _Tensor) and not _Trace.compiling else sign), logabsdet(a)
+class EighResult(NamedTuple):
+    eigenvalues: Any
+    eigenvectors: Any
+
+
+class EigResult(NamedTuple):
+    eigenvalues: Any
+    eigenvectors: Any
+
+
+class SVDResult(NamedTuple):
+    U: Any
+    S: Any
+    Vh: Any
+
+
+def _data(x: Any) -> Any:
+    return x.data if isinstance(x, _Tensor) else x
+
+
+def _real_only(a: Any, name: str) -> None:
+    if _np.iscomplexobj(_data(a)):
+        raise TypeError(f"rlgrad.numpy.linalg.{name} of a complex Tensor: rlgrad differentiates "
+                        "real values only; call numpy.linalg on t.detach().numpy() if you do not "
+                        "need the gradient")
+
+
+def _inverse_gaps(diff: Any) -> Any:
+    """1 / diff where diff != 0, else 0 (the diagonal, and exactly repeated values, whose terms
+    ``_refuse_at_repeated`` checks are not needed)."""
+    nz = diff != 0
+    return where(nz, 1 / where(nz, diff, 1), 0)
+
+
+def _refuse_at_repeated(diff: Any, coupling: Any, name: str) -> None:
+    """Raise where two eigenvalues (singular values) are equal and the gradient couples their
+    vectors: that derivative does not exist. Only eagerly: a compiled step cannot read values."""
+    if _Trace.compiling:
+        return
+    d, c = _data(diff), _data(coupling)
+    off = ~_np.eye(d.shape[-1], dtype=bool)
+    if _np.any((d == 0) & (c != 0) & off):
+        raise ValueError(
+            f"rlgrad.numpy.linalg.{name}: the gradient through the vectors is undefined at "
+            "repeated values (the matrix has two equal ones); differentiate only the values, or "
+            "perturb the matrix")
+
+
+# ---- eigh --------------------------------------------------------------------------------------
+def _eigh_packed(a: Any, UPLO: str = "L") -> Any:  # noqa: N803 - NumPy's name
+    w, v = _np.linalg.eigh(a, UPLO)
+    return _np.concatenate([w[..., None, :], v], axis=-2)  # (..., n + 1, n)
+
+
+def _eigh_vjp(g: Any, ans: Any, a: Any, UPLO: str = "L") -> Any:  # noqa: N803
+    n = _shape(a)[-1]
+    eye = _np.eye(n, dtype=ans.dtype)
+    w, v = ans[..., 0, :], ans[..., 1:, :]
+    gw, gv = g[..., 0, :], g[..., 1:, :]
+    out = matmul(v * gw[..., None, :], _T(v))
+    diff = w[..., None, :] - w[..., :, None]  # [i, j]: w_j - w_i
+    vtgv = matmul(_T(v), gv)
+    _refuse_at_repeated(diff, vtgv - _T(vtgv), "eigh")
+    out = out + matmul(matmul(v, _inverse_gaps(diff) * vtgv), _T(v))
+    # eigh reads one triangle only: the gradient lives there (the diagonal counted once)
+    both = (out + _T(out)) * (1 - 0.5 * eye)
+    return tril(both) if UPLO.upper() == "L" else triu(both)
+
+
+_eigh_p = primitive(_eigh_packed, "eigh", arity=1)
+defvjp(_eigh_p, _eigh_vjp)
+
+
+def eigh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803
+    """NumPy's eigh; differentiable in the triangle it reads (``UPLO``)."""
+    if not isinstance(a, _Tensor):
+        return _np.linalg.eigh(a, UPLO)
+    _real_only(a, "eigh")
+    p = _eigh_p(a, UPLO)
+    return EighResult(p[..., 0, :], p[..., 1:, :])
+
+
+def eigvalsh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803
+    if not isinstance(a, _Tensor):
+        return _np.linalg.eigvalsh(a, UPLO)
+    return eigh(a, UPLO)[0]
+
+
+# ---- eig (real eigenvalues) --------------------------------------------------------------------
+def _eig_packed(a: Any) -> Any:
+    w, v = _np.linalg.eig(a)
+    if w.dtype.kind == "c":
+        raise ValueError("rlgrad.numpy.linalg.eig: this matrix has complex eigenvalues; rlgrad "
+                         "differentiates eig where every eigenvalue is real (eigh for symmetric "
+                         "matrices), or call numpy.linalg.eig on t.detach().numpy()")
+    return _np.concatenate([w[..., None, :], v], axis=-2)
+
+
+def _eig_vjp(g: Any, ans: Any, a: Any) -> Any:
+    # arXiv:1701.00392 eq. 4.77 (autograd's), for real eigenvalues and unit eigenvectors
+    n = _shape(a)[-1]
+    eye = _np.eye(n, dtype=ans.dtype)
+    e, u = ans[..., 0, :], ans[..., 1:, :]
+    ge, gu = g[..., 0, :], g[..., 1:, :]
+    diff = e[..., None, :] - e[..., :, None]
+    ut = _T(u)
+    utgu = matmul(ut, gu)
+    p = utgu - matmul(matmul(ut, u), utgu * eye)  # the second term: the unit-norm constraint
+    _refuse_at_repeated(diff, p, "eig")
+    return matmul(matmul(inv(ut), ge[..., None, :] * eye + _inverse_gaps(diff) * p), ut)
+
+
+_eig_p = primitive(_eig_packed, "eig", arity=1)
+defvjp(_eig_p, _eig_vjp)
+
+
+def eig(a: Any) -> Any:
+    """NumPy's eig; on a Tensor every eigenvalue must be real (else a ValueError)."""
+    if not isinstance(a, _Tensor):
+        return _np.linalg.eig(a)
+    _real_only(a, "eig")
+    p = _eig_p(a)
+    return EigResult(p[..., 0, :], p[..., 1:, :])
+
+
+def eigvals(a: Any) -> Any:
+    if not isinstance(a, _Tensor):
+        return _np.linalg.eigvals(a)
+    return eig(a)[0]
+
+
+# ---- svd ---------------------------------------------------------------------------------------
+def _svd_sizes(shape: tuple, full: bool) -> tuple[int, int, int, int, int]:
+    m, n = shape[-2:]
+    k = _builtins.min(m, n)
+    return m, n, k, (m if full else k), (n if full else k)
+
+
+def _svd_packed(a: Any, full_matrices: bool = True) -> Any:
+    u, s, vh = _np.linalg.svd(a, full_matrices=full_matrices)
+    b = s.shape[:-1]
+    parts = [u.reshape(b + (u.shape[-2] * u.shape[-1],)), s, vh.reshape(b + (vh.shape[-2] * vh.shape[-1],))]
+    return _np.concatenate(parts, axis=-1)
+
+
+def _svd_unpack(p: Any, shape: tuple, full: bool) -> tuple[Any, Any, Any]:
+    m, n, k, ku, kv = _svd_sizes(shape, full)
+    b = tuple(shape[:-2])
+    u = reshape(p[..., : m * ku], b + (m, ku))
+    s = p[..., m * ku: m * ku + k]
+    vh = reshape(p[..., m * ku + k:], b + (kv, n))
+    return u, s, vh
+
+
+def _svd_vjp(g: Any, ans: Any, a: Any, full_matrices: bool = True) -> Any:
+    shape = _shape(a)
+    m, n, k, ku, kv = _svd_sizes(shape, full_matrices)
+    u, s, vh = _svd_unpack(ans, shape, full_matrices)
+    gu, gs, gvh = _svd_unpack(g, shape, full_matrices)
+    if ku > k or kv > k:  # full_matrices: the extra columns are any basis of a complement
+        if not _Trace.compiling and (_np.any(_data(gu)[..., k:]) or _np.any(_data(gvh)[..., k:, :])):
+            raise ValueError("rlgrad.numpy.linalg.svd: the gradient through the extra columns of "
+                             "U or rows of Vh (full_matrices=True) is undefined (they are any "
+                             "basis of a complement); use full_matrices=False")
+        u, gu, vh, gvh = u[..., :k], gu[..., :k], vh[..., :k, :], gvh[..., :k, :]
+    return _svd_reduced_vjp(gu, gs, gvh, u, s, vh)
+
+
+def _svd_reduced_vjp(gu: Any, gs: Any, gvh: Any, u: Any, s: Any, vh: Any) -> Any:
+    # Townsend (2016), autograd's rule, for real matrices with distinct singular values
+    m, k, n = _shape(u)[-2], _shape(s)[-1], _shape(vh)[-1]
+    eye = _np.eye(k, dtype=s.dtype)
+    s2 = s * s
+    diff = s2[..., None, :] - s2[..., :, None]  # [i, j]: s_j^2 - s_i^2
+    utgu = matmul(_T(u), gu)
+    vtgv = matmul(vh, _T(gvh))
+    ju, jv = utgu - _T(utgu), vtgv - _T(vtgv)
+    _refuse_at_repeated(diff, ju, "svd")
+    _refuse_at_repeated(diff, jv, "svd")
+    f = _inverse_gaps(diff)
+    t = f * ju * s[..., None, :] + eye * gs[..., :, None] + s[..., :, None] * (f * jv)
+    out = matmul(matmul(u, t), vh)
+    if m == n:
+        return out
+    # a non-square matrix: the columns of U (rows of Vh) also turn out of their span, by 1 / s
+    g_out = gvh if m < n else _T(gu)
+    if not _Trace.compiling and _np.any(_data(s) == 0) and _np.any(_data(g_out)):
+        raise ValueError("rlgrad.numpy.linalg.svd: the gradient through U and Vh of a "
+                         "rank-deficient non-square matrix is undefined (a singular value is 0)")
+    s_safe = where(s == 0, 1, s)  # (0 there: checked above that nothing reaches it)
+    if m < n:
+        return out + matmul(matmul(u / s_safe[..., None, :], gvh),
+                            _np.eye(n, dtype=s.dtype) - matmul(_T(vh), vh))
+    return out + _T(matmul(matmul(_T(vh) / s_safe[..., None, :], _T(gu)),
+                           _np.eye(m, dtype=s.dtype) - matmul(u, _T(u))))
+
+
+_svd_p = primitive(_svd_packed, "svd", arity=1)
+defvjp(_svd_p, _svd_vjp)
+
+
+def _singular_values(a: Any) -> Any:
+    return _np.linalg.svd(a, compute_uv=False)
+
+
+def _svdvals_vjp(g: Any, ans: Any, a: Any) -> Any:
+    u, _, vh = svd(a, full_matrices=False)  # differentiable: the 2nd order goes through U, Vh
+    return matmul(u * g[..., None, :], vh)
+
+
+_svdvals_p = primitive(_singular_values, "svdvals", arity=1)
+defvjp(_svdvals_p, _svdvals_vjp)
+
+
+def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
+    """NumPy's svd; on a Tensor ``hermitian=True`` is refused (use eigh, or hermitian=False)."""
+    if not isinstance(a, _Tensor):
+        return _np.linalg.svd(a, full_matrices, compute_uv, hermitian)
+    _real_only(a, "svd")
+    if hermitian:
+        raise NotImplementedError("rlgrad.numpy.linalg.svd(hermitian=True) of a Tensor: use "
+                                  "hermitian=False (the same singular values) or eigh")
+    if not compute_uv:
+        return _svdvals_p(a)
+    return SVDResult(*_svd_unpack(_svd_p(a, bool(full_matrices)), a.shape, bool(full_matrices)))
+
+
+def svdvals(x: Any) -> Any:
+    if not isinstance(x, _Tensor):
+        return _np.linalg.svdvals(x)
+    return svd(x, compute_uv=False)
+
+
+# ---- pinv --------------------------------------------------------------------------------------
+def _pinv_vjp(g: Any, ans: Any, a: Any, *args: Any, **kwargs: Any) -> Any:
+    # Golub & Pereyra (1973), autograd's: exact where the rank does not change
+    m, n = _shape(a)[-2:]
+    em, en = _np.eye(m, dtype=ans.dtype), _np.eye(n, dtype=ans.dtype)
+    ans_t = _T(ans)
+    return _T(-matmul(matmul(ans, _T(g)), ans)
+              + matmul(matmul(matmul(ans, ans_t), g), em - matmul(a, ans))
+              + matmul(matmul(matmul(en - matmul(ans, a), g), ans_t), ans))
+
+
+_pinv_p = primitive(_np.linalg.pinv, "pinv", arity=1)
+defvjp(_pinv_p, _pinv_vjp)
+
+
+def pinv(a: Any, rcond: Any = None, hermitian: bool = False, **kwargs: Any) -> Any:
+    """NumPy's pinv (``rcond``/``rtol`` as NumPy's); on a Tensor ``hermitian=True`` is refused."""
+    if not isinstance(a, _Tensor):
+        return _np.linalg.pinv(a, rcond, hermitian, **kwargs)
+    _real_only(a, "pinv")
+    if hermitian:
+        raise NotImplementedError("rlgrad.numpy.linalg.pinv(hermitian=True) of a Tensor: use "
+                                  "hermitian=False (the same result for a symmetric matrix)")
+    return _pinv_p(a, rcond, **kwargs)
+
+
+# ---- slogdet, matrix_power ---------------------------------------------------------------------
+class SlogdetResult(NamedTuple):
+    sign: Any
+    logabsdet: Any
 
 
 def _sign_of_det(a: Any) -> Any:
     return _np.linalg.slogdet(a)[0]
 
 
-_slogdet_sign = _primitive(_sign_of_det, "slogdet_sign", nondiff=True, arity=1)
+_slogdet_sign = primitive(_sign_of_det, "slogdet_sign", nondiff=True, arity=1)
 
 
-def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A002
-    """Vector p-norms and the Frobenius norm (the default), as in ``numpy.linalg.norm``."""
-    if not isinstance(x, _Tensor):
-        return _np.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
-    nd = x.ndim
-    vector = (axis is None and nd == 1) or isinstance(axis, int)
-    if ord in (None, "fro") and (vector or axis is None or len(axis) == 2):
+def slogdet(a: Any) -> Any:
+    """(sign, log|det|); the sign is piecewise constant, so only the second carries a gradient."""
+    if not isinstance(a, _Tensor):
+        return _np.linalg.slogdet(a)
+    sign = _slogdet_sign(a)  # a primitive, so rlgrad.jit recomputes it at every call
+    return SlogdetResult(sign.data if not _Trace.compiling else sign, logabsdet(a))
+
+
+def matrix_power(a: Any, n: int) -> Any:
+    """NumPy's matrix_power: products of ``a`` (of ``inv(a)`` for n < 0), NumPy's order."""
+    if not isinstance(a, _Tensor):
+        return _np.linalg.matrix_power(a, n)
+    n = int(_np.asarray(n).__index__())  # NumPy's TypeError for a non-integer power
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        _np.linalg.matrix_power(a.data, n)  # NumPy's error for a non-square input
+    if n == 0:
+        return constant(_np.linalg.matrix_power(a.data, 0))  # the identity: no gradient
+    if n < 0:
+        a, n = inv(a), -n
+    result = z = None
+    while n > 0:  # binary powers: z = a, a^2, a^4 ...; result the product of those n has
+        z = a if z is None else matmul(z, z)
+        n, bit = divmod(n, 2)
+        if bit:
+            result = z if result is None else matmul(result, z)
+    return result
+
+
+# ---- norm --------------------------------------------------------------------------------------
+def _vector_norm(x: Any, ord: Any, axis: Any, keepdims: bool) -> Any:  # noqa: A002
+    if ord is None or ord == 2:
         return sqrt(sum(x * x, axis=axis, keepdims=keepdims))
-    if not vector:
-        raise NotImplementedError(f"matrix norm ord={ord!r} is not differentiable in rlgrad")
+    if isinstance(ord, str):
+        raise ValueError(f"Invalid norm order '{ord}' for vectors")
     if ord == _np.inf:
         return max(absolute(x), axis=axis, keepdims=keepdims)
     if ord == -_np.inf:
         return min(absolute(x), axis=axis, keepdims=keepdims)
-    if ord == 0:
-        return sum(x != 0, axis=axis, keepdims=keepdims)
+    if ord == 0:  # the count of non-zeros: piecewise constant
+        return sum(astype(x != 0, x.dtype), axis=axis, keepdims=keepdims)
     if ord == 1:
         return sum(absolute(x), axis=axis, keepdims=keepdims)
-    return sum(absolute(x) ** ord, axis=axis, keepdims=keepdims) ** (1.0 / ord)
+    p = _np.asarray(ord, dtype=x.dtype)[()]  # NumPy raises in x's dtype
+    return sum(absolute(x) ** p, axis=axis, keepdims=keepdims) ** (1 / p)
+
+
+def _matrix_norm(x: Any, ord: Any, row: int, col: int) -> Any:  # noqa: A002
+    """The norm over axes (row, col), those axes removed."""
+    if ord in (2, -2, "nuc"):
+        s = svd(moveaxis(x, (row, col), (-2, -1)), compute_uv=False)
+        return max(s, axis=-1) if ord == 2 else min(s, axis=-1) if ord == -2 else sum(s, axis=-1)
+    if ord in (1, -1):  # the largest (smallest) column sum of |x|
+        sums, rest = sum(absolute(x), axis=row), col - (col > row)
+    elif ord in (_np.inf, -_np.inf):  # the largest (smallest) row sum
+        sums, rest = sum(absolute(x), axis=col), row - (row > col)
+    elif ord in (None, "fro", "f"):
+        return sqrt(sum(x * x, axis=(row, col)))
+    else:
+        raise ValueError("Invalid norm order for matrices.")
+    return max(sums, axis=rest) if ord in (1, _np.inf) else min(sums, axis=rest)
+
+
+def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A002
+    """NumPy's norm, every ``ord`` it takes: vector p-norms (any p, 0, +-inf), and for matrices
+    Frobenius, nuclear, +-2 (extreme singular values), +-1 and +-inf (column/row sums)."""
+    if type(x) in (list, tuple) and holds_tensor(x):  # (autograd's norm takes lists too)
+        x = array_from(x, False)
+    if not isinstance(x, _Tensor):
+        return _np.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
+    _real_only(x, "norm")
+    if x.dtype.kind not in "fc":
+        x = astype(x, float)
+    nd = x.ndim
+    if axis is None:
+        if ord is None or (ord in ("f", "fro") and nd == 2) or (ord == 2 and nd == 1):
+            out = sqrt(sum(x * x))
+            return reshape(out, (1,) * nd) if keepdims else out
+        axis = tuple(range(nd))
+    elif not isinstance(axis, tuple):
+        axis = (_np.asarray(axis).__index__(),)
+    if len(axis) == 1:
+        return _vector_norm(x, ord, axis[0], keepdims)
+    if len(axis) != 2:
+        raise ValueError("Improper number of dimensions to norm.")
+    row, col = (_np.lib.array_utils.normalize_axis_index(a, nd) for a in axis)
+    if row == col:
+        raise ValueError("Duplicate axes given.")
+    out = _matrix_norm(x, ord, row, col)
+    if keepdims:
+        shape = list(x.shape)
+        shape[row] = shape[col] = 1
+        out = reshape(out, tuple(shape))
+    return out
+
+
+def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:  # noqa: A002
+    """NumPy 2's vector_norm: over all axes (None) or several, flattened together."""
+    if not isinstance(x, _Tensor):
+        return _np.linalg.vector_norm(x, axis=axis, keepdims=keepdims, ord=ord)
+    shape = x.shape
+    axes = tuple(range(x.ndim)) if axis is None else (axis,) if not isinstance(axis, tuple) else axis
+    axes = tuple(_np.lib.array_utils.normalize_axis_index(a, x.ndim) for a in axes)
+    rest = tuple(s for i, s in enumerate(shape) if i not in axes)
+    flat = reshape(moveaxis(x, axes, tuple(range(-len(axes), 0))), rest + (-1,))
+    out = norm(flat, ord, axis=-1)
+    return reshape(out, tuple(1 if i in axes else s for i, s in enumerate(shape))) if keepdims else out
+
+
+def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:  # noqa: A002
+    """NumPy 2's matrix_norm: the norm of each matrix over the last two axes."""
+    if not isinstance(x, _Tensor):
+        return _np.linalg.matrix_norm(x, keepdims=keepdims, ord=ord)
+    return norm(x, ord, axis=(-2, -1), keepdims=keepdims)
+
+
+def matrix_transpose(x: Any, /) -> Any:
+    return _T(x) if isinstance(x, _Tensor) else _np.linalg.matrix_transpose(x)
+
+
+def multi_dot(arrays: Any, *, out: Any = None) -> Any:
+    """NumPy's multi_dot as a chain of matmuls, left to right (NumPy may choose another order:
+    the same product up to rounding)."""
+    if out is not None or not any(isinstance(a, _Tensor) for a in arrays):
+        return _np.linalg.multi_dot(arrays, out=out)
+    if len(arrays) < 2:
+        raise ValueError("Expecting at least two arrays.")
+    result = arrays[0]
+    for a in arrays[1:]:
+        result = matmul(result, a)
+    return result

@@ -22,8 +22,9 @@ from rlgrad.random import Generator, generator_state_dict, load_generator_state
 from rlgrad.rl.callbacks import BaseCallback, make_callback
 from rlgrad.rl.envs import (
     EnvLike,
+    EpisodeStatistics,
     StepAdapter,
-    episode_statistics,
+    find_episode_statistics,
     flat_obs_dim,
     get_env_state,
     make_vec_env,
@@ -111,7 +112,7 @@ class BaseAlgorithm:
         self.generator = Generator(self.seed)
         self.rng = self.generator.numpy
         self.env = make_vec_env(env, n_envs=n_envs, env_kwargs=env_kwargs,
-                                vectorization_mode=vectorization_mode)
+                                vectorization_mode=vectorization_mode, record_statistics=False)
         self.n_envs = self.env.num_envs
         self.observation_space: spaces.Space = self.env.single_observation_space
         self.action_space: spaces.Space = self.env.single_action_space
@@ -120,8 +121,12 @@ class BaseAlgorithm:
             raise ValueError(action_space_error(type(self).__name__, self.action_spaces,
                                                 self.action_space))
         self.obs_dim = flat_obs_dim(self.observation_space)
-        self._adapter = StepAdapter(self.env, check_finite=check_finite)
-        self._ep_stats = episode_statistics(self.env)
+        # episode statistics: a RecordEpisodeStatistics wrapper the env comes with, else kept by
+        # the step adapter (the same numbers, less work per step)
+        wrapper = find_episode_statistics(self.env)
+        own = EpisodeStatistics(self.n_envs) if wrapper is None else None
+        self._adapter = StepAdapter(self.env, check_finite=check_finite, statistics=own)
+        self._ep_stats: Any = wrapper if own is None else own
         self.normalizer: Normalizer | None = None
         if normalize:
             opts = dict(normalize) if isinstance(normalize, dict) else {}
@@ -285,6 +290,8 @@ class BaseAlgorithm:
             state["env"] = {"last_obs": np.asarray(self._last_obs).copy(),
                             "prev_done": self._adapter.prev_done.copy(),
                             "vector_env": get_env_state(self.env)}
+            if self._adapter.statistics is not None:
+                state["env"]["episode_statistics"] = self._adapter.statistics.state_dict()
         state.update(self._extra_state())
         if not include_replay_buffer:
             state.pop("replay_buffer", None)
@@ -309,7 +316,9 @@ class BaseAlgorithm:
             self._last_obs = np.asarray(state["env"]["last_obs"])
             self._adapter.prev_done = np.asarray(state["env"]["prev_done"], dtype=bool).copy()
             if "vector_env" in state["env"]:
-                set_env_state(self.env, state["env"]["vector_env"])
+                set_env_state(self.env, state["env"]["vector_env"], self._adapter.statistics)
+            if "episode_statistics" in state["env"] and self._adapter.statistics is not None:
+                self._adapter.statistics.load_state_dict(state["env"]["episode_statistics"])
             self._env_seeded = True
         self._set_extra_state(state)
 

@@ -140,6 +140,23 @@ class RolloutBuffer:
             sl = idx[start:start + bs]
             yield RolloutBatch(*(a[sl] for a in data))
 
+    def padded_minibatches(self, batch_size: int, rng: np.random.Generator
+                           ) -> Iterator[tuple[RolloutBatch, int]]:
+        """``get(batch_size, rng)``'s minibatches (the same rows in the same order), each of
+        exactly ``batch_size`` rows: ``(batch, n_real)``, the ragged last one padded after its
+        ``n_real`` real rows with copies of its first row (to be weighted 0), so that a compiled
+        step sees one shape. The rows of an epoch are gathered in one indexing per array."""
+        idx = rng.permutation(self.valid_indices())
+        n = len(idx)
+        pad = -n % batch_size
+        if pad:
+            last = n - (n % batch_size)
+            idx = np.concatenate([idx, np.full(pad, idx[last], dtype=idx.dtype)])
+        rows = RolloutBatch(*(a[idx] for a in self.flat()))
+        for start in range(0, n, batch_size):
+            sl = slice(start, start + batch_size)
+            yield RolloutBatch(*(a[sl] for a in rows)), min(batch_size, n - start)
+
 
 class ReplayBatch(NamedTuple):
     observations: np.ndarray

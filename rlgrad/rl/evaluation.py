@@ -23,7 +23,7 @@ def evaluate(agent: Any, env: EnvLike | None = None, n_episodes: int = 20,
         if env is None:
             raise ValueError("the agent was trained on an environment instance: pass env=")
     n = min(n_episodes, max_envs) if isinstance(env, str) else 1
-    venv = make_vec_env(env, n_envs=n)
+    venv = make_vec_env(env, n_envs=n, record_statistics=False)  # returns are counted here
     adapter = StepAdapter(venv)
     obs = adapter.reset(seed=seed)
     quota = np.full(n, n_episodes // n) + (np.arange(n) < n_episodes % n)

@@ -4,8 +4,8 @@ with the current policy, compute GAE(lambda), then ``train()`` on the rollout.
 Each algorithm writes its loss once, ``loss(batch, use_entropy) -> (loss, stats)`` on
 ``policy.distribution(obs)``; the base class's is the score-function loss of A2C and REINFORCE,
 PPO overrides it with the clipped surrogate. The trainer runs that function through
-``rlgrad.rl.steps.grad_step``: compiled by ``rlgrad.jit`` for the fixed-shape whole rollout,
-eagerly for PPO's shuffled minibatches.
+``rlgrad.rl.steps.grad_step``, compiled by ``rlgrad.jit``: for the fixed-shape whole rollout,
+and for PPO's shuffled minibatches padded to one shape.
 
 The per-step loop is kept lean: one batched policy forward over all env copies in NumPy (no
 graph), one vector-env step, one row written into preallocated arrays.

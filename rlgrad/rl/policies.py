@@ -31,7 +31,7 @@ from rlgrad.rl.envs import flat_obs_dim
 from rlgrad.tensor import Tensor
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
-_NP_ACT = {nn.Tanh: np.tanh, nn.ReLU: lambda x: np.maximum(x, 0, out=x)}
+_NP_ACT = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out=None: np.maximum(x, 0, out=x if out is None else out)}
 
 
 def _act_cls(activation_fn: Any) -> type:
@@ -166,10 +166,10 @@ class ActorCriticPolicy(nn.Module):
         if fused is not None:
             x = obs
             for w, b, act in fused:
-                x = x @ w
+                x = np.matmul(x, w)
                 x += b
                 if act is not None:
-                    x = act(x)
+                    x = act(x, out=x)  # x is this layer's own fresh array
             out, values = x[:, :-1], x[:, -1]
         else:
             out = self._head_np(obs)
@@ -179,9 +179,9 @@ class ActorCriticPolicy(nn.Module):
         # (tests/test_rl_algos.py checks both give the same actions and log-probabilities)
         if self.discrete:
             # inverse-CDF sampling on unnormalised probabilities; log p(a) = z_a - m - log(sum)
-            m = out.max(axis=1, keepdims=True)
-            z = out - m
-            cdf = np.cumsum(np.exp(z), axis=1)
+            # (ufunc methods: the same operations as .max / np.cumsum without their wrappers)
+            z = out - np.maximum.reduce(out, axis=1, keepdims=True)
+            cdf = np.add.accumulate(np.exp(z), axis=1)
             actions = inverse_cdf(cdf, rng.random(n))
             return actions, values, z[np.arange(n), actions] - np.log(cdf[:, -1])
         log_std = self.log_std.data

@@ -107,9 +107,10 @@ class PPO(OnPolicyAlgorithm):
         self._set_lr()
         clip = np.float32(self.clip_range(p))
         clip_vf = None if self.clip_range_vf is None else np.float32(self.clip_range_vf(p))
-        # one minibatch = the whole rollout (its order is irrelevant): one compiled step
+        # one minibatch = the whole rollout (its order is irrelevant): one compiled step; else
+        # shuffled minibatches of one shape (the ragged last one padded), compiled as well
         full = self.batch_size >= len(self.rollout_buffer.valid_indices()) and clip_vf is None
-        step = self._loss_step(compiled=full)
+        step = self._loss_step(compiled=True)
         whole = [self._full_batch()] if full else None
         stats, stop = [], False
         for _epoch in range(self.n_epochs):
@@ -132,12 +133,24 @@ class PPO(OnPolicyAlgorithm):
                         None if clip_vf is None else self.clip_range_vf(p))
 
     def _minibatches(self) -> Any:
-        """Shuffled minibatches of the valid rows, advantages normalised per minibatch (SB3)."""
-        for mb in self.rollout_buffer.get(self.batch_size, self.rng):
-            adv, n = mb.advantages, len(mb.advantages)
+        """Shuffled minibatches of the valid rows, advantages normalised per minibatch (SB3).
+
+        Every minibatch has ``batch_size`` rows, so the compiled step is traced once: the ragged
+        last one is padded with rows of weight 0 (and advantage 0), which add nothing to the loss
+        or its gradient; its real rows keep the weight 1 / (their number), as unpadded.
+        """
+        bs = self.batch_size
+        for mb, n in self.rollout_buffer.padded_minibatches(bs, self.rng):
+            adv = mb.advantages
+            if n < bs:
+                adv = adv.copy()
+                adv[n:] = 0.0
             if self.normalize_advantage and n > 1:
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            yield self._loss_batch(mb, adv, np.full(n, 1.0 / n, dtype=np.float32)), slice(None)
+                a = adv[:n]
+                adv[:n] = (a - a.mean()) / (a.std() + 1e-8)  # adv: a fresh array (the gather's)
+            w = np.zeros(bs, dtype=np.float32)
+            w[:n] = 1.0 / n
+            yield self._loss_batch(mb, adv, w), slice(None, n)
 
     def _log_train(self, stats: list[tuple[Any, ...]], clip: float,
                    clip_vf: float | None) -> None:

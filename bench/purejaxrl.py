@@ -1,0 +1,212 @@
+"""PPO on CartPole-v1 with PureJaxRL's configuration: rlgrad vs PureJaxRL, whole-process wall time.
+
+    .venv/bin/python bench/purejaxrl.py [--repeat 3] [--seed 0] [--no-jax]
+
+PureJaxRL (Lu et al., 2022, "Discovered Policy Optimisation") compiles the whole PPO loop
+(environment, rollout, update) into one XLA program. Its ``purejaxrl/ppo.py`` is a script, not a
+package on a registry, so ``_jax_train`` below is a transcription of it written for this bench:
+the same algorithm, network, initialisation, optimizer and configuration (its ``__main__``
+config): CartPole-v1 from gymnax with PureJaxRL's ``LogWrapper`` statistics, 4 envs x 128 steps,
+500k steps, 4 epochs x 4 minibatches, Adam(eps 1e-5) at 2.5e-4 annealed linearly per update,
+gradient norm clipped at 0.5, entropy 0.01, value 0.5, clip 0.2 (ratio and value), GAE 0.95,
+gamma 0.99, 64-64 tanh actor and critic with orthogonal initialisation. The one substitution:
+``distrax.Categorical`` (not installed) is written out (sample by ``jax.random.categorical``,
+``log_softmax`` log-probabilities, entropy), the same draws and values.
+
+rlgrad runs its ``PPO`` with the same hyperparameters, its value weight written in SB3's
+convention: PureJaxRL's value term is ``VF_COEF * 0.5 * mean(max(unclipped, clipped))`` of the
+squared errors, SB3's ``vf_coef * mean(...)``, so rlgrad gets ``vf_coef = 0.25`` (with 0.5, twice
+PureJaxRL's weight, the critic's gradient takes most of the shared 0.5 norm clip and seeds 0, 1, 2
+stopped at 342, 301 and 223). What differs by design: rlgrad's value loss is not clipped (SB3's
+default; its ``clip_range_vf`` clips without PureJaxRL's max), and rlgrad drops the transition
+Gymnasium's NEXT_STEP autoreset inserts after a done (gymnax resets within the step), so its
+rollouts hold a few rows fewer.
+
+Each side runs as its own Python process on one thread (XLA:
+``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``; NumPy: one BLAS thread),
+and the time is that process's whole wall time: interpreter start, imports, compilation
+(PureJaxRL's ``jax.jit`` of the whole training, rlgrad's tracing) and training. Runs are
+interleaved, ``--repeat`` times; the table gives medians and the median of the per-pair ratios.
+"Return" is the mean return of the training episodes that ended in the last 10 updates (PureJaxRL's
+``returned_episode_returns`` metric; rlgrad's episode statistics), and for rlgrad also 20
+deterministic evaluation episodes (run after training, their time not counted).
+Without ``jax``, ``flax``, ``optax`` and ``gymnax`` (``pip install -e .[bench]``), rlgrad runs alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+CONFIG = {
+    "LR": 2.5e-4, "NUM_ENVS": 4, "NUM_STEPS": 128, "TOTAL_TIMESTEPS": 500_000, "UPDATE_EPOCHS": 4,
+    "NUM_MINIBATCHES": 4, "GAMMA": 0.99, "GAE_LAMBDA": 0.95, "CLIP_EPS": 0.2, "ENT_COEF": 0.01,
+    "VF_COEF": 0.5, "MAX_GRAD_NORM": 0.5, "ACTIVATION": "tanh", "ENV_NAME": "CartPole-v1",
+    "ANNEAL_LR": True,
+}
+# the same run as rlgrad keyword arguments (SB3's names)
+RLGRAD_KWARGS = {
+    "n_envs": CONFIG["NUM_ENVS"], "n_steps": CONFIG["NUM_STEPS"],
+    "batch_size": CONFIG["NUM_ENVS"] * CONFIG["NUM_STEPS"] // CONFIG["NUM_MINIBATCHES"],
+    "n_epochs": CONFIG["UPDATE_EPOCHS"], "learning_rate": f"lin_{CONFIG['LR']}",
+    "gamma": CONFIG["GAMMA"], "gae_lambda": CONFIG["GAE_LAMBDA"], "clip_range": CONFIG["CLIP_EPS"],
+    # PureJaxRL's value term is VF_COEF * 0.5 * mean(squared error): SB3's vf_coef * mean(...)
+    "ent_coef": CONFIG["ENT_COEF"], "vf_coef": 0.5 * CONFIG["VF_COEF"],
+    "max_grad_norm": CONFIG["MAX_GRAD_NORM"],
+    "policy_kwargs": {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": "tanh"},
+}
+XLA_ONE_THREAD = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+# ---- the PureJaxRL side: a transcription of purejaxrl/ppo.py ------------------------------------
+def _jax_train(seed: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from bench._purejaxrl_jax import make_train
+
+    t0 = time.perf_counter()
+    train = jax.jit(make_train(CONFIG))
+    out = jax.block_until_ready(train(jax.random.PRNGKey(seed)))
+    dt = time.perf_counter() - t0
+    m = out["metrics"]
+    done = np.asarray(m["returned_episode"])[-10:]
+    rets = np.asarray(m["returned_episode_returns"])[-10:][done]
+    return {"train_s": dt, "return": float(np.mean(rets)) if rets.size else float("nan"),
+            "steps": int(np.asarray(m["timestep"])[-1, -1, 0]) * CONFIG["NUM_ENVS"],
+            "jax": jax.__version__, "backend": jax.default_backend(),
+            "x64": bool(jnp.zeros(()).dtype == jnp.float64)}
+
+
+# ---- the rlgrad side --------------------------------------------------------------------------------
+def _rlgrad_train(seed: int) -> dict:
+    import numpy as np
+
+    from rlgrad.rl import PPO, evaluate
+
+    t0 = time.perf_counter()
+    model = PPO(CONFIG["ENV_NAME"], seed=seed, **RLGRAD_KWARGS)
+    returns, updates = [], []
+
+    def on_update(_locals=None) -> None:  # the returns of the episodes of each update
+        q = model._ep_stats
+        updates.append(int(q.episode_count))
+        returns.append(list(q.return_queue))
+
+    model.learn(CONFIG["TOTAL_TIMESTEPS"], callback=_UpdateCallback(on_update))
+    dt = time.perf_counter() - t0
+    # episodes that ended in the last 10 updates: the newest entries of the statistics queue
+    n_new = updates[-1] - updates[-11] if len(updates) > 10 else updates[-1]
+    rets = returns[-1][-n_new:] if n_new else []
+    t1 = time.perf_counter()
+    mean, std = evaluate(model, CONFIG["ENV_NAME"], n_episodes=20)
+    return {"train_s": dt, "return": float(np.mean(rets)) if rets else float("nan"),
+            "eval_mean": mean, "eval_std": std, "eval_s": time.perf_counter() - t1,
+            "steps": model.num_timesteps}
+
+
+class _UpdateCallback:
+    def __new__(cls, fn):  # a BaseCallback whose on_iteration_end calls fn (built lazily)
+        from rlgrad.rl.callbacks import BaseCallback
+
+        class CB(BaseCallback):
+            def on_iteration_end(self) -> bool:
+                fn()
+                return True
+
+        return CB()
+
+
+def child(side: str, seed: int) -> None:
+    res = (_jax_train if side == "jax" else _rlgrad_train)(seed)
+    print("RESULT " + json.dumps(res), flush=True)
+
+
+# ---- the driver: each side as a subprocess, interleaved --------------------------------------------
+def run_side(side: str, seed: int) -> dict:
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = "1"
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + XLA_ONE_THREAD).strip()
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "bench.purejaxrl", "--child", side, "--seed",
+                        str(seed)], cwd=ROOT, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"{side} run failed:\n{p.stderr[-3000:]}")
+    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")][-1]
+    res = json.loads(line[len("RESULT "):])
+    res["wall_s"] = wall - res.get("eval_s", 0.0)  # the evaluation after training is not timed
+    return res
+
+
+def have_jax() -> bool:
+    try:
+        import importlib.util
+
+        return all(importlib.util.find_spec(m) is not None
+                   for m in ("jax", "flax", "optax", "gymnax"))
+    except (ImportError, ValueError):
+        return False
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-jax", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="one run of each side")
+    ap.add_argument("--child", choices=("jax", "rlgrad"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child, args.seed)
+        return
+    jax_ok = not args.no_jax and have_jax()
+    if not jax_ok and not args.no_jax:
+        print("jax / flax / optax / gymnax not installed (pip install -e .[bench]): rlgrad only",
+              file=sys.stderr)
+    repeat = 1 if args.quick else max(args.repeat, 1)
+    rs, js = [], []
+    for i in range(repeat):
+        r = run_side("rlgrad", args.seed)
+        rs.append(r)
+        msg = f"run {i + 1}: rlgrad {r['wall_s']:.1f} s (train {r['train_s']:.1f}) return {r['return']:.1f}"
+        if jax_ok:
+            j = run_side("jax", args.seed)
+            js.append(j)
+            msg += (f" | PureJaxRL {j['wall_s']:.1f} s (compile+train {j['train_s']:.1f}) return "
+                    f"{j['return']:.1f} | ratio {r['wall_s'] / j['wall_s']:.2f}")
+        print(msg, file=sys.stderr, flush=True)
+    med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
+    print(f"\nPPO, PureJaxRL's CartPole-v1 configuration (500k steps, 4 envs x 128, 4 epochs x 4 "
+          f"minibatches), seed {args.seed}, {time.strftime('%Y-%m-%d')}, "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one thread each, "
+          f"Python {platform.python_version()}; medians of {repeat} interleaved runs\n")
+    print("| implementation | whole process (s) | training (s) | steps | return (last 10 updates) "
+          "| deterministic eval (20 ep.) |")
+    print("|---|---:|---:|---:|---:|---|")
+    r = rs[-1]
+    print(f"| rlgrad PPO | {med(rs, 'wall_s'):.1f} | {med(rs, 'train_s'):.1f} | {r['steps']} | "
+          f"{r['return']:.1f} | {r['eval_mean']:.1f} ± {r['eval_std']:.1f} |")
+    if js:
+        j = js[-1]
+        print(f"| PureJaxRL PPO (jax {j['jax']}, {j['backend']}) | {med(js, 'wall_s'):.1f} | "
+              f"{med(js, 'train_s'):.1f} (compile + train) | {j['steps']} | {j['return']:.1f} | - |")
+        ratio = statistics.median(a["wall_s"] / b["wall_s"] for a, b in zip(rs, js))
+        print(f"\nrlgrad / PureJaxRL whole-process time: {ratio:.2f}x (median of per-pair ratios)")
+
+
+if __name__ == "__main__":
+    main()
