@@ -8,6 +8,8 @@
     rlgrad resume RUN_DIR [--steps TOTAL] [--keep-checkpoints N]
     rlgrad eval RUN_DIR [--episodes 20] [--video FILE.gif|FILE.mp4]
     rlgrad plot RUN_DIR ... [-o FILE.png] [--key rollout/ep_rew_mean]
+    rlgrad tune ENV_ID --algo ppo --samples K [--steps N] [--search optuna] [--scheduler asha]
+                [--sweep-dir DIR] [--space FILE.yaml] [--resume] [--ray-address ADDR]
     rlgrad presets
     rlgrad bench [--quick] [--only NAME ...]
     rlgrad demo                      # what `make run` runs: PPO on CartPole-v1 to 500
@@ -46,6 +48,28 @@ def _ray_arguments(p: argparse.ArgumentParser, runners: bool) -> None:
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="the Ray cluster of a run with env runners (host:port of `ray start "
                    "--head`, or auto); default: a local Ray")
+
+
+def _tune_parser(sub: argparse._SubParsersAction) -> None:
+    tu = sub.add_parser("tune", help="a hyperparameter sweep on Ray Tune: every trial a run "
+                        "directory, results.csv best first and curves.png")
+    tu.add_argument("env_id", metavar="ENV_ID")
+    tu.add_argument("--algo", required=True)
+    tu.add_argument("--samples", type=int, required=True, metavar="K", help="number of trials")
+    tu.add_argument("--steps", type=_whole_number, default=None,
+                    help="budget of each trial in environment steps (default: the preset's)")
+    tu.add_argument("--search", choices=("random", "optuna"), default="random")
+    tu.add_argument("--scheduler", choices=("fifo", "asha"), default="fifo",
+                    help="asha stops the worse trials early")
+    tu.add_argument("--sweep-dir", default=None, metavar="DIR",
+                    help="default runs/ENV__ALGO__sweep__TIMESTAMP")
+    tu.add_argument("--space", default=None, metavar="FILE.yaml",
+                    help="search space (default: rlgrad/presets/search/ALGO.yaml)")
+    tu.add_argument("--preset", default=None, help="the preset the sampled values override")
+    tu.add_argument("--seed", type=int, default=0, help="seed of every trial")
+    tu.add_argument("--resume", action="store_true",
+                    help="continue the interrupted sweep in --sweep-dir")
+    _ray_arguments(tu, runners=False)
 
 
 def build_parser() -> ArgumentParser:
@@ -109,6 +133,7 @@ def build_parser() -> ArgumentParser:
                     help="default RUN_DIR/learning_curve.png for one run, else learning_curves.png")
     pl.add_argument("--key", default="rollout/ep_rew_mean", help="metric to plot")
 
+    _tune_parser(sub)
     sub.add_parser("presets", help="list the algorithm and environment presets")
 
     b = sub.add_parser("bench", help="run the benchmarks of bench/ and print their tables")
@@ -197,6 +222,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from rlgrad.cli.plot import cmd_plot
 
         return cmd_plot(args.run_dirs, args.output, args.key)
+    if cmd == "tune":
+        from rlgrad.cli.tune import cmd_tune
+
+        return cmd_tune(args)
     if cmd == "presets":
         return cmd_presets()
     if cmd == "bench":
