@@ -22,6 +22,10 @@ import csv
 import json
 import math
 import os
+import shlex
+import signal
+import sys
+import threading
 import time
 from importlib import resources
 from pathlib import Path
@@ -298,14 +302,51 @@ def cmd_tune(args: argparse.Namespace) -> int:
                                                          verbose=0))
         print(f"sweep of {settings['samples']} trials ({settings['algo']} on "
               f"{settings['env_id']}, {settings['steps']} steps each) under {sweep}")
-        grid = tuner.fit()
+        with _Interruption() as stop:
+            grid = tuner.fit()
         errors = sum(1 for r in grid if r.error is not None)
     finally:
         if started:
             import ray
 
             ray.shutdown()
-    return summarize(sweep, settings, errors)
+    code = summarize(sweep, settings, errors)
+    if stop.interrupted:
+        again = shlex.join(["rlgrad", "tune", settings["env_id"], "--algo", settings["algo"],
+                            "--sweep-dir", str(sweep), "--resume"])
+        print(f"rlgrad tune: interrupted; the sweep's state is saved: to continue: {again}",
+              file=sys.stderr)
+        return 130
+    return code
+
+
+class _Interruption:
+    """Was the sweep interrupted? Tune's own Ctrl-C handler (installed by ``fit``: it saves the
+    experiment and stops) puts back the handler it found, ours, when it fires; SIGTERM is made
+    a Ctrl-C so that it stops the same way. A second signal stops at once."""
+
+    def __init__(self) -> None:
+        self.interrupted = False
+
+    def _again(self, signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    def _term(self, signum: int, frame: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    def __enter__(self) -> _Interruption:
+        self.main = threading.current_thread() is threading.main_thread()
+        if self.main:
+            self.old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+            signal.signal(signal.SIGINT, self._again)
+            signal.signal(signal.SIGTERM, self._term)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.main:
+            self.interrupted = signal.getsignal(signal.SIGINT) == self._again
+            for s, h in self.old.items():
+                signal.signal(s, h)
 
 
 # ---- results ---------------------------------------------------------------------------------
