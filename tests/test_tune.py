@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -90,6 +91,21 @@ def test_resume_needs_a_sweep(tmp_path, capsys):
     assert code == 2 and "holds no sweep" in err
 
 
+@needs_ray
+def test_unreachable_cluster_is_one_line_and_writes_nothing(tmp_path, capsys):
+    space = tmp_path / "space.yaml"
+    space.write_text(TINY)
+    with socket.socket() as s:  # a port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    code, err = _tune(["--space", str(space), "--ray-address", f"127.0.0.1:{port}"], tmp_path,
+                      capsys)
+    assert code == 2 and err.count("\n") == 1 and "cannot reach the Ray cluster" in err
+    assert time.monotonic() - t0 < 15
+    assert not (tmp_path / "sweep").exists()
+
+
 # ---- sweeps on Ray ----------------------------------------------------------------------------
 def _cmd(sweep: Path, space: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "rlgrad.cli", "tune", "CartPole-v1", "--algo", "ppo",
@@ -137,6 +153,7 @@ def test_sweep_makes_runs_table_and_plot(tmp_path):
     png = (sweep / "curves.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     assert "best trial" in out.stdout
+    assert {r["status"] for r in rows} <= {"finished", "stopped early"}  # ASHA may stop some
 
 
 @needs_ray
@@ -144,7 +161,7 @@ def test_interrupted_sweep_resumes(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(TINY)
     sweep = tmp_path / "sweep"
-    cmd = _cmd(sweep, space, "--samples", "2", "--steps", "8000")
+    cmd = _cmd(sweep, space, "--samples", "2", "--steps", "6000")
     p = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     end = time.monotonic() + 120
@@ -156,7 +173,7 @@ def test_interrupted_sweep_resumes(tmp_path):
     assert p.returncode == 130, err[-2000:]
     assert "--resume" in err.splitlines()[-1]
     before = {r["trial"]: int(r["steps"]) for r in _read(sweep)}
-    assert any(s < 8000 for s in before.values()), before
+    assert any(s < 6000 for s in before.values()), before
     out = subprocess.run([*cmd, "--resume"], cwd=ROOT, env=_env(), capture_output=True,
                          text=True, timeout=240)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -165,4 +182,4 @@ def test_interrupted_sweep_resumes(tmp_path):
     for r in rows:  # each trial's run went on from its checkpoint: one row per step, increasing
         with open(Path(r["run_dir"]) / "metrics.csv") as f:
             steps = [int(x["time/total_timesteps"]) for x in csv.DictReader(f)]
-        assert steps == sorted(set(steps)) and steps[-1] >= 8000
+        assert steps == sorted(set(steps)) and steps[-1] >= 6000

@@ -278,15 +278,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
     settings, space = _resume_settings(args) if args.resume else _settings(args)
     sweep = Path(settings["sweep_dir"])
-    if not args.resume:
-        if sweep.exists() and any(sweep.iterdir()):
-            raise CLIError(f"'{sweep}' is not empty: continue it with --resume, or choose "
-                           "another --sweep-dir")
-        sweep.mkdir(parents=True, exist_ok=True)
-        (sweep / SETTINGS).write_text(json.dumps(settings, indent=1))
-        (sweep / "space.json").write_text(json.dumps(space, indent=1))
-    started = _start_ray(args.ray_address)
+    if not args.resume and sweep.exists() and any(sweep.iterdir()):
+        raise CLIError(f"'{sweep}' is not empty: continue it with --resume, or choose another "
+                       "--sweep-dir")
+    started = _start_ray(args.ray_address)  # an unreachable cluster: nothing written yet
     try:
+        if not args.resume:
+            sweep.mkdir(parents=True, exist_ok=True)
+            (sweep / SETTINGS).write_text(json.dumps(settings, indent=1))
+            (sweep / "space.json").write_text(json.dumps(space, indent=1))
         trainable = tune.with_resources(tune.with_parameters(run_trial, settings=settings),
                                         {"cpu": 1})
         exp = sweep / "tune"
