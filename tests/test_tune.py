@@ -72,12 +72,22 @@ def test_unknown_hyperparameter_is_named_before_anything_starts(tmp_path, capsys
     ("learning_rate: {loguniform: [0.0, 0.1]}", "lo > 0"),
     ("gamma: {normal: [0.9, 0.1]}", "expected one of"),
     ("n_steps: {choice: [16, fast]}", "n_steps takes an integer"),
+    ("policy_kwargs.net_arch: {choice: [[64], [0]]}", "layer sizes must be integers >= 1"),
+    ("n_timesteps: {choice: [1000, 2000]}", "give each trial's with --steps"),
+    ("batch_size: {randint: [0, 8]}", "batch_size=0 is out of range"),
 ])
 def test_bad_ranges_are_one_line(tmp_path, capsys, line, said):
     space = tmp_path / "space.yaml"
     space.write_text(line + "\n")
     code, err = _tune(["--space", str(space)], tmp_path, capsys)
     assert code == 2 and err.count("\n") == 1 and said in err, err
+
+
+def test_importing_the_tune_command_does_not_import_ray():
+    code = "import sys, rlgrad, rlgrad.cli.tune; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
 
 
 def test_validation_errors_are_cli_errors():

@@ -98,15 +98,17 @@ def validate_space(space: dict[str, Any], cls: type, algo: str, where: str) -> d
     kinds = {}
     for key, spec in space.items():
         top = str(key).partition(".")[0]
-        if top not in params or top == BUDGET_KEY:
+        if top == BUDGET_KEY:
+            raise CLIError(f"{where}: {BUDGET_KEY} is the budget, not a hyperparameter to "
+                           "search: give each trial's with --steps")
+        if top not in params:
             hint = did_you_mean(top, params) or f"; known: {', '.join(sorted(params))}"
             raise CLIError(f"{where}: {cls.__name__} has no hyperparameter {top!r}{hint}")
         kinds[key], values = _candidates(where, key, spec)
         for v in values:
             try:
                 parsed = parse_sets([f"{key}={_yaml_text(v)}"], cls)
-                check_hyperparams(cls.__name__, {k: x for k, x in parsed.items()
-                                                 if k != "policy_kwargs"})
+                check_hyperparams(cls.__name__, parsed)
             except CLIError as e:
                 raise CLIError(f"{where}: {key}: {e.message.split(': ', 1)[-1]}") from None
             except ValueError as e:
