@@ -292,6 +292,29 @@ def test_dqn_on_runners_apex_with_a_bounded_policy_lag(local_ray, monkeypatch):
 
 
 @needs_ray
+def test_apex_runner_killed_during_a_rollout(local_ray, tmp_path):
+    """Ape-X's faults: a runner that dies mid-rollout is restarted once, logged once, and the
+    learner keeps taking the other runner's rollouts meanwhile."""
+    die = tmp_path / "die"
+    model = DQN("tests.ray_envs:DyingCartPole-v0", seed=0, n_envs=2, learning_starts=100,
+                buffer_size=5000, env_runners=2, env_kwargs={"die_file": str(die)})
+    try:
+        model.learn(200)
+        s = model._sampler
+        die.touch()
+        model.learn(600, reset_num_timesteps=False)  # the other runner's rollouts go on
+        assert not die.exists() and model.num_timesteps >= 800
+        for _ in range(30):  # the failed call is seen when Ray has reported it
+            if sum(s.restarts):
+                break
+            model.learn(100, reset_num_timesteps=False)
+        assert sum(s.restarts) == 1 and len(s.events) == 1, s.events
+        assert "died" in s.events[0] or "was restarted by Ray" in s.events[0]
+    finally:
+        model.close_env_runners()
+
+
+@needs_ray
 def test_sac_on_runners_learns_from_their_transitions(local_ray):
     model = SAC("Pendulum-v1", seed=0, n_envs=2, learning_starts=100, buffer_size=2000,
                 normalize=True, env_runners=2)

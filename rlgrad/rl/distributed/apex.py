@@ -28,6 +28,8 @@ class ApexSampler(RaySampler):
     def __init__(self, algo: Any, **kwargs: Any) -> None:
         super().__init__(algo, **kwargs)
         self._inflight: dict[int, tuple[Any, float]] = {}
+        self._down: set[int] = set()  # runners that failed and have not answered since
+        self._last = -1  # the runner whose rollout was taken last
         self._call_norm: dict[int, Any] = {}  # the normaliser statistics each call started from
         self._ref: Any = None
         self._ref_norm: Any = None
@@ -59,19 +61,37 @@ class ApexSampler(RaySampler):
         for i in range(len(self.runners)):
             if i not in self._inflight:
                 self._submit(i)
+        n = len(self.runners)
         while True:
-            left = min(d for _, d in self._inflight.values()) - time.monotonic()
-            ready, _ = ray.wait([ref for ref, _ in self._inflight.values()], num_returns=1,
-                                timeout=max(left, 0.0))
-            for i, (ref, deadline) in list(self._inflight.items()):
-                if ready and ref == ready[0]:
+            refs = [ref for ref, _ in self._inflight.values()]
+            ready = ray.wait(refs, num_returns=len(refs), timeout=0)[0]
+            if not ready:
+                left = min(d for _, d in self._inflight.values()) - time.monotonic()
+                ready = ray.wait(refs, num_returns=1, timeout=max(left, 0.0))[0]
+            # every runner in turn, from the one after the last answer: none is starved
+            for i in sorted(self._inflight, key=lambda j: (j - self._last - 1) % n):
+                ref, deadline = self._inflight[i]
+                if ref in ready:
                     try:
                         b = self._get(i, ref)
-                    except (_Died, _Restarting) as e:
-                        self._failed(i, f"died ({e or 'ActorUnavailableError'})")
+                    except _Restarting:  # Ray is restarting it: counted once, then waited for
+                        if i not in self._down or time.monotonic() >= deadline:
+                            self._failed(i, "died or cannot be reached (ActorUnavailableError)")
+                            self._down.add(i)
+                            self._submit(i, restarting=True)
+                        else:
+                            time.sleep(0.2)
+                            self._inflight[i] = (self.runners[i].sample_transitions.remote(
+                                self._ref), deadline)
+                        break
+                    except _Died as e:
+                        self._failed(i, f"died ({e})")
+                        self._down.add(i)
                         self._submit(i, restarting=True)
                         break
-                    self._check_pid(i, int(b["pid"]), failed=False)
+                    self._check_pid(i, int(b["pid"]), failed=i in self._down)
+                    self._down.discard(i)
+                    self._last = i
                     b["sent_normalizer"] = self._call_norm[i]
                     self._submit(i)
                     lag = self.algo._n_updates - int(b["version"])
@@ -83,6 +103,7 @@ class ApexSampler(RaySampler):
                 if time.monotonic() >= deadline:
                     ray.kill(self.runners[i], no_restart=False)
                     self._failed(i, f"gave no rollout within {self.timeout_s:g} s and was killed")
+                    self._down.add(i)
                     self._submit(i, restarting=True)
 
     def collect(self, callback: Any) -> tuple[int, bool]:  # type: ignore[override]
