@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlgrad.rl import A2C, DQN, PPO
+from rlgrad.rl import A2C, DQN, PPO, SAC
 from rlgrad.rl.callbacks import BaseCallback
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,9 +64,6 @@ def test_importing_rlgrad_does_not_import_ray():
 
 
 def test_bad_env_runner_arguments_are_one_line():
-    with pytest.raises(ValueError, match=r"DQN: env_runners=2: rollouts on Ray env runners are "
-                       "implemented for REINFORCE, A2C and PPO only"):
-        DQN("CartPole-v1", env_runners=2)
     with pytest.raises(ValueError, match=r"env_runners=3, n_envs=2 is out of range: "
                        "env_runners <= n_envs"):
         PPO("CartPole-v1", n_envs=2, n_steps=8, batch_size=16, env_runners=3)
@@ -265,6 +262,73 @@ def test_more_runners_than_cpus_warns(local_ray):
     share = runner_cpus(5, said.append)
     assert share <= 2 / 5
     assert len(said) == 1 and "5 env runners but the Ray cluster has" in said[0]
+
+
+@needs_ray
+def test_dqn_on_runners_apex_with_a_bounded_policy_lag(local_ray, monkeypatch):
+    """Off-policy, asynchronous: the runners' transitions reach the replay buffer (all of them
+    but the NEXT_STEP reset rows), counters and episodes add up, DQN's target sync and epsilon
+    follow the learner's steps, and with ``max_policy_lag = 0`` every rollout used for learning
+    was sampled with the learner's newest weights (the older ones dropped and counted)."""
+    from rlgrad.rl.distributed.apex import ApexSampler
+
+    monkeypatch.setattr(ApexSampler, "max_policy_lag", 0)
+    model = DQN("CartPole-v1", seed=0, n_envs=2, learning_starts=200, buffer_size=5000,
+                target_update_interval=100, exploration_fraction=0.5, env_runners=2)
+    try:
+        model.learn(1500)
+        s, last = model._sampler, model.logger.history[-1]
+        assert last["env_runners/policy_lag_max"] == 0 and s.stale_dropped > 0
+        received = model.num_timesteps + s._credit
+        episodes = model._ep_stats.episode_count
+        # the reset rows left out: one per episode that ended (also in the dropped rollouts)
+        assert 0 < received - model.replay_buffer.size() <= episodes + 10 * s.stale_dropped
+        assert model._episode_num == episodes > 0
+        assert model._n_calls == model.num_timesteps // model.n_envs  # _on_step per vector step
+        assert model.exploration_rate == pytest.approx(model.exploration_schedule(
+            model._current_progress_remaining))
+    finally:
+        model.close_env_runners()
+
+
+@needs_ray
+def test_apex_runner_killed_during_a_rollout(local_ray, tmp_path):
+    """Ape-X's faults: a runner that dies mid-rollout is restarted once, logged once, and the
+    learner keeps taking the other runner's rollouts meanwhile."""
+    die = tmp_path / "die"
+    model = DQN("tests.ray_envs:DyingCartPole-v0", seed=0, n_envs=2, learning_starts=100,
+                buffer_size=5000, env_runners=2, env_kwargs={"die_file": str(die)})
+    try:
+        model.learn(200)
+        s = model._sampler
+        die.touch()
+        model.learn(600, reset_num_timesteps=False)  # the other runner's rollouts go on
+        assert not die.exists() and model.num_timesteps >= 800
+        for _ in range(30):  # the failed call is seen when Ray has reported it
+            if sum(s.restarts):
+                break
+            model.learn(100, reset_num_timesteps=False)
+        assert sum(s.restarts) == 1 and len(s.events) == 1, s.events
+        assert "died" in s.events[0] or "was restarted by Ray" in s.events[0]
+    finally:
+        model.close_env_runners()
+
+
+@needs_ray
+def test_sac_on_runners_learns_from_their_transitions(local_ray):
+    model = SAC("Pendulum-v1", seed=0, n_envs=2, learning_starts=100, buffer_size=2000,
+                normalize=True, env_runners=2)
+    try:
+        model.learn(400)
+        s = model._sampler
+        assert model.num_timesteps >= 400 and model._n_updates > 0
+        # every transition the runners sent, but the reset rows after an episode's end
+        lost = model.num_timesteps + s._credit - model.replay_buffer.size()
+        assert 0 <= lost <= model._ep_stats.episode_count
+        assert model.normalizer.obs_rms.count > 400  # the runners' observations were merged
+        assert s._lags and max(s._lags) <= s.max_policy_lag  # logged at the episode dumps
+    finally:
+        model.close_env_runners()
 
 
 def _marked(mark: str) -> list[int]:

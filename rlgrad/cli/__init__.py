@@ -40,8 +40,9 @@ def _whole_number(text: str) -> int:
 def _ray_arguments(p: argparse.ArgumentParser, runners: bool) -> None:
     if runners:
         p.add_argument("--env-runners", type=int, default=None, metavar="N",
-                       help="sample on N Ray actors (reinforce, a2c, ppo; n_envs is split among "
-                       "them; needs rlgrad[ray]); same as --set env_runners=N")
+                       help="sample on N Ray actors (n_envs is split among them; off-policy "
+                       "algorithms asynchronously, Ape-X style; needs rlgrad[ray]); same as "
+                       "--set env_runners=N")
         p.add_argument("--seeds", default=None, metavar="SEEDS",
                        help="train these seeds (0-4, 0,1,5) in parallel on Ray, each an "
                        "ordinary run under --run-dir/seed-S, plotted together")

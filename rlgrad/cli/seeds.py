@@ -47,27 +47,26 @@ class SeedRun:
 
         return ray.util.get_node_ip_address(), os.getpid()
 
-    def run(self, argv: list[str]) -> int:
-        from rlgrad.cli import main
+    def run(self, kwargs: dict[str, Any]) -> int:
+        """``rlgrad train`` of one seed; bad input is one line and its exit status, as there."""
+        from rlgrad.cli.train import cmd_train
 
-        return main(argv)
+        try:
+            return cmd_train(**kwargs)
+        except CLIError as e:
+            print(f"rlgrad train: error: {e.message}", file=sys.stderr)
+            return e.status
 
 
-def _seed_argv(args: argparse.Namespace, seed: int, run_dir: Path) -> list[str]:
-    """The command line of one seed, from the parsed ``train`` arguments."""
+def _seed_kwargs(args: argparse.Namespace, sets: list[str], seed: int, run_dir: Path
+                 ) -> dict[str, Any]:
+    """``cmd_train``'s arguments for one seed, from the parsed ``train`` arguments."""
     argv = ["train", args.env_id, "--algo", args.algo, "--seed", str(seed), "--run-dir",
-            str(run_dir), "--no-progress"]
-    for flag, value in (("--preset", args.preset), ("--steps", args.steps),
-                        ("--n-envs", args.n_envs), ("--checkpoint-every", args.checkpoint_every),
-                        ("--keep-checkpoints", args.keep_checkpoints),
-                        ("--env-runners", args.env_runners)):
-        if value is not None:
-            argv += [flag, str(value)]
-    for s in args.sets:
-        argv += ["--set", s]
-    if not args.save_buffer:
-        argv.append("--no-buffer-in-checkpoint")
-    return argv
+            str(run_dir)] + [x for s in sets for x in ("--set", s)]
+    return {"env_id": args.env_id, "algo_name": args.algo, "seed": seed, "preset": args.preset,
+            "steps": args.steps, "n_envs": args.n_envs, "sets": sets, "run_dir": str(run_dir),
+            "checkpoint_interval": args.checkpoint_every, "save_buffer": args.save_buffer,
+            "progress": False, "argv": argv, "keep_checkpoints": args.keep_checkpoints}
 
 
 def cmd_train_seeds(args: argparse.Namespace) -> int:
@@ -92,7 +91,8 @@ def cmd_train_seeds(args: argparse.Namespace) -> int:
         actor = ray.remote(SeedRun).options(num_cpus=1, max_restarts=0)
         runs = {s: actor.remote() for s in seeds}
         where = dict(zip(seeds, ray.get([r.pid.remote() for r in runs.values()]), strict=True))
-        refs = {s: runs[s].run.remote(_seed_argv(args, s, parent / f"seed-{s}")) for s in seeds}
+        refs = {s: runs[s].run.remote(_seed_kwargs(args, sets, s, parent / f"seed-{s}"))
+                for s in seeds}
         print(f"{len(seeds)} seeds ({args.seeds}) in parallel on Ray; runs under {parent}")
         codes = _wait(ray, refs, runs, where)
     finally:

@@ -93,6 +93,7 @@ class BaseAlgorithm:
                              "environment as an id (each runner builds its own copies)")
         self.env_runners = int(env_runners)
         self._sampler: Any = None  # the Ray env runners' driver (rlgrad.rl.distributed)
+        self._env_arg = env  # what env runners build their own copies from
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
         keep_freed_memory()

@@ -57,7 +57,6 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.vf_coef = float(vf_coef)
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.normalize_advantage = bool(normalize_advantage)
-        self._env_arg = env  # what env runners build their own copies from
         self._runner_states: dict[str, Any] | None = None  # theirs, from a checkpoint
         self._iteration_num = 0
         self._loss_steps: dict[bool, Any] = {}  # compiled / eager gradient steps, built on first use

@@ -21,9 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.random import generator_state_dict, load_generator_state
 from rlgrad.rl.buffers import RolloutBuffer
-from rlgrad.rl.envs import get_env_state, set_env_state
 from rlgrad.rl.ranges import relations_unchecked
 
 #: the rollout buffer's arrays a runner sends back, each (n_steps, n_envs, ...)
@@ -55,6 +53,8 @@ class EnvRunner:
     def __init__(self, algo_cls: type, env: Any, seed: int, hyperparams: dict[str, Any],
                  index: int = 0, env_offset: int = 0, n_envs: int = 1) -> None:
         hp = {**hyperparams, "n_envs": int(n_envs), "env_runners": 0, "verbose": 0}
+        if "buffer_size" in hp:  # off-policy: a scratch ring for one call's transitions
+            hp["buffer_size"] = min(int(hp["buffer_size"]), 100_000)
         with relations_unchecked():  # batch_size <= n_steps * n_envs is the learner's rule
             self.algo = algo_cls(env, seed=seed, **hp)
         self.index = int(index)
@@ -76,35 +76,34 @@ class EnvRunner:
         return os.getpid()
 
     def get_state(self) -> dict[str, Any]:
-        """What sampling continues from: the environment copies (their whole state where it is
-        plain data, ``rlgrad.rl.envs.get_env_state``), the last observations, the action
-        stream and the normaliser's per-copy discounted returns."""
-        algo = self.algo
-        state: dict[str, Any] = {
-            "rng": generator_state_dict(algo.rng),
-            "env": {"last_obs": np.asarray(algo._last_obs).copy(),
-                    "prev_done": algo._adapter.prev_done.copy(),
-                    "vector_env": get_env_state(algo.env)}}
-        if algo.normalizer is not None:
-            state["returns"] = algo.normalizer.returns.copy()
+        """What sampling continues from: the algorithm's ``get_state()`` without its networks
+        and optimizers (the learner's are the ones that count): the environment copies (their
+        whole state where it is plain data), last observations, episode statistics, the action
+        stream, the normaliser (its per-copy discounted returns are this runner's own)."""
+        state = self.algo.get_state(include_replay_buffer=False)
+        for k in ("modules", "optimizers"):
+            state.pop(k, None)
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Continue from ``get_state()``'s result (an environment whose state is not plain data
-        keeps the episodes it started)."""
-        algo, env = self.algo, state["env"]
-        load_generator_state(algo.rng, state["rng"])
-        if env.get("vector_env"):
-            set_env_state(algo.env, env["vector_env"])
-            algo._last_obs = np.asarray(env["last_obs"])
-            algo._adapter.prev_done = np.asarray(env["prev_done"], dtype=bool).copy()
-        if algo.normalizer is not None and "returns" in state:
-            algo.normalizer.returns = np.array(state["returns"], dtype=np.float64)
+        """Continue from ``get_state()``'s result, through the algorithm's own ``set_state`` (an
+        environment whose state is not plain data keeps the episodes it started)."""
+        algo = self.algo
+        algo.set_state({**algo.get_state(include_replay_buffer=False), **state})
 
     def set_weights(self, weights: dict[str, Any]) -> None:
-        """Load ``{"policy": state_dict, "normalizer": statistics or None, "version": int}``."""
+        """Load ``{"modules": {name: state_dict}, "normalizer": statistics or None, "version":
+        int, "counters": {"num_timesteps", "total_timesteps"}}`` (counters: off-policy
+        exploration follows the learner's step count: warm-up, epsilon's schedule)."""
         algo = self.algo
-        algo.policy.load_state_dict(weights["policy"])
+        modules = algo._modules()
+        for name, sd in weights["modules"].items():
+            modules[name].load_state_dict(sd)
+        counters = weights.get("counters")
+        if counters:
+            algo.num_timesteps = int(counters["num_timesteps"])
+            algo._total_timesteps = int(counters["total_timesteps"])
+            algo._update_progress()
         norm = weights.get("normalizer")
         if norm is not None and algo.normalizer is not None:
             # the statistics only: the discounted returns are per environment copy, this
@@ -112,6 +111,40 @@ class EnvRunner:
             algo.normalizer.obs_rms.load_state_dict(norm["obs_rms"])
             algo.normalizer.ret_rms.load_state_dict(norm["ret_rms"])
         self.version = int(weights.get("version", self.version))
+
+    def sample_transitions(self, weights: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Off-policy: one ``train_freq`` of the algorithm's own ``collect_rollouts`` (its
+        exploration: warm-up, epsilon-greedy, action noise, gSDE) with ``weights``; returns the
+        transitions it stored (``ReplayBatch`` fields), the vector steps, the episodes finished
+        and the weights' ``version``."""
+        algo = self.algo
+        if weights is not None:
+            self.set_weights(weights)
+        rb = algo.replay_buffer
+        rb.pos, rb.full = 0, False  # a scratch ring: only this call's rows are sent
+        stats = algo._ep_stats
+        before = stats.episode_count
+        t0 = time.perf_counter()
+        env_steps, _ = algo.collect_rollouts(None)
+        elapsed = time.perf_counter() - t0
+        rows = rb.take(np.arange(rb.size()))
+        return {"transitions": rows._asdict(), "env_steps": int(env_steps),
+                "n_envs": algo.n_envs, "sample_time": elapsed, **self._report(before)}
+
+    def _report(self, episodes_before: int) -> dict[str, Any]:
+        """What every sample returns besides the data: who sampled, with which weights, the
+        episodes finished since ``episodes_before`` and the normaliser's statistics."""
+        algo, stats = self.algo, self.algo._ep_stats
+        done = int(stats.episode_count - episodes_before)
+        new = min(done, len(stats.return_queue))
+        tail = lambda q: list(q)[len(q) - new:]
+        norm = algo.normalizer
+        return {"index": self.index, "version": self.version, "pid": os.getpid(),
+                "episodes": done,
+                "episode_returns": np.asarray(tail(stats.return_queue), dtype=np.float64),
+                "episode_lengths": np.asarray(tail(stats.length_queue), dtype=np.int64),
+                "normalizer": None if norm is None else {"obs_rms": norm.obs_rms.state_dict(),
+                                                         "ret_rms": norm.ret_rms.state_dict()}}
 
     def _resize(self, n_steps: int) -> None:
         algo, buf = self.algo, self.algo.rollout_buffer
@@ -139,19 +172,8 @@ class EnvRunner:
         t0 = time.perf_counter()
         algo.collect_rollouts(None)
         elapsed = time.perf_counter() - t0
-        new = min(stats.episode_count - before, len(stats.return_queue))
         buf = algo.rollout_buffer
         out: dict[str, Any] = {f: getattr(buf, f).copy() for f in ROLLOUT_FIELDS}
-        out.update(
-            index=self.index, version=self.version, pid=os.getpid(), sample_time=elapsed,
-            n_envs=buf.n_envs, n_steps=buf.n_steps,
-            episode_returns=np.asarray(list(stats.return_queue)[len(stats.return_queue) - new:],
-                                       dtype=np.float64),
-            episode_lengths=np.asarray(list(stats.length_queue)[len(stats.length_queue) - new:],
-                                       dtype=np.int64),
-            episodes=int(stats.episode_count - before),
-            normalizer=None if algo.normalizer is None else {
-                "obs_rms": algo.normalizer.obs_rms.state_dict(),
-                "ret_rms": algo.normalizer.ret_rms.state_dict()},
-        )
+        out.update(sample_time=elapsed, n_envs=buf.n_envs, n_steps=buf.n_steps,
+                   **self._report(before))
         return out

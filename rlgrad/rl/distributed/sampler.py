@@ -114,7 +114,8 @@ class RaySampler:
     def weights(self) -> dict[str, Any]:
         algo = self.algo
         norm = algo.normalizer
-        return {"policy": algo.policy.state_dict(), "version": self.version,
+        return {"modules": {k: m.state_dict() for k, m in algo._modules().items()},
+                "version": self.version,
                 "normalizer": None if norm is None else {"obs_rms": norm.obs_rms.state_dict(),
                                                          "ret_rms": norm.ret_rms.state_dict()}}
 
@@ -128,10 +129,7 @@ class RaySampler:
         self.sample_times = [float(b["sample_time"]) for b in batches]  # seconds, in the runners
         self._fill(batches)
         self._merge_normalizer(sent["normalizer"], batches)
-        for b in batches:
-            algo._ep_stats.return_queue.extend(b["episode_returns"].tolist())
-            algo._ep_stats.length_queue.extend(b["episode_lengths"].tolist())
-            algo._ep_stats.episode_count += b["episodes"]
+        self._add_episodes(batches)
         algo.logger.record("env_runners/restarts", sum(self.restarts))
         for _ in range(algo.n_steps):
             algo.num_timesteps += algo.n_envs
@@ -140,6 +138,14 @@ class RaySampler:
         if callback is not None:
             callback.on_rollout_end()
         return True
+
+    def _add_episodes(self, batches: list[dict[str, Any]]) -> None:
+        """The runners' finished episodes into the learner's statistics (what it logs)."""
+        st = self.algo._ep_stats
+        for b in batches:
+            st.return_queue.extend(b["episode_returns"].tolist())
+            st.length_queue.extend(b["episode_lengths"].tolist())
+            st.episode_count += b["episodes"]
 
     def _fill(self, batches: list[dict[str, Any]]) -> None:
         buf = self.algo.rollout_buffer
@@ -152,12 +158,13 @@ class RaySampler:
             col += n
         buf.pos = buf.n_steps
 
-    def _merge_normalizer(self, sent: dict[str, Any] | None, batches: list[dict[str, Any]]
-                          ) -> None:
+    def _merge_normalizer(self, sent: dict[str, Any] | None, batches: list[dict[str, Any]],
+                          exact_single: bool = True) -> None:
+        """Each batch's statistics were ``sent`` plus what its runner saw: merge that part."""
         norm = self.algo.normalizer
         if norm is None or sent is None:
             return
-        if len(batches) == 1:  # the runner's statistics are the learner's: taken as they are
+        if exact_single and len(batches) == 1:  # the runner's statistics are the learner's
             norm.obs_rms.load_state_dict(batches[0]["normalizer"]["obs_rms"])
             norm.ret_rms.load_state_dict(batches[0]["normalizer"]["ret_rms"])
             return
