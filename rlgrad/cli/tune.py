@@ -174,9 +174,8 @@ def run_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
     """Tune's trainable: ``rlgrad train`` (or ``rlgrad resume`` of an interrupted trial)."""
     from ray import tune
 
-    from rlgrad.cli import main
     from rlgrad.cli.run_dir import RunDir
-    from rlgrad.cli.train import EXTRA_WRITERS
+    from rlgrad.cli.train import EXTRA_WRITERS, cmd_resume, cmd_train
 
     trial = tune.get_context().get_trial_id()
     sweep = Path(settings["sweep_dir"])
@@ -185,24 +184,28 @@ def run_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
     (sweep / "trials").mkdir(exist_ok=True)
     (sweep / "trials" / f"{trial}.json").write_text(json.dumps(
         {"trial": trial, "run_dir": str(run_dir), "config": config}, default=str))
-    if RunDir(run_dir).checkpoint_paths():  # a trial of an interrupted sweep: continue it
-        argv = ["resume", str(run_dir), "--no-progress"]
-    else:
-        argv = ["train", settings["env_id"], "--algo", settings["algo"], "--seed",
-                str(settings["seed"]), "--run-dir", str(run_dir), "--no-progress"]
-        argv += ["--steps", str(settings["steps"])] if settings["steps"] else []
-        argv += ["--preset", settings["preset"]] if settings["preset"] else []
-        for s in sets:
-            argv += ["--set", s]
     reporter = TuneReporter()
     EXTRA_WRITERS.append(lambda: reporter)
     try:
-        code = main(argv)
+        if RunDir(run_dir).checkpoint_paths():  # a trial of an interrupted sweep: continue it
+            what = "resume"
+            code = cmd_resume(str(run_dir), None, False, None)
+        else:
+            what = "train"
+            argv = ["train", settings["env_id"], "--algo", settings["algo"], "--seed",
+                    str(settings["seed"]), "--run-dir", str(run_dir), "--steps",
+                    str(settings["steps"])]
+            argv += ["--preset", settings["preset"]] if settings["preset"] else []
+            argv += [a for s in sets for a in ("--set", s)]
+            code = cmd_train(settings["env_id"], settings["algo"], settings["seed"],
+                             settings["preset"], settings["steps"], None, sets, str(run_dir),
+                             None, True, False, argv=argv)
+    except CLIError as e:
+        raise RuntimeError(f"rlgrad {what}: error: {e.message}") from None
     finally:
         EXTRA_WRITERS.remove(EXTRA_WRITERS[-1])
     if code != 0:
-        raise RuntimeError(f"rlgrad {' '.join(argv[:2])} exited with status {code}; see "
-                           f"{run_dir}")
+        raise RuntimeError(f"rlgrad {what} exited with status {code}; see {run_dir}")
 
 
 # ---- the sweep (driver) ----------------------------------------------------------------------
