@@ -17,7 +17,7 @@ $(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c | $(PY)
 	touch $@
 
 $(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c | $(PY)
-	$(PY) -m pip install --quiet -e ".[dev,rl,compare,atari]"
+	$(PY) -m pip install --quiet -e ".[dev,rl,compare,atari,ray]"
 	touch $@
 
 # Trains PPO on CartPole-v1 to a return of 500, evaluates it, prints the run directory and its plot.

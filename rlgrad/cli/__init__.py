@@ -8,6 +8,8 @@
     rlgrad resume RUN_DIR [--steps TOTAL] [--keep-checkpoints N]
     rlgrad eval RUN_DIR [--episodes 20] [--video FILE.gif|FILE.mp4]
     rlgrad plot RUN_DIR ... [-o FILE.png] [--key rollout/ep_rew_mean]
+    rlgrad tune ENV_ID --algo ppo --samples K [--steps N] [--search optuna] [--scheduler asha]
+                [--sweep-dir DIR] [--space FILE.yaml] [--resume] [--ray-address ADDR]
     rlgrad presets
     rlgrad bench [--quick] [--only NAME ...]
     rlgrad demo                      # what `make run` runs: PPO on CartPole-v1 to 500
@@ -33,6 +35,42 @@ def _whole_number(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
     return v
+
+
+def _ray_arguments(p: argparse.ArgumentParser, runners: bool) -> None:
+    if runners:
+        p.add_argument("--env-runners", type=int, default=None, metavar="N",
+                       help="sample on N Ray actors (n_envs is split among them; off-policy "
+                       "algorithms asynchronously, Ape-X style; needs rlgrad[ray]); same as "
+                       "--set env_runners=N")
+        p.add_argument("--seeds", default=None, metavar="SEEDS",
+                       help="train these seeds (0-4, 0,1,5) in parallel on Ray, each an "
+                       "ordinary run under --run-dir/seed-S, plotted together")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="the Ray cluster of a run with env runners (host:port of `ray start "
+                   "--head`, or auto); default: a local Ray")
+
+
+def _tune_parser(sub: argparse._SubParsersAction) -> None:
+    tu = sub.add_parser("tune", help="a hyperparameter sweep on Ray Tune: every trial a run "
+                        "directory, results.csv best first and curves.png")
+    tu.add_argument("env_id", metavar="ENV_ID")
+    tu.add_argument("--algo", required=True)
+    tu.add_argument("--samples", type=int, required=True, metavar="K", help="number of trials")
+    tu.add_argument("--steps", type=_whole_number, default=None,
+                    help="budget of each trial in environment steps (default: the preset's)")
+    tu.add_argument("--search", choices=("random", "optuna"), default="random")
+    tu.add_argument("--scheduler", choices=("fifo", "asha"), default="fifo",
+                    help="asha stops the worse trials early")
+    tu.add_argument("--sweep-dir", default=None, metavar="DIR",
+                    help="default runs/ENV__ALGO__sweep__TIMESTAMP")
+    tu.add_argument("--space", default=None, metavar="FILE.yaml",
+                    help="search space (default: rlgrad/presets/search/ALGO.yaml)")
+    tu.add_argument("--preset", default=None, help="the preset the sampled values override")
+    tu.add_argument("--seed", type=int, default=0, help="seed of every trial")
+    tu.add_argument("--resume", action="store_true",
+                    help="continue the interrupted sweep in --sweep-dir")
+    _ray_arguments(tu, runners=False)
 
 
 def build_parser() -> ArgumentParser:
@@ -69,6 +107,7 @@ def build_parser() -> ArgumentParser:
                    "off-policy run then refills it)")
     t.add_argument("--no-progress", dest="progress", action="store_false",
                    help="no progress bar")
+    _ray_arguments(t, runners=True)
 
     r = sub.add_parser("resume", help="continue a run from its last checkpoint")
     r.add_argument("run_dir", metavar="RUN_DIR")
@@ -77,6 +116,7 @@ def build_parser() -> ArgumentParser:
     r.add_argument("--keep-checkpoints", type=int, default=None, metavar="N",
                    help="checkpoints kept from now on (default: the run's own)")
     r.add_argument("--no-progress", dest="progress", action="store_false")
+    _ray_arguments(r, runners=False)
 
     e = sub.add_parser("eval", help="mean and std of the return of a run's last checkpoint")
     e.add_argument("run_dir", metavar="RUN_DIR")
@@ -94,6 +134,7 @@ def build_parser() -> ArgumentParser:
                     help="default RUN_DIR/learning_curve.png for one run, else learning_curves.png")
     pl.add_argument("--key", default="rollout/ep_rew_mean", help="metric to plot")
 
+    _tune_parser(sub)
     sub.add_parser("presets", help="list the algorithm and environment presets")
 
     b = sub.add_parser("bench", help="run the benchmarks of bench/ and print their tables")
@@ -133,17 +174,47 @@ def _versions() -> str:
     return "  ".join(f"{k} {v}" for k, v in versions().items())
 
 
+def _ray_address(address: str | None) -> None:
+    """Ray importable and the cluster address reachable (a TCP probe of seconds), before any
+    work; the address reaches ``ray.init`` through ``RAY_ADDRESS`` when the runners start."""
+    import os
+
+    from rlgrad.rl.distributed.cluster import import_ray, probe
+
+    try:
+        import_ray()
+        if address:
+            probe(address)
+    except (ImportError, ConnectionError, ValueError) as e:
+        raise CLIError(str(e)) from None
+    if address:
+        os.environ["RAY_ADDRESS"] = address
+
+
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     cmd = args.command
     if cmd == "train":
         from rlgrad.cli.train import cmd_train
 
+        sets = list(args.sets)
+        if args.env_runners is not None:
+            if args.env_runners < 1:
+                raise CLIError(f"--env-runners must be at least 1, got {args.env_runners}")
+            sets.append(f"env_runners={args.env_runners}")
+        if args.seeds is not None:
+            from rlgrad.cli.seeds import cmd_train_seeds
+
+            return cmd_train_seeds(args)
+        if args.env_runners or args.ray_address:
+            _ray_address(args.ray_address)
         return cmd_train(args.env_id, args.algo, args.seed, args.preset, args.steps, args.n_envs,
-                         args.sets, args.run_dir, args.checkpoint_every, args.save_buffer,
+                         sets, args.run_dir, args.checkpoint_every, args.save_buffer,
                          args.progress, argv=argv, keep_checkpoints=args.keep_checkpoints)
     if cmd == "resume":
         from rlgrad.cli.train import cmd_resume
 
+        if args.ray_address:
+            _ray_address(args.ray_address)
         return cmd_resume(args.run_dir, args.steps, args.progress, args.keep_checkpoints)
     if cmd == "eval":
         from rlgrad.cli.evaluate import cmd_eval
@@ -154,6 +225,10 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
         from rlgrad.cli.plot import cmd_plot
 
         return cmd_plot(args.run_dirs, args.output, args.key)
+    if cmd == "tune":
+        from rlgrad.cli.tune import cmd_tune
+
+        return cmd_tune(args)
     if cmd == "presets":
         return cmd_presets()
     if cmd == "bench":

@@ -20,6 +20,7 @@ from __future__ import annotations
 import shlex
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 from types import FrameType
@@ -43,6 +44,9 @@ from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.finite import NonFiniteError
 
 DEFAULT_CHECKPOINT_INTERVAL = 10_000
+#: factories of further logger writers (``write(row, step)``) for every run this process trains:
+#: ``rlgrad tune`` adds one that reports the mean episode return to Ray Tune
+EXTRA_WRITERS: list[Any] = []
 
 
 class _ForcedStop(BaseException):
@@ -62,6 +66,8 @@ class SignalGuard:
         self.signum = signum
 
     def __enter__(self) -> SignalGuard:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # a run in a thread (a Ray Tune trial): signals reach the main thread only
         for s in (signal.SIGINT, signal.SIGTERM):
             self._old[s] = signal.signal(s, self._handler)
         return self
@@ -133,6 +139,8 @@ def _add_writers(algo: Any, rd: RunDir, purge_step: int | None) -> None:
 
     algo.logger.add_writer(CSVWriter(str(rd.metrics)))
     algo.logger.add_writer(TensorBoardWriter(str(rd.path), purge_step))
+    for make in EXTRA_WRITERS:
+        algo.logger.add_writer(make())
 
 
 def _train_loop(algo: Any, rd: RunDir, cfg: dict[str, Any], progress: bool, resumed: bool,
@@ -152,6 +160,7 @@ def _train_loop(algo: Any, rd: RunDir, cfg: dict[str, Any], progress: bool, resu
                            reset_num_timesteps=not resumed)
             finally:
                 algo.logger.close()
+                algo.close_env_runners()  # Ray actors (env_runners > 0) end with the run
             elapsed = time.perf_counter() - t0
             if cb.stopped_by is not None and algo.num_timesteps < total:
                 name = signal.Signals(cb.stopped_by).name

@@ -141,6 +141,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     _policy_name: str | None = None
     #: whether the algorithm has a CNN for image observations (``policy="CnnPolicy"``)
     cnn_policy: ClassVar[bool] = False
+    #: whether ``env_runners > 0`` (rollouts on Ray actors, rlgrad.rl.distributed) is supported
+    env_runner_sampling: ClassVar[bool] = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> BaseAlgorithm:
         # the hyperparameters of this call, through the whole class chain (rlgrad.rl.hyperparams)
@@ -154,8 +156,17 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
                  vectorization_mode: str | None = None, blas_threads: int | None = 1,
                  check_finite: bool = True, tensorboard_log: str | None = None,
-                 device: Any = "auto") -> None:
+                 device: Any = "auto", env_runners: int = 0) -> None:
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
+        if env_runners and not self.env_runner_sampling:
+            raise ValueError(f"{type(self).__name__}: env_runners={env_runners}: rollouts on Ray "
+                             "env runners are implemented for REINFORCE, A2C and PPO only so far")
+        if env_runners and not isinstance(env, str):
+            raise ValueError(f"{type(self).__name__}: env_runners={env_runners} needs the "
+                             "environment as an id (each runner builds its own copies)")
+        self.env_runners = int(env_runners)
+        self._sampler: Any = None  # the Ray env runners' driver (rlgrad.rl.distributed)
+        self._env_arg = env  # what env runners build their own copies from
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
         else:
@@ -381,6 +392,13 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / elapsed))
         self.logger.record("time/time_elapsed", elapsed)
         self.logger.record("time/episodes", int(st.episode_count))
+
+    def close_env_runners(self) -> None:
+        """Stop the Ray env runners of ``env_runners > 0``, and Ray if it was started for them
+        (a later ``learn`` starts new ones)."""
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.close()
 
     # ---- acting ---------------------------------------------------------------------------------
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,

@@ -23,9 +23,10 @@ class RunningMeanStd:
     def update(self, batch: np.ndarray) -> None:
         if len(batch) == 0:
             return
-        b_mean = batch.mean(axis=0)
-        b_var = batch.var(axis=0)
-        b_count = batch.shape[0]
+        self.update_from_moments(batch.mean(axis=0), batch.var(axis=0), batch.shape[0])
+
+    def update_from_moments(self, b_mean: Any, b_var: Any, b_count: float) -> None:
+        """Merge a batch given by its mean, (population) variance and count."""
         delta = b_mean - self.mean
         tot = self.count + b_count
         self.mean = self.mean + delta * (b_count / tot)

@@ -141,6 +141,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
     _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 4  # episodes between two dumps of the logger, as in SB3
     action_spaces = (spaces.Box,)
+    env_runner_sampling = True  # env_runners > 0: Ape-X on Ray actors (rlgrad.rl.distributed)
 
     def __init__(self, env: EnvLike, learning_rate: Any, buffer_size: int, learning_starts: int,
                  batch_size: int, tau: float, gamma: float, train_freq: Any, gradient_steps: int,
@@ -239,6 +240,12 @@ class OffPolicyAlgorithm(BaseAlgorithm):
 
     def collect_rollouts(self, callback: BaseCallback | None) -> tuple[int, bool]:
         """Run the behaviour policy for ``train_freq``; returns (env steps, keep going)."""
+        if self.env_runners:  # Ape-X: the runners' transitions, asynchronously
+            if self._sampler is None:
+                from rlgrad.rl.distributed.apex import ApexSampler
+
+                self._sampler = ApexSampler(self)
+            return self._sampler.collect(callback)
         adapter, rb, space = self._adapter, self.replay_buffer, self.observation_space
         n_freq, by_episode = self.train_freq[0], self.train_freq[1] == "episode"
         steps = episodes = 0

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,6 +113,7 @@ RANGES: dict[str, Range] = {
     "check_finite": Range(kind=bool),
     "tensorboard_log": Range(kind=(str, os.PathLike), none_ok=True),
     "policy": Range(choices=("MlpPolicy", "CnnPolicy", "MultiInputPolicy"), none_ok=True),
+    "env_runners": Range(0, 1024, integer=True),
     "max_grad_norm": Range(0.0, lo_open=True, none_ok=True),
     "batch_size": _COUNT,
     # on-policy
@@ -184,6 +186,8 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[..., bool], str]] = [
     (("buffer_size", "batch_size"), lambda buf, bs: buf >= bs, "buffer_size >= batch_size"),
     (("n_steps", "n_envs"), lambda t, n: t * n <= _MAX_ROWS,
      f"n_steps * n_envs <= {_MAX_ROWS:,} (rollout rows)"),
+    (("env_runners", "n_envs"), lambda r, n: r <= n,
+     "env_runners <= n_envs (n_envs is the total over the runners; each steps one copy or more)"),
     (("batch_size", "n_steps", "n_envs"), lambda bs, t, n: bs <= t * n,
      "batch_size <= n_steps * n_envs (the rollout)"),
     (("batch_size", "normalize_advantage"), lambda bs, norm: bs >= 2 or not norm,
@@ -208,9 +212,25 @@ def check_hyperparams(algo: str, values: dict[str, Any]) -> None:
                          "must be integers >= 1")
 
 
+_RELATIONS_CHECKED = [True]
+
+
+@contextmanager
+def relations_unchecked() -> Iterator[None]:
+    """Build algorithms without ``RELATIONS``: an env runner's copy samples a share of the
+    learner's environment copies, and the learner checked the rules for the whole rollout."""
+    _RELATIONS_CHECKED.append(False)
+    try:
+        yield
+    finally:
+        _RELATIONS_CHECKED.pop()
+
+
 def check_relations(algo: str, values: dict[str, Any]) -> None:
     """Raise ValueError, one line, for the first rule of ``RELATIONS`` that does not hold (run
     once the environment is built: ``n_envs`` is then the real number of copies)."""
+    if not _RELATIONS_CHECKED[-1]:
+        return
     for names, holds, what in RELATIONS:
         if all(n in values for n in names) and not holds(*(values[n] for n in names)):
             shown = ", ".join(f"{n}={values[n]!r}" for n in names)

@@ -1,0 +1,114 @@
+"""Finding Ray: a local instance by default, a running cluster by its address.
+
+``connect(address)``: with no address (and no ``RAY_ADDRESS`` in the environment) Ray starts
+locally, sized to the machine, without its dashboard; with ``host:port`` or ``ray://host:port``
+the address is first probed with a plain TCP connection (a few seconds at most), so that a typo
+or a stopped cluster is one clear line instead of Ray's long retry loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+#: seconds the TCP probe of a cluster address may take
+PROBE_TIMEOUT_S = 3.0
+INSTALL_HINT = "pip install 'rlgrad[ray]'"
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or an ImportError of one line saying how to install it."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(f"env runners need Ray, which is not installed ({e}); "
+                          f"install it with: {INSTALL_HINT}") from None
+    return ray
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """(host, port) of ``host:port`` / ``ray://host:port``; None for ``auto`` / ``local``."""
+    addr = address.removeprefix("ray://")
+    if addr in ("auto", "local"):
+        return None
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"Ray address {address!r}: expected host:port (e.g. 127.0.0.1:6379, "
+                         "what `ray start --head` prints), ray://host:port, or auto")
+    return host.strip("[]"), int(port)
+
+
+def probe(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """ConnectionError (one line) if nothing listens at ``address``."""
+    hp = _host_port(address)
+    if hp is None:
+        return
+    try:
+        socket.create_connection(hp, timeout=timeout).close()
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise ConnectionError(f"cannot reach the Ray cluster at {address} ({why}): start one "
+                              "with `ray start --head` on that machine, or check the address "
+                              "(--ray-address / RAY_ADDRESS)") from None
+
+
+def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Initialise Ray unless it already is; returns True if this call started it.
+
+    ``address``: None (or ``"local"``) starts a local instance unless ``RAY_ADDRESS`` is set;
+    ``"auto"`` joins the cluster started on this machine with ``ray start``; ``host:port``
+    joins that cluster's head.
+    """
+    ray = import_ray()
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or "local"
+    probe(address)
+    opts: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": True}
+    if address == "local":
+        opts.update(num_cpus=num_cpus, include_dashboard=False)
+    # ray.init replaces SIGTERM's handler with sys.exit: keep the caller's (rlgrad train's
+    # handler checkpoints before it stops)
+    main = threading.current_thread() is threading.main_thread()
+    term = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        ray.init(address=address, **opts)
+    except ConnectionError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConnectionError(f"cannot connect to the Ray cluster at {address}: {first}") from None
+    finally:
+        if main and term is not None:
+            signal.signal(signal.SIGTERM, term)
+    return True
+
+
+def free_cpus(wait_for: float = 0.0, timeout: float = 5.0) -> float:
+    """CPUs of the Ray cluster (all nodes) that no actor or task holds now; waits up to
+    ``timeout`` seconds for ``wait_for`` of them if the cluster has that many (actors just
+    killed hand their CPUs back a moment later)."""
+    ray = import_ray()
+    free = lambda: float(ray.available_resources().get("CPU", 0.0))
+    end = time.monotonic() + timeout
+    total = float(ray.cluster_resources().get("CPU", 0.0))
+    while free() < min(wait_for, total) and time.monotonic() < end:
+        time.sleep(0.1)
+    return free()
+
+
+def runner_cpus(n_runners: int, warn: Any = None) -> float:
+    """CPUs each of ``n_runners`` runners asks Ray for: 1, or a share when there are more
+    runners than free CPUs (so that all of them start, sharing the cores, instead of waiting
+    for CPUs that never come), with a warning."""
+    cpus = free_cpus(wait_for=n_runners)
+    if n_runners <= cpus:
+        return 1.0
+    msg = (f"rlgrad: warning: {n_runners} env runners but the Ray cluster has {cpus:g} free "
+           "CPUs: the runners will share them (slower than fewer runners with more envs each)")
+    (warn or (lambda m: print(m, file=sys.stderr)))(msg)
+    return max(cpus, 0.0) / n_runners

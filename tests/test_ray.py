@@ -1,0 +1,412 @@
+"""Rollouts on Ray env runners (rlgrad.rl.distributed): the same numbers as a local run, learning
+with two runners while one of them is killed, timeouts, signals, bad input.
+
+Ray is started once for the module with 2 CPUs (the tests' machine has 2 cores); every test that
+needs it is skipped, with its reason printed by ``pytest -rs``, only when Ray is not installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlgrad.rl import A2C, DQN, PPO, SAC
+from rlgrad.rl.callbacks import BaseCallback
+
+ROOT = Path(__file__).resolve().parent.parent
+try:
+    import ray
+except ImportError:
+    ray = None
+
+needs_ray = pytest.mark.skipif(ray is None, reason="Ray is not installed: pip install "
+                               "'rlgrad[ray]' (make test installs it)")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    if ray is None:
+        pytest.skip("Ray is not installed: pip install 'rlgrad[ray]' (make test installs it)")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, logging_level=logging.ERROR)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
+def _same_state(a, b) -> None:
+    for (k, x), (_, y) in zip(a.policy.state_dict().items(), b.policy.state_dict().items(),
+                              strict=True):
+        assert np.array_equal(x, y), k
+
+
+# ---- no Ray needed ----------------------------------------------------------------------------
+def test_importing_rlgrad_does_not_import_ray():
+    code = ("import sys, rlgrad, rlgrad.rl, rlgrad.cli, rlgrad.rl.distributed; "
+            "from rlgrad.rl import PPO; PPO('CartPole-v1', n_envs=2, n_steps=8, batch_size=16, "
+            "env_runners=2); print('ray' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"  # building with env_runners starts nothing either
+
+
+def test_bad_env_runner_arguments_are_one_line():
+    with pytest.raises(ValueError, match=r"env_runners=3, n_envs=2 is out of range: "
+                       "env_runners <= n_envs"):
+        PPO("CartPole-v1", n_envs=2, n_steps=8, batch_size=16, env_runners=3)
+    with pytest.raises(ValueError, match="env_runners=-1 is out of range"):
+        PPO("CartPole-v1", env_runners=-1)
+    import gymnasium as gym
+
+    with pytest.raises(ValueError, match="needs the environment as an id"):
+        A2C(gym.make("CartPole-v1"), env_runners=1)
+
+
+def test_split_and_normaliser_merge():
+    from rlgrad.rl.distributed.sampler import batch_moments, split_envs
+    from rlgrad.rl.normalize import RunningMeanStd
+
+    assert split_envs(8, 3) == [3, 3, 2] and split_envs(2, 2) == [1, 1]
+    rng = np.random.default_rng(0)
+    start, a, b = rng.normal(size=(50, 3)), rng.normal(2, 3, (40, 3)), rng.normal(-1, 1, (7, 3))
+    whole = RunningMeanStd((3,))
+    for x in (start, a, b):
+        whole.update(x)
+    learner = RunningMeanStd((3,))
+    learner.update(start)
+    sent = learner.state_dict()
+    for x in (a, b):  # each runner starts from the learner's statistics
+        r = RunningMeanStd((3,))
+        r.load_state_dict(sent)
+        r.update(x)
+        learner.update_from_moments(*batch_moments(sent, r.state_dict()))
+    assert learner.count == pytest.approx(whole.count)
+    np.testing.assert_allclose(learner.mean, whole.mean, rtol=1e-12)
+    np.testing.assert_allclose(learner.var, whole.var, rtol=1e-10)
+
+
+def test_cli_unreachable_address_is_one_line(tmp_path, capsys):
+    from rlgrad.cli import main
+
+    with socket.socket() as s:  # a port of this machine nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = tmp_path / "run"
+    rc = main(["train", "CartPole-v1", "--algo", "ppo", "--env-runners", "2", "--ray-address",
+               f"127.0.0.1:{port}", "--run-dir", str(run)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and not run.exists()
+    assert err.count("\n") == 0
+    assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in err and "ray start --head" in err
+    assert main(["train", "CartPole-v1", "--algo", "ppo", "--env-runners", "0"]) == 2
+    assert "--env-runners must be at least 1" in capsys.readouterr().err
+
+
+# ---- on a local Ray -------------------------------------------------------------------------
+@needs_ray
+@pytest.mark.parametrize("env_id, normalize", [("CartPole-v1", False), ("Pendulum-v1", True)])
+def test_one_runner_is_the_local_run(local_ray, env_id, normalize):
+    """Runner 0 holds every copy, seeded as the local run seeds them, and draws from the
+    algorithm's own random stream: A2C (no minibatch shuffling in the learner) gives the very
+    same weights, rollout, normaliser and episode statistics as without runners."""
+    kw = dict(seed=3, n_envs=4, n_steps=16, normalize=normalize)
+    local, remote = A2C(env_id, **kw), A2C(env_id, env_runners=1, **kw)
+    try:
+        local.learn(16 * 4 * 6)
+        remote.learn(16 * 4 * 6)
+        _same_state(local, remote)
+        for f in ("observations", "actions", "rewards", "advantages", "returns", "valid"):
+            assert np.array_equal(getattr(local.rollout_buffer, f),
+                                  getattr(remote.rollout_buffer, f)), f
+        if normalize:
+            for k in ("obs_rms", "ret_rms"):
+                a, b = getattr(local.normalizer, k), getattr(remote.normalizer, k)
+                assert np.array_equal(a.mean, b.mean) and np.array_equal(a.var, b.var)
+                assert a.count == b.count
+        assert list(local._ep_stats.return_queue) == list(remote._ep_stats.return_queue)
+        assert local.num_timesteps == remote.num_timesteps == 16 * 4 * 6
+    finally:
+        remote.close_env_runners()
+
+
+@needs_ray
+def test_resumed_run_with_runners_is_the_uninterrupted_one(local_ray, tmp_path):
+    """A checkpoint holds the runners' environments and action streams: a run saved after 2
+    iterations and loaded into a new learner (new runners) ends as the uninterrupted run, bit
+    for bit (PPO: the minibatch order comes from the learner's own stream, also saved)."""
+    kw = dict(seed=1, n_envs=4, n_steps=16, batch_size=32, n_epochs=2, env_runners=2)
+    whole, part = PPO("CartPole-v1", **kw), PPO("CartPole-v1", **kw)
+    try:
+        whole.learn(64 * 4)
+        part.learn(64 * 2)
+        part.save(str(tmp_path / "ckpt.safetensors"))
+    finally:
+        whole.close_env_runners()
+        part.close_env_runners()
+    resumed = PPO.load(str(tmp_path / "ckpt.safetensors"))
+    try:
+        resumed.learn(64 * 2, reset_num_timesteps=False)
+        _same_state(whole, resumed)
+        assert list(whole._ep_stats.return_queue) == list(resumed._ep_stats.return_queue)
+    finally:
+        resumed.close_env_runners()
+
+
+class _KillRunner(BaseCallback):
+    """SIGKILLs runner 0's process shortly after iteration ``at`` ends (mid-rollout, mostly)."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__()
+        self.at, self.iterations, self.killed = at, 0, None
+
+    def on_iteration_end(self) -> bool:
+        self.iterations += 1
+        if self.iterations == self.at:
+            sampler = self.model._sampler
+            pid = ray.get(sampler.runners[0].pid.remote())
+            threading.Timer(0.05, os.kill, (pid, signal.SIGKILL)).start()
+            self.killed = pid
+        return True
+
+
+@needs_ray
+def test_ppo_two_runners_learn_cartpole_while_one_is_killed(local_ray):
+    """CartPole's preset with 2 runners (4 copies each): the return climbs far above an untrained
+    policy's (~20) although runner 0's process is killed mid-training; Ray restarts it, its
+    partial rollout is dropped, one line says so, and every iteration is whole."""
+    model = PPO("CartPole-v1", seed=0, n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8,
+                gamma=0.98, n_epochs=20, learning_rate="lin_1e-3", clip_range="lin_0.2",
+                env_runners=2)
+    cb = _KillRunner(at=4)
+    try:
+        model.learn(25_000, callback=cb)
+        sampler = model._sampler
+        assert cb.killed is not None
+        # killed mid-rollout (the call fails: the rollout is dropped) or just before one (Ray
+        # restarted it before the call ran: nothing lost); either way one restart, logged
+        assert sampler.restarts == [1, 0], sampler.events
+        assert len(sampler.events) == 1
+        assert ("env runner 0 died" in sampler.events[0]
+                or "env runner 0 was restarted by Ray" in sampler.events[0]), sampler.events
+        assert ray.get(sampler.runners[0].pid.remote()) != cb.killed  # a new process
+        assert model.num_timesteps == 25_088  # whole iterations of 8 x 32 steps
+        assert model.logger.history[-1]["env_runners/restarts"] == 1
+        # the restarted runner's fresh seeds make the trajectory vary: 142 to 205 in 5 runs
+        assert model.logger.history[-1]["rollout/ep_rew_mean"] > 90, sampler.events
+    finally:
+        model.close_env_runners()
+
+
+@needs_ray
+def test_runner_killed_during_a_rollout(local_ray, tmp_path):
+    """A runner's process dies in the middle of a rollout (its environment SIGKILLs it at the
+    first step after a file appears): the call fails, the partial rollout is dropped, one line
+    says so, Ray restarts the runner and the iteration completes with a whole rollout."""
+    die = tmp_path / "die"
+    model = PPO("tests.ray_envs:DyingCartPole-v0", seed=0, n_envs=2, n_steps=16,
+                batch_size=32, env_runners=2, env_kwargs={"die_file": str(die)})
+    try:
+        model.learn(32)  # starts the runners
+        sampler = model._sampler
+        pids = list(sampler.pids)
+        die.touch()
+        model.learn(64, reset_num_timesteps=False)
+        assert not die.exists() and sum(sampler.restarts) == 1
+        i = sampler.restarts.index(1)
+        assert len(sampler.events) == 1
+        assert f"env runner {i} died" in sampler.events[0]  # Ray's error class is named too
+        assert "its partial rollout is dropped and it samples again" in sampler.events[0]
+        assert sampler.pids[i] != pids[i] and sampler.pids[1 - i] == pids[1 - i]
+        assert model.num_timesteps == 96 and model.rollout_buffer.valid.shape == (16, 2)
+    finally:
+        model.close_env_runners()
+
+
+@needs_ray
+def test_hung_runner_is_killed_after_the_timeout(local_ray):
+    """A runner that stops answering (SIGSTOP) is killed when ``timeout_s`` is up and restarted:
+    the driver never waits without a bound."""
+    model = PPO("CartPole-v1", seed=0, n_envs=2, n_steps=16, batch_size=32, env_runners=2)
+    try:
+        model.learn(32)  # starts the runners
+        sampler = model._sampler
+        sampler.timeout_s = 3.0
+        pid = ray.get(sampler.runners[1].pid.remote())
+        os.kill(pid, signal.SIGSTOP)
+        model.learn(64, reset_num_timesteps=False)
+        assert sampler.restarts == [0, 1]
+        assert "gave no rollout within 3 s and was killed" in sampler.events[0]
+        assert model.num_timesteps == 96
+    finally:
+        model.close_env_runners()
+
+
+@needs_ray
+def test_more_runners_than_cpus_warns(local_ray):
+    from rlgrad.rl.distributed.cluster import runner_cpus
+
+    said: list[str] = []
+    share = runner_cpus(5, said.append)
+    assert share <= 2 / 5
+    assert len(said) == 1 and "5 env runners but the Ray cluster has" in said[0]
+
+
+@needs_ray
+def test_dqn_on_runners_apex_with_a_bounded_policy_lag(local_ray, monkeypatch):
+    """Off-policy, asynchronous: the runners' transitions reach the replay buffer (all of them
+    but the NEXT_STEP reset rows), counters and episodes add up, DQN's target sync and epsilon
+    follow the learner's steps, and with ``max_policy_lag = 0`` every rollout used for learning
+    was sampled with the learner's newest weights (the older ones dropped and counted)."""
+    from rlgrad.rl.distributed.apex import ApexSampler
+
+    monkeypatch.setattr(ApexSampler, "max_policy_lag", 0)
+    model = DQN("CartPole-v1", seed=0, n_envs=2, learning_starts=200, buffer_size=5000,
+                target_update_interval=100, exploration_fraction=0.5, env_runners=2)
+    try:
+        model.learn(1500)
+        s, last = model._sampler, model.logger.history[-1]
+        assert last["env_runners/policy_lag_max"] == 0 and s.stale_dropped > 0
+        received = model.num_timesteps + s._credit
+        episodes = model._ep_stats.episode_count
+        # the reset rows left out: one per episode that ended (also in the dropped rollouts)
+        assert 0 < received - model.replay_buffer.size() <= episodes + 10 * s.stale_dropped
+        assert model._episode_num == episodes > 0
+        assert model._n_calls == model.num_timesteps // model.n_envs  # _on_step per vector step
+        assert model.exploration_rate == pytest.approx(model.exploration_schedule(
+            model._current_progress_remaining))
+    finally:
+        model.close_env_runners()
+
+
+@needs_ray
+def test_apex_runner_killed_during_a_rollout(local_ray, tmp_path):
+    """Ape-X's faults: a runner that dies mid-rollout is restarted once, logged once, and the
+    learner keeps taking the other runner's rollouts meanwhile."""
+    die = tmp_path / "die"
+    model = DQN("tests.ray_envs:DyingCartPole-v0", seed=0, n_envs=2, learning_starts=100,
+                buffer_size=5000, env_runners=2, env_kwargs={"die_file": str(die)})
+    try:
+        model.learn(200)
+        s = model._sampler
+        die.touch()
+        model.learn(600, reset_num_timesteps=False)  # the other runner's rollouts go on
+        assert not die.exists() and model.num_timesteps >= 800
+        for _ in range(30):  # the failed call is seen when Ray has reported it
+            if sum(s.restarts):
+                break
+            model.learn(100, reset_num_timesteps=False)
+        assert sum(s.restarts) == 1 and len(s.events) == 1, s.events
+        assert "died" in s.events[0] or "was restarted by Ray" in s.events[0]
+    finally:
+        model.close_env_runners()
+
+
+@needs_ray
+def test_sac_on_runners_learns_from_their_transitions(local_ray):
+    model = SAC("Pendulum-v1", seed=0, n_envs=2, learning_starts=100, buffer_size=2000,
+                normalize=True, env_runners=2)
+    try:
+        model.learn(400)
+        s = model._sampler
+        assert model.num_timesteps >= 400 and model._n_updates > 0
+        # every transition the runners sent, but the reset rows after an episode's end
+        lost = model.num_timesteps + s._credit - model.replay_buffer.size()
+        assert 0 <= lost <= model._ep_stats.episode_count
+        assert model.normalizer.obs_rms.count > 400  # the runners' observations were merged
+        assert s._lags and max(s._lags) <= s.max_policy_lag  # logged at the episode dumps
+    finally:
+        model.close_env_runners()
+
+
+def _marked(mark: str) -> list[int]:
+    """Pids of the processes whose environment holds ``mark`` (a run's Ray processes too)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and mark.encode() in (p / "environ").read_bytes():
+                pids.append(int(p.name))
+        except OSError:
+            continue
+    return pids
+
+
+@needs_ray
+@pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc to find the run's processes")
+def test_sigterm_checkpoints_and_leaves_no_ray_process(tmp_path, local_ray):
+    mark = f"RLGRAD_TEST_MARK={uuid.uuid4().hex}"
+    env = {**os.environ, mark.split("=")[0]: mark.split("=")[1], "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "rlgrad.cli", "train", "CartPole-v1",
+                             "--algo", "ppo", "--env-runners", "2", "--run-dir", str(run),
+                             "--no-progress", "--checkpoint-every", "100000"],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        metrics = run / "metrics.csv"
+        while time.monotonic() < deadline and proc.poll() is None:
+            if metrics.exists() and len(metrics.read_text().splitlines()) > 3:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.communicate()
+        assert len(_marked(mark)) > 2  # the driver, Ray's own processes, the runners
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+    assert "SIGTERM: stopped at step" in err and "with a checkpoint" in err
+    assert (run / "checkpoint.safetensors").exists()
+    left = _marked(mark)
+    for _ in range(40):  # Ray's processes may take a moment to exit after the driver
+        if not left:
+            break
+        time.sleep(0.25)
+        left = _marked(mark)
+    assert left == []
+
+
+def test_parse_seeds():
+    from rlgrad.cli.errors import CLIError
+    from rlgrad.cli.seeds import parse_seeds
+
+    assert parse_seeds("0-4") == [0, 1, 2, 3, 4]
+    assert parse_seeds("0-2,9") == [0, 1, 2, 9] and parse_seeds("7") == [7]
+    for bad in ("a-b", "1,1", "", "3-1,"):
+        with pytest.raises(CLIError, match="--seeds"):
+            parse_seeds(bad)
+
+
+@needs_ray
+def test_cli_seeds_in_parallel(local_ray, tmp_path, capsys):
+    """``--seeds 0-1``: two ordinary run directories (each resumable on its own) trained on Ray
+    at once, and one plot of both."""
+    from rlgrad.cli import main
+    from rlgrad.cli.run_dir import RunDir
+
+    parent = tmp_path / "sweep"
+    rc = main(["train", "CartPole-v1", "--algo", "ppo", "--seeds", "0-1", "--steps", "1024",
+               "--run-dir", str(parent)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    for s in (0, 1):
+        rd = RunDir(parent / f"seed-{s}")
+        assert rd.read_config()["seed"] == s
+        assert rd.checkpoint.exists() and rd.read_metrics()
+        assert f"seed {s}: exit status 0" in out
+    assert (parent / "learning_curves.png").stat().st_size > 0
