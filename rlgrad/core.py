@@ -237,8 +237,8 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
             if ga is None:
                 continue
             shape = a.data.shape
-            if ga.shape != shape:
-                ga = unbroadcast(ga, shape, create_graph)
+            if ga.shape != shape:  # broadcasting undone (unbroadcast, without its frame)
+                ga = _sum_to(ga, shape) if fast else sum_to(ga, shape)
             akey = id(a)
             prev = grads.get(akey)
             if prev is None:
