@@ -453,15 +453,17 @@ defvjp(prod, _prod_vjp)
 
 
 def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    if type(x) is np.ndarray and x.size < 1 << 24 and not _may_be_nan(ans):
-        # plain arrays without a NaN (the first-order backward pass): the lines below without
-        # their helpers' frames, the count summed in g's dtype (small whole numbers, exact)
+    if type(x) is np.ndarray and x.dtype.kind == "f" and x.size < 1 << 24:
+        # plain arrays (the first-order backward pass): the lines below without their helpers'
+        # frames or reductions of ans; x != x marks a NaN, the extremum of its group when it holds
+        # one (no other element equals a NaN ans); counted in g's dtype (small whole numbers, exact)
         if keepdims or x.ndim == 0:
-            hit = x == ans
+            ans_kd = ans
         else:
             kd = _keepdims_shape(x.shape, axis)
-            g, hit = g.reshape(kd), x == ans.reshape(kd)
-        return g * hit / np.add.reduce(hit, axis=axis, keepdims=True, dtype=g.dtype)
+            g, ans_kd = g.reshape(kd), ans.reshape(kd)
+        hit = ((x == ans_kd) | (x != x)).astype(g.dtype)
+        return g * hit / _sum(hit, axis, True)
     ans_kd = _regrow(ans, x, axis, keepdims)
     hit = x == ans_kd  # ties share the gradient evenly
     # A NaN is the extremum (NumPy's), so it takes the gradient (torch's); on plain arrays (no
