@@ -34,7 +34,7 @@ from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_
 from rlgrad.jit import jit
 from rlgrad.ops import stop_gradient
 from rlgrad.tensor import Tensor, constant, get_default_dtype, set_default_dtype, tensor
-from rlgrad.tracer import defvjp, enable_grad, is_grad_enabled, no_grad, primitive, set_grad_enabled
+from rlgrad.tracer import defjvp, defvjp, enable_grad, is_grad_enabled, no_grad, primitive, set_grad_enabled
 from rlgrad.transforms import (
     elementwise_grad,
     grad,
@@ -42,8 +42,11 @@ from rlgrad.transforms import (
     hessian,
     hessian_tensor_product,
     hvp,
+    jacfwd,
     jacobian,
+    jacrev,
     jvp,
+    linearize,
     make_hvp,
     make_jvp,
     make_vjp,
@@ -60,8 +63,9 @@ __all__ = [
     "is_grad_enabled", "stop_gradient", "grad", "value_and_grad", "elementwise_grad", "jacobian",
     "hessian", "make_vjp", "vjp", "hessian_tensor_product", "hvp", "make_hvp", "grad_and_aux",
     "tensor_jacobian_product", "vector_jacobian_product", "make_jvp", "jvp", "check_grads",
-    "gradcheck", "primitive", "defvjp", "gather", "gather_nd", "one_hot", "put_along_axis",
+    "gradcheck", "primitive", "defvjp", "defjvp", "gather", "gather_nd", "one_hot", "put_along_axis",
     "scatter_add", "get_default_dtype", "set_default_dtype", "jit",
+    "linearize", "jacfwd", "jacrev",
 ]
 
 

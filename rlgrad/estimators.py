@@ -24,7 +24,7 @@ from typing import Any
 
 from rlgrad import ops
 from rlgrad.tensor import Tensor
-from rlgrad.tracer import defvjp, primitive
+from rlgrad.tracer import defjvp_elementwise, defvjp, primitive
 
 __all__ = ["score_function_surrogate", "magic_box", "dice_objective", "straight_through"]
 
@@ -87,6 +87,7 @@ def _st_forward(forward_value: Any, surrogate: Any) -> Any:
 
 _straight_through = primitive(_st_forward, "straight_through", arity=2)
 defvjp(_straight_through, None, lambda g, ans, fwd, sur: g)
+defjvp_elementwise(_straight_through)  # the tangent of the surrogate (the value's is dropped)
 
 
 def straight_through(forward_value: Any, surrogate: Any) -> Tensor:

@@ -23,7 +23,16 @@ import numpy as np
 
 from rlgrad.indexing_kernels import _put_along_axis_add, _take_along_axis, _untake
 from rlgrad.tensor import Tensor, _ndim, _shape, _size
-from rlgrad.tracer import defvjp, defvjp_argnum, pass_through, primitive
+from rlgrad.tracer import (
+    defjvp,
+    defjvp_argnum,
+    defjvp_elementwise,
+    defjvp_is_linear,
+    defvjp,
+    defvjp_argnum,
+    pass_through,
+    primitive,
+)
 
 
 def _zero(g: Any, ans: Any, *args: Any, **kw: Any) -> Any:
@@ -55,15 +64,19 @@ def _regrow(g: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 # ---------------------------------------------------------------------------------------------
 add = primitive(np.add, "add", arity=2)
 defvjp(add, pass_through, pass_through)
+defjvp_elementwise(add)  # per argument: a lone tangent passes through, no zeros added
 
 subtract = primitive(np.subtract, "subtract", arity=2)
 defvjp(subtract, pass_through, lambda g, ans, a, b: -g)
+defjvp_elementwise(subtract)
 
 multiply = primitive(np.multiply, "multiply", arity=2)
 defvjp(multiply, lambda g, ans, a, b: g * b, lambda g, ans, a, b: g * a)
+defjvp_elementwise(multiply)
 
 divide = primitive(np.divide, "divide", arity=2)
 defvjp(divide, lambda g, ans, a, b: g / b, lambda g, ans, a, b: -g * ans / b)
+defjvp_elementwise(divide)
 true_divide = divide
 
 power = primitive(np.power, "power", arity=2)
@@ -72,6 +85,7 @@ defvjp(
     lambda g, ans, a, b: _pow_vjp_base(g, a, b),
     lambda g, ans, a, b: g * ans * _log_base(a, ans),
 )
+defjvp_elementwise(power)
 
 
 def _pow_vjp_base(g: Any, a: Any, b: Any) -> Any:
@@ -98,12 +112,14 @@ defvjp(
     lambda g, ans, a, b: _nan_to_a(g, ans, a, g * (a > b) + (g * 0.5) * (a == b)),
     lambda g, ans, a, b: _nan_to_b(g, ans, a, b, g * (b > a) + (g * 0.5) * (a == b)),
 )
+defjvp_elementwise(maximum)
 minimum = primitive(np.minimum, "minimum", arity=2)
 defvjp(
     minimum,
     lambda g, ans, a, b: _nan_to_a(g, ans, a, g * (a < b) + (g * 0.5) * (a == b)),
     lambda g, ans, a, b: _nan_to_b(g, ans, a, b, g * (b < a) + (g * 0.5) * (a == b)),
 )
+defjvp_elementwise(minimum)
 
 
 def _may_be_nan(ans: Any) -> bool:
@@ -129,9 +145,11 @@ defvjp(
     lambda g, ans, a, b: g * exp((a - ans) * math.log(2)),
     lambda g, ans, a, b: g * exp((b - ans) * math.log(2)),
 )
+defjvp_elementwise(logaddexp2)
 # hypot's gradient is x / hypot: at (0, 0) a kink, where it is 0 / 0 (as autograd's)
 hypot = primitive(np.hypot, "hypot", arity=2)
 defvjp(hypot, lambda g, ans, a, b: g * a / ans, lambda g, ans, a, b: g * b / ans)
+defjvp_elementwise(hypot)
 
 logaddexp = primitive(np.logaddexp, "logaddexp", arity=2)
 defvjp(
@@ -139,6 +157,7 @@ defvjp(
     lambda g, ans, a, b: g * exp(a - ans),
     lambda g, ans, a, b: g * exp(b - ans),
 )
+defjvp_elementwise(logaddexp)
 
 arctan2 = primitive(np.arctan2, "arctan2", arity=2)
 defvjp(
@@ -146,74 +165,101 @@ defvjp(
     lambda g, ans, y, x: g * x / (x * x + y * y),
     lambda g, ans, y, x: -g * y / (x * x + y * y),
 )
+defjvp_elementwise(arctan2)
 
 # ---------------------------------------------------------------------------------------------
 # Elementwise unary
 # ---------------------------------------------------------------------------------------------
 negative = primitive(np.negative, "negative", arity=1)
 defvjp(negative, lambda g, ans, x: -g)
+defjvp_is_linear(negative)
 
 exp = primitive(np.exp, "exp", arity=1)
 defvjp(exp, lambda g, ans, x: g * ans)
+defjvp_elementwise(exp)
 
 log = primitive(np.log, "log", arity=1)
 defvjp(log, lambda g, ans, x: g / x)
+defjvp_elementwise(log)
 
 log1p = primitive(np.log1p, "log1p", arity=1)
 defvjp(log1p, lambda g, ans, x: g / (x + 1))
+defjvp_elementwise(log1p)
 
 expm1 = primitive(np.expm1, "expm1", arity=1)
 defvjp(expm1, lambda g, ans, x: g * (ans + 1))
+defjvp_elementwise(expm1)
 
 sqrt = primitive(np.sqrt, "sqrt", arity=1)
 defvjp(sqrt, lambda g, ans, x: g / (ans * 2))
+defjvp_elementwise(sqrt)
 
 square = primitive(np.square, "square", arity=1)
 defvjp(square, lambda g, ans, x: g * (x * 2))
+defjvp_elementwise(square)
 
 reciprocal = primitive(np.reciprocal, "reciprocal", arity=1)
 defvjp(reciprocal, lambda g, ans, x: -g * ans * ans)
+defjvp_elementwise(reciprocal)
 
 absolute = primitive(np.abs, "absolute", arity=1)
 defvjp(absolute, lambda g, ans, x: g * sign(x))
+defjvp_elementwise(absolute)
 abs = absolute  # noqa: A001 - NumPy's name
 
 sign = primitive(np.sign, "sign", arity=1)
 defvjp(sign, _zero)
+defjvp_elementwise(sign)
 floor = primitive(np.floor, "floor", arity=1)
 defvjp(floor, _zero)
+defjvp_elementwise(floor)
 ceil = primitive(np.ceil, "ceil", arity=1)
 defvjp(ceil, _zero)
+defjvp_elementwise(ceil)
 round = primitive(np.round, "round", arity=1)  # noqa: A001
 defvjp(round, _zero)
+defjvp_elementwise(round)
 trunc = primitive(np.trunc, "trunc", arity=1)
 defvjp(trunc, _zero)
+defjvp_elementwise(trunc)
 
 tanh = primitive(np.tanh, "tanh", arity=1)
 defvjp(tanh, lambda g, ans, x: g * (1 - ans * ans))
+defjvp_elementwise(tanh)
 
 sin = primitive(np.sin, "sin", arity=1)
 defvjp(sin, lambda g, ans, x: g * cos(x))
+defjvp_elementwise(sin)
 cos = primitive(np.cos, "cos", arity=1)
 defvjp(cos, lambda g, ans, x: -g * sin(x))
+defjvp_elementwise(cos)
 tan = primitive(np.tan, "tan", arity=1)
 defvjp(tan, lambda g, ans, x: g * (1 + ans * ans))
+defjvp_elementwise(tan)
 arcsin = primitive(np.arcsin, "arcsin", arity=1)
 defvjp(arcsin, lambda g, ans, x: g / sqrt(1 - x * x))
+defjvp_elementwise(arcsin)
 arccos = primitive(np.arccos, "arccos", arity=1)
 defvjp(arccos, lambda g, ans, x: -g / sqrt(1 - x * x))
+defjvp_elementwise(arccos)
 arctan = primitive(np.arctan, "arctan", arity=1)
 defvjp(arctan, lambda g, ans, x: g / (1 + x * x))
+defjvp_elementwise(arctan)
 sinh = primitive(np.sinh, "sinh", arity=1)
 defvjp(sinh, lambda g, ans, x: g * cosh(x))
+defjvp_elementwise(sinh)
 cosh = primitive(np.cosh, "cosh", arity=1)
 defvjp(cosh, lambda g, ans, x: g * sinh(x))
+defjvp_elementwise(cosh)
 arcsinh = primitive(np.arcsinh, "arcsinh", arity=1)
 defvjp(arcsinh, lambda g, ans, x: g / sqrt(x * x + 1))
+defjvp_elementwise(arcsinh)
 arctanh = primitive(np.arctanh, "arctanh", arity=1)
 defvjp(arctanh, lambda g, ans, x: g / (1 - x * x))
+defjvp_elementwise(arctanh)
 arccosh = primitive(np.arccosh, "arccosh", arity=1)
 defvjp(arccosh, lambda g, ans, x: g / sqrt(x * x - 1))
+defjvp_elementwise(arccosh)
 
 
 def _sigmoid(x: Any) -> Any:
@@ -224,6 +270,7 @@ def _sigmoid(x: Any) -> Any:
 
 sigmoid = primitive(_sigmoid, "sigmoid", arity=1)
 defvjp(sigmoid, lambda g, ans, x: g * ans * (1 - ans))
+defjvp_elementwise(sigmoid)
 
 
 def _softplus(x: Any) -> Any:
@@ -232,6 +279,7 @@ def _softplus(x: Any) -> Any:
 
 softplus = primitive(_softplus, "softplus", arity=1)
 defvjp(softplus, lambda g, ans, x: g * sigmoid(x))
+defjvp_elementwise(softplus)
 
 
 def _relu(x: Any, out: Any = None) -> Any:
@@ -240,6 +288,7 @@ def _relu(x: Any, out: Any = None) -> Any:
 
 relu = primitive(_relu, "relu", arity=1, writes_out=True)
 defvjp(relu, lambda g, ans, x: g * (x > 0))
+defjvp_elementwise(relu)
 
 
 def _clip(x: Any, a_min: Any = None, a_max: Any = None, out: Any = None) -> Any:
@@ -261,6 +310,7 @@ defvjp(
     lambda g, ans, x, lo=None, hi=None: g * (x < lo),
     lambda g, ans, x, lo=None, hi=None: g * (x > hi),
 )
+defjvp_elementwise(_clip_p)
 
 
 def clip(a: Any, a_min: Any = None, a_max: Any = None, *, min: Any = None,  # noqa: A002
@@ -284,6 +334,7 @@ def _where(cond: Any, x: Any, y: Any) -> Any:
 
 where = primitive(_where, "where")
 defvjp(where, None, lambda g, ans, c, x, y: where(c, g, 0), lambda g, ans, c, x, y: where(c, 0, g))
+defjvp_is_linear(where, (1, 2))  # linear in x and y together; the condition is static
 
 
 # Comparisons and other integer/boolean-valued functions: no gradient ever flows through them.
@@ -317,17 +368,29 @@ floor_divide = _nondiff(np.floor_divide, "floor_divide")
 # d/dy = -k (the jumps, where k changes, are measure zero; NumPy's value is kept there).
 remainder = primitive(np.remainder, "remainder", arity=2)
 defvjp(remainder, pass_through, lambda g, ans, a, b: -g * floor(a / b))
+defjvp_elementwise(remainder)
 mod = remainder
 fmod = primitive(np.fmod, "fmod", arity=2)
 defvjp(fmod, pass_through, lambda g, ans, a, b: -g * trunc(a / b))
+defjvp_elementwise(fmod)
 
 
 def _astype(x: Any, dtype: Any) -> Any:
     return x.astype(dtype, copy=False)
 
 
+def _astype_vjp(g: Any, ans: Any, x: Any, dtype: Any) -> Any:
+    if g.dtype.kind == "c" and x.dtype.kind != "c":  # the cast back would keep a wrong real part
+        raise TypeError(
+            "the gradient reached a real input through complex values (a cast to a complex "
+            "dtype), which rlgrad does not differentiate; keep the real and imaginary parts as "
+            "two real tensors")
+    return g.astype(x.dtype)
+
+
 _astype_p = primitive(_astype, "astype", arity=1)
-defvjp(_astype_p, lambda g, ans, x, dtype: g.astype(x.dtype))
+defvjp(_astype_p, _astype_vjp)
+defjvp_is_linear(_astype_p)
 
 
 _astype_nondiff = primitive(_astype, "astype", nondiff=True, arity=1)
@@ -364,7 +427,10 @@ def _reduce_short_last(ufunc: Any, x: np.ndarray, keepdims: bool,
 
 
 def _sum(x: Any, axis: Any = None, keepdims: bool = False, out: Any = None) -> Any:
-    x = np.asarray(x)
+    if type(x) is not np.ndarray:
+        if type(x) in (list, tuple) and holds_tensor(x):  # autograd's sum of a list of boxes
+            return sum(array_from(x, False), axis=axis, keepdims=keepdims)
+        x = np.asarray(x)
     if _short_last_axis(x, axis):
         return _reduce_short_last(np.add, x, keepdims, out)
     return x.sum(axis=axis, keepdims=keepdims, out=out)  # the method skips np.sum's dispatch
@@ -379,10 +445,14 @@ def _sum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False)
 
 sum = primitive(_sum, "sum", arity=1, writes_out=True)  # noqa: A001
 defvjp(sum, _sum_vjp)
+defjvp_is_linear(sum)
 
 
 def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
-    x = np.asarray(x)
+    if type(x) is not np.ndarray:
+        if type(x) in (list, tuple) and holds_tensor(x):  # autograd's mean of a list of boxes
+            return mean(array_from(x, False), axis=axis, keepdims=keepdims)
+        x = np.asarray(x)
     # NumPy's own: the mean of nothing (NaN, with its warning); float16 (summed in float32)
     if x.dtype.kind not in "fc" or x.size == 0 or x.dtype == np.float16:
         return np.mean(x, axis=axis, keepdims=keepdims)
@@ -401,6 +471,7 @@ def _mean_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False
 
 mean = primitive(_mean, "mean", arity=1)
 defvjp(mean, _mean_vjp)
+defjvp_is_linear(mean)
 
 
 def _prod(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -450,6 +521,8 @@ def _exclusive_prod(y: Tensor) -> Any:
 
 prod = primitive(_prod, "prod", arity=1)
 defvjp(prod, _prod_vjp)
+defjvp(prod, lambda g, ans, x, axis=None, keepdims=False:
+       sum(g * _prod_of_others(x, axis), axis=axis, keepdims=keepdims))
 
 
 def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -477,6 +550,12 @@ def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = F
     return _regrow(g, x, axis, keepdims) * hit / count
 
 
+def _extremum_jvp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    # the same shares as the VJP's (ties and NaN split evenly), summed against the tangent
+    share = _extremum_vjp(np.ones(_shape(ans), dtype=ans.dtype), ans, x, axis, keepdims)
+    return sum(g * share, axis=axis, keepdims=keepdims)
+
+
 def _amax(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     return _extremum(np.maximum, x, axis, keepdims)
 
@@ -497,8 +576,10 @@ def _extremum(ufunc: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 
 max = primitive(_amax, "max", arity=1)  # noqa: A001
 defvjp(max, _extremum_vjp)
+defjvp(max, _extremum_jvp)
 min = primitive(_amin, "min", arity=1)  # noqa: A001
 defvjp(min, _extremum_vjp)
+defjvp(min, _extremum_jvp)
 amax, amin = max, min
 
 
@@ -514,6 +595,7 @@ def _cumsum_vjp(g: Any, ans: Any, x: Any, axis: Any = None) -> Any:
 
 cumsum = primitive(_cumsum, "cumsum", arity=1)
 defvjp(cumsum, _cumsum_vjp)
+defjvp_is_linear(cumsum)
 
 
 def _logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -526,6 +608,8 @@ def _logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 logsumexp = primitive(_logsumexp, "logsumexp", arity=1)
 defvjp(logsumexp, lambda g, ans, x, axis=None, keepdims=False:
        _regrow(g, x, axis, keepdims) * exp(x - _regrow(ans, x, axis, keepdims)))
+defjvp(logsumexp, lambda g, ans, x, axis=None, keepdims=False:
+       sum(g * exp(x - _regrow(ans, x, axis, keepdims)), axis=axis, keepdims=keepdims))
 
 
 def _log_softmax(x: Any, axis: int = -1) -> Any:
@@ -540,6 +624,7 @@ log_softmax = primitive(_log_softmax, "log_softmax", arity=1)
 # np.exp on a Tensor dispatches to rlgrad's exp (__array_ufunc__), and .sum is a method of both:
 # these rules stay differentiable at every order and cost no wrapper call on plain arrays.
 defvjp(log_softmax, lambda g, ans, x, axis=-1: g - np.exp(ans) * g.sum(axis=axis, keepdims=True))
+defjvp(log_softmax, lambda g, ans, x, axis=-1: g - (g * exp(ans)).sum(axis=axis, keepdims=True))
 
 
 def _softmax(x: Any, axis: int = -1) -> Any:
@@ -547,8 +632,13 @@ def _softmax(x: Any, axis: int = -1) -> Any:
     return e / np.add.reduce(e, axis=axis, keepdims=True)
 
 
+def _softmax_rule(g: Any, ans: Any, x: Any, axis: int = -1) -> Any:
+    return ans * (g - (g * ans).sum(axis=axis, keepdims=True))
+
+
 softmax = primitive(_softmax, "softmax", arity=1)
-defvjp(softmax, lambda g, ans, x, axis=-1: ans * (g - (g * ans).sum(axis=axis, keepdims=True)))
+defvjp(softmax, _softmax_rule)
+defjvp(softmax, _softmax_rule)  # the Jacobian diag(p) - p p^T is symmetric: one rule
 
 
 # ---------------------------------------------------------------------------------------------
@@ -560,6 +650,7 @@ def _reshape(x: Any, shape: Any) -> Any:
 
 reshape = primitive(_reshape, "reshape", arity=1)
 defvjp(reshape, lambda g, ans, x, shape: g.reshape(x.shape))
+defjvp_is_linear(reshape)
 
 
 def _transpose(x: Any, axes: Any = None) -> Any:
@@ -574,6 +665,7 @@ def _transpose_vjp(g: Any, ans: Any, x: Any, axes: Any = None) -> Any:
 
 transpose = primitive(_transpose, "transpose", arity=1)
 defvjp(transpose, _transpose_vjp)
+defjvp_is_linear(transpose)
 
 
 def _broadcast_to(x: Any, shape: Any) -> Any:
@@ -590,6 +682,7 @@ def _broadcast_to(x: Any, shape: Any) -> Any:
 
 broadcast_to = primitive(_broadcast_to, "broadcast_to", arity=1)
 defvjp(broadcast_to, lambda g, ans, x, shape: sum_to(g, x.shape))
+defjvp_is_linear(broadcast_to)
 
 
 def _sum_to(g: Any, shape: tuple[int, ...]) -> Any:
@@ -610,6 +703,7 @@ def _sum_to(g: Any, shape: tuple[int, ...]) -> Any:
 
 sum_to = primitive(_sum_to, "sum_to", arity=1)
 defvjp(sum_to, lambda g, ans, x, shape: broadcast_to(g, _shape(x)))
+defjvp_is_linear(sum_to)
 
 
 def _concatenate(*arrays: Any, axis: int = 0) -> Any:
@@ -625,6 +719,7 @@ def _concatenate_vjp(i: int, g: Any, ans: Any, *arrays: Any, axis: int = 0) -> A
 
 _concatenate_p = primitive(_concatenate, "concatenate")
 defvjp_argnum(_concatenate_p, _concatenate_vjp)
+defjvp_is_linear(_concatenate_p, None)
 
 
 def concatenate(arrays: Any, axis: int = 0) -> Any:
@@ -642,6 +737,7 @@ def _stack_vjp(i: int, g: Any, ans: Any, *arrays: Any, axis: int = 0) -> Any:
 
 _stack_p = primitive(_stack, "stack")
 defvjp_argnum(_stack_p, _stack_vjp)
+defjvp_is_linear(_stack_p, None)
 
 
 def stack(arrays: Any, axis: int = 0) -> Any:
@@ -654,6 +750,7 @@ def _flip(x: Any, axis: Any = None) -> Any:
 
 flip = primitive(_flip, "flip", arity=1)
 defvjp(flip, lambda g, ans, x, axis=None: flip(g, axis))
+defjvp_is_linear(flip)
 
 
 def _roll(x: Any, shift: Any, axis: Any = None) -> Any:
@@ -662,6 +759,7 @@ def _roll(x: Any, shift: Any, axis: Any = None) -> Any:
 
 roll = primitive(_roll, "roll", arity=1)
 defvjp(roll, lambda g, ans, x, shift, axis=None: roll(g, _neg(shift), axis))
+defjvp_is_linear(roll)
 
 
 def _neg(shift: Any) -> Any:
@@ -684,6 +782,7 @@ def _tile_vjp(g: Any, ans: Any, x: Any, reps: Any) -> Any:
 
 tile = primitive(_tile, "tile", arity=1)
 defvjp(tile, _tile_vjp)
+defjvp_is_linear(tile)
 
 
 def _repeat(x: Any, repeats: Any, axis: Any = None) -> Any:
@@ -706,6 +805,7 @@ def _repeat_vjp(g: Any, ans: Any, x: Any, repeats: Any, axis: Any = None) -> Any
 
 repeat = primitive(_repeat, "repeat", arity=1)
 defvjp(repeat, _repeat_vjp)
+defjvp_is_linear(repeat)
 
 
 def _pad(x: Any, pad_width: Any, mode: str = "constant", constant_values: Any = 0) -> Any:
@@ -722,6 +822,7 @@ def _pad_vjp(g: Any, ans: Any, x: Any, pad_width: Any, mode: str = "constant",
 
 pad = primitive(_pad, "pad", arity=1)
 defvjp(pad, _pad_vjp)
+defjvp(pad, lambda g, ans, x, pad_width, mode="constant", constant_values=0: pad(g, pad_width))
 
 
 def _diag(x: Any, k: int = 0) -> Any:
@@ -737,6 +838,7 @@ def _diag_vjp(g: Any, ans: Any, x: Any, k: int = 0) -> Any:
 
 diag = primitive(_diag, "diag", arity=1)
 defvjp(diag, _diag_vjp)
+defjvp_is_linear(diag)
 
 
 def _triu(x: Any, k: int = 0) -> Any:
@@ -749,8 +851,10 @@ def _tril(x: Any, k: int = 0) -> Any:
 
 triu = primitive(_triu, "triu", arity=1)
 defvjp(triu, lambda g, ans, x, k=0: triu(g, k))
+defjvp_is_linear(triu)
 tril = primitive(_tril, "tril", arity=1)
 defvjp(tril, lambda g, ans, x, k=0: tril(g, k))
+defjvp_is_linear(tril)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -768,7 +872,9 @@ def _getitem(x: Any, idx: Any) -> Any:
 getitem = primitive(_getitem, "getitem", arity=1)
 untake = primitive(_untake, "untake", arity=1)
 defvjp(getitem, lambda g, ans, x, idx: untake(g, idx, x.shape))
+defjvp_is_linear(getitem)
 defvjp(untake, lambda g, ans, gx, idx, shape: getitem(g, idx))
+defjvp_is_linear(untake)
 
 
 def _take_lanes(g: Any, src: Any, indices: Any, axis: int) -> Any:
@@ -796,7 +902,9 @@ def _take_along_axis_vjp(g: Any, ans: Any, x: Any, indices: Any, axis: Any = -1)
 
 
 defvjp(take_along_axis, _take_along_axis_vjp)
+defjvp_is_linear(take_along_axis)
 defvjp(scatter_along_axis, lambda g, ans, src, idx, axis, shape: _take_lanes(g, src, idx, axis))
+defjvp_is_linear(scatter_along_axis)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -832,6 +940,7 @@ def _matmul_vjp_b(g: Any, ans: Any, a: Any, b: Any) -> Any:
 
 matmul = primitive(np.matmul, "matmul", arity=2)
 defvjp(matmul, _matmul_vjp_a, _matmul_vjp_b)
+defjvp(matmul, lambda g, ans, a, b: matmul(g, b), lambda g, ans, a, b: matmul(a, g))
 
 
 def _einsum(subscripts: str, *operands: Any) -> Any:
@@ -895,15 +1004,25 @@ def _einsum_vjp(i: int, g: Any, ans: Any, subscripts: str, *operands: Any) -> An
     return res
 
 
+def _einsum_jvp(i: int, g: Any, ans: Any, subscripts: str, *operands: Any) -> Any:
+    # multilinear: the same contraction with operand i replaced by its tangent
+    if i == 0:
+        return None
+    return einsum(subscripts, *operands[:i - 1], g, *operands[i:])
+
+
 einsum = primitive(_einsum, "einsum")
 defvjp_argnum(einsum, _einsum_vjp)
+defjvp_argnum(einsum, _einsum_jvp)
 
 
 inv = primitive(np.linalg.inv, "inv", arity=1)
 defvjp(inv, lambda g, ans, a: -matmul(matmul(_T(ans), g), _T(ans)))
+defjvp(inv, lambda g, ans, a: -matmul(matmul(ans, g), ans))
 
 det = primitive(np.linalg.det, "det", arity=1)
 defvjp(det, lambda g, ans, a: expand_dims(expand_dims(g * ans, -1), -1) * _T(inv(a)))
+defjvp(det, lambda g, ans, a: ans * sum(_T(inv(a)) * g, axis=(-2, -1)))  # det * tr(A^-1 dA)
 
 
 def _logabsdet(a: Any) -> Any:
@@ -912,6 +1031,7 @@ def _logabsdet(a: Any) -> Any:
 
 logabsdet = primitive(_logabsdet, "logabsdet", arity=1)
 defvjp(logabsdet, lambda g, ans, a: expand_dims(expand_dims(g, -1), -1) * _T(inv(a)))
+defjvp(logabsdet, lambda g, ans, a: sum(_T(inv(a)) * g, axis=(-2, -1)))
 
 
 def _solve_vjp_b(g: Any, ans: Any, a: Any, b: Any) -> Any:
@@ -928,8 +1048,16 @@ def _solve_vjp_a(g: Any, ans: Any, a: Any, b: Any) -> Any:
     return -matmul(gb, _T(ans))
 
 
+def _solve_jvp_a(g: Any, ans: Any, a: Any, b: Any) -> Any:
+    # d(A^-1 b) = -A^-1 dA x
+    if _ndim(b) == 1:
+        return -solve(a, matmul(g, expand_dims(ans, -1)))[..., 0]
+    return -solve(a, matmul(g, ans))
+
+
 solve = primitive(np.linalg.solve, "solve", arity=2)
 defvjp(solve, _solve_vjp_a, _solve_vjp_b)
+defjvp(solve, _solve_jvp_a, lambda g, ans, a, b: solve(a, g))
 
 
 def _cholesky_vjp(g: Any, ans: Any, a: Any) -> Any:
@@ -943,8 +1071,18 @@ def _cholesky_vjp(g: Any, ans: Any, a: Any) -> Any:
     return (x + _T(x)) * 0.5
 
 
+def _cholesky_jvp(g: Any, ans: Any, a: Any) -> Any:
+    # dL = L Phi(L^-1 dA L^-T), Phi: the lower triangle with the diagonal halved; dA symmetrised
+    # as the VJP's gradient is (cholesky reads one triangle of a symmetric input)
+    n = _shape(a)[-1]
+    linv = inv(ans)
+    s = matmul(matmul(linv, (g + _T(g)) * 0.5), _T(linv))
+    return matmul(ans, tril(s) * (1 - 0.5 * np.eye(n, dtype=a.dtype)))
+
+
 cholesky = primitive(np.linalg.cholesky, "cholesky", arity=1)
 defvjp(cholesky, _cholesky_vjp)
+defjvp(cholesky, _cholesky_jvp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -995,6 +1133,7 @@ def ravel(x: Any) -> Any:
 
 identity = primitive(_identity, "identity", arity=1)
 defvjp(identity, pass_through)
+defjvp_is_linear(identity)
 
 
 def _copy(x: Any) -> Any:
@@ -1003,4 +1142,44 @@ def _copy(x: Any) -> Any:
 
 clone = primitive(_copy, "clone", arity=1)
 defvjp(clone, pass_through)
+defjvp_is_linear(clone)
 
+
+# Arrays built from Tensors: rnp.array([x, y]) and nested lists mixing Tensors, arrays and
+# scalars, differentiable as in autograd and JAX (one stack per level of nesting).
+def holds_tensor(obj: Any) -> bool:
+    if isinstance(obj, Tensor):
+        return True
+    if type(obj) in (list, tuple):
+        for o in obj:  # (no generator: this is on the call path of rnp.array)
+            if holds_tensor(o):
+                return True
+    return False
+
+
+def _values(obj: Any) -> Any:
+    if isinstance(obj, Tensor):
+        return obj.data
+    if type(obj) in (list, tuple):
+        return [_values(o) for o in obj]
+    return obj
+
+
+def _assemble(obj: Any, dtype: np.dtype) -> Any:
+    if type(obj) in (list, tuple):
+        return stack([_assemble(o, dtype) for o in obj])
+    if isinstance(obj, Tensor):
+        return obj if obj.dtype == dtype else astype(obj, dtype)
+    return np.asarray(obj, dtype=dtype)
+
+
+def array_from(obj: Any, copy: bool, *args: Any, **kwargs: Any) -> Any:
+    """NumPy's array/asarray of ``obj``, which holds Tensors: NumPy's dtype and shape (found by
+    NumPy on the values, so its errors too), the values differentiable in every Tensor."""
+    ref = np.array(_values(obj), *args, **kwargs)
+    if isinstance(obj, Tensor):
+        out = obj if obj.dtype == ref.dtype else astype(obj, ref.dtype)
+        out = clone(out) if copy and out is obj else out
+    else:
+        out = _assemble(obj, ref.dtype)
+    return out if out.shape == ref.shape else reshape(out, ref.shape)  # ndmin

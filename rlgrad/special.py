@@ -22,7 +22,7 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.tensor import Tensor, _Trace
-from rlgrad.tracer import defvjp, primitive
+from rlgrad.tracer import defjvp_elementwise, defvjp, primitive
 
 __all__ = [
     "gammaln", "lgamma", "digamma", "psi", "polygamma", "trigamma", "betaln", "xlogy", "xlog1py",
@@ -164,6 +164,9 @@ _polygamma_p = primitive(_polygamma, "polygamma", arity=1)
 defvjp(gammaln, lambda g, ans, x: g * digamma(x))
 defvjp(digamma, lambda g, ans, x: g * _polygamma_p(x, n=1))
 defvjp(_polygamma_p, lambda g, ans, x, n=1: g * _polygamma_p(x, n=n + 1))
+defjvp_elementwise(gammaln)
+defjvp_elementwise(digamma)
+defjvp_elementwise(_polygamma_p)
 
 lgamma = gammaln  # PyTorch's name
 psi = digamma  # SciPy's alias

@@ -13,6 +13,11 @@ differentiable argument.  Calling a primitive:
 VJP rules have the signature ``rule(g, ans, *args, **kwargs) -> gradient for that argument`` and
 are written with differentiable operations, so that when ``create_graph=True`` the backward pass,
 run on Tensors, is itself recorded and can be differentiated again.
+
+JVP rules (forward mode, ``forward.py``) sit beside them: ``defjvp(fn, *rules)`` with
+``rule(t, ans, *args, **kwargs) -> the output's tangent from argument's tangent t``, written the
+same way (so forward mode nests with itself and with reverse mode); ``defjvp_is_linear`` for
+primitives linear in their arguments; ``defjvp_elementwise`` for elementwise ones.
 """
 
 from __future__ import annotations
@@ -98,7 +103,8 @@ class set_grad_enabled(_GradModeContext):
 class Primitive:
     """One differentiable operation: its NumPy forward and its VJP rules, side by side."""
 
-    __slots__ = ("name", "fwd", "writes_out", "vjps", "vjp_argnum", "nondiff", "cut_reason")
+    __slots__ = ("name", "fwd", "writes_out", "vjps", "vjp_argnum", "nondiff", "cut_reason", "jvps",
+                 "jvp_argnum", "jvp_linear", "call")
 
     def __init__(self, fwd: Callable, name: str, nondiff: bool = False,
                  writes_out: bool = False) -> None:
@@ -109,6 +115,12 @@ class Primitive:
         self.name = name
         self.vjps: tuple[Callable | None, ...] | None = None
         self.vjp_argnum: Callable | None = None  # rule(i, g, ans, *args) for variadic primitives
+        # Forward mode (forward.py): one JVP rule per argument, or one for all (variadic), or
+        # the argument positions in which the primitive is linear (None: all of them).
+        self.jvps: tuple[Callable | None, ...] | None = None
+        self.jvp_argnum: Callable | None = None
+        self.jvp_linear: tuple[int, ...] | bool = False
+        self.call: Callable | None = None  # the traced callable primitive() returns
         self.nondiff = nondiff  # output never carries a gradient (comparisons, argmax, ...)
         # Why an output carries no gradient although an input required one (for explain).
         if nondiff:
@@ -247,6 +259,7 @@ def primitive(fwd: Callable, name: str | None = None, nondiff: bool = False,
     call.__name__ = call.__qualname__ = p.name
     call.__doc__ = getattr(fwd, "__doc__", None)
     call.primitive = p  # type: ignore[attr-defined]
+    p.call = call
     return call
 
 
@@ -264,3 +277,33 @@ def defvjp(fn: Callable, *rules: Callable | None) -> None:
 def defvjp_argnum(fn: Callable, rule: Callable) -> None:
     """Register one rule ``rule(argnum, g, ans, *args, **kwargs)`` for a variadic primitive."""
     fn.primitive.vjp_argnum = rule  # type: ignore[attr-defined]
+
+
+def defjvp(fn: Callable, *rules: Callable | None) -> None:
+    """Register one JVP rule per positional argument of primitive ``fn``: ``rule(t, ans, *args,
+    **kwargs)`` is the output's tangent due to that argument's tangent ``t`` (None: the argument
+    carries no derivative, as a None VJP rule). The forward pass adds the rules' results and
+    broadcasts them to the output's shape; rules are written with rlgrad's functions, as VJP
+    rules are, so forward mode can itself be differentiated."""
+    fn.primitive.jvps = rules  # type: ignore[attr-defined]
+
+
+def defjvp_argnum(fn: Callable, rule: Callable) -> None:
+    """One JVP rule ``rule(argnum, t, ans, *args, **kwargs)`` for a variadic primitive."""
+    fn.primitive.jvp_argnum = rule  # type: ignore[attr-defined]
+
+
+def defjvp_is_linear(fn: Callable, argnums: tuple[int, ...] | None = (0,)) -> None:
+    """``fn`` is linear in the arguments at ``argnums`` together (None: all its positional
+    arguments; the others are static: axes, shapes, indices, a condition): the output's tangent
+    is ``fn`` itself applied to their tangents (zeros where an argument has none)."""
+    fn.primitive.jvp_linear = True if argnums is None else tuple(argnums)  # type: ignore[attr-defined]
+
+
+def defjvp_elementwise(fn: Callable) -> None:
+    """An elementwise primitive's Jacobian is diagonal, so its own transpose: its VJP rules
+    (the incoming value times the partial derivative, broadcasting) are its JVP rules."""
+    p = fn.primitive  # type: ignore[attr-defined]
+    if p.vjps is None:
+        raise TypeError(f"defjvp_elementwise({p.name}): register its VJP rules first")
+    p.jvps = p.vjps  # pass_through (the argument reaches the output unchanged) works both ways

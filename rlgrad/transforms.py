@@ -6,25 +6,31 @@ of ``core.py``.  Nesting is safe: an inner transform differentiates with respect
 nodes (which are connected to an outer transform's through an identity op), so it never confuses
 its variable with an outer one, and while any transform is running, inner ones record their
 backward pass so the outer one can differentiate through it.
+
+Forward mode (``jvp``, ``linearize``, ``jacfwd``, ``make_jvp``, ``hessian``, ``hvp``) records the
+function the same way and then pushes tangents through the recording with the primitives' JVP
+rules (``forward.py``); it nests with reverse mode and with itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from rlgrad.core import match_dtype, run_backward
-from rlgrad.ops import identity, multiply, reshape, stack, stop_gradient
-from rlgrad.ops import sum as _sum
-from rlgrad.tensor import Tensor, _Depth, _Trace, constant
+from rlgrad.forward import graph_between, push_tangents
+from rlgrad.ops import identity, reshape, stack, stop_gradient
+from rlgrad.tensor import Tensor, _Depth, _next_seq, _Trace, constant
 from rlgrad.tracer import _GradMode
 
 __all__ = [
     "grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian", "make_vjp", "vjp",
     "hessian_tensor_product", "hvp", "make_hvp", "grad_and_aux", "tensor_jacobian_product",
-    "vector_jacobian_product", "make_jvp", "jvp", "tree_flatten", "tree_unflatten",
+    "vector_jacobian_product", "make_jvp", "jvp", "linearize", "jacfwd", "jacrev",
+    "tree_flatten", "tree_unflatten",
 ]
 
 
@@ -297,64 +303,242 @@ def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     return _unbox(out, nested), vjp_fn
 
 
-def jacobian(fun: Callable, argnum: int = 0, *, argnums: Any = None) -> Callable:
-    """The Jacobian, of shape ``out.shape + in.shape`` (one VJP per output element)."""
-    argnum = _argnums(argnum, argnums)
-    if isinstance(argnum, tuple | list):
-        raise NotImplementedError("jacobian takes a single argnum; call it once per argument")
-
-    def jacobian_fun(*args: Any, **kwargs: Any) -> Any:
-        out, fresh, nested, unpack = _trace(fun, args, kwargs, argnum, "jacobian")
-        if len(fresh) != 1:
-            raise TypeError("jacobian needs a single array argument, not a list or dict")
-        x = fresh[0]
-        out_shape = np.shape(_data(out))
-        n = int(np.prod(out_shape))
-        rows = []
-        for k in range(n):
-            basis = np.zeros(n, dtype=_data(out).dtype if isinstance(out, Tensor) else x.data.dtype)
-            basis[k] = 1
-            rows.append(_backprop(out, fresh, basis.reshape(out_shape), nested, retain=True)[0])
-        jac = stack(rows) if rows else np.zeros((0,) + x.shape, dtype=x.data.dtype)
-        return _unbox(reshape(jac, out_shape + x.shape), nested)
-
-    return jacobian_fun
+# ---- Jacobians and forward mode ---------------------------------------------------------------
+def _one_hot(k: int, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    e = np.zeros(math.prod(shape), dtype=dtype)
+    e[k] = 1
+    return e.reshape(shape)
 
 
-def hessian(fun: Callable, argnum: int = 0, *, argnums: Any = None) -> Callable:
-    """Matrix (tensor) of second derivatives: the Jacobian of the gradient."""
-    return jacobian(jacobian(fun, argnum, argnums=argnums), argnum, argnums=argnums)
+def _assemble(parts: list[Any], out_shape: tuple, in_shape: tuple, dtype: Any, axis: int) -> Any:
+    """One Jacobian block of shape ``out_shape + in_shape`` from its columns (forward mode,
+    ``axis=-1``: one tangent of the output per input element) or rows (reverse mode, ``axis=0``:
+    one gradient per output element)."""
+    if not parts:
+        return np.zeros(out_shape + in_shape, dtype=dtype)
+    return reshape(stack(parts, axis=axis), out_shape + in_shape)
+
+
+class _Linearized:
+    """``fun`` recorded once at its arguments (``_trace``'s fresh leaves); called with one tangent
+    per fresh leaf (None: zero), it pushes them through the recording (``forward.py``) and
+    returns one tangent per output leaf."""
+
+    def __init__(self, out: Any, fresh: list[Tensor], nested: bool, floor: int, where: str) -> None:
+        self.outs, self.odef = tree_flatten(out)
+        self.fresh = fresh
+        self.nested = nested
+        self.where = where
+        self.nodes = graph_between(self.outs, floor)
+
+    def __call__(self, tangents: list[Any]) -> list[Any]:
+        if len(tangents) != len(self.fresh):
+            raise ValueError(f"{self.where}: {len(tangents)} tangent arrays for {len(self.fresh)} "
+                             "primal arrays; the tangents must have the primals' structure")
+        # a tangent that requires grad (reverse over forward in the torch style) is kept in the graph
+        keep = self.nested or any(isinstance(v, Tensor) and v.requires_grad for v in tangents)
+        recorded = keep or _Trace.tape is not None
+        seeds: dict[int, Any] = {}
+        for x, v in zip(self.fresh, tangents):
+            if v is not None:
+                seeds[id(x)] = self._seed(x, v, recorded)
+        push_tangents(self.nodes, seeds, recorded)
+        result = []
+        for o in self.outs:
+            t = seeds.get(id(o)) if isinstance(o, Tensor) else None
+            if t is None:  # no path from a tangent to this output
+                t = np.zeros_like(np.asarray(_data(o)))
+            elif isinstance(o, Tensor) and t.dtype != o.data.dtype:
+                t = match_dtype(t, o)
+            result.append(_unbox(t, keep))
+        return result
+
+    def _seed(self, x: Tensor, v: Any, recorded: bool) -> Any:
+        shape = np.shape(_data(v))
+        if shape != x.data.shape:
+            raise ValueError(f"{self.where}: a tangent has shape {shape} but its primal has shape "
+                             f"{x.data.shape}; each tangent must have its primal's shape")
+        if isinstance(v, Tensor):
+            v = match_dtype(v, x)
+            return v if recorded else v.data
+        v = np.asarray(v, dtype=x.data.dtype)
+        return constant(v) if recorded else v
+
+
+def _linearize(fun: Callable, args: tuple, kwargs: dict, argnum: Any, where: str,
+               has_aux: bool = False) -> tuple[_Linearized, Callable, Any, Any]:
+    """Record ``fun`` at ``args`` for forward mode: (linearized, unpack, out, aux)."""
+    floor = _next_seq()  # every node the fresh leaves can reach is numbered after this
+    out, fresh, nested, unpack = _trace(fun, args, kwargs, argnum, where)
+    aux = None
+    if has_aux:
+        if not isinstance(out, tuple) or len(out) != 2:
+            raise TypeError(f"{where}(has_aux=True) needs a function returning a pair (output, aux)")
+        out, aux = out
+    return _Linearized(out, fresh, nested, floor, where), unpack, out, aux
+
+
+def _tangent_leaves(primals: Sequence[Any], tangents: Sequence[Any], where: str) -> list[Any]:
+    if len(primals) != len(tangents):
+        raise ValueError(f"{where}: {len(primals)} primals but {len(tangents)} tangents; give one "
+                         "tangent per primal, with its structure and shapes")
+    leaves: list[Any] = []
+    for i, (p, t) in enumerate(zip(primals, tangents)):
+        pl, pdef = tree_flatten(p)
+        tl, tdef = tree_flatten(t)
+        if pdef != tdef or len(pl) != len(tl):
+            raise ValueError(f"{where}: tangent {i} does not have the structure of primal {i} "
+                             f"({len(tl)} arrays in {type(t).__name__} vs {len(pl)} in "
+                             f"{type(p).__name__}); each tangent must match its primal")
+        leaves.extend(tl)
+    return leaves
+
+
+def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any],
+        has_aux: bool = False) -> tuple:
+    """JAX: ``jvp(fun, primals, tangents) -> (fun(*primals), J @ tangents)`` in forward mode.
+
+    ``primals`` and ``tangents`` are tuples (or lists) with one entry per argument of ``fun``,
+    each an array or a pytree of arrays; a tangent has its primal's structure and shapes. The
+    output's tangent has the output's structure. ``has_aux``: ``fun`` returns ``(out, aux)``
+    and the result is ``(out, out_tangent, aux)``."""
+    if not isinstance(primals, tuple | list) or not isinstance(tangents, tuple | list):
+        raise TypeError(
+            "jvp: primals and tangents must be tuples or lists with one entry per argument of "
+            f"fun, e.g. jvp(f, (x,), (v,)); got {type(primals).__name__} and "
+            f"{type(tangents).__name__}")
+    leaves = _tangent_leaves(primals, tangents, "jvp")
+    lin, _, out, aux = _linearize(fun, tuple(primals), {}, tuple(range(len(primals))), "jvp", has_aux)
+    t_out = tree_unflatten(lin.odef, lin(leaves))
+    if has_aux:
+        return _unbox(out, lin.nested), t_out, _unbox(aux, lin.nested)
+    return _unbox(out, lin.nested), t_out
+
+
+def linearize(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
+    """JAX: ``linearize(fun, *primals) -> (fun(*primals), f_jvp)``, ``f_jvp(*tangents)`` the JVP
+    at ``primals``. ``fun`` runs once; each call of ``f_jvp`` is one forward sweep over what it
+    recorded (which ``f_jvp`` keeps alive). ``has_aux``: ``(out, f_jvp, aux)``."""
+    lin, _, out, aux = _linearize(fun, primals, {}, tuple(range(len(primals))), "linearize", has_aux)
+
+    def f_jvp(*tangents: Any) -> Any:
+        return tree_unflatten(lin.odef, lin(_tangent_leaves(primals, tangents, "linearize")))
+
+    if has_aux:
+        return _unbox(out, lin.nested), f_jvp, _unbox(aux, lin.nested)
+    return _unbox(out, lin.nested), f_jvp
+
+
+def make_jvp(fun: Callable, argnum: Any = 0) -> Callable:
+    """HIPS autograd: ``make_jvp(fun)(*args)(v) -> (fun(*args), J @ v)`` in forward mode. ``v``
+    has the structure of ``args[argnum]`` (an array, or a list/tuple/dict of them)."""
+
+    def jvp_maker(*args: Any, **kwargs: Any) -> Callable:
+        def jvp_fn(v: Any) -> tuple[Any, Any]:
+            lin, _, out, _ = _linearize(fun, args, kwargs, argnum, "make_jvp")
+            t = tree_unflatten(lin.odef, lin(tree_flatten(v)[0]))
+            return _unbox(out, lin.nested), t
+
+        return jvp_fn
+
+    return jvp_maker
+
+
+def jacfwd(fun: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
+    """JAX: the Jacobian by forward mode: ``fun`` runs once, then one forward sweep per input
+    element (the cheaper way when there are fewer inputs than outputs). ``argnums``: an int or
+    a tuple; inputs and outputs may be pytrees. The result has the output's structure, each leaf
+    holding the argument's structure (a tuple over ``argnums`` if it is one) of blocks of shape
+    ``out.shape + in.shape``."""
+
+    def jacfwd_fun(*args: Any, **kwargs: Any) -> Any:
+        lin, unpack, _, aux = _linearize(fun, args, kwargs, argnums, "jacfwd", has_aux)
+        n_in = len(lin.fresh)
+        blocks: list[list[Any]] = [[None] * n_in for _ in lin.outs]
+        for j, x in enumerate(lin.fresh):
+            cols: list[list[Any]] = [[] for _ in lin.outs]
+            for k in range(x.data.size):
+                seeds: list[Any] = [None] * n_in
+                seeds[j] = _one_hot(k, x.data.shape, x.data.dtype)
+                for o, t in enumerate(lin(seeds)):
+                    cols[o].append(t)
+            for o, out in enumerate(lin.outs):
+                od = np.asarray(_data(out))
+                blocks[o][j] = _assemble(cols[o], od.shape, x.data.shape, od.dtype, axis=-1)
+        jac = tree_unflatten(lin.odef, [unpack(row) for row in blocks])
+        return (jac, _unbox(aux, lin.nested)) if has_aux else jac
+
+    return jacfwd_fun
+
+
+def jacrev(fun: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
+    """JAX: the Jacobian by reverse mode: ``fun`` runs once, then one backward pass per output
+    element (the cheaper way when there are fewer outputs than inputs). Same arguments and
+    result structure as ``jacfwd``."""
+
+    def jacrev_fun(*args: Any, **kwargs: Any) -> Any:
+        out, fresh, nested, unpack = _trace(fun, args, kwargs, argnums, "jacrev")
+        aux = None
+        if has_aux:
+            if not isinstance(out, tuple) or len(out) != 2:
+                raise TypeError("jacrev(has_aux=True) needs a function returning a pair (output, aux)")
+            out, aux = out
+        outs, odef = tree_flatten(out)
+        per_out = []
+        for o in outs:
+            od = np.asarray(_data(o))
+            rows: list[list[Any]] = [[] for _ in fresh]
+            for k in range(od.size):
+                grads = _backprop(o, fresh, _one_hot(k, od.shape, od.dtype), nested, retain=True)
+                for j, g in enumerate(grads):
+                    rows[j].append(g)
+            per_out.append(unpack([_assemble(r, od.shape, x.data.shape, x.data.dtype, axis=0)
+                                   for r, x in zip(rows, fresh)]))
+        jac = tree_unflatten(odef, per_out)
+        return (jac, _unbox(aux, nested)) if has_aux else jac
+
+    return jacrev_fun
+
+
+def jacobian(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Callable:
+    """HIPS autograd: the Jacobian, of shape ``out.shape + in.shape``, by reverse mode (one
+    backward pass per output element): ``jacrev``. ``argnum`` may be a tuple, inputs and outputs
+    pytrees (``jacrev``'s structure); ``jacfwd`` is the forward-mode one."""
+    return jacrev(fun, _argnums(argnum, argnums))
+
+
+def hessian(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Callable:
+    """The matrix (tensor) of second derivatives, ``jacfwd(jacrev(fun))`` as JAX's: forward mode
+    over the recorded gradient, one sweep per input element."""
+    a = _argnums(argnum, argnums)
+    return jacfwd(jacrev(fun, a), a)
 
 
 def make_hvp(fun: Callable, argnum: int = 0) -> Callable:
     """HIPS autograd: ``make_hvp(fun)(*args) -> (hvp, grad)`` where ``hvp(v)`` is H @ v at args
-    and ``grad`` the gradient of ``fun`` there (what autograd returns: the VJP's ``ans``)."""
+    and ``grad`` the gradient of ``fun`` there. The gradient is recorded once; each ``hvp(v)`` is
+    a forward sweep over it (forward over reverse)."""
 
     def hvp_maker(*args: Any, **kwargs: Any) -> tuple[Callable, Any]:
-        return make_vjp(grad(fun, argnum), argnum)(*args, **kwargs)
+        lin, _, g, _ = _linearize(grad(fun, argnum), args, kwargs, argnum, "make_hvp")
+
+        def hvp_fn(v: Any) -> Any:
+            return tree_unflatten(lin.odef, lin(tree_flatten(v)[0]))
+
+        return hvp_fn, _unbox(g, lin.nested)
 
     return hvp_maker
 
 
 def hessian_tensor_product(fun: Callable, argnum: int = 0) -> Callable:
-    """``f(*args, v) -> H(args) @ v`` without forming H (the gradient of ``grad(fun) . v``)."""
+    """``f(*args, v) -> H(args) @ v`` without forming H: the JVP of ``grad(fun)`` along ``v``
+    (forward over reverse, as JAX's ``jvp(grad(f), (x,), (v,))``)."""
 
-    def vector_dot_grad(*args: Any, **kwargs: Any) -> Any:
+    def hvp_fun(*args: Any, **kwargs: Any) -> Any:
         *fargs, v = args
-        inner = grad(fun, argnum)
+        return make_hvp(fun, argnum)(*fargs, **kwargs)[0](v)
 
-        def gdot(*a: Any) -> Any:
-            gx = inner(*a, **kwargs)
-            gl, _ = tree_flatten(gx)
-            vl, _ = tree_flatten(v)
-            total = 0
-            for gi, vi in zip(gl, vl):
-                total = total + _sum(multiply(gi, vi))
-            return total
-
-        return grad(gdot, argnum)(*fargs)
-
-    return vector_dot_grad
+    return hvp_fun
 
 
 hvp = hessian_tensor_product
@@ -372,48 +556,3 @@ def tensor_jacobian_product(fun: Callable, argnum: int = 0) -> Callable:
 
 vector_jacobian_product = tensor_jacobian_product
 
-
-def make_jvp(fun: Callable, argnum: int = 0) -> Callable:
-    """HIPS autograd: ``make_jvp(fun)(*args)(v) -> (fun(*args), J @ v)``, the forward-mode
-    product obtained from two reverse passes (the transpose trick). ``v`` has the structure of
-    ``args[argnum]`` (an array, or a list/tuple/dict of them)."""
-
-    def jvp_maker(*args: Any, **kwargs: Any) -> Callable:
-        def jvp_fn(v: Any) -> tuple[Any, Any]:
-            out, fresh, nested, unpack = _trace(fun, args, kwargs, argnum, "make_jvp")
-            vs = tree_flatten(v)[0]
-            if len(vs) != len(fresh):
-                raise ValueError(f"make_jvp: the tangent has {len(vs)} arrays but the argument "
-                                 f"has {len(fresh)}; it must have the argument's structure")
-            od = _data(out)
-            zeros = np.zeros(np.shape(od), dtype=np.result_type(od))
-            if not (isinstance(out, Tensor) and out.requires_grad):
-                return _unbox(out, nested), zeros
-            u = constant(zeros)
-            u.requires_grad = True
-            g = run_backward([out], [u], retain_graph=True, create_graph=True, inputs=fresh)
-            roots, seeds = [], []
-            for x, vi in zip(fresh, vs):
-                if np.shape(_data(vi)) != x.shape:
-                    raise ValueError(f"make_jvp: the tangent has shape {np.shape(_data(vi))} but "
-                                     f"the argument has shape {x.shape}")
-                gx = g.get(id(x))
-                if isinstance(gx, Tensor) and gx.requires_grad:
-                    roots.append(gx)
-                    seeds.append(np.asarray(_data(vi), dtype=gx.data.dtype))
-            r = None
-            if roots:
-                res = run_backward(roots, seeds, retain_graph=nested, create_graph=nested, inputs=[u])
-                r = res.get(id(u))
-            return _unbox(out, nested), (_unbox(r, nested) if r is not None else zeros)
-
-        return jvp_fn
-
-    return jvp_maker
-
-
-def jvp(fun: Callable, primals: tuple, tangents: tuple) -> tuple[Any, Any]:
-    """JAX: ``jvp(fun, (x,), (v,)) -> (fun(x), J @ v)`` for a single primal."""
-    if len(primals) != 1:
-        raise NotImplementedError("jvp supports one primal; close over the others")
-    return make_jvp(fun)(*primals)(tangents[0])

@@ -172,7 +172,7 @@ def test_train_leaves_a_complete_run_directory(ref_run: Path) -> None:
     from rlgrad.rl import PPO
 
     model = PPO.load(str(ref_run / "checkpoint.safetensors"))
-    action, _ = model.predict(np.zeros(4, dtype=np.float32))
+    action, _ = model.predict(np.zeros(4, dtype=np.float32), deterministic=True)
     assert int(action) in (0, 1)
 
 
@@ -366,6 +366,20 @@ def test_gif_writer_and_missing_ffmpeg(tmp_path: Path, monkeypatch: pytest.Monke
     monkeypatch.setattr(evaluate, "_ffmpeg_exe", lambda: None)
     with pytest.raises(CLIError, match=r"\.gif"):
         evaluate.check_video_path(str(tmp_path / "a.mp4"))
+
+
+def test_eval_of_a_folder_holding_one_run_uses_it(ref_run: Path, tmp_path: Path) -> None:
+    """Issue 20: ``rlgrad eval runs/`` with one run inside evaluates it (and names it) instead of
+    refusing the folder; with two runs it names them in one line."""
+    runs = tmp_path / "runs"
+    shutil.copytree(ref_run, runs / "only", ignore=shutil.ignore_patterns("*.lock"))
+    p = cli("eval", str(runs), "--episodes", "2")
+    assert p.returncode == 0, p.stderr
+    assert f"using the one run inside it, {runs / 'only'}" in p.stdout
+    assert "mean return" in p.stdout
+    shutil.copytree(runs / "only", runs / "second")
+    line = one_error_line(cli("eval", str(runs), "--episodes", "2"))
+    assert "holds 2 runs; name one" in line and str(runs / "only") in line
 
 
 def test_eval_video_gif(ref_run: Path, work: Path) -> None:

@@ -242,3 +242,20 @@ def test_svd_of_a_rank_deficient_non_square_matrix():
     assert np.all(np.isfinite(g))
     with pytest.raises(ValueError, match="rank-deficient"):
         rlgrad.grad(lambda a: rnp.sum(la.svd(a, full_matrices=False)[0] * np.arange(12.0).reshape(4, 3)))(a)
+
+
+@pytest.mark.parametrize("ord_", [None, 2, 3, 1.5])
+def test_norm_of_zeros_has_gradient_zero(ord_):
+    """At x = 0 the norm has no derivative; its subgradient 0 is taken (PyTorch's, and rlgrad's
+    std's), not 0 / 0 = NaN (autograd's); elsewhere in the same call the gradient is exact."""
+    x = np.array([[0.0, 0.0, 0.0], [1.0, -2.0, 3.0]])
+    g = rlgrad.grad(lambda x: rnp.sum(la.norm(x, ord_, 1)))(x)
+    np.testing.assert_array_equal(g[0], 0 * x[0])
+    p = 2 if ord_ is None else ord_
+    want = np.sign(x[1]) * np.abs(x[1]) ** (p - 1) / np.linalg.norm(x[1], p) ** (p - 1)
+    np.testing.assert_allclose(g[1], want, rtol=1e-14)
+    zero = np.zeros((2, 2))
+    np.testing.assert_array_equal(rlgrad.grad(lambda m: la.norm(m, "fro"))(zero), zero)
+    if p >= 2:  # (for p < 2 the second derivative of |x| ** p is infinite at 0)
+        np.testing.assert_array_equal(rlgrad.hessian(lambda v: la.norm(v, ord_))(np.zeros(3)),
+                                      np.zeros((3, 3)))

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 import rlgrad
 import rlgrad.numpy as rnp
-from rlgrad import indexing, ops
+from rlgrad import indexing, ops, tracer
 from rlgrad.tensor import Tensor
 
 F64 = np.float64
@@ -1145,6 +1145,8 @@ def _bad_primitives() -> tuple[Any, Any]:
 
     frozen = rlgrad.primitive(np.sin, "frozen_sin", arity=1)
     rlgrad.defvjp(frozen, frozen_rule)
+    for p in (wrong, frozen):  # the same (bad) rules in forward mode
+        tracer.defjvp_elementwise(p)
     return wrong, frozen
 
 

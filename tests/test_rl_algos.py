@@ -191,8 +191,9 @@ def test_save_load_predict_same_actions(tmp_path, cls, env, kw):
     m.save(path)
     m2 = cls.load(path)
     obs = np.stack([m.observation_space.sample() for _ in range(16)])
-    np.testing.assert_array_equal(m.predict(obs)[0], m2.predict(obs)[0])
-    a1, _ = m.predict(obs[0])
+    np.testing.assert_array_equal(m.predict(obs, deterministic=True)[0],
+                                  m2.predict(obs, deterministic=True)[0])
+    a1, _ = m.predict(obs[0], deterministic=True)
     assert np.asarray(a1).shape == np.asarray(m.action_space.sample()).shape
 
 

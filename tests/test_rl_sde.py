@@ -221,7 +221,8 @@ def test_save_load_same_actions(tmp_path):
     m2 = SAC.load(path)
     assert m2.use_sde and m2.actor.log_std.shape == m.actor.log_std.shape
     obs = np.stack([m.observation_space.sample() for _ in range(2)]).astype(np.float32)
-    np.testing.assert_array_equal(m.predict(obs)[0], m2.predict(obs)[0])
+    np.testing.assert_array_equal(m.predict(obs, deterministic=True)[0],
+                                  m2.predict(obs, deterministic=True)[0])
     np.testing.assert_array_equal(m.predict(obs, deterministic=False)[0],
                                   m2.predict(obs, deterministic=False)[0])
     np.testing.assert_array_equal(m._explore(obs), m2._explore(obs))

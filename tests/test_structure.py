@@ -242,6 +242,36 @@ def test_primitives_live_where_the_docs_say() -> None:
         assert f"`{path}`" in docs, f"docs/engine.md does not list {path} among the primitives' homes"
 
 
+def library_primitives() -> list:
+    """Every primitive of the library: the module-level names of the modules that make them
+    (docs/engine.md) and of rlgrad.numpy's, public or not."""
+    import importlib
+    import pkgutil
+
+    import rlgrad.numpy
+    from rlgrad.tracer import Primitive
+
+    names = sorted(PRIMITIVE_MODULES) + ["rlgrad.numpy"] + [
+        info.name for info in pkgutil.walk_packages(rlgrad.numpy.__path__, "rlgrad.numpy.")]
+    found = {}
+    for name in names:
+        for value in vars(importlib.import_module(name)).values():
+            p = getattr(value, "primitive", None)
+            if isinstance(p, Primitive):
+                found[id(p)] = p
+    return list(found.values())
+
+
+def test_every_differentiable_primitive_has_a_jvp_rule() -> None:
+    """Forward mode covers the whole engine: every primitive of the library that can carry a
+    gradient has a JVP rule beside its VJP rule."""
+    prims = library_primitives()
+    assert len(prims) > 90 and "matmul" in {p.name for p in prims}
+    missing = sorted(p.name for p in prims if not p.nondiff and p.jvps is None
+                     and p.jvp_argnum is None and not p.jvp_linear)
+    assert not missing, f"differentiable primitives without a JVP rule (defjvp): {missing}"
+
+
 @pytest.mark.parametrize("old, new", [
     ("rlgrad.functional.grad", "rlgrad.transforms.grad"),
     ("rlgrad.functional.tree_flatten", "rlgrad.transforms.tree_flatten"),

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.cli.errors import CLIError
-from rlgrad.cli.run_dir import RunDir
+from rlgrad.cli.run_dir import RunDir, run_inside
 
 VIDEO_FORMATS = (".gif", ".mp4")
 
@@ -139,7 +139,7 @@ def evaluate_run(rd: RunDir, episodes: int, deterministic: bool = True, seed: in
 def cmd_eval(run_dir: str, episodes: int, video: str | None, deterministic: bool, seed: int,
              max_frames: int) -> int:
     vpath = check_video_path(video) if video else None
-    algo, cfg, _, _ = evaluate_run(RunDir(run_dir), episodes, deterministic, seed)
+    algo, cfg, _, _ = evaluate_run(run_inside(run_dir), episodes, deterministic, seed)
     if vpath is not None:
         frames, ret, fps = record_episode(algo, str(cfg["env_id"]), seed, deterministic,
                                           max_frames)

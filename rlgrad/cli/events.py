@@ -9,27 +9,13 @@ of earlier files at or after that step. Values come back as TensorBoard stores t
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from rlgrad.rl.logger import without_torch  # noqa: F401 - it lived here; the CLI imports it from here
+
 STEP_KEY = "time/total_timesteps"
-
-
-@contextlib.contextmanager
-def without_torch() -> Iterator[None]:
-    """tensorboardX imports torch when it is installed, only to accept torch tensors (2-5 s per
-    process); rlgrad logs floats, so that import is made to fail fast while tensorboardX loads."""
-    missing = "torch" not in sys.modules
-    if missing:
-        sys.modules["torch"] = None  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        if missing:
-            sys.modules.pop("torch", None)
 
 
 def _records(path: Path) -> Iterator[bytes]:

@@ -52,6 +52,22 @@ class DamagedCheckpoint(CLIError):
     checkpoint, or state that does not fit): an earlier checkpoint may stand in for it."""
 
 
+def run_inside(path: str | os.PathLike) -> RunDir:
+    """The run directory ``path``, or the one run in the folder ``path`` (``runs/`` holding a
+    single run: it is named on stdout); a folder of several runs is refused, naming them."""
+    rd = RunDir(path)
+    if not rd.path.is_dir() or rd.config.exists():
+        return rd
+    runs = sorted(p for p in rd.path.iterdir() if (p / CONFIG).is_file())
+    if len(runs) == 1:
+        print(f"{rd.path}: using the one run inside it, {runs[0]}")
+        return RunDir(runs[0])
+    if len(runs) > 1:
+        shown = ", ".join(str(p) for p in runs[:3]) + (", ..." if len(runs) > 3 else "")
+        raise CLIError(f"'{rd.path}' holds {len(runs)} runs; name one: {shown}")
+    return rd
+
+
 def default_run_dir(env_id: str, algo: str, seed: int, root: str = "runs") -> Path:
     """``runs/ENV__ALGO__SEED__TIMESTAMP`` (a suffix is added if two runs start in one second)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -71,32 +71,6 @@ class SignalGuard:
             signal.signal(s, h)
 
 
-def _tensorboard_writer(logdir: Path, purge_step: int | None) -> Any:
-    """A tensorboardX SummaryWriter (loaded without torch: see ``events.without_torch``)."""
-    from rlgrad.cli.events import without_torch
-
-    with without_torch():
-        from tensorboardX import SummaryWriter
-    return SummaryWriter(str(logdir), purge_step=purge_step, flush_secs=10)
-
-
-class TensorBoardRowWriter:
-    """Logger writer: every number of a row as a TensorBoard scalar under its SB3 key."""
-
-    def __init__(self, logdir: Path, purge_step: int | None = None) -> None:
-        self.writer = _tensorboard_writer(logdir, purge_step)
-
-    def write(self, row: dict[str, Any], step: int) -> None:
-        for k, v in row.items():
-            if k != "time/total_timesteps" and isinstance(v, int | float) and not isinstance(
-                    v, bool):
-                self.writer.add_scalar(k, v, step)
-        self.writer.flush()
-
-    def close(self) -> None:
-        self.writer.close()
-
-
 def save_checkpoint(algo: Any, rd: RunDir, cfg: dict[str, Any]) -> None:
     state = algo.get_state(include_replay_buffer=bool(cfg.get("checkpoint_replay_buffer")))
     env_state = None
@@ -119,6 +93,8 @@ def save_checkpoint(algo: Any, rd: RunDir, cfg: dict[str, Any]) -> None:
 
 class CheckpointCallback(BaseCallback):
     """Checkpoints every ``interval`` steps (at iteration ends), refreshes the PNG, obeys signals."""
+
+    uses_locals = False
 
     def __init__(self, rd: RunDir, cfg: dict[str, Any], guard: SignalGuard, last_step: int) -> None:
         super().__init__()
@@ -153,10 +129,10 @@ def refresh_curve(rd: RunDir) -> None:
 
 
 def _add_writers(algo: Any, rd: RunDir, purge_step: int | None) -> None:
-    from rlgrad.rl.logger import CSVWriter
+    from rlgrad.rl.logger import CSVWriter, TensorBoardWriter
 
     algo.logger.add_writer(CSVWriter(str(rd.metrics)))
-    algo.logger.add_writer(TensorBoardRowWriter(rd.path, purge_step))
+    algo.logger.add_writer(TensorBoardWriter(str(rd.path), purge_step))
 
 
 def _train_loop(algo: Any, rd: RunDir, cfg: dict[str, Any], progress: bool, resumed: bool,

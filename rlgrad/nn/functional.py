@@ -18,7 +18,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from rlgrad import ops
 from rlgrad.indexing import one_hot as _one_hot
 from rlgrad.tensor import Tensor, _const, _shape, _Trace
-from rlgrad.tracer import defvjp, is_grad_enabled, primitive
+from rlgrad.tracer import defjvp, defjvp_elementwise, defvjp, is_grad_enabled, primitive
 
 __all__ = [
     "linear", "conv2d", "relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu",
@@ -114,6 +114,11 @@ defvjp(_linear_grad_input_p, lambda c, ans, g, w: _linear_p(c, w),
        lambda c, ans, g, w: _linear_grad_weight_p(g, c))
 defvjp(_linear_grad_weight_p, lambda c, ans, g, x: _linear_p(x, c),
        lambda c, ans, g, x: _linear_grad_input_p(g, c))
+# both are bilinear: the tangent is the same product with one factor replaced by its tangent
+defjvp(_linear_grad_input_p, lambda t, ans, g, w: _linear_grad_input_p(t, w),
+       lambda t, ans, g, w: _linear_grad_input_p(g, t))
+defjvp(_linear_grad_weight_p, lambda t, ans, g, x: _linear_grad_weight_p(t, x),
+       lambda t, ans, g, x: _linear_grad_weight_p(g, t))
 
 
 def _linear_vjp_b(g: Any, ans: Any, x: Any, weight: Any, bias: Any = None) -> Any:
@@ -123,6 +128,8 @@ def _linear_vjp_b(g: Any, ans: Any, x: Any, weight: Any, bias: Any = None) -> An
 _linear_p = primitive(_linear, "linear", writes_out=True)
 defvjp(_linear_p, lambda g, ans, x, weight, bias=None: _linear_grad_input_p(g, weight),
        lambda g, ans, x, weight, bias=None: _linear_grad_weight_p(g, x), _linear_vjp_b)
+defjvp(_linear_p, lambda t, ans, x, weight, bias=None: _linear_p(t, weight),
+       lambda t, ans, x, weight, bias=None: _linear_p(x, t), lambda t, ans, x, weight, bias=None: t)
 
 
 def linear(input: Any, weight: Any, bias: Any = None) -> Any:  # noqa: A002 - torch's name
@@ -258,6 +265,26 @@ defvjp(
     lambda h, ans, x, g, stride, padding, ws, cols=None:
         _conv2d_p(x, h, stride=stride, padding=padding),
 )
+# The three are bilinear (conv2d affine in its bias): one factor replaced by its tangent.
+defjvp(
+    _conv2d_p,
+    lambda t, ans, x, w, b=None, cols=None, stride=1, padding=0:
+        _conv2d_p(t, w, stride=stride, padding=padding),
+    lambda t, ans, x, w, b=None, cols=None, stride=1, padding=0:
+        _conv2d_p(x, t, None, cols, stride=stride, padding=padding),
+    lambda t, ans, x, w, b=None, cols=None, stride=1, padding=0: t.reshape((1, -1, 1, 1)),
+)
+defjvp(
+    conv2d_input_grad,
+    lambda t, ans, g, w, stride, padding, xs: conv2d_input_grad(t, w, stride, padding, xs),
+    lambda t, ans, g, w, stride, padding, xs: conv2d_input_grad(g, t, stride, padding, xs),
+)
+defjvp(
+    conv2d_weight_grad,
+    lambda t, ans, x, g, stride, padding, ws, cols=None: conv2d_weight_grad(t, g, stride, padding, ws),
+    lambda t, ans, x, g, stride, padding, ws, cols=None:
+        conv2d_weight_grad(x, t, stride, padding, ws, cols),
+)
 
 
 def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,  # noqa: A002
@@ -292,6 +319,7 @@ def _elu(x: Any, alpha: float = 1.0) -> Any:
 
 elu_p = primitive(_elu, "elu", arity=1)
 defvjp(elu_p, lambda g, ans, x, alpha=1.0: g * ops.where(x > 0, 1.0, ans + alpha))
+defjvp_elementwise(elu_p)
 
 
 def elu(input: Any, alpha: float = 1.0) -> Any:  # noqa: A002
@@ -412,6 +440,12 @@ def _reduce_np(loss: np.ndarray, reduction: str) -> Any:
     return loss
 
 
+def _reduce_tangent(t: Any, reduction: str) -> Any:
+    """A fused loss's tangent: its VJP rule given the input's tangent is the elementwise term
+    (already scaled by the reduction), summed unless the loss is per element."""
+    return t if reduction == "none" else ops.sum(t)
+
+
 # The regression losses are fused primitives (difference, elementwise loss and reduction in one
 # recorded node): they sit in every value-function and Q-learning update.
 def _mse_fwd(input: Any, target: Any, reduction: str = "mean") -> Any:  # noqa: A002
@@ -429,6 +463,10 @@ def _mse_vjp(g: Any, ans: Any, input: Any, target: Any, reduction: str = "mean")
 
 _mse_p = primitive(_mse_fwd, "mse_loss")
 defvjp(_mse_p, _mse_vjp, lambda g, ans, x, t, reduction="mean": -_mse_vjp(g, ans, x, t, reduction))
+# the elementwise derivative times the tangent, reduced as the loss is
+defjvp(_mse_p,
+       lambda t, ans, x, y, reduction="mean": _reduce_tangent(_mse_vjp(t, ans, x, y, reduction), reduction),
+       lambda t, ans, x, y, reduction="mean": -_reduce_tangent(_mse_vjp(t, ans, x, y, reduction), reduction))
 
 
 def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Any:  # noqa: A002
@@ -467,6 +505,10 @@ def _huber_vjp(g: Any, ans: Any, input: Any, target: Any, delta: float = 1.0,  #
 _huber_p = primitive(_huber_fwd, "huber_loss")
 defvjp(_huber_p, _huber_vjp, lambda g, ans, x, t, delta=1.0, reduction="mean", scale=1.0:
        -_huber_vjp(g, ans, x, t, delta, reduction, scale))
+defjvp(_huber_p, lambda t, ans, x, y, delta=1.0, reduction="mean", scale=1.0:
+       _reduce_tangent(_huber_vjp(t, ans, x, y, delta, reduction, scale), reduction),
+       lambda t, ans, x, y, delta=1.0, reduction="mean", scale=1.0:
+       -_reduce_tangent(_huber_vjp(t, ans, x, y, delta, reduction, scale), reduction))
 
 
 def huber_loss(input: Any, target: Any, reduction: str = "mean", delta: float = 1.0) -> Any:  # noqa: A002

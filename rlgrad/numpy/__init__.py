@@ -58,8 +58,6 @@ from numpy import (  # noqa: E402,F401
 
 from rlgrad import ops as _ops
 from rlgrad.numpy import linalg  # noqa: E402,F401
-from rlgrad.numpy._arrays import array_from as _array_from
-from rlgrad.numpy._arrays import holds_tensor as _holds_tensor
 from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     abs,
     absolute,
@@ -118,6 +116,7 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     matmul,
     max,
     maximum,
+    mean,
     min,
     minimum,
     mod,
@@ -143,6 +142,7 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     stack,
     stop_gradient,
     subtract,
+    sum,
     swapaxes,
     take_along_axis,
     tan,
@@ -155,6 +155,8 @@ from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
     trunc,
     where,
 )
+from rlgrad.ops import array_from as _array_from
+from rlgrad.ops import holds_tensor as _holds_tensor
 from rlgrad.tensor import Tensor as _Tensor
 from rlgrad.tensor import _Trace
 from rlgrad.tracer import primitive as _primitive
@@ -240,22 +242,6 @@ def asarray(a: Any, *args: Any, **kwargs: Any) -> Any:
 def _listed(x: Any) -> Any:
     """A list or tuple holding Tensors as one array (autograd's mean/std/var of lists)."""
     return _array_from(x, False) if type(x) in (list, tuple) and _holds_tensor(x) else x
-
-
-def sum(a: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A001
-    if type(a) is list or type(a) is tuple:
-        a = _listed(a)
-    return _ops_sum(a, *args, **kwargs)
-
-
-def mean(a: Any, *args: Any, **kwargs: Any) -> Any:
-    if type(a) is list or type(a) is tuple:
-        a = _listed(a)
-    return _ops_mean(a, *args, **kwargs)
-
-
-_ops_sum, _ops_mean = _ops.sum, _ops.mean
-sum.__doc__, mean.__doc__ = _ops_sum.__doc__, _ops_mean.__doc__
 
 
 @_numpy_on_arrays(_np.var)

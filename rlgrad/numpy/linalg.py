@@ -4,7 +4,8 @@
 decompositions with several outputs (``eigh``, ``eig``, ``svd``) are primitives here: each returns
 its outputs packed into one array that the public function unpacks by indexing, so one
 decomposition serves every output and its VJP rule sees the gradients of all of them at once
-(zeros for an output that is not used). On plain arrays every function is NumPy's own.
+(zeros for an output that is not used), and its JVP rule gives their tangents packed the same
+way (forward mode). On plain arrays every function is NumPy's own.
 
 The rules are the ones autograd uses (M. Giles, "An extended collection of matrix derivative
 results", 2008; J. Townsend, "Differentiating the singular value decomposition", 2016), written
@@ -20,7 +21,6 @@ from typing import Any, NamedTuple
 
 import numpy as _np
 
-from rlgrad.numpy._arrays import array_from, holds_tensor
 from rlgrad.ops import (  # noqa: F401
     _T,
     absolute,
@@ -42,9 +42,11 @@ from rlgrad.ops import (  # noqa: F401
     triu,
     where,
 )
+from rlgrad.ops import array_from as _array_from
+from rlgrad.ops import holds_tensor as _holds_tensor
 from rlgrad.tensor import Tensor as _Tensor
 from rlgrad.tensor import _shape, _Trace, constant
-from rlgrad.tracer import defvjp, primitive
+from rlgrad.tracer import defjvp, defvjp, primitive
 
 LinAlgError = _np.linalg.LinAlgError
 
@@ -77,8 +79,8 @@ def _real_only(a: Any, name: str) -> None:
 
 
 def _inverse_gaps(diff: Any) -> Any:
-    """1 / diff where diff != 0, else 0 (the diagonal, and exactly repeated values, whose terms
-    ``_refuse_at_repeated`` checks are not needed)."""
+    """1 / diff, and 0 where diff == 0: on the diagonal, and at exactly repeated values, where
+    ``_refuse_at_repeated`` has checked that no gradient couples the two vectors."""
     nz = diff != 0
     return where(nz, 1 / where(nz, diff, 1), 0)
 
@@ -118,8 +120,22 @@ def _eigh_vjp(g: Any, ans: Any, a: Any, UPLO: str = "L") -> Any:  # noqa: N803
     return tril(both) if UPLO.upper() == "L" else triu(both)
 
 
+def _eigh_jvp(t: Any, ans: Any, a: Any, UPLO: str = "L") -> Any:  # noqa: N803
+    # the symmetric matrix eigh sees: the triangle it reads, mirrored
+    low = tril(t) if UPLO.upper() == "L" else _T(triu(t))
+    ts = low + _T(tril(low, -1))
+    w, v = ans[..., 0, :], ans[..., 1:, :]
+    m = matmul(matmul(_T(v), ts), v)  # V^T dA V
+    diff = w[..., None, :] - w[..., :, None]  # [i, j]: w_j - w_i
+    _refuse_at_repeated(diff, m, "eigh")
+    dw = sum(m * _np.eye(_shape(a)[-1], dtype=ans.dtype), axis=-1)
+    dv = matmul(v, _inverse_gaps(diff) * m)
+    return concatenate([dw[..., None, :], dv], axis=-2)
+
+
 _eigh_p = primitive(_eigh_packed, "eigh", arity=1)
 defvjp(_eigh_p, _eigh_vjp)
+defjvp(_eigh_p, _eigh_jvp)
 
 
 def eigh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803
@@ -161,8 +177,23 @@ def _eig_vjp(g: Any, ans: Any, a: Any) -> Any:
     return matmul(matmul(inv(ut), ge[..., None, :] * eye + _inverse_gaps(diff) * p), ut)
 
 
+def _eig_jvp(t: Any, ans: Any, a: Any) -> Any:
+    # A = U diag(e) U^-1: de = diag(U^-1 dA U), dU = U (F o U^-1 dA U), each column then kept
+    # at unit norm (NumPy's normalisation)
+    n = _shape(a)[-1]
+    e, u = ans[..., 0, :], ans[..., 1:, :]
+    p = matmul(matmul(inv(u), t), u)
+    diff = e[..., None, :] - e[..., :, None]
+    _refuse_at_repeated(diff, p, "eig")
+    de = sum(p * _np.eye(n, dtype=ans.dtype), axis=-1)
+    du = matmul(u, _inverse_gaps(diff) * p)
+    du = du - u * sum(u * du, axis=-2, keepdims=True)
+    return concatenate([de[..., None, :], du], axis=-2)
+
+
 _eig_p = primitive(_eig_packed, "eig", arity=1)
 defvjp(_eig_p, _eig_vjp)
+defjvp(_eig_p, _eig_jvp)
 
 
 def eig(a: Any) -> Any:
@@ -246,8 +277,49 @@ def _svd_reduced_vjp(gu: Any, gs: Any, gvh: Any, u: Any, s: Any, vh: Any) -> Any
                            _np.eye(m, dtype=s.dtype) - matmul(u, _T(u))))
 
 
+def _svd_jvp(t: Any, ans: Any, a: Any, full_matrices: bool = True) -> Any:
+    shape = _shape(a)
+    m, n, k, ku, kv = _svd_sizes(shape, full_matrices)
+    if ku > k or kv > k:
+        raise NotImplementedError("rlgrad.numpy.linalg.svd: forward mode through "
+                                  "full_matrices=True of a non-square matrix is undefined (the "
+                                  "extra columns are any basis of a complement); use "
+                                  "full_matrices=False")
+    u, s, vh = _svd_unpack(ans, shape, full_matrices)
+    du, ds, dvh = _svd_reduced_jvp(t, u, s, vh)
+    b = tuple(shape[:-2])
+    return concatenate([reshape(du, b + (m * k,)), ds, reshape(dvh, b + (k * n,))], axis=-1)
+
+
+def _svd_reduced_jvp(t: Any, u: Any, s: Any, vh: Any) -> tuple[Any, Any, Any]:
+    # Townsend (2016): dP = U^T dA V, F_ij = 1 / (s_j^2 - s_i^2); the columns of U (V) also
+    # turn out of their span by (I - U U^T) dA V / s
+    m, k, n = _shape(u)[-2], _shape(s)[-1], _shape(vh)[-1]
+    v = _T(vh)
+    dp = matmul(matmul(_T(u), t), v)
+    s2 = s * s
+    diff = s2[..., None, :] - s2[..., :, None]
+    sym_u = dp * s[..., None, :] + s[..., :, None] * _T(dp)  # dP S + S dP^T
+    sym_v = s[..., :, None] * dp + _T(dp) * s[..., None, :]  # S dP + dP^T S
+    _refuse_at_repeated(diff, sym_u - _T(sym_u), "svd")
+    f = _inverse_gaps(diff)
+    ds = sum(dp * _np.eye(k, dtype=s.dtype), axis=-1)
+    du = matmul(u, f * sym_u)
+    dv = matmul(v, f * sym_v)
+    if m > k or n > k:
+        s_safe = where(s == 0, 1, s)
+        if m > k:
+            out_u = matmul(matmul(_np.eye(m, dtype=s.dtype) - matmul(u, _T(u)), t), v)
+            du = du + out_u / s_safe[..., None, :]
+        if n > k:
+            out_v = matmul(matmul(_np.eye(n, dtype=s.dtype) - matmul(v, vh), _T(t)), u)
+            dv = dv + out_v / s_safe[..., None, :]
+    return du, ds, _T(dv)
+
+
 _svd_p = primitive(_svd_packed, "svd", arity=1)
 defvjp(_svd_p, _svd_vjp)
+defjvp(_svd_p, _svd_jvp)
 
 
 def _singular_values(a: Any) -> Any:
@@ -261,6 +333,12 @@ def _svdvals_vjp(g: Any, ans: Any, a: Any) -> Any:
 
 _svdvals_p = primitive(_singular_values, "svdvals", arity=1)
 defvjp(_svdvals_p, _svdvals_vjp)
+defjvp(_svdvals_p, lambda t, ans, a: _svdvals_jvp(t, a))
+
+
+def _svdvals_jvp(t: Any, a: Any) -> Any:
+    u, _, vh = svd(a, full_matrices=False)  # ds = diag(U^T dA V)
+    return sum(u * matmul(t, _T(vh)), axis=-2)
 
 
 def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
@@ -293,8 +371,19 @@ def _pinv_vjp(g: Any, ans: Any, a: Any, *args: Any, **kwargs: Any) -> Any:
               + matmul(matmul(matmul(en - matmul(ans, a), g), ans_t), ans))
 
 
+def _pinv_jvp(t: Any, ans: Any, a: Any, *args: Any, **kwargs: Any) -> Any:
+    # Golub & Pereyra (1973): -A+ dA A+ + A+ A+^T dA^T (I - A A+) + (I - A+ A) dA^T A+^T A+
+    m, n = _shape(a)[-2:]
+    em, en = _np.eye(m, dtype=ans.dtype), _np.eye(n, dtype=ans.dtype)
+    ans_t, tt = _T(ans), _T(t)
+    return (-matmul(matmul(ans, t), ans)
+            + matmul(matmul(matmul(ans, ans_t), tt), em - matmul(a, ans))
+            + matmul(matmul(matmul(en - matmul(ans, a), tt), ans_t), ans))
+
+
 _pinv_p = primitive(_np.linalg.pinv, "pinv", arity=1)
 defvjp(_pinv_p, _pinv_vjp)
+defjvp(_pinv_p, _pinv_jvp)
 
 
 def pinv(a: Any, rcond: Any = None, hermitian: bool = False, **kwargs: Any) -> Any:
@@ -350,9 +439,17 @@ def matrix_power(a: Any, n: int) -> Any:
 
 
 # ---- norm --------------------------------------------------------------------------------------
+def _root(s: Any, p: Any = 2) -> Any:
+    """s ** (1 / p) of a sum of |x| ** p, with gradient 0 where s == 0 (all of x is 0): the
+    norm's subgradient there (PyTorch's, and std's), not 0 / 0 = NaN."""
+    zero = s == 0
+    safe = where(zero, 1, s)
+    return where(zero, 0, sqrt(safe) if p == 2 else safe ** (1 / p))
+
+
 def _vector_norm(x: Any, ord: Any, axis: Any, keepdims: bool) -> Any:  # noqa: A002
     if ord is None or ord == 2:
-        return sqrt(sum(x * x, axis=axis, keepdims=keepdims))
+        return _root(sum(x * x, axis=axis, keepdims=keepdims))
     if isinstance(ord, str):
         raise ValueError(f"Invalid norm order '{ord}' for vectors")
     if ord == _np.inf:
@@ -364,7 +461,7 @@ def _vector_norm(x: Any, ord: Any, axis: Any, keepdims: bool) -> Any:  # noqa: A
     if ord == 1:
         return sum(absolute(x), axis=axis, keepdims=keepdims)
     p = _np.asarray(ord, dtype=x.dtype)[()]  # NumPy raises in x's dtype
-    return sum(absolute(x) ** p, axis=axis, keepdims=keepdims) ** (1 / p)
+    return _root(sum(absolute(x) ** p, axis=axis, keepdims=keepdims), p)
 
 
 def _matrix_norm(x: Any, ord: Any, row: int, col: int) -> Any:  # noqa: A002
@@ -377,7 +474,7 @@ def _matrix_norm(x: Any, ord: Any, row: int, col: int) -> Any:  # noqa: A002
     elif ord in (_np.inf, -_np.inf):  # the largest (smallest) row sum
         sums, rest = sum(absolute(x), axis=col), row - (row > col)
     elif ord in (None, "fro", "f"):
-        return sqrt(sum(x * x, axis=(row, col)))
+        return _root(sum(x * x, axis=(row, col)))
     else:
         raise ValueError("Invalid norm order for matrices.")
     return max(sums, axis=rest) if ord in (1, _np.inf) else min(sums, axis=rest)
@@ -386,8 +483,8 @@ def _matrix_norm(x: Any, ord: Any, row: int, col: int) -> Any:  # noqa: A002
 def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A002
     """NumPy's norm, every ``ord`` it takes: vector p-norms (any p, 0, +-inf), and for matrices
     Frobenius, nuclear, +-2 (extreme singular values), +-1 and +-inf (column/row sums)."""
-    if type(x) in (list, tuple) and holds_tensor(x):  # (autograd's norm takes lists too)
-        x = array_from(x, False)
+    if type(x) in (list, tuple) and _holds_tensor(x):  # (autograd's norm takes lists too)
+        x = _array_from(x, False)
     if not isinstance(x, _Tensor):
         return _np.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
     _real_only(x, "norm")
@@ -396,7 +493,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
     nd = x.ndim
     if axis is None:
         if ord is None or (ord in ("f", "fro") and nd == 2) or (ord == 2 and nd == 1):
-            out = sqrt(sum(x * x))
+            out = _root(sum(x * x))
             return reshape(out, (1,) * nd) if keepdims else out
         axis = tuple(range(nd))
     elif not isinstance(axis, tuple):

@@ -5,6 +5,10 @@ distributions, with an API shaped like Stable-Baselines3's::
     hyper, env = split_preset(load_preset("ppo", "CartPole-v1"))
     model = PPO("CartPole-v1", seed=0, n_envs=env["n_envs"], **hyper).learn(env["n_timesteps"])
     mean, std = evaluate(model, "CartPole-v1", n_episodes=20)
+
+SB3 scripts run with ``stable_baselines3`` changed to ``rlgrad.rl`` in their imports:
+``PPO("MlpPolicy", "CartPole-v1", verbose=1)``, ``rlgrad.rl.common.callbacks``,
+``rlgrad.rl.common.vec_env``, ... (docs/dropin.md).
 """
 
 from __future__ import annotations
@@ -12,12 +16,24 @@ from __future__ import annotations
 from rlgrad.rl.a2c import A2C
 from rlgrad.rl.base import BaseAlgorithm, get_schedule_fn, linear_schedule
 from rlgrad.rl.buffers import ReplayBuffer, RolloutBuffer, compute_gae
-from rlgrad.rl.callbacks import BaseCallback, CallbackList, FunctionCallback
+from rlgrad.rl.callbacks import (
+    BaseCallback,
+    CallbackList,
+    CheckpointCallback,
+    EvalCallback,
+    EveryNTimesteps,
+    FunctionCallback,
+    ProgressBarCallback,
+    StopTrainingOnMaxEpisodes,
+    StopTrainingOnNoModelImprovement,
+    StopTrainingOnRewardThreshold,
+)
 from rlgrad.rl.ddpg import DDPG
 from rlgrad.rl.dqn import DQN
 from rlgrad.rl.envs import make_vec_env
-from rlgrad.rl.evaluation import evaluate
+from rlgrad.rl.evaluation import evaluate, evaluate_policy
 from rlgrad.rl.logger import CSVWriter, Logger, TensorBoardWriter
+from rlgrad.rl.monitor import Monitor
 from rlgrad.rl.normalize import Normalizer, RunningMeanStd
 from rlgrad.rl.ppo import PPO
 from rlgrad.rl.presets import list_presets, load_preset, split_preset
@@ -25,6 +41,7 @@ from rlgrad.rl.qrdqn import QRDQN
 from rlgrad.rl.reinforce import REINFORCE
 from rlgrad.rl.sac import SAC
 from rlgrad.rl.td3 import TD3
+from rlgrad.rl.vec_env import DummyVecEnv, SubprocVecEnv, VecCheckNan, VecEnv, VecNormalize
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
     "reinforce": REINFORCE, "a2c": A2C, "ppo": PPO, "dqn": DQN, "qrdqn": QRDQN,
@@ -53,4 +70,9 @@ __all__ = [
     "RunningMeanStd", "ReplayBuffer", "RolloutBuffer", "compute_gae", "evaluate",
     "get_schedule_fn", "linear_schedule", "list_presets", "load_preset", "make_from_preset",
     "make_vec_env", "split_preset",
+    # Stable-Baselines3's helpers (also at SB3's module paths under rlgrad.rl.common)
+    "CheckpointCallback", "EvalCallback", "EveryNTimesteps", "ProgressBarCallback",
+    "StopTrainingOnMaxEpisodes", "StopTrainingOnNoModelImprovement",
+    "StopTrainingOnRewardThreshold", "evaluate_policy", "Monitor", "DummyVecEnv", "SubprocVecEnv",
+    "VecCheckNan", "VecEnv", "VecNormalize",
 ]

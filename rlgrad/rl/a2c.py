@@ -23,7 +23,7 @@ class A2C(OnPolicyAlgorithm):
                  rms_prop_eps: float = 1e-5, use_rms_prop: bool = True,
                  normalize_advantage: bool = False, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
-                 seed: int | None = 0, verbose: int = 0, **env_options: Any) -> None:
+                 seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
         super().__init__(env, learning_rate, n_steps, gamma, gae_lambda, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, **env_options)

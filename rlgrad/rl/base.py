@@ -1,8 +1,9 @@
 """The algorithm base class, shaped like Stable-Baselines3's ``BaseAlgorithm``.
 
-``Algo(env, seed=0, **hyperparams)`` builds the vector environment, the networks and optimizers;
+``Algo(env, seed=0, **hyperparams)`` (or SB3's ``Algo("MlpPolicy", env, ...)``: see
+``rlgrad.rl.sb3_args``) builds the vector environment, the networks and optimizers;
 ``learn(total_timesteps, callback=None, progress_bar=False)`` trains (call it again with
-``reset_num_timesteps=False`` to continue in chunks); ``predict(obs, deterministic=True)`` acts;
+``reset_num_timesteps=False`` to continue in chunks); ``predict(obs, deterministic=False)`` acts;
 ``save(path)`` / ``Algo.load(path)`` go through rlgrad's safe checkpoints. The complete training
 state (networks, optimizers, counters, RNG streams, normaliser, optionally the replay buffer) is
 ``get_state()``: nested dicts of arrays, numbers and strings, restored by ``set_state``.
@@ -10,7 +11,9 @@ state (networks, optimizers, counters, RNG streams, normaliser, optionally the r
 
 from __future__ import annotations
 
+import contextvars
 import time
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
@@ -32,20 +35,44 @@ from rlgrad.rl.envs import (
     set_env_state,
 )
 from rlgrad.rl.finite import NonFiniteError
-from rlgrad.rl.hyperparams import capture, constructor_hyperparams
-from rlgrad.rl.logger import Logger
+from rlgrad.rl.hyperparams import capture, constructor_hyperparams, hyperparameters
+from rlgrad.rl.logger import HumanWriter, Logger, TensorBoardWriter, next_run_dir
 from rlgrad.rl.normalize import Normalizer
+from rlgrad.rl.policies import predict_with
 from rlgrad.rl.progress import ProgressBar
 from rlgrad.rl.ranges import check_hyperparams, check_relations
 from rlgrad.rl.runtime import keep_freed_memory, limit_blas_threads
+from rlgrad.rl.sb3_args import (
+    DEFAULT_POLICY,
+    action_noise_kwargs,
+    existing_checkpoint,
+    fresh_seed,
+    policy_error,
+    split_policy,
+    with_extension,
+)
 from rlgrad.rl.schedules import Schedule, get_schedule_fn, linear_schedule
 from rlgrad.rl.steps import set_grads
+from rlgrad.rl.vec_env import LazyInfos, VecEnv, vec_env_view
 
 # The helpers that lived here keep their old import path (rlgrad.rl.base.<name>).
 rng_state, set_rng_state = generator_state_dict, load_generator_state
 __all__ = ["BaseAlgorithm", "Schedule", "action_space_error", "constructor_hyperparams",
            "get_schedule_fn", "keep_freed_memory", "linear_schedule", "rng_state", "set_grads",
            "set_rng_state"]
+
+
+_LOADING: contextvars.ContextVar[bool] = contextvars.ContextVar("rlgrad_loading", default=False)
+
+
+def check_same_spaces(what: str, venv: Any, observation_space: Any, action_space: Any) -> None:
+    """One line when the vector env's spaces are not the model's (compared as their strings:
+    type, bounds, shape, dtype)."""
+    for kind, have, want in (("observation", venv.single_observation_space, observation_space),
+                             ("action", venv.single_action_space, action_space)):
+        if str(have) != str(want):
+            raise ValueError(f"{what}: the environment's {kind} space {have} is not the model's "
+                             f"{want}; pass an environment like the one it was trained on")
 
 
 def action_space_error(name: str, allowed: tuple[type, ...], space: spaces.Space) -> str:
@@ -60,7 +87,25 @@ def action_space_error(name: str, allowed: tuple[type, ...], space: spaces.Space
     return f"{name} supports {kinds} action spaces, got {space}"
 
 
-class BaseAlgorithm:
+class _AlgorithmType(type):
+    """Takes SB3's call ``Algo(policy, env, ...)`` as well as rlgrad's ``Algo(env, ...)``: the
+    policy name is taken out before ``__new__`` captures the hyperparameters."""
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        policy, args, kwargs = split_policy(cls.__name__, args, kwargs)
+        if "action_noise" in kwargs:  # SB3's noise object -> noise_type / noise_std
+            kwargs = dict(kwargs)
+            kwargs.update(action_noise_kwargs(cls.__name__, "noise_type" in hyperparameters(cls),
+                                              kwargs.pop("action_noise")))
+        obj = cls.__new__(cls, *args, **kwargs)
+        obj._policy_name = policy or DEFAULT_POLICY
+        if policy not in (None, DEFAULT_POLICY):
+            obj._hyperparams["policy"] = policy  # save/load rebuilds with the same policy
+        obj.__init__(*args, **kwargs)
+        return obj
+
+
+class BaseAlgorithm(metaclass=_AlgorithmType):
     """Shared machinery: environment, seeding, counters, logging, callbacks, predict, save/load."""
 
     _abstract = True  # not an algorithm itself (see rlgrad.rl.hyperparams)
@@ -69,6 +114,9 @@ class BaseAlgorithm:
     #: the Gymnasium action spaces the algorithm takes: checked when it is built, and read by the
     #: CLI to refuse an environment before building anything
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box)
+    #: SB3 policy names the algorithm builds, each with the policy_kwargs defaults it stands for
+    policy_aliases: ClassVar[dict[str, dict[str, Any]]] = {"MlpPolicy": {}}
+    _policy_name = DEFAULT_POLICY
 
     def __new__(cls, *args: Any, **kwargs: Any) -> BaseAlgorithm:
         # the hyperparameters of this call, through the whole class chain (rlgrad.rl.hyperparams)
@@ -76,20 +124,25 @@ class BaseAlgorithm:
         obj._hyperparams = capture(cls, args, kwargs) or {}
         return obj
 
-    def __init__(self, env: EnvLike, seed: int | None = 0, n_envs: int = 1,
+    def __init__(self, env: EnvLike, seed: int | None = None, n_envs: int = 1,
                  normalize: bool | dict[str, Any] = False, learning_rate: float | str | Schedule = 3e-4,
                  gamma: float = 0.99, policy_kwargs: dict[str, Any] | None = None,
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
                  vectorization_mode: str | None = None, blas_threads: int | None = 1,
-                 check_finite: bool = True) -> None:
+                 check_finite: bool = True, tensorboard_log: str | None = None,
+                 device: Any = "auto") -> None:
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
         keep_freed_memory()
         self.env_id = env if isinstance(env, str) else getattr(getattr(env, "spec", None), "id", None)
-        self.seed = 0 if seed is None else int(seed)
+        self.seed = fresh_seed() if seed is None else int(seed)
         self.n_envs = n_envs
         self.verbose = verbose
+        self.tensorboard_log = None if tensorboard_log is None else str(tensorboard_log)
+        self.device = "cpu"  # rlgrad computes on the CPU ("auto" and "cpu" mean it)
+        if verbose >= 1:
+            print(f"Using {self.device} device")
         self.gamma = float(gamma)
         self.learning_rate = learning_rate
         self.lr_schedule = get_schedule_fn(learning_rate)
@@ -101,27 +154,34 @@ class BaseAlgorithm:
         nn_init.manual_seed(self.seed)
         self.generator = Generator(self.seed)
         self.rng = self.generator.numpy
-        self.env = make_vec_env(env, n_envs=n_envs, env_kwargs=env_kwargs,
-                                vectorization_mode=vectorization_mode, record_statistics=False)
-        self.n_envs = self.env.num_envs
+        self._check_finite = check_finite
+        self._attach_env(make_vec_env(env, n_envs=n_envs, env_kwargs=env_kwargs,
+                                      vectorization_mode=vectorization_mode,
+                                      record_statistics=False), env)
         self.observation_space: spaces.Space = self.env.single_observation_space
         self.action_space: spaces.Space = self.env.single_action_space
-        check_relations(type(self).__name__, {**self._hyperparams, "n_envs": self.n_envs})
+        try:
+            check_relations(type(self).__name__, {**self._hyperparams, "n_envs": self.n_envs})
+        except ValueError as e:
+            if not _LOADING.get():
+                raise
+            # loaded onto an env with fewer copies (to predict, as SB3 scripts do): say it once
+            warnings.warn(f"{e}; fine for predict, change it before training further",
+                          stacklevel=3)
         if not isinstance(self.action_space, self.action_spaces):
             raise ValueError(action_space_error(type(self).__name__, self.action_spaces,
                                                 self.action_space))
+        self._apply_policy_name()
         self.obs_dim = flat_obs_dim(self.observation_space)
-        # episode statistics: a RecordEpisodeStatistics wrapper the env comes with, else kept by
-        # the step adapter (the same numbers, less work per step)
-        wrapper = find_episode_statistics(self.env)
-        own = EpisodeStatistics(self.n_envs) if wrapper is None else None
-        self._adapter = StepAdapter(self.env, check_finite=check_finite, statistics=own)
-        self._ep_stats: Any = wrapper if own is None else own
         self.normalizer: Normalizer | None = None
         if normalize:
             opts = dict(normalize) if isinstance(normalize, dict) else {}
             opts.setdefault("gamma", self.gamma)
             self.normalizer = Normalizer(self.obs_dim, self.n_envs, **opts)
+        if normalize and self._env_normalizes():
+            raise ValueError(f"{type(self).__name__}: normalize=True and a VecNormalize env both "
+                             "normalise; use one of them")
+        self._adopt_env_normalizer()
         self.logger = Logger()
         self.num_timesteps = 0
         self._total_timesteps = 0
@@ -133,6 +193,28 @@ class BaseAlgorithm:
         self._start_time = 0.0
         self._num_timesteps_at_start = 0
         self._stop = False
+
+    def _attach_env(self, venv: Any, given: Any) -> None:
+        """Train on the vector env ``venv`` (built from ``given``, what the user passed)."""
+        self.env = venv
+        self.n_envs = venv.num_envs
+        self._user_env = given if not isinstance(given, str) else None
+        self._env_view: Any = None  # get_env()'s SB3 interface, made on first use
+        # episode statistics: a RecordEpisodeStatistics wrapper the env comes with, else kept by
+        # the step adapter (the same numbers, less work per step)
+        wrapper = find_episode_statistics(venv)
+        own = EpisodeStatistics(self.n_envs) if wrapper is None else None
+        self._adapter = StepAdapter(venv, check_finite=self._check_finite, statistics=own)
+        self._ep_stats: Any = wrapper if own is None else own
+
+    def _apply_policy_name(self) -> None:
+        """SB3's policy name: refused in one line if the spaces or the algorithm do not fit it,
+        else its policy_kwargs defaults under the user's."""
+        name = self._policy_name
+        err = policy_error(type(self).__name__, name, self.observation_space, self.policy_aliases)
+        if err is not None:
+            raise ValueError(err)
+        self.policy_kwargs = {**self.policy_aliases.get(name, {}), **self.policy_kwargs}
 
     def net_kwargs(self, **defaults: Any) -> dict[str, Any]:
         """``policy_kwargs`` over the algorithm's network defaults (the one way every algorithm
@@ -204,15 +286,23 @@ class BaseAlgorithm:
             0.0, 1.0 - self.num_timesteps / max(self._total_timesteps, 1))
 
     def learn(self, total_timesteps: int, callback: Any = None, log_interval: int | None = None,
-              progress_bar: bool = False, reset_num_timesteps: bool = True) -> BaseAlgorithm:
-        """Train for ``total_timesteps`` environment steps (summed over the vector env copies)."""
+              tb_log_name: str | None = None, reset_num_timesteps: bool = True,
+              progress_bar: bool = False) -> BaseAlgorithm:
+        """Train for ``total_timesteps`` environment steps (summed over the vector env copies).
+
+        SB3's signature: ``log_interval`` iterations (on-policy) or episodes (off-policy) between
+        two rows of the log; with ``tensorboard_log`` set, the rows also go to TensorBoard event
+        files in ``<tensorboard_log>/<tb_log_name>_<n>`` (a new ``n`` per run, the same one when
+        continuing with ``reset_num_timesteps=False``); ``verbose=1`` prints them as SB3's table.
+        """
         if log_interval is not None:
             self.log_interval = log_interval
         self._setup_learn(total_timesteps, reset_num_timesteps)
+        writers = self._learn_writers(tb_log_name or type(self).__name__, reset_num_timesteps)
         cb = make_callback(callback)
         if cb is not None:
             cb.init_callback(self)
-            cb.on_training_start()
+            cb.on_training_start(locals(), globals())
         bar = ProgressBar(self._total_timesteps, self) if progress_bar else None
         try:
             while self.num_timesteps < self._total_timesteps:
@@ -229,9 +319,29 @@ class BaseAlgorithm:
         finally:
             if bar is not None:
                 bar.close()
+            for w in writers:
+                self.logger.writers.remove(w)
+                if hasattr(w, "close"):
+                    w.close()
         if cb is not None:
             cb.on_training_end()
         return self
+
+    def set_logger(self, logger: Logger) -> None:
+        """Log to ``logger`` from now on (SB3's; e.g. ``rlgrad.rl.common.logger.configure``)."""
+        self.logger = logger
+
+    def _learn_writers(self, tb_log_name: str, reset_num_timesteps: bool) -> list[Any]:
+        """The writers of one ``learn`` call: SB3's stdout table (``verbose >= 1``) and
+        TensorBoard (``tensorboard_log``)."""
+        writers: list[Any] = []
+        if self.verbose >= 1:
+            writers.append(HumanWriter())
+        if self.tensorboard_log is not None:
+            writers.append(TensorBoardWriter(next_run_dir(self.tensorboard_log, tb_log_name,
+                                                          new=reset_num_timesteps)))
+        self.logger.writers.extend(writers)
+        return writers
 
     def _record_rollout_stats(self) -> None:
         st = self._ep_stats
@@ -245,16 +355,64 @@ class BaseAlgorithm:
 
     # ---- acting ---------------------------------------------------------------------------------
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
-                deterministic: bool = True) -> tuple[np.ndarray, None]:
-        """Actions for one observation or a batch (SB3's signature: returns ``(actions, None)``)."""
-        obs = np.asarray(observation)
-        space = self.observation_space
-        single = obs.shape == space.shape if isinstance(space, spaces.Box) else obs.ndim == 0
-        if single:
-            obs = obs[None]
-        with rlgrad.no_grad():
-            actions = self._predict(self._obs(obs, update=False), deterministic)
-        return (actions[0] if single else actions), None
+                deterministic: bool = False) -> tuple[np.ndarray, None]:
+        """Actions for one observation or a batch (SB3's signature and default: sampled unless
+        ``deterministic``; returns ``(actions, None)``). Observations are the environment's: the
+        algorithm's own normaliser (``normalize=``) is applied here, a ``VecNormalize`` env
+        passed as ``env`` normalises them itself, as in SB3."""
+        norm = None if self._env_normalizes() else self.normalizer
+        return predict_with(self.observation_space, observation, lambda x: self._predict(
+            x if norm is None else norm.normalize_obs(x), deterministic))
+
+    def _adopt_env_normalizer(self) -> None:
+        """A VecNormalize env's statistics are the ones training updates (shared, as in SB3)."""
+        if self._env_normalizes():
+            self.normalizer = self._user_env.normalizer
+
+    def _infos(self, done: np.ndarray) -> LazyInfos:
+        """The last vector step's infos as SB3's per-copy list (a callback's locals["infos"])."""
+        return LazyInfos(self._adapter.last_info, self.n_envs, done, self._ep_stats,
+                         time.perf_counter() - self._start_time)
+
+    def _env_normalizes(self) -> bool:
+        """Whether the env the user passed normalises observations itself (SB3's VecNormalize)."""
+        return getattr(self._user_env, "normalizer", None) is not None
+
+    # ---- SB3's environment and seeding methods ---------------------------------------------------
+    def get_env(self) -> Any:
+        """The training environment with SB3's VecEnv interface (``reset() -> obs``,
+        ``step(a) -> (obs, rewards, dones, infos)``): the one passed in, or a view of the vector
+        env built from an id."""
+        if isinstance(self._user_env, VecEnv):
+            return self._user_env
+        if self._env_view is None:
+            self._env_view = vec_env_view(self.env, self.env_id)
+        return self._env_view
+
+    def set_env(self, env: Any, force_reset: bool = True) -> None:
+        """Train on ``env`` from now on: the same spaces and number of copies (the buffers are
+        sized by it); ``force_reset`` starts new episodes at the next ``learn``."""
+        venv = make_vec_env(env, n_envs=self.n_envs, record_statistics=False)
+        check_same_spaces(type(self).__name__, venv, self.observation_space, self.action_space)
+        if venv.num_envs != self.n_envs:
+            raise ValueError(f"{type(self).__name__}.set_env: the env has {venv.num_envs} "
+                             f"copies, the model was built for {self.n_envs}; build a new model "
+                             "or load it with env=")
+        self._attach_env(venv, env)
+        self._adopt_env_normalizer()
+        if force_reset:
+            self._last_obs = None
+
+    def set_random_seed(self, seed: int | None = None) -> None:
+        """Reseed the algorithm's generators (actions, minibatches, exploration) and the env's
+        next reset; ``None`` draws a fresh seed."""
+        self.seed = fresh_seed() if seed is None else int(seed)
+        rlgrad.random.seed(self.seed)
+        nn_init.manual_seed(self.seed)
+        self.generator.manual_seed(self.seed)
+        self.rng = self.generator.numpy
+        self._env_seeded = False
+        self._last_obs = None
 
     # ---- state ---------------------------------------------------------------------------------
     def get_state(self, include_replay_buffer: bool = True) -> dict[str, Any]:
@@ -267,7 +425,7 @@ class BaseAlgorithm:
             "rng": {"algo": generator_state_dict(self.rng),
                     "global": generator_state_dict(rlgrad.random.default_generator.numpy)},
         }
-        if self.normalizer is not None:
+        if self.normalizer is not None and not self._env_normalizes():  # a VecNormalize saves its own
             state["normalizer"] = self.normalizer.state_dict()
         if self._last_obs is not None:
             state["env"] = {"last_obs": np.asarray(self._last_obs).copy(),
@@ -293,7 +451,7 @@ class BaseAlgorithm:
         self._total_timesteps = int(c["total_timesteps"])
         load_generator_state(self.rng, state["rng"]["algo"])
         load_generator_state(rlgrad.random.default_generator.numpy, state["rng"]["global"])
-        if self.normalizer is not None and "normalizer" in state:
+        if self.normalizer is not None and "normalizer" in state and not self._env_normalizes():
             self.normalizer.load_state_dict(state["normalizer"])
         if "env" in state:
             self._last_obs = np.asarray(state["env"]["last_obs"])
@@ -310,28 +468,57 @@ class BaseAlgorithm:
         return dict(self._hyperparams)
 
     def save(self, path: str, include_replay_buffer: bool = False) -> None:
+        """Write a checkpoint to ``path`` (``.safetensors`` appended when it has no extension,
+        as SB3 appends ``.zip``). A schedule given as a function (a checkpoint holds no code) is
+        saved as its value at the start of training, with a warning; ``load(...,
+        custom_objects=...)`` or a keyword of ``load`` gives it back."""
         hp = self.get_hyperparams()
         for k, v in hp.items():
             if callable(v):
-                raise ValueError(
-                    f"hyperparameter {k!r} is a function and cannot be saved; use a number or a "
-                    "'lin_X' string"
-                )
+                hp[k] = float(v(1.0))
+                warnings.warn(f"{type(self).__name__}.save: hyperparameter {k!r} is a function; "
+                              f"saved as its starting value {hp[k]:g} (use a number or a 'lin_X' "
+                              f"string to save a schedule, or pass {k}= to load)", stacklevel=2)
         rlgrad.save({
             "algo": type(self).__name__, "env_id": self.env_id or "", "seed": self.seed,
             "hyperparams": hp, "state": self.get_state(include_replay_buffer),
-        }, path)
+            "spaces": {"observation": str(self.observation_space), "action": str(self.action_space)},
+        }, with_extension(path))
 
     @classmethod
-    def load(cls, path: str, env: EnvLike | None = None, **overrides: Any) -> BaseAlgorithm:
+    def load(cls, path: str, env: Any = None, device: Any = "auto",
+             custom_objects: dict[str, Any] | None = None, **overrides: Any) -> BaseAlgorithm:
+        """The algorithm saved at ``path`` (a classmethod, as SB3's): on ``env`` if given (its
+        spaces must be the saved ones), else on a new env of the saved id. ``overrides`` (and
+        SB3's ``custom_objects``) replace saved hyperparameters."""
+        overrides = {**(custom_objects or {}), **overrides}
+        for ignored in ("print_system_info", "force_reset"):  # SB3's; nothing to do here
+            overrides.pop(ignored, None)
+        path = existing_checkpoint(path)
         ckpt = rlgrad.load(path)
         if ckpt["algo"] != cls.__name__:
             raise ValueError(f"{path} holds a {ckpt['algo']} checkpoint, not {cls.__name__}")
+        given = env
         env = env if env is not None else ckpt["env_id"]
         if not env:
             raise ValueError("this checkpoint was trained on an environment instance; pass env=")
+        if given is not None and "spaces" in ckpt:  # before building networks that would not fit
+            check_same_spaces(f"{cls.__name__}.load({path!r})",
+                              make_vec_env(given, record_statistics=False),
+                              ckpt["spaces"]["observation"], ckpt["spaces"]["action"])
         hp = dict(ckpt["hyperparams"])
+        if given is not None and not isinstance(given, str):
+            hp.pop("n_envs", None)  # the env passed in has its own number of copies
         hp.update(overrides)
-        model = cls(env, seed=int(ckpt["seed"]), **hp)
-        model.set_state(ckpt["state"])
+        if device != "auto":
+            hp["device"] = device
+        token = _LOADING.set(True)
+        try:
+            model = cls(env, seed=int(ckpt["seed"]), **hp)
+        finally:
+            _LOADING.reset(token)
+        state = dict(ckpt["state"])
+        if given is not None:  # a new env starts new episodes (the saved ones were another env's)
+            state.pop("env", None)
+        model.set_state(state)
         return model

@@ -56,7 +56,7 @@ class DQN(OffPolicyAlgorithm):
                  exploration_initial_eps: float = 1.0, exploration_final_eps: float = 0.05,
                  max_grad_norm: float | None = 10.0, clip_delta: float = 1.0,
                  double_q: bool = False, n_envs: int = 1, normalize: bool | dict = False,
-                 policy_kwargs: dict | None = None, seed: int | None = 0, verbose: int = 0,
+                 policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
                  **env_options: Any) -> None:
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,

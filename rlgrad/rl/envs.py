@@ -88,6 +88,8 @@ def make_vec_env(
         venv = gym.make_vec(env, num_envs=n_envs, vectorization_mode=mode, **kwargs, **env_kwargs)
     elif isinstance(env, VectorEnv):
         venv = env
+    elif hasattr(env, "venv") and isinstance(env.venv, VectorEnv):  # SB3's interface (rl.vec_env)
+        venv = env.venv
     elif isinstance(env, gym.Env):
         if n_envs != 1:
             raise ValueError(
@@ -247,6 +249,7 @@ class StepAdapter:
         self.num_envs = venv.num_envs
         self.prev_done = np.zeros(self.num_envs, dtype=bool)
         self._all_valid = np.ones(self.num_envs, dtype=bool)
+        self.last_info: dict[str, Any] = {}
 
     def reset(self, seed: int | None = None) -> np.ndarray:
         obs, _ = self.venv.reset(seed=seed)
@@ -258,6 +261,7 @@ class StepAdapter:
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                                   np.ndarray, np.ndarray]:
         obs, rew, term, trunc, info = self.venv.step(actions)
+        self.last_info = info  # for callbacks (SB3's locals["infos"]), split only if read
         self.steps += 1
         if self.check_finite:
             check_transition(obs, rew, self.steps)

@@ -1,12 +1,20 @@
-"""Evaluation: mean and standard deviation of the return over complete episodes."""
+"""Evaluation: mean and standard deviation of the return over complete episodes.
+
+``evaluate`` is rlgrad's (env ids, episodes side by side in a vector env, seeded);
+``evaluate_policy`` is Stable-Baselines3's, with its arguments and results.
+"""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from rlgrad.rl.envs import EnvLike, StepAdapter, make_vec_env
+from rlgrad.rl.monitor import Monitor
+from rlgrad.rl.vec_env import as_vec_env
 
 
 def evaluate(agent: Any, env: EnvLike | None = None, n_episodes: int = 20,
@@ -40,3 +48,69 @@ def evaluate(agent: Any, env: EnvLike | None = None, n_episodes: int = 20,
             ret[i] = 0.0
     venv.close()
     return float(np.mean(returns)), float(np.std(returns))
+
+
+def evaluate_policy(model: Any, env: Any, n_eval_episodes: int = 10, deterministic: bool = True,
+                    render: bool = False, callback: Callable[[dict, dict], None] | None = None,
+                    reward_threshold: float | None = None, return_episode_rewards: bool = False,
+                    warn: bool = True) -> tuple[float, float] | tuple[list[float], list[int]]:
+    """Stable-Baselines3's ``evaluate_policy``: ``n_eval_episodes`` episodes of
+    ``model.predict`` on ``env`` (a VecEnv with SB3's interface, a Gymnasium env, or an id), the
+    episodes shared out over the copies as SB3 does (copy i runs ``(n + i) // n_envs``).
+
+    Returns ``(mean, std)`` of the episode returns, or with ``return_episode_rewards`` the lists
+    of returns and lengths. Returns come from ``Monitor``'s ``info["episode"]`` when the copies
+    are wrapped in one (the whole episode even if a wrapper ended it early), else from summing
+    the rewards ``env.step`` returns. ``callback(locals, globals)`` runs after every step of every
+    copy still counting; ``reward_threshold`` raises if the mean is not above it.
+    """
+    env = as_vec_env(env)
+    try:
+        monitored = bool(env.env_is_wrapped(Monitor)[0])
+    except AttributeError:  # copies outside this process
+        monitored = False
+    if not monitored and warn:
+        warnings.warn("evaluate_policy: the env is not wrapped in a Monitor, so the returns are "
+                      "the rewards as the env's wrappers changed them; wrap it in "
+                      "rlgrad.rl.monitor.Monitor to count whole episodes", UserWarning, stacklevel=2)
+    n = env.num_envs
+    targets = np.array([(n_eval_episodes + i) // n for i in range(n)], dtype=int)
+    counts = np.zeros(n, dtype=int)
+    current_rewards, current_lengths = np.zeros(n), np.zeros(n, dtype=int)
+    episode_rewards: list[float] = []
+    episode_lengths: list[int] = []
+    observations = env.reset()
+    states, episode_starts = None, np.ones(n, dtype=bool)
+    while (counts < targets).any():
+        actions, states = model.predict(observations, state=states, episode_start=episode_starts,
+                                        deterministic=deterministic)
+        new_observations, rewards, dones, infos = env.step(actions)
+        current_rewards += rewards
+        current_lengths += 1
+        for i in range(n):
+            if counts[i] >= targets[i]:
+                continue
+            episode_starts[i] = dones[i]
+            if callback is not None:
+                callback(locals(), globals())
+            if not dones[i]:
+                continue
+            if not monitored:
+                episode_rewards.append(float(current_rewards[i]))
+                episode_lengths.append(int(current_lengths[i]))
+                counts[i] += 1
+            elif "episode" in infos[i]:  # a life lost (Atari) ends no Monitor episode
+                episode_rewards.append(float(infos[i]["episode"]["r"]))
+                episode_lengths.append(int(infos[i]["episode"]["l"]))
+                counts[i] += 1
+            current_rewards[i], current_lengths[i] = 0.0, 0
+        observations = new_observations
+        if render:
+            env.render()
+    mean_reward, std_reward = float(np.mean(episode_rewards)), float(np.std(episode_rewards))
+    if reward_threshold is not None and not mean_reward > reward_threshold:
+        raise AssertionError(f"evaluate_policy: mean reward {mean_reward:.2f} is not above "
+                             f"reward_threshold {reward_threshold:.2f}")
+    if return_episode_rewards:
+        return episode_rewards, episode_lengths
+    return mean_reward, std_reward

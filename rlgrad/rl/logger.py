@@ -8,9 +8,16 @@ object with ``write(row: dict, step: int)`` (and optionally ``close()``): ``CSVW
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import itertools
 import os
+import re
+import sys
+from collections.abc import Iterator
 from typing import Any, Protocol
+
+_FILE_IDS = itertools.count(1)
 
 
 class Writer(Protocol):
@@ -94,19 +101,103 @@ class CSVWriter:
                 csv.DictWriter(f, fieldnames=self.keys).writerow(row)
 
 
+@contextlib.contextmanager
+def without_torch() -> Iterator[None]:
+    """tensorboardX imports torch when it is installed, only to accept torch tensors (2-5 s per
+    process); rlgrad logs floats, so that import is made to fail fast while tensorboardX loads."""
+    missing = "torch" not in sys.modules
+    if missing:
+        sys.modules["torch"] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        if missing:
+            sys.modules.pop("torch", None)
+
+
 class TensorBoardWriter:
-    """Scalars to TensorBoard event files through tensorboardX (imported on first use)."""
+    """Scalars to TensorBoard event files through tensorboardX (imported on first use);
+    ``purge_step`` hides what earlier files logged from that step on (a resumed run)."""
 
-    def __init__(self, logdir: str) -> None:
-        from tensorboardX import SummaryWriter
+    def __init__(self, logdir: str, purge_step: int | None = None) -> None:
+        with without_torch():
+            from tensorboardX import SummaryWriter
 
-        self.writer = SummaryWriter(logdir)
+        self.logdir = logdir
+        # a run continued in the same folder within the same second must not overwrite the
+        # file before it (tensorboardX names files by the second and host only)
+        self.writer = SummaryWriter(logdir, purge_step=purge_step, flush_secs=10,
+                                    filename_suffix=f".{os.getpid()}.{next(_FILE_IDS)}")
 
     def write(self, row: dict[str, Any], step: int) -> None:
         for k, v in row.items():
-            if isinstance(v, int | float) and k != "time/total_timesteps":
+            if isinstance(v, int | float) and not isinstance(v, bool) and k != "time/total_timesteps":
                 self.writer.add_scalar(k, v, step)
         self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
+
+
+def next_run_dir(root: str, name: str, new: bool = True) -> str:
+    """SB3's TensorBoard run folder ``<root>/<name>_<n>``: ``n`` one more than the largest there
+    (from 1), or the largest itself when a run continues (``new=False``, SB3's
+    ``reset_num_timesteps=False``; ``<name>_0`` if there is none, as SB3 names it)."""
+    pattern = re.compile(re.escape(name) + r"_(\d+)$")
+    ids = [int(m.group(1)) for f in (os.listdir(root) if os.path.isdir(root) else ())
+           if (m := pattern.match(f))]
+    last = max(ids, default=0)
+    return os.path.join(root, f"{name}_{last + 1 if new else last}")
+
+
+class HumanWriter:
+    """Each row printed as SB3's ``verbose=1`` table: keys sorted and grouped by their prefix
+    (``rollout/``, ``time/``, ``train/``), floats as ``%.3g``, keys and values cut at
+    ``max_length`` characters."""
+
+    def __init__(self, file: Any = None, max_length: int = 36) -> None:
+        self.file = file
+        self.max_length = max_length
+
+    def _cut(self, s: str) -> str:
+        return s if len(s) <= self.max_length else s[:self.max_length - 3] + "..."
+
+    def format(self, row: dict[str, Any]) -> str:
+        lines: list[tuple[str, str]] = []
+        tag = ""
+        for key, value in sorted(row.items()):
+            text = f"{value:<8.3g}" if isinstance(value, float) else str(value)
+            if "/" in key[1:]:
+                new_tag = key[:key.index("/", 1) + 1]
+                if new_tag != tag:
+                    tag = new_tag
+                    lines.append((self._cut(tag), ""))
+                key = "   " + key[len(tag):]
+            lines.append((self._cut(key), self._cut(text)))
+        kw = max(len(k) for k, _ in lines)
+        vw = max(len(v) for _, v in lines)
+        dashes = "-" * (kw + vw + 7)
+        body = [f"| {k}{' ' * (kw - len(k))} | {v}{' ' * (vw - len(v))} |" for k, v in lines]
+        return "\n".join([dashes, *body, dashes])
+
+    def write(self, row: dict[str, Any], step: int) -> None:
+        if row:
+            print(self.format(row), file=self.file or sys.stdout, flush=True)
+
+
+def configure(folder: str | None = None, format_strings: list[str] | None = None) -> Logger:
+    """SB3's ``configure``: a Logger writing to ``folder`` in the formats named: ``"stdout"``
+    (SB3's table), ``"csv"`` (``progress.csv``), ``"tensorboard"``; ``"log"`` and ``"json"`` are
+    not written (one line says so). Use it with ``model.set_logger``."""
+    formats = ["stdout", "csv"] if format_strings is None else list(format_strings)
+    unknown = sorted(set(formats) - {"stdout", "csv", "tensorboard"})
+    if unknown:
+        raise ValueError(f"configure: format {unknown[0]!r} is not written by rlgrad; use "
+                         "'stdout', 'csv' or 'tensorboard'")
+    if folder is None and set(formats) - {"stdout"}:
+        raise ValueError("configure: the csv and tensorboard formats need a folder")
+    if folder is not None:
+        os.makedirs(folder, exist_ok=True)
+    make = {"stdout": HumanWriter, "csv": lambda: CSVWriter(os.path.join(folder, "progress.csv")),
+            "tensorboard": lambda: TensorBoardWriter(folder)}
+    return Logger([make[f]() for f in formats])

@@ -22,6 +22,8 @@ from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import ReplayBatch, ReplayBuffer
 from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, preprocess_obs
+from rlgrad.rl.policies import predict_with
+from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
 
 
 class NormalActionNoise:
@@ -107,6 +109,30 @@ def bootstrapped_target(rewards: np.ndarray, terminated: np.ndarray, gamma: floa
     return (rewards.reshape(shape) + gamma * not_term * next_values).astype(np.float32)
 
 
+class PolicyView:
+    """``model.policy`` of an off-policy algorithm: SB3's ``policy.predict`` (observations as
+    the networks see them: ``normalize=True`` statistics not applied, as SB3's policy does not
+    apply VecNormalize's); other attributes are the algorithm's networks (``q_net``, ``actor``,
+    ``critic``, ...)."""
+
+    def __init__(self, algo: OffPolicyAlgorithm) -> None:
+        self._algo = algo
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = False) -> tuple[np.ndarray, None]:
+        algo = self._algo
+        return predict_with(algo.observation_space, observation,
+                            lambda x: algo._predict(x, deterministic))
+
+    def parameters(self) -> Iterator[Any]:
+        """Every parameter of the algorithm's networks (SB3's policy holds them all)."""
+        for module in self._algo._modules().values():
+            yield from module.parameters()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._algo, name)
+
+
 class OffPolicyAlgorithm(BaseAlgorithm):
     """``tau`` is the Polyak coefficient of the target networks (SB3's keyword):
     ``target <- tau * online + (1 - tau) * target``; 1 copies."""
@@ -118,12 +144,12 @@ class OffPolicyAlgorithm(BaseAlgorithm):
     def __init__(self, env: EnvLike, learning_rate: Any, buffer_size: int, learning_starts: int,
                  batch_size: int, tau: float, gamma: float, train_freq: Any, gradient_steps: int,
                  n_envs: int = 1, normalize: bool | dict[str, Any] = False,
-                 policy_kwargs: dict | None = None, seed: int | None = 0, verbose: int = 0,
+                 policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
                  **env_options: Any) -> None:
         super().__init__(env, seed=seed, n_envs=n_envs, normalize=normalize,
                          learning_rate=learning_rate, gamma=gamma, policy_kwargs=policy_kwargs,
                          verbose=verbose, **env_options)
-        if self.normalizer is not None:
+        if self.normalizer is not None and not self._env_normalizes():
             self.normalizer.norm_reward = False  # replayed rewards must keep one scale
         a = self.action_space
         self.buffer_size = int(buffer_size)
@@ -179,6 +205,20 @@ class OffPolicyAlgorithm(BaseAlgorithm):
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         raise NotImplementedError
 
+    def save_replay_buffer(self, path: str) -> None:
+        """The replay buffer alone, in an rlgrad checkpoint file (SB3's method; ``.safetensors``
+        appended when ``path`` has no extension)."""
+        rlgrad.save({"replay_buffer": self.replay_buffer.state_dict()}, with_extension(path))
+
+    def load_replay_buffer(self, path: str) -> None:
+        """Replace the replay buffer by the one ``save_replay_buffer`` wrote."""
+        self.replay_buffer.load_state_dict(rlgrad.load(existing_checkpoint(path))["replay_buffer"])
+
+    @property
+    def policy(self) -> PolicyView:
+        """SB3's ``model.policy``: ``predict`` on the observations the networks see."""
+        return PolicyView(self)
+
     # ---- collection -----------------------------------------------------------------------------
     def _on_step(self) -> None:
         """Called after every vector-env step (DQN: target sync and epsilon)."""
@@ -189,6 +229,9 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         n_freq, by_episode = self.train_freq[0], self.train_freq[1] == "episode"
         steps = episodes = 0
         noise = self.action_noise
+        if callback is not None:
+            callback.on_rollout_start()
+        want_locals = callback is not None and callback.wants_locals()
         raw = self._last_obs
         obs = preprocess_obs(raw, space)
         with rlgrad.no_grad():
@@ -217,9 +260,14 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 steps += 1
                 self._update_progress()
                 self._on_step()
-                if callback is not None and not callback.on_step():
-                    self._last_obs = raw
-                    return steps * self.n_envs, False
+                if callback is not None:
+                    if want_locals:
+                        callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
+                                                "infos": self._infos(done),
+                                                "actions": env_act})
+                    if not callback.on_step():
+                        self._last_obs = raw
+                        return steps * self.n_envs, False
                 if (episodes if by_episode else steps) >= n_freq:
                     break
         self._last_obs = raw

@@ -46,7 +46,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                  gae_lambda: float, ent_coef: float, vf_coef: float, max_grad_norm: float | None,
                  normalize_advantage: bool = True, n_envs: int = 1,
                  normalize: bool | dict[str, Any] = False, policy_kwargs: dict | None = None,
-                 seed: int | None = 0, verbose: int = 0, **env_options: Any) -> None:
+                 seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
         super().__init__(env, seed=seed, n_envs=n_envs, normalize=normalize,
                          learning_rate=learning_rate, gamma=gamma, policy_kwargs=policy_kwargs,
                          verbose=verbose, **env_options)
@@ -81,6 +81,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     def collect_rollouts(self, callback: BaseCallback | None) -> bool:
         buf, policy, adapter, norm = self.rollout_buffer, self.policy, self._adapter, self.normalizer
         buf.reset()
+        if callback is not None:
+            callback.on_rollout_start()
+        want_locals = callback is not None and callback.wants_locals()
         obs = self._obs(self._last_obs, update=False)
         rng, n = self.rng, self.n_envs
         same_step = not adapter.next_step
@@ -100,9 +103,14 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                         self._obs(final[rows], update=False))
                 buf.add(obs, actions, rew, term, done, values, log_probs, valid)
                 obs = next_obs
-                if callback is not None and not callback.on_step():
-                    self._last_obs = raw
-                    return False
+                if callback is not None:
+                    if want_locals:
+                        callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
+                                                "infos": self._infos(done),
+                                                "actions": actions})
+                    if not callback.on_step():
+                        self._last_obs = raw
+                        return False
             self._last_obs = raw
             buf.compute_returns_and_advantage(policy.predict_values(obs))
         if callback is not None:

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from rlgrad import nn, ops
+from rlgrad import nn, no_grad, ops
 from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
 from rlgrad.distributions.categorical import inverse_cdf
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
 from rlgrad.nn import init
-from rlgrad.rl.envs import flat_obs_dim
+from rlgrad.rl.envs import flat_obs_dim, preprocess_obs
 from rlgrad.tensor import Tensor
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -35,9 +35,12 @@ _NP_ACT = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out=None: np.maximum(x, 0, out=x
 
 
 def _act_cls(activation_fn: Any) -> type:
-    if isinstance(activation_fn, str):
+    name = activation_fn
+    if isinstance(activation_fn, type) and activation_fn.__module__.startswith("torch."):
+        name = activation_fn.__name__  # an SB3 script's th.nn.ReLU: rlgrad's module of that name
+    if isinstance(name, str):
         try:
-            return _ACTIVATIONS[activation_fn.lower()]
+            return _ACTIVATIONS[name.lower()]
         except KeyError:
             raise ValueError(f"activation_fn must be one of {sorted(_ACTIVATIONS)}, got "
                              f"{activation_fn!r}") from None
@@ -71,6 +74,18 @@ def _ortho(net: nn.Module, gain: float, generator: np.random.Generator) -> None:
                 init.zeros_(m.bias)
 
 
+def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.ndarray, None]:
+    """``act`` on a batch of preprocessed observations, for one observation or a batch (SB3's
+    ``predict`` convention: ``(actions, None)``, one action for one observation)."""
+    obs = np.asarray(observation)
+    single = obs.shape == space.shape if isinstance(space, spaces.Box) else obs.ndim == 0
+    if single:
+        obs = obs[None]
+    with no_grad():
+        actions = act(preprocess_obs(obs, space))
+    return (actions[0] if single else actions), None
+
+
 class ActorCriticPolicy(nn.Module):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  net_arch: Any = None, activation_fn: Any = "tanh", ortho_init: bool = True,
@@ -91,6 +106,7 @@ class ActorCriticPolicy(nn.Module):
             raise ValueError(f"ActorCriticPolicy supports Discrete and Box actions, got {action_space}")
         self.act_dim = act_dim
         self.action_shape = () if self.discrete else tuple(action_space.shape)
+        self.observation_space, self.action_space = observation_space, action_space
         self.pi_net = mlp([obs_dim, *pi_arch], activation_fn, output_activation=activation_fn)
         self.vf_net = mlp([obs_dim, *vf_arch], activation_fn, output_activation=activation_fn)
         self.action_net = nn.Linear(pi_arch[-1] if pi_arch else obs_dim, act_dim)
@@ -195,6 +211,23 @@ class ActorCriticPolicy(nn.Module):
         if self.discrete:
             return out.argmax(axis=1)
         return out.reshape(len(obs), *self.action_shape)
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = False) -> tuple[np.ndarray, None]:
+        """SB3's ``policy.predict``: actions for one observation or a batch, as the networks see
+        them (an algorithm's ``normalize=True`` statistics are not applied here, as SB3's
+        policy does not apply VecNormalize's); samples from rlgrad's global generator; Box
+        actions clipped to the space."""
+        return predict_with(self.observation_space, observation, lambda x: self._act_env(
+            x, deterministic))
+
+    def _act_env(self, x: np.ndarray, deterministic: bool) -> np.ndarray:
+        from rlgrad.random import default_generator
+
+        a = self.mode(x) if deterministic else self.act(x, default_generator.numpy)[0]
+        if isinstance(self.action_space, spaces.Box):
+            a = np.clip(a, self.action_space.low, self.action_space.high)
+        return a
 
 
 class QNetwork(nn.Module):

@@ -19,7 +19,7 @@ from rlgrad import ops, optim
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm
 from rlgrad.rl.schedules import get_schedule_fn
-from rlgrad.tracer import defvjp, primitive
+from rlgrad.tracer import defjvp, defvjp, primitive
 
 
 def _surrogate(log_prob: Any, old_log_prob: Any, adv: Any, clip: Any, w: Any) -> Any:
@@ -42,6 +42,7 @@ def _surrogate_vjp(g: Any, ans: Any, log_prob: Any, old_log_prob: Any, adv: Any,
 # rows (1/n each: the mean; 0 for the NEXT_STEP reset rows of a fixed-shape batch).
 _surrogate_p = primitive(_surrogate, "ppo_clipped_surrogate")
 defvjp(_surrogate_p, _surrogate_vjp, None, None, None, None)
+defjvp(_surrogate_p, lambda t, ans, *args: ops.sum(_surrogate_vjp(t, ans, *args)), None, None, None, None)
 
 
 def clipped_surrogate_loss(log_prob: Any, old_log_prob: np.ndarray, advantages: np.ndarray,
@@ -70,7 +71,7 @@ class PPO(OnPolicyAlgorithm):
                  normalize_advantage: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
                  max_grad_norm: float | None = 0.5, target_kl: float | None = None,
                  n_envs: int = 1, normalize: bool | dict = False,
-                 policy_kwargs: dict | None = None, seed: int | None = 0, verbose: int = 0,
+                 policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
                  **env_options: Any) -> None:
         super().__init__(env, learning_rate, n_steps, gamma, gae_lambda, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,

@@ -11,9 +11,12 @@ A new hyperparameter needs an entry here (``tests/test_rl_ranges.py`` checks eve
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from rlgrad.rl.sb3_args import device_ok
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,7 @@ RANGES: dict[str, Range] = {
     "vectorization_mode": Range(choices=("sync", "async", "vector_entry_point"), none_ok=True),
     "blas_threads": Range(1, integer=True, none_ok=True),
     "check_finite": Range(kind=bool),
+    "tensorboard_log": Range(kind=(str, os.PathLike), none_ok=True),
     "max_grad_norm": Range(0.0, lo_open=True, none_ok=True),
     "batch_size": _COUNT,
     # on-policy
@@ -171,6 +175,7 @@ SPECIAL: dict[str, tuple[Callable[[Any], bool], str]] = {
     "train_freq": (_train_freq_ok, "an integer >= 1 or [n >= 1, 'step' | 'episode']"),
     "ent_coef": (_ent_coef_ok, "a number >= 0 (SAC also 'auto' or 'auto_X', X > 0)"),
     "target_entropy": (lambda v: v == "auto" or Range().ok(v), "a number or 'auto'"),
+    "device": (device_ok, "'auto' or 'cpu' (rlgrad computes on the CPU)"),
 }
 
 #: rules between arguments: (arguments, holds(values), what must hold)

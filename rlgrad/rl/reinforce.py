@@ -22,7 +22,7 @@ class REINFORCE(OnPolicyAlgorithm):
                  gamma: float = 0.99, ent_coef: float = 0.0, vf_coef: float = 0.5,
                  max_grad_norm: float | None = None, normalize_advantage: bool = True,
                  n_envs: int = 8, normalize: bool | dict = False,
-                 policy_kwargs: dict | None = None, seed: int | None = 0, verbose: int = 0,
+                 policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
                  **env_options: Any) -> None:
         super().__init__(env, learning_rate, n_steps, gamma, 1.0, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,

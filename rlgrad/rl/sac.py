@@ -46,7 +46,7 @@ class SAC(OffPolicyAlgorithm):
                  use_sde: bool = False, sde_sample_freq: int = -1,
                  use_sde_at_warmup: bool = False, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
-                 seed: int | None = 0, verbose: int = 0, **env_options: Any) -> None:
+                 seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,
                          verbose, **env_options)

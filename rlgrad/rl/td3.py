@@ -33,7 +33,7 @@ class TD3(OffPolicyAlgorithm):
                  noise_type: str | None = None, noise_std: float = 0.1, policy_delay: int = 2,
                  target_policy_noise: float = 0.2, target_noise_clip: float = 0.5,
                  n_critics: int = 2, n_envs: int = 1, normalize: bool | dict = False,
-                 policy_kwargs: dict | None = None, seed: int | None = 0, verbose: int = 0,
+                 policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
                  **env_options: Any) -> None:
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,

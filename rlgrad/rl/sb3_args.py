@@ -1,0 +1,125 @@
+"""Stable-Baselines3's calling conventions, mapped onto rlgrad's constructors in one place.
+
+SB3 builds an algorithm as ``PPO("MlpPolicy", env, ...)`` or ``PPO(policy=..., env=...)``;
+rlgrad as ``PPO(env, ...)``. ``split_policy`` takes a call in either form and returns the
+policy name and the call in rlgrad's form (the metaclass of ``BaseAlgorithm`` applies it before
+the hyperparameters are captured, so every algorithm accepts both without code of its own).
+Also here: the policy names and what they need of the observation space, ``device=``, a fresh
+seed for ``seed=None``, and the checkpoint file extension ``save("name")`` adds.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+#: SB3's policy names; rlgrad builds the network from the spaces and ``policy_kwargs``
+POLICY_NAMES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")
+DEFAULT_POLICY = "MlpPolicy"
+#: what ``save("name")`` appends (SB3 appends ".zip"; rlgrad's checkpoints are safetensors files)
+CHECKPOINT_EXTENSION = ".safetensors"
+
+
+def _policy_name(policy: Any) -> str | None:
+    """The SB3 policy name ``policy`` stands for (a name, or a class so named), else None."""
+    name = policy if isinstance(policy, str) else getattr(policy, "__name__", None)
+    return name if name in POLICY_NAMES else None
+
+
+def split_policy(algo: str, args: tuple, kwargs: dict[str, Any]
+                 ) -> tuple[str | None, tuple, dict[str, Any]]:
+    """(policy name or None, args, kwargs) with SB3's leading ``policy`` argument taken out."""
+    if "policy" in kwargs:
+        kwargs = dict(kwargs)
+        policy = kwargs.pop("policy")
+    elif args and (_policy_name(args[0]) is not None or isinstance(args[0], type)
+                   or (isinstance(args[0], str) and args[0].endswith("Policy"))):
+        policy, args = args[0], args[1:]
+    else:
+        return None, args, kwargs
+    name = _policy_name(policy)
+    if name is None:
+        raise ValueError(f"{algo}: unknown policy {policy!r}; use one of "
+                         f"{', '.join(map(repr, POLICY_NAMES))} (rlgrad builds the networks from "
+                         "the spaces and policy_kwargs)")
+    if not args and "env" not in kwargs:
+        raise TypeError(f"{algo}({name!r}) needs an environment: {algo}({name!r}, 'CartPole-v1') "
+                        f"or {algo}({name!r}, env)")
+    return name, args, kwargs
+
+
+def action_noise_kwargs(algo: str, takes_noise: bool, noise: Any) -> dict[str, Any]:
+    """SB3's ``action_noise=`` object as rlgrad's ``noise_type`` / ``noise_std``."""
+    if noise is None:
+        return {}
+    if not takes_noise:
+        raise ValueError(f"{algo}: action_noise is not supported: {algo} explores by its own rule "
+                         "(rlgrad's TD3 and DDPG take it)")
+    kind = getattr(noise, "kind", None) or {
+        "NormalActionNoise": "normal", "OrnsteinUhlenbeckActionNoise": "ornstein-uhlenbeck",
+    }.get(type(noise).__name__)
+    mean = np.asarray(getattr(noise, "mean", getattr(noise, "_mu", 0.0)), dtype=np.float64)
+    sigma = np.asarray(getattr(noise, "sigma", getattr(noise, "_sigma", np.nan)), dtype=np.float64)
+    if kind is None or np.any(mean != 0) or sigma.size == 0 or np.any(sigma != sigma.flat[0]):
+        raise ValueError(f"{algo}: action_noise={noise!r} cannot be expressed: rlgrad takes normal "
+                         "or Ornstein-Uhlenbeck noise of mean 0 and one sigma for every action "
+                         "(noise_type=, noise_std=)")
+    return {"noise_type": kind, "noise_std": float(sigma.flat[0])}
+
+
+def is_image_space(space: spaces.Space) -> bool:
+    """A Box of uint8 images, (H, W, C) or (C, H, W) with 1, 3 or 4 channels (SB3's test)."""
+    if not isinstance(space, spaces.Box) or len(space.shape) != 3 or space.dtype != np.uint8:
+        return False
+    return bool(np.all(space.low == 0) and np.all(space.high == 255)
+                and (space.shape[0] in (1, 3, 4) or space.shape[-1] in (1, 3, 4)))
+
+
+def policy_error(algo: str, name: str, space: spaces.Space, aliases: dict[str, Any]) -> str | None:
+    """One line when ``name`` cannot be used on observations ``space`` by ``algo``, else None."""
+    if name == "MultiInputPolicy" and name not in aliases:
+        return (f"{algo}: MultiInputPolicy (Dict observations) is not supported yet: rlgrad.rl's "
+                f"policies take Box or Discrete observations, got {space}; flatten the "
+                "observation (gymnasium.wrappers.FlattenObservation) and use MlpPolicy")
+    if name == "CnnPolicy":
+        if not is_image_space(space):
+            return (f"{algo}: CnnPolicy needs image observations (a uint8 Box in [0, 255] of "
+                    f"shape (H, W, C) or (C, H, W)), got {space}; use MlpPolicy")
+        if name not in aliases:
+            return (f"{algo}: CnnPolicy is not supported yet by {algo} (its networks are MLPs on "
+                    "flattened observations); use MlpPolicy")
+    return None
+
+
+def device_ok(device: Any) -> bool:
+    """``device=`` as SB3 takes it: "auto" or a CPU device (rlgrad computes on the CPU)."""
+    return str(device).split(":")[0] in ("auto", "cpu")
+
+
+def fresh_seed() -> int:
+    """A seed from the operating system's entropy, for ``seed=None`` (recorded, so a run can
+    still be repeated from its checkpoint)."""
+    return int(np.random.SeedSequence().entropy % (2**31))
+
+
+def with_extension(path: str | os.PathLike) -> str:
+    """``path`` with rlgrad's checkpoint extension when it has none (SB3 appends ".zip")."""
+    path = os.fspath(path)
+    return path if os.path.splitext(path)[1] else path + CHECKPOINT_EXTENSION
+
+
+def existing_checkpoint(path: str | os.PathLike) -> str:
+    """The file ``load(path)`` reads: ``path``, or ``path`` + the extension if only that exists."""
+    path = os.fspath(path)
+    if not os.path.exists(path) and not os.path.splitext(path)[1]:
+        if os.path.exists(path + CHECKPOINT_EXTENSION):
+            return path + CHECKPOINT_EXTENSION
+    return path
+
+
+def space_summary(space: spaces.Space) -> str:
+    """The space as a string that two equal spaces share (type, shape, dtype, bounds)."""
+    return str(space)
