@@ -192,9 +192,8 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
         args = t._args
         if args is None:
             raise _freed_error(t)
-        op = t._op
+        op, tseq = t._op, t._seq
         n = len(args)  # >= 1: a node has a Tensor argument
-        tseq = t._seq
         if t._written:  # the output itself was written in place after it was computed
             _refuse_modified(t, t)
         ans = t._value  # below: an argument written in place after t was computed is refused
@@ -219,6 +218,8 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
         if rules is None:  # a variadic primitive (concatenate, einsum, ...): one rule for all
             pairs = [(a, partial(op.vjp_argnum, i)) for i, a in enumerate(args)]
             argv = argv if n > 2 else (d0,) if n == 1 else (d0, d1)
+        elif n == 1 and rules:  # one argument: a tuple, cheaper than a zip object
+            pairs = ((args[0], rules[0]),)
         else:  # zip: arguments past the last rule (static ones) are not even looked at
             pairs = zip(args, rules)
         for a, rule in pairs:
@@ -237,8 +238,8 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
             if ga is None:
                 continue
             shape = a._value.shape
-            if ga.shape != shape:
-                ga = unbroadcast(ga, shape, create_graph)
+            if ga.shape != shape:  # broadcasting undone (unbroadcast, without its frame)
+                ga = _sum_to(ga, shape) if fast else sum_to(ga, shape)
             akey = id(a)
             prev = grads.get(akey)
             if prev is None:

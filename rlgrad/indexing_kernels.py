@@ -10,6 +10,7 @@ sits below ``ops`` so that both can use it without an import cycle.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -163,6 +164,12 @@ def _put_along_axis_add(g: Any, indices: Any, axis: int, shape: tuple[int, ...])
     nd = len(shape)
     ax = axis % nd
     G, I = g.shape, idx.shape
+    if (G == I and G[ax] == 1 and G == shape[:ax] + (1,) + shape[ax + 1:]
+            and math.prod(shape) < _FLAT_ALONG_MIN and _along_ok(g, idx, ax)):
+        # one index per lane (an action per row), which the check below accepts; small: NumPy's
+        out = np.zeros(shape, dtype=g.dtype)
+        out[_along_index(shape, idx, ax)] = g
+        return out
     if (idx.ndim != nd or g.ndim != nd or G[ax] != I[ax]
             or any(k != ax and not ((G[k] <= shape[k] or shape[k] == 1) and I[k] in (1, G[k]))
                    for k in range(nd))):

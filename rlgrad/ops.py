@@ -436,9 +436,15 @@ def _sum(x: Any, axis: Any = None, keepdims: bool = False, out: Any = None) -> A
     return x.sum(axis=axis, keepdims=keepdims, out=out)  # the method skips np.sum's dispatch
 
 
+def _sum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    if isinstance(g, Tensor):
+        return broadcast_to(_regrow(g, x, axis, keepdims), _shape(x))
+    # plain arrays (the first-order backward pass): the kernel, without the primitive's frame
+    return _broadcast_to(_regrow(g, x, axis, keepdims), x.shape)
+
+
 sum = primitive(_sum, "sum", arity=1, writes_out=True)  # noqa: A001
-defvjp(sum, lambda g, ans, x, axis=None, keepdims=False:
-       broadcast_to(_regrow(g, x, axis, keepdims), _shape(x)))
+defvjp(sum, _sum_vjp)
 defjvp_is_linear(sum)
 
 
@@ -457,9 +463,10 @@ def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 def _mean_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     # x is the differentiated argument, so an array or a Tensor: attributes, not helpers
     n = _size(x) // (_size(ans) or 1) or 1  # 0 only for an empty x, whose gradient is empty
+    expand = broadcast_to if isinstance(g, Tensor) else _broadcast_to  # plain: no wrapper frame
     if axis is None:  # a 0-d gradient broadcasts as it is
-        return broadcast_to(g / n, x.shape)
-    return broadcast_to(_regrow(g, x, axis, keepdims) / n, x.shape)
+        return expand(g / n, x.shape)
+    return expand(_regrow(g, x, axis, keepdims) / n, x.shape)
 
 
 mean = primitive(_mean, "mean", arity=1)
@@ -519,6 +526,17 @@ defjvp(prod, lambda g, ans, x, axis=None, keepdims=False:
 
 
 def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
+    if type(x) is np.ndarray and x.dtype.kind == "f" and x.size < 1 << 24:
+        # plain arrays (the first-order backward pass): the lines below without their helpers'
+        # frames or reductions of ans; x != x marks a NaN, the extremum of its group when it holds
+        # one (no other element equals a NaN ans); counted in g's dtype (small whole numbers, exact)
+        if keepdims or x.ndim == 0:
+            ans_kd = ans
+        else:
+            kd = _keepdims_shape(x.shape, axis)
+            g, ans_kd = g.reshape(kd), ans.reshape(kd)
+        hit = ((x == ans_kd) | (x != x)).astype(g.dtype)
+        return g * hit / _sum(hit, axis, True)
     ans_kd = _regrow(ans, x, axis, keepdims)
     hit = x == ans_kd  # ties share the gradient evenly
     # A NaN is the extremum (NumPy's), so it takes the gradient (torch's); on plain arrays (no
@@ -878,6 +896,8 @@ scatter_along_axis = primitive(_put_along_axis_add, "scatter_along_axis")  # its
 def _take_along_axis_vjp(g: Any, ans: Any, x: Any, indices: Any, axis: Any = -1) -> Any:
     if axis is None:  # NumPy's flattened form
         return scatter_along_axis(g, indices, 0, (_size(x),)).reshape(_shape(x))
+    if type(g) is np.ndarray and type(indices) is np.ndarray:  # plain arrays: the kernel itself
+        return _put_along_axis_add(g, indices, axis, x.shape)
     return scatter_along_axis(g, indices, axis, _shape(x))
 
 
