@@ -158,15 +158,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                  check_finite: bool = True, tensorboard_log: str | None = None,
                  device: Any = "auto", env_runners: int = 0) -> None:
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
-        if env_runners and not self.env_runner_sampling:
-            raise ValueError(f"{type(self).__name__}: env_runners={env_runners}: rollouts on Ray "
-                             "env runners are implemented for REINFORCE, A2C and PPO only so far")
-        if env_runners and not isinstance(env, str):
-            raise ValueError(f"{type(self).__name__}: env_runners={env_runners} needs the "
-                             "environment as an id (each runner builds its own copies)")
-        self.env_runners = int(env_runners)
-        self._sampler: Any = None  # the Ray env runners' driver (rlgrad.rl.distributed)
-        self._env_arg = env  # what env runners build their own copies from
+        self._init_env_runners(env, env_runners)
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
         else:
@@ -233,6 +225,18 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self._start_time = 0.0
         self._num_timesteps_at_start = 0
         self._stop = False
+
+    def _init_env_runners(self, env: EnvLike, env_runners: int) -> None:
+        """``env_runners > 0``: rollouts on Ray actors (started on first use), checked here."""
+        if env_runners and not self.env_runner_sampling:
+            raise ValueError(f"{type(self).__name__}: env_runners={env_runners}: rollouts on Ray "
+                             "env runners are implemented for REINFORCE, A2C and PPO only so far")
+        if env_runners and not isinstance(env, str):
+            raise ValueError(f"{type(self).__name__}: env_runners={env_runners} needs the "
+                             "environment as an id (each runner builds its own copies)")
+        self.env_runners = int(env_runners)
+        self._sampler: Any = None  # the Ray env runners' driver (rlgrad.rl.distributed)
+        self._env_arg = env  # what env runners build their own copies from
 
     def _attach_env(self, venv: Any, given: Any) -> None:
         """Train on the vector env ``venv`` (built from ``given``, what the user passed)."""
