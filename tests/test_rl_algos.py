@@ -50,7 +50,7 @@ def test_ppo_losses_hand_computed():
     b = b._replace(old_log_prob=b.old_log_prob + rng.normal(0, 0.3, len(b.old_log_prob)),
                    old_values=b.old_values + rng.normal(0, 0.5, len(b.old_values)).astype(np.float32))
     clip, clip_vf = 0.2, 0.1
-    adv = (b.advantages - b.advantages.mean()) / (b.advantages.std() + 1e-8)
+    adv = (b.advantages - b.advantages.mean()) / (b.advantages.std(ddof=1) + 1e-8)
     logp, logp_all = _logp_np(m, b)
     r = np.exp(logp - b.old_log_prob)
     exp_pl = -np.mean(np.minimum(adv * r, adv * np.clip(r, 1 - clip, 1 + clip)))
@@ -353,3 +353,13 @@ def test_dqn_loads_checkpoints_of_the_qnetwork_layout(tmp_path):
     m2.set_state(old)
     for p, q in zip(m.q_net.parameters(), m2.q_net.parameters()):
         np.testing.assert_array_equal(p._value, q._value)
+
+
+def test_advantage_normalisation_is_sb3s_unbiased_std():
+    # SB3 normalises with torch's std, the unbiased one (correction=1); ddof=0 differed silently
+    m = A2C("CartPole-v1", n_envs=2, n_steps=4, seed=0, normalize_advantage=True)
+    adv = np.array([1.0, -2.0, 0.5, 3.0, 0.0, 7.0], dtype=np.float32)
+    valid = np.array([True, True, True, True, False, True])
+    a = adv[valid].astype(np.float64)
+    want = np.where(valid, (adv - a.mean()) / (a.std(ddof=1) + 1e-8), 0.0)
+    np.testing.assert_allclose(m._advantages(adv, valid), want, rtol=1e-6)

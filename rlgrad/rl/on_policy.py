@@ -235,7 +235,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     def _advantages(self, adv: np.ndarray, valid: np.ndarray) -> np.ndarray:
         if self.normalize_advantage and valid.sum() > 1:
             a = adv[valid]
-            adv = (adv - a.mean()) / (a.std() + 1e-8)
+            adv = (adv - a.mean()) / (a.std(ddof=1) + 1e-8)  # unbiased, as SB3 (torch) has it
         return np.where(valid, adv, 0.0).astype(np.float32)
 
     def _predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:

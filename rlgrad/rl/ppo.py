@@ -158,7 +158,7 @@ class PPO(OnPolicyAlgorithm):
                 adv[n:] = 0.0
             if self.normalize_advantage and n > 1:
                 a = adv[:n]
-                adv[:n] = (a - a.mean()) / (a.std() + 1e-8)  # adv: a fresh array (the gather's)
+                adv[:n] = (a - a.mean()) / (a.std(ddof=1) + 1e-8)  # unbiased (SB3); fresh array
             w = np.zeros(bs, dtype=np.float32)
             w[:n] = 1.0 / n
             yield self._loss_batch(mb, adv, w), slice(None, n)
