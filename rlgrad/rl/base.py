@@ -420,6 +420,19 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         if self._env_normalizes():
             self.normalizer = self._user_env.normalizer
 
+    def _callback_step(self, callback: BaseCallback, want_locals: bool, raw: Any, rew: Any,
+                       done: Any, actions: Any) -> bool:
+        """One environment step's callback: SB3's locals (when the callback reads them), then
+        ``on_step``; False (training stops, the observation kept for the next ``learn``) when it
+        says so."""
+        if want_locals:
+            callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
+                                    "infos": self._infos(done), "actions": actions})
+        if callback.on_step():
+            return True
+        self._last_obs = raw
+        return False
+
     def _infos(self, done: np.ndarray) -> LazyInfos:
         """The last vector step's infos as SB3's per-copy list (a callback's locals["infos"])."""
         return LazyInfos(self._adapter.last_info, self.n_envs, done, self._ep_stats,

@@ -281,14 +281,9 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 steps += 1
                 self._update_progress()
                 self._on_step()
-                if callback is not None:
-                    if want_locals:
-                        callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
-                                                "infos": self._infos(done),
-                                                "actions": env_act})
-                    if not callback.on_step():
-                        self._last_obs = raw
-                        return steps * self.n_envs, False
+                if callback is not None and not self._callback_step(
+                        callback, want_locals, raw, rew, done, env_act):
+                    return steps * self.n_envs, False
                 if (episodes if by_episode else steps) >= n_freq:
                     break
         self._last_obs = raw

@@ -38,6 +38,21 @@ def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
 _LOSS_TERMS = ("policy_loss", "value_loss", "entropy_loss")
 
 
+def with_value_and_entropy(policy_loss: Any, values: Any, dist: Any, b: dict[str, Any],
+                           use_entropy: bool) -> tuple[Any, dict[str, Any]]:
+    """``policy_loss + vf_coef * value loss (- ent_coef * entropy)``, the terms every on-policy
+    loss shares (rows weighted by ``b["weights"]``, coefficients in ``b["coefs"]``), and the
+    terms to log."""
+    w = b["weights"]
+    value_loss = (w * ops.square(b["returns"] - values)).sum()
+    entropy_loss = -(w * dist.entropy()).sum()
+    loss = policy_loss + b["coefs"][0] * value_loss
+    if use_entropy:
+        loss = loss + b["coefs"][1] * entropy_loss
+    return loss, {"policy_loss": policy_loss, "value_loss": value_loss,
+                  "entropy_loss": entropy_loss}
+
+
 class OnPolicyAlgorithm(BaseAlgorithm):
     _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 1
@@ -119,14 +134,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                         self._obs(final[rows], update=False))
                 buf.add(obs, actions, rew, term, done, values, log_probs, valid)
                 obs = next_obs
-                if callback is not None:
-                    if want_locals:
-                        callback.update_locals({"new_obs": raw, "rewards": rew, "dones": done,
-                                                "infos": self._infos(done),
-                                                "actions": actions})
-                    if not callback.on_step():
-                        self._last_obs = raw
-                        return False
+                if callback is not None and not self._callback_step(
+                        callback, want_locals, raw, rew, done, actions):
+                    return False
             self._last_obs = raw
             buf.compute_returns_and_advantage(policy.predict_values(obs))
         if callback is not None:
@@ -156,13 +166,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         dist, values = self.policy.distribution_and_value(b["obs"])  # a CNN trunk runs once
         w = b["weights"]
         policy_loss = -(w * dist.log_prob(b["actions"]) * b["advantages"]).sum()
-        value_loss = (w * ops.square(b["returns"] - values)).sum()
-        entropy_loss = -(w * dist.entropy()).sum()
-        loss = policy_loss + b["coefs"][0] * value_loss
-        if use_entropy:
-            loss = loss + b["coefs"][1] * entropy_loss
-        return loss, {"policy_loss": policy_loss, "value_loss": value_loss,
-                      "entropy_loss": entropy_loss}
+        return with_value_and_entropy(policy_loss, values, dist, b, use_entropy)
 
     def _loss_step(self, compiled: bool) -> Any:
         """``self.loss`` and its gradient as one step, compiled or eager (built once each)."""

@@ -17,7 +17,7 @@ import numpy as np
 
 from rlgrad import ops, optim
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.on_policy import OnPolicyAlgorithm
+from rlgrad.rl.on_policy import OnPolicyAlgorithm, with_value_and_entropy
 from rlgrad.rl.schedules import get_schedule_fn
 from rlgrad.tracer import defjvp, defvjp, primitive
 
@@ -105,13 +105,8 @@ class PPO(OnPolicyAlgorithm):
         if "clip_vf" in b:  # keep the new value within clip_vf of the old one
             old, c = b["old_values"], b["clip_vf"]
             values = old + ops.clip(values - old, -c, c)
-        value_loss = (w * ops.square(b["returns"] - values)).sum()
-        entropy_loss = -(w * dist.entropy()).sum()
-        loss = policy_loss + b["coefs"][0] * value_loss
-        if use_entropy:
-            loss = loss + b["coefs"][1] * entropy_loss
-        return loss, {"policy_loss": policy_loss, "value_loss": value_loss,
-                      "entropy_loss": entropy_loss, "log_prob": log_prob}
+        loss, terms = with_value_and_entropy(policy_loss, values, dist, b, use_entropy)
+        return loss, {**terms, "log_prob": log_prob}
 
     def train(self) -> None:
         p = self._current_progress_remaining
