@@ -117,13 +117,20 @@ def grad(outputs: Any, inputs: Any, grad_outputs: Any = None, retain_graph: bool
     return tuple(result)
 
 
+_ONES: dict[tuple, np.ndarray] = {}  # loss.backward()'s seed per (shape, dtype): a copy is ~1/3 of np.ones
+
+
 def _tensor_backward(self: Tensor, gradient: Any = None, retain_graph: bool | None = None,
                      create_graph: bool = False, inputs: Any = None) -> None:
     """Backpropagate from this tensor with ``gradient`` (required unless it is a scalar)."""
     data = self._value
     if gradient is None and inputs is None and not create_graph and self._op is not None \
             and data.size == 1:  # the usual loss.backward(): no argument checks to make
-        run_backward((self,), (np.ones(data.shape, data.dtype),), bool(retain_graph), False)
+        key = (data.shape, data.dtype)
+        one = _ONES.get(key)
+        if one is None:  # a size-1 shape: a handful of keys
+            one = _ONES[key] = np.ones(data.shape, data.dtype)
+        run_backward((self,), (one.copy(),), bool(retain_graph), False)  # a copy: .grad may take it
         return
     if inputs is not None:
         ins = _as_tuple(inputs)

@@ -413,17 +413,20 @@ def _short_last_axis(x: Any, axis: Any) -> bool:
 
 
 def _reduce_short_last(ufunc: Any, x: np.ndarray, keepdims: bool,
-                       out: np.ndarray | None = None) -> np.ndarray:
+                       out: np.ndarray | None = None, dtype: Any = None) -> np.ndarray:
     """``ufunc.reduce(x, axis=-1)`` when the last axis has 2 to 7 entries (the actions of a small
     discrete space), as one ufunc call per column. NumPy reduces so few elements one after
     another in this same order, so the result has the same bits (tested), but it sets up a loop
     per row: on (256, 2) this is ~15x faster."""
-    if out is not None and keepdims:
-        out = out[..., 0]
-    out = ufunc(x[..., 0], x[..., 1], out=out)
+    if keepdims:  # columns as (..., 1) slices: the result keeps its axis with no reshape
+        out = ufunc(x[..., 0:1], x[..., 1:2], out=out, dtype=dtype)
+        for i in range(2, x.shape[-1]):
+            ufunc(out, x[..., i:i + 1], out=out, dtype=dtype)
+        return out
+    out = ufunc(x[..., 0], x[..., 1], out=out, dtype=dtype)
     for i in range(2, x.shape[-1]):
-        ufunc(out, x[..., i], out=out)
-    return out[..., None] if keepdims else out
+        ufunc(out, x[..., i], out=out, dtype=dtype)
+    return out
 
 
 def _sum(x: Any, axis: Any = None, keepdims: bool = False, out: Any = None) -> Any:
@@ -440,7 +443,15 @@ def _sum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False)
     if isinstance(g, Tensor):
         return broadcast_to(_regrow(g, x, axis, keepdims), _shape(x))
     # plain arrays (the first-order backward pass): the kernel, without the primitive's frame
-    return _broadcast_to(_regrow(g, x, axis, keepdims), x.shape)
+    return _expand_over(_regrow(g, x, axis, keepdims), x.shape, axis)
+
+
+def _expand_over(g: np.ndarray, shape: tuple[int, ...], axis: Any) -> np.ndarray:
+    """``g`` (a reduction's gradient with the reduced axes kept) broadcast to ``shape`` as a new
+    writable array: over one int axis a ``repeat``, one C call (a copy plus fill is two)."""
+    if type(axis) is int and type(g) is np.ndarray and g.ndim:
+        return g.repeat(shape[axis], axis)
+    return _broadcast_to(g, shape)
 
 
 sum = primitive(_sum, "sum", arity=1, writes_out=True)  # noqa: A001
@@ -463,10 +474,13 @@ def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 def _mean_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     # x is the differentiated argument, so an array or a Tensor: attributes, not helpers
     n = _size(x) // (_size(ans) or 1) or 1  # 0 only for an empty x, whose gradient is empty
-    expand = broadcast_to if isinstance(g, Tensor) else _broadcast_to  # plain: no wrapper frame
+    if not isinstance(g, Tensor):  # plain arrays: no wrapper frames
+        if axis is not None:
+            g = _regrow(g, x, axis, keepdims)
+        return _expand_over(g / n, x.shape, axis)
     if axis is None:  # a 0-d gradient broadcasts as it is
-        return expand(g / n, x.shape)
-    return expand(_regrow(g, x, axis, keepdims) / n, x.shape)
+        return broadcast_to(g / n, x.shape)
+    return broadcast_to(_regrow(g, x, axis, keepdims) / n, x.shape)
 
 
 mean = primitive(_mean, "mean", arity=1)
@@ -528,14 +542,18 @@ defjvp(prod, lambda g, ans, x, axis=None, keepdims=False:
 def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     if type(x) is np.ndarray and x.dtype.kind == "f" and x.size < 1 << 24:
         # plain arrays (the first-order backward pass): the lines below without their helpers'
-        # frames or reductions of ans; x != x marks a NaN, the extremum of its group when it holds
-        # one (no other element equals a NaN ans); counted in g's dtype (small whole numbers, exact)
+        # frames or reductions of ans; ties counted in g's dtype (small whole numbers, exact).
+        # Every group holds its extremum unless that is a NaN (equal to nothing): only then is
+        # x != x, the NaN the group's extremum came from, marked as well
         if keepdims or x.ndim == 0:
             ans_kd = ans
         else:
             kd = _keepdims_shape(x.shape, axis)
             g, ans_kd = g.reshape(kd), ans.reshape(kd)
-        hit = ((x == ans_kd) | (x != x)).astype(g.dtype)
+        hit = x == ans_kd
+        if math.isnan(ans.item() if ans.size == 1 else np.add.reduce(ans, axis=None)):
+            hit |= x != x  # a NaN extremum came from the NaN(s) of its group: they take g
+        hit = hit.astype(g.dtype)  # one dtype below: mixed-dtype ufuncs cost ~3x more
         return g * hit / _sum(hit, axis, True)
     ans_kd = _regrow(ans, x, axis, keepdims)
     hit = x == ans_kd  # ties share the gradient evenly
@@ -688,15 +706,17 @@ defjvp_is_linear(broadcast_to)
 
 def _sum_to(g: Any, shape: tuple[int, ...]) -> Any:
     """Sum ``g`` over the axes that broadcasting added or stretched, giving ``shape``."""
-    if g.shape == shape:
+    gs = g.shape  # a new tuple at each read: read once
+    if gs == shape:
         return g
-    lead = g.ndim - len(shape)
-    if lead == 1 and g.shape[1:] == shape:  # a bias broadcast over the batch: the common case
-        return g.reshape(shape) if g.shape[0] == 1 else g.sum(axis=0)
-    if lead == 0 and shape[-1] == 1 and g.shape[:-1] == shape[:-1] and _short_last_axis(g, -1):
+    lead = len(gs) - len(shape)
+    if lead == 1 and gs[1:] == shape:  # a bias broadcast over the batch: the common case
+        return g.reshape(shape) if gs[0] == 1 else g.sum(axis=0)
+    if (lead == 0 and len(gs) >= 2 and shape[-1] == 1 and 1 < gs[-1] < 8 and gs[:-1] == shape[:-1]
+            and type(g) is np.ndarray and g.dtype.kind == "f" and g.flags.c_contiguous):
         return _reduce_short_last(np.add, g, True)  # a keepdims reduction over a few actions
     axes = tuple(range(lead)) + tuple(
-        i + lead for i, s in enumerate(shape) if s == 1 and g.shape[i + lead] != 1
+        i + lead for i, s in enumerate(shape) if s == 1 and gs[i + lead] != 1
     )
     out = g.sum(axis=axes, keepdims=True) if axes else g
     return out.reshape(shape)

@@ -79,3 +79,42 @@ def test_max_rule_on_arrays_counts_as_the_recorded_one(x: np.ndarray) -> None:
             recorded = _extremum_vjp(constant(g), constant(ans), constant(x), axis, keepdims)._value
             assert plain.dtype == recorded.dtype
             np.testing.assert_array_equal(plain, recorded)
+
+
+@pytest.mark.parametrize("x", [np.array([[np.inf, 1.0], [-np.inf, -np.inf], [2.0, 2.0]]),
+                               np.array([[1.0, np.nan, 3.0]], np.float32), np.array([[5.0]]),
+                               np.array([[0.5, 0.25]], np.float32)])
+def test_max_rule_nan_check_on_arrays(x: np.ndarray) -> None:
+    """The plain rule marks NaNs only when ans holds one; inf and -inf extrema (whose sum is NaN)
+    and single-element groups give the recorded rule's numbers too."""
+    from rlgrad.ops import _extremum_vjp
+    from rlgrad.tensor import constant
+
+    for axis, keepdims in ((1, True), (-1, False), (None, False), (0, True)):
+        ans = np.max(x, axis=axis, keepdims=keepdims)
+        g = np.full(np.shape(ans), 3.0, x.dtype)
+        plain = _extremum_vjp(g, ans, x, axis, keepdims)
+        recorded = _extremum_vjp(constant(g), constant(ans), constant(x), axis, keepdims)._value
+        np.testing.assert_array_equal(plain, recorded)
+
+
+@pytest.mark.parametrize("shape,axis,keepdims", [((3, 4), 1, True), ((3, 4), -1, False),
+                                                 ((2, 3, 4), 0, False), ((2, 3, 4), (0, 2), True),
+                                                 ((3, 4), None, False), ((1, 1), None, True)])
+def test_sum_and_mean_rules_on_arrays_broadcast_as_recorded(shape: tuple, axis: object,
+                                                            keepdims: bool) -> None:
+    """The plain sum/mean rules expand over one int axis with a repeat: a new writable array
+    holding the recorded rule's numbers."""
+    from rlgrad.ops import _mean_vjp, _sum_vjp
+    from rlgrad.tensor import constant
+
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    for rule, red in ((_sum_vjp, np.sum), (_mean_vjp, np.mean)):
+        ans = red(x, axis=axis, keepdims=keepdims)
+        g = np.asarray(np.random.default_rng(5).standard_normal(np.shape(ans)), np.float32)
+        plain = rule(g, ans, x, axis, keepdims)
+        recorded = rule(constant(g), constant(ans), constant(x), axis, keepdims)._value
+        assert plain.shape == x.shape and plain.dtype == recorded.dtype
+        np.testing.assert_array_equal(plain, recorded)
+        if np.shape(g) != x.shape:  # expanded: a new array, which a .grad may take as it is
+            assert plain.flags.writeable and not np.shares_memory(plain, g)
