@@ -119,6 +119,18 @@ def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.nd
     return (actions[0] if single else actions), None
 
 
+_ARANGE: dict[int, np.ndarray] = {}
+
+
+def _arange(n: int) -> np.ndarray:
+    """``np.arange(n)``, made once per ``n`` (row indices of every acting step's batch)."""
+    a = _ARANGE.get(n)
+    if a is None:
+        a = _ARANGE[n] = np.arange(n)
+        a.flags.writeable = False
+    return a
+
+
 class ActorCriticPolicy(nn.Module):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  net_arch: Any = None, activation_fn: Any = "tanh", ortho_init: bool = True,
@@ -254,11 +266,15 @@ class ActorCriticPolicy(nn.Module):
         # (tests/test_rl_algos.py checks both give the same actions and log-probabilities)
         if self.discrete:
             # inverse-CDF sampling on unnormalised probabilities; log p(a) = z_a - m - log(sum)
-            # (ufunc methods: the same operations as .max / np.cumsum without their wrappers)
+            # (ufunc methods: the same operations as .max / np.cumsum without their wrappers;
+            # in place where the array is this call's own)
             z = out - np.maximum.reduce(out, axis=1, keepdims=True)
-            cdf = np.add.accumulate(np.exp(z), axis=1)
+            cdf = np.exp(z)
+            np.add.accumulate(cdf, axis=1, out=cdf)
             actions = inverse_cdf(cdf, rng.random(n))
-            return actions, values, z[np.arange(n), actions] - np.log(cdf[:, -1])
+            log_prob = z[_arange(n), actions]
+            log_prob -= np.log(cdf[:, -1])
+            return actions, values, log_prob
         log_std = self.log_std._value
         eps = rng.standard_normal(out.shape, dtype=out.dtype)
         actions = out + np.exp(log_std) * eps
