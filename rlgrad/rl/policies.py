@@ -219,9 +219,10 @@ class ActorCriticPolicy(nn.Module):
 
         Both towers read the same observation, so layer by layer their weights can be stacked
         (first layer) or put side by side on a block diagonal (deeper layers): one matmul per
-        layer instead of two, same outputs (logits or means, then the value). Built once per
-        rollout (the weights do not change while acting); None when the towers differ in depth
-        or activation, or a CNN trunk comes first.
+        layer instead of two, same outputs (logits or means, then the value). Refreshed once per
+        rollout (the weights do not change while acting) into arrays kept from the last call
+        (an A2C rollout is only a few steps long); None when the towers differ in depth or
+        activation, or a CNN trunk comes first.
         """
         if self.features_extractor is not None:
             return None
@@ -231,19 +232,26 @@ class ActorCriticPolicy(nn.Module):
         act_vf = [type(m) for m in self.vf_net if type(m) is not nn.Linear]
         if len(lin_pi) != len(lin_vf) or act_pi != act_vf or any(a not in _NP_ACT for a in act_pi):
             return None
-        layers = []
-        for i, (p, v) in enumerate(zip(lin_pi, lin_vf)):
-            wp, wv = p.weight._value, v.weight._value
-            if i == 0:
-                w = np.concatenate([wp, wv], axis=0)
-            else:
-                w = np.zeros((wp.shape[0] + wv.shape[0], wp.shape[1] + wv.shape[1]), wp.dtype)
-                w[:wp.shape[0], :wp.shape[1]] = wp
-                w[wp.shape[0]:, wp.shape[1]:] = wv
-            b = np.concatenate([p.bias._value, v.bias._value])
-            act = _NP_ACT[act_pi[i]] if i < len(act_pi) else None
-            layers.append((np.ascontiguousarray(w.T), b, act))
-        return layers
+        pairs = [(p.weight._value, v.weight._value, p.bias._value, v.bias._value)
+                 for p, v in zip(lin_pi, lin_vf)]
+        key = tuple((wp.shape, wv.shape, wp.dtype) for wp, wv, _, _ in pairs)
+        cached = self.__dict__.get("_fused_cache")
+        if cached is None or cached[0] != key:
+            layers = []
+            for i, (wp, wv, _, _) in enumerate(pairs):
+                rows = wp.shape[1] if i == 0 else wp.shape[1] + wv.shape[1]
+                out = wp.shape[0] + wv.shape[0]  # zeros off the blocks, written once
+                layers.append((np.zeros((rows, out), wp.dtype), np.zeros(out, wp.dtype),
+                               _NP_ACT[act_pi[i]] if i < len(act_pi) else None))
+            cached = (key, layers)
+            object.__setattr__(self, "_fused_cache", cached)  # not a module attribute
+        for i, ((wp, wv, bp, bv), (w, b, _)) in enumerate(zip(pairs, cached[1])):
+            o, k = wp.shape  # (out, in): stored transposed, (in, out), for x @ w
+            w[:k, :o] = wp.T
+            w[(0 if i == 0 else k):, o:] = wv.T
+            b[:o] = bp
+            b[o:] = bv
+        return cached[1]
 
     def act(self, obs: np.ndarray, rng: np.random.Generator,
             fused: list[tuple[np.ndarray, np.ndarray, Any]] | None = None
