@@ -36,8 +36,8 @@ def missing_comparator(name: str) -> list[str]:
 
 
 def recorded_table(doc: Path, heading: str) -> str | None:
-    """The first dated table of the section of ``doc`` that starts with ``heading``: the date
-    line, then the table; None if there is none."""
+    """The first dated table of the section of ``doc`` that starts with ``heading``: the
+    paragraph that dates it, then the table; None if there is none."""
     try:
         lines = doc.read_text().splitlines()
     except OSError:
@@ -46,7 +46,9 @@ def recorded_table(doc: Path, heading: str) -> str | None:
     if start is None:
         return None
     level = len(heading) - len(heading.lstrip("#"))
-    date, table = None, []
+    para: list[str] = []
+    date: list[str] = []
+    table: list[str] = []
     for x in lines[start + 1:]:
         if x.startswith("#") and len(x) - len(x.lstrip("#")) <= level:
             break  # the next section
@@ -54,11 +56,13 @@ def recorded_table(doc: Path, heading: str) -> str | None:
             table.append(x)
         elif table:
             break
-        elif _DATE.search(x):
-            date = x
+        else:
+            para = para + [x] if x.strip() else []
+            if any(_DATE.search(y) for y in para):
+                date = para  # the latest paragraph that names a date
     if not table:
         return None
-    return "\n".join([lines[start], *([date] if date else []), "", *table])
+    return "\n".join([lines[start], *date, "", *table])
 
 
 def bench_dir() -> Path | None:
