@@ -5,7 +5,8 @@
 
 Trains each preset with rlgrad and, when ``stable-baselines3`` and ``torch`` are installed, the
 same hyperparameters with Stable-Baselines3 (one thread each, same process, interleaved), then
-prints the wall time of ``learn``, steps per second and the mean return of 20 deterministic
+prints the wall time of ``learn`` (and its CPU time, ``time.process_time``, which the load of a
+shared machine inflates less), steps per second and the mean return of 20 deterministic
 evaluation episodes (the same evaluation code for both) as a markdown table. With
 ``--repeat N`` every pair of runs is repeated N times (interleaved, the returns are the same:
 seeded runs are deterministic) and the table gives the median times and the median of the
@@ -47,11 +48,11 @@ def _sb3_schedule(v):
 def run_rlgrad(algo: str, seed: int, stepping: str) -> dict:
     mode = {"same": "sync", "native": None}[stepping]
     model, budget = make_from_preset(algo, "CartPole-v1", seed=seed, vectorization_mode=mode)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     model.learn(budget)
-    dt = time.perf_counter() - t
+    dt, cpu = time.perf_counter() - t, time.process_time() - c
     mean, std = evaluate(model, "CartPole-v1", n_episodes=20)
-    return {"time": dt, "steps": model.num_timesteps, "mean": mean, "std": std}
+    return {"time": dt, "cpu": cpu, "steps": model.num_timesteps, "mean": mean, "std": std}
 
 
 def run_sb3(algo: str, seed: int) -> dict:
@@ -66,17 +67,18 @@ def run_sb3(algo: str, seed: int) -> dict:
     env = make_vec_env("CartPole-v1", n_envs=int(env_cfg.get("n_envs", 1)), seed=seed)
     cls = {"ppo": sb3.PPO, "a2c": sb3.A2C, "dqn": sb3.DQN}[algo]
     model = cls("MlpPolicy", env, seed=seed, device="cpu", **hp)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     model.learn(budget)
-    dt = time.perf_counter() - t
+    dt, cpu = time.perf_counter() - t, time.process_time() - c
     model.env_id = "CartPole-v1"
     mean, std = evaluate(model, "CartPole-v1", n_episodes=20)
-    return {"time": dt, "steps": model.num_timesteps, "mean": mean, "std": std}
+    return {"time": dt, "cpu": cpu, "steps": model.num_timesteps, "mean": mean, "std": std}
 
 
 def _median_run(runs: list[dict]) -> dict:
     out = dict(runs[-1])
-    out["time"] = statistics.median(r["time"] for r in runs)
+    for k in ("time", "cpu"):
+        out[k] = statistics.median(r[k] for r in runs)
     return out
 
 
@@ -89,11 +91,15 @@ def _pair(algo: str, seed: int, stepping: str, repeat: int, have_sb3: bool) -> t
         rs.append(r)
         if s:
             ss.append(s)
-        print(f"{algo} seed {seed} ({stepping} stepping): rlgrad {r['time']:.1f}s return "
-              f"{r['mean']:.1f}" + (f" | SB3 {s['time']:.1f}s return {s['mean']:.1f} | ratio "
-                                    f"{r['time'] / s['time']:.2f}" if s else ""),
+        print(f"{algo} seed {seed} ({stepping} stepping): rlgrad {r['time']:.1f}s (CPU "
+              f"{r['cpu']:.1f}) return {r['mean']:.1f}"
+              + (f" | SB3 {s['time']:.1f}s (CPU {s['cpu']:.1f}) return {s['mean']:.1f} | ratio "
+                 f"{r['time'] / s['time']:.2f}, CPU {r['cpu'] / s['cpu']:.2f}" if s else ""),
               file=sys.stderr, flush=True)
-    ratio = statistics.median(r["time"] / s["time"] for r, s in zip(rs, ss)) if ss else None
+    ratio = None
+    if ss:
+        ratio = tuple(statistics.median(r[k] / s[k] for r, s in zip(rs, ss))
+                      for k in ("time", "cpu"))
     return algo, seed, stepping, _median_run(rs), _median_run(ss) if ss else None, ratio
 
 
@@ -131,8 +137,9 @@ def main() -> None:
     head = "| algo | seed | rlgrad env stepping | steps | rlgrad learn (s) | rlgrad steps/s | rlgrad return |"
     sep = "|---|---|---|---|---|---|---|"
     if have_sb3:
-        head += " SB3 learn (s) | SB3 steps/s | SB3 return | time ratio rlgrad/SB3 |"
-        sep += "---|---|---|---|"
+        head += (" SB3 learn (s) | SB3 steps/s | SB3 return | time ratio rlgrad/SB3 | CPU "
+                 "(s) rlgrad / SB3 | CPU ratio |")
+        sep += "---|---|---|---|---|---|"
     print(head)
     print(sep)
     names = {"same": "SyncVectorEnv (as SB3's DummyVecEnv)", "native": "NumPy-vectorised CartPole"}
@@ -141,7 +148,8 @@ def main() -> None:
                 f"{r['steps'] / r['time']:.0f} | {r['mean']:.1f} ± {r['std']:.1f} |")
         if s:
             line += (f" {s['time']:.1f} | {s['steps'] / s['time']:.0f} | "
-                     f"{s['mean']:.1f} ± {s['std']:.1f} | {ratio:.2f} |")
+                     f"{s['mean']:.1f} ± {s['std']:.1f} | {ratio[0]:.2f} | {r['cpu']:.1f} / "
+                     f"{s['cpu']:.1f} | {ratio[1]:.2f} |")
         print(line)
 
 

@@ -336,6 +336,31 @@ def test_bench_runs_the_scripts_in_order_and_passes_quick(tmp_path: Path,
     assert "did you mean: engine" in capfd.readouterr().err
 
 
+def test_bench_prints_the_recorded_comparison_when_the_comparator_is_missing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture) -> None:
+    from rlgrad.cli import bench
+
+    folder = tmp_path / "bench"
+    folder.mkdir()
+    (folder / "reinforce_torch.py").write_text("print('rlgrad alone')\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "benchmarks.md").write_text(
+        "## RL: CartPole-v1 presets\n\nold prose\n\n"
+        "### REINFORCE against the same loop in PyTorch (`bench/reinforce_torch.py`)\n\n"
+        "2026-11-25, a quiet host:\n\n| impl | CPU (s) |\n|---|---|\n| rlgrad | 2.0 |\n\n"
+        "| older | 9 |\n\n## Next section\n| other | 1 |\n")
+    monkeypatch.setattr(bench, "bench_dir", lambda: folder)
+    monkeypatch.setattr(bench, "missing_comparator", lambda name: ["torch"])
+    assert main(["bench", "--only", "reinforce_torch"]) == 0
+    out = capfd.readouterr().out
+    assert out.index("rlgrad alone") < out.index("torch not installed")
+    assert "2026-11-25, a quiet host:" in out and "| rlgrad | 2.0 |" in out
+    assert "| older | 9 |" not in out and "| other | 1 |" not in out
+    monkeypatch.setattr(bench, "missing_comparator", lambda name: [])
+    assert main(["bench", "--only", "reinforce_torch"]) == 0
+    assert "not installed" not in capfd.readouterr().out
+
+
 def test_set_values_are_typed() -> None:
     from rlgrad.cli.build import parse_sets
     from rlgrad.cli.errors import CLIError

@@ -277,6 +277,23 @@ def test_fused_acting_path_matches_the_modules(env):
     np.testing.assert_allclose(m.policy.value(obs)._value, v2, rtol=1e-4, atol=1e-5)  # agrees
 
 
+def test_fused_acting_weights_follow_the_parameters():
+    """fused_numpy keeps its block matrices between rollouts and refreshes them from the
+    current parameters: after the weights change, acting uses the new ones."""
+    m = PPO("CartPole-v1", n_envs=2, seed=0)
+    obs = np.random.default_rng(0).normal(size=(5, m.obs_dim)).astype(np.float32)
+    first = m.policy.fused_numpy()
+    for p in m.policy.parameters():
+        p._value += np.float32(0.05)  # as an optimizer step does, in place
+    again = m.policy.fused_numpy()
+    assert again is first  # the same arrays, refilled
+    a1, v1, l1 = m.policy.act(obs, np.random.default_rng(1))
+    a2, v2, l2 = m.policy.act(obs, np.random.default_rng(1), again)
+    np.testing.assert_array_equal(a1, a2)
+    np.testing.assert_allclose(v2, v1, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(l2, l1, rtol=1e-5, atol=1e-6)
+
+
 def _same_step_env(max_steps):
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode, SyncVectorEnv

@@ -61,3 +61,47 @@ def test_ratio_statistics_of_padded_minibatches_at_once_equal_one_by_one():
         k, c = _approx_kl(lp[i], old[i], slice(None, n[i]), 0.2)
         assert kl[i] == np.float64(k) or abs(kl[i] - k) <= 1e-12 * max(abs(k), 1e-300)
         assert cf[i] == c
+
+
+def test_minibatch_advantages_normalised_one_minibatch_at_a_time():
+    """An epoch's full minibatches are normalised in one pass: bit for bit what normalising
+    each minibatch alone gives (SB3's rule, unbiased std), the padding rows 0."""
+    m = _collected(seed=1)
+    buf = m.rollout_buffer
+    state = m.rng.bit_generator.state
+    raw = list(buf.padded_minibatches(40, m.rng))
+    m.rng.bit_generator.state = state
+    got = list(m._minibatches())
+    assert len(got) == len(raw) and raw[-1][1] < 40
+    for (b, sl), (mb, n) in zip(got, raw):
+        assert sl.stop == n
+        a = mb.advantages[:n]
+        np.testing.assert_array_equal(b["advantages"][:n], (a - a.mean()) / (a.std(ddof=1) + 1e-8))
+        assert (b["advantages"][n:] == 0).all()
+        np.testing.assert_array_equal(b["weights"][:n], np.float32(1.0 / n))
+        assert (b["weights"][n:] == 0).all()
+        np.testing.assert_array_equal(b["obs"], mb.observations)
+
+
+def test_grad_step_with_a_static_argument_compiles_one_program_per_value():
+    """grad_step(..., static_argnums) keeps one compiled program per static value (each looked
+    up by the batch's shapes alone) with the eager step's results, the static value choosing
+    the program (here: whether the entropy term is in the loss)."""
+    from rlgrad.rl.steps import grad_step
+
+    m = _collected()
+    m.ent_coef = 0.01
+    b, _ = next(m._minibatches())
+    b["clip"] = np.array(0.2, dtype=np.float32)
+    step = grad_step(m.loss, m._params, compiled=True, static_argnums=(1,))
+    eager = grad_step(m.loss, m._params, compiled=False)
+    for use_entropy in (True, False, True):
+        loss, s, g = step(b, use_entropy)
+        loss_e, s_e, g_e = eager(b, use_entropy)
+        np.testing.assert_allclose(float(loss), float(loss_e), rtol=1e-5, atol=1e-7)
+        for x, y in zip(g, g_e):
+            np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6 * float(np.abs(y).max()))
+    # the entropy term is in the loss only when asked
+    ent = float(s["entropy_loss"]) * m.ent_coef
+    loss_f = float(step(b, False)[0])
+    np.testing.assert_allclose(float(loss) - loss_f, ent, rtol=1e-4, atol=1e-7)

@@ -2,10 +2,15 @@
 
 Each script runs in its own Python process (a benchmark should not share a heap, a JIT cache or
 BLAS threads with another), with ``--quick`` passed to the scripts whose command line takes it.
+A script whose comparator (Stable-Baselines3, PureJaxRL's JAX stack, PyTorch) is not installed
+measures rlgrad alone; after it, the latest comparison recorded in ``docs/benchmarks.md`` is
+printed with its date, marked as recorded, not measured now.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import re
 import subprocess
 import sys
 import time
@@ -13,7 +18,51 @@ from pathlib import Path
 
 from rlgrad.cli.errors import CLIError, did_you_mean
 
-ORDER = ("engine", "nn", "gather", "distributions", "rl", "purejaxrl", "offpolicy_floor", "qrdqn")
+ORDER = ("engine", "nn", "gather", "distributions", "rl", "purejaxrl", "reinforce_torch",
+         "offpolicy_floor", "qrdqn")
+# benchmark -> (the modules its comparator needs, the heading of its recorded tables)
+COMPARED = {
+    "rl": (("stable_baselines3", "torch"), "## RL: CartPole-v1 presets"),
+    "purejaxrl": (("jax", "flax", "optax", "gymnax"), "## PPO with PureJaxRL's configuration"),
+    "reinforce_torch": (("torch",), "### REINFORCE against the same loop in PyTorch"),
+}
+_DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
+
+
+def missing_comparator(name: str) -> list[str]:
+    """The comparator modules of benchmark ``name`` that are not installed."""
+    mods = COMPARED.get(name, ((), ""))[0]
+    return [m for m in mods if importlib.util.find_spec(m) is None]
+
+
+def recorded_table(doc: Path, heading: str) -> str | None:
+    """The first dated table of the section of ``doc`` that starts with ``heading``: the
+    paragraph that dates it, then the table; None if there is none."""
+    try:
+        lines = doc.read_text().splitlines()
+    except OSError:
+        return None
+    start = next((i for i, x in enumerate(lines) if x.startswith(heading)), None)
+    if start is None:
+        return None
+    level = len(heading) - len(heading.lstrip("#"))
+    para: list[str] = []
+    date: list[str] = []
+    table: list[str] = []
+    for x in lines[start + 1:]:
+        if x.startswith("#") and len(x) - len(x.lstrip("#")) <= level:
+            break  # the next section
+        if x.startswith("|"):
+            table.append(x)
+        elif table:
+            break
+        else:
+            para = para + [x] if x.strip() else []
+            if any(_DATE.search(y) for y in para):
+                date = para  # the latest paragraph that names a date
+    if not table:
+        return None
+    return "\n".join([lines[start], *date, "", *table])
 
 
 def bench_dir() -> Path | None:
@@ -63,7 +112,20 @@ def cmd_bench(only: list[str] | None, quick: bool) -> int:
               f"{time.perf_counter() - t0:.1f} s\n", flush=True)
         if rc != 0:
             failed.append(script.name)
+        elif missing_comparator(script.stem):
+            show_recorded(script.stem, folder.parent / "docs" / "benchmarks.md")
     if failed:
         print(f"rlgrad bench: failed: {', '.join(failed)}", file=sys.stderr)
         return 1
     return 0
+
+
+def show_recorded(name: str, doc: Path) -> None:
+    """The latest recorded comparison of benchmark ``name``, said to be a record."""
+    table = recorded_table(doc, COMPARED[name][1])
+    missing = ", ".join(missing_comparator(name))
+    if table is None:
+        print(f"({missing} not installed: no recorded comparison in {doc})\n", flush=True)
+        return
+    print(f"({missing} not installed here, so the comparison above is rlgrad alone. The latest "
+          f"comparison recorded in {doc.name}, not measured now:)\n{table}\n", flush=True)

@@ -153,16 +153,23 @@ class RolloutBuffer:
         exactly ``batch_size`` rows: ``(batch, n_real)``, the ragged last one padded after its
         ``n_real`` real rows with copies of its first row (to be weighted 0), so that a compiled
         step sees one shape. The rows of an epoch are gathered in one indexing per array."""
+        rows, n = self.padded_epoch(batch_size, rng)
+        for start in range(0, n, batch_size):
+            sl = slice(start, start + batch_size)
+            yield RolloutBatch(*(a[sl] for a in rows)), min(batch_size, n - start)
+
+    def padded_epoch(self, batch_size: int, rng: np.random.Generator
+                     ) -> tuple[RolloutBatch, int]:
+        """``(rows, n)``: the ``n`` valid rows in ``get(batch_size, rng)``'s order, gathered (fresh
+        arrays) and padded to a multiple of ``batch_size`` as ``padded_minibatches`` pads them;
+        minibatch ``i`` is ``rows[i * batch_size:(i + 1) * batch_size]``."""
         idx = rng.permutation(self.valid_indices())
         n = len(idx)
         pad = -n % batch_size
         if pad:
             last = n - (n % batch_size)
             idx = np.concatenate([idx, np.full(pad, idx[last], dtype=idx.dtype)])
-        rows = RolloutBatch(*(a[idx] for a in self.flat()))
-        for start in range(0, n, batch_size):
-            sl = slice(start, start + batch_size)
-            yield RolloutBatch(*(a[sl] for a in rows)), min(batch_size, n - start)
+        return RolloutBatch(*(a[idx] for a in self.flat())), n
 
 
 class ReplayBatch(NamedTuple):

@@ -23,7 +23,7 @@ from rlgrad import ops
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import RolloutBatch, RolloutBuffer
 from rlgrad.rl.callbacks import BaseCallback
-from rlgrad.rl.envs import EnvLike, is_image_space, obs_shape
+from rlgrad.rl.envs import EnvLike, is_image_space, obs_shape, preprocess_obs
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.steps import grad_step, set_grads
@@ -116,24 +116,29 @@ class OnPolicyAlgorithm(BaseAlgorithm):
             callback.on_rollout_start()
         want_locals = callback is not None and callback.wants_locals()
         obs = self._obs(self._last_obs, update=False)
-        rng, n = self.rng, self.n_envs
+        rng, n, space = self.rng, self.n_envs, self.observation_space
         same_step = not adapter.next_step
         fused = policy.fused_numpy()
+        act, step, add = policy.act, adapter.step, buf.add  # bound once: called every step
+        clip = self._to_env if self._clip_actions else None
         with rlgrad.no_grad():
             for _ in range(self.n_steps):
-                actions, values, log_probs = policy.act(obs, rng, fused)
-                raw, rew, term, trunc, valid, final = adapter.step(self._to_env(actions))
-                self.num_timesteps += n
+                actions, values, log_probs = act(obs, rng, fused)
+                raw, rew, term, trunc, valid, final = step(actions if clip is None
+                                                           else clip(actions))
                 done = term | trunc
-                next_obs = self._obs(raw, update=True)
-                if norm is not None:
+                if norm is None:
+                    next_obs = preprocess_obs(raw, space)  # what self._obs does without one
+                else:
+                    next_obs = self._obs(raw, update=True)
                     rew = norm.process_reward(rew, done, valid)
                 if same_step and trunc.any():  # bootstrap from the final observation
                     rows = np.flatnonzero(trunc)
                     buf.bootstrap[buf.pos, rows] = policy.predict_values(
                         self._obs(final[rows], update=False))
-                buf.add(obs, actions, rew, term, done, values, log_probs, valid)
+                add(obs, actions, rew, term, done, values, log_probs, valid)
                 obs = next_obs
+                self.num_timesteps += n
                 if callback is not None and not self._callback_step(
                         callback, want_locals, raw, rew, done, actions):
                     return False
@@ -234,7 +239,14 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         return {"obs": data.observations, "actions": self.policy.actions_for_loss(data.actions),
                 "advantages": adv, "returns": data.returns, "weights": w,
                 "old_log_prob": data.old_log_prob, "old_values": data.old_values,
-                "coefs": np.array([self.vf_coef, self.ent_coef], dtype=np.float32)}
+                "coefs": self._coefs()}
+
+    def _coefs(self) -> np.ndarray:
+        """``[vf_coef, ent_coef]`` as the loss reads them (one array, rebuilt when they change)."""
+        key = (self.vf_coef, self.ent_coef)
+        if getattr(self, "_coefs_key", None) != key:
+            self._coefs_key, self._coefs_arr = key, np.array(key, dtype=np.float32)
+        return self._coefs_arr
 
     def _advantages(self, adv: np.ndarray, valid: np.ndarray) -> np.ndarray:
         if self.normalize_advantage and valid.sum() > 1:

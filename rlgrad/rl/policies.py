@@ -119,6 +119,18 @@ def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.nd
     return (actions[0] if single else actions), None
 
 
+_ARANGE: dict[int, np.ndarray] = {}
+
+
+def _arange(n: int) -> np.ndarray:
+    """``np.arange(n)``, made once per ``n`` (row indices of every acting step's batch)."""
+    a = _ARANGE.get(n)
+    if a is None:
+        a = _ARANGE[n] = np.arange(n)
+        a.flags.writeable = False
+    return a
+
+
 class ActorCriticPolicy(nn.Module):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  net_arch: Any = None, activation_fn: Any = "tanh", ortho_init: bool = True,
@@ -207,9 +219,10 @@ class ActorCriticPolicy(nn.Module):
 
         Both towers read the same observation, so layer by layer their weights can be stacked
         (first layer) or put side by side on a block diagonal (deeper layers): one matmul per
-        layer instead of two, same outputs (logits or means, then the value). Built once per
-        rollout (the weights do not change while acting); None when the towers differ in depth
-        or activation, or a CNN trunk comes first.
+        layer instead of two, same outputs (logits or means, then the value). Refreshed once per
+        rollout (the weights do not change while acting) into arrays kept from the last call
+        (an A2C rollout is only a few steps long); None when the towers differ in depth or
+        activation, or a CNN trunk comes first.
         """
         if self.features_extractor is not None:
             return None
@@ -219,19 +232,26 @@ class ActorCriticPolicy(nn.Module):
         act_vf = [type(m) for m in self.vf_net if type(m) is not nn.Linear]
         if len(lin_pi) != len(lin_vf) or act_pi != act_vf or any(a not in _NP_ACT for a in act_pi):
             return None
-        layers = []
-        for i, (p, v) in enumerate(zip(lin_pi, lin_vf)):
-            wp, wv = p.weight._value, v.weight._value
-            if i == 0:
-                w = np.concatenate([wp, wv], axis=0)
-            else:
-                w = np.zeros((wp.shape[0] + wv.shape[0], wp.shape[1] + wv.shape[1]), wp.dtype)
-                w[:wp.shape[0], :wp.shape[1]] = wp
-                w[wp.shape[0]:, wp.shape[1]:] = wv
-            b = np.concatenate([p.bias._value, v.bias._value])
-            act = _NP_ACT[act_pi[i]] if i < len(act_pi) else None
-            layers.append((np.ascontiguousarray(w.T), b, act))
-        return layers
+        pairs = [(p.weight._value, v.weight._value, p.bias._value, v.bias._value)
+                 for p, v in zip(lin_pi, lin_vf)]
+        key = tuple((wp.shape, wv.shape, wp.dtype) for wp, wv, _, _ in pairs)
+        cached = self.__dict__.get("_fused_cache")
+        if cached is None or cached[0] != key:
+            layers = []
+            for i, (wp, wv, _, _) in enumerate(pairs):
+                rows = wp.shape[1] if i == 0 else wp.shape[1] + wv.shape[1]
+                out = wp.shape[0] + wv.shape[0]  # zeros off the blocks, written once
+                layers.append((np.zeros((rows, out), wp.dtype), np.zeros(out, wp.dtype),
+                               _NP_ACT[act_pi[i]] if i < len(act_pi) else None))
+            cached = (key, layers)
+            object.__setattr__(self, "_fused_cache", cached)  # not a module attribute
+        for i, ((wp, wv, bp, bv), (w, b, _)) in enumerate(zip(pairs, cached[1])):
+            o, k = wp.shape  # (out, in): stored transposed, (in, out), for x @ w
+            w[:k, :o] = wp.T
+            w[(0 if i == 0 else k):, o:] = wv.T
+            b[:o] = bp
+            b[o:] = bv
+        return cached[1]
 
     def act(self, obs: np.ndarray, rng: np.random.Generator,
             fused: list[tuple[np.ndarray, np.ndarray, Any]] | None = None
@@ -254,11 +274,15 @@ class ActorCriticPolicy(nn.Module):
         # (tests/test_rl_algos.py checks both give the same actions and log-probabilities)
         if self.discrete:
             # inverse-CDF sampling on unnormalised probabilities; log p(a) = z_a - m - log(sum)
-            # (ufunc methods: the same operations as .max / np.cumsum without their wrappers)
+            # (ufunc methods: the same operations as .max / np.cumsum without their wrappers;
+            # in place where the array is this call's own)
             z = out - np.maximum.reduce(out, axis=1, keepdims=True)
-            cdf = np.add.accumulate(np.exp(z), axis=1)
+            cdf = np.exp(z)
+            np.add.accumulate(cdf, axis=1, out=cdf)
             actions = inverse_cdf(cdf, rng.random(n))
-            return actions, values, z[np.arange(n), actions] - np.log(cdf[:, -1])
+            log_prob = z[_arange(n), actions]
+            log_prob -= np.log(cdf[:, -1])
+            return actions, values, log_prob
         log_std = self.log_std._value
         eps = rng.standard_normal(out.shape, dtype=out.dtype)
         actions = out + np.exp(log_std) * eps

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops, optim
+from rlgrad.rl.buffers import RolloutBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, with_value_and_entropy
 from rlgrad.rl.schedules import get_schedule_fn
@@ -111,8 +112,10 @@ class PPO(OnPolicyAlgorithm):
     def train(self) -> None:
         p = self._current_progress_remaining
         self._set_lr()
-        clip = np.float32(self.clip_range(p))
-        clip_vf = None if self.clip_range_vf is None else np.float32(self.clip_range_vf(p))
+        # 0-d arrays, not NumPy scalars: a batch of arrays only finds its compiled step fastest
+        clip = np.array(self.clip_range(p), dtype=np.float32)
+        clip_vf = (None if self.clip_range_vf is None
+                   else np.array(self.clip_range_vf(p), dtype=np.float32))
         # one minibatch = the whole rollout (its order is irrelevant): one compiled step; else
         # shuffled minibatches of one shape (the ragged last one padded), compiled as well
         full = self.batch_size >= len(self.rollout_buffer.valid_indices()) and clip_vf is None
@@ -143,20 +146,45 @@ class PPO(OnPolicyAlgorithm):
 
         Every minibatch has ``batch_size`` rows, so the compiled step is traced once: the ragged
         last one is padded with rows of weight 0 (and advantage 0), which add nothing to the loss
-        or its gradient; its real rows keep the weight 1 / (their number), as unpadded.
+        or its gradient; its real rows keep the weight 1 / (their number), as unpadded. An
+        epoch's rows are gathered at once and its full minibatches normalised in one pass (row
+        by row the same reductions as one minibatch at a time).
         """
         bs = self.batch_size
-        for mb, n in self.rollout_buffer.padded_minibatches(bs, self.rng):
-            adv = mb.advantages
-            if n < bs:
-                adv = adv.copy()
-                adv[n:] = 0.0
-            if self.normalize_advantage and n > 1:
-                a = adv[:n]
-                adv[:n] = (a - a.mean()) / (a.std(ddof=1) + 1e-8)  # unbiased (SB3); fresh array
-            w = np.zeros(bs, dtype=np.float32)
-            w[:n] = 1.0 / n
-            yield self._loss_batch(mb, adv, w), slice(None, n)
+        rows, n = self.rollout_buffer.padded_epoch(bs, self.rng)
+        adv = rows.advantages.reshape(-1, bs)  # a fresh gather: ours to normalise in place
+        k_full, r = divmod(n, bs)
+        if r:
+            adv[-1, r:] = 0.0
+        if self.normalize_advantage:
+            if k_full and bs > 1:
+                a = adv[:k_full]
+                mean, std = a.mean(axis=1, keepdims=True), a.std(axis=1, ddof=1, keepdims=True)
+                a -= mean
+                a /= std + 1e-8  # unbiased, as SB3 (torch) has it
+            if r > 1:
+                a = adv[-1, :r]
+                mean, std = a.mean(), a.std(ddof=1)
+                a -= mean
+                a /= std + 1e-8
+        weights = self._minibatch_weights(bs, r)
+        for i in range(len(adv)):
+            sl = slice(i * bs, (i + 1) * bs)
+            m = i < k_full
+            yield (self._loss_batch(RolloutBatch(*(x[sl] for x in rows)), adv[i],
+                                    weights[0 if m else 1]), slice(None, bs if m else r))
+
+    def _minibatch_weights(self, bs: int, r: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(weights of a full minibatch, of the ragged last one with ``r`` real rows), kept."""
+        key = (bs, r)
+        if getattr(self, "_weights_key", None) != key:
+            full = np.full(bs, 1.0 / bs, dtype=np.float32)
+            ragged = None
+            if r:
+                ragged = np.zeros(bs, dtype=np.float32)
+                ragged[:r] = 1.0 / r
+            self._weights_key, self._weights = key, (full, ragged)
+        return self._weights
 
     def _log_train(self, stats: list[tuple[Any, ...]], clip: float,
                    clip_vf: float | None) -> None:

@@ -47,12 +47,37 @@ def grad_step(loss_fn: Callable[..., tuple[Any, Any]], params: Sequence[Tensor],
         return loss, stats, autograd.grad(loss, params)
 
     if compiled:
-        return rlgrad.jit(step, static_argnums=static_argnums)
+        if not static_argnums:
+            return rlgrad.jit(step)
+        return _per_static(step, static_argnums)
 
     def eager(*args: Any) -> tuple[Any, Any, Any]:
         return _arrays(step(*args))
 
     return eager
+
+
+def _per_static(step: Callable, static_argnums: tuple[int, ...]) -> Callable:
+    """``rlgrad.jit(step, static_argnums=...)`` as one jit per value of the static arguments,
+    each without static arguments: a call then finds its program by the arrays' shapes alone
+    (jit's fast path for arrays and dicts of arrays), not by a walk of the whole argument tree."""
+    jits: dict[tuple, Any] = {}
+    static = tuple(sorted(static_argnums))
+
+    def call(*args: Any) -> Any:
+        key = tuple(args[i] for i in static)
+        fn = jits.get(key)
+        if fn is None:
+            def fixed(*dyn: Any, _key: tuple = key) -> Any:
+                full, it = [], iter(dyn)
+                for i in range(len(dyn) + len(static)):
+                    full.append(_key[static.index(i)] if i in static else next(it))
+                return step(*full)
+
+            fn = jits[key] = rlgrad.jit(fixed)
+        return fn(*(a for i, a in enumerate(args) if i not in static))
+
+    return call
 
 
 def set_grads(params: list[Any], grads: Any, max_norm: float | None) -> float:
@@ -62,9 +87,8 @@ def set_grads(params: list[Any], grads: Any, max_norm: float | None) -> float:
     total = 0.0
     if max_norm is not None:
         sq = 0.0
-        for g in grads:
-            f = g.reshape(-1)
-            sq += float(np.dot(f, f))
+        for d in map(np.vdot, grads, grads):  # each dot in the arrays' dtype, summed in float64
+            sq += float(d)
         total = math.sqrt(sq)
         if not math.isfinite(total):
             raise NonFiniteError(f"the gradient of an update is not finite (its norm is {total}): "
@@ -75,3 +99,4 @@ def set_grads(params: list[Any], grads: Any, max_norm: float | None) -> float:
     for p, g in zip(params, grads):
         p.grad = _const(g)
     return total
+
