@@ -47,9 +47,10 @@ def local_ray():
 
 
 def _same_state(a, b) -> None:
-    for (k, x), (_, y) in zip(a.policy.state_dict().items(), b.policy.state_dict().items(),
-                              strict=True):
-        assert np.array_equal(x, y), k
+    for name, m in a._modules().items():
+        for (k, x), (_, y) in zip(m.state_dict().items(), b._modules()[name].state_dict().items(),
+                                  strict=True):
+            assert np.array_equal(x, y), f"{name}.{k}"
 
 
 # ---- no Ray needed ----------------------------------------------------------------------------
@@ -113,6 +114,30 @@ def test_cli_unreachable_address_is_one_line(tmp_path, capsys):
     assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in err and "ray start --head" in err
     assert main(["train", "CartPole-v1", "--algo", "ppo", "--env-runners", "0"]) == 2
     assert "--env-runners must be at least 1" in capsys.readouterr().err
+
+
+@needs_ray
+def test_cli_address_of_something_else_is_one_line_within_seconds(tmp_path, capsys):
+    """A listener that is not Ray (here one that accepts and says nothing; ray.init would wait
+    on it) fails the probe's gRPC handshake within its timeout, in one line."""
+    from rlgrad.cli import main
+    from rlgrad.rl.distributed import cluster
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        t0 = time.monotonic()
+        rc = main(["train", "CartPole-v1", "--algo", "ppo", "--env-runners", "2",
+                   "--ray-address", f"127.0.0.1:{port}", "--run-dir", str(tmp_path / "run")])
+        took = time.monotonic() - t0
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and took < cluster.PROBE_TIMEOUT_S + 5
+    assert f"what listens at 127.0.0.1:{port} is not a Ray cluster" in err
+    assert main(["train", "CartPole-v1", "--algo", "ppo", "--env-runners", "1",
+                 "--ray-cpus", "0"]) == 2
+    assert "--ray-cpus / RLGRAD_RAY_CPUS must be a whole number of CPUs of at least 1" in (
+        capsys.readouterr().err)
 
 
 # ---- on a local Ray -------------------------------------------------------------------------
@@ -331,6 +356,42 @@ def test_sac_on_runners_learns_from_their_transitions(local_ray):
         model.close_env_runners()
 
 
+@needs_ray
+def test_resumed_apex_run_is_the_uninterrupted_one(local_ray, tmp_path):
+    """Ape-X with one runner is repeatable (the runner is sent off again when its fragment is
+    taken, with the weights of that moment), so a checkpoint that holds the runner's state, the
+    fragment in flight, the pieces not used yet, the replay buffer and the lag counters resumes
+    as the uninterrupted run, number for number: SAC on Pendulum, fragments of 4 steps."""
+    kw = dict(seed=2, n_envs=2, learning_starts=64, buffer_size=4000, batch_size=32,
+              policy_kwargs={"net_arch": [32, 32]}, env_runners=1)
+    whole, part = SAC("Pendulum-v1", **kw), SAC("Pendulum-v1", **kw)
+    try:
+        whole.learn(400)
+        whole_lags = list(whole._sampler._lags)
+        part.learn(200)
+        s = part._sampler
+        assert s.calls == 8 and s._inflight  # 16 steps of 2 copies per call; one in flight
+        part.save(str(tmp_path / "ckpt.safetensors"), include_replay_buffer=True)
+        assert s._ready and not s._inflight  # the fragment in flight is kept, not lost
+        held = part._sampler.get_state()
+    finally:
+        whole.close_env_runners()
+        part.close_env_runners()
+    assert len(held["pieces"]) + 8 * len(held["ready"]) > 0
+    resumed = SAC.load(str(tmp_path / "ckpt.safetensors"))
+    try:
+        resumed.learn(200, reset_num_timesteps=False)
+        _same_state(whole, resumed)
+        for k in ("observations", "actions", "rewards"):
+            assert np.array_equal(getattr(whole.replay_buffer, k),
+                                  getattr(resumed.replay_buffer, k)), k
+        assert list(whole._ep_stats.return_queue) == list(resumed._ep_stats.return_queue)
+        assert resumed._sampler._lags == whole_lags  # the lag counters went on
+        assert whole.num_timesteps == resumed.num_timesteps == 400
+    finally:
+        resumed.close_env_runners()
+
+
 def _marked(mark: str) -> list[int]:
     """Pids of the processes whose environment holds ``mark`` (a run's Ray processes too)."""
     pids = []
@@ -352,7 +413,7 @@ def test_sigterm_checkpoints_and_leaves_no_ray_process(tmp_path, local_ray):
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "rlgrad.cli", "train", "CartPole-v1",
                              "--algo", "ppo", "--env-runners", "2", "--run-dir", str(run),
-                             "--no-progress", "--checkpoint-every", "100000"],
+                             "--no-progress", "--checkpoint-every", "100000", "--ray-cpus", "2"],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:

@@ -71,7 +71,7 @@ def _seed_kwargs(args: argparse.Namespace, sets: list[str], seed: int, run_dir: 
 
 def cmd_train_seeds(args: argparse.Namespace) -> int:
     from rlgrad.cli.build import resolve
-    from rlgrad.rl.distributed.cluster import connect, import_ray
+    from rlgrad.rl.distributed.cluster import check_cpus, connect, import_ray
 
     seeds = parse_seeds(args.seeds)
     sets = list(args.sets) + ([f"env_runners={args.env_runners}"] if args.env_runners else [])
@@ -83,7 +83,7 @@ def cmd_train_seeds(args: argparse.Namespace) -> int:
         raise CLIError(f"'{parent}' is not empty: choose another --run-dir for the seeds")
     try:
         ray = import_ray()
-        started = connect(args.ray_address)
+        started = connect(args.ray_address, check_cpus(args.ray_cpus))
     except (ImportError, ConnectionError, ValueError) as e:
         raise CLIError(str(e)) from None
     try:
