@@ -471,3 +471,22 @@ def test_cli_seeds_in_parallel(local_ray, tmp_path, capsys):
         assert rd.checkpoint.exists() and rd.read_metrics()
         assert f"seed {s}: exit status 0" in out
     assert (parent / "learning_curves.png").stat().st_size > 0
+
+
+@needs_ray
+def test_seed_signal_reaches_a_process_on_another_node(local_ray):
+    """``--seeds``' Ctrl-C reaches a seed on another machine by a task pinned to its node (no
+    cancellation, which would stop it without a checkpoint): here the node is this one, taken
+    for another."""
+    from rlgrad.cli.seeds import _pass_on
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        node = ray.get_runtime_context().get_node_id()
+        ref = _pass_on(ray, node, proc.pid, signal.SIGTERM, here="another node")
+        assert ref is not None
+        ray.get(ref, timeout=60)
+        assert proc.wait(timeout=30) == -signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
