@@ -347,6 +347,9 @@ def test_sac_on_runners_learns_from_their_transitions(local_ray):
         model.learn(400)
         s = model._sampler
         assert model.num_timesteps >= 400 and model._n_updates > 0
+        # one gradient step per vector step of the learner's 2 copies, as locally (each runner's
+        # piece is one step of its 1 copy: two pieces per train_freq)
+        assert abs(model._n_updates - (model.num_timesteps - 100) / 2) <= 2, model._n_updates
         # every transition the runners sent, but the reset rows after an episode's end
         lost = model.num_timesteps + s._credit - model.replay_buffer.size()
         assert 0 <= lost <= model._ep_stats.episode_count

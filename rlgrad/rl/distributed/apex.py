@@ -5,9 +5,10 @@ Every runner always has one call in flight: a rollout fragment, ``calls`` times 
 its algorithm's own exploration (warm-up, epsilon-greedy with the learner's schedule, action
 noise, gSDE), with the newest weights the learner had when the call was made. ``ApexSampler``
 takes the first fragment that is ready, sends that runner off again at once with the newest
-weights, and hands the fragment to the learner one ``train_freq`` piece per
-``collect_rollouts``: the learner trains after each piece as after a local ``collect_rollouts``
-(the same gradient steps per environment step), and one round trip serves ``calls`` of them.
+weights, and hands the fragment to the learner in ``train_freq`` pieces: ``collect_rollouts``
+takes pieces until one ``train_freq`` of the learner's ``n_envs`` copies arrived, and the
+learner trains as after a local ``collect_rollouts`` (the same gradient steps per environment
+step), so one round trip serves ``calls`` of a runner's pieces.
 
 Policy lag: a piece's lag is the number of gradient steps the learner made between the weights
 it was sampled with and its use. It is logged (``env_runners/policy_lag_mean``, ``..._max``) and
@@ -181,25 +182,35 @@ class ApexSampler(RaySampler):
             return p
 
     def collect(self, callback: Any) -> tuple[int, bool]:  # type: ignore[override]
-        """``OffPolicyAlgorithm.collect_rollouts`` from the runners: (env steps, keep going)."""
+        """``OffPolicyAlgorithm.collect_rollouts`` from the runners: (env steps, keep going).
+
+        One ``train_freq`` of the learner's ``n_envs`` copies: pieces until ``train_freq *
+        n_envs`` environment steps arrived (a runner's piece is one ``train_freq`` of its own,
+        fewer, copies), so that the learner makes as many gradient steps per environment step
+        as a local run; with ``train_freq`` in episodes, one piece."""
         algo = self.algo
-        p = self._next_piece()
-        t = p["transitions"]
-        if len(t["rewards"]):
-            algo.replay_buffer.add(t["observations"], t["next_observations"], t["actions"],
-                                   t["rewards"], t["terminated"], t["truncated"])
+        n, unit = algo.train_freq
+        need = n * algo.n_envs if unit == "step" else 1
+        got = 0
+        while got < need:
+            p = self._next_piece()
+            t = p["transitions"]
+            if len(t["rewards"]):
+                algo.replay_buffer.add(t["observations"], t["next_observations"], t["actions"],
+                                       t["rewards"], t["terminated"], t["truncated"])
+            got += p["env_steps"] if unit == "step" else 1
+            self._credit += p["env_steps"]
+            while self._credit >= algo.n_envs:  # one learner vector step per n_envs env steps
+                self._credit -= algo.n_envs
+                algo.num_timesteps += algo.n_envs
+                algo._update_progress()
+                algo._on_step()  # DQN: target sync, epsilon
+                if callback is not None and not callback.on_step():
+                    return p["env_steps"], False
         self._record()
-        self._credit += p["env_steps"]
-        while self._credit >= algo.n_envs:  # one learner vector step per n_envs env steps
-            self._credit -= algo.n_envs
-            algo.num_timesteps += algo.n_envs
-            algo._update_progress()
-            algo._on_step()  # DQN: target sync, epsilon
-            if callback is not None and not callback.on_step():
-                return p["env_steps"], False
         if callback is not None:
             callback.on_rollout_end()
-        return p["env_steps"], True
+        return got if unit == "step" else p["env_steps"], True
 
     def _record(self) -> None:
         lg = self.algo.logger
