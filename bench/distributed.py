@@ -118,7 +118,8 @@ def measure(env_id: str, runners: int, steps: int, repeat: int, env_kwargs: dict
 
 def ppo_rows(args: argparse.Namespace, steps: int, repeat: int, parts: list[str]) -> None:
     runners = [int(x) for x in args.runners.split(",")]
-    print(f"\nPPO, CartPole-v1 preset (8 copies, 32 steps); medians of {repeat}\n")
+    print(f"\nPPO, CartPole-v1 preset (8 copies, 32 steps; Atari: the zoo's preset with 8 "
+          f"copies x 32 steps); medians of {repeat}\n")
     print("| environment | runners | train steps/s | sample steps/s | update ms | broadcast ms "
           "| round trip ms | overhead ms |")
     print("|---|---|---|---|---|---|---|---|")
@@ -139,6 +140,12 @@ def ppo_rows(args: argparse.Namespace, steps: int, repeat: int, parts: list[str]
                   f"{ms('broadcast')} | {ms('round_trip')} | {ms('overhead')} |", flush=True)
             if part == "slow" and r == 1:
                 slow = m
+            if part == "atari" and r == 1:  # sampling alone, its copies over k machines
+                rows = hp["n_envs"] * hp["n_steps"]
+                fixed = m["broadcast"] + m["overhead"]
+                proj = ", ".join(f"k={k}: {rows / (fixed + m['runner_sample'] / k):.0f}"
+                                 for k in (1, 2, 4, 8, 16))
+                print(f"\nexpected sample steps/s of {ATARI_ID} on k machines: {proj}\n")
     if slow:
         rows = PRESET["n_envs"] * PRESET["n_steps"]
         fixed = slow["update"] + slow["broadcast"] + slow["overhead"]

@@ -208,16 +208,20 @@ class _KillRunner(BaseCallback):
 
 
 @needs_ray
-def test_ppo_two_runners_learn_cartpole_while_one_is_killed(local_ray):
-    """CartPole's preset with 2 runners (4 copies each): the return climbs far above an untrained
-    policy's (~20) although runner 0's process is killed mid-training; Ray restarts it, its
-    partial rollout is dropped, one line says so, and every iteration is whole."""
+def test_ppo_two_runners_reach_the_presets_score_while_one_is_killed(local_ray):
+    """CartPole's preset with 2 runners (4 copies each) for its whole budget (100k steps, about
+    20 s): runner 0's process is killed mid-training; Ray restarts it, its partial rollout is
+    dropped, one line says so, every iteration is whole, and the policy still reaches the
+    preset's score (500; asserted: CartPole-v1's threshold, 475, over 20 deterministic
+    episodes)."""
+    from rlgrad.rl.evaluation import evaluate_policy
+
     model = PPO("CartPole-v1", seed=0, n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8,
                 gamma=0.98, n_epochs=20, learning_rate="lin_1e-3", clip_range="lin_0.2",
                 env_runners=2)
-    cb = _KillRunner(at=4)
+    cb = _KillRunner(at=30)
     try:
-        model.learn(25_000, callback=cb)
+        model.learn(100_000, callback=cb)
         sampler = model._sampler
         assert cb.killed is not None
         # killed mid-rollout (the call fails: the rollout is dropped) or just before one (Ray
@@ -227,12 +231,12 @@ def test_ppo_two_runners_learn_cartpole_while_one_is_killed(local_ray):
         assert ("env runner 0 died" in sampler.events[0]
                 or "env runner 0 was restarted by Ray" in sampler.events[0]), sampler.events
         assert ray.get(sampler.runners[0].pid.remote()) != cb.killed  # a new process
-        assert model.num_timesteps == 25_088  # whole iterations of 8 x 32 steps
+        assert model.num_timesteps == 100_096  # whole iterations of 8 x 32 steps
         assert model.logger.history[-1]["env_runners/restarts"] == 1
-        # the restarted runner's fresh seeds make the trajectory vary: 142 to 205 in 5 runs
-        assert model.logger.history[-1]["rollout/ep_rew_mean"] > 90, sampler.events
     finally:
         model.close_env_runners()
+    mean, _ = evaluate_policy(model, "CartPole-v1", n_eval_episodes=20, deterministic=True)
+    assert mean >= 475, mean
 
 
 @needs_ray
