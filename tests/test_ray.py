@@ -140,6 +140,35 @@ def test_cli_address_of_something_else_is_one_line_within_seconds(tmp_path, caps
         capsys.readouterr().err)
 
 
+def test_a_local_ray_that_times_out_at_startup_is_started_again(capsys):
+    """Ray gives its local node a fixed 30 s to come up (a bare Exception after): on a loaded
+    machine rlgrad starts it once more, then says it in one line."""
+    from rlgrad.rl.distributed.cluster import _init
+
+    class FakeRay:
+        def __init__(self, failures: int) -> None:
+            self.failures, self.inits, self.shutdowns = failures, 0, 0
+
+        def init(self, **kw) -> None:
+            self.inits += 1
+            if self.inits <= self.failures:
+                raise Exception("The current node timed out during startup. This could happen")
+
+        def shutdown(self) -> None:
+            self.shutdowns += 1
+
+    once = FakeRay(1)
+    _init(once, "local", {})
+    assert (once.inits, once.shutdowns) == (2, 1)
+    assert "did not start within 30 s; starting it again" in capsys.readouterr().err
+    never = FakeRay(5)
+    with pytest.raises(RuntimeError, match=r"did not start within 30 s, 2 times") as e:
+        _init(never, "local", {})
+    assert "\n" not in str(e.value) and never.inits == 2
+    with pytest.raises(Exception, match="timed out"):  # a cluster's address: not retried
+        _init(FakeRay(1), "10.0.0.1:6379", {})
+
+
 # ---- on a local Ray -------------------------------------------------------------------------
 @needs_ray
 @pytest.mark.parametrize("env_id, normalize", [("CartPole-v1", False), ("Pendulum-v1", True)])

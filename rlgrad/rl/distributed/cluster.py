@@ -122,7 +122,7 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     main = threading.current_thread() is threading.main_thread()
     term = signal.getsignal(signal.SIGTERM) if main else None
     try:
-        ray.init(address=address, **opts)
+        _init(ray, address, opts)
     except ConnectionError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConnectionError(f"cannot connect to the Ray cluster at {address}: {first}") from None
@@ -131,6 +131,25 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
             signal.signal(signal.SIGTERM, term)
     _quiet_worker_deaths()
     return True
+
+
+def _init(ray: Any, address: str, opts: dict[str, Any], attempts: int = 2) -> None:
+    """``ray.init``; a local node that did not come up within Ray's fixed 30 s (its processes
+    starved on a loaded machine) is started once more, then said in one line."""
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address=address, **opts)
+            return
+        except Exception as e:  # Ray raises a bare Exception for this one
+            if address != "local" or "timed out during startup" not in str(e):
+                raise
+            ray.shutdown()  # the half-started node's processes
+            if attempt == attempts:
+                raise RuntimeError(f"Ray's local node did not start within 30 s, {attempts} "
+                                   "times (an overloaded machine?): try again, or start Ray "
+                                   "with `ray start --head` and pass --ray-address auto") from None
+            print("rlgrad: warning: Ray's local node did not start within 30 s; starting it "
+                  "again", file=sys.stderr)
 
 
 def _quiet_worker_deaths() -> None:
