@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rlgrad.cli import main
 from rlgrad.cli.build import resolve_algo
@@ -119,7 +120,7 @@ def test_unreachable_cluster_is_one_line_and_writes_nothing(tmp_path, capsys):
 # ---- sweeps on Ray ----------------------------------------------------------------------------
 def _cmd(sweep: Path, space: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "rlgrad.cli", "tune", "CartPole-v1", "--algo", "ppo",
-            "--space", str(space), "--sweep-dir", str(sweep), *extra]
+            "--space", str(space), "--sweep-dir", str(sweep), "--ray-cpus", "2", *extra]
 
 
 def _env() -> dict[str, str]:
@@ -171,7 +172,7 @@ def test_interrupted_sweep_resumes(tmp_path):
     space = tmp_path / "space.yaml"
     space.write_text(TINY)
     sweep = tmp_path / "sweep"
-    cmd = _cmd(sweep, space, "--samples", "2", "--steps", "6000")
+    cmd = _cmd(sweep, space, "--samples", "2", "--steps", "6000", "--checkpoint-every", "1000")
     p = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     end = time.monotonic() + 120
@@ -193,3 +194,9 @@ def test_interrupted_sweep_resumes(tmp_path):
         with open(Path(r["run_dir"]) / "metrics.csv") as f:
             steps = [int(x["time/total_timesteps"]) for x in csv.DictReader(f)]
         assert steps == sorted(set(steps)) and steps[-1] >= 6000
+        cfg = yaml.safe_load((Path(r["run_dir"]) / "config.yaml").read_text())
+        assert cfg["checkpoint_interval"] == 1000
+        b = before.get(r["trial"], 0)  # a trial not started yet: not in the table
+        if 0 < b < 6000:  # not from scratch: from its last checkpoint (every 1000 steps or so)
+            assert len(cfg["resumes"]) == 1, cfg.get("resumes")
+            assert b - 1300 < cfg["resumes"][0]["from_step"] <= b, (b, cfg["resumes"])

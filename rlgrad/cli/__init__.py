@@ -49,6 +49,9 @@ def _ray_arguments(p: argparse.ArgumentParser, runners: bool) -> None:
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="the Ray cluster of a run with env runners (host:port of `ray start "
                    "--head`, or auto); default: a local Ray")
+    p.add_argument("--ray-cpus", type=int, default=None, metavar="N",
+                   help="CPUs of the local Ray started for the run (default: all of the "
+                   "machine's)")
 
 
 def _tune_parser(sub: argparse._SubParsersAction) -> None:
@@ -70,6 +73,9 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     tu.add_argument("--seed", type=int, default=0, help="seed of every trial")
     tu.add_argument("--resume", action="store_true",
                     help="continue the interrupted sweep in --sweep-dir")
+    tu.add_argument("--checkpoint-every", dest="checkpoint_every", type=_whole_number,
+                    default=None, metavar="STEPS", help="each trial's checkpoint interval in "
+                    "environment steps (default 10000): --resume continues trials from there")
     _ray_arguments(tu, runners=False)
 
 
@@ -174,21 +180,25 @@ def _versions() -> str:
     return "  ".join(f"{k} {v}" for k, v in versions().items())
 
 
-def _ray_address(address: str | None) -> None:
-    """Ray importable and the cluster address reachable (a TCP probe of seconds), before any
-    work; the address reaches ``ray.init`` through ``RAY_ADDRESS`` when the runners start."""
+def _ray_address(address: str | None, cpus: int | None = None) -> None:
+    """Ray importable and the cluster address reachable (a probe of seconds), before any work;
+    the address and the local Ray's CPUs reach ``ray.init`` through ``RAY_ADDRESS`` and
+    ``RLGRAD_RAY_CPUS`` when the runners start."""
     import os
 
-    from rlgrad.rl.distributed.cluster import import_ray, probe
+    from rlgrad.rl.distributed.cluster import CPUS_VAR, check_cpus, import_ray, probe
 
     try:
         import_ray()
         if address:
             probe(address)
+        check_cpus(cpus)
     except (ImportError, ConnectionError, ValueError) as e:
         raise CLIError(str(e)) from None
     if address:
         os.environ["RAY_ADDRESS"] = address
+    if cpus is not None:
+        os.environ[CPUS_VAR] = str(cpus)
 
 
 def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
@@ -205,16 +215,16 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
             from rlgrad.cli.seeds import cmd_train_seeds
 
             return cmd_train_seeds(args)
-        if args.env_runners or args.ray_address:
-            _ray_address(args.ray_address)
+        if args.env_runners or args.ray_address or args.ray_cpus:
+            _ray_address(args.ray_address, args.ray_cpus)
         return cmd_train(args.env_id, args.algo, args.seed, args.preset, args.steps, args.n_envs,
                          sets, args.run_dir, args.checkpoint_every, args.save_buffer,
                          args.progress, argv=argv, keep_checkpoints=args.keep_checkpoints)
     if cmd == "resume":
         from rlgrad.cli.train import cmd_resume
 
-        if args.ray_address:
-            _ray_address(args.ray_address)
+        if args.ray_address or args.ray_cpus:
+            _ray_address(args.ray_address, args.ray_cpus)
         return cmd_resume(args.run_dir, args.steps, args.progress, args.keep_checkpoints)
     if cmd == "eval":
         from rlgrad.cli.evaluate import cmd_eval

@@ -7,9 +7,9 @@ curves are drawn in ``PARENT/learning_curves.png``: their mean with a band of pl
 standard deviation, and each seed as a thin line (``rlgrad plot``'s grouping: same environment,
 algorithm and hyperparameters).
 
-Ctrl-C / SIGTERM: the signal is passed on to every seed's process on this machine (each
-checkpoints and stops as a single run does; elsewhere its task is cancelled), a second signal
-kills them at once.
+Ctrl-C / SIGTERM: the signal is passed on to every seed's process, on this machine or, by a Ray
+task pinned to its node, on another (each checkpoints and stops as a single run does); a second
+signal kills them at once.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ class SeedRun:
     """One seed's ``rlgrad train`` in a Ray worker process (made an actor by ``ray.remote``)."""
 
     def pid(self) -> tuple[str, int]:
+        """(the Ray node this seed runs on, its process id)."""
         import ray
 
-        return ray.util.get_node_ip_address(), os.getpid()
+        return ray.get_runtime_context().get_node_id(), os.getpid()
 
     def run(self, kwargs: dict[str, Any]) -> int:
         """``rlgrad train`` of one seed; bad input is one line and its exit status, as there."""
@@ -71,7 +72,7 @@ def _seed_kwargs(args: argparse.Namespace, sets: list[str], seed: int, run_dir: 
 
 def cmd_train_seeds(args: argparse.Namespace) -> int:
     from rlgrad.cli.build import resolve
-    from rlgrad.rl.distributed.cluster import connect, import_ray
+    from rlgrad.rl.distributed.cluster import check_cpus, connect, import_ray
 
     seeds = parse_seeds(args.seeds)
     sets = list(args.sets) + ([f"env_runners={args.env_runners}"] if args.env_runners else [])
@@ -83,7 +84,7 @@ def cmd_train_seeds(args: argparse.Namespace) -> int:
         raise CLIError(f"'{parent}' is not empty: choose another --run-dir for the seeds")
     try:
         ray = import_ray()
-        started = connect(args.ray_address)
+        started = connect(args.ray_address, check_cpus(args.ray_cpus))
     except (ImportError, ConnectionError, ValueError) as e:
         raise CLIError(str(e)) from None
     try:
@@ -101,28 +102,44 @@ def cmd_train_seeds(args: argparse.Namespace) -> int:
     return _summary(parent, seeds, codes)
 
 
+def _send_signal(pid: int, signum: int) -> None:
+    """Run as a Ray task of no CPU on a seed's node: the signal to the seed's process there."""
+    os.kill(pid, signum)
+
+
+def _pass_on(ray: Any, node: str, pid: int, signum: int, here: str | None = None) -> Any:
+    """``signum`` to process ``pid`` of Ray node ``node``: directly on this machine (``here``,
+    by default the driver's node), else by a task pinned to that node (so a seed elsewhere also
+    checkpoints and stops, as a local one); returns that task's reference."""
+    if node == (here or ray.get_runtime_context().get_node_id()):
+        os.kill(pid, signum)
+        return None
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    task = ray.remote(num_cpus=0, max_retries=0)(_send_signal).options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False))
+    return task.remote(pid, signum)
+
+
 def _wait(ray: Any, refs: dict[int, Any], runs: dict[int, Any],
           where: dict[int, tuple[str, int]]) -> dict[int, int]:
     """Exit status of every seed; signals are passed on to the seeds' processes."""
     got: list[int] = []
     old = {s: signal.signal(s, lambda n, f: got.append(n)) for s in (signal.SIGINT,
                                                                      signal.SIGTERM)}
-    here = ray.util.get_node_ip_address()
     passed = 0
     try:
         codes: dict[int, int] = {}
         while len(codes) < len(refs):
             for sig in got[passed:]:
                 passed += 1
-                for s, ref in refs.items():
+                for s in refs:
                     if s in codes:
                         continue
                     if passed > 1:
                         ray.kill(runs[s])
-                    elif where[s][0] == here:
-                        os.kill(where[s][1], sig)
                     else:
-                        ray.cancel(ref)
+                        _pass_on(ray, where[s][0], where[s][1], sig)
             left = [ref for s, ref in refs.items() if s not in codes]
             ready, _ = ray.wait(left, num_returns=len(left), timeout=0.5)
             for s, ref in refs.items():

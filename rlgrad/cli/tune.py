@@ -196,10 +196,12 @@ def run_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
                     str(settings["seed"]), "--run-dir", str(run_dir), "--steps",
                     str(settings["steps"])]
             argv += ["--preset", settings["preset"]] if settings["preset"] else []
+            every = settings.get("checkpoint_every")
+            argv += ["--checkpoint-every", str(every)] if every else []
             argv += [a for s in sets for a in ("--set", s)]
             code = cmd_train(settings["env_id"], settings["algo"], settings["seed"],
                              settings["preset"], settings["steps"], None, sets, str(run_dir),
-                             None, True, False, argv=argv)
+                             every, True, False, argv=argv)
     except CLIError as e:
         raise RuntimeError(f"rlgrad {what}: error: {e.message}") from None
     finally:
@@ -217,6 +219,8 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]
         raise CLIError(f"--samples must be at least 1, got {args.samples}")
     if args.steps is not None and args.steps < 1:
         raise CLIError(f"--steps must be positive, got {args.steps}")
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise CLIError(f"--checkpoint-every must be positive, got {args.checkpoint_every}")
     spec = resolve(args.env_id, args.algo, args.seed, args.preset, args.steps, None, [])
     path = space_path(spec.algo, args.space)
     space = read_space(path)
@@ -227,6 +231,7 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]
     settings = {"env_id": spec.env_id, "algo": spec.algo, "seed": spec.seed,
                 "preset": args.preset, "steps": spec.total_timesteps, "samples": args.samples,
                 "search": args.search, "scheduler": args.scheduler, "space_file": str(path),
+                "checkpoint_every": args.checkpoint_every,
                 "sweep_dir": str(sweep.resolve())}
     return settings, space
 
@@ -264,8 +269,8 @@ def _tune_config(settings: dict[str, Any]) -> Any:
                            search_alg=search_alg, scheduler=scheduler)
 
 
-def _start_ray(address: str | None) -> bool:
-    from rlgrad.rl.distributed.cluster import connect, import_ray
+def _start_ray(address: str | None, cpus: int | None = None) -> bool:
+    from rlgrad.rl.distributed.cluster import check_cpus, connect, import_ray
 
     # the trials' workers import this very rlgrad (a checkout may shadow an installed one)
     root = str(Path(__file__).resolve().parents[2])
@@ -273,7 +278,7 @@ def _start_ray(address: str | None) -> bool:
         [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
     try:
         import_ray()
-        return connect(address)
+        return connect(address, check_cpus(cpus))
     except (ImportError, ConnectionError, ValueError) as e:
         raise CLIError(str(e).replace("env runners need Ray", "rlgrad tune needs Ray")) from None
 
@@ -286,7 +291,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if not args.resume and sweep.exists() and any(sweep.iterdir()):
         raise CLIError(f"'{sweep}' is not empty: continue it with --resume, or choose another "
                        "--sweep-dir")
-    started = _start_ray(args.ray_address)  # an unreachable cluster: nothing written yet
+    started = _start_ray(args.ray_address, args.ray_cpus)  # unreachable: nothing written yet
     try:
         if not args.resume:
             sweep.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -237,6 +238,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                              "environment as an id (each runner builds its own copies)")
         self.env_runners = int(env_runners)
         self._sampler: Any = None  # the Ray env runners' driver (rlgrad.rl.distributed)
+        self._runner_states: dict[str, Any] | None = None  # theirs, from a checkpoint
         self._env_arg = env  # what env runners build their own copies from
 
     def _attach_env(self, venv: Any, given: Any) -> None:
@@ -397,6 +399,28 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / elapsed))
         self.logger.record("time/time_elapsed", elapsed)
         self.logger.record("time/episodes", int(st.episode_count))
+
+    def _env_runner_sampler(self, make: Callable[[Any], Any]) -> Any:
+        """The env runners' driver, ``make(self)`` on first use; a checkpoint's runner states
+        are handed to it, so that its runners continue the checkpoint's episodes."""
+        if self._sampler is None:
+            self._sampler = make(self)
+            if self._runner_states:
+                self._sampler.set_state(self._runner_states)
+                self._runner_states = None
+        return self._sampler
+
+    def _env_runner_state(self) -> dict[str, Any]:
+        """The checkpoint's part of the env runners: their environments, streams, pending data."""
+        if self._sampler is not None:
+            return {"env_runners": self._sampler.get_state()}
+        return {"env_runners": self._runner_states} if self._runner_states else {}
+
+    def _set_env_runner_state(self, state: dict[str, Any]) -> None:
+        self._runner_states = state.get("env_runners")
+        if self._runner_states and self._sampler is not None:
+            self._sampler.set_state(self._runner_states)
+            self._runner_states = None
 
     def close_env_runners(self) -> None:
         """Stop the Ray env runners of ``env_runners > 0``, and Ray if it was started for them

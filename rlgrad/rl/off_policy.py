@@ -241,11 +241,9 @@ class OffPolicyAlgorithm(BaseAlgorithm):
     def collect_rollouts(self, callback: BaseCallback | None) -> tuple[int, bool]:
         """Run the behaviour policy for ``train_freq``; returns (env steps, keep going)."""
         if self.env_runners:  # Ape-X: the runners' transitions, asynchronously
-            if self._sampler is None:
-                from rlgrad.rl.distributed.apex import ApexSampler
+            from rlgrad.rl.distributed.apex import ApexSampler
 
-                self._sampler = ApexSampler(self)
-            return self._sampler.collect(callback)
+            return self._env_runner_sampler(ApexSampler).collect(callback)
         adapter, rb, space = self._adapter, self.replay_buffer, self.observation_space
         n_freq, by_episode = self.train_freq[0], self.train_freq[1] == "episode"
         steps = episodes = 0
@@ -339,7 +337,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         }
         if self.action_noise is not None:
             out["action_noise"] = self.action_noise.state_dict()
-        return out
+        return {**out, **self._env_runner_state()}  # runners: their envs, streams, pending rows
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         op = state.get("off_policy", {})
@@ -349,3 +347,4 @@ class OffPolicyAlgorithm(BaseAlgorithm):
             self.replay_buffer.load_state_dict(state["replay_buffer"])
         if self.action_noise is not None and "action_noise" in state:
             self.action_noise.load_state_dict(state["action_noise"])
+        self._set_env_runner_state(state)

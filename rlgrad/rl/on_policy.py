@@ -73,7 +73,6 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.vf_coef = float(vf_coef)
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.normalize_advantage = bool(normalize_advantage)
-        self._runner_states: dict[str, Any] | None = None  # theirs, from a checkpoint
         self._iteration_num = 0
         self._loss_steps: dict[bool, Any] = {}  # compiled / eager gradient steps, built on first use
         cnn = self.policy_name == "CnnPolicy"
@@ -102,14 +101,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
 
     def collect_rollouts(self, callback: BaseCallback | None) -> bool:
         if self.env_runners:  # the same rollout, sampled by Ray actors (started on first use)
-            if self._sampler is None:
-                from rlgrad.rl.distributed.sampler import RaySampler
+            from rlgrad.rl.distributed.sampler import RaySampler
 
-                self._sampler = RaySampler(self)
-                if self._runner_states:  # a checkpoint's: the runners continue its episodes
-                    self._sampler.set_state(self._runner_states)
-                    self._runner_states = None
-            return self._sampler.collect(callback)
+            return self._env_runner_sampler(RaySampler).collect(callback)
         buf, policy, adapter, norm = self.rollout_buffer, self.policy, self._adapter, self.normalizer
         buf.reset()
         if callback is not None:
@@ -268,16 +262,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         return {"optimizer": self.optimizer}
 
     def _extra_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"iteration": {"num": self._iteration_num}}
-        if self._sampler is not None:  # the env runners' environments and action streams
-            state["env_runners"] = self._sampler.get_state()
-        elif self._runner_states:
-            state["env_runners"] = self._runner_states
-        return state
+        return {"iteration": {"num": self._iteration_num}, **self._env_runner_state()}
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         self._iteration_num = int(state.get("iteration", {}).get("num", 0))
-        self._runner_states = state.get("env_runners")
-        if self._runner_states and self._sampler is not None:
-            self._sampler.set_state(self._runner_states)
-            self._runner_states = None
+        self._set_env_runner_state(state)

@@ -1,9 +1,10 @@
 """Finding Ray: a local instance by default, a running cluster by its address.
 
 ``connect(address)``: with no address (and no ``RAY_ADDRESS`` in the environment) Ray starts
-locally, sized to the machine, without its dashboard; with ``host:port`` or ``ray://host:port``
-the address is first probed with a plain TCP connection (a few seconds at most), so that a typo
-or a stopped cluster is one clear line instead of Ray's long retry loop.
+locally, sized to the machine (or to ``RLGRAD_RAY_CPUS``, ``--ray-cpus``), without its
+dashboard; with ``host:port`` or ``ray://host:port`` the address is first probed (a TCP
+connection and gRPC's HTTP/2 handshake, a few seconds at most), so that a typo, a stopped
+cluster or another server at that port is one clear line instead of Ray's long retry loop.
 """
 
 from __future__ import annotations
@@ -17,8 +18,13 @@ import threading
 import time
 from typing import Any
 
-#: seconds the TCP probe of a cluster address may take
+#: seconds the probe of a cluster address may take
 PROBE_TIMEOUT_S = 3.0
+#: the CPUs of a local Ray started by rlgrad (``--ray-cpus``), when no ``num_cpus`` is given
+CPUS_VAR = "RLGRAD_RAY_CPUS"
+#: what an HTTP/2 client sends first (RFC 9113, 3.4), then an empty SETTINGS frame: Ray's
+#: GCS and Ray Client servers are gRPC, which answers with a SETTINGS frame of its own
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 INSTALL_HINT = "pip install 'rlgrad[ray]'"
 
 
@@ -44,18 +50,55 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
+def check_cpus(cpus: int | None) -> int | None:
+    """``cpus`` (or ``RLGRAD_RAY_CPUS``) as a whole number of at least 1, or None."""
+    raw = cpus if cpus is not None else os.environ.get(CPUS_VAR) or None
+    if raw is None:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"--ray-cpus / {CPUS_VAR} must be a whole number of CPUs of at least 1, "
+                         f"got {raw!r}")
+    return n
+
+
+def _speaks_grpc(sock: socket.socket) -> bool:
+    """Whether the server behind ``sock`` answers an HTTP/2 preface with a SETTINGS frame."""
+    sock.sendall(_H2_PREFACE)
+    head = b""
+    while len(head) < 9:
+        chunk = sock.recv(9 - len(head))
+        if not chunk:
+            return False
+        head += chunk
+    return head[3] == 4  # the frame's type: SETTINGS
+
+
 def probe(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
-    """ConnectionError (one line) if nothing listens at ``address``."""
+    """ConnectionError (one line, within ``timeout`` or so) if nothing listens at ``address``
+    or what listens is not a Ray cluster (``ray.init`` would wait on it for a long time)."""
     hp = _host_port(address)
     if hp is None:
         return
     try:
-        socket.create_connection(hp, timeout=timeout).close()
+        with socket.create_connection(hp, timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            try:
+                ok = _speaks_grpc(sock)
+            except OSError:  # a timeout, a reset: not a gRPC server
+                ok = False
     except OSError as e:
         why = e.strerror or type(e).__name__
         raise ConnectionError(f"cannot reach the Ray cluster at {address} ({why}): start one "
                               "with `ray start --head` on that machine, or check the address "
                               "(--ray-address / RAY_ADDRESS)") from None
+    if not ok:
+        raise ConnectionError(f"what listens at {address} is not a Ray cluster (no gRPC answer "
+                              f"within {timeout:g} s): give the address `ray start --head` "
+                              "printed (--ray-address / RAY_ADDRESS)")
 
 
 def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
@@ -72,20 +115,63 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     probe(address)
     opts: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": True}
     if address == "local":
-        opts.update(num_cpus=num_cpus, include_dashboard=False)
+        opts.update(num_cpus=num_cpus if num_cpus is not None else check_cpus(None),
+                    include_dashboard=False)
     # ray.init replaces SIGTERM's handler with sys.exit: keep the caller's (rlgrad train's
     # handler checkpoints before it stops)
     main = threading.current_thread() is threading.main_thread()
     term = signal.getsignal(signal.SIGTERM) if main else None
     try:
-        ray.init(address=address, **opts)
+        _init(ray, address, opts)
     except ConnectionError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConnectionError(f"cannot connect to the Ray cluster at {address}: {first}") from None
     finally:
         if main and term is not None:
             signal.signal(signal.SIGTERM, term)
+    _quiet_worker_deaths()
     return True
+
+
+def _init(ray: Any, address: str, opts: dict[str, Any], attempts: int = 2) -> None:
+    """``ray.init``; a local node that did not come up within Ray's fixed 30 s (its processes
+    starved on a loaded machine) is started once more, then said in one line."""
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address=address, **opts)
+            return
+        except Exception as e:  # Ray raises a bare Exception for this one
+            if address != "local" or "timed out during startup" not in str(e):
+                raise
+            ray.shutdown()  # the half-started node's processes
+            if attempt == attempts:
+                raise RuntimeError(f"Ray's local node did not start within 30 s, {attempts} "
+                                   "times (an overloaded machine?): try again, or start Ray "
+                                   "with `ray start --head` and pass --ray-address auto") from None
+            print("rlgrad: warning: Ray's local node did not start within 30 s; starting it "
+                  "again", file=sys.stderr)
+
+
+def _quiet_worker_deaths() -> None:
+    """Drop the raylet's report of a worker that died (a paragraph of ids and common causes,
+    printed by the driver) from the output of a Ray rlgrad started: a runner's death is said in
+    rlgrad's own line, and a trial's or a seed's in their summaries. Ray's other messages stay.
+    (Ray's printing function is looked up by its callers at each message.)"""
+    try:
+        from ray._private import worker
+    except ImportError:  # another Ray layout: its report stays
+        return
+    shown = worker.print_worker_logs
+    if getattr(shown, "rlgrad_quiet", False):
+        return
+
+    def quiet(data: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+        lines = [ln for ln in data.get("lines", ()) if "worker died or was killed" not in str(ln)]
+        if lines:
+            shown({**data, "lines": lines}, *args, **kwargs)
+
+    quiet.rlgrad_quiet = True  # type: ignore[attr-defined]
+    worker.print_worker_logs = quiet
 
 
 def free_cpus(wait_for: float = 0.0, timeout: float = 5.0) -> float:

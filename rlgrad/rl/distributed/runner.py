@@ -24,6 +24,8 @@ import numpy as np
 from rlgrad.rl.buffers import RolloutBuffer
 from rlgrad.rl.ranges import relations_unchecked
 
+#: rows of an off-policy runner's scratch replay buffer: one call's transitions at most
+SCRATCH_ROWS = 100_000
 #: the rollout buffer's arrays a runner sends back, each (n_steps, n_envs, ...)
 ROLLOUT_FIELDS = ("observations", "actions", "rewards", "values", "log_probs", "terminated",
                   "dones", "valid", "bootstrap", "advantages", "returns")
@@ -54,7 +56,7 @@ class EnvRunner:
                  index: int = 0, env_offset: int = 0, n_envs: int = 1) -> None:
         hp = {**hyperparams, "n_envs": int(n_envs), "env_runners": 0, "verbose": 0}
         if "buffer_size" in hp:  # off-policy: a scratch ring for one call's transitions
-            hp["buffer_size"] = min(int(hp["buffer_size"]), 100_000)
+            hp["buffer_size"] = min(int(hp["buffer_size"]), SCRATCH_ROWS)
         with relations_unchecked():  # batch_size <= n_steps * n_envs is the learner's rule
             self.algo = algo_cls(env, seed=seed, **hp)
         self.index = int(index)
@@ -112,11 +114,15 @@ class EnvRunner:
             algo.normalizer.ret_rms.load_state_dict(norm["ret_rms"])
         self.version = int(weights.get("version", self.version))
 
-    def sample_transitions(self, weights: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Off-policy: one ``train_freq`` of the algorithm's own ``collect_rollouts`` (its
-        exploration: warm-up, epsilon-greedy, action noise, gSDE) with ``weights``; returns the
-        transitions it stored (``ReplayBatch`` fields), the vector steps, the episodes finished
-        and the weights' ``version``."""
+    def sample_transitions(self, weights: dict[str, Any] | None = None, calls: int = 1
+                           ) -> dict[str, Any]:
+        """Off-policy: ``calls`` times one ``train_freq`` of the algorithm's own
+        ``collect_rollouts`` (its exploration: warm-up, epsilon-greedy, action noise, gSDE) with
+        ``weights``; returns the transitions it stored (``ReplayBatch`` fields), where each
+        call's rows end (``piece_rows``) and its vector steps (``piece_steps``), the episodes
+        finished and the weights' ``version``. Several calls per round trip (a rollout fragment,
+        as RLlib's ``rollout_fragment_length``) keep a ``train_freq`` of 1 from being bound by
+        the round trip."""
         algo = self.algo
         if weights is not None:
             self.set_weights(weights)
@@ -124,11 +130,17 @@ class EnvRunner:
         rb.pos, rb.full = 0, False  # a scratch ring: only this call's rows are sent
         stats = algo._ep_stats
         before = stats.episode_count
+        rows, steps = [], []
         t0 = time.perf_counter()
-        env_steps, _ = algo.collect_rollouts(None)
+        for _ in range(max(int(calls), 1)):
+            env_steps, _ = algo.collect_rollouts(None)
+            rows.append(rb.size())
+            steps.append(int(env_steps))
         elapsed = time.perf_counter() - t0
-        rows = rb.take(np.arange(rb.size()))
-        return {"transitions": rows._asdict(), "env_steps": int(env_steps),
+        data = rb.take(np.arange(rb.size()))
+        return {"transitions": data._asdict(), "env_steps": int(sum(steps)),
+                "piece_rows": np.asarray(rows, dtype=np.int64),
+                "piece_steps": np.asarray(steps, dtype=np.int64),
                 "n_envs": algo.n_envs, "sample_time": elapsed, **self._report(before)}
 
     def _report(self, episodes_before: int) -> dict[str, Any]:

@@ -86,13 +86,18 @@ class RaySampler:
         actor = ray.remote(EnvRunner).options(num_cpus=cpus, max_restarts=self.max_restarts,
                                               max_task_retries=0)
         hp = algo.get_hyperparams()
-        self.runners = [actor.remote(type(algo), env, algo.seed, hp, i, offsets[i], counts[i])
-                        for i in range(len(counts))]
+        self.counts = counts
+        self.runners = [actor.remote(type(algo), env, algo.seed, self.runner_hyperparams(hp, n),
+                                     i, offsets[i], n) for i, n in enumerate(counts)]
         self.restarts = [0] * len(counts)
         self.pids: list[int | None] = [None] * len(counts)  # each runner's process
         self.events: list[str] = []  # one line per fault, also printed
         self.version = 0
         self.sample_times: list[float] = []
+
+    def runner_hyperparams(self, hp: dict[str, Any], n_envs: int) -> dict[str, Any]:
+        """The hyperparameters of a runner of ``n_envs`` copies (the learner's)."""
+        return hp
 
     # ---- checkpoints ----------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
