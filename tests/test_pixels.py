@@ -345,5 +345,21 @@ def test_cli_bad_pixel_input_is_one_line(monkeypatch, capsys):
     one_line(["train", "MinAtar/Breakout-v1", "--algo", "dqn", "--set", "policy=MlpPolicy"],
              "MlpPolicy takes vector observations")
     one_line(["train", "MinAtar/Breakout-v1", "--algo", "sac"], "Discrete")
+    one_line(["train", "MinAtar/Breakout-v3", "--algo", "ppo"], "Did you mean: MinAtar/Breakout-v")
     monkeypatch.setitem(sys.modules, "ale_py", None)
     one_line(["train", "ALE/Pong-v5", "--algo", "dqn"], "pip install 'rlgrad[atari]'")
+    monkeypatch.setitem(sys.modules, "minatar.gym", None)
+    one_line(["train", "MinAtar/Asterix-v1", "--algo", "ppo"], "pip install 'rlgrad[atari]'")
+
+
+def test_cli_atari_a2c_trains_on_its_zoo_preset_and_logs_raw_games(tmp_path):
+    """A2C (and through it the on-policy loop) on Atari from the CLI: the zoo's atari preset, the
+    shared Nature CNN trunk, whole-game raw scores in the logs."""
+    run = tmp_path / "a2c"
+    p = cli("train", "ALE/Breakout-v5", "--algo", "a2c", "--steps", "2000", "--run-dir", str(run),
+            "--set", "n_envs=4", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    cfg = (run / "config.yaml").read_text()
+    assert "preset: atari" in cfg and "CnnPolicy" in cfg
+    header, *rows = [r.split(",") for r in _rows(run)]
+    assert rows and "rollout/ep_rew_mean" in header
