@@ -186,6 +186,34 @@ def test_atari_logs_whole_games_in_raw_score():
     assert all(g % 5 == 0 for g in games) and max(games) > 30  # invaders' points, unclipped
 
 
+def test_checkpoints_keep_the_raw_game_statistics(tmp_path):
+    """A resumed Atari (or MinAtar) run's ep_rew_mean continues from the games the checkpoint had
+    seen: the pixel envs are not snapshot (they restart from a reset), their statistics are."""
+    dqn = DQN("ALE/Breakout-v5", buffer_size=2000, learning_starts=10_000, seed=0)
+    dqn.learn(700)
+    st = dqn._ep_stats
+    assert isinstance(st, RecordGameStatistics) and st.episode_count >= 1
+    games, lengths = list(st.return_queue), list(st.length_queue)
+    dqn.save(str(tmp_path / "dqn"))
+    loaded = DQN.load(str(tmp_path / "dqn"))
+    new = loaded._ep_stats
+    assert isinstance(new, RecordGameStatistics) and new is not st
+    assert list(new.return_queue) == games and list(new.length_queue) == lengths
+    assert new.episode_count == st.episode_count and new.return_queue.maxlen == 100
+    loaded.learn(20, reset_num_timesteps=False)  # continuing: the env resets, the games stay
+    assert list(loaded._ep_stats.return_queue)[:len(games)] == games
+    loaded._record_rollout_stats()
+    assert loaded.logger.name_to_value["rollout/ep_rew_mean"] > 0  # Breakout: bricks were hit
+
+    ppo = PPO("MinAtar/Breakout-v1", n_envs=2, n_steps=128, batch_size=64, seed=0)
+    ppo.learn(512)
+    assert ppo._ep_stats.episode_count >= 2
+    ppo.save(str(tmp_path / "ppo"))
+    loaded = PPO.load(str(tmp_path / "ppo"))
+    assert list(loaded._ep_stats.return_queue) == list(ppo._ep_stats.return_queue)
+    assert loaded._ep_stats.episode_count == ppo._ep_stats.episode_count
+
+
 def test_save_load_predicts_the_same_actions(tmp_path):
     obs = np.random.default_rng(1).integers(0, 2, (5, 4, 10, 10)).astype(np.uint8)
     for cls in (DQN, PPO):
@@ -207,6 +235,27 @@ def test_presets_apply_to_every_atari_and_minatar_id():
     assert load_preset("ppo", "MinAtar/Breakout-v1")["gae_lambda"] == 0.95
     with pytest.raises(ValueError, match="no a2c preset"):
         load_preset("a2c", "MinAtar/Breakout-v1")
+
+
+def test_minatar_dqn_explores_over_the_papers_absolute_steps():
+    """The MinAtar preset's epsilon goes 1 -> 0.1 over the first 100k steps whatever the budget
+    given to learn (SB3's exploration_fraction is relative to it: 2% of a 60k-step run is 1,200
+    steps); exploration_steps is absolute, across continued learn calls too."""
+    hp = load_preset("dqn", "MinAtar/Breakout-v1")
+    assert hp["exploration_steps"] == 100_000 and "exploration_fraction" not in hp
+    rates = []
+    for budget in (400, 5000):
+        dqn = DQN("MinAtar/Breakout-v1", buffer_size=500, learning_starts=10**6, seed=0,
+                  exploration_final_eps=0.1, exploration_steps=1000)
+        dqn.learn(budget, callback=lambda m: m.num_timesteps < 400)
+        rates.append(dqn.exploration_rate)
+    assert rates[0] == rates[1] == pytest.approx(1.0 - 0.9 * 400 / 1000)
+    dqn.learn(800, reset_num_timesteps=False)  # steps 400 -> 1200: past the 1000 steps
+    assert dqn.exploration_rate == pytest.approx(0.1, abs=1e-15)
+    relative = DQN("MinAtar/Breakout-v1", buffer_size=500, learning_starts=10**6,
+                   exploration_final_eps=0.1, exploration_fraction=0.5)
+    relative.learn(400)
+    assert relative.exploration_rate == 0.1  # SB3's: half of this learn call's 400 steps
 
 
 # ---- the command line --------------------------------------------------------------------------
@@ -296,5 +345,21 @@ def test_cli_bad_pixel_input_is_one_line(monkeypatch, capsys):
     one_line(["train", "MinAtar/Breakout-v1", "--algo", "dqn", "--set", "policy=MlpPolicy"],
              "MlpPolicy takes vector observations")
     one_line(["train", "MinAtar/Breakout-v1", "--algo", "sac"], "Discrete")
+    one_line(["train", "MinAtar/Breakout-v3", "--algo", "ppo"], "Did you mean: MinAtar/Breakout-v")
     monkeypatch.setitem(sys.modules, "ale_py", None)
     one_line(["train", "ALE/Pong-v5", "--algo", "dqn"], "pip install 'rlgrad[atari]'")
+    monkeypatch.setitem(sys.modules, "minatar.gym", None)
+    one_line(["train", "MinAtar/Asterix-v1", "--algo", "ppo"], "pip install 'rlgrad[atari]'")
+
+
+def test_cli_atari_a2c_trains_on_its_zoo_preset_and_logs_raw_games(tmp_path):
+    """A2C (and through it the on-policy loop) on Atari from the CLI: the zoo's atari preset, the
+    shared Nature CNN trunk, whole-game raw scores in the logs."""
+    run = tmp_path / "a2c"
+    p = cli("train", "ALE/Breakout-v5", "--algo", "a2c", "--steps", "2000", "--run-dir", str(run),
+            "--set", "n_envs=4", "--no-progress")
+    assert p.returncode == 0, p.stderr
+    cfg = (run / "config.yaml").read_text()
+    assert "preset: atari" in cfg and "CnnPolicy" in cfg
+    header, *rows = [r.split(",") for r in _rows(run)]
+    assert rows and "rollout/ep_rew_mean" in header

@@ -299,11 +299,32 @@ def make_pixel_env(env_id: str, training: bool, **kwargs: Any) -> gym.Env:
 
 
 # ---- vector envs ------------------------------------------------------------------------------------
-class RecordGameStatistics(RecordEpisodeStatistics):
+class RecordPixelStatistics(RecordEpisodeStatistics):
+    """Gymnasium's ``RecordEpisodeStatistics`` whose finished-episode statistics (``return_queue``,
+    ``length_queue``, ``episode_count``) go into checkpoints (``state_dict``): pixel envs are not
+    snapshot (a resumed run starts from a fresh reset), but its ``ep_rew_mean`` continues from the
+    episodes the checkpoint had seen instead of starting empty."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"return_queue": np.asarray(self.return_queue, dtype=np.float64),
+                "length_queue": np.asarray(self.length_queue, dtype=np.int64),
+                "episode_count": int(self.episode_count)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.return_queue.clear()
+        self.return_queue.extend(float(x) for x in np.asarray(state["return_queue"]).reshape(-1))
+        self.length_queue.clear()
+        self.length_queue.extend(int(x) for x in np.asarray(state["length_queue"]).reshape(-1))
+        self.episode_count = int(state["episode_count"])
+
+
+class RecordGameStatistics(RecordPixelStatistics):
     """The vector env's episode statistics for Atari training envs: ``return_queue``,
     ``length_queue`` and ``episode_count`` count whole games with their raw score (the
     ``GAME_RETURN`` / ``GAME_LENGTH`` infos), not the clipped per-life training episodes, so logs,
-    TensorBoard and the progress bar report what papers and SB3's ``Monitor`` report."""
+    TensorBoard and the progress bar report what papers and SB3's ``Monitor`` report. Saved in
+    checkpoints as ``RecordPixelStatistics``; a game under way at a checkpoint is not (the resumed
+    run resets its envs)."""
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         obs, rewards, terminated, truncated, infos = self.env.step(actions)
@@ -323,7 +344,8 @@ def make_pixel_vec_env(env_id: str, n_envs: int, training: bool = True,
     """``n_envs`` copies of ``make_pixel_env(env_id, training)`` in a Sync (or, with
     ``vectorization_mode="async"``, Async) vector env with episode statistics: an Atari training
     env always records raw whole-game scores (``RecordGameStatistics``: the algorithms' logs use
-    them); otherwise Gymnasium's ``RecordEpisodeStatistics`` if ``record_statistics``."""
+    them); otherwise Gymnasium's ``RecordEpisodeStatistics`` if ``record_statistics`` (as
+    ``RecordPixelStatistics``: checkpoints keep its statistics)."""
     register_pixel_envs(env_id)  # one clear line for a missing package or game, before any copy
     kwargs = dict(env_kwargs or {})
 
@@ -337,4 +359,4 @@ def make_pixel_vec_env(env_id: str, n_envs: int, training: bool = True,
     venv = cls([make] * n_envs)
     if training and pixel_env_kind(env_id) == "atari":
         return RecordGameStatistics(venv, buffer_length=100)
-    return RecordEpisodeStatistics(venv, buffer_length=100) if record_statistics else venv
+    return RecordPixelStatistics(venv, buffer_length=100) if record_statistics else venv

@@ -253,6 +253,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         own = EpisodeStatistics(self.n_envs) if wrapper is None else None
         self._adapter = StepAdapter(venv, check_finite=self._check_finite, statistics=own)
         self._ep_stats: Any = wrapper if own is None else own
+        # what checkpoints keep of them: ours, or a wrapper that saves itself (pixel envs' own)
+        self._saved_stats = own if own is not None or not hasattr(wrapper, "state_dict") else wrapper
 
     def _apply_policy_name(self) -> None:
         """SB3's policy name: refused in one line if the spaces or the algorithm do not fit it,
@@ -520,8 +522,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             state["env"] = {"last_obs": np.asarray(self._last_obs).copy(),
                             "prev_done": self._adapter.prev_done.copy(),
                             "vector_env": get_env_state(self.env)}
-            if self._adapter.statistics is not None:
-                state["env"]["episode_statistics"] = self._adapter.statistics.state_dict()
+            if self._saved_stats is not None:
+                state["env"]["episode_statistics"] = self._saved_stats.state_dict()
         state.update(self._extra_state())
         if not include_replay_buffer:
             state.pop("replay_buffer", None)
@@ -542,13 +544,14 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         load_generator_state(rlgrad.random.default_generator.numpy, state["rng"]["global"])
         if self.normalizer is not None and "normalizer" in state and not self._env_normalizes():
             self.normalizer.load_state_dict(state["normalizer"])
-        if "env" in state:
-            self._last_obs = np.asarray(state["env"]["last_obs"])
-            self._adapter.prev_done = np.asarray(state["env"]["prev_done"], dtype=bool).copy()
-            if "vector_env" in state["env"]:
-                set_env_state(self.env, state["env"]["vector_env"], self._adapter.statistics)
-            if "episode_statistics" in state["env"] and self._adapter.statistics is not None:
-                self._adapter.statistics.load_state_dict(state["env"]["episode_statistics"])
+        env = state.get("env", {})
+        if "episode_statistics" in env and self._saved_stats is not None:
+            self._saved_stats.load_state_dict(env["episode_statistics"])
+        if "last_obs" in env:
+            self._last_obs = np.asarray(env["last_obs"])
+            self._adapter.prev_done = np.asarray(env["prev_done"], dtype=bool).copy()
+            if "vector_env" in env:
+                set_env_state(self.env, env["vector_env"], self._adapter.statistics)
             self._env_seeded = True
         self._set_extra_state(state)
 
@@ -609,5 +612,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         state = dict(ckpt["state"])
         if given is not None:  # a new env starts new episodes (the saved ones were another env's)
             state.pop("env", None)
+        elif not state.get("env", {}).get("vector_env", True):  # not snapshot (Atari): new
+            # episodes from a reset, the finished ones' statistics kept
+            state["env"] = {k: v for k, v in state["env"].items() if k == "episode_statistics"}
         model.set_state(state)
         return model

@@ -1,7 +1,10 @@
 """Deep Q-Network as in DeepMind's DQN 3.0 (Mnih et al., 2015), with Double DQN as an option.
 
 * replay buffer, uniform sampling; epsilon-greedy behaviour with epsilon linear from
-  ``exploration_initial_eps`` to ``exploration_final_eps`` over ``exploration_fraction`` of training;
+  ``exploration_initial_eps`` to ``exploration_final_eps`` over ``exploration_fraction`` of training
+  (SB3's convention: a fraction of the ``total_timesteps`` given to ``learn``), or over the first
+  ``exploration_steps`` environment steps when that is set (DQN 3.0's and MinAtar's absolute
+  schedule, the same whatever the run's length);
 * a target network synchronised every ``target_update_interval`` environment steps: copied
   (``tau=1``) or Polyak-averaged (``tau<1``: ``target <- tau * online + (1 - tau) * target``;
   ``tau`` is SB3's name for the Polyak coefficient);
@@ -55,10 +58,10 @@ class DQN(OffPolicyAlgorithm):
                  gamma: float = 0.99, train_freq: Any = 4, gradient_steps: int = 1,
                  target_update_interval: int = 10_000, exploration_fraction: float = 0.1,
                  exploration_initial_eps: float = 1.0, exploration_final_eps: float = 0.05,
-                 max_grad_norm: float | None = 10.0, clip_delta: float = 1.0,
-                 double_q: bool = False, n_envs: int = 1, normalize: bool | dict = False,
-                 policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
-                 **env_options: Any) -> None:
+                 exploration_steps: int | None = None, max_grad_norm: float | None = 10.0,
+                 clip_delta: float = 1.0, double_q: bool = False, n_envs: int = 1,
+                 normalize: bool | dict = False, policy_kwargs: dict | None = None,
+                 seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,
                          verbose, **env_options)
@@ -66,6 +69,10 @@ class DQN(OffPolicyAlgorithm):
         self.exploration_schedule = linear_schedule(exploration_initial_eps,
                                                     exploration_final_eps, exploration_fraction)
         self.exploration_rate = float(exploration_initial_eps)
+        self.exploration_steps = exploration_steps
+        if exploration_steps is not None:  # absolute: progress over exploration_steps, not the run
+            self.exploration_schedule = linear_schedule(exploration_initial_eps,
+                                                        exploration_final_eps, 1.0)
         self.max_grad_norm = max_grad_norm
         self.clip_delta = float(clip_delta)
         self.double_q = bool(double_q)
@@ -154,7 +161,9 @@ class DQN(OffPolicyAlgorithm):
         self._n_calls += 1
         if self._n_calls % max(self.target_update_interval // self.n_envs, 1) == 0:
             optim.polyak_update(self._params, self._target_params, self.tau)
-        self.exploration_rate = self.exploration_schedule(self._current_progress_remaining)
+        progress = self._current_progress_remaining if self.exploration_steps is None else \
+            max(0.0, 1.0 - self.num_timesteps / self.exploration_steps)
+        self.exploration_rate = self.exploration_schedule(progress)
 
     # ---- learning -------------------------------------------------------------------------------
     def td_target(self, b: ReplayBatch) -> np.ndarray:

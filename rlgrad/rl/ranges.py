@@ -138,6 +138,7 @@ RANGES: dict[str, Range] = {
     "exploration_fraction": Range(0.0, 1.0, lo_open=True),
     "exploration_initial_eps": _PROB,
     "exploration_final_eps": _PROB,
+    "exploration_steps": Range(1, integer=True, none_ok=True),
     "clip_delta": _POSITIVE,
     "double_q": _FLAG,
     "noise_type": Range(choices=("normal", "ornstein-uhlenbeck"), none_ok=True),
