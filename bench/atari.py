@@ -1,7 +1,7 @@
 """Benchmark: DQN on Atari, rlgrad vs Stable-Baselines3 (PyTorch, one thread), in one run.
 
     .venv/bin/python bench/atari.py [--env BreakoutNoFrameskip-v4] [--steps 3000] [--repeat 1]
-                                    [--quick] [--no-sb3]
+                                    [--quick] [--runs-only] [--no-sb3]
 
 Three tables:
 
@@ -18,7 +18,9 @@ Three tables:
 rlgrad's envs are ``rlgrad.rl.atari`` (Gymnasium's AtariPreprocessing + FrameStackObservation);
 SB3's are its ``make_atari_env`` (``AtariWrapper``) + ``VecFrameStack(4)``: the same DeepMind
 preprocessing. Times are medians over ``--repeat`` interleaved pairs; the ratio is the median of
-the per-pair ratios (a shared machine's load drifts, both libraries drift together).
+the per-pair ratios (a shared machine's load drifts, both libraries drift together). The runs are
+also reported in CPU seconds of the process (``process_time``), the fairer number on a loaded
+host; ``--runs-only`` skips the per-call tables.
 """
 
 from __future__ import annotations
@@ -58,15 +60,16 @@ def _sb3_dqn(env_id: str, steps: int, seed: int) -> Any:
     return SB3DQN("CnnPolicy", env, seed=seed, device="cpu", learning_starts=steps // 6, **HP)
 
 
-def _run(make: Any, env_id: str, steps: int, seed: int) -> dict[str, float]:
+def _run(make: Any, env_id: str, steps: int, seed: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process) of ``learn(steps)``."""
     model = make(env_id, steps, seed)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     model.learn(steps)
-    return {"time": time.perf_counter() - t}
+    return time.perf_counter() - t, time.process_time() - c
 
 
-def _env_only(env_id: str, steps: int, sb3: bool) -> float:
-    """Seconds for ``steps`` random steps through the library's Atari env stack."""
+def _env_only(env_id: str, steps: int, sb3: bool) -> tuple[float, float]:
+    """(wall, CPU) seconds for ``steps`` random steps through the library's Atari env stack."""
     if sb3:
         env = _sb3_dqn(env_id, 6 * steps, 0).env
     else:
@@ -74,10 +77,10 @@ def _env_only(env_id: str, steps: int, sb3: bool) -> float:
     rng = np.random.default_rng(0)
     env.reset()
     n = int(env.action_space.nvec[0]) if hasattr(env.action_space, "nvec") else env.action_space.n
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     for _ in range(steps):
         env.step(rng.integers(0, n, 1))
-    return time.perf_counter() - t
+    return time.perf_counter() - t, time.process_time() - c
 
 
 def _filled(env_id: str, sb3: bool) -> Any:
@@ -103,20 +106,25 @@ def update_row(env_id: str, repeats: int, have_sb3: bool) -> dict[str, Any]:
 
 
 def run_rows(env_id: str, steps: int, repeat: int, have_sb3: bool) -> list[dict[str, Any]]:
+    """Wall and CPU seconds (``process_time``: on a loaded host, what the process itself used)."""
     rows = []
-    for what, fn in (("learn", lambda sb3: _run(_sb3_dqn if sb3 else _rlgrad_dqn, env_id, steps,
-                                                0)["time"]),
+    for what, fn in (("learn", lambda sb3: _run(_sb3_dqn if sb3 else _rlgrad_dqn, env_id, steps, 0)),
                      ("environment only", lambda sb3: _env_only(env_id, steps, sb3))):
         ours, theirs = [], []
         for _ in range(max(repeat, 1)):
             ours.append(fn(False))
             if have_sb3:
                 theirs.append(fn(True))
-            print(f"{what}: rlgrad {ours[-1]:.1f}s" + (f", SB3 {theirs[-1]:.1f}s" if theirs else ""),
-                  file=sys.stderr, flush=True)
-        ratio = statistics.median(a / b for a, b in zip(ours, theirs)) if theirs else None
-        rows.append({"case": what, "rlgrad_s": statistics.median(ours),
-                     "sb3_s": statistics.median(theirs) if theirs else None, "ratio": ratio})
+            print(f"{what}: rlgrad {ours[-1][0]:.1f}s (CPU {ours[-1][1]:.1f}s)" + (
+                f", SB3 {theirs[-1][0]:.1f}s (CPU {theirs[-1][1]:.1f}s)" if theirs else ""),
+                file=sys.stderr, flush=True)
+        row: dict[str, Any] = {"case": what}
+        for i, kind in enumerate(("wall", "cpu")):
+            row[f"rlgrad_{kind}"] = statistics.median(o[i] for o in ours)
+            row[f"sb3_{kind}"] = statistics.median(t[i] for t in theirs) if theirs else None
+            row[f"ratio_{kind}"] = (statistics.median(a[i] / b[i] for a, b in zip(ours, theirs))
+                                    if theirs else None)
+        rows.append(row)
     return rows
 
 
@@ -127,6 +135,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1, help="interleaved pairs of runs")
     ap.add_argument("--repeats", type=int, default=9, help="rounds of the per-call timings")
     ap.add_argument("--quick", action="store_true", help="CNN and update tables only, 3 rounds")
+    ap.add_argument("--runs-only", action="store_true", help="the short DQN runs only")
     ap.add_argument("--no-sb3", action="store_true")
     args = ap.parse_args()
     import cnn
@@ -134,16 +143,18 @@ def main() -> None:
     have_sb3 = not args.no_sb3 and _timing.torch_or_none() is not None
     repeats, min_time = (3, 0.3) if args.quick else (args.repeats, 1.0)
     print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread; {args.env}")
-    rows = cnn.run(repeats, min_time) + [update_row(args.env, repeats, have_sb3)]
-    print(cnn.table(rows).replace("NatureCNN, uint8 4x84x84", "Nature CNN / DQN, uint8 4x84x84"))
+    if not args.runs_only:
+        rows = cnn.run(repeats, min_time) + [update_row(args.env, repeats, have_sb3)]
+        print(cnn.table(rows).replace("NatureCNN, uint8 4x84x84", "Nature CNN / DQN, uint8 4x84x84"))
     if args.quick:
         return
     print(f"\n| DQN, {args.steps:,} steps of {args.env} | rlgrad | SB3 DQN(\"CnnPolicy\") | "
-          "rlgrad / SB3 |\n|---|---:|---:|---:|")
+          "rlgrad / SB3 | rlgrad CPU | SB3 CPU | rlgrad / SB3, CPU |\n|---|---:|---:|---:|---:|---:|---:|")
+    fmt = lambda v, unit: "-" if v is None else (f"{v:.1f} s" if unit else f"{v:.2f}x")
     for r in run_rows(args.env, args.steps, args.repeat, have_sb3):
-        sb3 = "-" if r["sb3_s"] is None else f"{r['sb3_s']:.1f} s"
-        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
-        print(f"| {r['case']} | {r['rlgrad_s']:.1f} s | {sb3} | {ratio} |")
+        print(f"| {r['case']} | " + " | ".join(
+            fmt(r[f"{who}_{kind}"], who != "ratio") for kind in ("wall", "cpu")
+            for who in ("rlgrad", "sb3", "ratio")) + " |")
 
 
 if __name__ == "__main__":

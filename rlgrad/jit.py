@@ -315,6 +315,27 @@ def _refuse_traced_mask(idx: Any, by_array: dict[int, str]) -> None:
             )
 
 
+def _memory_order(a: np.ndarray) -> tuple[int, ...]:
+    """The axes from the largest stride to the smallest: (0, 1, ..., n-1) for C order, and e.g.
+    (0, 2, 3, 1) for conv2d's NCHW view of channels-last memory."""
+    if a.flags.c_contiguous:
+        return tuple(range(a.ndim))
+    return tuple(sorted(range(a.ndim), key=lambda i: -a.strides[i]))  # stable: ties keep C order
+
+
+def _buffer_key(value: np.ndarray) -> tuple:
+    return value.shape, value.dtype.str, _memory_order(value)
+
+
+def _buffer_like(value: np.ndarray) -> np.ndarray:
+    """An aligned buffer with ``value``'s shape and memory order: a ufunc that writes a value
+    laid out channels-last keeps writing it so (the convolution that reads it next needs no
+    transposing copy)."""
+    order = _memory_order(value)
+    buf = _empty_aligned(tuple(value.shape[i] for i in order), value.dtype)
+    return buf.transpose(np.argsort(order)) if order != tuple(range(value.ndim)) else buf
+
+
 def _reuse_buffers(body: list, outs: list[str],
                    writers: dict[str, tuple[str, str, str, Any]],
                    const: Callable[[Any], str]) -> list:
@@ -356,16 +377,15 @@ def _reuse_buffers(body: list, outs: list[str],
     for i, (target, code, used) in enumerate(body):
         if target in buffered:
             fn, args, op_name, value = writers[target]
-            key = (value.shape, value.dtype.str)
+            key = _buffer_key(value)
             pool = free.get(key)
-            buf = pool.pop() if pool else const(_empty_aligned(value.shape, value.dtype))
+            buf = pool.pop() if pool else const(_buffer_like(value))
             holder[target] = buf
             code = f"{target} = {fn}({args}, out={buf})  # {op_name}, in place"
             if target not in last_use:  # never read: free at once
                 free.setdefault(key, []).append(buf)
         for r in releases.get(i, ()):  # after this line, these buffers are free again
-            value = writers[r][3]
-            free.setdefault((value.shape, value.dtype.str), []).append(holder[r])
+            free.setdefault(_buffer_key(writers[r][3]), []).append(holder[r])
         new_body.append((target, code, used))
     return new_body
 

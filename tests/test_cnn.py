@@ -129,3 +129,25 @@ def test_minatar_cnn_gradients_finite_differences():
     loss = lambda x, *ps: rnp.sum(rnp.tanh(minatar_cnn(x, ps)) ** 2)
     assert (np.asarray(minatar_cnn(x, params)) > 0).all()
     rlgrad.check_grads(loss, order=2)(x, *params)
+
+
+@pytest.mark.parametrize("make", [lambda: NatureCNN((4, 36, 36), features_dim=8),
+                                  lambda: MinAtarCNN((4, 10, 10), features_dim=8)])
+def test_compiled_update_reads_every_batch(make):
+    """The uint8 -> float step of the trunk is recorded: a compiled DQN-style update (jit) gives
+    the eager loss and gradients on every batch, not on the first one it was traced with."""
+    from rlgrad.rl.steps import grad_step
+
+    net = make()
+    params = list(net.parameters())
+    step = grad_step(lambda b: ((net(b["obs"]) ** 2).mean(), {}), params)
+    shape = (3, *net.observation_shape)
+    for seed in range(3):
+        x = _frames(shape, seed) if isinstance(net, NatureCNN) else _frames(shape, seed) % 2
+        loss, _, grads = step({"obs": x})
+        net.zero_grad()
+        eager = (net(x) ** 2).mean()
+        eager.backward()
+        np.testing.assert_allclose(loss, eager._value, rtol=1e-6)
+        for g, p in zip(grads, params):
+            np.testing.assert_allclose(g, p.grad._value, rtol=1e-5, atol=1e-7)

@@ -227,3 +227,22 @@ def test_reused_buffers_start_on_a_cache_line(monkeypatch: pytest.MonkeyPatch) -
     flat = next(iter(opt._flat.values()))
     assert all(a.ctypes.data % 64 == 0 for a in (flat.g, flat.buf, *flat.arrays.values()))
     np.testing.assert_allclose(flat.arrays["exp_avg"], 0.1)  # from zeros: 0 + 0.1 (1 - 0)
+
+
+def test_reused_buffers_keep_the_traced_memory_order() -> None:
+    """conv2d's output is channels-last memory behind an NCHW view: the buffer a compiled step
+    writes the ReLU of it into has that order too (the next conv reads it without a copy), and
+    the step gives the eager numbers at every call."""
+    rng = np.random.default_rng(3)
+    w1, w2 = rng.standard_normal((4, 3, 3, 3)), rng.standard_normal((2, 4, 2, 2))
+    f = lambda x: rnp.sum(F.conv2d(F.relu(F.conv2d(x, w1, None, 2)), w2) ** 2)
+    jitted = rlgrad.jit(f)
+    for _ in range(3):
+        x = rng.standard_normal((2, 3, 9, 9))
+        np.testing.assert_allclose(float(jitted(x)), float(f(x)), rtol=1e-12)
+    compiled = next(iter(jitted._cache.values()))
+    bufs = [v for k, v in compiled.fn.__globals__.items()
+            if k.startswith("c") and isinstance(v, np.ndarray) and f"out={k})" in compiled.source]
+    relu_out = [b for b in bufs if b.shape == (2, 4, 4, 4)]
+    assert relu_out and all(b.transpose(0, 2, 3, 1).flags.c_contiguous for b in relu_out)
+    assert all(b.ctypes.data % 64 == 0 for b in bufs)

@@ -274,6 +274,63 @@ def test_conv2d_module_backward_uses_cached_columns_correctly():
     assert x.grad.shape == x.shape
 
 
+def _direct_conv(x, w, b, s, p):
+    """conv2d as a loop over output positions (the definition), float64."""
+    (sh, sw), (ph, pw) = s, p
+    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    kh, kw = w.shape[2:]
+    oh, ow = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
+    ref = np.zeros((x.shape[0], w.shape[0], oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, :, sh * i:sh * i + kh, sw * j:sw * j + kw]
+            ref[:, :, i, j] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3])) + b
+    return ref
+
+
+@pytest.mark.parametrize("block", [1, 64, 1 << 18])  # one sample (or fewer) per block .. all in one
+@pytest.mark.parametrize("k,s,p", [((3, 2), (2, 1), (1, 0)), ((5, 5), (3, 3), (2, 1)),
+                                   ((1, 1), (1, 2), (0, 0))])
+def test_conv2d_blocks_match_the_definition_and_finite_differences(monkeypatch, block, k, s, p):
+    """The column blocks (a few samples each) give the definition's values and exact gradients,
+    first and second order, for odd sizes, unequal strides and paddings."""
+    monkeypatch.setattr(F, "_BLOCK_ELEMS", block)
+    x, w, b = randn(3, 2, 7, 8), randn(4, 2, *k), randn(4)
+    np.testing.assert_allclose(F.conv2d(x, w, b, s, p), _direct_conv(x, w, b, s, p), atol=1e-12)
+    rlgrad.check_grads(lambda x, w, b: rlgrad.numpy.tanh(F.conv2d(x, w, b, s, p)), order=2)(x, w, b)
+
+
+def test_conv2d_output_is_channels_last_and_reads_any_layout():
+    """The result is NHWC memory behind an NCHW view; an input in either layout gives the same
+    numbers, and a gradient given in either layout the same gradients."""
+    x, w = randn(2, 3, 9, 9), randn(5, 3, 3, 3)
+    y = F.conv2d(x, w, None, 2)
+    assert y.shape == (2, 5, 4, 4) and y.transpose(0, 2, 3, 1).flags.c_contiguous
+    x_last = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(F.conv2d(x_last, w, None, 2), y)
+    g = randn(*y.shape)
+    g_last = np.ascontiguousarray(g.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    np.testing.assert_array_equal(F.conv2d_input_grad(g_last, w, 2, 0, x.shape),
+                                  F.conv2d_input_grad(g, w, 2, 0, x.shape))
+    np.testing.assert_array_equal(F.conv2d_weight_grad(x_last, g_last, 2, 0, w.shape),
+                                  F.conv2d_weight_grad(x, g, 2, 0, w.shape))
+    with pytest.raises(ValueError, match="does not fit an input"):
+        F.conv2d_input_grad(g[:, :, :3], w, 2, 0, x.shape)
+
+
+def test_layers_cast_a_traced_input_at_every_call():
+    """A float64 batch into a float32 layer under rlgrad.jit: the cast is part of the compiled
+    step, not the first call's values baked in as a constant."""
+    lin, conv = nn.Linear(3, 2), nn.Conv2d(2, 3, 2)
+    f = rlgrad.jit(lambda x, y: (lin(x), conv(y)))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x, y = rng.standard_normal((4, 3)), rng.integers(0, 9, (2, 2, 4, 4)).astype(np.uint8)
+        a, c = f(x, y)
+        np.testing.assert_array_equal(a, lin(x)._value)
+        np.testing.assert_array_equal(c, conv(y)._value)
+
+
 def test_conv2d_rejects_wrong_channels():
     with pytest.raises(ValueError, match="input has 3 channels"):
         nn.Conv2d(4, 2, 3)(np.zeros((1, 3, 8, 8), dtype=np.float32))

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad import ops
 from rlgrad.nn import functional as F
 from rlgrad.nn import init
 from rlgrad.nn.module import Module, Parameter
@@ -28,7 +29,9 @@ def _as_input(x: Any, dtype: np.dtype) -> Any:
     layer's dtype, so one float64 batch does not silently turn the whole update into float64."""
     if isinstance(x, Tensor):
         if x._value.dtype != dtype and not x.requires_grad:
-            return x._value.astype(dtype)
+            # the recorded cast, not ``x._value.astype``: under rlgrad.jit ``x`` may be a traced
+            # input, whose value read here would be baked into the compiled step as a constant
+            return ops.astype(x, dtype)
         return x
     x = np.asarray(x)
     return x if x.dtype == dtype else x.astype(dtype)

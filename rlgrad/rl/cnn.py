@@ -37,15 +37,13 @@ def _dtype_of(w: Any) -> np.dtype:
 
 def _as_float(x: Any, dtype: np.dtype, scale: float | None) -> Any:
     """An observation batch as float of the weights' dtype, divided by ``scale`` (uint8 frames
-    become [0, 1]). A Tensor that requires grad, or a traced value, stays in the graph."""
-    if isinstance(x, Tensor):
-        if x.requires_grad:
-            return x if scale is None else x / scale
-        x = x._value
-    if isinstance(x, np.ndarray | np.generic | list):  # plain data: no graph
-        x = np.asarray(x).astype(dtype, copy=False)
-        return x if scale is None else x / dtype.type(scale)
-    return x if scale is None else x / scale
+    become [0, 1]). A Tensor that requires grad stays in the graph."""
+    if isinstance(x, Tensor) and x.requires_grad:
+        return x if scale is None else x / scale
+    shape = x.shape if isinstance(x, Tensor | np.ndarray) else np.shape(x)
+    if len(shape) != 4:
+        raise ValueError(f"a CNN expects a batch of images of shape (N, C, H, W), got {shape}")
+    return F._images_to_float(x, dtype, scale)
 
 
 def nature_cnn(x: Any, params: Sequence[Any], normalize: bool = True) -> Any:
