@@ -28,6 +28,7 @@ def test_compiled_losses_match_eager(cls):
     if cls is SAC:
         b["noise"], b["next_noise"] = m._noise(32), m._noise(32)
         b["ent_coef"] = np.array(0.2, dtype=np.float32)
+        b["target_entropy"] = np.array(m.target_entropy, dtype=np.float32)
         actor_params = [*m.actor.parameters(), m.log_ent_coef]
     else:
         b = m._with_noise(b)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from rlgrad.cli.errors import CLIError, did_you_mean
 
-ORDER = ("engine", "nn", "gather", "distributions", "rl", "purejaxrl", "offpolicy_floor", "qrdqn")
+ORDER = ("engine", "nn", "gather", "distributions", "rl", "purejaxrl", "offpolicy_floor",
+         "offpolicy_sb3", "qrdqn")
 
 
 def bench_dir() -> Path | None:

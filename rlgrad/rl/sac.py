@@ -148,7 +148,7 @@ class SAC(OffPolicyAlgorithm):
         actor_loss = (b["ent_coef"] * log_pi - min_of(self.critic(b["obs"], a_pi))).mean()
         if not self.auto_ent:
             return actor_loss, {"actor_loss": actor_loss}
-        ent_loss = -(self.log_ent_coef * (ops.stop_gradient(log_pi) + self.target_entropy)).mean()
+        ent_loss = -(self.log_ent_coef * (ops.stop_gradient(log_pi) + b["target_entropy"])).mean()
         return actor_loss + ent_loss, {"actor_loss": actor_loss, "ent_coef_loss": ent_loss}
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
@@ -171,8 +171,9 @@ class SAC(OffPolicyAlgorithm):
             st = self.gradient_step("critic", self.critic_loss, b, self.critic_optimizer)
             critic_losses.append(float(st["critic_loss"]))
             # the temperature's step comes after the critic's: neither reads the other's result
-            st = self.gradient_step("actor", self.actor_loss,
-                                    {k: b[k] for k in ("obs", "noise", "ent_coef")}, *actor_opts)
+            st = self.gradient_step("actor", self.actor_loss, {
+                "obs": b["obs"], "noise": b["noise"], "ent_coef": b["ent_coef"],
+                "target_entropy": np.array(self.target_entropy, dtype=np.float32)}, *actor_opts)
             actor_losses.append(float(st["actor_loss"]))
             if self.auto_ent:
                 ent_losses.append(float(st["ent_coef_loss"]))
