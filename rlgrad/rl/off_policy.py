@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -82,20 +81,6 @@ def make_action_noise(noise_type: str | None, noise_std: float, act_dim: int, n_
     if noise_type == "ornstein-uhlenbeck":
         return OrnsteinUhlenbeckActionNoise(sigma, n_envs)
     raise ValueError(f"noise_type must be 'normal', 'ornstein-uhlenbeck' or None, got {noise_type!r}")
-
-
-@contextmanager
-def frozen(module: Module) -> Iterator[None]:
-    """Parameters of ``module`` stop requiring grad inside the block (the actor's loss goes
-    through the critic, whose weights need no gradient there: fewer recorded nodes)."""
-    params = list(module.parameters())
-    for p in params:
-        p.requires_grad = False
-    try:
-        yield
-    finally:
-        for p in params:
-            p.requires_grad = True
 
 
 def target_network(net: Module) -> Module:
