@@ -616,7 +616,8 @@ def _log_softmax(x: Any, axis: int = -1) -> Any:
     if _short_last_axis(x, axis):  # a few actions: column by column, the same bits
         shifted = x - _reduce_short_last(np.maximum, x, True)
         return shifted - np.log(_reduce_short_last(np.add, np.exp(shifted), True))
-    shifted = x - np.maximum.reduce(x, axis=axis, keepdims=True)  # ufunc reduce: no wrapper cost
+    # ufunc reduce: no wrapper cost; ``initial``: an empty axis gives an empty result, as torch's
+    shifted = x - np.maximum.reduce(x, axis=axis, keepdims=True, initial=-np.inf)
     return shifted - np.log(np.add.reduce(np.exp(shifted), axis=axis, keepdims=True))
 
 
@@ -628,7 +629,7 @@ defjvp(log_softmax, lambda g, ans, x, axis=-1: g - (g * exp(ans)).sum(axis=axis,
 
 
 def _softmax(x: Any, axis: int = -1) -> Any:
-    e = np.exp(x - np.maximum.reduce(x, axis=axis, keepdims=True))
+    e = np.exp(x - np.maximum.reduce(x, axis=axis, keepdims=True, initial=-np.inf))
     return e / np.add.reduce(e, axis=axis, keepdims=True)
 
 

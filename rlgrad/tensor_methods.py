@@ -79,7 +79,13 @@ def _index_key(idx: Any) -> Any:
 
 def _reduction(fn: Any) -> Any:
     def method(self: Tensor, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
-               keepdim: bool = False) -> Any:
+               keepdim: bool = False, dtype: Any = None) -> Any:
+        if dtype is not None:  # torch casts the input first
+            self = _cast(self, dtype)
+        elif fn.__name__ == "mean" and self.dtype.kind not in "fc":
+            raise RuntimeError(f"mean(): could not infer output dtype: the input is {self.dtype}, "
+                               "a floating or complex dtype is needed; call .float() first or "
+                               "pass dtype=")
         return fn(self, axis=_axis(axis, dim), keepdims=keepdims or keepdim)
 
     method.__name__ = fn.__name__
@@ -250,6 +256,29 @@ def _cast(self: Tensor, dtype: Any) -> Any:
     return self if self.dtype == np.dtype(dtype) else astype(self, dtype)
 
 
+# torch's legacy type names (``t.type()`` -> 'torch.FloatTensor'), for scripts that compare them
+_TYPE_NAMES = {np.dtype(np.float32): "FloatTensor", np.dtype(np.float64): "DoubleTensor",
+               np.dtype(np.float16): "HalfTensor", np.dtype(np.int64): "LongTensor",
+               np.dtype(np.int32): "IntTensor", np.dtype(np.int16): "ShortTensor",
+               np.dtype(np.int8): "CharTensor", np.dtype(np.uint8): "ByteTensor",
+               np.dtype(np.bool_): "BoolTensor"}
+
+
+def _method_type(self: Tensor, dtype: Any = None) -> Any:
+    """``t.type()``: torch's type name; ``t.type(dtype)`` or ``t.type('torch.DoubleTensor')``: a
+    cast."""
+    if dtype is None:
+        return "torch." + _TYPE_NAMES.get(self.dtype, f"{self.dtype.name}Tensor")
+    if isinstance(dtype, str):
+        name = dtype.rsplit(".", 1)[-1]
+        by_name = {v: k for k, v in _TYPE_NAMES.items()}
+        if name not in by_name:
+            raise ValueError(f"unknown tensor type {dtype!r}; use one of "
+                             f"{', '.join('torch.' + n for n in by_name)} or a dtype")
+        dtype = by_name[name]
+    return _cast(self, dtype)
+
+
 def _method_to(self: Tensor, *args: Any, dtype: Any = None, device: Any = None,
                non_blocking: bool = False, copy: bool = False, **_kw: Any) -> Any:
     """``t.to(device)``, ``t.to(dtype)``, ``t.to(device, dtype)``, ``t.to(other)``: CPU devices
@@ -345,7 +374,7 @@ def _install_torch_methods() -> None:
     T.long = lambda self: _cast(self, np.int64)
     T.int = lambda self: _cast(self, np.int32)
     T.bool = lambda self: _cast(self, np.bool_)
-    T.type = lambda self, dtype=None: self.dtype if dtype is None else _cast(self, dtype)
+    T.type = _method_type
     T.type_as = lambda self, other: _cast(self, other.dtype)
     T.gather = gather
     T.contiguous = lambda self, *a, **k: self

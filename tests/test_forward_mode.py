@@ -103,6 +103,9 @@ def _linalg_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "svdvals": [Case(lambda a: la.svd(a, compute_uv=False), (rng.standard_normal((4, 3)),))],
         "pinv": [Case(la.pinv, (rng.standard_normal((4, 3)),)),
                  Case(la.pinv, (rng.standard_normal((2, 5)),))],
+        # the check a decomposition's rule makes (the value unchanged where nothing is undefined)
+        "refuse_where": [Case(lambda x: la._refuse(x, np.zeros(3, bool), message="m"),
+                              (rng.standard_normal(3),))],
     }
 
 

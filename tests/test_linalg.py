@@ -259,3 +259,27 @@ def test_norm_of_zeros_has_gradient_zero(ord_):
     if p >= 2:  # (for p < 2 the second derivative of |x| ** p is infinite at 0)
         np.testing.assert_array_equal(rlgrad.hessian(lambda v: la.norm(v, ord_))(np.zeros(3)),
                                       np.zeros((3, 3)))
+
+
+_W9, _W12 = np.arange(9.0).reshape(3, 3), np.arange(12.0).reshape(4, 3)
+_UNDEFINED = [  # (loss, a generic input, an input where the gradient is undefined, message)
+    (lambda a: rnp.sum(la.eigh(a)[1] * _W9), _sym(3, 3), np.diag([1.0, 1.0, 2.0]), "repeated"),
+    (lambda a: rnp.sum(la.eig(a)[1] * _W9), _real_eig(3), np.diag([1.0, 1.0, 2.0]), "repeated"),
+    (lambda a: rnp.sum(la.svd(a)[0] * _W9), R.randn(3, 3), np.diag([3.0, 2.0, 2.0]), "repeated"),
+    (lambda a: rnp.sum(la.svd(a)[0] ** 3), R.randn(4, 3), R.randn(4, 3), "full_matrices=False"),
+    (lambda a: rnp.sum(la.svd(a, full_matrices=False)[0] * _W12), R.randn(4, 3),
+     np.diag([3.0, 2.0, 0.0])[[0, 1, 2, 2]] * [[1], [1], [1], [0]], "rank-deficient"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(_UNDEFINED)))
+def test_compiled_steps_raise_where_the_gradient_is_undefined(case):
+    """rlgrad.jit replays the checks: a step traced on a generic matrix raises at a degenerate
+    one, as eager mode does, instead of returning the zeros the traced arithmetic gives there."""
+    loss, generic, degenerate, message = _UNDEFINED[case]
+    step = rlgrad.jit(rlgrad.grad(loss))
+    if message != "full_matrices=False":
+        np.testing.assert_allclose(step(generic), rlgrad.grad(loss)(generic), rtol=1e-10)
+    for run in (rlgrad.grad(loss), step):
+        with pytest.raises(ValueError, match=message):
+            run(degenerate)

@@ -112,6 +112,15 @@ def test_dqn_cartpole_sb3_style_improves(tmp_path: Path) -> None:
     assert r["before"] < 30 and r["after"] >= 80  # seen: untrained 9.0, trained 120.8
 
 
+def test_reinforce_on_one_env_instance_uses_one_copy() -> None:
+    """REINFORCE's own default is 8 copies of an id; an instance (as SB3 scripts pass) is one."""
+    model = REINFORCE("MlpPolicy", gym.make("CartPole-v1"), seed=0)
+    assert model.n_envs == 1 and model.get_hyperparams()["n_envs"] == 1
+    assert REINFORCE("MlpPolicy", "CartPole-v1", seed=0).n_envs == 8
+    with pytest.raises(ValueError, match="instance is one environment; got n_envs=8"):
+        REINFORCE("MlpPolicy", gym.make("CartPole-v1"), n_envs=8)
+
+
 # ---- the constructor: SB3's order and keywords, for every algorithm ------------------------------
 ENVS = {A2C: "CartPole-v1", PPO: "CartPole-v1", REINFORCE: "CartPole-v1", DQN: "CartPole-v1",
         QRDQN: "CartPole-v1", DDPG: "Pendulum-v1", TD3: "Pendulum-v1", SAC: "Pendulum-v1"}
@@ -121,8 +130,6 @@ ENVS = {A2C: "CartPole-v1", PPO: "CartPole-v1", REINFORCE: "CartPole-v1", DQN: "
 def test_sb3_call_forms_build_the_same_algorithm(cls: type) -> None:
     env = ENVS[cls]
     kw = {"buffer_size": 1000} if cls in (DQN, QRDQN, DDPG, TD3, SAC) else {}
-    if cls is REINFORCE:  # rlgrad's own algorithm defaults to 8 copies; one env instance is one
-        kw["n_envs"] = 1
     a = cls("MlpPolicy", env, seed=3, **kw)
     b = cls(policy="MlpPolicy", env=env, seed=3, **kw)
     c = cls(env, seed=3, **kw)

@@ -28,12 +28,15 @@ from rlgrad.ops import (  # noqa: F401
     cholesky,
     concatenate,
     det,
+    equal,
     inv,
     logabsdet,
+    logical_and,
     matmul,
     max,
     min,
     moveaxis,
+    not_equal,
     reshape,
     solve,
     sqrt,
@@ -46,7 +49,7 @@ from rlgrad.ops import array_from as _array_from
 from rlgrad.ops import holds_tensor as _holds_tensor
 from rlgrad.tensor import Tensor as _Tensor
 from rlgrad.tensor import _shape, _Trace, constant
-from rlgrad.tracer import defjvp, defvjp, primitive
+from rlgrad.tracer import defjvp, defvjp, pass_through, primitive
 
 LinAlgError = _np.linalg.LinAlgError
 
@@ -85,18 +88,28 @@ def _inverse_gaps(diff: Any) -> Any:
     return where(nz, 1 / where(nz, diff, 1), 0)
 
 
-def _refuse_at_repeated(diff: Any, coupling: Any, name: str) -> None:
-    """Raise where two eigenvalues (singular values) are equal and the gradient couples their
-    vectors: that derivative does not exist. Only eagerly: a compiled step cannot read values."""
-    if _Trace.compiling:
-        return
-    d, c = _data(diff), _data(coupling)
-    off = ~_np.eye(d.shape[-1], dtype=bool)
-    if _np.any((d == 0) & (c != 0) & off):
-        raise ValueError(
-            f"rlgrad.numpy.linalg.{name}: the gradient through the vectors is undefined at "
-            "repeated values (the matrix has two equal ones); differentiate only the values, or "
-            "perturb the matrix")
+def _refuse_fwd(x: Any, bad: Any, message: str = "") -> Any:
+    if _np.any(bad):
+        raise ValueError(message)
+    return _np.array(x)  # a new array: a compiled step may reuse ``x``'s buffer after this op
+
+
+# ``x`` unchanged, or a ValueError where ``bad`` holds. A primitive on the value's path, so a
+# compiled step (``rlgrad.jit``) runs the check at every call instead of dropping it.
+_refuse = primitive(_refuse_fwd, "refuse_where")
+defvjp(_refuse, pass_through, None)
+defjvp(_refuse, pass_through, None)
+
+
+def _refuse_at_repeated(diff: Any, coupling: Any, name: str) -> Any:
+    """``diff``, checked: where two eigenvalues (singular values) are equal and the gradient
+    couples their vectors, that derivative does not exist, and this raises."""
+    off = ~_np.eye(_shape(diff)[-1], dtype=bool)
+    bad = logical_and(logical_and(equal(diff, 0), not_equal(coupling, 0)), off)
+    return _refuse(diff, bad, message=(
+        f"rlgrad.numpy.linalg.{name}: the gradient through the vectors is undefined at "
+        "repeated values (the matrix has two equal ones); differentiate only the values, or "
+        "perturb the matrix"))
 
 
 # ---- eigh --------------------------------------------------------------------------------------
@@ -113,7 +126,7 @@ def _eigh_vjp(g: Any, ans: Any, a: Any, UPLO: str = "L") -> Any:  # noqa: N803
     out = matmul(v * gw[..., None, :], _T(v))
     diff = w[..., None, :] - w[..., :, None]  # [i, j]: w_j - w_i
     vtgv = matmul(_T(v), gv)
-    _refuse_at_repeated(diff, vtgv - _T(vtgv), "eigh")
+    diff = _refuse_at_repeated(diff, vtgv - _T(vtgv), "eigh")
     out = out + matmul(matmul(v, _inverse_gaps(diff) * vtgv), _T(v))
     # eigh reads one triangle only: the gradient lives there (the diagonal counted once)
     both = (out + _T(out)) * (1 - 0.5 * eye)
@@ -127,7 +140,7 @@ def _eigh_jvp(t: Any, ans: Any, a: Any, UPLO: str = "L") -> Any:  # noqa: N803
     w, v = ans[..., 0, :], ans[..., 1:, :]
     m = matmul(matmul(_T(v), ts), v)  # V^T dA V
     diff = w[..., None, :] - w[..., :, None]  # [i, j]: w_j - w_i
-    _refuse_at_repeated(diff, m, "eigh")
+    diff = _refuse_at_repeated(diff, m, "eigh")
     dw = sum(m * _np.eye(_shape(a)[-1], dtype=ans.dtype), axis=-1)
     dv = matmul(v, _inverse_gaps(diff) * m)
     return concatenate([dw[..., None, :], dv], axis=-2)
@@ -173,7 +186,7 @@ def _eig_vjp(g: Any, ans: Any, a: Any) -> Any:
     ut = _T(u)
     utgu = matmul(ut, gu)
     p = utgu - matmul(matmul(ut, u), utgu * eye)  # the second term: the unit-norm constraint
-    _refuse_at_repeated(diff, p, "eig")
+    diff = _refuse_at_repeated(diff, p, "eig")
     return matmul(matmul(inv(ut), ge[..., None, :] * eye + _inverse_gaps(diff) * p), ut)
 
 
@@ -184,7 +197,7 @@ def _eig_jvp(t: Any, ans: Any, a: Any) -> Any:
     e, u = ans[..., 0, :], ans[..., 1:, :]
     p = matmul(matmul(inv(u), t), u)
     diff = e[..., None, :] - e[..., :, None]
-    _refuse_at_repeated(diff, p, "eig")
+    diff = _refuse_at_repeated(diff, p, "eig")
     de = sum(p * _np.eye(n, dtype=ans.dtype), axis=-1)
     du = matmul(u, _inverse_gaps(diff) * p)
     du = du - u * sum(u * du, axis=-2, keepdims=True)
@@ -240,11 +253,12 @@ def _svd_vjp(g: Any, ans: Any, a: Any, full_matrices: bool = True) -> Any:
     u, s, vh = _svd_unpack(ans, shape, full_matrices)
     gu, gs, gvh = _svd_unpack(g, shape, full_matrices)
     if ku > k or kv > k:  # full_matrices: the extra columns are any basis of a complement
-        if not _Trace.compiling and (_np.any(_data(gu)[..., k:]) or _np.any(_data(gvh)[..., k:, :])):
-            raise ValueError("rlgrad.numpy.linalg.svd: the gradient through the extra columns of "
-                             "U or rows of Vh (full_matrices=True) is undefined (they are any "
-                             "basis of a complement); use full_matrices=False")
-        u, gu, vh, gvh = u[..., :k], gu[..., :k], vh[..., :k, :], gvh[..., :k, :]
+        message = ("rlgrad.numpy.linalg.svd: the gradient through the extra columns of U or "
+                   "rows of Vh (full_matrices=True) is undefined (they are any basis of a "
+                   "complement); use full_matrices=False")
+        u = _refuse(u[..., :k], not_equal(gu[..., k:], 0), message=message)
+        vh = _refuse(vh[..., :k, :], not_equal(gvh[..., k:, :], 0), message=message)
+        gu, gvh = gu[..., :k], gvh[..., :k, :]
     return _svd_reduced_vjp(gu, gs, gvh, u, s, vh)
 
 
@@ -257,8 +271,7 @@ def _svd_reduced_vjp(gu: Any, gs: Any, gvh: Any, u: Any, s: Any, vh: Any) -> Any
     utgu = matmul(_T(u), gu)
     vtgv = matmul(vh, _T(gvh))
     ju, jv = utgu - _T(utgu), vtgv - _T(vtgv)
-    _refuse_at_repeated(diff, ju, "svd")
-    _refuse_at_repeated(diff, jv, "svd")
+    diff = _refuse_at_repeated(_refuse_at_repeated(diff, ju, "svd"), jv, "svd")
     f = _inverse_gaps(diff)
     t = f * ju * s[..., None, :] + eye * gs[..., :, None] + s[..., :, None] * (f * jv)
     out = matmul(matmul(u, t), vh)
@@ -266,10 +279,11 @@ def _svd_reduced_vjp(gu: Any, gs: Any, gvh: Any, u: Any, s: Any, vh: Any) -> Any
         return out
     # a non-square matrix: the columns of U (rows of Vh) also turn out of their span, by 1 / s
     g_out = gvh if m < n else _T(gu)
-    if not _Trace.compiling and _np.any(_data(s) == 0) and _np.any(_data(g_out)):
-        raise ValueError("rlgrad.numpy.linalg.svd: the gradient through U and Vh of a "
-                         "rank-deficient non-square matrix is undefined (a singular value is 0)")
-    s_safe = where(s == 0, 1, s)  # (0 there: checked above that nothing reaches it)
+    # undefined where a singular value is 0 and the gradient reaches its vector's turning
+    s_safe = _refuse(where(s == 0, 1, s), logical_and(equal(s, 0)[..., :, None],
+                                                      not_equal(g_out, 0)), message=(
+        "rlgrad.numpy.linalg.svd: the gradient through U and Vh of a rank-deficient non-square "
+        "matrix is undefined (a singular value is 0)"))
     if m < n:
         return out + matmul(matmul(u / s_safe[..., None, :], gvh),
                             _np.eye(n, dtype=s.dtype) - matmul(_T(vh), vh))
@@ -301,7 +315,7 @@ def _svd_reduced_jvp(t: Any, u: Any, s: Any, vh: Any) -> tuple[Any, Any, Any]:
     diff = s2[..., None, :] - s2[..., :, None]
     sym_u = dp * s[..., None, :] + s[..., :, None] * _T(dp)  # dP S + S dP^T
     sym_v = s[..., :, None] * dp + _T(dp) * s[..., None, :]  # S dP + dP^T S
-    _refuse_at_repeated(diff, sym_u - _T(sym_u), "svd")
+    diff = _refuse_at_repeated(diff, sym_u - _T(sym_u), "svd")
     f = _inverse_gaps(diff)
     ds = sum(dp * _np.eye(k, dtype=s.dtype), axis=-1)
     du = matmul(u, f * sym_u)

@@ -150,7 +150,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         obj._hyperparams = capture(cls, args, kwargs) or {}
         return obj
 
-    def __init__(self, env: EnvLike, seed: int | None = None, n_envs: int = 1,
+    def __init__(self, env: EnvLike, seed: int | None = None, n_envs: int | None = 1,
                  normalize: bool | dict[str, Any] = False, learning_rate: float | str | Schedule = 3e-4,
                  gamma: float = 0.99, policy_kwargs: dict[str, Any] | None = None,
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
@@ -166,6 +166,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         keep_freed_memory()
         self.env_id = env if isinstance(env, str) else getattr(getattr(env, "spec", None), "id", None)
         self.seed = fresh_seed() if seed is None else int(seed)
+        n_envs = 1 if n_envs is None else n_envs  # None: the default, one copy
         self.n_envs = n_envs
         self.verbose = verbose
         self.tensorboard_log = None if tensorboard_log is None else str(tensorboard_log)

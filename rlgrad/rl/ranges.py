@@ -103,7 +103,7 @@ RANGES: dict[str, Range] = {
     # shared
     "learning_rate": Range(0.0, lo_open=True, schedule=True),
     "gamma": _PROB,
-    "n_envs": Range(1, 4096, integer=True),
+    "n_envs": Range(1, 4096, integer=True, none_ok=True),  # None: the algorithm's default
     "normalize": Range(kind=(bool, dict)),
     "policy_kwargs": Range(kind=dict, none_ok=True),
     "verbose": Range(0, integer=True),

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import gymnasium as gym
+
 from rlgrad import optim
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm
@@ -21,9 +23,12 @@ class REINFORCE(OnPolicyAlgorithm):
     def __init__(self, env: EnvLike, learning_rate: Any = 1e-3, n_steps: int = 256,
                  gamma: float = 0.99, ent_coef: float = 0.0, vf_coef: float = 0.5,
                  max_grad_norm: float | None = None, normalize_advantage: bool = True,
-                 n_envs: int = 8, normalize: bool | dict = False,
+                 n_envs: int | None = None, normalize: bool | dict = False,
                  policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
                  **env_options: Any) -> None:
+        if n_envs is None:  # 8 copies average the high-variance returns; an instance is one env
+            n_envs = 1 if isinstance(env, gym.Env) else 8
+            self._hyperparams["n_envs"] = n_envs
         super().__init__(env, learning_rate, n_steps, gamma, 1.0, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, **env_options)

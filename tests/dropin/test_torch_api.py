@@ -305,3 +305,40 @@ def test_save_and_load_as_cleanrl_does(tmp_path) -> None:
 def test_full_takes_its_dtype_from_the_fill_value(fill) -> None:
     same(torch_like.full((2, 3), fill), torch.full((2, 3), fill))
     same(torch_like.full_like(torch_like.zeros(2), fill), torch.full_like(torch.zeros(2), fill))
+
+
+@pytest.mark.parametrize("data", [[1.5, 2.0], [1, 2], [True, False]], ids=["float", "int", "bool"])
+def test_type_names_and_casts_match_torch(data) -> None:
+    x, t = torch_like.tensor(data), torch.tensor(data)
+    assert x.type() == t.type()
+    assert x.type("torch.DoubleTensor").type() == t.type("torch.DoubleTensor").type()
+    assert x.type(torch_like.int64).type() == t.type(torch.int64).type()
+    with pytest.raises(ValueError, match="unknown tensor type 'torch.Nope'"):
+        x.type("torch.Nope")
+
+
+def test_reductions_take_dtype_and_mean_of_ints_raises_as_torch() -> None:
+    data = [[1, 2, 3], [4, 5, 7]]
+    x, t = torch_like.tensor(data), torch.tensor(data)
+    for kw in ({}, {"dtype": torch_like.float64}):
+        got = x.sum(1, **kw)
+        want = t.sum(1, **({"dtype": torch.float64} if kw else {}))
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+        assert str(got.dtype) == str(want.dtype).removeprefix("torch.")
+    np.testing.assert_allclose(x.mean(dtype=torch_like.float64).item(),
+                               t.mean(dtype=torch.float64).item())
+    with pytest.raises(RuntimeError):
+        t.mean()
+    with pytest.raises(RuntimeError, match="mean\\(\\): .*int64.*float\\(\\)"):
+        x.mean()
+
+
+@pytest.mark.parametrize("shape,dim", [((3, 0), 1), ((0, 4), 1), ((2, 3, 0), -1), ((2, 0, 3), 1)])
+@pytest.mark.parametrize("fn", ["log_softmax", "softmax"])
+def test_softmax_over_an_empty_axis_is_empty_as_torch(shape, dim, fn) -> None:
+    x = torch_like.zeros(*shape, requires_grad=True)
+    t = torch.zeros(*shape, requires_grad=True)
+    y, ty = getattr(torch_like.nn.functional, fn)(x, dim=dim), getattr(torch.nn.functional, fn)(t, dim=dim)
+    y.sum().backward()
+    ty.sum().backward()
+    assert y.shape == tuple(ty.shape) and x.grad.shape == tuple(t.grad.shape)
