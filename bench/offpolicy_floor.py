@@ -15,14 +15,17 @@ products are read off the algorithm's own networks (their layer shapes and the b
   gradients down to the action, the actor's weight and input gradients.
 
 rlgrad's time per update is ``train(gradient_steps, batch_size)`` over many gradient steps on a
-filled replay buffer, divided by their number: sampling, targets, losses, backward passes,
-gradient installation, Adam steps, target (Polyak) updates, logging, everything the loop does.
-Rounds alternate between rlgrad and the floor; the table gives medians and the median ratio.
+filled replay buffer, divided by their number: sampling, targets, losses, backward passes (the
+compiled updates of ``OffPolicyAlgorithm.gradient_step``), gradient installation, Adam steps,
+target (Polyak) updates, logging, everything the loop does. Rounds alternate between rlgrad and
+the floor; the table gives medians and the median ratio, of wall time and of CPU time
+(``process_time``, steadier on a loaded host).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import time
 
@@ -110,21 +113,24 @@ def measure(algo: str, repeats: int, steps: int) -> dict:
     delay = getattr(model, "policy_delay", 1) if algo != "sac" else 1
     floor = floor_fn(prods, np.random.default_rng(0))
     n_upd = steps - steps % delay or delay
-    t_r, t_f = [], []
-    model.train(n_upd, B)  # warm-up
+    n_floor = max(n_upd // delay, 1)
+    t_r, t_f, c_r, c_f = [], [], [], []  # wall and CPU (process_time) seconds per update
+    model.train(n_upd, B)  # warm-up (and the compiled updates' first trace)
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         model.train(n_upd, B)
         t_r.append((time.perf_counter() - t0) / n_upd)
-        t0 = time.perf_counter()
-        for _ in range(max(n_upd // delay, 1)):
+        c_r.append((time.process_time() - c0) / n_upd)
+        t0, c0 = time.perf_counter(), time.process_time()
+        for _ in range(n_floor):
             floor()
-        t_f.append((time.perf_counter() - t0) / (max(n_upd // delay, 1) * delay))
-    t_r, t_f = np.array(t_r), np.array(t_f)
+        t_f.append((time.perf_counter() - t0) / (n_floor * delay))
+        c_f.append((time.process_time() - c0) / (n_floor * delay))
+    t_r, t_f, c_r, c_f = (np.array(x) for x in (t_r, t_f, c_r, c_f))
     flops = 2 * sum(m * k * n for _, m, k, n in prods) / delay
     return {"algo": algo, "batch": B, "n_products": len(prods) / delay, "gflop": flops / 1e9,
             "rlgrad": float(np.median(t_r)), "floor": float(np.median(t_f)),
-            "ratio": float(np.median(t_r / t_f))}
+            "ratio": float(np.median(t_r / t_f)), "cpu_ratio": float(np.median(c_r / c_f))}
 
 
 def main() -> None:
@@ -136,16 +142,17 @@ def main() -> None:
     args = ap.parse_args()
     repeats, steps = (3, 30) if args.quick else (args.repeats, args.steps)
     rows = [measure(a.strip(), repeats, steps) for a in args.algos.split(",") if a.strip()]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"\nOne off-policy update on Pendulum-v1 (zoo presets), {time.strftime('%Y-%m-%d')}, "
           f"{platform.processor() or platform.machine()}, NumPy {np.__version__}, one BLAS thread; "
-          f"medians of {repeats} rounds of {steps} updates\n")
+          f"medians of {repeats} rounds of {steps} updates; load average {load:.1f}\n")
     print("| algo | batch | products / update | GFLOP / update | floor (ms) | GFLOP/s at floor | "
-          "rlgrad update (ms) | rlgrad / floor |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+          "rlgrad update (ms) | rlgrad / floor | same, CPU time |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['algo'].upper()} | {r['batch']} | {r['n_products']:.1f} | {r['gflop']:.3f} | "
               f"{r['floor'] * 1e3:.2f} | {r['gflop'] / r['floor']:.0f} | {r['rlgrad'] * 1e3:.2f} | "
-              f"{r['ratio']:.2f} |")
+              f"{r['ratio']:.2f} | {r['cpu_ratio']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import pytest
 from gymnasium import spaces
 
 from rlgrad import nn
-from rlgrad.distributions import normal as normal_mod
 from rlgrad.rl import DDPG, SAC, TD3
 
 OBS, ACT, B, N_ROWS = 4, 2, 16, 40
@@ -155,16 +154,10 @@ def make_sac():
     return m
 
 
-def record_eps(monkeypatch):
-    eps, orig = [], normal_mod._standard_normal
-
-    def draw(rng, shape, dtype):
-        x = orig(rng, shape, dtype)
-        eps.append(np.array(x, dtype=np.float64))
-        return x
-
-    monkeypatch.setattr(normal_mod, "_standard_normal", draw)
-    return eps
+def record_eps(m):
+    """The standard-normal draws of SAC's actions (the noise of a = tanh(mu + std eps))."""
+    m.rng = RecordingRng(m.rng)
+    return m.rng.standard_normals
 
 
 def sac_snapshot(actor):
@@ -178,9 +171,9 @@ def sac_target(b, actor_snap, target_snap, alpha, eps, gamma=GAMMA):
     return b.rewards + gamma * (1.0 - b.terminated) * q_next
 
 
-def test_sac_td_target(monkeypatch):
+def test_sac_td_target():
     m = make_sac()
-    eps = record_eps(monkeypatch)
+    eps = record_eps(m)
     b = m.sample(B)
     y = m.td_target(b, 0.3)
     assert len(eps) == 1 and eps[0].shape == (B, ACT)
@@ -188,14 +181,14 @@ def test_sac_td_target(monkeypatch):
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
 
 
-def test_sac_one_update(monkeypatch):
+def test_sac_one_update():
     m = make_sac()
     actor0, critic0 = sac_snapshot(m.actor), critic_snapshot(m.critic)
     target0, target0_params = critic_snapshot(m.critic_target), params64(m.critic_target)
     log_alpha = float(m.log_ent_coef._value[0])
     alpha, te = np.exp(log_alpha), m.target_entropy
     assert te == -ACT
-    batches, eps = record_batches(m), record_eps(monkeypatch)
+    batches, eps = record_batches(m), record_eps(m)
     m.train(1, B)
     logs = m.logger.name_to_value
     (b,) = batches
@@ -238,14 +231,20 @@ def test_sac_one_update(monkeypatch):
 
 # ---- DDPG / TD3 -------------------------------------------------------------------------------
 class RecordingRng:
-    """Delegates to the algorithm's NumPy generator and keeps the draws of ``normal``."""
+    """Delegates to the algorithm's NumPy generator and keeps the draws of ``normal`` and
+    ``standard_normal``."""
 
     def __init__(self, rng):
-        self._rng, self.normals = rng, []
+        self._rng, self.normals, self.standard_normals = rng, [], []
 
     def normal(self, *args, **kwargs):
         x = self._rng.normal(*args, **kwargs)
         self.normals.append(np.array(x, dtype=np.float64))
+        return x
+
+    def standard_normal(self, *args, **kwargs):
+        x = self._rng.standard_normal(*args, **kwargs)
+        self.standard_normals.append(np.array(x, dtype=np.float64))
         return x
 
     def __getattr__(self, name):

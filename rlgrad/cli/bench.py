@@ -19,12 +19,13 @@ from pathlib import Path
 from rlgrad.cli.errors import CLIError, did_you_mean
 
 ORDER = ("engine", "nn", "gather", "distributions", "rl", "purejaxrl", "reinforce_torch",
-         "offpolicy_floor", "qrdqn")
+         "offpolicy_floor", "offpolicy_sb3", "qrdqn")
 # benchmark -> (the modules its comparator needs, the heading of its recorded tables)
 COMPARED = {
     "rl": (("stable_baselines3", "torch"), "## RL: CartPole-v1 presets"),
     "purejaxrl": (("jax", "flax", "optax", "gymnax"), "## PPO with PureJaxRL's configuration"),
     "reinforce_torch": (("torch",), "### REINFORCE against the same loop in PyTorch"),
+    "offpolicy_sb3": (("stable_baselines3", "torch"), "## Whole Pendulum-v1 runs vs Stable-Baselines3"),
 }
 _DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 

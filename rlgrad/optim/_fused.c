@@ -243,7 +243,48 @@ static PyObject *rmsprop(PyObject *self, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
+/* ---- Polyak averaging -------------------------------------------------------------------------
+   target.py's polyak_update: d = d (1 - tau) + tau s, the two products rounded as NumPy's
+   `d *= 1 - tau` and `tau * s` round them (the Python floats rounded to T once). */
+
+#define POLYAK_LOOP(T)                                                                             \
+    CLONES static void polyak_##T(T *restrict d, const T *restrict s, Py_ssize_t n, T keep,       \
+                                  T tau) {                                                         \
+        for (Py_ssize_t i = 0; i < n; i++) d[i] = d[i] * keep + tau * s[i];                        \
+    }                                                                                              \
+    static void polyak_group_##T(const Group *gr, double keep, double tau) {                       \
+        for (Py_ssize_t i = 0; i < gr->n_params; i++)                                              \
+            polyak_##T(gr->params[i].buf, gr->grads[i].buf,                                        \
+                       gr->params[i].len / (Py_ssize_t)sizeof(T), (T)keep, (T)tau);                \
+    }
+
+POLYAK_LOOP(float)
+POLYAK_LOOP(double)
+
+PyDoc_STRVAR(polyak_doc,
+"polyak(targets, sources, keep, tau) -> bool\n\n"
+"target = target * keep + tau * source in place, for every pair of arrays (keep = 1 - tau).\n"
+"False (nothing changed) if an array does not fit.");
+
+static PyObject *polyak(PyObject *self, PyObject *args) {
+    PyObject *targets, *sources;
+    double keep, tau;
+    if (!PyArg_ParseTuple(args, "OOdd:polyak", &targets, &sources, &keep, &tau)) return NULL;
+    Group gr;
+    int got = acquire(&gr, targets, sources, NULL, 0);
+    if (got <= 0) return got < 0 ? NULL : Py_NewRef(Py_False);
+    Py_BEGIN_ALLOW_THREADS
+    if (gr.kind == 'f')
+        polyak_group_float(&gr, keep, tau);
+    else
+        polyak_group_double(&gr, keep, tau);
+    Py_END_ALLOW_THREADS
+    release(&gr, gr.n_params, 0);
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
+    {"polyak", polyak, METH_VARARGS, polyak_doc},
     {"adam", adam, METH_VARARGS, adam_doc},
     {"rmsprop", rmsprop, METH_VARARGS, rmsprop_doc},
     {NULL, NULL, 0, NULL},

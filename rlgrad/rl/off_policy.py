@@ -10,21 +10,23 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 import rlgrad
+from rlgrad import ops
 from rlgrad.nn import Module
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import ReplayBatch, ReplayBuffer
 from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, frame_stacked, is_image_space, preprocess_obs
+from rlgrad.rl.finite import check_update
 from rlgrad.rl.frame_replay import FrameReplayBuffer
 from rlgrad.rl.policies import predict_with
 from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
+from rlgrad.rl.steps import grad_step, set_grads
 
 
 class NormalActionNoise:
@@ -81,20 +83,6 @@ def make_action_noise(noise_type: str | None, noise_std: float, act_dim: int, n_
     raise ValueError(f"noise_type must be 'normal', 'ornstein-uhlenbeck' or None, got {noise_type!r}")
 
 
-@contextmanager
-def frozen(module: Module) -> Iterator[None]:
-    """Parameters of ``module`` stop requiring grad inside the block (the actor's loss goes
-    through the critic, whose weights need no gradient there: fewer recorded nodes)."""
-    params = list(module.parameters())
-    for p in params:
-        p.requires_grad = False
-    try:
-        yield
-    finally:
-        for p in params:
-            p.requires_grad = True
-
-
 def target_network(net: Module) -> Module:
     """A frozen copy of ``net`` (the target network), kept in step by ``optim.polyak_update``."""
     return copy.deepcopy(net).requires_grad_(False)
@@ -108,6 +96,19 @@ def bootstrapped_target(rewards: np.ndarray, terminated: np.ndarray, gamma: floa
     shape = (len(rewards),) + (1,) * (np.ndim(next_values) - 1)
     not_term = 1.0 - np.asarray(terminated, dtype=np.float32).reshape(shape)
     return (rewards.reshape(shape) + gamma * not_term * next_values).astype(np.float32)
+
+
+def min_of(qs: list[Any]) -> Any:
+    """The elementwise minimum of the critics' estimates (clipped double Q)."""
+    out = qs[0]
+    for q in qs[1:]:
+        out = ops.minimum(out, q)
+    return out
+
+
+def td_target_of(b: dict[str, Any], next_values: Any) -> Any:
+    """``r + gamma (1 - terminated) next_values`` on a ``batch_dict`` (traced or not)."""
+    return b["rewards"] + b["gamma"] * b["not_terminated"] * next_values
 
 
 class PolicyView:
@@ -142,6 +143,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
     log_interval = 4  # episodes between two dumps of the logger, as in SB3
     action_spaces = (spaces.Box,)
     env_runner_sampling = True  # env_runners > 0: Ape-X on Ray actors (rlgrad.rl.distributed)
+    compile_updates = True  # gradient_step's updates compiled by rlgrad.jit
 
     def __init__(self, env: EnvLike, learning_rate: Any, buffer_size: int, learning_starts: int,
                  batch_size: int, tau: float, gamma: float, train_freq: Any, gradient_steps: int,
@@ -172,6 +174,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
             a_shape, a_dtype = (), np.int64
         self.replay_buffer = self.make_replay_buffer(a_shape, a_dtype)
         self.action_noise: NormalActionNoise | None = None
+        self._steps: dict[str, tuple[Any, list[Any]]] = {}  # compiled updates, built on first use
         self._n_calls = 0
         self._last_dump_episode = 0
 
@@ -316,6 +319,32 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         Also returns the buffer rows drawn (to spot repeated transitions)."""
         idx = self.replay_buffer.sample_indices(n_batches * batch_size, self.rng)
         return self._normalized(self.replay_buffer.take(idx)), idx
+
+    def batch_dict(self, b: ReplayBatch) -> dict[str, np.ndarray]:
+        """A minibatch as the inputs of a compiled update (``td_target_of`` reads the last three)."""
+        return {"obs": b.observations, "actions": b.actions, "next_obs": b.next_observations,
+                "rewards": b.rewards, "not_terminated": 1.0 - b.terminated.astype(np.float32),
+                "gamma": np.array(self.gamma, dtype=np.float32)}
+
+    def gradient_step(self, name: str, loss_fn: Any, batch: dict[str, np.ndarray],
+                      *optimizers: Any) -> dict[str, np.ndarray]:
+        """One update of the parameters of ``optimizers`` on ``loss_fn(batch) -> (loss, stats)``:
+        forward and backward compiled by ``rlgrad.jit`` at first use (the batch's shapes are fixed;
+        ``batch`` holds every input, randomness and coefficients included, as arrays), then the
+        optimizers' steps. Returns ``stats`` (loss terms, checked finite before the step).
+        ``compile_updates = False`` (an input the loss reads as data, not traceable) runs the
+        same function eagerly."""
+        entry = self._steps.get(name)
+        if entry is None:
+            params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
+            entry = self._steps[name] = (grad_step(loss_fn, params, self.compile_updates), params)
+        step, params = entry
+        _, stats, grads = step(batch)
+        check_update(stats)
+        set_grads(params, grads, None)
+        for opt in optimizers:
+            opt.step()
+        return stats
 
     def _normalized(self, b: ReplayBatch) -> ReplayBatch:
         if self.normalizer is None:

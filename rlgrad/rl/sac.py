@@ -26,14 +26,9 @@ import numpy as np
 
 import rlgrad
 from rlgrad import nn, ops, optim
+from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.finite import check_update
-from rlgrad.rl.off_policy import (
-    OffPolicyAlgorithm,
-    bootstrapped_target,
-    frozen,
-    target_network,
-)
+from rlgrad.rl.off_policy import OffPolicyAlgorithm, min_of, target_network, td_target_of
 from rlgrad.rl.policies import ContinuousCritic, SquashedGaussianActor
 
 
@@ -77,6 +72,8 @@ class SAC(OffPolicyAlgorithm):
         else:
             self._ent_coef = float(ent_coef)
         self._sde_steps = 0  # steps since the rollout's start (gSDE's sde_sample_freq)
+        # gSDE's distribution takes the exploration matrix as data (not traced): eager updates
+        self.compile_updates = not self.use_sde
         if self.use_sde:
             self.actor.reset_noise(self.rng, self.n_envs)
 
@@ -106,68 +103,80 @@ class SAC(OffPolicyAlgorithm):
         return super()._sample_action(obs)
 
     # ---- learning -------------------------------------------------------------------------------
-    def td_target(self, b: Any, ent_coef: float, sde_weights: np.ndarray | None = None
-                  ) -> np.ndarray:
+    def _rsample(self, obs: Any, noise: Any) -> tuple[Any, Any]:
+        """``a ~ pi(.|s)`` (pathwise) and ``log pi(a|s)`` summed over the action: ``tanh(mu +
+        sigma * noise)`` with standard-normal ``noise`` (gSDE: the exploration matrix)."""
+        dist = self.actor.distribution(obs)
+        if self.use_sde:  # log-prob already summed
+            return dist.rsample_and_log_prob(weights=noise)
+        u = dist.loc + dist.scale * noise
+        return ops.tanh(u), (dist.base_dist.log_prob(u) - dist.log_abs_det_jacobian(u)).sum(-1)
+
+    def next_q(self, b: dict[str, Any]) -> Any:
+        """``min_i Q'_i(s', a') - alpha log pi(a'|s')``, ``a' ~ pi(.|s')`` drawn with
+        ``b["next_noise"]``, ``alpha = b["ent_coef"]``."""
+        next_a, next_logp = self._rsample(b["next_obs"], b["next_noise"])
+        return min_of(self.critic_target(b["next_obs"], next_a)) - b["ent_coef"] * next_logp
+
+    def td_target(self, b: ReplayBatch, ent_coef: float) -> np.ndarray:
+        """The critics' regression target ``r + gamma (1 - terminated) next_q`` of a minibatch
+        (the noise of ``a'`` drawn here)."""
+        bd = self.batch_dict(b)
+        bd["next_noise"] = self._noise(len(b.rewards))
+        bd["ent_coef"] = np.array(ent_coef, dtype=np.float32)
         with rlgrad.no_grad():
-            dist = self.actor.distribution(b.next_observations)
-            if self.use_sde:  # the minibatch's exploration matrix; log-prob already summed
-                next_a, next_logp = dist.rsample_and_log_prob(weights=sde_weights)
-                next_logp = next_logp._value
-            else:
-                next_a, next_logp = dist.rsample_and_log_prob(generator=self.generator)
-                next_logp = next_logp._value.sum(-1)
-            qs = self.critic_target(b.next_observations, next_a)
-            q_next = np.min([q._value for q in qs], axis=0) - ent_coef * next_logp
-        return bootstrapped_target(b.rewards, b.terminated, self.gamma, q_next)
+            return td_target_of(bd, self.next_q(bd))._value
+
+    def _noise(self, n: int) -> np.ndarray:
+        """The standard-normal noise of ``n`` actions (gSDE: one exploration matrix)."""
+        if self.use_sde:
+            return self.actor.sample_sde_weights(self.rng)
+        return self.rng.standard_normal((n, self.act_dim), dtype=np.float32)
+
+    def critic_loss(self, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``0.5 sum_i mean (Q_i(s, a) - y)^2``, ``y = r + gamma (1 - terminated) next_q``."""
+        target = td_target_of(b, self.next_q(b))
+        qs = self.critic(b["obs"], b["actions"])
+        loss = 0.5 * sum(ops.square(q - target).mean() for q in qs)
+        return loss, {"critic_loss": loss}
+
+    def actor_loss(self, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``mean(alpha log pi(a|s) - min_i Q_i(s, a))``, ``a ~ pi(.|s)`` drawn pathwise; with
+        ``ent_coef="auto"`` plus the temperature's ``-log alpha (log pi(a|s) + target_entropy)``
+        (only ``log alpha`` gets its gradient)."""
+        a_pi, log_pi = self._rsample(b["obs"], b["noise"])
+        actor_loss = (b["ent_coef"] * log_pi - min_of(self.critic(b["obs"], a_pi))).mean()
+        if not self.auto_ent:
+            return actor_loss, {"actor_loss": actor_loss}
+        ent_loss = -(self.log_ent_coef * (ops.stop_gradient(log_pi) + b["target_entropy"])).mean()
+        return actor_loss + ent_loss, {"actor_loss": actor_loss, "ent_coef_loss": ent_loss}
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
         opts = [self.actor_optimizer, self.critic_optimizer]
         if self.auto_ent:
             opts.append(self.ent_coef_optimizer)
         self._set_lr(*opts)
+        actor_opts = opts[::2]  # the actor's, and the temperature's with "auto"
         ent_coefs, ent_losses, actor_losses, critic_losses = [], [], [], []
         for _ in range(gradient_steps):
-            b = self.sample(batch_size)
-            dist = self.actor.distribution(b.observations)
-            sde_weights = None
-            if self.use_sde:  # SB3 resets the noise at every gradient step: log_std has moved
-                sde_weights = self.actor.sample_sde_weights(self.rng)
-                a_pi, log_pi = dist.rsample_and_log_prob(weights=sde_weights)
-            else:
-                a_pi, log_pi = dist.rsample_and_log_prob(generator=self.generator)
-                log_pi = log_pi.sum(-1)
-            if self.auto_ent:
-                ent_coef = float(np.exp(self.log_ent_coef._value[0]))
-                ent_loss = -(self.log_ent_coef * (log_pi._value + self.target_entropy)).mean()
-                check_update({"ent_coef_loss": ent_loss})
-                self.ent_coef_optimizer.zero_grad()
-                ent_loss.backward()
-                self.ent_coef_optimizer.step()
-                ent_losses.append(float(ent_loss._value))
-            else:
-                ent_coef = self._ent_coef
+            b = self.batch_dict(self.sample(batch_size))
+            # the noise of a ~ pi(.|s), then of a' ~ pi(.|s') (gSDE: SB3 draws one matrix per
+            # gradient step, log_std has moved, for both)
+            b["noise"] = self._noise(batch_size)
+            b["next_noise"] = b["noise"] if self.use_sde else self._noise(batch_size)
+            ent_coef = (float(np.exp(self.log_ent_coef._value[0])) if self.auto_ent
+                        else self._ent_coef)
+            b["ent_coef"] = np.array(ent_coef, dtype=np.float32)
             ent_coefs.append(ent_coef)
-
-            target = self.td_target(b, ent_coef, sde_weights)
-            qs = self.critic(b.observations, b.actions)
-            critic_loss = 0.5 * sum(ops.square(q - target).mean() for q in qs)
-            check_update({"critic_loss": critic_loss})
-            self.critic_optimizer.zero_grad()
-            critic_loss.backward()
-            self.critic_optimizer.step()
-            critic_losses.append(float(critic_loss._value))
-
-            self.actor_optimizer.zero_grad()
-            with frozen(self.critic):  # the actor's loss differentiates through Q w.r.t. a only
-                q_pi = self.critic(b.observations, a_pi)
-                min_q = q_pi[0] if len(q_pi) == 1 else ops.minimum(q_pi[0], q_pi[1])
-                for q in q_pi[2:]:
-                    min_q = ops.minimum(min_q, q)
-                actor_loss = (ent_coef * log_pi - min_q).mean()
-                check_update({"actor_loss": actor_loss})
-                actor_loss.backward()
-            self.actor_optimizer.step()
-            actor_losses.append(float(actor_loss._value))
+            st = self.gradient_step("critic", self.critic_loss, b, self.critic_optimizer)
+            critic_losses.append(float(st["critic_loss"]))
+            # the temperature's step comes after the critic's: neither reads the other's result
+            st = self.gradient_step("actor", self.actor_loss, {
+                "obs": b["obs"], "noise": b["noise"], "ent_coef": b["ent_coef"],
+                "target_entropy": np.array(self.target_entropy, dtype=np.float32)}, *actor_opts)
+            actor_losses.append(float(st["actor_loss"]))
+            if self.auto_ent:
+                ent_losses.append(float(st["ent_coef_loss"]))
             self._n_updates += 1
             if self._n_updates % self.target_update_interval == 0:
                 optim.polyak_update(self._critic_params, self._critic_target_params, self.tau)

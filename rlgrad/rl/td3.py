@@ -13,17 +13,18 @@ from typing import Any
 
 import numpy as np
 
+import rlgrad
 from rlgrad import ops, optim
+from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.finite import check_update
 from rlgrad.rl.off_policy import (
     OffPolicyAlgorithm,
-    bootstrapped_target,
-    frozen,
     make_action_noise,
+    min_of,
     target_network,
+    td_target_of,
 )
-from rlgrad.rl.policies import ContinuousCritic, DeterministicActor, mlp_numpy
+from rlgrad.rl.policies import ContinuousCritic, DeterministicActor
 
 
 class TD3(OffPolicyAlgorithm):
@@ -66,40 +67,51 @@ class TD3(OffPolicyAlgorithm):
         return act.astype(np.float32)
 
     # ---- learning -------------------------------------------------------------------------------
-    def td_target(self, b: Any) -> np.ndarray:
-        """r + gamma (1 - terminated) min_i Q'_i(s', a'), a' the smoothed target action (NumPy)."""
-        next_a = self.actor_target.numpy(b.next_observations)
+    def next_q(self, b: dict[str, Any]) -> Any:
+        """``min_i Q'_i(s', a')``, ``a' = clip(mu'(s') + noise, -1, 1)`` the smoothed target action
+        (``b["noise"]``: the clipped smoothing noise, absent without smoothing)."""
+        next_a = self.actor_target(b["next_obs"])
+        if "noise" in b:
+            next_a = ops.clip(next_a + b["noise"], -1.0, 1.0)
+        return min_of(self.critic_target(b["next_obs"], next_a))
+
+    def td_target(self, b: ReplayBatch) -> np.ndarray:
+        """The critics' regression target ``r + gamma (1 - terminated) next_q`` of a minibatch."""
+        bd = self._with_noise(self.batch_dict(b))
+        with rlgrad.no_grad():
+            return td_target_of(bd, self.next_q(bd))._value
+
+    def _with_noise(self, b: dict[str, Any]) -> dict[str, Any]:
         if self.target_policy_noise > 0:
-            eps = self.rng.normal(0.0, self.target_policy_noise, next_a.shape)
             c = self.target_noise_clip
-            next_a = np.clip(next_a + np.clip(eps, -c, c), -1.0, 1.0).astype(np.float32)
-        x = np.concatenate([b.next_observations, next_a], axis=1)
-        q_next = np.min([mlp_numpy(q, x)[:, 0] for q in self.critic_target.q_networks], axis=0)
-        return bootstrapped_target(b.rewards, b.terminated, self.gamma, q_next)
+            eps = self.rng.normal(0.0, self.target_policy_noise, b["actions"].shape)
+            b["noise"] = np.clip(eps, -c, c).astype(np.float32)
+        return b
+
+    def critic_loss(self, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``sum_i mean (Q_i(s, a) - y)^2``, ``y = r + gamma (1 - terminated) next_q``."""
+        target = td_target_of(b, self.next_q(b))
+        qs = self.critic(b["obs"], b["actions"])
+        loss = sum(ops.square(q - target).mean() for q in qs)
+        return loss, {"critic_loss": loss}
+
+    def actor_loss(self, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``-Q_1(s, mu(s))``: dQ/da flows to the actor (only its parameters are updated)."""
+        loss = -self.critic.q1_forward(b["obs"], self.actor(b["obs"])).mean()
+        return loss, {"actor_loss": loss}
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
         self._set_lr(self.actor_optimizer, self.critic_optimizer)
         actor_losses, critic_losses = [], []
         for _ in range(gradient_steps):
             self._n_updates += 1
-            b = self.sample(batch_size)
-            target = self.td_target(b)
-            qs = self.critic(b.observations, b.actions)
-            critic_loss = sum(ops.square(q - target).mean() for q in qs)
-            check_update({"critic_loss": critic_loss})
-            self.critic_optimizer.zero_grad()
-            critic_loss.backward()
-            self.critic_optimizer.step()
-            critic_losses.append(float(critic_loss._value))
+            b = self._with_noise(self.batch_dict(self.sample(batch_size)))
+            st = self.gradient_step("critic", self.critic_loss, b, self.critic_optimizer)
+            critic_losses.append(float(st["critic_loss"]))
             if self._n_updates % self.policy_delay == 0:
-                self.actor_optimizer.zero_grad()
-                with frozen(self.critic):  # dQ/da flows to the actor; critic weights untouched
-                    actor_loss = -self.critic.q1_forward(b.observations,
-                                                         self.actor(b.observations)).mean()
-                    check_update({"actor_loss": actor_loss})
-                    actor_loss.backward()
-                self.actor_optimizer.step()
-                actor_losses.append(float(actor_loss._value))
+                st = self.gradient_step("actor", self.actor_loss, {"obs": b["obs"]},
+                                        self.actor_optimizer)
+                actor_losses.append(float(st["actor_loss"]))
                 optim.polyak_update(self._pairs[0], self._pairs[1], self.tau)
         lg = self.logger
         lg.record("train/n_updates", self._n_updates)
