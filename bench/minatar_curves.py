@@ -11,7 +11,8 @@ episodes every 5,000 steps; at the end 20 deterministic evaluation episodes. Pri
 table per run and one per game and algorithm (mean +/- std over seeds) next to a uniformly random
 policy's return (100 episodes), saves the runs as JSON (``--json``, after every run; ``--plot``
 tabulates and draws saved runs of several invocations) and the curves to a PNG (one panel per
-game: per algorithm the mean over seeds and the band between the lowest and highest seed). A
+game: per algorithm the mean over seeds and the band between the lowest and highest seed, and
+each seed's own curve thin). A
 benchmark, not a test: the numbers are evidence of learning.
 """
 
@@ -118,10 +119,15 @@ def plot(runs: list[dict[str, Any]], path: Path, rand: dict[str, tuple[float, fl
                 continue
             x, ys = mean_curve(sel)
             c = colors.get(algo, "k")
-            ax.plot(x, ys.mean(0), color=c, label=f"{algo.upper()} ({len(sel)} seeds)")
+            seeds = f"{len(sel)} seeds: mean, min-max" if len(sel) > 1 else "1 seed"
+            ax.plot(x, ys.mean(0), color=c, label=f"{algo.upper()} ({seeds})")
             if len(sel) > 1:
                 ax.fill_between(x, ys.min(0), ys.max(0), color=c, alpha=0.2, lw=0)
+                for r in sel:  # each seed thin, also past the shortest one's end
+                    ax.plot(*zip(*r["curve"]), color=c, alpha=0.35, lw=0.7)
         ax.axhline(rand[game][0], color="gray", ls="--", lw=1, label="uniform random policy")
+        if env_id.startswith("MinAtar/") and any(r["game"] == game and r["algo"] == "dqn" for r in runs):
+            ax.axvline(100_000, color="tab:red", ls=":", lw=1, label="DQN's epsilon reaches 0.1")
         ax.set_title(env_id)
         ax.set_xlabel("environment steps")
         ax.set_ylabel(ylabel)
@@ -171,14 +177,17 @@ def speed(game: str = "Breakout", warm: int = 6_000, steps: int = 3_000) -> None
     prof.disable()
     st = pstats.Stats(prof).stats  # type: ignore[attr-defined]
     total = sum(v[2] for v in st.values())  # tottime: every function's own share
-    parts = {"gradient step (compiled forward + backward + Adam)": "step",
-             "target network's forward (the TD target)": "td_target",
-             "acting (epsilon-greedy forward)": "_explore",
-             "environment step": "collect_rollouts"}
+    parts = {"gradient step (compiled forward + backward + Adam)": ("<rlgrad.jit>", "step"),
+             "target network's forward (the TD target)": ("dqn.py", "td_target"),
+             "collection (acting, environment step, replay add)": ("off_policy.py",
+                                                                   "collect_rollouts")}
     print("| part | share of the step |\n|---|---:|")
-    for label, fn in parts.items():
-        cum = max((v[3] for k, v in st.items() if k[2] == fn), default=0.0)
+    rest = 100.0
+    for label, (file, fn) in parts.items():
+        cum = sum(v[3] for k, v in st.items() if k[2] == fn and k[0].endswith(file))
+        rest -= 100 * cum / total
         print(f"| {label} | {100 * cum / total:.0f}% |")
+    print(f"| the rest (replay sampling, Python around the step) | {rest:.0f}% |")
 
 
 def main() -> None:
