@@ -413,20 +413,17 @@ def _short_last_axis(x: Any, axis: Any) -> bool:
 
 
 def _reduce_short_last(ufunc: Any, x: np.ndarray, keepdims: bool,
-                       out: np.ndarray | None = None, dtype: Any = None) -> np.ndarray:
+                       out: np.ndarray | None = None) -> np.ndarray:
     """``ufunc.reduce(x, axis=-1)`` when the last axis has 2 to 7 entries (the actions of a small
     discrete space), as one ufunc call per column. NumPy reduces so few elements one after
     another in this same order, so the result has the same bits (tested), but it sets up a loop
     per row: on (256, 2) this is ~15x faster."""
-    if keepdims:  # columns as (..., 1) slices: the result keeps its axis with no reshape
-        out = ufunc(x[..., 0:1], x[..., 1:2], out=out, dtype=dtype)
-        for i in range(2, x.shape[-1]):
-            ufunc(out, x[..., i:i + 1], out=out, dtype=dtype)
-        return out
-    out = ufunc(x[..., 0], x[..., 1], out=out, dtype=dtype)
+    if out is not None and keepdims:  # (1-d column views: a ufunc on (..., 1) slices costs 2x)
+        out = out[..., 0]
+    out = ufunc(x[..., 0], x[..., 1], out=out)
     for i in range(2, x.shape[-1]):
-        ufunc(out, x[..., i], out=out, dtype=dtype)
-    return out
+        ufunc(out, x[..., i], out=out)
+    return out[..., None] if keepdims else out
 
 
 def _sum(x: Any, axis: Any = None, keepdims: bool = False, out: Any = None) -> Any:
