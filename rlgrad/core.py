@@ -106,11 +106,7 @@ def run_backward(
     prev_mode = _GradMode.enabled
     _GradMode.enabled = create_graph
     try:
-        if wanted is None and not create_graph:
-            if heap:
-                _propagate_plain(heap, grads, leaves, retain_graph)
-        else:
-            _propagate(heap, grads, leaves, wanted, visit, retain_graph, create_graph)
+        _propagate(heap, grads, leaves, wanted, visit, retain_graph, create_graph)
     finally:
         _GradMode.enabled = prev_mode
     if wanted is None:
@@ -256,98 +252,6 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
                 grads[akey] = prev + ga
         if not retain_graph:
             t._args = None  # free what the rules needed; a second pass raises
-
-
-def _propagate_plain(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: list[Tensor],
-                     retain_graph: bool) -> None:
-    """``_propagate`` for ``Tensor.backward`` without ``create_graph`` (every argument that
-    requires grad gets its share; rules take plain arrays): the same steps in the same order,
-    with less bookkeeping. After a node, the newest argument it gave a first gradient is taken
-    next without the heap when it is newer than all that waits there (what the heap would give)."""
-    t = _heappop(heap)[1]
-    while True:
-        g = grads.pop(id(t))  # an intermediate: its gradient is used up here
-        if t._retain:
-            _add_to_grad(t, g)
-        args = t._args
-        if args is None:
-            raise _freed_error(t)
-        if t._written:  # the output itself was written in place after it was computed
-            _refuse_modified(t, t)
-        rules, n = t._op.vjps, len(args)
-        if rules is None or n > 2 or not rules:
-            pairs, vals = _variadic_inputs(t, args, rules)
-        else:
-            tseq = t._seq
-            a = args[0]
-            if n == 1:  # an argument written in place after t was computed is refused
-                if a._written > tseq:
-                    _refuse_modified(t, a)
-                vals, pairs = (a._value,), ((a, rules[0]),)
-            else:
-                b = args[1]
-                if isinstance(a, Tensor):
-                    if a._written > tseq:
-                        _refuse_modified(t, a)
-                    va = a._value
-                else:
-                    va = a
-                if isinstance(b, Tensor):
-                    if b._written > tseq:
-                        _refuse_modified(t, b)
-                    vals = (va, b._value)
-                else:
-                    vals = (va, b)
-                pairs = ((a, rules[0]), (b, rules[1])) if len(rules) == 2 else zip(args, rules)
-        kw, ans = t._kw, t._value
-        nxt = None  # the newest argument that got its first gradient here
-        for a, rule in pairs:
-            if rule is None or not isinstance(a, Tensor) or not a.requires_grad:
-                continue
-            if rule is pass_through:
-                ga = g
-            else:
-                ga = rule(g, ans, *vals, **kw) if kw else rule(g, ans, *vals)
-                if ga is None:
-                    continue
-            shape = a._value.shape
-            if ga.shape != shape:  # broadcasting undone (unbroadcast, without its frame)
-                ga = _sum_to(ga, shape)
-            akey = id(a)
-            prev = grads.get(akey)
-            if prev is not None:
-                grads[akey] = prev + ga
-            else:
-                grads[akey] = ga
-                if a._op is None:
-                    leaves.append(a)
-                elif nxt is None:
-                    nxt = a
-                elif a._seq > nxt._seq:
-                    _heappush(heap, (-nxt._seq, nxt))
-                    nxt = a
-                else:
-                    _heappush(heap, (-a._seq, a))
-        if not retain_graph:
-            t._args = None  # free what the rules needed; a second pass raises
-        if nxt is not None:
-            if not heap or nxt._seq > -heap[0][0]:
-                t = nxt  # the newest tensor holding a gradient: what the heap would give
-                continue
-            _heappush(heap, (-nxt._seq, nxt))
-        if not heap:
-            return
-        t = _heappop(heap)[1]
-
-
-def _variadic_inputs(t: Tensor, args: tuple, rules: Any) -> tuple[Any, tuple]:
-    """(argument, rule) pairs and the rules' plain argument values, for a node with more than
-    two arguments or a variadic primitive (one rule for all its arguments)."""
-    vals = tuple(_rule_inputs(t, None, False)[4])
-    if rules is None:
-        vjp = t._op.vjp_argnum
-        return [(a, partial(vjp, i)) for i, a in enumerate(args)], vals
-    return zip(args, rules), vals
 
 
 def _write_leaf_grads(leaves: list[Tensor], grads: dict[int, Any], create_graph: bool) -> None:
