@@ -858,3 +858,18 @@ def test_hostile_checkpoints_are_one_line_for_resume_and_eval(ref_run: Path, wor
     (run / "checkpoint.safetensors").mkdir()  # a directory: before, IsADirectoryError
     assert main(["resume", str(run)]) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_a_connection_lost_during_a_command_is_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Ray's local node that does not come up (or a cluster that goes away) once a command
+    runs: one line and exit status 1, not a traceback."""
+    import rlgrad.cli as cli
+
+    def lost(*_a: object) -> int:
+        raise ConnectionError("Ray's local node did not start within 30 s, 2 times")
+
+    monkeypatch.setattr(cli, "_dispatch", lost)
+    assert main(["train", "CartPole-v1", "--algo", "ppo"]) == 1
+    err = capsys.readouterr().err
+    assert err == "rlgrad train: error: Ray's local node did not start within 30 s, 2 times\n"

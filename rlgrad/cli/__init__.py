@@ -269,6 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CLIError as e:
         print(f"rlgrad {args.command}: error: {e.message}", file=sys.stderr)
         return e.status
+    except ConnectionError as e:  # Ray's node or cluster out of reach once training started
+        print(f"rlgrad {args.command}: error: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"rlgrad {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -145,7 +145,7 @@ def _init(ray: Any, address: str, opts: dict[str, Any], attempts: int = 2) -> No
                 raise
             ray.shutdown()  # the half-started node's processes
             if attempt == attempts:
-                raise RuntimeError(f"Ray's local node did not start within 30 s, {attempts} "
+                raise ConnectionError(f"Ray's local node did not start within 30 s, {attempts} "
                                    "times (an overloaded machine?): try again, or start Ray "
                                    "with `ray start --head` and pass --ray-address auto") from None
             print("rlgrad: warning: Ray's local node did not start within 30 s; starting it "
