@@ -77,15 +77,17 @@ def _index_key(idx: Any) -> Any:
     return idx
 
 
-def _reduction(fn: Any) -> Any:
+def _reduction(fn: Any, floats_only: bool = False) -> Any:
+    """A reduction method with torch's keywords; ``floats_only``: an integer or bool tensor
+    raises, as torch's ``mean()`` does (NumPy's would give a float)."""
     def method(self: Tensor, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
                keepdim: bool = False, dtype: Any = None) -> Any:
         if dtype is not None:  # torch casts the input first
             self = _cast(self, dtype)
-        elif fn.__name__ == "mean" and self.dtype.kind not in "fc":
-            raise RuntimeError(f"mean(): could not infer output dtype: the input is {self.dtype}, "
-                               "a floating or complex dtype is needed; call .float() first or "
-                               "pass dtype=")
+        elif floats_only and self._value.dtype.kind not in "fc":
+            raise RuntimeError(f"{fn.__name__}(): could not infer output dtype: the input is "
+                               f"{self.dtype}, a floating or complex dtype is needed; call "
+                               ".float() first or pass dtype=")
         return fn(self, axis=_axis(axis, dim), keepdims=keepdims or keepdim)
 
     method.__name__ = fn.__name__
@@ -330,7 +332,7 @@ def _install_tensor_methods() -> None:
         setattr(T, name, getattr(ops, name))
     T.neg = negative
     for name in ("sum", "mean", "prod", "logsumexp"):
-        setattr(T, name, _reduction(getattr(ops, name)))
+        setattr(T, name, _reduction(getattr(ops, name), floats_only=name == "mean"))
     T.amax, T.amin = _reduction(ops.max), _reduction(ops.min)  # values only, as torch.amax/np.amax
     T.max = _extremum_method(ops.max, argmax, ops.maximum)
     T.min = _extremum_method(ops.min, argmin, ops.minimum)
