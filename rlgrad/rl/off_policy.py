@@ -326,6 +326,12 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 "rewards": b.rewards, "not_terminated": 1.0 - b.terminated.astype(np.float32),
                 "gamma": np.array(self.gamma, dtype=np.float32)}
 
+    def regression_target(self, b: dict[str, Any]) -> np.ndarray:
+        """``td_target_of(b, self.next_q(b))`` outside any update, as an array (the critics'
+        target of a ``batch_dict``, for inspection and tests; the updates compute it compiled)."""
+        with rlgrad.no_grad():
+            return td_target_of(b, self.next_q(b))._value
+
     def gradient_step(self, name: str, loss_fn: Any, batch: dict[str, np.ndarray],
                       *optimizers: Any) -> dict[str, np.ndarray]:
         """One update of the parameters of ``optimizers`` on ``loss_fn(batch) -> (loss, stats)``:

@@ -24,7 +24,6 @@ from typing import Any
 
 import numpy as np
 
-import rlgrad
 from rlgrad import nn, ops, optim
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
@@ -124,8 +123,7 @@ class SAC(OffPolicyAlgorithm):
         bd = self.batch_dict(b)
         bd["next_noise"] = self._noise(len(b.rewards))
         bd["ent_coef"] = np.array(ent_coef, dtype=np.float32)
-        with rlgrad.no_grad():
-            return td_target_of(bd, self.next_q(bd))._value
+        return self.regression_target(bd)
 
     def _noise(self, n: int) -> np.ndarray:
         """The standard-normal noise of ``n`` actions (gSDE: one exploration matrix)."""

@@ -13,7 +13,6 @@ from typing import Any
 
 import numpy as np
 
-import rlgrad
 from rlgrad import ops, optim
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
@@ -77,9 +76,7 @@ class TD3(OffPolicyAlgorithm):
 
     def td_target(self, b: ReplayBatch) -> np.ndarray:
         """The critics' regression target ``r + gamma (1 - terminated) next_q`` of a minibatch."""
-        bd = self._with_noise(self.batch_dict(b))
-        with rlgrad.no_grad():
-            return td_target_of(bd, self.next_q(bd))._value
+        return self.regression_target(self._with_noise(self.batch_dict(b)))
 
     def _with_noise(self, b: dict[str, Any]) -> dict[str, Any]:
         if self.target_policy_noise > 0:
