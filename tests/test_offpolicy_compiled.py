@@ -8,7 +8,7 @@ import pytest
 
 from rlgrad import optim
 from rlgrad.optim import target as target_mod
-from rlgrad.rl import SAC, TD3
+from rlgrad.rl import DQN, QRDQN, SAC, TD3
 from rlgrad.rl.steps import grad_step
 
 
@@ -67,3 +67,27 @@ def test_fused_polyak_is_the_numpy_formula(monkeypatch):
     optim.polyak_update(mixed_src, mixed_dst, 0.5)
     for d in mixed_dst:
         np.testing.assert_array_equal(d, 0.5)
+
+
+@pytest.mark.parametrize(("cls", "kw"), [
+    (DQN, {}), (DQN, {"double_q": True}),
+    (QRDQN, {"policy_kwargs": {"net_arch": [32], "n_quantiles": 7}}),
+    (QRDQN, {"double_q": True, "policy_kwargs": {"net_arch": [32], "n_quantiles": 7}})])
+def test_dqn_target_inside_the_compiled_step(cls, kw):
+    """``td_loss`` (the target network's forward inside the compiled step) gives the loss and
+    gradients of ``loss`` on ``td_target``'s NumPy targets, to float32 rounding."""
+    m = cls("CartPole-v1", seed=0, learning_starts=0, batch_size=32, train_freq=1,
+            gradient_steps=1, target_update_interval=50, learning_rate=1e-2,
+            **{"policy_kwargs": {"net_arch": [32, 32]}, **kw})
+    m.learn(200)  # the online and target networks differ (synced every 50 steps)
+    b = m.sample(32)
+    params = list(m.q_net.parameters())
+    eager_target = {"obs": b.observations, "actions": b.actions, "target": m.td_target(b)}
+    le, _, ge = grad_step(m.loss, params, compiled=False)(eager_target)
+    compiled = grad_step(m.td_loss, params)
+    for _ in range(2):  # the trace, then the replay
+        lc, _, gc = compiled(m.batch_dict(b))
+        assert float(lc) == pytest.approx(float(le), rel=1e-5)
+        for x, y in zip(gc, ge, strict=True):
+            np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+    assert any(np.abs(g).max() > 0 for g in gc)

@@ -17,8 +17,8 @@
 A variant overrides the hooks, each documented below, and inherits the rest (replay, exploration,
 target sync, the compiled gradient step, checkpoints): ``make_q_net`` (the network),
 ``q_values`` (acting), ``next_values`` (the target network's estimate at s'; its shape is free:
-one number or a row per transition), ``loss`` (the loss on a batch). ``rlgrad.rl.QRDQN`` is such
-a variant.
+one number or a row per transition) and ``next_values_of`` (the same in engine operations, run
+inside the compiled step), ``loss`` (the loss on a batch). ``rlgrad.rl.QRDQN`` is such a variant.
 """
 
 from __future__ import annotations
@@ -33,10 +33,15 @@ from rlgrad.nn import functional as F
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.finite import check_update
-from rlgrad.rl.off_policy import OffPolicyAlgorithm, bootstrapped_target, target_network
+from rlgrad.rl.off_policy import (
+    OffPolicyAlgorithm,
+    bootstrapped_target,
+    target_network,
+    td_target_of,
+)
 from rlgrad.rl.policies import cnn_trunk, mlp, mlp_numpy
 from rlgrad.rl.schedules import linear_schedule
-from rlgrad.rl.steps import grad_step, set_grads
+from rlgrad.rl.steps import set_grads
 
 
 def gather_actions(q: Any, actions: Any) -> Any:
@@ -49,9 +54,14 @@ def gather_actions(q: Any, actions: Any) -> Any:
     return ops.sum(ops.where(hit, q, 0.0), axis=1)
 
 
+def _owner(cls: type, name: str) -> type:
+    return next(k for k in cls.__mro__ if name in k.__dict__)
+
+
 class DQN(OffPolicyAlgorithm):
     action_spaces = (spaces.Discrete,)
     cnn_policy = True  # image observations: a CNN trunk (Nature / MinAtar) under the Q head
+    trace_settings = ("clip_delta", "double_q")  # the Huber loss's delta; Double DQN's branch
 
     def __init__(self, env: EnvLike, learning_rate: Any = 1e-4, buffer_size: int = 1_000_000,
                  learning_starts: int = 100, batch_size: int = 32, tau: float = 1.0,
@@ -82,7 +92,6 @@ class DQN(OffPolicyAlgorithm):
         self._params = list(self.q_net.parameters())
         self._target_params = list(self.q_net_target.parameters())  # cached: synced often
         self.optimizer = optim.Adam(self._params, lr=self.lr_schedule(1.0))
-        self._step_fn: Any = None  # the compiled gradient step, built on first use
 
     # ---- hooks a variant overrides --------------------------------------------------------------
     def make_q_net(self) -> nn.Module:
@@ -120,6 +129,13 @@ class DQN(OffPolicyAlgorithm):
             return q_next[np.arange(len(a_star)), a_star]
         return q_next.max(axis=1)
 
+    def next_values_of(self, next_obs: Any) -> Any:
+        """``next_values`` in engine operations (a compiled step's part; no gradient flows)."""
+        q_next = self.q_net_target(next_obs)
+        if self.double_q:
+            return gather_actions(q_next, ops.argmax(self.q_net(next_obs), axis=1))
+        return ops.max(q_next, axis=1)
+
     def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """The training loss on ``batch`` = {"obs", "actions", "target"}: the Huber loss
         (delta = ``clip_delta``) of ``Q(s, a) - y``. Returns (loss, statistics to log), as every
@@ -131,6 +147,23 @@ class DQN(OffPolicyAlgorithm):
         """Whether ``next_values`` reads only the target network, which does not change during
         ``train()``: then the targets of all its minibatches are computed in one pass."""
         return not self.double_q
+
+    def td_loss(self, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """``loss`` with the target computed in the step from a ``batch_dict``:
+        ``r + gamma (1 - terminated) next_values_of(s')`` (rewards broadcast over a row of
+        values)."""
+        v = ops.stop_gradient(self.next_values_of(b["next_obs"]))
+        if len(v.shape) > 1:
+            shape = (v.shape[0],) + (1,) * (len(v.shape) - 1)
+            b = {**b, "rewards": ops.reshape(b["rewards"], shape),
+                 "not_terminated": ops.reshape(b["not_terminated"], shape)}
+        return self.loss({"obs": b["obs"], "actions": b["actions"], "target": td_target_of(b, v)})
+
+    def _targets_in_step(self) -> bool:
+        """Whether ``next_values_of`` is the pair of ``next_values`` (a variant that overrides
+        only ``next_values`` gets its targets computed outside the step)."""
+        cls = type(self)
+        return issubclass(_owner(cls, "next_values_of"), _owner(cls, "next_values"))
 
     # ---- acting -------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -172,6 +205,9 @@ class DQN(OffPolicyAlgorithm):
                                    self.next_values(b.next_observations))
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
+        """The targets of all minibatches in one pass outside the steps when the target network
+        alone gives them and there are several steps; else each step computes its own, compiled
+        (one batch, or Double DQN)."""
         self._set_lr(self.optimizer)
         losses = np.empty(gradient_steps)
         # All the minibatches in one draw (the same rows as drawing them one by one), stacked.
@@ -180,13 +216,17 @@ class DQN(OffPolicyAlgorithm):
         if self.targets_fixed_during_train() and gradient_steps > 1:
             y = self._stacked_targets(stacked, idx)
             targets = y.reshape((gradient_steps, batch_size) + y.shape[1:])
-        if self._step_fn is None:  # forward and backward compiled once (fixed batch shape)
-            self._step_fn = grad_step(self.loss, self._params)
+        in_step = targets is None and self._targets_in_step()
+        step, _ = self.compiled_step("td_loss" if in_step else "loss",
+                                     self.td_loss if in_step else self.loss, [self.optimizer])
         for i in range(gradient_steps):
             b = ReplayBatch(*(part[i * batch_size:(i + 1) * batch_size] for part in stacked))
-            target = targets[i] if targets is not None else self.td_target(b)
-            loss, _, grads = self._step_fn(
-                {"obs": b.observations, "actions": b.actions, "target": target})
+            if in_step:
+                batch = self.batch_dict(b)
+            else:
+                target = targets[i] if targets is not None else self.td_target(b)
+                batch = {"obs": b.observations, "actions": b.actions, "target": target}
+            loss, _, grads = step(batch)
             check_update({"loss": loss})
             set_grads(self._params, grads, self.max_grad_norm)
             self.optimizer.step()

@@ -144,6 +144,11 @@ class OffPolicyAlgorithm(BaseAlgorithm):
     action_spaces = (spaces.Box,)
     env_runner_sampling = True  # env_runners > 0: Ape-X on Ray actors (rlgrad.rl.distributed)
     compile_updates = True  # gradient_step's updates compiled by rlgrad.jit
+    #: attributes a loss reads as Python values while it is traced (a primitive's parameter, a
+    #: branch), not as inputs: a compiled step is kept per tuple of their values, so changing
+    #: one (``model.clip_delta = 2``, after ``load``, by a schedule) retraces instead of silently
+    #: replaying the old value. Numbers that can be inputs (gamma, ent_coef) are inputs instead.
+    trace_settings: tuple[str, ...] = ()
 
     def __init__(self, env: EnvLike, learning_rate: Any, buffer_size: int, learning_starts: int,
                  batch_size: int, tau: float, gamma: float, train_freq: Any, gradient_steps: int,
@@ -174,7 +179,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
             a_shape, a_dtype = (), np.int64
         self.replay_buffer = self.make_replay_buffer(a_shape, a_dtype)
         self.action_noise: NormalActionNoise | None = None
-        self._steps: dict[str, tuple[Any, list[Any]]] = {}  # compiled updates, built on first use
+        self._steps: dict[tuple, tuple[Any, list[Any]]] = {}  # compiled updates, built on first use
         self._n_calls = 0
         self._last_dump_episode = 0
 
@@ -340,17 +345,23 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         optimizers' steps. Returns ``stats`` (loss terms, checked finite before the step).
         ``compile_updates = False`` (an input the loss reads as data, not traceable) runs the
         same function eagerly."""
-        entry = self._steps.get(name)
-        if entry is None:
-            params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
-            entry = self._steps[name] = (grad_step(loss_fn, params, self.compile_updates), params)
-        step, params = entry
+        step, params = self.compiled_step(name, loss_fn, optimizers)
         _, stats, grads = step(batch)
         check_update(stats)
         set_grads(params, grads, None)
         for opt in optimizers:
             opt.step()
         return stats
+
+    def compiled_step(self, name: str, loss_fn: Any, optimizers: Any) -> tuple[Any, list[Any]]:
+        """(``grad_step`` of ``loss_fn`` w.r.t. the parameters of ``optimizers``, those
+        parameters), built at first use and kept per value of ``trace_settings``."""
+        key = (name, self.compile_updates, *[getattr(self, a) for a in self.trace_settings])
+        entry = self._steps.get(key)
+        if entry is None:
+            params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
+            entry = self._steps[key] = (grad_step(loss_fn, params, self.compile_updates), params)
+        return entry
 
     def _normalized(self, b: ReplayBatch) -> ReplayBatch:
         if self.normalizer is None:

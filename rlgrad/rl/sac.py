@@ -63,6 +63,7 @@ class SAC(OffPolicyAlgorithm):
         self.target_entropy = (-float(self.act_dim) if target_entropy == "auto"
                                else float(target_entropy))
         self.auto_ent = isinstance(ent_coef, str) and ent_coef.startswith("auto")
+        self._ent_coef_arg = ent_coef
         if self.auto_ent:  # "auto" or "auto_0.1": learned, starting at 1.0 or the given value
             init = float(ent_coef.split("_")[1]) if "_" in ent_coef else 1.0
             self.log_ent_coef = nn.Parameter(np.array([np.log(init)], dtype=np.float32))
@@ -75,6 +76,19 @@ class SAC(OffPolicyAlgorithm):
         self.compile_updates = not self.use_sde
         if self.use_sde:
             self.actor.reset_noise(self.rng, self.n_envs)
+
+    @property
+    def ent_coef(self) -> str | float:
+        """The entropy coefficient as given (SB3's attribute): ``"auto..."`` when learned, else
+        the fixed number, which may be set (the next update uses it)."""
+        return self._ent_coef_arg if self.auto_ent else self._ent_coef
+
+    @ent_coef.setter
+    def ent_coef(self, value: float) -> None:
+        if self.auto_ent or isinstance(value, str):
+            raise ValueError("ent_coef can be set only to a number on a SAC built with a fixed "
+                             "ent_coef (a learned one starts from ent_coef='auto_<value>')")
+        self._ent_coef = float(value)
 
     # ---- acting -------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
