@@ -31,10 +31,30 @@ from rlgrad.rl import evaluate, load_preset, make_from_preset, split_preset
 ENV = "Pendulum-v1"
 
 
+def _instrument(model) -> dict:
+    """CPU time spent in ``model.train`` (the updates) and ``model.collect_rollouts`` (acting,
+    stepping, storing), accumulated by wrapping the two methods of this instance (both
+    libraries have them)."""
+    acc = {"train": 0.0, "collect": 0.0}
+    for key, name in (("train", "train"), ("collect", "collect_rollouts")):
+        inner = getattr(model, name)
+
+        def timed(*a, _inner=inner, _key=key, **kw):
+            c = time.process_time()
+            try:
+                return _inner(*a, **kw)
+            finally:
+                acc[_key] += time.process_time() - c
+
+        setattr(model, name, timed)
+    return acc
+
+
 def _timed(model, budget: int) -> dict:
+    acc = _instrument(model)
     w, c = time.perf_counter(), time.process_time()
     model.learn(budget)
-    out = {"wall": time.perf_counter() - w, "cpu": time.process_time() - c}
+    out = {"wall": time.perf_counter() - w, "cpu": time.process_time() - c, **acc}
     out["mean"], out["std"] = evaluate(model, ENV, n_episodes=20)
     return out
 
@@ -73,9 +93,11 @@ def run_sb3(algo: str, seed: int, budget: int) -> dict:
 def _row(algo: str, rs: list[dict], ss: list[dict]) -> dict:
     med = statistics.median
     row = {"algo": algo, "rl_wall": med(r["wall"] for r in rs), "rl_cpu": med(r["cpu"] for r in rs),
-           "rl_ret": rs[-1]["mean"], "rl_std": rs[-1]["std"]}
+           "rl_ret": rs[-1]["mean"], "rl_std": rs[-1]["std"],
+           "rl_train": med(r["train"] for r in rs), "rl_collect": med(r["collect"] for r in rs)}
     if ss:
         row.update(sb_wall=med(s["wall"] for s in ss), sb_cpu=med(s["cpu"] for s in ss),
+                   sb_train=med(s["train"] for s in ss), sb_collect=med(s["collect"] for s in ss),
                    sb_ret=ss[-1]["mean"], sb_std=ss[-1]["std"],
                    wall_ratio=med(r["wall"] / s["wall"] for r, s in zip(rs, ss)),
                    cpu_ratio=med(r["cpu"] / s["cpu"] for r, s in zip(rs, ss)))
@@ -135,6 +157,18 @@ def main() -> None:
         if have_sb3:
             line += (f" {r['sb_wall']:.1f} | {r['sb_cpu']:.1f} | {r['sb_ret']:.1f} ± "
                      f"{r['sb_std']:.1f} | {r['wall_ratio']:.2f} | {r['cpu_ratio']:.2f} |")
+        print(line)
+    print("\nWhere the CPU time goes (s, medians): `train` (the updates: sampling, losses, "
+          "optimizers, target networks) and `collect_rollouts` (acting, stepping, storing)\n")
+    head, sep = "| algo | rlgrad train | rlgrad collect |", "|---|---:|---:|"
+    if have_sb3:
+        head, sep = head + " SB3 train | SB3 collect |", sep + "---:|---:|"
+    print(head)
+    print(sep)
+    for r in rows:
+        line = f"| {r['algo'].upper()} | {r['rl_train']:.1f} | {r['rl_collect']:.1f} |"
+        if have_sb3:
+            line += f" {r['sb_train']:.1f} | {r['sb_collect']:.1f} |"
         print(line)
 
 

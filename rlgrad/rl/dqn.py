@@ -220,12 +220,14 @@ class DQN(OffPolicyAlgorithm):
         step, _ = self.compiled_step("td_loss" if in_step else "loss",
                                      self.td_loss if in_step else self.loss, [self.optimizer])
         for i in range(gradient_steps):
-            b = ReplayBatch(*(part[i * batch_size:(i + 1) * batch_size] for part in stacked))
-            if in_step:
-                batch = self.batch_dict(b)
+            rows = slice(i * batch_size, (i + 1) * batch_size)
+            if targets is not None:  # slice only what the step reads
+                batch = {"obs": stacked.observations[rows], "actions": stacked.actions[rows],
+                         "target": targets[i]}
             else:
-                target = targets[i] if targets is not None else self.td_target(b)
-                batch = {"obs": b.observations, "actions": b.actions, "target": target}
+                b = ReplayBatch(*(part[rows] for part in stacked))
+                batch = self.batch_dict(b) if in_step else {
+                    "obs": b.observations, "actions": b.actions, "target": self.td_target(b)}
             loss, _, grads = step(batch)
             check_update({"loss": loss})
             set_grads(self._params, grads, self.max_grad_norm)
