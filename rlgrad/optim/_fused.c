@@ -106,9 +106,9 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
 #define ADAM_LOOPS(T, SQRT, FABS)                                                                  \
     CLONES static void adam_fast_##T(T *restrict p, const T *restrict g, T *restrict m,            \
                                      T *restrict v, Py_ssize_t n, T c1, T b2, T c2, T eps,         \
-                                     T step) {                                                     \
+                                     T step, T scale) {                                            \
         for (Py_ssize_t i = 0; i < n; i++) {                                                       \
-            T gi = g[i];                                                                           \
+            T gi = g[i] * scale; /* the clipped gradient (x 1 is exact: the same bits) */         \
             T vv = v[i] * b2 + (gi * gi) * c2;                                                     \
             T mm = m[i] + (gi - m[i]) * c1;                                                        \
             m[i] = mm;                                                                             \
@@ -118,9 +118,11 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
     }                                                                                              \
     static void adam_general_##T(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, \
                                  T *restrict vmax, Py_ssize_t n, T c1, T b2, T c2, T eps, T step, \
-                                 T shrink, int decay, T floor_, int negate) {                      \
+                                 T shrink, int decay, T floor_, int negate, T scale,               \
+                                 int scaled) {                                                     \
         for (Py_ssize_t i = 0; i < n; i++) {                                                       \
             T gi = negate ? -g[i] : g[i];                                                          \
+            if (scaled) gi = gi * scale; /* the clipped gradient, as NumPy's g * scale */          \
             T vv = v[i] * b2 + (gi * gi) * c2;                                                     \
             T mm = m[i] + (gi - m[i]) * c1;                                                        \
             if (FABS(mm) < floor_) mm = 0;                                                         \
@@ -139,7 +141,8 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
     /* every parameter in turn, its slice of the flat state; each scalar is rounded to T once,  \
        as NumPy rounds a Python float operand */                                                   \
     static void adam_group_##T(const Group *gr, double c1, double b2, double c2, double eps,       \
-                               double step, double shrink, double floor_, int negate) {            \
+                               double step, double shrink, double floor_, int negate,              \
+                               double scale) {                                                     \
         int general = gr->n_state == 3 || shrink != 1.0 || floor_ > 0 || negate;                  \
         T *m = gr->state[0].buf, *v = gr->state[1].buf;                                            \
         T *vmax = gr->n_state == 3 ? gr->state[2].buf : NULL;                                      \
@@ -148,10 +151,10 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
             if (general)                                                                           \
                 adam_general_##T(gr->params[i].buf, gr->grads[i].buf, m, v, vmax, n, (T)c1,       \
                                  (T)b2, (T)c2, (T)eps, (T)step, (T)shrink, shrink != 1.0,          \
-                                 (T)floor_, negate);                                               \
+                                 (T)floor_, negate, (T)scale, scale != 1.0);                       \
             else                                                                                   \
                 adam_fast_##T(gr->params[i].buf, gr->grads[i].buf, m, v, n, (T)c1, (T)b2, (T)c2,  \
-                              (T)eps, (T)step);                                                    \
+                              (T)eps, (T)step, (T)scale);                                          \
             m += n;                                                                                \
             v += n;                                                                                \
             if (vmax) vmax += n;                                                                   \
@@ -163,17 +166,18 @@ ADAM_LOOPS(double, sqrt, fabs)
 
 PyDoc_STRVAR(adam_doc,
 "adam(params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq, c1, b2, c2, eps, step_size, shrink,\n"
-"     floor, negate) -> bool\n\n"
+"     floor, negate, scale=1.0) -> bool\n\n"
 "One Adam step of every parameter in place; the state arrays are flat (the parameters'\n"
 "sizes in order). shrink != 1: decoupled weight decay first; floor > 0: moments below it\n"
-"become 0; negate: maximize. False (nothing changed) if an array does not fit.");
+"become 0; negate: maximize; scale != 1: the gradients times scale (rounded to the arrays'\n"
+"dtype once, as NumPy's g * scale). False (nothing changed) if an array does not fit.");
 
 static PyObject *adam(PyObject *self, PyObject *args) {
     PyObject *params, *grads, *st[3];
-    double c1, b2, c2, eps, step, shrink, floor_;
+    double c1, b2, c2, eps, step, shrink, floor_, scale = 1.0;
     int negate;
-    if (!PyArg_ParseTuple(args, "OOOOOdddddddp:adam", &params, &grads, &st[0], &st[1], &st[2],
-                          &c1, &b2, &c2, &eps, &step, &shrink, &floor_, &negate))
+    if (!PyArg_ParseTuple(args, "OOOOOdddddddp|d:adam", &params, &grads, &st[0], &st[1], &st[2],
+                          &c1, &b2, &c2, &eps, &step, &shrink, &floor_, &negate, &scale))
         return NULL;
     Group gr;
     int n_state = st[2] == Py_None ? 2 : 3;
@@ -181,9 +185,9 @@ static PyObject *adam(PyObject *self, PyObject *args) {
     if (got <= 0) return got < 0 ? NULL : Py_NewRef(Py_False);
     Py_BEGIN_ALLOW_THREADS
     if (gr.kind == 'f')
-        adam_group_float(&gr, c1, b2, c2, eps, step, shrink, floor_, negate);
+        adam_group_float(&gr, c1, b2, c2, eps, step, shrink, floor_, negate, scale);
     else
-        adam_group_double(&gr, c1, b2, c2, eps, step, shrink, floor_, negate);
+        adam_group_double(&gr, c1, b2, c2, eps, step, shrink, floor_, negate, scale);
     Py_END_ALLOW_THREADS
     release(&gr, gr.n_params, gr.n_state);
     Py_RETURN_TRUE;
@@ -195,9 +199,10 @@ static PyObject *adam(PyObject *self, PyObject *args) {
 
 #define RMSPROP_LOOP(T, SQRT)                                                                      \
     CLONES static void rmsprop_##T(T *restrict p, const T *restrict g, T *restrict sq,             \
-                                   Py_ssize_t n, T alpha, T c, T eps, T lr, int tf, int negate) {  \
+                                   Py_ssize_t n, T alpha, T c, T eps, T lr, int tf, int negate,    \
+                                   T scale) {                                                      \
         for (Py_ssize_t i = 0; i < n; i++) {                                                       \
-            T gi = negate ? -g[i] : g[i];                                                          \
+            T gi = (negate ? -g[i] : g[i]) * scale; /* x 1 is exact */                             \
             T s = sq[i] * alpha + (gi * gi) * c;                                                   \
             sq[i] = s;                                                                             \
             T d = tf ? SQRT(s + eps) : SQRT(s) + eps;                                              \
@@ -205,12 +210,12 @@ static PyObject *adam(PyObject *self, PyObject *args) {
         }                                                                                          \
     }                                                                                              \
     static void rmsprop_group_##T(const Group *gr, double alpha, double c, double eps, double lr,  \
-                                  int tf, int negate) {                                            \
+                                  int tf, int negate, double scale) {                              \
         T *sq = gr->state[0].buf;                                                                  \
         for (Py_ssize_t i = 0; i < gr->n_params; i++) {                                            \
             Py_ssize_t n = gr->params[i].len / (Py_ssize_t)sizeof(T);                              \
             rmsprop_##T(gr->params[i].buf, gr->grads[i].buf, sq, n, (T)alpha, (T)c, (T)eps,        \
-                        (T)lr, tf, negate);                                                        \
+                        (T)lr, tf, negate, (T)scale);                                              \
             sq += n;                                                                               \
         }                                                                                          \
     }
@@ -219,25 +224,25 @@ RMSPROP_LOOP(float, sqrtf)
 RMSPROP_LOOP(double, sqrt)
 
 PyDoc_STRVAR(rmsprop_doc,
-"rmsprop(params, grads, square_avg, alpha, c, eps, lr, tf_style, negate) -> bool\n\n"
+"rmsprop(params, grads, square_avg, alpha, c, eps, lr, tf_style, negate, scale=1.0) -> bool\n\n"
 "One RMSprop step (no centering, no momentum) of every parameter in place; square_avg is\n"
 "flat. False (nothing changed) if an array does not fit.");
 
 static PyObject *rmsprop(PyObject *self, PyObject *args) {
     PyObject *params, *grads, *st[1];
-    double alpha, c, eps, lr;
+    double alpha, c, eps, lr, scale = 1.0;
     int tf, negate;
-    if (!PyArg_ParseTuple(args, "OOOddddpp:rmsprop", &params, &grads, &st[0], &alpha, &c, &eps,
-                          &lr, &tf, &negate))
+    if (!PyArg_ParseTuple(args, "OOOddddpp|d:rmsprop", &params, &grads, &st[0], &alpha, &c, &eps,
+                          &lr, &tf, &negate, &scale))
         return NULL;
     Group gr;
     int got = acquire(&gr, params, grads, st, 1);
     if (got <= 0) return got < 0 ? NULL : Py_NewRef(Py_False);
     Py_BEGIN_ALLOW_THREADS
     if (gr.kind == 'f')
-        rmsprop_group_float(&gr, alpha, c, eps, lr, tf, negate);
+        rmsprop_group_float(&gr, alpha, c, eps, lr, tf, negate, scale);
     else
-        rmsprop_group_double(&gr, alpha, c, eps, lr, tf, negate);
+        rmsprop_group_double(&gr, alpha, c, eps, lr, tf, negate, scale);
     Py_END_ALLOW_THREADS
     release(&gr, gr.n_params, gr.n_state);
     Py_RETURN_TRUE;

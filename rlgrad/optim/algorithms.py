@@ -20,6 +20,7 @@ import numpy as np
 
 from rlgrad.creation import _empty_aligned
 from rlgrad.optim.optimizer import Optimizer, _check_hparams
+from rlgrad.tensor import mark_written
 
 try:  # the flat updates in one pass (C, built by setup.py when a compiler is there): same bits
     from rlgrad.optim import _fused
@@ -147,15 +148,18 @@ class _FlatGroup:
         self.state: dict = {}
         self.states: list[dict[str, Any]] = []
 
-    def gather(self, grads: list[np.ndarray], maximize: bool) -> tuple[np.ndarray, np.ndarray]:
-        """The NumPy path's input: the gradients copied into ``g`` (negated to maximize), and
-        ``buf`` for the update (the fused path needs neither)."""
+    def gather(self, grads: list[np.ndarray], maximize: bool,
+               scale: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """The NumPy path's input: the gradients copied into ``g`` (times ``scale``, negated to
+        maximize), and ``buf`` for the update (the fused path needs neither)."""
         if self.g is None:
             n = self.offsets[-1]
             self.g, self.buf = _empty_aligned(n, self.dtype), _empty_aligned(n, self.dtype)
             self.updates = [self.buf[a:b].reshape(s)
                             for a, b, s in zip(self.offsets[:-1], self.offsets[1:], self.shapes)]
         np.concatenate(grads, axis=None, out=self.g)  # axis=None: flattened, no reshape calls
+        if scale != 1.0:  # each element as g * scale rounds it (the sign does not change that)
+            np.multiply(self.g, self.dtype.type(scale), out=self.g)
         if maximize:
             np.negative(self.g, out=self.g)
         return self.g, self.buf
@@ -201,26 +205,49 @@ class _FlatPath:
             fl = None
         return fl
 
-    def _flat_gather(self, group: dict[str, Any]) -> tuple[_FlatGroup, list[np.ndarray]] | None:
-        """The group's flat state, the step counter advanced, and this step's gradient arrays;
-        None if the path does not apply. ``fl.gather(grads, maximize)`` copies them into
-        ``fl.g`` for the NumPy arithmetic; the fused one reads them where they are."""
+    def step_arrays(self, grads: Any, scale: float = 1.0) -> None:
+        # one group on the flat path: the arrays go straight to the update, scaled inside it
+        if len(self.param_groups) == 1:
+            group = self.param_groups[0]
+            flat = self._flat_gather(group, grads)
+            if flat is not None:
+                self._flat_update(group, *flat, scale)
+                mark_written(*group["params"])
+                return
+        super().step_arrays(grads, scale)  # type: ignore[misc]
+
+    def _flat_update(self, group: dict[str, Any], fl: _FlatGroup, grads: list[np.ndarray],
+                     scale: float = 1.0) -> None:
+        raise NotImplementedError
+
+    def _flat_gather(self, group: dict[str, Any], given: Any = None
+                     ) -> tuple[_FlatGroup, list[np.ndarray]] | None:
+        """The group's flat state, the step counter advanced, and this step's gradient arrays
+        (``given``, else the parameters' ``.grad``); None if the path does not apply.
+        ``fl.gather(grads, maximize)`` copies them into ``fl.g`` for the NumPy arithmetic; the
+        fused one reads them where they are."""
         if not self._flat_applies(group):
             self._flat.pop(id(group), None)  # per-parameter steps may now differ: rebuild later
             return None
         params = group["params"]
         fl = self._current_flat(group)
-        grads = []
-        for i, p in enumerate(params):
-            gt = p.grad
-            if gt is None:
-                self._flat.pop(id(group), None)
-                return None
-            g = gt._value
-            if fl is not None and (fl.params[i] is not p or g.shape != fl.shapes[i]
-                                   or g.dtype != fl.dtype):
-                fl = None
-            grads.append(g)
+        if given is not None:
+            grads = list(given)
+            if len(grads) != len(params) or fl is None or any(
+                    g.shape != s or g.dtype != fl.dtype for g, s in zip(grads, fl.shapes)):
+                return None  # built (or rebuilt) from .grad by the general path first
+        else:
+            grads = []
+            for i, p in enumerate(params):
+                gt = p.grad
+                if gt is None:
+                    self._flat.pop(id(group), None)
+                    return None
+                g = gt._value
+                if fl is not None and (fl.params[i] is not p or g.shape != fl.shapes[i]
+                                       or g.dtype != fl.dtype):
+                    fl = None
+                grads.append(g)
         if fl is None:
             fl = self._build_flat(group)
             if fl is None:
@@ -317,7 +344,8 @@ class Adam(_FlatPath, Optimizer):
                        st["max_exp_avg_sq"] if amsgrad else None, buf, t, lr, b1, b2, eps)
             x -= buf
 
-    def _flat_update(self, group: dict[str, Any], fl: _FlatGroup, grads: list[np.ndarray]) -> None:
+    def _flat_update(self, group: dict[str, Any], fl: _FlatGroup, grads: list[np.ndarray],
+                     scale: float = 1.0) -> None:
         lr, (b1, b2), eps = group["lr"], group["betas"], group["eps"]
         wd, t, a = group["weight_decay"], fl.step, fl.arrays
         # decoupled decay (AdamW) shrinks first; the L2 form takes the per-parameter path
@@ -329,12 +357,12 @@ class Adam(_FlatPath, Optimizer):
             if _fused.adam([p._value for p in group["params"]], grads, a["exp_avg"],
                            a["exp_avg_sq"], a.get("max_exp_avg_sq"), 1 - b1, b2, 1 - b2,
                            eps * bc2_sqrt, lr * bc2_sqrt / bc1, shrink, floor,
-                           group["maximize"]):
+                           group["maximize"], scale):
                 return
         if wd:
             for p in group["params"]:
                 p._value *= shrink
-        g, buf = fl.gather(grads, group["maximize"])
+        g, buf = fl.gather(grads, group["maximize"], scale)
         _adam_math(g, a["exp_avg"], a["exp_avg_sq"], a.get("max_exp_avg_sq"), buf, t, lr, b1, b2,
                    eps)
         fl.apply_updates()
@@ -379,20 +407,23 @@ class RMSprop(_FlatPath, Optimizer):
     def _flat_applies(self, group: dict[str, Any]) -> bool:
         return not group["weight_decay"]  # the L2 term needs each parameter: per parameter
 
+    def _flat_update(self, group: dict[str, Any], fl: _FlatGroup, grads: list[np.ndarray],
+                     scale: float = 1.0) -> None:
+        a = fl.arrays
+        if (_fused is not None and not group["centered"] and not group["momentum"]
+                and _fused.rmsprop([p._value for p in group["params"]], grads, a["square_avg"],
+                                   group["alpha"], 1 - group["alpha"], group["eps"],
+                                   group["lr"], group["tf_style"], group["maximize"], scale)):
+            return
+        g, buf = fl.gather(grads, group["maximize"], scale)
+        _rmsprop_math(g, a["square_avg"], a.get("grad_avg"), a.get("momentum_buffer"), buf,
+                      group)
+        fl.apply_updates()
+
     def _update_group(self, group: dict[str, Any]) -> None:
         flat = self._flat_gather(group)
         if flat is not None:
-            fl, grads = flat
-            a = fl.arrays
-            if (_fused is not None and not group["centered"] and not group["momentum"]
-                    and _fused.rmsprop([p._value for p in group["params"]], grads, a["square_avg"],
-                                       group["alpha"], 1 - group["alpha"], group["eps"],
-                                       group["lr"], group["tf_style"], group["maximize"])):
-                return
-            g, buf = fl.gather(grads, group["maximize"])
-            _rmsprop_math(g, a["square_avg"], a.get("grad_avg"), a.get("momentum_buffer"), buf,
-                          group)
-            fl.apply_updates()
+            self._flat_update(group, *flat)
             return
         wd, mom, centered = group["weight_decay"], group["momentum"], group["centered"]
         maximize, tf = group["maximize"], group["tf_style"]

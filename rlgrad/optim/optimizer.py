@@ -108,6 +108,19 @@ class Optimizer:
             mark_written(*(p for p in group["params"] if p.grad is not None))
         return loss
 
+    def step_arrays(self, grads: Any, scale: float = 1.0) -> None:
+        """One step as ``p.grad = grads[i] * scale`` then ``step()`` would take it, for
+        gradients computed as arrays (one per parameter, in ``param_groups`` order; ``scale``: a
+        norm clip's coefficient). Not PyTorch's: for trainers (``rlgrad.rl``) that never read
+        ``.grad``, so optimizers with a flat path skip a Tensor per parameter and the scaling
+        pass; whether ``.grad`` is set afterwards is then unspecified."""
+        params = [p for g in self.param_groups for p in g["params"]]
+        if len(grads) != len(params):
+            raise ValueError(f"step_arrays: {len(grads)} gradients for {len(params)} parameters")
+        for p, g in zip(params, grads):
+            p.grad = constant(g * g.dtype.type(scale) if scale != 1.0 else g)
+        self.step()
+
     def _update_group(self, group: dict[str, Any]) -> None:
         raise NotImplementedError
 

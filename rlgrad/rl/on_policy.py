@@ -26,7 +26,7 @@ from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, is_image_space, obs_shape, preprocess_obs
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
-from rlgrad.rl.steps import grad_step, set_grads
+from rlgrad.rl.steps import apply_grads, grad_step
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
@@ -210,11 +210,10 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         return lr
 
     def _apply_grads(self, grads: Any, loss: Any, stats: dict[str, Any]) -> None:
-        """Gradients computed by a step -> .grad, clip the norm, optimizer step; a non-finite
-        loss term stops training before the weights take it."""
+        """Clip the norm of the gradients computed by a step, optimizer step (reading the arrays:
+        ``.grad`` is not set); a non-finite loss term stops training before the weights take it."""
         check_update({"loss": loss, **{k: stats[k] for k in _LOSS_TERMS}})
-        set_grads(self._params, grads, self.max_grad_norm)
-        self.optimizer.step()
+        apply_grads(self.optimizer, grads, self.max_grad_norm)
 
     def _full_batch(self) -> tuple[dict[str, Any], np.ndarray]:
         """(the loss batch of every row of the rollout, valid mask): a fixed shape, compiled once.

@@ -80,23 +80,38 @@ def _per_static(step: Callable, static_argnums: tuple[int, ...]) -> Callable:
     return call
 
 
+def _clip_coef(grads: Any, max_norm: float) -> tuple[float, float]:
+    """(global 2-norm of ``grads``, the factor ``clip_grad_norm_`` scales them by: 1 if within)."""
+    sq = 0.0
+    for d in map(np.vdot, grads, grads):  # each dot in the arrays' dtype, summed in float64
+        sq += float(d)
+    total = math.sqrt(sq)
+    if not math.isfinite(total):
+        raise NonFiniteError(f"the gradient of an update is not finite (its norm is {total}): "
+                             "training stops before the weights take it")
+    coef = float(max_norm) / (total + 1e-6)
+    return total, min(coef, 1.0)
+
+
 def set_grads(params: list[Any], grads: Any, max_norm: float | None) -> float:
     """Install gradients computed as arrays (by a step above) as ``.grad``, scaled down
     together when their global 2-norm exceeds ``max_norm`` (``clip_grad_norm_``'s rule, done on
     the arrays before they become Tensors). Returns the norm before clipping (0 if not asked)."""
     total = 0.0
     if max_norm is not None:
-        sq = 0.0
-        for d in map(np.vdot, grads, grads):  # each dot in the arrays' dtype, summed in float64
-            sq += float(d)
-        total = math.sqrt(sq)
-        if not math.isfinite(total):
-            raise NonFiniteError(f"the gradient of an update is not finite (its norm is {total}): "
-                                 "training stops before the weights take it")
-        coef = float(max_norm) / (total + 1e-6)
+        total, coef = _clip_coef(grads, max_norm)
         if coef < 1.0:
             grads = [g * g.dtype.type(coef) for g in grads]
     for p, g in zip(params, grads):
         p.grad = _const(g)
+    return total
+
+
+def apply_grads(optimizer: Any, grads: Any, max_norm: float | None) -> float:
+    """``set_grads`` then ``optimizer.step()``, the same numbers without installing ``.grad``:
+    the optimizer reads the arrays and applies the clip's factor inside its update
+    (``Optimizer.step_arrays``). Returns the norm before clipping (0 if not asked)."""
+    total, coef = (0.0, 1.0) if max_norm is None else _clip_coef(grads, max_norm)
+    optimizer.step_arrays(grads, coef)
     return total
 
