@@ -8,7 +8,11 @@ Three tables:
 1. the Nature CNN alone (``bench/cnn.py``'s rows: forward at batch 1, forward at batch 32 without a
    graph, forward + backward at batch 32);
 2. one whole DQN gradient step (``train(1, 32)``: sample 32 transitions, target network, Huber
-   loss, backward, gradient clipping, Adam) on the same Atari replay contents for both;
+   loss, backward, gradient clipping, Adam) on the same Atari replay contents for both, and
+   beside it the step's GEMM floor: the matrix products of that update alone (``gemm_floor``:
+   the same shapes in NumPy float32 on one thread, each convolution as one im2col GEMM, preallocated
+   outputs; no im2col copies, no elementwise work), the time no implementation of this update on
+   this BLAS goes below;
 3. a short DQN run from scratch, the same hyperparameters for both (buffer 10k, learning starts
    after 1/6 of the steps, an update every 4 steps on batches of 32, target copied every 1,000
    steps, Adam 1e-4, epsilon 1 -> 0.01 over 10%): wall time of ``learn``, and the environment
@@ -90,6 +94,62 @@ def _filled(env_id: str, sb3: bool) -> Any:
     return model
 
 
+def _gemm_shapes(batch: int = 32, actions: int = 4) -> list[tuple[int, int, int]]:
+    """(M, K, N) of every matrix product of one DQN update on the Nature CNN: the online forward,
+    the target network's forward, and the backward (weight gradients everywhere, input gradients
+    below the first layer: the observations need none)."""
+    convs = [(400, 4 * 8 * 8, 32), (81, 32 * 4 * 4, 64), (49, 64 * 3 * 3, 64)]  # (positions, K, out)
+    fwd = [(batch * p, k, o) for p, k, o in convs] + [(batch, 3136, 512), (batch, 512, actions)]
+    wgrad = [(k, batch * p, o) for p, k, o in convs] + [(3136, batch, 512), (512, batch, actions)]
+    igrad = [(batch * p, o, k) for p, k, o in convs[1:]] + [(batch, 512, 3136),
+                                                              (batch, actions, 512)]
+    return fwd + fwd + wgrad + igrad
+
+
+def _product(m: int, k: int, n: int, rng: np.random.Generator, blocked: bool) -> Any:
+    """One (M, K) @ (K, N) float32 product as a call; ``blocked``: in blocks of ~1 MB of the
+    larger of M and K (as rlgrad's convolutions run; partial products summed over K blocks)."""
+    a = rng.standard_normal((m, k), dtype=np.float32)
+    b = rng.standard_normal((k, n), dtype=np.float32)
+    out, part = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+    if not blocked:
+        return lambda: np.matmul(a, b, out=out)
+    if m >= k:
+        step = max(1, (1 << 18) // k)
+        blocks = [(a[i:i + step], out[i:i + step]) for i in range(0, m, step)]
+        return lambda: [np.matmul(x, b, out=y) for x, y in blocks]
+    step = max(1, (1 << 18) // m)
+    blocks = [(a[:, i:i + step], b[i:i + step]) for i in range(0, k, step)]
+
+    def summed() -> None:
+        out.fill(0)
+        for x, y in blocks:
+            out.__iadd__(np.matmul(x, y, out=part))
+    return summed
+
+
+def gemm_floor(repeats: int = 9, calls: int = 10) -> tuple[float, float]:
+    """(seconds, GFLOP) of the update's matrix products alone: each product whole or in
+    cache-sized blocks, whichever is faster here; medians of ``repeats`` rounds of CPU time
+    (``process_time``)."""
+    rng = np.random.default_rng(0)
+    shapes = _gemm_shapes()
+    best = 0.0
+    for m, k, n in shapes:
+        fns = [_product(m, k, n, rng, blocked) for blocked in (False, True)]
+        times: list[list[float]] = [[], []]
+        for fn in fns:
+            fn()
+        for _ in range(repeats):
+            for fn, ts in zip(fns, times):
+                c = time.process_time()
+                for _ in range(calls):
+                    fn()
+                ts.append((time.process_time() - c) / calls)
+        best += min(float(np.median(ts)) for ts in times)
+    return best, sum(2 * m * k * n for m, k, n in shapes) / 1e9
+
+
 def update_row(env_id: str, repeats: int, have_sb3: bool) -> dict[str, Any]:
     ours = _filled(env_id, False)
     impls = {"rlgrad": lambda: ours.train(1, 32)}
@@ -145,6 +205,12 @@ def main() -> None:
     print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread; {args.env}")
     if not args.runs_only:
         rows = cnn.run(repeats, min_time) + [update_row(args.env, repeats, have_sb3)]
+        floor, gflop = gemm_floor(repeats)
+        step = rows[-1]
+        rows.append({"case": f"GEMM floor of that step ({gflop:.2f} GFLOP, {gflop / floor:.0f} GFLOPS, "
+                             "CPU time)", "rlgrad_us": floor * 1e6, "torch_us": step["torch_us"],
+                     "rlgrad/torch": None if step["torch_us"] is None
+                     else floor * 1e6 / step["torch_us"]})
         print(cnn.table(rows).replace("NatureCNN, uint8 4x84x84", "Nature CNN / DQN, uint8 4x84x84"))
     if args.quick:
         return

@@ -6,11 +6,17 @@ forward at batch 32 without a graph (the target network's values) and forward + 
 Both start from the same weights and are checked to compute the same outputs and weight gradients
 before they are timed; ratios are medians of per-round ratios (bench/_timing.py). Run
 ``python bench/cnn.py [--repeats 9] [--quick]``; other scripts can call ``run()`` for the rows.
+
+``--conv1`` times the first layer (8x8 stride 4, 4 -> 32 channels, batch 32) alone, forward and
+weight gradient, on its two paths: im2col + GEMM and the row-folded one (``conv2d``'s
+``_FOLD_ROWS``: one GEMM over half the columns and two shifted adds), in CPU time of the process
+(``process_time``), interleaved rounds, ratio per round.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +24,7 @@ import _timing  # first: pins BLAS to one thread before NumPy loads (the compari
 import numpy as np  # noqa: E402
 
 import rlgrad  # noqa: E402
+from rlgrad.nn import functional as F  # noqa: E402
 from rlgrad.rl.cnn import NatureCNN  # noqa: E402
 
 
@@ -105,6 +112,46 @@ def run(repeats: int = 9, min_time: float = 1.0) -> list[dict[str, Any]]:
     return rows
 
 
+def conv1_rows(repeats: int = 9, calls: int = 20) -> list[tuple[str, float, float, float]]:
+    """(case, im2col ms, folded ms, median per-round folded / im2col) in CPU time per call."""
+    rng = np.random.default_rng(0)
+    x = F._images(rng.integers(0, 256, (32, 4, 84, 84), dtype=np.uint8), np.dtype(np.float32), 255.0)
+    w = (rng.standard_normal((32, 4, 8, 8)) * 0.05).astype(np.float32)
+    g = np.ascontiguousarray(rng.standard_normal((32, 20, 20, 32), dtype=np.float32)).transpose(
+        0, 3, 1, 2)  # a gradient as the next layer gives it: NHWC memory
+    cases = {"conv1 forward, batch 32": lambda: F._conv2d_fwd(x, w, None, 4),
+             "conv1 weight gradient, batch 32": lambda: F._conv2d_weight_grad_fwd(x, g, 4, 0, w.shape)}
+    saved, rows = F._FOLD_ROWS, []
+    try:
+        for case, fn in cases.items():
+            F._FOLD_ROWS = False
+            plain = fn()
+            F._FOLD_ROWS = True
+            if not np.allclose(fn(), plain, rtol=1e-4, atol=1e-4 * float(np.abs(plain).max())):
+                raise AssertionError(f"bench/cnn.py: the folded and im2col paths disagree on {case}")
+            times: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(repeats):
+                for fold in (False, True):
+                    F._FOLD_ROWS = fold
+                    c = time.process_time()
+                    for _ in range(calls):
+                        fn()
+                    times[fold].append((time.process_time() - c) / calls)
+            a, b = np.array(times[False]), np.array(times[True])
+            rows.append((case, 1e3 * float(np.median(a)), 1e3 * float(np.median(b)),
+                         float(np.median(b / a))))
+    finally:
+        F._FOLD_ROWS = saved
+    return rows
+
+
+def conv1_table(rows: list[tuple[str, float, float, float]]) -> str:
+    lines = ["| Nature CNN conv1, CPU time | im2col + GEMM | rows folded | folded / im2col |",
+             "|---|---:|---:|---:|"]
+    lines += [f"| {c} | {a:.2f} ms | {b:.2f} ms | {r:.2f}x |" for c, a, b, r in rows]
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     fmt = lambda v, unit="": "-" if v is None else (f"{v:,.0f}{unit}" if unit else f"{v:.2f}x")
     lines = ["| NatureCNN, uint8 4x84x84 | rlgrad | PyTorch (1 thread) | rlgrad / PyTorch |",
@@ -119,9 +166,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=9, help="interleaved rounds (default 9)")
     ap.add_argument("--quick", action="store_true", help="3 rounds of 0.3 s")
+    ap.add_argument("--conv1", action="store_true", help="conv1's two paths only (CPU time)")
     args = ap.parse_args()
     repeats, min_time = (3, 0.3) if args.quick else (args.repeats, 1.0)
     print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread")
+    if args.conv1:
+        print(conv1_table(conv1_rows(repeats)))
+        return
     print(table(run(repeats, min_time)))
 
 

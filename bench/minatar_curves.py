@@ -110,7 +110,8 @@ def plot(runs: list[dict[str, Any]], path: Path, rand: dict[str, tuple[float, fl
 
     games = sorted({r["game"] for r in runs})
     fig, axes = plt.subplots(1, len(games), figsize=(5.2 * len(games), 3.8), squeeze=False)
-    colors = {"ppo": "tab:blue", "dqn": "tab:red", "a2c": "tab:green"}
+    colors = {"ppo": "tab:blue", "dqn": "tab:red", "a2c": "tab:green", "sb3 ppo": "tab:orange",
+              "sb3 a2c": "tab:olive"}
     for ax, game in zip(axes[0], games):
         env_id = next(r.get("env_id", f"MinAtar/{game}-v1") for r in runs if r["game"] == game)
         for algo in sorted({r["algo"] for r in runs if r["game"] == game}):

@@ -259,3 +259,33 @@ def test_evaluation_fires_after_a_life_loss():
     events, info = _play_until_game_over(env, action=0)
     assert len(events) == 1 and events[0][1] == 0 and info[GAME_LENGTH] < 1000
     assert base.actions.count(1) == 5 * 4  # FIRE at the reset and after each of 4 lost lives
+
+
+def test_training_env_gives_sb3s_atari_wrapper_frames_rewards_and_ends():
+    """On the same actions (no-op reset off: its random count is drawn differently) rlgrad's
+    training env and SB3's ``AtariWrapper`` give the same newest frame, clipped reward and
+    life-loss ends. SB3's FIRE reset also presses RIGHT (action 2) once: rlgrad's env takes that
+    step after each reset to line the two up. The frames differ only where SB3 max-pools the two
+    last RGB frames before the grey conversion and Gymnasium after it (a few pixels in a million)."""
+    atari_wrappers = pytest.importorskip("stable_baselines3.common.atari_wrappers")
+    env_id = "BreakoutNoFrameskip-v4"
+    ours = make_atari_env(env_id, training=True, noop_max=0)
+    theirs = atari_wrappers.AtariWrapper(gym.make(env_id), noop_max=0)
+
+    ours.reset(seed=0)
+    b = theirs.reset(seed=0)[0]
+    a = ours.step(2)[0]
+    rng = np.random.default_rng(0)
+    differ, ends = [], 0
+    for _ in range(400):
+        differ.append(np.mean(a[-1] != b[..., 0]))
+        act = int(rng.integers(4))
+        a, ra, ta, tra, _ = ours.step(act)
+        b, rb, tb, trb, _ = theirs.step(act)
+        assert (ra, ta, tra) == (rb, tb, trb) and ours.unwrapped.ale.lives() == theirs.unwrapped.ale.lives()
+        if ta:
+            ends += 1
+            ours.reset()
+            b = theirs.reset()[0]
+            a = ours.step(2)[0]
+    assert ends >= 5 and np.mean(differ) < 1e-4

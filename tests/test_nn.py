@@ -300,6 +300,52 @@ def test_conv2d_blocks_match_the_definition_and_finite_differences(monkeypatch, 
     rlgrad.check_grads(lambda x, w, b: rlgrad.numpy.tanh(F.conv2d(x, w, b, s, p)), order=2)(x, w, b)
 
 
+_FOLDED_CASES = [  # (input N, C, H, W), (out, kernel), stride, padding: kernel rows a multiple of stride
+    ((2, 4, 36, 36), (3, (8, 8)), (4, 4), (0, 0)),   # the Nature CNN's first layer, smaller
+    ((3, 2, 11, 13), (4, (6, 3)), (3, 2), (1, 0)),   # q = 2, unequal strides, padding
+    ((2, 3, 14, 9), (2, (6, 2)), (2, 1), (0, 1)),    # q = 3 shifted adds
+]
+
+
+@pytest.mark.parametrize("block", [1, 1 << 18])
+@pytest.mark.parametrize("xs,ok,s,p", _FOLDED_CASES)
+def test_conv2d_folded_rows_match_the_definition_and_the_im2col_path(monkeypatch, block, xs, ok, s,
+                                                                     p):
+    """The row-folded convolution (kernel rows in stride-high blocks: one GEMM and q shifted
+    adds) gives the definition's values and the im2col path's values and weight gradients."""
+    monkeypatch.setattr(F, "_BLOCK_ELEMS", block)
+    monkeypatch.setattr(F, "_FOLD_MIN_ROWS", 0)
+    taken = []
+    fwd, wgrad = F._folded_fwd, F._folded_weight_grad
+    monkeypatch.setattr(F, "_folded_fwd", lambda *a: taken.append("fwd") or fwd(*a))
+    monkeypatch.setattr(F, "_folded_weight_grad", lambda *a: taken.append("w") or wgrad(*a))
+    (o, k), c = ok, xs[1]
+    x, w, b = randn(*xs), randn(o, c, *k), randn(o)
+    y = F.conv2d(x, w, b, s, p)
+    g = randn(*y.shape)
+    gw = F.conv2d_weight_grad(x, g, s, p, w.shape)
+    assert taken == ["fwd", "w"]
+    np.testing.assert_allclose(y, _direct_conv(x, w, b, s, p), atol=1e-12)
+    monkeypatch.setattr(F, "_FOLD_ROWS", False)
+    np.testing.assert_allclose(y, F.conv2d(x, w, b, s, p), rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(gw, F.conv2d_weight_grad(x, g, s, p, w.shape), rtol=1e-13, atol=1e-11)
+    assert taken == ["fwd", "w"]  # the im2col path this time
+
+
+@pytest.mark.parametrize("xs,ok,s,p", _FOLDED_CASES[1:])
+def test_conv2d_folded_rows_gradients_first_and_second_order(monkeypatch, xs, ok, s, p):
+    monkeypatch.setattr(F, "_FOLD_MIN_ROWS", 0)
+    (o, k), c = ok, xs[1]
+    x, w, b = randn(*xs), randn(o, c, *k), randn(o)
+    rlgrad.check_grads(lambda x, w, b: rlgrad.numpy.tanh(F.conv2d(x, w, b, s, p)), order=2)(x, w, b)
+
+
+def test_conv2d_folds_the_nature_cnn_first_layer_only():
+    """The fold is taken where its extra rows are few (20 output rows: conv1 on 84x84 frames),
+    not for conv2 (9 rows, where it measured slower)."""
+    assert F._folds(84, 8, 4) and not F._folds(20, 4, 2) and not F._folds(84, 3, 1)
+
+
 def test_conv2d_output_is_channels_last_and_reads_any_layout():
     """The result is NHWC memory behind an NCHW view; an input in either layout gives the same
     numbers, and a gradient given in either layout the same gradients."""
