@@ -34,6 +34,7 @@ def _differentiable() -> set[str]:
 # ---- cases for the primitives outside ops.py (test_ops_gradcheck's table covers ops.py) -------
 def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
     from rlgrad import estimators, special
+    from rlgrad.distributions import categorical
     from rlgrad.nn import functional as F
     from rlgrad.rl.ppo import clipped_surrogate_loss
 
@@ -46,6 +47,7 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
     old, adv = r(6, lo=-1, hi=0), r(6)
     ratio = np.exp(r(6, lo=-1, hi=0.2) - old)
     lp_ok = old + np.log(np.where(np.abs(ratio - 1) < 0.25, ratio * 1.6, ratio))  # off the clip edges
+    acts = np.array([2, 0, 1, 2])
     return {
         "linear": [Case(F.linear, (r(3, 4), r(5, 4), r(5))), Case(F.linear, (r(4), r(2, 4), r(2)))],
         "linear_grad_input": [Case(F._linear_grad_input_p, (r(3, 5), r(5, 4)))],
@@ -70,6 +72,8 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "straight_through": [Case(estimators.straight_through, (r(3, 2), r(3, 2)))],
         **_linalg_cases(rng),
         "ppo_clipped_surrogate": [Case(lambda lp: clipped_surrogate_loss(lp, old, adv, 0.2), (lp_ok,))],
+        "categorical_pick": [Case(lambda x: categorical.pick(x, acts), (r(4, 3),))],
+        "categorical_unpick": [Case(lambda g: categorical.unpick(g, acts, 3), (r(4),))],
     }
 
 

@@ -62,3 +62,22 @@ def test_checkpoint_with_gymnasiums_wrapper_loads_into_the_adapters_statistics()
     assert list(st.return_queue) == [float(x) for x in wrapped.return_queue]
     for p, q in zip(old.policy.parameters(), new.policy.parameters()):
         np.testing.assert_array_equal(p._value, q._value)
+
+
+def test_valid_rows_and_statistics_after_prev_done_is_restored():
+    # the adapter skips the invert when no row was done at the previous step; a prev_done set
+    # from outside (a checkpoint) must still mark its rows' next step as the reset (not valid)
+    venv = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="vector_entry_point")
+    ours = EpisodeStatistics(3)
+    ad = StepAdapter(venv, statistics=ours)
+    ad.reset(seed=1)
+    acts = np.zeros(3, dtype=np.int64)
+    _, _, _, _, valid, _ = ad.step(acts)
+    assert valid.all()
+    ad.prev_done = np.array([False, True, False])
+    _, _, _, _, valid, _ = ad.step(acts)
+    np.testing.assert_array_equal(valid, [True, False, True])
+    np.testing.assert_array_equal(ours.episode_lengths, [2, 1, 2])
+    _, _, _, _, valid, _ = ad.step(acts)
+    assert valid.all()
+    np.testing.assert_array_equal(ours.episode_lengths, [3, 2, 3])

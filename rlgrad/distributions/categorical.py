@@ -30,12 +30,13 @@ from rlgrad.distributions.distribution import (
 from rlgrad.random import default_generator, numpy_generator
 from rlgrad.special import xlogy
 from rlgrad.tensor import Tensor, _const, _Trace
-from rlgrad.tracer import mark_cut
+from rlgrad.tracer import defjvp_is_linear, defvjp, mark_cut, primitive
 
 __all__ = ["Categorical", "Bernoulli"]
 
 _INF = math.inf
 _SMALL_K = 32  # up to this many categories a single row is sampled with Python scalars
+_FEW = 8  # up to this many categories batched sampling works column by column
 _exp = math.exp
 _NON_NEGATIVE = constraints.interval(0.0, math.inf)
 _NON_NEGATIVE.description = "must be non-negative (>= 0)"
@@ -55,7 +56,63 @@ def inverse_cdf(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
     categories are never drawn. ``Categorical.sample``'s rule; the policies' NumPy acting path
     calls it too, so acting samples exactly as the distribution does."""
     t = u * cdf[..., -1]
+    k = cdf.shape[-1]
+    if 1 < k <= _FEW:  # a few categories: one comparison per column, not a reduction's setup
+        idx = np.less_equal(cdf[..., 0], t).astype(np.int64)
+        for i in range(1, k - 1):
+            idx += cdf[..., i] <= t
+        return idx
     return np.add.reduce(cdf[..., :-1] <= t[..., None], axis=-1, dtype=np.int64)  # bool sum
+
+
+def row_max(x: np.ndarray) -> np.ndarray:
+    """``np.maximum.reduce(x, axis=-1, keepdims=True)``, column by column for a few categories
+    (the same comparisons in the same order: the same values, NaN included)."""
+    k = x.shape[-1]
+    if x.ndim < 2 or not 1 < k <= _FEW:
+        return np.maximum.reduce(x, axis=-1, keepdims=True)
+    m = np.maximum(x[..., 0], x[..., 1])
+    for i in range(2, k):
+        np.maximum(m, x[..., i], out=m)
+    return m[..., None]
+
+
+# ---- the taken action's entry of each row, as one op each way ---------------------------------
+_ROWS: dict[int, np.ndarray] = {}
+
+
+def _rows(n: int) -> np.ndarray:
+    """``np.arange(n)``, made once per batch size (the row half of the index)."""
+    r = _ROWS.get(n)
+    if r is None:
+        r = _ROWS[n] = np.arange(n)
+        r.flags.writeable = False
+    return r
+
+
+def _pick(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``table[i, idx[i]]`` for an (n, K) table and n category indices."""
+    return table[_rows(len(idx)), idx]
+
+
+def _unpick(g: np.ndarray, idx: np.ndarray, k: int) -> np.ndarray:
+    """The transpose of ``_pick``: (n, k) zeros holding ``g[i]`` at ``[i, idx[i]]`` (one index
+    per row, so no two entries meet: an assignment, not a scatter-add)."""
+    out = np.zeros((len(idx), k), dtype=g.dtype)
+    out[_rows(len(idx)), idx] = g
+    return out
+
+
+# ``log_prob``'s selection in a traced (compiled) step: the index is an argument, read at every
+# call. One gather forward and one assignment backward, where selecting by a one-hot mask took
+# four ops forward and three backward. Both are linear in their first argument and each other's
+# transpose, so every order of derivative is these two again.
+pick = primitive(_pick, "categorical_pick")
+unpick = primitive(_unpick, "categorical_unpick")
+defvjp(pick, lambda g, ans, table, idx: unpick(g, idx, table.shape[-1]), None)
+defvjp(unpick, lambda g, ans, gv, idx, k: pick(g, idx), None, None)
+defjvp_is_linear(pick)
+defjvp_is_linear(unpick)
 
 
 class Categorical(Distribution):
@@ -288,9 +345,12 @@ class Categorical(Distribution):
         # reads each call's actions (broadcast against the batch as eagerly). A one-hot select
         # and sum: for a few categories cheaper than a gather and its scatter-add backward.
         table = self.probs if self._probs_in is not None else self.logits
-        categories = np.arange(self._num_events)
-        hit = ops.expand_dims(value, -1) == categories
-        out = ops.sum(ops.where(hit, table, 0.0), axis=-1)
+        if table.ndim == 2 and value.shape == self._batch_shape and value.dtype.kind in "iu":
+            out = pick(table, value)  # a row of actions for a batch of rows: the common case
+        else:  # broadcast against the batch as eagerly
+            categories = np.arange(self._num_events)
+            hit = ops.expand_dims(value, -1) == categories
+            out = ops.sum(ops.where(hit, table, 0.0), axis=-1)
         return ops.log(out) if self._probs_in is not None else out
 
     def entropy(self) -> Tensor:

@@ -234,7 +234,8 @@ class _FlatPath:
         if given is not None:
             grads = list(given)
             if len(grads) != len(params) or fl is None or any(
-                    g.shape != s or g.dtype != fl.dtype for g, s in zip(grads, fl.shapes)):
+                    g.shape != s or g.dtype != fl.dtype for g, s in zip(grads, fl.shapes)) or any(
+                    a is not b for a, b in zip(fl.params, params)):
                 return None  # built (or rebuilt) from .grad by the general path first
         else:
             grads = []

@@ -120,7 +120,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                 actions, values, log_probs = act(obs, rng, fused)
                 raw, rew, term, trunc, valid, final = step(actions if clip is None
                                                            else clip(actions))
-                done = term | trunc
+                done = adapter.prev_done  # term | trunc, as the adapter computed it
                 if norm is None:
                     next_obs = preprocess_obs(raw, space)  # what self._obs does without one
                 else:

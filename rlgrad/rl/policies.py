@@ -24,7 +24,7 @@ from gymnasium import spaces
 
 from rlgrad import nn, no_grad, ops
 from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
-from rlgrad.distributions.categorical import inverse_cdf
+from rlgrad.distributions.categorical import inverse_cdf, row_max
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
 from rlgrad.nn import init
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
@@ -276,7 +276,7 @@ class ActorCriticPolicy(nn.Module):
             # inverse-CDF sampling on unnormalised probabilities; log p(a) = z_a - m - log(sum)
             # (ufunc methods: the same operations as .max / np.cumsum without their wrappers;
             # in place where the array is this call's own)
-            z = out - np.maximum.reduce(out, axis=1, keepdims=True)
+            z = out - row_max(out)
             cdf = np.exp(z)
             np.add.accumulate(cdf, axis=1, out=cdf)
             actions = inverse_cdf(cdf, rng.random(n))
