@@ -67,3 +67,15 @@ def test_setting_changed_mid_training_reaches_compiled_step(cls, kw, name, value
     tol = 1e-5
     np.testing.assert_allclose(compiled, eager, rtol=0, atol=tol)
     assert np.abs(compiled - unchanged).max() > 20 * tol
+
+
+def test_sac_ent_coef_attribute():
+    """SB3's ``model.ent_coef``: the given value; a learned one cannot be set to a number."""
+    fixed = SAC("Pendulum-v1", ent_coef=0.1, **CONT)
+    assert fixed.ent_coef == 0.1
+    fixed.ent_coef = 0.3
+    assert fixed.ent_coef == 0.3
+    learned = SAC("Pendulum-v1", ent_coef="auto_0.5", **CONT)
+    assert learned.ent_coef == "auto_0.5"
+    with pytest.raises(ValueError, match="fixed ent_coef"):
+        learned.ent_coef = 0.2
