@@ -8,11 +8,11 @@ Three tables:
 1. the Nature CNN alone (``bench/cnn.py``'s rows: forward at batch 1, forward at batch 32 without a
    graph, forward + backward at batch 32);
 2. one whole DQN gradient step (``train(1, 32)``: sample 32 transitions, target network, Huber
-   loss, backward, gradient clipping, Adam) on the same Atari replay contents for both, and
-   beside it the step's GEMM floor: the matrix products of that update alone (``gemm_floor``:
-   the same shapes in NumPy float32 on one thread, each convolution as one im2col GEMM, preallocated
-   outputs; no im2col copies, no elementwise work), the time no implementation of this update on
-   this BLAS goes below;
+   loss, backward, gradient clipping, Adam) on the same Atari replay contents for both, in CPU
+   time (``process_time``), and beside it the step's GEMM floor: its matrix products alone
+   (``gemm_floor``: the same shapes in NumPy float32 on one thread, each convolution as one im2col
+   GEMM, each product whole or in cache-sized blocks, whichever is faster; no im2col copies, no
+   elementwise work): what an im2col/GEMM implementation of this update cannot go below here;
 3. a short DQN run from scratch, the same hyperparameters for both (buffer 10k, learning starts
    after 1/6 of the steps, an update every 4 steps on batches of 32, target copied every 1,000
    steps, Adam 1e-4, epsilon 1 -> 0.01 over 10%): wall time of ``learn``, and the environment
@@ -128,41 +128,62 @@ def _product(m: int, k: int, n: int, rng: np.random.Generator, blocked: bool) ->
     return summed
 
 
-def gemm_floor(repeats: int = 9, calls: int = 10) -> tuple[float, float]:
-    """(seconds, GFLOP) of the update's matrix products alone: each product whole or in
-    cache-sized blocks, whichever is faster here; medians of ``repeats`` rounds of CPU time
-    (``process_time``)."""
+def gemm_floor(calls: int = 5) -> tuple[Any, float]:
+    """(a call running the update's matrix products alone, their GFLOP): each product whole or in
+    cache-sized blocks, whichever ran faster here in ``calls`` CPU-timed calls."""
     rng = np.random.default_rng(0)
     shapes = _gemm_shapes()
-    best = 0.0
+    chosen = []
     for m, k, n in shapes:
         fns = [_product(m, k, n, rng, blocked) for blocked in (False, True)]
-        times: list[list[float]] = [[], []]
+        cost = []
         for fn in fns:
             fn()
-        for _ in range(repeats):
-            for fn, ts in zip(fns, times):
-                c = time.process_time()
-                for _ in range(calls):
-                    fn()
-                ts.append((time.process_time() - c) / calls)
-        best += min(float(np.median(ts)) for ts in times)
-    return best, sum(2 * m * k * n for m, k, n in shapes) / 1e9
+            c = time.process_time()
+            for _ in range(calls):
+                fn()
+            cost.append(time.process_time() - c)
+        chosen.append(fns[int(np.argmin(cost))])
+
+    def products() -> None:
+        for fn in chosen:
+            fn()
+    return products, sum(2 * m * k * n for m, k, n in shapes) / 1e9
 
 
-def update_row(env_id: str, repeats: int, have_sb3: bool) -> dict[str, Any]:
+def _cpu_interleaved(impls: dict[str, Any], repeats: int, calls: int = 5) -> dict[str, np.ndarray]:
+    """CPU seconds per call (``process_time``) of every implementation, interleaved rounds."""
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for fn in impls.values():
+        fn()
+    for _ in range(repeats):
+        for name, fn in impls.items():
+            c = time.process_time()
+            for _ in range(calls):
+                fn()
+            times[name].append((time.process_time() - c) / calls)
+    return {name: np.array(ts) for name, ts in times.items()}
+
+
+def update_rows(env_id: str, repeats: int, have_sb3: bool) -> list[dict[str, Any]]:
+    """The DQN gradient step of both libraries and the GEMM floor, CPU time, interleaved."""
     ours = _filled(env_id, False)
-    impls = {"rlgrad": lambda: ours.train(1, 32)}
+    products, gflop = gemm_floor()
+    impls = {"rlgrad": lambda: ours.train(1, 32), "floor": products}
     if have_sb3:
         theirs = _filled(env_id, True)
         impls["torch"] = lambda: theirs.train(1, 32)
-    times = _timing.interleaved(impls, repeats, 0.5)
-    row = {"case": "DQN gradient step, batch 32", "rlgrad_us": float(np.median(times["rlgrad"])) * 1e6,
-           "torch_us": None, "rlgrad/torch": None}
-    if have_sb3:
-        row["torch_us"] = float(np.median(times["torch"])) * 1e6
-        row["rlgrad/torch"] = float(np.median(times["rlgrad"] / times["torch"]))
-    return row
+    times = _cpu_interleaved(impls, repeats)
+    med = {k: float(np.median(v)) for k, v in times.items()}
+    rows = []
+    for case, key in (("DQN gradient step, batch 32, CPU time", "rlgrad"),
+                      (f"its GEMM floor: the step's matrix products alone ({gflop:.2f} GFLOP, "
+                       f"{gflop / med['floor']:.0f} GFLOPS), CPU time", "floor")):
+        rows.append({"case": case, "rlgrad_us": med[key] * 1e6,
+                     "torch_us": med["torch"] * 1e6 if have_sb3 else None,
+                     "rlgrad/torch": (float(np.median(times[key] / times["torch"]))
+                                      if have_sb3 else None)})
+    return rows
 
 
 def run_rows(env_id: str, steps: int, repeat: int, have_sb3: bool) -> list[dict[str, Any]]:
@@ -204,13 +225,7 @@ def main() -> None:
     repeats, min_time = (3, 0.3) if args.quick else (args.repeats, 1.0)
     print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread; {args.env}")
     if not args.runs_only:
-        rows = cnn.run(repeats, min_time) + [update_row(args.env, repeats, have_sb3)]
-        floor, gflop = gemm_floor(repeats)
-        step = rows[-1]
-        rows.append({"case": f"GEMM floor of that step ({gflop:.2f} GFLOP, {gflop / floor:.0f} GFLOPS, "
-                             "CPU time)", "rlgrad_us": floor * 1e6, "torch_us": step["torch_us"],
-                     "rlgrad/torch": None if step["torch_us"] is None
-                     else floor * 1e6 / step["torch_us"]})
+        rows = cnn.run(repeats, min_time) + update_rows(args.env, repeats, have_sb3)
         print(cnn.table(rows).replace("NatureCNN, uint8 4x84x84", "Nature CNN / DQN, uint8 4x84x84"))
     if args.quick:
         return

@@ -1,7 +1,7 @@
 """A short Atari learning curve in raw game score: one algorithm's zoo ``atari`` preset on one game.
 
     .venv/bin/python bench/atari_curve.py [--env BreakoutNoFrameskip-v4] [--algo a2c] [--seeds 0]
-        [--steps 200000] [--json atari.json] [--png docs/atari_curve.png]
+        [--steps 200000] [--json atari.json] [--png docs/atari_curve.png] [--stop-at HH:MM]
     .venv/bin/python bench/atari_curve.py --library sb3 --algo ppo [...]   # SB3 beside it
     .venv/bin/python bench/atari_curve.py --plot atari.json sb3.json --png docs/atari_curve.png
 
@@ -52,7 +52,8 @@ def _sb3_kwargs(algo: str, env_id: str) -> tuple[int, dict[str, Any]]:
 
 
 def train_sb3(algo: str, env_id: str, seed: int, steps: int, every: int = 10_000, last: int = 10,
-              eval_episodes: int = 10, partial: Any = None) -> dict[str, Any]:
+              eval_episodes: int = 10, partial: Any = None,
+              deadline: float | None = None) -> dict[str, Any]:
     """``train``'s run record for Stable-Baselines3's ``algo`` (ppo or a2c) with the zoo preset."""
     import torch
     from stable_baselines3 import A2C, PPO
@@ -90,13 +91,27 @@ def train_sb3(algo: str, env_id: str, seed: int, steps: int, every: int = 10_000
                     print(f"  sb3 {algo} {env_id} seed {seed}: {self.num_timesteps:,} steps, "
                           f"{curve[-1][1] if curve else float('nan'):.2f} "
                           f"({time.perf_counter() - t:.0f} s)", file=sys.stderr, flush=True)
+                if deadline is not None and time.time() > deadline:
+                    return False
             return True
 
     model.learn(steps, callback=Record())
     wall = time.perf_counter() - t
     eval_env = VecFrameStack(make_atari_env(env_id, n_envs=1, seed=seed + 1000), n_stack=4)
     mean, std = evaluate_policy(model, eval_env, n_eval_episodes=eval_episodes, deterministic=True)
-    return {**result(steps, mean, std), "wall": wall}
+    return {**result(min(model.num_timesteps, steps), mean, std), "wall": wall}
+
+
+def _deadline(hhmm: str | None) -> float | None:
+    """``time.time()`` at the next HH:MM UTC (today's, or tomorrow's if it has passed)."""
+    if hhmm is None:
+        return None
+    import datetime as dt
+
+    now = dt.datetime.now(dt.timezone.utc)
+    h, m = (int(v) for v in hhmm.split(":"))
+    at = now.replace(hour=h, minute=m, second=0, microsecond=0)
+    return (at if at > now else at + dt.timedelta(days=1)).timestamp()
 
 
 def main() -> None:
@@ -108,6 +123,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--steps", type=int, default=200_000)
     ap.add_argument("--json", default=None, help="save the runs here (after every run)")
+    ap.add_argument("--stop-at", default=None, metavar="HH:MM",
+                    help="UTC time at which training stops (then the evaluation runs)")
     ap.add_argument("--png", default=None)
     ap.add_argument("--plot", nargs="+", default=None, help="JSON files of earlier runs")
     args = ap.parse_args()
@@ -122,18 +139,22 @@ def main() -> None:
 
             fit = train_sb3 if args.library == "sb3" else train
             runs.append(fit(args.algo, args.env, int(seed), args.steps, every=10_000, last=10,
-                            eval_episodes=10, partial=lambda run: save([run])))
+                            eval_episodes=10, partial=lambda run: save([run]),
+                            deadline=_deadline(args.stop_at)))
             save([])
     rand = {r["game"]: random_return(r["env_id"], episodes=10) for r in runs}
-    for r in runs:  # the library in the label: "PPO" (rlgrad) beside "SB3 PPO"
-        if r.get("library", "rlgrad") != "rlgrad" and not r["algo"].startswith(r["library"]):
-            r["algo"] = f"{r['library']} {r['algo']}"
+    if any(r.get("library", "rlgrad") != "rlgrad" for r in runs):
+        for r in runs:  # the library in the label: "RLGRAD PPO" beside "SB3 PPO"
+            lib = r.get("library", "rlgrad")
+            if not r["algo"].startswith(lib):
+                r["algo"] = f"{lib} {r['algo']}"
     print("| game | algorithm | steps | seed | last 10 training games (raw score) | "
           "10 evaluation games | uniform random policy (10 games) | wall time |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for r in runs:
         print(f"| {r['env_id']} | {r['algo'].upper()} | {r['steps']:,} | {r['seed']} | "
-              f"{r['final']:.2f} | {r['eval']:.2f} +/- {r['eval_std']:.2f} | "
+              f"{r['final']:.2f} | " + (f"{r['eval']:.2f} +/- {r['eval_std']:.2f}" if r["eval"] == r["eval"]
+                                        else "- (stopped before the end)") + " | "
               f"{rand[r['game']][0]:.2f} +/- {rand[r['game']][1]:.2f} | {r['wall']:.0f} s |")
     if args.png:
         plot(runs, Path(args.png), rand, ylabel="raw game score, last 10 games")

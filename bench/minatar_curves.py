@@ -34,14 +34,16 @@ EVERY = 5_000
 
 
 def train(algo: str, env_id: str, seed: int, steps: int, every: int = EVERY, last: int = 20,
-          eval_episodes: int = 20, partial: Any = None, **overrides: Any) -> dict[str, Any]:
+          eval_episodes: int = 20, partial: Any = None, deadline: float | None = None,
+          **overrides: Any) -> dict[str, Any]:
     """One run of ``algo``'s preset for ``env_id``: the curve (step, mean return of the last
     ``last`` training episodes) every ``every`` steps, then ``eval_episodes`` deterministic ones.
     ``partial(run)``, if given, gets the run so far at every point (a run stopped early keeps
-    its curve: ``eval`` NaN, ``steps`` the steps done)."""
+    its curve: ``eval`` NaN, ``steps`` the steps done). ``deadline`` (``time.time()`` seconds):
+    training stops at the first point past it, and the evaluation runs on what was learned."""
     model, _ = make_from_preset(algo, env_id, seed=seed, **overrides)
     curve: list[tuple[int, float]] = []
-    mark = [every]
+    mark, done = [every], [steps]
     t = time.perf_counter()
 
     def record(m: Any) -> bool:
@@ -56,6 +58,9 @@ def train(algo: str, env_id: str, seed: int, steps: int, every: int = EVERY, las
                 print(f"  {algo} {env_id} seed {seed}: {m.num_timesteps:,} steps, "
                       f"{curve[-1][1] if curve else float('nan'):.2f} "
                       f"({time.perf_counter() - t:.0f} s)", file=sys.stderr, flush=True)
+            if deadline is not None and time.time() > deadline:
+                done[0] = m.num_timesteps
+                return False
         return True
 
     def result(done: int, mean: float, std: float) -> dict[str, Any]:
@@ -67,7 +72,7 @@ def train(algo: str, env_id: str, seed: int, steps: int, every: int = EVERY, las
     model.learn(steps, callback=record)
     wall = time.perf_counter() - t
     mean, std = evaluate(model, env_id, n_episodes=eval_episodes) if eval_episodes else (np.nan,) * 2
-    return {**result(steps, mean, std), "wall": wall}
+    return {**result(done[0], mean, std), "wall": wall}
 
 
 class Uniform:
@@ -111,7 +116,7 @@ def plot(runs: list[dict[str, Any]], path: Path, rand: dict[str, tuple[float, fl
     games = sorted({r["game"] for r in runs})
     fig, axes = plt.subplots(1, len(games), figsize=(5.2 * len(games), 3.8), squeeze=False)
     colors = {"ppo": "tab:blue", "dqn": "tab:red", "a2c": "tab:green", "sb3 ppo": "tab:orange",
-              "sb3 a2c": "tab:olive"}
+              "sb3 a2c": "tab:olive", "rlgrad ppo": "tab:blue", "rlgrad a2c": "tab:green"}
     for ax, game in zip(axes[0], games):
         env_id = next(r.get("env_id", f"MinAtar/{game}-v1") for r in runs if r["game"] == game)
         for algo in sorted({r["algo"] for r in runs if r["game"] == game}):
