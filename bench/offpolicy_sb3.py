@@ -9,9 +9,11 @@ interleaved: rlgrad's run then SB3's, algorithm by algorithm, ``--repeats`` roun
 gives the medians of the wall time of ``learn`` and of its CPU time (``process_time``: on a
 loaded host the CPU time moves less than the wall time), the median of the per-round ratios,
 and the mean return of 20 deterministic evaluation episodes (the same evaluation code for both;
-seeded runs repeat their returns). ``--timesteps`` cuts the budget (a look at the speed; the returns
-then mean little); ``--quick`` runs each preset 1,000 steps past its ``learning_starts``. SB3
-takes the preset's ``noise_type: normal`` as its ``NormalActionNoise``.
+seeded runs repeat their returns). A second table splits each library's CPU time between
+``train`` (the updates) and ``collect_rollouts`` (acting, stepping, storing). ``--timesteps``
+cuts the budget (a look at the speed; the returns then mean little); ``--quick`` runs each
+preset 1,000 steps past its ``learning_starts``. SB3 takes the preset's ``noise_type: normal``
+as its ``NormalActionNoise``.
 """
 
 from __future__ import annotations
