@@ -22,12 +22,23 @@ primitives linear in their arguments; ``defjvp_elementwise`` for elementwise one
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from rlgrad.tensor import Tensor, _new, _next_seq, _Trace, constant
+
+try:  # optional C module (setup.py): a graph node made in one call; RLGRAD_ENGINE=0: Python's
+    from rlgrad import _engine
+except ImportError:
+    _engine = None
+if os.environ.get("RLGRAD_ENGINE", "1") == "0":
+    _engine = None
+if _engine is not None:
+    _engine.init_tensor(Tensor, _next_seq)
+_c_node = None if _engine is None else _engine.node
 
 
 class _GradMode:
@@ -153,6 +164,11 @@ def _record(p: Primitive, out: Any, args: tuple, kwargs: dict, needs_grad: bool)
     node of the graph when an argument requires grad (and recording is on), else a constant that
     remembers where a gradient path was cut (for ``explain``); on a trace's tape either way."""
     if needs_grad and _GradMode.enabled and not p.nondiff:
+        if _c_node is not None:  # the same node, made in C
+            res = _c_node(p, out, args, kwargs)
+            if _Trace.tape is not None:
+                _Trace.tape.append((p, args, kwargs, res))
+            return res
         res = _new(Tensor)  # Tensor.__init__'s checks skipped: out is NumPy's result
         res._value = out
         res.requires_grad = True
