@@ -22,6 +22,7 @@
 static PyTypeObject *tensor_type, *primitive_type;
 static PyObject *pass_through, *sum_to, *refuse_modified, *freed_error, *add_to_grad;
 static PyObject *general_node, *match_dtype, *str_shape, *str_dtype, *str_copy;
+static PyObject *str_reshape, *str_sum, *zero_obj, *axis_kwnames;
 static Py_ssize_t off_value, off_rg, off_op, off_args, off_kw, off_retain, off_seq, off_written;
 static Py_ssize_t off_grad, off_cut;
 static Py_ssize_t off_vjps;
@@ -229,22 +230,48 @@ static int skipped(Pass *p, PyObject *a) {
     return in < 0 ? -1 : !in;
 }
 
-/* ``ga`` (stolen) summed down to ``a``'s shape: broadcasting undone, as the Python loop does. */
+/* 1 if ``gshape`` is ``(k,) + shape`` (a bias's gradient over a batch), 0 if not, -1 error. */
+static int batch_of(PyObject *gshape, PyObject *shape) {
+    if (!PyTuple_Check(gshape) || !PyTuple_Check(shape)) return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(shape);
+    if (PyTuple_GET_SIZE(gshape) != n + 1) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(gshape, i + 1), PyTuple_GET_ITEM(shape, i),
+                                          Py_EQ);
+        if (eq <= 0) return eq;
+    }
+    return 1;
+}
+
+/* ``ga`` (stolen) summed down to ``a``'s shape: broadcasting undone, as the Python loop does
+   (ops._sum_to; its first case, a bias over a batch, without its frame: the same calls). */
 static PyObject *unbroadcast(PyObject *a, PyObject *ga) {
-    PyObject *val = get(a, off_value, "_value");
+    PyObject *val = get(a, off_value, "_value"), *out = NULL;
     PyObject *shape = val ? PyObject_GetAttr(val, str_shape) : NULL;
     PyObject *gshape = shape ? PyObject_GetAttr(ga, str_shape) : NULL;
     int same = gshape ? PyObject_RichCompareBool(gshape, shape, Py_EQ) : -1;
-    Py_XDECREF(gshape);
     if (same == 1) {
+        Py_DECREF(gshape);
         Py_DECREF(shape);
         return ga;
     }
-    PyObject *out = NULL;
-    if (same == 0) {
+    int bias = same == 0 ? batch_of(gshape, shape) : -1;
+    if (bias == 1) {
+        PyObject *lead = PyTuple_GET_ITEM(gshape, 0);
+        if (PyLong_Check(lead) && PyLong_AsSsize_t(lead) == 1) {  /* g.reshape(shape) */
+            PyObject *argv[2] = {ga, shape};
+            out = PyObject_VectorcallMethod(str_reshape, argv, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                            NULL);
+        } else if (!PyErr_Occurred()) {  /* g.sum(axis=0) */
+            PyObject *argv[2] = {ga, zero_obj};
+            out = PyObject_VectorcallMethod(str_sum, argv, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                            axis_kwnames);
+        }
+    } else if (bias == 0) {
         PyObject *argv[2] = {ga, shape};
         out = PyObject_Vectorcall(sum_to, argv, 2, NULL);
     }
+    Py_XDECREF(gshape);
     Py_XDECREF(shape);
     Py_DECREF(ga);
     return out;
@@ -545,6 +572,12 @@ PyMODINIT_FUNC PyInit__engine(void) {
     str_shape = PyUnicode_InternFromString("shape");
     str_dtype = PyUnicode_InternFromString("dtype");
     str_copy = PyUnicode_InternFromString("copy");
-    if (!str_shape || !str_dtype || !str_copy) return NULL;
+    str_reshape = PyUnicode_InternFromString("reshape");
+    str_sum = PyUnicode_InternFromString("sum");
+    zero_obj = PyLong_FromLong(0);
+    axis_kwnames = Py_BuildValue("(s)", "axis");
+    if (!str_shape || !str_dtype || !str_copy || !str_reshape || !str_sum || !zero_obj
+            || !axis_kwnames)
+        return NULL;
     return PyModule_Create(&module);
 }

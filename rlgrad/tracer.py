@@ -228,8 +228,12 @@ def _unary(p: Primitive) -> Callable:
     def call(x: Any, *static: Any, **kwargs: Any) -> Any:
         if not isinstance(x, Tensor):
             return p.fwd(x, *static, **kwargs)
-        return _record(p, p.fwd(x._value, *static, **kwargs), (x, *static) if static else (x,),
-                       kwargs, x.requires_grad)
+        out = p.fwd(x._value, *static, **kwargs)
+        args = (x, *static) if static else (x,)
+        if x.requires_grad and _c_node is not None and _GradMode.enabled and not p.nondiff \
+                and _Trace.tape is None:  # _record's node, made in C without _record's frame
+            return _c_node(p, out, args, kwargs)
+        return _record(p, out, args, kwargs, x.requires_grad)
 
     return call
 
@@ -250,6 +254,9 @@ def _binary(p: Primitive) -> Callable:
             rg = b.requires_grad
         else:
             return p.fwd(a, b)
+        if rg and _c_node is not None and _GradMode.enabled and not p.nondiff \
+                and _Trace.tape is None:  # _record's node, made in C without _record's frame
+            return _c_node(p, out, (a, b), _NO_KW)
         return _record(p, out, (a, b), _NO_KW, rg)
 
     return call
