@@ -579,5 +579,11 @@ PyMODINIT_FUNC PyInit__engine(void) {
     if (!str_shape || !str_dtype || !str_copy || !str_reshape || !str_sum || !zero_obj
             || !axis_kwnames)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* bumped whenever setup's or a function's signature changes: core.py refuses a stale build */
+    if (m && PyModule_AddIntConstant(m, "API", 1) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -23,6 +23,7 @@ primitives linear in their arguments; ``defjvp_elementwise`` for elementwise one
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,11 @@ try:  # optional C module (setup.py): a graph node made in one call; RLGRAD_ENGI
 except ImportError:
     _engine = None
 if os.environ.get("RLGRAD_ENGINE", "1") == "0":
+    _engine = None
+if _engine is not None and getattr(_engine, "API", 0) != 1:  # built from an older _engine.c
+    warnings.warn("rlgrad._engine is out of date with its source: the engine runs its Python "
+                  "code until it is rebuilt (pip install -e . or python setup.py build_ext "
+                  "--inplace)", RuntimeWarning, stacklevel=2)
     _engine = None
 if _engine is not None:
     _engine.init_tensor(Tensor, _next_seq)

@@ -25,6 +25,9 @@ def test_the_c_loop_is_built_where_there_is_a_c_compiler(backward_loop: str) -> 
         pytest.skip("no C compiler: the Python loop is the only one")
     assert importlib.util.find_spec("rlgrad._engine") is not None, (
         "rlgrad._engine was not built: reinstall with `pip install -e .`")
+    from rlgrad import _engine
+
+    assert _engine.API == 1, "rlgrad._engine is stale: rebuild it (`pip install -e .`)"
 
 
 def _program(w: rlgrad.Tensor, b: rlgrad.Tensor, x: np.ndarray) -> rlgrad.Tensor:
