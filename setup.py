@@ -10,5 +10,8 @@ from setuptools import Extension, setup
 # reassociation. errno is never read, so sqrt may stay a vector instruction.
 flags = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off", "-fno-math-errno"]
 
+# rlgrad._engine: the backward pass's loop in C (core.py falls back to its Python loop without it).
 setup(ext_modules=[Extension("rlgrad.optim._fused", ["rlgrad/optim/_fused.c"],
-                             extra_compile_args=flags, optional=True)])
+                             extra_compile_args=flags, optional=True),
+                   Extension("rlgrad._engine", ["rlgrad/_engine.c"], extra_compile_args=flags[:1],
+                             optional=True)])

@@ -8,6 +8,8 @@ log, take_along_axis, mean: 18 recorded ops instead of log_softmax and an index)
 of recording and of the backward pass, as user code ported from NumPy/autograd pays it.
 
     python bench/engine.py [--repeats 15] [--quick]
+    python bench/engine.py --only unfused --batches 1,32,256   # issue 15 part 4's rows
+    RLGRAD_ENGINE=0 python bench/engine.py ...                 # the engine without its C module
 
 The full run also prints bench/nn.py's table (nn.MLP + Adam steps, Conv2d), as issue 4 asks.
 """

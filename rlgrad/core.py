@@ -16,9 +16,13 @@ from heapq import heappop as _heappop
 from heapq import heappush as _heappush
 from typing import Any
 
+from rlgrad import tracer
 from rlgrad.ops import _sum_to, sum_to
 from rlgrad.tensor import Tensor, _Trace, constant
-from rlgrad.tracer import _GradMode, pass_through
+from rlgrad.tracer import Primitive, _GradMode, pass_through
+
+# the optional C loop of first-order passes (setup.py builds it); None: the Python loop
+_engine = tracer._engine
 
 NO_GRAD_HINT = (
     "Usual causes: the value was cut from the graph by .detach() / stop_gradient(), it came "
@@ -106,11 +110,17 @@ def run_backward(
     prev_mode = _GradMode.enabled
     _GradMode.enabled = create_graph
     try:
-        _propagate(heap, grads, leaves, wanted, visit, retain_graph, create_graph)
+        if _engine is not None and not create_graph:
+            _engine.propagate(heap, grads, leaves, wanted, visit, retain_graph)
+        else:
+            _propagate(heap, grads, leaves, wanted, visit, retain_graph, create_graph)
     finally:
         _GradMode.enabled = prev_mode
     if wanted is None:
-        _write_leaf_grads(leaves, grads, create_graph)
+        if _engine is not None and not create_graph:
+            _engine.write_leaf_grads(leaves, grads)
+        else:
+            _write_leaf_grads(leaves, grads, create_graph)
     return grads
 
 
@@ -254,6 +264,34 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
             t._args = None  # free what the rules needed; a second pass raises
 
 
+def _general_node(t: Tensor, g: Any, wanted: set[int] | None,
+                  visit: set[int] | None) -> list[tuple[Tensor, Any]]:
+    """The C loop's way through a node it does not take apart (a variadic primitive, or three or
+    more arguments): ``(argument, gradient)`` pairs, broadcasting undone, as ``_propagate`` gives
+    them (the C loop adds them up)."""
+    g, ans, _, _, argv = _rule_inputs(t, g, False)
+    op, args, kw = t._op, t._args, t._kw
+    if op.vjps is None:  # one rule for all arguments
+        pairs = [(a, partial(op.vjp_argnum, i)) for i, a in enumerate(args)]
+    else:
+        pairs = zip(args, op.vjps)
+    out = []
+    for a, rule in pairs:
+        if rule is None or not isinstance(a, Tensor) or not a.requires_grad:
+            continue
+        if (wanted is not None or visit is not None) and _skipped(a, visit, wanted):
+            continue
+        if rule is pass_through:
+            ga = g
+        else:
+            ga = rule(g, ans, *argv, **kw) if kw else rule(g, ans, *argv)
+        if ga is None:
+            continue
+        shape = a._value.shape
+        out.append((a, ga if ga.shape == shape else _sum_to(ga, shape)))
+    return out
+
+
 def _write_leaf_grads(leaves: list[Tensor], grads: dict[int, Any], create_graph: bool) -> None:
     """``.backward()``: add each leaf's gradient into its ``.grad`` (a new ``.grad`` takes the
     array itself when no other leaf got the same one)."""
@@ -295,3 +333,8 @@ def _add_to_grad(t: Tensor, g: Any) -> None:
         t.grad = t.grad + g
     else:
         t.grad = constant(t.grad._value + g._value)
+
+
+if _engine is not None:
+    _engine.setup(Tensor, Primitive, pass_through, _sum_to, _refuse_modified, _freed_error,
+                  _add_to_grad, _general_node, match_dtype)

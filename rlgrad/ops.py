@@ -440,6 +440,8 @@ def _sum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False)
     if isinstance(g, Tensor):
         return broadcast_to(_regrow(g, x, axis, keepdims), _shape(x))
     # plain arrays (the first-order backward pass): the kernel, without the primitive's frame
+    if keepdims and type(axis) is int and type(g) is np.ndarray:  # (a softmax's denominator)
+        return g.repeat(x.shape[axis], axis)
     return _expand_over(_regrow(g, x, axis, keepdims), x.shape, axis)
 
 
@@ -470,11 +472,14 @@ def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 def _mean_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
     # x is the differentiated argument, so an array or a Tensor: attributes, not helpers
-    n = _size(x) // (_size(ans) or 1) or 1  # 0 only for an empty x, whose gradient is empty
     if not isinstance(g, Tensor):  # plain arrays: no wrapper frames
-        if axis is not None:
-            g = _regrow(g, x, axis, keepdims)
-        return _expand_over(g / n, x.shape, axis)
+        n = x.size // (ans.size or 1) or 1  # 0 only for an empty x, whose gradient is empty
+        if axis is None:  # g / n broadcast in the same pass: one call, the same quotients
+            out = np.empty(x.shape, g.dtype)
+            np.divide(g, n, out=out)
+            return out
+        return _expand_over(_regrow(g, x, axis, keepdims) / n, x.shape, axis)
+    n = _size(x) // (_size(ans) or 1) or 1
     if axis is None:  # a 0-d gradient broadcasts as it is
         return broadcast_to(g / n, x.shape)
     return broadcast_to(_regrow(g, x, axis, keepdims) / n, x.shape)
@@ -551,6 +556,8 @@ def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = F
         if math.isnan(ans.item() if ans.size == 1 else np.add.reduce(ans, axis=None)):
             hit |= x != x  # a NaN extremum came from the NaN(s) of its group: they take g
         hit = hit.astype(g.dtype)  # one dtype below: mixed-dtype ufuncs cost ~3x more
+        if np.add.reduce(hit, axis=None) == ans.size:  # one hit per group (no ties): / 1 is exact
+            return g * hit
         return g * hit / _sum(hit, axis, True)
     ans_kd = _regrow(ans, x, axis, keepdims)
     hit = x == ans_kd  # ties share the gradient evenly

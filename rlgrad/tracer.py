@@ -22,12 +22,29 @@ primitives linear in their arguments; ``defjvp_elementwise`` for elementwise one
 
 from __future__ import annotations
 
+import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from rlgrad.tensor import Tensor, _new, _next_seq, _Trace, constant
+
+try:  # optional C module (setup.py): a graph node made in one call; RLGRAD_ENGINE=0: Python's
+    from rlgrad import _engine
+except ImportError:
+    _engine = None
+if os.environ.get("RLGRAD_ENGINE", "1") == "0":
+    _engine = None
+if _engine is not None and getattr(_engine, "API", 0) != 1:  # built from an older _engine.c
+    warnings.warn("rlgrad._engine is out of date with its source: the engine runs its Python "
+                  "code until it is rebuilt (pip install -e . or python setup.py build_ext "
+                  "--inplace)", RuntimeWarning, stacklevel=2)
+    _engine = None
+if _engine is not None:
+    _engine.init_tensor(Tensor, _next_seq)
+_c_node = None if _engine is None else _engine.node
 
 
 class _GradMode:
@@ -153,6 +170,11 @@ def _record(p: Primitive, out: Any, args: tuple, kwargs: dict, needs_grad: bool)
     node of the graph when an argument requires grad (and recording is on), else a constant that
     remembers where a gradient path was cut (for ``explain``); on a trace's tape either way."""
     if needs_grad and _GradMode.enabled and not p.nondiff:
+        if _c_node is not None:  # the same node, made in C
+            res = _c_node(p, out, args, kwargs)
+            if _Trace.tape is not None:
+                _Trace.tape.append((p, args, kwargs, res))
+            return res
         res = _new(Tensor)  # Tensor.__init__'s checks skipped: out is NumPy's result
         res._value = out
         res.requires_grad = True
@@ -212,8 +234,12 @@ def _unary(p: Primitive) -> Callable:
     def call(x: Any, *static: Any, **kwargs: Any) -> Any:
         if not isinstance(x, Tensor):
             return p.fwd(x, *static, **kwargs)
-        return _record(p, p.fwd(x._value, *static, **kwargs), (x, *static) if static else (x,),
-                       kwargs, x.requires_grad)
+        out = p.fwd(x._value, *static, **kwargs)
+        args = (x, *static) if static else (x,)
+        if x.requires_grad and _c_node is not None and _GradMode.enabled and not p.nondiff \
+                and _Trace.tape is None:  # _record's node, made in C without _record's frame
+            return _c_node(p, out, args, kwargs)
+        return _record(p, out, args, kwargs, x.requires_grad)
 
     return call
 
@@ -234,6 +260,9 @@ def _binary(p: Primitive) -> Callable:
             rg = b.requires_grad
         else:
             return p.fwd(a, b)
+        if rg and _c_node is not None and _GradMode.enabled and not p.nondiff \
+                and _Trace.tape is None:  # _record's node, made in C without _record's frame
+            return _c_node(p, out, (a, b), _NO_KW)
         return _record(p, out, (a, b), _NO_KW, rg)
 
     return call

@@ -310,7 +310,7 @@ def test_engine_module_map_in_the_docs_is_bottom_up() -> None:
     graph = import_graph()
     for i, m in enumerate(order):
         later = {d for d in graph[m] if d not in order[:i] and not d.startswith(m + ".")
-                 and d != "rlgrad.creation"}
+                 and d != "rlgrad.creation" and d in graph}  # (not in graph: a C extension)
         assert not later, f"{m} imports {sorted(later)}, not listed above it in docs/engine.md"
 
 

@@ -1,0 +1,38 @@
+"""The engine has two implementations of its bookkeeping: the C one (rlgrad/_engine.c, built by
+setup.py: the backward loop, the leaves' .grad, the graph node) and the Python one (core._propagate,
+core._write_leaf_grads, tracer._record; the fallback without a compiler, or with RLGRAD_ENGINE=0).
+The gradient test files below run under both; every other file under whichever is installed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rlgrad import core, tracer
+
+_ENGINE, _NODE = core._engine, tracer._c_node
+BOTH_LOOPS = {"test_backward_pass.py", "test_inplace_versions.py", "test_ops_gradcheck.py",
+              "test_autograd_names.py", "test_zero_nan_rules.py", "test_errors.py",
+              "test_eager_fastpaths.py", "test_functional.py", "test_backward_loops.py"}
+
+
+def pytest_generate_tests(metafunc: Any) -> None:
+    if metafunc.module.__name__.rpartition(".")[2] + ".py" in BOTH_LOOPS:
+        metafunc.parametrize("backward_loop", ["c", "python"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def backward_loop(request: Any, monkeypatch: Any) -> str:
+    """Which loop core.run_backward uses in this test: "c" (skipped when the module was not
+    built) or "python"; tests outside BOTH_LOOPS keep the installed one."""
+    loop = getattr(request, "param", None)
+    if loop == "python":
+        monkeypatch.setattr(core, "_engine", None)
+        monkeypatch.setattr(tracer, "_c_node", None)
+    elif loop == "c":
+        if _ENGINE is None:
+            pytest.skip("rlgrad._engine not built (or RLGRAD_ENGINE=0): the Python loop only")
+        monkeypatch.setattr(core, "_engine", _ENGINE)
+        monkeypatch.setattr(tracer, "_c_node", _NODE)
+    return loop or ("c" if core._engine is not None else "python")
