@@ -11,12 +11,13 @@ TEST_STAMP := $(VENV)/.installed-test
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# setup.py builds the optional C module of the fused optimizer updates (NumPy is the fallback)
-$(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c | $(PY)
+# setup.py builds the optional C modules (the fused optimizer updates, the engine's backward loop);
+# without a compiler the NumPy / Python paths run, with the same results
+$(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c | $(PY)
 	$(PY) -m pip install --quiet -e ".[rl]"
 	touch $@
 
-$(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c | $(PY)
+$(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c | $(PY)
 	$(PY) -m pip install --quiet -e ".[dev,rl,compare,atari,ray]"
 	touch $@
 
@@ -36,4 +37,4 @@ lint: $(TEST_STAMP)
 	$(PY) -m ruff check rlgrad tests bench examples
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info rlgrad/optim/_fused*.so
+	rm -rf $(VENV) .pytest_cache build *.egg-info rlgrad/optim/_fused*.so rlgrad/_engine*.so

@@ -1,6 +1,6 @@
-"""Everything is in pyproject.toml but the optional C module of the fused optimizer updates
-(rlgrad/optim/_fused.c): without a C compiler the install still succeeds and the optimizers use
-their NumPy path, which gives the same bits."""
+"""Everything is in pyproject.toml but the two optional C modules: the fused optimizer updates
+(rlgrad/optim/_fused.c) and the backward pass's loop (rlgrad/_engine.c). Without a C compiler the
+install still succeeds and rlgrad uses its NumPy / Python paths, which give the same bits."""
 
 import sys
 
