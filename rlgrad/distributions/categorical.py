@@ -81,8 +81,9 @@ def row_max(x: np.ndarray) -> np.ndarray:
 _ROWS: dict[int, np.ndarray] = {}
 
 
-def _rows(n: int) -> np.ndarray:
-    """``np.arange(n)``, made once per batch size (the row half of the index)."""
+def row_indices(n: int) -> np.ndarray:
+    """``np.arange(n)``, made once per batch size and read-only (the row half of an index that
+    picks one entry per row; acting in rlgrad.rl.policies uses it too)."""
     r = _ROWS.get(n)
     if r is None:
         r = _ROWS[n] = np.arange(n)
@@ -92,14 +93,14 @@ def _rows(n: int) -> np.ndarray:
 
 def _pick(table: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``table[i, idx[i]]`` for an (n, K) table and n category indices."""
-    return table[_rows(len(idx)), idx]
+    return table[row_indices(len(idx)), idx]
 
 
 def _unpick(g: np.ndarray, idx: np.ndarray, k: int) -> np.ndarray:
     """The transpose of ``_pick``: (n, k) zeros holding ``g[i]`` at ``[i, idx[i]]`` (one index
     per row, so no two entries meet: an assignment, not a scatter-add)."""
     out = np.zeros((len(idx), k), dtype=g.dtype)
-    out[_rows(len(idx)), idx] = g
+    out[row_indices(len(idx)), idx] = g
     return out
 
 

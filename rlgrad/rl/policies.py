@@ -24,7 +24,7 @@ from gymnasium import spaces
 
 from rlgrad import nn, no_grad, ops
 from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
-from rlgrad.distributions.categorical import inverse_cdf, row_max
+from rlgrad.distributions.categorical import inverse_cdf, row_indices, row_max
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
 from rlgrad.nn import init
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
@@ -117,18 +117,6 @@ def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.nd
     with no_grad():
         actions = act(preprocess_obs(obs, space))
     return (actions[0] if single else actions), None
-
-
-_ARANGE: dict[int, np.ndarray] = {}
-
-
-def _arange(n: int) -> np.ndarray:
-    """``np.arange(n)``, made once per ``n`` (row indices of every acting step's batch)."""
-    a = _ARANGE.get(n)
-    if a is None:
-        a = _ARANGE[n] = np.arange(n)
-        a.flags.writeable = False
-    return a
 
 
 class ActorCriticPolicy(nn.Module):
@@ -280,7 +268,7 @@ class ActorCriticPolicy(nn.Module):
             cdf = np.exp(z)
             np.add.accumulate(cdf, axis=1, out=cdf)
             actions = inverse_cdf(cdf, rng.random(n))
-            log_prob = z[_arange(n), actions]
+            log_prob = z[row_indices(n), actions]
             log_prob -= np.log(cdf[:, -1])
             return actions, values, log_prob
         log_std = self.log_std._value
