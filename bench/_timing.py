@@ -8,6 +8,7 @@ and goes on a shared machine hits them alike; ratios are taken per round, then t
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
@@ -56,6 +57,20 @@ def paired(times: dict[str, np.ndarray], floor: str) -> dict[str, tuple[float, f
     """name -> (median seconds per call, median of the per-round ratios to ``floor``)."""
     base = times[floor]
     return {name: (float(np.median(ts)), float(np.median(ts / base))) for name, ts in times.items()}
+
+
+def comparators(modules: tuple[str, ...], skip: bool = False) -> bool:
+    """Whether every comparator module imports (now, outside the timed runs); if one does not,
+    one line says that the benchmark runs rlgrad alone."""
+    if skip:
+        return False
+    try:
+        for m in modules:
+            importlib.import_module(m)
+    except ImportError:
+        print(f"{' / '.join(modules)} not installed: rlgrad only", file=sys.stderr)
+        return False
+    return True
 
 
 def torch_or_none() -> Any:

@@ -115,17 +115,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="1,000 steps past learning_starts")
     ap.add_argument("--no-sb3", action="store_true")
     args = ap.parse_args()
-    torch = None if args.no_sb3 else _timing.torch_or_none()  # pinned to one thread
-    have_sb3 = False
-    if torch is not None:
-        try:
-            import stable_baselines3  # noqa: F401
-
-            have_sb3 = True
-        except ImportError:
-            pass
-    if not have_sb3 and not args.no_sb3:
-        print("stable-baselines3 / torch not installed: rlgrad only", file=sys.stderr)
+    have_sb3 = _timing.comparators(("torch", "stable_baselines3"), skip=args.no_sb3)
+    if have_sb3:
+        _timing.torch_or_none()  # pins torch to one thread
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     runs: dict[str, tuple[list, list]] = {a: ([], []) for a in algos}
     budgets = {a: budget_of(a, args.timesteps, args.quick) for a in algos}

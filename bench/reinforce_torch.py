@@ -34,11 +34,7 @@ import sys
 import time
 from collections import deque
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
+import _timing  # first: one BLAS thread, this checkout's rlgrad
 import numpy as np  # noqa: E402
 
 from rlgrad.rl import evaluate, load_preset, make_from_preset, split_preset  # noqa: E402
@@ -171,14 +167,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one run of each side")
     ap.add_argument("--no-torch", action="store_true")
     args = ap.parse_args()
-    have_torch = False
-    if not args.no_torch:
-        try:
-            import torch  # noqa: F401
-
-            have_torch = True
-        except ImportError:
-            print("torch not installed: rlgrad only", file=sys.stderr)
+    have_torch = _timing.comparators(("torch",), skip=args.no_torch)
     repeat = 1 if args.quick else max(args.repeat, 1)
     rs, ts = [], []
     for i in range(repeat):

@@ -28,11 +28,7 @@ import statistics
 import sys
 import time
 
-for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
+import _timing  # first: one BLAS thread, this checkout's rlgrad
 import numpy as np  # noqa: E402
 
 from rlgrad.rl import evaluate, load_preset, make_from_preset, split_preset  # noqa: E402
@@ -115,15 +111,7 @@ def main() -> None:
     args = ap.parse_args()
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     seeds = [int(s) for s in args.seeds.split(",")]
-    have_sb3 = False
-    if not args.no_sb3:
-        try:
-            import stable_baselines3  # noqa: F401
-            import torch  # noqa: F401
-
-            have_sb3 = True
-        except ImportError:
-            print("stable-baselines3 / torch not installed: rlgrad only", file=sys.stderr)
+    have_sb3 = _timing.comparators(("stable_baselines3", "torch"), skip=args.no_sb3)
     steppings = ("same", "native") if args.stepping == "both" else (args.stepping,)
     rows = []
     for algo in algos:
