@@ -67,14 +67,10 @@ def inverse_cdf(cdf: np.ndarray, u: np.ndarray) -> np.ndarray:
 
 def row_max(x: np.ndarray) -> np.ndarray:
     """``np.maximum.reduce(x, axis=-1, keepdims=True)``, column by column for a few categories
-    (the same comparisons in the same order: the same values, NaN included)."""
-    k = x.shape[-1]
-    if x.ndim < 2 or not 1 < k <= _FEW:
-        return np.maximum.reduce(x, axis=-1, keepdims=True)
-    m = np.maximum(x[..., 0], x[..., 1])
-    for i in range(2, k):
-        np.maximum(m, x[..., i], out=m)
-    return m[..., None]
+    (ops' short-last-axis reduction: the same comparisons in the same order, NaN included)."""
+    if x.ndim >= 2 and 1 < x.shape[-1] <= _FEW:
+        return ops._reduce_short_last(np.maximum, x, True)
+    return np.maximum.reduce(x, axis=-1, keepdims=True)
 
 
 # ---- the taken action's entry of each row, as one op each way ---------------------------------
