@@ -11,6 +11,11 @@ before they are timed; ratios are medians of per-round ratios (bench/_timing.py)
 weight gradient, on its two paths: im2col + GEMM and the row-folded one (``conv2d``'s
 ``_FOLD_ROWS``: one GEMM over half the columns and two shifted adds), in CPU time of the process
 (``process_time``), interleaved rounds, ratio per round.
+
+``--input-grad`` times the input gradients of conv2 (4x4 stride 2) and conv3 (3x3 stride 1) at
+batch 32, and the whole forward + backward at batch 32, on col2im (one GEMM, then one strided add
+per kernel offset) and on ``conv2d``'s other paths (``_INPUT_GRAD_PATHS``: sub-pixel for stride 2,
+a GEMM per kernel offset for stride 1), the same way.
 """
 
 from __future__ import annotations
@@ -112,6 +117,37 @@ def run(repeats: int = 9, min_time: float = 1.0) -> list[dict[str, Any]]:
     return rows
 
 
+def _flag_rows(cases: dict[str, Callable[[], Any]], flag: str, repeats: int,
+               calls: int) -> list[tuple[str, float, float, float]]:
+    """(case, ms with ``F.<flag>`` off, ms on, median per-round on / off) in CPU time per call,
+    after checking that both settings give the same numbers."""
+    saved, rows = getattr(F, flag), []
+    try:
+        for case, fn in cases.items():
+            outs = []
+            for on in (False, True):
+                setattr(F, flag, on)
+                out = fn()
+                outs.append(out if isinstance(out, tuple) else (out,))
+            for a, b in zip(*outs):
+                if not np.allclose(b, a, rtol=1e-4, atol=1e-4 * float(np.abs(a).max())):
+                    raise AssertionError(f"bench/cnn.py: {flag} on and off disagree on {case}")
+            times: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(repeats):
+                for on in (False, True):
+                    setattr(F, flag, on)
+                    c = time.process_time()
+                    for _ in range(calls):
+                        fn()
+                    times[on].append((time.process_time() - c) / calls)
+            a, b = np.array(times[False]), np.array(times[True])
+            rows.append((case, 1e3 * float(np.median(a)), 1e3 * float(np.median(b)),
+                         float(np.median(b / a))))
+    finally:
+        setattr(F, flag, saved)
+    return rows
+
+
 def conv1_rows(repeats: int = 9, calls: int = 20) -> list[tuple[str, float, float, float]]:
     """(case, im2col ms, folded ms, median per-round folded / im2col) in CPU time per call."""
     rng = np.random.default_rng(0)
@@ -121,33 +157,32 @@ def conv1_rows(repeats: int = 9, calls: int = 20) -> list[tuple[str, float, floa
         0, 3, 1, 2)  # a gradient as the next layer gives it: NHWC memory
     cases = {"conv1 forward, batch 32": lambda: F._conv2d_fwd(x, w, None, 4),
              "conv1 weight gradient, batch 32": lambda: F._conv2d_weight_grad_fwd(x, g, 4, 0, w.shape)}
-    saved, rows = F._FOLD_ROWS, []
-    try:
-        for case, fn in cases.items():
-            F._FOLD_ROWS = False
-            plain = fn()
-            F._FOLD_ROWS = True
-            if not np.allclose(fn(), plain, rtol=1e-4, atol=1e-4 * float(np.abs(plain).max())):
-                raise AssertionError(f"bench/cnn.py: the folded and im2col paths disagree on {case}")
-            times: dict[bool, list[float]] = {False: [], True: []}
-            for _ in range(repeats):
-                for fold in (False, True):
-                    F._FOLD_ROWS = fold
-                    c = time.process_time()
-                    for _ in range(calls):
-                        fn()
-                    times[fold].append((time.process_time() - c) / calls)
-            a, b = np.array(times[False]), np.array(times[True])
-            rows.append((case, 1e3 * float(np.median(a)), 1e3 * float(np.median(b)),
-                         float(np.median(b / a))))
-    finally:
-        F._FOLD_ROWS = saved
-    return rows
+    return _flag_rows(cases, "_FOLD_ROWS", repeats, calls)
 
 
-def conv1_table(rows: list[tuple[str, float, float, float]]) -> str:
-    lines = ["| Nature CNN conv1, CPU time | im2col + GEMM | rows folded | folded / im2col |",
-             "|---|---:|---:|---:|"]
+def input_grad_rows(repeats: int = 9, calls: int = 20) -> list[tuple[str, float, float, float]]:
+    """(case, col2im ms, other paths ms, median per-round ratio) in CPU time per call."""
+    rng = np.random.default_rng(0)
+    cases: dict[str, Callable[[], Any]] = {}
+    for name, (xs, o, k, st) in {"conv2 (4x4/2)": ((32, 32, 20, 20), 64, 4, 2),
+                                 "conv3 (3x3/1)": ((32, 64, 9, 9), 64, 3, 1)}.items():
+        w = (rng.standard_normal((o, xs[1], k, k)) * 0.05).astype(np.float32)
+        oh = (xs[2] - k) // st + 1
+        g = np.ascontiguousarray(rng.standard_normal((32, oh, oh, o), dtype=np.float32)).transpose(
+            0, 3, 1, 2)
+        cases[f"{name} input gradient, batch 32"] = (
+            lambda g=g, w=w, st=st, xs=xs: F._conv2d_input_grad_fwd(g, w, st, 0, xs))
+    rlgrad.random.seed(0)
+    model = NatureCNN()
+    cases["forward + backward, batch 32 (update)"] = _cases(model, rng)[
+        "forward + backward, batch 32 (update)"]["rlgrad"]
+    return _flag_rows(cases, "_INPUT_GRAD_PATHS", repeats, calls)
+
+
+def conv1_table(rows: list[tuple[str, float, float, float]],
+                head: str = "| Nature CNN conv1, CPU time | im2col + GEMM | rows folded | "
+                            "folded / im2col |") -> str:
+    lines = [head, "|---|---:|---:|---:|"]
     lines += [f"| {c} | {a:.2f} ms | {b:.2f} ms | {r:.2f}x |" for c, a, b, r in rows]
     return "\n".join(lines)
 
@@ -167,11 +202,17 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=9, help="interleaved rounds (default 9)")
     ap.add_argument("--quick", action="store_true", help="3 rounds of 0.3 s")
     ap.add_argument("--conv1", action="store_true", help="conv1's two paths only (CPU time)")
+    ap.add_argument("--input-grad", action="store_true",
+                    help="conv2/conv3 input gradients: col2im vs the other paths (CPU time)")
     args = ap.parse_args()
     repeats, min_time = (3, 0.3) if args.quick else (args.repeats, 1.0)
     print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread")
     if args.conv1:
         print(conv1_table(conv1_rows(repeats)))
+        return
+    if args.input_grad:
+        print(conv1_table(input_grad_rows(repeats), "| Nature CNN, CPU time | col2im | sub-pixel "
+                          "(stride 2) / per-offset GEMMs (stride 1) | new / col2im |"))
         return
     print(table(run(repeats, min_time)))
 

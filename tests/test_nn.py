@@ -688,3 +688,64 @@ def test_gradient_penalty_through_a_model_matches_pytorch():
     theirs = [p.grad.numpy() for p in (*tc.parameters(), *tl.parameters())]
     for a, b in zip(ours(), theirs):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def _direct_input_grad(g, w, s, p, x_shape):
+    """The definition of conv2d's input gradient: every output position's g, through the kernel,
+    added onto the input patch it read (float64 loops)."""
+    (sh, sw), (ph, pw) = s, p
+    n, c, h, wd = x_shape
+    kh, kw = w.shape[2:]
+    gx = np.zeros((n, c, h + 2 * ph, wd + 2 * pw))
+    for i in range(g.shape[2]):
+        for j in range(g.shape[3]):
+            gx[:, :, sh * i:sh * i + kh, sw * j:sw * j + kw] += np.tensordot(g[:, :, i, j], w, 1)
+    return gx[:, :, ph:ph + h, pw:pw + wd]
+
+
+_INPUT_GRAD_CASES = [  # (input N, C, H, W), (out, kernel), stride, padding, path taken
+    ((3, 2, 7, 8), (4, (3, 3)), (1, 1), (0, 0), "offsets"),
+    ((2, 3, 6, 9), (5, (2, 4)), (1, 1), (1, 2), "offsets"),
+    ((2, 3, 20, 20), (4, (4, 4)), (2, 2), (0, 0), "subpixel"),  # the Nature CNN's conv2, smaller
+    ((2, 2, 21, 14), (3, (6, 4)), (3, 2), (0, 1), "subpixel"),  # unequal strides, padding
+    ((2, 2, 11, 13), (3, (5, 3)), (3, 2), (1, 0), "subpixel!"),  # kernel not a stride multiple
+    ((3, 2, 36, 36), (2, (8, 8)), (4, 4), (0, 0), "subpixel"),  # conv1's shape
+    ((2, 2, 7, 8), (4, (3, 2)), (2, 1), (1, 0), "col2im"),      # sub-pixel's FLOPs too many
+]
+
+
+@pytest.mark.parametrize("block", [1, 1 << 18])
+@pytest.mark.parametrize("xs,ok,s,p,path", _INPUT_GRAD_CASES)
+def test_conv2d_input_grad_paths_match_the_definition_and_col2im(monkeypatch, block, xs, ok, s, p,
+                                                                 path):
+    """Stride 1 (a GEMM per kernel offset, row adds) and stride > 1 (sub-pixel: one GEMM over
+    windows of g, no adds) give the definition's input gradient, and col2im's to rounding."""
+    monkeypatch.setattr(F, "_BLOCK_ELEMS", block)
+    if path.endswith("!"):  # taken although its FLOPs are more than _SUBPIXEL_MAX_FLOPS allows
+        monkeypatch.setattr(F, "_SUBPIXEL_MAX_FLOPS", 100.0)
+        path = path[:-1]
+    taken = []
+    for name in ("_offsets_input_grad", "_subpixel_input_grad", "_col2im_input_grad"):
+        fn = getattr(F, name)
+        monkeypatch.setattr(F, name, lambda *a, _f=fn, _n=name: taken.append(_n) or _f(*a))
+    (o, k), c = ok, xs[1]
+    w = randn(o, c, *k)
+    oh = (xs[2] + 2 * p[0] - k[0]) // s[0] + 1
+    ow = (xs[3] + 2 * p[1] - k[1]) // s[1] + 1
+    g = randn(xs[0], o, oh, ow)
+    gx = F.conv2d_input_grad(g, w, s, p, xs)
+    assert taken == [f"_{path}_input_grad"] and gx.shape == xs
+    np.testing.assert_allclose(gx, _direct_input_grad(g, w, s, p, xs), rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(F, "_INPUT_GRAD_PATHS", False)
+    np.testing.assert_allclose(gx, F.conv2d_input_grad(g, w, s, p, xs), rtol=1e-12, atol=1e-12)
+    assert taken[-1] == "_col2im_input_grad"
+    g32, w32 = g.astype(np.float32), w.astype(np.float32)
+    monkeypatch.setattr(F, "_INPUT_GRAD_PATHS", True)
+    np.testing.assert_allclose(F.conv2d_input_grad(g32, w32, s, p, xs), gx, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("xs,ok,s,p,path", _INPUT_GRAD_CASES[1:4])
+def test_conv2d_input_grad_paths_second_order(xs, ok, s, p, path):
+    (o, k), c = ok, xs[1]
+    x, w = randn(1, *xs[1:]), randn(o, c, *k)
+    rlgrad.check_grads(lambda x, w: rlgrad.numpy.tanh(F.conv2d(x, w, None, s, p)), order=2)(x, w)

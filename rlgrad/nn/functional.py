@@ -262,22 +262,106 @@ def _conv2d_input_grad_fwd(g: np.ndarray, weight: np.ndarray, stride: Any, paddi
                            x_shape: tuple[int, ...]) -> np.ndarray:
     """Transposed convolution: the adjoint of ``conv2d(., weight)`` applied to ``g``."""
     o, c, kh, kw = weight.shape
-    (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
+    st, (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
     n, _, h, w = x_shape
-    dt = np.result_type(g.dtype, weight.dtype)
-    gx = np.zeros((n, h + 2 * ph, w + 2 * pw, c), dtype=dt)  # padded NHWC
-    b = _Blocks(gx.shape, kh, kw, (sh, sw), dt)
-    if g.shape != (n, o, b.oh, b.ow):
+    hp, wp = h + 2 * ph, w + 2 * pw
+    oh, ow = (hp - kh) // st[0] + 1, (wp - kw) // st[1] + 1
+    if g.shape != (n, o, oh, ow):
         raise ValueError(f"conv2d_input_grad: gradient of shape {g.shape} does not fit an input "
                          f"{tuple(x_shape)} and weight {weight.shape}")
-    g2, w2t = _rows_of(g), _weight_cols(weight.astype(dt, copy=False)).T
+    dt = np.result_type(g.dtype, weight.dtype)
+    wt = weight.astype(dt, copy=False)
+    if _INPUT_GRAD_PATHS and st == (1, 1):
+        gx = _offsets_input_grad(_rows_of(g), wt, n, (oh, ow), (hp, wp))
+    elif _INPUT_GRAD_PATHS and _subpixel_pays(kh, kw, st, (oh, ow), (hp, wp)):
+        gx = _subpixel_input_grad(g, wt, st, (hp, wp))
+    else:
+        gx = _col2im_input_grad(g, wt, st, n, (hp, wp))
+    return gx[:, ph:ph + h, pw:pw + w].transpose(0, 3, 1, 2)
+
+
+def _col2im_input_grad(g: np.ndarray, wt: np.ndarray, st: tuple[int, int], n: int,
+                       hwp: tuple[int, int]) -> np.ndarray:
+    """One GEMM into the columns, then col2im: one strided add per kernel offset (whose inner runs
+    are only C numbers long: kw * C apart in the columns, sw * C apart in the input)."""
+    o, c, kh, kw = wt.shape
+    (sh, sw), dt = st, wt.dtype
+    gx = np.zeros((n, *hwp, c), dtype=dt)  # padded NHWC
+    b = _Blocks(gx.shape, kh, kw, st, dt)
+    g2, w2t = _rows_of(g), _weight_cols(wt).T
     for n0, m, r0, r1, cols in b.spans():
         d = np.matmul(g2[r0:r1], w2t, out=cols).reshape(m, b.oh, b.ow, kh, kw, c)
         gb = gx[n0:n0 + m]
-        for i in range(kh):  # col2im: one strided add per kernel offset, on the cached block
+        for i in range(kh):  # col2im on the cached block
             for j in range(kw):
                 gb[:, i:i + sh * b.oh:sh, j:j + sw * b.ow:sw] += d[:, :, :, i, j]
-    return gx[:, ph:ph + h, pw:pw + w].transpose(0, 3, 1, 2)
+    return gx
+
+
+# The input gradient without col2im's short strided adds (measured on the Nature CNN at batch 32,
+# one thread: conv3's 3x3/1 1.79 -> 1.55 ms, conv2's 4x4/2 2.82 -> 1.83 ms; their GEMMs ~0.9 and
+# ~1.4 ms). Stride 1: one GEMM per kernel offset (i, j), g @ W[:, :, i, j] -> (N, OH, OW, C), added
+# into the input's rows i.., columns j..: OW * C contiguous numbers per run instead of C.
+# Stride s > 1 (sub-pixel): input row s*a + r, for each phase r < s, collects g's rows a - p
+# through kernel row r + s*p, p < ceil(kh / s): the same ceil(kh/s) x ceil(kw/s) window of the
+# zero-bordered g for all s*s phases, so one GEMM of those windows by the phases' weights side by
+# side ((window, O) x (phase, C)) gives every input pixel, no adds; its FLOPs are those of the
+# GEMM + col2im times hq*wq*s*s*ceil(kh/s)*ceil(kw/s) / (oh*ow*kh*kw) (conv2: 1.23), so it is
+# taken up to _SUBPIXEL_MAX_FLOPS.
+_INPUT_GRAD_PATHS = True  # off: every input gradient takes the col2im path (tests compare)
+_SUBPIXEL_MAX_FLOPS = 1.5
+
+
+def _subpixel_pays(kh: int, kw: int, st: tuple[int, int], ohw: tuple[int, int],
+                   hwp: tuple[int, int]) -> bool:
+    (sh, sw), (oh, ow), (hp, wp) = st, ohw, hwp
+    sub = -(-hp // sh) * -(-wp // sw) * sh * sw * -(-kh // sh) * -(-kw // sw)
+    return sub <= _SUBPIXEL_MAX_FLOPS * oh * ow * kh * kw
+
+
+def _offsets_input_grad(g2: np.ndarray, wt: np.ndarray, n: int, ohw: tuple[int, int],
+                        hwp: tuple[int, int]) -> np.ndarray:
+    """Stride 1: one GEMM per kernel offset and one add of whole output rows each."""
+    o, c, kh, kw = wt.shape
+    (oh, ow), dt = ohw, wt.dtype
+    gx = np.zeros((n, *hwp, c), dtype=dt)
+    w_ij = np.ascontiguousarray(wt.transpose(2, 3, 0, 1))  # (kh, kw, O, C)
+    per = max(1, min(n, _BLOCK_ELEMS // (oh * ow * max(o, c))))
+    buf = np.empty((per * oh * ow, c), dtype=dt)
+    for n0 in range(0, n, per):
+        m = min(per, n - n0)
+        rows, gb = g2[n0 * oh * ow:(n0 + m) * oh * ow], gx[n0:n0 + m]
+        d = buf[:len(rows)].reshape(m, oh, ow, c)
+        for i in range(kh):
+            for j in range(kw):
+                np.matmul(rows, w_ij[i, j], out=buf[:len(rows)])
+                gb[:, i:i + oh, j:j + ow] += d
+    return gx
+
+
+def _subpixel_input_grad(g: np.ndarray, wt: np.ndarray, st: tuple[int, int],
+                         hwp: tuple[int, int]) -> np.ndarray:
+    """Stride > 1: the s*s phases of the input from one GEMM over windows of g (padded NHWC out,
+    its size rounded up to whole strides)."""
+    o, c, kh, kw = wt.shape
+    (sh, sw), dt = st, wt.dtype
+    n, _, oh, ow = g.shape
+    qh, qw = -(-kh // sh), -(-kw // sw)  # window: kernel rows / columns per phase
+    hq, wq = -(-hwp[0] // sh), -(-hwp[1] // sw)  # input rows / columns per phase
+    wz = np.zeros((o, c, qh * sh, qw * sw), dtype=dt)  # the kernel padded to whole strides
+    wz[:, :, :kh, :kw] = wt
+    # rows (window row u = qh-1-p, column, O), columns (phase r, phase t, C)
+    wsub = np.ascontiguousarray(wz.reshape(o, c, qh, sh, qw, sw)[:, :, ::-1, :, ::-1].transpose(
+        2, 4, 0, 3, 5, 1)).reshape(qh * qw * o, sh * sw * c)
+    gp = np.zeros((n, hq + qh - 1, wq + qw - 1, o), dtype=dt)
+    gp[:, qh - 1:qh - 1 + oh, qw - 1:qw - 1 + ow] = g.transpose(0, 2, 3, 1)
+    gx = np.empty((n, hq, sh, wq, sw, c), dtype=dt)
+    b = _Blocks(gp.shape, qh, qw, (1, 1), dt)
+    out = np.empty((b.per * b.rows, sh * sw * c), dtype=dt)
+    for n0, m, r0, r1, cols in b.spans():
+        y = np.matmul(b.im2col(gp, n0, m, cols), wsub, out=out[:r1 - r0])
+        np.copyto(gx[n0:n0 + m], y.reshape(m, hq, wq, sh, sw, c).transpose(0, 1, 3, 2, 4, 5))
+    return gx.reshape(n, hq * sh, wq * sw, c)
 
 
 def _conv2d_weight_grad_fwd(x: np.ndarray, g: np.ndarray, stride: Any, padding: Any,
