@@ -17,7 +17,14 @@ Three tables:
    after 1/6 of the steps, an update every 4 steps on batches of 32, target copied every 1,000
    steps, Adam 1e-4, epsilon 1 -> 0.01 over 10%): wall time of ``learn``, and the environment
    alone (the same number of random steps through each library's Atari wrappers) to tell the
-   libraries' own time from the emulator's.
+   libraries' own time from the emulator's;
+4. the short run's bound at the GEMM floor, in CPU seconds against SB3's whole run: the run's
+   updates times the update's GEMM floor (table 2's), plus its greedy forwards at batch 1 times
+   their products alone, plus rlgrad's environment alone (table 3's), everything else free: the
+   smallest rlgrad / SB3 an im2col/GEMM implementation could reach on this CPU; and the same bound
+   with conv3 (3x3 stride 1) done by Winograd's F(2x2, 3x3) and F(4x4, 3x3), counted as their
+   products alone (16 or 36 GEMMs of (tiles, 64) x (64, 64) for each of conv3's four products:
+   online and target forwards, weight and input gradients; the tile transforms free).
 
 rlgrad's envs are ``rlgrad.rl.atari`` (Gymnasium's AtariPreprocessing + FrameStackObservation);
 SB3's are its ``make_atari_env`` (``AtariWrapper``) + ``VecFrameStack(4)``: the same DeepMind
@@ -64,12 +71,12 @@ def _sb3_dqn(env_id: str, steps: int, seed: int) -> Any:
     return SB3DQN("CnnPolicy", env, seed=seed, device="cpu", learning_starts=steps // 6, **HP)
 
 
-def _run(make: Any, env_id: str, steps: int, seed: int) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process) of ``learn(steps)``."""
+def _run(make: Any, env_id: str, steps: int, seed: int) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of this process, gradient steps taken) of ``learn(steps)``."""
     model = make(env_id, steps, seed)
     t, c = time.perf_counter(), time.process_time()
     model.learn(steps)
-    return time.perf_counter() - t, time.process_time() - c
+    return time.perf_counter() - t, time.process_time() - c, int(model._n_updates)
 
 
 def _env_only(env_id: str, steps: int, sb3: bool) -> tuple[float, float]:
@@ -106,6 +113,31 @@ def _gemm_shapes(batch: int = 32, actions: int = 4) -> list[tuple[int, int, int]
     return fwd + fwd + wgrad + igrad
 
 
+def _act_shapes(actions: int = 4) -> list[tuple[int, int, int]]:
+    """(M, K, N) of the Nature CNN's forward at batch 1 (choosing one action)."""
+    return [(400, 4 * 8 * 8, 32), (81, 32 * 4 * 4, 64), (49, 64 * 3 * 3, 64), (1, 3136, 512),
+            (1, 512, actions)]
+
+
+_CONV3 = (32 * 49, 64 * 3 * 3, 64)  # conv3's forward product at batch 32: (M, K, N)
+
+
+def _conv3_products(batch: int = 32) -> list[tuple[int, int, int]]:
+    """conv3's four products of an update (online and target forwards, weight and input
+    gradients) as im2col GEMMs: the part of the floor a Winograd conv3 would replace."""
+    m, k, n = batch * 49, 64 * 9, 64
+    return [(m, k, n), (m, k, n), (k, m, n), (m, n, k)]
+
+
+def _winograd_products(tile: int, batch: int = 32) -> list[tuple[int, int, int]]:
+    """conv3's four products under Winograd F(tile x tile, 3x3): per product one GEMM for each of
+    the (tile + 2)^2 transform points, (tiles, 64) x (64, 64) (the weight gradient's (64, tiles)
+    x (tiles, 64)); the forwards and the weight gradient tile the 7x7 outputs, the input gradient
+    (a full correlation) the 9x9 input."""
+    fwd, full = batch * (-(-7 // tile)) ** 2, batch * (-(-9 // tile)) ** 2
+    return (tile + 2) ** 2 * [(fwd, 64, 64), (fwd, 64, 64), (64, fwd, 64), (full, 64, 64)]
+
+
 def _product(m: int, k: int, n: int, rng: np.random.Generator, blocked: bool) -> Any:
     """One (M, K) @ (K, N) float32 product as a call; ``blocked``: in blocks of ~1 MB of the
     larger of M and K (as rlgrad's convolutions run; partial products summed over K blocks)."""
@@ -128,11 +160,13 @@ def _product(m: int, k: int, n: int, rng: np.random.Generator, blocked: bool) ->
     return summed
 
 
-def gemm_floor(calls: int = 5) -> tuple[Any, float]:
-    """(a call running the update's matrix products alone, their GFLOP): each product whole or in
-    cache-sized blocks, whichever ran faster here in ``calls`` CPU-timed calls."""
+def gemm_floor(calls: int = 5, shapes: list[tuple[int, int, int]] | None = None
+               ) -> tuple[Any, float]:
+    """(a call running the update's matrix products alone (or those of ``shapes``), their GFLOP):
+    each product whole or in cache-sized blocks, whichever ran faster here in ``calls`` CPU-timed
+    calls."""
     rng = np.random.default_rng(0)
-    shapes = _gemm_shapes()
+    shapes = _gemm_shapes() if shapes is None else shapes
     chosen = []
     for m, k, n in shapes:
         fns = [_product(m, k, n, rng, blocked) for blocked in (False, True)]
@@ -199,13 +233,48 @@ def run_rows(env_id: str, steps: int, repeat: int, have_sb3: bool) -> list[dict[
             print(f"{what}: rlgrad {ours[-1][0]:.1f}s (CPU {ours[-1][1]:.1f}s)" + (
                 f", SB3 {theirs[-1][0]:.1f}s (CPU {theirs[-1][1]:.1f}s)" if theirs else ""),
                 file=sys.stderr, flush=True)
-        row: dict[str, Any] = {"case": what}
+        row: dict[str, Any] = {"case": what, "updates": ours[0][2] if what == "learn" else None}
         for i, kind in enumerate(("wall", "cpu")):
             row[f"rlgrad_{kind}"] = statistics.median(o[i] for o in ours)
             row[f"sb3_{kind}"] = statistics.median(t[i] for t in theirs) if theirs else None
             row[f"ratio_{kind}"] = (statistics.median(a[i] / b[i] for a, b in zip(ours, theirs))
                                     if theirs else None)
         rows.append(row)
+    return rows
+
+
+def greedy_forwards(steps: int) -> float:
+    """Expected forwards at batch 1 of the short run: one per step past the learning start on
+    which epsilon-greedy does not explore (the warm-up's actions are uniform, no forward)."""
+    start, decay = steps // 6, HP["exploration_fraction"] * steps
+    eps_end = HP["exploration_final_eps"]
+    eps = [max(eps_end, 1.0 - (1.0 - eps_end) * t / decay) for t in range(start, steps)]
+    return float(sum(1.0 - e for e in eps))
+
+
+def floor_bound(steps: int, updates: int, env_cpu: float, sb3_cpu: float | None,
+                repeats: int) -> list[tuple[str, float, float | None]]:
+    """Rows (what, CPU seconds, / SB3's learn CPU seconds) of the short run at the GEMM floor."""
+    parts = {"update": gemm_floor()[0], "act": gemm_floor(shapes=_act_shapes())[0],
+             "conv3": gemm_floor(shapes=_conv3_products())[0]}
+    for tile in (2, 4):
+        parts[f"F({tile}x{tile}, 3x3)"] = gemm_floor(shapes=_winograd_products(tile))[0]
+    med = {k: float(np.median(v)) for k, v in _cpu_interleaved(parts, repeats).items()}
+    forwards = greedy_forwards(steps)
+    upd, act = updates * med["update"], forwards * med["act"]
+    bound = upd + act + env_cpu
+    ratio = (lambda t: t / sb3_cpu if sb3_cpu else None)
+    rows = [(f"{updates} updates x the update's GEMM floor ({1e3 * med['update']:.1f} ms)", upd, None),
+            (f"{forwards:,.0f} greedy forwards x their products at batch 1 "
+             f"({1e3 * med['act']:.2f} ms)", act, None),
+            ("the environment alone (rlgrad's wrappers)", env_cpu, None),
+            ("**the short run at the GEMM floor**", bound, ratio(bound))]
+    for tile in (2, 4):
+        w = med[f"F({tile}x{tile}, 3x3)"]
+        saved = updates * (med["conv3"] - w)
+        rows.append((f"same, conv3 by Winograd F({tile}x{tile}, 3x3) (its products "
+                     f"{1e3 * w:.1f} ms vs im2col's {1e3 * med['conv3']:.1f} ms an update)",
+                     bound - saved, ratio(bound - saved)))
     return rows
 
 
@@ -232,10 +301,17 @@ def main() -> None:
     print(f"\n| DQN, {args.steps:,} steps of {args.env} | rlgrad | SB3 DQN(\"CnnPolicy\") | "
           "rlgrad / SB3 | rlgrad CPU | SB3 CPU | rlgrad / SB3, CPU |\n|---|---:|---:|---:|---:|---:|---:|")
     fmt = lambda v, unit: "-" if v is None else (f"{v:.1f} s" if unit else f"{v:.2f}x")
-    for r in run_rows(args.env, args.steps, args.repeat, have_sb3):
+    rows = run_rows(args.env, args.steps, args.repeat, have_sb3)
+    for r in rows:
         print(f"| {r['case']} | " + " | ".join(
             fmt(r[f"{who}_{kind}"], who != "ratio") for kind in ("wall", "cpu")
             for who in ("rlgrad", "sb3", "ratio")) + " |")
+    learn, env = rows
+    print(f"\n| the short run's bound, CPU time | seconds | / SB3's learn ({fmt(learn['sb3_cpu'], 1)} "
+          "CPU) |\n|---|---:|---:|")
+    for what, sec, ratio in floor_bound(args.steps, learn["updates"], env["rlgrad_cpu"],
+                                        learn["sb3_cpu"], args.repeats):
+        print(f"| {what} | {sec:.1f} s | {fmt(ratio, 0)} |")
 
 
 if __name__ == "__main__":
