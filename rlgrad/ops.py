@@ -638,7 +638,9 @@ def _log_softmax(x: Any, axis: int = -1) -> Any:
     if _short_last_axis(x, axis):  # a few actions: column by column, the same bits
         shifted = x - _reduce_short_last(np.maximum, x, True)
         return shifted - np.log(_reduce_short_last(np.add, np.exp(shifted), True))
-    # ufunc reduce: no wrapper cost; ``initial``: an empty axis gives an empty result, as torch's
+    if not x.size:  # an empty result, as torch's (and no log(0) warning from the empty sum)
+        return np.asarray(x) * 1.0
+    # ufunc reduce: no wrapper cost
     shifted = x - np.maximum.reduce(x, axis=axis, keepdims=True, initial=-np.inf)
     return shifted - np.log(np.add.reduce(np.exp(shifted), axis=axis, keepdims=True))
 
