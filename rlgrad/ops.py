@@ -553,7 +553,8 @@ def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = F
             kd = _keepdims_shape(x.shape, axis)
             g, ans_kd = g.reshape(kd), ans.reshape(kd)
         hit = x == ans_kd
-        if math.isnan(ans.item() if ans.size == 1 else np.add.reduce(ans, axis=None)):
+        # (the max, not the sum: NaN only from a NaN, while inf + -inf would warn)
+        if math.isnan(ans.item() if ans.size == 1 else np.maximum.reduce(ans, axis=None)):
             hit |= x != x  # a NaN extremum came from the NaN(s) of its group: they take g
         hit = hit.astype(g.dtype)  # one dtype below: mixed-dtype ufuncs cost ~3x more
         if np.add.reduce(hit, axis=None) == ans.size:  # one hit per group (no ties): / 1 is exact
