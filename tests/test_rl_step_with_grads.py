@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from rlgrad import optim
+from rlgrad.optim import algorithms
 from rlgrad.rl.steps import set_grads, step_with_grads
 from rlgrad.tensor import tensor
 
@@ -20,8 +21,12 @@ def _setup(seed=0):
     return params, opts
 
 
+@pytest.mark.parametrize("use_fused", [True, False])  # the C update and the NumPy fallback
 @pytest.mark.parametrize("max_norm", [None, 1e3, 0.5])
-def test_step_with_grads_matches_installed_grads_then_step(max_norm):
+def test_step_with_grads_matches_installed_grads_then_step(max_norm, use_fused, monkeypatch):
+    if use_fused and algorithms._fused is None:
+        pytest.skip("rlgrad.optim._fused not built")
+    monkeypatch.setattr(algorithms, "_fused", algorithms._fused if use_fused else None)
     new_params, new_opts = _setup()
     ref_params, ref_opts = _setup()
     rng = np.random.default_rng(1)
