@@ -1,6 +1,6 @@
 """One off-policy update (SAC, TD3, DDPG with the zoo's Pendulum-v1 presets) vs its matmul floor.
 
-    .venv/bin/python bench/offpolicy_floor.py [--algos sac,td3,ddpg] [--repeats 7] [--quick]
+    .venv/bin/python bench/offpolicy_floor.py [--algos sac,td3,ddpg,dqn] [--repeats 7] [--quick]
 
 Issue 17's goal 2 measures each update against a floor: the same update's matrix products alone,
 timed in NumPy (float32, one BLAS thread) in the same run, in the same layouts one would write by
@@ -12,7 +12,11 @@ products are read off the algorithm's own networks (their layer shapes and the b
   gradients (not into the observation-action input);
 * actor update (TD3: every ``policy_delay``-th update, counted as its share): the actor's forward
   pass, the first critic's (SAC: every critic's) forward pass on the actor's actions, their input
-  gradients down to the action, the actor's weight and input gradients.
+  gradients down to the action, the actor's weight and input gradients;
+* DQN (``--algos dqn``, the CartPole-v1 preset, its ``train()`` of 128 gradient steps): the
+  target network's forward pass on each minibatch's next observations (rlgrad computes them for
+  the whole stack at once, deduplicated), the Q-network's forward pass, weight gradients and
+  input gradients (not into the observations).
 
 rlgrad's time per update is ``train(gradient_steps, batch_size)`` over many gradient steps on a
 filled replay buffer, divided by their number: sampling, targets, losses, backward passes (the
@@ -58,7 +62,11 @@ def _mlp(dims: list[tuple[int, int]], B: int, fwd: bool = True, wgrad: bool = Fa
 
 
 def products(model, algo: str, B: int) -> list[tuple[str, int, int, int]]:
-    """The matrix products of ``policy_delay`` updates of ``model`` (one update for SAC, DDPG)."""
+    """The matrix products of ``policy_delay`` updates of ``model`` (one update for SAC, DDPG,
+    DQN)."""
+    if algo == "dqn":  # the target network's forward on the next observations, then the update
+        q = _linear_dims(model.q_net)
+        return _mlp(q, B) + _mlp(q, B, wgrad=True, igrad=True)
     critics = [_linear_dims(q) for q in model.critic.q_networks]
     if algo == "sac":
         trunk = _linear_dims(model.actor.latent_pi)
@@ -105,8 +113,13 @@ def floor_fn(prods: list[tuple[str, int, int, int]], rng: np.random.Generator):
     return run
 
 
+ENVS = {"dqn": "CartPole-v1"}  # the others: Pendulum-v1
+
+
 def measure(algo: str, repeats: int, steps: int) -> dict:
-    model, _ = make_from_preset(algo, "Pendulum-v1", seed=0)
+    model, _ = make_from_preset(algo, ENVS.get(algo, "Pendulum-v1"), seed=0)
+    if algo == "dqn":  # the preset's train(): 128 gradient steps on one stacked draw
+        steps = model.gradient_steps
     model.learn(max(model.learning_starts, model.batch_size) + 200)  # a filled buffer
     B = model.batch_size
     prods = products(model, algo, B)
@@ -143,9 +156,11 @@ def main() -> None:
     repeats, steps = (3, 30) if args.quick else (args.repeats, args.steps)
     rows = [measure(a.strip(), repeats, steps) for a in args.algos.split(",") if a.strip()]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"\nOne off-policy update on Pendulum-v1 (zoo presets), {time.strftime('%Y-%m-%d')}, "
+    print(f"\nOne off-policy update (zoo presets: Pendulum-v1; DQN: CartPole-v1), "
+          f"{time.strftime('%Y-%m-%d')}, "
           f"{platform.processor() or platform.machine()}, NumPy {np.__version__}, one BLAS thread; "
-          f"medians of {repeats} rounds of {steps} updates; load average {load:.1f}\n")
+          f"medians of {repeats} rounds of {steps} updates (DQN: its preset's train() of 128); "
+          f"load average {load:.1f}\n")
     print("| algo | batch | products / update | GFLOP / update | floor (ms) | GFLOP/s at floor | "
           "rlgrad update (ms) | rlgrad / floor | same, CPU time |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

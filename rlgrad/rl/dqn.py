@@ -41,7 +41,7 @@ from rlgrad.rl.off_policy import (
 )
 from rlgrad.rl.policies import cnn_trunk, mlp, mlp_numpy
 from rlgrad.rl.schedules import linear_schedule
-from rlgrad.rl.steps import set_grads
+from rlgrad.rl.steps import step_with_grads
 
 
 def gather_actions(q: Any, actions: Any) -> Any:
@@ -217,8 +217,8 @@ class DQN(OffPolicyAlgorithm):
             y = self._stacked_targets(stacked, idx)
             targets = y.reshape((gradient_steps, batch_size) + y.shape[1:])
         in_step = targets is None and self._targets_in_step()
-        step, _ = self.compiled_step("td_loss" if in_step else "loss",
-                                     self.td_loss if in_step else self.loss, [self.optimizer])
+        step, params = self.compiled_step("td_loss" if in_step else "loss",
+                                          self.td_loss if in_step else self.loss, [self.optimizer])
         for i in range(gradient_steps):
             rows = slice(i * batch_size, (i + 1) * batch_size)
             if targets is not None:  # slice only what the step reads
@@ -230,8 +230,7 @@ class DQN(OffPolicyAlgorithm):
                     "obs": b.observations, "actions": b.actions, "target": self.td_target(b)}
             loss, _, grads = step(batch)
             check_update({"loss": loss})
-            set_grads(self._params, grads, self.max_grad_norm)
-            self.optimizer.step()
+            step_with_grads((self.optimizer,), params, grads, self.max_grad_norm)
             losses[i] = loss
         self._n_updates += gradient_steps
         self.logger.record("train/loss", float(losses.mean()))

@@ -26,7 +26,7 @@ from rlgrad.rl.finite import check_update
 from rlgrad.rl.frame_replay import FrameReplayBuffer
 from rlgrad.rl.policies import predict_with
 from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
-from rlgrad.rl.steps import grad_step, set_grads
+from rlgrad.rl.steps import grad_step, step_with_grads
 
 
 class NormalActionNoise:
@@ -342,15 +342,14 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         """One update of the parameters of ``optimizers`` on ``loss_fn(batch) -> (loss, stats)``:
         forward and backward compiled by ``rlgrad.jit`` at first use (the batch's shapes are fixed;
         ``batch`` holds every input, randomness and coefficients included, as arrays), then the
-        optimizers' steps. Returns ``stats`` (loss terms, checked finite before the step).
+        optimizers' steps (``step_with_grads``: ``.grad`` holds the gradients
+        after it). Returns ``stats`` (loss terms, checked finite before the step).
         ``compile_updates = False`` (an input the loss reads as data, not traceable) runs the
         same function eagerly."""
         step, params = self.compiled_step(name, loss_fn, optimizers)
         _, stats, grads = step(batch)
         check_update(stats)
-        set_grads(params, grads, None)
-        for opt in optimizers:
-            opt.step()
+        step_with_grads(optimizers, params, grads)
         return stats
 
     def compiled_step(self, name: str, loss_fn: Any, optimizers: Any) -> tuple[Any, list[Any]]:

@@ -19,7 +19,7 @@ import numpy as np
 import rlgrad
 from rlgrad import autograd
 from rlgrad.rl.finite import NonFiniteError
-from rlgrad.tensor import Tensor, _const
+from rlgrad.tensor import Tensor, _const, constant
 
 
 def _arrays(tree: Any) -> Any:
@@ -115,3 +115,30 @@ def apply_grads(optimizer: Any, grads: Any, max_norm: float | None) -> float:
     optimizer.step_arrays(grads, coef)
     return total
 
+
+
+def step_with_grads(optimizers: Sequence[Any], params: list[Any], grads: Any,
+                    max_norm: float | None = None) -> float:
+    """``apply_grads`` over ``optimizers`` (``grads``: one per parameter, in the order of
+    ``params``, their parameters in turn; one norm clip over all of them), then each parameter's
+    ``.grad`` is the gradient its optimizer applied, as after ``clip_grad_norm_`` and ``step()``
+    in PyTorch. The optimizers read the arrays directly (``Optimizer.step_arrays``: the fused
+    update takes them where they are, the clip's factor inside it); ``.grad`` wraps the same
+    arrays without a copy, and is scaled (a copy) only when the clip acts. Returns the norm
+    before clipping (0 if not asked)."""
+    if len(grads) != len(params):  # checked before any optimizer moves
+        raise ValueError(f"step_with_grads: {len(grads)} gradients for {len(params)} parameters")
+    total, coef = (0.0, 1.0) if max_norm is None else _clip_coef(grads, max_norm)
+    if len(optimizers) == 1:
+        optimizers[0].step_arrays(grads, coef)
+    else:
+        i = 0
+        for opt in optimizers:
+            n = sum(len(g["params"]) for g in opt.param_groups)
+            opt.step_arrays(grads[i:i + n], coef)
+            i += n
+    if coef < 1.0:
+        grads = [g * g.dtype.type(coef) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = constant(g)
+    return total
