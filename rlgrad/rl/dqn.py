@@ -174,11 +174,11 @@ class DQN(OffPolicyAlgorithm):
 
     def _epsilon_greedy(self, obs: np.ndarray, greedy: np.ndarray | None = None) -> np.ndarray:
         n, eps, rng = len(obs), self.exploration_rate, self.rng
-        explore = rng.random(n) < eps
-        if n == 1:  # the same draws as below, without reductions over one element
-            if explore[0]:
+        if n == 1:  # the same draws as below (random() is random(1)'s one double), as scalars
+            if rng.random() < eps:
                 return rng.integers(0, self.n_actions, n)
             return greedy if greedy is not None else self.q_values(obs).argmax(axis=1)
+        explore = rng.random(n) < eps
         if explore.all():  # skip the forward pass when every env explores
             return rng.integers(0, self.n_actions, n)
         if greedy is None:

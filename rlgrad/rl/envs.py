@@ -313,6 +313,9 @@ class StepAdapter:
         self.prev_done = np.zeros(self.num_envs, dtype=bool)
         self._all_valid = np.ones(self.num_envs, dtype=bool)  # returned, never written
         self.last_info: dict[str, Any] = {}
+        # what the last step found, for callers that would otherwise scan the arrays again:
+        # any row done, and every row valid (False may still mean all valid: then check)
+        self.any_done, self.all_valid = False, False
 
     @property
     def prev_done(self) -> np.ndarray:
@@ -354,6 +357,7 @@ class StepAdapter:
                     final_obs[i] = fo[i]
         self._prev_done, self._prev_any = done, any_done
         all_valid = valid is self._all_valid
+        self.any_done, self.all_valid = any_done, all_valid
         if self.statistics is not None:
             self.statistics.record(rew, valid, done, all_valid, any_done)
         return obs, rew, term, trunc, valid, final_obs

@@ -271,14 +271,15 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 if self.normalizer is not None:
                     self.normalizer.update_obs(next_obs)
                 final_obs = next_obs if final is raw else preprocess_obs(final, space)
-                if valid.all():
+                if adapter.all_valid or valid.all():
                     rb.add(obs, final_obs, buf_act, rew, term, trunc)
                 else:  # drop the NEXT_STEP reset transitions
                     rb.add(obs[valid], final_obs[valid], buf_act[valid], rew[valid], term[valid],
                            trunc[valid], env_ids=np.flatnonzero(valid))
                 obs = next_obs
-                done = term | trunc
-                if done.any():
+                # the adapter knows whether a row is done: build the mask only when it is read
+                done = term | trunc if adapter.any_done or callback is not None else None
+                if adapter.any_done:
                     nd = int(done.sum())
                     episodes += nd
                     self._episode_num += nd
