@@ -474,7 +474,8 @@ def _update_parts(cfg: dict[str, Any], ro: Rollout, net: ActorCritic, heads: Hea
     gathering ("glue") and one minibatch step ("step", on the last minibatch of the run)."""
     if cfg["algo"] == "ppo":
         return {"glue": lambda: [None for _ in _ppo_epochs(cfg, ro, rng)],
-                "step": lambda: _ppo_step(cfg, net, heads, opt, mb, lr, clip)}
+                "step": lambda: _ppo_step(cfg, net, heads, opt, mb, lr, clip),
+                "whole": lambda: _ppo_update(cfg, ro, net, heads, opt, rng, lr, clip, _Null())}
 
     def pg_step() -> None:
         lg, v = net.forward(mb["x1"])
@@ -490,7 +491,8 @@ def _update_parts(cfg: dict[str, Any], ro: Rollout, net: ActorCritic, heads: Hea
         if cfg["normalize_advantage"]:
             heads.normalise(b["adv"], 1)
 
-    return {"glue": pg_glue, "step": pg_step}
+    return {"glue": pg_glue, "step": pg_step,
+            "whole": lambda: _pg_update(cfg, ro, net, heads, opt, lr, _Null())}
 
 
 def greedy(net: ActorCritic, obs: np.ndarray) -> np.ndarray:

@@ -15,7 +15,9 @@ rlgrad's and the floor's side by side (interleaved rounds, medians, one BLAS thr
 * GAE per rollout (with the value of the last observation);
 * one minibatch step (forward, loss, backward, norm clip, Adam; rlgrad's compiled step and
   ``_apply_grads``) on the same number of rows;
-* update glue per update: the epochs' shuffled minibatch gathers and advantage normalisation.
+* update glue per update: the epochs' shuffled minibatch gathers and advantage normalisation;
+* a whole rollout (``collect_rollouts`` without a callback, GAE included) and a whole update
+  (``train``, logging included): with the parts, they show what lies between the parts.
 
 Times are CPU time (``time.process_time``): a loaded machine inflates them less than wall time.
 The last column multiplies each part by its number of calls in a whole run (the run's budget):
@@ -110,13 +112,13 @@ def _rlgrad_parts(kw: dict[str, Any], seed: int) -> tuple[Any, dict[str, Any]]:
         step = model._loss_step(compiled=True)
         use_ent = model.ent_coef != 0
 
-        def update_glue() -> None:
+        def update_glue() -> None:  # as PPO.train gathers: the whole batch once, or per epoch
+            if full:
+                model._full_batch()
+                return
             for _ in range(model.n_epochs):
-                if full:
-                    model._full_batch()
-                else:
-                    for _mb in model._minibatches():
-                        pass
+                for _mb in model._minibatches():
+                    pass
         parts["update glue"] = update_glue
     else:
         b = model._full_batch()[0]
@@ -128,6 +130,9 @@ def _rlgrad_parts(kw: dict[str, Any], seed: int) -> tuple[Any, dict[str, Any]]:
         model._apply_grads(grads, loss, s)
 
     parts["minibatch step"] = minibatch
+    # whole: what lies between the parts too (a rollout with GAE, an update with its logging)
+    parts["whole rollout"] = lambda: model.collect_rollouts(None)
+    parts["whole update"] = model.train
     return model, parts
 
 
@@ -156,6 +161,16 @@ def _floor_parts(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     update = run["update"]
     parts["update glue"] = update["glue"]
     parts["minibatch step"] = update["step"]
+    env2 = floor.make_env("CartPole-v1", cfg["n_envs"])
+    env2.reset(seed=seed)
+
+    def whole_rollout() -> None:
+        ro.collect(env2, net, rng, 0, ends, floor._Null())
+        ro.gae(net)
+        ends.clear()
+
+    parts["whole rollout"] = whole_rollout
+    parts["whole update"] = update["whole"]
     return parts
 
 
@@ -197,7 +212,8 @@ def main() -> None:
     else:
         mb_steps = n_updates
     calls = {"env": vec_steps, "acting": vec_steps, "bookkeeping": vec_steps, "GAE": n_updates,
-             "update glue": n_updates, "minibatch step": mb_steps}
+             "update glue": n_updates, "minibatch step": mb_steps, "whole rollout": n_updates,
+             "whole update": n_updates}
     print(f"\nParts of one run, {args.config} configuration ({N} envs x {T} steps, {n_updates} "
           f"updates), {time.strftime('%Y-%m-%d %H:%M')}, load {os.getloadavg()[0]:.1f}, "
           f"{platform.processor() or platform.machine()}, NumPy {np.__version__}, one thread; "
@@ -209,15 +225,20 @@ def main() -> None:
     env_us = float(np.median(times["env"])) * 1e6
     print(f"| environment step (shared) | {calls['env']} | {env_us:.1f} | {env_us:.1f} | 1.00 | "
           f"{env_us * calls['env'] / 1e6:.2f} | {env_us * calls['env'] / 1e6:.2f} |")
+    env_s = env_us * calls["env"] / 1e6
     for k in fparts:
         r, f = times["rlgrad " + k], times["floor " + k]
         ru, fu = float(np.median(r)) * 1e6, float(np.median(f)) * 1e6
         tr, tf = ru * calls[k] / 1e6, fu * calls[k] / 1e6
+        if k.startswith("whole"):
+            if k == "whole rollout":
+                print(f"| sum of the parts (with the environment) | | | | | {tot_r + env_s:.2f} | "
+                      f"{tot_f + env_s:.2f} |")
+                tot_r = tot_f = 0.0
         tot_r, tot_f = tot_r + tr, tot_f + tf
         print(f"| {k} | {calls[k]} | {ru:.1f} | {fu:.1f} | {float(np.median(r / f)):.2f} | "
               f"{tr:.2f} | {tf:.2f} |")
-    env_s = env_us * calls["env"] / 1e6
-    print(f"| sum (with the environment) | | | | | {tot_r + env_s:.2f} | {tot_f + env_s:.2f} |")
+    print(f"| whole rollouts + whole updates | | | | | {tot_r:.2f} | {tot_f:.2f} |")
 
 
 if __name__ == "__main__":
