@@ -1,6 +1,6 @@
 """Where rlgrad's on-policy runs stand against the hand-written NumPy floor, part by part.
 
-    .venv/bin/python bench/onpolicy_floor.py [--config purejaxrl|zoo|reinforce] [--repeats 7] [--quick]
+    .venv/bin/python bench/onpolicy_floor.py [--config purejaxrl|zoo|reinforce|a2c] [--repeats 7] [--quick]
 
 ``bench/_numpy_ppo.py`` is PPO (and REINFORCE) written by hand in NumPy for one network: the
 floor of what NumPy + Gymnasium can do. This bench times the parts of one run in this process,
@@ -39,7 +39,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _numpy_ppo as floor  # noqa: E402
 
-CONFIGS = ("purejaxrl", "zoo", "reinforce")
+CONFIGS = ("purejaxrl", "zoo", "reinforce", "a2c")
 
 
 def _configs(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -50,7 +50,7 @@ def _configs(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
         from purejaxrl import RLGRAD_KWARGS
 
         return floor.PUREJAXRL, {"cls": "PPO", **RLGRAD_KWARGS}
-    algo = "ppo" if name == "zoo" else "reinforce"
+    algo = "ppo" if name == "zoo" else name
     hp, env_cfg = split_preset(load_preset(algo, "CartPole-v1"))
     n_envs, total = int(env_cfg.get("n_envs", 8)), int(env_cfg["n_timesteps"])
     cfg = (floor.zoo_ppo(hp, n_envs, total) if algo == "ppo"
