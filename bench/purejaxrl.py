@@ -226,10 +226,11 @@ def _table(args: argparse.Namespace, repeat: int, runs: dict[str, list[dict]]) -
           f"Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}; medians of {repeat} "
           "interleaved runs\n")
     ref = [s for s in ("jax", "rlgrad") if runs.get(s)]
+    keys = [(s, k) for s in ref for k in ("wall_s", "cpu_s")]
     print("| implementation | whole process, wall (s) | whole process, CPU (s) | training (s) | steps "
           "| return (last 10 updates) | deterministic eval (20 ep.) | "
-          + " | ".join(f"CPU / {NAMES[s]}" for s in ref) + " |")
-    print("|---|---:|---:|---:|---:|---:|---|" + "---:|" * len(ref))
+          + " | ".join(f"{'wall' if k == 'wall_s' else 'CPU'} / {NAMES[s]}" for s, k in keys) + " |")
+    print("|---|---:|---:|---:|---:|---:|---|" + "---:|" * len(keys))
     label = {"rlgrad": "rlgrad PPO", "numpy": "NumPy floor PPO (bench/_numpy_ppo.py)",
              "env": "environment alone (same env and steps, random actions)"}
     for side, xs in runs.items():
@@ -238,8 +239,8 @@ def _table(args: argparse.Namespace, repeat: int, runs: dict[str, list[dict]]) -
         ev = f"{x['eval_mean']:.1f} ± {x['eval_std']:.1f}" if "eval_mean" in x else "-"
         ret = "-" if side == "env" else f"{x['return']:.1f}"
         train = f"{med(xs, 'train_s'):.1f}" + (" (compile + train)" if side == "jax" else "")
-        ratios = " | ".join(f"{statistics.median(a['cpu_s'] / b['cpu_s'] for a, b in zip(xs, runs[s])):.2f}"
-                            for s in ref)
+        ratios = " | ".join(f"{statistics.median(a[k] / b[k] for a, b in zip(xs, runs[s])):.2f}"
+                            for s, k in keys)
         print(f"| {name} | {med(xs, 'wall_s'):.1f} | {med(xs, 'cpu_s'):.1f} | {train} | "
               f"{x['steps']} | {ret} | {ev} | {ratios} |")
     for s in [x for x in runs if x != "rlgrad"]:
@@ -247,6 +248,7 @@ def _table(args: argparse.Namespace, repeat: int, runs: dict[str, list[dict]]) -
             ratio = statistics.median(a[k] / b[k] for a, b in zip(runs["rlgrad"], runs[s]))
             print(f"\nrlgrad / {NAMES[s]} whole-process {name} time: {ratio:.2f}x (median of the "
                   "per-pair ratios)")
+    print("\n(ratio columns: medians of the per-run ratios of the row's process to the column's)")
 
 
 if __name__ == "__main__":
