@@ -599,7 +599,8 @@ def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = F
             kd = _keepdims_shape(x.shape, axis)
             g, ans_kd = g.reshape(kd), ans.reshape(kd)
         hit = x == ans_kd
-        if math.isnan(ans.item() if ans.size == 1 else np.add.reduce(ans, axis=None)):
+        # (the max, not the sum: NaN only from a NaN, while inf + -inf would warn)
+        if math.isnan(ans.item() if ans.size == 1 else np.maximum.reduce(ans, axis=None)):
             hit |= x != x  # a NaN extremum came from the NaN(s) of its group: they take g
         hit = hit.astype(g.dtype)  # one dtype below: mixed-dtype ufuncs cost ~3x more
         if np.add.reduce(hit, axis=None) == ans.size:  # one hit per group (no ties): / 1 is exact
@@ -684,7 +685,9 @@ def _log_softmax(x: Any, axis: int = -1) -> Any:
     if _short_last_axis(x, axis):  # a few actions: column by column, the same bits
         shifted = x - _reduce_short_last(np.maximum, x, True)
         return shifted - np.log(_reduce_short_last(np.add, np.exp(shifted), True))
-    # ufunc reduce: no wrapper cost; ``initial``: an empty axis gives an empty result, as torch's
+    if not x.size:  # an empty result, as torch's (and no log(0) warning from the empty sum)
+        return np.asarray(x) * 1.0
+    # ufunc reduce: no wrapper cost
     shifted = x - np.maximum.reduce(x, axis=axis, keepdims=True, initial=-np.inf)
     return shifted - np.log(np.add.reduce(np.exp(shifted), axis=axis, keepdims=True))
 

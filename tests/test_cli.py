@@ -361,6 +361,30 @@ def test_bench_prints_the_recorded_comparison_when_the_comparator_is_missing(
     assert "not installed" not in capfd.readouterr().out
 
 
+def test_bench_goals_prints_the_recorded_goal_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capfd: pytest.CaptureFixture) -> None:
+    from rlgrad.cli import bench
+
+    folder = tmp_path / "bench"
+    folder.mkdir()
+    (folder / "nn.py").write_text("print('NN table')\n")
+    doc = tmp_path / "docs" / "benchmarks.md"
+    doc.parent.mkdir()
+    monkeypatch.setattr(bench, "bench_dir", lambda: folder)
+    assert main(["bench", "--goals"]) == 1  # no table recorded yet: said, not a traceback
+    assert "no speed-goal table recorded" in capfd.readouterr().out
+    doc.write_text("# Benchmarks\n\n## Speed goals at a glance\n\nLead, 2026-11-25, quiet host:\n\n"
+                   "| goal | target | measured |\n|---|---|---|\n| PPO | 1.0x | 1.2x |\n\n"
+                   "## Engine\n| other | 1 |\n")
+    assert main(["bench", "--goals"]) == 0
+    out = capfd.readouterr().out
+    assert "| PPO | 1.0x | 1.2x |" in out and "Lead, 2026-11-25" in out and "NN table" not in out
+    assert "| other | 1 |" not in out
+    assert main(["bench"]) == 0  # a whole run ends with the goals
+    out = capfd.readouterr().out
+    assert out.index("NN table") < out.index("| PPO | 1.0x | 1.2x |")
+
+
 def test_set_values_are_typed() -> None:
     from rlgrad.cli.build import parse_sets
     from rlgrad.cli.errors import CLIError

@@ -451,6 +451,18 @@ def test_softmax_family_is_stable_for_large_logits():
     np.testing.assert_allclose(zt.grad._value[0], [1, 0, 0] - ref0)
 
 
+@pytest.mark.parametrize("shape, dim", [((3, 0), 1), ((0, 3), 1), ((3, 0), 0)])
+def test_log_softmax_of_an_empty_tensor_is_empty_without_a_warning(shape, dim):
+    import warnings
+
+    x = rlgrad.tensor(np.zeros(shape, np.float32), requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch gives an empty result, no log(0) on the way
+        y = F.log_softmax(x, dim=dim)
+        y.sum().backward()
+    assert y.shape == shape and y.dtype == rlgrad.float32 and x.grad.shape == shape
+
+
 def test_softmax_gradients():
     z = randn(3, 4)
     rlgrad.check_grads(lambda z: F.softmax(z, dim=1), order=2)(z)

@@ -11,7 +11,7 @@
     rlgrad tune ENV_ID --algo ppo --samples K [--steps N] [--search optuna] [--scheduler asha]
                 [--sweep-dir DIR] [--space FILE.yaml] [--resume] [--ray-address ADDR]
     rlgrad presets
-    rlgrad bench [--quick] [--only NAME ...]
+    rlgrad bench [--quick] [--only NAME ...] [--goals]
     rlgrad demo                      # what `make run` runs: PPO on CartPole-v1 to 500
 
 Bad input is one line on stderr and exit status 2, never a traceback (see ``errors``). Modules
@@ -147,6 +147,8 @@ def build_parser() -> ArgumentParser:
     b.add_argument("--quick", action="store_true", help="shorter runs (where a script takes it)")
     b.add_argument("--only", nargs="+", default=None, metavar="NAME",
                    help="only these benchmarks (engine, nn, gather, ...)")
+    b.add_argument("--goals", action="store_true",
+                   help="print the speed goals' table last recorded in docs/benchmarks.md and stop")
 
     d = sub.add_parser("demo", help="PPO on CartPole-v1 to a return of 500, evaluated "
                        "(what `make run` runs)")
@@ -244,7 +246,7 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
     if cmd == "bench":
         from rlgrad.cli.bench import cmd_bench
 
-        return cmd_bench(args.only, args.quick)
+        return cmd_bench(args.only, args.quick, args.goals)
     if cmd == "demo":
         from rlgrad.cli.demo import cmd_demo
 

@@ -4,7 +4,8 @@ Each script runs in its own Python process (a benchmark should not share a heap,
 BLAS threads with another), with ``--quick`` passed to the scripts whose command line takes it.
 A script whose comparator (Stable-Baselines3, PureJaxRL's JAX stack, PyTorch) is not installed
 measures rlgrad alone; after it, the latest comparison recorded in ``docs/benchmarks.md`` is
-printed with its date, marked as recorded, not measured now.
+printed with its date, marked as recorded, not measured now. ``--goals`` prints the issues' speed
+goals as last measured (the table of ``GOALS_HEADING``), which a whole run also prints at its end.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ COMPARED = {
     "reinforce_torch": (("torch",), "### REINFORCE against the same loop in PyTorch"),
     "offpolicy_sb3": (("stable_baselines3", "torch"), "## Whole Pendulum-v1 runs vs Stable-Baselines3"),
 }
+GOALS_HEADING = "## Speed goals at a glance"
 _DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 
 
@@ -89,10 +91,13 @@ def takes_quick(script: Path) -> bool:
         return False
 
 
-def cmd_bench(only: list[str] | None, quick: bool) -> int:
+def cmd_bench(only: list[str] | None, quick: bool, goals: bool = False) -> int:
     folder = bench_dir()
     if folder is None:
         raise CLIError("no bench/ folder found: run rlgrad bench from a source checkout of rlgrad")
+    doc = folder.parent / "docs" / "benchmarks.md"
+    if goals:
+        return show_goals(doc)
     todo = scripts(folder)
     if only:
         names = {p.stem: p for p in todo}
@@ -114,7 +119,9 @@ def cmd_bench(only: list[str] | None, quick: bool) -> int:
         if rc != 0:
             failed.append(script.name)
         elif missing_comparator(script.stem):
-            show_recorded(script.stem, folder.parent / "docs" / "benchmarks.md")
+            show_recorded(script.stem, doc)
+    if not only:
+        show_goals(doc)
     if failed:
         print(f"rlgrad bench: failed: {', '.join(failed)}", file=sys.stderr)
         return 1
@@ -130,3 +137,15 @@ def show_recorded(name: str, doc: Path) -> None:
         return
     print(f"({missing} not installed here, so the comparison above is rlgrad alone. The latest "
           f"comparison recorded in {doc.name}, not measured now:)\n{table}\n", flush=True)
+
+
+def show_goals(doc: Path) -> int:
+    """The speed goals of the issues with what was last measured against each, and the floor
+    that bounds the ones not met: a record from ``doc``, not a measurement made now."""
+    table = recorded_table(doc, GOALS_HEADING)
+    if table is None:
+        print(f"no speed-goal table recorded in {doc} (section {GOALS_HEADING!r})", flush=True)
+        return 1
+    print(f"The speed goals as last recorded in {doc.name} (not measured now):\n{table}\n",
+          flush=True)
+    return 0
