@@ -232,7 +232,6 @@ defvjp(trunc, _zero)
 defjvp_elementwise(trunc)
 
 
-
 def _tanh_grad(g: Any, y: Any, out: Any = None) -> Any:
     """``g * (1 - y * y)``, tanh's backward (``y = tanh(x)``): one C pass over same-shape arrays
     (``_kernels.tanh_grad``, NumPy's three operations in the same order: the same bits)."""
