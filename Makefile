@@ -38,4 +38,4 @@ lint: $(TEST_STAMP)
 	$(PY) -m ruff check rlgrad tests bench examples
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info rlgrad/optim/_fused*.so rlgrad/_engine*.so
+	rm -rf $(VENV) .pytest_cache build *.egg-info rlgrad/optim/_fused*.so rlgrad/_engine*.so rlgrad/_kernels*.so
