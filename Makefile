@@ -14,11 +14,11 @@ $(PY):
 # setup.py builds the optional C modules (the fused optimizer updates, the engine's backward loop,
 # two loops of an MLP's backward);
 # without a compiler the NumPy / Python paths run, with the same results
-$(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c | $(PY)
+$(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c rlgrad/_buffers.h | $(PY)
 	$(PY) -m pip install --quiet -e ".[rl]"
 	touch $@
 
-$(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c | $(PY)
+$(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c rlgrad/_buffers.h | $(PY)
 	$(PY) -m pip install --quiet -e ".[dev,rl,compare,atari,ray]"
 	touch $@
 

@@ -13,8 +13,9 @@ flags = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off", "-fno-ma
 
 # rlgrad._engine: the backward pass's loop in C (core.py falls back to its Python loop without it).
 setup(ext_modules=[Extension("rlgrad.optim._fused", ["rlgrad/optim/_fused.c"],
-                             extra_compile_args=flags, optional=True),
+                             depends=["rlgrad/_buffers.h"], extra_compile_args=flags,
+                             optional=True),
                    Extension("rlgrad._engine", ["rlgrad/_engine.c"], extra_compile_args=flags[:1],
                              optional=True),
-                   Extension("rlgrad._kernels", ["rlgrad/_kernels.c"], extra_compile_args=flags,
-                             optional=True)])
+                   Extension("rlgrad._kernels", ["rlgrad/_kernels.c"], depends=["rlgrad/_buffers.h"],
+                             extra_compile_args=flags, optional=True)])

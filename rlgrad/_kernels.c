@@ -16,22 +16,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define CLONES
-#endif
-
-/* The buffer's element kind ('f' float32, 'd' float64), or 0 if it is neither. */
-static char kind_of(const Py_buffer *b) {
-    const char *f = b->format ? b->format : "B";
-    if (*f == '<' || *f == '=' || *f == '@') f++;
-    if (f[0] == '\0' || f[1] != '\0') return 0;
-    if (*f == 'f' && b->itemsize == 4) return 'f';
-    if (*f == 'd' && b->itemsize == 8) return 'd';
-    return 0;
-}
+#include "_buffers.h"
 
 static int overlap(const Py_buffer *a, const Py_buffer *b) {
     const char *pa = a->buf, *pb = b->buf;
