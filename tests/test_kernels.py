@@ -150,3 +150,62 @@ def test_tanh_fed_linear_gradients_skip_the_dead_unit_check(act):
     want = rlgrad.autograd.grad(loss(rlgrad.tensor(x)), params)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(_bits(a), _bits(np.asarray(b._value if hasattr(b, "_value") else b)))
+
+
+def _rollout(rng, steps, n, gamma=0.99, lam=0.95):
+    from rlgrad.rl.buffers import RolloutBuffer
+
+    b = RolloutBuffer(steps, n, 4, (), np.int64, gamma=gamma, gae_lambda=lam)
+    b.rewards[:] = rng.standard_normal((steps, n)) * rng.choice([1e-6, 1.0, 1e6], size=(steps, n))
+    b.rewards[0, 0], b.values[:] = -0.0, rng.standard_normal((steps, n))
+    b.dones[:] = rng.random((steps, n)) < 0.3
+    b.terminated[:] = b.dones & (rng.random((steps, n)) < 0.5)
+    b.bootstrap[:] = np.where(rng.random((steps, n)) < 0.2, rng.standard_normal((steps, n)), np.nan)
+    if steps > 2 and n > 2:
+        b.rewards[1, 1], b.values[2, 2] = np.inf, np.nan
+    return b
+
+
+_INF_TIMES_ZERO = pytest.mark.filterwarnings("ignore:invalid value encountered")  # the inf reward
+
+
+@_INF_TIMES_ZERO
+@pytest.mark.parametrize("steps, n", [(5, 8), (128, 4), (1, 3), (7, 1)])
+@pytest.mark.parametrize("gamma, lam", [(0.99, 0.95), (0.98, 1), (1, 0.8)])
+def test_gae_kernel_gives_the_numpy_paths_bits(monkeypatch, steps, n, gamma, lam):
+    rng = np.random.default_rng(steps * n)
+    b = _rollout(rng, steps, n, gamma, lam)
+    last = rng.standard_normal(n)  # float64: cast to float32 by both paths
+    b.compute_returns_and_advantage(last)
+    got = b.advantages.copy(), b.returns.copy()
+    monkeypatch.setattr(ops, "_kernels", None)
+    b.compute_returns_and_advantage(last)
+    for a, e in zip(got, (b.advantages, b.returns)):
+        assert np.array_equal(_bits(a), _bits(e))
+
+
+@needs_kernels
+def test_gae_kernel_refuses_what_does_not_fit():
+    b = _rollout(np.random.default_rng(0), 5, 4)
+    last = np.zeros(4, np.float32)
+    args = [b.rewards, b.values, last, b.bootstrap, b.terminated, b.dones]
+    outs = [b.advantages, b.returns]
+    assert K.gae(*args, 0.99, 0.95, *outs)
+    assert not K.gae(*args[:2], np.zeros(3, np.float32), *args[3:], 0.99, 0.95, *outs)  # n differs
+    assert not K.gae(*args[:4], b.terminated.astype(np.float32), b.dones, 0.99, 0.95, *outs)
+    assert not K.gae(b.rewards.astype(np.float64), *args[1:], 0.99, 0.95, *outs)  # dtypes differ
+    assert not K.gae(*args, 0.99, 0.95, b.advantages, b.advantages)  # the outputs overlap
+    assert not K.gae(*args, 0.99, 0.95, b.rewards, b.returns)  # an output is an input
+
+
+@_INF_TIMES_ZERO
+def test_gae_with_a_numpy_float64_gamma_keeps_numpys_float64_arithmetic(monkeypatch):
+    """A NumPy float64 gamma makes NumPy's GAE compute in float64 (it is not a weak Python
+    float): the buffer then takes the NumPy path, whatever the kernel would round."""
+    b = _rollout(np.random.default_rng(3), 6, 3, gamma=np.float64(0.99), lam=np.float64(0.9))
+    last = np.ones(3, np.float32)
+    b.compute_returns_and_advantage(last)
+    got = b.advantages.copy()
+    monkeypatch.setattr(ops, "_kernels", None)
+    b.compute_returns_and_advantage(last)
+    assert np.array_equal(_bits(got), _bits(b.advantages))
