@@ -11,13 +11,14 @@ TEST_STAMP := $(VENV)/.installed-test
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# setup.py builds the optional C modules (the fused optimizer updates, the engine's backward loop);
+# setup.py builds the optional C modules (the fused optimizer updates, the engine's backward loop,
+# two loops of an MLP's backward);
 # without a compiler the NumPy / Python paths run, with the same results
-$(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c | $(PY)
+$(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c rlgrad/_buffers.h | $(PY)
 	$(PY) -m pip install --quiet -e ".[rl]"
 	touch $@
 
-$(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c | $(PY)
+$(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c rlgrad/_buffers.h | $(PY)
 	$(PY) -m pip install --quiet -e ".[dev,rl,compare,atari,ray]"
 	touch $@
 
@@ -37,4 +38,4 @@ lint: $(TEST_STAMP)
 	$(PY) -m ruff check rlgrad tests bench examples
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info rlgrad/optim/_fused*.so rlgrad/_engine*.so
+	rm -rf $(VENV) .pytest_cache build *.egg-info rlgrad/optim/_fused*.so rlgrad/_engine*.so rlgrad/_kernels*.so

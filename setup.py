@@ -1,5 +1,6 @@
-"""Everything is in pyproject.toml but the two optional C modules: the fused optimizer updates
-(rlgrad/optim/_fused.c) and the backward pass's loop (rlgrad/_engine.c). Without a C compiler the
+"""Everything is in pyproject.toml but the optional C modules: the fused optimizer updates
+(rlgrad/optim/_fused.c), the backward pass's loop (rlgrad/_engine.c) and two loops of an MLP's
+backward (rlgrad/_kernels.c). Without a C compiler the
 install still succeeds and rlgrad uses its NumPy / Python paths, which give the same bits."""
 
 import sys
@@ -12,6 +13,9 @@ flags = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off", "-fno-ma
 
 # rlgrad._engine: the backward pass's loop in C (core.py falls back to its Python loop without it).
 setup(ext_modules=[Extension("rlgrad.optim._fused", ["rlgrad/optim/_fused.c"],
-                             extra_compile_args=flags, optional=True),
+                             depends=["rlgrad/_buffers.h"], extra_compile_args=flags,
+                             optional=True),
                    Extension("rlgrad._engine", ["rlgrad/_engine.c"], extra_compile_args=flags[:1],
-                             optional=True)])
+                             optional=True),
+                   Extension("rlgrad._kernels", ["rlgrad/_kernels.c"], depends=["rlgrad/_buffers.h"],
+                             extra_compile_args=flags, optional=True)])

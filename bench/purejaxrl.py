@@ -1,6 +1,6 @@
 """PPO on CartPole-v1 with PureJaxRL's configuration: rlgrad vs PureJaxRL, whole-process wall time.
 
-    .venv/bin/python bench/purejaxrl.py [--repeat 3] [--seed 0] [--no-jax]
+    .venv/bin/python bench/purejaxrl.py [--repeat 3] [--seed 0] [--no-jax] [--no-floor]
 
 PureJaxRL (Lu et al., 2022, "Discovered Policy Optimisation") compiles the whole PPO loop
 (environment, rollout, update) into one XLA program. Its ``purejaxrl/ppo.py`` is a script, not a
@@ -32,6 +32,12 @@ interleaved, ``--repeat`` times; the table gives medians and the median of the p
 ``returned_episode_returns`` metric; rlgrad's episode statistics), and for rlgrad also 20
 deterministic evaluation episodes (run after training, their time not counted).
 Without ``jax``, ``flax``, ``optax`` and ``gymnax`` (``pip install -e .[bench]``), rlgrad runs alone.
+
+Two more rows (``--no-floor`` leaves them out), each its own process too: the NumPy floor
+(``bench/_numpy_ppo.py``: the same PPO, PureJaxRL's loss and configuration, written by hand in
+NumPy for this one network, stepping the same Gymnasium vector env as rlgrad with rlgrad's
+bookkeeping; 976 updates as PureJaxRL), and the environment alone (the same vector env, the same
+number of steps with random actions and the floor's per-step bookkeeping, no network).
 """
 
 from __future__ import annotations
@@ -100,12 +106,19 @@ def _rlgrad_train(seed: int) -> dict:
     model = PPO(CONFIG["ENV_NAME"], seed=seed, **RLGRAD_KWARGS)
     returns, updates = [], []
 
-    def on_update(_locals=None) -> None:  # the returns of the episodes of each update
+    train = model.train
+
+    def train_and_record() -> None:  # the returns of the episodes of each update
+        train()
         q = model._ep_stats
         updates.append(int(q.episode_count))
         returns.append(list(q.return_queue))
 
-    model.learn(CONFIG["TOTAL_TIMESTEPS"], callback=_UpdateCallback(on_update))
+    # read after each update by wrapping train, not by a callback: with a callback, the rollout
+    # calls it at every step (SB3's on_step), ~1 s of CPU over 500k steps that a user's plain
+    # learn() does not pay
+    model.train = train_and_record
+    model.learn(CONFIG["TOTAL_TIMESTEPS"])
     dt = time.perf_counter() - t0
     # episodes that ended in the last 10 updates: the newest entries of the statistics queue
     n_new = updates[-1] - updates[-11] if len(updates) > 10 else updates[-1]
@@ -117,20 +130,26 @@ def _rlgrad_train(seed: int) -> dict:
             "eval_cpu_s": time.process_time() - c1, "steps": model.num_timesteps}
 
 
-class _UpdateCallback:
-    def __new__(cls, fn):  # a BaseCallback whose on_iteration_end calls fn (built lazily)
-        from rlgrad.rl.callbacks import BaseCallback
+def _floor_train(seed: int) -> dict:
+    from bench._numpy_ppo import PUREJAXRL, train
 
-        class CB(BaseCallback):
-            def on_iteration_end(self) -> bool:
-                fn()
-                return True
+    res = train(PUREJAXRL, seed)
+    return {k: res[k] for k in ("train_s", "return", "steps")}
 
-        return CB()
+
+def _env_train(seed: int) -> dict:
+    from bench._numpy_ppo import PUREJAXRL, env_alone
+
+    res = env_alone(PUREJAXRL, seed)
+    return {k: res[k] for k in ("train_s", "steps")} | {"return": float("nan")}
+
+
+SIDES = {"jax": _jax_train, "rlgrad": _rlgrad_train, "numpy": _floor_train, "env": _env_train}
+NAMES = {"rlgrad": "rlgrad", "jax": "PureJaxRL", "numpy": "NumPy floor", "env": "env alone"}
 
 
 def child(side: str, seed: int) -> None:
-    res = (_jax_train if side == "jax" else _rlgrad_train)(seed)
+    res = SIDES[side](seed)
     print("RESULT " + json.dumps(res), flush=True)
 
 
@@ -173,7 +192,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-jax", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one run of each side")
-    ap.add_argument("--child", choices=("jax", "rlgrad"), help=argparse.SUPPRESS)
+    ap.add_argument("--no-floor", action="store_true",
+                    help="leave out the NumPy floor and environment-alone rows")
+    ap.add_argument("--child", choices=tuple(SIDES), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child, args.seed)
@@ -183,40 +204,51 @@ def main() -> None:
         print("jax / flax / optax / gymnax not installed (pip install -e .[bench]): rlgrad only",
               file=sys.stderr)
     repeat = 1 if args.quick else max(args.repeat, 1)
-    rs, js = [], []
+    sides = ["rlgrad"] + (["jax"] if jax_ok else []) + ([] if args.no_floor else ["numpy", "env"])
+    runs: dict[str, list[dict]] = {k: [] for k in sides}
     for i in range(repeat):
-        r = run_side("rlgrad", args.seed)
-        rs.append(r)
-        msg = (f"run {i + 1}: rlgrad {r['wall_s']:.1f} s (CPU {r['cpu_s']:.1f}, train "
-               f"{r['train_s']:.1f}) return {r['return']:.1f}")
-        if jax_ok:
-            j = run_side("jax", args.seed)
-            js.append(j)
-            msg += (f" | PureJaxRL {j['wall_s']:.1f} s (CPU {j['cpu_s']:.1f}, compile+train "
-                    f"{j['train_s']:.1f}) return {j['return']:.1f} | ratio wall "
-                    f"{r['wall_s'] / j['wall_s']:.2f}, CPU {r['cpu_s'] / j['cpu_s']:.2f}")
-        print(msg, file=sys.stderr, flush=True)
+        msg = []
+        for side in sides:
+            r = run_side(side, args.seed)
+            runs[side].append(r)
+            ret = "" if side == "env" else f" return {r['return']:.1f}"
+            msg.append(f"{NAMES[side]} {r['wall_s']:.1f} s (CPU {r['cpu_s']:.1f}, train "
+                       f"{r['train_s']:.1f}){ret}")
+        print(f"run {i + 1}: " + " | ".join(msg), file=sys.stderr, flush=True)
+    _table(args, repeat, runs)
+
+
+def _table(args: argparse.Namespace, repeat: int, runs: dict[str, list[dict]]) -> None:
     med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
     print(f"\nPPO, PureJaxRL's CartPole-v1 configuration (500k steps, 4 envs x 128, 4 epochs x 4 "
           f"minibatches), seed {args.seed}, {time.strftime('%Y-%m-%d')}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one thread each, "
-          f"Python {platform.python_version()}; medians of {repeat} interleaved runs\n")
+          f"Python {platform.python_version()}, load {os.getloadavg()[0]:.1f}; medians of {repeat} "
+          "interleaved runs\n")
+    ref = [s for s in ("jax", "rlgrad") if runs.get(s)]
+    keys = [(s, k) for s in ref for k in ("wall_s", "cpu_s")]
     print("| implementation | whole process, wall (s) | whole process, CPU (s) | training (s) | steps "
-          "| return (last 10 updates) | deterministic eval (20 ep.) |")
-    print("|---|---:|---:|---:|---:|---:|---|")
-    r = rs[-1]
-    print(f"| rlgrad PPO | {med(rs, 'wall_s'):.1f} | {med(rs, 'cpu_s'):.1f} | "
-          f"{med(rs, 'train_s'):.1f} | {r['steps']} | {r['return']:.1f} | "
-          f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f} |")
-    if js:
-        j = js[-1]
-        print(f"| PureJaxRL PPO (jax {j['jax']}, {j['backend']}) | {med(js, 'wall_s'):.1f} | "
-              f"{med(js, 'cpu_s'):.1f} | {med(js, 'train_s'):.1f} (compile + train) | {j['steps']} | "
-              f"{j['return']:.1f} | - |")
+          "| return (last 10 updates) | deterministic eval (20 ep.) | "
+          + " | ".join(f"{'wall' if k == 'wall_s' else 'CPU'} / {NAMES[s]}" for s, k in keys) + " |")
+    print("|---|---:|---:|---:|---:|---:|---|" + "---:|" * len(keys))
+    label = {"rlgrad": "rlgrad PPO", "numpy": "NumPy floor PPO (bench/_numpy_ppo.py)",
+             "env": "environment alone (same env and steps, random actions)"}
+    for side, xs in runs.items():
+        x = xs[-1]
+        name = label.get(side) or f"PureJaxRL PPO (jax {x['jax']}, {x['backend']})"
+        ev = f"{x['eval_mean']:.1f} ± {x['eval_std']:.1f}" if "eval_mean" in x else "-"
+        ret = "-" if side == "env" else f"{x['return']:.1f}"
+        train = f"{med(xs, 'train_s'):.1f}" + (" (compile + train)" if side == "jax" else "")
+        ratios = " | ".join(f"{statistics.median(a[k] / b[k] for a, b in zip(xs, runs[s])):.2f}"
+                            for s, k in keys)
+        print(f"| {name} | {med(xs, 'wall_s'):.1f} | {med(xs, 'cpu_s'):.1f} | {train} | "
+              f"{x['steps']} | {ret} | {ev} | {ratios} |")
+    for s in [x for x in runs if x != "rlgrad"]:
         for k, name in (("wall_s", "wall"), ("cpu_s", "CPU")):
-            ratio = statistics.median(a[k] / b[k] for a, b in zip(rs, js))
-            print(f"\nrlgrad / PureJaxRL whole-process {name} time: {ratio:.2f}x (median of the "
+            ratio = statistics.median(a[k] / b[k] for a, b in zip(runs["rlgrad"], runs[s]))
+            print(f"\nrlgrad / {NAMES[s]} whole-process {name} time: {ratio:.2f}x (median of the "
                   "per-pair ratios)")
+    print("\n(ratio columns: medians of the per-run ratios of the row's process to the column's)")
 
 
 if __name__ == "__main__":

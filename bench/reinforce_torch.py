@@ -1,6 +1,6 @@
 """REINFORCE on CartPole-v1 (rlgrad's preset): rlgrad vs the same loop written in PyTorch.
 
-    .venv/bin/python bench/reinforce_torch.py [--repeat 3] [--seed 0] [--quick] [--no-torch]
+    .venv/bin/python bench/reinforce_torch.py [--repeat 3] [--seed 0] [--quick] [--no-torch] [--no-floor]
 
 rlgrad trains its ``REINFORCE`` with the CartPole-v1 preset (``rlgrad/presets/reinforce.yaml``:
 8 envs x 256 steps, 200k steps, Adam 2e-3, gamma 0.99, advantages normalised). The PyTorch side
@@ -22,6 +22,11 @@ interleaved ``--repeat`` times; the table gives the median ``learn`` wall and CP
 (``time.process_time``) seconds, the median of the per-pair CPU ratios, the mean return of the
 last 20 training episodes and 20 deterministic evaluation episodes (the same evaluation code,
 ``rlgrad.rl.evaluate``, for both; its time not counted). Without ``torch``, rlgrad runs alone.
+
+Two more rows (``--no-floor`` leaves them out), interleaved with the others: the NumPy floor
+(``bench/_numpy_ppo.py``: the same REINFORCE, network, environment and bookkeeping written by hand
+in NumPy, forward, backward and Adam included) and the environment alone (the same vector env
+and number of steps with random actions and the floor's per-step bookkeeping, no network).
 """
 
 from __future__ import annotations
@@ -160,16 +165,50 @@ def run_torch(seed: int) -> dict:
             "torch": torch.__version__}
 
 
+def _floor_cfg() -> dict:
+    import _numpy_ppo as floor
+
+    hp, env_cfg = split_preset(load_preset("reinforce", ENV))
+    return floor.pg_config("reinforce", hp, int(env_cfg.get("n_envs", 8)), int(env_cfg["n_timesteps"]))
+
+
+def run_floor(seed: int) -> dict:
+    import _numpy_ppo as floor
+
+    res = floor.train(_floor_cfg(), seed)
+    net = res["net"]
+
+    class Agent:  # deterministic evaluation through rlgrad.rl.evaluate, as for the others
+        env_id = ENV
+
+        def predict(self, o, deterministic=True):
+            return floor.greedy(net, o), None
+
+    mean, std = evaluate(Agent(), ENV, n_episodes=20)
+    return {"wall": res["train_s"], "cpu": res["cpu_s"], "steps": res["steps"],
+            "train_return": res["last20"], "mean": mean, "std": std}
+
+
+def run_env(seed: int) -> dict:
+    import _numpy_ppo as floor
+
+    res = floor.env_alone(_floor_cfg(), seed)
+    return {"wall": res["train_s"], "cpu": res["cpu_s"], "steps": res["steps"],
+            "train_return": float("nan"), "mean": float("nan"), "std": float("nan")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="one run of each side")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="leave out the NumPy floor and environment-alone rows")
     args = ap.parse_args()
     have_torch = _timing.comparators(("torch",), skip=args.no_torch)
     repeat = 1 if args.quick else max(args.repeat, 1)
-    rs, ts = [], []
+    rs, ts, fs, es = [], [], [], []
     for i in range(repeat):
         r = run_rlgrad(args.seed)
         rs.append(r)
@@ -179,27 +218,42 @@ def main() -> None:
             ts.append(t)
             msg += (f" | PyTorch {t['wall']:.1f} s (CPU {t['cpu']:.1f}) return {t['mean']:.1f}"
                     f" | CPU ratio {r['cpu'] / t['cpu']:.2f}")
+        if not args.no_floor:
+            f, e = run_floor(args.seed), run_env(args.seed)
+            fs.append(f)
+            es.append(e)
+            msg += (f" | NumPy floor {f['wall']:.1f} s (CPU {f['cpu']:.1f}) return {f['mean']:.1f}"
+                    f" | env alone CPU {e['cpu']:.1f}")
         print(msg, file=sys.stderr, flush=True)
     cfg = config()
     print(f"\nREINFORCE, CartPole-v1 preset ({cfg['budget']} steps, {cfg['n_envs']} envs x "
           f"{cfg['n_steps']}), seed {args.seed}, {time.strftime('%Y-%m-%d')}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, one thread, "
-          f"Python {platform.python_version()}, NumPy {np.__version__}; medians of {repeat} "
-          "interleaved runs\n")
+          f"Python {platform.python_version()}, NumPy {np.__version__}, load "
+          f"{os.getloadavg()[0]:.1f}; medians of {repeat} interleaved runs\n")
     print("| implementation | learn wall (s) | learn CPU (s) | steps | return, last 20 training "
           "episodes | deterministic eval (20 ep.) |")
     print("|---|---:|---:|---:|---:|---|")
     med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
     for name, xs in (("rlgrad REINFORCE", rs), (f"PyTorch loop (torch {ts[-1]['torch']})"
-                                                 if ts else "", ts)):
+                                                 if ts else "", ts),
+                     ("NumPy floor (bench/_numpy_ppo.py)", fs),
+                     ("environment alone (same env and steps, random actions)", es)):
         if xs:
             x = xs[-1]
+            ret = "-" if xs is es else f"{x['train_return']:.1f}"
+            ev = "-" if xs is es else f"{x['mean']:.1f} ± {x['std']:.1f}"
             print(f"| {name} | {med(xs, 'wall'):.1f} | {med(xs, 'cpu'):.1f} | {x['steps']} | "
-                  f"{x['train_return']:.1f} | {x['mean']:.1f} ± {x['std']:.1f} |")
-    if ts:
-        for k, name in (("wall", "wall"), ("cpu", "CPU")):
-            ratio = statistics.median(a[k] / b[k] for a, b in zip(rs, ts))
-            print(f"\nrlgrad / PyTorch {name} time: {ratio:.2f}x (median of the per-pair ratios)")
+                  f"{ret} | {ev} |")
+    for other, label in ((ts, "PyTorch"), (fs, "NumPy floor"), (es, "env alone")):
+        if other:
+            for k, name in (("wall", "wall"), ("cpu", "CPU")):
+                ratio = statistics.median(a[k] / b[k] for a, b in zip(rs, other))
+                print(f"\nrlgrad / {label} {name} time: {ratio:.2f}x (median of the per-pair ratios)")
+    if ts and fs:
+        for xs, label in ((fs, "NumPy floor"), (es, "env alone")):
+            ratio = statistics.median(a["cpu"] / b["cpu"] for a, b in zip(xs, ts))
+            print(f"\n{label} / PyTorch CPU time: {ratio:.2f}x (median of the per-pair ratios)")
 
 
 if __name__ == "__main__":

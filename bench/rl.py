@@ -1,7 +1,7 @@
 """RL benchmark: the CartPole-v1 presets of PPO, A2C and DQN, rlgrad vs Stable-Baselines3.
 
     .venv/bin/python bench/rl.py [--algos ppo,a2c,dqn] [--seeds 0] [--no-sb3] [--repeat 1]
-                                 [--stepping same|native|both]
+                                 [--stepping same|native|both] [--no-floor]
 
 Trains each preset with rlgrad and, when ``stable-baselines3`` and ``torch`` are installed, the
 same hyperparameters with Stable-Baselines3 (one thread each, same process, interleaved), then
@@ -18,6 +18,13 @@ copies one after the other (rlgrad Gymnasium's ``SyncVectorEnv``, stepped as its
 environments. ``native`` lets rlgrad use what it picks by
 default (Gymnasium's NumPy-vectorised CartPole, which steps all copies in a few NumPy calls);
 ``both`` reports the two rows.
+
+For PPO and A2C, two more runs join each pair (``--no-floor`` leaves them out), stepping the same
+vector env as rlgrad's row: the NumPy floor (``bench/_numpy_ppo.py``: the same algorithm and
+preset written by hand in NumPy for this network, forward, backward and optimizer included, with
+rlgrad's bookkeeping) and the environment alone (the same env and number of steps with random
+actions and the floor's per-step bookkeeping); a second table gives their CPU time against
+rlgrad's and SB3's.
 """
 
 from __future__ import annotations
@@ -72,6 +79,35 @@ def run_sb3(algo: str, seed: int) -> dict:
     return {"time": dt, "cpu": cpu, "steps": model.num_timesteps, "mean": mean, "std": std}
 
 
+FLOOR_ALGOS = ("ppo", "a2c")
+
+
+def run_floor(algo: str, seed: int, stepping: str, alone: bool = False) -> dict:
+    """The NumPy floor of ``algo``'s preset (or, ``alone``, its environment steps alone)."""
+    import _numpy_ppo as floor
+
+    hp, env_cfg = split_preset(load_preset(algo, "CartPole-v1"))
+    n_envs, total = int(env_cfg.get("n_envs", 1)), int(env_cfg["n_timesteps"])
+    cfg = floor.zoo_ppo(hp, n_envs, total) if algo == "ppo" else floor.pg_config(algo, hp, n_envs, total)
+    mode = {"same": "sync", "native": "vector_entry_point"}[stepping]
+    if alone:
+        res = floor.env_alone(cfg, seed, mode=mode)
+        return {"time": res["train_s"], "cpu": res["cpu_s"], "steps": res["steps"],
+                "mean": float("nan"), "std": float("nan")}
+    res = floor.train(cfg, seed, mode=mode)
+    net = res["net"]
+
+    class Agent:  # deterministic evaluation through rlgrad.rl.evaluate, as for the others
+        env_id = "CartPole-v1"
+
+        def predict(self, o, deterministic=True):
+            return floor.greedy(net, o), None
+
+    mean, std = evaluate(Agent(), "CartPole-v1", n_episodes=20)
+    return {"time": res["train_s"], "cpu": res["cpu_s"], "steps": res["steps"], "mean": mean,
+            "std": std, "last20": res["last20"]}
+
+
 def _median_run(runs: list[dict]) -> dict:
     out = dict(runs[-1])
     for k in ("time", "cpu"):
@@ -79,15 +115,22 @@ def _median_run(runs: list[dict]) -> dict:
     return out
 
 
-def _pair(algo: str, seed: int, stepping: str, repeat: int, have_sb3: bool) -> tuple:
-    """``repeat`` interleaved runs of rlgrad and SB3: the table row's medians."""
-    rs, ss = [], []
+def _pair(algo: str, seed: int, stepping: str, repeat: int, have_sb3: bool,
+          floor: bool = False) -> tuple:
+    """``repeat`` interleaved runs of rlgrad and SB3 (and the floor): the table row's medians."""
+    rs, ss, fs, es = [], [], [], []
     for _ in range(max(repeat, 1)):
         r = run_rlgrad(algo, seed, stepping)
         s = run_sb3(algo, seed) if have_sb3 else None
         rs.append(r)
         if s:
             ss.append(s)
+        if floor:
+            fs.append(run_floor(algo, seed, stepping))
+            es.append(run_floor(algo, seed, stepping, alone=True))
+            print(f"{algo} seed {seed} ({stepping} stepping): NumPy floor {fs[-1]['time']:.1f}s "
+                  f"(CPU {fs[-1]['cpu']:.1f}) return {fs[-1]['mean']:.1f} | env alone CPU "
+                  f"{es[-1]['cpu']:.1f}", file=sys.stderr, flush=True)
         print(f"{algo} seed {seed} ({stepping} stepping): rlgrad {r['time']:.1f}s (CPU "
               f"{r['cpu']:.1f}) return {r['mean']:.1f}"
               + (f" | SB3 {s['time']:.1f}s (CPU {s['cpu']:.1f}) return {s['mean']:.1f} | ratio "
@@ -97,7 +140,26 @@ def _pair(algo: str, seed: int, stepping: str, repeat: int, have_sb3: bool) -> t
     if ss:
         ratio = tuple(statistics.median(r[k] / s[k] for r, s in zip(rs, ss))
                       for k in ("time", "cpu"))
-    return algo, seed, stepping, _median_run(rs), _median_run(ss) if ss else None, ratio
+    return (algo, seed, stepping, _median_run(rs), _median_run(ss) if ss else None, ratio,
+            (rs, ss, fs, es))
+
+
+def _floor_table(rows: list[tuple]) -> None:
+    """The NumPy floor and the environment alone against rlgrad and SB3 (CPU, medians)."""
+    med = lambda xs: statistics.median(x["cpu"] for x in xs)  # noqa: E731
+    pair = lambda a, b: statistics.median(x["cpu"] / y["cpu"] for x, y in zip(a, b))  # noqa: E731
+    print("\n| algo | env stepping | rlgrad CPU (s) | NumPy floor CPU (s) | env alone CPU (s) | "
+          "SB3 CPU (s) | rlgrad / floor | floor / SB3 | env alone / SB3 | floor return (eval) |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for algo, _seed, stepping, _r, _s, _ratio, (rs, ss, fs, es) in rows:
+        if not fs:
+            continue
+        f = fs[-1]
+        sb = f"{med(ss):.1f}" if ss else "-"
+        fsb = f"{pair(fs, ss):.2f}" if ss else "-"
+        esb = f"{pair(es, ss):.2f}" if ss else "-"
+        print(f"| {algo.upper()} | {stepping} | {med(rs):.1f} | {med(fs):.1f} | {med(es):.1f} | {sb} | "
+              f"{pair(rs, fs):.2f} | {fsb} | {esb} | {f['mean']:.1f} ± {f['std']:.1f} |")
 
 
 def main() -> None:
@@ -109,6 +171,8 @@ def main() -> None:
                     help="runs of each (algo, seed) pair; the table gives medians")
     ap.add_argument("--stepping", choices=("same", "native", "both"), default="same",
                     help="rlgrad's env stepping: SB3's kind (same) or its own default (native)")
+    ap.add_argument("--no-floor", action="store_true",
+                    help="leave out the NumPy floor and environment-alone runs (PPO, A2C)")
     args = ap.parse_args()
     algos = [a.strip() for a in args.algos.split(",") if a.strip()]
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -118,10 +182,12 @@ def main() -> None:
     for algo in algos:
         for seed in seeds:
             for stepping in steppings:
-                rows.append(_pair(algo, seed, stepping, args.repeat, have_sb3))
+                rows.append(_pair(algo, seed, stepping, args.repeat, have_sb3,
+                                  floor=not args.no_floor and algo in FLOOR_ALGOS))
     cpu = platform.processor() or platform.machine()
     print(f"\nCartPole-v1 presets, {time.strftime('%Y-%m-%d')}, {cpu}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, NumPy {np.__version__}"
+          + f", load {os.getloadavg()[0]:.1f}"
           + (f"; medians of {args.repeat} runs" if args.repeat > 1 else "") + "\n")
     head = "| algo | seed | rlgrad env stepping | steps | rlgrad learn (s) | rlgrad steps/s | rlgrad return |"
     sep = "|---|---|---|---|---|---|---|"
@@ -132,7 +198,7 @@ def main() -> None:
     print(head)
     print(sep)
     names = {"same": "SyncVectorEnv (as SB3's DummyVecEnv)", "native": "NumPy-vectorised CartPole"}
-    for algo, seed, stepping, r, s, ratio in rows:
+    for algo, seed, stepping, r, s, ratio, _runs in rows:
         line = (f"| {algo.upper()} | {seed} | {names[stepping]} | {r['steps']} | {r['time']:.1f} | "
                 f"{r['steps'] / r['time']:.0f} | {r['mean']:.1f} ± {r['std']:.1f} |")
         if s:
@@ -140,6 +206,8 @@ def main() -> None:
                      f"{s['mean']:.1f} ± {s['std']:.1f} | {ratio[0]:.2f} | {r['cpu']:.1f} / "
                      f"{s['cpu']:.1f} | {ratio[1]:.2f} |")
         print(line)
+    if any(x[-1][2] for x in rows):
+        _floor_table(rows)
 
 
 if __name__ == "__main__":

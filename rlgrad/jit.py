@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.creation import _empty_aligned
-from rlgrad.tensor import Tensor, _Trace, constant
+from rlgrad.tensor import Tensor, _shape, _size, _Trace, constant
 from rlgrad.tracer import _GradMode
 from rlgrad.transforms import _Depth, dict_keys, tree_flatten, tree_unflatten
 
@@ -240,7 +240,7 @@ class _Names:
 
 def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any) -> _Compiled:
     names = _Names(inputs)
-    lines, writers = _emit(tape, names)
+    lines, writers = _emit(tape, names, _one_element_broadcasts(tape, out_leaves))
     lines = _fold_constants(lines, names.consts)
     # ref(), not const(): an array returned from the step (a traced value's ._value) is that value
     outs = [names.ref(o) if isinstance(o, Tensor | np.ndarray) else names.const(o) for o in out_leaves]
@@ -248,18 +248,52 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     return _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive)
 
 
-def _emit(tape: list, names: _Names) -> tuple[list, dict[str, tuple[str, str, str, np.ndarray]]]:
-    """One line of source per op on the tape (identity-like ops just rename), and the in-place
-    forms of the lines whose primitive can write into a given buffer (see _reuse_buffers)."""
+def _one_element_broadcasts(tape: list, out_leaves: list[Any]) -> dict[int, Any]:
+    """``{id(broadcast result): what to read instead}`` for the broadcasts of one element (a
+    reduction's gradient, spread over its input) whose every use is a two-operand ufunc whose
+    other operand has the broadcast's shape: the ufunc broadcasts the one element itself, to
+    the same values, without the copy. A one-element reshape right before goes too."""
+    made: dict[int, tuple[Any, tuple, Any]] = {}
+    cand: dict[int, Any] = {}
+    for p, args, kwargs, res in tape:
+        made[id(res)] = (p, args, res)
+        if p.name == "broadcast_to" and not kwargs and _size(args[0]) == 1:
+            src = made.get(id(args[0]))
+            cand[id(res)] = (src[1][0] if src is not None and src[0].name == "reshape"
+                             and src[2] is args[0] and _size(src[1][0]) == 1 else args[0])
+    if not cand:
+        return cand
+    keep = {id(o) for o in out_leaves if id(o) in cand}
+    for p, args, kwargs, res in tape:
+        used = [a for a in (*args, *kwargs.values()) if id(a) in cand]
+        nested = [x for a in args if isinstance(a, list | tuple) for x in a if id(x) in cand]
+        keep.update(id(a) for a in nested)
+        if not used:
+            continue
+        ok = (isinstance(p.fwd, np.ufunc) and p.fwd.nin == 2 and len(args) == 2 and not kwargs
+              and len(used) == 1 and _shape(args[0]) == _shape(args[1]) == _shape(res))
+        if not ok:
+            keep.update(id(a) for a in used)
+    return {k: v for k, v in cand.items() if k not in keep}
+
+
+def _emit(tape: list, names: _Names, skip: dict[int, Any] | None = None
+          ) -> tuple[list, dict[str, tuple[str, str, str, np.ndarray]]]:
+    """One line of source per op on the tape (identity-like ops and the broadcasts in ``skip``
+    just rename), and the in-place forms of the lines whose primitive can write into a given
+    buffer (see _reuse_buffers)."""
     lines: list[tuple[str, str, list[str]]] = []  # (target, code, names used)
     writers: dict[str, tuple[str, str, str, np.ndarray]] = {}
+    skip = skip or {}
     for k, (p, args, kwargs, res) in enumerate(tape):
         names.keep_alive.append(res)
         if p.fwd is None:
             raise RuntimeError(f"rlgrad.jit: {p.name} cannot be compiled")
         if p.name in _INDEX_OPS and len(args) > 1:
             _refuse_traced_mask(args[1], names.by_array)
-        if p.name in _ALIAS_OPS and len(args) == 1 and not kwargs:
+        if id(res) in skip:
+            name = names.ref(skip[id(res)])
+        elif p.name in _ALIAS_OPS and len(args) == 1 and not kwargs:
             name = names.ref(args[0])
         else:
             name = f"v{k}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,13 @@ from rlgrad.tracer import (
     pass_through,
     primitive,
 )
+
+try:  # two loops of an MLP's backward in one C pass each (setup.py builds it when it can): same bits
+    from rlgrad import _kernels
+except ImportError:  # pragma: no cover - depends on the install
+    _kernels = None
+if os.environ.get("RLGRAD_KERNELS", "1") == "0":
+    _kernels = None
 
 
 def _zero(g: Any, ans: Any, *args: Any, **kw: Any) -> Any:
@@ -223,8 +231,29 @@ trunc = primitive(np.trunc, "trunc", arity=1)
 defvjp(trunc, _zero)
 defjvp_elementwise(trunc)
 
+
+def _tanh_grad(g: Any, y: Any, out: Any = None) -> Any:
+    """``g * (1 - y * y)``, tanh's backward (``y = tanh(x)``): one C pass over same-shape arrays
+    (``_kernels.tanh_grad``, NumPy's three operations in the same order: the same bits)."""
+    if (_kernels is not None and type(g) is np.ndarray and type(y) is np.ndarray
+            and g.shape == y.shape and g.dtype == y.dtype):
+        res = np.empty_like(g) if out is None else out
+        if _kernels.tanh_grad(g, y, res):
+            return res
+    return np.multiply(g, 1 - y * y, out=out)
+
+
+def _tanh_grad_y(c: Any, ans: Any, g: Any, y: Any) -> Any:
+    t = -(c * g) * y  # what the two factors of y * y each receive: their sum, exactly 2t
+    return t + t
+
+
+tanh_grad = primitive(_tanh_grad, "tanh_grad", arity=2, writes_out=True)
+defvjp(tanh_grad, lambda c, ans, g, y: tanh_grad(c, y), _tanh_grad_y)
+defjvp(tanh_grad, lambda t, ans, g, y: tanh_grad(t, y), lambda t, ans, g, y: _tanh_grad_y(t, ans, g, y))
+
 tanh = primitive(np.tanh, "tanh", arity=1)
-defvjp(tanh, lambda g, ans, x: g * (1 - ans * ans))
+defvjp(tanh, lambda g, ans, x: tanh_grad(g, ans))
 defjvp_elementwise(tanh)
 
 sin = primitive(np.sin, "sin", arity=1)
@@ -433,7 +462,23 @@ def _sum(x: Any, axis: Any = None, keepdims: bool = False, out: Any = None) -> A
         x = np.asarray(x)
     if _short_last_axis(x, axis):
         return _reduce_short_last(np.add, x, keepdims, out)
+    if axis == 0 and not keepdims and x.ndim == 2 and _kernels is not None:  # a bias gradient
+        res = _sum_rows(x, out)
+        if res is not None:
+            return res
     return x.sum(axis=axis, keepdims=keepdims, out=out)  # the method skips np.sum's dispatch
+
+
+def _sum_rows(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``x.sum(axis=0)`` of a 2-D float array in one C loop, or None where it does not apply.
+
+    NumPy adds the rows one after another from 0 (for two columns or more), one inner-loop call
+    per row: on a (256, 64) gradient mostly that call's setup. ``_kernels.sum_rows`` makes the
+    same additions in the same order in one loop: the same bits, ~5x faster."""
+    if x.dtype.char not in "fd" or x.shape[1] < 2:  # one column: NumPy sums it pairwise
+        return None
+    res = np.empty(x.shape[1], x.dtype) if out is None else out
+    return res if _kernels.sum_rows(x, res) else None
 
 
 def _sum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -671,6 +716,8 @@ defjvp(softmax, _softmax_rule)  # the Jacobian diag(p) - p p^T is symmetric: one
 # Shape
 # ---------------------------------------------------------------------------------------------
 def _reshape(x: Any, shape: Any) -> Any:
+    if type(x) is np.ndarray:
+        return x.reshape(shape)  # the method: np.reshape adds ~1 us of Python-level wrapper
     return np.reshape(x, shape)
 
 
@@ -718,7 +765,9 @@ def _sum_to(g: Any, shape: tuple[int, ...]) -> Any:
         return g
     lead = len(gs) - len(shape)
     if lead == 1 and gs[1:] == shape:  # a bias broadcast over the batch: the common case
-        return g.reshape(shape) if gs[0] == 1 else g.sum(axis=0)
+        if gs[0] == 1:
+            return g.reshape(shape)
+        return _sum(g, axis=0) if type(g) is np.ndarray else g.sum(axis=0)
     if (lead == 0 and len(gs) >= 2 and shape[-1] == 1 and 1 < gs[-1] < 8 and gs[:-1] == shape[:-1]
             and type(g) is np.ndarray and g.dtype.kind == "f" and g.flags.c_contiguous):
         return _reduce_short_last(np.add, g, True)  # a keepdims reduction over a few actions

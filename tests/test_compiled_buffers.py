@@ -100,6 +100,13 @@ def test_the_gradient_products_are_differentiable_primitives() -> None:
     check_grads(lambda g, w: rnp.sum(F._linear_grad_input_p(g, w) ** 2), order=2)(g, w)
     v = np.random.default_rng(4).standard_normal(70)
     check_grads(lambda g, x: rnp.sum(F._linear_grad_weight_p(g, x) ** 2), order=1)(v, x[0])
+    # the dense variants (gradients out of tanh's backward): the same products, unchecked
+    check_grads(lambda g, x: rnp.sum(F._dense_grad_weight_p(g, x) ** 2), order=2)(g, x)
+    check_grads(lambda g, w: rnp.sum(F._dense_grad_input_p(g, w) ** 2), order=2)(g, w)
+    # (the products with the dead units left out sum the others in another blocking: the last bits
+    # may differ)
+    np.testing.assert_allclose(F._dense_grad_weight(g, x), F._linear_grad_weight(g, x), rtol=1e-12)
+    np.testing.assert_allclose(F._dense_grad_input(g, w), F._linear_grad_input(g, w), rtol=1e-12)
 
 
 # ---- jit: one buffer per intermediate value ----------------------------------------------------

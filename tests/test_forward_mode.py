@@ -53,6 +53,8 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "linear_grad_input": [Case(F._linear_grad_input_p, (r(3, 5), r(5, 4)))],
         "linear_grad_weight": [Case(F._linear_grad_weight_p, (r(3, 5), r(3, 4))),
                                Case(F._linear_grad_weight_p, (r(5), r(4)))],
+        "linear_grad_input_dense": [Case(F._dense_grad_input_p, (r(3, 5), r(5, 4)))],
+        "linear_grad_weight_dense": [Case(F._dense_grad_weight_p, (r(3, 5), r(3, 4)))],
         "conv2d": [Case(lambda x, w, b: F.conv2d(x, w, b, stride=1, padding=1),
                         (r(2, 3, 5, 5), r(4, 3, 3, 3), r(4))),
                    Case(lambda x, w: F.conv2d(x, w, stride=2), (r(1, 2, 5, 5), r(3, 2, 2, 2)))],

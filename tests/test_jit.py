@@ -219,3 +219,31 @@ def test_dict_batches_take_the_fast_call_and_keep_the_leaf_order() -> None:
     # sorted them while the trace did not: a silently swapped input)
     h = rlgrad.jit(lambda t: t[0] * 2 + t[1])
     np.testing.assert_allclose(h({1: b["a"], 0: b["x"]}), 2 * b["x"] + b["a"])
+
+
+def test_one_element_broadcasts_are_left_to_the_ufuncs_that_read_them() -> None:
+    """A reduction's gradient spread over its input (reshape to one element, broadcast_to) that
+    only a two-operand ufunc reads is not materialised: the ufunc broadcasts it, to the same
+    bits. Kept where something else reads it (here: returned)."""
+    w = np.linspace(0.5, 2, 8).astype(np.float32)
+
+    def step(x, c):
+        return rlgrad.grad(lambda v: c[1] * (w * rnp.square(v)).sum())(x)
+
+    x = np.linspace(-1, 1, 8).astype(np.float32)
+    c = np.array([0.5, 0.25], np.float32)
+    j = rlgrad.jit(step)
+    src = j.lower(x, c)
+    assert "broadcast_to" not in src and "reshape" not in src, src
+    got = j(x, c)
+    np.testing.assert_array_equal(got.view(np.uint32), np.asarray(step(x, c)).view(np.uint32))
+    np.testing.assert_array_equal(got, 2 * c[1] * w * x)
+
+    def returned(x, c):
+        return rnp.broadcast_to(c[1] * x.sum(), (8,)) * x, rnp.broadcast_to(c[:1], (8,))
+
+    j2 = rlgrad.jit(returned)
+    assert j2.lower(x, c).count("broadcast_to") == 1  # the one the caller receives stays
+    a, b = j2(x, c)
+    np.testing.assert_array_equal(a, c[1] * x.sum() * x)
+    np.testing.assert_array_equal(b, np.full(8, c[0]))

@@ -65,6 +65,8 @@ def test_check_finite_false_lets_the_transition_in_and_the_update_check_catches_
 @pytest.mark.parametrize("cls,kw", [(PPO, dict(n_steps=64, batch_size=32)),
                                     (DQN, dict(learning_starts=50, train_freq=4)),
                                     (SAC, dict(learning_starts=50, batch_size=32))])
+# the diverged layer's inf values meet in GAE's arithmetic (inf - inf) before the error is raised
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_a_non_finite_loss_stops_before_the_weights_take_it(cls, kw):
     env = "Pendulum-v1" if cls is SAC else "CartPole-v1"
     model = cls(env, seed=0, **kw)

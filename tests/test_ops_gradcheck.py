@@ -858,6 +858,7 @@ ROWS: list[Row] = [
     Row("round", unary(ops.round, off_integers())),
     Row("trunc", unary(ops.trunc, off_integers())),
     Row("tanh", unary(ops.tanh, reals(-3, 3))),
+    Row("tanh_grad", broadcast(ops.tanh_grad, reals(-3, 3), reals(-0.99, 0.99))),
     Row("sin", unary(ops.sin, reals(-4, 4))),
     Row("cos", unary(ops.cos, reals(-4, 4))),
     Row("tan", unary(ops.tan, reals(-1.2, 1.2))),

@@ -71,12 +71,12 @@ def _live_units(g2: np.ndarray, other: int) -> np.ndarray | None:
     return live if len(live) <= limit else None
 
 
-def _linear_grad_input(g: Any, weight: Any, out: Any = None) -> Any:
+def _linear_grad_input(g: Any, weight: Any, out: Any = None, skip: bool = True) -> Any:
     """``g @ weight``: the input gradient of ``linear`` (without the units whose gradient is zero
-    in every row)."""
+    in every row, unless ``skip`` is False)."""
     if weight.shape[0] == 1 and g.ndim >= 2:  # one output (a value head): an outer product,
         return np.multiply(g, weight, out=out)  # the same numbers as g @ weight, 3-5x faster
-    if g.ndim >= 2:
+    if g.ndim >= 2 and skip:
         g2 = _rows(g)
         live = _live_units(g2, weight.shape[1])
         if live is not None:
@@ -87,13 +87,13 @@ def _linear_grad_input(g: Any, weight: Any, out: Any = None) -> Any:
     return np.matmul(g, weight, out=out)
 
 
-def _linear_grad_weight(g: Any, x: Any, out: Any = None) -> Any:
+def _linear_grad_weight(g: Any, x: Any, out: Any = None, skip: bool = True) -> Any:
     """``rows(g).T @ rows(x)``: the weight gradient of ``linear`` (the rows of units whose
-    gradient is zero in every row are zeros, not computed)."""
+    gradient is zero in every row are zeros, not computed, unless ``skip`` is False)."""
     if x.ndim == 1:
         return np.multiply(g[..., None], x, out=out)
     g2, x2 = _rows(g), _rows(x)
-    live = _live_units(g2, x2.shape[1])
+    live = _live_units(g2, x2.shape[1]) if skip else None
     if live is None:
         return np.matmul(g2.T, x2, out=out)
     part = g2.take(live, axis=1).T @ x2
@@ -105,29 +105,64 @@ def _linear_grad_weight(g: Any, x: Any, out: Any = None) -> Any:
     return out
 
 
+def _dense_grad_input(g: Any, weight: Any, out: Any = None) -> Any:
+    return _linear_grad_input(g, weight, out, skip=False)
+
+
+def _dense_grad_weight(g: Any, x: Any, out: Any = None) -> Any:
+    return _linear_grad_weight(g, x, out, skip=False)
+
+
 _linear_grad_input_p = primitive(_linear_grad_input, "linear_grad_input", arity=2,
                                  writes_out=True)
 _linear_grad_weight_p = primitive(_linear_grad_weight, "linear_grad_weight", arity=2,
                                   writes_out=True)
+# The same products without looking for dead units, for gradients that come out of tanh's
+# backward (``ops.tanh_grad``): tanh has no dead units, its gradient is zero only where it
+# saturates to exactly +-1, so the check (~1 us, several per step of a tanh MLP) cannot pay.
+_dense_grad_input_p = primitive(_dense_grad_input, "linear_grad_input_dense", arity=2,
+                                writes_out=True)
+_dense_grad_weight_p = primitive(_dense_grad_weight, "linear_grad_weight_dense", arity=2,
+                                 writes_out=True)
 # g @ W: d/dg is c @ W.T = linear(c, W), d/dW is g.T @ c; g.T @ x: d/dg is x @ c.T, d/dx is g @ c.
-defvjp(_linear_grad_input_p, lambda c, ans, g, w: _linear_p(c, w),
-       lambda c, ans, g, w: _linear_grad_weight_p(g, c))
-defvjp(_linear_grad_weight_p, lambda c, ans, g, x: _linear_p(x, c),
-       lambda c, ans, g, x: _linear_grad_input_p(g, c))
-# both are bilinear: the tangent is the same product with one factor replaced by its tangent
-defjvp(_linear_grad_input_p, lambda t, ans, g, w: _linear_grad_input_p(t, w),
-       lambda t, ans, g, w: _linear_grad_input_p(g, t))
-defjvp(_linear_grad_weight_p, lambda t, ans, g, x: _linear_grad_weight_p(t, x),
-       lambda t, ans, g, x: _linear_grad_weight_p(g, t))
+for _gi, _gw in ((_linear_grad_input_p, _linear_grad_weight_p),
+                 (_dense_grad_input_p, _dense_grad_weight_p)):
+    defvjp(_gi, lambda c, ans, g, w: _linear_p(c, w),
+           lambda c, ans, g, w: _linear_grad_weight_p(g, c))
+    defvjp(_gw, lambda c, ans, g, x: _linear_p(x, c),
+           lambda c, ans, g, x: _linear_grad_input_p(g, c))
+    # both are bilinear: the tangent is the same product with one factor replaced by its tangent
+    defjvp(_gi, lambda t, ans, g, w: _linear_grad_input_p(t, w),
+           lambda t, ans, g, w: _linear_grad_input_p(g, t))
+    defjvp(_gw, lambda t, ans, g, x: _linear_grad_weight_p(t, x),
+           lambda t, ans, g, x: _linear_grad_weight_p(g, t))
+_TANH_GRAD = ops.tanh_grad.primitive
+
+
+def _grad_input(g: Any, weight: Any) -> Any:
+    """linear's input gradient, recorded (traced or create_graph) as the dense product when
+    ``g`` comes from tanh's backward; plain arrays take the checking kernel."""
+    if type(g) is Tensor and g._op is _TANH_GRAD:
+        return _dense_grad_input_p(g, weight)
+    return _linear_grad_input_p(g, weight)
+
+
+def _grad_weight(g: Any, x: Any) -> Any:
+    if type(g) is Tensor and g._op is _TANH_GRAD:
+        return _dense_grad_weight_p(g, x)
+    return _linear_grad_weight_p(g, x)
 
 
 def _linear_vjp_b(g: Any, ans: Any, x: Any, weight: Any, bias: Any = None) -> Any:
-    return g if g.ndim == 1 else _rows(g).sum(axis=0)
+    if g.ndim == 1:
+        return g
+    r = _rows(g)
+    return ops._sum(r, axis=0) if type(r) is np.ndarray else r.sum(axis=0)  # (ops: one C loop)
 
 
 _linear_p = primitive(_linear, "linear", writes_out=True)
-defvjp(_linear_p, lambda g, ans, x, weight, bias=None: _linear_grad_input_p(g, weight),
-       lambda g, ans, x, weight, bias=None: _linear_grad_weight_p(g, x), _linear_vjp_b)
+defvjp(_linear_p, lambda g, ans, x, weight, bias=None: _grad_input(g, weight),
+       lambda g, ans, x, weight, bias=None: _grad_weight(g, x), _linear_vjp_b)
 defjvp(_linear_p, lambda t, ans, x, weight, bias=None: _linear_p(t, weight),
        lambda t, ans, x, weight, bias=None: _linear_p(x, t), lambda t, ans, x, weight, bias=None: t)
 

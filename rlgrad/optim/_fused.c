@@ -14,14 +14,8 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include "../_buffers.h"
 #include <math.h>
-
-/* AVX2 and baseline versions of the loops, picked at load time (GCC on x86-64 Linux). */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define CLONES
-#endif
 
 /* One flat group's buffers: the parameters' (written), the gradients' (read) and the state's. */
 typedef struct {
@@ -39,16 +33,6 @@ static void release(Group *gr, Py_ssize_t n_params, int n_state) {
     for (int i = 0; i < n_state; i++) PyBuffer_Release(&gr->state[i]);
     PyMem_Free(gr->params);
     gr->params = NULL;
-}
-
-/* The buffer's element kind ('f' or 'd'), or 0 if it is neither. */
-static char kind_of(const Py_buffer *b) {
-    const char *f = b->format ? b->format : "B";
-    if (*f == '<' || *f == '=' || *f == '@') f++;
-    if (f[0] == '\0' || f[1] != '\0') return 0;
-    if (*f == 'f' && b->itemsize == 4) return 'f';
-    if (*f == 'd' && b->itemsize == 8) return 'd';
-    return 0;
 }
 
 /* Take the buffers; 1 if they all fit (same kind, sizes adding up), 0 if not (nothing held),

@@ -15,6 +15,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from rlgrad import ops
+
 
 def compute_gae(
     rewards: np.ndarray,
@@ -57,6 +59,9 @@ class RolloutBatch(NamedTuple):
     old_log_prob: np.ndarray
     advantages: np.ndarray
     returns: np.ndarray
+
+
+_PY_NUMBERS = (float, int)
 
 
 class RolloutBuffer:
@@ -108,8 +113,17 @@ class RolloutBuffer:
         self.pos = p + 1
 
     def compute_returns_and_advantage(self, last_values: np.ndarray) -> None:
-        """GAE over the stored rollout; ``last_values`` = V(observation after the last step)."""
-        next_values = np.concatenate([self.values[1:], last_values[None].astype(np.float32)])
+        """GAE over the stored rollout; ``last_values`` = V(observation after the last step).
+        One C pass where rlgrad._kernels is built (the same operations per element as the NumPy
+        lines below: the same bits), which A2C's short rollouts feel (~13 -> ~2 us per rollout)."""
+        last = np.asarray(last_values).astype(np.float32, copy=False)
+        # (Python numbers only: a NumPy float64 gamma would make NumPy's arithmetic float64)
+        if (ops._kernels is not None and type(self.gamma) in _PY_NUMBERS
+                and type(self.gae_lambda) in _PY_NUMBERS and ops._kernels.gae(
+                    self.rewards, self.values, last, self.bootstrap, self.terminated, self.dones,
+                    self.gamma, self.gae_lambda, self.advantages, self.returns)):
+            return
+        next_values = np.concatenate([self.values[1:], last[None]])
         has_boot = ~np.isnan(self.bootstrap)
         if has_boot.any():
             next_values[has_boot] = self.bootstrap[has_boot]

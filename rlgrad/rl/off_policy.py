@@ -26,7 +26,7 @@ from rlgrad.rl.finite import check_update
 from rlgrad.rl.frame_replay import FrameReplayBuffer
 from rlgrad.rl.policies import predict_with
 from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
-from rlgrad.rl.steps import grad_step, step_with_grads
+from rlgrad.rl.steps import grad_step, optimized_params, same_params, step_with_grads
 
 
 class NormalActionNoise:
@@ -355,11 +355,12 @@ class OffPolicyAlgorithm(BaseAlgorithm):
 
     def compiled_step(self, name: str, loss_fn: Any, optimizers: Any) -> tuple[Any, list[Any]]:
         """(``grad_step`` of ``loss_fn`` w.r.t. the parameters of ``optimizers``, those
-        parameters), built at first use and kept per value of ``trace_settings``."""
+        parameters), built at first use and kept per value of ``trace_settings``; built again
+        when the optimizers' parameters change (an optimizer replaced by the user)."""
         key = (name, self.compile_updates, *[getattr(self, a) for a in self.trace_settings])
+        params = optimized_params(optimizers)
         entry = self._steps.get(key)
-        if entry is None:
-            params = [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
+        if entry is None or not same_params(entry[1], params):
             entry = self._steps[key] = (grad_step(loss_fn, params, self.compile_updates), params)
         return entry
 

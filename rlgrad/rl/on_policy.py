@@ -26,7 +26,7 @@ from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, is_image_space, obs_shape, preprocess_obs
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
-from rlgrad.rl.steps import apply_grads, grad_step
+from rlgrad.rl.steps import apply_grads, grad_step, optimized_params, same_params
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
@@ -74,7 +74,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.max_grad_norm = None if max_grad_norm is None else float(max_grad_norm)
         self.normalize_advantage = bool(normalize_advantage)
         self._iteration_num = 0
-        self._loss_steps: dict[bool, Any] = {}  # compiled / eager gradient steps, built on first use
+        self._loss_steps: dict[bool, Any] = {}  # compiled / eager (step, its parameters), on first use
         cnn = self.policy_name == "CnnPolicy"
         extra = {"features_dim": None, "normalize_images": None} if cnn else {}
         self.policy = ActorCriticPolicy(self.observation_space, self.action_space, cnn=cnn,
@@ -168,12 +168,14 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         return with_value_and_entropy(policy_loss, values, dist, b, use_entropy)
 
     def _loss_step(self, compiled: bool) -> Any:
-        """``self.loss`` and its gradient as one step, compiled or eager (built once each)."""
-        step = self._loss_steps.get(compiled)
-        if step is None:
-            step = self._loss_steps[compiled] = grad_step(self.loss, self._params, compiled,
-                                                          static_argnums=(1,))
-        return step
+        """``self.loss`` and its gradient w.r.t. the optimizer's parameters as one step, compiled
+        or eager (built once each, and again if the user replaced the optimizer)."""
+        params = optimized_params((self.optimizer,))
+        entry = self._loss_steps.get(compiled)
+        if entry is None or not same_params(entry[1], params):
+            step = grad_step(self.loss, params, compiled, static_argnums=(1,))
+            entry = self._loss_steps[compiled] = (step, params)
+        return entry[0]
 
     def train(self) -> None:
         """One gradient step on the whole rollout (A2C, REINFORCE), compiled; losses logged."""

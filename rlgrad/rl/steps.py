@@ -32,6 +32,17 @@ def _arrays(tree: Any) -> Any:
     return tree
 
 
+def optimized_params(optimizers: Sequence[Any]) -> list[Tensor]:
+    """The parameters of ``optimizers``, in their order: what a gradient step must differentiate,
+    so that its gradients line up with ``Optimizer.step_arrays`` (also after a user replaced an
+    optimizer, as SB3 allows, e.g. one over a part of the network)."""
+    return [p for opt in optimizers for g in opt.param_groups for p in g["params"]]
+
+
+def same_params(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b))
+
+
 def grad_step(loss_fn: Callable[..., tuple[Any, Any]], params: Sequence[Tensor],
               compiled: bool = True, static_argnums: tuple[int, ...] = ()) -> Callable:
     """``step(*args) -> (loss, stats, grads)`` for ``loss_fn(*args) -> (loss, stats)``.

@@ -1,0 +1,211 @@
+"""rlgrad/_kernels.c (bias gradients' column sums and tanh's backward, one C pass each) against
+the NumPy operations they replace: the same IEEE operations in the same order, so the same bits,
+signed zeros, NaN and inf included; and tanh's backward as a primitive (``ops.tanh_grad``)
+differentiated to the second order in both modes."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import rlgrad
+from rlgrad import ops
+
+K = ops._kernels
+needs_kernels = pytest.mark.skipif(K is None, reason="rlgrad._kernels not built (or turned off)")
+
+
+def test_the_module_is_built_where_there_is_a_c_compiler():
+    if os.environ.get("RLGRAD_KERNELS") == "0":
+        pytest.skip("RLGRAD_KERNELS=0 turns the kernels off")
+    if not (shutil.which("cc") or shutil.which("gcc")):
+        pytest.skip("no C compiler: the NumPy path is the only one")
+    assert K is not None, "rlgrad._kernels was not built: reinstall with `pip install -e .`"
+
+
+def _bits(a):
+    return np.ascontiguousarray(a).view(np.uint8)
+
+
+def _awkward(rng, shape, dtype):
+    """Values over many magnitudes, a column of -0.0 (NumPy's sum starts from +0: it gives +0.0),
+    a NaN and an inf."""
+    x = (rng.standard_normal(shape) * rng.choice([1e-6, 1.0, 1e6], size=shape)).astype(dtype)
+    x[:, 0] = -0.0
+    if shape[0] > 2 and shape[1] > 2:
+        x[1, 1], x[2, 2] = np.nan, np.inf
+    return x
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 3), (2, 2), (5, 64), (128, 2), (128, 64), (256, 3),
+                                   (2048, 64), (4097, 2), (3, 5000)])
+def test_sum_rows_has_numpys_bits(dtype, shape):
+    x = _awkward(np.random.default_rng(shape[0] * 7 + shape[1]), shape, dtype)
+    out = np.empty(shape[1], dtype)
+    assert K.sum_rows(x, out)
+    np.testing.assert_array_equal(_bits(out), _bits(np.add.reduce(x, axis=0)))
+    # through ops (the traced sum and linear's bias gradient) as well
+    np.testing.assert_array_equal(_bits(ops._sum(x, axis=0)), _bits(np.add.reduce(x, axis=0)))
+
+
+@needs_kernels
+def test_sum_rows_refuses_what_it_does_not_do():
+    out = np.empty(4, np.float32)
+    assert not K.sum_rows(np.ones((3, 1), np.float32), np.empty(1, np.float32))  # pairwise in NumPy
+    assert not K.sum_rows(np.ones((3, 8), np.float32)[:, ::2], out)  # not contiguous
+    assert not K.sum_rows(np.ones((3, 4), np.int64), np.empty(4, np.int64))
+    assert not K.sum_rows(np.ones((3, 4), np.float64), out)  # dtypes differ
+    assert not K.sum_rows(np.ones((3, 4), np.float32), np.empty(3, np.float32))
+    assert not K.sum_rows(np.ones((0, 4), np.float32), out)
+    x = np.ones((3, 4), np.float32)
+    assert not K.sum_rows(x, x[0])  # the output overlaps the input
+    assert out.dtype == np.float32 and ops._sum(np.ones((3, 1), np.float32), axis=0)[0] == 3
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (128, 64), (3, 5, 7)])
+def test_tanh_grad_has_numpys_bits(dtype, shape):
+    rng = np.random.default_rng(len(shape))
+    g = np.asarray(rng.standard_normal(shape), dtype)
+    y = np.asarray(np.tanh(3 * rng.standard_normal(shape)), dtype)  # saturated entries included
+    if g.size > 2:
+        g.reshape(-1)[:3] = [np.nan, np.inf, -0.0]
+    want = g * (1 - y * y)
+    np.testing.assert_array_equal(_bits(ops._tanh_grad(g, y)), _bits(want))
+    for into in ("g", "y"):  # a compiled step writes into a buffer it no longer needs
+        gg, yy = g.copy(), y.copy()
+        out = gg if into == "g" else yy
+        assert ops._tanh_grad(gg, yy, out=out) is out
+        np.testing.assert_array_equal(_bits(out), _bits(want))
+
+
+@needs_kernels
+def test_tanh_grad_refuses_partial_overlap_and_mixed_dtypes():
+    g = np.ones(8, np.float32)
+    assert not K.tanh_grad(g[:4], g[2:6], g[4:])
+    assert not K.tanh_grad(np.ones(4, np.float32), np.ones(4, np.float64), np.empty(4, np.float32))
+    # ops falls back to NumPy (and its promotion) where the kernel does not apply
+    y = np.full(4, 0.5, np.float64)
+    assert ops._tanh_grad(np.ones(4, np.float32), y).dtype == np.float64
+    np.testing.assert_array_equal(ops._tanh_grad(np.ones((2, 3)), np.full(3, 0.5)),
+                                  np.full((2, 3), 0.75))
+
+
+def test_the_numpy_path_gives_the_same_bits(monkeypatch):
+    rng = np.random.default_rng(3)
+    x = _awkward(rng, (64, 5), np.float32)
+    g = rng.standard_normal((64, 5)).astype(np.float32)
+    y = np.tanh(rng.standard_normal((64, 5))).astype(np.float32)
+    with_c = ops._sum(x, axis=0), ops._tanh_grad(g, y)
+    monkeypatch.setattr(ops, "_kernels", None)
+    without = ops._sum(x, axis=0), ops._tanh_grad(g, y)
+    for a, b in zip(with_c, without):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+def test_tanh_gradients_to_the_second_order():
+    x = np.random.default_rng(0).standard_normal((3, 4))
+    rlgrad.check_grads(lambda t: ops.tanh(t).sum(), modes=("fwd", "rev"), order=2)(x)
+    rlgrad.check_grads(lambda g, y: ops.tanh_grad(g, y), modes=("fwd", "rev"), order=2)(
+        x, np.tanh(x[::-1].copy()))
+    # closed forms: tanh' = 1 - tanh^2, tanh'' = -2 tanh (1 - tanh^2)
+    t = np.tanh(x)
+    d1 = rlgrad.grad(lambda v: ops.tanh(v).sum())(x)
+    d2 = rlgrad.grad(lambda v: rlgrad.grad(lambda u: ops.tanh(u).sum())(v).sum())(x)
+    np.testing.assert_allclose(d1, 1 - t * t, rtol=1e-12)
+    np.testing.assert_allclose(d2, -2 * t * (1 - t * t), rtol=1e-12, atol=1e-15)
+
+
+def test_a_linear_layers_bias_gradient_is_the_column_sum():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((32, 6)).astype(np.float32)
+    w = rng.standard_normal((5, 6)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    gb = rlgrad.grad(lambda b_: (rlgrad.nn.functional.linear(x, w, b_) ** 2).sum())(b)
+    y = x @ w.T + b
+    np.testing.assert_array_equal(gb, np.add.reduce(2 * y, axis=0))
+
+
+@pytest.mark.parametrize("act", ["tanh", "relu"])
+def test_tanh_fed_linear_gradients_skip_the_dead_unit_check(act):
+    """A compiled step of a tanh MLP records the dense products for the gradients that come out
+    of tanh's backward (no dead units to look for), a ReLU MLP the checking ones; both give the
+    bits of the eager backward on plain arrays (which always checks)."""
+    net = rlgrad.nn.MLP([4, 64, 64, 2], activation=rlgrad.nn.Tanh if act == "tanh" else rlgrad.nn.ReLU)
+    params = list(net.parameters())
+    x = np.random.default_rng(0).standard_normal((128, 4)).astype(np.float32)
+
+    def loss(xb):
+        return (net(xb) ** 2).sum()
+
+    step = rlgrad.jit(lambda xb: rlgrad.autograd.grad(loss(xb), params))
+    src = step.lower(x)
+    assert ("linear_grad_weight_dense" in src) == (act == "tanh")
+    assert ("linear_grad_input_dense" in src) == (act == "tanh")
+    got = step(x)
+    want = rlgrad.autograd.grad(loss(rlgrad.tensor(x)), params)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(_bits(a), _bits(np.asarray(b._value if hasattr(b, "_value") else b)))
+
+
+def _rollout(rng, steps, n, gamma=0.99, lam=0.95):
+    from rlgrad.rl.buffers import RolloutBuffer
+
+    b = RolloutBuffer(steps, n, 4, (), np.int64, gamma=gamma, gae_lambda=lam)
+    b.rewards[:] = rng.standard_normal((steps, n)) * rng.choice([1e-6, 1.0, 1e6], size=(steps, n))
+    b.rewards[0, 0], b.values[:] = -0.0, rng.standard_normal((steps, n))
+    b.dones[:] = rng.random((steps, n)) < 0.3
+    b.terminated[:] = b.dones & (rng.random((steps, n)) < 0.5)
+    b.bootstrap[:] = np.where(rng.random((steps, n)) < 0.2, rng.standard_normal((steps, n)), np.nan)
+    if steps > 2 and n > 2:
+        b.rewards[1, 1], b.values[2, 2] = np.inf, np.nan
+    return b
+
+
+_INF_TIMES_ZERO = pytest.mark.filterwarnings("ignore:invalid value encountered")  # the inf reward
+
+
+@_INF_TIMES_ZERO
+@pytest.mark.parametrize("steps, n", [(5, 8), (128, 4), (1, 3), (7, 1)])
+@pytest.mark.parametrize("gamma, lam", [(0.99, 0.95), (0.98, 1), (1, 0.8)])
+def test_gae_kernel_gives_the_numpy_paths_bits(monkeypatch, steps, n, gamma, lam):
+    rng = np.random.default_rng(steps * n)
+    b = _rollout(rng, steps, n, gamma, lam)
+    last = rng.standard_normal(n)  # float64: cast to float32 by both paths
+    b.compute_returns_and_advantage(last)
+    got = b.advantages.copy(), b.returns.copy()
+    monkeypatch.setattr(ops, "_kernels", None)
+    b.compute_returns_and_advantage(last)
+    for a, e in zip(got, (b.advantages, b.returns)):
+        assert np.array_equal(_bits(a), _bits(e))
+
+
+@needs_kernels
+def test_gae_kernel_refuses_what_does_not_fit():
+    b = _rollout(np.random.default_rng(0), 5, 4)
+    last = np.zeros(4, np.float32)
+    args = [b.rewards, b.values, last, b.bootstrap, b.terminated, b.dones]
+    outs = [b.advantages, b.returns]
+    assert K.gae(*args, 0.99, 0.95, *outs)
+    assert not K.gae(*args[:2], np.zeros(3, np.float32), *args[3:], 0.99, 0.95, *outs)  # n differs
+    assert not K.gae(*args[:4], b.terminated.astype(np.float32), b.dones, 0.99, 0.95, *outs)
+    assert not K.gae(b.rewards.astype(np.float64), *args[1:], 0.99, 0.95, *outs)  # dtypes differ
+    assert not K.gae(*args, 0.99, 0.95, b.advantages, b.advantages)  # the outputs overlap
+    assert not K.gae(*args, 0.99, 0.95, b.rewards, b.returns)  # an output is an input
+
+
+@_INF_TIMES_ZERO
+def test_gae_with_a_numpy_float64_gamma_keeps_numpys_float64_arithmetic(monkeypatch):
+    """A NumPy float64 gamma makes NumPy's GAE compute in float64 (it is not a weak Python
+    float): the buffer then takes the NumPy path, whatever the kernel would round."""
+    b = _rollout(np.random.default_rng(3), 6, 3, gamma=np.float64(0.99), lam=np.float64(0.9))
+    last = np.ones(3, np.float32)
+    b.compute_returns_and_advantage(last)
+    got = b.advantages.copy()
+    monkeypatch.setattr(ops, "_kernels", None)
+    b.compute_returns_and_advantage(last)
+    assert np.array_equal(_bits(got), _bits(b.advantages))
