@@ -13,9 +13,8 @@ seeded runs are deterministic) and the table gives the median times and the medi
 per-repetition ratios; a shared machine's load drifts, and both libraries drift together.
 
 Environment stepping: with ``--stepping same`` (the default) both libraries step Python CartPole
-copies one after the other (rlgrad Gymnasium's ``SyncVectorEnv``, stepped as its
-``LeanSyncVectorEnv``, SB3 its ``DummyVecEnv``), so the ratio compares the libraries, not the
-environments. ``native`` lets rlgrad use what it picks by
+copies one after the other (rlgrad Gymnasium's ``SyncVectorEnv``, SB3 its ``DummyVecEnv``), so the
+ratio compares the libraries, not the environments. ``native`` lets rlgrad use what it picks by
 default (Gymnasium's NumPy-vectorised CartPole, which steps all copies in a few NumPy calls);
 ``both`` reports the two rows.
 
