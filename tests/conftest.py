@@ -1,15 +1,24 @@
 """The engine has two implementations of its bookkeeping: the C one (rlgrad/_engine.c, built by
 setup.py: the backward loop, the leaves' .grad, the graph node) and the Python one (core._propagate,
 core._write_leaf_grads, tracer._record; the fallback without a compiler, or with RLGRAD_ENGINE=0).
-The gradient test files below run under both; every other file under whichever is installed."""
+The gradient test files below run under both; every other file under whichever is installed.
+
+Hypothesis draws the same examples on every run (CI included): a random draw can land where finite
+differences cannot resolve a kink after an amplifying chain (exp -> arcsin -> huber flaked once);
+RLGRAD_HYPOTHESIS_EXPLORE=1 draws new ones when hunting for wrong rules."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from rlgrad import core, tracer
+
+settings.register_profile("rlgrad", derandomize=os.environ.get("RLGRAD_HYPOTHESIS_EXPLORE") != "1")
+settings.load_profile("rlgrad")
 
 _ENGINE, _NODE = core._engine, tracer._c_node
 BOTH_LOOPS = {"test_backward_pass.py", "test_inplace_versions.py", "test_ops_gradcheck.py",
