@@ -403,6 +403,8 @@ def test_sb3_action_noise_and_torch_activation_are_translated() -> None:
         SAC("MlpPolicy", "Pendulum-v1", action_noise=noise)
 
 
+# Gymnasium's checker warns about CartPole itself (wrapped, infinite observation bounds)
+@pytest.mark.filterwarnings("ignore::UserWarning")
 def test_configure_set_logger_and_check_env(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                             ) -> None:
     import csv
