@@ -19,7 +19,7 @@ import numpy as np
 import rlgrad
 from rlgrad import autograd
 from rlgrad.rl.finite import NonFiniteError
-from rlgrad.tensor import Tensor, _const, constant
+from rlgrad.tensor import Tensor, constant
 
 
 def _arrays(tree: Any) -> Any:
@@ -91,8 +91,11 @@ def _per_static(step: Callable, static_argnums: tuple[int, ...]) -> Callable:
     return call
 
 
-def _clip_coef(grads: Any, max_norm: float) -> tuple[float, float]:
-    """(global 2-norm of ``grads``, the factor ``clip_grad_norm_`` scales them by: 1 if within)."""
+def _clip_coef(grads: Any, max_norm: float | None) -> tuple[float, float]:
+    """(global 2-norm of ``grads``, the factor ``clip_grad_norm_`` scales them by: 1 if within);
+    (0, 1) when no clip is asked."""
+    if max_norm is None:
+        return 0.0, 1.0
     sq = 0.0
     for d in map(np.vdot, grads, grads):  # each dot in the arrays' dtype, summed in float64
         sq += float(d)
@@ -104,52 +107,55 @@ def _clip_coef(grads: Any, max_norm: float) -> tuple[float, float]:
     return total, min(coef, 1.0)
 
 
-def set_grads(params: list[Any], grads: Any, max_norm: float | None) -> float:
-    """Install gradients computed as arrays (by a step above) as ``.grad``, scaled down
-    together when their global 2-norm exceeds ``max_norm`` (``clip_grad_norm_``'s rule, done on
-    the arrays before they become Tensors). Returns the norm before clipping (0 if not asked)."""
-    total = 0.0
-    if max_norm is not None:
-        total, coef = _clip_coef(grads, max_norm)
-        if coef < 1.0:
-            grads = [g * g.dtype.type(coef) for g in grads]
-    for p, g in zip(params, grads):
-        p.grad = _const(g)
-    return total
-
-
-def apply_grads(optimizer: Any, grads: Any, max_norm: float | None) -> float:
-    """``set_grads`` then ``optimizer.step()``, the same numbers without installing ``.grad``:
-    the optimizer reads the arrays and applies the clip's factor inside its update
-    (``Optimizer.step_arrays``). Returns the norm before clipping (0 if not asked)."""
-    total, coef = (0.0, 1.0) if max_norm is None else _clip_coef(grads, max_norm)
-    optimizer.step_arrays(grads, coef)
-    return total
-
-
-
-def step_with_grads(optimizers: Sequence[Any], params: list[Any], grads: Any,
-                    max_norm: float | None = None) -> float:
-    """``apply_grads`` over ``optimizers`` (``grads``: one per parameter, in the order of
-    ``params``, their parameters in turn; one norm clip over all of them), then each parameter's
-    ``.grad`` is the gradient its optimizer applied, as after ``clip_grad_norm_`` and ``step()``
-    in PyTorch. The optimizers read the arrays directly (``Optimizer.step_arrays``: the fused
-    update takes them where they are, the clip's factor inside it); ``.grad`` wraps the same
-    arrays without a copy, and is scaled (a copy) only when the clip acts. Returns the norm
-    before clipping (0 if not asked)."""
-    if len(grads) != len(params):  # checked before any optimizer moves
-        raise ValueError(f"step_with_grads: {len(grads)} gradients for {len(params)} parameters")
-    total, coef = (0.0, 1.0) if max_norm is None else _clip_coef(grads, max_norm)
-    if len(optimizers) == 1:
-        optimizers[0].step_arrays(grads, coef)
-    else:
-        i = 0
-        for opt in optimizers:
-            n = sum(len(g["params"]) for g in opt.param_groups)
-            opt.step_arrays(grads[i:i + n], coef)
-            i += n
+def _install_grads(params: list[Any], grads: Any, coef: float) -> None:
+    """``p.grad`` = the gradient scaled by the clip's ``coef`` (the arrays themselves, no copy,
+    when it does not act)."""
     if coef < 1.0:
         grads = [g * g.dtype.type(coef) for g in grads]
     for p, g in zip(params, grads):
         p.grad = constant(g)
+
+
+def set_grads(params: list[Any], grads: Any, max_norm: float | None) -> float:
+    """Install gradients computed as arrays (by a step above) as ``.grad``, scaled down
+    together when their global 2-norm exceeds ``max_norm`` (``clip_grad_norm_``'s rule, done on
+    the arrays before they become Tensors). Returns the norm before clipping (0 if not asked)."""
+    total, coef = _clip_coef(grads, max_norm)
+    _install_grads(params, grads, coef)
+    return total
+
+
+def _step_arrays(optimizers: Any, grads: Any, coef: float) -> None:
+    """Each optimizer (one, or a sequence taking ``grads`` in turn) steps on its arrays."""
+    if not isinstance(optimizers, Sequence):
+        optimizers.step_arrays(grads, coef)
+        return
+    i = 0
+    for opt in optimizers:
+        n = sum(len(g["params"]) for g in opt.param_groups)
+        opt.step_arrays(grads[i:i + n], coef)
+        i += n
+
+
+def apply_grads(optimizers: Any, grads: Any, max_norm: float | None) -> float:
+    """``set_grads`` then each optimizer's ``step()``, the same numbers without installing
+    ``.grad``: the optimizers (one, or a sequence; one norm clip over all) read the arrays and
+    apply the clip's factor inside their update (``Optimizer.step_arrays``). Returns the norm
+    before clipping (0 if not asked)."""
+    total, coef = _clip_coef(grads, max_norm)
+    _step_arrays(optimizers, grads, coef)
+    return total
+
+
+def step_with_grads(optimizers: Sequence[Any], params: list[Any], grads: Any,
+                    max_norm: float | None = None) -> float:
+    """``apply_grads``, then each parameter's ``.grad`` is the gradient its optimizer applied,
+    as after ``clip_grad_norm_`` and ``step()`` in PyTorch (``grads``: one per parameter, in
+    the order of ``params``): the same arrays without a copy, scaled (a copy) only when the clip
+    acts. Returns the norm before clipping (0 if not asked)."""
+    if len(grads) != len(params):  # checked before any optimizer moves
+        raise ValueError(f"step_with_grads: {len(grads)} gradients for {len(params)} parameters")
+    total, coef = _clip_coef(grads, max_norm)
+    _step_arrays(optimizers, grads, coef)
+    _install_grads(params, grads, coef)
     return total
