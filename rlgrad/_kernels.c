@@ -26,6 +26,27 @@ static int overlap(const Py_buffer *a, const Py_buffer *b) {
     return pa < pb + b->len && pb < pa + a->len;
 }
 
+/* Take the buffers of objs[0..n) (C-contiguous, with their format; writable from first_out on).
+   1 if every one was taken; 0 if one was not (the error cleared, nothing held): the caller then
+   answers False and NumPy runs instead. */
+static int take(PyObject *const *objs, int n, int first_out, Py_buffer *b) {
+    for (int i = 0; i < n; i++) {
+        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (i >= first_out ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[i], &b[i], flags) < 0) {
+            PyErr_Clear();
+            while (i--) PyBuffer_Release(&b[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Release what take() held; the answer to Python. */
+static PyObject *done(Py_buffer *b, int n, int fits) {
+    for (int i = 0; i < n; i++) PyBuffer_Release(&b[i]);
+    return Py_NewRef(fits ? Py_True : Py_False);
+}
+
 #define SUM_ROWS_LOOP(T)                                                                           \
     CLONES static void sum_rows_##T(const T *restrict x, T *restrict out, Py_ssize_t rows,         \
                                     Py_ssize_t cols) {                                             \
@@ -50,29 +71,17 @@ static PyObject *sum_rows(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyErr_SetString(PyExc_TypeError, "sum_rows(x, out) takes 2 arguments");
         return NULL;
     }
-    Py_buffer xb, ob;
-    if (PyObject_GetBuffer(args[0], &xb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        Py_RETURN_FALSE;
-    }
-    if (PyObject_GetBuffer(args[1], &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        PyBuffer_Release(&xb);
-        Py_RETURN_FALSE;
-    }
-    char k = kind_of(&xb);
-    int fits = k && kind_of(&ob) == k && xb.ndim == 2 && ob.ndim == 1 && xb.shape[0] >= 1
-               && xb.shape[1] >= 2 && ob.shape[0] == xb.shape[1] && !overlap(&xb, &ob);
-    if (fits) {
-        Py_ssize_t rows = xb.shape[0], cols = xb.shape[1];
-        if (k == 'f')
-            sum_rows_float(xb.buf, ob.buf, rows, cols);
-        else
-            sum_rows_double(xb.buf, ob.buf, rows, cols);
-    }
-    PyBuffer_Release(&xb);
-    PyBuffer_Release(&ob);
-    return Py_NewRef(fits ? Py_True : Py_False);
+    Py_buffer b[2];
+    if (!take(args, 2, 1, b)) Py_RETURN_FALSE;
+    const Py_buffer *x = &b[0], *o = &b[1];
+    char k = kind_of(x);
+    int fits = k && kind_of(o) == k && x->ndim == 2 && o->ndim == 1 && x->shape[0] >= 1
+               && x->shape[1] >= 2 && o->shape[0] == x->shape[1] && !overlap(x, o);
+    if (fits && k == 'f')
+        sum_rows_float(x->buf, o->buf, x->shape[0], x->shape[1]);
+    else if (fits)
+        sum_rows_double(x->buf, o->buf, x->shape[0], x->shape[1]);
+    return done(b, 2, fits);
 }
 
 /* out may be g or y itself (a compiled step reuses buffers): each element is read before it is
@@ -103,36 +112,17 @@ static PyObject *tanh_grad(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_TypeError, "tanh_grad(g, y, out) takes 3 arguments");
         return NULL;
     }
-    Py_buffer gb, yb, ob;
-    if (PyObject_GetBuffer(args[0], &gb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        Py_RETURN_FALSE;
-    }
-    if (PyObject_GetBuffer(args[1], &yb, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        PyBuffer_Release(&gb);
-        Py_RETURN_FALSE;
-    }
-    if (PyObject_GetBuffer(args[2], &ob, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-        PyErr_Clear();
-        PyBuffer_Release(&gb);
-        PyBuffer_Release(&yb);
-        Py_RETURN_FALSE;
-    }
-    char k = kind_of(&gb);
-    int fits = k && kind_of(&yb) == k && kind_of(&ob) == k && gb.len == yb.len
-               && gb.len == ob.len && same_or_apart(&ob, &gb) && same_or_apart(&ob, &yb);
-    if (fits) {
-        Py_ssize_t n = gb.len / gb.itemsize;
-        if (k == 'f')
-            tanh_grad_float(gb.buf, yb.buf, ob.buf, n);
-        else
-            tanh_grad_double(gb.buf, yb.buf, ob.buf, n);
-    }
-    PyBuffer_Release(&gb);
-    PyBuffer_Release(&yb);
-    PyBuffer_Release(&ob);
-    return Py_NewRef(fits ? Py_True : Py_False);
+    Py_buffer b[3];
+    if (!take(args, 3, 2, b)) Py_RETURN_FALSE;
+    const Py_buffer *g = &b[0], *y = &b[1], *o = &b[2];
+    char k = kind_of(g);
+    int fits = k && kind_of(y) == k && kind_of(o) == k && g->len == y->len && g->len == o->len
+               && same_or_apart(o, g) && same_or_apart(o, y);
+    if (fits && k == 'f')
+        tanh_grad_float(g->buf, y->buf, o->buf, g->len / g->itemsize);
+    else if (fits)
+        tanh_grad_double(g->buf, y->buf, o->buf, g->len / g->itemsize);
+    return done(b, 3, fits);
 }
 
 /* The advantages and returns of a (steps, n) rollout as RolloutBuffer.compute_returns_and_
@@ -164,7 +154,7 @@ GAE_LOOP(float)
 GAE_LOOP(double)
 
 PyDoc_STRVAR(gae_doc,
-"gae(rewards, values, last_values, bootstrap, terminated, dones, gamma, gae_lambda, adv, ret)\n"
+"gae(rewards, values, last_values, bootstrap, terminated, dones, adv, ret, gamma, gae_lambda)\n"
 "-> bool\n\n"
 "RolloutBuffer's GAE: C-contiguous (steps, n) rewards, values, bootstrap (NaN: none), adv and\n"
 "ret and (n,) last_values of one float dtype, (steps, n) bool terminated and dones. False\n"
@@ -175,39 +165,26 @@ static PyObject *gae(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         PyErr_SetString(PyExc_TypeError, "gae takes 10 arguments");
         return NULL;
     }
-    double gamma = PyFloat_AsDouble(args[6]), lam = PyFloat_AsDouble(args[7]);
+    double gamma = PyFloat_AsDouble(args[8]), lam = PyFloat_AsDouble(args[9]);
     if (PyErr_Occurred()) return NULL;
-    const int arrays[8] = {0, 1, 2, 3, 4, 5, 8, 9};
-    Py_buffer b[8];
-    int held = 0, fits = 1;
-    for (; held < 8; held++) {
-        int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (held >= 6 ? PyBUF_WRITABLE : 0);
-        if (PyObject_GetBuffer(args[arrays[held]], &b[held], flags) < 0) {
-            PyErr_Clear();
-            fits = 0;
-            break;
-        }
+    Py_buffer b[8];  /* rewards, values, last_values, bootstrap, terminated, dones | adv, ret */
+    if (!take(args, 8, 6, b)) Py_RETURN_FALSE;
+    char k = kind_of(&b[0]);
+    Py_ssize_t steps = b[0].ndim == 2 ? b[0].shape[0] : 0, n = b[0].ndim == 2 ? b[0].shape[1] : 0;
+    int fits = k && steps > 0 && n > 0 && !overlap(&b[6], &b[7]);
+    for (int i = 0; i < 8 && fits; i++) {
+        const char *f = b[i].format ? b[i].format : "B";
+        fits = (i == 4 || i == 5) ? f[0] == '?' && f[1] == '\0' && b[i].len == steps * n
+                                  : kind_of(&b[i]) == k && b[i].len == (i == 2 ? n : steps * n) * b[i].itemsize;
+        fits = fits && (i >= 6 || (!overlap(&b[i], &b[6]) && !overlap(&b[i], &b[7])));
     }
-    if (fits) {
-        char k = kind_of(&b[0]);
-        Py_ssize_t steps = b[0].ndim == 2 ? b[0].shape[0] : 0, n = b[0].ndim == 2 ? b[0].shape[1] : 0;
-        for (int i = 0; i < 8 && fits; i++) {
-            int is_bool = i == 4 || i == 5;
-            const char *f = b[i].format ? b[i].format : "B";
-            fits = is_bool ? (f[0] == '?' && f[1] == '\0' && b[i].len == steps * n)
-                           : (kind_of(&b[i]) == k && b[i].len == (i == 2 ? n : steps * n) * b[i].itemsize);
-        }
-        fits = fits && k && steps > 0 && n > 0 && !overlap(&b[6], &b[7]);
-        for (int i = 0; i < 6 && fits; i++) fits = !overlap(&b[i], &b[6]) && !overlap(&b[i], &b[7]);
-        if (fits && k == 'f')
-            gae_float(b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, b[5].buf, gamma, lam,
-                      b[6].buf, b[7].buf, steps, n);
-        else if (fits)
-            gae_double(b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, b[5].buf, gamma, lam,
-                       b[6].buf, b[7].buf, steps, n);
-    }
-    for (int i = 0; i < held; i++) PyBuffer_Release(&b[i]);
-    return Py_NewRef(fits ? Py_True : Py_False);
+    if (fits && k == 'f')
+        gae_float(b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, b[5].buf, gamma, lam,
+                  b[6].buf, b[7].buf, steps, n);
+    else if (fits)
+        gae_double(b[0].buf, b[1].buf, b[2].buf, b[3].buf, b[4].buf, b[5].buf, gamma, lam,
+                   b[6].buf, b[7].buf, steps, n);
+    return done(b, 8, fits);
 }
 
 static PyMethodDef methods[] = {

@@ -190,12 +190,12 @@ def test_gae_kernel_refuses_what_does_not_fit():
     last = np.zeros(4, np.float32)
     args = [b.rewards, b.values, last, b.bootstrap, b.terminated, b.dones]
     outs = [b.advantages, b.returns]
-    assert K.gae(*args, 0.99, 0.95, *outs)
-    assert not K.gae(*args[:2], np.zeros(3, np.float32), *args[3:], 0.99, 0.95, *outs)  # n differs
-    assert not K.gae(*args[:4], b.terminated.astype(np.float32), b.dones, 0.99, 0.95, *outs)
-    assert not K.gae(b.rewards.astype(np.float64), *args[1:], 0.99, 0.95, *outs)  # dtypes differ
-    assert not K.gae(*args, 0.99, 0.95, b.advantages, b.advantages)  # the outputs overlap
-    assert not K.gae(*args, 0.99, 0.95, b.rewards, b.returns)  # an output is an input
+    assert K.gae(*args, *outs, 0.99, 0.95)
+    assert not K.gae(*args[:2], np.zeros(3, np.float32), *args[3:], *outs, 0.99, 0.95)  # n differs
+    assert not K.gae(*args[:4], b.terminated.astype(np.float32), b.dones, *outs, 0.99, 0.95)
+    assert not K.gae(b.rewards.astype(np.float64), *args[1:], *outs, 0.99, 0.95)  # dtypes differ
+    assert not K.gae(*args, b.advantages, b.advantages, 0.99, 0.95)  # the outputs overlap
+    assert not K.gae(*args, b.rewards, b.returns, 0.99, 0.95)  # an output is an input
 
 
 @_INF_TIMES_ZERO

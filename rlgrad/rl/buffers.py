@@ -121,7 +121,7 @@ class RolloutBuffer:
         if (ops._kernels is not None and type(self.gamma) in _PY_NUMBERS
                 and type(self.gae_lambda) in _PY_NUMBERS and ops._kernels.gae(
                     self.rewards, self.values, last, self.bootstrap, self.terminated, self.dones,
-                    self.gamma, self.gae_lambda, self.advantages, self.returns)):
+                    self.advantages, self.returns, self.gamma, self.gae_lambda)):
             return
         next_values = np.concatenate([self.values[1:], last[None]])
         has_boot = ~np.isnan(self.bootstrap)
