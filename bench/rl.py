@@ -18,12 +18,13 @@ ratio compares the libraries, not the environments. ``native`` lets rlgrad use w
 default (Gymnasium's NumPy-vectorised CartPole, which steps all copies in a few NumPy calls);
 ``both`` reports the two rows.
 
-For PPO and A2C, two more runs join each pair (``--no-floor`` leaves them out), stepping the same
-vector env as rlgrad's row: the NumPy floor (``bench/_numpy_ppo.py``: the same algorithm and
-preset written by hand in NumPy for this network, forward, backward and optimizer included, with
-rlgrad's bookkeeping) and the environment alone (the same env and number of steps with random
-actions and the floor's per-step bookkeeping); a second table gives their CPU time against
-rlgrad's and SB3's.
+For PPO, A2C and DQN, two more runs join each pair (``--no-floor`` leaves them out), stepping the
+same vector env as rlgrad's row: the NumPy floor (``bench/_numpy_ppo.py``, DQN's
+``bench/_numpy_dqn.py``: the same algorithm and preset written by hand in NumPy for this network,
+forward, backward and optimizer included, with rlgrad's bookkeeping) and the environment alone
+(the same env and number of steps with random actions and the floor's per-step bookkeeping); a
+second table gives their CPU time against rlgrad's and SB3's. DQN's native stepping is the same
+as its ``same`` (one env: ``SyncVectorEnv``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import platform
 import statistics
 import sys
 import time
+from typing import Any
 
 import _timing  # first: one BLAS thread, this checkout's rlgrad
 import numpy as np  # noqa: E402
@@ -78,17 +80,23 @@ def run_sb3(algo: str, seed: int) -> dict:
     return {"time": dt, "cpu": cpu, "steps": model.num_timesteps, "mean": mean, "std": std}
 
 
-FLOOR_ALGOS = ("ppo", "a2c")
+FLOOR_ALGOS = ("ppo", "a2c", "dqn")
 
 
 def run_floor(algo: str, seed: int, stepping: str, alone: bool = False) -> dict:
     """The NumPy floor of ``algo``'s preset (or, ``alone``, its environment steps alone)."""
-    import _numpy_ppo as floor
+    import _numpy_dqn
+    import _numpy_ppo
 
     hp, env_cfg = split_preset(load_preset(algo, "CartPole-v1"))
     n_envs, total = int(env_cfg.get("n_envs", 1)), int(env_cfg["n_timesteps"])
-    cfg = floor.zoo_ppo(hp, n_envs, total) if algo == "ppo" else floor.pg_config(algo, hp, n_envs, total)
-    mode = {"same": "sync", "native": "vector_entry_point"}[stepping]
+    floor: Any = _numpy_dqn if algo == "dqn" else _numpy_ppo
+    if algo == "dqn":
+        cfg = floor.zoo_dqn(hp, total)
+    else:
+        cfg = (floor.zoo_ppo(hp, n_envs, total) if algo == "ppo"
+               else floor.pg_config(algo, hp, n_envs, total))
+    mode = "sync" if algo == "dqn" else {"same": "sync", "native": "vector_entry_point"}[stepping]
     if alone:
         res = floor.env_alone(cfg, seed, mode=mode)
         return {"time": res["train_s"], "cpu": res["cpu_s"], "steps": res["steps"],
@@ -104,7 +112,7 @@ def run_floor(algo: str, seed: int, stepping: str, alone: bool = False) -> dict:
 
     mean, std = evaluate(Agent(), "CartPole-v1", n_episodes=20)
     return {"time": res["train_s"], "cpu": res["cpu_s"], "steps": res["steps"], "mean": mean,
-            "std": std, "last20": res["last20"]}
+            "std": std}
 
 
 def _median_run(runs: list[dict]) -> dict:
