@@ -25,6 +25,7 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from rlgrad.random import generator_state_dict, load_generator_state
 from rlgrad.rl.finite import check_transition
+from rlgrad.rl.one_env import OneEnvSyncVectorEnv
 
 EnvLike = str | gym.Env | VectorEnv
 
@@ -94,6 +95,8 @@ def make_vec_env(
         if mode != "vector_entry_point" and wrappers:
             kwargs["wrappers"] = wrappers
         venv = gym.make_vec(env, num_envs=n_envs, vectorization_mode=mode, **kwargs, **env_kwargs)
+        if n_envs == 1 and type(venv) is SyncVectorEnv:  # one env: SyncVectorEnv, a shorter step
+            venv = OneEnvSyncVectorEnv.of(venv)
     elif isinstance(env, VectorEnv):
         venv = env
     elif hasattr(env, "venv") and isinstance(env.venv, VectorEnv):  # SB3's interface (rl.vec_env)
@@ -106,7 +109,7 @@ def make_vec_env(
             )
         for w in wrappers or ():
             env = w(env)
-        venv = SyncVectorEnv([lambda: env])
+        venv = OneEnvSyncVectorEnv([lambda: env])
     elif callable(env):
         fns = [env] * n_envs
         if wrappers:
