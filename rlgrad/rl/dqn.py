@@ -16,9 +16,11 @@
 
 A variant overrides the hooks, each documented below, and inherits the rest (replay, exploration,
 target sync, the compiled gradient step, checkpoints): ``make_q_net`` (the network),
-``q_values`` (acting), ``next_values`` (the target network's estimate at s'; its shape is free:
-one number or a row per transition) and ``next_values_of`` (the same in engine operations, run
-inside the compiled step), ``loss`` (the loss on a batch). ``rlgrad.rl.QRDQN`` is such a variant.
+``q_values`` (acting), ``bootstrap_values`` (the target network's estimate at s' from the
+networks' outputs there, written once in engine operations: ``next_values`` runs it on NumPy
+outputs, ``next_values_of`` on traced ones inside the compiled step; its shape is free: one number
+or a row per transition), ``loss`` (the loss on a batch). ``rlgrad.rl.QRDQN`` is such a
+variant.
 """
 
 from __future__ import annotations
@@ -121,20 +123,23 @@ class DQN(OffPolicyAlgorithm):
         return mlp_numpy(self.q_net if net is None else net, obs)
 
     def next_values(self, next_obs: np.ndarray) -> np.ndarray:
-        """The target network's value of each next state, ``max_a Q'(s', a)`` (Double DQN:
-        ``Q'(s', argmax_a Q(s', a))``), shape (batch,); ``td_target`` bootstraps from it."""
-        q_next = self.q_values(next_obs, self.q_net_target)
-        if self.double_q:
-            a_star = self.q_values(next_obs).argmax(axis=1)
-            return q_next[np.arange(len(a_star)), a_star]
-        return q_next.max(axis=1)
+        """The target network's value of each next state, ``bootstrap_values`` of the networks'
+        outputs computed in NumPy (no graph); ``td_target`` bootstraps from it."""
+        return self.bootstrap_values(mlp_numpy(self.q_net_target, next_obs),
+                                     lambda: mlp_numpy(self.q_net, next_obs))
 
     def next_values_of(self, next_obs: Any) -> Any:
         """``next_values`` in engine operations (a compiled step's part; no gradient flows)."""
-        q_next = self.q_net_target(next_obs)
+        return self.bootstrap_values(self.q_net_target(next_obs), lambda: self.q_net(next_obs))
+
+    def bootstrap_values(self, target_out: Any, online_out: Any) -> Any:
+        """The value of each next state from the networks' outputs there, arrays or Tensors
+        alike (engine operations take both): ``max_a Q'(s', a)``, or for Double DQN
+        ``Q'(s', argmax_a Q(s', a))``; shape (batch,). ``online_out()`` gives the online
+        network's output (computed only when read, i.e. by Double DQN)."""
         if self.double_q:
-            return gather_actions(q_next, ops.argmax(self.q_net(next_obs), axis=1))
-        return ops.max(q_next, axis=1)
+            return gather_actions(target_out, ops.argmax(online_out(), axis=1))
+        return ops.max(target_out, axis=1)
 
     def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """The training loss on ``batch`` = {"obs", "actions", "target"}: the Huber loss

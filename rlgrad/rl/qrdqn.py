@@ -8,8 +8,8 @@ mean (the Q-value); the target is the whole row of quantiles of that action at s
     sum_i mean_{b, j} |tau_i - 1{u_bij < 0}| huber_kappa(u_bij),   u_bij = y_bj - theta_i(s_b, a_b)
 
 (SB3-contrib's ``quantile_huber_loss(..., sum_over_quantiles=True)``; ``kappa = clip_delta``, 1 as
-there). It is DQN with its hooks overridden (``make_q_net``, ``q_values``/``next_values``/
-``next_values_of``, ``loss``): replay, exploration, target sync, the compiled gradient step and
+there). It is DQN with its hooks overridden (``make_q_net``, ``q_values``, ``bootstrap_values``,
+``loss``): replay, exploration, target sync, the compiled gradient step and
 checkpoints are DQN's.
 ``policy_kwargs`` takes ``n_quantiles`` (200, SB3-contrib's default), ``net_arch`` and
 ``activation_fn``; the defaults that differ from DQN's are SB3-contrib's (``default_hyperparams``),
@@ -72,19 +72,12 @@ class QRDQN(DQN):
     def q_values(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
         return self.quantiles(obs, net).mean(axis=2)
 
-    def next_values(self, next_obs: np.ndarray) -> np.ndarray:
+    def bootstrap_values(self, target_out: Any, online_out: Any) -> Any:
         """The target network's quantiles of the greedy action at s' (by their mean; with
         ``double_q`` the online network's mean picks it), shape (batch, n_quantiles)."""
-        theta = self.quantiles(next_obs, self.q_net_target)
-        q = self.q_values(next_obs) if self.double_q else theta.mean(axis=2)
-        a_star = q.argmax(axis=1)
-        return theta[np.arange(len(a_star)), a_star]
-
-    def next_values_of(self, next_obs: Any) -> Any:
-        """``next_values`` in engine operations (run inside the compiled step)."""
-        shape = (next_obs.shape[0], self.n_actions, self.n_quantiles)
-        theta = ops.reshape(self.q_net_target(next_obs), shape)
-        q = ops.mean(ops.reshape(self.q_net(next_obs), shape) if self.double_q else theta, axis=2)
+        shape = (target_out.shape[0], self.n_actions, self.n_quantiles)
+        theta = ops.reshape(target_out, shape)
+        q = ops.mean(ops.reshape(online_out(), shape) if self.double_q else theta, axis=2)
         return gather_actions(theta, ops.argmax(q, axis=1))
 
     def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
