@@ -154,3 +154,36 @@ def test_rlgrad_fused_0_turns_it_off():
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "RLGRAD_FUSED": "0"},
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "True"
+
+
+@needs_fused
+def test_idle_blocks_of_dead_units_give_the_full_loops_bits():
+    """Blocks of 64 with exact-zero gradients and first moments (a dead ReLU unit's weights,
+    either sign of zero) skip the parameter's update, which would be p - (+0): p, m and v stay
+    bitwise what the full update gives, also next to a NaN or an inf second moment."""
+    f32 = np.float32
+    rng = np.random.default_rng(5)
+    sizes = [192, 70]
+    p = [rng.normal(size=n).astype(f32) for n in sizes]
+    g = [rng.normal(size=n).astype(f32) for n in sizes]
+    m = rng.normal(size=sum(sizes)).astype(f32) * f32(1e-3)
+    v = rng.random(sum(sizes)).astype(f32) * f32(1e-4)
+    signs = np.where(rng.random(64) < 0.5, f32(-0.0), f32(0.0))
+    g[0][:128] = np.tile(signs, 2)  # two blocks of zeros of either sign
+    m[:128] = np.tile(signs[::-1], 2)
+    v[70] = np.nan  # the second block: NaN in v makes it busy (p becomes NaN there)
+    g[1][:] = 0.0  # the second parameter: idle throughout, an inf second moment in it
+    m[192:] = 0.0
+    v[200] = np.inf
+    c1, b2, c2, eps, step, scale = 0.1, 0.999, 0.001, 1e-8, 2.3e-3, 0.5
+    gi = [x * f32(scale) for x in g]
+    flat_g = np.concatenate(gi)
+    vv = v * f32(b2) + (flat_g * flat_g) * f32(c2)
+    mm = m + (flat_g - m) * f32(c1)
+    with np.errstate(invalid="ignore"):
+        upd = mm / (np.sqrt(vv) + f32(eps)) * f32(step)
+    want_p = np.concatenate(p) - upd
+    assert fused.adam(p, g, m, v, None, c1, b2, c2, eps, step, 1.0, 0.0, False, scale)
+    assert np.concatenate(p).tobytes() == want_p.tobytes()
+    assert m.tobytes() == mm.tobytes() and np.array_equal(v, vv, equal_nan=True)
+    assert np.isnan(p[0][70]) and (mm[:64] == 0).all() and not np.signbit(mm[:64]).any()

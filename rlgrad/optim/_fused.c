@@ -87,17 +87,41 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
    |m|, |v| < floor become 0; amsgrad: vmax = max(vmax, v), NaN-propagating like np.maximum;
    p = p shrink (AdamW) - m / (sqrt(v) + eps) * step_size. */
 
+/* Idle blocks. A ReLU unit dead on every input (in the DQN CartPole preset's 256-256 network
+   ~70% of the second layer's units, for thousands of steps) has exact-zero gradients, and once
+   the periodic flush has zeroed its first moment its update moves its weights by +0: with
+   g = +-0 and m = +-0, mm = m + (g - m) c1 is +0 (each sign case), +0 / (sqrt(vv) + eps) * step
+   is +0 (the denominator is positive or inf when vv is not NaN; step >= 0) and p - (+0) is p,
+   bit for bit. A block of ADAM_BLOCK elements that is all such (checked without branches, so it
+   vectorises) writes m and v as the full loop would and leaves p alone. Any other block takes
+   the full loop. Only the fast loop (no flush, decay, negation or amsgrad) does this. */
+#define ADAM_BLOCK 64
+
 #define ADAM_LOOPS(T, SQRT, FABS)                                                                  \
     CLONES static void adam_fast_##T(T *restrict p, const T *restrict g, T *restrict m,            \
                                      T *restrict v, Py_ssize_t n, T c1, T b2, T c2, T eps,         \
                                      T step, T scale) {                                            \
-        for (Py_ssize_t i = 0; i < n; i++) {                                                       \
-            T gi = g[i] * scale; /* the clipped gradient (x 1 is exact: the same bits) */         \
-            T vv = v[i] * b2 + (gi * gi) * c2;                                                     \
-            T mm = m[i] + (gi - m[i]) * c1;                                                        \
-            m[i] = mm;                                                                             \
-            v[i] = vv;                                                                             \
-            p[i] = p[i] - mm / (SQRT(vv) + eps) * step;                                            \
+        for (Py_ssize_t s = 0; s < n; s += ADAM_BLOCK) {                                           \
+            Py_ssize_t e = n - s < ADAM_BLOCK ? n : s + ADAM_BLOCK;                                \
+            int busy = 0;                                                                          \
+            for (Py_ssize_t i = s; i < e; i++)                                                     \
+                busy |= (g[i] != 0) | (m[i] != 0) | (v[i] != v[i]);                                \
+            if (!busy) { /* idle (see ADAM_BLOCK): p - (+0) / (sqrt(v) + eps) * step is p */      \
+                for (Py_ssize_t i = s; i < e; i++) {                                               \
+                    T gi = g[i] * scale;                                                           \
+                    v[i] = v[i] * b2 + (gi * gi) * c2;                                             \
+                    m[i] = m[i] + (gi - m[i]) * c1;                                                \
+                }                                                                                  \
+                continue;                                                                          \
+            }                                                                                      \
+            for (Py_ssize_t i = s; i < e; i++) {                                                   \
+                T gi = g[i] * scale; /* the clipped gradient (x 1 is exact: the same bits) */     \
+                T vv = v[i] * b2 + (gi * gi) * c2;                                                 \
+                T mm = m[i] + (gi - m[i]) * c1;                                                    \
+                m[i] = mm;                                                                         \
+                v[i] = vv;                                                                         \
+                p[i] = p[i] - mm / (SQRT(vv) + eps) * step;                                        \
+            }                                                                                      \
         }                                                                                          \
     }                                                                                              \
     static void adam_general_##T(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, \
