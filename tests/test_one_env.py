@@ -44,8 +44,8 @@ def _compare(make, n_steps: int = 400, seed: int = 3, **kw) -> tuple[int, int]:
             assert type(x) is type(y) and x.dtype == y.dtype and x.shape == y.shape
             np.testing.assert_array_equal(x, y)
         _same_info(r1[4], r2[4])
-        if kw.get("copy", True):
-            assert r1[0] is not ours._observations  # a copy, as SyncVectorEnv's deepcopy
+        # a fresh copy each step, as SyncVectorEnv's deepcopy (copy=False: its one buffer)
+        assert (r1[0] is ours._batch) == (not kw.get("copy", True))
         terms += int(r2[2][0])
         truncs += int(r2[3][0])
     return terms, truncs
@@ -82,6 +82,23 @@ def test_other_modes_and_batches_take_syncvectorenvs_step() -> None:
         one.step(np.array([0, 1]))
     with pytest.raises(ValueError, match="one environment"):
         OneEnvSyncVectorEnv([lambda: gym.make("CartPole-v1")] * 2)
+
+
+def test_reset_in_the_middle_of_an_episode_and_after_its_end() -> None:
+    ours = OneEnvSyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=4)])
+    ref = SyncVectorEnv([lambda: gym.make("CartPole-v1", max_episode_steps=4)])
+    a = np.array([0])
+    for seed in (1, 2, 3):
+        np.testing.assert_array_equal(ours.reset(seed=seed)[0], ref.reset(seed=seed)[0])
+        for _ in range(seed + 2):  # seed 2, 3: past the truncation, into (or onto) the reset step
+            for x, y in zip(ours.step(a)[:4], ref.step(a)[:4]):
+                np.testing.assert_array_equal(x, y)
+    mask = {"reset_mask": np.array([True])}
+    np.testing.assert_array_equal(ours.reset(seed=9, options=dict(mask))[0],
+                                  ref.reset(seed=9, options=dict(mask))[0])
+    for _ in range(6):
+        for x, y in zip(ours.step(a)[:4], ref.step(a)[:4]):
+            np.testing.assert_array_equal(x, y)
 
 
 def test_make_vec_env_builds_it_for_one_env_only() -> None:

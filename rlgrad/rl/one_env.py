@@ -5,7 +5,9 @@ Off-policy presets (DQN on CartPole) step one environment per call: there the ge
 ``deepcopy`` of the batch, the NEXT_STEP checks per environment) costs more than CartPole's own
 step (~7 us of ~13). ``OneEnvSyncVectorEnv`` is a ``SyncVectorEnv`` (everything else, reset,
 checkpoints of its sub-environment, ``envs``, ``call``, is inherited) whose ``step`` does the
-same operations on the one environment in a straight line, returning the same values: the same
+same operations on the one environment in a straight line, keeping its own state (whether the
+next step is the reset, and its observation batch: not ``SyncVectorEnv``'s private fields),
+returning the same values: the same
 observation batch (a copy when ``copy``), rewards, termination and truncation arrays (copies) and
 info dict, with NEXT_STEP autoreset (a done step's observation is the final one, the next step
 resets and reports reward 0, not done). Other autoreset modes and observation spaces whose
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import create_empty_array
 
 _STACKED = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
 
@@ -32,14 +35,16 @@ class OneEnvSyncVectorEnv(SyncVectorEnv):
         if self.num_envs != 1:
             raise ValueError(f"OneEnvSyncVectorEnv steps one environment, got {self.num_envs}: "
                              "use gymnasium.vector.SyncVectorEnv for several")
-        # the straight line holds where SyncVectorEnv's own step is these operations: NEXT_STEP,
-        # observations batched by np.stack, actions iterated by iter() (Box / MultiDiscrete /
-        # MultiBinary batch spaces), and the fields that step keeps its state in
+        # the straight line covers SyncVectorEnv's step where that is these operations:
+        # NEXT_STEP, observations batched by np.stack, actions iterated by iter() (Box /
+        # MultiDiscrete / MultiBinary batch spaces)
         self._short = (self.autoreset_mode == AutoresetMode.NEXT_STEP
                        and type(self.single_observation_space) in _STACKED
-                       and type(self.action_space) in _STACKED[:1] + _STACKED[2:]
-                       and all(hasattr(self, k) for k in ("_autoreset_envs", "_env_obs",
-                                                          "_observations", "_rewards")))
+                       and type(self.action_space) in _STACKED[:1] + _STACKED[2:])
+        # its own state (not SyncVectorEnv's fields): whether the next step is the reset, and
+        # the observation batch it writes
+        self._reset_next = False
+        self._batch = create_empty_array(self.single_observation_space, n=1, fn=np.zeros)
 
     @classmethod
     def of(cls, venv: SyncVectorEnv) -> OneEnvSyncVectorEnv:
@@ -52,6 +57,12 @@ class OneEnvSyncVectorEnv(SyncVectorEnv):
         out.spec = venv.spec
         return out
 
+    def reset(self, *, seed: Any = None, options: dict[str, Any] | None = None
+              ) -> tuple[Any, dict[str, Any]]:
+        out = super().reset(seed=seed, options=options)
+        self._reset_next = False  # (one env: a reset_mask must hold True, so it was reset)
+        return out
+
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         if not self._short:
             return super().step(actions)
@@ -60,18 +71,15 @@ class OneEnvSyncVectorEnv(SyncVectorEnv):
         if next(it, it) is not it:  # SyncVectorEnv's strict zip: one action per environment
             return super().step(actions)
         env = self.envs[0]
-        if self._autoreset_envs[0]:
+        if self._reset_next:
             obs, info = env.reset()
-            self._rewards[0] = 0.0
-            self._terminations[0] = False
-            self._truncations[0] = False
+            reward, terminated, truncated = 0.0, False, False
         else:
-            obs, self._rewards[0], self._terminations[0], self._truncations[0], info = \
-                env.step(action)
-        self._env_obs[0] = obs
+            obs, reward, terminated, truncated, info = env.step(action)
+        rewards = np.array([reward], dtype=np.float64)
+        terms = np.array([terminated], dtype=np.bool_)
+        truncs = np.array([truncated], dtype=np.bool_)
+        self._reset_next = bool(terms[0] or truncs[0])
         infos = self._add_info({}, info, 0) if info else {}
-        self._observations = np.stack([obs], axis=0, out=self._observations)
-        self._autoreset_envs = np.logical_or(self._terminations, self._truncations)
-        batch = self._observations
-        return (batch.copy() if self.copy else batch, self._rewards.copy(),
-                self._terminations.copy(), self._truncations.copy(), infos)
+        batch = self._batch = np.stack([obs], axis=0, out=self._batch)
+        return batch.copy() if self.copy else batch, rewards, terms, truncs, infos
