@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 _BENCH = Path(__file__).resolve().parents[1] / "bench"
-sys.path.insert(0, str(_BENCH))  # _numpy_dqn imports _numpy_ppo (Adam, clip_factor)
+if str(_BENCH) not in sys.path:  # _numpy_dqn imports _numpy_ppo (Adam, clip_factor); last, so
+    sys.path.append(str(_BENCH))  # bench/ modules (engine.py, nn.py, ...) shadow nothing
 _spec = importlib.util.spec_from_file_location("_numpy_dqn_floor", _BENCH / "_numpy_dqn.py")
 floor = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = floor
