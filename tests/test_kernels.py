@@ -1,4 +1,5 @@
-"""rlgrad/_kernels.c (bias gradients' column sums and tanh's backward, one C pass each) against
+"""rlgrad/_kernels.c (bias gradients' column sums, tanh's backward, ReLU forward and backward, a
+linear layer's bias add: one C pass each) against
 the NumPy operations they replace: the same IEEE operations in the same order, so the same bits,
 signed zeros, NaN and inf included; and tanh's backward as a primitive (``ops.tanh_grad``)
 differentiated to the second order in both modes."""
@@ -209,3 +210,102 @@ def test_gae_with_a_numpy_float64_gamma_keeps_numpys_float64_arithmetic(monkeypa
     monkeypatch.setattr(ops, "_kernels", None)
     b.compute_returns_and_advantage(last)
     assert np.array_equal(_bits(got), _bits(b.advantages))
+
+
+def _relu_inputs(rng, shape, dtype):
+    """Both signs over many magnitudes, signed zeros, NaNs of both signs (NumPy's maximum keeps
+    a NaN's bits), infinities and a subnormal."""
+    x = np.asarray(rng.standard_normal(shape) * rng.choice([1e-30, 1.0, 1e30], size=shape), dtype)
+    special = np.array([-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-45, -1e-45], dtype)
+    flat = x.reshape(-1)
+    flat[:min(flat.size, len(special))] = special[:flat.size]
+    return x
+
+
+@needs_kernels
+@_INF_TIMES_ZERO
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (1, 256), (256, 300), (3, 5, 7)])
+def test_relu_and_its_backward_have_numpys_bits(dtype, shape):
+    rng = np.random.default_rng(sum(shape) + 1)
+    x = _relu_inputs(rng, shape, dtype)
+    g = _relu_inputs(rng, shape, dtype)[..., ::-1].copy() if shape else np.asarray(-2.0, dtype)
+    want_fwd, want_bwd = np.maximum(x, 0), g * (x > 0)
+    assert want_fwd.dtype == dtype and want_bwd.dtype == dtype
+    np.testing.assert_array_equal(_bits(ops._relu(x)), _bits(want_fwd))
+    np.testing.assert_array_equal(_bits(ops._relu_grad(g, x)), _bits(want_bwd))
+    # into a buffer, and into an argument (a compiled step reuses what it no longer needs)
+    xx, gg = x.copy(), g.copy()
+    assert ops._relu(xx, out=xx) is xx
+    np.testing.assert_array_equal(_bits(xx), _bits(want_fwd))
+    assert ops._relu_grad(gg, x, out=gg) is gg
+    np.testing.assert_array_equal(_bits(gg), _bits(want_bwd))
+    xx = x.copy()
+    assert ops._relu_grad(g, xx, out=xx) is xx
+    np.testing.assert_array_equal(_bits(xx), _bits(want_bwd))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(5,), (1, 256), (256, 400), (2, 3, 4)])
+def test_add_rows_is_numpys_broadcast_add(dtype, shape):
+    rng = np.random.default_rng(len(shape))
+    out = _relu_inputs(rng, shape, dtype)
+    b = _relu_inputs(rng, shape[-1:], dtype)[::-1].copy()
+    want = out + b
+    assert K.add_rows(out, b)
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+
+
+@needs_kernels
+def test_the_relu_kernels_refuse_what_they_do_not_do():
+    x = np.ones(8, np.float32)
+    assert not K.relu(x[:6], x[2:])  # partial overlap
+    assert not K.relu(np.ones(4, np.float32), np.empty(4, np.float64))
+    assert not K.relu(np.ones(4, np.int64), np.empty(4, np.int64))
+    assert not K.relu_grad(x[:4], x[2:6], x[4:])
+    assert not K.relu_grad(np.ones(4, np.float32), np.ones(4, np.float64), np.empty(4, np.float32))
+    assert not K.add_rows(np.ones((2, 4), np.float32), np.ones(2, np.float32))  # b's length
+    assert not K.add_rows(np.ones((2, 4), np.float32), np.ones((1, 4), np.float32))  # b not 1-D
+    assert not K.add_rows(np.ones((4, 4), np.float32)[:, ::2], np.ones(2, np.float32))
+    assert not K.add_rows(np.ones((2, 4), np.float32), np.ones(4, np.float64))
+    y = np.ones((2, 4), np.float32)
+    assert not K.add_rows(y, y[0])  # b inside out
+    # ops falls back to NumPy (and its promotion and broadcasting) where a kernel does not apply
+    assert ops._relu_grad(np.ones(4, np.float32), np.ones(4, np.float64)).dtype == np.float32
+    np.testing.assert_array_equal(ops._relu_grad(np.ones((2, 3)), np.array([1.0, -1.0, 2.0])),
+                                  [[1, 0, 1], [1, 0, 1]])
+    np.testing.assert_array_equal(ops._relu(np.array([-1, 2])), [0, 2])
+
+
+def test_relu_paths_agree_and_linear_adds_its_bias_alike(monkeypatch):
+    rng = np.random.default_rng(5)
+    x = _relu_inputs(rng, (64, 5), np.float32)
+    g = rng.standard_normal((64, 5)).astype(np.float32)
+    w = rng.standard_normal((5, 5)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    lin = rlgrad.nn.functional._linear
+    with_c = ops._relu(x), ops._relu_grad(g, x), lin(g, w, b)
+    monkeypatch.setattr(ops, "_kernels", None)
+    without = ops._relu(x), ops._relu_grad(g, x), lin(g, w, b)
+    for a, c in zip(with_c, without):
+        np.testing.assert_array_equal(_bits(a), _bits(c))
+    np.testing.assert_array_equal(_bits(without[2]), _bits(g @ w.T + b))
+
+
+def test_relu_gradients_to_the_second_order():
+    """ReLU's backward is the primitive ``relu_grad(g, x) = g * (x > 0)``: linear in ``g``,
+    no gradient into ``x``; checked against finite differences (away from the kink) and the
+    closed forms, in both modes."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 4))
+    x[np.abs(x) < 0.1] = 0.5  # finite differences stay on one side of the kink
+    rlgrad.check_grads(lambda t: (ops.relu(t) ** 2).sum(), modes=("fwd", "rev"), order=2)(x)
+    rlgrad.check_grads(lambda g: ops.relu_grad(g, x), modes=("fwd", "rev"), order=2)(x[::-1].copy())
+    d1 = rlgrad.grad(lambda v: (ops.relu(v) ** 2).sum())(x)
+    d2 = rlgrad.grad(lambda v: rlgrad.grad(lambda u: (ops.relu(u) ** 2).sum())(v).sum())(x)
+    np.testing.assert_array_equal(d1, 2 * np.maximum(x, 0))
+    np.testing.assert_array_equal(d2, 2.0 * (x > 0))
+    # the mask takes no gradient: d/dx of sum(relu_grad(g, x)) is 0
+    gx = rlgrad.grad(lambda v: ops.relu_grad(np.ones((3, 4)), v).sum() + 0 * v.sum())(x)
+    np.testing.assert_array_equal(gx, np.zeros((3, 4)))

@@ -34,8 +34,11 @@ __all__ = [
 def _linear(x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
     # BLAS reads the transposed (Fortran-ordered) view without a copy
     out = x @ weight.T if out is None else np.matmul(x, weight.T, out=out)
-    if bias is not None:
-        out += bias  # the fresh output is ours to update in place
+    # the fresh output is ours to update in place: one C pass where it fits (the same adds as
+    # NumPy's broadcast, ~2x faster), else NumPy's
+    if bias is not None and (ops._kernels is None or type(out) is not np.ndarray
+                             or not ops._kernels.add_rows(out, bias)):
+        out += bias
     return out
 
 
