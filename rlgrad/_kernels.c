@@ -291,6 +291,107 @@ static PyObject *add_rows(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return done(b, 2, fits);
 }
 
+/* The live units of a (rows, units) gradient (linear's backward skips the others, see
+   rlgrad/nn/functional.py): the columns with an entry that is not zero (NaN counts, -0.0 does
+   not, as in np.flatnonzero(g.any(axis=0))), in increasing order. NumPy makes it a bool
+   reduction and a flatnonzero, ~15 us on a (256, 256) float32 array; here one pass. */
+#define LIVE_LOOP(T)                                                                               \
+    CLONES static void live_flags_##T(const T *g, int *restrict flag, Py_ssize_t rows,             \
+                                      Py_ssize_t cols) {                                           \
+        for (Py_ssize_t j = 0; j < cols; j++) flag[j] = 0;                                         \
+        for (Py_ssize_t i = 0; i < rows; i++) {                                                    \
+            const T *r = g + i * cols;                                                             \
+            for (Py_ssize_t j = 0; j < cols; j++) flag[j] |= r[j] != (T)0;                         \
+        }                                                                                          \
+    }
+
+LIVE_LOOP(float)
+LIVE_LOOP(double)
+
+PyDoc_STRVAR(live_columns_doc,
+"live_columns(g, idx) -> int\n\n"
+"The indices of the columns of a C-contiguous 2-D float32/float64 g with an entry that is not\n"
+"zero (NaN included), written in increasing order to the start of idx (a C-contiguous intp\n"
+"vector of g's column count); returns how many, or -1 (nothing written) if they do not fit.");
+
+static PyObject *live_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "live_columns(g, idx) takes 2 arguments");
+        return NULL;
+    }
+    Py_buffer b[2];
+    if (!take(args, 2, 1, b)) return PyLong_FromLong(-1);
+    const Py_buffer *g = &b[0], *o = &b[1];
+    char k = kind_of(g);
+    const char *f = o->format ? o->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    Py_ssize_t rows = g->ndim == 2 ? g->shape[0] : 0, cols = g->ndim == 2 ? g->shape[1] : 0;
+    int fits = k && rows >= 1 && cols >= 1 && o->ndim == 1 && o->shape[0] == cols
+               && o->itemsize == (Py_ssize_t)sizeof(Py_ssize_t) && (*f == 'l' || *f == 'q' || *f == 'n')
+               && f[1] == '\0' && !overlap(g, o);
+    int *flag = fits ? PyMem_Malloc(sizeof(int) * (size_t)cols) : NULL;
+    Py_ssize_t n = -1;
+    if (flag) {
+        if (k == 'f')
+            live_flags_float(g->buf, flag, rows, cols);
+        else
+            live_flags_double(g->buf, flag, rows, cols);
+        Py_ssize_t *idx = o->buf;
+        n = 0;
+        for (Py_ssize_t j = 0; j < cols; j++)
+            if (flag[j]) idx[n++] = j;
+        PyMem_Free(flag);
+    }
+    for (int i = 0; i < 2; i++) PyBuffer_Release(&b[i]);
+    return PyLong_FromSsize_t(n);
+}
+
+/* g[:, idx] of a C-contiguous (rows, cols) array into a C-contiguous (rows, len(idx)) out: the
+   live units' gradient columns (NumPy's take along axis 1 runs ~2x slower here). */
+#define TAKE_COLUMNS_LOOP(T)                                                                       \
+    static void take_columns_##T(const T *g, const Py_ssize_t *idx, T *restrict out,              \
+                                 Py_ssize_t rows, Py_ssize_t cols, Py_ssize_t n) {                 \
+        for (Py_ssize_t i = 0; i < rows; i++) {                                                    \
+            const T *r = g + i * cols;                                                             \
+            T *o = out + i * n;                                                                    \
+            for (Py_ssize_t k = 0; k < n; k++) o[k] = r[idx[k]];                                   \
+        }                                                                                          \
+    }
+
+TAKE_COLUMNS_LOOP(float)
+TAKE_COLUMNS_LOOP(double)
+
+PyDoc_STRVAR(take_columns_doc,
+"take_columns(g, idx, out) -> bool\n\n"
+"out = g[:, idx] for a C-contiguous 2-D float32/float64 g, a C-contiguous intp vector idx of\n"
+"column indices in range and a C-contiguous (rows, len(idx)) out of g's dtype. False (nothing\n"
+"written) if they do not fit.");
+
+static PyObject *take_columns(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "take_columns(g, idx, out) takes 3 arguments");
+        return NULL;
+    }
+    Py_buffer b[3];
+    if (!take(args, 3, 2, b)) Py_RETURN_FALSE;
+    const Py_buffer *g = &b[0], *ix = &b[1], *o = &b[2];
+    char k = kind_of(g);
+    const char *f = ix->format ? ix->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    Py_ssize_t rows = g->ndim == 2 ? g->shape[0] : 0, cols = g->ndim == 2 ? g->shape[1] : 0;
+    Py_ssize_t n = ix->ndim == 1 ? ix->shape[0] : -1;
+    int fits = k && kind_of(o) == k && rows >= 1 && n >= 0 && ix->itemsize == (Py_ssize_t)sizeof(Py_ssize_t)
+               && (*f == 'l' || *f == 'q' || *f == 'n') && f[1] == '\0' && o->ndim == 2
+               && o->shape[0] == rows && o->shape[1] == n && !overlap(o, g) && !overlap(o, ix);
+    const Py_ssize_t *idx = ix->buf;
+    for (Py_ssize_t j = 0; fits && j < n; j++) fits = idx[j] >= 0 && idx[j] < cols;
+    if (fits && k == 'f')
+        take_columns_float(g->buf, idx, o->buf, rows, cols, n);
+    else if (fits)
+        take_columns_double(g->buf, idx, o->buf, rows, cols, n);
+    return done(b, 3, fits);
+}
+
 static PyMethodDef methods[] = {
     {"sum_rows", (PyCFunction)(void (*)(void))sum_rows, METH_FASTCALL, sum_rows_doc},
     {"tanh_grad", (PyCFunction)(void (*)(void))tanh_grad, METH_FASTCALL, tanh_grad_doc},
@@ -298,6 +399,8 @@ static PyMethodDef methods[] = {
     {"relu", (PyCFunction)(void (*)(void))relu, METH_FASTCALL, relu_doc},
     {"relu_grad", (PyCFunction)(void (*)(void))relu_grad, METH_FASTCALL, relu_grad_doc},
     {"add_rows", (PyCFunction)(void (*)(void))add_rows, METH_FASTCALL, add_rows_doc},
+    {"live_columns", (PyCFunction)(void (*)(void))live_columns, METH_FASTCALL, live_columns_doc},
+    {"take_columns", (PyCFunction)(void (*)(void))take_columns, METH_FASTCALL, take_columns_doc},
     {NULL, NULL, 0, NULL},
 };
 

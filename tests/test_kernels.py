@@ -309,3 +309,69 @@ def test_relu_gradients_to_the_second_order():
     # the mask takes no gradient: d/dx of sum(relu_grad(g, x)) is 0
     gx = rlgrad.grad(lambda v: ops.relu_grad(np.ones((3, 4)), v).sum() + 0 * v.sum())(x)
     np.testing.assert_array_equal(gx, np.zeros((3, 4)))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (256, 256), (64, 300)])
+def test_live_columns_is_flatnonzero_of_any(dtype, shape):
+    rng = np.random.default_rng(shape[1])
+    g = np.asarray(rng.standard_normal(shape), dtype)
+    g[:, rng.random(shape[1]) < 0.5] = 0.0  # dead units
+    g[rng.random(shape) < 0.5] = -0.0  # a -0.0 is no life
+    if shape[0] > 2 and shape[1] > 5:
+        g[:, 2] = 0.0
+        g[1, 2] = np.nan  # a NaN is
+        g[:, 4] = 0.0
+        g[2, 4] = -np.inf
+    idx = np.full(shape[1], -7, np.intp)
+    n = K.live_columns(g, idx)
+    want = np.flatnonzero(g.any(axis=0))
+    assert n == len(want)
+    np.testing.assert_array_equal(idx[:n], want)
+
+
+@needs_kernels
+def test_live_columns_refuses_what_it_does_not_do():
+    g = np.ones((4, 6), np.float32)
+    assert K.live_columns(g, np.empty(5, np.intp)) == -1  # idx too short
+    assert K.live_columns(g, np.empty(6, np.int32)) == -1  # not intp
+    assert K.live_columns(g[:, ::2], np.empty(3, np.intp)) == -1  # not contiguous
+    assert K.live_columns(np.ones(6, np.float32), np.empty(6, np.intp)) == -1  # not 2-D
+    assert K.live_columns(np.ones((4, 6), np.int64), np.empty(6, np.intp)) == -1
+
+
+def test_dead_unit_skipping_finds_the_same_units_without_the_kernels(monkeypatch):
+    from rlgrad.nn import functional as F
+
+    rng = np.random.default_rng(4)
+    g = rng.standard_normal((128, 256)).astype(np.float32)
+    g[:, rng.random(256) < 0.6] = 0.0
+    g[0] = 0.0  # the first row does not decide
+    w = rng.standard_normal((256, 96)).astype(np.float32)
+    live = F._live_units(g, 96)
+    assert live is not None and len(live) < 0.75 * 256
+    x = rng.standard_normal((128, 96)).astype(np.float32)
+    got = F._linear_grad_input(g, w), F._linear_grad_weight(g, x)
+    monkeypatch.setattr(ops, "_kernels", None)
+    np.testing.assert_array_equal(F._live_units(g, 96), live)
+    np.testing.assert_array_equal(_bits(F._linear_grad_input(g, w)), _bits(got[0]))
+    np.testing.assert_array_equal(_bits(F._linear_grad_weight(g, x)), _bits(got[1]))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_take_columns_is_numpys_take(dtype):
+    rng = np.random.default_rng(9)
+    g = _relu_inputs(rng, (33, 40), dtype)
+    for idx in (np.arange(40), np.array([0, 3, 39]), np.array([], np.intp), np.array([5, 5, 2])):
+        idx = idx.astype(np.intp)
+        out = np.empty((33, len(idx)), dtype)
+        assert K.take_columns(g, idx, out)
+        np.testing.assert_array_equal(_bits(out), _bits(g.take(idx, axis=1)))
+    out = np.empty((33, 1), dtype)
+    assert not K.take_columns(g, np.array([40], np.intp), out)  # out of range
+    assert not K.take_columns(g, np.array([-1], np.intp), out)
+    assert not K.take_columns(g, np.array([1], np.int32), out)
+    assert not K.take_columns(g, np.array([1, 2], np.intp), out)  # out's shape
+    assert not K.take_columns(g[:, ::2], np.array([1], np.intp), out)

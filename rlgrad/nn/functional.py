@@ -70,8 +70,22 @@ def _live_units(g2: np.ndarray, other: int) -> np.ndarray | None:
     limit = _SKIP_MAX_LIVE * units
     if np.count_nonzero(g2[0]) > limit:
         return None
+    if ops._kernels is not None:  # one C pass (~3x NumPy's bool reduction and flatnonzero)
+        idx = np.empty(units, np.intp)
+        n = ops._kernels.live_columns(g2, idx)
+        if n >= 0:
+            return idx[:n] if n <= limit else None
     live = np.flatnonzero(g2.any(axis=0))
     return live if len(live) <= limit else None
+
+
+def _live_columns(g2: np.ndarray, live: np.ndarray) -> np.ndarray:
+    """``g2[:, live]`` (one C pass where it fits: ~2x NumPy's take)."""
+    if ops._kernels is not None:
+        res = np.empty((g2.shape[0], len(live)), g2.dtype)
+        if ops._kernels.take_columns(g2, live, res):
+            return res
+    return g2.take(live, axis=1)
 
 
 def _linear_grad_input(g: Any, weight: Any, out: Any = None, skip: bool = True) -> Any:
@@ -85,7 +99,7 @@ def _linear_grad_input(g: Any, weight: Any, out: Any = None, skip: bool = True) 
         if live is not None:
             if out is not None and g.ndim > 2:
                 out = out.reshape(g2.shape[0], -1)  # a view: out is contiguous
-            r = np.matmul(g2.take(live, axis=1), weight.take(live, axis=0), out=out)
+            r = np.matmul(_live_columns(g2, live), weight.take(live, axis=0), out=out)
             return r if g.ndim == 2 else r.reshape(g.shape[:-1] + r.shape[-1:])
     return np.matmul(g, weight, out=out)
 
@@ -99,7 +113,7 @@ def _linear_grad_weight(g: Any, x: Any, out: Any = None, skip: bool = True) -> A
     live = _live_units(g2, x2.shape[1]) if skip else None
     if live is None:
         return np.matmul(g2.T, x2, out=out)
-    part = g2.take(live, axis=1).T @ x2
+    part = _live_columns(g2, live).T @ x2
     if out is None:
         out = np.zeros((g2.shape[1], x2.shape[1]), part.dtype)
     else:
