@@ -193,7 +193,8 @@ static PyObject *gae(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
    * relu(x, out): np.maximum(x, 0): x where x > 0, NaN kept as it is (its bits), else +0;
    * relu_grad(g, x, out): g * (x > 0), the bool read as 0 or 1 (so g * 0: a signed zero, NaN
      for an infinite or NaN g, as NumPy gives);
-   * add_rows(out, b): out += b for a C-contiguous out whose last axis is b's length.
+   * add_rows(out, b, relu=False): out += b for a C-contiguous out whose last axis is b's length
+     (relu: then relu(out) in the same pass, a linear layer and its ReLU in one);
    out may be an input itself (each element is read before it is written). */
 #define RELU_LOOPS(T)                                                                              \
     CLONES static void relu_##T(const T *x, T *out, Py_ssize_t n) {                                \
@@ -214,6 +215,18 @@ static PyObject *gae(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         for (Py_ssize_t i = 0; i < rows; i++) {                                                    \
             T *r = out + i * cols;                                                                 \
             for (Py_ssize_t j = 0; j < cols; j++) r[j] = r[j] + b[j];                              \
+        }                                                                                          \
+    }                                                                                              \
+    /* add_rows then relu in the same pass: relu(out + b), the sum rounded first */               \
+    CLONES static void add_rows_relu_##T(T *out, const T *restrict b, Py_ssize_t rows,            \
+                                         Py_ssize_t cols) {                                        \
+        for (Py_ssize_t i = 0; i < rows; i++) {                                                    \
+            T *r = out + i * cols;                                                                 \
+            for (Py_ssize_t j = 0; j < cols; j++) {                                                \
+                T v = r[j] + b[j];                                                                 \
+                T z = v > (T)0 ? v : (T)0;                                                         \
+                r[j] = v != v ? v : z;                                                             \
+            }                                                                                      \
         }                                                                                          \
     }
 
@@ -266,16 +279,18 @@ static PyObject *relu_grad(PyObject *self, PyObject *const *args, Py_ssize_t nar
 }
 
 PyDoc_STRVAR(add_rows_doc,
-"add_rows(out, b) -> bool\n\n"
+"add_rows(out, b, relu=False) -> bool\n\n"
 "out += b in place for a C-contiguous float32/float64 out (ndim >= 1) whose last axis has b's\n"
-"length, b a C-contiguous vector of the same dtype apart from out. False (nothing written) if\n"
-"they do not fit.");
+"length, b a C-contiguous vector of the same dtype apart from out; relu: then out =\n"
+"np.maximum(out, 0), in the same pass. False (nothing written) if they do not fit.");
 
 static PyObject *add_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 2) {
-        PyErr_SetString(PyExc_TypeError, "add_rows(out, b) takes 2 arguments");
+    if (nargs != 2 && nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "add_rows(out, b, relu=False) takes 2 or 3 arguments");
         return NULL;
     }
+    int then_relu = nargs == 3 ? PyObject_IsTrue(args[2]) : 0;
+    if (then_relu < 0) return NULL;
     PyObject *objs[2] = {args[1], args[0]};  /* b read, out written */
     Py_buffer b[2];
     if (!take(objs, 2, 1, b)) Py_RETURN_FALSE;
@@ -284,10 +299,11 @@ static PyObject *add_rows(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_ssize_t cols = o->ndim >= 1 ? o->shape[o->ndim - 1] : 0;
     int fits = k && kind_of(v) == k && v->ndim == 1 && cols >= 1 && v->shape[0] == cols
                && !overlap(v, o);
+    Py_ssize_t rows = fits ? o->len / o->itemsize / cols : 0;
     if (fits && k == 'f')
-        add_rows_float(o->buf, v->buf, o->len / o->itemsize / cols, cols);
+        (then_relu ? add_rows_relu_float : add_rows_float)(o->buf, v->buf, rows, cols);
     else if (fits)
-        add_rows_double(o->buf, v->buf, o->len / o->itemsize / cols, cols);
+        (then_relu ? add_rows_relu_double : add_rows_double)(o->buf, v->buf, rows, cols);
     return done(b, 2, fits);
 }
 

@@ -340,8 +340,11 @@ defvjp(relu_grad, lambda c, ans, g, x: relu_grad(c, x), None)
 defjvp(relu_grad, lambda t, ans, g, x: relu_grad(t, x), None)
 
 relu = primitive(_relu, "relu", arity=1, writes_out=True)
-defvjp(relu, lambda g, ans, x: relu_grad(g, x))
-defjvp_elementwise(relu)
+# the mask from the output, as PyTorch's: relu(x) > 0 exactly where x > 0 (NaN in neither), and
+# then nothing but the ReLU reads its input (a compiled step fuses it with the linear layer
+# that makes it, see nn.functional._linear_relu)
+defvjp(relu, lambda g, ans, x: relu_grad(g, ans))
+defjvp(relu, lambda t, ans, x: relu_grad(t, ans))
 
 
 def _clip(x: Any, a_min: Any = None, a_max: Any = None, out: Any = None) -> Any:

@@ -375,3 +375,45 @@ def test_take_columns_is_numpys_take(dtype):
     assert not K.take_columns(g, np.array([1], np.int32), out)
     assert not K.take_columns(g, np.array([1, 2], np.intp), out)  # out's shape
     assert not K.take_columns(g[:, ::2], np.array([1], np.intp), out)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(5,), (1, 256), (256, 300), (2, 3, 4)])
+def test_add_rows_then_relu_in_one_pass_is_the_two_calls(dtype, shape):
+    rng = np.random.default_rng(len(shape) + 10)
+    out = _relu_inputs(rng, shape, dtype)
+    b = _relu_inputs(rng, shape[-1:], dtype)[::-1].copy()
+    with np.errstate(invalid="ignore"):  # inf + -inf
+        want = np.maximum(out + b, 0)
+    assert K.add_rows(out, b, True)
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_compiled_linear_relu_is_one_call_with_the_eager_bits(monkeypatch, bias):
+    """A compiled step runs a linear layer whose output only its ReLU reads as one call
+    (``nn.functional._linear_relu``); the values and gradients are the eager ones, bit for bit,
+    with and without the C kernels; a pre-activation that something else reads is not fused."""
+    F = rlgrad.nn.functional
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    w1, w2 = (rlgrad.nn.Parameter(rng.standard_normal(s).astype(np.float32)) for s in ((16, 8), (1, 16)))
+    b1 = rlgrad.nn.Parameter(rng.standard_normal(16).astype(np.float32)) if bias else None
+    params = [p for p in (w1, b1, w2) if p is not None]
+
+    def loss(xb, leak):
+        pre = F.linear(xb, w1, b1)
+        h = ops.relu(pre)
+        out = F.linear(h, w2).sum()
+        return out + (pre.sum() * 0.5 if leak else 0)
+
+    for leak in (False, True):
+        for kernels in (ops._kernels, None):
+            monkeypatch.setattr(ops, "_kernels", kernels)
+            step = rlgrad.jit(lambda xb, _leak=leak: rlgrad.autograd.grad(loss(xb, _leak), params))
+            assert ("linear+relu" in step.lower(x)) == (not leak)
+            got = step(x)
+            want = rlgrad.autograd.grad(loss(rlgrad.tensor(x), leak), params)
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(_bits(a), _bits(b._value if hasattr(b, "_value") else b))

@@ -18,7 +18,7 @@ from numpy.lib.stride_tricks import as_strided
 from rlgrad import ops
 from rlgrad.indexing import one_hot as _one_hot
 from rlgrad.tensor import Tensor, _const, _shape, _size, _Trace
-from rlgrad.tracer import defjvp, defjvp_elementwise, defvjp, primitive
+from rlgrad.tracer import FUSED_PAIRS, defjvp, defjvp_elementwise, defvjp, primitive
 
 __all__ = [
     "linear", "conv2d", "relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu",
@@ -40,6 +40,23 @@ def _linear(x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
                              or not ops._kernels.add_rows(out, bias)):
         out += bias
     return out
+
+
+def _linear_relu(x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
+    """``relu(linear(x, weight, bias))``, the bias added and the ReLU taken in one C pass over
+    the output where it fits (the same bits as the two calls): what ``rlgrad.jit`` runs for a
+    linear layer whose output only its ReLU reads."""
+    out = x @ weight.T if out is None else np.matmul(x, weight.T, out=out)
+    k = ops._kernels
+    if k is not None and type(out) is np.ndarray:
+        if bias is None:
+            if k.relu(out, out):
+                return out
+        elif k.add_rows(out, bias, True):
+            return out
+    if bias is not None:
+        out += bias
+    return ops._relu(out, out=out)
 
 
 def _rows(a: Any) -> Any:
@@ -182,6 +199,9 @@ defvjp(_linear_p, lambda g, ans, x, weight, bias=None: _grad_input(g, weight),
        lambda g, ans, x, weight, bias=None: _grad_weight(g, x), _linear_vjp_b)
 defjvp(_linear_p, lambda t, ans, x, weight, bias=None: _linear_p(t, weight),
        lambda t, ans, x, weight, bias=None: _linear_p(x, t), lambda t, ans, x, weight, bias=None: t)
+
+
+FUSED_PAIRS[("linear", "relu")] = _linear_relu
 
 
 def linear(input: Any, weight: Any, bias: Any = None) -> Any:  # noqa: A002 - torch's name
