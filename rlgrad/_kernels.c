@@ -20,6 +20,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "_buffers.h"
+#include <string.h>
 
 static int overlap(const Py_buffer *a, const Py_buffer *b) {
     const char *pa = a->buf, *pb = b->buf;
@@ -408,6 +409,60 @@ static PyObject *take_columns(PyObject *self, PyObject *const *args, Py_ssize_t 
     return done(b, 3, fits);
 }
 
+/* The other way: a (units, cols) out whose rows idx are part's rows in order and whose other rows
+   are +0 (the weight gradient of the live units, the dead ones' rows zero), in one pass where
+   NumPy zero-fills, then assigns the rows by fancy indexing. idx increasing. */
+#define PUT_ROWS_LOOP(T)                                                                           \
+    static void put_rows_##T(const T *part, const Py_ssize_t *idx, Py_ssize_t n, T *restrict out, \
+                             Py_ssize_t units, Py_ssize_t cols) {                                  \
+        Py_ssize_t k = 0;                                                                          \
+        for (Py_ssize_t j = 0; j < units; j++) {                                                   \
+            T *o = out + j * cols;                                                                 \
+            if (k < n && idx[k] == j) {                                                            \
+                memcpy(o, part + k * cols, (size_t)cols * sizeof(T));                              \
+                k++;                                                                               \
+            } else {                                                                               \
+                memset(o, 0, (size_t)cols * sizeof(T));                                            \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+PUT_ROWS_LOOP(float)
+PUT_ROWS_LOOP(double)
+
+PyDoc_STRVAR(put_rows_doc,
+"put_rows(part, idx, out) -> bool\n\n"
+"out = zeros, then out[idx] = part, for C-contiguous 2-D float32/float64 part (len(idx), cols)\n"
+"and out (units, cols) of one dtype and a C-contiguous intp idx, strictly increasing, in\n"
+"[0, units). False (nothing written) if they do not fit.");
+
+static PyObject *put_rows(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "put_rows(part, idx, out) takes 3 arguments");
+        return NULL;
+    }
+    Py_buffer b[3];
+    if (!take(args, 3, 2, b)) Py_RETURN_FALSE;
+    const Py_buffer *pt = &b[0], *ix = &b[1], *o = &b[2];
+    char k = kind_of(pt);
+    const char *f = ix->format ? ix->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    Py_ssize_t n = ix->ndim == 1 ? ix->shape[0] : -1;
+    Py_ssize_t units = o->ndim == 2 ? o->shape[0] : -1, cols = o->ndim == 2 ? o->shape[1] : -1;
+    int fits = k && kind_of(o) == k && n >= 0 && units >= 0 && pt->ndim == 2 && pt->shape[0] == n
+               && pt->shape[1] == cols && ix->itemsize == (Py_ssize_t)sizeof(Py_ssize_t)
+               && (*f == 'l' || *f == 'q' || *f == 'n') && f[1] == '\0' && !overlap(o, pt)
+               && !overlap(o, ix);
+    const Py_ssize_t *idx = ix->buf;
+    for (Py_ssize_t j = 0; fits && j < n; j++)
+        fits = idx[j] >= 0 && idx[j] < units && (j == 0 || idx[j] > idx[j - 1]);
+    if (fits && k == 'f')
+        put_rows_float(pt->buf, idx, n, o->buf, units, cols);
+    else if (fits)
+        put_rows_double(pt->buf, idx, n, o->buf, units, cols);
+    return done(b, 3, fits);
+}
+
 static PyMethodDef methods[] = {
     {"sum_rows", (PyCFunction)(void (*)(void))sum_rows, METH_FASTCALL, sum_rows_doc},
     {"tanh_grad", (PyCFunction)(void (*)(void))tanh_grad, METH_FASTCALL, tanh_grad_doc},
@@ -417,6 +472,7 @@ static PyMethodDef methods[] = {
     {"add_rows", (PyCFunction)(void (*)(void))add_rows, METH_FASTCALL, add_rows_doc},
     {"live_columns", (PyCFunction)(void (*)(void))live_columns, METH_FASTCALL, live_columns_doc},
     {"take_columns", (PyCFunction)(void (*)(void))take_columns, METH_FASTCALL, take_columns_doc},
+    {"put_rows", (PyCFunction)(void (*)(void))put_rows, METH_FASTCALL, put_rows_doc},
     {NULL, NULL, 0, NULL},
 };
 

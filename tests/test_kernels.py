@@ -417,3 +417,24 @@ def test_a_compiled_linear_relu_is_one_call_with_the_eager_bits(monkeypatch, bia
             want = rlgrad.autograd.grad(loss(rlgrad.tensor(x), leak), params)
             for a, b in zip(got, want):
                 np.testing.assert_array_equal(_bits(a), _bits(b._value if hasattr(b, "_value") else b))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_put_rows_is_zeros_then_fancy_assignment(dtype):
+    rng = np.random.default_rng(11)
+    for idx in (np.array([0, 3, 9]), np.arange(10), np.array([], np.intp), np.array([9])):
+        idx = idx.astype(np.intp)
+        part = _relu_inputs(rng, (len(idx), 7), dtype) if len(idx) else np.empty((0, 7), dtype)
+        out = np.full((10, 7), -3.0, dtype)
+        assert K.put_rows(part, idx, out)
+        want = np.zeros((10, 7), dtype)
+        want[idx] = part
+        np.testing.assert_array_equal(_bits(out), _bits(want))
+    out = np.empty((10, 7), dtype)
+    part = np.ones((2, 7), dtype)
+    assert not K.put_rows(part, np.array([3, 3], np.intp), out)  # not increasing
+    assert not K.put_rows(part, np.array([3, 10], np.intp), out)  # out of range
+    assert not K.put_rows(part, np.array([1, 2], np.int32), out)
+    assert not K.put_rows(np.ones((2, 6), dtype), np.array([1, 2], np.intp), out)
+    assert not K.put_rows(part, np.array([1], np.intp), out)  # part's rows

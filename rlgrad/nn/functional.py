@@ -132,10 +132,10 @@ def _linear_grad_weight(g: Any, x: Any, out: Any = None, skip: bool = True) -> A
         return np.matmul(g2.T, x2, out=out)
     part = _live_columns(g2, live).T @ x2
     if out is None:
-        out = np.zeros((g2.shape[1], x2.shape[1]), part.dtype)
-    else:
+        out = np.empty((g2.shape[1], x2.shape[1]), part.dtype)
+    if ops._kernels is None or not ops._kernels.put_rows(part, live, out):
         out.fill(0)
-    out[live] = part
+        out[live] = part
     return out
 
 
