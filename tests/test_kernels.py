@@ -438,3 +438,34 @@ def test_put_rows_is_zeros_then_fancy_assignment(dtype):
     assert not K.put_rows(part, np.array([1, 2], np.int32), out)
     assert not K.put_rows(np.ones((2, 6), dtype), np.array([1, 2], np.intp), out)
     assert not K.put_rows(part, np.array([1], np.intp), out)  # part's rows
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (256, 1), (4, 3, 1)])
+def test_outer_is_the_broadcast_multiply(dtype, shape):
+    rng = np.random.default_rng(shape[0])
+    a = _relu_inputs(rng, shape, dtype)
+    b = _relu_inputs(rng, (1, 300), dtype)[:, ::-1].copy()
+    out = np.empty(shape[:-1] + (300,), dtype)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, 1e30 * 1e30 in float32
+        want = a * b
+        assert K.outer(a, b, out)
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+    assert not K.outer(a, b, np.empty(shape[:-1] + (299,), dtype))
+    assert not K.outer(a, b.astype(np.float64 if dtype == np.float32 else np.float32), out)
+    assert not K.outer(np.ones(shape[:-1] + (2,), dtype), b, out)  # a's last axis is not 1
+
+
+def test_a_value_heads_input_gradient_is_the_product(monkeypatch):
+    """``linear``'s input gradient through a one-output layer is ``g @ weight``, computed as an
+    outer product (in C where it fits): the product's bits, with and without the kernels."""
+    F = rlgrad.nn.functional
+    rng = np.random.default_rng(8)
+    g = rng.standard_normal((256, 1)).astype(np.float32)
+    w = rng.standard_normal((1, 64)).astype(np.float32)
+    with_c = F._linear_grad_input(g, w)
+    monkeypatch.setattr(ops, "_kernels", None)
+    without = F._linear_grad_input(g, w)
+    np.testing.assert_array_equal(_bits(with_c), _bits(without))
+    np.testing.assert_array_equal(_bits(with_c), _bits(g @ w))
