@@ -1,5 +1,5 @@
-/* rlgrad._kernels: loops that NumPy runs as several passes (two of every MLP's backward pass,
-   and an on-policy rollout's advantages).
+/* rlgrad._kernels: loops that NumPy runs as several passes or slowly (an MLP's elementwise work
+   around its matrix products, and an on-policy rollout's advantages).
 
    * sum_rows(x, out): the column sums of a (rows, cols) array, i.e. np.add.reduce(x, axis=0),
      the bias gradient of a linear layer. NumPy adds the rows one after another (for cols >= 2 of
@@ -9,6 +9,8 @@
      passes with two temporaries.
    * gae(...): RolloutBuffer's GAE(lambda) advantages and returns (rlgrad.rl.buffers), which NumPy
      runs as ~25 small operations per rollout: most of the cost of A2C's 5-step rollouts.
+   * relu, relu_grad, add_rows (and the two together), outer; live_columns, take_columns,
+     put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py): below, each where it is.
 
    The arithmetic is NumPy's operation for operation in the array's precision: correctly rounded
    IEEE adds and multiplies, nothing contracted into an FMA (-ffp-contract=off) or reassociated
