@@ -314,7 +314,8 @@ defjvp_elementwise(softplus)
 def _relu(x: Any, out: Any = None) -> Any:
     """``np.maximum(x, 0)``; one C pass for a float array (``_kernels.relu``, the same bits:
     NumPy's maximum with a scalar runs ~2x slower)."""
-    if _kernels is not None and type(x) is np.ndarray and x.dtype.char in "fd":
+    if (_kernels is not None and type(x) is np.ndarray and x.dtype.char in "fd"
+            and x.flags.c_contiguous):  # (a conv's channels-last view keeps NumPy's layout)
         res = np.empty_like(x) if out is None else out
         if _kernels.relu(x, res):
             return res
@@ -326,7 +327,8 @@ def _relu_grad(g: Any, x: Any, out: Any = None) -> Any:
     (``_kernels.relu_grad``, the same bits) instead of a comparison, then a float-by-bool
     multiply (NumPy casts the mask on the fly: ~3x the C pass)."""
     if (_kernels is not None and type(g) is np.ndarray and type(x) is np.ndarray
-            and g.shape == x.shape and g.dtype == x.dtype and g.dtype.char in "fd"):
+            and g.shape == x.shape and g.dtype == x.dtype and g.dtype.char in "fd"
+            and g.flags.c_contiguous and x.flags.c_contiguous):
         res = np.empty_like(g) if out is None else out
         if _kernels.relu_grad(g, x, res):
             return res

@@ -469,3 +469,18 @@ def test_a_value_heads_input_gradient_is_the_product(monkeypatch):
     without = F._linear_grad_input(g, w)
     np.testing.assert_array_equal(_bits(with_c), _bits(without))
     np.testing.assert_array_equal(_bits(with_c), _bits(g @ w))
+
+
+def test_relu_of_a_channels_last_view_keeps_numpys_layout():
+    """A conv's output is an NCHW view of channels-last memory: ReLU and its backward leave it
+    to NumPy, which keeps that layout (the next conv reads it without a transposing copy)."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 5, 6, 3)).astype(np.float32).transpose(0, 3, 1, 2)  # NCHW view
+    g = rng.standard_normal((2, 5, 6, 3)).astype(np.float32).transpose(0, 3, 1, 2)
+    y = ops._relu(x)
+    want = np.maximum(x, 0)
+    assert y.strides == want.strides and not y.flags.c_contiguous
+    np.testing.assert_array_equal(_bits(y), _bits(want))
+    d = ops._relu_grad(g, y)
+    np.testing.assert_array_equal(_bits(d), _bits(g * (y > 0)))
+    assert d.strides == (g * (y > 0)).strides
