@@ -35,7 +35,7 @@ from rlgrad.tracer import (
     primitive,
 )
 
-try:  # two loops of an MLP's backward in one C pass each (setup.py builds it when it can): same bits
+try:  # an MLP's elementwise loops and GAE in one C pass each (setup.py builds it when it can): same bits
     from rlgrad import _kernels
 except ImportError:  # pragma: no cover - depends on the install
     _kernels = None
