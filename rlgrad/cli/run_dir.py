@@ -31,6 +31,11 @@ from typing import Any
 
 import numpy as np
 
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
+
 from rlgrad.cli.errors import CLIError
 from rlgrad.serialization import atomic_copy, atomic_replace
 
@@ -148,12 +153,53 @@ class RunDir:
 
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
-        """One process at a time trains a run directory (``run.lock`` holds its pid; the lock of
-        a process that died, even by kill -9, is taken over)."""
+        """One process at a time trains a run directory: it holds an exclusive ``flock`` on
+        ``run.lock`` (which says its pid). The kernel drops the lock when the process ends, even
+        by kill -9, so there is no stale lock to judge and no window between checking and taking
+        it (a pid check could take a zombie or a reused pid for the trainer)."""
         path = self.path / LOCK
         if path.is_dir():
             raise CLIError(f"'{path}' is a directory where rlgrad keeps its lock file; remove it "
                            "(no rlgrad process uses a directory there)")
+        if fcntl is None:  # pragma: no cover - no flock on this platform
+            with self._pid_lock(path):
+                yield
+            return
+        fd = self._take_flock(path)
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)  # while holding it: a newcomer's lock is on a new file
+            os.close(fd)
+
+    def _take_flock(self, path: Path) -> int:
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise CLIError(f"cannot write the run directory '{self.path}': "
+                               f"{e.strerror or e}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                other = _pid_in(fd)
+                os.close(fd)
+                who = f"process {other}" if other else "another process"
+                raise CLIError(f"'{self.path}' is being trained by {who} right now; wait for it "
+                               "or stop it (Ctrl-C checkpoints it) before resuming") from None
+            try:  # the file we locked may have been unlinked by its last holder as it ended
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+                    return fd
+            except FileNotFoundError:
+                pass
+            os.close(fd)
+
+    @contextlib.contextmanager
+    def _pid_lock(self, path: Path) -> Iterator[None]:
+        """Where there is no flock: ``run.lock`` holds the trainer's pid (a dead one's is taken
+        over)."""
         try:
             other = int(path.read_text().strip() or 0)
         except (OSError, ValueError):
@@ -378,6 +424,14 @@ def _check_config(cfg: dict[str, Any], path: Path) -> None:
             raise CLIError(f"{path} is damaged: {key} is {cfg[key]!r}, expected {want}")
     if not isinstance(cfg.get("resumes", []), list):
         raise CLIError(f"{path} is damaged: resumes is {cfg['resumes']!r}, expected a list")
+
+
+def _pid_in(fd: int) -> int:
+    """The pid a lock file says (0 if it says none)."""
+    try:
+        return int(os.pread(fd, 32, 0).decode("ascii", "replace").strip() or 0)
+    except (OSError, ValueError):
+        return 0
 
 
 def _alive(pid: int) -> bool:
