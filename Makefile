@@ -12,7 +12,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 # setup.py builds the optional C modules (the fused optimizer updates, the engine's backward loop,
-# two loops of an MLP's backward);
+# an MLP's elementwise loops and GAE, one C pass each);
 # without a compiler the NumPy / Python paths run, with the same results
 $(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c rlgrad/_buffers.h | $(PY)
 	$(PY) -m pip install --quiet -e ".[rl]"

@@ -1,7 +1,8 @@
 """Everything is in pyproject.toml but the optional C modules: the fused optimizer updates
-(rlgrad/optim/_fused.c), the backward pass's loop (rlgrad/_engine.c) and two loops of an MLP's
-backward (rlgrad/_kernels.c). Without a C compiler the
-install still succeeds and rlgrad uses its NumPy / Python paths, which give the same bits."""
+(rlgrad/optim/_fused.c), the backward pass's loop (rlgrad/_engine.c) and an MLP's elementwise
+loops (rlgrad/_kernels.c: bias add, ReLU and its backward, tanh's backward, dead-unit skipping).
+Without a C compiler the install still succeeds and rlgrad uses its NumPy / Python paths, which
+give the same bits."""
 
 import sys
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from rlgrad.creation import _empty_aligned
 from rlgrad.tensor import Tensor, _shape, _size, _Trace, constant
-from rlgrad.tracer import _GradMode
+from rlgrad.tracer import FUSED_PAIRS, _GradMode
 from rlgrad.transforms import _Depth, dict_keys, tree_flatten, tree_unflatten
 
 _ALIAS_OPS = ("identity", "stop_gradient")  # replay needs no code for these
@@ -240,7 +240,8 @@ class _Names:
 
 def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any) -> _Compiled:
     names = _Names(inputs)
-    lines, writers = _emit(tape, names, _one_element_broadcasts(tape, out_leaves))
+    lines, writers = _emit(tape, names, _one_element_broadcasts(tape, out_leaves),
+                           _fused_pairs(tape, out_leaves))
     lines = _fold_constants(lines, names.consts)
     # ref(), not const(): an array returned from the step (a traced value's ._value) is that value
     outs = [names.ref(o) if isinstance(o, Tensor | np.ndarray) else names.const(o) for o in out_leaves]
@@ -277,36 +278,71 @@ def _one_element_broadcasts(tape: list, out_leaves: list[Any]) -> dict[int, Any]
     return {k: v for k, v in cand.items() if k not in keep}
 
 
-def _emit(tape: list, names: _Names, skip: dict[int, Any] | None = None
+def _fused_pairs(tape: list, out_leaves: list[Any]) -> dict[int, int]:
+    """``{k: m}``: tape entry ``m`` applies primitive ``second`` to the result of entry ``k``
+    (``first``), a pair of ``tracer.FUSED_PAIRS``, and nothing else (no other entry, no output)
+    reads that result: the step runs the two as the pair's one function at ``m``, nothing at
+    ``k``."""
+    if not FUSED_PAIRS:
+        return {}
+    made = {id(res): k for k, (_p, _a, _kw, res) in enumerate(tape)}
+    reads: dict[int, int] = {}  # id(result) -> how many times an entry reads it
+    for _p, args, kwargs, _res in tape:
+        for a in (*args, *kwargs.values()):
+            items = a if isinstance(a, list | tuple) else (a,)
+            for x in items:
+                reads[id(x)] = reads.get(id(x), 0) + 1
+    outs = {id(o) for o in out_leaves}
+    pairs = {}
+    for m, (p, args, kwargs, _res) in enumerate(tape):
+        k = made.get(id(args[0])) if len(args) == 1 and not kwargs else None
+        if k is None or (tape[k][0].name, p.name) not in FUSED_PAIRS:
+            continue
+        first = tape[k][3]
+        if reads.get(id(first)) == 1 and id(first) not in outs:
+            pairs[k] = m
+    return pairs
+
+
+def _emit(tape: list, names: _Names, skip: dict[int, Any] | None = None,
+          fused: dict[int, int] | None = None
           ) -> tuple[list, dict[str, tuple[str, str, str, np.ndarray]]]:
     """One line of source per op on the tape (identity-like ops and the broadcasts in ``skip``
-    just rename), and the in-place forms of the lines whose primitive can write into a given
-    buffer (see _reuse_buffers)."""
+    just rename; the pairs in ``fused`` are one line, at the second's place), and the in-place
+    forms of the lines whose primitive can write into a given buffer (see _reuse_buffers)."""
     lines: list[tuple[str, str, list[str]]] = []  # (target, code, names used)
     writers: dict[str, tuple[str, str, str, np.ndarray]] = {}
     skip = skip or {}
+    fused = fused or {}
+    second = {m: k for k, m in fused.items()}
     for k, (p, args, kwargs, res) in enumerate(tape):
         names.keep_alive.append(res)
         if p.fwd is None:
             raise RuntimeError(f"rlgrad.jit: {p.name} cannot be compiled")
         if p.name in _INDEX_OPS and len(args) > 1:
             _refuse_traced_mask(args[1], names.by_array)
+        if k in fused:  # computed with the op that reads it
+            continue
         if id(res) in skip:
             name = names.ref(skip[id(res)])
         elif p.name in _ALIAS_OPS and len(args) == 1 and not kwargs:
             name = names.ref(args[0])
         else:
             name = f"v{k}"
-            fn = names.const(p.fwd)
+            op_name, fwd = p.name, p.fwd
+            if k in second:  # the pair's function on the first's arguments
+                fp, args, kwargs = tape[second[k]][:3]
+                op_name, fwd = f"{fp.name}+{p.name}", FUSED_PAIRS[(fp.name, p.name)]
+            fn = names.const(fwd)
             arg_src = [names.ref(a) for a in args]
             kw_src = [f"{key}={names.ref(v)}" for key, v in kwargs.items()]
             call_args = ", ".join(arg_src + kw_src)
-            code = f"{name} = {fn}({call_args})  # {p.name}"
+            code = f"{name} = {fn}({call_args})  # {op_name}"
             lines.append((name, code, _names(code)))
             value = res._value
             if (p.writes_out and type(value) is np.ndarray and value.ndim
                     and "out" not in kwargs):  # (forward, its arguments, op name, traced value)
-                writers[name] = (fn, call_args, p.name, value)
+                writers[name] = (fn, call_args, op_name, value)
         names.bind(res, name)
     return lines, writers
 

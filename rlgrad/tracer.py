@@ -268,6 +268,13 @@ def _binary(p: Primitive) -> Callable:
     return call
 
 
+#: ``{(first, second): fn}``: a compiled step (``rlgrad.jit``) runs primitive ``first`` and then
+#: ``second`` on its result as the one call ``fn(*first's arguments, out=...)`` when nothing else
+#: reads the first's result (e.g. a linear layer and its ReLU: one pass over the output less).
+#: ``fn`` must give the bits of the two calls.
+FUSED_PAIRS: dict[tuple[str, str], Callable] = {}
+
+
 def primitive(fwd: Callable, name: str | None = None, nondiff: bool = False,
               arity: int | None = None, writes_out: bool = False) -> Callable:
     """Wrap NumPy function ``fwd`` as a traced primitive; attach its rules with ``defvjp``.

@@ -1,4 +1,5 @@
-"""rlgrad/_kernels.c (bias gradients' column sums and tanh's backward, one C pass each) against
+"""rlgrad/_kernels.c (bias gradients' column sums, tanh's backward, ReLU forward and backward, a
+linear layer's bias add: one C pass each) against
 the NumPy operations they replace: the same IEEE operations in the same order, so the same bits,
 signed zeros, NaN and inf included; and tanh's backward as a primitive (``ops.tanh_grad``)
 differentiated to the second order in both modes."""
@@ -209,3 +210,277 @@ def test_gae_with_a_numpy_float64_gamma_keeps_numpys_float64_arithmetic(monkeypa
     monkeypatch.setattr(ops, "_kernels", None)
     b.compute_returns_and_advantage(last)
     assert np.array_equal(_bits(got), _bits(b.advantages))
+
+
+def _relu_inputs(rng, shape, dtype):
+    """Both signs over many magnitudes, signed zeros, NaNs of both signs (NumPy's maximum keeps
+    a NaN's bits), infinities and a subnormal."""
+    x = np.asarray(rng.standard_normal(shape) * rng.choice([1e-30, 1.0, 1e30], size=shape), dtype)
+    special = np.array([-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-45, -1e-45], dtype)
+    flat = x.reshape(-1)
+    flat[:min(flat.size, len(special))] = special[:flat.size]
+    return x
+
+
+@needs_kernels
+@_INF_TIMES_ZERO
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(), (1,), (7,), (1, 256), (256, 300), (3, 5, 7)])
+def test_relu_and_its_backward_have_numpys_bits(dtype, shape):
+    rng = np.random.default_rng(sum(shape) + 1)
+    x = _relu_inputs(rng, shape, dtype)
+    g = _relu_inputs(rng, shape, dtype)[..., ::-1].copy() if shape else np.asarray(-2.0, dtype)
+    want_fwd, want_bwd = np.maximum(x, 0), g * (x > 0)
+    assert want_fwd.dtype == dtype and want_bwd.dtype == dtype
+    np.testing.assert_array_equal(_bits(ops._relu(x)), _bits(want_fwd))
+    np.testing.assert_array_equal(_bits(ops._relu_grad(g, x)), _bits(want_bwd))
+    # into a buffer, and into an argument (a compiled step reuses what it no longer needs)
+    xx, gg = x.copy(), g.copy()
+    assert ops._relu(xx, out=xx) is xx
+    np.testing.assert_array_equal(_bits(xx), _bits(want_fwd))
+    assert ops._relu_grad(gg, x, out=gg) is gg
+    np.testing.assert_array_equal(_bits(gg), _bits(want_bwd))
+    xx = x.copy()
+    assert ops._relu_grad(g, xx, out=xx) is xx
+    np.testing.assert_array_equal(_bits(xx), _bits(want_bwd))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(5,), (1, 256), (256, 400), (2, 3, 4)])
+def test_add_rows_is_numpys_broadcast_add(dtype, shape):
+    rng = np.random.default_rng(len(shape))
+    out = _relu_inputs(rng, shape, dtype)
+    b = _relu_inputs(rng, shape[-1:], dtype)[::-1].copy()
+    want = out + b
+    assert K.add_rows(out, b)
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+
+
+@needs_kernels
+def test_the_relu_kernels_refuse_what_they_do_not_do():
+    x = np.ones(8, np.float32)
+    assert not K.relu(x[:6], x[2:])  # partial overlap
+    assert not K.relu(np.ones(4, np.float32), np.empty(4, np.float64))
+    assert not K.relu(np.ones(4, np.int64), np.empty(4, np.int64))
+    assert not K.relu_grad(x[:4], x[2:6], x[4:])
+    assert not K.relu_grad(np.ones(4, np.float32), np.ones(4, np.float64), np.empty(4, np.float32))
+    assert not K.add_rows(np.ones((2, 4), np.float32), np.ones(2, np.float32))  # b's length
+    assert not K.add_rows(np.ones((2, 4), np.float32), np.ones((1, 4), np.float32))  # b not 1-D
+    assert not K.add_rows(np.ones((4, 4), np.float32)[:, ::2], np.ones(2, np.float32))
+    assert not K.add_rows(np.ones((2, 4), np.float32), np.ones(4, np.float64))
+    y = np.ones((2, 4), np.float32)
+    assert not K.add_rows(y, y[0])  # b inside out
+    # ops falls back to NumPy (and its promotion and broadcasting) where a kernel does not apply
+    assert ops._relu_grad(np.ones(4, np.float32), np.ones(4, np.float64)).dtype == np.float32
+    np.testing.assert_array_equal(ops._relu_grad(np.ones((2, 3)), np.array([1.0, -1.0, 2.0])),
+                                  [[1, 0, 1], [1, 0, 1]])
+    np.testing.assert_array_equal(ops._relu(np.array([-1, 2])), [0, 2])
+
+
+def test_relu_paths_agree_and_linear_adds_its_bias_alike(monkeypatch):
+    rng = np.random.default_rng(5)
+    x = _relu_inputs(rng, (64, 5), np.float32)
+    g = rng.standard_normal((64, 5)).astype(np.float32)
+    w = rng.standard_normal((5, 5)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    lin = rlgrad.nn.functional._linear
+    with_c = ops._relu(x), ops._relu_grad(g, x), lin(g, w, b)
+    monkeypatch.setattr(ops, "_kernels", None)
+    without = ops._relu(x), ops._relu_grad(g, x), lin(g, w, b)
+    for a, c in zip(with_c, without):
+        np.testing.assert_array_equal(_bits(a), _bits(c))
+    np.testing.assert_array_equal(_bits(without[2]), _bits(g @ w.T + b))
+
+
+def test_relu_gradients_to_the_second_order():
+    """ReLU's backward is the primitive ``relu_grad(g, x) = g * (x > 0)``: linear in ``g``,
+    no gradient into ``x``; checked against finite differences (away from the kink) and the
+    closed forms, in both modes."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 4))
+    x[np.abs(x) < 0.1] = 0.5  # finite differences stay on one side of the kink
+    rlgrad.check_grads(lambda t: (ops.relu(t) ** 2).sum(), modes=("fwd", "rev"), order=2)(x)
+    rlgrad.check_grads(lambda g: ops.relu_grad(g, x), modes=("fwd", "rev"), order=2)(x[::-1].copy())
+    d1 = rlgrad.grad(lambda v: (ops.relu(v) ** 2).sum())(x)
+    d2 = rlgrad.grad(lambda v: rlgrad.grad(lambda u: (ops.relu(u) ** 2).sum())(v).sum())(x)
+    np.testing.assert_array_equal(d1, 2 * np.maximum(x, 0))
+    np.testing.assert_array_equal(d2, 2.0 * (x > 0))
+    # the mask takes no gradient: d/dx of sum(relu_grad(g, x)) is 0
+    gx = rlgrad.grad(lambda v: ops.relu_grad(np.ones((3, 4)), v).sum() + 0 * v.sum())(x)
+    np.testing.assert_array_equal(gx, np.zeros((3, 4)))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (256, 256), (64, 300)])
+def test_live_columns_is_flatnonzero_of_any(dtype, shape):
+    rng = np.random.default_rng(shape[1])
+    g = np.asarray(rng.standard_normal(shape), dtype)
+    g[:, rng.random(shape[1]) < 0.5] = 0.0  # dead units
+    g[rng.random(shape) < 0.5] = -0.0  # a -0.0 is no life
+    if shape[0] > 2 and shape[1] > 5:
+        g[:, 2] = 0.0
+        g[1, 2] = np.nan  # a NaN is
+        g[:, 4] = 0.0
+        g[2, 4] = -np.inf
+    idx = np.full(shape[1], -7, np.intp)
+    n = K.live_columns(g, idx)
+    want = np.flatnonzero(g.any(axis=0))
+    assert n == len(want)
+    np.testing.assert_array_equal(idx[:n], want)
+
+
+@needs_kernels
+def test_live_columns_refuses_what_it_does_not_do():
+    g = np.ones((4, 6), np.float32)
+    assert K.live_columns(g, np.empty(5, np.intp)) == -1  # idx too short
+    assert K.live_columns(g, np.empty(6, np.int32)) == -1  # not intp
+    assert K.live_columns(g[:, ::2], np.empty(3, np.intp)) == -1  # not contiguous
+    assert K.live_columns(np.ones(6, np.float32), np.empty(6, np.intp)) == -1  # not 2-D
+    assert K.live_columns(np.ones((4, 6), np.int64), np.empty(6, np.intp)) == -1
+
+
+def test_dead_unit_skipping_finds_the_same_units_without_the_kernels(monkeypatch):
+    from rlgrad.nn import functional as F
+
+    rng = np.random.default_rng(4)
+    g = rng.standard_normal((128, 256)).astype(np.float32)
+    g[:, rng.random(256) < 0.6] = 0.0
+    g[0] = 0.0  # the first row does not decide
+    w = rng.standard_normal((256, 96)).astype(np.float32)
+    live = F._live_units(g, 96)
+    assert live is not None and len(live) < 0.75 * 256
+    x = rng.standard_normal((128, 96)).astype(np.float32)
+    got = F._linear_grad_input(g, w), F._linear_grad_weight(g, x)
+    monkeypatch.setattr(ops, "_kernels", None)
+    np.testing.assert_array_equal(F._live_units(g, 96), live)
+    np.testing.assert_array_equal(_bits(F._linear_grad_input(g, w)), _bits(got[0]))
+    np.testing.assert_array_equal(_bits(F._linear_grad_weight(g, x)), _bits(got[1]))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_take_columns_is_numpys_take(dtype):
+    rng = np.random.default_rng(9)
+    g = _relu_inputs(rng, (33, 40), dtype)
+    for idx in (np.arange(40), np.array([0, 3, 39]), np.array([], np.intp), np.array([5, 5, 2])):
+        idx = idx.astype(np.intp)
+        out = np.empty((33, len(idx)), dtype)
+        assert K.take_columns(g, idx, out)
+        np.testing.assert_array_equal(_bits(out), _bits(g.take(idx, axis=1)))
+    out = np.empty((33, 1), dtype)
+    assert not K.take_columns(g, np.array([40], np.intp), out)  # out of range
+    assert not K.take_columns(g, np.array([-1], np.intp), out)
+    assert not K.take_columns(g, np.array([1], np.int32), out)
+    assert not K.take_columns(g, np.array([1, 2], np.intp), out)  # out's shape
+    assert not K.take_columns(g[:, ::2], np.array([1], np.intp), out)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(5,), (1, 256), (256, 300), (2, 3, 4)])
+def test_add_rows_then_relu_in_one_pass_is_the_two_calls(dtype, shape):
+    rng = np.random.default_rng(len(shape) + 10)
+    out = _relu_inputs(rng, shape, dtype)
+    b = _relu_inputs(rng, shape[-1:], dtype)[::-1].copy()
+    with np.errstate(invalid="ignore"):  # inf + -inf
+        want = np.maximum(out + b, 0)
+    assert K.add_rows(out, b, True)
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_compiled_linear_relu_is_one_call_with_the_eager_bits(monkeypatch, bias):
+    """A compiled step runs a linear layer whose output only its ReLU reads as one call
+    (``nn.functional._linear_relu``); the values and gradients are the eager ones, bit for bit,
+    with and without the C kernels; a pre-activation that something else reads is not fused."""
+    F = rlgrad.nn.functional
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    w1, w2 = (rlgrad.nn.Parameter(rng.standard_normal(s).astype(np.float32)) for s in ((16, 8), (1, 16)))
+    b1 = rlgrad.nn.Parameter(rng.standard_normal(16).astype(np.float32)) if bias else None
+    params = [p for p in (w1, b1, w2) if p is not None]
+
+    def loss(xb, leak):
+        pre = F.linear(xb, w1, b1)
+        h = ops.relu(pre)
+        out = F.linear(h, w2).sum()
+        return out + (pre.sum() * 0.5 if leak else 0)
+
+    for leak in (False, True):
+        for kernels in (ops._kernels, None):
+            monkeypatch.setattr(ops, "_kernels", kernels)
+            step = rlgrad.jit(lambda xb, _leak=leak: rlgrad.autograd.grad(loss(xb, _leak), params))
+            assert ("linear+relu" in step.lower(x)) == (not leak)
+            got = step(x)
+            want = rlgrad.autograd.grad(loss(rlgrad.tensor(x), leak), params)
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(_bits(a), _bits(b._value if hasattr(b, "_value") else b))
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_put_rows_is_zeros_then_fancy_assignment(dtype):
+    rng = np.random.default_rng(11)
+    for idx in (np.array([0, 3, 9]), np.arange(10), np.array([], np.intp), np.array([9])):
+        idx = idx.astype(np.intp)
+        part = _relu_inputs(rng, (len(idx), 7), dtype) if len(idx) else np.empty((0, 7), dtype)
+        out = np.full((10, 7), -3.0, dtype)
+        assert K.put_rows(part, idx, out)
+        want = np.zeros((10, 7), dtype)
+        want[idx] = part
+        np.testing.assert_array_equal(_bits(out), _bits(want))
+    out = np.empty((10, 7), dtype)
+    part = np.ones((2, 7), dtype)
+    assert not K.put_rows(part, np.array([3, 3], np.intp), out)  # not increasing
+    assert not K.put_rows(part, np.array([3, 10], np.intp), out)  # out of range
+    assert not K.put_rows(part, np.array([1, 2], np.int32), out)
+    assert not K.put_rows(np.ones((2, 6), dtype), np.array([1, 2], np.intp), out)
+    assert not K.put_rows(part, np.array([1], np.intp), out)  # part's rows
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (256, 1), (4, 3, 1)])
+def test_outer_is_the_broadcast_multiply(dtype, shape):
+    rng = np.random.default_rng(shape[0])
+    a = _relu_inputs(rng, shape, dtype)
+    b = _relu_inputs(rng, (1, 300), dtype)[:, ::-1].copy()
+    out = np.empty(shape[:-1] + (300,), dtype)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, 1e30 * 1e30 in float32
+        want = a * b
+        assert K.outer(a, b, out)
+    np.testing.assert_array_equal(_bits(out), _bits(want))
+    assert not K.outer(a, b, np.empty(shape[:-1] + (299,), dtype))
+    assert not K.outer(a, b.astype(np.float64 if dtype == np.float32 else np.float32), out)
+    assert not K.outer(np.ones(shape[:-1] + (2,), dtype), b, out)  # a's last axis is not 1
+
+
+def test_a_value_heads_input_gradient_is_the_product(monkeypatch):
+    """``linear``'s input gradient through a one-output layer is ``g @ weight``, computed as an
+    outer product (in C where it fits): the product's bits, with and without the kernels."""
+    F = rlgrad.nn.functional
+    rng = np.random.default_rng(8)
+    g = rng.standard_normal((256, 1)).astype(np.float32)
+    w = rng.standard_normal((1, 64)).astype(np.float32)
+    with_c = F._linear_grad_input(g, w)
+    monkeypatch.setattr(ops, "_kernels", None)
+    without = F._linear_grad_input(g, w)
+    np.testing.assert_array_equal(_bits(with_c), _bits(without))
+    np.testing.assert_array_equal(_bits(with_c), _bits(g @ w))
+
+
+def test_relu_of_a_channels_last_view_keeps_numpys_layout():
+    """A conv's output is an NCHW view of channels-last memory: ReLU and its backward leave it
+    to NumPy, which keeps that layout (the next conv reads it without a transposing copy)."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((2, 5, 6, 3)).astype(np.float32).transpose(0, 3, 1, 2)  # NCHW view
+    g = rng.standard_normal((2, 5, 6, 3)).astype(np.float32).transpose(0, 3, 1, 2)
+    y = ops._relu(x)
+    want = np.maximum(x, 0)
+    assert y.strides == want.strides and not y.flags.c_contiguous
+    np.testing.assert_array_equal(_bits(y), _bits(want))
+    d = ops._relu_grad(g, y)
+    np.testing.assert_array_equal(_bits(d), _bits(g * (y > 0)))
+    assert d.strides == (g * (y > 0)).strides

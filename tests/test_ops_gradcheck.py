@@ -873,6 +873,7 @@ ROWS: list[Row] = [
     Row("sigmoid", unary(ops.sigmoid, reals(-6, 6))),
     Row("softplus", unary(ops.softplus, reals(-6, 6))),
     Row("relu", unary(ops.relu, nonzero(0.01, 3))),
+    Row("relu_grad", broadcast(ops.relu_grad, reals(-3, 3), nonzero(0.01, 3))),
     Row("identity", unary(ops.identity, reals(-3, 3))),
     Row("clone", unary(ops.clone, reals(-3, 3))),
     Row(
