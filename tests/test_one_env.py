@@ -66,6 +66,16 @@ def test_nested_infos_discrete_observations_and_no_copy() -> None:
     assert terms + truncs > 10
 
 
+def test_observations_not_of_the_spaces_dtype_are_cast_as_syncvectorenv_casts_them() -> None:
+    # float64 observations of a float32 space: np.stack's cast into the batch, not the in-place row
+    def make():
+        return gym.wrappers.TransformObservation(gym.make("CartPole-v1", max_episode_steps=15),
+                                                 lambda o: o.astype(np.float64) / 3.0, None)
+
+    terms, truncs = _compare(make)
+    assert terms + truncs > 3
+
+
 def test_box_actions() -> None:
     _compare(lambda: gym.make("Pendulum-v1", max_episode_steps=25), n_steps=120)
 

@@ -10,18 +10,19 @@ from rlgrad.rl import PPO
 from rlgrad.rl.envs import EpisodeStatistics, StepAdapter
 
 
-@pytest.mark.parametrize("mode,autoreset", [
-    ("vector_entry_point", None), ("sync", None), ("sync", AutoresetMode.SAME_STEP)])
-def test_adapter_statistics_equal_gymnasiums_wrapper(mode, autoreset):
+@pytest.mark.parametrize("mode,autoreset,n", [
+    ("vector_entry_point", None, 3), ("sync", None, 3), ("sync", AutoresetMode.SAME_STEP, 3),
+    ("sync", None, 1)])  # one env: the scalar sums
+def test_adapter_statistics_equal_gymnasiums_wrapper(mode, autoreset, n):
     kw = {} if autoreset is None else {"vector_kwargs": {"autoreset_mode": autoreset}}
-    venv = RecordEpisodeStatistics(gym.make_vec("CartPole-v1", num_envs=3,
+    venv = RecordEpisodeStatistics(gym.make_vec("CartPole-v1", num_envs=n,
                                                 vectorization_mode=mode, **kw), buffer_length=7)
-    ours = EpisodeStatistics(3, buffer_length=7)
+    ours = EpisodeStatistics(n, buffer_length=7)
     ad = StepAdapter(venv, statistics=ours)
     ad.reset(seed=1)
     rng = np.random.default_rng(0)
-    for _ in range(400):
-        ad.step(rng.integers(0, 2, size=3))
+    for _ in range(400 * (4 - n)):
+        ad.step(rng.integers(0, 2, size=n))
         assert ours.episode_count == venv.episode_count
         assert list(ours.return_queue) == [float(x) for x in venv.return_queue]
         assert list(ours.length_queue) == [int(x) for x in venv.length_queue]

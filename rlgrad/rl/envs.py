@@ -161,7 +161,10 @@ class EpisodeStatistics:
                all_valid: bool = False, any_done: bool | None = None) -> None:
         """Add one vector step; ``all_valid`` / ``any_done`` say what the caller already knows
         of ``valid`` / ``done`` (the same sums either way, without a masked add or a scan)."""
-        if all_valid:
+        if all_valid and len(rewards) == 1:  # one env: the same float64 sum on scalars (~1 us less)
+            self.episode_returns[0] += rewards[0]
+            self.episode_lengths[0] += 1
+        elif all_valid:
             np.add(self.episode_returns, rewards, out=self.episode_returns)
             np.add(self.episode_lengths, 1, out=self.episode_lengths)
         else:

@@ -37,7 +37,10 @@ def _first_bad(x: np.ndarray) -> tuple[int, str] | None:
 def check_transition(obs: Any, rewards: Any, step: int) -> None:
     """Raise NonFiniteError naming the environment, the step and the field."""
     try:  # fast path: a sum is finite iff no entry is NaN or inf (barring overflow: then look)
-        if math.isfinite(np.add.reduce(obs, axis=None) + np.add.reduce(rewards, axis=None)):
+        # one env's reward read as it is (its own sum) without a reduction (~0.5 us a step)
+        r = rewards[0] if type(rewards) is np.ndarray and rewards.shape == (1,) else \
+            np.add.reduce(rewards, axis=None)
+        if math.isfinite(np.add.reduce(obs, axis=None) + r):
             return
     except (TypeError, ValueError):
         pass  # not arrays of numbers: checked field by field below

@@ -45,6 +45,9 @@ class OneEnvSyncVectorEnv(SyncVectorEnv):
         # the observation batch it writes
         self._reset_next = False
         self._batch = create_empty_array(self.single_observation_space, n=1, fn=np.zeros)
+        # an observation that is already an array of the batch's row (Box): written in place,
+        # what np.stack(..., out=) does, without its dispatch (~1.6 us of a CartPole step)
+        self._row = (self._batch.shape[1:], self._batch.dtype) if self._short else None
 
     @classmethod
     def of(cls, venv: SyncVectorEnv) -> OneEnvSyncVectorEnv:
@@ -66,10 +69,13 @@ class OneEnvSyncVectorEnv(SyncVectorEnv):
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray, dict]:
         if not self._short:
             return super().step(actions)
-        it = iter(actions)
-        action = next(it)
-        if next(it, it) is not it:  # SyncVectorEnv's strict zip: one action per environment
-            return super().step(actions)
+        if type(actions) is np.ndarray and actions.ndim and len(actions) == 1:
+            action = actions[0]  # what iterating it gives
+        else:
+            it = iter(actions)
+            action = next(it)
+            if next(it, it) is not it:  # SyncVectorEnv's strict zip: one action per environment
+                return super().step(actions)
         env = self.envs[0]
         if self._reset_next:
             obs, info = env.reset()
@@ -81,5 +87,9 @@ class OneEnvSyncVectorEnv(SyncVectorEnv):
         truncs = np.array([truncated], dtype=np.bool_)
         self._reset_next = bool(terms[0] or truncs[0])
         infos = self._add_info({}, info, 0) if info else {}
-        batch = self._batch = np.stack([obs], axis=0, out=self._batch)
+        batch = self._batch
+        if type(obs) is np.ndarray and (obs.shape, obs.dtype) == self._row:
+            batch[0] = obs
+        else:
+            batch = self._batch = np.stack([obs], axis=0, out=batch)
         return batch.copy() if self.copy else batch, rewards, terms, truncs, infos
