@@ -8,6 +8,7 @@ and goes on a shared machine hits them alike; ratios are taken per round, then t
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import sys
@@ -81,3 +82,43 @@ def torch_or_none() -> Any:
         return None
     torch.set_num_threads(1)
     return torch
+
+
+def state_hash(model: Any, *extra: np.ndarray) -> str:
+    """sha256 (16 hex digits) of an rlgrad model's modules (parameters and buffers), its
+    optimizers' state and ``extra`` arrays: two checkouts train alike iff their hashes match (run
+    both with the same version of this function)."""
+    h = hashlib.sha256()
+
+    def feed(tree: Any) -> None:
+        if isinstance(tree, dict):
+            for k in sorted(tree, key=str):
+                feed(tree[k])
+        elif isinstance(tree, list | tuple):
+            for v in tree:
+                feed(v)
+        elif isinstance(tree, np.ndarray) or hasattr(tree, "_value"):
+            h.update(np.ascontiguousarray(getattr(tree, "_value", tree)).tobytes())
+
+    for _, m in sorted(model._modules().items()):
+        feed(m.state_dict())
+    for _, o in sorted(model._optimizers().items()):
+        feed(o.state_dict()["state"])
+    if getattr(model, "auto_ent", False):
+        feed(model.log_ent_coef._value)
+    feed(list(extra))
+    return h.hexdigest()[:16]
+
+
+def add_cpu_time(obj: Any, name: str, acc: dict[str, float], key: str) -> None:
+    """Wrap ``obj.name`` (an attribute or bound method) to add its CPU time to ``acc[key]``."""
+    fn = getattr(obj, name)
+    clock = time.process_time
+
+    def wrapper(*a: Any, **k: Any) -> Any:
+        t = clock()
+        try:
+            return fn(*a, **k)
+        finally:
+            acc[key] += clock() - t
+    setattr(obj, name, wrapper)

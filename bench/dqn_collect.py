@@ -13,22 +13,13 @@ before/after a change: run it in both checkouts, alternating). ``--steps 0``: th
 from __future__ import annotations
 
 import argparse
-import hashlib
 import statistics
 import time
 
 import _timing  # noqa: F401  (first: one BLAS thread, this checkout's rlgrad)
-import numpy as np  # noqa: E402
+from _timing import state_hash  # noqa: E402
 
 from rlgrad.rl import make_from_preset  # noqa: E402
-
-
-def state_hash(model) -> str:
-    h = hashlib.sha256()
-    for p in model.policy.parameters():
-        h.update(np.ascontiguousarray(p._value).tobytes())
-    h.update(np.ascontiguousarray(model.replay_buffer.observations).tobytes())
-    return h.hexdigest()[:12]
 
 
 def run(algo: str, steps: int, train: bool) -> tuple[float, float, str, int]:
@@ -46,7 +37,7 @@ def run(algo: str, steps: int, train: bool) -> tuple[float, float, str, int]:
     model.train = timed
     c = time.process_time()
     model.learn(budget)
-    return time.process_time() - c, spent[0], state_hash(model), budget
+    return time.process_time() - c, spent[0], state_hash(model, model.replay_buffer.observations), budget
 
 
 def main() -> None:

@@ -16,53 +16,15 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import hashlib
 import pstats
 import time
 
 import _timing  # noqa: F401  (one BLAS thread, this checkout's rlgrad)
-import numpy as np
+from _timing import add_cpu_time, state_hash
 
 from rlgrad.rl import make_from_preset
 
 ENV = "Pendulum-v1"
-
-
-def state_hash(model) -> str:
-    """sha256 of every module's parameters and buffers and every optimizer's tensors."""
-    h = hashlib.sha256()
-
-    def feed(tree) -> None:
-        if isinstance(tree, dict):
-            for k in sorted(tree, key=str):
-                feed(tree[k])
-        elif isinstance(tree, list | tuple):
-            for v in tree:
-                feed(v)
-        elif isinstance(tree, np.ndarray) or hasattr(tree, "_value"):
-            h.update(np.ascontiguousarray(getattr(tree, "_value", tree)).tobytes())
-
-    for _, m in sorted(model._modules().items()):
-        feed(m.state_dict())
-    for _, o in sorted(model._optimizers().items()):
-        feed(o.state_dict()["state"])
-    if getattr(model, "auto_ent", False):
-        feed(model.log_ent_coef._value)
-    return h.hexdigest()[:16]
-
-
-def _timed(obj, name: str, acc: dict, key: str) -> None:
-    """Wrap ``obj.name`` to add its CPU time to ``acc[key]``."""
-    fn = getattr(obj, name)
-    clock = time.process_time
-
-    def wrapper(*a, **k):
-        t = clock()
-        try:
-            return fn(*a, **k)
-        finally:
-            acc[key] += clock() - t
-    setattr(obj, name, wrapper)
 
 
 def _time_parts(model) -> dict:
@@ -71,19 +33,19 @@ def _time_parts(model) -> dict:
     from rlgrad import optim
 
     acc = dict.fromkeys(("collect", "env", "act", "train", "sample", "step", "opt", "polyak"), 0.0)
-    _timed(model, "collect_rollouts", acc, "collect")
-    _timed(model, "train", acc, "train")
-    _timed(model, "sample", acc, "sample")
-    _timed(model, "_explore", acc, "act")
-    _timed(off, "step_with_grads", acc, "opt")
-    _timed(optim, "polyak_update", acc, "polyak")
+    add_cpu_time(model, "collect_rollouts", acc, "collect")
+    add_cpu_time(model, "train", acc, "train")
+    add_cpu_time(model, "sample", acc, "sample")
+    add_cpu_time(model, "_explore", acc, "act")
+    add_cpu_time(off, "step_with_grads", acc, "opt")
+    add_cpu_time(optim, "polyak_update", acc, "polyak")
     compiled = model.compiled_step
 
     def compiled_step(name, loss_fn, optimizers):
         step, params = compiled(name, loss_fn, optimizers)
         holder = type("H", (), {})()
         holder.step = step
-        _timed(holder, "step", acc, "step")
+        add_cpu_time(holder, "step", acc, "step")
         return holder.step, params
     model.compiled_step = compiled_step
     return acc

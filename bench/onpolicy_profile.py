@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import hashlib
 import os
 import pstats
 import sys
@@ -28,6 +27,7 @@ sys.path.insert(0, HERE)
 
 import _timing  # noqa: E402, F401  (one BLAS thread; this checkout's rlgrad first)
 import numpy as np  # noqa: E402
+from _timing import add_cpu_time, state_hash  # noqa: E402
 from purejaxrl import CONFIG, RLGRAD_KWARGS  # noqa: E402
 
 from rlgrad.rl import PPO, make_from_preset  # noqa: E402
@@ -42,48 +42,23 @@ def build(run: str, seed: int) -> tuple[object, int]:
     return make_from_preset(run, "CartPole-v1", seed=seed, vectorization_mode=mode)
 
 
-def state_hash(model) -> str:
-    h = hashlib.sha256()
-    for p in model.policy.parameters():
-        h.update(np.ascontiguousarray(p._value).tobytes())
-    for s in model.optimizer.state.values():
-        for v in (s.values() if isinstance(s, dict) else ()):
-            if isinstance(v, np.ndarray):
-                h.update(np.ascontiguousarray(v).tobytes())
-    return h.hexdigest()[:16]
-
-
-def _timed(obj, name: str, acc: dict, key: str) -> None:
-    """Wrap ``obj.name`` (an attribute or bound method) to add its CPU time to ``acc[key]``."""
-    fn = getattr(obj, name)
-    clock = time.process_time
-
-    def wrapper(*a, **k):
-        t = clock()
-        try:
-            return fn(*a, **k)
-        finally:
-            acc[key] += clock() - t
-    setattr(obj, name, wrapper)
-
-
 def _time_parts(model) -> dict:
     """Timers around the parts of ``learn``: nested parts are subtracted when printed."""
     acc = dict.fromkeys(("env", "adapter", "act", "rollout", "step", "apply", "train"), 0.0)
     model.learn(1)  # builds the adapter and the first compiled step outside the timers
-    _timed(model._adapter.venv, "step", acc, "env")
-    _timed(model._adapter, "step", acc, "adapter")
-    _timed(model.policy, "act", acc, "act")
-    _timed(model, "collect_rollouts", acc, "rollout")
-    _timed(model, "train", acc, "train")
-    _timed(model, "_apply_grads", acc, "apply")
+    add_cpu_time(model._adapter.venv, "step", acc, "env")
+    add_cpu_time(model._adapter, "step", acc, "adapter")
+    add_cpu_time(model.policy, "act", acc, "act")
+    add_cpu_time(model, "collect_rollouts", acc, "rollout")
+    add_cpu_time(model, "train", acc, "train")
+    add_cpu_time(model, "_apply_grads", acc, "apply")
     get_step = model._loss_step
 
     def loss_step(compiled: bool):
         step = get_step(compiled)
         holder = type("H", (), {})()
         holder.step = step
-        _timed(holder, "step", acc, "step")
+        add_cpu_time(holder, "step", acc, "step")
         return holder.step
     model._loss_step = loss_step
     return acc
