@@ -34,29 +34,27 @@ __all__ = [
 def _linear(x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
     # BLAS reads the transposed (Fortran-ordered) view without a copy
     out = x @ weight.T if out is None else np.matmul(x, weight.T, out=out)
-    # the fresh output is ours to update in place: one C pass where it fits (the same adds as
-    # NumPy's broadcast, ~2x faster), else NumPy's
-    if bias is not None and (ops._kernels is None or type(out) is not np.ndarray
-                             or not ops._kernels.add_rows(out, bias)):
-        out += bias
-    return out
+    return _add_bias(out, bias)
 
 
 def _linear_relu(x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
-    """``relu(linear(x, weight, bias))``, the bias added and the ReLU taken in one C pass over
-    the output where it fits (the same bits as the two calls): what ``rlgrad.jit`` runs for a
-    linear layer whose output only its ReLU reads."""
+    """``relu(linear(x, weight, bias))`` with the bias add and the ReLU in one pass (the same bits
+    as the two calls): what ``rlgrad.jit`` runs for a linear layer whose output only its ReLU
+    reads."""
     out = x @ weight.T if out is None else np.matmul(x, weight.T, out=out)
+    return _add_bias(out, bias, relu=True)
+
+
+def _add_bias(out: Any, bias: Any, relu: bool = False) -> Any:
+    """``out += bias``, then ``relu(out)`` if asked, in place (the fresh output is ours): one C
+    pass where it fits (the same adds as NumPy's broadcast, ~2x faster), else NumPy's."""
     k = ops._kernels
-    if k is not None and type(out) is np.ndarray:
-        if bias is None:
-            if k.relu(out, out):
-                return out
-        elif k.add_rows(out, bias, True):
-            return out
+    if (bias is not None and k is not None and type(out) is np.ndarray
+            and k.add_rows(out, bias, relu)):
+        return out
     if bias is not None:
         out += bias
-    return ops._relu(out, out=out)
+    return ops._relu(out, out=out) if relu else out
 
 
 def _rows(a: Any) -> Any:

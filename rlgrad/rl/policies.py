@@ -27,7 +27,7 @@ from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
 from rlgrad.distributions.categorical import inverse_cdf, row_indices, row_max
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
 from rlgrad.nn import init
-from rlgrad.nn.functional import _linear_relu
+from rlgrad.nn.functional import _linear, _linear_relu
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
 from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs
 from rlgrad.tensor import Tensor
@@ -54,28 +54,24 @@ def mlp(sizes: list[int], activation_fn: Any, output_activation: Any = None) -> 
 
 
 def mlp_numpy(net: nn.Module, x: np.ndarray) -> np.ndarray:
-    """``net(x)`` in plain NumPy for a Sequential of Linear / Tanh / ReLU (acting, no graph).
-    A Linear followed by a ReLU runs as ``_linear_relu`` (what a compiled step runs for the pair:
-    the bias add and the ReLU in one C pass where the kernels are built, the same bits)."""
-    it = iter(net)
-    m = next(it, None)
-    while m is not None:
-        after = next(it, None)
+    """``net(x)`` in plain NumPy for a Sequential of Linear / Tanh / ReLU (acting, no graph),
+    with ``linear``'s forward; a Linear followed by a ReLU runs as the pair a compiled step runs
+    (``_linear_relu``: the bias add and the ReLU in one pass, the same bits)."""
+    mods = list(net)
+    i = 0
+    while i < len(mods):
+        m = mods[i]
         t = type(m)
         if t is nn.Linear:
-            b = m.bias
-            if type(after) is nn.ReLU:
-                x = _linear_relu(x, m.weight._value, None if b is None else b._value)
-                after = next(it, None)
-            else:
-                x = x @ m.weight._value.T
-                if b is not None:
-                    x += b._value
+            pair = i + 1 < len(mods) and type(mods[i + 1]) is nn.ReLU
+            b = None if m.bias is None else m.bias._value
+            x = (_linear_relu if pair else _linear)(x, m.weight._value, b)
+            i += pair
         elif t in _NP_ACT:
             x = _NP_ACT[t](x)
         else:  # anything else (a CNN trunk): the module itself, without a graph
             x = trunk_numpy(m, x)
-        m = after
+        i += 1
     return x
 
 
