@@ -122,3 +122,20 @@ def add_cpu_time(obj: Any, name: str, acc: dict[str, float], key: str) -> None:
         finally:
             acc[key] += clock() - t
     setattr(obj, name, wrapper)
+
+
+def learn_cpu(model: Any, steps: int, profile: bool = False) -> tuple[float, Any]:
+    """``model.learn(steps)``'s CPU seconds, and its cProfile statistics if ``profile`` (else
+    None)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile() if profile else None
+    c = time.process_time()
+    if prof is not None:
+        prof.enable()
+    model.learn(steps)
+    if prof is not None:
+        prof.disable()
+    cpu = time.process_time() - c
+    return cpu, (pstats.Stats(prof).sort_stats("tottime") if prof is not None else None)

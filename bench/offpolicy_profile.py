@@ -15,12 +15,9 @@ own time; ``--parts`` the CPU time of the update's parts (timers around them add
 from __future__ import annotations
 
 import argparse
-import cProfile
-import pstats
-import time
 
 import _timing  # noqa: F401  (one BLAS thread, this checkout's rlgrad)
-from _timing import add_cpu_time, state_hash
+from _timing import add_cpu_time, learn_cpu, state_hash
 
 from rlgrad.rl import make_from_preset
 
@@ -81,20 +78,13 @@ def main() -> None:
             model, _ = make_from_preset(algo.strip(), ENV, seed=args.seed)
             budget = model.learning_starts + args.steps
             parts = _time_parts(model) if args.parts else None
-            prof = cProfile.Profile() if args.profile else None
-            c = time.process_time()
-            if prof is not None:
-                prof.enable()
-            model.learn(budget)
-            if prof is not None:
-                prof.disable()
-            cpu = time.process_time() - c
+            cpu, stats = learn_cpu(model, budget, args.profile)
             line = f"{algo:5s} steps {model.num_timesteps:6d}  cpu {cpu:7.3f} s"
             if args.hash:
                 line += f"  hash {state_hash(model)}"
             print(line, flush=True)
-            if prof is not None:
-                pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+            if stats is not None:
+                stats.print_stats(args.top)
             if parts is not None:
                 _print_parts(parts, cpu)
 

@@ -15,11 +15,8 @@ and ``RLGRAD_FUSED=0`` to run without the C modules.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import os
-import pstats
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
@@ -27,7 +24,7 @@ sys.path.insert(0, HERE)
 
 import _timing  # noqa: E402, F401  (one BLAS thread; this checkout's rlgrad first)
 import numpy as np  # noqa: E402
-from _timing import add_cpu_time, state_hash  # noqa: E402
+from _timing import add_cpu_time, learn_cpu, state_hash  # noqa: E402
 from purejaxrl import CONFIG, RLGRAD_KWARGS  # noqa: E402
 
 from rlgrad.rl import PPO, make_from_preset  # noqa: E402
@@ -94,22 +91,15 @@ def main() -> None:
             model, _budget = build(run, args.seed)
             steps = args.steps or DEFAULT_STEPS[run]
             parts = _time_parts(model) if args.parts else None
-            prof = cProfile.Profile() if args.profile else None
-            c = time.process_time()
-            if prof is not None:
-                prof.enable()
-            model.learn(steps)
-            if prof is not None:
-                prof.disable()
-            cpu = time.process_time() - c
+            cpu, stats = learn_cpu(model, steps, args.profile)
             ret = list(model._ep_stats.return_queue)[-20:]
             line = (f"{run:10s} steps {model.num_timesteps:7d}  cpu {cpu:7.3f} s  "
                     f"return(last 20) {np.mean(ret) if ret else float('nan'):.1f}")
             if args.hash:
                 line += f"  hash {state_hash(model)}"
             print(line, flush=True)
-            if prof is not None:
-                pstats.Stats(prof).sort_stats("tottime").print_stats(args.top)
+            if stats is not None:
+                stats.print_stats(args.top)
             if parts is not None:
                 _print_parts(parts, cpu)
 

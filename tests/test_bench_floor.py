@@ -5,22 +5,15 @@ steps against rlgrad's Adam and RMSprop (TensorFlow form)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
+from bench_floors import load_floor
 
 import rlgrad
 import rlgrad.numpy as rnp
 from rlgrad import optim
 
-_PATH = Path(__file__).resolve().parents[1] / "bench" / "_numpy_ppo.py"
-_spec = importlib.util.spec_from_file_location("_numpy_ppo_floor", _PATH)
-floor = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = floor
-_spec.loader.exec_module(floor)
+floor = load_floor("_numpy_ppo")
 
 D, A, H, N = 4, 3, 8, 9
 

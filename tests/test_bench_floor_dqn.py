@@ -4,19 +4,10 @@ targets against the formula computed row by row, its Adam's flush of tiny moment
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
+from bench_floors import load_floor
 
-_BENCH = Path(__file__).resolve().parents[1] / "bench"
-if str(_BENCH) not in sys.path:  # _numpy_dqn imports _numpy_ppo (Adam, clip_factor); last, so
-    sys.path.append(str(_BENCH))  # bench/ modules (engine.py, nn.py, ...) shadow nothing
-_spec = importlib.util.spec_from_file_location("_numpy_dqn_floor", _BENCH / "_numpy_dqn.py")
-floor = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = floor
-_spec.loader.exec_module(floor)
+floor = load_floor("_numpy_dqn")
 
 D, A, H, N = 4, 2, 5, 7
 
