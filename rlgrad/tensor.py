@@ -28,6 +28,9 @@ class _Trace:
 
 class _Depth:
     value = 0  # how many transforms (grad, vjp, jit ...) are currently evaluating their function
+    # of those, how many were given NumPy arrays (no Tensor): their function is NumPy code, so the
+    # Tensor operators on its traced values keep NumPy's type promotion (rlgrad/promotion.py)
+    numpy = 0
 
 
 def _refuse_float(t: Any, what: str) -> None:

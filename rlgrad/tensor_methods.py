@@ -53,7 +53,8 @@ from rlgrad.ops import (
     swapaxes,
     transpose,
 )
-from rlgrad.tensor import Tensor, constant, mark_written
+from rlgrad.promotion import INTEGRAL, binary, cast_to, float_unary, int64_accumulator, promote
+from rlgrad.tensor import Tensor, _Depth, constant, mark_written
 from rlgrad.tracer import _GradMode
 
 
@@ -77,9 +78,10 @@ def _index_key(idx: Any) -> Any:
     return idx
 
 
-def _reduction(fn: Any, floats_only: bool = False) -> Any:
+def _reduction(fn: Any, floats_only: bool = False, accumulate: Any = None) -> Any:
     """A reduction method with torch's keywords; ``floats_only``: an integer or bool tensor
-    raises, as torch's ``mean()`` does (NumPy's would give a float)."""
+    raises, as torch's ``mean()`` does (NumPy's would give a float); ``accumulate(self)``: the
+    input's dtype change without ``dtype=`` (int64 for sum, float for logsumexp, as torch's)."""
     def method(self: Tensor, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
                keepdim: bool = False, dtype: Any = None) -> Any:
         if dtype is not None:  # torch casts the input first
@@ -88,6 +90,8 @@ def _reduction(fn: Any, floats_only: bool = False) -> Any:
             raise RuntimeError(f"{fn.__name__}(): could not infer output dtype: the input is "
                                f"{self.dtype}, a floating or complex dtype is needed; call "
                                ".float() first or pass dtype=")
+        elif accumulate is not None and self._value.dtype in INTEGRAL:
+            self = accumulate(self)
         return fn(self, axis=_axis(axis, dim), keepdims=keepdims or keepdim)
 
     method.__name__ = fn.__name__
@@ -208,7 +212,14 @@ def _method_argmin(self: Tensor, axis: Any = None, *, dim: Any = None, keepdims:
 
 
 def _method_clip(self: Tensor, min: Any = None, max: Any = None) -> Any:  # noqa: A002
-    return clip(self, min, max)
+    """torch's: the result dtype is that of self and the bounds together (a 0-d float64 bound
+    leaves a float32 tensor float32, a float bound makes an int64 tensor float32)."""
+    return clip(*promote(self, min, max))
+
+
+def _method_masked_fill(self: Tensor, mask: Any, value: Any) -> Any:
+    """torch's: the value is cast to self's dtype (the result keeps it)."""
+    return ops.where(mask, cast_to(value, self.dtype), self)
 
 
 def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
@@ -297,29 +308,42 @@ def _method_to(self: Tensor, *args: Any, dtype: Any = None, device: Any = None,
     return clone(out) if copy and out is self else out
 
 
+# torch's floating-point functions: an integer or bool tensor's result is the default float dtype
+FLOAT_UNARY = ("exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "sigmoid", "softplus",
+               "reciprocal")
+
+
 def _reflected(fn: Any) -> Any:
     """``other <op> self`` for the Tensor's ``__rOP__`` (NumPy scalars and arrays defer to it)."""
     return lambda self, other: fn(other, self)
 
 
+def _same_dtype_matmul(self: Tensor, other: Any) -> Any:
+    """torch's matmul does not promote: operands of two dtypes raise."""
+    if isinstance(other, Tensor) and other._value.dtype != self._value.dtype and not _Depth.numpy:
+        raise RuntimeError(f"matmul: expected both operands to have the same dtype, got "
+                           f"{self.dtype} and {other.dtype} (PyTorch does not promote here); "
+                           "cast one with .to(dtype)")
+    return matmul(self, other)
+
+
 def _install_tensor_methods() -> None:
+    """The operators and methods, each through torch's type promotion (``rlgrad/promotion.py``)."""
     T = Tensor
-    for name, fn in (("add", add), ("sub", subtract), ("mul", multiply), ("truediv", divide),
-                     ("pow", power), ("matmul", matmul)):
-        setattr(T, f"__{name}__", fn)
-        setattr(T, f"__r{name}__", _reflected(fn))
+    for name, fn, to_float in (("add", add, False), ("sub", subtract, False),
+                               ("mul", multiply, False), ("truediv", divide, True),
+                               ("pow", power, False), ("floordiv", floor_divide, False),
+                               ("mod", remainder, False)):
+        setattr(T, f"__{name}__", binary(fn, to_float))
+        setattr(T, f"__r{name}__", binary(fn, to_float, reflected=True))
+    T.__matmul__ = _same_dtype_matmul
+    T.__rmatmul__ = _reflected(matmul)
     T.__neg__ = negative
     T.__pos__ = lambda self: self
     T.__abs__ = absolute
-    T.__floordiv__ = floor_divide
-    T.__mod__ = remainder
-    T.__rmod__ = lambda self, other: remainder(other, self)
-    T.__lt__ = less
-    T.__le__ = less_equal
-    T.__gt__ = greater
-    T.__ge__ = greater_equal
-    T.__eq__ = equal
-    T.__ne__ = not_equal
+    for name, fn in (("lt", less), ("le", less_equal), ("gt", greater), ("ge", greater_equal),
+                     ("eq", equal), ("ne", not_equal)):
+        setattr(T, f"__{name}__", binary(fn))
     T.__and__ = logical_and
     T.__or__ = logical_or
     T.__invert__ = logical_not
@@ -327,15 +351,19 @@ def _install_tensor_methods() -> None:
     T.__setitem__ = _method_setitem
     T.T = property(lambda self: transpose(self))
     T.mT = property(lambda self: swapaxes(self, -1, -2))
-    for name in ("exp", "log", "log1p", "expm1", "sqrt", "square", "tanh", "sin", "cos", "sigmoid",
-                 "relu", "softplus", "sign", "floor", "ceil", "reciprocal", "abs", "cumsum", "flip"):
+    for name in ("square", "relu", "sign", "floor", "ceil", "abs", "flip"):
         setattr(T, name, getattr(ops, name))
+    for name in FLOAT_UNARY:  # an integer input computes in the default float dtype
+        setattr(T, name, float_unary(getattr(ops, name)))
+    T.cumsum = lambda self, *a, **k: ops.cumsum(int64_accumulator(self), *a, **k)
     T.neg = negative
-    for name in ("sum", "mean", "prod", "logsumexp"):
-        setattr(T, name, _reduction(getattr(ops, name), floats_only=name == "mean"))
+    T.sum = _reduction(ops.sum, accumulate=int64_accumulator)
+    T.prod = _reduction(ops.prod, accumulate=int64_accumulator)
+    T.mean = _reduction(ops.mean, floats_only=True)
+    T.logsumexp = _reduction(ops.logsumexp, accumulate=float_unary(lambda x: x))
     T.amax, T.amin = _reduction(ops.max), _reduction(ops.min)  # values only, as torch.amax/np.amax
-    T.max = _extremum_method(ops.max, argmax, ops.maximum)
-    T.min = _extremum_method(ops.min, argmin, ops.minimum)
+    T.max = _extremum_method(ops.max, argmax, binary(ops.maximum))
+    T.min = _extremum_method(ops.min, argmin, binary(ops.minimum))
     T.var = _method_var
     T.std = _method_std
     T.argmax = _method_argmax
@@ -352,8 +380,8 @@ def _install_tensor_methods() -> None:
     T.broadcast_to = broadcast_to
     T.expand = _method_expand
     T.clip = T.clamp = _method_clip
-    T.pow = power
-    T.matmul = T.dot = matmul
+    T.pow = T.__pow__
+    T.matmul = T.dot = _same_dtype_matmul
     T.softmax = _method_softmax
     T.log_softmax = _method_log_softmax
     T.clone = clone
@@ -362,6 +390,29 @@ def _install_tensor_methods() -> None:
 
 
 _install_tensor_methods()
+
+_numpy_array_ufunc = Tensor.__array_ufunc__  # rlgrad.numpy's: np.exp(t) is rlgrad.numpy.exp(t)
+_OPERATOR_UFUNCS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "truediv",
+                    np.power: "pow", np.floor_divide: "floordiv", np.remainder: "mod",
+                    np.less: "gt", np.less_equal: "ge", np.greater: "lt", np.greater_equal: "le",
+                    np.equal: "eq", np.not_equal: "ne"}
+
+
+def _array_ufunc(self: Tensor, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    """``np.float64(0.99) * t`` reaches the Tensor as NumPy's ufunc with the NumPy operand first
+    (a Tensor first is its own operator): that is the operator, with torch's promotion (the
+    comparisons mirrored: ``a < t`` is ``t > a``). Other ufunc calls are rlgrad.numpy's."""
+    if method == "__call__" and len(inputs) == 2 and not kwargs \
+            and not isinstance(inputs[0], Tensor) and ufunc in _OPERATOR_UFUNCS:
+        name = _OPERATOR_UFUNCS[ufunc]
+        mirrored = f"__{name}__" if ufunc in (np.less, np.less_equal, np.greater,
+                                               np.greater_equal, np.equal, np.not_equal) \
+            else f"__r{name}__"
+        return getattr(inputs[1], mirrored)(inputs[0])
+    return _numpy_array_ufunc(self, ufunc, method, *inputs, **kwargs)
+
+
+Tensor.__array_ufunc__ = _array_ufunc
 
 
 def _install_torch_methods() -> None:
@@ -386,7 +437,7 @@ def _install_torch_methods() -> None:
     T.nelement = T.numel
     T.ndimension = T.dim
     T.is_floating_point = lambda self: self.dtype.kind == "f"
-    T.masked_fill = lambda self, mask, value: ops.where(mask, value, self)
+    T.masked_fill = _method_masked_fill
     T.all = lambda self, dim=None, keepdim=False: _nondiff_reduce(np.all, self, dim, keepdim)
     T.any = lambda self, dim=None, keepdim=False: _nondiff_reduce(np.any, self, dim, keepdim)
     T.repeat = lambda self, *sizes: ops.tile(self, _sizes(sizes))
@@ -432,10 +483,10 @@ def _install_inplace_operators() -> None:
         method.__name__ = f"__i{fn.__name__}__"
         return method
 
-    Tensor.__iadd__ = make(add, np.add, "+")
-    Tensor.__isub__ = make(subtract, np.subtract, "-")
-    Tensor.__imul__ = make(multiply, np.multiply, "*")
-    Tensor.__itruediv__ = make(divide, np.divide, "/")
+    Tensor.__iadd__ = make(Tensor.__add__, np.add, "+")
+    Tensor.__isub__ = make(Tensor.__sub__, np.subtract, "-")
+    Tensor.__imul__ = make(Tensor.__mul__, np.multiply, "*")
+    Tensor.__itruediv__ = make(Tensor.__truediv__, np.divide, "/")
 
 
 _install_inplace_operators()

@@ -13,6 +13,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.creation import _make
 from rlgrad.indexing import gather
+from rlgrad.promotion import float_unary, promote, promote_types, result_type
 from rlgrad.tensor import Size, Tensor, _leaf, get_default_dtype
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "rand_like", "normal", "manual_seed", "initial_seed", "seed", "Size", "float32", "float",
     "float64", "double", "float16", "half", "int64", "long", "int32", "int", "int16", "int8",
     "uint8", "bool", "gather", "allclose", "equal", "isfinite", "isnan", "all", "any",
+    "result_type", "promote_types",
 ]
 
 # dtypes under PyTorch's names (NumPy dtypes: ``t.dtype == rlgrad.float32`` holds)
@@ -67,7 +69,14 @@ def _extremum(name: str, elementwise: Any) -> Any:
 
 max = _extremum("max", ops.maximum)  # noqa: A001
 min = _extremum("min", ops.minimum)  # noqa: A001
-maximum, minimum = ops.maximum, ops.minimum
+
+
+def maximum(input: Any, other: Any) -> Any:
+    return ops.maximum(*promote(input, other))
+
+
+def minimum(input: Any, other: Any) -> Any:
+    return ops.minimum(*promote(input, other))
 
 
 def argmax(input: Any, dim: Any = None, keepdim: builtins.bool = False) -> Any:
@@ -93,13 +102,15 @@ flatten, squeeze, unsqueeze = _method("flatten"), _method("squeeze"), _method("u
 reshape, logsumexp = _method("reshape"), _method("logsumexp")
 softmax, log_softmax = _method("softmax"), _method("log_softmax")
 all, any = _method("all"), _method("any")  # noqa: A001
-exp, log, log1p, tanh, sigmoid, relu = ops.exp, ops.log, ops.log1p, ops.tanh, ops.sigmoid, ops.relu
-abs, sqrt, square, sign = ops.absolute, ops.sqrt, ops.square, ops.sign  # noqa: A001
+exp, log, log1p, tanh = (float_unary(f) for f in (ops.exp, ops.log, ops.log1p, ops.tanh))
+sigmoid, sqrt = float_unary(ops.sigmoid), float_unary(ops.sqrt)
+relu, abs, square, sign = ops.relu, ops.absolute, ops.square, ops.sign  # noqa: A001
 isfinite, isnan = ops.isfinite, ops.isnan
 
 
 def where(condition: Any, input: Any, other: Any) -> Any:
-    return ops.where(condition, input, other)
+    """``torch.where``: ``input`` and ``other`` promoted as torch's operators promote."""
+    return ops.where(condition, *promote(input, other))
 
 
 def numel(input: Any) -> builtins.int:

@@ -1,0 +1,242 @@
+"""PyTorch's semantics where rlgrad used to differ silently (issue 29 section 1): each snippet runs
+under both ``torch`` and ``rlgrad`` (``lib``) and the two results are compared: values, dtypes,
+shapes, gradients, and the exceptions raised."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import rlgrad
+import rlgrad.numpy as rnp
+
+torch = pytest.importorskip("torch")
+
+LIBS = {"torch": torch, "rlgrad": rlgrad}
+
+
+def _np(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().numpy()
+    if isinstance(x, rlgrad.Tensor):
+        return np.asarray(x.detach())
+    return np.asarray(x)
+
+
+def _dtype_name(x: Any) -> str:
+    return str(x.dtype).replace("torch.", "")
+
+
+def same(ours: Any, theirs: Any, rtol: float = 1e-6, atol: float = 1e-7) -> None:
+    """One rlgrad result against torch's: structure, dtype, shape and values."""
+    if isinstance(theirs, tuple | list):
+        assert len(ours) == len(theirs)
+        for a, b in zip(ours, theirs, strict=True):
+            same(a, b, rtol, atol)
+        return
+    if theirs is None:
+        assert ours is None
+        return
+    if isinstance(theirs, torch.Tensor):
+        assert _dtype_name(ours) == _dtype_name(theirs), (ours.dtype, theirs.dtype)
+    np.testing.assert_allclose(_np(ours), _np(theirs), rtol=rtol, atol=atol)
+
+
+def both(snippet: Callable[[Any], Any], **tol: float) -> Any:
+    """Run ``snippet(lib)`` under torch and rlgrad and compare what they return."""
+    theirs = snippet(torch)
+    ours = snippet(rlgrad)
+    same(ours, theirs, **tol)
+    return ours
+
+
+def _data(lib: Any) -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    return {
+        "f32": lib.tensor(rng.standard_normal(4).astype(np.float32)),
+        "f64": lib.tensor(rng.standard_normal(4)),
+        "z64": lib.tensor(np.float64(0.3)),
+        "i64": lib.tensor(np.array([0, 2, 1, 3])),
+        "i32": lib.tensor(np.array([3, -1, 2, 5], np.int32)),
+        "u8": lib.tensor(np.array([0, 17, 128, 255], np.uint8)),
+        "b": lib.tensor(np.array([True, False, True, True])),
+    }
+
+
+# ---- 1. dtype promotion -----------------------------------------------------------------------
+PROMOTION_CASES: dict[str, Callable[[Any, dict], Any]] = {
+    "f32 + i64": lambda lib, d: d["f32"] + d["i64"],
+    "f32 * one_hot": lambda lib, d: d["f32"][:3] * lib.nn.functional.one_hot(d["i64"][:3], 3)[1],
+    "td target": lambda lib, d: d["f32"] + 0.99 * (1 - d["i64"].clamp(max=1)) * d["f32"].flip(0),
+    "u8 / 255.0": lambda lib, d: d["u8"] / 255.0,
+    "f32 * np.float64": lambda lib, d: d["f32"] * np.float64(0.5),
+    "np.float64 * f32": lambda lib, d: np.float64(0.5) * d["f32"],
+    "f32 + 0-d f64": lambda lib, d: d["f32"] + d["z64"],
+    "0-d f64 - f32": lambda lib, d: d["z64"] - d["f32"],
+    "where f32 0-d f64": lambda lib, d: lib.where(d["b"], d["f32"], d["z64"]),
+    "where f32 float": lambda lib, d: lib.where(d["b"], d["f32"], 0.25),
+    "where i64 float": lambda lib, d: lib.where(d["b"], d["i64"], 0.5),
+    "where floats": lambda lib, d: lib.where(d["b"], 1.0, 0.0),
+    "clamp f32 min 0-d f64": lambda lib, d: lib.clamp(d["f32"], min=d["z64"]),
+    "clamp f32 min f64": lambda lib, d: lib.clamp(d["f32"], min=d["f64"]),
+    "clamp i64 min 0.5": lambda lib, d: d["i64"].clamp(min=0.5),
+    "clamp i64 max 1": lambda lib, d: d["i64"].clamp(max=1),
+    "i64 / i64": lambda lib, d: d["i64"] / (d["i64"] + 1),
+    "1 / i64": lambda lib, d: 1 / (d["i64"] + 1),
+    "i64 + 0.5": lambda lib, d: d["i64"] + 0.5,
+    "i64 ** 0.5": lambda lib, d: d["i64"] ** 0.5,
+    "2 ** i64": lambda lib, d: 2 ** d["i64"],
+    "2.0 ** i64": lambda lib, d: 2.0 ** d["i64"],
+    "i64 // 2.0": lambda lib, d: d["i64"] // 2.0,
+    "i64 % 2.5": lambda lib, d: d["i64"] % 2.5,
+    "f32 // 0-d f64": lambda lib, d: d["f32"] // d["z64"],
+    "i64.exp()": lambda lib, d: d["i64"].exp(),
+    "exp(i64)": lambda lib, d: lib.exp(d["i64"]),
+    "u8.sqrt()": lambda lib, d: d["u8"].sqrt(),
+    "b.sigmoid()": lambda lib, d: d["b"].sigmoid(),
+    "tanh(i32)": lambda lib, d: lib.tanh(d["i32"]),
+    "i64.logsumexp(0)": lambda lib, d: d["i64"].logsumexp(0),
+    "f32 + i32 + u8": lambda lib, d: d["f32"] + d["i32"] + d["u8"],
+    "u8 + i32": lambda lib, d: d["u8"] + d["i32"],
+    "u8 + 0-d i64": lambda lib, d: d["u8"] + lib.tensor(3),
+    "i32 + np.int64": lambda lib, d: d["i32"] + np.int64(3),
+    "b + b": lambda lib, d: d["b"] + d["b"],
+    "b * 2.0": lambda lib, d: d["b"] * 2.0,
+    "b + 1": lambda lib, d: d["b"] + 1,
+    "i64 + True": lambda lib, d: d["i64"] + True,
+    "f16 + i64": lambda lib, d: d["f32"].half() + d["i64"],
+    "f32 + f64": lambda lib, d: d["f32"] + d["f64"],
+    "i64 + 0-d f64": lambda lib, d: d["i64"] + d["z64"],
+    "f32 < np.float64": lambda lib, d: d["f32"] < np.float64(0.1),
+    "f32 == 0-d f64": lambda lib, d: d["f32"] == d["z64"],
+    "maximum i64 f32": lambda lib, d: lib.maximum(d["i64"], d["f32"]),
+    "f32.max(f64)": lambda lib, d: d["f32"].max(d["f64"]),
+    "masked_fill i64 0.5": lambda lib, d: d["i64"].masked_fill(d["b"], 0.5),
+    "masked_fill f32 0-d f64": lambda lib, d: d["f32"].masked_fill(d["b"], d["z64"]),
+    "u8.sum()": lambda lib, d: d["u8"].sum(),
+    "i32.sum()": lambda lib, d: d["i32"].sum(),
+    "b.sum()": lambda lib, d: d["b"].sum(),
+    "i32.prod()": lambda lib, d: d["i32"].prod(),
+    "u8.cumsum(0)": lambda lib, d: d["u8"].cumsum(0),
+    "f32.sum()": lambda lib, d: d["f32"].sum(),
+    "f32 + 1j": lambda lib, d: d["f32"] + 1j,
+    "i64 + 1j": lambda lib, d: d["i64"] + 1j,
+    "f64 + 1j": lambda lib, d: d["f64"] + 1j,
+}
+
+
+@pytest.mark.parametrize("name", list(PROMOTION_CASES))
+def test_promotion_as_torch(name: str) -> None:
+    case = PROMOTION_CASES[name]
+    both(lambda lib: case(lib, _data(lib)))
+
+
+def test_promotion_follows_the_default_dtype() -> None:
+    torch.set_default_dtype(torch.float64)
+    rlgrad.set_default_dtype(np.float64)
+    try:
+        for name in ("i64 + 0.5", "u8 / 255.0", "i64.exp()", "f32 * np.float64", "where floats"):
+            case = PROMOTION_CASES[name]
+            both(lambda lib, case=case: case(lib, _data(lib)))
+    finally:
+        torch.set_default_dtype(torch.float32)
+        rlgrad.set_default_dtype(np.float32)
+
+
+@pytest.mark.parametrize("pair", [("int64", "float16"), ("uint8", "int8"), ("bool", "int32"),
+                                  ("int32", "float32"), ("float32", "float64"),
+                                  ("complex64", "float64"), ("int16", "uint8"), ("bool", "bool")])
+def test_promote_types(pair: tuple[str, str]) -> None:
+    a, b = pair
+    theirs = torch.promote_types(getattr(torch, a), getattr(torch, b))
+    assert rlgrad.promote_types(getattr(np, a if a != "bool" else "bool_"),
+                                np.dtype(b)).name == str(theirs).replace("torch.", "")
+
+
+def test_result_type() -> None:
+    def run(lib: Any) -> list[str]:
+        d = _data(lib)
+        operands = [(d["f32"], 2.0), (d["i64"], 2.0), (d["i64"], d["z64"]), (d["u8"], 300),
+                    (d["b"], True), (d["f32"], d["f64"]), (d["z64"], 1)]
+        return [str(lib.result_type(a, b)).replace("torch.", "") for a, b in operands]
+
+    assert run(rlgrad) == run(torch)
+    with pytest.raises(TypeError, match="expected Tensors or numbers"):
+        rlgrad.result_type(rlgrad.ones(2), "a")
+
+
+def test_matmul_of_two_dtypes_raises_as_torch() -> None:
+    for lib in (torch, rlgrad):
+        a = lib.ones((2, 2))
+        with pytest.raises(RuntimeError, match="same dtype"):
+            a @ a.double()
+
+
+def _grads_of(fn: Callable[[Any, Any, Any], Any]) -> Callable[[Any], Any]:
+    """A snippet: ``fn(lib, x, z)`` on a float32 vector and a float64 0-d tensor that require
+    grad, returning the output and both gradients."""
+    def snippet(lib: Any) -> Any:
+        x = lib.tensor(np.array([0.5, -1.5, 2.0], np.float32), requires_grad=True)
+        z = lib.tensor(np.float64(0.7), requires_grad=True)
+        out = fn(lib, x, z)
+        out.sum().backward()
+        return out, x.grad, z.grad
+
+    return snippet
+
+
+@pytest.mark.parametrize("name, fn", [
+    ("mul", lambda lib, x, z: x * z),
+    ("div", lambda lib, x, z: z / x),
+    ("pow", lambda lib, x, z: x.abs() ** z),
+    ("where", lambda lib, x, z: lib.where(x > 0, x, z)),
+    ("clamp", lambda lib, x, z: lib.clamp(x, min=z)),
+    ("i64 as float", lambda lib, x, z: (lib.tensor([1, 2, 3]) / 2 + x) * z),
+])
+def test_promoted_gradients_keep_each_inputs_dtype(name: str, fn: Any) -> None:
+    both(_grads_of(fn), rtol=1e-6)
+
+
+def test_rlgrad_numpy_keeps_numpys_rules() -> None:
+    f32 = np.ones(3, np.float32)
+    i64 = np.arange(3)
+    assert rnp.add(f32, i64).dtype == np.float64
+    assert rnp.multiply(f32, np.float64(0.5)).dtype == np.float64
+    assert rnp.exp(i64).dtype == np.float64
+    t32, t64 = rlgrad.tensor(f32), rlgrad.tensor(i64)
+    assert rnp.add(t32, t64).dtype == np.float64  # rlgrad.numpy on Tensors: NumPy's too
+    assert rnp.divide(t64, t64 + 1).dtype == np.float64
+    assert (t32 + t64).dtype == np.float32  # the Tensor's operator: torch's
+    x = rlgrad.tensor(np.ones(3, np.float32), requires_grad=True)
+    g = rlgrad.grad(lambda v: rnp.sum(rnp.multiply(v, np.float64(2.0))))(f32)
+    assert g.dtype == np.float32
+    np.testing.assert_allclose(g, 2.0)
+    assert x.dtype == np.float32
+
+
+def test_promotion_is_recorded_for_jit() -> None:
+    """A cast the promotion adds is a recorded op: a compiled step reads each call's input."""
+    step = rlgrad.jit(lambda obs: obs / 255.0)
+    for v in (3, 200):
+        obs = rlgrad.tensor(np.full(4, v, np.uint8))
+        out = step(obs)
+        assert out.dtype == np.float32
+        np.testing.assert_allclose(np.asarray(out), np.float32(v) / np.float32(255.0))
+
+
+def test_transforms_given_arrays_keep_numpys_rules() -> None:
+    """A function handed NumPy arrays by jit or grad is NumPy code: called on the arrays it is
+    plain NumPy, so its traced operators promote as NumPy does; handed Tensors, as torch."""
+    f32 = np.ones(3, np.float32)
+
+    def fn(x: Any) -> Any:
+        return x * np.float64(2.0) + np.arange(3)
+
+    assert fn(f32).dtype == np.float64
+    assert np.asarray(rlgrad.jit(fn)(f32)).dtype == np.float64
+    assert rlgrad.value_and_grad(lambda x: fn(x).sum())(f32)[0].dtype == np.float64
+    assert rlgrad.jit(fn)(rlgrad.tensor(f32)).dtype == np.float32
+    assert fn(rlgrad.tensor(f32)).dtype == np.float32
