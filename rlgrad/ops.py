@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.indexing_kernels import _put_along_axis_add, _take_along_axis, _untake
-from rlgrad.tensor import Tensor, _ndim, _shape, _size
+from rlgrad.tensor import Tensor, _ndim, _shape, _size, constant
 from rlgrad.tracer import (
     defjvp,
     defjvp_argnum,
@@ -335,11 +335,35 @@ def _relu_grad(g: Any, x: Any, out: Any = None) -> Any:
     return np.multiply(g, np.greater(x, 0), out=out)
 
 
-# g * (x > 0) as one primitive, linear in g; x only selects (no gradient flows into it, as
-# through the comparison before)
+def _zeros_for_mask(c: Any, ans: Any, *args: Any, **kw: Any) -> Any:
+    """The gradient into a mask's source (ReLU's backward, ``x`` of ``relu_grad``): zeros, as
+    torch's ``threshold_backward`` gives, so a parameter reached only through it (a gradient
+    penalty's first-layer bias) gets zeros, not None. Never NaN: not ``c * 0``."""
+    return constant(np.zeros_like(c._value)) if isinstance(c, Tensor) else np.zeros_like(c)
+
+
+# g * (x > 0) as one primitive, linear in g; x only selects: its gradient is zero
 relu_grad = primitive(_relu_grad, "relu_grad", arity=2, writes_out=True)
-defvjp(relu_grad, lambda c, ans, g, x: relu_grad(c, x), None)
+defvjp(relu_grad, lambda c, ans, g, x: relu_grad(c, x), _zeros_for_mask)
 defjvp(relu_grad, lambda t, ans, g, x: relu_grad(t, x), None)
+
+
+def _leaky_relu(x: Any, slope: float) -> Any:
+    return np.where(x > 0, x, x * slope)
+
+
+def _leaky_relu_grad(g: Any, x: Any, slope: float) -> Any:
+    return np.where(x > 0, g, g * slope)
+
+
+# LeakyReLU and its backward as primitives (as ReLU's): the backward's gradient into x is zero
+# (torch's leaky_relu_backward), so double backward reaches the parameters before it
+leaky_relu_grad = primitive(_leaky_relu_grad, "leaky_relu_grad")
+defvjp(leaky_relu_grad, lambda c, ans, g, x, slope: leaky_relu_grad(c, x, slope), _zeros_for_mask)
+defjvp(leaky_relu_grad, lambda t, ans, g, x, slope: leaky_relu_grad(t, x, slope), None)
+leaky_relu = primitive(_leaky_relu, "leaky_relu")
+defvjp(leaky_relu, lambda g, ans, x, slope: leaky_relu_grad(g, x, slope))
+defjvp(leaky_relu, lambda t, ans, x, slope: leaky_relu_grad(t, x, slope))
 
 relu = primitive(_relu, "relu", arity=1, writes_out=True)
 # the mask from the output, as PyTorch's: relu(x) > 0 exactly where x > 0 (NaN in neither), and

@@ -240,3 +240,88 @@ def test_transforms_given_arrays_keep_numpys_rules() -> None:
     assert rlgrad.value_and_grad(lambda x: fn(x).sum())(f32)[0].dtype == np.float64
     assert rlgrad.jit(fn)(rlgrad.tensor(f32)).dtype == np.float32
     assert fn(rlgrad.tensor(f32)).dtype == np.float32
+
+
+# ---- 3. cross-entropy with every target ignored -----------------------------------------------
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+@pytest.mark.parametrize("targets", [[-100, -100, -100], [1, -100, 3]])
+def test_cross_entropy_ignored_targets(smoothing: float, targets: list[int]) -> None:
+    def snippet(lib: Any) -> Any:
+        x = lib.tensor(np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32),
+                       requires_grad=True)
+        loss = lib.nn.functional.cross_entropy(x, lib.tensor(np.array(targets)),
+                                               label_smoothing=smoothing)
+        loss.backward()
+        return loss, x.grad
+
+    with np.errstate(all="raise"):  # no 0/0 on the way either
+        both(snippet, rtol=1e-6, atol=1e-7)
+
+
+def test_nll_loss_every_target_ignored_with_weights() -> None:
+    def snippet(lib: Any) -> Any:
+        x = lib.tensor(np.log(np.full((2, 3), 1 / 3, np.float32)), requires_grad=True)
+        w = lib.tensor(np.array([1.0, 2.0, 0.5], np.float32))
+        loss = lib.nn.functional.nll_loss(x, lib.tensor(np.array([-100, -100])), weight=w)
+        loss.backward()
+        return loss, x.grad
+
+    both(snippet)
+
+
+# ---- 4. retained gradients own their memory; .grad accumulates into the same tensor ----------
+def test_retain_grad_does_not_share_memory_and_grad_accumulates_in_place() -> None:
+    def snippet(lib: Any) -> Any:
+        x = lib.tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+        y = x + 0.0
+        y.retain_grad()
+        (y * y).sum().backward()
+        assert not np.shares_memory(_np(y.grad), _np(x.grad))
+        y.grad.mul_(10.0)  # touches y's gradient only
+        kept = x.grad
+        (x * 3.0).sum().backward()
+        assert x.grad is kept  # the same tensor holds the sum
+        return y.grad, kept
+
+    both(snippet)
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph=True")
+def test_grad_accumulation_with_create_graph_and_shared_views() -> None:
+    """Two leaves whose gradients are views of one array (reshape's rule and add's pass-through):
+    accumulating into one never changes the other."""
+    def snippet(lib: Any) -> Any:
+        a = lib.tensor(np.arange(6.0).reshape(2, 3), requires_grad=True)
+        b = lib.tensor(np.arange(6.0), requires_grad=True)
+        for _ in range(2):
+            (a.reshape(6) + b).pow(2).sum().backward()
+        x = lib.tensor(np.array([0.5, 1.5]), requires_grad=True)
+        (x ** 3).sum().backward(create_graph=True)
+        (x ** 2).sum().backward(create_graph=True)
+        gx = x.grad
+        return a.grad, b.grad, gx
+
+    both(snippet)
+
+
+# ---- 5. double backward through ReLU / LeakyReLU: zeros where torch gives zeros ---------------
+@pytest.mark.parametrize("act", ["ReLU", "LeakyReLU", "Tanh"])
+def test_gradient_penalty_parameters_get_zeros_as_torch(act: str) -> None:
+    rng = np.random.default_rng(2)
+    sizes = [(5, 3), (5,), (4, 5), (4,), (1, 4), (1,)]
+    values = [rng.standard_normal(s) * 0.7 for s in sizes]
+    x0 = rng.standard_normal((6, 3))
+
+    def snippet(lib: Any) -> Any:
+        nn = lib.nn
+        a = getattr(nn, act)(0.1) if act == "LeakyReLU" else getattr(nn, act)()
+        net = nn.Sequential(nn.Linear(3, 5), a, nn.Linear(5, 4), a, nn.Linear(4, 1)).double()
+        with lib.no_grad():
+            for p, v in zip(net.parameters(), values, strict=True):
+                p.copy_(lib.tensor(v))
+        x = lib.tensor(x0, requires_grad=True)
+        g, = lib.autograd.grad(net(x).sum(), x, create_graph=True)
+        (((g * g).sum(1).sqrt() - 1) ** 2).mean().backward()
+        return [p.grad for p in net.parameters()]
+
+    both(snippet, rtol=1e-10, atol=1e-12)
