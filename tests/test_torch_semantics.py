@@ -325,3 +325,67 @@ def test_gradient_penalty_parameters_get_zeros_as_torch(act: str) -> None:
         return [p.grad for p in net.parameters()]
 
     both(snippet, rtol=1e-10, atol=1e-12)
+
+
+# ---- 6. no_grad on generators, integer sums, tensor() of NumPy floats, state_dict aliasing -----
+@pytest.mark.parametrize("bare", [False, True])
+def test_no_grad_decorates_a_generator_function(bare: bool) -> None:
+    def snippet(lib: Any) -> Any:
+        x = lib.ones(2, requires_grad=True)
+        deco = lib.no_grad if bare else lib.no_grad()
+
+        @deco
+        def gen(n: int) -> Any:
+            got = []
+            for i in range(n):
+                got.append((yield (x * i).requires_grad))
+            return got
+
+        g = gen(3)
+        seen = [next(g)]
+        seen.append(lib.is_grad_enabled())  # the caller's mode between resumptions
+        seen.append(g.send("a"))
+        seen.append((x * 2).requires_grad)
+        with pytest.raises(ValueError, match="stop"):
+            g.throw(ValueError("stop"))
+        return seen
+
+    assert snippet(rlgrad) == snippet(torch) == [False, True, False, True]
+
+
+def test_enable_grad_generator_inside_no_grad() -> None:
+    for lib in (torch, rlgrad):
+        x = lib.ones(2, requires_grad=True)
+
+        @lib.enable_grad()
+        def gen(x: Any = x) -> Any:
+            yield (x * 2).requires_grad
+
+        with lib.no_grad():
+            assert list(gen()) == [True]
+
+
+@pytest.mark.parametrize("data", [[np.float64(1.0)], [1.0, np.float64(2.0)], [np.float32(1.0)],
+                                  [1.0, 2.0], [[np.float64(1.0)], [2.0]], [np.int32(1)],
+                                  [np.int32(1), 2], [np.float16(1.0)], [1, np.float32(1.0)],
+                                  (np.float64(1.0),), np.float64(3.0), 1.5])
+def test_tensor_dtype_of_numpy_scalars(data: Any) -> None:
+    both(lambda lib: lib.tensor(data))
+
+
+def test_state_dict_aliases_parameters() -> None:
+    def snippet(lib: Any) -> Any:
+        lib.manual_seed(0)
+        net = lib.nn.Linear(3, 2)
+        sd = net.state_dict()
+        kept = sd["weight"].clone()
+        assert not sd["weight"].requires_grad
+        sd["weight"].mul_(2.0)  # writes into the parameter
+        with lib.no_grad():
+            net.bias.add_(1.0)  # seen through the state dict
+        return np.array_equal(_np(net.weight), 2 * _np(kept)), _np(sd["bias"]) - _np(net.bias)
+
+    ours, theirs = snippet(rlgrad), snippet(torch)
+    assert ours[0] and theirs[0]
+    np.testing.assert_array_equal(ours[1], 0.0)
+    np.testing.assert_array_equal(theirs[1], 0.0)
