@@ -14,7 +14,7 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.device import check_device, is_device
-from rlgrad.indexing import gather
+from rlgrad.indexing import gather, torch_index_steps
 from rlgrad.numpy import _std_from_var, var
 from rlgrad.ops import (
     absolute,
@@ -222,13 +222,29 @@ def _method_masked_fill(self: Tensor, mask: Any, value: Any) -> Any:
     return ops.where(mask, cast_to(value, self.dtype), self)
 
 
+def _method_getitem(self: Tensor, idx: Any) -> Any:
+    """``t[idx]`` with torch's placement of advanced indices (``indexing.torch_index_steps``)."""
+    key = _index_key(idx)
+    # (apart needs three entries: an integer, something between, an array; (rows, actions) skips)
+    steps = torch_index_steps(key) if type(key) is tuple and len(key) > 2 \
+        and not _Depth.numpy else None  # (a transform given arrays runs NumPy code: NumPy's)
+    if steps is None:
+        return getitem(self, key)
+    return getitem(getitem(self, steps[0]), steps[1])
+
+
 def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
     if self.requires_grad:
         raise RuntimeError(
             "in-place assignment into a tensor that requires grad would corrupt its gradient; "
             "build a new tensor instead (rlgrad.numpy.where, put_along_axis or concatenate)"
         )
-    self._value[_index_key(idx)] = value._value if isinstance(value, Tensor) else value
+    key = _index_key(idx)
+    steps = torch_index_steps(key) if type(key) is tuple and len(key) > 2 else None
+    target = self._value
+    if steps is not None:  # the integers first: a view, written through
+        target, key = target[steps[0]], steps[1]
+    target[key] = value._value if isinstance(value, Tensor) else value
     mark_written(self)
 
 
@@ -347,7 +363,7 @@ def _install_tensor_methods() -> None:
     T.__and__ = logical_and
     T.__or__ = logical_or
     T.__invert__ = logical_not
-    T.__getitem__ = lambda self, idx: getitem(self, _index_key(idx))
+    T.__getitem__ = _method_getitem
     T.__setitem__ = _method_setitem
     T.T = property(lambda self: transpose(self))
     T.mT = property(lambda self: swapaxes(self, -1, -2))

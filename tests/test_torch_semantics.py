@@ -389,3 +389,55 @@ def test_state_dict_aliases_parameters() -> None:
     assert ours[0] and theirs[0]
     np.testing.assert_array_equal(ours[1], 0.0)
     np.testing.assert_array_equal(theirs[1], 0.0)
+
+
+# ---- 2. advanced indexing: torch's placement of the broadcast dimensions ----------------------
+INDEX_CASES = {
+    "0, :, [1, 3]": lambda lib: (0, slice(None), [1, 3]),
+    "0-d tensor, :, [1, 3]": lambda lib: (lib.tensor(0), slice(None), [1, 3]),
+    "np.int64, :, [3, 1, 1]": lambda lib: (np.int64(1), slice(None), [3, 1, 1]),
+    "[0], :, [1, 3]": lambda lib: ([0], slice(None), [1, 3]),
+    ":, 0, [1, 3]": lambda lib: (slice(None), 0, [1, 3]),
+    "[1, 0], :, 0": lambda lib: ([1, 0], slice(None), 0),
+    "0, None, :, [1, 2]": lambda lib: (0, None, slice(None), [1, 2]),
+    "0, ..., [1, 2]": lambda lib: (0, Ellipsis, [1, 2]),
+    "[[0, 1]], :, [[1], [2]]": lambda lib: ([[0, 1]], slice(None), [[1], [2]]),
+    "0, :, mask": lambda lib: (0, slice(None), lib.tensor(np.array([True, False, True, True]))),
+    "-1, 1:, tensor": lambda lib: (-1, slice(1, None), lib.tensor(np.array([2, 0]))),
+}
+
+
+@pytest.mark.parametrize("name", list(INDEX_CASES))
+def test_advanced_indexing_as_torch(name: str) -> None:
+    def snippet(lib: Any) -> Any:
+        t = lib.tensor(np.arange(24.0).reshape(2, 3, 4), requires_grad=True)
+        out = t[INDEX_CASES[name](lib)]
+        w = lib.tensor(np.random.default_rng(3).standard_normal(tuple(out.shape)))
+        (out * w).sum().backward()
+        return out, t.grad
+
+    both(snippet)
+
+
+@pytest.mark.parametrize("name", ["0, :, [1, 3]", "0, ..., [1, 2]", "-1, 1:, tensor"])
+def test_advanced_index_assignment_as_torch(name: str) -> None:
+    def snippet(lib: Any) -> Any:
+        t = lib.tensor(np.zeros((2, 3, 4)))
+        key = INDEX_CASES[name](lib)
+        shape = tuple(t[key].shape)
+        t[key] = lib.tensor(np.arange(float(np.prod(shape))).reshape(shape))
+        return t
+
+    both(snippet)
+
+
+def test_indexing_in_a_transform_given_arrays_is_numpys() -> None:
+    x = np.arange(24.0).reshape(2, 3, 4)
+
+    def fn(t: Any) -> Any:
+        return t[0, :, [1, 3]]
+
+    assert fn(x).shape == (2, 3)
+    assert np.asarray(rlgrad.jit(fn)(x)).shape == (2, 3)
+    assert rlgrad.grad(lambda t: fn(t).sum())(x).shape == x.shape
+    assert fn(rlgrad.tensor(x)).shape == (3, 2)
