@@ -441,3 +441,17 @@ def test_indexing_in_a_transform_given_arrays_is_numpys() -> None:
     assert np.asarray(rlgrad.jit(fn)(x)).shape == (2, 3)
     assert rlgrad.grad(lambda t: fn(t).sum())(x).shape == x.shape
     assert fn(rlgrad.tensor(x)).shape == (3, 2)
+
+
+# ---- 7. clip's gradient at its bounds (docs/engine.md, Conventions) ---------------------------
+def test_clamp_gradient_at_the_bounds_as_torch() -> None:
+    def snippet(lib: Any) -> Any:
+        x = lib.tensor(np.array([0.0, 0.5, 1.0, 1.5]), requires_grad=True)
+        lo = lib.tensor(np.float64(0.0), requires_grad=True)
+        lib.clamp(x, min=lo, max=1.0).sum().backward()
+        return x.grad, lo.grad
+
+    both(snippet)
+    x = np.array([0.0, 0.5, 1.0, 1.5])
+    g = rlgrad.grad(lambda v: rnp.sum(rnp.clip(v, 0.0, 1.0)))(x)  # rlgrad.numpy's: the same
+    np.testing.assert_array_equal(g, [1.0, 1.0, 1.0, 0.0])
