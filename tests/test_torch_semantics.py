@@ -448,7 +448,7 @@ def test_clamp_gradient_at_the_bounds_as_torch() -> None:
     def snippet(lib: Any) -> Any:
         x = lib.tensor(np.array([0.0, 0.5, 1.0, 1.5]), requires_grad=True)
         lo = lib.tensor(np.float64(0.0), requires_grad=True)
-        lib.clamp(x, min=lo, max=1.0).sum().backward()
+        lib.clamp(x, min=lo, max=lib.tensor(np.float64(1.0))).sum().backward()
         return x.grad, lo.grad
 
     both(snippet)
