@@ -174,12 +174,18 @@ def binary(fn: Callable, to_float: bool = False, reflected: bool = False) -> Cal
     return out
 
 
+def default_float(x: Any) -> Any:
+    """An integer or bool Tensor cast to the default float dtype (torch's ``exp``, ``sqrt``,
+    ``logsumexp`` ... of an int64 tensor are float32); anything else as it is."""
+    if isinstance(x, Tensor) and x._value.dtype in INTEGRAL and not _Depth.numpy:
+        return astype(x, get_default_dtype())
+    return x
+
+
 def float_unary(fn: Callable) -> Callable:
-    """``fn(x, ...)`` whose integer or bool input is first cast to the default float dtype
-    (torch's ``exp``, ``sqrt``, ``sigmoid`` ... of an int64 tensor are float32)."""
+    """``fn(x, ...)`` on ``default_float(x)``."""
     def method(x: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(x, Tensor) and x._value.dtype in INTEGRAL and not _Depth.numpy:
-            x = astype(x, get_default_dtype())
+        x = default_float(x)
         return fn(x, *args, **kwargs) if args or kwargs else fn(x)
 
     method.__name__ = getattr(fn, "__name__", "op")

@@ -53,7 +53,15 @@ from rlgrad.ops import (
     swapaxes,
     transpose,
 )
-from rlgrad.promotion import INTEGRAL, binary, cast_to, float_unary, int64_accumulator, promote
+from rlgrad.promotion import (
+    INTEGRAL,
+    binary,
+    cast_to,
+    default_float,
+    float_unary,
+    int64_accumulator,
+    promote,
+)
 from rlgrad.tensor import Tensor, _Depth, constant, mark_written
 from rlgrad.tracer import _GradMode
 
@@ -222,12 +230,19 @@ def _method_masked_fill(self: Tensor, mask: Any, value: Any) -> Any:
     return ops.where(mask, cast_to(value, self.dtype), self)
 
 
+def _torch_steps(key: Any) -> tuple[Any, Any] | None:
+    """``indexing.torch_index_steps`` where it can apply: a tuple of three entries or more (an
+    integer, something between, an array: ``(rows, actions)`` skips it at once), outside a
+    transform given NumPy arrays (NumPy code: NumPy's rule)."""
+    if type(key) is tuple and len(key) > 2 and not _Depth.numpy:
+        return torch_index_steps(key)
+    return None
+
+
 def _method_getitem(self: Tensor, idx: Any) -> Any:
     """``t[idx]`` with torch's placement of advanced indices (``indexing.torch_index_steps``)."""
     key = _index_key(idx)
-    # (apart needs three entries: an integer, something between, an array; (rows, actions) skips)
-    steps = torch_index_steps(key) if type(key) is tuple and len(key) > 2 \
-        and not _Depth.numpy else None  # (a transform given arrays runs NumPy code: NumPy's)
+    steps = _torch_steps(key)
     if steps is None:
         return getitem(self, key)
     return getitem(getitem(self, steps[0]), steps[1])
@@ -240,7 +255,7 @@ def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
             "build a new tensor instead (rlgrad.numpy.where, put_along_axis or concatenate)"
         )
     key = _index_key(idx)
-    steps = torch_index_steps(key) if type(key) is tuple and len(key) > 2 else None
+    steps = _torch_steps(key)
     target = self._value
     if steps is not None:  # the integers first: a view, written through
         target, key = target[steps[0]], steps[1]
@@ -376,7 +391,7 @@ def _install_tensor_methods() -> None:
     T.sum = _reduction(ops.sum, accumulate=int64_accumulator)
     T.prod = _reduction(ops.prod, accumulate=int64_accumulator)
     T.mean = _reduction(ops.mean, floats_only=True)
-    T.logsumexp = _reduction(ops.logsumexp, accumulate=float_unary(lambda x: x))
+    T.logsumexp = _reduction(ops.logsumexp, accumulate=default_float)
     T.amax, T.amin = _reduction(ops.max), _reduction(ops.min)  # values only, as torch.amax/np.amax
     T.max = _extremum_method(ops.max, argmax, binary(ops.maximum))
     T.min = _extremum_method(ops.min, argmin, binary(ops.minimum))
