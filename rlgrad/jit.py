@@ -63,7 +63,8 @@ def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
         key.append((dict, names))
         for name in names:
             _flatten(tree[name], leaves, key)
-    elif isinstance(tree, Tensor):
+    elif isinstance(tree, Tensor):  # marked: given Tensors, the function follows torch's
+        key.append(Tensor)  # promotion, given arrays NumPy's (promotion.py): two programs
         _flatten(tree._value, leaves, key)
     else:
         arr = np.asarray(tree)

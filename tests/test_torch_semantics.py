@@ -455,3 +455,11 @@ def test_clamp_gradient_at_the_bounds_as_torch() -> None:
     x = np.array([0.0, 0.5, 1.0, 1.5])
     g = rlgrad.grad(lambda v: rnp.sum(rnp.clip(v, 0.0, 1.0)))(x)  # rlgrad.numpy's: the same
     np.testing.assert_array_equal(g, [1.0, 1.0, 1.0, 0.0])
+
+
+def test_jit_compiles_apart_for_tensors_and_arrays() -> None:
+    step = rlgrad.jit(lambda x: x * np.float64(2.0))
+    f32 = np.ones(3, np.float32)
+    assert np.asarray(step(f32)).dtype == np.float64  # NumPy code on arrays
+    assert step(rlgrad.tensor(f32)).dtype == np.float32  # torch's on Tensors, not the cached one
+    assert np.asarray(step(f32)).dtype == np.float64
