@@ -185,7 +185,8 @@ def default_float(x: Any) -> Any:
 def float_unary(fn: Callable) -> Callable:
     """``fn(x, ...)`` on ``default_float(x)``."""
     def method(x: Any, *args: Any, **kwargs: Any) -> Any:
-        x = default_float(x)
+        if isinstance(x, Tensor) and x._value.dtype in INTEGRAL:  # (no call on the hot path)
+            x = default_float(x)
         return fn(x, *args, **kwargs) if args or kwargs else fn(x)
 
     method.__name__ = getattr(fn, "__name__", "op")
