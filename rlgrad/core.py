@@ -17,7 +17,7 @@ from heapq import heappush as _heappush
 from typing import Any
 
 from rlgrad import tracer
-from rlgrad.ops import _sum_to, sum_to
+from rlgrad.ops import _sum_to, clone, sum_to
 from rlgrad.tensor import Tensor, _Trace, constant
 from rlgrad.tracer import Primitive, _GradMode, pass_through
 
@@ -324,15 +324,22 @@ def match_dtype(g: Any, like: Tensor) -> Any:
 
 
 def _add_to_grad(t: Tensor, g: Any) -> None:
+    """Add ``g`` into ``t.grad``. A new ``.grad`` gets its own copy (the same gradient flows on
+    to ``t``'s arguments: after ``y = x + 0; y.retain_grad()`` y's and x's must not share
+    memory); an existing one is updated in the same Tensor, as torch accumulates in place (a
+    reference kept to ``x.grad`` sees the next backward's sum). The sum is a new array, not an
+    in-place add: two leaves' gradients may be views of one array (``reshape``'s rule)."""
     g = match_dtype(g, t)
-    if not isinstance(g, Tensor):
-        g = constant(g)
-    if t.grad is None:
-        t.grad = g
-    elif g.requires_grad or t.grad.requires_grad:
-        t.grad = t.grad + g
+    old = t.grad
+    if old is None:
+        if isinstance(g, Tensor):
+            t.grad = clone(g) if g.requires_grad else constant(g._value.copy())
+        else:
+            t.grad = constant(g.copy())
+    elif (isinstance(g, Tensor) and g.requires_grad) or old.requires_grad:
+        t.grad = old + g  # create_graph: the sum is recorded
     else:
-        t.grad = constant(t.grad._value + g._value)
+        old._value = old._value + (g._value if isinstance(g, Tensor) else g)
 
 
 if _engine is not None:

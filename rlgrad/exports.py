@@ -10,6 +10,10 @@
 * with ``top=True``, ``rlgrad.<method>`` (``torch.cumsum(x, dim=1)``), or ``rlgrad.<numpy name>``
   for a function that is no method.
 
+``promote=`` names the PyTorch type-promotion rule the Tensor method, the operator and the
+top-level name apply (``rlgrad/promotion.py`` has the rules; ``rlgrad.numpy`` keeps NumPy's):
+one of ``PROMOTIONS``.
+
 This module only records the declarations (it sits below ``ops``: it imports nothing of rlgrad).
 ``rlgrad.numpy``, ``tensor_methods``, ``toplevel`` and ``rlgrad`` subscribe with ``on_export`` and
 install each declaration's names as it comes, so no name is listed by hand anywhere, and a
@@ -25,6 +29,16 @@ from dataclasses import dataclass
 #: torch's argument names and NumPy's for the same thing (the rest are spelled alike)
 TORCH_TO_NUMPY = {"dim": "axis", "dims": "axis", "keepdim": "keepdims"}
 REQUIRED = object()  # the default of an argument the caller must give
+#: the promotion rules a declaration may name (``promotion.RULES`` implements them)
+PROMOTIONS = {
+    "binary": "self and other promoted together (add, mul, pow, maximum, the comparisons ...)",
+    "binary_float": "as binary, then an integer or bool result in the default float dtype (div)",
+    "float": "an integer or bool input in the default float dtype first (exp, sqrt, tanh ...)",
+    "int64": "an integer or bool input accumulated in int64 (sum, prod, cumsum)",
+    "operands": "every operand promoted together (clamp's input and bounds)",
+    "where": "input and other promoted together, not the condition (where)",
+    "same_dtype": "operands of two dtypes raise, as torch's matmul does (no promotion)",
+}
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,7 @@ class Export:
     methods: tuple[Method, ...]  # Tensor methods
     top: tuple[str, ...]  # names at rlgrad's top level
     floats_only: bool  # the method refuses integer tensors, as torch's mean does
+    promote: str | None = None  # a PROMOTIONS rule for the method, operator and top-level name
 
 
 EXPORTS: list[Export] = []
@@ -94,11 +109,15 @@ _TAKEN: dict[tuple[str, str], Callable] = {}  # (namespace, name) -> fn: each na
 
 def export(fn: Callable, *, numpy: bool | str | tuple[str, ...] = True,
            torch: str | tuple[str, ...] = (), top: bool = False,
-           floats_only: bool = False) -> Callable:
+           floats_only: bool = False, promote: str | None = None) -> Callable:
     """Declare where ``fn`` is reachable (see the module's docstring); returns ``fn``.
 
     ``numpy``: True for ``fn.__name__``, a name or names, False for none; ``torch``: Tensor method
-    specs; ``top``: also ``rlgrad.<name>`` for each method (or each NumPy name if no method)."""
+    specs; ``top``: also ``rlgrad.<name>`` for each method (or each NumPy name if no method);
+    ``promote``: the type-promotion rule of those (``PROMOTIONS``), None for none."""
+    if promote is not None and promote not in PROMOTIONS:
+        raise ValueError(f"export({getattr(fn, '__name__', fn)!r}): unknown promote={promote!r}; "
+                         f"use one of {', '.join(PROMOTIONS)} or None")
     names = (fn.__name__,) if numpy is True else () if numpy is False else \
         (numpy,) if isinstance(numpy, str) else tuple(numpy)
     methods = tuple(Method.parse(s) for s in ((torch,) if isinstance(torch, str) else torch))
@@ -110,7 +129,7 @@ def export(fn: Callable, *, numpy: bool | str | tuple[str, ...] = True,
             raise ValueError(f"export: {key[0]} name {key[1]!r} is declared twice (for "
                              f"{_TAKEN[key].__name__} and {fn.__name__})")
     _TAKEN.update(dict.fromkeys(keys, fn))
-    e = Export(fn, names, methods, tops, floats_only)
+    e = Export(fn, names, methods, tops, floats_only, promote)
     EXPORTS.append(e)
     for install in _INSTALLERS:
         install(e)

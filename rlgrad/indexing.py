@@ -266,3 +266,48 @@ def put_along_axis(arr: Any, indices: Any, values: Any, axis: int) -> Any:
         values = np.asarray(values, dtype=_dtype(arr))
     vals = ops.broadcast_to(values, full) if _shape(values) != full else values
     return ops.where(written, 0, arr) + ops.scatter_along_axis(vals, idx_full, ax, shape)
+
+
+def _is_int_index(i: Any) -> bool:
+    """A Python or NumPy integer, or a 0-d integer array (a 0-d Tensor, unwrapped): torch selects
+    with it first, as a basic index."""
+    if isinstance(i, bool | np.bool_):
+        return False
+    if isinstance(i, int | np.integer):
+        return True
+    return isinstance(i, np.ndarray) and i.ndim == 0 and i.dtype.kind in "iu"
+
+
+def _is_array_index(i: Any) -> bool:
+    return isinstance(i, list) or (isinstance(i, np.ndarray) and i.ndim > 0)
+
+
+def torch_index_steps(key: Any) -> tuple[Any, Any] | None:
+    """PyTorch's rule where NumPy's differs: integers and advanced (array) indices that are not
+    next to each other (``t[0, :, [1, 3]]``). NumPy counts the integer as an advanced index and
+    puts the broadcast dimensions first, shape (2, 3) for a (2, 3, 4) tensor; torch selects with
+    the integers first, leaving one advanced index in place: (3, 2). Returns the two keys to
+    apply one after the other (a basic index: a view; then the rest), or None when NumPy's
+    single indexing already gives torch's result."""
+    if not isinstance(key, tuple):
+        return None
+    ints = [n for n, i in enumerate(key) if _is_int_index(i)]
+    arrays = [n for n, i in enumerate(key) if _is_array_index(i)]
+    if not ints or not arrays:
+        return None
+    places = sorted(ints + arrays)
+    if places[-1] - places[0] + 1 == len(places):  # side by side: NumPy keeps them in place too
+        return None
+    first: list[Any] = []
+    rest: list[Any] = []
+    for i in key:
+        if _is_int_index(i):
+            first.append(i)
+        elif i is None or i is Ellipsis:
+            first.append(i)
+            rest.append(slice(None) if i is None else i)
+        else:
+            n = np.ndim(i) if np.asarray(i).dtype == np.bool_ else 1  # a mask spans its dims
+            first.extend([slice(None)] * n)
+            rest.append(i)
+    return tuple(first), tuple(rest)

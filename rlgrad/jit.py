@@ -63,7 +63,8 @@ def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
         key.append((dict, names))
         for name in names:
             _flatten(tree[name], leaves, key)
-    elif isinstance(tree, Tensor):
+    elif isinstance(tree, Tensor):  # marked: given Tensors, the function follows torch's
+        key.append(Tensor)  # promotion, given arrays NumPy's (promotion.py): two programs
         _flatten(tree._value, leaves, key)
     else:
         arr = np.asarray(tree)
@@ -146,8 +147,14 @@ class jit:  # noqa: N801 - lower-case like jax.jit
     def _compile_for(self, args: tuple) -> _Compiled:
         dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
         leaves, in_def = tree_flatten(dyn)
+        # given arrays, no Tensor, ``fun`` is NumPy code: its operators keep NumPy's promotion
+        numpy_code = 0 if any(isinstance(x, Tensor) for x in leaves) else 1
         leaves = [x._value if isinstance(x, Tensor) else np.asarray(x) for x in leaves]
-        return self._trace(args, leaves, in_def)
+        _Depth.numpy += numpy_code
+        try:
+            return self._trace(args, leaves, in_def)
+        finally:
+            _Depth.numpy -= numpy_code
 
     # ---- tracing ------------------------------------------------------------------------------
     def _trace(self, args: tuple, leaves: list[Any], in_def: Any) -> _Compiled:

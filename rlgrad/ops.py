@@ -28,7 +28,7 @@ import numpy as np
 
 from rlgrad.exports import export
 from rlgrad.indexing_kernels import _put_along_axis_add, _take_along_axis, _untake
-from rlgrad.tensor import Tensor, _ndim, _shape, _size
+from rlgrad.tensor import Tensor, _ndim, _shape, _size, constant
 from rlgrad.tracer import (
     defjvp,
     defjvp_argnum,
@@ -78,23 +78,23 @@ def _regrow(g: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 add = primitive(np.add, "add", arity=2)
 defvjp(add, pass_through, pass_through)
 defjvp_elementwise(add)  # per argument: a lone tangent passes through, no zeros added
-export(add, torch="add(other, /)", top=True)
+export(add, torch="add(other, /)", top=True, promote="binary")
 
 subtract = primitive(np.subtract, "subtract", arity=2)
 defvjp(subtract, pass_through, lambda g, ans, a, b: -g)
 defjvp_elementwise(subtract)
-export(subtract, torch=("sub(other, /)", "subtract(other, /)"), top=True)
+export(subtract, torch=("sub(other, /)", "subtract(other, /)"), top=True, promote="binary")
 
 multiply = primitive(np.multiply, "multiply", arity=2)
 defvjp(multiply, lambda g, ans, a, b: g * b, lambda g, ans, a, b: g * a)
 defjvp_elementwise(multiply)
-export(multiply, torch=("mul(other, /)", "multiply(other, /)"), top=True)
+export(multiply, torch=("mul(other, /)", "multiply(other, /)"), top=True, promote="binary")
 
 divide = primitive(np.divide, "divide", arity=2)
 defvjp(divide, lambda g, ans, a, b: g / b, lambda g, ans, a, b: -g * ans / b)
 defjvp_elementwise(divide)
 export(divide, numpy=("divide", "true_divide"),
-       torch=("div(other, /)", "divide(other, /)", "true_divide(other, /)"), top=True)
+       torch=("div(other, /)", "divide(other, /)", "true_divide(other, /)"), top=True, promote="binary_float")
 true_divide = divide
 
 power = primitive(np.power, "power", arity=2)
@@ -104,7 +104,7 @@ defvjp(
     lambda g, ans, a, b: g * ans * _log_base(a, ans),
 )
 defjvp_elementwise(power)
-export(power, numpy=("power", "pow"), torch="pow(exponent, /)", top=True)
+export(power, numpy=("power", "pow"), torch="pow(exponent, /)", top=True, promote="binary")
 
 
 def _pow_vjp_base(g: Any, a: Any, b: Any) -> Any:
@@ -132,7 +132,7 @@ defvjp(
     lambda g, ans, a, b: _nan_to_b(g, ans, a, b, g * (b > a) + (g * 0.5) * (a == b)),
 )
 defjvp_elementwise(maximum)
-export(maximum, torch="maximum(other, /)", top=True)
+export(maximum, torch="maximum(other, /)", top=True, promote="binary")
 minimum = primitive(np.minimum, "minimum", arity=2)
 defvjp(
     minimum,
@@ -140,7 +140,7 @@ defvjp(
     lambda g, ans, a, b: _nan_to_b(g, ans, a, b, g * (b < a) + (g * 0.5) * (a == b)),
 )
 defjvp_elementwise(minimum)
-export(minimum, torch="minimum(other, /)", top=True)
+export(minimum, torch="minimum(other, /)", top=True, promote="binary")
 
 
 def _may_be_nan(ans: Any) -> bool:
@@ -167,12 +167,12 @@ defvjp(
     lambda g, ans, a, b: g * exp((b - ans) * math.log(2)),
 )
 defjvp_elementwise(logaddexp2)
-export(logaddexp2, torch="logaddexp2(other, /)", top=True)
+export(logaddexp2, torch="logaddexp2(other, /)", top=True, promote="binary_float")
 # hypot's gradient is x / hypot: at (0, 0) a kink, where it is 0 / 0 (as autograd's)
 hypot = primitive(np.hypot, "hypot", arity=2)
 defvjp(hypot, lambda g, ans, a, b: g * a / ans, lambda g, ans, a, b: g * b / ans)
 defjvp_elementwise(hypot)
-export(hypot, torch="hypot(other, /)", top=True)
+export(hypot, torch="hypot(other, /)", top=True, promote="binary_float")
 
 logaddexp = primitive(np.logaddexp, "logaddexp", arity=2)
 defvjp(
@@ -181,7 +181,7 @@ defvjp(
     lambda g, ans, a, b: g * exp(b - ans),
 )
 defjvp_elementwise(logaddexp)
-export(logaddexp, torch="logaddexp(other, /)", top=True)
+export(logaddexp, torch="logaddexp(other, /)", top=True, promote="binary_float")
 
 arctan2 = primitive(np.arctan2, "arctan2", arity=2)
 defvjp(
@@ -190,7 +190,8 @@ defvjp(
     lambda g, ans, y, x: -g * y / (x * x + y * y),
 )
 defjvp_elementwise(arctan2)
-export(arctan2, numpy=("arctan2", "atan2"), torch=("atan2(other, /)", "arctan2(other, /)"), top=True)
+export(arctan2, numpy=("arctan2", "atan2"), torch=("atan2(other, /)", "arctan2(other, /)"), top=True,
+       promote="binary_float")
 
 # ---------------------------------------------------------------------------------------------
 # Elementwise unary
@@ -203,27 +204,27 @@ export(negative, torch=("neg()", "negative()"), top=True)
 exp = primitive(np.exp, "exp", arity=1)
 defvjp(exp, lambda g, ans, x: g * ans)
 defjvp_elementwise(exp)
-export(exp, torch="exp()", top=True)
+export(exp, torch="exp()", top=True, promote="float")
 
 log = primitive(np.log, "log", arity=1)
 defvjp(log, lambda g, ans, x: g / x)
 defjvp_elementwise(log)
-export(log, torch="log()", top=True)
+export(log, torch="log()", top=True, promote="float")
 
 log1p = primitive(np.log1p, "log1p", arity=1)
 defvjp(log1p, lambda g, ans, x: g / (x + 1))
 defjvp_elementwise(log1p)
-export(log1p, torch="log1p()", top=True)
+export(log1p, torch="log1p()", top=True, promote="float")
 
 expm1 = primitive(np.expm1, "expm1", arity=1)
 defvjp(expm1, lambda g, ans, x: g * (ans + 1))
 defjvp_elementwise(expm1)
-export(expm1, torch="expm1()", top=True)
+export(expm1, torch="expm1()", top=True, promote="float")
 
 sqrt = primitive(np.sqrt, "sqrt", arity=1)
 defvjp(sqrt, lambda g, ans, x: g / (ans * 2))
 defjvp_elementwise(sqrt)
-export(sqrt, torch="sqrt()", top=True)
+export(sqrt, torch="sqrt()", top=True, promote="float")
 
 square = primitive(np.square, "square", arity=1)
 defvjp(square, lambda g, ans, x: g * (x * 2))
@@ -233,7 +234,7 @@ export(square, torch="square()", top=True)
 reciprocal = primitive(np.reciprocal, "reciprocal", arity=1)
 defvjp(reciprocal, lambda g, ans, x: -g * ans * ans)
 defjvp_elementwise(reciprocal)
-export(reciprocal, torch="reciprocal()", top=True)
+export(reciprocal, torch="reciprocal()", top=True, promote="float")
 
 absolute = primitive(np.abs, "absolute", arity=1)
 defvjp(absolute, lambda g, ans, x: g * sign(x))
@@ -286,52 +287,52 @@ defjvp(tanh_grad, lambda t, ans, g, y: tanh_grad(t, y), lambda t, ans, g, y: _ta
 tanh = primitive(np.tanh, "tanh", arity=1)
 defvjp(tanh, lambda g, ans, x: tanh_grad(g, ans))
 defjvp_elementwise(tanh)
-export(tanh, torch="tanh()", top=True)
+export(tanh, torch="tanh()", top=True, promote="float")
 
 sin = primitive(np.sin, "sin", arity=1)
 defvjp(sin, lambda g, ans, x: g * cos(x))
 defjvp_elementwise(sin)
-export(sin, torch="sin()", top=True)
+export(sin, torch="sin()", top=True, promote="float")
 cos = primitive(np.cos, "cos", arity=1)
 defvjp(cos, lambda g, ans, x: -g * sin(x))
 defjvp_elementwise(cos)
-export(cos, torch="cos()", top=True)
+export(cos, torch="cos()", top=True, promote="float")
 tan = primitive(np.tan, "tan", arity=1)
 defvjp(tan, lambda g, ans, x: g * (1 + ans * ans))
 defjvp_elementwise(tan)
-export(tan, torch="tan()", top=True)
+export(tan, torch="tan()", top=True, promote="float")
 arcsin = primitive(np.arcsin, "arcsin", arity=1)
 defvjp(arcsin, lambda g, ans, x: g / sqrt(1 - x * x))
 defjvp_elementwise(arcsin)
-export(arcsin, numpy=("arcsin", "asin"), torch=("asin()", "arcsin()"), top=True)
+export(arcsin, numpy=("arcsin", "asin"), torch=("asin()", "arcsin()"), top=True, promote="float")
 arccos = primitive(np.arccos, "arccos", arity=1)
 defvjp(arccos, lambda g, ans, x: -g / sqrt(1 - x * x))
 defjvp_elementwise(arccos)
-export(arccos, numpy=("arccos", "acos"), torch=("acos()", "arccos()"), top=True)
+export(arccos, numpy=("arccos", "acos"), torch=("acos()", "arccos()"), top=True, promote="float")
 arctan = primitive(np.arctan, "arctan", arity=1)
 defvjp(arctan, lambda g, ans, x: g / (1 + x * x))
 defjvp_elementwise(arctan)
-export(arctan, numpy=("arctan", "atan"), torch=("atan()", "arctan()"), top=True)
+export(arctan, numpy=("arctan", "atan"), torch=("atan()", "arctan()"), top=True, promote="float")
 sinh = primitive(np.sinh, "sinh", arity=1)
 defvjp(sinh, lambda g, ans, x: g * cosh(x))
 defjvp_elementwise(sinh)
-export(sinh, torch="sinh()", top=True)
+export(sinh, torch="sinh()", top=True, promote="float")
 cosh = primitive(np.cosh, "cosh", arity=1)
 defvjp(cosh, lambda g, ans, x: g * sinh(x))
 defjvp_elementwise(cosh)
-export(cosh, torch="cosh()", top=True)
+export(cosh, torch="cosh()", top=True, promote="float")
 arcsinh = primitive(np.arcsinh, "arcsinh", arity=1)
 defvjp(arcsinh, lambda g, ans, x: g / sqrt(x * x + 1))
 defjvp_elementwise(arcsinh)
-export(arcsinh, numpy=("arcsinh", "asinh"), torch=("asinh()", "arcsinh()"), top=True)
+export(arcsinh, numpy=("arcsinh", "asinh"), torch=("asinh()", "arcsinh()"), top=True, promote="float")
 arctanh = primitive(np.arctanh, "arctanh", arity=1)
 defvjp(arctanh, lambda g, ans, x: g / (1 - x * x))
 defjvp_elementwise(arctanh)
-export(arctanh, numpy=("arctanh", "atanh"), torch=("atanh()", "arctanh()"), top=True)
+export(arctanh, numpy=("arctanh", "atanh"), torch=("atanh()", "arctanh()"), top=True, promote="float")
 arccosh = primitive(np.arccosh, "arccosh", arity=1)
 defvjp(arccosh, lambda g, ans, x: g / sqrt(x * x - 1))
 defjvp_elementwise(arccosh)
-export(arccosh, numpy=("arccosh", "acosh"), torch=("acosh()", "arccosh()"), top=True)
+export(arccosh, numpy=("arccosh", "acosh"), torch=("acosh()", "arccosh()"), top=True, promote="float")
 
 
 def _sigmoid(x: Any) -> Any:
@@ -343,7 +344,7 @@ def _sigmoid(x: Any) -> Any:
 sigmoid = primitive(_sigmoid, "sigmoid", arity=1)
 defvjp(sigmoid, lambda g, ans, x: g * ans * (1 - ans))
 defjvp_elementwise(sigmoid)
-export(sigmoid, numpy=False, torch="sigmoid()", top=True)
+export(sigmoid, numpy=False, torch="sigmoid()", top=True, promote="float")
 
 
 def _softplus(x: Any) -> Any:
@@ -353,7 +354,7 @@ def _softplus(x: Any) -> Any:
 softplus = primitive(_softplus, "softplus", arity=1)
 defvjp(softplus, lambda g, ans, x: g * sigmoid(x))
 defjvp_elementwise(softplus)
-export(softplus, numpy=False, torch="softplus()")
+export(softplus, numpy=False, torch="softplus()", promote="float")
 
 
 def _relu(x: Any, out: Any = None) -> Any:
@@ -380,11 +381,35 @@ def _relu_grad(g: Any, x: Any, out: Any = None) -> Any:
     return np.multiply(g, np.greater(x, 0), out=out)
 
 
-# g * (x > 0) as one primitive, linear in g; x only selects (no gradient flows into it, as
-# through the comparison before)
+def _zeros_for_mask(c: Any, ans: Any, *args: Any, **kw: Any) -> Any:
+    """The gradient into a mask's source (ReLU's backward, ``x`` of ``relu_grad``): zeros, as
+    torch's ``threshold_backward`` gives, so a parameter reached only through it (a gradient
+    penalty's first-layer bias) gets zeros, not None. Never NaN: not ``c * 0``."""
+    return constant(np.zeros_like(c._value)) if isinstance(c, Tensor) else np.zeros_like(c)
+
+
+# g * (x > 0) as one primitive, linear in g; x only selects: its gradient is zero
 relu_grad = primitive(_relu_grad, "relu_grad", arity=2, writes_out=True)
-defvjp(relu_grad, lambda c, ans, g, x: relu_grad(c, x), None)
+defvjp(relu_grad, lambda c, ans, g, x: relu_grad(c, x), _zeros_for_mask)
 defjvp(relu_grad, lambda t, ans, g, x: relu_grad(t, x), None)
+
+
+def _leaky_relu(x: Any, slope: float) -> Any:
+    return np.where(x > 0, x, x * slope)
+
+
+def _leaky_relu_grad(g: Any, x: Any, slope: float) -> Any:
+    return np.where(x > 0, g, g * slope)
+
+
+# LeakyReLU and its backward as primitives (as ReLU's): the backward's gradient into x is zero
+# (torch's leaky_relu_backward), so double backward reaches the parameters before it
+leaky_relu_grad = primitive(_leaky_relu_grad, "leaky_relu_grad")
+defvjp(leaky_relu_grad, lambda c, ans, g, x, slope: leaky_relu_grad(c, x, slope), _zeros_for_mask)
+defjvp(leaky_relu_grad, lambda t, ans, g, x, slope: leaky_relu_grad(t, x, slope), None)
+leaky_relu = primitive(_leaky_relu, "leaky_relu")
+defvjp(leaky_relu, lambda g, ans, x, slope: leaky_relu_grad(g, x, slope))
+defjvp(leaky_relu, lambda t, ans, x, slope: leaky_relu_grad(t, x, slope))
 
 relu = primitive(_relu, "relu", arity=1, writes_out=True)
 export(relu, numpy=False, torch="relu()", top=True)
@@ -423,7 +448,7 @@ def clip(a: Any, a_min: Any = None, a_max: Any = None, *, min: Any = None,  # no
     (positional in the primitive, so Tensor bounds get their gradient too)."""
     return _clip_p(a, a_min if min is None else min, a_max if max is None else max)
 export(clip, torch=("clamp(min: a_min = None, max: a_max = None)",
-                    "clip(min: a_min = None, max: a_max = None)"), top=True)
+                    "clip(min: a_min = None, max: a_max = None)"), top=True, promote="operands")
 
 
 def _inside(x: Any, lo: Any, hi: Any) -> Any:
@@ -441,7 +466,7 @@ def _where(cond: Any, x: Any, y: Any) -> Any:
 where = primitive(_where, "where")
 defvjp(where, None, lambda g, ans, c, x, y: where(c, g, 0), lambda g, ans, c, x, y: where(c, 0, g))
 defjvp_is_linear(where, (1, 2))  # linear in x and y together; the condition is static
-export(where, top=True)
+export(where, top=True, promote="where")
 
 
 # Comparisons and other integer/boolean-valued functions: no gradient ever flows through them.
@@ -450,17 +475,17 @@ def _nondiff(fn: Any, name: str) -> Any:
 
 
 greater = _nondiff(np.greater, "greater")
-export(greater, torch=("gt(other, /)", "greater(other, /)"), top=True)
+export(greater, torch=("gt(other, /)", "greater(other, /)"), top=True, promote="binary")
 greater_equal = _nondiff(np.greater_equal, "greater_equal")
-export(greater_equal, torch=("ge(other, /)", "greater_equal(other, /)"), top=True)
+export(greater_equal, torch=("ge(other, /)", "greater_equal(other, /)"), top=True, promote="binary")
 less = _nondiff(np.less, "less")
-export(less, torch=("lt(other, /)", "less(other, /)"), top=True)
+export(less, torch=("lt(other, /)", "less(other, /)"), top=True, promote="binary")
 less_equal = _nondiff(np.less_equal, "less_equal")
-export(less_equal, torch=("le(other, /)", "less_equal(other, /)"), top=True)
+export(less_equal, torch=("le(other, /)", "less_equal(other, /)"), top=True, promote="binary")
 equal = _nondiff(np.equal, "equal")
-export(equal, torch="eq(other, /)", top=True)
+export(equal, torch="eq(other, /)", top=True, promote="binary")
 not_equal = _nondiff(np.not_equal, "not_equal")
-export(not_equal, torch=("ne(other, /)", "not_equal(other, /)"), top=True)
+export(not_equal, torch=("ne(other, /)", "not_equal(other, /)"), top=True, promote="binary")
 logical_and = _nondiff(np.logical_and, "logical_and")
 export(logical_and, torch="logical_and(other, /)", top=True)
 logical_or = _nondiff(np.logical_or, "logical_or")
@@ -488,7 +513,7 @@ export(bitwise_xor)
 invert = _nondiff(np.invert, "invert")
 export(invert)
 floor_divide = _nondiff(np.floor_divide, "floor_divide")
-export(floor_divide)
+export(floor_divide, promote="binary")
 
 
 # x mod y = x - k*y with k = floor(x / y) (trunc for fmod) piecewise constant: d/dx = 1,
@@ -496,12 +521,12 @@ export(floor_divide)
 remainder = primitive(np.remainder, "remainder", arity=2)
 defvjp(remainder, pass_through, lambda g, ans, a, b: -g * floor(a / b))
 defjvp_elementwise(remainder)
-export(remainder, numpy=("remainder", "mod"), torch="remainder(other, /)", top=True)
+export(remainder, numpy=("remainder", "mod"), torch="remainder(other, /)", top=True, promote="binary")
 mod = remainder
 fmod = primitive(np.fmod, "fmod", arity=2)
 defvjp(fmod, pass_through, lambda g, ans, a, b: -g * trunc(a / b))
 defjvp_elementwise(fmod)
-export(fmod, torch="fmod(other, /)", top=True)
+export(fmod, torch="fmod(other, /)", top=True, promote="binary")
 
 
 def _astype(x: Any, dtype: Any) -> Any:
@@ -602,7 +627,7 @@ def _expand_over(g: np.ndarray, shape: tuple[int, ...], axis: Any) -> np.ndarray
 sum = primitive(_sum, "sum", arity=1, writes_out=True)  # noqa: A001
 defvjp(sum, _sum_vjp)
 defjvp_is_linear(sum)
-export(sum, torch="sum(dim=None, keepdim=False, *, dtype=None)", top=True)
+export(sum, torch="sum(dim=None, keepdim=False, *, dtype=None)", top=True, promote="int64")
 
 
 def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -687,7 +712,7 @@ prod = primitive(_prod, "prod", arity=1)
 defvjp(prod, _prod_vjp)
 defjvp(prod, lambda g, ans, x, axis=None, keepdims=False:
        sum(g * _prod_of_others(x, axis), axis=axis, keepdims=keepdims))
-export(prod, torch="prod(dim=None, keepdim=False, *, dtype=None)", top=True)
+export(prod, torch="prod(dim=None, keepdim=False, *, dtype=None)", top=True, promote="int64")
 
 
 def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -770,7 +795,7 @@ def _cumsum_vjp(g: Any, ans: Any, x: Any, axis: Any = None) -> Any:
 cumsum = primitive(_cumsum, "cumsum", arity=1)
 defvjp(cumsum, _cumsum_vjp)
 defjvp_is_linear(cumsum)
-export(cumsum, torch="cumsum(dim, *, dtype=None)", top=True)
+export(cumsum, torch="cumsum(dim, *, dtype=None)", top=True, promote="int64")
 
 
 def _logcumsumexp(x: Any, axis: Any = None) -> Any:
@@ -822,7 +847,7 @@ def _finite_or_0(y: Any) -> Any:
 logcumsumexp = primitive(_logcumsumexp, "logcumsumexp", arity=1)
 defvjp(logcumsumexp, _logcumsumexp_vjp)
 defjvp(logcumsumexp, _logcumsumexp_jvp)
-export(logcumsumexp, torch="logcumsumexp(dim)", top=True)
+export(logcumsumexp, torch="logcumsumexp(dim)", top=True, promote="float")
 
 
 def _logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -837,7 +862,7 @@ defvjp(logsumexp, lambda g, ans, x, axis=None, keepdims=False:
        _regrow(g, x, axis, keepdims) * exp(x - _regrow(ans, x, axis, keepdims)))
 defjvp(logsumexp, lambda g, ans, x, axis=None, keepdims=False:
        sum(g * exp(x - _regrow(ans, x, axis, keepdims)), axis=axis, keepdims=keepdims))
-export(logsumexp, torch="logsumexp(dim, keepdim=False)", top=True)
+export(logsumexp, torch="logsumexp(dim, keepdim=False)", top=True, promote="float")
 
 
 def _log_softmax(x: Any, axis: int = -1) -> Any:
@@ -856,7 +881,7 @@ log_softmax = primitive(_log_softmax, "log_softmax", arity=1)
 # these rules stay differentiable at every order and cost no wrapper call on plain arrays.
 defvjp(log_softmax, lambda g, ans, x, axis=-1: g - np.exp(ans) * g.sum(axis=axis, keepdims=True))
 defjvp(log_softmax, lambda g, ans, x, axis=-1: g - (g * exp(ans)).sum(axis=axis, keepdims=True))
-export(log_softmax, torch="log_softmax(dim, *, dtype=None)", top=True)
+export(log_softmax, torch="log_softmax(dim, *, dtype=None)", top=True, promote="float")
 
 
 def _softmax(x: Any, axis: int = -1) -> Any:
@@ -871,7 +896,7 @@ def _softmax_rule(g: Any, ans: Any, x: Any, axis: int = -1) -> Any:
 softmax = primitive(_softmax, "softmax", arity=1)
 defvjp(softmax, _softmax_rule)
 defjvp(softmax, _softmax_rule)  # the Jacobian diag(p) - p p^T is symmetric: one rule
-export(softmax, torch="softmax(dim, *, dtype=None)", top=True)
+export(softmax, torch="softmax(dim, *, dtype=None)", top=True, promote="float")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1193,7 +1218,7 @@ def _matmul_vjp_b(g: Any, ans: Any, a: Any, b: Any) -> Any:
 matmul = primitive(np.matmul, "matmul", arity=2)
 defvjp(matmul, _matmul_vjp_a, _matmul_vjp_b)
 defjvp(matmul, lambda g, ans, a, b: matmul(g, b), lambda g, ans, a, b: matmul(a, g))
-export(matmul, torch=("matmul(other, /)", "dot(tensor, /)"), top=True)
+export(matmul, torch=("matmul(other, /)", "dot(tensor, /)"), top=True, promote="same_dtype")
 
 
 def _einsum(subscripts: str, *operands: Any) -> Any:

@@ -28,6 +28,9 @@ class _Trace:
 
 class _Depth:
     value = 0  # how many transforms (grad, vjp, jit ...) are currently evaluating their function
+    # of those, how many were given NumPy arrays (no Tensor): their function is NumPy code, so the
+    # Tensor operators on its traced values keep NumPy's type promotion (rlgrad/promotion.py)
+    numpy = 0
 
 
 def _refuse_float(t: Any, what: str) -> None:
@@ -197,7 +200,9 @@ class Tensor:
                 "its gradient; call .detach() first, or use rlgrad.numpy's function"
             )
         arr = np.asarray(self._value)
-        return arr if dtype is None else arr.astype(dtype, copy=False)
+        if dtype is not None:
+            arr = arr.astype(dtype, copy=False)
+        return arr.copy() if copy and arr is self._value else arr  # np.array(t) is a copy
 
     def __len__(self) -> int:
         if self._value.ndim == 0:
@@ -303,9 +308,19 @@ def _as_array(data: Any, dtype: Any = None) -> np.ndarray:
     if isinstance(data, np.ndarray | np.generic):
         return np.asarray(data)
     arr = np.asarray(data)
-    if arr.dtype == np.float64:  # Python floats: the default dtype, as torch.tensor does
-        arr = arr.astype(_default_dtype[0])
+    if arr.dtype == np.float64 and not _has_float64(data):
+        arr = arr.astype(_default_dtype[0])  # Python floats: the default dtype, as torch's
     return arr
+
+
+def _has_float64(data: Any) -> bool:
+    """Whether a (nested) list holds a NumPy float64 (scalar, array or Tensor): torch.tensor
+    then gives float64 (``tensor([np.float64(1.0)])``), for Python floats the default dtype."""
+    if isinstance(data, list | tuple):
+        return any(_has_float64(d) for d in data)
+    if isinstance(data, Tensor):
+        data = data._value
+    return isinstance(data, np.ndarray | np.generic) and data.dtype == np.float64
 
 
 def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False,

@@ -19,8 +19,8 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.device import check_device, is_device
-from rlgrad.exports import REQUIRED, Export, Method, Param, on_export
-from rlgrad.indexing import gather
+from rlgrad.exports import EXPORTS, REQUIRED, Export, Method, Param, on_export
+from rlgrad.indexing import gather, torch_index_steps
 from rlgrad.numpy import _std_from_var, var
 from rlgrad.ops import (
     absolute,
@@ -54,7 +54,8 @@ from rlgrad.ops import (
     swapaxes,
     transpose,
 )
-from rlgrad.tensor import Tensor, constant, mark_written
+from rlgrad.promotion import binary, cast_to, rule
+from rlgrad.tensor import Tensor, _Depth, constant, mark_written
 from rlgrad.tracer import _GradMode
 
 
@@ -123,15 +124,19 @@ def _bad_arguments(name: str, sig: str, args: tuple, kwargs: dict, kw: dict) -> 
                      f"torch's signature: {sig}")
 
 
-def declared_method(fn: Callable, method: Method, floats_only: bool = False) -> Callable:
+def declared_method(fn: Callable, method: Method, floats_only: bool = False,
+                    promote: str | None = None) -> Callable:
     """The Tensor method of an ``export(..., torch=spec)`` declaration: torch's argument names
     (and NumPy's, where they do not clash) turned into ``fn``'s NumPy keywords. A keyword-only
     ``dtype`` casts the input first, as torch's reductions do; parameters before ``/`` are handed
-    to ``fn`` by position (NumPy's ufuncs take no keywords). Loops, not comprehensions: each of
-    those would be one more Python call on every method call."""
+    to ``fn`` by position (NumPy's ufuncs take no keywords). ``promote``: the declaration's
+    type-promotion rule (``promotion.rule``), applied unless ``dtype=`` casts the input (torch
+    then computes in that dtype). Loops, not comprehensions: each of those would be one more
+    Python call on every method call."""
     params = method.params
+    run = rule(promote, fn)  # fn under torch's promotion (fn itself without a rule)
     if not params and not floats_only:
-        return fn  # exp(), neg(), ...: the primitive itself, no wrapper call
+        return run  # exp(), neg(), ...: the primitive (or its promotion) itself, no wrapper call
     numpy_of = {p.numpy: p.numpy for p in params} | {p.torch: p.numpy for p in params}
     pos_names = tuple(p.numpy for p in params if not p.kwonly)
     by_position = tuple(p.numpy for p in params if p.positional)
@@ -147,7 +152,7 @@ def declared_method(fn: Callable, method: Method, floats_only: bool = False) -> 
             if floats_only and (input._value if isinstance(input, Tensor) else
                                 np.asarray(input)).dtype.kind not in "fc":
                 _refuse_integers(name, input)
-            return fn(input, *args)
+            return run(input, *args)
         kw: dict[str, Any] = {}
         if len(args) > len(pos_names):
             raise _bad_arguments(name, sig, args, kwargs, kw)
@@ -162,13 +167,14 @@ def declared_method(fn: Callable, method: Method, floats_only: bool = False) -> 
             if n not in kw:
                 raise _bad_arguments(name, sig, args, kwargs, kw)
         dtype = kw.pop("dtype", None) if casts else None
+        f = run
         if dtype is not None:
-            input = _cast(input, dtype)  # noqa: A001
+            input, f = _cast(input, dtype), fn  # noqa: A001 - computed in dtype, as torch's
         elif floats_only:
             _refuse_integers(name, input)
         if by_position:
-            return fn(input, *[kw.pop(n) for n in by_position], **kw)
-        return fn(input, **kw)
+            return f(input, *[kw.pop(n) for n in by_position], **kw)
+        return f(input, **kw)
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"``Tensor.{sig}`` (torch's names; ``{getattr(fn, '__name__', name)}``'s NumPy " \
@@ -186,7 +192,7 @@ def _install_declared(e: Export) -> None:
         if m.name in vars(Tensor) and vars(Tensor)[m.name] is not DECLARED.get(m.name):
             raise ValueError(f"export({getattr(e.fn, '__name__', e.fn)!r}): Tensor already has a "
                              f"method {m.name!r}; declare another name or remove that one")
-        DECLARED[m.name] = declared_method(e.fn, m, e.floats_only)
+        DECLARED[m.name] = declared_method(e.fn, m, e.floats_only, e.promote)
         setattr(Tensor, m.name, DECLARED[m.name])
 
 
@@ -285,13 +291,41 @@ def _method_std(self: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bo
                                      ddof=ddof, axis=axis, keepdims=keepdims))
 
 
+def _method_masked_fill(self: Tensor, mask: Any, value: Any) -> Any:
+    """torch's: the value is cast to self's dtype (the result keeps it)."""
+    return ops.where(mask, cast_to(value, self.dtype), self)
+
+
+def _torch_steps(key: Any) -> tuple[Any, Any] | None:
+    """``indexing.torch_index_steps`` where it can apply: a tuple of three entries or more (an
+    integer, something between, an array: ``(rows, actions)`` skips it at once), outside a
+    transform given NumPy arrays (NumPy code: NumPy's rule)."""
+    if type(key) is tuple and len(key) > 2 and not _Depth.numpy:
+        return torch_index_steps(key)
+    return None
+
+
+def _method_getitem(self: Tensor, idx: Any) -> Any:
+    """``t[idx]`` with torch's placement of advanced indices (``indexing.torch_index_steps``)."""
+    key = _index_key(idx)
+    steps = _torch_steps(key)
+    if steps is None:
+        return getitem(self, key)
+    return getitem(getitem(self, steps[0]), steps[1])
+
+
 def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
     if self.requires_grad:
         raise RuntimeError(
             "in-place assignment into a tensor that requires grad would corrupt its gradient; "
             "build a new tensor instead (rlgrad.numpy.where, put_along_axis or concatenate)"
         )
-    self._value[_index_key(idx)] = value._value if isinstance(value, Tensor) else value
+    key = _index_key(idx)
+    steps = _torch_steps(key)
+    target = self._value
+    if steps is not None:  # the integers first: a view, written through
+        target, key = target[steps[0]], steps[1]
+    target[key] = value._value if isinstance(value, Tensor) else value
     mark_written(self)
 
 
@@ -371,39 +405,51 @@ def _method_to(self: Tensor, *args: Any, dtype: Any = None, device: Any = None,
     return clone(out) if copy and out is self else out
 
 
+# torch's floating-point functions: an integer or bool tensor's result is the default float dtype
+FLOAT_UNARY = ("exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "sigmoid", "softplus",
+               "reciprocal")
+
+
 def _reflected(fn: Any) -> Any:
     """``other <op> self`` for the Tensor's ``__rOP__`` (NumPy scalars and arrays defer to it)."""
     return lambda self, other: fn(other, self)
 
 
+def _operators(fn: Callable) -> tuple[Callable, Callable]:
+    """``self <op> other`` and ``other <op> self`` of a declared primitive, under its
+    declaration's promotion rule: ``a + b`` promotes as ``a.add(b)`` does, without the method's
+    argument handling (an operator is the hottest call)."""
+    tag = next(e.promote for e in EXPORTS if e.fn is fn)
+    if tag in ("binary", "binary_float"):  # their fast paths, reflected without a lambda
+        return binary(fn, tag == "binary_float"), binary(fn, tag == "binary_float", True)
+    return rule(tag, fn), _reflected(fn)
+
+
 def _install_tensor_methods() -> None:
+    """The operators and methods, each through torch's type promotion (``rlgrad/promotion.py``)."""
     T = Tensor
     for name, fn in (("add", add), ("sub", subtract), ("mul", multiply), ("truediv", divide),
-                     ("pow", power), ("matmul", matmul)):
-        setattr(T, f"__{name}__", fn)
-        setattr(T, f"__r{name}__", _reflected(fn))
+                     ("pow", power), ("floordiv", floor_divide), ("mod", remainder),
+                     ("matmul", matmul)):
+        forward, reflected = _operators(fn)
+        setattr(T, f"__{name}__", forward)
+        setattr(T, f"__r{name}__", reflected)
     T.__neg__ = negative
     T.__pos__ = lambda self: self
     T.__abs__ = absolute
-    T.__floordiv__ = floor_divide
-    T.__mod__ = remainder
-    T.__rmod__ = lambda self, other: remainder(other, self)
-    T.__lt__ = less
-    T.__le__ = less_equal
-    T.__gt__ = greater
-    T.__ge__ = greater_equal
-    T.__eq__ = equal
-    T.__ne__ = not_equal
+    for name, fn in (("lt", less), ("le", less_equal), ("gt", greater), ("ge", greater_equal),
+                     ("eq", equal), ("ne", not_equal)):
+        setattr(T, f"__{name}__", _operators(fn)[0])
     T.__and__ = logical_and
     T.__or__ = logical_or
     T.__invert__ = logical_not
-    T.__getitem__ = lambda self, idx: getitem(self, _index_key(idx))
+    T.__getitem__ = _method_getitem
     T.__setitem__ = _method_setitem
     T.T = property(lambda self: transpose(self))
     T.mT = property(lambda self: swapaxes(self, -1, -2))
     on_export(_install_declared)  # the export(...) declarations, ops.py's and any later one
-    T.max = _extremum_method(ops.max, argmax, ops.maximum)
-    T.min = _extremum_method(ops.min, argmin, ops.minimum)
+    T.max = _extremum_method(ops.max, argmax, DECLARED["maximum"])  # t.max(other): promoted
+    T.min = _extremum_method(ops.min, argmin, DECLARED["minimum"])
     T.var = _method_var
     T.std = _method_std
     T.reshape = T.view = _method_reshape
@@ -416,6 +462,29 @@ def _install_tensor_methods() -> None:
 
 
 _install_tensor_methods()
+
+_numpy_array_ufunc = Tensor.__array_ufunc__  # rlgrad.numpy's: np.exp(t) is rlgrad.numpy.exp(t)
+_OPERATOR_UFUNCS = {np.add: "add", np.subtract: "sub", np.multiply: "mul", np.true_divide: "truediv",
+                    np.power: "pow", np.floor_divide: "floordiv", np.remainder: "mod",
+                    np.less: "gt", np.less_equal: "ge", np.greater: "lt", np.greater_equal: "le",
+                    np.equal: "eq", np.not_equal: "ne"}
+
+
+def _array_ufunc(self: Tensor, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+    """``np.float64(0.99) * t`` reaches the Tensor as NumPy's ufunc with the NumPy operand first
+    (a Tensor first is its own operator): that is the operator, with torch's promotion (the
+    comparisons mirrored: ``a < t`` is ``t > a``). Other ufunc calls are rlgrad.numpy's."""
+    if method == "__call__" and len(inputs) == 2 and not kwargs \
+            and not isinstance(inputs[0], Tensor) and ufunc in _OPERATOR_UFUNCS:
+        name = _OPERATOR_UFUNCS[ufunc]
+        mirrored = f"__{name}__" if ufunc in (np.less, np.less_equal, np.greater,
+                                               np.greater_equal, np.equal, np.not_equal) \
+            else f"__r{name}__"
+        return getattr(inputs[1], mirrored)(inputs[0])
+    return _numpy_array_ufunc(self, ufunc, method, *inputs, **kwargs)
+
+
+Tensor.__array_ufunc__ = _array_ufunc
 
 
 def _install_torch_methods() -> None:
@@ -440,7 +509,7 @@ def _install_torch_methods() -> None:
     T.nelement = T.numel
     T.ndimension = T.dim
     T.is_floating_point = lambda self: self.dtype.kind == "f"
-    T.masked_fill = lambda self, mask, value: ops.where(mask, value, self)
+    T.masked_fill = _method_masked_fill
     T.all = lambda self, dim=None, keepdim=False: _nondiff_reduce(np.all, self, dim, keepdim)
     T.any = lambda self, dim=None, keepdim=False: _nondiff_reduce(np.any, self, dim, keepdim)
     T.repeat = lambda self, *sizes: ops.tile(self, _sizes(sizes))
@@ -486,10 +555,10 @@ def _install_inplace_operators() -> None:
         method.__name__ = f"__i{fn.__name__}__"
         return method
 
-    Tensor.__iadd__ = make(add, np.add, "+")
-    Tensor.__isub__ = make(subtract, np.subtract, "-")
-    Tensor.__imul__ = make(multiply, np.multiply, "*")
-    Tensor.__itruediv__ = make(divide, np.divide, "/")
+    Tensor.__iadd__ = make(Tensor.__add__, np.add, "+")
+    Tensor.__isub__ = make(Tensor.__sub__, np.subtract, "-")
+    Tensor.__imul__ = make(Tensor.__mul__, np.multiply, "*")
+    Tensor.__itruediv__ = make(Tensor.__truediv__, np.divide, "/")
 
 
 _install_inplace_operators()

@@ -12,19 +12,28 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad import ops
 from rlgrad.creation import _make
 from rlgrad.exports import Export, add_names, on_export
 from rlgrad.indexing import gather  # noqa: F401 - torch.gather, in __all__ below
+from rlgrad.promotion import promote_types, result_type  # noqa: F401 - torch's, in __all__
+from rlgrad.promotion import rule as _rule
 from rlgrad.tensor import Size, Tensor, _leaf, get_default_dtype  # noqa: F401 - torch.Size
 from rlgrad.tensor_methods import DECLARED
+
+#: the declared top-level functions that are no Tensor method (``rlgrad.where``), each under its
+#: declaration's promotion rule
+_FUNCTIONS: dict[str, Any] = {}
 
 
 def _install_declared(e: Export) -> None:
     """torch.exp, torch.cumsum, torch.where ...: an ``export(..., top=True)``'s names, each the
-    Tensor method (called with the tensor first) or, for a function that is no method, itself."""
+    Tensor method (called with the tensor first) or, for a function that is no method, itself
+    under its promotion rule (``where``'s input and other promoted, as torch's)."""
     for name in e.top:
-        fn = DECLARED[name] if builtins.any(m.name == name for m in e.methods) else e.fn
+        if builtins.any(m.name == name for m in e.methods):
+            fn = DECLARED[name]
+        else:
+            fn = _FUNCTIONS[name] = _rule(e.promote, e.fn)
         add_names(globals(), (name,), fn, "rlgrad.toplevel")
         if "__all__" in globals() and name not in __all__:  # a declaration after this module
             __all__.append(name)
@@ -65,8 +74,8 @@ def _extremum(name: str, elementwise: Any) -> Any:
     return fn
 
 
-max = _extremum("max", ops.maximum)  # noqa: A001
-min = _extremum("min", ops.minimum)  # noqa: A001
+max = _extremum("max", DECLARED["maximum"])  # noqa: A001 - torch.max(a, b) promotes
+min = _extremum("min", DECLARED["minimum"])  # noqa: A001
 
 
 def _method(name: str) -> Any:

@@ -22,6 +22,7 @@ primitives linear in their arguments; ``defjvp_elementwise`` for elementwise one
 
 from __future__ import annotations
 
+import inspect
 import os
 import warnings
 from collections.abc import Callable
@@ -74,6 +75,8 @@ class _GradModeContext:
 
     def __call__(self, fn: Callable) -> Callable:  # usable as a decorator, like torch's
         target = self._target
+        if inspect.isgeneratorfunction(fn):
+            return _generator_in_mode(fn, target)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             prev = _GradMode.enabled
@@ -86,6 +89,34 @@ class _GradModeContext:
         wrapper.__name__ = getattr(fn, "__name__", "wrapped")
         wrapper.__doc__ = fn.__doc__
         return wrapper
+
+
+def _generator_in_mode(fn: Callable, target: bool) -> Callable:
+    """A decorated generator function: the mode holds while its body runs, from each resumption
+    to the next yield (the caller's mode in between), as torch's decorators do."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        gen = fn(*args, **kwargs)
+        step, arg = gen.send, None  # what resumes the body next: a sent value or a thrown error
+        while True:
+            prev = _GradMode.enabled
+            _GradMode.enabled = target
+            try:
+                item = step(arg)
+            except StopIteration as stop:
+                return stop.value
+            finally:
+                _GradMode.enabled = prev
+            try:
+                arg, step = (yield item), gen.send
+            except GeneratorExit:
+                gen.close()
+                raise
+            except BaseException as exc:  # noqa: BLE001 - handed to the body, as torch's
+                arg, step = exc, gen.throw
+
+    wrapper.__name__ = getattr(fn, "__name__", "wrapped")
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
 
 
 class no_grad(_GradModeContext):

@@ -126,15 +126,19 @@ def _trace(fun: Callable, args: tuple, kwargs: dict, argnum: Any, where: str) ->
     structure = []
     all_fresh: list[Tensor] = []
     nested = False
+    numpy_code = 1  # the function is given arrays, no Tensor: its operators keep NumPy's rules
     for n in nums:
         leaves, treedef = tree_flatten(args[n])
         nested = nested or _nested(leaves)
+        if any(isinstance(x, Tensor) for x in leaves):
+            numpy_code = 0
         fresh = [_fresh(x, where) for x in leaves]
         args[n] = tree_unflatten(treedef, fresh)
         structure.append((len(fresh), treedef))
         all_fresh.extend(fresh)
     nested = nested or _Depth.value > 0
     _Depth.value += 1
+    _Depth.numpy += numpy_code
     prev = _GradMode.enabled
     _GradMode.enabled = True
     try:
@@ -142,6 +146,7 @@ def _trace(fun: Callable, args: tuple, kwargs: dict, argnum: Any, where: str) ->
     finally:
         _GradMode.enabled = prev
         _Depth.value -= 1
+        _Depth.numpy -= numpy_code
 
     def unpack(grads: list[Any]) -> Any:
         parts = []

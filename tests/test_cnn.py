@@ -45,7 +45,7 @@ def test_nature_cnn_matches_pytorch(dtype):
     rlgrad.random.seed(0)  # the same weights at every run
     ours = NatureCNN(dtype=dtype)
     theirs = _torch_nature(torch, 4, 3136, 512).to(torch.float64 if dtype == np.float64 else torch.float32)
-    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    theirs.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in ours.state_dict().items()})
     x = _frames((3, 4, 84, 84))
     tx = torch.from_numpy(x).to(theirs[0].weight.dtype) / 255.0
     out = ours(x)
@@ -75,7 +75,7 @@ def test_minatar_cnn_matches_pytorch():
     torch = pytest.importorskip("torch")
     ours = MinAtarCNN((4, 10, 10), dtype=np.float64)
     theirs = _torch_minatar(torch, 4, 128).double()
-    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    theirs.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in ours.state_dict().items()})
     x = np.random.default_rng(2).random((5, 4, 10, 10)) < 0.2
     out = ours(x.astype(np.uint8))
     np.testing.assert_allclose(out._value, theirs(torch.from_numpy(x).double()).detach().numpy(),

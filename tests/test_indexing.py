@@ -7,13 +7,21 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import rlgrad
 import rlgrad.numpy as rnp
 from rlgrad import Tensor, autograd, tensor
-from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_add, take_along_axis
+from rlgrad.indexing import (
+    gather,
+    gather_nd,
+    one_hot,
+    put_along_axis,
+    scatter_add,
+    take_along_axis,
+    torch_index_steps,
+)
 
 RNG = np.random.default_rng(1234)
 
@@ -110,17 +118,30 @@ def shapes_and_indices(draw):  # noqa: ANN201 - a hypothesis strategy
     return shape, tuple(parts)
 
 
+def torch_select(p: np.ndarray, idx) -> np.ndarray:
+    """``p[idx]`` as torch indexes (torch itself): where integers and arrays stand apart in the
+    index torch selects with the integers first (NumPy moves the broadcast dimensions first)."""
+    torch = pytest.importorskip("torch")
+    key = tuple(torch.from_numpy(i) if isinstance(i, np.ndarray) else i for i in idx)
+    return torch.from_numpy(np.ascontiguousarray(p))[key].numpy()
+
+
 @settings(max_examples=150, deadline=None)
 @given(shapes_and_indices(), st.sampled_from([np.float64, np.float32]))
-def test_getitem_property_matches_numpy_and_scatter_add(case, dtype) -> None:
+def test_getitem_property_matches_torch_and_scatter_add(case, dtype) -> None:
+    """NumPy's result where torch's rule agrees with it, torch's own where it does not."""
     shape, idx = case
+    select = lambda p: p[idx]  # noqa: E731
+    if isinstance(idx, tuple) and torch_index_steps(idx) is not None:
+        assume(all(not isinstance(i, slice) or (i.step or 1) > 0 for i in idx))  # torch: no -1
+        select = lambda p: torch_select(p, idx)  # noqa: E731
     a = np.arange(1.0, np.prod(shape) + 1).reshape(shape).astype(dtype)
     x = tensor(a, requires_grad=True)
     out = x[idx]
-    np.testing.assert_array_equal(out._value, a[idx])
+    np.testing.assert_array_equal(out._value, select(a))
     assert out.dtype == dtype
     g = np.linspace(-1.0, 2.0, out._value.size).reshape(out.shape).astype(dtype)
-    want = scatter_ref(shape, lambda p: p[idx], g)
+    want = scatter_ref(shape, select, g)
     # repeated indices add several values: in float32 their sum can cancel to rounding noise, so
     # the order of accumulation shows at the scale of float32's epsilon, not relative to ~0
     atol = 1e-6 if dtype == np.float32 else 0.0

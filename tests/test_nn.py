@@ -79,13 +79,20 @@ def test_setattr_before_init_explains_super_init():
         Bad()
 
 
-def test_state_dict_values_are_copies_and_round_trip():
+def test_state_dict_values_alias_the_parameters_and_round_trip():
+    """As PyTorch's: detached Tensors sharing the parameters' memory; a kept copy (clone) does
+    not move, and loads back."""
     m = TwoLayer()
     sd = m.state_dict()
-    w0 = sd["head.weight"].copy()
-    m.head.weight._value += 1.0
-    np.testing.assert_array_equal(sd["head.weight"], w0)  # a kept state dict does not move
-    m.load_state_dict(sd)
+    assert isinstance(sd["head.weight"], rlgrad.Tensor) and not sd["head.weight"].requires_grad
+    kept = {k: v.clone() for k, v in sd.items()}
+    w0 = np.array(sd["head.weight"])
+    with rlgrad.no_grad():
+        m.head.weight += 1.0
+    np.testing.assert_array_equal(np.asarray(sd["head.weight"]), w0 + 1.0)  # it aliases
+    sd["head.bias"].fill_(3.0)
+    np.testing.assert_array_equal(m.head.bias._value, 3.0)
+    m.load_state_dict(kept)
     np.testing.assert_array_equal(m.head.weight._value, w0)
     assert m.state_dict(keep_vars=True)["head.weight"] is m.head.weight
 
@@ -655,7 +662,7 @@ def test_state_dict_loads_into_pytorch_and_back():
     torch = pytest.importorskip("torch")
     ours = nn.MLP([4, 8, 2])
     theirs = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    theirs.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in ours.state_dict().items()})
     x = RNG.standard_normal((3, 4)).astype(np.float32)
     np.testing.assert_allclose(ours(x)._value, theirs(torch.from_numpy(x)).detach().numpy(),
                                rtol=1e-5, atol=1e-6)
@@ -691,8 +698,8 @@ def test_gradient_penalty_through_a_model_matches_pytorch():
 
     tc = torch.nn.Conv2d(2, 3, 3, stride=2).double()
     tl = torch.nn.Linear(12, 2).double()
-    tc.load_state_dict({k: torch.tensor(v) for k, v in conv.state_dict().items()})
-    tl.load_state_dict({k: torch.tensor(v) for k, v in lin.state_dict().items()})
+    tc.load_state_dict({k: torch.tensor(v.numpy()) for k, v in conv.state_dict().items()})
+    tl.load_state_dict({k: torch.tensor(v.numpy()) for k, v in lin.state_dict().items()})
     xt = torch.tensor(x, requires_grad=True)
     out = tl(torch.nn.functional.elu(tc(xt).reshape(2, -1)))
     (gx,) = torch.autograd.grad(torch.tanh(out).sum(), xt, create_graph=True)

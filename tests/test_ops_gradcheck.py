@@ -874,6 +874,10 @@ ROWS: list[Row] = [
     Row("softplus", unary(ops.softplus, reals(-6, 6))),
     Row("relu", unary(ops.relu, nonzero(0.01, 3))),
     Row("relu_grad", broadcast(ops.relu_grad, reals(-3, 3), nonzero(0.01, 3))),
+    Row("leaky_relu", unary(_named(lambda x: ops.leaky_relu(x, 0.1), "leaky_relu"),
+                            nonzero(0.01, 3))),
+    Row("leaky_relu_grad", broadcast(_named(lambda g, x: ops.leaky_relu_grad(g, x, 0.1),
+                                            "leaky_relu_grad"), reals(-3, 3), nonzero(0.01, 3))),
     Row("identity", unary(ops.identity, reals(-3, 3))),
     Row("clone", unary(ops.clone, reals(-3, 3))),
     Row(

@@ -346,7 +346,7 @@ def test_adam_float32_against_pytorch_on_a_model():
     torch = pytest.importorskip("torch")
     ours = nn.MLP([3, 8, 2])
     theirs = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()})
+    theirs.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in ours.state_dict().items()})
     opt, topt = optim.Adam(ours.parameters(), lr=0.01), torch.optim.Adam(theirs.parameters(), lr=0.01)
     rng = np.random.default_rng(0)
     for _ in range(10):

@@ -657,7 +657,7 @@ def softplus(input: Any, beta: float = 1.0, threshold: float = 20.0) -> Any:  # 
 
 
 def leaky_relu(input: Any, negative_slope: float = 0.01) -> Any:  # noqa: A002
-    return ops.where(input > 0, input, input * negative_slope)
+    return ops.leaky_relu(input, negative_slope)
 
 
 def silu(input: Any) -> Any:  # noqa: A002
@@ -904,8 +904,16 @@ def nll_loss(input: Any, target: Any, weight: Any = None, ignore_index: int = -1
     w = w * valid
     loss = -logp * w
     if reduction == "mean":
-        return ops.sum(loss) / np.sum(w)
+        return _weighted_mean(ops.sum(loss), ops.sum(w))
     return _reduce(loss, reduction)
+
+
+def _weighted_mean(total: Any, weight: Any) -> Any:
+    """``total / weight``; when every target is ignored (``weight`` 0), torch's nan with a zero
+    gradient (``total``'s terms all have weight 0; 0/0 would send NaN back through them)."""
+    weight = ops.astype(weight, _dtype(total))  # a count of targets is an integer
+    some = weight > 0
+    return total / ops.where(some, weight, 1) + ops.where(some, 0 * weight, np.nan * weight)
 
 
 def _dtype(x: Any) -> np.dtype:
@@ -951,7 +959,7 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, ignore_index: int
             denom = ops.sum(wd[ops.where(valid, t, 0)] * valid)
         else:
             denom = ops.sum(valid)
-        smooth = ops.sum(smooth) / denom
+        smooth = _weighted_mean(ops.sum(smooth), denom)
     else:
         smooth = _reduce(smooth, reduction)
     return loss * (1 - label_smoothing) + smooth * (label_smoothing / n_cls)

@@ -317,21 +317,21 @@ class Module:
     # ---- state --------------------------------------------------------------------------------
     def state_dict(self, destination: dict | None = None, prefix: str = "",
                    keep_vars: bool = False) -> OrderedDict:
-        """Parameters and persistent buffers by dotted name, as NumPy arrays.
-
-        Unlike PyTorch the arrays are copies, so a state dict kept as "best model so far" does
-        not change as training goes on. ``keep_vars=True`` gives the Parameters themselves.
+        """Parameters and persistent buffers by dotted name, as PyTorch's: detached Tensors that
+        share the parameters' memory (writing into ``sd['w']`` changes the parameter; a state
+        dict kept as "best model so far" needs a copy: ``copy.deepcopy(sd)`` or
+        ``{k: v.clone() ...}``). ``keep_vars=True`` gives the Parameters themselves.
         """
         out: OrderedDict = OrderedDict() if destination is None else destination
         for mod_prefix, mod in self.named_modules(prefix=prefix.rstrip(".")):
             base = f"{mod_prefix}." if mod_prefix else ""
             for name, p in mod._parameters.items():
                 if p is not None:
-                    out[base + name] = p if keep_vars else p._value.copy()
+                    out[base + name] = p if keep_vars else constant(p._value)
             for name, b in mod._buffers.items():
                 if b is not None and name not in mod._non_persistent:
-                    arr = b._value if isinstance(b, Tensor) else b
-                    out[base + name] = b if keep_vars else np.array(arr, copy=True)
+                    arr = b._value if isinstance(b, Tensor) else np.asarray(b)
+                    out[base + name] = b if keep_vars else constant(arr)
         return out
 
     def _state_slots(self) -> dict[str, tuple[Module, str, str]]:

@@ -130,7 +130,7 @@ def positive(x: Any) -> Any:
 def sinc(x: Any) -> Any:
     y = pi * _ops.where(_ops.equal(x, 0), 1.0e-20, x)
     return _ops.sin(y) / y
-_exports.export(sinc, torch="sinc()", top=True)
+_exports.export(sinc, torch="sinc()", top=True, promote="float")
 
 
 def array(object: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - NumPy's name
@@ -399,7 +399,7 @@ def cumprod(a: Any, axis: Any = None) -> Any:
     if not _Trace.compiling and _np.all(a._value > 0):  # (jit: no branch on the first values)
         return _ops.exp(_ops.cumsum(_ops.log(a), axis=axis))
     return _cumprod_general(a, axis)
-_exports.export(cumprod, torch="cumprod(dim, *, dtype=None)", top=True)
+_exports.export(cumprod, torch="cumprod(dim, *, dtype=None)", top=True, promote="int64")
 
 
 def _cumprod_general(a: Any, axis: Any) -> Any:
@@ -427,17 +427,17 @@ _exports.export(diff, torch="diff(n=1, dim=-1)", top=True)
 def log2(x: Any) -> Any:
     # (math's log: a Python float, which does not make float32 float64)
     return _np.log2(x) if not _is_traced(x) else _ops.log(x) * (1 / _math.log(2))
-_exports.export(log2, torch="log2()", top=True)
+_exports.export(log2, torch="log2()", top=True, promote="float")
 
 
 def log10(x: Any) -> Any:
     return _np.log10(x) if not _is_traced(x) else _ops.log(x) * (1 / _math.log(10))
-_exports.export(log10, torch="log10()", top=True)
+_exports.export(log10, torch="log10()", top=True, promote="float")
 
 
 def exp2(x: Any) -> Any:
     return _np.exp2(x) if not _is_traced(x) else _ops.exp(x * _math.log(2))
-_exports.export(exp2, torch="exp2()", top=True)
+_exports.export(exp2, torch="exp2()", top=True, promote="float")
 
 
 # Boolean- and index-valued functions: no gradient exists, so on Tensors they run on the values.
@@ -605,21 +605,21 @@ def degrees(x: Any) -> Any:
 
 deg2rad = _numpy_on_arrays(_np.deg2rad)(radians.__wrapped__)
 rad2deg = _numpy_on_arrays(_np.rad2deg)(degrees.__wrapped__)
-_exports.export(deg2rad, numpy="deg2rad", torch="deg2rad()", top=True)
-_exports.export(rad2deg, numpy="rad2deg", torch="rad2deg()", top=True)
+_exports.export(deg2rad, numpy="deg2rad", torch="deg2rad()", top=True, promote="float")
+_exports.export(rad2deg, numpy="rad2deg", torch="rad2deg()", top=True, promote="float")
 
 
 @_numpy_on_arrays(_np.fmax)
 def fmax(x1: Any, x2: Any) -> Any:
     """maximum, except that a NaN loses (the other argument is taken, with its gradient)."""
     return _ops.where(_ops.isnan(x2), x1, _ops.where(_ops.isnan(x1), x2, _ops.maximum(x1, x2)))
-_exports.export(fmax, torch="fmax(other, /)", top=True)
+_exports.export(fmax, torch="fmax(other, /)", top=True, promote="binary")
 
 
 @_numpy_on_arrays(_np.fmin)
 def fmin(x1: Any, x2: Any) -> Any:
     return _ops.where(_ops.isnan(x2), x1, _ops.where(_ops.isnan(x1), x2, _ops.minimum(x1, x2)))
-_exports.export(fmin, torch="fmin(other, /)", top=True)
+_exports.export(fmin, torch="fmin(other, /)", top=True, promote="binary")
 
 
 @_numpy_on_arrays(_np.select)

@@ -509,7 +509,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     def get_state(self, include_replay_buffer: bool = True) -> dict[str, Any]:
         """Everything needed to continue training exactly: nested dicts of arrays/numbers/strings."""
         state: dict[str, Any] = {
-            "modules": {k: m.state_dict() for k, m in self._modules().items()},
+            "modules": {k: {n: np.array(v) for n, v in m.state_dict().items()}  # a snapshot
+                        for k, m in self._modules().items()},
             "optimizers": {k: o.state_dict() for k, o in self._optimizers().items()},
             "counters": {"num_timesteps": self.num_timesteps, "n_updates": self._n_updates,
                          "episode_num": self._episode_num, "total_timesteps": self._total_timesteps},
