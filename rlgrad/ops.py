@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.exports import export
 from rlgrad.indexing_kernels import _put_along_axis_add, _take_along_axis, _untake
 from rlgrad.tensor import Tensor, _ndim, _shape, _size
 from rlgrad.tracer import (
@@ -73,18 +74,23 @@ def _regrow(g: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 add = primitive(np.add, "add", arity=2)
 defvjp(add, pass_through, pass_through)
 defjvp_elementwise(add)  # per argument: a lone tangent passes through, no zeros added
+export(add, torch="add(other, /)", top=True)
 
 subtract = primitive(np.subtract, "subtract", arity=2)
 defvjp(subtract, pass_through, lambda g, ans, a, b: -g)
 defjvp_elementwise(subtract)
+export(subtract, torch=("sub(other, /)", "subtract(other, /)"), top=True)
 
 multiply = primitive(np.multiply, "multiply", arity=2)
 defvjp(multiply, lambda g, ans, a, b: g * b, lambda g, ans, a, b: g * a)
 defjvp_elementwise(multiply)
+export(multiply, torch=("mul(other, /)", "multiply(other, /)"), top=True)
 
 divide = primitive(np.divide, "divide", arity=2)
 defvjp(divide, lambda g, ans, a, b: g / b, lambda g, ans, a, b: -g * ans / b)
 defjvp_elementwise(divide)
+export(divide, numpy=("divide", "true_divide"),
+       torch=("div(other, /)", "divide(other, /)", "true_divide(other, /)"), top=True)
 true_divide = divide
 
 power = primitive(np.power, "power", arity=2)
@@ -94,6 +100,7 @@ defvjp(
     lambda g, ans, a, b: g * ans * _log_base(a, ans),
 )
 defjvp_elementwise(power)
+export(power, numpy=("power", "pow"), torch="pow(exponent, /)", top=True)
 
 
 def _pow_vjp_base(g: Any, a: Any, b: Any) -> Any:
@@ -121,6 +128,7 @@ defvjp(
     lambda g, ans, a, b: _nan_to_b(g, ans, a, b, g * (b > a) + (g * 0.5) * (a == b)),
 )
 defjvp_elementwise(maximum)
+export(maximum, torch="maximum(other, /)", top=True)
 minimum = primitive(np.minimum, "minimum", arity=2)
 defvjp(
     minimum,
@@ -128,6 +136,7 @@ defvjp(
     lambda g, ans, a, b: _nan_to_b(g, ans, a, b, g * (b < a) + (g * 0.5) * (a == b)),
 )
 defjvp_elementwise(minimum)
+export(minimum, torch="minimum(other, /)", top=True)
 
 
 def _may_be_nan(ans: Any) -> bool:
@@ -154,10 +163,12 @@ defvjp(
     lambda g, ans, a, b: g * exp((b - ans) * math.log(2)),
 )
 defjvp_elementwise(logaddexp2)
+export(logaddexp2, torch="logaddexp2(other, /)", top=True)
 # hypot's gradient is x / hypot: at (0, 0) a kink, where it is 0 / 0 (as autograd's)
 hypot = primitive(np.hypot, "hypot", arity=2)
 defvjp(hypot, lambda g, ans, a, b: g * a / ans, lambda g, ans, a, b: g * b / ans)
 defjvp_elementwise(hypot)
+export(hypot, torch="hypot(other, /)", top=True)
 
 logaddexp = primitive(np.logaddexp, "logaddexp", arity=2)
 defvjp(
@@ -166,6 +177,7 @@ defvjp(
     lambda g, ans, a, b: g * exp(b - ans),
 )
 defjvp_elementwise(logaddexp)
+export(logaddexp, torch="logaddexp(other, /)", top=True)
 
 arctan2 = primitive(np.arctan2, "arctan2", arity=2)
 defvjp(
@@ -174,6 +186,7 @@ defvjp(
     lambda g, ans, y, x: -g * y / (x * x + y * y),
 )
 defjvp_elementwise(arctan2)
+export(arctan2, numpy=("arctan2", "atan2"), torch=("atan2(other, /)", "arctan2(other, /)"), top=True)
 
 # ---------------------------------------------------------------------------------------------
 # Elementwise unary
@@ -181,55 +194,69 @@ defjvp_elementwise(arctan2)
 negative = primitive(np.negative, "negative", arity=1)
 defvjp(negative, lambda g, ans, x: -g)
 defjvp_is_linear(negative)
+export(negative, torch=("neg()", "negative()"), top=True)
 
 exp = primitive(np.exp, "exp", arity=1)
 defvjp(exp, lambda g, ans, x: g * ans)
 defjvp_elementwise(exp)
+export(exp, torch="exp()", top=True)
 
 log = primitive(np.log, "log", arity=1)
 defvjp(log, lambda g, ans, x: g / x)
 defjvp_elementwise(log)
+export(log, torch="log()", top=True)
 
 log1p = primitive(np.log1p, "log1p", arity=1)
 defvjp(log1p, lambda g, ans, x: g / (x + 1))
 defjvp_elementwise(log1p)
+export(log1p, torch="log1p()", top=True)
 
 expm1 = primitive(np.expm1, "expm1", arity=1)
 defvjp(expm1, lambda g, ans, x: g * (ans + 1))
 defjvp_elementwise(expm1)
+export(expm1, torch="expm1()", top=True)
 
 sqrt = primitive(np.sqrt, "sqrt", arity=1)
 defvjp(sqrt, lambda g, ans, x: g / (ans * 2))
 defjvp_elementwise(sqrt)
+export(sqrt, torch="sqrt()", top=True)
 
 square = primitive(np.square, "square", arity=1)
 defvjp(square, lambda g, ans, x: g * (x * 2))
 defjvp_elementwise(square)
+export(square, torch="square()", top=True)
 
 reciprocal = primitive(np.reciprocal, "reciprocal", arity=1)
 defvjp(reciprocal, lambda g, ans, x: -g * ans * ans)
 defjvp_elementwise(reciprocal)
+export(reciprocal, torch="reciprocal()", top=True)
 
 absolute = primitive(np.abs, "absolute", arity=1)
 defvjp(absolute, lambda g, ans, x: g * sign(x))
 defjvp_elementwise(absolute)
+export(absolute, numpy=("absolute", "abs"), torch=("abs()", "absolute()"), top=True)
 abs = absolute  # noqa: A001 - NumPy's name
 
 sign = primitive(np.sign, "sign", arity=1)
 defvjp(sign, _zero)
 defjvp_elementwise(sign)
+export(sign, torch="sign()", top=True)
 floor = primitive(np.floor, "floor", arity=1)
 defvjp(floor, _zero)
 defjvp_elementwise(floor)
+export(floor, torch="floor()", top=True)
 ceil = primitive(np.ceil, "ceil", arity=1)
 defvjp(ceil, _zero)
 defjvp_elementwise(ceil)
+export(ceil, torch="ceil()", top=True)
 round = primitive(np.round, "round", arity=1)  # noqa: A001
 defvjp(round, _zero)
 defjvp_elementwise(round)
+export(round, torch="round(*, decimals=0)", top=True)
 trunc = primitive(np.trunc, "trunc", arity=1)
 defvjp(trunc, _zero)
 defjvp_elementwise(trunc)
+export(trunc, torch="trunc()", top=True)
 
 
 def _tanh_grad(g: Any, y: Any, out: Any = None) -> Any:
@@ -255,40 +282,52 @@ defjvp(tanh_grad, lambda t, ans, g, y: tanh_grad(t, y), lambda t, ans, g, y: _ta
 tanh = primitive(np.tanh, "tanh", arity=1)
 defvjp(tanh, lambda g, ans, x: tanh_grad(g, ans))
 defjvp_elementwise(tanh)
+export(tanh, torch="tanh()", top=True)
 
 sin = primitive(np.sin, "sin", arity=1)
 defvjp(sin, lambda g, ans, x: g * cos(x))
 defjvp_elementwise(sin)
+export(sin, torch="sin()", top=True)
 cos = primitive(np.cos, "cos", arity=1)
 defvjp(cos, lambda g, ans, x: -g * sin(x))
 defjvp_elementwise(cos)
+export(cos, torch="cos()", top=True)
 tan = primitive(np.tan, "tan", arity=1)
 defvjp(tan, lambda g, ans, x: g * (1 + ans * ans))
 defjvp_elementwise(tan)
+export(tan, torch="tan()", top=True)
 arcsin = primitive(np.arcsin, "arcsin", arity=1)
 defvjp(arcsin, lambda g, ans, x: g / sqrt(1 - x * x))
 defjvp_elementwise(arcsin)
+export(arcsin, numpy=("arcsin", "asin"), torch=("asin()", "arcsin()"), top=True)
 arccos = primitive(np.arccos, "arccos", arity=1)
 defvjp(arccos, lambda g, ans, x: -g / sqrt(1 - x * x))
 defjvp_elementwise(arccos)
+export(arccos, numpy=("arccos", "acos"), torch=("acos()", "arccos()"), top=True)
 arctan = primitive(np.arctan, "arctan", arity=1)
 defvjp(arctan, lambda g, ans, x: g / (1 + x * x))
 defjvp_elementwise(arctan)
+export(arctan, numpy=("arctan", "atan"), torch=("atan()", "arctan()"), top=True)
 sinh = primitive(np.sinh, "sinh", arity=1)
 defvjp(sinh, lambda g, ans, x: g * cosh(x))
 defjvp_elementwise(sinh)
+export(sinh, torch="sinh()", top=True)
 cosh = primitive(np.cosh, "cosh", arity=1)
 defvjp(cosh, lambda g, ans, x: g * sinh(x))
 defjvp_elementwise(cosh)
+export(cosh, torch="cosh()", top=True)
 arcsinh = primitive(np.arcsinh, "arcsinh", arity=1)
 defvjp(arcsinh, lambda g, ans, x: g / sqrt(x * x + 1))
 defjvp_elementwise(arcsinh)
+export(arcsinh, numpy=("arcsinh", "asinh"), torch=("asinh()", "arcsinh()"), top=True)
 arctanh = primitive(np.arctanh, "arctanh", arity=1)
 defvjp(arctanh, lambda g, ans, x: g / (1 - x * x))
 defjvp_elementwise(arctanh)
+export(arctanh, numpy=("arctanh", "atanh"), torch=("atanh()", "arctanh()"), top=True)
 arccosh = primitive(np.arccosh, "arccosh", arity=1)
 defvjp(arccosh, lambda g, ans, x: g / sqrt(x * x - 1))
 defjvp_elementwise(arccosh)
+export(arccosh, numpy=("arccosh", "acosh"), torch=("acosh()", "arccosh()"), top=True)
 
 
 def _sigmoid(x: Any) -> Any:
@@ -300,6 +339,7 @@ def _sigmoid(x: Any) -> Any:
 sigmoid = primitive(_sigmoid, "sigmoid", arity=1)
 defvjp(sigmoid, lambda g, ans, x: g * ans * (1 - ans))
 defjvp_elementwise(sigmoid)
+export(sigmoid, numpy=False, torch="sigmoid()", top=True)
 
 
 def _softplus(x: Any) -> Any:
@@ -309,6 +349,7 @@ def _softplus(x: Any) -> Any:
 softplus = primitive(_softplus, "softplus", arity=1)
 defvjp(softplus, lambda g, ans, x: g * sigmoid(x))
 defjvp_elementwise(softplus)
+export(softplus, numpy=False, torch="softplus()")
 
 
 def _relu(x: Any, out: Any = None) -> Any:
@@ -342,6 +383,7 @@ defvjp(relu_grad, lambda c, ans, g, x: relu_grad(c, x), None)
 defjvp(relu_grad, lambda t, ans, g, x: relu_grad(t, x), None)
 
 relu = primitive(_relu, "relu", arity=1, writes_out=True)
+export(relu, numpy=False, torch="relu()", top=True)
 # the mask from the output, as PyTorch's: relu(x) > 0 exactly where x > 0 (NaN in neither), and
 # then nothing but the ReLU reads its input (a compiled step fuses it with the linear layer
 # that makes it, see nn.functional._linear_relu)
@@ -376,6 +418,7 @@ def clip(a: Any, a_min: Any = None, a_max: Any = None, *, min: Any = None,  # no
     """NumPy's clip, bounds by position, as ``a_min``/``a_max`` or NumPy 2.1's ``min``/``max``
     (positional in the primitive, so Tensor bounds get their gradient too)."""
     return _clip_p(a, a_min if min is None else min, a_max if max is None else max)
+export(clip, torch=("clamp(min=None, max=None)", "clip(min=None, max=None)"), top=True)
 
 
 def _inside(x: Any, lo: Any, hi: Any) -> Any:
@@ -393,6 +436,7 @@ def _where(cond: Any, x: Any, y: Any) -> Any:
 where = primitive(_where, "where")
 defvjp(where, None, lambda g, ans, c, x, y: where(c, g, 0), lambda g, ans, c, x, y: where(c, 0, g))
 defjvp_is_linear(where, (1, 2))  # linear in x and y together; the condition is static
+export(where, top=True)
 
 
 # Comparisons and other integer/boolean-valued functions: no gradient ever flows through them.
@@ -401,25 +445,45 @@ def _nondiff(fn: Any, name: str) -> Any:
 
 
 greater = _nondiff(np.greater, "greater")
+export(greater, torch=("gt(other, /)", "greater(other, /)"), top=True)
 greater_equal = _nondiff(np.greater_equal, "greater_equal")
+export(greater_equal, torch=("ge(other, /)", "greater_equal(other, /)"), top=True)
 less = _nondiff(np.less, "less")
+export(less, torch=("lt(other, /)", "less(other, /)"), top=True)
 less_equal = _nondiff(np.less_equal, "less_equal")
+export(less_equal, torch=("le(other, /)", "less_equal(other, /)"), top=True)
 equal = _nondiff(np.equal, "equal")
+export(equal, torch="eq(other, /)", top=True)
 not_equal = _nondiff(np.not_equal, "not_equal")
+export(not_equal, torch=("ne(other, /)", "not_equal(other, /)"), top=True)
 logical_and = _nondiff(np.logical_and, "logical_and")
+export(logical_and, torch="logical_and(other, /)", top=True)
 logical_or = _nondiff(np.logical_or, "logical_or")
+export(logical_or, torch="logical_or(other, /)", top=True)
 logical_not = _nondiff(np.logical_not, "logical_not")
+export(logical_not, torch="logical_not()", top=True)
 isfinite = _nondiff(np.isfinite, "isfinite")
+export(isfinite, torch="isfinite()", top=True)
 isnan = _nondiff(np.isnan, "isnan")
+export(isnan, torch="isnan()", top=True)
 isinf = _nondiff(np.isinf, "isinf")
+export(isinf, torch="isinf()", top=True)
 argmax = _nondiff(np.argmax, "argmax")
+export(argmax, torch="argmax(dim=None, keepdim=False)", top=True)
 argmin = _nondiff(np.argmin, "argmin")
+export(argmin, torch="argmin(dim=None, keepdim=False)", top=True)
 argsort = _nondiff(np.argsort, "argsort")
+export(argsort)
 bitwise_and = _nondiff(np.bitwise_and, "bitwise_and")
+export(bitwise_and)
 bitwise_or = _nondiff(np.bitwise_or, "bitwise_or")
+export(bitwise_or)
 bitwise_xor = _nondiff(np.bitwise_xor, "bitwise_xor")
+export(bitwise_xor)
 invert = _nondiff(np.invert, "invert")
+export(invert)
 floor_divide = _nondiff(np.floor_divide, "floor_divide")
+export(floor_divide)
 
 
 # x mod y = x - k*y with k = floor(x / y) (trunc for fmod) piecewise constant: d/dx = 1,
@@ -427,10 +491,12 @@ floor_divide = _nondiff(np.floor_divide, "floor_divide")
 remainder = primitive(np.remainder, "remainder", arity=2)
 defvjp(remainder, pass_through, lambda g, ans, a, b: -g * floor(a / b))
 defjvp_elementwise(remainder)
+export(remainder, numpy=("remainder", "mod"), torch="remainder(divisor, /)", top=True)
 mod = remainder
 fmod = primitive(np.fmod, "fmod", arity=2)
 defvjp(fmod, pass_through, lambda g, ans, a, b: -g * trunc(a / b))
 defjvp_elementwise(fmod)
+export(fmod, torch="fmod(divisor, /)", top=True)
 
 
 def _astype(x: Any, dtype: Any) -> Any:
@@ -459,6 +525,7 @@ def astype(x: Any, dtype: Any) -> Any:
     if np.dtype(dtype).kind not in "fc":
         return _astype_nondiff(x, dtype)
     return _astype_p(x, dtype)
+export(astype, torch="astype(dtype)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -530,6 +597,7 @@ def _expand_over(g: np.ndarray, shape: tuple[int, ...], axis: Any) -> np.ndarray
 sum = primitive(_sum, "sum", arity=1, writes_out=True)  # noqa: A001
 defvjp(sum, _sum_vjp)
 defjvp_is_linear(sum)
+export(sum, torch="sum(dim=None, keepdim=False, *, dtype=None)", top=True)
 
 
 def _mean(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -562,6 +630,7 @@ def _mean_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False
 mean = primitive(_mean, "mean", arity=1)
 defvjp(mean, _mean_vjp)
 defjvp_is_linear(mean)
+export(mean, torch="mean(dim=None, keepdim=False, *, dtype=None)", top=True, floats_only=True)
 
 
 def _prod(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -613,6 +682,7 @@ prod = primitive(_prod, "prod", arity=1)
 defvjp(prod, _prod_vjp)
 defjvp(prod, lambda g, ans, x, axis=None, keepdims=False:
        sum(g * _prod_of_others(x, axis), axis=axis, keepdims=keepdims))
+export(prod, torch="prod(dim=None, keepdim=False, *, dtype=None)", top=True)
 
 
 def _extremum_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -674,9 +744,11 @@ def _extremum(ufunc: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 max = primitive(_amax, "max", arity=1)  # noqa: A001
 defvjp(max, _extremum_vjp)
 defjvp(max, _extremum_jvp)
+export(max, numpy=("max", "amax"), torch="amax(dim=None, keepdim=False)", top=True)
 min = primitive(_amin, "min", arity=1)  # noqa: A001
 defvjp(min, _extremum_vjp)
 defjvp(min, _extremum_jvp)
+export(min, numpy=("min", "amin"), torch="amin(dim=None, keepdim=False)", top=True)
 amax, amin = max, min
 
 
@@ -693,6 +765,7 @@ def _cumsum_vjp(g: Any, ans: Any, x: Any, axis: Any = None) -> Any:
 cumsum = primitive(_cumsum, "cumsum", arity=1)
 defvjp(cumsum, _cumsum_vjp)
 defjvp_is_linear(cumsum)
+export(cumsum, torch="cumsum(dim, *, dtype=None)", top=True)
 
 
 def _logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -707,6 +780,7 @@ defvjp(logsumexp, lambda g, ans, x, axis=None, keepdims=False:
        _regrow(g, x, axis, keepdims) * exp(x - _regrow(ans, x, axis, keepdims)))
 defjvp(logsumexp, lambda g, ans, x, axis=None, keepdims=False:
        sum(g * exp(x - _regrow(ans, x, axis, keepdims)), axis=axis, keepdims=keepdims))
+export(logsumexp, torch="logsumexp(dim, keepdim=False)", top=True)
 
 
 def _log_softmax(x: Any, axis: int = -1) -> Any:
@@ -725,6 +799,7 @@ log_softmax = primitive(_log_softmax, "log_softmax", arity=1)
 # these rules stay differentiable at every order and cost no wrapper call on plain arrays.
 defvjp(log_softmax, lambda g, ans, x, axis=-1: g - np.exp(ans) * g.sum(axis=axis, keepdims=True))
 defjvp(log_softmax, lambda g, ans, x, axis=-1: g - (g * exp(ans)).sum(axis=axis, keepdims=True))
+export(log_softmax, torch="log_softmax(dim, *, dtype=None)", top=True)
 
 
 def _softmax(x: Any, axis: int = -1) -> Any:
@@ -739,6 +814,7 @@ def _softmax_rule(g: Any, ans: Any, x: Any, axis: int = -1) -> Any:
 softmax = primitive(_softmax, "softmax", arity=1)
 defvjp(softmax, _softmax_rule)
 defjvp(softmax, _softmax_rule)  # the Jacobian diag(p) - p p^T is symmetric: one rule
+export(softmax, torch="softmax(dim, *, dtype=None)", top=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -753,6 +829,7 @@ def _reshape(x: Any, shape: Any) -> Any:
 reshape = primitive(_reshape, "reshape", arity=1)
 defvjp(reshape, lambda g, ans, x, shape: g.reshape(x.shape))
 defjvp_is_linear(reshape)
+export(reshape)
 
 
 def _transpose(x: Any, axes: Any = None) -> Any:
@@ -768,6 +845,7 @@ def _transpose_vjp(g: Any, ans: Any, x: Any, axes: Any = None) -> Any:
 transpose = primitive(_transpose, "transpose", arity=1)
 defvjp(transpose, _transpose_vjp)
 defjvp_is_linear(transpose)
+export(transpose)
 
 
 def _broadcast_to(x: Any, shape: Any) -> Any:
@@ -785,6 +863,7 @@ def _broadcast_to(x: Any, shape: Any) -> Any:
 broadcast_to = primitive(_broadcast_to, "broadcast_to", arity=1)
 defvjp(broadcast_to, lambda g, ans, x, shape: sum_to(g, x.shape))
 defjvp_is_linear(broadcast_to)
+export(broadcast_to, torch="broadcast_to(size: shape)")
 
 
 def _sum_to(g: Any, shape: tuple[int, ...]) -> Any:
@@ -830,6 +909,7 @@ defjvp_is_linear(_concatenate_p, None)
 
 def concatenate(arrays: Any, axis: int = 0) -> Any:
     return _concatenate_p(*arrays, axis=axis)
+export(concatenate)
 
 
 def _stack(*arrays: Any, axis: int = 0) -> Any:
@@ -848,6 +928,7 @@ defjvp_is_linear(_stack_p, None)
 
 def stack(arrays: Any, axis: int = 0) -> Any:
     return _stack_p(*arrays, axis=axis)
+export(stack)
 
 
 def _flip(x: Any, axis: Any = None) -> Any:
@@ -857,6 +938,7 @@ def _flip(x: Any, axis: Any = None) -> Any:
 flip = primitive(_flip, "flip", arity=1)
 defvjp(flip, lambda g, ans, x, axis=None: flip(g, axis))
 defjvp_is_linear(flip)
+export(flip, torch="flip(dims)", top=True)
 
 
 def _roll(x: Any, shift: Any, axis: Any = None) -> Any:
@@ -866,6 +948,7 @@ def _roll(x: Any, shift: Any, axis: Any = None) -> Any:
 roll = primitive(_roll, "roll", arity=1)
 defvjp(roll, lambda g, ans, x, shift, axis=None: roll(g, _neg(shift), axis))
 defjvp_is_linear(roll)
+export(roll, torch="roll(shifts: shift, dims=None)", top=True)
 
 
 def _neg(shift: Any) -> Any:
@@ -889,6 +972,7 @@ def _tile_vjp(g: Any, ans: Any, x: Any, reps: Any) -> Any:
 tile = primitive(_tile, "tile", arity=1)
 defvjp(tile, _tile_vjp)
 defjvp_is_linear(tile)
+export(tile)
 
 
 def _repeat(x: Any, repeats: Any, axis: Any = None) -> Any:
@@ -912,6 +996,7 @@ def _repeat_vjp(g: Any, ans: Any, x: Any, repeats: Any, axis: Any = None) -> Any
 repeat = primitive(_repeat, "repeat", arity=1)
 defvjp(repeat, _repeat_vjp)
 defjvp_is_linear(repeat)
+export(repeat)
 
 
 def _pad(x: Any, pad_width: Any, mode: str = "constant", constant_values: Any = 0) -> Any:
@@ -945,6 +1030,7 @@ def _diag_vjp(g: Any, ans: Any, x: Any, k: int = 0) -> Any:
 diag = primitive(_diag, "diag", arity=1)
 defvjp(diag, _diag_vjp)
 defjvp_is_linear(diag)
+export(diag, torch="diag(diagonal: k = 0)", top=True)
 
 
 def _triu(x: Any, k: int = 0) -> Any:
@@ -958,9 +1044,11 @@ def _tril(x: Any, k: int = 0) -> Any:
 triu = primitive(_triu, "triu", arity=1)
 defvjp(triu, lambda g, ans, x, k=0: triu(g, k))
 defjvp_is_linear(triu)
+export(triu, torch="triu(diagonal: k = 0)", top=True)
 tril = primitive(_tril, "tril", arity=1)
 defvjp(tril, lambda g, ans, x, k=0: tril(g, k))
 defjvp_is_linear(tril)
+export(tril, torch="tril(diagonal: k = 0)", top=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1009,6 +1097,7 @@ def _take_along_axis_vjp(g: Any, ans: Any, x: Any, indices: Any, axis: Any = -1)
 
 defvjp(take_along_axis, _take_along_axis_vjp)
 defjvp_is_linear(take_along_axis)
+export(take_along_axis)
 defvjp(scatter_along_axis, lambda g, ans, src, idx, axis, shape: _take_lanes(g, src, idx, axis))
 defjvp_is_linear(scatter_along_axis)
 
@@ -1047,6 +1136,7 @@ def _matmul_vjp_b(g: Any, ans: Any, a: Any, b: Any) -> Any:
 matmul = primitive(np.matmul, "matmul", arity=2)
 defvjp(matmul, _matmul_vjp_a, _matmul_vjp_b)
 defjvp(matmul, lambda g, ans, a, b: matmul(g, b), lambda g, ans, a, b: matmul(a, g))
+export(matmul, torch=("matmul(other, /)", "dot(other, /)"), top=True)
 
 
 def _einsum(subscripts: str, *operands: Any) -> Any:
@@ -1189,6 +1279,7 @@ def _cholesky_jvp(g: Any, ans: Any, a: Any) -> Any:
 cholesky = primitive(np.linalg.cholesky, "cholesky", arity=1)
 defvjp(cholesky, _cholesky_vjp)
 defjvp(cholesky, _cholesky_jvp)
+export(cholesky)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1200,6 +1291,7 @@ def _identity(x: Any) -> Any:  # the forward of both stop_gradient and identity
 
 # A primitive (not a bare constructor) so that rlgrad.jit sees it; nondiff: the output is a leaf.
 stop_gradient = primitive(_identity, "stop_gradient", nondiff=True, arity=1)
+export(stop_gradient, torch="detach()")
 stop_gradient.__doc__ = """The value of ``x`` with no gradient flowing back through it, at every
 nesting level (JAX's ``lax.stop_gradient``, PyTorch's ``detach``). Plain arrays pass through."""
 
@@ -1213,6 +1305,7 @@ def swapaxes(x: Any, axis1: int, axis2: int) -> Any:
     a1, a2 = axis1 % nd, axis2 % nd
     axes[a1], axes[a2] = axes[a2], axes[a1]
     return transpose(x, tuple(axes))
+export(swapaxes, torch="swapaxes(axis0: axis1, axis1: axis2)", top=True)
 
 
 def moveaxis(x: Any, source: Any, destination: Any) -> Any:
@@ -1223,18 +1316,22 @@ def moveaxis(x: Any, source: Any, destination: Any) -> Any:
     for d, s in sorted(zip(dst_axes, src_axes)):
         perm.insert(d, s)
     return transpose(x, tuple(perm))
+export(moveaxis, torch=("moveaxis(source, destination)", "movedim(source, destination)"), top=True)
 
 
 def expand_dims(x: Any, axis: Any) -> Any:
     return reshape(x, np.expand_dims(np.empty(_shape(x), dtype=bool), axis).shape)
+export(expand_dims, torch="expand_dims(axis)")
 
 
 def squeeze(x: Any, axis: Any = None) -> Any:
     return reshape(x, np.squeeze(np.empty(_shape(x), dtype=bool), axis).shape)
+export(squeeze)
 
 
 def ravel(x: Any) -> Any:
     return reshape(x, (-1,))
+export(ravel, torch="ravel()", top=True)
 
 
 identity = primitive(_identity, "identity", arity=1)
@@ -1249,6 +1346,7 @@ def _copy(x: Any) -> Any:
 clone = primitive(_copy, "clone", arity=1)
 defvjp(clone, pass_through)
 defjvp_is_linear(clone)
+export(clone, numpy=False, torch="clone()", top=True)
 
 
 # Arrays built from Tensors: rnp.array([x, y]) and nested lists mixing Tensors, arrays and

@@ -8,12 +8,14 @@ this module is imported (``import rlgrad`` does it). It sits above both ``ops`` 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from rlgrad import ops
 from rlgrad.device import check_device, is_device
+from rlgrad.exports import EXPORTS, REQUIRED, Method
 from rlgrad.indexing import gather
 from rlgrad.numpy import _std_from_var, var
 from rlgrad.ops import (
@@ -23,7 +25,6 @@ from rlgrad.ops import (
     argmin,
     astype,
     broadcast_to,
-    clip,
     clone,
     divide,
     equal,
@@ -34,7 +35,6 @@ from rlgrad.ops import (
     greater_equal,
     less,
     less_equal,
-    log_softmax,
     logical_and,
     logical_not,
     logical_or,
@@ -45,10 +45,7 @@ from rlgrad.ops import (
     power,
     remainder,
     reshape,
-    softmax,
-    sqrt,  # noqa: F401 - installed as a method by name below
     squeeze,
-    stop_gradient,
     subtract,
     swapaxes,
     transpose,
@@ -77,21 +74,74 @@ def _index_key(idx: Any) -> Any:
     return idx
 
 
-def _reduction(fn: Any, floats_only: bool = False) -> Any:
-    """A reduction method with torch's keywords; ``floats_only``: an integer or bool tensor
-    raises, as torch's ``mean()`` does (NumPy's would give a float)."""
-    def method(self: Tensor, axis: Any = None, keepdims: bool = False, *, dim: Any = None,
-               keepdim: bool = False, dtype: Any = None) -> Any:
-        if dtype is not None:  # torch casts the input first
-            self = _cast(self, dtype)
-        elif floats_only and self._value.dtype.kind not in "fc":
-            raise RuntimeError(f"{fn.__name__}(): could not infer output dtype: the input is "
-                               f"{self.dtype}, a floating or complex dtype is needed; call "
-                               ".float() first or pass dtype=")
-        return fn(self, axis=_axis(axis, dim), keepdims=keepdims or keepdim)
+def declared_method(fn: Callable, method: Method, floats_only: bool = False) -> Callable:
+    """The Tensor method of an ``export(..., torch=spec)`` declaration: torch's argument names
+    (and NumPy's, where they do not clash) turned into ``fn``'s NumPy keywords. A keyword-only
+    ``dtype`` casts the input first, as torch's reductions do; parameters before ``/`` are handed
+    to ``fn`` by position (NumPy's ufuncs take no keywords)."""
+    params = method.params
+    if not params and not floats_only:
+        return fn  # exp(), neg(), ...: the primitive itself, no wrapper call
+    by_name = {p.torch: p for p in params}
+    for p in params:
+        by_name.setdefault(p.numpy, p)
+    positional = [p for p in params if not p.kwonly]
+    n_pos = len(positional)
+    by_position = [p for p in positional if p.positional]
+    required = [p for p in params if p.default is REQUIRED]
+    fast = not floats_only and all(p.positional for p in required)  # no keyword to translate
+    casts = any(p.torch == "dtype" and p.kwonly for p in params)
+    name, sig = method.name, method.signature()
 
-    method.__name__ = fn.__name__
-    return method
+    def call(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - torch's name
+        if not kwargs and fast and len(args) == len(by_position):
+            return fn(input, *args)  # t.sum(), t.pow(2), t.maximum(u)
+        if len(args) > n_pos:
+            raise TypeError(f"{name}() takes {n_pos} positional argument(s) after the tensor but "
+                            f"{len(args)} were given; torch's signature: {sig}")
+        kw = {p.numpy: a for p, a in zip(positional, args)}
+        for k, v in kwargs.items():
+            p = by_name.get(k)
+            if p is None:
+                raise TypeError(f"{name}() got an unexpected keyword argument {k!r}; torch's "
+                                f"signature: {sig}")
+            if p.numpy in kw:
+                raise TypeError(f"{name}() got multiple values for argument {p.torch!r}")
+            kw[p.numpy] = v
+        for p in required:
+            if p.numpy not in kw:
+                raise TypeError(f"{name}() missing required argument {p.torch!r}; torch's "
+                                f"signature: {sig}")
+        dtype = kw.pop("dtype", None) if casts else None
+        if dtype is not None:
+            input = _cast(input, dtype)  # noqa: A001
+        elif floats_only and input.dtype.kind not in "fc":
+            raise RuntimeError(f"{name}(): could not infer output dtype: the input is "
+                                   f"{input.dtype}, a floating or complex dtype is needed; call "
+                                   ".float() first or pass dtype=")
+        return fn(input, *[kw.pop(p.numpy) for p in by_position], **kw)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = f"``Tensor.{sig}`` (torch's names; ``{getattr(fn, '__name__', name)}``'s NumPy " \
+        "keywords are accepted too)."
+    return call
+
+
+def declared_methods() -> dict[str, Callable]:
+    """``{name: method}`` of every Tensor method declared with ``export(..., torch=...)``."""
+    return {m.name: declared_method(e.fn, m, e.floats_only) for e in EXPORTS for m in e.methods}
+
+
+def declared_functions() -> dict[str, Callable]:
+    """``{name: function}`` for rlgrad's top level (``torch.cumsum(x, dim=1)``): a declared
+    method called with the tensor first, or the NumPy-style function itself when it is no
+    method (``torch.where``)."""
+    out: dict[str, Callable] = {}
+    for e in EXPORTS:
+        for name in e.top:
+            m = next((m for m in e.methods if m.name == name), None)
+            out[name] = e.fn if m is None else declared_method(e.fn, m, e.floats_only)
+    return out
 
 
 class MaxMinResult(tuple):
@@ -161,14 +211,6 @@ def _method_unsqueeze(self: Tensor, dim: int) -> Any:
     return expand_dims(self, dim)
 
 
-def _method_softmax(self: Tensor, dim: int = -1) -> Any:
-    return softmax(self, axis=dim)
-
-
-def _method_log_softmax(self: Tensor, dim: int = -1) -> Any:
-    return log_softmax(self, axis=dim)
-
-
 def _correction(unbiased: Any, correction: Any, ddof: Any) -> Any:
     if isinstance(unbiased, int | np.integer) and not isinstance(unbiased, bool):
         raise TypeError("var/std's second positional argument is PyTorch's `unbiased` (a bool); "
@@ -195,20 +237,6 @@ def _method_std(self: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bo
     """PyTorch's, as ``var``: unbiased by default."""
     return _std_from_var(_method_var(self, dim, unbiased, keepdim, correction=correction,
                                      ddof=ddof, axis=axis, keepdims=keepdims))
-
-
-def _method_argmax(self: Tensor, axis: Any = None, *, dim: Any = None, keepdims: bool = False,
-                   keepdim: bool = False) -> Any:
-    return argmax(self, axis=_axis(axis, dim), keepdims=keepdims or keepdim)
-
-
-def _method_argmin(self: Tensor, axis: Any = None, *, dim: Any = None, keepdims: bool = False,
-                   keepdim: bool = False) -> Any:
-    return argmin(self, axis=_axis(axis, dim), keepdims=keepdims or keepdim)
-
-
-def _method_clip(self: Tensor, min: Any = None, max: Any = None) -> Any:  # noqa: A002
-    return clip(self, min, max)
 
 
 def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
@@ -327,38 +355,19 @@ def _install_tensor_methods() -> None:
     T.__setitem__ = _method_setitem
     T.T = property(lambda self: transpose(self))
     T.mT = property(lambda self: swapaxes(self, -1, -2))
-    for name in ("exp", "log", "log1p", "expm1", "sqrt", "square", "tanh", "sin", "cos", "sigmoid",
-                 "relu", "softplus", "sign", "floor", "ceil", "reciprocal", "abs", "cumsum", "flip"):
-        setattr(T, name, getattr(ops, name))
-    T.neg = negative
-    for name in ("sum", "mean", "prod", "logsumexp"):
-        setattr(T, name, _reduction(getattr(ops, name), floats_only=name == "mean"))
-    T.amax, T.amin = _reduction(ops.max), _reduction(ops.min)  # values only, as torch.amax/np.amax
+    for name, method in declared_methods().items():  # ops.py's export(...) declarations
+        setattr(T, name, method)
     T.max = _extremum_method(ops.max, argmax, ops.maximum)
     T.min = _extremum_method(ops.min, argmin, ops.minimum)
     T.var = _method_var
     T.std = _method_std
-    T.argmax = _method_argmax
-    T.argmin = _method_argmin
     T.reshape = T.view = _method_reshape
     T.flatten = _method_flatten
-    T.ravel = lambda self: reshape(self, (-1,))
     T.transpose = _method_transpose
     T.permute = _method_permute
-    T.swapaxes = swapaxes
     T.squeeze = _method_squeeze
     T.unsqueeze = _method_unsqueeze
-    T.expand_dims = expand_dims
-    T.broadcast_to = broadcast_to
     T.expand = _method_expand
-    T.clip = T.clamp = _method_clip
-    T.pow = power
-    T.matmul = T.dot = matmul
-    T.softmax = _method_softmax
-    T.log_softmax = _method_log_softmax
-    T.clone = clone
-    T.detach = stop_gradient
-    T.astype = astype
 
 
 _install_tensor_methods()

@@ -12,18 +12,13 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.creation import _make
-from rlgrad.indexing import gather
-from rlgrad.tensor import Size, Tensor, _leaf, get_default_dtype
+from rlgrad.indexing import gather  # noqa: F401 - torch.gather, in __all__ below
+from rlgrad.tensor import Size, Tensor, _leaf, get_default_dtype  # noqa: F401 - torch.Size
+from rlgrad.tensor_methods import declared_functions
 
-__all__ = [
-    "clamp", "clip", "max", "min", "maximum", "minimum", "argmax", "argmin", "sum", "mean", "prod",
-    "std", "var", "exp", "log", "log1p", "tanh", "sigmoid", "relu", "abs", "sqrt", "square", "sign",
-    "where", "flatten", "squeeze", "unsqueeze", "reshape", "logsumexp", "softmax", "log_softmax",
-    "numel", "is_tensor", "is_floating_point", "randn", "rand", "randint", "randn_like",
-    "rand_like", "normal", "manual_seed", "initial_seed", "seed", "Size", "float32", "float",
-    "float64", "double", "float16", "half", "int64", "long", "int32", "int", "int16", "int8",
-    "uint8", "bool", "gather", "allclose", "equal", "isfinite", "isnan", "all", "any",
-]
+# torch.exp, torch.cumsum, torch.where ...: each primitive's export(..., top=True) in ops.py
+globals().update(declared_functions())
+
 
 # dtypes under PyTorch's names (NumPy dtypes: ``t.dtype == rlgrad.float32`` holds)
 float32 = float = np.dtype(np.float32)  # noqa: A001
@@ -44,14 +39,6 @@ def _t(x: Any) -> Tensor:
                     "(or use rlgrad.numpy for NumPy arrays)")
 
 
-def clamp(input: Any, min: Any = None, max: Any = None) -> Any:  # noqa: A002
-    """``torch.clamp`` (bounds may be numbers or Tensors)."""
-    return _t(input).clamp(min, max)
-
-
-clip = clamp
-
-
 def _extremum(name: str, elementwise: Any) -> Any:
     def fn(input: Any, dim: Any = None, keepdim: builtins.bool = False, *, other: Any = None) -> Any:
         x = _t(input)
@@ -67,15 +54,6 @@ def _extremum(name: str, elementwise: Any) -> Any:
 
 max = _extremum("max", ops.maximum)  # noqa: A001
 min = _extremum("min", ops.minimum)  # noqa: A001
-maximum, minimum = ops.maximum, ops.minimum
-
-
-def argmax(input: Any, dim: Any = None, keepdim: builtins.bool = False) -> Any:
-    return _t(input).argmax(dim=dim, keepdim=keepdim)
-
-
-def argmin(input: Any, dim: Any = None, keepdim: builtins.bool = False) -> Any:
-    return _t(input).argmin(dim=dim, keepdim=keepdim)
 
 
 def _method(name: str) -> Any:
@@ -87,19 +65,11 @@ def _method(name: str) -> Any:
     return fn
 
 
-sum = _method("sum")  # noqa: A001
-mean, prod, std, var = _method("mean"), _method("prod"), _method("std"), _method("var")
+# the Tensor methods written by hand in tensor_methods.py (torch semantics beyond one primitive)
+std, var = _method("std"), _method("var")
 flatten, squeeze, unsqueeze = _method("flatten"), _method("squeeze"), _method("unsqueeze")
-reshape, logsumexp = _method("reshape"), _method("logsumexp")
-softmax, log_softmax = _method("softmax"), _method("log_softmax")
+reshape = _method("reshape")
 all, any = _method("all"), _method("any")  # noqa: A001
-exp, log, log1p, tanh, sigmoid, relu = ops.exp, ops.log, ops.log1p, ops.tanh, ops.sigmoid, ops.relu
-abs, sqrt, square, sign = ops.absolute, ops.sqrt, ops.square, ops.sign  # noqa: A001
-isfinite, isnan = ops.isfinite, ops.isnan
-
-
-def where(condition: Any, input: Any, other: Any) -> Any:
-    return ops.where(condition, input, other)
 
 
 def numel(input: Any) -> builtins.int:
@@ -205,3 +175,9 @@ def seed() -> builtins.int:
     s = builtins.int(np.random.SeedSequence().entropy % (2 ** 63))
     manual_seed(s)
     return s
+
+
+# Every public name above: the declared functions and the ones written here (not the imports).
+__all__ = [name for name, value in globals().items() if not name.startswith("_")
+           and name not in ("annotations", "builtins", "Any", "np", "ops", "Tensor",
+                            "get_default_dtype", "declared_functions")]

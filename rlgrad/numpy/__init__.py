@@ -57,110 +57,18 @@ from numpy import (  # noqa: E402,F401
 )
 
 from rlgrad import ops as _ops
+from rlgrad.exports import numpy_names as _numpy_names
 from rlgrad.numpy import linalg  # noqa: E402,F401
-from rlgrad.ops import (  # noqa: F401 - re-exported under NumPy's names
-    abs,
-    absolute,
-    add,
-    amax,
-    amin,
-    arccos,
-    arccosh,
-    arcsin,
-    arcsinh,
-    arctan,
-    arctan2,
-    arctanh,
-    argmax,
-    argmin,
-    argsort,
-    astype,
-    bitwise_and,
-    bitwise_or,
-    bitwise_xor,
-    broadcast_to,
-    ceil,
-    cholesky,
-    clip,
-    concatenate,
-    cos,
-    cosh,
-    cumsum,
-    diag,
-    divide,
-    equal,
-    exp,
-    expand_dims,
-    expm1,
-    flip,
-    floor,
-    floor_divide,
-    fmod,
-    greater,
-    greater_equal,
-    hypot,
-    invert,
-    isfinite,
-    isinf,
-    isnan,
-    less,
-    less_equal,
-    log,
-    log1p,
-    logaddexp,
-    logaddexp2,
-    logical_and,
-    logical_not,
-    logical_or,
-    logsumexp,
-    matmul,
-    max,
-    maximum,
-    mean,
-    min,
-    minimum,
-    mod,
-    moveaxis,
-    multiply,
-    negative,
-    not_equal,
-    power,
-    prod,
-    ravel,
-    reciprocal,
-    remainder,
-    repeat,
-    reshape,
-    roll,
-    round,
-    sign,
-    sin,
-    sinh,
-    sqrt,
-    square,
-    squeeze,
-    stack,
-    stop_gradient,
-    subtract,
-    sum,
-    swapaxes,
-    take_along_axis,
-    tan,
-    tanh,
-    tile,
-    transpose,
-    tril,
-    triu,
-    true_divide,
-    trunc,
-    where,
-)
 from rlgrad.ops import array_from as _array_from
 from rlgrad.ops import holds_tensor as _holds_tensor
 from rlgrad.tensor import Tensor as _Tensor
 from rlgrad.tensor import _Trace
 from rlgrad.tensor import constant as _constant
 from rlgrad.tracer import primitive as _primitive
+
+# The primitives under NumPy's names: each declared once, beside its rules (``export`` in ops.py);
+# this module's own definitions below (compositions) are added to them.
+globals().update(_numpy_names())
 
 
 def _numpy_on_arrays(np_fn: Any) -> Any:
@@ -210,7 +118,7 @@ def _is_traced(*xs: Any) -> bool:
 
 @_numpy_on_arrays(_np.fabs)
 def fabs(x: Any) -> Any:
-    return absolute(x)
+    return _ops.absolute(x)
 
 
 @_numpy_on_arrays(_np.positive)
@@ -220,8 +128,8 @@ def positive(x: Any) -> Any:
 
 @_numpy_on_arrays(_np.sinc)
 def sinc(x: Any) -> Any:
-    y = pi * where(equal(x, 0), 1.0e-20, x)
-    return sin(y) / y
+    y = pi * _ops.where(_ops.equal(x, 0), 1.0e-20, x)
+    return _ops.sin(y) / y
 
 
 def array(object: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - NumPy's name
@@ -254,9 +162,9 @@ def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
     if not _is_traced(x):
         return _np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     n = _np.size(x._value) // (_np.size(_np.sum(x._value, axis=axis)) or 1)  # (3, 0) over 0: n = 0
-    centred = x - mean(x, axis=axis, keepdims=True)
+    centred = x - _ops.mean(x, axis=axis, keepdims=True)
     # a float: no n - ddof <= 0 ZeroDivisionError, NumPy's inf/nan instead (float32 stays so)
-    return sum(centred * centred, axis=axis, keepdims=keepdims) / float(_builtins.max(n - ddof, 0))
+    return _ops.sum(centred * centred, axis=axis, keepdims=keepdims) / float(_builtins.max(n - ddof, 0))
 
 
 @_numpy_on_arrays(_np.std)
@@ -271,25 +179,25 @@ def std(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
 def _std_from_var(v: Any) -> Any:
     """sqrt(v) with gradient 0 where v == 0 (as torch's std): there d sqrt = dv / 0, and dv is 0
     (one element, or all equal: a kink whose subgradient 0 is taken), which gave 0 * inf = NaN."""
-    zero = equal(v, 0)
-    return where(zero, 0.0, sqrt(where(zero, 1.0, v)))
+    zero = _ops.equal(v, 0)
+    return _ops.where(zero, 0.0, _ops.sqrt(_ops.where(zero, 1.0, v)))
 
 
 @_numpy_on_arrays(_np.average)
 def average(a: Any, axis: Any = None, weights: Any = None) -> Any:
     if weights is None:
-        return mean(a, axis=axis)
+        return _ops.mean(a, axis=axis)
     full_weights = weights * _np.ones(_np.shape(_d(a)), dtype=_np.result_type(_d(a)))
-    return sum(a * weights, axis=axis) / sum(full_weights, axis=axis)
+    return _ops.sum(a * weights, axis=axis) / _ops.sum(full_weights, axis=axis)
 
 
 @_numpy_on_arrays(_np.dot)
 def dot(a: Any, b: Any) -> Any:
     """NumPy's dot for 0-, 1- and 2-D operands, and its N-D rule through tensordot."""
     if _np.ndim(_d(a)) == 0 or _np.ndim(_d(b)) == 0:
-        return multiply(_strong(a), _strong(b))
+        return _ops.multiply(_strong(a), _strong(b))
     if _np.ndim(_d(b)) <= 2:
-        return matmul(a, b)
+        return _ops.matmul(a, b)
     return tensordot(a, b, axes=([-1], [-2]))
 
 
@@ -305,19 +213,19 @@ def _d(x: Any) -> Any:
 
 @_numpy_on_arrays(_np.vdot)
 def vdot(a: Any, b: Any) -> Any:
-    return sum(ravel(a) * ravel(b))
+    return _ops.sum(_ops.ravel(a) * _ops.ravel(b))
 
 
 @_numpy_on_arrays(_np.inner)
 def inner(a: Any, b: Any) -> Any:
     if _np.ndim(_d(a)) == 0 or _np.ndim(_d(b)) == 0:
-        return multiply(_strong(a), _strong(b))
+        return _ops.multiply(_strong(a), _strong(b))
     return tensordot(a, b, axes=([-1], [-1]))
 
 
 @_numpy_on_arrays(_np.outer)
 def outer(a: Any, b: Any) -> Any:
-    return expand_dims(ravel(a), 1) * expand_dims(ravel(b), 0)
+    return _ops.expand_dims(_ops.ravel(a), 1) * _ops.expand_dims(_ops.ravel(b), 0)
 
 
 @_numpy_on_arrays(_np.tensordot)
@@ -368,7 +276,7 @@ def _einsum_letters(sublist: list[Any]) -> str:
 def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     if not _is_traced(a):
         return _np.trace(a, offset, axis1, axis2)
-    return sum(diagonal(a, offset, axis1, axis2), axis=-1)
+    return _ops.sum(diagonal(a, offset, axis1, axis2), axis=-1)
 
 
 @_numpy_on_arrays(_np.diagonal)
@@ -376,10 +284,10 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     """NumPy's diagonal: the diagonal of the (axis1, axis2) planes, as the last axis."""
     nd = _np.ndim(_d(a))
     if nd == 2 and (axis1 % 2, axis2 % 2) == (0, 1):
-        return diag(a, offset)
+        return _ops.diag(a, offset)
     if not _is_traced(a):
         return _np.diagonal(a, offset, axis1, axis2)
-    b = moveaxis(a, (axis1, axis2), (-2, -1))
+    b = _ops.moveaxis(a, (axis1, axis2), (-2, -1))
     n, m = _np.shape(b._value)[-2:]
     length = _np.clip(_np.minimum(n, m - offset) if offset >= 0 else _np.minimum(n + offset, m), 0, None)
     k = _np.arange(length)
@@ -415,23 +323,23 @@ def array_split(ary: Any, sections: Any, axis: int = 0) -> list[Any]:
 @_numpy_on_arrays(_np.hstack)
 def hstack(tup: Any) -> Any:
     arrays = [atleast_1d(t) for t in tup]  # (a 1-D tensor's elements are 0-d: NumPy's rule)
-    return concatenate(arrays, axis=0 if _np.ndim(_d(arrays[0])) == 1 else 1)
+    return _ops.concatenate(arrays, axis=0 if _np.ndim(_d(arrays[0])) == 1 else 1)
 
 
 @_numpy_on_arrays(_np.vstack)
 def vstack(tup: Any) -> Any:
-    return concatenate([atleast_2d(t) for t in tup], axis=0)
+    return _ops.concatenate([atleast_2d(t) for t in tup], axis=0)
 
 
 @_numpy_on_arrays(_np.atleast_1d)
 def atleast_1d(*arys: Any) -> Any:
-    out = tuple(reshape(x, (1,)) if _np.ndim(_d(x)) == 0 else x for x in arys)
+    out = tuple(_ops.reshape(x, (1,)) if _np.ndim(_d(x)) == 0 else x for x in arys)
     return out[0] if len(out) == 1 else out
 
 
 @_numpy_on_arrays(_np.atleast_2d)
 def atleast_2d(*arys: Any) -> Any:
-    out = tuple(reshape(x, (1,) * (2 - _np.ndim(_d(x))) + _np.shape(_d(x))) if _np.ndim(_d(x)) < 2
+    out = tuple(_ops.reshape(x, (1,) * (2 - _np.ndim(_d(x))) + _np.shape(_d(x))) if _np.ndim(_d(x)) < 2
                 else x for x in arys)
     return out[0] if len(out) == 1 else out
 
@@ -451,7 +359,7 @@ def take(a: Any, indices: Any, axis: Any = None) -> Any:
     if isinstance(indices, _Tensor):  # index with the tensor: rlgrad.jit reads it at every call
         idx = indices
     if axis is None:
-        return ravel(a)[idx]
+        return _ops.ravel(a)[idx]
     ax = axis % _np.ndim(_d(a))
     return a[(slice(None),) * ax + (idx,)]
 
@@ -477,25 +385,25 @@ def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: Any
 def sort(a: Any, axis: int = -1) -> Any:
     if not _is_traced(a):
         return _np.sort(a, axis=axis)
-    return take_along_axis(a, argsort(a, axis=axis), axis=axis)  # recorded: jit recomputes it
+    return _ops.take_along_axis(a, _ops.argsort(a, axis=axis), axis=axis)  # recorded: jit recomputes it
 
 
 def cumprod(a: Any, axis: Any = None) -> Any:
     if not _is_traced(a):
         return _np.cumprod(a, axis=axis)
     if not _Trace.compiling and _np.all(a._value > 0):  # (jit: no branch on the first values)
-        return exp(cumsum(log(a), axis=axis))
+        return _ops.exp(_ops.cumsum(_ops.log(a), axis=axis))
     return _cumprod_general(a, axis)
 
 
 def _cumprod_general(a: Any, axis: Any) -> Any:
     if axis is None:
-        a, axis = ravel(a), 0
+        a, axis = _ops.ravel(a), 0
     parts = split(a, _np.shape(a._value)[axis], axis)
     acc = [parts[0]]
     for p in parts[1:]:
         acc.append(acc[-1] * p)
-    return concatenate(acc, axis)
+    return _ops.concatenate(acc, axis)
 
 
 def diff(a: Any, n: int = 1, axis: int = -1) -> Any:
@@ -511,15 +419,15 @@ def diff(a: Any, n: int = 1, axis: int = -1) -> Any:
 
 def log2(x: Any) -> Any:
     # (math's log: a Python float, which does not make float32 float64)
-    return _np.log2(x) if not _is_traced(x) else log(x) * (1 / _math.log(2))
+    return _np.log2(x) if not _is_traced(x) else _ops.log(x) * (1 / _math.log(2))
 
 
 def log10(x: Any) -> Any:
-    return _np.log10(x) if not _is_traced(x) else log(x) * (1 / _math.log(10))
+    return _np.log10(x) if not _is_traced(x) else _ops.log(x) * (1 / _math.log(10))
 
 
 def exp2(x: Any) -> Any:
-    return _np.exp2(x) if not _is_traced(x) else exp(x * _math.log(2))
+    return _np.exp2(x) if not _is_traced(x) else _ops.exp(x * _math.log(2))
 
 
 # Boolean- and index-valued functions: no gradient exists, so on Tensors they run on the values.
@@ -564,14 +472,15 @@ def nan_to_num(x: Any, copy: bool = True, nan: float = 0.0, posinf: Any = None, 
     info = _np.finfo(_np.result_type(_d(x)))
     big = info.max if posinf is None else posinf
     small = info.min if neginf is None else neginf
-    out = where(isnan(x), nan, x)
-    return where(isposinf(x), big, where(isneginf(x), small, out))
+    out = _ops.where(_ops.isnan(x), nan, x)
+    return _ops.where(isposinf(x), big, _ops.where(isneginf(x), small, out))
 
 
 @_numpy_on_arrays(_np.heaviside)
 def heaviside(x: Any, h0: Any) -> Any:
-    step = astype(greater(x, 0), _np.result_type(_d(x)))  # x's dtype: float32 stays float32
-    return where(isnan(x), _np.nan, where(equal(x, 0), h0, step))  # NaN stays NaN (NumPy's)
+    step = _ops.astype(_ops.greater(x, 0), _np.result_type(_d(x)))  # x's dtype: float32 stays float32
+    # NaN stays NaN (NumPy's)
+    return _ops.where(_ops.isnan(x), _np.nan, _ops.where(_ops.equal(x, 0), h0, step))
 
 
 def sigmoid(x: Any) -> Any:
@@ -580,8 +489,6 @@ def sigmoid(x: Any) -> Any:
 
 
 expit = sigmoid
-softmax = _ops.softmax
-log_softmax = _ops.log_softmax
 
 
 # ---- Constants shaped like an array, and predicates: no gradient to carry, Tensors accepted -------
@@ -630,8 +537,8 @@ __version__ = _np.__version__
 @_numpy_on_arrays(_np.append)
 def append(arr: Any, values: Any, axis: Any = None) -> Any:
     if axis is None:
-        return concatenate([ravel(arr), ravel(values)], axis=0)
-    return concatenate([arr, values], axis=axis)
+        return _ops.concatenate([_ops.ravel(arr), _ops.ravel(values)], axis=0)
+    return _ops.concatenate([arr, values], axis=axis)
 
 
 def _split_along(name: str, ary: Any, indices_or_sections: Any, axis: int, min_ndim: int) -> list[Any]:
@@ -658,8 +565,8 @@ def dsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
 
 @_numpy_on_arrays(_np.column_stack)
 def column_stack(tup: Any) -> Any:
-    cols = [reshape(t, (-1, 1)) if _np.ndim(_d(t)) < 2 else t for t in tup]
-    return concatenate(cols, axis=1)
+    cols = [_ops.reshape(t, (-1, 1)) if _np.ndim(_d(t)) < 2 else t for t in tup]
+    return _ops.concatenate(cols, axis=1)
 
 
 row_stack = vstack
@@ -670,7 +577,7 @@ def atleast_3d(*arys: Any) -> Any:
     out = []
     for x in arys:
         shp = _np.shape(_d(x))
-        out.append(reshape(x, {0: (1, 1, 1), 1: (1, *shp, 1), 2: (*shp, 1)}.get(len(shp), shp)))
+        out.append(_ops.reshape(x, {0: (1, 1, 1), 1: (1, *shp, 1), 2: (*shp, 1)}.get(len(shp), shp)))
     return out[0] if len(out) == 1 else tuple(out)
 
 
@@ -691,12 +598,12 @@ rad2deg = _numpy_on_arrays(_np.rad2deg)(degrees.__wrapped__)
 @_numpy_on_arrays(_np.fmax)
 def fmax(x1: Any, x2: Any) -> Any:
     """maximum, except that a NaN loses (the other argument is taken, with its gradient)."""
-    return where(isnan(x2), x1, where(isnan(x1), x2, maximum(x1, x2)))
+    return _ops.where(_ops.isnan(x2), x1, _ops.where(_ops.isnan(x1), x2, _ops.maximum(x1, x2)))
 
 
 @_numpy_on_arrays(_np.fmin)
 def fmin(x1: Any, x2: Any) -> Any:
-    return where(isnan(x2), x1, where(isnan(x1), x2, minimum(x1, x2)))
+    return _ops.where(_ops.isnan(x2), x1, _ops.where(_ops.isnan(x1), x2, _ops.minimum(x1, x2)))
 
 
 @_numpy_on_arrays(_np.select)
@@ -705,20 +612,20 @@ def select(condlist: Any, choicelist: Any, default: Any = 0) -> Any:
         raise ValueError("select: list of cases must be same length as list of conditions")
     out = default
     for cond, choice in zip(reversed(condlist), reversed(choicelist)):  # the first true one wins
-        out = where(cond, choice, out)
+        out = _ops.where(cond, choice, out)
     return out
 
 
 @_numpy_on_arrays(_np.flipud)
 def flipud(m: Any) -> Any:
-    return flip(m, 0)
+    return _ops.flip(m, 0)
 
 
 @_numpy_on_arrays(_np.fliplr)
 def fliplr(m: Any) -> Any:
     if _np.ndim(_d(m)) < 2:
         raise ValueError("fliplr: input must be >= 2-d")
-    return flip(m, 1)
+    return _ops.flip(m, 1)
 
 
 @_numpy_on_arrays(_np.rot90)
@@ -729,10 +636,10 @@ def rot90(m: Any, k: int = 1, axes: Any = (0, 1)) -> Any:
     if k == 0:
         return m
     if k == 2:
-        return flip(flip(m, a0), a1)
+        return _ops.flip(_ops.flip(m, a0), a1)
     order = list(range(_np.ndim(_d(m))))
     order[a0], order[a1] = order[a1], order[a0]
-    return transpose(flip(m, a1), order) if k == 1 else flip(transpose(m, order), a1)
+    return _ops.transpose(_ops.flip(m, a1), order) if k == 1 else _ops.flip(_ops.transpose(m, order), a1)
 
 
 @_numpy_on_arrays(_np.rollaxis)
@@ -744,7 +651,7 @@ def rollaxis(a: Any, axis: int, start: int = 0) -> Any:
         raise ValueError(f"rollaxis: start {start} is out of range for {n} dimensions")
     if axis < start:
         start -= 1
-    return a if axis == start else moveaxis(a, axis, start)
+    return a if axis == start else _ops.moveaxis(a, axis, start)
 
 
 @_numpy_on_arrays(_np.kron)
@@ -754,8 +661,8 @@ def kron(a: Any, b: Any) -> Any:
     sa, sb = (1,) * (nd - len(sa)) + sa, (1,) * (nd - len(sb)) + sb
     inter_a = tuple(v for s in sa for v in (s, 1))  # a's axes interleaved with b's
     inter_b = tuple(v for s in sb for v in (1, s))
-    prod = reshape(a, inter_a) * reshape(b, inter_b)
-    return reshape(prod, tuple(x * y for x, y in zip(sa, sb)))
+    prod = _ops.reshape(a, inter_a) * _ops.reshape(b, inter_b)
+    return _ops.reshape(prod, tuple(x * y for x, y in zip(sa, sb)))
 
 
 @_numpy_on_arrays(_np.cross)
@@ -763,7 +670,7 @@ def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axi
     """NumPy's cross product of 3-vectors (and of 2-vectors: the z component) along the axes."""
     if axis is not None:
         axisa = axisb = axisc = axis
-    a, b = moveaxis(a, axisa, -1), moveaxis(b, axisb, -1)
+    a, b = _ops.moveaxis(a, axisa, -1), _ops.moveaxis(b, axisb, -1)
     na, nb = _np.shape(_d(a))[-1], _np.shape(_d(b))[-1]
     if na not in (2, 3) or nb not in (2, 3):
         raise ValueError("incompatible dimensions for cross product (dimension must be 2 or 3)")
@@ -772,8 +679,8 @@ def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axi
     z = a0 * b1 - a1 * b0
     if na == 2 and nb == 2:
         return z
-    out = stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, z], axis=-1)
-    return moveaxis(out, -1, axisc)
+    out = _ops.stack([a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, z], axis=-1)
+    return _ops.moveaxis(out, -1, axisc)
 
 
 @_numpy_on_arrays(_np.linspace)
@@ -789,9 +696,9 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
     y = start + frac * (span / div) if div > 0 else start + frac * span
     if endpoint and num > 1:  # NumPy puts stop itself last
         last = (_np.arange(num) == num - 1).reshape((-1,) + (1,) * nd)
-        y = where(last, stop, y)
-    y = moveaxis(y, 0, axis) if nd and axis != 0 else y
-    y = astype(y, dtype) if dtype is not None else y
+        y = _ops.where(last, stop, y)
+    y = _ops.moveaxis(y, 0, axis) if nd and axis != 0 else y
+    y = _ops.astype(y, dtype) if dtype is not None else y
     return (y, span / div if div > 0 else _np.nan) if retstep else y
 
 
@@ -801,7 +708,7 @@ def make_diagonal(D: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> An
     if not (offset == 0 and axis1 == -1 and axis2 == -2):
         raise NotImplementedError("make_diagonal only supports offset=0, axis1=-1, axis2=-2")
     n = _np.shape(_d(D))[-1]
-    return expand_dims(D, -1) * _np.eye(n, dtype=_np.result_type(_d(D)))
+    return _ops.expand_dims(D, -1) * _np.eye(n, dtype=_np.result_type(_d(D)))
 
 
 class _Concatenator:
@@ -819,9 +726,9 @@ class _Concatenator:
                                       "use concatenate")
         parts = [_np.r_[k] if isinstance(k, slice) else k for k in items]
         if self._columns:
-            parts = [reshape(p, (-1, 1)) if _np.ndim(_d(p)) < 2 else p for p in parts]
-            return concatenate(parts, axis=-1)
-        return concatenate([atleast_1d(p) for p in parts], axis=0)
+            parts = [_ops.reshape(p, (-1, 1)) if _np.ndim(_d(p)) < 2 else p for p in parts]
+            return _ops.concatenate(parts, axis=-1)
+        return _ops.concatenate([atleast_1d(p) for p in parts], axis=0)
 
     def __len__(self) -> int:
         return 0
@@ -884,8 +791,8 @@ def partition(a: Any, kth: Any, axis: Any = -1, kind: str = "introselect", order
     if order is not None:
         raise TypeError("rlgrad.numpy.partition takes no order= (structured arrays)")
     if axis is None:
-        a, axis = ravel(a), 0
-    return take_along_axis(a, argpartition(a, kth, axis=axis, kind=kind), axis=axis)
+        a, axis = _ops.ravel(a), 0
+    return _ops.take_along_axis(a, argpartition(a, kth, axis=axis, kind=kind), axis=axis)
 
 
 @_numpy_on_arrays(_np.gradient)
@@ -919,24 +826,21 @@ def _gradient_1d(f: Any, ax: int, h: float, edge_order: int) -> Any:
     else:
         first = (-1.5 * at(0, 1) + 2.0 * at(1, 2) - 0.5 * at(2, 3)) / h
         last = (0.5 * at(-3, -2) - 2.0 * at(-2, -1) + 1.5 * at(-1)) / h
-    return concatenate([first, mid, last], axis=ax)
+    return _ops.concatenate([first, mid, last], axis=ax)
 
 
-# NumPy 2's array-API names (autograd.numpy has them)
-acos, acosh, asin, asinh = arccos, arccosh, arcsin, arcsinh
-atan, atan2, atanh, pow = arctan, arctan2, arctanh, power  # noqa: A001
 
 
 @_numpy_on_arrays(_np.permute_dims)
 def permute_dims(a: Any, axes: Any = None) -> Any:
-    return transpose(a, axes)
+    return _ops.transpose(a, axes)
 
 
 @_numpy_on_arrays(_np.full)
 def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C") -> Any:
     """NumPy's full, differentiable in ``fill_value`` (as autograd's)."""
-    out = broadcast_to(fill_value, (shape,) if isinstance(shape, int) else tuple(shape))
-    return astype(out, dtype) if dtype is not None else out * 1  # (a copy, as NumPy's)
+    out = _ops.broadcast_to(fill_value, (shape,) if isinstance(shape, int) else tuple(shape))
+    return _ops.astype(out, dtype) if dtype is not None else out * 1  # (a copy, as NumPy's)
 
 # ---- NumPy's own functions called on a Tensor ---------------------------------------------------
 # numpy.exp(t), numpy.sum(t), numpy.linalg.inv(t) ... dispatch here through NumPy's protocols.
