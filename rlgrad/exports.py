@@ -101,11 +101,13 @@ def export(fn: Callable, *, numpy: bool | str | tuple[str, ...] = True,
         (numpy,) if isinstance(numpy, str) else tuple(numpy)
     methods = tuple(Method.parse(s) for s in ((torch,) if isinstance(torch, str) else torch))
     tops = tuple(m.name for m in methods) or names if top else ()
-    for space, taken in (("numpy", names), ("method", [m.name for m in methods]), ("top", tops)):
-        for name in taken:
-            if _TAKEN.setdefault((space, name), fn) is not fn:
-                raise ValueError(f"export: {space} name {name!r} is declared twice (for "
-                                 f"{_TAKEN[(space, name)].__name__} and {fn.__name__})")
+    keys = [(space, name) for space, taken in (("numpy", names), ("method", [m.name for m in methods]),
+                                               ("top", tops)) for name in taken]
+    for key in keys:
+        if _TAKEN.get(key, fn) is not fn:
+            raise ValueError(f"export: {key[0]} name {key[1]!r} is declared twice (for "
+                             f"{_TAKEN[key].__name__} and {fn.__name__})")
+    _TAKEN.update(dict.fromkeys(keys, fn))
     EXPORTS.append(Export(fn, names, methods, tops, floats_only))
     return fn
 

@@ -491,12 +491,12 @@ export(floor_divide)
 remainder = primitive(np.remainder, "remainder", arity=2)
 defvjp(remainder, pass_through, lambda g, ans, a, b: -g * floor(a / b))
 defjvp_elementwise(remainder)
-export(remainder, numpy=("remainder", "mod"), torch="remainder(divisor, /)", top=True)
+export(remainder, numpy=("remainder", "mod"), torch="remainder(other, /)", top=True)
 mod = remainder
 fmod = primitive(np.fmod, "fmod", arity=2)
 defvjp(fmod, pass_through, lambda g, ans, a, b: -g * trunc(a / b))
 defjvp_elementwise(fmod)
-export(fmod, torch="fmod(divisor, /)", top=True)
+export(fmod, torch="fmod(other, /)", top=True)
 
 
 def _astype(x: Any, dtype: Any) -> Any:
@@ -766,6 +766,58 @@ cumsum = primitive(_cumsum, "cumsum", arity=1)
 defvjp(cumsum, _cumsum_vjp)
 defjvp_is_linear(cumsum)
 export(cumsum, torch="cumsum(dim, *, dtype=None)", top=True)
+
+
+def _logcumsumexp(x: Any, axis: Any = None) -> Any:
+    """log(cumsum(exp(x))) along ``axis`` (None: of the flattened array, as cumsum), each step a
+    logaddexp, so nothing overflows or underflows (torch.logcumsumexp, jax.lax.cumlogsumexp)."""
+    if axis is None:
+        x, axis = np.ravel(x), 0
+    return np.logaddexp.accumulate(x, axis=axis)
+
+
+def _log_weighted_cumsums(w: Any, z: Any, axis: int, reverse: bool) -> tuple[Any, Any]:
+    """(log P, log N) with P - N = the cumulative sum (reversed: from the end) of w * exp(z): the
+    positive and the negative parts of w summed in the log domain, as torch's rule does, so the
+    terms exp(x_i - y_j) of the rules below never overflow. Where w has no such part, -inf (a
+    masked log: its derivatives are 0, never 0 * inf)."""
+    parts = []
+    for v in (w, -w):
+        pos = v > 0
+        lv = where(pos, log(where(pos, v, 1)) + z, -np.inf)
+        parts.append(flip(logcumsumexp(flip(lv, axis), axis), axis) if reverse
+                     else logcumsumexp(lv, axis))
+    return parts[0], parts[1]
+
+
+def _logcumsumexp_vjp(g: Any, ans: Any, x: Any, axis: Any = None) -> Any:
+    # dx_i = sum_{j >= i} g_j exp(x_i - y_j)
+    flat = axis is None
+    xs, ax = (reshape(x, (-1,)), 0) if flat else (x, axis)
+    p, n = _log_weighted_cumsums(g, -_finite_or_0(ans), ax, reverse=True)
+    out = exp(xs + p) - exp(xs + n)
+    return reshape(out, _shape(x)) if flat else out
+
+
+def _logcumsumexp_jvp(t: Any, ans: Any, x: Any, axis: Any = None) -> Any:
+    # dy_j = sum_{i <= j} t_i exp(x_i - y_j)
+    flat = axis is None
+    ts, xs, ax = (reshape(t, (-1,)), reshape(x, (-1,)), 0) if flat else (t, x, axis)
+    p, n = _log_weighted_cumsums(ts, xs, ax, reverse=False)
+    y = _finite_or_0(ans)
+    return exp(p - y) - exp(n - y)
+
+
+def _finite_or_0(y: Any) -> Any:
+    """y, with 0 where it is -inf: there every input so far is -inf (P and N are -inf too), and
+    -inf - -inf would make the rules' zero terms NaN."""
+    return where(equal(y, -np.inf), 0.0, y)
+
+
+logcumsumexp = primitive(_logcumsumexp, "logcumsumexp", arity=1)
+defvjp(logcumsumexp, _logcumsumexp_vjp)
+defjvp(logcumsumexp, _logcumsumexp_jvp)
+export(logcumsumexp, torch="logcumsumexp(dim)", top=True)
 
 
 def _logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
@@ -1136,7 +1188,7 @@ def _matmul_vjp_b(g: Any, ans: Any, a: Any, b: Any) -> Any:
 matmul = primitive(np.matmul, "matmul", arity=2)
 defvjp(matmul, _matmul_vjp_a, _matmul_vjp_b)
 defjvp(matmul, lambda g, ans, a, b: matmul(g, b), lambda g, ans, a, b: matmul(a, g))
-export(matmul, torch=("matmul(other, /)", "dot(other, /)"), top=True)
+export(matmul, torch=("matmul(other, /)", "dot(tensor, /)"), top=True)
 
 
 def _einsum(subscripts: str, *operands: Any) -> Any:

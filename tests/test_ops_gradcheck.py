@@ -890,6 +890,7 @@ ROWS: list[Row] = [
     Row("min", reduction(ops.min, "distinct")),
     Row("logsumexp", reduction(ops.logsumexp)),
     Row("cumsum", along_axis(ops.cumsum)),
+    Row("logcumsumexp", along_axis(ops.logcumsumexp)),
     Row("softmax", along_axis(ops.softmax, allow_none=False)),
     Row("log_softmax", along_axis(ops.log_softmax, allow_none=False)),
     # shape
