@@ -14,7 +14,9 @@ from rlgrad import (
     autograd,  # noqa: F401 - installs Tensor.backward
     numpy,  # noqa: F401 - installs NumPy dispatch on Tensors
 )
+from rlgrad import exports as _exports
 from rlgrad import tensor_methods as _tensor_methods  # noqa: F401 - installs the Tensor operators
+from rlgrad import toplevel as _toplevel
 from rlgrad.creation import (  # noqa: F401
     arange,
     as_tensor,
@@ -77,6 +79,18 @@ __all__ = [
     "set_num_threads", "get_num_threads", "set_num_interop_threads", "get_num_interop_threads",
     *_toplevel_all,
 ]
+
+
+def _add_declared(e: _exports.Export) -> None:
+    """A primitive declared after ``import rlgrad`` (``export(..., top=True)``) is ``rlgrad.<name>``
+    too; the ones of ops.py came with ``from rlgrad.toplevel import *``."""
+    for name in e.top:
+        _exports.add_names(globals(), (name,), getattr(_toplevel, name), "rlgrad")
+        if name not in __all__:
+            __all__.append(name)
+
+
+_exports.on_export(_add_declared)
 
 
 def __getattr__(name: str):  # noqa: ANN202 - lazy subpackages keep `import rlgrad` light

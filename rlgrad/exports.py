@@ -108,10 +108,35 @@ def export(fn: Callable, *, numpy: bool | str | tuple[str, ...] = True,
             raise ValueError(f"export: {key[0]} name {key[1]!r} is declared twice (for "
                              f"{_TAKEN[key].__name__} and {fn.__name__})")
     _TAKEN.update(dict.fromkeys(keys, fn))
-    EXPORTS.append(Export(fn, names, methods, tops, floats_only))
+    e = Export(fn, names, methods, tops, floats_only)
+    EXPORTS.append(e)
+    for install in _INSTALLERS:
+        install(e)
     return fn
+
+
+_INSTALLERS: list[Callable[[Export], None]] = []
+
+
+def on_export(install: Callable[[Export], None]) -> None:
+    """Call ``install(e)`` for every declaration made so far and every later one: how
+    ``rlgrad.numpy``, the Tensor and rlgrad's top level get their names, from ops.py or from a
+    module imported later (a user's own primitive included)."""
+    _INSTALLERS.append(install)
+    for e in list(EXPORTS):
+        install(e)
 
 
 def numpy_names() -> dict[str, Callable]:
     """``{name: function}`` of every declared ``rlgrad.numpy`` name."""
     return {name: e.fn for e in EXPORTS for name in e.numpy}
+
+
+def add_names(namespace: dict, names: tuple[str, ...], fn: Callable, where: str) -> None:
+    """Put ``fn`` into a module's namespace under ``names``, refusing to replace a name the
+    module defines itself (one declaration per name)."""
+    for name in names:
+        if namespace.get(name, fn) is not fn:
+            raise ValueError(f"export({getattr(fn, '__name__', fn)!r}): {where} already has "
+                             f"{name!r}; declare another name or remove that one")
+        namespace[name] = fn

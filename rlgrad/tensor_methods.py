@@ -15,7 +15,7 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.device import check_device, is_device
-from rlgrad.exports import EXPORTS, REQUIRED, Method
+from rlgrad.exports import REQUIRED, Export, Method, on_export
 from rlgrad.indexing import gather
 from rlgrad.numpy import _std_from_var, var
 from rlgrad.ops import (
@@ -127,21 +127,18 @@ def declared_method(fn: Callable, method: Method, floats_only: bool = False) -> 
     return call
 
 
-def declared_methods() -> dict[str, Callable]:
-    """``{name: method}`` of every Tensor method declared with ``export(..., torch=...)``."""
-    return {m.name: declared_method(e.fn, m, e.floats_only) for e in EXPORTS for m in e.methods}
+#: every declared Tensor method by name: the functions installed on Tensor, and the ones
+#: rlgrad's top level calls (``rlgrad.cumsum(x, 1)`` is ``Tensor.cumsum``, the same function)
+DECLARED: dict[str, Callable] = {}
 
 
-def declared_functions() -> dict[str, Callable]:
-    """``{name: function}`` for rlgrad's top level (``torch.cumsum(x, dim=1)``): a declared
-    method called with the tensor first, or the NumPy-style function itself when it is no
-    method (``torch.where``)."""
-    out: dict[str, Callable] = {}
-    for e in EXPORTS:
-        for name in e.top:
-            m = next((m for m in e.methods if m.name == name), None)
-            out[name] = e.fn if m is None else declared_method(e.fn, m, e.floats_only)
-    return out
+def _install_declared(e: Export) -> None:
+    for m in e.methods:
+        if m.name in vars(Tensor) and vars(Tensor)[m.name] is not DECLARED.get(m.name):
+            raise ValueError(f"export({getattr(e.fn, '__name__', e.fn)!r}): Tensor already has a "
+                             f"method {m.name!r}; declare another name or remove that one")
+        DECLARED[m.name] = declared_method(e.fn, m, e.floats_only)
+        setattr(Tensor, m.name, DECLARED[m.name])
 
 
 class MaxMinResult(tuple):
@@ -355,8 +352,7 @@ def _install_tensor_methods() -> None:
     T.__setitem__ = _method_setitem
     T.T = property(lambda self: transpose(self))
     T.mT = property(lambda self: swapaxes(self, -1, -2))
-    for name, method in declared_methods().items():  # ops.py's export(...) declarations
-        setattr(T, name, method)
+    on_export(_install_declared)  # the export(...) declarations, ops.py's and any later one
     T.max = _extremum_method(ops.max, argmax, ops.maximum)
     T.min = _extremum_method(ops.min, argmin, ops.minimum)
     T.var = _method_var

@@ -12,12 +12,23 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.creation import _make
+from rlgrad.exports import Export, add_names, on_export
 from rlgrad.indexing import gather  # noqa: F401 - torch.gather, in __all__ below
 from rlgrad.tensor import Size, Tensor, _leaf, get_default_dtype  # noqa: F401 - torch.Size
-from rlgrad.tensor_methods import declared_functions
+from rlgrad.tensor_methods import DECLARED
 
-# torch.exp, torch.cumsum, torch.where ...: each primitive's export(..., top=True) in ops.py
-globals().update(declared_functions())
+
+def _install_declared(e: Export) -> None:
+    """torch.exp, torch.cumsum, torch.where ...: an ``export(..., top=True)``'s names, each the
+    Tensor method (called with the tensor first) or, for a function that is no method, itself."""
+    for name in e.top:
+        fn = DECLARED[name] if builtins.any(m.name == name for m in e.methods) else e.fn
+        add_names(globals(), (name,), fn, "rlgrad.toplevel")
+        if "__all__" in globals() and name not in __all__:  # a declaration after this module
+            __all__.append(name)
+
+
+on_export(_install_declared)
 
 
 # dtypes under PyTorch's names (NumPy dtypes: ``t.dtype == rlgrad.float32`` holds)
@@ -180,4 +191,4 @@ def seed() -> builtins.int:
 # Every public name above: the declared functions and the ones written here (not the imports).
 __all__ = [name for name, value in globals().items() if not name.startswith("_")
            and name not in ("annotations", "builtins", "Any", "np", "ops", "Tensor",
-                            "get_default_dtype", "declared_functions")]
+                            "get_default_dtype", "Export", "add_names", "on_export", "DECLARED")]

@@ -56,9 +56,10 @@ def _ray_arguments(p: argparse.ArgumentParser, runners: bool) -> None:
 
 def _tune_parser(sub: argparse._SubParsersAction) -> None:
     tu = sub.add_parser("tune", help="a hyperparameter sweep on Ray Tune: every trial a run "
-                        "directory, results.csv best first and curves.png")
+                        "directory, results.csv best first and curves.png",
+                        formatter_class=_RegistryHelp)
     tu.add_argument("env_id", metavar="ENV_ID")
-    tu.add_argument("--algo", required=True)
+    tu.add_argument("--algo", required=True, help=ALGO_HELP)
     tu.add_argument("--samples", type=int, required=True, metavar="K", help="number of trials")
     tu.add_argument("--steps", type=_whole_number, default=None,
                     help="budget of each trial in environment steps (default: the preset's)")
@@ -79,18 +80,34 @@ def _tune_parser(sub: argparse._SubParsersAction) -> None:
     _ray_arguments(tu, runners=False)
 
 
+class _RegistryHelp(argparse.HelpFormatter):
+    """Writes the algorithm registry into a help text that says ``{algorithms}``, when the help
+    is printed: building the parser imports no algorithm, so a typo is answered at once."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help
+        if text and "{algorithms}" in text:
+            from rlgrad.cli.build import algorithm_list
+
+            text = text.replace("{algorithms}", algorithm_list())
+        return text
+
+
+ALGO_HELP = "one of {algorithms}"
+
+
 def build_parser() -> ArgumentParser:
     p = ArgumentParser(prog="rlgrad", description="Train, resume, evaluate and plot deep-RL runs "
                        "built on rlgrad's autodiff engine.")
     p.add_argument("--version", action="store_true", help="print the versions and exit")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=ArgumentParser)
 
-    t = sub.add_parser("train", help="train an algorithm on a Gymnasium environment")
+    t = sub.add_parser("train", help="train an algorithm on a Gymnasium environment",
+                       formatter_class=_RegistryHelp)
     t.add_argument("env_id", metavar="ENV_ID",
                    help="a registered Gymnasium id, e.g. CartPole-v1, or module:EnvId (the "
                    "module is imported first and registers EnvId, as gymnasium.make does)")
-    t.add_argument("--algo", required=True,
-                   help="one of reinforce, a2c, ppo, dqn, qrdqn, ddpg, td3, sac")
+    t.add_argument("--algo", required=True, help=ALGO_HELP)
     t.add_argument("--preset", default=None, help="preset to use: an environment id of the "
                    "algorithm's presets, a YAML file, or 'none' (default: ENV_ID's preset if any)")
     t.add_argument("--steps", type=_whole_number, default=None,

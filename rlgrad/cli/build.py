@@ -26,6 +26,20 @@ def algorithms() -> dict[str, type]:
     return dict(rl.ALGORITHMS)
 
 
+def algorithm_list(markdown: bool = False) -> str:
+    """The registry as one phrase, for ``--algo``'s help and docs/cli.md (a test checks the docs
+    hold it): the names in registry order, each run of names that take the same action spaces
+    followed by those spaces, e.g. ``dqn, qrdqn (Discrete), ddpg, td3, sac (Box)``."""
+    out: list[str] = []
+    items = list(algorithms().items())
+    for i, (name, cls) in enumerate(items):
+        out.append(f"`{name}`" if markdown else name)
+        if i + 1 == len(items) or items[i + 1][1].action_spaces != cls.action_spaces:
+            kinds = " or ".join(s.__name__ for s in cls.action_spaces)
+            out[-1] += f" ({kinds}{' actions' if len(cls.action_spaces) > 1 else ''})"
+    return ", ".join(out)
+
+
 def resolve_algo(name: str) -> tuple[str, type]:
     table = algorithms()
     key = name.lower()

@@ -56,8 +56,8 @@ from numpy import (  # noqa: E402,F401
     zeros_like,
 )
 
+from rlgrad import exports as _exports
 from rlgrad import ops as _ops
-from rlgrad.exports import numpy_names as _numpy_names
 from rlgrad.numpy import linalg  # noqa: E402,F401
 from rlgrad.ops import array_from as _array_from
 from rlgrad.ops import holds_tensor as _holds_tensor
@@ -66,9 +66,9 @@ from rlgrad.tensor import _Trace
 from rlgrad.tensor import constant as _constant
 from rlgrad.tracer import primitive as _primitive
 
-# The primitives under NumPy's names: each declared once, beside its rules (``export`` in ops.py);
-# this module's own definitions below (compositions) are added to them.
-globals().update(_numpy_names())
+# The primitives under NumPy's names: each declared once, beside its rules (``export`` in ops.py,
+# or in a module imported later); this module's own definitions below are compositions of them.
+_exports.on_export(lambda e: _exports.add_names(globals(), e.numpy, e.fn, "rlgrad.numpy"))
 
 
 def _numpy_on_arrays(np_fn: Any) -> Any:
