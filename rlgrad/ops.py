@@ -1,7 +1,11 @@
-"""The primitive table: NumPy's functions as primitives, each forward next to its VJP rules.
+"""The primitive table: NumPy's functions as primitives, each forward next to its VJP and JVP
+rules and its ``export(...)``, the one declaration of where it is reachable (its ``rlgrad.numpy``
+name, its Tensor method with torch's argument names, its ``rlgrad.`` name: ``exports.py``).
 
-Only primitives live here. The Tensor's operators and methods that call them are in
-``tensor_methods.py``; the NumPy forwards of the indexing fast paths in ``indexing_kernels.py``.
+Besides the primitives, only what the table's names need: the compositions of them NumPy names
+(``swapaxes``, ``squeeze``, ``concatenate``, ``clip`` ...), ``array_from`` and the rules' helpers.
+The Tensor's operators and hand-written methods are in ``tensor_methods.py``; the NumPy forwards
+of the indexing fast paths in ``indexing_kernels.py``.
 Primitives of one domain stay with their domain, as HIPS autograd keeps ``scipy.special`` apart:
 fused layers and losses in ``nn/functional.py``, ``gammaln``/``digamma`` in ``special.py``, the
 straight-through estimator in ``estimators.py`` (see docs/engine.md, "Where primitives live").

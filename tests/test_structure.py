@@ -27,7 +27,7 @@ ALLOWED_LONG_FUNCTIONS: set[tuple[str, str]] = set()  # (module, qualified funct
 # Where primitives may be defined (docs/engine.md, "Where primitives live").
 PRIMITIVE_MODULES = {
     "rlgrad.ops", "rlgrad.nn.functional", "rlgrad.special", "rlgrad.estimators", "rlgrad.rl.ppo",
-    "rlgrad.numpy.linalg", "rlgrad.distributions.categorical",
+    "rlgrad.numpy.linalg", "rlgrad.distributions.categorical", "rlgrad.numpy",
 }
 
 
@@ -226,19 +226,43 @@ def test_no_function_over_80_lines() -> None:
     assert not gone, f"no longer over {MAX_FUNCTION_LINES} lines, delete from the list: {gone}"
 
 
+def primitive_calls(tree: ast.Module) -> list[int]:
+    """Lines that call ``rlgrad.tracer.primitive`` under any name it is imported as (``from
+    rlgrad.tracer import primitive as _p``, ``from rlgrad import tracer``, ``rlgrad.primitive``)."""
+    names, modules = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in ("rlgrad.tracer", "rlgrad"):
+            for a in node.names:
+                if a.name == "primitive":
+                    names.add(a.asname or a.name)
+                elif a.name == "tracer":
+                    modules.add(a.asname or a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name in ("rlgrad", "rlgrad.tracer"):
+                    modules.add(a.asname or a.name)
+    modules |= {f"{m}.tracer" for m in modules if m == "rlgrad"}
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call) and (
+        (isinstance(node.func, ast.Name) and node.func.id in names)
+        or (isinstance(node.func, ast.Attribute) and node.func.attr == "primitive"
+            and ast.unparse(node.func.value) in modules))]
+
+
+def test_primitive_call_finder_sees_aliases() -> None:
+    src = ("from rlgrad.tracer import primitive as _p\nfrom rlgrad import tracer as tr\n"
+           "import rlgrad\na = _p(f)\nb = tr.primitive(f)\nc = rlgrad.primitive(f)\n"
+           "d = rlgrad.tracer.primitive(f)\ne = other.primitive(f)\n")
+    assert primitive_calls(ast.parse(src)) == [4, 5, 6, 7]
+
+
 def test_primitives_live_where_the_docs_say() -> None:
-    makers = set()
-    for m, tree in TREES.items():
-        for node in ast.walk(tree):
-            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                    and node.func.id == "primitive"):
-                makers.add(m)
+    makers = {m for m, tree in TREES.items() if primitive_calls(tree)}
     assert makers <= PRIMITIVE_MODULES, f"primitives made outside the documented modules: " \
                                         f"{sorted(makers - PRIMITIVE_MODULES)}"
     assert "rlgrad.ops" in makers
     docs = (ROOT / "docs" / "engine.md").read_text()
     for m in PRIMITIVE_MODULES:
-        path = m.replace(".", "/") + ".py"
+        path = str(MODULES[m].relative_to(ROOT))
         assert f"`{path}`" in docs, f"docs/engine.md does not list {path} among the primitives' homes"
 
 
@@ -322,3 +346,101 @@ def test_library_code_reads_value_not_data() -> None:
             if isinstance(n, ast.Attribute) and n.attr == "data"
             and not (isinstance(n.value, ast.Attribute) and n.value.attr == "ctypes")]
     assert not hits, f"`.data` in library code (use `._value`): {hits}"
+
+
+# ---- names declared once: the primitives' export(...) and the algorithm registry -------------
+def _ops_functions() -> dict[int, str]:
+    from rlgrad import ops
+
+    return {id(v): k for k, v in vars(ops).items() if callable(v) and not isinstance(v, type)}
+
+
+def test_namespaces_get_primitives_only_from_their_declarations() -> None:
+    """rlgrad.numpy, the Tensor and rlgrad's top level hold a function of ops.py only under a
+    name its ``export(...)`` declares (no hand-kept list of re-exports can come back), and each
+    declared name is installed as declared (nothing written by hand over it)."""
+    import rlgrad
+    import rlgrad.numpy as rnp
+    from rlgrad import toplevel
+    from rlgrad.exports import EXPORTS, numpy_names
+    from rlgrad.tensor_methods import DECLARED
+
+    ops_fns = _ops_functions()
+    declared_np = numpy_names()
+    stray = [k for k, v in vars(rnp).items() if not k.startswith("_") and id(v) in ops_fns
+             and declared_np.get(k) is not v]
+    assert not stray, f"rlgrad.numpy names of ops.py functions without an export(): {stray}"
+    for name, fn in declared_np.items():
+        assert getattr(rnp, name) is fn, f"rlgrad.numpy.{name} is not its declaration"
+    methods = vars(rlgrad.Tensor)
+    stray = [k for k, v in methods.items() if not k.startswith("__") and id(v) in ops_fns
+             and DECLARED.get(k) is not v]
+    assert not stray, f"Tensor methods set to ops.py functions by hand: {stray} (export them)"
+    for name, fn in DECLARED.items():
+        assert methods[name] is fn, f"Tensor.{name} is written over its declaration"
+    tops = {n for e in EXPORTS for n in e.top}
+    stray = [k for k in toplevel.__all__ if id(getattr(toplevel, k)) in ops_fns and k not in tops]
+    assert not stray, f"rlgrad.<name> of ops.py functions without export(top=True): {stray}"
+    for name in tops:
+        assert getattr(rlgrad, name) is getattr(toplevel, name) and name in rlgrad.__all__
+    public = {k for k, v in vars(toplevel).items() if not k.startswith("_")
+              and getattr(v, "__module__", None) != "typing" and not isinstance(v, type(rlgrad))}
+    assert set(toplevel.__all__) == public - {"annotations", "Tensor", "get_default_dtype", "Export",
+                                              "add_names", "on_export", "DECLARED"}
+
+
+def test_no_module_reexports_ops_names_by_a_list() -> None:
+    """rlgrad.numpy and rlgrad.toplevel import from ops.py only under private names: their public
+    primitives come from the declarations."""
+    for module in ("rlgrad.numpy", "rlgrad.toplevel"):
+        for node in ast.walk(TREES[module]):
+            if isinstance(node, ast.ImportFrom) and node.module == "rlgrad.ops":
+                public = [a.name for a in node.names if not (a.asname or a.name).startswith("_")]
+                assert not public, f"{module} re-exports {public} from rlgrad.ops by hand"
+        for node in TREES[module].body:  # `softmax = _ops.softmax` at module level
+            values = node.value.elts if isinstance(node, ast.Assign) and isinstance(
+                node.value, ast.Tuple) else [node.value] if isinstance(node, ast.Assign) else []
+            copied = [ast.unparse(v) for v in values if isinstance(v, ast.Attribute)
+                      and ast.unparse(v.value) in ("ops", "_ops")]
+            assert not copied, f"{module}:{node.lineno} re-exports {copied} by hand (export it)"
+
+
+def test_the_docs_recipe_for_a_primitive_runs() -> None:
+    """docs/engine.md's "Adding a primitive" block, run as it is in a fresh interpreter, makes the
+    primitive reachable in all three namespaces with its gradient."""
+    import subprocess
+    import sys
+
+    docs = (ROOT / "docs" / "engine.md").read_text()
+    section = docs.split("## Adding a primitive\n", 1)[1].split("\n## ", 1)[0]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[0.5]", "tensor([", "0.5", ",", "-0.75],",
+                                  "grad_fn=<softsign>)", "tensor([0.25", ",", "0.0625])"]
+    files = section.split("**Files a new primitive touches:**", 1)[1]
+    for path in ("rlgrad/ops.py", "tests/test_ops_gradcheck.py", "tests/test_declared.py"):
+        assert f"`{path}`" in files and (ROOT / path).exists(), path
+
+
+def test_cli_docs_list_the_algorithm_registry() -> None:
+    """docs/cli.md's list of algorithms is build.algorithm_list's (the registry's); its example
+    errors name the registry's algorithms."""
+    import re
+
+    from rlgrad.cli.build import algorithm_list
+    from rlgrad.rl import ALGORITHMS
+
+    docs = (ROOT / "docs" / "cli.md").read_text()
+    line = algorithm_list(markdown=True)
+    assert f"\n{line}\n" in docs, f"docs/cli.md: replace the list of algorithms with\n{line}"
+    available = re.search(r"\(available: ([a-z0-9, ]+)\)", docs)
+    assert available and available.group(1) == ", ".join(sorted(ALGORITHMS)), \
+        f"docs/cli.md's unknown-algorithm example: (available: {', '.join(sorted(ALGORITHMS))})"
+    import gymnasium as gym
+
+    box = gym.spaces.Box(-2.0, 2.0, (1,))
+    fits = ", ".join(sorted(n for n, c in ALGORITHMS.items() if isinstance(box, c.action_spaces)))
+    assert f"for this environment use {fits}`" in docs, \
+        f"docs/cli.md's action-space example: for this environment use {fits}"
