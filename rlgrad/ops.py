@@ -422,7 +422,8 @@ def clip(a: Any, a_min: Any = None, a_max: Any = None, *, min: Any = None,  # no
     """NumPy's clip, bounds by position, as ``a_min``/``a_max`` or NumPy 2.1's ``min``/``max``
     (positional in the primitive, so Tensor bounds get their gradient too)."""
     return _clip_p(a, a_min if min is None else min, a_max if max is None else max)
-export(clip, torch=("clamp(min=None, max=None)", "clip(min=None, max=None)"), top=True)
+export(clip, torch=("clamp(min: a_min = None, max: a_max = None)",
+                    "clip(min: a_min = None, max: a_max = None)"), top=True)
 
 
 def _inside(x: Any, lo: Any, hi: Any) -> Any:

@@ -8,6 +8,7 @@ this module is imported (``import rlgrad`` does it). It sits above both ``ops`` 
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.device import check_device, is_device
-from rlgrad.exports import REQUIRED, Export, Method, on_export
+from rlgrad.exports import REQUIRED, Export, Method, Param, on_export
 from rlgrad.indexing import gather
 from rlgrad.numpy import _std_from_var, var
 from rlgrad.ops import (
@@ -74,52 +75,97 @@ def _index_key(idx: Any) -> Any:
     return idx
 
 
+def _passed_through(fn: Callable, positional: list[Param]) -> int:
+    """How many leading positional parameters of the method ``fn`` takes at the same places (its
+    forward's signature names them alike, or they are ``/`` operands): a call giving no more
+    than those, by position, goes to ``fn`` as it is, with no keyword translated."""
+    fwd = getattr(getattr(fn, "primitive", None), "fwd", fn)
+    try:
+        names = [q.name for q in inspect.signature(fwd).parameters.values()
+                 if q.kind in (q.POSITIONAL_ONLY, q.POSITIONAL_OR_KEYWORD)][1:]
+    except (TypeError, ValueError):  # a ufunc: its operands only
+        names = []
+    n = 0
+    while n < len(positional) and (positional[n].positional or
+                                   (n < len(names) and names[n] == positional[n].numpy)):
+        n += 1
+    return n
+
+
+def _refuse_integers(name: str, x: Any) -> None:
+    """torch's mean() of an integer tensor raises (NumPy's would give a float)."""
+    dtype = (x._value if isinstance(x, Tensor) else np.asarray(x)).dtype
+    if dtype.kind not in "fc":
+        raise RuntimeError(f"{name}(): could not infer output dtype: the input is {dtype}, a "
+                           "floating or complex dtype is needed; call .float() first or pass dtype=")
+
+
+def _bad_arguments(name: str, sig: str, args: tuple, kwargs: dict, kw: dict) -> TypeError:
+    """The one-line TypeError of a call that does not fit torch's signature ``sig``."""
+    m = Method.parse(sig)
+    n_pos = sum(not p.kwonly for p in m.params)
+    if len(args) > n_pos:
+        return TypeError(f"{name}() takes {n_pos} positional argument(s) after the tensor but "
+                         f"{len(args)} were given; torch's signature: {sig}")
+    names = {p.torch: p for p in m.params} | {p.numpy: p for p in m.params}
+    for k in kwargs:
+        if k not in names:
+            return TypeError(f"{name}() got an unexpected keyword argument {k!r}; torch's "
+                             f"signature: {sig}")
+    for k in kwargs:
+        if names[k].numpy in kw or sum(names[j].numpy == names[k].numpy for j in kwargs) > 1:
+            return TypeError(f"{name}() got multiple values for argument {names[k].torch!r}")
+    missing = [p.torch for p in m.params if p.default is REQUIRED and p.numpy not in kw]
+    return TypeError(f"{name}() missing required argument {', '.join(map(repr, missing))}; "
+                     f"torch's signature: {sig}")
+
+
 def declared_method(fn: Callable, method: Method, floats_only: bool = False) -> Callable:
     """The Tensor method of an ``export(..., torch=spec)`` declaration: torch's argument names
     (and NumPy's, where they do not clash) turned into ``fn``'s NumPy keywords. A keyword-only
     ``dtype`` casts the input first, as torch's reductions do; parameters before ``/`` are handed
-    to ``fn`` by position (NumPy's ufuncs take no keywords)."""
+    to ``fn`` by position (NumPy's ufuncs take no keywords). Loops, not comprehensions: each of
+    those would be one more Python call on every method call."""
     params = method.params
     if not params and not floats_only:
         return fn  # exp(), neg(), ...: the primitive itself, no wrapper call
-    by_name = {p.torch: p for p in params}
-    for p in params:
-        by_name.setdefault(p.numpy, p)
-    positional = [p for p in params if not p.kwonly]
-    n_pos = len(positional)
-    by_position = [p for p in positional if p.positional]
-    required = [p for p in params if p.default is REQUIRED]
-    fast = not floats_only and all(p.positional for p in required)  # no keyword to translate
+    numpy_of = {p.numpy: p.numpy for p in params} | {p.torch: p.numpy for p in params}
+    pos_names = tuple(p.numpy for p in params if not p.kwonly)
+    by_position = tuple(p.numpy for p in params if p.positional)
+    required = tuple(p.numpy for p in params if p.default is REQUIRED)
+    n_required = len(required) if all(not p.kwonly for p in params if p.default is REQUIRED) \
+        else len(params) + 1  # a required keyword: never the direct call
+    n_direct = _passed_through(fn, [p for p in params if not p.kwonly])
     casts = any(p.torch == "dtype" and p.kwonly for p in params)
     name, sig = method.name, method.signature()
 
     def call(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - torch's name
-        if not kwargs and fast and len(args) == len(by_position):
-            return fn(input, *args)  # t.sum(), t.pow(2), t.maximum(u)
-        if len(args) > n_pos:
-            raise TypeError(f"{name}() takes {n_pos} positional argument(s) after the tensor but "
-                            f"{len(args)} were given; torch's signature: {sig}")
-        kw = {p.numpy: a for p, a in zip(positional, args)}
+        if not kwargs and n_required <= len(args) <= n_direct:  # t.sum(), t.sum(1), t.pow(2)
+            if floats_only and (input._value if isinstance(input, Tensor) else
+                                np.asarray(input)).dtype.kind not in "fc":
+                _refuse_integers(name, input)
+            return fn(input, *args)
+        kw: dict[str, Any] = {}
+        if len(args) > len(pos_names):
+            raise _bad_arguments(name, sig, args, kwargs, kw)
+        for i, a in enumerate(args):
+            kw[pos_names[i]] = a
         for k, v in kwargs.items():
-            p = by_name.get(k)
-            if p is None:
-                raise TypeError(f"{name}() got an unexpected keyword argument {k!r}; torch's "
-                                f"signature: {sig}")
-            if p.numpy in kw:
-                raise TypeError(f"{name}() got multiple values for argument {p.torch!r}")
-            kw[p.numpy] = v
-        for p in required:
-            if p.numpy not in kw:
-                raise TypeError(f"{name}() missing required argument {p.torch!r}; torch's "
-                                f"signature: {sig}")
+            n = numpy_of.get(k)
+            if n is None or n in kw:
+                raise _bad_arguments(name, sig, args, kwargs, kw)
+            kw[n] = v
+        for n in required:
+            if n not in kw:
+                raise _bad_arguments(name, sig, args, kwargs, kw)
         dtype = kw.pop("dtype", None) if casts else None
         if dtype is not None:
             input = _cast(input, dtype)  # noqa: A001
-        elif floats_only and input.dtype.kind not in "fc":
-            raise RuntimeError(f"{name}(): could not infer output dtype: the input is "
-                                   f"{input.dtype}, a floating or complex dtype is needed; call "
-                                   ".float() first or pass dtype=")
-        return fn(input, *[kw.pop(p.numpy) for p in by_position], **kw)
+        elif floats_only:
+            _refuse_integers(name, input)
+        if by_position:
+            return fn(input, *[kw.pop(n) for n in by_position], **kw)
+        return fn(input, **kw)
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"``Tensor.{sig}`` (torch's names; ``{getattr(fn, '__name__', name)}``'s NumPy " \
