@@ -10,8 +10,10 @@
 * with ``top=True``, ``rlgrad.<method>`` (``torch.cumsum(x, dim=1)``), or ``rlgrad.<numpy name>``
   for a function that is no method.
 
-This module only records the declarations (it sits below ``ops``: it imports nothing of rlgrad);
-``rlgrad.numpy``, ``tensor_methods`` and ``toplevel`` read them, so no name is listed twice.
+This module only records the declarations (it sits below ``ops``: it imports nothing of rlgrad).
+``rlgrad.numpy``, ``tensor_methods``, ``toplevel`` and ``rlgrad`` subscribe with ``on_export`` and
+install each declaration's names as it comes, so no name is listed by hand anywhere, and a
+primitive declared in a module imported later is reachable as well.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def export(fn: Callable, *, numpy: bool | str | tuple[str, ...] = True,
     names = (fn.__name__,) if numpy is True else () if numpy is False else \
         (numpy,) if isinstance(numpy, str) else tuple(numpy)
     methods = tuple(Method.parse(s) for s in ((torch,) if isinstance(torch, str) else torch))
-    tops = tuple(m.name for m in methods) or names if top else ()
+    tops = (tuple(m.name for m in methods) or names) if top else ()
     keys = [(space, name) for space, taken in (("numpy", names), ("method", [m.name for m in methods]),
                                                ("top", tops)) for name in taken]
     for key in keys:

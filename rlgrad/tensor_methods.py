@@ -1,7 +1,10 @@
-"""The Tensor's operators and methods (NumPy's names, with PyTorch's aliases where they differ).
+"""The Tensor's operators and methods, with PyTorch's names and arguments.
 
-Each one calls a primitive of ``rlgrad/ops.py`` (or a composition in ``rlgrad.numpy``), so its
-gradient is the primitive's; nothing here has a VJP rule of its own. Attached to ``Tensor`` when
+The methods that are one primitive (``t.cumsum(dim=1)``, ``t.sum(1, keepdim=True)``, ``t.exp()``)
+are made here by ``declared_method`` from the primitive's ``export(..., torch=...)`` in
+``rlgrad/ops.py``; the rest (operators, ``max(dim)``, ``var``, ``reshape``, ``to`` ...) are written
+below. Each one calls a primitive (or a composition in ``rlgrad.numpy``), so its gradient is the
+primitive's; nothing here has a VJP rule of its own. Attached to ``Tensor`` when
 this module is imported (``import rlgrad`` does it). It sits above both ``ops`` and
 ``rlgrad.numpy``, as HIPS autograd's ``numpy_boxes.py`` sits above its ``numpy_vjps.py``.
 """

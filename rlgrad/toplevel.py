@@ -1,7 +1,9 @@
 """PyTorch's top-level functions (``torch.clamp``, ``torch.max``, ``torch.randn_like``, dtypes
 ...), exported as ``rlgrad.<name>`` so that a script written for PyTorch runs with
 ``import rlgrad as torch``. Each is the Tensor method of the same name or a primitive of
-``rlgrad/ops.py``: no gradient rule lives here. ``rlgrad.numpy`` keeps NumPy's semantics."""
+``rlgrad/ops.py``: no gradient rule lives here. Those that are one primitive (``rlgrad.cumsum``,
+``rlgrad.clamp``, ``rlgrad.where`` ...) are not written here: their ``export(..., top=True)``
+beside the primitive's rules puts them in. ``rlgrad.numpy`` keeps NumPy's semantics."""
 
 from __future__ import annotations
 
