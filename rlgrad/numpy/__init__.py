@@ -130,6 +130,7 @@ def positive(x: Any) -> Any:
 def sinc(x: Any) -> Any:
     y = pi * _ops.where(_ops.equal(x, 0), 1.0e-20, x)
     return _ops.sin(y) / y
+_exports.export(sinc, torch="sinc()", top=True)
 
 
 def array(object: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - NumPy's name
@@ -221,11 +222,13 @@ def inner(a: Any, b: Any) -> Any:
     if _np.ndim(_d(a)) == 0 or _np.ndim(_d(b)) == 0:
         return _ops.multiply(_strong(a), _strong(b))
     return tensordot(a, b, axes=([-1], [-1]))
+_exports.export(inner, torch="inner(other, /)", top=True)
 
 
 @_numpy_on_arrays(_np.outer)
 def outer(a: Any, b: Any) -> Any:
     return _ops.expand_dims(_ops.ravel(a), 1) * _ops.expand_dims(_ops.ravel(b), 0)
+_exports.export(outer, torch="outer(vec2, /)", top=True)
 
 
 @_numpy_on_arrays(_np.tensordot)
@@ -277,6 +280,7 @@ def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     if not _is_traced(a):
         return _np.trace(a, offset, axis1, axis2)
     return _ops.sum(diagonal(a, offset, axis1, axis2), axis=-1)
+_exports.export(trace, torch="trace()", top=True)
 
 
 @_numpy_on_arrays(_np.diagonal)
@@ -292,6 +296,7 @@ def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     length = _np.clip(_np.minimum(n, m - offset) if offset >= 0 else _np.minimum(n + offset, m), 0, None)
     k = _np.arange(length)
     return b[..., k + _np.maximum(-offset, 0), k + _np.maximum(offset, 0)]
+_exports.export(diagonal, torch="diagonal(offset=0, dim1: axis1 = 0, dim2: axis2 = 1)", top=True)
 
 
 @_numpy_on_arrays(_np.split)
@@ -394,6 +399,7 @@ def cumprod(a: Any, axis: Any = None) -> Any:
     if not _Trace.compiling and _np.all(a._value > 0):  # (jit: no branch on the first values)
         return _ops.exp(_ops.cumsum(_ops.log(a), axis=axis))
     return _cumprod_general(a, axis)
+_exports.export(cumprod, torch="cumprod(dim, *, dtype=None)", top=True)
 
 
 def _cumprod_general(a: Any, axis: Any) -> Any:
@@ -415,19 +421,23 @@ def diff(a: Any, n: int = 1, axis: int = -1) -> Any:
     for _ in range(n):
         a = a[pre + (slice(1, None),)] - a[pre + (slice(None, -1),)]
     return a
+_exports.export(diff, torch="diff(n=1, dim=-1)", top=True)
 
 
 def log2(x: Any) -> Any:
     # (math's log: a Python float, which does not make float32 float64)
     return _np.log2(x) if not _is_traced(x) else _ops.log(x) * (1 / _math.log(2))
+_exports.export(log2, torch="log2()", top=True)
 
 
 def log10(x: Any) -> Any:
     return _np.log10(x) if not _is_traced(x) else _ops.log(x) * (1 / _math.log(10))
+_exports.export(log10, torch="log10()", top=True)
 
 
 def exp2(x: Any) -> Any:
     return _np.exp2(x) if not _is_traced(x) else _ops.exp(x * _math.log(2))
+_exports.export(exp2, torch="exp2()", top=True)
 
 
 # Boolean- and index-valued functions: no gradient exists, so on Tensors they run on the values.
@@ -474,6 +484,7 @@ def nan_to_num(x: Any, copy: bool = True, nan: float = 0.0, posinf: Any = None, 
     small = info.min if neginf is None else neginf
     out = _ops.where(_ops.isnan(x), nan, x)
     return _ops.where(isposinf(x), big, _ops.where(isneginf(x), small, out))
+_exports.export(nan_to_num, torch="nan_to_num(nan=0.0, posinf=None, neginf=None)", top=True)
 
 
 @_numpy_on_arrays(_np.heaviside)
@@ -481,6 +492,7 @@ def heaviside(x: Any, h0: Any) -> Any:
     step = _ops.astype(_ops.greater(x, 0), _np.result_type(_d(x)))  # x's dtype: float32 stays float32
     # NaN stays NaN (NumPy's)
     return _ops.where(_ops.isnan(x), _np.nan, _ops.where(_ops.equal(x, 0), h0, step))
+_exports.export(heaviside, torch="heaviside(values, /)", top=True)
 
 
 def sigmoid(x: Any) -> Any:
@@ -593,17 +605,21 @@ def degrees(x: Any) -> Any:
 
 deg2rad = _numpy_on_arrays(_np.deg2rad)(radians.__wrapped__)
 rad2deg = _numpy_on_arrays(_np.rad2deg)(degrees.__wrapped__)
+_exports.export(deg2rad, numpy="deg2rad", torch="deg2rad()", top=True)
+_exports.export(rad2deg, numpy="rad2deg", torch="rad2deg()", top=True)
 
 
 @_numpy_on_arrays(_np.fmax)
 def fmax(x1: Any, x2: Any) -> Any:
     """maximum, except that a NaN loses (the other argument is taken, with its gradient)."""
     return _ops.where(_ops.isnan(x2), x1, _ops.where(_ops.isnan(x1), x2, _ops.maximum(x1, x2)))
+_exports.export(fmax, torch="fmax(other, /)", top=True)
 
 
 @_numpy_on_arrays(_np.fmin)
 def fmin(x1: Any, x2: Any) -> Any:
     return _ops.where(_ops.isnan(x2), x1, _ops.where(_ops.isnan(x1), x2, _ops.minimum(x1, x2)))
+_exports.export(fmin, torch="fmin(other, /)", top=True)
 
 
 @_numpy_on_arrays(_np.select)
@@ -663,6 +679,7 @@ def kron(a: Any, b: Any) -> Any:
     inter_b = tuple(v for s in sb for v in (1, s))
     prod = _ops.reshape(a, inter_a) * _ops.reshape(b, inter_b)
     return _ops.reshape(prod, tuple(x * y for x, y in zip(sa, sb)))
+_exports.export(kron, torch="kron(other, /)", top=True)
 
 
 @_numpy_on_arrays(_np.cross)
