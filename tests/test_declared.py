@@ -126,6 +126,38 @@ def test_dtype_keyword_casts_first_as_torch(name: str) -> None:
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
 
 
+# (method, dtype) where rlgrad's dtype is not torch's yet: rlgrad.numpy compositions that keep
+# NumPy's float on integers (cumprod through exp(cumsum(log)), heaviside's step, nan_to_num's
+# finfo), and NumPy's bool arithmetic (square of bool is int8, sign and diff of bool raise)
+DTYPE_GAPS = {("cumprod", d) for d in ("int64", "int32", "uint8", "bool")} | \
+    {("heaviside", d) for d in ("int64", "int32", "uint8", "bool")} | \
+    {("nan_to_num", d) for d in ("int64", "int32", "uint8", "bool")} | \
+    {("square", "bool"), ("sign", "bool"), ("diff", "bool")}
+
+
+@pytest.mark.parametrize("name", MIRRORS)
+def test_integer_and_bool_inputs_promote_as_torch(name: str) -> None:
+    """Each declared method on int64, int32, uint8 and bool tensors (and a float32 one) gives
+    torch's dtype and values, through its declaration's promote= rule (where torch computes at
+    all: it refuses e.g. softmax of integers, which rlgrad computes in the default float)."""
+    _, m = METHODS[name]
+    for dt in ("int64", "int32", "uint8", "bool", "float32"):
+        x, o = (((np.arange(12).reshape(3, 4) + k) % 3 + 1).astype(dt) for k in (0, 1))
+        if name in SHAPES:
+            x, o = x[0], o[0]
+        try:
+            want = getattr(torch.tensor(x), name)(**_kwargs(m, torch.tensor(o)))
+        except (RuntimeError, NotImplementedError):
+            continue
+        if (name, dt) in DTYPE_GAPS:
+            continue
+        with np.errstate(all="ignore"):  # asin(2) is NaN in both
+            got = getattr(rlgrad.tensor(x), name)(**_kwargs(m, rlgrad.tensor(o)))
+        assert np.dtype(got.dtype) == np.dtype(str(want.dtype).removeprefix("torch.")), dt
+        np.testing.assert_allclose(np.asarray(got, np.float64), want.double().numpy(),
+                                   rtol=1e-6, err_msg=dt)
+
+
 def test_numpy_keywords_still_work_on_methods_and_numpy_keeps_them() -> None:
     x = np.arange(12.0).reshape(3, 4)
     t = rlgrad.tensor(x)

@@ -280,7 +280,7 @@ def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
     if not _is_traced(a):
         return _np.trace(a, offset, axis1, axis2)
     return _ops.sum(diagonal(a, offset, axis1, axis2), axis=-1)
-_exports.export(trace, torch="trace()", top=True)
+_exports.export(trace, torch="trace()", top=True, promote="int64")
 
 
 @_numpy_on_arrays(_np.diagonal)
