@@ -27,11 +27,12 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_kernels import _awkward, _relu_inputs, _rollout
 from test_random_programs import SETTINGS, _draw_program
 
 import rlgrad
 import rlgrad.numpy as rnp
-from rlgrad import core, optim, tracer
+from rlgrad import core, ops, optim, tracer
 from rlgrad.nn import Parameter
 from rlgrad.optim import algorithms, reference
 from rlgrad.tensor import _const, tensor
@@ -373,3 +374,228 @@ def test_the_reference_updates_are_pytorchs(cls: type, kw: dict, dtype: type,
     tol = 4 * OPT_TOL[dtype]
     for a, b in zip(ref, ps):
         np.testing.assert_allclose(a, b.detach().numpy(), rtol=tol, atol=tol)
+
+
+# ---- the C kernels --------------------------------------------------------------------------
+# Each case: the kernel (through rlgrad.ops where it is called from there) and the NumPy line it
+# replaces, on awkward values (signed zeros, NaN, inf, subnormals, many magnitudes): the kernels
+# promise NumPy's bits (rlgrad/_kernels.c), so bits it is.
+
+K = ops._kernels
+needs_kernels = pytest.mark.skipif(K is None, reason="rlgrad._kernels not built (or turned off)")
+Pairs = list[tuple[Any, Any]]
+
+
+def _k_sum_rows(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
+    x = _awkward(rng, shape, dtype)
+    out = np.empty(shape[1], dtype)
+    assert K.sum_rows(x, out)
+    want = np.add.reduce(x, axis=0)
+    return [(out, want), (ops._sum(x, axis=0), want)]  # ops._sum: the traced sum, a bias gradient
+
+
+def _k_tanh_grad(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
+    g = np.asarray(rng.standard_normal(shape), dtype)
+    y = np.asarray(np.tanh(3 * rng.standard_normal(shape)), dtype)  # saturated entries included
+    if g.size > 2:
+        g.reshape(-1)[:3] = [np.nan, np.inf, -0.0]
+    want = g * (1 - y * y)
+    pairs = [(ops._tanh_grad(g, y), want)]
+    for into in ("g", "y"):  # a compiled step writes into a buffer it no longer needs
+        gg, yy = g.copy(), y.copy()
+        out = gg if into == "g" else yy
+        assert ops._tanh_grad(gg, yy, out=out) is out
+        pairs.append((out, want))
+    return pairs
+
+
+def _k_relu(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
+    x = _relu_inputs(rng, shape, dtype)
+    g = _relu_inputs(rng, shape, dtype)[..., ::-1].copy() if shape else np.asarray(-2.0, dtype)
+    want_fwd, want_bwd = np.maximum(x, 0), g * (x > 0)
+    assert want_fwd.dtype == dtype and want_bwd.dtype == dtype
+    pairs = [(ops._relu(x), want_fwd), (ops._relu_grad(g, x), want_bwd)]
+    # into a buffer, and into an argument (a compiled step reuses what it no longer needs)
+    xx, gg, xg = x.copy(), g.copy(), x.copy()
+    assert ops._relu(xx, out=xx) is xx
+    assert ops._relu_grad(gg, x, out=gg) is gg
+    assert ops._relu_grad(g, xg, out=xg) is xg
+    return pairs + [(xx, want_fwd), (gg, want_bwd), (xg, want_bwd)]
+
+
+def _k_add_rows(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
+    out = _relu_inputs(rng, shape, dtype)
+    b = _relu_inputs(rng, shape[-1:], dtype)[::-1].copy()
+    want, out2 = out + b, out.copy()
+    with np.errstate(invalid="ignore"):  # inf + -inf
+        want_relu = np.maximum(out + b, 0)
+    assert K.add_rows(out, b)
+    assert K.add_rows(out2, b, True)  # the bias add and the ReLU in one pass
+    return [(out, want), (out2, want_relu)]
+
+
+def _k_live_columns(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
+    g = np.asarray(rng.standard_normal(shape), dtype)
+    g[:, rng.random(shape[1]) < 0.5] = 0.0  # dead units
+    g[rng.random(shape) < 0.5] = -0.0  # a -0.0 is no life
+    if shape[0] > 2 and shape[1] > 5:
+        g[:, 2] = 0.0
+        g[1, 2] = np.nan  # a NaN is
+        g[:, 4] = 0.0
+        g[2, 4] = -np.inf
+    idx = np.full(shape[1], -7, np.intp)
+    n = K.live_columns(g, idx)
+    return [(idx[:n], np.flatnonzero(g.any(axis=0)))]
+
+
+def _k_take_columns(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
+    g = _relu_inputs(rng, shape, dtype)
+    pairs = []
+    for idx in (np.arange(shape[1]), np.array([0, 3, shape[1] - 1]), np.array([], np.intp),
+                np.array([5, 5, 2])):
+        idx = idx.astype(np.intp)
+        out = np.empty((shape[0], len(idx)), dtype)
+        assert K.take_columns(g, idx, out)
+        pairs.append((out, g.take(idx, axis=1)))
+    return pairs
+
+
+def _k_put_rows(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
+    pairs = []
+    for idx in (np.array([0, 3, 9]), np.arange(10), np.array([], np.intp), np.array([9])):
+        idx = idx.astype(np.intp)
+        part = _relu_inputs(rng, (len(idx), 7), dtype) if len(idx) else np.empty((0, 7), dtype)
+        out = np.full((10, 7), -3.0, dtype)
+        assert K.put_rows(part, idx, out)
+        want = np.zeros((10, 7), dtype)
+        want[idx] = part
+        pairs.append((out, want))
+    return pairs
+
+
+def _k_outer(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
+    a = _relu_inputs(rng, shape, dtype)
+    b = _relu_inputs(rng, (1, 300), dtype)[:, ::-1].copy()
+    out = np.empty(shape[:-1] + (300,), dtype)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, 1e30 * 1e30 in float32
+        want = a * b
+        assert K.outer(a, b, out)
+    return [(out, want)]
+
+
+KERNEL_CASES = [
+    ("sum_rows", _k_sum_rows, [(1, 3), (2, 2), (5, 64), (128, 2), (128, 64), (256, 3), (2048, 64),
+                               (4097, 2), (3, 5000)]),
+    ("tanh_grad", _k_tanh_grad, [(), (1,), (7,), (128, 64), (3, 5, 7)]),
+    ("relu", _k_relu, [(), (1,), (7,), (1, 256), (256, 300), (3, 5, 7)]),
+    ("add_rows", _k_add_rows, [(5,), (1, 256), (256, 400), (2, 3, 4)]),
+    ("live_columns", _k_live_columns, [(1, 1), (3, 7), (256, 256), (64, 300)]),
+    ("take_columns", _k_take_columns, [(33, 40)]),
+    ("put_rows", _k_put_rows, [(10, 7)]),
+    ("outer", _k_outer, [(1, 1), (256, 1), (4, 3, 1)]),
+]
+
+
+@needs_kernels
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # inf - inf in NumPy's lines
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name,case,shape", [(n, c, s) for n, c, shapes in KERNEL_CASES
+                                             for s in shapes])
+def test_every_kernel_gives_its_numpy_lines_bits(name: str, case: Any, shape: tuple,
+                                                  dtype: type) -> None:
+    rng = np.random.default_rng(sum(shape) + len(shape))
+    for got, want in case(rng, dtype, shape):
+        assert _bits(got) == _bits(want), name
+
+
+# ---- the ops with the kernels against the ops without them (RLGRAD_KERNELS=0) ---------------
+
+_INF_TIMES_ZERO = pytest.mark.filterwarnings("ignore:invalid value encountered")  # the inf reward
+
+
+def test_the_numpy_path_gives_the_same_bits(monkeypatch: Any) -> None:
+    rng = np.random.default_rng(3)
+    x = _awkward(rng, (64, 5), np.float32)
+    g = rng.standard_normal((64, 5)).astype(np.float32)
+    y = np.tanh(rng.standard_normal((64, 5))).astype(np.float32)
+    with_c = ops._sum(x, axis=0), ops._tanh_grad(g, y)
+    monkeypatch.setattr(ops, "_kernels", None)
+    without = ops._sum(x, axis=0), ops._tanh_grad(g, y)
+    for a, b in zip(with_c, without):
+        assert _bits(a) == _bits(b)
+
+
+@_INF_TIMES_ZERO
+@pytest.mark.parametrize("steps, n", [(5, 8), (128, 4), (1, 3), (7, 1)])
+@pytest.mark.parametrize("gamma, lam", [(0.99, 0.95), (0.98, 1), (1, 0.8)])
+def test_gae_kernel_gives_the_numpy_paths_bits(monkeypatch: Any, steps: int, n: int, gamma: float,
+                                              lam: float) -> None:
+    rng = np.random.default_rng(steps * n)
+    b = _rollout(rng, steps, n, gamma, lam)
+    last = rng.standard_normal(n)  # float64: cast to float32 by both paths
+    b.compute_returns_and_advantage(last)
+    got = b.advantages.copy(), b.returns.copy()
+    monkeypatch.setattr(ops, "_kernels", None)
+    b.compute_returns_and_advantage(last)
+    for a, e in zip(got, (b.advantages, b.returns)):
+        assert _bits(a) == _bits(e)
+
+
+@_INF_TIMES_ZERO
+def test_gae_with_a_numpy_float64_gamma_keeps_numpys_float64_arithmetic(monkeypatch: Any) -> None:
+    """A NumPy float64 gamma makes NumPy's GAE compute in float64 (it is not a weak Python
+    float): the buffer then takes the NumPy path, whatever the kernel would round."""
+    b = _rollout(np.random.default_rng(3), 6, 3, gamma=np.float64(0.99), lam=np.float64(0.9))
+    last = np.ones(3, np.float32)
+    b.compute_returns_and_advantage(last)
+    got = b.advantages.copy()
+    monkeypatch.setattr(ops, "_kernels", None)
+    b.compute_returns_and_advantage(last)
+    assert _bits(got) == _bits(b.advantages)
+
+
+def test_relu_paths_agree_and_linear_adds_its_bias_alike(monkeypatch: Any) -> None:
+    rng = np.random.default_rng(5)
+    x = _relu_inputs(rng, (64, 5), np.float32)
+    g = rng.standard_normal((64, 5)).astype(np.float32)
+    w = rng.standard_normal((5, 5)).astype(np.float32)
+    b = rng.standard_normal(5).astype(np.float32)
+    lin = rlgrad.nn.functional._linear
+    with_c = ops._relu(x), ops._relu_grad(g, x), lin(g, w, b)
+    monkeypatch.setattr(ops, "_kernels", None)
+    without = ops._relu(x), ops._relu_grad(g, x), lin(g, w, b)
+    for a, c in zip(with_c, without):
+        assert _bits(a) == _bits(c)
+    assert _bits(without[2]) == _bits(g @ w.T + b)
+
+
+def test_dead_unit_skipping_finds_the_same_units_without_the_kernels(monkeypatch: Any) -> None:
+    from rlgrad.nn import functional as F
+
+    rng = np.random.default_rng(4)
+    g = rng.standard_normal((128, 256)).astype(np.float32)
+    g[:, rng.random(256) < 0.6] = 0.0
+    g[0] = 0.0  # the first row does not decide
+    w = rng.standard_normal((256, 96)).astype(np.float32)
+    live = F._live_units(g, 96)
+    assert live is not None and len(live) < 0.75 * 256
+    x = rng.standard_normal((128, 96)).astype(np.float32)
+    got = F._linear_grad_input(g, w), F._linear_grad_weight(g, x)
+    monkeypatch.setattr(ops, "_kernels", None)
+    np.testing.assert_array_equal(F._live_units(g, 96), live)
+    assert _bits(F._linear_grad_input(g, w)) == _bits(got[0])
+    assert _bits(F._linear_grad_weight(g, x)) == _bits(got[1])
+
+
+def test_a_value_heads_input_gradient_is_the_product(monkeypatch: Any) -> None:
+    """``linear``'s input gradient through a one-output layer is ``g @ weight``, computed as an
+    outer product (in C where it fits): the product's bits, with and without the kernels."""
+    F = rlgrad.nn.functional
+    rng = np.random.default_rng(8)
+    g = rng.standard_normal((256, 1)).astype(np.float32)
+    w = rng.standard_normal((1, 64)).astype(np.float32)
+    with_c = F._linear_grad_input(g, w)
+    monkeypatch.setattr(ops, "_kernels", None)
+    without = F._linear_grad_input(g, w)
+    assert _bits(with_c) == _bits(without)
+    assert _bits(with_c) == _bits(g @ w)
