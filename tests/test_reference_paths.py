@@ -32,9 +32,10 @@ from test_random_programs import SETTINGS, _draw_program
 
 import rlgrad
 import rlgrad.numpy as rnp
-from rlgrad import core, ops, optim, tracer
+from rlgrad import core, nn, ops, optim, tracer
 from rlgrad.nn import Parameter
 from rlgrad.optim import algorithms, reference
+from rlgrad.rl.policies import mlp_numpy
 from rlgrad.tensor import _const, tensor
 
 # ---- the backward pass ---------------------------------------------------------------------
@@ -599,3 +600,76 @@ def test_a_value_heads_input_gradient_is_the_product(monkeypatch: Any) -> None:
     without = F._linear_grad_input(g, w)
     assert _bits(with_c) == _bits(without)
     assert _bits(with_c) == _bits(g @ w)
+
+
+# ---- the NumPy forward for acting (rlgrad/rl/policies.py) -----------------------------------
+
+def _layer_by_layer(net: nn.Sequential, x: np.ndarray) -> np.ndarray:
+    for m in net:
+        if isinstance(m, nn.Linear):
+            x = x @ m.weight._value.T
+            if m.bias is not None:
+                x = x + m.bias._value
+        elif isinstance(m, nn.ReLU):
+            x = np.maximum(x, 0)
+        else:
+            x = np.tanh(x)
+    return x
+
+
+NETS = {
+    "relu": lambda: nn.MLP([5, 32, 16, 3], activation=nn.ReLU),
+    "tanh-relu-nobias": lambda: nn.Sequential(nn.Linear(5, 32), nn.Tanh(),
+                                              nn.Linear(32, 16, bias=False), nn.ReLU(),
+                                              nn.Linear(16, 3)),
+    "tanh-tanh-out": lambda: nn.MLP([5, 32, 3], activation=nn.Tanh, output_activation=nn.Tanh),
+}
+
+
+@pytest.mark.parametrize("rows", [1, 7, 300])
+@pytest.mark.parametrize("layers", sorted(NETS))
+@pytest.mark.filterwarnings("ignore:invalid value encountered")  # inf - inf in the second layer
+def test_mlp_numpy_is_the_modules_forward_bitwise(rows: int, layers: str) -> None:
+    """``mlp_numpy`` (a Linear and its ReLU as one pass, ``_linear_relu``) against the layer by
+    layer NumPy forward and the module's own, on NaN, infinite and signed-zero pre-activations."""
+    rng = np.random.default_rng(rows)
+    net = NETS[layers]()
+    first = net[0]
+    first.bias._value[:3] = [np.nan, np.inf, -np.inf]  # NaN, +-inf pre-activations in column 0-2
+    first.weight._value[3] = 0.0
+    first.bias._value[3] = -0.0  # column 3: -0.0 + 0 products
+    x = rng.standard_normal((rows, 5)).astype(np.float32)
+    got = mlp_numpy(net, x)
+    assert _bits(got) == _bits(_layer_by_layer(net, x))
+    with rlgrad.no_grad():
+        assert _bits(got) == _bits(net(rlgrad.tensor(x)))
+    h = _layer_by_layer(net[:2], x)  # the first activation's output, signs of zero and NaN
+    assert _bits(mlp_numpy(net[:2], x)) == _bits(h)
+
+
+def test_the_policies_numpy_forwards_are_their_modules_forward() -> None:
+    from gymnasium import spaces
+
+    from rlgrad.rl import policies as P
+
+    rng = np.random.default_rng(0)
+    box = spaces.Box(-1.0, 1.0, (5,), np.float32)
+    obs = rng.standard_normal((7, 5)).astype(np.float32)
+    t = rlgrad.tensor(obs)
+    pixels = spaces.Box(0, 255, (2, 10, 10), np.uint8)
+    frames = rng.integers(0, 256, (3, 2, 10, 10)).astype(np.uint8)
+    with rlgrad.no_grad():
+        for space, x in ((box, obs), (pixels, frames)):
+            for act in (spaces.Discrete(3), spaces.Box(-1.0, 1.0, (2,), np.float32)):
+                pol = P.ActorCriticPolicy(space, act, init_seed=1)
+                f = pol._features(rlgrad.tensor(x))
+                if pol.features_extractor is not None:  # the CNN trunk without a graph
+                    assert _bits(P.trunk_numpy(pol.features_extractor, x)) == _bits(f)
+                assert _bits(pol._head_np(x)) == _bits(pol.action_net(pol.pi_net(f)))
+                assert _bits(pol.predict_values(x)) == _bits(pol.value(rlgrad.tensor(x)))
+        q = P.QNetwork(box, spaces.Discrete(4), [16, 16])
+        assert _bits(q.q_numpy(obs)) == _bits(q(t))
+        mu = P.DeterministicActor(5, 2, [16, 16])
+        assert _bits(mu.numpy(obs)) == _bits(mu(t))
+        sac = P.SquashedGaussianActor(5, 2, [16, 16])
+        assert _bits(sac.numpy(obs, None)) == _bits(rnp.tanh(sac.mu(sac.latent_pi(t))))
