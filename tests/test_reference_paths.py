@@ -673,3 +673,52 @@ def test_the_policies_numpy_forwards_are_their_modules_forward() -> None:
         assert _bits(mu.numpy(obs)) == _bits(mu(t))
         sac = P.SquashedGaussianActor(5, 2, [16, 16])
         assert _bits(sac.numpy(obs, None)) == _bits(rnp.tanh(sac.mu(sac.latent_pi(t))))
+
+
+# ---- RL training: every fast path off, the reference on --------------------------------------
+
+_TRAIN = """
+import sys
+sys.path.insert(0, {bench!r})
+from _timing import state_hash
+from rlgrad import core
+from rlgrad.rl import A2C, DQN, PPO, SAC
+
+calls = [0]
+reference = core.reference_backward
+def counted(*a, **k):
+    calls[0] += 1
+    return reference(*a, **k)
+core.reference_backward = counted
+runs = [
+    DQN("CartPole-v1", seed=0, learning_starts=200, train_freq=4, target_update_interval=100)
+    .learn(800),
+    PPO("CartPole-v1", n_envs=2, n_steps=64, batch_size=32, n_epochs=2, seed=0).learn(256),
+    A2C("CartPole-v1", n_envs=2, seed=0).learn(200),
+    SAC("Pendulum-v1", seed=0, learning_starts=100, batch_size=32).learn(300),
+]
+print(" ".join(state_hash(m) for m in runs), calls[0])
+"""
+_NO_C = {"RLGRAD_ENGINE": "0", "RLGRAD_KERNELS": "0", "RLGRAD_FUSED": "0"}
+
+
+def test_training_gives_the_same_bits_without_the_c_modules_and_with_the_reference() -> None:
+    """DQN, PPO, A2C and SAC trained with every C module off (RLGRAD_ENGINE, RLGRAD_KERNELS,
+    RLGRAD_FUSED = 0), and then also with the reference backward pass (RLGRAD_REFERENCE=1),
+    end with the parameters and optimizer states of the default build, bit for bit."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = _TRAIN.format(bench=os.path.join(root, "bench"))
+    out = {}
+    for name, env in (("default", {}), ("no C", _NO_C), ("reference", {**_NO_C, "RLGRAD_REFERENCE": "1"})):
+        env = {**os.environ, "RLGRAD_REFERENCE": "0", **env}
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             cwd=root, timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        hashes, calls = res.stdout.split()[:-1], int(res.stdout.split()[-1])
+        assert (calls > 0) == (name == "reference"), (name, calls)  # the reference really ran
+        out[name] = hashes
+    assert out["no C"] == out["default"]
+    assert out["reference"] == out["default"]
