@@ -116,7 +116,8 @@ def node_vjps(t: Tensor, g: Any, create_graph: bool,
             continue
         ga = rule(g, ans, *argv, **kw)
         if ga is not None:
-            out.append((a, unbroadcast(ga, a._value.shape, create_graph)))
+            shape = a._value.shape
+            out.append((a, ga if ga.shape == shape else unbroadcast(ga, shape, create_graph)))
     return out
 
 
@@ -337,7 +338,16 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
         n = 0 if args is None else len(args)
         if not (fast and rules and (n == 1 or n == 2)):
             for a, ga in node_vjps(t, g, create_graph, keep):
-                _add_and_queue(grads, leaves, heap, a, ga)
+                akey = id(a)  # the reference's _accumulate, and a first gradient queues a node
+                prev = grads.get(akey)
+                if prev is None:
+                    grads[akey] = ga
+                    if a._op is None:
+                        leaves.append(a)
+                    else:
+                        _heappush(heap, (-a._seq, a))
+                else:
+                    grads[akey] = prev + ga
         else:
             if t._written:  # the output itself was written in place after it was computed
                 _refuse_modified(t, t)
@@ -381,22 +391,16 @@ def _simple_node(t: Tensor, g: Any, args: tuple, rules: tuple, n: int, grads: di
         shape = a._value.shape
         if ga.shape != shape:  # broadcasting undone (unbroadcast, without its frame)
             ga = _sum_to(ga, shape)
-        _add_and_queue(grads, leaves, heap, a, ga)
-
-
-def _add_and_queue(grads: dict[int, Any], leaves: list[Tensor],
-                   heap: list[tuple[int, Tensor]], a: Tensor, ga: Any) -> None:
-    """The reference's ``_accumulate``, and a recorded tensor's first gradient queues it."""
-    akey = id(a)
-    prev = grads.get(akey)
-    if prev is None:
-        grads[akey] = ga
-        if a._op is None:
-            leaves.append(a)
+        akey = id(a)  # as in _propagate's general branch (a frame less per argument)
+        prev = grads.get(akey)
+        if prev is None:
+            grads[akey] = ga
+            if a._op is None:
+                leaves.append(a)
+            else:
+                _heappush(heap, (-a._seq, a))
         else:
-            _heappush(heap, (-a._seq, a))
-    else:
-        grads[akey] = prev + ga
+            grads[akey] = prev + ga
 
 
 def _general_node(t: Tensor, g: Any, wanted: set[int] | None,
