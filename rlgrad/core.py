@@ -39,7 +39,6 @@ NO_GRAD_HINT = (
 )
 
 
-
 # ---- the reference backward pass -----------------------------------------------------------
 
 def reference_backward(roots: Sequence[Tensor], root_grads: Sequence[Any], retain_graph: bool,
@@ -53,16 +52,18 @@ def reference_backward(roots: Sequence[Tensor], root_grads: Sequence[Any], retai
     wanted = None if inputs is None else {id(x) for x in inputs}
     order = toposort(roots)
     keep = None
-    if wanted is not None:
+    if wanted is not None:  # autograd.grad: only the tensors that lead to an input
         useful = reaching(roots, wanted) | wanted
         keep = lambda a: id(a) in useful  # noqa: E731
+        order = [t for t in order if keep(t)]
     grads: dict[int, Any] = {}
     leaves: list[Tensor] = []  # leaves that got a gradient, for .grad
     for r, g in zip(roots, root_grads):
         _accumulate(grads, leaves, r, g)
     with _grad_mode(create_graph):  # create_graph: the rules' own operations are recorded
         for t in order:
-            g = grads.get(id(t)) if wanted is not None and id(t) in wanted else grads.pop(id(t), None)
+            key = id(t)  # an input of autograd.grad keeps its gradient; others use it up here
+            g = grads.get(key) if wanted is not None and key in wanted else grads.pop(key, None)
             if g is None:
                 continue  # no gradient reached it
             if wanted is None and t._retain:

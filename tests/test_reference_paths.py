@@ -167,6 +167,17 @@ def test_higher_order_and_stops_at_what_needs_no_gradient(backward_loop: str) ->
     assert c.grad is None and d.grad is None
 
 
+def test_autograd_grad_walks_only_what_leads_to_an_input(backward_loop: str) -> None:
+    x = rlgrad.tensor(np.array([1.0, 2.0]), requires_grad=True)
+    y = rlgrad.tensor(np.array([0.5, -0.5]), requires_grad=True)
+    a, b = (x * 2.0).sum(), rnp.exp(y * 3.0).sum()
+    gx, = rlgrad.autograd.grad([a, b], [x])  # b leads to no input: neither walked nor freed
+    np.testing.assert_array_equal(gx._value, [2.0, 2.0])
+    assert y.grad is None
+    b.backward()
+    np.testing.assert_allclose(y.grad._value, 3.0 * np.exp(3.0 * y._value), rtol=1e-15)
+
+
 def test_an_in_place_write_is_refused_by_every_loop(backward_loop: str) -> None:
     w = rlgrad.tensor(np.array([1.0, 2.0]), requires_grad=True)
     h = w * 3.0
