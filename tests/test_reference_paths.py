@@ -368,25 +368,23 @@ def test_the_reference_updates_are_pytorchs(cls: type, kw: dict, dtype: type,
     over 150 steps: the same formulas, so only the libraries' rounding differs (measured: 3e-6
     and 6e-15 at most)."""
     torch = pytest.importorskip("torch")
-    kw = dict(kw)
-    tf = cls is optim.RMSpropTFLike or kw.pop("tf_style", False)
-    if tf:
+    theirs = dict(kw)
+    tf = cls is optim.RMSpropTFLike or theirs.pop("tf_style", False)
+    sign = 1.0
+    if tf:  # SB3's has no maximize: it minimizes the negated gradient instead
         rmsprop_tf = pytest.importorskip("stable_baselines3.common.sb2_compat.rmsprop_tf_like")
-        if kw.pop("maximize", False):
-            pytest.skip("Stable-Baselines3's RMSpropTFLike has no maximize")
-        tcls = rmsprop_tf.RMSpropTFLike
+        tcls, sign = rmsprop_tf.RMSpropTFLike, -1.0 if theirs.pop("maximize", False) else 1.0
     else:
         tcls = getattr(torch.optim, cls.__name__)
     rng = np.random.default_rng(0)
     ps = [torch.tensor(rng.normal(size=s).astype(dtype), requires_grad=True) for s in OPT_SHAPES]
-    opt = tcls(ps, **kw)
+    opt = tcls(ps, **theirs)
     grads_rng = np.random.default_rng(1)
     for t in range(150):
         for p, g in zip(ps, _opt_grads(grads_rng, dtype, t, "normal")):
-            p.grad = torch.from_numpy(g * g.dtype.type(SCALES[t % len(SCALES)]))
+            p.grad = torch.from_numpy(sign * (g * g.dtype.type(SCALES[t % len(SCALES)])))
         opt.step()
-    ref, _ = _run_path("reference", cls, {**kw, "tf_style": True} if tf and cls is optim.RMSprop
-                       else kw, dtype, 150, "normal", monkeypatch)
+    ref, _ = _run_path("reference", cls, kw, dtype, 150, "normal", monkeypatch)
     tol = 4 * OPT_TOL[dtype]
     for a, b in zip(ref, ps):
         np.testing.assert_allclose(a, b.detach().numpy(), rtol=tol, atol=tol)
