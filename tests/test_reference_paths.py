@@ -801,6 +801,25 @@ def test_the_policies_numpy_forwards_are_their_modules_forward() -> None:
         assert _bits(sac.numpy(obs, None)) == _bits(rnp.tanh(sac.mu(sac.latent_pi(t))))
 
 
+@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
+def test_fused_acting_path_matches_the_modules(env: str) -> None:
+    """ActorCriticPolicy.fused_numpy (both towers as one network of block matrices) against the
+    towers run apart: the block products add exact zeros but BLAS may order the sums
+    differently, so a tolerance (float32: 1e-5 on the outputs, 1e-4 against the training
+    graph's log-probabilities and values)."""
+    from rlgrad.rl import PPO
+
+    m = PPO(env, n_envs=2, seed=0)
+    obs = np.random.default_rng(0).normal(size=(7, m.obs_dim)).astype(np.float32)
+    a1, v1, l1 = m.policy.act(obs, np.random.default_rng(1))
+    a2, v2, l2 = m.policy.act(obs, np.random.default_rng(1), m.policy.fused_numpy())
+    np.testing.assert_allclose(v1, v2, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(a1, a2, rtol=1e-5, atol=1e-6)
+    log_prob = m.policy.distribution(obs).log_prob(m.policy.actions_for_loss(a2))
+    np.testing.assert_allclose(log_prob._value, l2, rtol=1e-4, atol=1e-5)  # the training graph
+    np.testing.assert_allclose(m.policy.value(obs)._value, v2, rtol=1e-4, atol=1e-5)  # agrees
+
+
 # ---- RL training: every fast path off, the reference on --------------------------------------
 
 _TRAIN = """
