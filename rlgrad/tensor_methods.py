@@ -4,7 +4,9 @@ The methods that are one primitive (``t.cumsum(dim=1)``, ``t.sum(1, keepdim=True
 are made here by ``declared_method`` from the primitive's ``export(..., torch=...)`` in
 ``rlgrad/ops.py``; the rest (operators, ``max(dim)``, ``var``, ``reshape``, ``to`` ...) are written
 below. Each one calls a primitive (or a composition in ``rlgrad.numpy``), so its gradient is the
-primitive's; nothing here has a VJP rule of its own. Attached to ``Tensor`` when
+primitive's; nothing here has a VJP rule of its own. PyTorch's type promotion comes from the
+declaration too (``export(..., promote="binary")``: ``promotion.rule``), for the method, the
+operator (``a + b`` is ``add``'s rule) and ``rlgrad.<name>`` alike. Attached to ``Tensor`` when
 this module is imported (``import rlgrad`` does it). It sits above both ``ops`` and
 ``rlgrad.numpy``, as HIPS autograd's ``numpy_boxes.py`` sits above its ``numpy_vjps.py``.
 """
@@ -167,14 +169,13 @@ def declared_method(fn: Callable, method: Method, floats_only: bool = False,
             if n not in kw:
                 raise _bad_arguments(name, sig, args, kwargs, kw)
         dtype = kw.pop("dtype", None) if casts else None
-        f = run
-        if dtype is not None:
-            input, f = _cast(input, dtype), fn  # noqa: A001 - computed in dtype, as torch's
-        elif floats_only:
+        operands = [kw.pop(n) for n in by_position]
+        if dtype is not None:  # computed in dtype, no promotion rule, as torch's; NumPy sums
+            # int32 in int64: cast back (the same bits as torch's wrapping int32 sum)
+            return _cast(fn(_cast(input, dtype), *operands, **kw), dtype)
+        if floats_only:
             _refuse_integers(name, input)
-        if by_position:
-            return f(input, *[kw.pop(n) for n in by_position], **kw)
-        return f(input, **kw)
+        return run(input, *operands, **kw)
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = f"``Tensor.{sig}`` (torch's names; ``{getattr(fn, '__name__', name)}``'s NumPy " \
@@ -403,11 +404,6 @@ def _method_to(self: Tensor, *args: Any, dtype: Any = None, device: Any = None,
     check_device(device)
     out = self if dtype is None else _cast(self, dtype)
     return clone(out) if copy and out is self else out
-
-
-# torch's floating-point functions: an integer or bool tensor's result is the default float dtype
-FLOAT_UNARY = ("exp", "log", "log1p", "expm1", "sqrt", "tanh", "sin", "cos", "sigmoid", "softplus",
-               "reciprocal")
 
 
 def _reflected(fn: Any) -> Any:

@@ -158,6 +158,17 @@ def test_integer_and_bool_inputs_promote_as_torch(name: str) -> None:
                                    rtol=1e-6, err_msg=dt)
 
 
+@pytest.mark.parametrize("name", ["sum", "prod", "cumsum"])
+def test_integer_dtype_keyword_gives_that_dtype_and_torchs_wrapped_values(name: str) -> None:
+    """``dtype=torch.int32``: the result is int32 (NumPy would accumulate in int64), with torch's
+    values where the sum wraps around."""
+    for x in (np.array([[2 ** 31 - 1, 5], [7, 3]]), np.array([[200, 100], [3, 250]], np.uint8)):
+        want = getattr(torch.tensor(x), name)(dim=0, dtype=torch.int32)
+        got = getattr(rlgrad.tensor(x), name)(dim=0, dtype=rlgrad.int32)
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
 def test_numpy_keywords_still_work_on_methods_and_numpy_keeps_them() -> None:
     x = np.arange(12.0).reshape(3, 4)
     t = rlgrad.tensor(x)
