@@ -210,7 +210,9 @@ def int64_accumulator(x: Any) -> Any:
 def int64_sum(fn: Callable) -> Callable:
     """``fn(x, ...)`` on ``int64_accumulator(x)``: torch's sum, prod, cumsum, cumprod."""
     def method(x: Any, *args: Any, **kwargs: Any) -> Any:
-        return fn(int64_accumulator(x), *args, **kwargs)
+        if isinstance(x, Tensor) and x._value.dtype in INTEGRAL:  # (no call on the hot path)
+            x = int64_accumulator(x)
+        return fn(x, *args, **kwargs)
 
     return method
 
