@@ -23,7 +23,8 @@ settings.load_profile("rlgrad")
 _ENGINE, _NODE = core._engine, tracer._c_node
 BOTH_LOOPS = {"test_backward_pass.py", "test_inplace_versions.py", "test_ops_gradcheck.py",
               "test_autograd_names.py", "test_zero_nan_rules.py", "test_errors.py",
-              "test_eager_fastpaths.py", "test_functional.py", "test_backward_loops.py"}
+              "test_eager_fastpaths.py", "test_functional.py", "test_backward_loops.py",
+              "test_torch_semantics.py"}
 
 
 def pytest_generate_tests(metafunc: Any) -> None:
