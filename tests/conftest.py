@@ -25,7 +25,7 @@ settings.load_profile("rlgrad")
 _ENGINE, _NODE = core._engine, tracer._c_node
 EVERY_LOOP = {"test_backward_pass.py", "test_inplace_versions.py", "test_ops_gradcheck.py",
               "test_autograd_names.py", "test_zero_nan_rules.py", "test_errors.py",
-              "test_functional.py"}
+              "test_functional.py", "test_torch_semantics.py"}
 LOOPS = ["c", "python", "reference"]
 
 
