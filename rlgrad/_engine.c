@@ -1,18 +1,25 @@
 /* rlgrad._engine: the backward pass's hot loop (core._propagate) in C, for first-order passes.
 
-   It does what core._propagate does, step for step and in the same order: take the newest
-   tensor holding a gradient from a heap, check that nothing it saved was written in place, call
-   its VJP rules with plain arrays, sum each result down to its argument's shape, and add it to
-   what that argument already got. The rules, the unbroadcasting (ops._sum_to) and every error
-   message stay in Python; what moves to C is the per-node bookkeeping around them: the heap (C
-   integers instead of tuples), the reads of the Tensor's slots (direct loads at the slots'
-   offsets instead of attribute lookups), and the interpreter's dispatch of the loop itself.
+   The reference it implements is core.reference_backward (toposort, pop each tensor's gradient,
+   call its VJP rules, accumulate); core._propagate is that loop optimized in Python, and this is
+   _propagate in C, step for step and in the same order: take the newest tensor holding a
+   gradient from a heap (the reference's topological order, restricted to the tensors that got a
+   gradient), check that nothing it saved was written in place, call its VJP rules with plain
+   arrays, sum each result down to its argument's shape, and add it to what that argument already
+   got. The rules, the unbroadcasting (ops._sum_to) and every error message stay in Python.
+
+   What it adds over the reference is speed only: no toposort pass (the heap, C integers instead
+   of tuples), autograd.grad's pruning (the `visit` set run_backward computes), one- and
+   two-argument nodes taken apart here (direct loads of the Tensor's slots at their offsets, rule
+   calls without an argument tuple, pass_through rules not called), the bias-over-a-batch case of
+   the unbroadcasting without a Python frame, and no interpreter dispatch for the loop itself.
    Nodes it does not take apart (variadic primitives, three or more arguments) go through
-   core._general_node, the same code the Python loop runs for them.
+   core._general_node, i.e. the reference's own node_vjps.
 
    The module is optional: setup.py builds it when a C compiler is there; core.py falls back to
-   its Python loop without it, or with RLGRAD_ENGINE=0. The tests run the gradient test files
-   under both loops. */
+   its Python loop without it, or with RLGRAD_ENGINE=0. tests/test_reference_paths.py holds it
+   to the reference's bits on random programs, and the backward_loop fixture (tests/conftest.py)
+   runs the gradient test files under the reference, the Python loop and this one. */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -12,12 +12,16 @@
    * relu, relu_grad, add_rows (and the two together), outer; live_columns, take_columns,
      put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py): below, each where it is.
 
-   The arithmetic is NumPy's operation for operation in the array's precision: correctly rounded
-   IEEE adds and multiplies, nothing contracted into an FMA (-ffp-contract=off) or reassociated
-   (no -ffast-math), so the results are bitwise NumPy's (tests/test_kernels.py checks it). The
-   module is optional: setup.py builds it when a C compiler is there, and rlgrad.ops falls back
-   to NumPy without it (or with RLGRAD_KERNELS=0). Each function returns False, having written
-   nothing, when an array does not fit (dtype, layout, shape), so the caller takes NumPy's path. */
+   Each kernel's reference is the NumPy line beside its call (rlgrad.ops, nn/functional.py,
+   rl/buffers.py), which runs when the kernel is absent or refuses: deleting a kernel loses only
+   speed. The arithmetic is NumPy's operation for operation in the array's precision: correctly
+   rounded IEEE adds and multiplies, nothing contracted into an FMA (-ffp-contract=off) or
+   reassociated (no -ffast-math), so the results are bitwise NumPy's
+   (tests/test_reference_paths.py checks each kernel against its line, and the ops with the
+   kernels against the ops without them). The module is optional: setup.py builds it when a C
+   compiler is there, and rlgrad.ops falls back to NumPy without it (or with RLGRAD_KERNELS=0).
+   Each function returns False, having written nothing, when an array does not fit (dtype,
+   layout, shape), so the caller takes NumPy's path (tests/test_kernels.py: what each refuses). */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -1,7 +1,12 @@
 """The backward pass: walk the recorded graph from the outputs to the leaves, applying each
 primitive's VJP rule and adding up the gradients that meet at a tensor.
 
-Two modes share this one loop:
+``reference_backward`` (first below) is what it computes, in its plainest form: read it to learn
+the semantics. The engine runs optimized loops of the same pass: ``_propagate`` (Python) and its
+C twin ``rlgrad/_engine.c``; ``use_reference()`` or ``RLGRAD_REFERENCE=1`` selects the reference
+instead, and tests/test_reference_paths.py holds both loops to its bits.
+
+Two modes:
 * fast (``create_graph=False``): rules receive plain ndarrays and compute with NumPy directly;
 * differentiable (``create_graph=True``): rules receive the graph's own Tensors with recording on,
   so the gradients are themselves recorded and can be differentiated again (any order).
@@ -10,7 +15,9 @@ Two modes share this one loop:
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from heapq import heappop as _heappop
 from heapq import heappush as _heappush
@@ -32,20 +39,132 @@ NO_GRAD_HINT = (
 )
 
 
-def reaching(roots: Sequence[Tensor], wanted: set[int]) -> set[int]:
-    """ids of the recorded tensors reachable from ``roots`` from which a ``wanted`` tensor can be
-    reached: the part of the graph ``autograd.grad`` has to walk."""
+# ---- the reference backward pass -----------------------------------------------------------
+
+def reference_backward(roots: Sequence[Tensor], root_grads: Sequence[Any], retain_graph: bool,
+                       create_graph: bool, inputs: Sequence[Tensor] | None = None
+                       ) -> dict[int, Any]:
+    """``run_backward`` in its plainest form (HIPS autograd's ``backward_pass``): visit the
+    recorded tensors in topological order, pop each one's gradient, call its VJP rules, add what
+    they give to its arguments' gradients. ``inputs=None``: the leaves' ``.grad`` get theirs;
+    else the gradients are returned keyed by ``id(input)`` and only tensors that lead to an input
+    are visited."""
+    wanted = None if inputs is None else {id(x) for x in inputs}
+    order = toposort(roots)
+    keep = None
+    if wanted is not None:  # autograd.grad: only the tensors that lead to an input
+        useful = reaching(roots, wanted) | wanted
+        keep = lambda a: id(a) in useful  # noqa: E731
+        order = [t for t in order if keep(t)]
+    grads: dict[int, Any] = {}
+    leaves: list[Tensor] = []  # leaves that got a gradient, for .grad
+    for r, g in zip(roots, root_grads):
+        _accumulate(grads, leaves, r, g)
+    with _grad_mode(create_graph):  # create_graph: the rules' own operations are recorded
+        for t in order:
+            key = id(t)  # an input of autograd.grad keeps its gradient; others use it up here
+            g = grads.get(key) if wanted is not None and key in wanted else grads.pop(key, None)
+            if g is None:
+                continue  # no gradient reached it
+            if wanted is None and t._retain:
+                _add_to_grad(t, g)
+            for a, ga in node_vjps(t, g, create_graph, keep):
+                _accumulate(grads, leaves, a, ga)
+            if not retain_graph:
+                t._args = None  # free what the rules needed; a second pass raises
+    if wanted is None:
+        _write_leaf_grads(leaves, grads, create_graph)
+    return grads
+
+
+def toposort(roots: Sequence[Tensor]) -> list[Tensor]:
+    """The recorded tensors under ``roots``, newest first: each comes after every tensor computed
+    from it, since tensors are numbered in creation order (``_seq``) and an input is always older
+    than its output. Tensors that do not require grad are not followed."""
     stack = [r for r in roots if r._op is not None]
     seen = {id(r) for r in stack}
     order = []
-    while stack:  # every recorded tensor under the roots
+    while stack:
         t = stack.pop()
         order.append(t)
-        for a in t._args or ():
+        for a in t._args or ():  # a freed graph (_args None) ends here; node_vjps raises on it
             if isinstance(a, Tensor) and a._op is not None and a.requires_grad and id(a) not in seen:
                 seen.add(id(a))
                 stack.append(a)
-    order.sort(key=_creation_order)  # inputs before the tensors computed from them
+    order.sort(key=_creation_order, reverse=True)
+    return order
+
+
+def node_vjps(t: Tensor, g: Any, create_graph: bool,
+              keep: Callable[[Tensor], bool] | None = None) -> list[tuple[Tensor, Any]]:
+    """``(argument, gradient)`` for each argument of ``t`` that requires grad (and passes
+    ``keep``): its VJP rule applied to ``t``'s gradient ``g``, broadcasting undone. Refuses a
+    freed graph and values written in place after ``t`` used them."""
+    if t._args is None:
+        raise _freed_error(t)
+    if t._written:
+        _refuse_modified(t, t)
+    g, ans, _, _, argv = _rule_inputs(t, g, create_graph)
+    op, kw = t._op, t._kw or {}
+    rules = op.vjps
+    if rules is None:  # a variadic primitive (concatenate, einsum, ...): one rule for all
+        rules = [partial(op.vjp_argnum, i) for i in range(len(t._args))]
+    out = []
+    for a, rule in zip(t._args, rules):  # arguments past the last rule are static
+        if rule is None or not isinstance(a, Tensor) or not a.requires_grad:
+            continue
+        if keep is not None and not keep(a):
+            continue
+        ga = rule(g, ans, *argv, **kw)
+        if ga is not None:
+            shape = a._value.shape
+            out.append((a, ga if ga.shape == shape else unbroadcast(ga, shape, create_graph)))
+    return out
+
+
+def _accumulate(grads: dict[int, Any], leaves: list[Tensor], a: Tensor, ga: Any) -> None:
+    key = id(a)
+    if key in grads:
+        grads[key] = grads[key] + ga
+    else:
+        grads[key] = ga
+        if a._op is None:
+            leaves.append(a)
+
+
+@contextmanager
+def _grad_mode(on: bool) -> Iterator[None]:
+    prev = _GradMode.enabled
+    _GradMode.enabled = on
+    try:
+        yield
+    finally:
+        _GradMode.enabled = prev
+
+
+_reference = os.environ.get("RLGRAD_REFERENCE", "0") == "1"
+
+
+@contextmanager
+def use_reference(on: bool = True) -> Iterator[None]:
+    """Run every backward pass inside through ``reference_backward`` (``on``) or the optimized
+    loops (``not on``); ``RLGRAD_REFERENCE=1`` sets the default. For tests and for a reader who
+    suspects an optimization."""
+    global _reference
+    prev, _reference = _reference, on
+    try:
+        yield
+    finally:
+        _reference = prev
+
+
+# ---- the optimized backward pass ------------------------------------------------------------
+
+
+def reaching(roots: Sequence[Tensor], wanted: set[int]) -> set[int]:
+    """ids of the recorded tensors reachable from ``roots`` from which a ``wanted`` tensor can be
+    reached: the part of the graph ``autograd.grad`` has to walk."""
+    order = toposort(roots)[::-1]  # inputs before the tensors computed from them
     reaches: set[int] = set()
     for t in order:
         if t._args is None:  # freed by an earlier backward: where it led is unknown, so keep it
@@ -63,6 +182,8 @@ _creation_order = operator.attrgetter("_seq")  # C-level key: no Python call per
 
 def unbroadcast(g: Any, shape: tuple[int, ...], create_graph: bool) -> Any:
     """Sum ``g`` down to ``shape``: the one place where broadcasting is undone."""
+    if g.shape == shape:
+        return g
     return sum_to(g, shape) if create_graph else _sum_to(g, shape)
 
 
@@ -97,9 +218,14 @@ def run_backward(
     Tensors are numbered in creation order (``_seq``) and an input is always older than its
     output, so taking the newest tensor holding a gradient from a heap gives that order with no
     separate topological sort.
+
+    ``reference_backward`` computes the same (``use_reference`` selects it); this is its
+    optimized form.
     """
     if _Trace.tape is not None:
         create_graph = True  # rlgrad.jit captures the backward pass as ordinary recorded ops
+    if _reference:
+        return reference_backward(roots, root_grads, retain_graph, create_graph, inputs)
     wanted: set[int] | None = None
     visit: set[int] | None = None  # None: every recorded tensor met; else only these ids
     if inputs is not None:
@@ -107,7 +233,7 @@ def run_backward(
         if prune:
             visit = reaching(roots, wanted) | wanted
     grads, leaves, heap = _seed(roots, root_grads, visit)
-    prev_mode = _GradMode.enabled
+    prev_mode = _GradMode.enabled  # inline, not _grad_mode: this is every loss.backward()
     _GradMode.enabled = create_graph
     try:
         if _engine is not None and not create_graph:
@@ -185,10 +311,20 @@ def _skipped(a: Tensor, visit: set[int] | None, wanted: set[int]) -> bool:
 def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: list[Tensor],
                wanted: set[int] | None, visit: set[int] | None, retain_graph: bool,
                create_graph: bool) -> None:
-    """Hand each tensor's gradient to its arguments through the VJP rules, newest tensor first
-    (see run_backward). The engine's hot loop: one- and two-argument ops get plain locals and
-    direct rule calls (no ``*argv``), and ``pass_through`` rules are not called at all."""
+    """``reference_backward``'s loop, optimized (its C twin, ``rlgrad/_engine.c``, runs the
+    first-order passes when built). The same nodes in the same order with the same additions, so
+    the same bits; what it adds is speed:
+
+    * no toposort pass: a heap keyed by creation number holds only the tensors that got a
+      gradient, newest first (the reference's order restricted to them);
+    * pruning: ``visit`` (``run_backward``'s pre-pass) is the reference's ``keep``, or None when
+      the caller asked for no pre-pass (``prune=False``: only unwanted leaves are skipped);
+    * the one- and two-argument nodes of a first-order pass (nearly all) get plain locals and
+      direct rule calls, no ``*argv``, no pair list, and ``pass_through`` rules are not called.
+      Every other node goes through the reference's ``node_vjps``.
+    """
     plain = wanted is None and visit is None  # Tensor.backward: every argument gets its share
+    keep = None if plain else (lambda a: not _skipped(a, visit, wanted))  # noqa: E731
     fast = not create_graph  # plain arrays for the rules
     while heap:
         t = _heappop(heap)[1]
@@ -199,97 +335,82 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
                 _add_to_grad(t, g)
         else:
             g = grads[key] if key in wanted else grads.pop(key)
-        args = t._args
-        if args is None:
-            raise _freed_error(t)
-        op, tseq = t._op, t._seq
-        n = len(args)  # >= 1: a node has a Tensor argument
-        if t._written:  # the output itself was written in place after it was computed
-            _refuse_modified(t, t)
-        ans = t._value  # below: an argument written in place after t was computed is refused
-        if n == 2 and fast:
-            d0, d1 = args
-            if isinstance(d0, Tensor):
-                if d0._written > tseq:
-                    _refuse_modified(t, d0)
-                d0 = d0._value
-            if isinstance(d1, Tensor):
-                if d1._written > tseq:
-                    _refuse_modified(t, d1)
-                d1 = d1._value
-        elif n == 1 and fast:
-            d0 = args[0]
-            if d0._written > tseq:
-                _refuse_modified(t, d0)
-            d0 = d0._value
-        else:
-            g, ans, d0, d1, argv = _rule_inputs(t, g, create_graph)
-        rules, kw = op.vjps, t._kw
-        if rules is None:  # a variadic primitive (concatenate, einsum, ...): one rule for all
-            pairs = [(a, partial(op.vjp_argnum, i)) for i, a in enumerate(args)]
-            argv = argv if n > 2 else (d0,) if n == 1 else (d0, d1)
-        elif n == 1 and rules:  # one argument: a tuple, cheaper than a zip object
-            pairs = ((args[0], rules[0]),)
-        else:  # zip: arguments past the last rule (static ones) are not even looked at
-            pairs = zip(args, rules)
-        for a, rule in pairs:
-            if rule is None or not isinstance(a, Tensor) or not a.requires_grad:
-                continue
-            if not plain and _skipped(a, visit, wanted):
-                continue
-            if rule is pass_through:
-                ga = g
-            elif n == 2 and rules is not None:
-                ga = rule(g, ans, d0, d1, **kw) if kw else rule(g, ans, d0, d1)
-            elif n == 1 and rules is not None:
-                ga = rule(g, ans, d0, **kw) if kw else rule(g, ans, d0)
-            else:
-                ga = rule(g, ans, *argv, **kw) if kw else rule(g, ans, *argv)
-            if ga is None:
-                continue
-            shape = a._value.shape
-            if ga.shape != shape:  # broadcasting undone (unbroadcast, without its frame)
-                ga = _sum_to(ga, shape) if fast else sum_to(ga, shape)
-            akey = id(a)
-            prev = grads.get(akey)
-            if prev is None:
-                grads[akey] = ga
-                if a._op is None:
-                    leaves.append(a)
+        args, rules = t._args, t._op.vjps
+        n = 0 if args is None else len(args)
+        if not (fast and rules and (n == 1 or n == 2)):
+            for a, ga in node_vjps(t, g, create_graph, keep):
+                akey = id(a)  # the reference's _accumulate, and a first gradient queues a node
+                prev = grads.get(akey)
+                if prev is None:
+                    grads[akey] = ga
+                    if a._op is None:
+                        leaves.append(a)
+                    else:
+                        _heappush(heap, (-a._seq, a))
                 else:
-                    _heappush(heap, (-a._seq, a))
-            else:
-                grads[akey] = prev + ga
+                    grads[akey] = prev + ga
+        else:
+            if t._written:  # the output itself was written in place after it was computed
+                _refuse_modified(t, t)
+            _simple_node(t, g, args, rules, n, grads, leaves, heap, plain, visit, wanted)
         if not retain_graph:
             t._args = None  # free what the rules needed; a second pass raises
+
+
+def _simple_node(t: Tensor, g: Any, args: tuple, rules: tuple, n: int, grads: dict[int, Any],
+                 leaves: list[Tensor], heap: list[tuple[int, Tensor]], plain: bool,
+                 visit: set[int] | None, wanted: set[int] | None) -> None:
+    """``node_vjps`` and the accumulation for a first-order node of one or two arguments,
+    unrolled: plain locals, direct rule calls, ``pass_through`` not called."""
+    tseq, ans = t._seq, t._value  # an argument written in place after t was computed is refused
+    d0 = args[0]
+    if isinstance(d0, Tensor):
+        if d0._written > tseq:
+            _refuse_modified(t, d0)
+        d0 = d0._value
+    d1 = None
+    if n == 2:
+        d1 = args[1]
+        if isinstance(d1, Tensor):
+            if d1._written > tseq:
+                _refuse_modified(t, d1)
+            d1 = d1._value
+    kw = t._kw
+    for a, rule in ((args[0], rules[0]),) if n == 1 else zip(args, rules):
+        if rule is None or not isinstance(a, Tensor) or not a.requires_grad:
+            continue
+        if not plain and _skipped(a, visit, wanted):
+            continue
+        if rule is pass_through:
+            ga = g
+        elif n == 2:
+            ga = rule(g, ans, d0, d1, **kw) if kw else rule(g, ans, d0, d1)
+        else:
+            ga = rule(g, ans, d0, **kw) if kw else rule(g, ans, d0)
+        if ga is None:
+            continue
+        shape = a._value.shape
+        if ga.shape != shape:  # broadcasting undone (unbroadcast, without its frame)
+            ga = _sum_to(ga, shape)
+        akey = id(a)  # as in _propagate's general branch (a frame less per argument)
+        prev = grads.get(akey)
+        if prev is None:
+            grads[akey] = ga
+            if a._op is None:
+                leaves.append(a)
+            else:
+                _heappush(heap, (-a._seq, a))
+        else:
+            grads[akey] = prev + ga
 
 
 def _general_node(t: Tensor, g: Any, wanted: set[int] | None,
                   visit: set[int] | None) -> list[tuple[Tensor, Any]]:
     """The C loop's way through a node it does not take apart (a variadic primitive, or three or
-    more arguments): ``(argument, gradient)`` pairs, broadcasting undone, as ``_propagate`` gives
-    them (the C loop adds them up)."""
-    g, ans, _, _, argv = _rule_inputs(t, g, False)
-    op, args, kw = t._op, t._args, t._kw
-    if op.vjps is None:  # one rule for all arguments
-        pairs = [(a, partial(op.vjp_argnum, i)) for i, a in enumerate(args)]
-    else:
-        pairs = zip(args, op.vjps)
-    out = []
-    for a, rule in pairs:
-        if rule is None or not isinstance(a, Tensor) or not a.requires_grad:
-            continue
-        if (wanted is not None or visit is not None) and _skipped(a, visit, wanted):
-            continue
-        if rule is pass_through:
-            ga = g
-        else:
-            ga = rule(g, ans, *argv, **kw) if kw else rule(g, ans, *argv)
-        if ga is None:
-            continue
-        shape = a._value.shape
-        out.append((a, ga if ga.shape == shape else _sum_to(ga, shape)))
-    return out
+    more arguments): the reference's ``node_vjps``, skipping what ``_propagate`` skips (the C
+    loop adds the pairs up)."""
+    plain = wanted is None and visit is None
+    return node_vjps(t, g, False, None if plain else (lambda a: not _skipped(a, visit, wanted)))
 
 
 def _write_leaf_grads(leaves: list[Tensor], grads: dict[int, Any], create_graph: bool) -> None:

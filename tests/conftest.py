@@ -1,7 +1,8 @@
-"""The engine has two implementations of its bookkeeping: the C one (rlgrad/_engine.c, built by
-setup.py: the backward loop, the leaves' .grad, the graph node) and the Python one (core._propagate,
-core._write_leaf_grads, tracer._record; the fallback without a compiler, or with RLGRAD_ENGINE=0).
-The gradient test files below run under both; every other file under whichever is installed.
+"""The backward pass has a reference (core.reference_backward) and two optimized loops: the C one
+(rlgrad/_engine.c, built by setup.py: the backward loop, the leaves' .grad, the graph node) and the
+Python one (core._propagate, core._write_leaf_grads, tracer._record; the fallback without a
+compiler, or with RLGRAD_ENGINE=0). The gradient test files below, and every test that names the
+``backward_loop`` fixture, run under all three; every other test under whichever is installed.
 
 Hypothesis draws the same examples on every run (CI included): a random draw can land where finite
 differences cannot resolve a kink after an amplifying chain (exp -> arcsin -> huber flaked once);
@@ -9,6 +10,7 @@ RLGRAD_HYPOTHESIS_EXPLORE=1 draws new ones when hunting for wrong rules."""
 
 from __future__ import annotations
 
+import inspect
 import os
 from typing import Any
 
@@ -21,22 +23,27 @@ settings.register_profile("rlgrad", derandomize=os.environ.get("RLGRAD_HYPOTHESI
 settings.load_profile("rlgrad")
 
 _ENGINE, _NODE = core._engine, tracer._c_node
-BOTH_LOOPS = {"test_backward_pass.py", "test_inplace_versions.py", "test_ops_gradcheck.py",
+EVERY_LOOP = {"test_backward_pass.py", "test_inplace_versions.py", "test_ops_gradcheck.py",
               "test_autograd_names.py", "test_zero_nan_rules.py", "test_errors.py",
-              "test_eager_fastpaths.py", "test_functional.py", "test_backward_loops.py"}
+              "test_functional.py"}
+LOOPS = ["c", "python", "reference"]
 
 
 def pytest_generate_tests(metafunc: Any) -> None:
-    if metafunc.module.__name__.rpartition(".")[2] + ".py" in BOTH_LOOPS:
-        metafunc.parametrize("backward_loop", ["c", "python"], indirect=True)
+    named = "backward_loop" in inspect.signature(metafunc.function).parameters
+    if named or metafunc.module.__name__.rpartition(".")[2] + ".py" in EVERY_LOOP:
+        metafunc.parametrize("backward_loop", LOOPS, indirect=True)
 
 
 @pytest.fixture(autouse=True)
 def backward_loop(request: Any, monkeypatch: Any) -> str:
     """Which loop core.run_backward uses in this test: "c" (skipped when the module was not
-    built) or "python"; tests outside BOTH_LOOPS keep the installed one."""
+    built), "python" or "reference" (core.reference_backward, with the Python graph nodes); other
+    tests keep the installed one."""
     loop = getattr(request, "param", None)
-    if loop == "python":
+    if loop is not None:
+        monkeypatch.setattr(core, "_reference", loop == "reference")
+    if loop in ("python", "reference"):
         monkeypatch.setattr(core, "_engine", None)
         monkeypatch.setattr(tracer, "_c_node", None)
     elif loop == "c":
@@ -44,4 +51,6 @@ def backward_loop(request: Any, monkeypatch: Any) -> str:
             pytest.skip("rlgrad._engine not built (or RLGRAD_ENGINE=0): the Python loop only")
         monkeypatch.setattr(core, "_engine", _ENGINE)
         monkeypatch.setattr(tracer, "_c_node", _NODE)
+    if core._reference:
+        return "reference"
     return loop or ("c" if core._engine is not None else "python")

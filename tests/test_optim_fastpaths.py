@@ -1,5 +1,6 @@
-"""The optimizers' flat fast path (one set of arrays per parameter group) against their
-per-parameter path: the same arithmetic element for element, so the same bits."""
+"""The optimizers' flat fast path (one set of arrays per parameter group) and their per-parameter
+path keep interchangeable states (the bits of each against the other, and against
+rlgrad/optim/reference.py, are in tests/test_reference_paths.py), and when each is taken."""
 
 import numpy as np
 import pytest
@@ -48,7 +49,7 @@ def _same(a, b, fast, ref):
     (optim.AdamW, dict(lr=0.01, weight_decay=0.1)),
 ])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_flat_path_equals_the_per_parameter_path(cls, kw, dtype):
+def test_a_state_saved_by_either_path_resumes_in_the_other(cls, kw, dtype):
     rng = np.random.default_rng(0)
     a, b, fast, ref = _pair(cls, kw, dtype)
     _run(a, b, fast, ref, 60, rng, dtype)  # past Adam's every-50-steps flush of tiny moments

@@ -264,19 +264,6 @@ def test_logged_keys_follow_sb3_names():
         assert k in row, k
 
 
-@pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
-def test_fused_acting_path_matches_the_modules(env):
-    m = PPO(env, n_envs=2, seed=0)
-    obs = np.random.default_rng(0).normal(size=(7, m.obs_dim)).astype(np.float32)
-    a1, v1, l1 = m.policy.act(obs, np.random.default_rng(1))
-    a2, v2, l2 = m.policy.act(obs, np.random.default_rng(1), m.policy.fused_numpy())
-    np.testing.assert_allclose(v1, v2, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(a1, a2, rtol=1e-5, atol=1e-6)
-    log_prob = m.policy.distribution(obs).log_prob(m.policy.actions_for_loss(a2))
-    np.testing.assert_allclose(log_prob._value, l2, rtol=1e-4, atol=1e-5)  # the training graph
-    np.testing.assert_allclose(m.policy.value(obs)._value, v2, rtol=1e-4, atol=1e-5)  # agrees
-
-
 def test_fused_acting_weights_follow_the_parameters():
     """fused_numpy keeps its block matrices between rollouts and refreshes them from the
     current parameters: after the weights change, acting uses the new ones."""

@@ -4,8 +4,11 @@
    element is read and written once. The arithmetic is _adam_math's / _rmsprop_math's, operation
    for operation, in the array's own precision: every operation is correctly rounded IEEE
    arithmetic (+ - * / sqrt), nothing is contracted into an FMA (-ffp-contract=off) or
-   reassociated (no -ffast-math), so the results are bitwise those of the NumPy path. The tests
-   check it (tests/test_optim_fused.py).
+   reassociated (no -ffast-math), so the results are bitwise those of the NumPy path. That path
+   is itself an optimization of the plain updates in rlgrad/optim/reference.py (PyTorch's
+   formulas; it differs from them by rounding, and by Adam's flush of tiny moments, a documented
+   deviation). tests/test_reference_paths.py checks this module against the NumPy path's bits and
+   against the references, with every option.
 
    The module is optional: setup.py builds it when a C compiler is there, and algorithms.py falls
    back to NumPy without it (or with RLGRAD_FUSED=0). Each function returns False, having

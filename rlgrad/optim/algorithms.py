@@ -1,5 +1,9 @@
 """SGD, Adam, AdamW and RMSprop, with PyTorch's arguments and update rules.
 
+``reference.py`` holds each update in its plain form (PyTorch's formulas, ten lines); everything
+here is an optimization of those, tested against them (tests/test_reference_paths.py): the same
+arithmetic up to rounding, plus Adam's flush of tiny moments (``_adam_math``).
+
 Each update runs in place on ``p._value`` with ``out=`` ufuncs and one scratch array per parameter
 (kept in the state under ``"_buf"``, never saved), so a step allocates nothing in steady state
 except where a gradient must be combined with weight decay.
@@ -55,7 +59,7 @@ class SGD(Optimizer):
     def _update_group(self, group: dict[str, Any]) -> None:
         lr, mom, damp = group["lr"], group["momentum"], group["dampening"]
         wd, nesterov, maximize = group["weight_decay"], group["nesterov"], group["maximize"]
-        state = self.state
+        state = self.state  # reference.sgd, with a scratch buffer
         for p in group["params"]:
             gt = p.grad
             if gt is None:
@@ -65,6 +69,8 @@ class SGD(Optimizer):
             if st is None:
                 st = state[p] = {}
             buf = _scratch(st, x)
+            if maximize:  # before the decay, as PyTorch: the decay still shrinks the weights
+                g = -g
             if wd:
                 g = g + wd * x
             if mom:
@@ -87,16 +93,16 @@ class SGD(Optimizer):
             else:
                 d = g
             np.multiply(d, lr, out=buf)
-            if maximize:
-                x += buf
-            else:
-                x -= buf
+            x -= buf
 
 
 def _adam_math(g: np.ndarray, m: np.ndarray, v: np.ndarray, vmax: np.ndarray | None,
                buf: np.ndarray, t: int, lr: float, b1: float, b2: float, eps: float) -> None:
-    """Update the moments in place and leave the parameter step (to subtract) in ``buf``.
-    ``_fused.c`` does the same operations in the same order: keep the two in step."""
+    """``reference.adam`` after the gradient's sign and weight decay: update the moments in place
+    and leave the parameter step (to subtract) in ``buf``. Optimized with ``out=`` ufuncs and
+    ``sqrt(1 - b2**t)`` folded into the scalars (rounding differs from the reference's), plus the
+    flush of tiny moments (a deviation, below). ``_fused.c`` does the same operations in the same
+    order: keep the two in step."""
     np.subtract(g, m, out=buf)  # m <- m + (1 - b1)(g - m), PyTorch's lerp
     buf *= 1 - b1
     m += buf
@@ -105,10 +111,11 @@ def _adam_math(g: np.ndarray, m: np.ndarray, v: np.ndarray, vmax: np.ndarray | N
     buf *= 1 - b2
     v += buf
     if t % 50 == 0:
-        # Moments of parameters whose gradient stays 0 (dead ReLU units) decay geometrically
-        # into the subnormal range, where float arithmetic is ~10x slower (measured: Adam 1.1 ms
-        # instead of 0.14 ms on a 67k-parameter DQN). Values this small (< tiny * 1e13) change
-        # no update; zeroing them every 50 steps keeps them from ever becoming subnormal.
+        # The flush (not in PyTorch, nor in reference.adam). Moments of parameters whose
+        # gradient stays 0 (dead ReLU units) decay geometrically into the subnormal range,
+        # where float arithmetic is ~10x slower (measured: Adam 1.1 ms instead of 0.14 ms on a
+        # 67k-parameter DQN). Zeroing moments below tiny * 1e13 every 50 steps keeps them from
+        # ever becoming subnormal; it changes a result only where a moment is that small.
         floor = np.finfo(m.dtype).tiny * 1e13
         for a in (m, v):
             np.abs(a, out=buf)
@@ -177,7 +184,8 @@ class _FlatPath:
     lives in flat arrays (``_FlatGroup``) and the update runs once over all of them: in one C
     pass (``_fused``) where the optimizer has one, else as NumPy ufuncs on the gradients gathered
     with one concatenate, each parameter then taking its slice of the update. The arithmetic is
-    the per-parameter path's, element for element: all give the same bits.
+    the per-parameter path's, element for element: all give the same bits (and the per-parameter
+    path is ``reference.py``'s updates up to rounding).
 
     Subclasses give the state keys of a group (``_flat_keys``), their initial value
     (``_flat_init``) and whether a group can take the path (``_flat_applies``).
@@ -459,8 +467,10 @@ class RMSprop(_FlatPath, Optimizer):
 
 def _rmsprop_math(g: np.ndarray, sq: np.ndarray, ga: np.ndarray | None, mb: np.ndarray | None,
                   buf: np.ndarray, group: dict[str, Any]) -> None:
-    """Update the averages (and momentum) in place and leave the parameter step (to subtract)
-    in ``buf``; ``ga`` for ``centered``, ``mb`` for ``momentum``."""
+    """``reference.rmsprop`` after the gradient's sign and weight decay, with ``out=`` ufuncs:
+    update the averages (and momentum) in place and leave the parameter step (to subtract) in
+    ``buf``; ``ga`` for ``centered``, ``mb`` for ``momentum``. ``_fused.c`` does the same
+    operations in the same order for the plain case (no centering, no momentum)."""
     lr, alpha, eps = group["lr"], group["alpha"], group["eps"]
     sq *= alpha
     np.multiply(g, g, out=buf)

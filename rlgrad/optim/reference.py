@@ -1,0 +1,90 @@
+"""The optimizers' updates in their plainest form: PyTorch's formulas (``torch.optim``'s
+single-tensor loops), one parameter array at a time, with every option the classes of
+``algorithms.py`` take. Read these to learn what an optimizer computes.
+
+The classes run optimized forms of the same updates, which a contributor may delete and lose
+only speed: the per-parameter NumPy loop (``out=`` ufuncs into a scratch buffer), the flat path
+(a group's state in one array per key, the update as one set of ufuncs over all parameters), the
+C loop (``_fused.c``: the flat update in one pass) and ``step_arrays`` (gradients handed over as
+arrays, a clip factor folded in). The last three give the per-parameter loop's bits; the loop
+differs from these references by rounding only (it folds scalars differently, e.g. Adam's
+``sqrt(1 - b2**t)`` moves into ``eps`` and the step size), and in one deliberate deviation:
+
+* Adam's flush: every 50 steps, first and second moments below ``tiny * 1e13`` of their dtype
+  become exactly 0. Moments of parameters whose gradient stays 0 (dead ReLU units) otherwise decay
+  into subnormal numbers, where arithmetic is ~10x slower. PyTorch does not do this; it changes a
+  result only where a moment is that small.
+
+tests/test_reference_paths.py runs every path against these over many steps with every option.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+State = dict[str, Any]
+
+
+def sgd(p: np.ndarray, g: np.ndarray, state: State, *, lr: float, momentum: float = 0.0,
+        dampening: float = 0.0, weight_decay: float = 0.0, nesterov: bool = False,
+        maximize: bool = False) -> None:
+    """One SGD step of ``p`` (in place) from its gradient ``g``; ``state``: this parameter's."""
+    g = -g if maximize else g
+    if weight_decay:
+        g = g + weight_decay * p
+    if momentum:
+        buf = state.get("momentum_buffer")
+        buf = g.copy() if buf is None else momentum * buf + (1 - dampening) * g
+        state["momentum_buffer"] = buf
+        g = g + momentum * buf if nesterov else buf
+    p -= lr * g
+
+
+def adam(p: np.ndarray, g: np.ndarray, state: State, *, lr: float,
+         betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+         amsgrad: bool = False, maximize: bool = False, decoupled: bool = False) -> None:
+    """One Adam step (``decoupled``: AdamW's weight decay) of ``p`` in place."""
+    b1, b2 = betas
+    if not state:
+        state.update(step=0, exp_avg=np.zeros_like(p), exp_avg_sq=np.zeros_like(p))
+        if amsgrad:
+            state["max_exp_avg_sq"] = np.zeros_like(p)
+    g = -g if maximize else g
+    if weight_decay and decoupled:
+        p *= 1 - lr * weight_decay
+    elif weight_decay:
+        g = g + weight_decay * p
+    t = state["step"] = state["step"] + 1
+    m = state["exp_avg"] = state["exp_avg"] + (1 - b1) * (g - state["exp_avg"])  # lerp to g
+    v = state["exp_avg_sq"] = b2 * state["exp_avg_sq"] + (1 - b2) * g * g
+    if amsgrad:
+        v = state["max_exp_avg_sq"] = np.maximum(state["max_exp_avg_sq"], v)
+    denom = np.sqrt(v) / math.sqrt(1 - b2**t) + eps
+    p -= lr / (1 - b1**t) * (m / denom)
+
+
+def rmsprop(p: np.ndarray, g: np.ndarray, state: State, *, lr: float, alpha: float = 0.99,
+            eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0,
+            centered: bool = False, maximize: bool = False, tf_style: bool = False) -> None:
+    """One RMSprop step of ``p`` in place; ``tf_style``: TensorFlow's (Stable-Baselines3's
+    ``RMSpropTFLike``): the average of squares starts at 1 and ``eps`` goes inside the root."""
+    if not state:
+        state.update(step=0, square_avg=np.ones_like(p) if tf_style else np.zeros_like(p))
+    g = -g if maximize else g
+    if weight_decay:
+        g = g + weight_decay * p
+    state["step"] += 1
+    sq = state["square_avg"] = alpha * state["square_avg"] + (1 - alpha) * g * g
+    if centered:  # the variance instead of the second moment
+        ga = state.get("grad_avg", 0.0)
+        ga = state["grad_avg"] = ga + (1 - alpha) * (g - ga)  # lerp to g
+        sq = sq - ga * ga
+    avg = np.sqrt(sq + eps) if tf_style else np.sqrt(sq) + eps
+    if momentum > 0:
+        buf = state["momentum_buffer"] = momentum * state.get("momentum_buffer", 0.0) + g / avg
+        p -= lr * buf
+    else:
+        p -= lr * (g / avg)
