@@ -70,7 +70,7 @@ def test_stacked_targets_take_several_values_per_row():
     assert_close_ulps(m._stacked_targets(b, idx), y)
 
 
-VARIANTS = [("DQN", {}), ("QRDQN", {"n_quantiles": 5})]
+VARIANTS = [("DQN", {}), ("QRDQN", {"n_quantiles": 5}), ("C51", {"n_atoms": 11, "v_min": 0.0, "v_max": 50.0})]
 
 
 @pytest.mark.parametrize("double_q", [False, True])

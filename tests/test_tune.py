@@ -43,7 +43,8 @@ policy_kwargs.net_arch: {choice: [[16], [32, 32]]}
 
 
 # ---- no Ray needed ----------------------------------------------------------------------------
-@pytest.mark.parametrize("algo", ["reinforce", "a2c", "ppo", "dqn", "qrdqn", "ddpg", "td3", "sac"])
+@pytest.mark.parametrize("algo", ["reinforce", "a2c", "ppo", "dqn", "qrdqn", "c51", "ddpg",
+                                  "td3", "sac"])
 def test_shipped_search_spaces_are_valid(algo):
     name, cls = resolve_algo(algo)
     space = read_space(space_path(name, None))
