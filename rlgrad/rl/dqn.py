@@ -71,9 +71,10 @@ class DQN(OffPolicyAlgorithm):
     cnn_policy = True  # image observations: a CNN trunk (Nature / MinAtar) under the Q head
     trace_settings = ("clip_delta", "double_q")  # the Huber loss's delta; Double DQN's branch
     #: Where ``train`` computes the targets (``bootstrap_target``); the paths give the same
-    #: numbers. "stacked": those of all the minibatches of a ``train`` call in one NumPy pass
-    #: before the steps, once per distinct transition (the target network is fixed during the
-    #: call), or "step" when the call makes one step or the targets read the online network
+    #: numbers to float32 rounding (other matrix shapes, traced vs NumPy forwards).
+    #: "stacked": those of all the minibatches of a ``train`` call in one NumPy pass before the
+    #: steps, once per distinct transition (the target network is fixed during the call), or
+    #: "step" when the call makes one step or the targets read the online network
     #: (``double_q``). "step": inside the compiled gradient step (``td_loss``). "batch": each
     #: minibatch's in NumPy before its step (``td_target``; for a hook that cannot be traced).
     target_path: ClassVar[str] = "stacked"
