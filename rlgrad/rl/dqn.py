@@ -226,6 +226,7 @@ class DQN(OffPolicyAlgorithm):
         # All the minibatches in one draw (the same rows as drawing them one by one), stacked.
         stacked, idx = self.sample_many(gradient_steps, batch_size)
         path = self.train_target_path(gradient_steps)
+        targets = None
         if path == "stacked":
             y = self._stacked_targets(stacked, idx)
             targets = y.reshape((gradient_steps, batch_size) + y.shape[1:])
@@ -237,7 +238,7 @@ class DQN(OffPolicyAlgorithm):
             if in_step:
                 batch = self.batch_dict(ReplayBatch(*(part[rows] for part in stacked)))
             else:  # slice only what the step reads
-                y = targets[i] if path == "stacked" else \
+                y = targets[i] if targets is not None else \
                     self.td_target(ReplayBatch(*(part[rows] for part in stacked)))
                 batch = {"obs": stacked.observations[rows], "actions": stacked.actions[rows],
                          "target": y}
