@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlgrad.rl import A2C, DDPG, DQN, PPO, QRDQN, REINFORCE, SAC, TD3
+from rlgrad.rl import A2C, C51, DDPG, DQN, PPO, QRDQN, REINFORCE, SAC, TD3
 
 SCRIPTS = Path(__file__).parent / "sb3_scripts"
 
@@ -123,13 +123,13 @@ def test_reinforce_on_one_env_instance_uses_one_copy() -> None:
 
 # ---- the constructor: SB3's order and keywords, for every algorithm ------------------------------
 ENVS = {A2C: "CartPole-v1", PPO: "CartPole-v1", REINFORCE: "CartPole-v1", DQN: "CartPole-v1",
-        QRDQN: "CartPole-v1", DDPG: "Pendulum-v1", TD3: "Pendulum-v1", SAC: "Pendulum-v1"}
+        QRDQN: "CartPole-v1", C51: "CartPole-v1", DDPG: "Pendulum-v1", TD3: "Pendulum-v1", SAC: "Pendulum-v1"}
 
 
 @pytest.mark.parametrize("cls", list(ENVS), ids=lambda c: c.__name__)
 def test_sb3_call_forms_build_the_same_algorithm(cls: type) -> None:
     env = ENVS[cls]
-    kw = {"buffer_size": 1000} if cls in (DQN, QRDQN, DDPG, TD3, SAC) else {}
+    kw = {"buffer_size": 1000} if cls in (DQN, QRDQN, C51, DDPG, TD3, SAC) else {}
     a = cls("MlpPolicy", env, seed=3, **kw)
     b = cls(policy="MlpPolicy", env=env, seed=3, **kw)
     c = cls(env, seed=3, **kw)

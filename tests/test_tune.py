@@ -23,6 +23,7 @@ from rlgrad.cli import main
 from rlgrad.cli.build import resolve_algo
 from rlgrad.cli.errors import CLIError
 from rlgrad.cli.tune import read_space, space_path, validate_space
+from rlgrad.rl import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parent.parent
 try:
@@ -43,8 +44,9 @@ policy_kwargs.net_arch: {choice: [[16], [32, 32]]}
 
 
 # ---- no Ray needed ----------------------------------------------------------------------------
-@pytest.mark.parametrize("algo", ["reinforce", "a2c", "ppo", "dqn", "qrdqn", "ddpg", "td3", "sac"])
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_shipped_search_spaces_are_valid(algo):
+    """Every registered algorithm ships a search space that fits its constructor."""
     name, cls = resolve_algo(algo)
     space = read_space(space_path(name, None))
     kinds = validate_space(space, cls, name, "space")

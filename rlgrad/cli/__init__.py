@@ -90,7 +90,7 @@ def build_parser() -> ArgumentParser:
                    help="a registered Gymnasium id, e.g. CartPole-v1, or module:EnvId (the "
                    "module is imported first and registers EnvId, as gymnasium.make does)")
     t.add_argument("--algo", required=True,
-                   help="one of reinforce, a2c, ppo, dqn, qrdqn, ddpg, td3, sac")
+                   help="one of reinforce, a2c, ppo, dqn, qrdqn, c51, ddpg, td3, sac")
     t.add_argument("--preset", default=None, help="preset to use: an environment id of the "
                    "algorithm's presets, a YAML file, or 'none' (default: ENV_ID's preset if any)")
     t.add_argument("--steps", type=_whole_number, default=None,

@@ -88,16 +88,6 @@ def target_network(net: Module) -> Module:
     return copy.deepcopy(net).requires_grad_(False)
 
 
-def bootstrapped_target(rewards: np.ndarray, terminated: np.ndarray, gamma: float,
-                        next_values: np.ndarray) -> np.ndarray:
-    """The TD target ``r + gamma (1 - terminated) next_values`` in float32; truncation still
-    bootstraps. ``next_values`` holds one estimate per row, ``(n,)``, or several, ``(n, k)``
-    (QR-DQN's quantiles): rewards and terminations broadcast over them."""
-    shape = (len(rewards),) + (1,) * (np.ndim(next_values) - 1)
-    not_term = 1.0 - np.asarray(terminated, dtype=np.float32).reshape(shape)
-    return (rewards.reshape(shape) + gamma * not_term * next_values).astype(np.float32)
-
-
 def min_of(qs: list[Any]) -> Any:
     """The elementwise minimum of the critics' estimates (clipped double Q)."""
     out = qs[0]
