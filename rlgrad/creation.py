@@ -8,7 +8,7 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.device import check_device
-from rlgrad.tensor import Tensor, _as_array, _leaf, get_default_dtype
+from rlgrad.tensor import Tensor, _as_array, _leaf, _Trace, get_default_dtype
 
 
 def _size_args(shape: tuple) -> tuple[int, ...]:
@@ -109,6 +109,8 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
 
 def from_numpy(arr: np.ndarray) -> Tensor:
     """``torch.from_numpy``: a Tensor sharing ``arr``'s memory (writes to one show in the other)."""
+    if _Trace.compiling and isinstance(arr, Tensor):  # jit passes the caller's array as a Tensor
+        return arr
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"from_numpy expects a NumPy array, got {type(arr).__name__}; use "
                         "rlgrad.tensor(data) for other data")
@@ -126,3 +128,28 @@ def concatenate(tensors: Any, axis: int = 0) -> Any:
 
 def stack(tensors: Any, dim: int = 0, *, axis: int | None = None) -> Any:
     return ops.stack(tensors, axis=dim if axis is None else axis)
+
+
+def _detached(data: Any) -> Any:
+    if isinstance(data, Tensor):
+        return ops.stop_gradient(data)
+    if type(data) in (list, tuple):
+        return [_detached(d) for d in data]
+    return data
+
+
+def _traced_data(data: Any, arr: np.ndarray, requires_grad: bool, copy: bool) -> Tensor | None:
+    """What ``tensor(data)`` / ``Tensor(data)`` return while jit traces, when ``data`` holds
+    Tensors: ``arr``'s values (the eager result), recorded from those Tensors, so the compiled
+    step recomputes them at every call instead of freezing this call's copy. None: no Tensor."""
+    if not ops.holds_tensor(data):
+        return None
+    out = ops.array_from(_detached(data), copy, dtype=arr.dtype)
+    if out.shape != arr.shape:
+        out = ops.reshape(out, arr.shape)
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+_Trace.wrap = _traced_data  # tensor.py's constructors call it (they cannot import the primitives)

@@ -196,7 +196,8 @@ class _Names:
     def ref(self, value: Any) -> str:
         """Source text that stands for ``value`` in the step."""
         if isinstance(value, Tensor):
-            name = self.slot.get(id(value))
+            # (a Tensor wrapping a traced array, e.g. Tensor(x) or x.data, is that value)
+            name = self.slot.get(id(value)) or self.by_array.get(id(value._value))
             if name is not None:
                 return name
             self.keep_alive.append(value)
