@@ -138,10 +138,12 @@ def _detached(data: Any) -> Any:
     return data
 
 
-def _traced_data(data: Any, arr: np.ndarray, requires_grad: bool, copy: bool) -> Tensor | None:
-    """What ``tensor(data)`` / ``Tensor(data)`` return while jit traces, when ``data`` holds
-    Tensors: ``arr``'s values (the eager result), recorded from those Tensors, so the compiled
-    step recomputes them at every call instead of freezing this call's copy. None: no Tensor."""
+def _traced_data(data: Any, arr: np.ndarray, requires_grad: bool, copy: bool,
+                 into: Tensor | None = None) -> Tensor | None:
+    """What ``tensor(data)`` / ``Tensor(data)`` / ``.data`` return while jit traces, when
+    ``data`` holds Tensors: ``arr``'s values (the eager result), recorded from those Tensors, so
+    the compiled step recomputes them at every call instead of freezing this call's copy. None:
+    no Tensor. ``into``: the Tensor that ``Tensor(data)`` initialises, recorded as that value."""
     if not ops.holds_tensor(data):
         return None
     out = ops.array_from(_detached(data), copy, dtype=arr.dtype)
@@ -149,6 +151,8 @@ def _traced_data(data: Any, arr: np.ndarray, requires_grad: bool, copy: bool) ->
         out = ops.reshape(out, arr.shape)
     if requires_grad:
         out.requires_grad_(True)
+    if into is not None and _Trace.tape is not None:
+        _Trace.tape.append((ops.stop_gradient.primitive, (out,), {}, into))  # an alias
     return out
 
 

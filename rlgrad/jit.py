@@ -21,6 +21,7 @@ are read at every replay, so in-place optimizer updates to them are seen.
 
 from __future__ import annotations
 
+import builtins
 import math
 import re
 from collections.abc import Callable
@@ -39,12 +40,20 @@ _INDEX_OPS = ("getitem", "untake")  # their second argument is an index
 
 class _Compiled:
     """One traced program: the generated function (it returns the output pytree itself), its
-    source and how many ops it runs."""
+    source and how many ops it runs; ``guards``: (tensor, whether its ``.grad`` was None) that
+    the program assumes at entry; ``first``: the outputs of the trace when it made replayed
+    calls (an optimizer step...), which were that call's, until the call returns them."""
 
     def __init__(self, fn: Callable, source: str, n_ops: int) -> None:
         self.fn = fn
         self.source = source
         self.n_ops = n_ops
+        self.guards: list[tuple[Tensor, bool]] = []
+        self.first: Any = None
+
+
+def _guards_hold(guards: list[tuple[Tensor, bool]]) -> bool:
+    return all((t.grad is None) == was_none for t, was_none in guards)
 
 
 def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
@@ -119,9 +128,9 @@ class jit:  # noqa: N801 - lower-case like jax.jit
             if fast is not None:
                 fast_key, leaves = fast
                 compiled = self._cache.get(fast_key)
-                if compiled is None:
-                    compiled = self._cache[fast_key] = self._compile_for(args)
-                return compiled.fn(*leaves)
+                if compiled is not None and not compiled.guards:
+                    return compiled.fn(*leaves)
+                return self._run(fast_key, compiled, args, leaves)
         leaves: list[Any] = []
         key: list[Any] = []
         if self.static_argnums:
@@ -134,9 +143,19 @@ class jit:  # noqa: N801 - lower-case like jax.jit
             _flatten(args, leaves, key)
         frozen = tuple(key)
         compiled = self._cache.get(frozen)
-        if compiled is None:
-            compiled = self._compile_for(args)
-            self._cache[frozen] = compiled
+        if compiled is not None and not compiled.guards:
+            return compiled.fn(*leaves)
+        return self._run(frozen, compiled, args, leaves)
+
+    def _run(self, key: Any, compiled: _Compiled | None, args: tuple, leaves: list[Any]) -> Any:
+        """A call that needs more than the replay: the first for its shapes, or one whose
+        ``.grad`` state differs from the trace's (traced again)."""
+        if compiled is not None and _guards_hold(compiled.guards):
+            return compiled.fn(*leaves)
+        compiled = self._cache[key] = self._compile_for(args)
+        first, compiled.first = compiled.first, None
+        if first is not None:  # the trace made this call's updates: its outputs are this call's
+            return first
         return compiled.fn(*leaves)
 
     def lower(self, *args: Any) -> str:
@@ -160,18 +179,62 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         tape: list = []
         _Trace.tape = tape
         _Trace.compiling = True
+        _Trace.grads, _Trace.touched, _Trace.guards = {}, set(), []
         _Depth.value += 1  # transforms inside record their backward pass (they are "nested")
         prev_mode = _GradMode.enabled
         _GradMode.enabled = True
         try:
             out = self.fun(*call_args)
+            grads = _TracedGrads(_Trace.grads, _Trace.guards)
         finally:
             _Trace.tape = None
             _Trace.compiling = False
+            _Trace.grads, _Trace.touched, _Trace.guards = {}, set(), []
             _Depth.value -= 1
             _GradMode.enabled = prev_mode
         out_leaves, out_def = tree_flatten(out)
-        return _compile(inputs, tape, out_leaves, out_def)
+        compiled = _compile(inputs, tape, out_leaves, out_def, grads)
+        compiled.guards = grads.guards
+        if any(getattr(p, "effect", False) for p, *_ in tape):
+            compiled.first = _structure_value(out_def, iter(
+                [o._value if isinstance(o, Tensor) else o for o in out_leaves]))
+        grads.settle()
+        return compiled
+
+
+class _TracedGrads:
+    """The ``.grad`` of the tensors a trace's recorded calls and backward passes touched: when
+    first seen (``initial``) and at the end (``final``), so that the step sets them as eager
+    execution does."""
+
+    def __init__(self, seen: dict[int, list], guards: list[tuple[Tensor, bool]]) -> None:
+        self.initial = {k: g for k, (_t, g) in seen.items()}
+        self.final = [(t, t.grad) for t, _g in seen.values()]
+        self.guards = list(guards)
+
+    def settle(self) -> None:
+        """After the trace: a ``.grad`` computed in it (a recorded graph node) becomes the plain
+        constant an eager backward leaves."""
+        for t, g in self.final:
+            if g is not None and t.grad is g and (g.requires_grad or g._op is not None):
+                t.grad = constant(g._value)
+
+
+def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: bool | None = None,  # noqa: A001
+            backend: Any = "inductor", mode: str | None = None, options: dict | None = None,
+            disable: bool = False) -> Any:
+    """``torch.compile``'s name and signature over ``jit``: a function (a training step with its
+    ``backward()``, ``clip_grad_norm_`` and ``optimizer.step()``) is traced once per input shape
+    and replayed, with eager execution's results; used bare, as ``@compile``, or as
+    ``@compile(mode=...)``. The PyTorch-only options (``fullgraph``, ``dynamic``, ``backend``,
+    ``mode``, ``options``) are accepted and ignored. A Module is returned as it is: its calls
+    must stay differentiable by a ``backward()`` outside, which a replayed step's arrays are not.
+    """
+    if model is None:
+        return lambda m: compile(m, disable=disable)
+    if disable or (hasattr(model, "parameters") and hasattr(model, "forward")):
+        return model
+    return jit(model)
 
 
 class _Names:
@@ -187,17 +250,40 @@ class _Names:
             self.traced_arrays.append(t._value)
         self.consts: dict[str, Any] = {}
         self.keep_alive: list[Any] = []  # ids are only unique while the objects live
+        self.wrap: str | None = None  # the name of ``constant`` in the step, once needed
 
     def const(self, value: Any) -> str:
         name = f"c{len(self.consts)}"
         self.consts[name] = value
         return name
 
+    def find(self, t: Tensor) -> str | None:
+        """The step's name of Tensor ``t``'s value if the trace computed it, else None."""
+        return self.slot.get(id(t))
+
+    def obj(self, value: Any) -> str:
+        """Source for ``value`` passed to a replayed call: the object itself when it comes from
+        outside (a parameter, an optimizer), a Tensor around the array the step computed."""
+        if isinstance(value, Tensor):
+            name = self.find(value)
+            if name is None:
+                self.keep_alive.append(value)
+                return self.const(value)
+            if self.wrap is None:
+                self.wrap = self.const(constant)
+            return f"{self.wrap}({name})"
+        if isinstance(value, tuple):
+            return "(" + "".join(f"{self.obj(v)}, " for v in value) + ")"
+        if isinstance(value, list):
+            return "[" + ", ".join(self.obj(v) for v in value) + "]"
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{self.obj(k)}: {self.obj(v)}" for k, v in value.items()) + "}"
+        return self.ref(value)
+
     def ref(self, value: Any) -> str:
         """Source text that stands for ``value`` in the step."""
         if isinstance(value, Tensor):
-            # (a Tensor wrapping a traced array, e.g. Tensor(x) or x.data, is that value)
-            name = self.slot.get(id(value)) or self.by_array.get(id(value._value))
+            name = self.find(value)
             if name is not None:
                 return name
             self.keep_alive.append(value)
@@ -239,15 +325,79 @@ class _Names:
                 self.traced_arrays.append(res._value)
 
 
-def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any) -> _Compiled:
+def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any,
+             grads: _TracedGrads | None = None) -> _Compiled:
     names = _Names(inputs)
+    sync = _GradSync(grads.initial if grads else {})
     lines, writers = _emit(tape, names, _one_element_broadcasts(tape, out_leaves),
-                           _fused_pairs(tape, out_leaves))
+                           _fused_pairs(tape, out_leaves), sync)
+    if grads is not None:
+        lines += sync.lines(grads.final, names, "end")
     lines = _fold_constants(lines, names.consts)
     # ref(), not const(): an array returned from the step (a traced value's ._value) is that value
     outs = [names.ref(o) if isinstance(o, Tensor | np.ndarray) else names.const(o) for o in out_leaves]
-    body = _reuse_buffers(_live_lines(lines, outs), outs, writers, names.const)
+    # what replayed calls and .grad assignments read escapes the step, as its outputs do
+    roots = outs + [code for target, code, _ in lines if _is_effect(target)]
+    body = _reuse_buffers(_live_lines(lines, roots), roots, writers, names.const)
     return _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive)
+
+
+def _is_effect(target: str) -> bool:
+    """Lines that change state (``e``: a replayed call, ``s``: a ``.grad`` assignment): always
+    run, in their place, never folded."""
+    return target[0] in "es"
+
+
+def _replay(fn: Callable, args: tuple, kwargs: dict) -> Any:
+    """A recorded call, made again by the step; a Tensor result as its array."""
+    out = fn(*args, **kwargs)
+    return out._value if isinstance(out, Tensor) else out
+
+
+class _GradSync:
+    """The ``t.grad = ...`` lines of a step: before each replayed call, and at the end, every
+    ``.grad`` the trace changed is set to what it was at that point of the trace (the value the
+    step computed, None, or a tensor from outside)."""
+
+    def __init__(self, initial: dict[int, Any]) -> None:
+        self.last = dict(initial)
+
+    def lines(self, now: list[tuple[Tensor, Any]], names: _Names, tag: Any) -> list:
+        out = []
+        for j, (t, g) in enumerate(now):
+            if id(t) in self.last and self.last[id(t)] is g:
+                continue
+            self.last[id(t)] = g
+            code = f"{names.obj(t)}.grad = {'None' if g is None else names.obj(g)}  # .grad"
+            out.append((f"s{tag}_{j}", code, _names(code)))
+        return out
+
+    def seen(self, now: list[tuple[Tensor, Any]]) -> None:
+        """A replayed call set these itself."""
+        for t, g in now:
+            self.last[id(t)] = g
+
+
+def _emit_effect(k: int, entry: tuple, names: _Names, sync: _GradSync) -> list:
+    """The lines of tape entry ``k``, a replayed call: the ``.grad`` it must find, the call,
+    and a live read of each ``.grad`` it replaced with a tensor the trace did not compute."""
+    p, args, kwargs, res = entry
+    lines = sync.lines(p.before, names, k)
+    kw = ", ".join(f"{key!r}: {names.obj(v)}" for key, v in kwargs.items())
+    target = f"e{k}"
+    code = (f"{target} = {names.const(_replay)}({names.const(p.fwd)}, {names.obj(tuple(args))}, "
+            f"{{{kw}}})  # {p.name}, replayed")
+    lines.append((target, code, _names(code)))
+    if isinstance(res, Tensor) and names.find(res) is None:
+        names.bind(res, target)
+    sync.seen(p.after)
+    changed = {id(t) for (t, g0), (_, g1) in zip(p.before, p.after) if g0 is not g1}
+    for j, (t, g) in enumerate(p.after):
+        if id(t) in changed and isinstance(g, Tensor) and names.find(g) is None:
+            read = f"e{k}_{j}"
+            lines.append((read, f"{read} = {names.obj(t)}.grad._value  # .grad, read", []))
+            names.bind(g, read)
+    return lines
 
 
 def _one_element_broadcasts(tape: list, out_leaves: list[Any]) -> dict[int, Any]:
@@ -306,7 +456,7 @@ def _fused_pairs(tape: list, out_leaves: list[Any]) -> dict[int, int]:
 
 
 def _emit(tape: list, names: _Names, skip: dict[int, Any] | None = None,
-          fused: dict[int, int] | None = None
+          fused: dict[int, int] | None = None, sync: _GradSync | None = None,
           ) -> tuple[list, dict[str, tuple[str, str, str, np.ndarray]]]:
     """One line of source per op on the tape (identity-like ops and the broadcasts in ``skip``
     just rename; the pairs in ``fused`` are one line, at the second's place), and the in-place
@@ -318,6 +468,9 @@ def _emit(tape: list, names: _Names, skip: dict[int, Any] | None = None,
     second = {m: k for k, m in fused.items()}
     for k, (p, args, kwargs, res) in enumerate(tape):
         names.keep_alive.append(res)
+        if getattr(p, "effect", False):
+            lines += _emit_effect(k, tape[k], names, sync or _GradSync({}))
+            continue
         if p.fwd is None:
             raise RuntimeError(f"rlgrad.jit: {p.name} cannot be compiled")
         if p.name in _INDEX_OPS and len(args) > 1:
@@ -353,7 +506,7 @@ def _live_lines(lines: list, outs: list[str]) -> list:
     needed = set().union(*(_names(o) for o in outs)) if outs else set()
     body = []
     for target, code, used in reversed(lines):
-        if target in needed:
+        if target in needed or _is_effect(target):
             body.append((target, code, used))
             needed.update(used)
     body.reverse()
@@ -368,7 +521,7 @@ def _build_step(body: list, outs: list[str], out_def: Any, n_inputs: int, consts
     src += "".join(f"    {code}\n" for _, code, _ in body)
     src += f"    return {_structure_source(out_def, iter(outs))}\n"
     namespace = dict(consts)
-    exec(compile(src, "<rlgrad.jit>", "exec"), namespace)  # noqa: S102 - our own generated code
+    exec(builtins.compile(src, "<rlgrad.jit>", "exec"), namespace)  # noqa: S102 - our own generated code
     step = namespace["step"]
     step.__rlgrad_keep_alive__ = keep_alive  # type: ignore[attr-defined]
     return _Compiled(step, src, len(body))
@@ -474,13 +627,24 @@ def _structure_source(treedef: Any, names: Any) -> str:
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
+def _structure_value(treedef: Any, values: Any) -> Any:
+    """The output pytree of ``values``, built as ``_structure_source``'s code builds it."""
+    if treedef is None:
+        return next(values)
+    kind, keys, defs = treedef
+    parts = [_structure_value(d, values) for d in defs]
+    if kind == "dict":
+        return dict(zip(keys, parts))
+    return parts if kind is list else tuple(parts)
+
+
 def _fold_constants(lines: list[tuple[str, str, list[str]]], consts: dict[str, Any]) -> list:
     """Evaluate, once, the lines that read no argument and no outside tensor (e.g. the seed
     gradient of the backward pass and what is computed from it alone)."""
     kept = []
     folded: dict[str, Any] = {}
     for target, code, used in lines:
-        if not used and "._value" not in code:
+        if not used and "._value" not in code and not _is_effect(target):
             scope = {**consts, **folded}
             exec(code, scope)  # noqa: S102 - our own generated line
             folded[target] = scope[target]
@@ -494,4 +658,4 @@ def _fold_constants(lines: list[tuple[str, str, list[str]]], consts: dict[str, A
 def _names(code: str) -> set[str]:
     rhs = code.split(" = ", 1)[1] if " = " in code else code  # a line, or a bare output name
     rhs = rhs.split("  #", 1)[0]
-    return set(re.findall(r"\b[va]\d+\b", rhs))
+    return set(re.findall(r"\b(?:[va]\d+|e\d+(?:_\d+)?)\b", rhs))

@@ -34,6 +34,10 @@ class _Trace:
     #: ``{id(t): [t, t.grad when first seen]}``: tensors whose ``.grad`` library code may set
     #: while jit traces (backward, optimizers, clipping); jit replays their changes.
     grads: dict[int, list] = {}
+    touched: set[int] = set()  # ids of those whose .grad a recorded call may have changed
+    #: (t, whether t.grad was None when the traced step first read it): the step is only
+    #: valid for calls that find the same (else jit traces again)
+    guards: list[tuple[Tensor, bool]] = []
 
 
 def user_line() -> str:
@@ -44,71 +48,6 @@ def user_line() -> str:
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg + os.sep):
         frame = frame.f_back
     return "<unknown>" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
-
-
-class _Effect:
-    """Stands on a jit tape for a call that changes state instead of computing a value (an
-    in-place write, an optimizer's step, a target network's update): the compiled step makes
-    the same call, at the same place, on that call's values. ``before``/``after``: the traced
-    tensors' ``.grad`` around the call (the step sets them as the trace saw them)."""
-
-    nondiff = True
-    writes_out = False
-    effect = True
-
-    def __init__(self, fn: Callable, before: list, after: list) -> None:
-        self.fwd = fn
-        self.name = getattr(fn, "__qualname__", "effect")
-        self.before = before
-        self.after = after
-
-
-def note_grads(objs: Any) -> None:
-    """Remember the ``.grad`` of the Tensors in ``objs`` (lists, optimizers' parameters), before
-    a call changes it, while jit traces."""
-    if not _Trace.compiling:
-        return
-    for o in objs:
-        if isinstance(o, Tensor):
-            if id(o) not in _Trace.grads:
-                _Trace.grads[id(o)] = [o, o.grad]
-        elif isinstance(o, list | tuple):
-            note_grads(o)
-        elif hasattr(o, "param_groups"):  # an optimizer
-            note_grads([p for g in o.param_groups for p in g["params"]])
-
-
-def _grads_now() -> list:
-    return [(t, t.grad) for t, _ in _Trace.grads.values()]
-
-
-def replayed(fn: Callable) -> Callable:
-    """``fn`` changes state (arrays in place, ``.grad``, an optimizer's counters): called while
-    jit traces, it runs once as usual and is recorded as one call that the compiled step makes
-    again, in order, with that call's values. Its inner operations are not traced."""
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not _Trace.compiling:
-            return fn(*args, **kwargs)
-        args = tuple(a if isinstance(a, Tensor | list | tuple | dict) or not hasattr(a, "__next__")
-                     else list(a) for a in args)  # a generator (parameters()) is read once
-        note_grads(args)
-        before = _grads_now()
-        tape = _Trace.tape
-        _Trace.tape, _Trace.compiling = None, False
-        try:
-            out = fn(*args, **kwargs)
-        finally:
-            _Trace.tape, _Trace.compiling = tape, True
-        if tape is not None:
-            tape.append((_Effect(fn, before, _grads_now()), args, kwargs, out))
-        return out
-
-    wrapper.__name__ = getattr(fn, "__name__", "replayed")
-    wrapper.__qualname__ = getattr(fn, "__qualname__", "replayed")
-    wrapper.__doc__ = fn.__doc__
-    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-    return wrapper
 
 
 class _Depth:
@@ -176,9 +115,9 @@ class Tensor:
         check_device(device)
         arr = _constructor_array(args, dtype)
         if _Trace.compiling and len(args) == 1:  # Tensor(x) of a traced x: traced too
-            traced = _Trace.wrap(args[0], arr, False, copy=False) if _Trace.wrap else None
+            traced = _Trace.wrap(args[0], arr, False, copy=False, into=self) if _Trace.wrap else None
             if traced is not None:
-                arr = traced._value  # jit finds this array's recorded value
+                arr = traced._value
         _init_leaf(self, arr, requires_grad)
 
     # ---- flags --------------------------------------------------------------------------
@@ -223,11 +162,14 @@ class Tensor:
         """PyTorch's ``.data``: a Tensor that shares this one's memory, requires no grad and is
         not in the graph (``target.data.copy_(tau * p.data + (1 - tau) * target.data)``).
         Writes through it are not seen by the in-place version check, as in PyTorch."""
+        if _Trace.compiling and _Trace.wrap is not None:  # rlgrad.jit: the same array, traced
+            return _Trace.wrap(self, self._value, False, copy=False)
         return constant(self._value)
 
     @data.setter
     def data(self, value: Any) -> None:
-        """``t.data = other``: ``t`` now holds ``other``'s array (no copy), as in PyTorch."""
+        """``t.data = other``: ``t`` now holds ``other``'s array (no copy), as in PyTorch (under
+        rlgrad.jit, replayed: rlgrad.tensor_methods installs that setter)."""
         _set_data(self, value)
 
     # ---- NumPy views ---------------------------------------------------------------------
@@ -334,7 +276,6 @@ class Tensor:
         return f"tensor({body}{extra})"
 
 
-@replayed
 def _set_data(t: Tensor, value: Any) -> None:
     arr = value._value if isinstance(value, Tensor) else value
     if not isinstance(arr, np.ndarray | np.generic):

@@ -129,3 +129,212 @@ def test_masked_logits_on_wrapped_inputs() -> None:
     for _, m in inputs:
         m[0] = True  # one legal action at least
     check_program(pure(masked), inputs)
+
+
+# ---- 2. in-place updates of captured state -------------------------------------------------------
+def _params_state(net: nn.Module, opt: Any = None) -> Callable[[], list]:
+    """Parameters, their gradients and the optimizer's per-parameter state."""
+    def state() -> list:
+        out: list = []
+        for p in net.parameters():
+            out += [p._value, None if p.grad is None else p.grad._value]
+            if opt is not None:
+                s = opt.state.get(p, {})
+                out += [s[k] for k in sorted(s) if not k.startswith("_")]
+        return out
+
+    return state
+
+
+def _training_step(opt_name: str, clip: float | None = None, zero: str = "before",
+                   loss_kind: str = "mse", **opt_kw: Any) -> Program:
+    """A whole PyTorch-style step: zero_grad, forward on wrapped inputs, backward, optional
+    clipping, step."""
+    def make() -> tuple[Callable, Callable]:
+        rlgrad.manual_seed(3)
+        net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2))
+        opt = getattr(rlgrad.optim, opt_name)(net.parameters(), **opt_kw)
+
+        def step(x: np.ndarray, y: np.ndarray) -> Any:
+            if zero == "before":
+                opt.zero_grad()
+            out = net(rlgrad.tensor(x))
+            if loss_kind == "mse":
+                loss = ((out - rlgrad.tensor(y)) ** 2).mean()
+            else:
+                loss = nn.functional.smooth_l1_loss(out, rlgrad.as_tensor(y))
+            loss.backward()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(net.parameters(), clip)
+            opt.step()
+            if zero == "after":
+                opt.zero_grad(set_to_none=False)
+            return loss
+
+        return step, _params_state(net, opt)
+
+    return make
+
+
+TRAINING: dict[str, Program] = {
+    "sgd": _training_step("SGD", lr=0.1),
+    "sgd_momentum_clip": _training_step("SGD", clip=0.5, lr=0.1, momentum=0.9),
+    "sgd_nesterov_wd": _training_step("SGD", lr=0.05, momentum=0.9, nesterov=True,
+                                      weight_decay=0.01),
+    "adam": _training_step("Adam", lr=1e-2),
+    "adam_clip": _training_step("Adam", clip=0.1, lr=1e-2),
+    "adam_huber": _training_step("Adam", loss_kind="huber", lr=1e-2),
+    "adam_zero_after": _training_step("Adam", zero="after", lr=1e-2),
+    "adam_accumulate": _training_step("Adam", zero="never", lr=1e-3),
+    "adamw": _training_step("AdamW", clip=1.0, lr=1e-2, weight_decay=0.1),
+    "rmsprop": _training_step("RMSprop", lr=1e-2),
+    "rmsprop_clip": _training_step("RMSprop", clip=0.5, lr=1e-2, alpha=0.99, eps=1e-5),
+    "rmsprop_centered": _training_step("RMSprop", lr=1e-2, centered=True, momentum=0.5),
+}
+
+
+@pytest.mark.parametrize("name", sorted(TRAINING))
+def test_training_step_under_jit_is_eager(name: str) -> None:
+    check_program(TRAINING[name], _inputs((5, 3), (5, 2)))
+
+
+@pytest.mark.parametrize("name", ["adam_clip", "rmsprop_clip", "sgd"])
+def test_training_step_under_compile_is_eager(name: str) -> None:
+    check_program(TRAINING[name], _inputs((5, 3), (5, 2)),
+                  compile_fn=lambda f: rlgrad.compile(f, mode="max-autotune", fullgraph=True))
+
+
+def test_the_issue_repro_linear_one_weight() -> None:
+    """issue 30: Linear(1, 1), weight 1, lr 0.5: losses [1, 0.5, 0] eagerly, weight -0.5."""
+    net = nn.Linear(1, 1, bias=False)
+    with rlgrad.no_grad():
+        net.weight.fill_(1.0)
+    opt = rlgrad.optim.SGD(net.parameters(), lr=0.5)
+
+    @rlgrad.compile
+    def step(x: np.ndarray) -> Any:
+        opt.zero_grad()
+        loss = net(rlgrad.tensor(x)).sum()  # d loss / d weight = 1
+        loss.backward()
+        opt.step()
+        return loss
+
+    losses = [float(step(np.ones((1, 1), np.float32))) for _ in range(3)]
+    assert losses == [1.0, 0.5, 0.0]
+    assert float(net.weight._value[0, 0]) == -0.5
+
+
+def _manual(update: Callable[[Any, Any], None]) -> Program:
+    """A step that updates its captured parameter by hand, under no_grad."""
+    def make() -> tuple[Callable, Callable]:
+        P = rlgrad.tensor(np.linspace(-1, 1, 3).astype(np.float32), requires_grad=True)
+
+        def step(x: np.ndarray) -> Any:
+            loss = (P * rlgrad.tensor(x)).sum() ** 2
+            (g,) = rlgrad.autograd.grad(loss, [P])
+            with rlgrad.no_grad():
+                update(P, g)
+            return loss
+
+        return step, lambda: [P._value]
+
+    return make
+
+
+def _data_assign(P: Any, g: Any) -> None:
+    P.data = P.data - 0.1 * g
+
+
+def _setitem(P: Any, g: Any) -> None:
+    P.data[1] = P[1] - g[1]
+
+
+INPLACE: dict[str, Program] = {
+    "sub_": _manual(lambda P, g: P.sub_(0.1 * g)),
+    "add_alpha": _manual(lambda P, g: P.add_(g, alpha=-0.1)),
+    "isub": _manual(lambda P, g: P.__isub__(0.1 * g)),
+    "imul": _manual(lambda P, g: P.__imul__(0.5 + 0 * g)),
+    "mul_div": _manual(lambda P, g: P.mul_(0.9).div_(1.1)),
+    "data_sub_": _manual(lambda P, g: P.data.sub_(0.1 * g)),
+    "data_assign": _manual(_data_assign),
+    "copy_": _manual(lambda P, g: P.copy_(P - 0.1 * g)),
+    "data_copy_": _manual(lambda P, g: P.data.copy_(0.5 * P.data + g)),
+    "clamp_": _manual(lambda P, g: P.sub_(g).clamp_(-0.5, 0.5)),
+    "lerp_": _manual(lambda P, g: P.lerp_(g, 0.25)),
+    "setitem": _manual(_setitem),
+    "fill_": _manual(lambda P, g: P.fill_(g.sum())),
+    "zero_": _manual(lambda P, g: P.zero_().add_(g)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_inplace_update_of_captured_state_is_replayed(name: str) -> None:
+    check_program(INPLACE[name], _inputs((3,)))
+
+
+def _target_update(kind: str) -> Program:
+    """A DQN/SAC step: the online net trains, the target follows (Polyak or hard copy)."""
+    def make() -> tuple[Callable, Callable]:
+        net = _seeded_linear(3, 2, seed=5)
+        target = _seeded_linear(3, 2, seed=6)
+        opt = rlgrad.optim.Adam(net.parameters(), lr=1e-2)
+
+        def step(x: np.ndarray) -> Any:
+            obs = rlgrad.tensor(x)
+            with rlgrad.no_grad():
+                tgt = target(obs).max(dim=1)[0]
+            loss = ((net(obs).max(dim=1)[0] - tgt - 1.0) ** 2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if kind == "polyak":
+                rlgrad.optim.polyak_update(net.parameters(), target.parameters(), 0.1)
+            elif kind == "soft_update":
+                rlgrad.optim.soft_update(target, net, 0.3)
+            elif kind == "hard":
+                rlgrad.optim.hard_update(target, net)
+            else:  # the PyTorch idiom
+                with rlgrad.no_grad():
+                    for p, tp in zip(net.parameters(), target.parameters()):
+                        tp.data.copy_(0.2 * p.data + 0.8 * tp.data)
+            return loss, tgt
+
+        return step, lambda: _params_state(net, opt)() + [p._value for p in target.parameters()]
+
+    return make
+
+
+@pytest.mark.parametrize("kind", ["polyak", "soft_update", "hard", "data_copy"])
+def test_target_network_updates_are_replayed(kind: str) -> None:
+    check_program(_target_update(kind), _inputs((4, 3)))
+
+
+def test_scheduler_step_inside_the_step_is_replayed() -> None:
+    def make() -> tuple[Callable, Callable]:
+        net = _seeded_linear(3, 2)
+        opt = rlgrad.optim.SGD(net.parameters(), lr=0.5)
+        sched = rlgrad.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (1 + k))
+
+        def step(x: np.ndarray) -> Any:
+            opt.zero_grad()
+            loss = net(rlgrad.tensor(x)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            sched.step()
+            return loss
+
+        return step, _params_state(net, opt)
+
+    check_program(make, _inputs((4, 3)))
+
+
+def test_gradient_accumulation_across_calls_retraces_when_grad_state_changes() -> None:
+    """No zero_grad in the step: eager adds into the .grad the caller left; the first call
+    finds None, later ones an array, so the step is traced again for them."""
+    check_program(TRAINING["adam_accumulate"], _inputs((5, 3), (5, 2)))
+    make = TRAINING["adam_accumulate"]
+    step, _ = make()
+    jitted = rlgrad.jit(step)
+    for args in _inputs((5, 3), (5, 2), n=3):
+        jitted(*args)
+    assert len(jitted._cache) == 1  # one program per key, replaced when the .grad state changed
