@@ -81,7 +81,7 @@ __all__ = [
 
 def __getattr__(name: str):  # noqa: ANN202 - lazy subpackages keep `import rlgrad` light
     if name in ("nn", "optim", "distributions", "random", "estimators", "analysis", "rl", "functional",
-                "utils"):
+                "utils", "tree_util"):
         return _importlib.import_module(f"rlgrad.{name}")
     if name in ("save", "load"):
         from rlgrad import serialization

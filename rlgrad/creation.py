@@ -108,8 +108,10 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
 
 
 def from_numpy(arr: np.ndarray) -> Tensor:
-    """``torch.from_numpy``: a Tensor sharing ``arr``'s memory (writes to one show in the other)."""
-    if _Trace.compiling and isinstance(arr, Tensor):  # jit passes the caller's array as a Tensor
+    """``torch.from_numpy``: a Tensor sharing ``arr``'s memory (writes to one show in the other).
+    A Tensor that requires no grad is returned as it is: ``rlgrad.jit`` (and its check) call the
+    function with the caller's arrays wrapped as Tensors."""
+    if isinstance(arr, Tensor) and not arr.requires_grad:
         return arr
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"from_numpy expects a NumPy array, got {type(arr).__name__}; use "

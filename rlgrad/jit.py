@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import builtins
 import math
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -30,9 +31,12 @@ from typing import Any
 import numpy as np
 
 from rlgrad.creation import _empty_aligned
-from rlgrad.tensor import Tensor, _shape, _size, _Trace, constant
+from rlgrad.jit_check import CheckError, Snapshot, compare
+from rlgrad.tensor import Tensor, TraceError, _shape, _size, _Trace, constant
 from rlgrad.tracer import FUSED_PAIRS, _GradMode
-from rlgrad.transforms import _Depth, dict_keys, tree_flatten, tree_unflatten
+from rlgrad.transforms import PYTREE_NODES, _Depth, dict_keys, tree_flatten, tree_unflatten
+
+__all__ = ["jit", "compile", "CheckError", "TraceError"]
 
 _ALIAS_OPS = ("identity", "stop_gradient")  # replay needs no code for these
 _INDEX_OPS = ("getitem", "untake")  # their second argument is an index
@@ -50,6 +54,12 @@ class _Compiled:
         self.n_ops = n_ops
         self.guards: list[tuple[Tensor, bool]] = []
         self.first: Any = None
+        self.state: list[Any] = []  # what the replayed calls reach (for check=True)
+        self.slow = False  # replayed through jit._run: guards to check, or check=True
+
+
+def _array_or_none(x: Any) -> Any:
+    return x if x is None else np.asarray(x._value if isinstance(x, Tensor) else x)
 
 
 def _guards_hold(guards: list[tuple[Tensor, bool]]) -> bool:
@@ -63,10 +73,16 @@ def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
     if kind is np.ndarray:
         leaves.append(tree)
         key.append((tree.shape, tree.dtype.char))
-    elif kind is list or kind is tuple:
+    elif isinstance(tree, list | tuple) and kind not in PYTREE_NODES:  # namedtuples too
         key.append((kind, len(tree)))
         for item in tree:
             _flatten(item, leaves, key)
+    elif tree is None:  # an empty subtree (JAX's): no input
+        key.append(None)
+    elif kind in PYTREE_NODES:
+        children, aux = PYTREE_NODES[kind][0](tree)
+        key.append(("node", kind, aux))
+        _flatten(list(children), leaves, key)
     elif kind is dict:
         names = tuple(dict_keys(tree))  # the leaf order tree_flatten traced with
         key.append((dict, names))
@@ -76,6 +92,11 @@ def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
         _flatten(tree._value, leaves, key)
     else:
         arr = np.asarray(tree)
+        if arr.dtype.kind in "OUSV":
+            raise TypeError(
+                f"rlgrad.jit: an argument holds a {kind.__name__}, which is not an array: pass "
+                "it in static_argnums, or register its class as a pytree "
+                "(rlgrad.tree_util.register_dataclass)")
         leaves.append(arr)
         key.append((arr.shape, arr.dtype.char, "scalar"))
 
@@ -110,25 +131,34 @@ def _flat_call(args: tuple) -> tuple[tuple, list[np.ndarray]] | None:
 class jit:  # noqa: N801 - lower-case like jax.jit
     """``jit(fun)(*args)``: compile ``fun`` for the shapes and dtypes of ``args``; retrace on change.
 
-    ``fun`` takes arrays (and lists, tuples, dicts of them) and returns the same; it may call
-    rlgrad's functional transforms (``grad``, ``value_and_grad``, ...) or ``autograd.grad``.
-    ``static_argnums`` names arguments that are not arrays (they are part of the cache key).
+    ``fun`` takes arrays (and lists, tuples, namedtuples, dicts, registered dataclasses of them,
+    None) as positional or keyword arguments and returns the same; it may call rlgrad's
+    functional transforms (``grad``, ``value_and_grad``, ...), ``autograd.grad`` or
+    ``backward()``, and update state in place (an optimizer's ``step()``, ``p.sub_(...)``:
+    replayed at every call). ``static_argnums`` names arguments that are not arrays (they are
+    part of the cache key). ``check=True`` (or the environment variable ``RLGRAD_JIT_CHECK=1``)
+    runs ``fun`` eagerly beside every replay and raises ``CheckError`` at the first difference.
     """
 
-    def __init__(self, fun: Callable, static_argnums: tuple[int, ...] = ()) -> None:
+    def __init__(self, fun: Callable, static_argnums: tuple[int, ...] = (),
+                 check: bool | None = None) -> None:
         self.fun = fun
         self.static_argnums = tuple(static_argnums)
+        self.check = os.environ.get("RLGRAD_JIT_CHECK", "0") == "1" if check is None else check
         self._cache: dict[Any, _Compiled] = {}
+        self._kw_jit: jit | None = None
         self.__name__ = getattr(fun, "__name__", "jitted")
         self.__doc__ = getattr(fun, "__doc__", None)
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            return self._call_with_keywords(args, kwargs)
         if not self.static_argnums:  # the common calls, keyed without the recursive tree walk
             fast = _flat_call(args)
             if fast is not None:
                 fast_key, leaves = fast
                 compiled = self._cache.get(fast_key)
-                if compiled is not None and not compiled.guards:
+                if compiled is not None and not compiled.slow:
                     return compiled.fn(*leaves)
                 return self._run(fast_key, compiled, args, leaves)
         leaves: list[Any] = []
@@ -143,20 +173,55 @@ class jit:  # noqa: N801 - lower-case like jax.jit
             _flatten(args, leaves, key)
         frozen = tuple(key)
         compiled = self._cache.get(frozen)
-        if compiled is not None and not compiled.guards:
+        if compiled is not None and not compiled.slow:
             return compiled.fn(*leaves)
         return self._run(frozen, compiled, args, leaves)
 
+    def _call_with_keywords(self, args: tuple, kwargs: dict) -> Any:
+        """Keyword arguments are one more argument, a dict, of a jit of their own."""
+        if self._kw_jit is None:
+            fun = self.fun
+
+            def with_keywords(*a: Any) -> Any:
+                return fun(*a[:-1], **a[-1])
+
+            self._kw_jit = jit(with_keywords, self.static_argnums, self.check)
+        return self._kw_jit(*args, kwargs)
+
     def _run(self, key: Any, compiled: _Compiled | None, args: tuple, leaves: list[Any]) -> Any:
-        """A call that needs more than the replay: the first for its shapes, or one whose
-        ``.grad`` state differs from the trace's (traced again)."""
+        """A call that needs more than the replay: the first for its shapes, one whose
+        ``.grad`` state differs from the trace's (traced again), or a checked one."""
         if compiled is not None and _guards_hold(compiled.guards):
+            if self.check:
+                return self._checked(compiled, args, leaves)
             return compiled.fn(*leaves)
         compiled = self._cache[key] = self._compile_for(args)
+        compiled.slow = bool(compiled.guards) or self.check
         first, compiled.first = compiled.first, None
         if first is not None:  # the trace made this call's updates: its outputs are this call's
             return first
         return compiled.fn(*leaves)
+
+    def _checked(self, compiled: _Compiled, args: tuple, leaves: list[Any]) -> Any:
+        """The replay, checked against ``fun`` run eagerly from the same state."""
+        state = Snapshot(compiled.state)
+        dyn, in_def = tree_flatten([a for i, a in enumerate(args) if i not in self.static_argnums])
+        copies = [x if x is None else constant(np.array(x._value if isinstance(x, Tensor) else x))
+                  for x in dyn]  # called as the trace called it: Tensors, here fresh copies
+        prev_mode = _GradMode.enabled
+        _GradMode.enabled = True  # as while tracing
+        try:
+            eager, _ = tree_flatten(self.fun(*self._call_args(args, copies, in_def)))
+        finally:
+            _GradMode.enabled = prev_mode
+        eager_state = state.values()
+        state.restore()
+        got = compiled.fn(*leaves)
+        name = f"the outputs of {self.__name__}"
+        compare([("output", _array_or_none(e)) for e in eager],
+                [("output", _array_or_none(g)) for g in tree_flatten(got)[0]], name)
+        compare(eager_state, state.values(), f"the state after {self.__name__}")
+        return got
 
     def lower(self, *args: Any) -> str:
         """The generated source for these arguments (to read what a step compiles to)."""
@@ -165,17 +230,21 @@ class jit:  # noqa: N801 - lower-case like jax.jit
     def _compile_for(self, args: tuple) -> _Compiled:
         dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
         leaves, in_def = tree_flatten(dyn)
-        leaves = [x._value if isinstance(x, Tensor) else np.asarray(x) for x in leaves]
+        leaves = [x._value if isinstance(x, Tensor) else x if x is None else np.asarray(x)
+                  for x in leaves]  # (None: an empty subtree, as in JAX; not an input)
         return self._trace(args, leaves, in_def)
+
+    def _call_args(self, args: tuple, leaves: list[Any], in_def: Any) -> list[Any]:
+        """``args`` with their array leaves replaced by ``leaves`` (the static ones kept)."""
+        it = iter(tree_unflatten(in_def, leaves))
+        return [a if i in self.static_argnums else next(it) for i, a in enumerate(args)]
 
     # ---- tracing ------------------------------------------------------------------------------
     def _trace(self, args: tuple, leaves: list[Any], in_def: Any) -> _Compiled:
         if _Trace.tape is not None:
             raise RuntimeError("rlgrad.jit: nested jit is not supported; jit the outer function only")
-        inputs = [constant(np.asarray(x)) for x in leaves]
-        dyn_traced = tree_unflatten(in_def, inputs)
-        it = iter(dyn_traced)
-        call_args = [a if i in self.static_argnums else next(it) for i, a in enumerate(args)]
+        inputs = [None if x is None else constant(np.asarray(x)) for x in leaves]
+        call_args = self._call_args(args, inputs, in_def)
         tape: list = []
         _Trace.tape = tape
         _Trace.compiling = True
@@ -193,11 +262,13 @@ class jit:  # noqa: N801 - lower-case like jax.jit
             _Depth.value -= 1
             _GradMode.enabled = prev_mode
         out_leaves, out_def = tree_flatten(out)
-        compiled = _compile(inputs, tape, out_leaves, out_def, grads)
+        compiled = _compile([t for t in inputs if t is not None], tape, out_leaves, out_def, grads)
         compiled.guards = grads.guards
+        compiled.state = [e[1] for e in tape if getattr(e[0], "effect", False)] + [
+            t for t, _g in grads.final]
         if any(getattr(p, "effect", False) for p, *_ in tape):
-            compiled.first = _structure_value(out_def, iter(
-                [o._value if isinstance(o, Tensor) else o for o in out_leaves]))
+            compiled.first = tree_unflatten(
+                out_def, [o._value if isinstance(o, Tensor) else o for o in out_leaves])
         grads.settle()
         return compiled
 
@@ -516,10 +587,15 @@ def _live_lines(lines: list, outs: list[str]) -> list:
 def _build_step(body: list, outs: list[str], out_def: Any, n_inputs: int, consts: dict[str, Any],
                 keep_alive: list[Any]) -> _Compiled:
     """The straight-line source ``def step(a0, a1, ...)`` of ``body``, compiled."""
+    def const(value: Any) -> str:
+        name = f"c{len(consts)}"
+        consts[name] = value
+        return name
+
     params = ", ".join(f"a{i}" for i in range(n_inputs))
     src = f"def step({params}):\n"
     src += "".join(f"    {code}\n" for _, code, _ in body)
-    src += f"    return {_structure_source(out_def, iter(outs))}\n"
+    src += f"    return {_structure_source(out_def, iter(outs), const)}\n"
     namespace = dict(consts)
     exec(builtins.compile(src, "<rlgrad.jit>", "exec"), namespace)  # noqa: S102 - our own generated code
     step = namespace["step"]
@@ -614,28 +690,24 @@ def _reuse_buffers(body: list, outs: list[str],
     return new_body
 
 
-def _structure_source(treedef: Any, names: Any) -> str:
-    """Source that builds the output pytree directly (no unflattening at every call)."""
+def _structure_source(treedef: Any, names: Any, const: Callable[[Any], str]) -> str:
+    """Source that builds the output pytree directly (no unflattening at every call), as
+    ``tree_unflatten`` builds it."""
     if treedef is None:
         return next(names)
     kind, keys, defs = treedef
-    parts = [_structure_source(d, names) for d in defs]
+    parts = [_structure_source(d, names, const) for d in defs]
     if kind == "dict":
         return "{" + ", ".join(f"{k!r}: {p}" for k, p in zip(keys, parts)) + "}"
+    if kind == "node":  # a registered class: its unflatten(aux, children)
+        return f"{const(PYTREE_NODES[keys[0]][1])}({const(keys[1])}, {parts[0]})"
     if kind is list:
         return "[" + ", ".join(parts) + "]"
-    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
-
-
-def _structure_value(treedef: Any, values: Any) -> Any:
-    """The output pytree of ``values``, built as ``_structure_source``'s code builds it."""
-    if treedef is None:
-        return next(values)
-    kind, keys, defs = treedef
-    parts = [_structure_value(d, values) for d in defs]
-    if kind == "dict":
-        return dict(zip(keys, parts))
-    return parts if kind is list else tuple(parts)
+    if kind is tuple:
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+    if hasattr(kind, "_fields"):  # a namedtuple
+        return f"{const(kind)}({', '.join(parts)})"
+    return f"{const(kind)}([{', '.join(parts)}])"
 
 
 def _fold_constants(lines: list[tuple[str, str, list[str]]], consts: dict[str, Any]) -> list:

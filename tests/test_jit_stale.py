@@ -18,6 +18,9 @@ import pytest
 import rlgrad
 from rlgrad import nn
 from rlgrad.distributions import Categorical, Normal
+from rlgrad.jit_check import CheckError
+from rlgrad.tensor import TraceError
+from rlgrad.tracer import replayed
 
 RNG = np.random.default_rng(0)
 
@@ -338,3 +341,113 @@ def test_gradient_accumulation_across_calls_retraces_when_grad_state_changes() -
     for args in _inputs((5, 3), (5, 2), n=3):
         jitted(*args)
     assert len(jitted._cache) == 1  # one program per key, replaced when the .grad state changed
+
+
+# ---- 3. what cannot be traced raises while tracing, naming the line; check mode -----------------
+def _line_of(fn: Callable, offset: int) -> str:
+    return rf"test_jit_stale.py:{fn.__code__.co_firstlineno + offset}\b"
+
+
+def _branch(x: np.ndarray) -> Any:
+    t = rlgrad.tensor(x)
+    if t.sum() > 0:  # Python control flow on a traced value
+        return t
+    return -t
+
+
+def _item(x: np.ndarray) -> Any:
+    t = rlgrad.tensor(x)
+    return t * t.max().item()
+
+
+def _float(x: np.ndarray) -> Any:
+    t = rlgrad.tensor(x)
+    return t * float(t.mean())
+
+
+def _asarray(x: np.ndarray) -> Any:
+    return rlgrad.tensor(np.asarray(rlgrad.tensor(x)) * 2)
+
+
+@pytest.mark.parametrize(("fn", "what"), [(_branch, r"bool\(\)"), (_item, r"item\(\)"),
+                                          (_float, r"float\(\)"), (_asarray, "a NumPy conversion")])
+def test_reading_a_traced_value_raises_at_trace_time_naming_the_line(fn: Callable, what: str) -> None:
+    offset = 1 if fn is _asarray else 2
+    with pytest.raises(TraceError, match=rf"rlgrad.jit: {what}.* at .*"
+                                                          rf"{_line_of(fn, offset)}"):
+        rlgrad.jit(fn)(np.ones(3, np.float32))
+
+
+def test_a_replayed_call_returning_a_python_value_is_refused() -> None:
+    read_lr = replayed(lambda opt: opt.param_groups[0]["lr"])
+    opt = rlgrad.optim.SGD([rlgrad.zeros(2, requires_grad=True)], lr=0.5)
+
+    def step(x: np.ndarray) -> Any:
+        return rlgrad.tensor(x) * read_lr(opt)
+
+    with pytest.raises(TraceError, match=r"returned a float.* freeze"):
+        rlgrad.jit(step)(np.ones(2, np.float32))
+
+
+def test_shape_and_dtype_changes_retrace() -> None:
+    calls = []
+
+    def f(x: np.ndarray) -> Any:
+        calls.append(x.shape)
+        return rlgrad.tensor(x).sum(0) * 2
+
+    jf = rlgrad.jit(f, check=False)
+    for x in (np.ones((2, 3), np.float32), np.ones((4, 3), np.float32), np.ones((2, 3)),
+              np.full((2, 3), 2, np.float32)):
+        out = jf(x)
+        np.testing.assert_array_equal(out, x.sum(0) * 2)
+        assert out.dtype == x.dtype
+    assert len(jf._cache) == 3 and len(calls) == 3
+
+
+def test_check_mode_catches_what_the_trace_cannot_see() -> None:
+    """A Python value read while tracing is frozen into the step (as in jax.jit): replaying it
+    after it changed is stale; check=True runs the eager function beside and says so."""
+    scale = [1.0]
+
+    def f(x: np.ndarray) -> Any:
+        return rlgrad.tensor(x) * scale[0]
+
+    x = np.arange(3, dtype=np.float32)
+    plain, checked = rlgrad.jit(f, check=False), rlgrad.jit(f, check=True)
+    for jf in (plain, checked):
+        jf(x)
+        jf(x)
+    scale[0] = 2.0
+    np.testing.assert_array_equal(plain(x), x)  # the frozen value: what check mode is for
+    with pytest.raises(CheckError, match=r"output differs from eager execution: "
+                                                          r"max \|difference\| 2 at flat index 2"):
+        checked(x)
+
+
+def test_check_mode_from_the_environment_keeps_the_state_eager(monkeypatch: Any) -> None:
+    monkeypatch.setenv("RLGRAD_JIT_CHECK", "1")
+    make = TRAINING["adam_clip"]
+    step, state = make()
+    jitted = rlgrad.jit(step)
+    assert jitted.check
+    eager_step, eager_state = make()
+    for args in _inputs((5, 3), (5, 2)):
+        _assert_same(_arrays(eager_step(*args)), _arrays(jitted(*args)), "output", 0)
+    _assert_same(_arrays(eager_state()), _arrays(state()), "state", 5)
+
+
+def test_check_mode_catches_a_write_no_api_records() -> None:
+    """An update the replay misses (a write into ._value, which no API records) shows as a
+    difference from eager execution."""
+    P = rlgrad.tensor(np.ones(3, np.float32))
+
+    def step(x: np.ndarray) -> Any:
+        y = rlgrad.tensor(x) * P
+        P._value += 1.0  # library-internal write: not replayed
+        return y
+
+    jf = rlgrad.jit(step, check=True)
+    jf(np.ones(3, np.float32))
+    with pytest.raises(CheckError, match="differs from eager"):
+        jf(np.ones(3, np.float32))
