@@ -94,7 +94,7 @@ def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
         arr = np.asarray(tree)
         if arr.dtype.kind in "OUSV":
             raise TypeError(
-                f"rlgrad.jit: an argument holds a {kind.__name__}, which is not an array: pass "
+                f"rlgrad.jit: an argument holds a {kind.__name__!r} value, not an array: pass "
                 "it in static_argnums, or register its class as a pytree "
                 "(rlgrad.tree_util.register_dataclass)")
         leaves.append(arr)
@@ -253,7 +253,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         prev_mode = _GradMode.enabled
         _GradMode.enabled = True
         try:
-            out = self.fun(*call_args)
+            out = _call_traced(self.fun, call_args, any(x is None for x in inputs))
             grads = _TracedGrads(_Trace.grads, _Trace.guards)
         finally:
             _Trace.tape = None
@@ -271,6 +271,24 @@ class jit:  # noqa: N801 - lower-case like jax.jit
                 out_def, [o._value if isinstance(o, Tensor) else o for o in out_leaves])
         grads.settle()
         return compiled
+
+
+def _call_traced(fun: Callable, args: list[Any], has_none: bool) -> Any:
+    """``fun(*args)``; a None argument used as a value is said in one line, as None."""
+    try:
+        return fun(*args)
+    except TypeError as e:
+        if not has_none or "NoneType" not in str(e):
+            raise
+        pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
+        where, tb = "", e.__traceback__.tb_next  # (the first frame is this function's)
+        while tb is not None:  # the innermost frame outside rlgrad: where None was used
+            name = tb.tb_frame.f_code.co_filename
+            if not os.path.abspath(name).startswith(pkg):
+                where = f" at {name}:{tb.tb_lineno}"
+            tb = tb.tb_next
+        raise TypeError(f"rlgrad.jit: {e}{where}: an argument is None, which jit passes on as "
+                        "None (an empty pytree, as jax.jit does); give an array instead") from None
 
 
 class _TracedGrads:

@@ -245,15 +245,24 @@ def _scalar_output(out: Any, where: str) -> Any:
 
 
 # ---- the transforms ---------------------------------------------------------------------------
-def value_and_grad(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Callable:
-    """``f(*args) -> (fun(*args), d fun / d args[argnum])``."""
+def value_and_grad(fun: Callable, argnum: Any = 0, *, argnums: Any = None,
+                   has_aux: bool = False) -> Callable:
+    """``f(*args) -> (fun(*args), d fun / d args[argnum])``; with ``has_aux`` (JAX's), ``fun``
+    returns ``(value, aux)`` and ``f`` returns ``((value, aux), gradient of value)``."""
     argnum = _argnums(argnum, argnums)
 
     def value_and_grad_fun(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
         out, fresh, nested, unpack = _trace(fun, args, kwargs, argnum, "value_and_grad")
+        aux = None
+        if has_aux:
+            if not isinstance(out, tuple) or len(out) != 2:
+                raise TypeError("value_and_grad(has_aux=True) needs a function returning a pair "
+                                f"(value, aux), got {type(out).__name__}")
+            out, aux = out
         _scalar_output(out, "value_and_grad")
         grads = _backprop(out, fresh, np.ones(np.shape(_data(out))), nested, retain=False)
-        return _unbox(out, nested), unpack(grads)
+        value = _unbox(out, nested)
+        return ((value, _unbox(aux, nested)) if has_aux else value), unpack(grads)
 
     return value_and_grad_fun
 

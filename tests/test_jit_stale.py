@@ -9,6 +9,8 @@ optimizer state) must be equal after every call."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections import namedtuple
 from collections.abc import Callable
 from typing import Any
 
@@ -21,6 +23,7 @@ from rlgrad.distributions import Categorical, Normal
 from rlgrad.jit_check import CheckError
 from rlgrad.tensor import TraceError
 from rlgrad.tracer import replayed
+from rlgrad.tree_util import register_dataclass
 
 RNG = np.random.default_rng(0)
 
@@ -451,3 +454,90 @@ def test_check_mode_catches_a_write_no_api_records() -> None:
     jf(np.ones(3, np.float32))
     with pytest.raises(CheckError, match="differs from eager"):
         jf(np.ones(3, np.float32))
+
+
+# ---- 4. pytrees ----------------------------------------------------------------------------------
+Params = namedtuple("Params", "w b")
+
+
+@register_dataclass
+@dataclasses.dataclass
+class Batch:
+    obs: np.ndarray
+    mask: np.ndarray
+
+
+def test_namedtuple_arguments_and_outputs() -> None:
+    def f(p: Params, x: np.ndarray) -> Params:
+        return Params(rlgrad.tensor(p.w) * rlgrad.tensor(x), rlgrad.tensor(p.b) + 1)
+
+    jf = rlgrad.jit(f)
+    for x in (np.ones(2), np.arange(2.0)):
+        out = jf(Params(np.full(2, 3.0), np.zeros(2)), x)
+        assert type(out) is Params
+        np.testing.assert_array_equal(out.w, 3.0 * x)
+        np.testing.assert_array_equal(out.b, [1.0, 1.0])
+
+
+def test_registered_dataclass_arguments_and_outputs() -> None:
+    def f(b: Batch) -> Batch:
+        logits = rlgrad.tensor(b.obs).masked_fill(~rlgrad.tensor(b.mask), -1e9)
+        return Batch(Categorical(logits=logits).probs, b.mask)
+
+    jf = rlgrad.jit(f)
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        b = Batch(rng.standard_normal((2, 3)), np.array([[True, False, True]] * 2))
+        out = jf(b)
+        assert type(out) is Batch
+        np.testing.assert_array_equal(out.obs, f(b).obs._value)
+        assert out.obs[0, 1] == 0.0
+
+
+def test_none_leaves_are_empty_subtrees() -> None:
+    f = rlgrad.jit(lambda x, bias: rlgrad.tensor(x) * 2 if bias is None else rlgrad.tensor(x) + bias)
+    np.testing.assert_array_equal(f(np.ones(2), None), [2.0, 2.0])
+    np.testing.assert_array_equal(f(np.ones(2), np.full(2, 3.0)), [4.0, 4.0])
+    np.testing.assert_array_equal(f(np.full(2, 5.0), None), [10.0, 10.0])
+    g = rlgrad.jit(lambda p, x: {"y": rlgrad.tensor(x) * 2, "none": None})
+    assert g(None, np.ones(1))["none"] is None
+
+
+def test_none_used_as_a_value_is_one_clear_line() -> None:
+    def f(scale: Any, x: np.ndarray) -> Any:
+        return rlgrad.tensor(x) * scale
+
+    with pytest.raises(TypeError, match=r"rlgrad.jit: .*NoneType.* at .*test_jit_stale.py:\d+: an "
+                                        r"argument is None, which jit passes on as None"):
+        rlgrad.jit(f)(None, np.ones(2))
+
+
+def test_an_argument_that_is_not_an_array_is_one_clear_line() -> None:
+    with pytest.raises(TypeError, match=r"holds a 'object' value, not an array: pass it in "
+                                        r"static_argnums, or register its class"):
+        rlgrad.jit(lambda o, x: x)(object(), np.ones(2))
+
+
+def test_keyword_arguments() -> None:
+    f = rlgrad.jit(lambda x, *, scale, shift=None: rlgrad.tensor(x) * scale
+                   + (0 if shift is None else shift))
+    np.testing.assert_array_equal(f(np.ones(2), scale=np.array(3.0)), [3.0, 3.0])
+    np.testing.assert_array_equal(f(np.ones(2), scale=np.array(2.0)), [2.0, 2.0])
+    np.testing.assert_array_equal(f(np.ones(2), scale=np.array(2.0), shift=np.ones(2)), [3.0, 3.0])
+
+
+def test_value_and_grad_with_aux_under_jit() -> None:
+    def loss(w: Any, x: np.ndarray) -> tuple[Any, dict]:
+        pred = w * x
+        return rlgrad.numpy.sum(pred ** 2), {"pred": pred}
+
+    vg = rlgrad.value_and_grad(loss, has_aux=True)
+    jvg = rlgrad.jit(vg)
+    for s in (1.0, 2.0, -0.5):
+        w, x = np.full(3, s), np.arange(3.0)
+        (value, aux), g = jvg(w, x)
+        assert value == np.sum((w * x) ** 2)
+        np.testing.assert_array_equal(aux["pred"], w * x)
+        np.testing.assert_array_equal(g, 2 * w * x * x)  # closed form
+        (ev, eaux), eg = vg(w, x)
+        assert ev == value and np.array_equal(eg, g) and np.array_equal(eaux["pred"], aux["pred"])
