@@ -541,3 +541,95 @@ def test_value_and_grad_with_aux_under_jit() -> None:
         np.testing.assert_array_equal(g, 2 * w * x * x)  # closed form
         (ev, eaux), eg = vg(w, x)
         assert ev == value and np.array_equal(eg, g) and np.array_equal(eaux["pred"], aux["pred"])
+
+
+# ---- 5. whole RL updates, PyTorch-style ----------------------------------------------------------
+def _rl_update(kind: str) -> Program:
+    """One update of a small RL learner as a PyTorch user writes it, on a batch of (obs, actions,
+    returns, action masks) given as arrays and wrapped inside."""
+    def make() -> tuple[Callable, Callable]:
+        rlgrad.manual_seed(11)
+        pi = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+        vf = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 1))
+        opt = rlgrad.optim.Adam(list(pi.parameters()) + list(vf.parameters()), lr=3e-3)
+        opt_v = rlgrad.optim.RMSprop(vf.parameters(), lr=1e-3)
+        target = nn.Sequential(nn.Linear(4, 16), nn.ReLU(), nn.Linear(16, 3))
+        target.load_state_dict(pi.state_dict())
+
+        def update(obs: np.ndarray, act: np.ndarray, ret: np.ndarray, mask: np.ndarray) -> Any:
+            o, a = rlgrad.tensor(obs), rlgrad.as_tensor(act).long()
+            r, m = rlgrad.from_numpy(ret), rlgrad.tensor(mask)
+            logits = pi(o).masked_fill(~m, -1e8)
+            if kind == "reinforce":
+                dist = Categorical(logits=logits)
+                loss = -(dist.log_prob(a) * r).mean() - 0.01 * dist.entropy().mean()
+            elif kind == "a2c":
+                v = vf(o).squeeze(-1)
+                adv = (r - v).detach()
+                loss = -(Categorical(logits=logits).log_prob(a) * adv).mean() \
+                    + 0.5 * ((r - v) ** 2).mean()
+            elif kind == "ppo":
+                old = Categorical(logits=target(o).masked_fill(~m, -1e8)).log_prob(a).detach()
+                ratio = (Categorical(logits=logits).log_prob(a) - old).exp()
+                loss = -rlgrad.min(ratio * r, ratio.clamp(0.8, 1.2) * r).mean()
+            else:  # dqn: masked greedy target from the target network, Huber loss
+                with rlgrad.no_grad():
+                    nxt = target(o).masked_fill(~m, -1e8).max(dim=1)[0]
+                q = pi(o).gather(1, a.unsqueeze(1)).squeeze(1)
+                loss = nn.functional.smooth_l1_loss(q, r + 0.9 * nxt)
+            opt.zero_grad()
+            loss.backward()
+            nn.utils.clip_grad_norm_(pi.parameters(), 0.5)
+            opt.step()
+            if kind == "a2c":  # a second optimizer over a part of the parameters
+                opt_v.zero_grad()
+                (vf(o).squeeze(-1) - r).pow(2).mean().backward()
+                opt_v.step()
+            if kind in ("ppo", "dqn"):
+                rlgrad.optim.polyak_update(pi.parameters(), target.parameters(), 0.05)
+            return loss, logits.softmax(-1)
+
+        def state() -> list:
+            return (_params_state(pi, opt)() + _params_state(vf, opt_v)()
+                    + [p._value for p in target.parameters()])
+
+        return update, state
+
+    return make
+
+
+def _rl_batches(n: int = 5) -> list[tuple]:
+    rng = np.random.default_rng(4)
+    out = []
+    for _ in range(n):
+        mask = rng.random((6, 3)) > 0.3
+        mask[:, 0] = True
+        act = np.array([rng.choice(np.flatnonzero(row)) for row in mask])
+        out.append((rng.standard_normal((6, 4)).astype(np.float32), act,
+                    rng.standard_normal(6).astype(np.float32), mask))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["reinforce", "a2c", "ppo", "dqn"])
+def test_rl_updates_under_compile_are_eager(kind: str) -> None:
+    check_program(_rl_update(kind), _rl_batches(), compile_fn=rlgrad.compile)
+
+
+def test_boolean_mask_indexing_of_a_traced_value_raises_at_trace_time() -> None:
+    """A data-dependent shape cannot be replayed: refused while tracing, never stale."""
+    def f(x: np.ndarray, mask: np.ndarray) -> Any:
+        return rlgrad.tensor(x)[rlgrad.tensor(mask)].sum()
+
+    with pytest.raises(RuntimeError, match="boolean mask"):
+        rlgrad.jit(f)(np.ones(3), np.array([True, False, True]))
+
+
+def test_sampling_inside_the_step_raises_at_trace_time() -> None:
+    with pytest.raises(RuntimeError, match=r"sample\(\) inside the traced function"):
+        rlgrad.jit(lambda x: Categorical(logits=rlgrad.tensor(x)).sample())(np.zeros(3))
+
+
+def test_enough_programs() -> None:
+    """issue 30 asks for at least 50 PyTorch-style programs compared with eager execution."""
+    n = len(WRAPPING) + 1 + len(TRAINING) + 3 + len(INPLACE) + 4 + 1 + 1 + 4
+    assert n >= 50, n
