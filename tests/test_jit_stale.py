@@ -633,3 +633,21 @@ def test_enough_programs() -> None:
     """issue 30 asks for at least 50 PyTorch-style programs compared with eager execution."""
     n = len(WRAPPING) + 1 + len(TRAINING) + 3 + len(INPLACE) + 4 + 1 + 1 + 4
     assert n >= 50, n
+
+
+def _randn_noise(x: np.ndarray) -> Any:
+    return rlgrad.tensor(x) + rlgrad.randn_like(rlgrad.tensor(x))
+
+
+def _copy_by_state_dict(x: np.ndarray) -> Any:
+    net, target = _seeded_linear(2, 2), _seeded_linear(2, 2, seed=1)
+    target.load_state_dict(net.state_dict())
+    return target(rlgrad.tensor(x))
+
+
+@pytest.mark.parametrize(("fn", "what"), [(_randn_noise, "a random draw"),
+                                          (_copy_by_state_dict, r"state_dict\(\)")])
+def test_what_a_step_would_freeze_is_refused_naming_the_line(fn: Callable, what: str) -> None:
+    line = _line_of(fn, 2 if fn is _copy_by_state_dict else 1)
+    with pytest.raises(TraceError, match=rf"rlgrad.jit: {what} at .*{line}"):
+        rlgrad.jit(fn)(np.ones(2, np.float32))
