@@ -386,6 +386,8 @@ def note_grads(objs: Any, seen: set[int] | None = None) -> set[int]:
             note_grads(o, seen)
         elif hasattr(o, "param_groups"):  # an optimizer
             note_grads([p for g in o.param_groups for p in g["params"]], seen)
+        elif hasattr(o, "parameters") and callable(o.parameters):  # a module
+            note_grads(list(o.parameters()), seen)
     return seen
 
 

@@ -164,6 +164,8 @@ def _training_step(opt_name: str, clip: float | None = None, zero: str = "before
         def step(x: np.ndarray, y: np.ndarray) -> Any:
             if zero == "before":
                 opt.zero_grad()
+            elif zero == "module":
+                net.zero_grad()
             out = net(rlgrad.tensor(x))
             if loss_kind == "mse":
                 loss = ((out - rlgrad.tensor(y)) ** 2).mean()
@@ -192,6 +194,7 @@ TRAINING: dict[str, Program] = {
     "adam_huber": _training_step("Adam", loss_kind="huber", lr=1e-2),
     "adam_zero_after": _training_step("Adam", zero="after", lr=1e-2),
     "adam_accumulate": _training_step("Adam", zero="never", lr=1e-3),
+    "adam_module_zero_grad": _training_step("Adam", zero="module", lr=1e-3),
     "adamw": _training_step("AdamW", clip=1.0, lr=1e-2, weight_decay=0.1),
     "rmsprop": _training_step("RMSprop", lr=1e-2),
     "rmsprop_clip": _training_step("RMSprop", clip=0.5, lr=1e-2, alpha=0.99, eps=1e-5),
@@ -344,6 +347,15 @@ def test_gradient_accumulation_across_calls_retraces_when_grad_state_changes() -
     for args in _inputs((5, 3), (5, 2), n=3):
         jitted(*args)
     assert len(jitted._cache) == 1  # one program per key, replaced when the .grad state changed
+
+
+def test_module_zero_grad_is_replayed_so_the_step_is_traced_once() -> None:
+    step, _ = TRAINING["adam_module_zero_grad"]()
+    traces = []
+    jitted = rlgrad.jit(lambda *a: traces.append(1) or step(*a), check=False)
+    for args in _inputs((5, 3), (5, 2)):
+        jitted(*args)
+    assert len(traces) == 1
 
 
 # ---- 3. what cannot be traced raises while tracing, naming the line; check mode -----------------

@@ -28,6 +28,7 @@ from rlgrad.tensor import (
     mark_written,
     user_line,
 )
+from rlgrad.tracer import replayed
 
 __all__ = ["Module", "Parameter", "IncompatibleKeys", "StateDictError"]
 
@@ -277,6 +278,7 @@ class Module:
             p.requires_grad_(requires_grad)
         return self
 
+    @replayed  # under rlgrad.jit: made again by the compiled step, at its place
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.parameters():
             if set_to_none or p.grad is None:
