@@ -13,10 +13,13 @@ execution pays Python bookkeeping for every op on every call; ``jit`` pays it on
    shared by values whose lives do not overlap (``v7 = f7(v3, v5, out=b2)``);
 3. *replay*: later calls with the same shapes and dtypes run that function on the raw arrays.
 
-The function must be pure in its array arguments: Python control flow may depend on shapes but
-not on values (``bool()``, ``.item()``, ``.numpy()`` on a traced tensor raise a clear error), and
-randomness must come in as an argument. Tensors captured from outside (a network's parameters)
-are read at every replay, so in-place optimizer updates to them are seen.
+Python control flow may depend on shapes but not on values (``bool()``, ``.item()``,
+``.numpy()`` on a traced tensor raise ``TraceError`` naming the line), and randomness must come
+in as an argument. Tensors captured from outside (a network's parameters) are read at every
+replay. Calls that change state (in-place updates, ``optimizer.step()``, ``zero_grad()``, target
+updates: ``tracer.replayed``) are recorded whole and made again at their place in every replay,
+with the ``.grad`` attributes set as the trace left them. docs/engine.md says what is traced,
+replayed and refused, and why; ``check=True`` compares every replay with eager execution.
 """
 
 from __future__ import annotations
@@ -224,7 +227,8 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         return got
 
     def lower(self, *args: Any) -> str:
-        """The generated source for these arguments (to read what a step compiles to)."""
+        """The generated source for these arguments (to read what a step compiles to). It traces
+        ``fun``, so replayed calls (an optimizer's step) are made once, as by a call."""
         return self._compile_for(args).source
 
     def _compile_for(self, args: tuple) -> _Compiled:
