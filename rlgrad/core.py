@@ -17,7 +17,7 @@ from heapq import heappush as _heappush
 from typing import Any
 
 from rlgrad import tracer
-from rlgrad.ops import _sum_to, sum_to
+from rlgrad.ops import _sum_to, clone, sum_to
 from rlgrad.tensor import Tensor, _Trace, constant
 from rlgrad.tracer import Primitive, _GradMode, pass_through, read_grad
 
@@ -297,8 +297,13 @@ def _write_leaf_grads(leaves: list[Tensor], grads: dict[int, Any], create_graph:
     array itself when no other leaf got the same one)."""
     given: set[int] = set()
     if _Trace.compiling:  # rlgrad.jit: the step adds into the .grad it finds when it runs
+        seen: set[int] = set()
         for leaf in leaves:
             read_grad(leaf)
+            g = grads[id(leaf)]
+            if id(g) in seen:  # one gradient for two leaves (a + b): each its own, as below
+                grads[id(leaf)] = clone(g)
+            seen.add(id(g))
     for leaf in leaves:
         g = grads[id(leaf)]
         if leaf.grad is None and not create_graph and not isinstance(g, Tensor):

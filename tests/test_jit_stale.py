@@ -663,3 +663,24 @@ def test_what_a_step_would_freeze_is_refused_naming_the_line(fn: Callable, what:
     line = _line_of(fn, 2 if fn is _copy_by_state_dict else 1)
     with pytest.raises(TraceError, match=rf"rlgrad.jit: {what} at .*{line}"):
         rlgrad.jit(fn)(np.ones(2, np.float32))
+
+
+def test_one_gradient_for_two_leaves_gives_each_its_own_grad() -> None:
+    """``a + b`` hands one gradient to both leaves: eagerly each .grad is its own array, so an
+    in-place edit of one leaves the other as it was; the same under jit."""
+    def make() -> tuple[Callable, Callable]:
+        a = rlgrad.tensor(np.ones(2, np.float32), requires_grad=True)
+        b = rlgrad.tensor(np.full(2, 2.0, np.float32), requires_grad=True)
+
+        def step(x: np.ndarray) -> Any:
+            a.grad = b.grad = None
+            loss = ((a + b) * rlgrad.tensor(x)).sum()
+            loss.backward()
+            with rlgrad.no_grad():
+                a.grad.mul_(2.0)
+                b.sub_(0.1 * b.grad)
+            return loss
+
+        return step, lambda: [a, a.grad, b, b.grad]
+
+    check_program(make, _inputs((2,)))
