@@ -684,3 +684,27 @@ def test_one_gradient_for_two_leaves_gives_each_its_own_grad() -> None:
         return step, lambda: [a, a.grad, b, b.grad]
 
     check_program(make, _inputs((2,)))
+
+
+def test_compile_as_torch_spells_it() -> None:
+    """torch.compile's forms: bare decorator, decorator with options, a Module returned as it is
+    (its calls must stay differentiable by a backward() outside), disable=True."""
+    @rlgrad.compile(mode="reduce-overhead", dynamic=False, backend="inductor", options={})
+    def double(x: np.ndarray) -> Any:
+        return rlgrad.tensor(x) * 2
+
+    for x in (np.ones(2), np.arange(2.0)):
+        np.testing.assert_array_equal(double(x), 2 * x)
+    assert isinstance(double, rlgrad.jit)
+    net = nn.Linear(2, 1)
+    assert rlgrad.compile(net) is net
+    f = lambda x: x  # noqa: E731
+    assert rlgrad.compile(f, disable=True) is f
+
+
+def test_lower_shows_the_replayed_calls() -> None:
+    step, _ = TRAINING["adam_clip"]()
+    src = rlgrad.jit(step).lower(*_inputs((5, 3), (5, 2), n=1)[0])
+    for call in ("Optimizer.zero_grad, replayed", "clip_grad_norm_, replayed",
+                 "Optimizer.step, replayed", ".grad = "):
+        assert call in src, src
