@@ -8,7 +8,7 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.device import check_device
-from rlgrad.tensor import Tensor, _as_array, _leaf, _Trace, get_default_dtype
+from rlgrad.tensor import Tensor, _as_array, _leaf, _Trace, get_default_dtype, tensor
 
 
 def _size_args(shape: tuple) -> tuple[int, ...]:
@@ -102,6 +102,8 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     check_device(device)
     if isinstance(data, Tensor):
         return data if dtype is None or data.dtype == np.dtype(dtype) else data.to(dtype)
+    if _Trace.compiling and ops.holds_tensor(data):  # a list of traced values: traced too
+        return tensor(data, dtype=dtype)
     if isinstance(data, np.ndarray) and (dtype is None or data.dtype == np.dtype(dtype)):
         return _leaf(data)
     return _leaf(_as_array(data, dtype))

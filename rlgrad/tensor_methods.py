@@ -53,7 +53,7 @@ from rlgrad.ops import (
     swapaxes,
     transpose,
 )
-from rlgrad.tensor import Tensor, _set_data, constant, mark_written
+from rlgrad.tensor import Tensor, _set_data, constant, mark_written, tensor
 from rlgrad.tracer import _GradMode, replayed
 
 
@@ -365,6 +365,11 @@ def _install_tensor_methods() -> None:
 _install_tensor_methods()
 
 
+def _method_new_tensor(self: Tensor, data: Any, dtype: Any = None) -> Tensor:
+    """PyTorch's: a copy of ``data`` with this tensor's dtype (a traced copy under rlgrad.jit)."""
+    return tensor(data, dtype=dtype or self.dtype)
+
+
 def _install_torch_methods() -> None:
     """PyTorch's devices, casts and the methods it has beyond NumPy's."""
     T = Tensor
@@ -395,8 +400,7 @@ def _install_torch_methods() -> None:
     T.new_ones = lambda self, *size, dtype=None: constant(np.ones(_sizes(size), dtype or self.dtype))
     T.new_full = lambda self, size, value, dtype=None: constant(
         np.full(tuple(size), value, dtype or self.dtype))
-    T.new_tensor = lambda self, data, dtype=None: constant(np.array(
-        data._value if isinstance(data, Tensor) else data, dtype=dtype or self.dtype))
+    T.new_tensor = _method_new_tensor
 
 
 _install_torch_methods()

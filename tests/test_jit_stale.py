@@ -108,6 +108,8 @@ WRAPPING: dict[str, Program] = {
     "rnp_asarray": pure(lambda x: rlgrad.numpy.asarray(rlgrad.tensor(x)) ** 2),
     "tensor_requires_grad": pure(_grad_of_wrapped),
     "tensor_of_tensor_sum": pure(lambda x: rlgrad.tensor(rlgrad.tensor(x).sum()) * 2),
+    "as_tensor_of_list": pure(lambda x: rlgrad.as_tensor([rlgrad.tensor(x)[2], rlgrad.tensor(x)[0]])),
+    "new_tensor": pure(lambda x: rlgrad.zeros(1, dtype=rlgrad.float64).new_tensor(rlgrad.tensor(x)) + 1),
     "linear_on_wrapped": _net_program(lambda net, x: net(rlgrad.tensor(x))),
     "linear_on_Tensor": _net_program(lambda net, x: net(rlgrad.Tensor(x)).relu()),
     "categorical_log_prob": pure(
