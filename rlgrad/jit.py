@@ -253,16 +253,17 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         _Trace.tape = tape
         _Trace.compiling = True
         _Trace.grads, _Trace.touched, _Trace.guards = {}, set(), []
+        _Trace.entry = {id(t): (t, t.grad) for t in list(_Trace.leaves)}
         _Depth.value += 1  # transforms inside record their backward pass (they are "nested")
         prev_mode = _GradMode.enabled
         _GradMode.enabled = True
         try:
             out = _call_traced(self.fun, call_args, any(x is None for x in inputs))
-            grads = _TracedGrads(_Trace.grads, _Trace.guards)
+            grads = _TracedGrads(_Trace.grads, _Trace.guards, _Trace.entry)
         finally:
             _Trace.tape = None
             _Trace.compiling = False
-            _Trace.grads, _Trace.touched, _Trace.guards = {}, set(), []
+            _Trace.grads, _Trace.touched, _Trace.guards, _Trace.entry = {}, set(), [], {}
             _Depth.value -= 1
             _GradMode.enabled = prev_mode
         out_leaves, out_def = tree_flatten(out)
@@ -300,10 +301,13 @@ class _TracedGrads:
     first seen (``initial``) and at the end (``final``), so that the step sets them as eager
     execution does."""
 
-    def __init__(self, seen: dict[int, list], guards: list[tuple[Tensor, bool]]) -> None:
+    def __init__(self, seen: dict[int, list], guards: list[tuple[Tensor, bool]],
+                 entry: dict[int, tuple[Tensor, Any]]) -> None:
         self.initial = {k: g for k, (_t, g) in seen.items()}
         self.final = [(t, t.grad) for t, _g in seen.values()]
         self.guards = list(guards)
+        # the .grad objects the caller left on the parameters -> their parameter
+        self.owners = {id(g): t for t, g in entry.values() if g is not None}
 
     def settle(self) -> None:
         """After the trace: a ``.grad`` computed in it (a recorded graph node) becomes the plain
@@ -334,8 +338,11 @@ class _Names:
     """The generated code's names: ``a<i>`` for the arguments, ``v<k>`` for the tape's values,
     ``c<j>`` for constants (captured tensors, arrays, forwards), looked up by object identity."""
 
-    def __init__(self, inputs: list[Tensor]) -> None:
+    def __init__(self, inputs: list[Tensor], grad_owner: dict[int, Tensor] | None = None) -> None:
         self.slot: dict[int, str] = {}  # id(traced Tensor) -> variable name in the generated code
+        # id(a .grad the caller left) -> its tensor: the step reads that .grad when it runs
+        self.grad_owner = grad_owner or {}
+        self.owners_read: list[Tensor] = []
         self.by_array: dict[int, str] = {}  # id(input ndarray) -> name: indices unwrapped from inputs
         self.traced_arrays: list[np.ndarray] = []
         for i, t in enumerate(inputs):
@@ -359,6 +366,10 @@ class _Names:
         outside (a parameter, an optimizer), a Tensor around the array the step computed."""
         if isinstance(value, Tensor):
             name = self.find(value)
+            owner = self.grad_owner.get(id(value)) if name is None else None
+            if owner is not None:  # p.grad as the caller left it: the one found at this call
+                self.owners_read.append(owner)
+                return f"{self.obj(owner)}.grad"
             if name is None:
                 self.keep_alive.append(value)
                 return self.const(value)
@@ -379,6 +390,10 @@ class _Names:
             name = self.find(value)
             if name is not None:
                 return name
+            owner = self.grad_owner.get(id(value))
+            if owner is not None:  # p.grad as the caller left it: the one found at this call
+                self.owners_read.append(owner)
+                return f"{self.obj(owner)}.grad._value"
             self.keep_alive.append(value)
             return f"{self.const(value)}._value"  # a tensor from outside: read its current value
         if isinstance(value, np.ndarray | np.generic):  # (a 1-D argmax is a NumPy scalar)
@@ -420,7 +435,7 @@ class _Names:
 
 def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any,
              grads: _TracedGrads | None = None) -> _Compiled:
-    names = _Names(inputs)
+    names = _Names(inputs, grads.owners if grads else None)
     sync = _GradSync(grads.initial if grads else {})
     lines, writers = _emit(tape, names, _one_element_broadcasts(tape, out_leaves),
                            _fused_pairs(tape, out_leaves), sync)
@@ -432,6 +447,8 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     # what replayed calls and .grad assignments read escapes the step, as its outputs do
     roots = outs + [code for target, code, _ in lines if _is_effect(target)]
     body = _reuse_buffers(_live_lines(lines, roots), roots, writers, names.const)
+    if grads is not None:  # the step reads these .grad: the caller must have left one
+        grads.guards += [(t, False) for t in {id(t): t for t in names.owners_read}.values()]
     return _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,10 @@ class _Trace:
     #: (t, whether t.grad was None when the traced step first read it): the step is only
     #: valid for calls that find the same (else jit traces again)
     guards: list[tuple[Tensor, bool]] = []
+    #: the leaves that require grad (parameters), and their ``.grad`` when the trace began:
+    #: a ``.grad`` the step changed without a recorded call was assigned by the step's own code
+    leaves: weakref.WeakSet = weakref.WeakSet()
+    entry: dict[int, tuple[Tensor, Any]] = {}
 
 
 def user_line() -> str:
@@ -135,6 +140,8 @@ class Tensor:
                 "gradient of a computed tensor"
             )
         self.requires_grad = bool(requires_grad)
+        if requires_grad:
+            _Trace.leaves.add(self)
         return self
 
     @property

@@ -442,7 +442,15 @@ def read_grad(t: Tensor) -> None:
     step has not set it yet), whether it is None is a condition of the step."""
     note_grads([t])
     if id(t) not in _Trace.touched:
-        _Trace.guards.append((t, t.grad is None))
+        seen = _Trace.entry.get(id(t))
+        entry = seen[1] if seen is not None and seen[0] is t else t.grad
+        if t.grad is entry:  # the caller's .grad: the step is for calls that find it as it is
+            _Trace.guards.append((t, t.grad is None))
+        elif t.grad is not None:  # assigned by the step's code, which the step cannot repeat
+            raise TraceError(
+                f"rlgrad.jit: backward() at {user_line()} adds into a .grad that the jitted "
+                "function assigned itself (p.grad = ...), which the compiled step cannot repeat; "
+                "use optimizer.zero_grad() or p.grad.zero_() instead")
         _Trace.touched.add(id(t))
     if t.grad is not None:
         _grad_attr(t)

@@ -710,3 +710,54 @@ def test_lower_shows_the_replayed_calls() -> None:
     for call in ("Optimizer.zero_grad, replayed", "clip_grad_norm_, replayed",
                  "Optimizer.step, replayed", ".grad = "):
         assert call in src, src
+
+
+def _manual_sgd(clear: str) -> Program:
+    """Hand-written SGD: .grad cleared by the step's own code, backward, p -= lr * p.grad."""
+    def make() -> tuple[Callable, Callable]:
+        net = _seeded_linear(3, 2, seed=8)
+
+        def step(x: np.ndarray) -> Any:
+            for p in net.parameters():
+                if clear == "none":
+                    p.grad = None
+                elif p.grad is not None and clear == "zero_":
+                    p.grad.zero_()
+                elif p.grad is not None:  # the caller's .grad, decayed: read at every call
+                    p.grad.mul_(0.5)
+            loss = net(rlgrad.tensor(x)).pow(2).mean()
+            loss.backward()
+            with rlgrad.no_grad():
+                for p in net.parameters():
+                    p -= 0.1 * p.grad
+            return loss
+
+        return step, _params_state(net)
+
+    return make
+
+
+@pytest.mark.parametrize("clear", ["none", "zero_", "decay"])
+def test_hand_written_sgd_clearing_grads_in_the_step(clear: str) -> None:
+    check_program(_manual_sgd(clear), _inputs((4, 3)))
+    step, _ = _manual_sgd(clear)()
+    traces: list = []
+    jitted = rlgrad.jit(lambda x: traces.append(1) or step(x), check=False)
+    for (x,) in _inputs((4, 3)):
+        jitted(x)
+    assert len(traces) <= 2  # the first call finds no .grad, the next ones the step's
+
+
+def test_adding_into_a_grad_the_step_assigned_itself_is_refused() -> None:
+    net = _seeded_linear(3, 2)
+    outside = [rlgrad.zeros_like(p) for p in net.parameters()]
+
+    def step(x: np.ndarray) -> Any:
+        for p, g in zip(net.parameters(), outside):
+            p.grad = g
+        loss = net(rlgrad.tensor(x)).sum()
+        loss.backward()
+        return loss
+
+    with pytest.raises(TraceError, match=r"adds into a .grad that the jitted function assigned"):
+        rlgrad.jit(step)(np.ones((2, 3), np.float32))
