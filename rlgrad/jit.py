@@ -253,7 +253,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         _Trace.tape = tape
         _Trace.compiling = True
         _Trace.grads, _Trace.touched, _Trace.guards = {}, set(), []
-        _Trace.entry = {id(t): (t, t.grad) for t in list(_Trace.leaves)}
+        _Trace.entry = {id(t): (t, t.grad) for t in list(_Trace.leaves.values())}
         _Depth.value += 1  # transforms inside record their backward pass (they are "nested")
         prev_mode = _GradMode.enabled
         _GradMode.enabled = True

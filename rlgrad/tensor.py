@@ -39,9 +39,10 @@ class _Trace:
     #: (t, whether t.grad was None when the traced step first read it): the step is only
     #: valid for calls that find the same (else jit traces again)
     guards: list[tuple[Tensor, bool]] = []
-    #: the leaves that require grad (parameters), and their ``.grad`` when the trace began:
-    #: a ``.grad`` the step changed without a recorded call was assigned by the step's own code
-    leaves: weakref.WeakSet = weakref.WeakSet()
+    #: the leaves that require grad (parameters) by id (a Tensor's == is elementwise: no WeakSet),
+    #: and their ``.grad`` when the trace began: a ``.grad`` the step changed without a recorded
+    #: call was assigned by the step's own code
+    leaves: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
     entry: dict[int, tuple[Tensor, Any]] = {}
 
 
@@ -141,7 +142,7 @@ class Tensor:
             )
         self.requires_grad = bool(requires_grad)
         if requires_grad:
-            _Trace.leaves.add(self)
+            _Trace.leaves[id(self)] = self
         return self
 
     @property
