@@ -761,3 +761,28 @@ def test_adding_into_a_grad_the_step_assigned_itself_is_refused() -> None:
 
     with pytest.raises(TraceError, match=r"adds into a .grad that the jitted function assigned"):
         rlgrad.jit(step)(np.ones((2, 3), np.float32))
+
+
+def _step_arrays_program(opt_name: str, **kw: Any) -> Program:
+    """rlgrad.rl's form of a step: gradients from autograd.grad, handed over as arrays."""
+    def make() -> tuple[Callable, Callable]:
+        rlgrad.manual_seed(9)
+        net = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
+        params = list(net.parameters())
+        opt = getattr(rlgrad.optim, opt_name)(params, **kw)
+
+        def step(x: np.ndarray, y: np.ndarray) -> Any:
+            loss = ((net(rlgrad.tensor(x)) - rlgrad.tensor(y)) ** 2).mean()
+            grads = rlgrad.autograd.grad(loss, params)
+            opt.step_arrays([g._value for g in grads], scale=0.5)
+            return loss
+
+        return step, _params_state(net, opt)
+
+    return make
+
+
+@pytest.mark.parametrize(("opt_name", "kw"), [("SGD", {"lr": 0.1, "momentum": 0.9}),
+                                              ("Adam", {"lr": 1e-2}), ("RMSprop", {"lr": 1e-2})])
+def test_step_arrays_under_jit_is_eager(opt_name: str, kw: dict) -> None:
+    check_program(_step_arrays_program(opt_name, **kw), _inputs((5, 3), (5, 2)))

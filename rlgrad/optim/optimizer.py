@@ -110,6 +110,7 @@ class Optimizer:
             mark_written(*(p for p in group["params"] if p.grad is not None))
         return loss
 
+    @replayed  # under rlgrad.jit: made again by the compiled step, at its place
     def step_arrays(self, grads: Any, scale: float = 1.0) -> None:
         """One step as ``p.grad = grads[i] * scale`` then ``step()`` would take it, for
         gradients computed as arrays (one per parameter, in ``param_groups`` order; ``scale``: a
