@@ -498,7 +498,8 @@ def _emit_effect(k: int, entry: tuple, names: _Names, sync: _GradSync) -> list:
     code = (f"{target} = {names.const(_replay)}({names.const(p.fwd)}, {names.obj(tuple(args))}, "
             f"{{{kw}}})  # {p.name}, replayed")
     lines.append((target, code, _names(code)))
-    if isinstance(res, Tensor) and names.find(res) is None:
+    if isinstance(res, Tensor) and names.find(res) is None and not any(
+            res is a for a in (*args, *kwargs.values())):  # (not self, as in-place methods return)
         names.bind(res, target)
     sync.seen(p.after)
     changed = {id(t) for (t, g0), (_, g1) in zip(p.before, p.after) if g0 is not g1}

@@ -786,3 +786,22 @@ def _step_arrays_program(opt_name: str, **kw: Any) -> Program:
                                               ("Adam", {"lr": 1e-2}), ("RMSprop", {"lr": 1e-2})])
 def test_step_arrays_under_jit_is_eager(opt_name: str, kw: dict) -> None:
     check_program(_step_arrays_program(opt_name, **kw), _inputs((5, 3), (5, 2)))
+
+
+def test_init_fill_inside_the_step_is_replayed() -> None:
+    """nn.init.zeros_ on a bias inside the step, after the optimizer moved it: redone each call."""
+    def make() -> tuple[Callable, Callable]:
+        net = _seeded_linear(3, 2, seed=2)
+        opt = rlgrad.optim.SGD(net.parameters(), lr=0.1)
+
+        def step(x: np.ndarray) -> Any:
+            nn.init.zeros_(net.bias)
+            opt.zero_grad()
+            loss = net(rlgrad.tensor(x)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            return loss
+
+        return step, _params_state(net, opt)
+
+    check_program(make, _inputs((4, 3)))
