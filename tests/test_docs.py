@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -223,9 +222,8 @@ def test_api_site_builds_strict(tmp_path: Path) -> None:
     """``mkdocs build --strict``: a broken reference, a missing page or a docstring mkdocstrings
     cannot render fails here (the ``docs`` extra installs mkdocs; ``make test`` installs it)."""
     pytest.importorskip("mkdocs", reason="the docs extra (pip install -e '.[docs]') is not installed")
-    mkdocs = shutil.which("mkdocs", path=str(Path(sys.executable).parent)) or "mkdocs"
-    proc = subprocess.run([mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (tmp_path / "site" / "index.html").exists()
