@@ -227,3 +227,15 @@ def test_api_site_builds_strict(tmp_path: Path) -> None:
                           env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert (tmp_path / "site" / "index.html").exists()
+
+
+def test_benchmarks_are_the_current_tables() -> None:
+    """docs/benchmarks.md is what a user compares (the diary is benchmarks-history.md), and
+    ``rlgrad bench`` finds there every table it prints as the latest recorded one."""
+    from rlgrad.cli.bench import COMPARED, GOALS_HEADING, recorded_table
+
+    doc = ROOT / "docs" / "benchmarks.md"
+    assert len(doc.read_text().splitlines()) < 400
+    for heading in [GOALS_HEADING, *(h for _, h in COMPARED.values())]:
+        table = recorded_table(doc, heading)
+        assert table is not None and re.search(r"\b20\d\d-\d\d-\d\d\b", table), heading
