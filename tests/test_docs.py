@@ -23,6 +23,7 @@ Markers are HTML comments right above a block (invisible on GitHub and on the si
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shlex
@@ -194,13 +195,18 @@ def _check_command(argv: list[str]) -> bool:
         assert extras <= _extras(), f"`{shlex.join(argv)}`: no such extra in pyproject.toml"
     elif cmd.rsplit("/", 1)[-1] in ("python", "python3") and rest[:1] == ["-m"]:
         mod = rest[1].replace(".", "/")
-        assert (ROOT / f"{mod}.py").exists() or (ROOT / mod).is_dir(), f"no module {rest[1]}"
+        assert ((ROOT / f"{mod}.py").exists() or (ROOT / mod).is_dir()
+                or importlib.util.find_spec(rest[1]) is not None), f"no module {rest[1]}"
     elif cmd.rsplit("/", 1)[-1] in ("python", "python3") and rest:
         assert (ROOT / rest[0]).exists(), f"no file {rest[0]}"
     else:
         return False
+    missing = [a for a in rest if a.split("/")[0] in _TOP and not (ROOT / a).exists()]
+    assert not missing, f"`{shlex.join(argv)}`: no such path {missing}"
     return True
 
+
+_TOP = {"rlgrad", "tests", "bench", "examples", "docs"}
 
 SH = [b for b in ALL if b.lang == "sh" and not b.marker("skip")]
 
