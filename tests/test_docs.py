@@ -4,7 +4,7 @@ stay true; and the API site builds with ``mkdocs build --strict``.
 What each fenced block gets, by its language:
 
 - ``python``: run. The blocks of one file run in order in one namespace (a doctest session), in
-  a temporary working directory.
+  a temporary working directory; a line ``expr  # tensor(...)`` checks that ``expr`` shows so.
 - ``sh``: each line is checked, not run: ``rlgrad ...`` is parsed by the CLI's own parser (and
   ``--algo`` must name a registered algorithm), ``make T`` needs a Makefile target ``T``,
   ``pip install 'rlgrad[X]'`` an extra ``X`` of pyproject.toml, ``python -m M`` / ``python F``
@@ -117,7 +117,13 @@ def test_skips_are_few_and_say_why() -> None:
     assert len(skipped) <= MAX_SKIPPED, [b.where for b in skipped]
 
 
+_SHOWN = re.compile(r"^(\s*)([\w.\[\]()]+)\s+#\s*((?:tensor|array)\(.*\))\s*$", re.M)
+
+
 def _run(code: str, block: Block, ns: dict) -> None:
+    """Run ``code`` with the block's line numbers; a line ``expr  # tensor(...)`` (a value shown to
+    the reader) asserts that ``repr(expr)`` is what the comment shows."""
+    code = _SHOWN.sub(lambda m: f"{m[1]}assert repr({m[2]}) == {m[3]!r}, repr({m[2]})", code)
     exec(compile("\n" * (block.line - 1) + code, str(block.path), "exec"), ns)
 
 
