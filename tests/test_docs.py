@@ -24,6 +24,7 @@ Markers are HTML comments right above a block (invisible on GitHub and on the si
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import re
 import shlex
@@ -119,37 +120,46 @@ def test_skips_are_few_and_say_why() -> None:
 
 _SHOWN = re.compile(r"^(\s*)([\w.\[\]()]+)\s+#\s*((?:tensor|array)\(.*\))\s*$", re.M)
 
+# Runs in a fresh interpreter per file, so what the docs change (seeds, class attributes such as
+# ApexSampler.rollout_fragment_length, BLAS threads, a Ray session) never reaches other tests.
+_RUNNER = """
+import json, sys
+ns = {"__name__": "__docs__"}
+for code, where, path, line in json.load(sys.stdin):
+    print("running the block at " + where, file=sys.stderr, flush=True)
+    exec(compile("\\n" * (line - 1) + code, path, "exec"), ns)
+"""
 
-def _run(code: str, block: Block, ns: dict) -> None:
-    """Run ``code`` with the block's line numbers; a line ``expr  # tensor(...)`` (a value shown to
-    the reader) asserts that ``repr(expr)`` is what the comment shows."""
-    code = _SHOWN.sub(lambda m: f"{m[1]}assert repr({m[2]}) == {m[3]!r}, repr({m[2]})", code)
-    exec(compile("\n" * (block.line - 1) + code, str(block.path), "exec"), ns)
 
-
-PY_FILES = [p for p in DOCS if any(b.lang == "python" and not b.marker("skip")
-                                   and not b.marker("excerpt") for b in blocks(p))]
-
-
-@pytest.mark.parametrize("path", PY_FILES, ids=_id)
-def test_python_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    ns: dict = {"__name__": "__docs__"}
+def _program(path: Path) -> list[tuple[str, str, str, int]]:
+    """(code, where, file, first line) of what runs for ``path``: each python block after its setup
+    markers, with its replace markers applied and its shown values turned into asserts."""
+    out = []
     for b in blocks(path):
         if b.lang != "python" or b.marker("skip") or b.marker("excerpt"):
             continue
-        for setup in b.marker("setup"):
-            _run(setup, b, ns)
+        out += [(setup, b.where, str(path), b.line) for setup in b.marker("setup")]
         code = b.code
         for rule in b.marker("replace"):
             old, new = rule.split(" -> ", 1)
             assert old in code, f"{b.where}: replace marker: {old!r} is not in the block"
             code = code.replace(old, new)
-        try:
-            _run(code, b, ns)
-        except Exception as e:
-            raise AssertionError(f"the code block at {b.where} fails: {type(e).__name__}: {e}") from e
+        code = _SHOWN.sub(lambda m: f"{m[1]}assert repr({m[2]}) == {m[3]!r}, repr({m[2]})", code)
+        out.append((code, b.where, str(path), b.line))
+    return out
+
+
+PY_FILES = [p for p in DOCS if _program(p)]
+
+
+@pytest.mark.parametrize("path", PY_FILES, ids=_id)
+def test_python_blocks_run(path: Path, tmp_path: Path) -> None:
+    """The file's python blocks, in order, in one namespace, in a temporary directory."""
+    proc = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps(_program(path)),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "MPLBACKEND": "Agg",
+                               "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    assert proc.returncode == 0, f"a code block of {_id(path)} fails:\n{proc.stderr[-3000:]}"
 
 
 EXCERPTS = [b for b in ALL if b.marker("excerpt")]
