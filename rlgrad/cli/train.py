@@ -27,7 +27,8 @@ from types import FrameType
 from typing import Any
 
 from rlgrad.cli import envstate
-from rlgrad.cli.build import TrainSpec, build, check_env_id, resolve, resolve_algo
+from rlgrad.cli.build import TrainSpec, build, resolve, resolve_algo
+from rlgrad.cli.env_ids import ModuleTrust, check_file_env_id
 from rlgrad.cli.errors import CLIError
 from rlgrad.cli.run_dir import (
     DEFAULT_KEEP,
@@ -307,15 +308,19 @@ def _warn_fallback(damaged: list[tuple[Path, str]], used: Path, step: int, purpo
     print(" ".join(msg.split()), file=sys.stderr)
 
 
-def restore(rd: RunDir, purpose: str = "resume") -> tuple[Any, dict[str, Any], dict[str, Any]]:
+def restore(rd: RunDir, purpose: str = "resume", trust: ModuleTrust | None = None
+            ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(algorithm with the state of the newest usable checkpoint, config, checkpoint) of a run
     directory. A damaged newest checkpoint gives way to the one before it, with a warning that
     says how many steps are lost; a checkpoint of another algorithm, environment or spaces is
-    refused (it is no damage but a file from another run)."""
+    refused (it is no damage but a file from another run). The module of a ``module:EnvId`` in
+    config.yaml is imported only if ``trust`` names it (``--env-module``, ``--trust-run``)."""
     cfg = rd.read_config()
     _, cls = resolve_algo(str(cfg["algo"]))
     env_id = str(cfg["env_id"])
-    check_env_id(env_id)  # imports the module of a ``module:EnvId`` id again
+    trust = trust or ModuleTrust()
+    trust.import_named()
+    check_file_env_id(env_id, str(rd.config), trust, f"rlgrad {purpose} {shlex.quote(str(rd.path))}")
     paths = [rd.checkpoint, *(p for p in rd.checkpoint_paths() if p != rd.checkpoint)]
     damaged: list[tuple[Path, str]] = []
     for path in paths:
@@ -359,13 +364,13 @@ def _metrics_back_to(rd: RunDir, step: int) -> int:
 
 
 def cmd_resume(run_dir: str, steps: int | None, progress: bool,
-               keep_checkpoints: int | None = None) -> int:
+               keep_checkpoints: int | None = None, trust: ModuleTrust | None = None) -> int:
     rd = RunDir(run_dir)
     if steps is not None and steps < 1:
         raise CLIError(f"--steps must be positive, got {steps}")
     if keep_checkpoints is not None and keep_checkpoints < 1:
         raise CLIError(f"--keep-checkpoints must be at least 1, got {keep_checkpoints}")
-    algo, cfg, ckpt = restore(rd)
+    algo, cfg, ckpt = restore(rd, trust=trust)
     if steps is not None:
         cfg["total_timesteps"] = int(steps)
     if keep_checkpoints is not None:

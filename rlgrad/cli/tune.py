@@ -174,6 +174,7 @@ def run_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
     """Tune's trainable: ``rlgrad train`` (or ``rlgrad resume`` of an interrupted trial)."""
     from ray import tune
 
+    from rlgrad.cli.env_ids import ModuleTrust
     from rlgrad.cli.run_dir import RunDir
     from rlgrad.cli.train import EXTRA_WRITERS, cmd_resume, cmd_train
 
@@ -189,7 +190,10 @@ def run_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
     try:
         if RunDir(run_dir).checkpoint_paths():  # a trial of an interrupted sweep: continue it
             what = "resume"
-            code = cmd_resume(str(run_dir), None, False, None)
+            # the sweep's own env id (typed on its command line) may import its module
+            module = str(settings["env_id"]).rpartition(":")[0]
+            code = cmd_resume(str(run_dir), None, False, None,
+                              ModuleTrust((module,) if module else ()))
         else:
             what = "train"
             argv = ["train", settings["env_id"], "--algo", settings["algo"], "--seed",

@@ -12,6 +12,7 @@ state (networks, optimizers, counters, RNG streams, normaliser, optionally the r
 from __future__ import annotations
 
 import contextvars
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -108,6 +109,16 @@ def resolve_policy(cls: type, policy: str | None, space: spaces.Space, env_id: s
                          f"{space}: use policy='CnnPolicy' (the default for images)")
     return policy
 
+
+
+def _refuse_file_module(what: str, env_id: str) -> None:
+    """A checkpoint's ``module:EnvId`` would import ``module`` (run its code): only when the
+    caller names it (``env=``), or when it is imported already (then no code runs)."""
+    module, sep, _ = env_id.rpartition(":")
+    if sep and module and module not in sys.modules:
+        raise ValueError(f"{what}: the checkpoint names the environment {env_id!r}, which would "
+                         f"import module {module!r}: code chosen by a file, not by you. If you "
+                         f"trust it, pass env={env_id!r} (or an environment) to load")
 
 
 class _AlgorithmType(type):
@@ -594,6 +605,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         env = env if env is not None else ckpt["env_id"]
         if not env:
             raise ValueError("this checkpoint was trained on an environment instance; pass env=")
+        if given is None:
+            _refuse_file_module(f"{cls.__name__}.load({path!r})", str(env))
         if given is not None and "spaces" in ckpt:  # before building networks that would not fit
             check_same_spaces(f"{cls.__name__}.load({path!r})",
                               make_vec_env(given, record_statistics=False),
