@@ -300,3 +300,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `rlgrad presets | head`
         return 0
+    except OSError as e:  # a full disk outside training (config.yaml of a new run, a plot)
+        import errno
+
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        from rlgrad.cli.train import disk_full
+
+        print(f"rlgrad {args.command}: error: {disk_full(e)}", file=sys.stderr)
+        return 1

@@ -17,6 +17,7 @@ checkpoint's step.
 
 from __future__ import annotations
 
+import errno
 import shlex
 import signal
 import sys
@@ -126,6 +127,16 @@ class CheckpointCallback(BaseCallback):
         return True
 
 
+def disk_full(e: OSError) -> str:
+    """One line for ENOSPC: the checkpoint's own message (where, how much it needs), else the
+    file that could not be written."""
+    from rlgrad.serialization import DiskFullError
+
+    if isinstance(e, DiskFullError):
+        return str(e.strerror)
+    return f"disk full: cannot write {e.filename or 'a file of the run'} ({e.strerror})"
+
+
 def refresh_curve(rd: RunDir) -> None:
     from rlgrad.cli.plot import run_curve
 
@@ -174,6 +185,12 @@ def _train_loop(algo: Any, rd: RunDir, cfg: dict[str, Any], progress: bool, resu
         except NonFiniteError as e:  # nothing is saved: the last good checkpoint stays
             print(f"rlgrad: {e}. The last checkpoint (step {cb.last_step}) is kept: {cmd}",
                   file=sys.stderr)
+            return 1
+        except OSError as e:  # a full disk: one line; the saves are atomic, so nothing is lost
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            print(f"rlgrad: {disk_full(e)}; the last checkpoint (step {cb.last_step}) is kept: "
+                  f"{cmd}", file=sys.stderr)
             return 1
         except _ForcedStop as e:  # a second signal, wherever it landed (saves are atomic)
             signum = int(e.args[0])
@@ -331,10 +348,33 @@ def restore(rd: RunDir, purpose: str = "resume", trust: ModuleTrust | None = Non
             continue
         if damaged:
             _warn_fallback(damaged, path, algo.num_timesteps, purpose)
+        _config_disagrees(rd, cfg, ckpt, path, purpose)
         return algo, cfg, ckpt
     more = len(damaged) - 1
     raise CLIError(damaged[0][1] + (f" (and the {more} earlier checkpoint{'s' * (more > 1)} "
                                     f"{'are' if more > 1 else 'is'} unusable too)" if more else ""))
+
+
+def _config_disagrees(rd: RunDir, cfg: dict[str, Any], ckpt: dict[str, Any], path: Path,
+                      purpose: str) -> None:
+    """config.yaml's hyperparameters edited by hand (or damaged): the checkpoint's win, as its
+    networks and optimizer state were made with them; one line says so, and ``cfg`` takes them
+    (a resume rewrites config.yaml with them)."""
+    mine, theirs = plain(cfg.get("hyperparams") or {}), plain(ckpt["hyperparams"])
+    if mine == theirs:
+        return
+    keys = sorted(k for k in {*mine, *theirs} if mine.get(k, ...) != theirs.get(k, ...))
+
+    def shown(d: dict[str, Any], k: str) -> str:
+        return repr(d[k]) if k in d else "absent"
+
+    diff = "; ".join(f"{k}: {shown(mine, k)} there, {shown(theirs, k)} in the checkpoint"
+                     for k in keys[:3]) + ("; ..." if len(keys) > 3 else "")
+    fix = (f"; {rd.config.name} is rewritten with them" if purpose == "resume" else "")
+    print(f"rlgrad: note: {rd.config} disagrees with {path.name} ({diff}): the checkpoint's "
+          f"values are used, as its networks and optimizer were trained with them{fix}",
+          file=sys.stderr)
+    cfg["hyperparams"] = theirs
 
 
 def _metrics_back_to(rd: RunDir, step: int) -> int:
@@ -398,6 +438,10 @@ def _resume(rd: RunDir, algo: Any, cfg: dict[str, Any], ckpt: dict[str, Any], pr
             algo._on_reset()
             print(f"rlgrad: note: the state of {cfg['env_id']} cannot be checkpointed "
                   f"({st.get('unknown')}); the resumed run starts new episodes", file=sys.stderr)
+    if hasattr(algo, "replay_buffer") and "replay_buffer" not in ckpt["state"] and step < total:
+        print("rlgrad: note: this run's checkpoints leave the replay buffer out "
+              "(--no-buffer-in-checkpoint): the resumed run starts with an empty buffer, which "
+              "fills again from the next step on", file=sys.stderr)
     if step >= total:
         print(f"run already complete: step {step} of {total} (rlgrad resume {rd.path} --steps N "
               "trains it further)")
