@@ -246,3 +246,17 @@ def test_the_search_space_is_validated_as_set_values_are(tmp_path: Path, text: s
     line = _main_error(capsys, "train", "CartPole-v1", "--algo", "ppo", "--set",
                        "policy_kwargs.activation_fn=os.system", "--run-dir", str(tmp_path / "r"))
     assert "activation_fn must be one of" in line
+
+
+def test_a_folder_named_by_the_checkpoint_is_never_written(run: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    """A checkpoint's tensorboard_log would make resume write events wherever the file says."""
+    run1 = _copy(run, tmp_path / "run1")
+    elsewhere = tmp_path / "elsewhere"
+    for ckpt in run1.glob("checkpoint*.safetensors"):
+        state = rlgrad.load(ckpt)
+        state["hyperparams"]["tensorboard_log"] = str(elsewhere)
+        rlgrad.save(state, ckpt)
+    assert main(["resume", str(run1), "--steps", "192"]) == 0
+    assert "tensorboard_log is ignored" in capsys.readouterr().err
+    assert not elsewhere.exists()

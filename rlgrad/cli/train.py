@@ -292,7 +292,11 @@ def _restore_from(rd: RunDir, path: Path, cfg: dict[str, Any], cls: type, env_id
                        f"says {env_id}: {other}")
     seed = ckpt.get("seed")
     seed = seed if isinstance(seed, int) else int(cfg.get("seed") or 0)
-    algo = _build(cls, env_id, seed, dict(ckpt["hyperparams"]))
+    hp = dict(ckpt["hyperparams"])
+    if hp.pop("tensorboard_log", None) is not None:  # a folder a file chose: never written
+        print(f"rlgrad: note: {path.name}'s tensorboard_log is ignored: the run's TensorBoard "
+              "events go to its own directory", file=sys.stderr)
+    algo = _build(cls, env_id, seed, hp)
     spaces = ckpt.get("spaces")  # older checkpoints lack it: then set_state checks the shapes
     for kind in ("observation", "action") if isinstance(spaces, dict) else ():
         now, then = space_signature(getattr(algo, f"{kind}_space")), spaces.get(kind)
