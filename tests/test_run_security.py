@@ -260,3 +260,14 @@ def test_a_folder_named_by_the_checkpoint_is_never_written(run: Path, tmp_path: 
     assert main(["resume", str(run1), "--steps", "192"]) == 0
     assert "tensorboard_log is ignored" in capsys.readouterr().err
     assert not elsewhere.exists()
+
+
+def test_a_fifo_where_the_checkpoint_should_be_gives_way_to_the_previous_one(
+        run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Before: eval waited forever on the FIFO."""
+    run1 = _copy(run, tmp_path / "run1")
+    (run1 / "checkpoint.safetensors").unlink()
+    os.mkfifo(run1 / "checkpoint.safetensors")
+    assert main(["eval", str(run1), "--episodes", "1"]) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a regular file" in err[0] and "checkpoint.1" in err[0], err

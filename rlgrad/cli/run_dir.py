@@ -14,6 +14,10 @@
 Every file that is rewritten is written under a temporary name and renamed over the old one, so a
 ``kill -9`` at any moment leaves the old version or the new one, never half of each. metrics.csv
 is appended to (one small write per row); a resume cuts it back to the checkpoint's step.
+
+A run directory may come from someone else: a symbolic link where a run file belongs is refused
+(``check_no_links``; the lock and the metrics writer also open with ``O_NOFOLLOW``), and
+config.yaml is read bounded (``rlgrad.cli.safe_files``).
 """
 
 from __future__ import annotations
@@ -486,6 +490,8 @@ def space_signature(space: Any) -> dict[str, Any]:
 def peek_step(path: Path) -> int | None:
     """The step a checkpoint was saved at, from its header alone (which outlives damage to the
     arrays after it); None when even that cannot be read."""
+    if path.is_symlink() or not path.is_file():  # a FIFO would never answer
+        return None
     try:
         with open(path, "rb") as f:
             n = int.from_bytes(f.read(8), "little")
