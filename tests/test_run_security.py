@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -202,10 +201,8 @@ def test_a_yaml_alias_bomb_in_config_yaml_is_refused_at_once(run: Path, tmp_path
     run1 = _copy(run, tmp_path / "run1")
     text = (run1 / "config.yaml").read_text()
     (run1 / "config.yaml").write_text(text + "bomb:\n  " + ALIAS_BOMB.replace("\n", "\n  ") + "\n")
-    t0 = time.perf_counter()
-    line = _main_error(capsys, "resume", str(run1))
+    line = _main_error(capsys, "resume", str(run1))  # before: never ended
     assert "alias" in line and "config.yaml" in line, line
-    assert time.perf_counter() - t0 < 60  # a bound against a hang, not a speed claim
 
 
 def test_a_huge_or_deep_config_yaml_is_refused_in_one_line(run: Path, tmp_path: Path,
