@@ -12,6 +12,7 @@ state (networks, optimizers, counters, RNG streams, normaliser, optionally the r
 from __future__ import annotations
 
 import contextvars
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -54,7 +55,13 @@ from rlgrad.rl.sb3_args import (
     split_policy,
     with_extension,
 )
-from rlgrad.rl.schedules import Schedule, get_schedule_fn, linear_schedule
+from rlgrad.rl.schedules import (
+    Schedule,
+    get_schedule_fn,
+    linear_schedule,
+    schedule_from_data,
+    schedule_to_data,
+)
 from rlgrad.rl.steps import set_grads
 from rlgrad.rl.vec_env import LazyInfos, VecEnv, vec_env_view
 
@@ -108,6 +115,42 @@ def resolve_policy(cls: type, policy: str | None, space: spaces.Space, env_id: s
                          f"{space}: use policy='CnnPolicy' (the default for images)")
     return policy
 
+
+
+def _savable_hyperparams(name: str, hp: dict[str, Any], functions: str) -> dict[str, Any]:
+    """``hp`` with schedules as data; another function refused, or (``functions="start"``)
+    replaced by its starting value with a warning."""
+    if functions not in ("refuse", "start"):
+        raise ValueError(f"{name}.save: function_hyperparams must be 'refuse' or 'start', got "
+                         f"{functions!r}")
+    for k, v in hp.items():
+        if not callable(v):
+            continue
+        data = schedule_to_data(v)
+        if data is not None:
+            hp[k] = data
+        elif functions == "start":
+            hp[k] = float(v(1.0))
+            warnings.warn(f"{name}.save: hyperparameter {k!r} is a function; saved as its "
+                          f"starting value {hp[k]:g} (pass {k}= to load to train with the "
+                          "function again)", stacklevel=3)
+        else:
+            raise ValueError(
+                f"{name}.save: hyperparameter {k!r} is a function ({v!r}), and a checkpoint holds "
+                "no code: use a number, 'lin_X', ConstantSchedule or LinearSchedule (SB3's or "
+                "rlgrad.rl.schedules'), or save(..., function_hyperparams='start') to save its "
+                "starting value")
+    return hp
+
+
+def _refuse_file_module(what: str, env_id: str) -> None:
+    """A checkpoint's ``module:EnvId`` would import ``module`` (run its code): only when the
+    caller names it (``env=``), or when it is imported already (then no code runs)."""
+    module, sep, _ = env_id.rpartition(":")
+    if sep and module and module not in sys.modules:
+        raise ValueError(f"{what}: the checkpoint names the environment {env_id!r}, which would "
+                         f"import module {module!r}: code chosen by a file, not by you. If you "
+                         f"trust it, pass env={env_id!r} (or an environment) to load")
 
 
 class _AlgorithmType(type):
@@ -559,18 +602,16 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """The constructor arguments (JSON-like) that rebuild this algorithm."""
         return dict(self._hyperparams)
 
-    def save(self, path: str, include_replay_buffer: bool = False) -> None:
+    def save(self, path: str, include_replay_buffer: bool = False,
+             function_hyperparams: str = "refuse") -> None:
         """Write a checkpoint to ``path`` (``.safetensors`` appended when it has no extension,
-        as SB3 appends ``.zip``). A schedule given as a function (a checkpoint holds no code) is
-        saved as its value at the start of training, with a warning; ``load(...,
-        custom_objects=...)`` or a keyword of ``load`` gives it back."""
-        hp = self.get_hyperparams()
-        for k, v in hp.items():
-            if callable(v):
-                hp[k] = float(v(1.0))
-                warnings.warn(f"{type(self).__name__}.save: hyperparameter {k!r} is a function; "
-                              f"saved as its starting value {hp[k]:g} (use a number or a 'lin_X' "
-                              f"string to save a schedule, or pass {k}= to load)", stacklevel=2)
+        as SB3 appends ``.zip``). SB3's standard schedules (``ConstantSchedule``,
+        ``LinearSchedule``, rlgrad's ``linear_schedule``) are saved as data and loaded back as
+        schedules; any other function is code, which a checkpoint does not hold: it is refused
+        unless ``function_hyperparams="start"`` saves its value at the start of training (then
+        ``load(..., name=fn)`` or ``custom_objects`` gives it back)."""
+        hp = _savable_hyperparams(type(self).__name__, self.get_hyperparams(),
+                                  function_hyperparams)
         rlgrad.save({
             "algo": type(self).__name__, "env_id": self.env_id or "", "seed": self.seed,
             "hyperparams": hp, "state": self.get_state(include_replay_buffer),
@@ -594,11 +635,13 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         env = env if env is not None else ckpt["env_id"]
         if not env:
             raise ValueError("this checkpoint was trained on an environment instance; pass env=")
+        if given is None:
+            _refuse_file_module(f"{cls.__name__}.load({path!r})", str(env))
         if given is not None and "spaces" in ckpt:  # before building networks that would not fit
             check_same_spaces(f"{cls.__name__}.load({path!r})",
                               make_vec_env(given, record_statistics=False),
                               ckpt["spaces"]["observation"], ckpt["spaces"]["action"])
-        hp = dict(ckpt["hyperparams"])
+        hp = {k: schedule_from_data(v) for k, v in ckpt["hyperparams"].items()}
         if given is not None and not isinstance(given, str):
             hp.pop("n_envs", None)  # the env passed in has its own number of copies
         hp.update(overrides)
