@@ -1,0 +1,185 @@
+"""Bad input to the Python API is one line that names the real culprit (issue 33): learn's
+budget, sizes that cannot fit in memory, environments that break Gymnasium's API, predict's
+input, a policy whose actions are NaN, render modes."""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from rlgrad.rl import DQN, PPO, SAC
+from rlgrad.rl import policies as policies_mod
+from rlgrad.rl.evaluation import evaluate, evaluate_policy
+from rlgrad.rl.finite import NonFiniteError
+
+
+def _one_line(e: pytest.ExceptionInfo) -> str:
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+# ---- learn's budget, n_epochs, net_arch ----------------------------------------------------------
+@pytest.mark.parametrize("bad", [-1, 1.5, "100", True, math.nan, math.inf, None, np.float64(2.5)])
+def test_learn_refuses_a_budget_that_is_not_a_whole_number(bad):
+    model = PPO("CartPole-v1", n_steps=32, batch_size=32, seed=0)
+    with pytest.raises(ValueError, match=r"PPO.learn\(total_timesteps=.*\): total_timesteps "
+                       "must be a whole number of environment steps >= 0") as e:
+        model.learn(bad)
+    _one_line(e)
+    assert model.num_timesteps == 0
+
+
+def test_learn_takes_whole_floats_and_numpy_integers_as_sb3_does():
+    model = PPO("CartPole-v1", n_steps=32, batch_size=32, seed=0)
+    model.learn(64.0)
+    assert model.num_timesteps == 64
+    model.learn(np.int64(32), reset_num_timesteps=False)
+    assert model.num_timesteps == 96
+    assert model.learn(0).num_timesteps == 0  # SB3: no iteration
+
+
+def test_n_epochs_is_bounded():
+    with pytest.raises(ValueError, match=r"n_epochs=1000000000 is out of range: n_epochs must be "
+                       r"an integer in \[1, 10000\]"):
+        PPO("CartPole-v1", n_epochs=10**9)
+    assert PPO("CartPole-v1", n_epochs=10_000, n_steps=32, batch_size=32).n_epochs == 10_000
+
+
+@pytest.mark.parametrize("algo", [PPO, DQN, SAC])
+def test_a_net_arch_larger_than_memory_is_refused_before_allocating(algo):
+    env = "Pendulum-v1" if algo is SAC else "CartPole-v1"
+    with pytest.raises(ValueError, match=r"policy_kwargs.net_arch: layers \[\d+, 1000000, "
+                       r"1000000.*\] .* parameters, [\d,.]+ GiB .* more than this machine's") as e:
+        algo(env, policy_kwargs={"net_arch": [1_000_000, 1_000_000]})
+    _one_line(e)
+
+
+def test_the_memory_estimate_counts_weights_biases_gradients_and_adam(monkeypatch):
+    # [4, 10, 2]: 4*10 + 10 + 10*2 + 2 = 72 parameters, 16 bytes each while training
+    monkeypatch.setattr(policies_mod, "physical_memory", lambda: 72 * 16)
+    policies_mod.check_mlp_memory([4, 10, 2])  # exactly fits
+    monkeypatch.setattr(policies_mod, "physical_memory", lambda: 72 * 16 - 1)
+    with pytest.raises(ValueError, match="have 72 parameters"):
+        policies_mod.check_mlp_memory([4, 10, 2])
+    monkeypatch.setattr(policies_mod, "physical_memory", lambda: None)  # unknown: no check
+    policies_mod.check_mlp_memory([4, 10**7, 10**7])
+
+
+# ---- environments that break Gymnasium's API -----------------------------------------------------
+class _WrongShape(gym.Wrapper):
+    def step(self, action):
+        obs, r, term, trunc, info = self.env.step(action)
+        return np.zeros(7, np.float32), r, term, trunc, info
+
+
+class _BareReset(gym.Wrapper):
+    def reset(self, **kwargs):
+        return self.env.reset(**kwargs)[0]
+
+
+class _OldStep(gym.Wrapper):
+    def step(self, action):
+        obs, r, term, trunc, info = self.env.step(action)
+        return obs, r, term or trunc, info
+
+
+@pytest.mark.parametrize("n_envs", [1, 2])
+def test_wrong_shaped_observations_blame_the_environment(n_envs):
+    make = lambda: _WrongShape(gym.make("CartPole-v1"))  # noqa: E731
+    model = PPO(make() if n_envs == 1 else make, n_envs=n_envs, n_steps=32, batch_size=32)
+    with pytest.raises(ValueError, match=r"the environment's step\(\) returned an observation "
+                       r"that does not fit its observation_space Box\(shape=\(4,\), "
+                       r"dtype=float32\) .*: fix its step\(\)") as e:
+        model.learn(64)
+    _one_line(e)
+
+
+def test_reset_and_step_of_the_old_api_are_named():
+    with pytest.raises(ValueError, match=r"the environment's reset\(\) must return "
+                       r"\(observation, info\) \(Gymnasium's API\)"):
+        PPO(_BareReset(gym.make("CartPole-v1")), n_steps=32, batch_size=32).learn(64)
+    with pytest.raises(ValueError, match=r"the environment's step\(\) must return \(observation, "
+                       r"reward, terminated, truncated, info\)"):
+        PPO(_OldStep(gym.make("CartPole-v1")), n_steps=32, batch_size=32).learn(64)
+
+
+def test_predict_of_none_or_a_wrong_shape_names_the_input():
+    model = PPO("CartPole-v1", n_steps=32, batch_size=32, seed=0)
+    with pytest.raises(ValueError, match=r"predict: got None; the observation space is "
+                       r"Box\(shape=\(4,\), dtype=float32\): pass one observation of numbers"):
+        model.predict(None)
+    for shape in ((7,), (3, 5), (2, 2, 4)):
+        with pytest.raises(ValueError, match=rf"predict: got an array of shape "
+                           rf"{re_shape(shape)} \(float64\).*shape \(4,\) or a batch of shape "
+                           r"\(n, 4\)"):
+            model.predict(np.zeros(shape))
+    assert model.predict(np.zeros(4))[0].shape == ()
+    assert model.predict(np.zeros((3, 4)))[0].shape == (3,)
+    dqn = DQN(gym.make("FrozenLake-v1"), learning_starts=0)
+    assert dqn.predict(3)[0].shape == () and dqn.predict(np.array([1, 2]))[0].shape == (2,)
+    with pytest.raises(ValueError, match="an integer or a 1-D batch of integers"):
+        dqn.predict(np.zeros((2, 2), int))
+
+
+def re_shape(shape: tuple[int, ...]) -> str:
+    return str(shape).replace("(", r"\(").replace(")", r"\)")
+
+
+# ---- a policy's NaN actions --------------------------------------------------------------------
+def _nan_sac() -> SAC:
+    model = SAC("Pendulum-v1", learning_starts=10, batch_size=8, buffer_size=100, seed=0)
+    for p in model.actor.parameters():
+        p.data[...] = np.nan
+    return model
+
+
+def test_nan_actions_blame_the_policy_not_the_environment():
+    model = _nan_sac()
+    with pytest.raises(NonFiniteError, match=r"SAC on Pendulum-v1, after 10 timesteps: the "
+                       r"policy produced a non-finite action \(nan\) for environment 0 .*the "
+                       r"environment is not at fault") as e:
+        model.learn(40)
+    assert "Fix the environment" not in _one_line(e)
+
+
+def test_evaluation_of_nan_actions_raises_instead_of_returning_nan():
+    model = _nan_sac()
+    for run in (lambda: evaluate_policy(model, model.get_env(), n_eval_episodes=1, warn=False),
+                lambda: evaluate_policy(model, "Pendulum-v1", n_eval_episodes=1, warn=False),
+                lambda: evaluate(model, n_episodes=1)):
+        with pytest.raises(NonFiniteError, match=r"the model's predict produced a non-finite "
+                           r"action \(nan\) for environment 0 at vector step 1"):
+            run()
+
+
+class _Unregistered(gym.Env):
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        return np.full(3, np.nan, np.float32), 0.0, False, False, {}
+
+
+def test_an_unregistered_env_instance_is_named_by_its_class():
+    with pytest.raises(NonFiniteError, match=r"^SAC on _Unregistered, after 0 timesteps: "
+                       r"environment 0 returned a non-finite observation"):
+        SAC(_Unregistered(), learning_starts=10, batch_size=8, buffer_size=100).learn(20)
+
+
+# ---- render modes ------------------------------------------------------------------------------
+def test_an_unknown_render_mode_is_refused():
+    msg = (r"CartPole-v1: render_mode='bogus' is not one of its render modes \['human', "
+           r"'rgb_array'\] \(or None, no rendering\)")
+    with pytest.raises(ValueError, match=msg):
+        PPO("CartPole-v1", env_kwargs={"render_mode": "bogus"})
+    with pytest.raises(ValueError, match=msg):
+        PPO(gym.make("CartPole-v1", render_mode="bogus"))
+    assert PPO("CartPole-v1", env_kwargs={"render_mode": "rgb_array"}).env.render_mode == \
+        "rgb_array"
