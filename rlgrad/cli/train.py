@@ -27,7 +27,14 @@ from types import FrameType
 from typing import Any
 
 from rlgrad.cli import envstate
-from rlgrad.cli.build import TrainSpec, build, check_env_id, resolve, resolve_algo
+from rlgrad.cli.build import (
+    TrainSpec,
+    build,
+    check_env_id,
+    env_creation_error,
+    resolve,
+    resolve_algo,
+)
 from rlgrad.cli.errors import CLIError
 from rlgrad.cli.run_dir import (
     DEFAULT_KEEP,
@@ -225,8 +232,8 @@ def _build(cls: type, env_id: str, seed: int, hp: dict[str, Any]) -> Any:
 
     try:
         return build(cls, env_id, seed, hp)
-    except GymError as e:
-        raise CLIError(f"cannot create environment {env_id!r}: {type(e).__name__}: {e}") from None
+    except (GymError, ImportError) as e:
+        raise env_creation_error(env_id, e) from None
 
 
 def _train_new(spec: TrainSpec, rd: RunDir, checkpoint_interval: int | None, save_buffer: bool,
