@@ -276,3 +276,59 @@ def test_a_checkpoint_without_the_buffer_allocates_no_copy_of_it(tmp_path):
     state = model.get_state(include_replay_buffer=True)
     assert np.array_equal(state["replay_buffer"]["frames"], buf.frames[:len(
         state["replay_buffer"]["frames"])])  # the saved buffer is still the whole buffer
+
+
+# ---- plots -------------------------------------------------------------------------------------
+def _run(env_id: str, algo: str, seed: int, hp: dict, n: int = 20):
+    from pathlib import Path
+
+    from rlgrad.cli.plot import Run
+
+    steps = np.arange(1, n + 1, dtype=np.float64) * 1000
+    values = np.sin(steps / 5000 + seed) * 10 + seed
+    return Run(Path(f"/runs/{env_id}-{seed}"), {"env_id": env_id, "algo": algo, "seed": seed,
+                                                 "hyperparams": hp}, steps, values)
+
+
+def test_runs_of_different_environments_get_a_titled_panel_each():
+    from rlgrad.cli.plot import figure
+
+    hp = {"learning_rate": 0.0006079482304086112, "gamma": 0.9933228533798497,
+          "batch_size": 64, "clip_range": 0.2, "ent_coef": 0.004837790077249271,
+          "gae_lambda": 0.93265924989623, "n_epochs": 10, "vf_coef": 0.5}
+    runs = [_run("CartPole-v1", "ppo", s, hp) for s in (0, 1)]
+    runs += [_run("CartPole-v1", "ppo", 0, {**hp, "learning_rate": 3e-4})]
+    runs += [_run("Pendulum-v1", "sac", 0, {"learning_rate": 1e-3})]
+    fig = figure(runs, title="my runs")
+    assert [ax.get_title() for ax in fig.axes] == ["PPO on CartPole-v1", "SAC on Pendulum-v1"]
+    assert fig._suptitle.get_text() == "my runs"
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    # the usual suspect first, floats to 3 digits, not "PPO on CartPole-v1" in every entry
+    assert labels == ["learning_rate=0.000608, 2 seeds (mean \u00b1 std)",
+                      "learning_rate=0.0003, seed 0"]
+    assert [t.get_text() for t in fig.axes[1].get_legend().get_texts()] == ["seed 0"]
+    fig.canvas.draw()
+    box = fig.bbox
+    for ax in fig.axes:  # every legend inside the figure (it ran off it)
+        leg = ax.get_legend().get_window_extent()
+        assert box.x0 <= leg.x0 and leg.x1 <= box.x1 and box.y0 <= leg.y0, (leg, box)
+
+
+def test_a_legend_wider_than_the_figure_widens_it():
+    from rlgrad.cli.plot import figure
+
+    long = {f"k{i}": "x" * 60 for i in range(5)}
+    runs = [_run("CartPole-v1", "ppo", 0, {**long, "k0": "a" * 200}),
+            _run("CartPole-v1", "ppo", 0, {**long, "k0": "b" * 200})]
+    fig = figure(runs)
+    fig.canvas.draw()
+    leg = fig.axes[0].get_legend().get_window_extent()
+    assert fig.get_figwidth() > 8 and fig.bbox.x0 <= leg.x0 and leg.x1 <= fig.bbox.x1
+
+
+def test_a_one_point_curve_is_drawn_with_a_marker():
+    from rlgrad.cli.plot import figure
+
+    fig = figure([_run("CartPole-v1", "ppo", 0, {}, n=1)])
+    (line,) = fig.axes[0].get_lines()
+    assert line.get_marker() == "o" and len(line.get_xdata()) == 1

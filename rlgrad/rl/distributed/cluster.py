@@ -110,19 +110,20 @@ def probe(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
                               "printed (--ray-address / RAY_ADDRESS)")
 
 
-def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
+def connect(address: str | None = None, num_cpus: int | None = None,
+            log_to_driver: bool = True) -> bool:
     """Initialise Ray unless it already is; returns True if this call started it.
 
     ``address``: None (or ``"local"``) starts a local instance unless ``RAY_ADDRESS`` is set;
     ``"auto"`` joins the cluster started on this machine with ``ray start``; ``host:port``
-    joins that cluster's head.
+    joins that cluster's head. ``log_to_driver=False``: the workers' output is not printed here.
     """
     ray = import_ray()
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     probe(address)
-    opts: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": True}
+    opts: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": log_to_driver}
     if address == "local":
         opts.update(num_cpus=num_cpus if num_cpus is not None else check_cpus(None),
                     include_dashboard=False)
