@@ -78,12 +78,7 @@ def make_vec_env(
     """
     env_kwargs = dict(env_kwargs or {})
     if isinstance(env, str) and env_kwargs.get("render_mode") is not None:
-        from gymnasium.envs.registration import load_env_creator
-
-        entry = env_spec(env).entry_point
-        modes = getattr(load_env_creator(entry), "metadata", {}).get("render_modes") \
-            if isinstance(entry, str) else None
-        check_render_mode(env_kwargs["render_mode"], modes, env)
+        check_render_mode(env_kwargs["render_mode"], _registered_render_modes(env), env)
     if isinstance(env, str) and _pixel_kind(env):
         from rlgrad.rl.atari import make_pixel_vec_env
 
@@ -132,8 +127,8 @@ def make_vec_env(
             f"expected a Gymnasium id, Env, VectorEnv or env factory, got {type(env).__name__}"
         )
     autoreset_mode(venv)  # validates
-    if getattr(venv, "render_mode", None) is not None:
-        check_render_mode(venv.render_mode, venv.metadata.get("render_modes"), env_name(env))
+    check_render_mode(getattr(venv, "render_mode", None), venv.metadata.get("render_modes"),
+                      env_name(env))
     if record_statistics and find_episode_statistics(venv) is None:
         venv = RecordEpisodeStatistics(venv, buffer_length=100)
     if seed is not None:
@@ -147,6 +142,16 @@ def env_name(env: Any) -> str:
         return env
     spec = getattr(env, "spec", None)
     return getattr(spec, "id", None) or type(getattr(env, "unwrapped", env)).__name__
+
+
+def _registered_render_modes(env_id: str) -> Any:
+    """The render modes the class registered as ``env_id`` offers (checked before it is built,
+    so that Gymnasium does not warn first), or None if it does not say."""
+    from gymnasium.envs.registration import load_env_creator
+
+    entry = env_spec(env_id).entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    return (getattr(creator, "metadata", None) or {}).get("render_modes")
 
 
 def check_render_mode(mode: Any, modes: Any, name: str) -> None:
