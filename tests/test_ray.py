@@ -563,7 +563,33 @@ def test_cli_more_seeds_than_cpus_queue_and_finish(tmp_path):
         assert f"seed {s}: started" in out and f"seed {s}: exit status 0" in out
         assert (parent / f"seed-{s}" / "checkpoint.safetensors").exists()
     assert "(3/3 done)" in out
+    for noise in ("\x1b[", "pid=", "repeated"):  # the seeds' output is in their logs
+        assert noise not in out + proc.stderr, noise
+    assert "learning curve:" in (parent / "seed-2.log").read_text()
     assert _gone(mark, 10) == []
+
+
+def test_a_failed_seed_is_said_with_its_last_line(tmp_path, capsys):
+    from rlgrad.cli.seeds import _SeedQueue
+
+    class NoRay:
+        def remote(self, cls):
+            return self
+
+        def options(self, **kwargs):
+            return self
+
+        def kill(self, actor):
+            pass
+
+    (tmp_path / "seed-3.log").write_text("run directory: x\nrlgrad train: error: no disk\n\n")
+    q = _SeedQueue(NoRay(), {3: {"run_dir": str(tmp_path / "seed-3")},
+                             4: {"run_dir": str(tmp_path / "seed-4")}}, 1)
+    q._end(3, 2)
+    q._end(4, 0)
+    assert capsys.readouterr().out.splitlines() == [
+        f"seed 3: finished, exit status 2: rlgrad train: error: no disk (all of it in "
+        f"{tmp_path / 'seed-3.log'}) (1/2 done)", "seed 4: finished, exit status 0 (2/2 done)"]
 
 
 @needs_ray

@@ -3,10 +3,12 @@
 Each seed is a ``rlgrad train`` of its own (``SeedRun``, a Ray actor of one CPU, runs the same
 command line with ``--seed S --run-dir PARENT/seed-S``; with more seeds than the cluster's CPUs,
 as many run at once as there are CPUs and the others wait their turn), so every seed leaves a
-whole run directory that ``rlgrad resume``, ``eval`` and ``plot`` take as any other. At the end the seeds'
-curves are drawn in ``PARENT/learning_curves.png``: their mean with a band of plus or minus one
-standard deviation, and each seed as a thin line (``rlgrad plot``'s grouping: same environment,
-algorithm and hyperparameters).
+whole run directory that ``rlgrad resume``, ``eval`` and ``plot`` take as any other. A seed's
+output goes to ``PARENT/seed-S.log``; the driver prints one line as each seed starts and ends
+(with the seed's last line when it failed). At the end the seeds' curves are drawn in
+``PARENT/learning_curves.png``: their mean with a band of plus or minus one standard deviation,
+and each seed as a thin line (``rlgrad plot``'s grouping: same environment, algorithm and
+hyperparameters).
 
 Ctrl-C / SIGTERM: the signal is passed on to every seed's process, on this machine or, by a Ray
 task pinned to its node, on another (each checkpoints and stops as a single run does); a second
@@ -20,6 +22,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +52,23 @@ class SeedRun:
 
         return ray.get_runtime_context().get_node_id(), os.getpid()
 
-    def run(self, kwargs: dict[str, Any]) -> int:
-        """``rlgrad train`` of one seed; bad input is one line and its exit status, as there."""
+    def run(self, kwargs: dict[str, Any], log: str) -> int:
+        """``rlgrad train`` of one seed, its output written to ``log`` (not the driver's: Ray
+        would prefix, colour and deduplicate it); bad input is one line and its exit status,
+        as there."""
         from rlgrad.cli.train import cmd_train
 
-        try:
-            return cmd_train(**kwargs)
-        except CLIError as e:
-            print(f"rlgrad train: error: {e.message}", file=sys.stderr)
-            return e.status
+        with open(log, "w", buffering=1) as f, redirect_stdout(f), redirect_stderr(f):
+            try:
+                return cmd_train(**kwargs)
+            except CLIError as e:
+                print(f"rlgrad train: error: {e.message}", file=sys.stderr)
+                return e.status
+
+
+def log_path(run_dir: Path) -> Path:
+    """Where a seed's output goes: ``PARENT/seed-S.log``, beside its run directory."""
+    return run_dir.with_name(run_dir.name + ".log")
 
 
 def _seed_kwargs(args: argparse.Namespace, sets: list[str], seed: int, run_dir: Path
@@ -85,7 +96,7 @@ def cmd_train_seeds(args: argparse.Namespace) -> int:
         raise CLIError(f"'{parent}' is not empty: choose another --run-dir for the seeds")
     try:
         ray = import_ray()
-        started = connect(args.ray_address, check_cpus(args.ray_cpus))
+        started = connect(args.ray_address, check_cpus(args.ray_cpus), log_to_driver=False)
     except (ImportError, ConnectionError, ValueError) as e:
         raise CLIError(str(e)) from None
     try:
@@ -141,14 +152,20 @@ class _SeedQueue:
         while self.queued and len(self.running) < self.slots and not self.signals:
             s = self.queued.pop(0)
             a = self.actor.remote()
-            self.running[s] = (a, a.pid.remote(), a.run.remote(self.kwargs[s]))
+            self.running[s] = (a, a.pid.remote(), a.run.remote(self.kwargs[s], str(log_path(
+                Path(self.kwargs[s]["run_dir"])))))
 
     def _end(self, s: int, code: int, why: str = "") -> None:
         self.codes[s] = code
         if s in self.running:
             self.ray.kill(self.running.pop(s)[0])
-        print(f"seed {s}: {why or f'finished, exit status {code}'} "
-              f"({len(self.codes)}/{len(self.kwargs)} done)", flush=True)
+        if not why:
+            why = f"finished, exit status {code}"
+            log = log_path(Path(self.kwargs[s]["run_dir"]))
+            if code != 0 and log.exists():  # what went wrong, as the seed said it
+                said = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+                why += f": {said[-1].strip()} (all of it in {log})" if said else ""
+        print(f"seed {s}: {why} ({len(self.codes)}/{len(self.kwargs)} done)", flush=True)
 
     def _signal(self, signum: int) -> None:
         self.signals += 1
