@@ -6,7 +6,7 @@ for many seconds. ``cluster.connect`` starts Ray with a token in its environment
 process inherits, and runs this file (by its path, so that nothing but the standard library is
 loaded) in a session of its own, holding the read end of a pipe whose write end only the driver
 has. When the pipe closes (the driver exited, however it died), every process of this user whose
-environment holds the token is sent SIGTERM, then SIGKILL one second later.
+environment holds the token is sent SIGTERM, then SIGKILL from one second on, until none is left.
 
 Linux only (``/proc``); elsewhere ``connect`` does not start it.
 """
@@ -34,20 +34,22 @@ def marked(token: bytes, skip: set[int]) -> list[int]:
     return pids
 
 
-def sweep(token: bytes, skip: set[int], grace: float = 1.0) -> list[int]:
-    """SIGTERM to the marked processes, SIGKILL to those left after ``grace`` seconds."""
-    pids = marked(token, skip)
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+def sweep(token: bytes, skip: set[int], grace: float = 1.0, limit: float = 10.0) -> list[int]:
+    """SIGTERM to the marked processes, SIGKILL to those left after ``grace`` seconds, again
+    and again (a worker the raylet was starting may appear late) until none is left or
+    ``limit`` seconds have passed; returns those left."""
+    start = time.monotonic()
+    while True:
+        pids = marked(token, skip)
+        waited = time.monotonic() - start
+        if not pids or waited > limit:
+            return pids
         for pid in pids:
             try:
-                os.kill(pid, sig)
+                os.kill(pid, signal.SIGTERM if waited < grace else signal.SIGKILL)
             except OSError:
                 pass
-        end = time.monotonic() + grace
-        while pids and time.monotonic() < end:
-            time.sleep(0.05)
-            pids = marked(token, skip)
-    return pids
+        time.sleep(0.1)
 
 
 def main(argv: list[str]) -> int:
