@@ -28,7 +28,13 @@ from types import FrameType
 from typing import Any
 
 from rlgrad.cli import envstate
-from rlgrad.cli.build import TrainSpec, build, resolve, resolve_algo
+from rlgrad.cli.build import (
+    TrainSpec,
+    build,
+    env_creation_error,
+    resolve,
+    resolve_algo,
+)
 from rlgrad.cli.env_ids import ModuleTrust, check_file_env_id
 from rlgrad.cli.errors import CLIError
 from rlgrad.cli.run_dir import (
@@ -243,8 +249,8 @@ def _build(cls: type, env_id: str, seed: int, hp: dict[str, Any]) -> Any:
 
     try:
         return build(cls, env_id, seed, hp)
-    except GymError as e:
-        raise CLIError(f"cannot create environment {env_id!r}: {type(e).__name__}: {e}") from None
+    except (GymError, ImportError) as e:
+        raise env_creation_error(env_id, e) from None
 
 
 def _train_new(spec: TrainSpec, rd: RunDir, checkpoint_interval: int | None, save_buffer: bool,

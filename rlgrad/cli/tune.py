@@ -27,7 +27,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ METRIC = "ep_rew_mean"
 TIME_ATTR = "timesteps"
 DISTRIBUTIONS = ("loguniform", "uniform", "randint", "choice")
 SETTINGS = "sweep.json"
+_NEW_OUTPUT = "RAY_AIR_NEW_OUTPUT"  # Ray's switch between Tune's two output engines
 
 
 # ---- the search space ----------------------------------------------------------------------
@@ -320,13 +322,16 @@ def _start_ray(address: str | None, cpus: int | None = None) -> bool:
         [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
     try:
         import_ray()
-        return connect(address, check_cpus(cpus))
+        # the trials' output stays in their run directories: the driver prints its own lines
+        return connect(address, check_cpus(cpus), log_to_driver=False)
     except (ImportError, ConnectionError, ValueError) as e:
         raise CLIError(str(e).replace("env runners need Ray", "rlgrad tune needs Ray")) from None
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from ray import tune
+
+    from rlgrad.cli.tune_progress import Progress
 
     settings, space = _resume_settings(args) if args.resume else _settings(args)
     sweep = Path(settings["sweep_dir"])
@@ -348,13 +353,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
             tuner = tune.Tuner.restore(str(exp), trainable, resume_unfinished=True,
                                        resume_errored=True)
         else:
+            progress = Progress(int(settings["samples"]), METRIC, TIME_ATTR)
             tuner = tune.Tuner(trainable, param_space=param_space(space),
                                tune_config=_tune_config(settings),
                                run_config=tune.RunConfig(name="tune", storage_path=str(sweep),
-                                                         verbose=0))
+                                                         verbose=0, callbacks=[progress]))
         print(f"sweep of {settings['samples']} trials ({settings['algo']} on "
-              f"{settings['env_id']}, {settings['steps']} steps each) under {sweep}")
-        with _Interruption() as stop:
+              f"{settings['env_id']}, {settings['steps']} steps each) under {sweep}", flush=True)
+        with _Interruption() as stop, _legacy_output():
             grid = tuner.fit()
         errors = sum(1 for r in grid if r.error is not None)
     finally:
@@ -370,6 +376,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     return code
+
+
+@contextmanager
+def _legacy_output() -> Iterator[None]:
+    """Tune's older output, which ``verbose=0`` silences (the newer one prints its experiment
+    table and a TensorBoard command at any verbosity): rlgrad prints its own lines."""
+    old = os.environ.get(_NEW_OUTPUT)
+    os.environ[_NEW_OUTPUT] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(_NEW_OUTPUT, None)
+        else:
+            os.environ[_NEW_OUTPUT] = old
 
 
 class _Interruption:
@@ -432,7 +453,7 @@ def _trial_rows(sweep: Path, steps: int) -> tuple[list[dict[str, Any]], list[Any
 
 def summarize(sweep: Path, settings: dict[str, Any], errors: int = 0) -> int:
     """``results.csv`` (best first) and ``curves.png`` of the sweep; prints the best trial."""
-    from rlgrad.cli.plot import write_curve
+    from rlgrad.cli.plot import short, write_curve
 
     rows, runs = _trial_rows(sweep, int(settings["steps"]))
     if not rows:
@@ -448,7 +469,7 @@ def summarize(sweep: Path, settings: dict[str, Any], errors: int = 0) -> int:
     if any(len(r.steps) for r in runs):
         write_curve(runs, sweep / "curves.png", title=title)
     best = rows[0]
-    shown = ", ".join(f"{k}={best[k]}" for k in best if k not in (
+    shown = ", ".join(f"{k}={short(best[k])}" for k in best if k not in (
         "trial", "final_return", "best_return", "steps", "status", "run_dir"))
     print(f"best trial {best['trial']}: mean episode return {best['final_return']:.1f} ({shown})")
     print(f"results: {sweep / 'results.csv'}  curves: {sweep / 'curves.png'}")

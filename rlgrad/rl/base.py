@@ -12,6 +12,7 @@ state (networks, optimizers, counters, RNG streams, normaliser, optionally the r
 from __future__ import annotations
 
 import contextvars
+import math
 import sys
 import time
 import warnings
@@ -30,6 +31,7 @@ from rlgrad.rl.envs import (
     EnvLike,
     EpisodeStatistics,
     StepAdapter,
+    env_name,
     find_episode_statistics,
     flat_obs_dim,
     get_env_state,
@@ -73,6 +75,17 @@ __all__ = ["BaseAlgorithm", "Schedule", "action_space_error", "constructor_hyper
 
 
 _LOADING: contextvars.ContextVar[bool] = contextvars.ContextVar("rlgrad_loading", default=False)
+
+
+def check_total_timesteps(algo: str, value: Any) -> int:
+    """``learn``'s budget as an int: a whole number >= 0 (``1e5`` too, as SB3 runs it), else
+    ValueError in one line (SB3 runs -1 and 1.5 silently and fails on '100' deep inside)."""
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_)
+    if ok and math.isfinite(value) and float(value).is_integer() and value >= 0:
+        return int(value)
+    raise ValueError(f"{algo}.learn(total_timesteps={value!r}): total_timesteps must be a whole "
+                     "number of environment steps >= 0, e.g. learn(100_000)")
 
 
 def check_same_spaces(what: str, venv: Any, observation_space: Any, action_space: Any) -> None:
@@ -299,6 +312,10 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         # what checkpoints keep of them: ours, or a wrapper that saves itself (pixel envs' own)
         self._saved_stats = own if own is not None or not hasattr(wrapper, "state_dict") else wrapper
 
+    def _env_name(self) -> str:
+        """The environment's id for messages, or its class for an unregistered instance."""
+        return self.env_id or env_name(self._user_env if self._user_env is not None else self.env)
+
     def _apply_policy_name(self) -> None:
         """SB3's policy name: refused in one line if the spaces or the algorithm do not fit it,
         else its policy_kwargs defaults under the user's."""
@@ -387,6 +404,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         files in ``<tensorboard_log>/<tb_log_name>_<n>`` (a new ``n`` per run, the same one when
         continuing with ``reset_num_timesteps=False``); ``verbose=1`` prints them as SB3's table.
         """
+        total_timesteps = check_total_timesteps(type(self).__name__, total_timesteps)
         if log_interval is not None:
             self.log_interval = log_interval
         self._setup_learn(total_timesteps, reset_num_timesteps)
@@ -402,7 +420,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                     if not self._iteration(cb):
                         break
                 except NonFiniteError as e:
-                    raise NonFiniteError(f"{type(self).__name__} on {self.env_id}, after "
+                    raise NonFiniteError(f"{type(self).__name__} on {self._env_name()}, after "
                                          f"{self.num_timesteps} timesteps: {e}") from None
                 if bar is not None:
                     bar.update()

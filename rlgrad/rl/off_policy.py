@@ -367,10 +367,15 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 g["lr"] = lr
         self.logger.record("train/learning_rate", lr)
 
+    def get_state(self, include_replay_buffer: bool = True) -> dict[str, Any]:
+        state = super().get_state(include_replay_buffer)
+        if include_replay_buffer:  # only then: its state_dict is a copy of the whole buffer
+            state["replay_buffer"] = self.replay_buffer.state_dict()
+        return state
+
     def _extra_state(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "off_policy": {"n_calls": self._n_calls, "last_dump_episode": self._last_dump_episode},
-            "replay_buffer": self.replay_buffer.state_dict(),
         }
         if self.action_noise is not None:
             out["action_noise"] = self.action_noise.state_dict()
