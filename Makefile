@@ -5,8 +5,9 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 RUN_STAMP  := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
+DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: run test bench lint clean
+.PHONY: run test bench lint docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +20,7 @@ $(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlg
 	touch $@
 
 $(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c rlgrad/_buffers.h | $(PY)
-	$(PY) -m pip install --quiet -e ".[dev,rl,compare,atari,ray]"
+	$(PY) -m pip install --quiet -e ".[dev,rl,compare,atari,ray,docs]"
 	touch $@
 
 # Trains PPO on CartPole-v1 to a return of 500, evaluates it, prints the run directory and its plot.
@@ -34,8 +35,17 @@ test: $(TEST_STAMP)
 bench: $(TEST_STAMP)
 	$(PY) bench/engine.py
 
+# The documentation site (mkdocs.yml: docs/ and the API reference from the docstrings) into site/;
+# --strict: a broken link, anchor or reference is an error (tests/test_docs.py builds it too)
+$(DOCS_STAMP): pyproject.toml setup.py | $(PY)
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $@
+
+docs: $(DOCS_STAMP)
+	$(PY) -m mkdocs build --strict
+
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check rlgrad tests bench examples
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info rlgrad/optim/_fused*.so rlgrad/_engine*.so rlgrad/_kernels*.so
+	rm -rf $(VENV) .pytest_cache build site *.egg-info rlgrad/optim/_fused*.so rlgrad/_engine*.so rlgrad/_kernels*.so

@@ -38,7 +38,7 @@ from rlgrad.creation import (  # noqa: F401
 from rlgrad.device import backends, cuda, device
 from rlgrad.gradcheck import check_grads, gradcheck
 from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_add
-from rlgrad.jit import jit
+from rlgrad.jit import compile, jit  # noqa: A004 - torch.compile's name
 from rlgrad.ops import stop_gradient
 from rlgrad.tensor import Tensor, constant, get_default_dtype, set_default_dtype, tensor
 from rlgrad.threads import get_num_interop_threads, get_num_threads, set_num_interop_threads, set_num_threads
@@ -76,7 +76,7 @@ __all__ = [
     "gradcheck", "primitive", "defvjp", "defjvp", "gather", "gather_nd", "one_hot", "put_along_axis",
     "scatter_add", "get_default_dtype", "set_default_dtype", "jit", "linearize", "jacfwd", "jacrev",
     "device", "cuda", "backends", "as_tensor", "from_numpy", "empty_like", "full_like",
-    "set_num_threads", "get_num_threads", "set_num_interop_threads", "get_num_interop_threads",
+    "set_num_threads", "get_num_threads", "compile", "set_num_interop_threads", "get_num_interop_threads",
     *_toplevel_all,
 ]
 
@@ -95,7 +95,7 @@ _exports.on_export(_add_declared)
 
 def __getattr__(name: str):  # noqa: ANN202 - lazy subpackages keep `import rlgrad` light
     if name in ("nn", "optim", "distributions", "random", "estimators", "analysis", "rl", "functional",
-                "utils"):
+                "utils", "tree_util"):
         return _importlib.import_module(f"rlgrad.{name}")
     if name in ("save", "load"):
         from rlgrad import serialization

@@ -26,7 +26,7 @@ from typing import Any
 from rlgrad import tracer
 from rlgrad.ops import _sum_to, clone, sum_to
 from rlgrad.tensor import Tensor, _Trace, constant
-from rlgrad.tracer import Primitive, _GradMode, pass_through
+from rlgrad.tracer import Primitive, _GradMode, pass_through, read_grad
 
 # the optional C loop of first-order passes (setup.py builds it); None: the Python loop
 _engine = tracer._engine
@@ -417,6 +417,14 @@ def _write_leaf_grads(leaves: list[Tensor], grads: dict[int, Any], create_graph:
     """``.backward()``: add each leaf's gradient into its ``.grad`` (a new ``.grad`` takes the
     array itself when no other leaf got the same one)."""
     given: set[int] = set()
+    if _Trace.compiling:  # rlgrad.jit: the step adds into the .grad it finds when it runs
+        seen: set[int] = set()
+        for leaf in leaves:
+            read_grad(leaf)
+            g = grads[id(leaf)]
+            if id(g) in seen:  # one gradient for two leaves (a + b): each its own, as below
+                grads[id(leaf)] = clone(g)
+            seen.add(id(g))
     for leaf in leaves:
         g = grads[id(leaf)]
         if leaf.grad is None and not create_graph and not isinstance(g, Tensor):
@@ -452,13 +460,14 @@ def _add_to_grad(t: Tensor, g: Any) -> None:
     in-place add: two leaves' gradients may be views of one array (``reshape``'s rule)."""
     g = match_dtype(g, t)
     old = t.grad
+    recorded = _Trace.compiling or (isinstance(g, Tensor) and g.requires_grad)  # (jit: replayed)
     if old is None:
         if isinstance(g, Tensor):
-            t.grad = clone(g) if g.requires_grad else constant(g._value.copy())
+            t.grad = clone(g) if recorded else constant(g._value.copy())
         else:
             t.grad = constant(g.copy())
-    elif (isinstance(g, Tensor) and g.requires_grad) or old.requires_grad:
-        t.grad = old + g  # create_graph: the sum is recorded
+    elif recorded or old.requires_grad:
+        t.grad = old + g  # create_graph, or a jit trace: the sum is recorded
     else:
         old._value = old._value + (g._value if isinstance(g, Tensor) else g)
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.device import check_device
-from rlgrad.tensor import Tensor, _as_array, _leaf, get_default_dtype
+from rlgrad.tensor import Tensor, _as_array, _leaf, _Trace, get_default_dtype, tensor
 
 
 def _size_args(shape: tuple) -> tuple[int, ...]:
@@ -102,13 +102,19 @@ def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     check_device(device)
     if isinstance(data, Tensor):
         return data if dtype is None or data.dtype == np.dtype(dtype) else data.to(dtype)
+    if _Trace.compiling and ops.holds_tensor(data):  # a list of traced values: traced too
+        return tensor(data, dtype=dtype)
     if isinstance(data, np.ndarray) and (dtype is None or data.dtype == np.dtype(dtype)):
         return _leaf(data)
     return _leaf(_as_array(data, dtype))
 
 
 def from_numpy(arr: np.ndarray) -> Tensor:
-    """``torch.from_numpy``: a Tensor sharing ``arr``'s memory (writes to one show in the other)."""
+    """``torch.from_numpy``: a Tensor sharing ``arr``'s memory (writes to one show in the other).
+    A Tensor that requires no grad is returned as it is: ``rlgrad.jit`` (and its check) call the
+    function with the caller's arrays wrapped as Tensors."""
+    if isinstance(arr, Tensor) and not arr.requires_grad:
+        return arr
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"from_numpy expects a NumPy array, got {type(arr).__name__}; use "
                         "rlgrad.tensor(data) for other data")
@@ -126,3 +132,32 @@ def concatenate(tensors: Any, axis: int = 0) -> Any:
 
 def stack(tensors: Any, dim: int = 0, *, axis: int | None = None) -> Any:
     return ops.stack(tensors, axis=dim if axis is None else axis)
+
+
+def _detached(data: Any) -> Any:
+    if isinstance(data, Tensor):
+        return ops.stop_gradient(data)
+    if type(data) in (list, tuple):
+        return [_detached(d) for d in data]
+    return data
+
+
+def _traced_data(data: Any, arr: np.ndarray, requires_grad: bool, copy: bool,
+                 into: Tensor | None = None) -> Tensor | None:
+    """What ``tensor(data)`` / ``Tensor(data)`` / ``.data`` return while jit traces, when
+    ``data`` holds Tensors: ``arr``'s values (the eager result), recorded from those Tensors, so
+    the compiled step recomputes them at every call instead of freezing this call's copy. None:
+    no Tensor. ``into``: the Tensor that ``Tensor(data)`` initialises, recorded as that value."""
+    if not ops.holds_tensor(data):
+        return None
+    out = ops.array_from(_detached(data), copy, dtype=arr.dtype)
+    if out.shape != arr.shape:
+        out = ops.reshape(out, arr.shape)
+    if requires_grad:
+        out.requires_grad_(True)
+    if into is not None and _Trace.tape is not None:
+        _Trace.tape.append((ops.stop_gradient.primitive, (out,), {}, into))  # an alias
+    return out
+
+
+_Trace.wrap = _traced_data  # tensor.py's constructors call it (they cannot import the primitives)

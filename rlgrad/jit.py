@@ -13,15 +13,20 @@ execution pays Python bookkeeping for every op on every call; ``jit`` pays it on
    shared by values whose lives do not overlap (``v7 = f7(v3, v5, out=b2)``);
 3. *replay*: later calls with the same shapes and dtypes run that function on the raw arrays.
 
-The function must be pure in its array arguments: Python control flow may depend on shapes but
-not on values (``bool()``, ``.item()``, ``.numpy()`` on a traced tensor raise a clear error), and
-randomness must come in as an argument. Tensors captured from outside (a network's parameters)
-are read at every replay, so in-place optimizer updates to them are seen.
+Python control flow may depend on shapes but not on values (``bool()``, ``.item()``,
+``.numpy()`` on a traced tensor raise ``TraceError`` naming the line), and randomness must come
+in as an argument. Tensors captured from outside (a network's parameters) are read at every
+replay. Calls that change state (in-place updates, ``optimizer.step()``, ``zero_grad()``, target
+updates: ``tracer.replayed``) are recorded whole and made again at their place in every replay,
+with the ``.grad`` attributes set as the trace left them. docs/engine.md says what is traced,
+replayed and refused, and why; ``check=True`` compares every replay with eager execution.
 """
 
 from __future__ import annotations
 
+import builtins
 import math
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -29,9 +34,12 @@ from typing import Any
 import numpy as np
 
 from rlgrad.creation import _empty_aligned
-from rlgrad.tensor import Tensor, _shape, _size, _Trace, constant
+from rlgrad.jit_check import CheckError, Snapshot, compare
+from rlgrad.tensor import Tensor, TraceError, _shape, _size, _Trace, constant
 from rlgrad.tracer import FUSED_PAIRS, _GradMode
-from rlgrad.transforms import _Depth, dict_keys, tree_flatten, tree_unflatten
+from rlgrad.transforms import PYTREE_NODES, _Depth, dict_keys, tree_flatten, tree_unflatten
+
+__all__ = ["jit", "compile", "CheckError", "TraceError"]
 
 _ALIAS_OPS = ("identity", "stop_gradient")  # replay needs no code for these
 _INDEX_OPS = ("getitem", "untake")  # their second argument is an index
@@ -39,12 +47,26 @@ _INDEX_OPS = ("getitem", "untake")  # their second argument is an index
 
 class _Compiled:
     """One traced program: the generated function (it returns the output pytree itself), its
-    source and how many ops it runs."""
+    source and how many ops it runs; ``guards``: (tensor, whether its ``.grad`` was None) that
+    the program assumes at entry; ``first``: the outputs of the trace when it made replayed
+    calls (an optimizer step...), which were that call's, until the call returns them."""
 
     def __init__(self, fn: Callable, source: str, n_ops: int) -> None:
         self.fn = fn
         self.source = source
         self.n_ops = n_ops
+        self.guards: list[tuple[Tensor, bool]] = []
+        self.first: Any = None
+        self.state: list[Any] = []  # what the replayed calls reach (for check=True)
+        self.slow = False  # replayed through jit._run: guards to check, or check=True
+
+
+def _array_or_none(x: Any) -> Any:
+    return x if x is None else np.asarray(x._value if isinstance(x, Tensor) else x)
+
+
+def _guards_hold(guards: list[tuple[Tensor, bool]]) -> bool:
+    return all((t.grad is None) == was_none for t, was_none in guards)
 
 
 def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
@@ -54,10 +76,16 @@ def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
     if kind is np.ndarray:
         leaves.append(tree)
         key.append((tree.shape, tree.dtype.char))
-    elif kind is list or kind is tuple:
+    elif isinstance(tree, list | tuple) and kind not in PYTREE_NODES:  # namedtuples too
         key.append((kind, len(tree)))
         for item in tree:
             _flatten(item, leaves, key)
+    elif tree is None:  # an empty subtree (JAX's): no input
+        key.append(None)
+    elif kind in PYTREE_NODES:
+        children, aux = PYTREE_NODES[kind][0](tree)
+        key.append(("node", kind, aux))
+        _flatten(list(children), leaves, key)
     elif kind is dict:
         names = tuple(dict_keys(tree))  # the leaf order tree_flatten traced with
         key.append((dict, names))
@@ -68,6 +96,11 @@ def _flatten(tree: Any, leaves: list[Any], key: list[Any]) -> None:
         _flatten(tree._value, leaves, key)
     else:
         arr = np.asarray(tree)
+        if arr.dtype.kind in "OUSV":
+            raise TypeError(
+                f"rlgrad.jit: an argument holds a {kind.__name__!r} value, not an array: pass "
+                "it in static_argnums, or register its class as a pytree "
+                "(rlgrad.tree_util.register_dataclass)")
         leaves.append(arr)
         key.append((arr.shape, arr.dtype.char, "scalar"))
 
@@ -99,30 +132,45 @@ def _flat_call(args: tuple) -> tuple[tuple, list[np.ndarray]] | None:
     return tuple(key), leaves
 
 
+def _numpy_code(leaves: list[Any]) -> int:
+    """1 when ``fun`` was given arrays and no Tensor: it is NumPy code, whose operators keep
+    NumPy's promotion while traced or run eagerly for ``check=True`` (``_Depth.numpy``), else 0."""
+    return 0 if any(isinstance(x, Tensor) for x in leaves) else 1
+
+
 class jit:  # noqa: N801 - lower-case like jax.jit
     """``jit(fun)(*args)``: compile ``fun`` for the shapes and dtypes of ``args``; retrace on change.
 
-    ``fun`` takes arrays (and lists, tuples, dicts of them) and returns the same; it may call
-    rlgrad's functional transforms (``grad``, ``value_and_grad``, ...) or ``autograd.grad``.
-    ``static_argnums`` names arguments that are not arrays (they are part of the cache key).
+    ``fun`` takes arrays (and lists, tuples, namedtuples, dicts, registered dataclasses of them,
+    None) as positional or keyword arguments and returns the same; it may call rlgrad's
+    functional transforms (``grad``, ``value_and_grad``, ...), ``autograd.grad`` or
+    ``backward()``, and update state in place (an optimizer's ``step()``, ``p.sub_(...)``:
+    replayed at every call). ``static_argnums`` names arguments that are not arrays (they are
+    part of the cache key). ``check=True`` (or the environment variable ``RLGRAD_JIT_CHECK=1``)
+    runs ``fun`` eagerly beside every replay and raises ``CheckError`` at the first difference.
     """
 
-    def __init__(self, fun: Callable, static_argnums: tuple[int, ...] = ()) -> None:
+    def __init__(self, fun: Callable, static_argnums: tuple[int, ...] = (),
+                 check: bool | None = None) -> None:
         self.fun = fun
         self.static_argnums = tuple(static_argnums)
+        self.check = os.environ.get("RLGRAD_JIT_CHECK", "0") == "1" if check is None else check
         self._cache: dict[Any, _Compiled] = {}
+        self._kw_jit: jit | None = None
         self.__name__ = getattr(fun, "__name__", "jitted")
         self.__doc__ = getattr(fun, "__doc__", None)
 
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            return self._call_with_keywords(args, kwargs)
         if not self.static_argnums:  # the common calls, keyed without the recursive tree walk
             fast = _flat_call(args)
             if fast is not None:
                 fast_key, leaves = fast
                 compiled = self._cache.get(fast_key)
-                if compiled is None:
-                    compiled = self._cache[fast_key] = self._compile_for(args)
-                return compiled.fn(*leaves)
+                if compiled is not None and not compiled.slow:
+                    return compiled.fn(*leaves)
+                return self._run(fast_key, compiled, args, leaves)
         leaves: list[Any] = []
         key: list[Any] = []
         if self.static_argnums:
@@ -135,58 +183,181 @@ class jit:  # noqa: N801 - lower-case like jax.jit
             _flatten(args, leaves, key)
         frozen = tuple(key)
         compiled = self._cache.get(frozen)
-        if compiled is None:
-            compiled = self._compile_for(args)
-            self._cache[frozen] = compiled
+        if compiled is not None and not compiled.slow:
+            return compiled.fn(*leaves)
+        return self._run(frozen, compiled, args, leaves)
+
+    def _call_with_keywords(self, args: tuple, kwargs: dict) -> Any:
+        """Keyword arguments are one more argument, a dict, of a jit of their own."""
+        if self._kw_jit is None:
+            fun = self.fun
+
+            def with_keywords(*a: Any) -> Any:
+                return fun(*a[:-1], **a[-1])
+
+            self._kw_jit = jit(with_keywords, self.static_argnums, self.check)
+        return self._kw_jit(*args, kwargs)
+
+    def _run(self, key: Any, compiled: _Compiled | None, args: tuple, leaves: list[Any]) -> Any:
+        """A call that needs more than the replay: the first for its shapes, one whose
+        ``.grad`` state differs from the trace's (traced again), or a checked one."""
+        if compiled is not None and _guards_hold(compiled.guards):
+            if self.check:
+                return self._checked(compiled, args, leaves)
+            return compiled.fn(*leaves)
+        compiled = self._cache[key] = self._compile_for(args)
+        compiled.slow = bool(compiled.guards) or self.check
+        first, compiled.first = compiled.first, None
+        if first is not None:  # the trace made this call's updates: its outputs are this call's
+            return first
         return compiled.fn(*leaves)
 
+    def _checked(self, compiled: _Compiled, args: tuple, leaves: list[Any]) -> Any:
+        """The replay, checked against ``fun`` run eagerly from the same state."""
+        state = Snapshot(compiled.state)
+        dyn, in_def = tree_flatten([a for i, a in enumerate(args) if i not in self.static_argnums])
+        copies = [x if x is None else constant(np.array(x._value if isinstance(x, Tensor) else x))
+                  for x in dyn]  # called as the trace called it: Tensors, here fresh copies
+        prev_mode = _GradMode.enabled
+        _GradMode.enabled = True  # as while tracing
+        numpy_code = _numpy_code(dyn)  # as while tracing: arrays given, NumPy's promotion
+        _Depth.numpy += numpy_code
+        try:
+            eager, _ = tree_flatten(self.fun(*self._call_args(args, copies, in_def)))
+        finally:
+            _GradMode.enabled = prev_mode
+            _Depth.numpy -= numpy_code
+        eager_state = state.values()
+        state.restore()
+        got = compiled.fn(*leaves)
+        name = f"the outputs of {self.__name__}"
+        compare([("output", _array_or_none(e)) for e in eager],
+                [("output", _array_or_none(g)) for g in tree_flatten(got)[0]], name)
+        compare(eager_state, state.values(), f"the state after {self.__name__}")
+        return got
+
     def lower(self, *args: Any) -> str:
-        """The generated source for these arguments (to read what a step compiles to)."""
+        """The generated source for these arguments (to read what a step compiles to). It traces
+        ``fun``, so replayed calls (an optimizer's step) are made once, as by a call."""
         return self._compile_for(args).source
 
     def _compile_for(self, args: tuple) -> _Compiled:
         dyn = [a for i, a in enumerate(args) if i not in self.static_argnums]
         leaves, in_def = tree_flatten(dyn)
-        # given arrays, no Tensor, ``fun`` is NumPy code: its operators keep NumPy's promotion
-        numpy_code = 0 if any(isinstance(x, Tensor) for x in leaves) else 1
-        leaves = [x._value if isinstance(x, Tensor) else np.asarray(x) for x in leaves]
+        numpy_code = _numpy_code(leaves)
+        leaves = [x._value if isinstance(x, Tensor) else x if x is None else np.asarray(x)
+                  for x in leaves]  # (None: an empty subtree, as in JAX; not an input)
         _Depth.numpy += numpy_code
         try:
             return self._trace(args, leaves, in_def)
         finally:
             _Depth.numpy -= numpy_code
 
+    def _call_args(self, args: tuple, leaves: list[Any], in_def: Any) -> list[Any]:
+        """``args`` with their array leaves replaced by ``leaves`` (the static ones kept)."""
+        it = iter(tree_unflatten(in_def, leaves))
+        return [a if i in self.static_argnums else next(it) for i, a in enumerate(args)]
+
     # ---- tracing ------------------------------------------------------------------------------
     def _trace(self, args: tuple, leaves: list[Any], in_def: Any) -> _Compiled:
         if _Trace.tape is not None:
             raise RuntimeError("rlgrad.jit: nested jit is not supported; jit the outer function only")
-        inputs = [constant(np.asarray(x)) for x in leaves]
-        dyn_traced = tree_unflatten(in_def, inputs)
-        it = iter(dyn_traced)
-        call_args = [a if i in self.static_argnums else next(it) for i, a in enumerate(args)]
+        inputs = [None if x is None else constant(np.asarray(x)) for x in leaves]
+        call_args = self._call_args(args, inputs, in_def)
         tape: list = []
         _Trace.tape = tape
         _Trace.compiling = True
+        _Trace.grads, _Trace.touched, _Trace.guards = {}, set(), []
+        _Trace.entry = {id(t): (t, t.grad) for t in list(_Trace.leaves.values())}
         _Depth.value += 1  # transforms inside record their backward pass (they are "nested")
         prev_mode = _GradMode.enabled
         _GradMode.enabled = True
         try:
-            out = self.fun(*call_args)
+            out = _call_traced(self.fun, call_args, any(x is None for x in inputs))
+            grads = _TracedGrads(_Trace.grads, _Trace.guards, _Trace.entry)
         finally:
             _Trace.tape = None
             _Trace.compiling = False
+            _Trace.grads, _Trace.touched, _Trace.guards, _Trace.entry = {}, set(), [], {}
             _Depth.value -= 1
             _GradMode.enabled = prev_mode
         out_leaves, out_def = tree_flatten(out)
-        return _compile(inputs, tape, out_leaves, out_def)
+        compiled = _compile([t for t in inputs if t is not None], tape, out_leaves, out_def, grads)
+        compiled.guards = grads.guards
+        compiled.state = [e[1] for e in tape if getattr(e[0], "effect", False)] + [
+            t for t, _g in grads.final]
+        if any(getattr(p, "effect", False) for p, *_ in tape):
+            compiled.first = tree_unflatten(
+                out_def, [o._value if isinstance(o, Tensor) else o for o in out_leaves])
+        grads.settle()
+        return compiled
+
+
+def _call_traced(fun: Callable, args: list[Any], has_none: bool) -> Any:
+    """``fun(*args)``; a None argument used as a value is said in one line, as None."""
+    try:
+        return fun(*args)
+    except TypeError as e:
+        if not has_none or "NoneType" not in str(e):
+            raise
+        pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
+        where, tb = "", e.__traceback__.tb_next  # (the first frame is this function's)
+        while tb is not None:  # the innermost frame outside rlgrad: where None was used
+            name = tb.tb_frame.f_code.co_filename
+            if not os.path.abspath(name).startswith(pkg):
+                where = f" at {name}:{tb.tb_lineno}"
+            tb = tb.tb_next
+        raise TypeError(f"rlgrad.jit: {e}{where}: an argument is None, which jit passes on as "
+                        "None (an empty pytree, as jax.jit does); give an array instead") from None
+
+
+class _TracedGrads:
+    """The ``.grad`` of the tensors a trace's recorded calls and backward passes touched: when
+    first seen (``initial``) and at the end (``final``), so that the step sets them as eager
+    execution does."""
+
+    def __init__(self, seen: dict[int, list], guards: list[tuple[Tensor, bool]],
+                 entry: dict[int, tuple[Tensor, Any]]) -> None:
+        self.initial = {k: g for k, (_t, g) in seen.items()}
+        self.final = [(t, t.grad) for t, _g in seen.values()]
+        self.guards = list(guards)
+        # the .grad objects the caller left on the parameters -> their parameter
+        self.owners = {id(g): t for t, g in entry.values() if g is not None}
+
+    def settle(self) -> None:
+        """After the trace: a ``.grad`` computed in it (a recorded graph node) becomes the plain
+        constant an eager backward leaves."""
+        for t, g in self.final:
+            if g is not None and t.grad is g and (g.requires_grad or g._op is not None):
+                t.grad = constant(g._value)
+
+
+def compile(model: Callable | None = None, *, fullgraph: bool = False, dynamic: bool | None = None,  # noqa: A001
+            backend: Any = "inductor", mode: str | None = None, options: dict | None = None,
+            disable: bool = False) -> Any:
+    """``torch.compile``'s name and signature over ``jit``: a function (a training step with its
+    ``backward()``, ``clip_grad_norm_`` and ``optimizer.step()``) is traced once per input shape
+    and replayed, with eager execution's results; used bare, as ``@compile``, or as
+    ``@compile(mode=...)``. The PyTorch-only options (``fullgraph``, ``dynamic``, ``backend``,
+    ``mode``, ``options``) are accepted and ignored. A Module is returned as it is: its calls
+    must stay differentiable by a ``backward()`` outside, which a replayed step's arrays are not.
+    """
+    if model is None:
+        return lambda m: compile(m, disable=disable)
+    if disable or (hasattr(model, "parameters") and hasattr(model, "forward")):
+        return model
+    return jit(model)
 
 
 class _Names:
     """The generated code's names: ``a<i>`` for the arguments, ``v<k>`` for the tape's values,
     ``c<j>`` for constants (captured tensors, arrays, forwards), looked up by object identity."""
 
-    def __init__(self, inputs: list[Tensor]) -> None:
+    def __init__(self, inputs: list[Tensor], grad_owner: dict[int, Tensor] | None = None) -> None:
         self.slot: dict[int, str] = {}  # id(traced Tensor) -> variable name in the generated code
+        # id(a .grad the caller left) -> its tensor: the step reads that .grad when it runs
+        self.grad_owner = grad_owner or {}
+        self.owners_read: list[Tensor] = []
         self.by_array: dict[int, str] = {}  # id(input ndarray) -> name: indices unwrapped from inputs
         self.traced_arrays: list[np.ndarray] = []
         for i, t in enumerate(inputs):
@@ -194,18 +365,50 @@ class _Names:
             self.traced_arrays.append(t._value)
         self.consts: dict[str, Any] = {}
         self.keep_alive: list[Any] = []  # ids are only unique while the objects live
+        self.wrap: str | None = None  # the name of ``constant`` in the step, once needed
 
     def const(self, value: Any) -> str:
         name = f"c{len(self.consts)}"
         self.consts[name] = value
         return name
 
+    def find(self, t: Tensor) -> str | None:
+        """The step's name of Tensor ``t``'s value if the trace computed it, else None."""
+        return self.slot.get(id(t))
+
+    def obj(self, value: Any) -> str:
+        """Source for ``value`` passed to a replayed call: the object itself when it comes from
+        outside (a parameter, an optimizer), a Tensor around the array the step computed."""
+        if isinstance(value, Tensor):
+            name = self.find(value)
+            owner = self.grad_owner.get(id(value)) if name is None else None
+            if owner is not None:  # p.grad as the caller left it: the one found at this call
+                self.owners_read.append(owner)
+                return f"{self.obj(owner)}.grad"
+            if name is None:
+                self.keep_alive.append(value)
+                return self.const(value)
+            if self.wrap is None:
+                self.wrap = self.const(constant)
+            return f"{self.wrap}({name})"
+        if isinstance(value, tuple):
+            return "(" + "".join(f"{self.obj(v)}, " for v in value) + ")"
+        if isinstance(value, list):
+            return "[" + ", ".join(self.obj(v) for v in value) + "]"
+        if isinstance(value, dict):
+            return "{" + ", ".join(f"{self.obj(k)}: {self.obj(v)}" for k, v in value.items()) + "}"
+        return self.ref(value)
+
     def ref(self, value: Any) -> str:
         """Source text that stands for ``value`` in the step."""
         if isinstance(value, Tensor):
-            name = self.slot.get(id(value))
+            name = self.find(value)
             if name is not None:
                 return name
+            owner = self.grad_owner.get(id(value))
+            if owner is not None:  # p.grad as the caller left it: the one found at this call
+                self.owners_read.append(owner)
+                return f"{self.obj(owner)}.grad._value"
             self.keep_alive.append(value)
             return f"{self.const(value)}._value"  # a tensor from outside: read its current value
         if isinstance(value, np.ndarray | np.generic):  # (a 1-D argmax is a NumPy scalar)
@@ -245,15 +448,82 @@ class _Names:
                 self.traced_arrays.append(res._value)
 
 
-def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any) -> _Compiled:
-    names = _Names(inputs)
+def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any,
+             grads: _TracedGrads | None = None) -> _Compiled:
+    names = _Names(inputs, grads.owners if grads else None)
+    sync = _GradSync(grads.initial if grads else {})
     lines, writers = _emit(tape, names, _one_element_broadcasts(tape, out_leaves),
-                           _fused_pairs(tape, out_leaves))
+                           _fused_pairs(tape, out_leaves), sync)
+    if grads is not None:
+        lines += sync.lines(grads.final, names, "end")
     lines = _fold_constants(lines, names.consts)
     # ref(), not const(): an array returned from the step (a traced value's ._value) is that value
     outs = [names.ref(o) if isinstance(o, Tensor | np.ndarray) else names.const(o) for o in out_leaves]
-    body = _reuse_buffers(_live_lines(lines, outs), outs, writers, names.const)
+    # what replayed calls and .grad assignments read escapes the step, as its outputs do
+    roots = outs + [code for target, code, _ in lines if _is_effect(target)]
+    body = _reuse_buffers(_live_lines(lines, roots), roots, writers, names.const)
+    if grads is not None:  # the step reads these .grad: the caller must have left one
+        grads.guards += [(t, False) for t in {id(t): t for t in names.owners_read}.values()]
     return _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive)
+
+
+def _is_effect(target: str) -> bool:
+    """Lines that change state (``e``: a replayed call, ``s``: a ``.grad`` assignment): always
+    run, in their place, never folded."""
+    return target[0] in "es"
+
+
+def _replay(fn: Callable, args: tuple, kwargs: dict) -> Any:
+    """A recorded call, made again by the step; a Tensor result as its array."""
+    out = fn(*args, **kwargs)
+    return out._value if isinstance(out, Tensor) else out
+
+
+class _GradSync:
+    """The ``t.grad = ...`` lines of a step: before each replayed call, and at the end, every
+    ``.grad`` the trace changed is set to what it was at that point of the trace (the value the
+    step computed, None, or a tensor from outside)."""
+
+    def __init__(self, initial: dict[int, Any]) -> None:
+        self.last = dict(initial)
+
+    def lines(self, now: list[tuple[Tensor, Any]], names: _Names, tag: Any) -> list:
+        out = []
+        for j, (t, g) in enumerate(now):
+            if id(t) in self.last and self.last[id(t)] is g:
+                continue
+            self.last[id(t)] = g
+            code = f"{names.obj(t)}.grad = {'None' if g is None else names.obj(g)}  # .grad"
+            out.append((f"s{tag}_{j}", code, _names(code)))
+        return out
+
+    def seen(self, now: list[tuple[Tensor, Any]]) -> None:
+        """A replayed call set these itself."""
+        for t, g in now:
+            self.last[id(t)] = g
+
+
+def _emit_effect(k: int, entry: tuple, names: _Names, sync: _GradSync) -> list:
+    """The lines of tape entry ``k``, a replayed call: the ``.grad`` it must find, the call,
+    and a live read of each ``.grad`` it replaced with a tensor the trace did not compute."""
+    p, args, kwargs, res = entry
+    lines = sync.lines(p.before, names, k)
+    kw = ", ".join(f"{key!r}: {names.obj(v)}" for key, v in kwargs.items())
+    target = f"e{k}"
+    code = (f"{target} = {names.const(_replay)}({names.const(p.fwd)}, {names.obj(tuple(args))}, "
+            f"{{{kw}}})  # {p.name}, replayed")
+    lines.append((target, code, _names(code)))
+    if isinstance(res, Tensor) and names.find(res) is None and not any(
+            res is a for a in (*args, *kwargs.values())):  # (not self, as in-place methods return)
+        names.bind(res, target)
+    sync.seen(p.after)
+    changed = {id(t) for (t, g0), (_, g1) in zip(p.before, p.after) if g0 is not g1}
+    for j, (t, g) in enumerate(p.after):
+        if id(t) in changed and isinstance(g, Tensor) and names.find(g) is None:
+            read = f"e{k}_{j}"
+            lines.append((read, f"{read} = {names.obj(t)}.grad._value  # .grad, read", []))
+            names.bind(g, read)
+    return lines
 
 
 def _one_element_broadcasts(tape: list, out_leaves: list[Any]) -> dict[int, Any]:
@@ -312,7 +582,7 @@ def _fused_pairs(tape: list, out_leaves: list[Any]) -> dict[int, int]:
 
 
 def _emit(tape: list, names: _Names, skip: dict[int, Any] | None = None,
-          fused: dict[int, int] | None = None
+          fused: dict[int, int] | None = None, sync: _GradSync | None = None,
           ) -> tuple[list, dict[str, tuple[str, str, str, np.ndarray]]]:
     """One line of source per op on the tape (identity-like ops and the broadcasts in ``skip``
     just rename; the pairs in ``fused`` are one line, at the second's place), and the in-place
@@ -324,6 +594,9 @@ def _emit(tape: list, names: _Names, skip: dict[int, Any] | None = None,
     second = {m: k for k, m in fused.items()}
     for k, (p, args, kwargs, res) in enumerate(tape):
         names.keep_alive.append(res)
+        if getattr(p, "effect", False):
+            lines += _emit_effect(k, tape[k], names, sync or _GradSync({}))
+            continue
         if p.fwd is None:
             raise RuntimeError(f"rlgrad.jit: {p.name} cannot be compiled")
         if p.name in _INDEX_OPS and len(args) > 1:
@@ -359,7 +632,7 @@ def _live_lines(lines: list, outs: list[str]) -> list:
     needed = set().union(*(_names(o) for o in outs)) if outs else set()
     body = []
     for target, code, used in reversed(lines):
-        if target in needed:
+        if target in needed or _is_effect(target):
             body.append((target, code, used))
             needed.update(used)
     body.reverse()
@@ -369,12 +642,17 @@ def _live_lines(lines: list, outs: list[str]) -> list:
 def _build_step(body: list, outs: list[str], out_def: Any, n_inputs: int, consts: dict[str, Any],
                 keep_alive: list[Any]) -> _Compiled:
     """The straight-line source ``def step(a0, a1, ...)`` of ``body``, compiled."""
+    def const(value: Any) -> str:
+        name = f"c{len(consts)}"
+        consts[name] = value
+        return name
+
     params = ", ".join(f"a{i}" for i in range(n_inputs))
     src = f"def step({params}):\n"
     src += "".join(f"    {code}\n" for _, code, _ in body)
-    src += f"    return {_structure_source(out_def, iter(outs))}\n"
+    src += f"    return {_structure_source(out_def, iter(outs), const)}\n"
     namespace = dict(consts)
-    exec(compile(src, "<rlgrad.jit>", "exec"), namespace)  # noqa: S102 - our own generated code
+    exec(builtins.compile(src, "<rlgrad.jit>", "exec"), namespace)  # noqa: S102 - our own generated code
     step = namespace["step"]
     step.__rlgrad_keep_alive__ = keep_alive  # type: ignore[attr-defined]
     return _Compiled(step, src, len(body))
@@ -467,17 +745,24 @@ def _reuse_buffers(body: list, outs: list[str],
     return new_body
 
 
-def _structure_source(treedef: Any, names: Any) -> str:
-    """Source that builds the output pytree directly (no unflattening at every call)."""
+def _structure_source(treedef: Any, names: Any, const: Callable[[Any], str]) -> str:
+    """Source that builds the output pytree directly (no unflattening at every call), as
+    ``tree_unflatten`` builds it."""
     if treedef is None:
         return next(names)
     kind, keys, defs = treedef
-    parts = [_structure_source(d, names) for d in defs]
+    parts = [_structure_source(d, names, const) for d in defs]
     if kind == "dict":
         return "{" + ", ".join(f"{k!r}: {p}" for k, p in zip(keys, parts)) + "}"
+    if kind == "node":  # a registered class: its unflatten(aux, children)
+        return f"{const(PYTREE_NODES[keys[0]][1])}({const(keys[1])}, {parts[0]})"
     if kind is list:
         return "[" + ", ".join(parts) + "]"
-    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+    if kind is tuple:
+        return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+    if hasattr(kind, "_fields"):  # a namedtuple
+        return f"{const(kind)}({', '.join(parts)})"
+    return f"{const(kind)}([{', '.join(parts)}])"
 
 
 def _fold_constants(lines: list[tuple[str, str, list[str]]], consts: dict[str, Any]) -> list:
@@ -486,7 +771,7 @@ def _fold_constants(lines: list[tuple[str, str, list[str]]], consts: dict[str, A
     kept = []
     folded: dict[str, Any] = {}
     for target, code, used in lines:
-        if not used and "._value" not in code:
+        if not used and "._value" not in code and not _is_effect(target):
             scope = {**consts, **folded}
             exec(code, scope)  # noqa: S102 - our own generated line
             folded[target] = scope[target]
@@ -500,4 +785,4 @@ def _fold_constants(lines: list[tuple[str, str, list[str]]], consts: dict[str, A
 def _names(code: str) -> set[str]:
     rhs = code.split(" = ", 1)[1] if " = " in code else code  # a line, or a bare output name
     rhs = rhs.split("  #", 1)[0]
-    return set(re.findall(r"\b[va]\d+\b", rhs))
+    return set(re.findall(r"\b(?:[va]\d+|e\d+(?:_\d+)?)\b", rhs))

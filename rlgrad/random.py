@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import _Trace
+from rlgrad.tensor import TraceError, _Trace, user_line
 
 __all__ = [
     "Generator", "default_generator", "seed", "manual_seed", "get_rng_state", "set_rng_state",
@@ -134,10 +134,10 @@ def numpy_generator(generator: Generator | np.random.Generator | None = None
                     ) -> np.random.Generator:
     """The NumPy generator to draw from: ``generator``'s, or the global one when it is None."""
     if _Trace.compiling:
-        raise RuntimeError(
-            "rlgrad.jit: a random draw (a distribution's rsample() or sample()) inside the "
-            "traced function would be frozen into the compiled step, the same noise at every "
-            "call; draw the noise outside and pass it as an argument"
+        raise TraceError(
+            f"rlgrad.jit: a random draw at {user_line()} (randn, rand, a distribution's "
+            "rsample() or sample()) inside the traced function would be frozen into the compiled "
+            "step, the same noise at every call; draw the noise outside and pass it as an argument"
         )
     if generator is None:
         return default_generator._rng

@@ -4,8 +4,11 @@ A checkpoint is **one safetensors file**. Its arrays are the safetensors tensors
 dotted key path, e.g. ``model.0.weight``, so any safetensors reader can open them); everything
 else (the nesting of dicts, lists and tuples, numbers, strings, bools, None) is a JSON tree in the
 file's text metadata, next to a CRC-32 of every array; the tree records each array's dtype and
-shape too, so a header whose dtype was changed (same bytes, another meaning) is caught. Loading
-parses JSON and copies bytes: it never executes code (there is no pickle anywhere).
+shape too, so a header whose dtype was changed (same bytes, another meaning) is caught. A CRC-32
+of the whole file (header, structure record and arrays; its own 8 hex digits counted as zeros) is
+in the metadata too, so a changed hyperparameter or counter is refused like a changed array (a
+checksum finds damage; it is no signature against someone who rewrites the file). Loading parses
+JSON and copies bytes: it never executes code (there is no pickle anywhere).
 
 Writes are atomic: the file is written under a temporary name in the same folder, fsynced, then
 renamed over the target (and the folder fsynced), so a crash at any moment leaves either the old
@@ -19,8 +22,10 @@ file and, when it can be told, the key.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -38,6 +43,10 @@ __all__ = ["save", "load", "CheckpointError", "StateDictError", "CheckpointDict"
 FORMAT = "rlgrad.checkpoint"
 FORMAT_VERSION = "1"
 _MAX_HEADER = 100_000_000  # safetensors' own limit on the JSON header
+# The whole-file CRC-32: 8 hex digits in the metadata, zeros while it is computed
+_FILE_CRC = "file_crc32"
+_UNSEALED = b"00000000"
+_METADATA = {"format", "format_version", "tree", "crc32", _FILE_CRC}
 # Nesting of dicts/lists/tuples a checkpoint may hold (a training checkpoint needs about 6):
 # a bound that save and load share keeps both far from Python's recursion limit.
 MAX_DEPTH = 100
@@ -45,6 +54,11 @@ MAX_DEPTH = 100
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read: truncated, damaged, or not an rlgrad checkpoint."""
+
+
+class DiskFullError(OSError):
+    """A checkpoint that did not fit on the disk (ENOSPC or a quota): the file it was to replace
+    is untouched. The message says where, how much it needs and how much is free."""
 
 
 class StateDictError(CheckpointError, RuntimeError):
@@ -175,12 +189,87 @@ def save(obj: Any, path: str | os.PathLike) -> None:
         "format_version": FORMAT_VERSION,
         "tree": json.dumps(tree, separators=(",", ":")),
         "crc32": json.dumps({k: _crc(a) for k, a in enc.arrays.items()}, separators=(",", ":")),
+        _FILE_CRC: _UNSEALED.decode(),
     }
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise FileNotFoundError(f"rlgrad.save: folder '{folder}' does not exist (for '{path}')")
-    with atomic_replace(path) as tmp:
-        stn.save_file(enc.arrays, tmp, metadata=metadata)
+    try:
+        with atomic_replace(path) as tmp:
+            try:
+                stn.save_file(enc.arrays, tmp, metadata=metadata)
+            except Exception as e:  # safetensors reports the OS's I/O errors as its own type
+                raise _as_os_error(e) from None
+            _seal(tmp)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        need = 1024 + sum(len(v) for v in metadata.values()) + sum(
+            a.nbytes for a in enc.arrays.values())
+        free = shutil.disk_usage(folder).free
+        raise DiskFullError(e.errno, f"disk full: checkpoint '{path}' needs about "
+                            f"{_mib(need)} and '{folder}' has {_mib(free)} free (the file it "
+                            "was to replace is untouched); free some space") from None
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB" if n >= 2**20 else f"{n} bytes"
+
+
+def _as_os_error(e: Exception) -> BaseException:
+    """safetensors' "... (os error 28)" as the OSError it stands for; other errors unchanged."""
+    m = re.search(r"os error (\d+)", str(e))
+    return OSError(int(m.group(1)), " ".join(str(e).split())) if m else e
+
+
+def _checksum_at(header: bytes, value: bytes) -> int | None:
+    """Offset in the file of the 8 digits of ``"file_crc32":"<value>"`` in the raw header (one
+    such entry: inside the JSON-encoded tree every quote is escaped), else None."""
+    marker = b'"' + _FILE_CRC.encode() + b'":"' + value + b'"'
+    if header.count(marker) != 1:
+        return None
+    return 8 + header.index(marker) + len(marker) - 9
+
+
+def _file_crc(f: Any, at: int) -> int:
+    """CRC-32 of the open file ``f`` with the 8 bytes at ``at`` read as zeros."""
+    f.seek(0)
+    crc = zlib.crc32(_UNSEALED, zlib.crc32(f.read(at)))
+    f.seek(at + len(_UNSEALED))
+    while chunk := f.read(1 << 22):
+        crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def _seal(path: str) -> None:
+    """Write the whole-file CRC-32 into the zeros ``save`` left for it (same length: no offset
+    moves)."""
+    with open(path, "rb+") as f:
+        n = int.from_bytes(f.read(8), "little")
+        at = _checksum_at(f.read(n), _UNSEALED)
+        if at is None:  # pragma: no cover - safetensors wrote its header in another form
+            raise RuntimeError(f"rlgrad.save: cannot place the file checksum in '{path}'")
+        crc = _file_crc(f, at)
+        f.seek(at)
+        f.write(f"{crc:08x}".encode())
+
+
+def _check_file_crc(path: str, raw_header: bytes, meta: dict) -> None:
+    """The whole-file checksum holds (absent in checkpoints of an rlgrad before it)."""
+    value = meta.get(_FILE_CRC)
+    if value is None:
+        return
+    at = None
+    if len(value) == 8 and all(c in "0123456789abcdef" for c in value):
+        at = _checksum_at(raw_header, value.encode())
+    if at is not None:
+        with open(path, "rb") as f:
+            if _file_crc(f, at) == int(value, 16):
+                return
+    raise CheckpointError(
+        f"checkpoint '{path}' is corrupt: it fails its whole-file checksum (its header, "
+        "structure record or arrays changed after it was written). Use an earlier checkpoint."
+    )
 
 
 @contextlib.contextmanager
@@ -256,9 +345,9 @@ def _is_count(x: Any) -> bool:
 def _parse_json(text: str | bytes, path: str, what: str) -> Any:
     try:
         return json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError, TypeError) as e:
+    except (ValueError, TypeError) as e:  # not JSON, not UTF-8, or an integer of thousands
         raise CheckpointError(f"checkpoint '{path}' is corrupt: its {what} is not valid JSON "
-                              f"({e})") from None
+                              f"({e})") from None  # of digits, past Python's conversion limit
     except RecursionError:
         raise CheckpointError(f"checkpoint '{path}' is corrupt: its {what} nests deeper than "
                               "any checkpoint does (a hostile or damaged file)") from None
@@ -267,8 +356,15 @@ def _parse_json(text: str | bytes, path: str, what: str) -> Any:
 def _open_header(path: str) -> tuple[bytes, int, int]:
     """(raw JSON header, its length, file size)."""
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
+        # O_NONBLOCK: a FIFO in a checkpoint's place is refused below instead of waited on
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            mode, size = os.fstat(fd).st_mode, os.fstat(fd).st_size
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(path)
+            if not stat.S_ISREG(mode):
+                raise CheckpointError(f"checkpoint '{path}' is not a regular file (a FIFO or "
+                                      "device in its place)")
             head = f.read(8)
             if len(head) < 8:
                 raise CheckpointError(
@@ -288,8 +384,8 @@ def _open_header(path: str) -> tuple[bytes, int, int]:
         raise CheckpointError(f"checkpoint '{path}' is a directory, not a checkpoint file") from None
 
 
-def _read_header(path: str) -> tuple[dict, int]:
-    """Parse and check the safetensors header ourselves, so damage is reported by key."""
+def _read_header(path: str) -> tuple[dict, bytes]:
+    """(header, its raw bytes): parsed and checked ourselves, so damage is reported by key."""
     raw, n, size = _open_header(path)
     header = _parse_json(raw, path, "header")
     if not isinstance(header, dict):
@@ -316,7 +412,7 @@ def _read_header(path: str) -> tuple[dict, int]:
                 f"{start}..{end} of the data but the file holds only {data_len} "
                 "(the write was interrupted or the copy is incomplete). Use an earlier checkpoint."
             )
-    return header, data_len
+    return header, raw
 
 
 def load(path: str | os.PathLike, map_location: Any = None, weights_only: Any = None) -> Any:
@@ -333,7 +429,7 @@ def load(path: str | os.PathLike, map_location: Any = None, weights_only: Any = 
                  else None)
 
     path = os.fspath(path)
-    header, _ = _read_header(path)
+    header, raw = _read_header(path)
     meta = header.get("__metadata__") or {}
     try:
         arrays = stn.load_file(path)
@@ -341,6 +437,7 @@ def load(path: str | os.PathLike, map_location: Any = None, weights_only: Any = 
         msg = " ".join(str(e).split())
         raise CheckpointError(f"checkpoint '{path}' could not be read by safetensors: {msg}") from None
     if meta.get("format") != FORMAT:  # a plain safetensors file: name -> array
+        _check_file_crc(path, raw, meta)  # (or an rlgrad one whose format tag was damaged)
         return CheckpointDict(arrays, source=(path, ""))
     if meta.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(
@@ -349,6 +446,10 @@ def load(path: str | os.PathLike, map_location: Any = None, weights_only: Any = 
         )
     if "tree" not in meta or "crc32" not in meta:
         raise CheckpointError(f"checkpoint '{path}' is corrupt: its structure record is missing")
+    unknown = sorted(set(meta) - _METADATA)
+    if unknown:  # e.g. the checksum's own name damaged, which would hide the checksum
+        raise CheckpointError(f"checkpoint '{path}' is corrupt: its metadata has an entry "
+                              f"{unknown[0]!r} that rlgrad never writes")
     tree = _parse_json(meta["tree"], path, "structure record")
     crcs = _parse_json(meta["crc32"], path, "checksum record")
     if not isinstance(crcs, dict):
@@ -361,6 +462,7 @@ def load(path: str | os.PathLike, map_location: Any = None, weights_only: Any = 
                 f"checkpoint '{path}' is corrupt: the array at key '{name}' fails its checksum "
                 "(the file was damaged after it was written). Use an earlier checkpoint."
             )
+    _check_file_crc(path, raw, meta)  # after the arrays' own checks, which name the key
     return _Decoder(path, arrays).decode(tree, "", 0)
 
 

@@ -8,6 +8,10 @@ Operators and methods are attached by ``rlgrad/tensor_methods.py``; each calls a
 from __future__ import annotations
 
 import itertools
+import os
+import sys
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -24,6 +28,32 @@ class _Trace:
 
     tape: list | None = None
     compiling = False
+    #: ``wrap(data, arr, requires_grad, copy)``: the Tensor a constructor returns for ``data``
+    #: holding Tensors (``arr``: its eager array), recorded from them; set by rlgrad.creation,
+    #: which can import the primitives that tensor.py cannot.
+    wrap: Callable[..., Tensor | None] | None = None
+    #: ``{id(t): [t, t.grad when first seen]}``: tensors whose ``.grad`` library code may set
+    #: while jit traces (backward, optimizers, clipping); jit replays their changes.
+    grads: dict[int, list] = {}
+    touched: set[int] = set()  # ids of those whose .grad a recorded call may have changed
+    #: (t, whether t.grad was None when the traced step first read it): the step is only
+    #: valid for calls that find the same (else jit traces again)
+    guards: list[tuple[Tensor, bool]] = []
+    #: the leaves that require grad (parameters) by id (a Tensor's == is elementwise: no WeakSet),
+    #: and their ``.grad`` when the trace began: a ``.grad`` the step changed without a recorded
+    #: call was assigned by the step's own code
+    leaves: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+    entry: dict[int, tuple[Tensor, Any]] = {}
+
+
+def user_line() -> str:
+    """``file:line`` of the innermost frame outside the rlgrad package: the user's code that a
+    trace-time error is about."""
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg + os.sep):
+        frame = frame.f_back
+    return "<unknown>" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
 
 
 class _Depth:
@@ -43,12 +73,17 @@ def _refuse_float(t: Any, what: str) -> None:
             "gradient; keep it a Tensor, or read it without one: float(rlgrad.stop_gradient(x))")
 
 
+class TraceError(RuntimeError):
+    """What ``rlgrad.jit`` cannot compile, found while tracing (the line is in the message)."""
+
+
 def _refuse_value(what: str) -> None:
     if _Trace.compiling:
-        raise RuntimeError(
-            f"rlgrad.jit: {what} reads a traced tensor's value while tracing, so the compiled step "
-            "would bake in this one value. Keep data-dependent Python (if/while on tensor values, "
-            ".item(), .numpy()) outside the jitted function, or pass the value as an argument."
+        raise TraceError(
+            f"rlgrad.jit: {what} of a traced tensor at {user_line()} reads its value while "
+            "tracing, so the compiled step would bake in this one value: keep data-dependent "
+            "Python (if/while on tensor values, .item(), .numpy()) outside the jitted function, "
+            "use rlgrad.numpy.where for a choice, or pass the value as an argument"
         )
 _default_dtype = [np.dtype(np.float32)]
 
@@ -87,7 +122,12 @@ class Tensor:
         ``torch.Tensor(2, 3)``: a tensor of that shape (zeros here). ``rlgrad.tensor(data)``
         keeps the input's dtype."""
         check_device(device)
-        _init_leaf(self, _constructor_array(args, dtype), requires_grad)
+        arr = _constructor_array(args, dtype)
+        if _Trace.compiling and len(args) == 1:  # Tensor(x) of a traced x: traced too
+            traced = _Trace.wrap(args[0], arr, False, copy=False, into=self) if _Trace.wrap else None
+            if traced is not None:
+                arr = traced._value
+        _init_leaf(self, arr, requires_grad)
 
     # ---- flags --------------------------------------------------------------------------
     def requires_grad_(self, requires_grad: bool = True) -> Tensor:
@@ -104,6 +144,8 @@ class Tensor:
                 "gradient of a computed tensor"
             )
         self.requires_grad = bool(requires_grad)
+        if requires_grad:
+            _Trace.leaves[id(self)] = self
         return self
 
     @property
@@ -131,15 +173,15 @@ class Tensor:
         """PyTorch's ``.data``: a Tensor that shares this one's memory, requires no grad and is
         not in the graph (``target.data.copy_(tau * p.data + (1 - tau) * target.data)``).
         Writes through it are not seen by the in-place version check, as in PyTorch."""
+        if _Trace.compiling and _Trace.wrap is not None:  # rlgrad.jit: the same array, traced
+            return _Trace.wrap(self, self._value, False, copy=False)
         return constant(self._value)
 
     @data.setter
     def data(self, value: Any) -> None:
-        """``t.data = other``: ``t`` now holds ``other``'s array (no copy), as in PyTorch."""
-        arr = value._value if isinstance(value, Tensor) else value
-        if not isinstance(arr, np.ndarray | np.generic):
-            raise TypeError(f"assigning .data needs a Tensor or a NumPy array, got {type(value).__name__}")
-        self._value = arr
+        """``t.data = other``: ``t`` now holds ``other``'s array (no copy), as in PyTorch (under
+        rlgrad.jit, replayed: rlgrad.tensor_methods installs that setter)."""
+        _set_data(self, value)
 
     # ---- NumPy views ---------------------------------------------------------------------
     @property
@@ -193,7 +235,7 @@ class Tensor:
         return np.asarray(self._value).tolist()
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        _refuse_value("converting to a NumPy array")
+        _refuse_value("a NumPy conversion (np.asarray: rlgrad.numpy.asarray keeps it traced)")
         if self.requires_grad:
             raise TypeError(
                 "converting a tensor that requires grad to a NumPy array would silently drop "
@@ -245,6 +287,13 @@ class Tensor:
         elif self.requires_grad:
             extra += ", requires_grad=True"
         return f"tensor({body}{extra})"
+
+
+def _set_data(t: Tensor, value: Any) -> None:
+    arr = value._value if isinstance(value, Tensor) else value
+    if not isinstance(arr, np.ndarray | np.generic):
+        raise TypeError(f"assigning .data needs a Tensor or a NumPy array, got {type(value).__name__}")
+    t._value = arr
 
 
 class Size(tuple):
@@ -328,11 +377,16 @@ def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: b
     """Make a leaf Tensor holding a copy of ``data`` (as ``torch.tensor``: updating one never
     changes the other). A NumPy array keeps its dtype (float64 stays float64, as in PyTorch);
     Python floats get the default dtype (float32), Python ints int64, bools bool."""
+    raw = data
     if isinstance(data, list | tuple) and any(isinstance(d, Tensor) for d in data):
-        data = [np.asarray(d.detach()._value if isinstance(d, Tensor) else d) for d in data]
+        raw = [np.asarray(d._value if isinstance(d, Tensor) else d) for d in data]
     check_device(device)
-    arr = _as_array(data, dtype)
-    if arr is (data._value if isinstance(data, Tensor) else data):
+    arr = _as_array(raw, dtype)
+    if _Trace.compiling and _Trace.wrap is not None:  # data holding traced Tensors: traced too
+        traced = _Trace.wrap(data, arr, requires_grad, copy=True)
+        if traced is not None:
+            return traced
+    if arr is (raw._value if isinstance(raw, Tensor) else raw):
         arr = arr.copy()
     return _leaf(arr, requires_grad)
 

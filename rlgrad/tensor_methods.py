@@ -57,8 +57,8 @@ from rlgrad.ops import (
     transpose,
 )
 from rlgrad.promotion import binary, cast_to, rule
-from rlgrad.tensor import Tensor, _Depth, constant, mark_written
-from rlgrad.tracer import _GradMode
+from rlgrad.tensor import Tensor, _Depth, _set_data, constant, mark_written, tensor
+from rlgrad.tracer import _GradMode, replayed
 
 
 def _axis(axis: Any, dim: Any) -> Any:
@@ -315,6 +315,7 @@ def _method_getitem(self: Tensor, idx: Any) -> Any:
     return getitem(getitem(self, steps[0]), steps[1])
 
 
+@replayed
 def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
     if self.requires_grad:
         raise RuntimeError(
@@ -483,6 +484,11 @@ def _array_ufunc(self: Tensor, ufunc: Any, method: str, *inputs: Any, **kwargs: 
 Tensor.__array_ufunc__ = _array_ufunc
 
 
+def _method_new_tensor(self: Tensor, data: Any, dtype: Any = None) -> Tensor:
+    """PyTorch's: a copy of ``data`` with this tensor's dtype (a traced copy under rlgrad.jit)."""
+    return tensor(data, dtype=dtype or self.dtype)
+
+
 def _install_torch_methods() -> None:
     """PyTorch's devices, casts and the methods it has beyond NumPy's."""
     T = Tensor
@@ -513,11 +519,27 @@ def _install_torch_methods() -> None:
     T.new_ones = lambda self, *size, dtype=None: constant(np.ones(_sizes(size), dtype or self.dtype))
     T.new_full = lambda self, size, value, dtype=None: constant(
         np.full(tuple(size), value, dtype or self.dtype))
-    T.new_tensor = lambda self, data, dtype=None: constant(np.array(
-        data._value if isinstance(data, Tensor) else data, dtype=dtype or self.dtype))
+    T.new_tensor = _method_new_tensor
 
 
 _install_torch_methods()
+
+
+@replayed
+def _write_inplace(self: Tensor, other: Any, ufunc: Any, sym: str) -> Tensor:
+    """``self <sym>= other`` into ``self``'s array (a 0-d or read-only one is replaced)."""
+    o = other._value if isinstance(other, Tensor) else other
+    d = self._value
+    mark_written(self)
+    if isinstance(d, np.ndarray) and d.flags.writeable and d.ndim >= np.ndim(o):
+        ufunc(d, o, out=d, casting="same_kind")
+    else:
+        new = np.asarray(ufunc(d, o))
+        if new.shape != np.shape(d):
+            raise ValueError(f"in-place {sym}= cannot change the shape {np.shape(d)} to "
+                             f"{new.shape}")
+        self._value = new.astype(np.result_type(d), copy=False)
+    return self
 
 
 def _install_inplace_operators() -> None:
@@ -535,18 +557,7 @@ def _install_inplace_operators() -> None:
                         f".data), or write `x = x {sym} y` for a new tensor"
                     )
                 return fn(self, other)
-            o = other._value if isinstance(other, Tensor) else other
-            d = self._value
-            mark_written(self)
-            if isinstance(d, np.ndarray) and d.flags.writeable and d.ndim >= np.ndim(o):
-                ufunc(d, o, out=d, casting="same_kind")
-            else:
-                new = np.asarray(ufunc(d, o))
-                if new.shape != np.shape(d):
-                    raise ValueError(f"in-place {sym}= cannot change the shape {np.shape(d)} to "
-                                     f"{new.shape}")
-                self._value = new.astype(np.result_type(d), copy=False)
-            return self
+            return _write_inplace(self, other, ufunc, sym)
 
         method.__name__ = f"__i{fn.__name__}__"
         return method
@@ -618,11 +629,15 @@ def _install_inplace_methods() -> None:
         d += _value(weight) * (_value(end) - d)
         return self
 
-    T = Tensor
-    T.copy_, T.fill_, T.zero_, T.clamp_, T.clip_, T.lerp_ = copy_, fill_, zero_, clamp_, clamp_, lerp_
+    T = Tensor  # each replayed by a compiled step (rlgrad.jit) at its place
+    data = vars(T)["data"]  # the property: its setter replayed too
+    setattr(T, "data", property(data.fget, replayed(_set_data), doc=data.__doc__))  # noqa: B010
+    T.copy_, T.fill_, T.zero_ = replayed(copy_), replayed(fill_), replayed(zero_)
+    T.clamp_ = T.clip_ = replayed(clamp_)
+    T.lerp_ = replayed(lerp_)
     for ufunc, name in ((np.add, "add_"), (np.subtract, "sub_"), (np.multiply, "mul_"),
                         (np.divide, "div_")):
-        setattr(T, name, binary(ufunc, name))
+        setattr(T, name, replayed(binary(ufunc, name)))
 
 
 _install_inplace_methods()

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import Tensor, _new, _next_seq, _Trace, constant
+from rlgrad.tensor import Tensor, TraceError, _new, _next_seq, _Trace, constant, user_line
 
 try:  # optional C module (setup.py): a graph node made in one call; RLGRAD_ENGINE=0: Python's
     from rlgrad import _engine
@@ -374,3 +374,114 @@ def defjvp_elementwise(fn: Callable) -> None:
     if p.vjps is None:
         raise TypeError(f"defjvp_elementwise({p.name}): register its VJP rules first")
     p.jvps = p.vjps  # pass_through (the argument reaches the output unchanged) works both ways
+
+
+# ---- calls that change state, under rlgrad.jit -----------------------------------------------
+class _Effect:
+    """Stands on a jit tape for a call that changes state instead of computing a value (an
+    in-place write, an optimizer's step, a target network's update): the compiled step makes
+    the same call, at the same place, on that call's values. ``before``/``after``: the traced
+    tensors' ``.grad`` around the call (the step sets them as the trace saw them)."""
+
+    nondiff = True
+    writes_out = False
+    effect = True
+
+    def __init__(self, fn: Callable, before: list, after: list) -> None:
+        mode = _GradMode.enabled  # the call is made again under the grad mode it had
+
+        def again(*args: Any, **kwargs: Any) -> Any:
+            prev = _GradMode.enabled
+            _GradMode.enabled = mode
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _GradMode.enabled = prev
+
+        self.fwd = again
+        self.name = getattr(fn, "__qualname__", "effect")
+        self.before = before
+        self.after = after
+
+
+def note_grads(objs: Any, seen: set[int] | None = None) -> set[int]:
+    """Remember the ``.grad`` of the Tensors in ``objs`` (lists, optimizers' parameters), before
+    a call changes it, while jit traces; their ids."""
+    seen = set() if seen is None else seen
+    for o in objs:
+        if isinstance(o, Tensor):
+            seen.add(id(o))
+            if id(o) not in _Trace.grads:
+                _Trace.grads[id(o)] = [o, o.grad]
+        elif isinstance(o, list | tuple):
+            note_grads(o, seen)
+        elif hasattr(o, "param_groups"):  # an optimizer
+            note_grads([p for g in o.param_groups for p in g["params"]], seen)
+        elif hasattr(o, "parameters") and callable(o.parameters):  # a module
+            note_grads(list(o.parameters()), seen)
+    return seen
+
+
+def _grads_now() -> list:
+    return [(t, t.grad) for t, _ in _Trace.grads.values()]
+
+
+def replayed(fn: Callable) -> Callable:
+    """``fn`` changes state (arrays in place, ``.grad``, an optimizer's counters): called while
+    jit traces, it runs once as usual and is recorded as one call that the compiled step makes
+    again, in order, with that call's values. Its inner operations are not traced."""
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not _Trace.compiling:
+            return fn(*args, **kwargs)
+        args = tuple(a if isinstance(a, Tensor | list | tuple | dict) or not hasattr(a, "__next__")
+                     else list(a) for a in args)  # a generator (parameters()) is read once
+        ids = note_grads((args, list(kwargs.values())))
+        before = _grads_now()
+        tape = _Trace.tape
+        _Trace.tape, _Trace.compiling = None, False
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            _Trace.tape, _Trace.compiling = tape, True
+        _Trace.touched.update(ids)
+        if tape is not None:
+            tape.append((_Effect(fn, before, _grads_now()), args, kwargs, out))
+        if out is not None and not isinstance(out, Tensor):
+            raise TraceError(f"rlgrad.jit: {wrapper.__qualname__}() at {user_line()} returned a "
+                             f"{type(out).__name__}, which the compiled step would freeze; call "
+                             "it outside the jitted function")
+        return out
+
+    wrapper.__name__ = getattr(fn, "__name__", "replayed")
+    wrapper.__qualname__ = getattr(fn, "__qualname__", "replayed")
+    wrapper.__doc__ = fn.__doc__
+    wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+    return wrapper
+
+
+@replayed
+def _grad_attr(t: Tensor) -> Tensor:
+    if t.grad is None:
+        raise RuntimeError("rlgrad.jit: the compiled step reads a .grad that is None at this call")
+    return t.grad
+
+
+def read_grad(t: Tensor) -> None:
+    """While jit traces, the backward pass is about to add into ``t.grad``: the compiled step
+    reads that ``.grad`` when it runs (not the one seen now), and if it is the caller's (this
+    step has not set it yet), whether it is None is a condition of the step."""
+    note_grads([t])
+    if id(t) not in _Trace.touched:
+        seen = _Trace.entry.get(id(t))
+        entry = seen[1] if seen is not None and seen[0] is t else t.grad
+        if t.grad is entry:  # the caller's .grad: the step is for calls that find it as it is
+            _Trace.guards.append((t, t.grad is None))
+        elif t.grad is not None:  # assigned by the step's code, which the step cannot repeat
+            raise TraceError(
+                f"rlgrad.jit: backward() at {user_line()} adds into a .grad that the jitted "
+                "function assigned itself (p.grad = ...), which the compiled step cannot repeat; "
+                "use optimizer.zero_grad() or p.grad.zero_() instead")
+        _Trace.touched.add(id(t))
+    if t.grad is not None:
+        _grad_attr(t)

@@ -14,6 +14,7 @@ rules (``forward.py``); it nests with reverse mode and with itself.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,7 +31,7 @@ __all__ = [
     "grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian", "make_vjp", "vjp",
     "hessian_tensor_product", "hvp", "make_hvp", "grad_and_aux", "tensor_jacobian_product",
     "vector_jacobian_product", "make_jvp", "jvp", "linearize", "jacfwd", "jacrev",
-    "tree_flatten", "tree_unflatten",
+    "tree_flatten", "tree_unflatten", "register_pytree_node", "register_dataclass",
 ]
 
 
@@ -40,8 +41,34 @@ def dict_keys(tree: dict) -> list[Any]:
     return sorted(tree) if all(type(k) is str for k in tree) else list(tree)
 
 
+#: classes registered as pytree nodes: ``{cls: (flatten, unflatten)}`` with JAX's signatures,
+#: ``flatten(x) -> (children, aux)`` and ``unflatten(aux, children) -> x``
+PYTREE_NODES: dict[type, tuple[Callable, Callable]] = {}
+
+
+def register_pytree_node(nodetype: type, flatten_func: Callable, unflatten_func: Callable) -> None:
+    """JAX's: instances of ``nodetype`` are pytree nodes whose children are
+    ``flatten_func(x)[0]``; ``aux`` (``flatten_func(x)[1]``, hashable) is kept with the structure."""
+    PYTREE_NODES[nodetype] = (flatten_func, unflatten_func)
+
+
+def register_dataclass(cls: type) -> type:
+    """JAX's ``register_dataclass`` for a dataclass all of whose fields are children (usable as
+    a decorator): its instances are pytree nodes, rebuilt with the same field values."""
+    names = [f.name for f in dataclasses.fields(cls)]
+    register_pytree_node(cls, lambda x: ([getattr(x, n) for n in names], None),
+                         lambda _aux, children: cls(**dict(zip(names, children))))
+    return cls
+
+
 def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
-    """Leaves of a nest of lists, tuples and dicts, and a description to rebuild it."""
+    """Leaves of a nest of lists, tuples (namedtuples too), dicts and registered nodes, and a
+    description to rebuild it."""
+    node = PYTREE_NODES.get(type(tree))
+    if node is not None:
+        children, aux = node[0](tree)
+        sub, d = tree_flatten(list(children))
+        return sub, ("node", (type(tree), aux), [d])
     if isinstance(tree, dict):
         keys = dict_keys(tree)
         leaves: list[Any] = []
@@ -55,7 +82,7 @@ def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
         leaves = []
         defs = []
         for item in tree:
-            if isinstance(item, dict | list | tuple):
+            if isinstance(item, dict | list | tuple) or type(item) in PYTREE_NODES:
                 sub, d = tree_flatten(item)
                 leaves.extend(sub)
                 defs.append(d)
@@ -75,7 +102,10 @@ def tree_unflatten(treedef: Any, leaves: list[Any]) -> Any:
         kind, keys, defs = d
         if kind == "dict":
             return {k: build(sd) for k, sd in zip(keys, defs)}
-        return kind([next(it) if sd is None else build(sd) for sd in defs])
+        if kind == "node":
+            return PYTREE_NODES[keys[0]][1](keys[1], build(defs[0]))
+        items = [next(it) if sd is None else build(sd) for sd in defs]
+        return kind(*items) if hasattr(kind, "_fields") else kind(items)  # (a namedtuple)
 
     return build(treedef)
 
@@ -220,15 +250,24 @@ def _scalar_output(out: Any, where: str) -> Any:
 
 
 # ---- the transforms ---------------------------------------------------------------------------
-def value_and_grad(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Callable:
-    """``f(*args) -> (fun(*args), d fun / d args[argnum])``."""
+def value_and_grad(fun: Callable, argnum: Any = 0, *, argnums: Any = None,
+                   has_aux: bool = False) -> Callable:
+    """``f(*args) -> (fun(*args), d fun / d args[argnum])``; with ``has_aux`` (JAX's), ``fun``
+    returns ``(value, aux)`` and ``f`` returns ``((value, aux), gradient of value)``."""
     argnum = _argnums(argnum, argnums)
 
     def value_and_grad_fun(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
         out, fresh, nested, unpack = _trace(fun, args, kwargs, argnum, "value_and_grad")
+        aux = None
+        if has_aux:
+            if not isinstance(out, tuple) or len(out) != 2:
+                raise TypeError("value_and_grad(has_aux=True) needs a function returning a pair "
+                                f"(value, aux), got {type(out).__name__}")
+            out, aux = out
         _scalar_output(out, "value_and_grad")
         grads = _backprop(out, fresh, np.ones(np.shape(_data(out))), nested, retain=False)
-        return _unbox(out, nested), unpack(grads)
+        value = _unbox(out, nested)
+        return ((value, _unbox(aux, nested)) if has_aux else value), unpack(grads)
 
     return value_and_grad_fun
 

@@ -29,10 +29,29 @@ EVERY_LOOP = {"test_backward_pass.py", "test_inplace_versions.py", "test_ops_gra
 LOOPS = ["c", "python", "reference"]
 
 
+# The jit test files also run with RLGRAD_JIT_CHECK=1: every replay checked against eager execution.
+JIT_CHECKED = {"test_jit.py", "test_jit_replay.py", "test_jit_stale.py"}
+
+
 def pytest_generate_tests(metafunc: Any) -> None:
+    module = metafunc.module.__name__.rpartition(".")[2] + ".py"
     named = "backward_loop" in inspect.signature(metafunc.function).parameters
-    if named or metafunc.module.__name__.rpartition(".")[2] + ".py" in EVERY_LOOP:
+    if named or module in EVERY_LOOP:
         metafunc.parametrize("backward_loop", LOOPS, indirect=True)
+    if module in JIT_CHECKED:
+        metafunc.parametrize("jit_check", ["replay", "checked"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def jit_check(request: Any, monkeypatch: Any) -> str:
+    """"checked": rlgrad.jit made in this test runs the eager function beside every replay and
+    raises at the first difference (RLGRAD_JIT_CHECK=1); "replay": as the environment says."""
+    mode = getattr(request, "param", None)
+    if mode == "checked":
+        monkeypatch.setenv("RLGRAD_JIT_CHECK", "1")
+    elif mode == "replay":
+        monkeypatch.delenv("RLGRAD_JIT_CHECK", raising=False)
+    return mode or "environment"
 
 
 @pytest.fixture(autouse=True)

@@ -366,3 +366,28 @@ def test_explain_names_no_grad_through_later_ops_on_the_target() -> None:
         line = next(ln for ln in text.splitlines() if ln.strip().startswith(name))
         assert "cut by no_grad" in line, line
     assert "0.weight" in text and "|grad| =" in text
+
+
+def test_explain_takes_a_where_condition_for_a_mask_not_a_cut() -> None:
+    """softplus's threshold and leaky_relu's sign are comparisons the user never wrote: they
+    choose between values the gradient flows through, so they are no cut; a comparison used
+    as a value still is."""
+    import rlgrad.nn.functional as F
+
+    w = tensor(np.array([[0.5, -1.0], [2.0, 0.3]]), requires_grad=True)
+    x = tensor(np.array([[1.0, -2.0], [0.5, 3.0]]))
+    for act in (F.softplus, F.leaky_relu):
+        report = explain(lambda act=act: act(x @ w).sum(), {"w": w})
+        assert report.cuts == [] and report["w"].has_grad and report["w"].cuts == []
+        # a real cut after it: named alone (was: also "cut by greater: a comparison ...")
+        cut = explain(lambda act=act: act(x @ w).detach().sum() * 1.0 + (w * 0).sum().detach(),
+                      {"w": w})
+        assert [c.kind for c in cut["w"].cuts] == ["detach"], cut["w"].describe()
+        assert "comparison" not in str(cut)
+    # softplus's gradient is still the sigmoid, checked against the closed form
+    g = autograd.grad(F.softplus(x @ w).sum(), [w])[0]._value
+    s = 1.0 / (1.0 + np.exp(-(x._value @ w._value)))
+    np.testing.assert_allclose(g, x._value.T @ s, rtol=1e-12)
+    # a comparison whose booleans are the value is a cut
+    value = explain(lambda: (x @ w > 0).astype(np.float64).sum(), {"w": w})
+    assert value["w"].status == "cut" and value["w"].cuts[0].kind == "comparison"

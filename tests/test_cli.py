@@ -783,11 +783,14 @@ def test_module_colon_env_id_trains_resumes_and_evaluates(tmp_path: Path) -> Non
         assert proc.returncode == 0, err  # before: "unknown environment id"
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["env_id"] == (
         "tinypkg.envs:TinyRlgradTest-v0")
-    p = run("resume", str(run_dir), "--steps", "192", "--no-progress")  # a new process: the
-    assert p.returncode == 0, p.stderr                                   # module is imported again
+    p = run("resume", str(run_dir), "--steps", "192", "--no-progress")  # a module config.yaml
+    assert "--env-module tinypkg.envs" in one_error_line(p)  # names is not imported on its own
+    p = run("resume", str(run_dir), "--steps", "192", "--no-progress", "--env-module",
+            "tinypkg.envs")  # a new process: the module is imported again, as the user says
+    assert p.returncode == 0, p.stderr
     assert int(curve(run_dir)[-1]["time/total_timesteps"]) == 192
     assert curve(run_dir) == curve(ref)  # the environment's own state was restored too
-    p = run("eval", str(run_dir), "--episodes", "2")
+    p = run("eval", str(run_dir), "--episodes", "2", "--trust-run")
     assert p.returncode == 0 and "over 2 episodes" in p.stdout, p.stderr
 
     cases = {"nopkg_rlgrad.envs:TinyRlgradTest-v0": ["cannot import module 'nopkg_rlgrad.envs'",

@@ -115,7 +115,9 @@ def test_value_dependent_python_is_refused_with_a_clear_error() -> None:
             return x * 2
         return x
 
-    with pytest.raises(RuntimeError, match=r"rlgrad.jit: bool\(\) reads a traced tensor's value"):
+    line = f.__code__.co_firstlineno + 1  # the user's `if`, named in the message
+    with pytest.raises(RuntimeError, match=rf"rlgrad.jit: bool\(\) of a traced tensor at "
+                                           rf".*test_jit.py:{line} reads its value"):
         rlgrad.jit(f)(np.ones(3))
     with pytest.raises(RuntimeError, match=r"item\(\)"):
         rlgrad.jit(lambda x: x * rnp.sum(x).item())(np.ones(3))
@@ -211,7 +213,8 @@ def test_dict_batches_take_the_fast_call_and_keep_the_leaf_order() -> None:
     np.testing.assert_allclose(out, f(b, s))
     b2 = {k: v + 1 for k, v in reversed(b.items())}  # other insertion order, same names
     np.testing.assert_allclose(jf(b2, s), f(b2, s))
-    assert len(jf._cache) == 1 and len(calls) == 3  # traced once, plus the two eager calls
+    # traced once, plus the two eager calls (and the replay's, checked by RLGRAD_JIT_CHECK=1)
+    assert len(jf._cache) == 1 and len(calls) == 3 + jf.check
     nested = {"x": b["x"], "a": b["a"], "b": [b["b"]]}
     g = rlgrad.jit(lambda t: t["x"] - t["a"] + t["b"][0])
     np.testing.assert_allclose(g(nested), b["x"] - b["a"] + b["b"])

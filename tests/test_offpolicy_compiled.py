@@ -8,7 +8,7 @@ import pytest
 
 from rlgrad import optim
 from rlgrad.optim import target as target_mod
-from rlgrad.rl import DQN, QRDQN, SAC, TD3
+from rlgrad.rl import C51, DQN, QRDQN, SAC, TD3
 from rlgrad.rl.steps import grad_step
 
 
@@ -72,7 +72,9 @@ def test_fused_polyak_is_the_numpy_formula(monkeypatch):
 @pytest.mark.parametrize(("cls", "kw"), [
     (DQN, {}), (DQN, {"double_q": True}),
     (QRDQN, {"policy_kwargs": {"net_arch": [32], "n_quantiles": 7}}),
-    (QRDQN, {"double_q": True, "policy_kwargs": {"net_arch": [32], "n_quantiles": 7}})])
+    (QRDQN, {"double_q": True, "policy_kwargs": {"net_arch": [32], "n_quantiles": 7}}),
+    (C51, {"policy_kwargs": {"net_arch": [32], "n_atoms": 9, "v_min": 0.0, "v_max": 20.0}}),
+    (C51, {"double_q": True, "policy_kwargs": {"net_arch": [32], "n_atoms": 9}})])
 def test_dqn_target_inside_the_compiled_step(cls, kw):
     """``td_loss`` (the target network's forward inside the compiled step) gives the loss and
     gradients of ``loss`` on ``td_target``'s NumPy targets, to float32 rounding."""

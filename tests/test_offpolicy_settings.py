@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlgrad.rl import DQN, QRDQN, SAC, TD3
+from rlgrad.rl import C51, DQN, QRDQN, SAC, TD3
 
 SMALL = {"seed": 0, "learning_starts": 0, "learning_rate": 3e-3,
          "policy_kwargs": {"net_arch": [16, 16]}}
@@ -43,6 +43,8 @@ CASES = [
     (QRDQN, {**DQN_ONE, "policy_kwargs": {"net_arch": [16], "n_quantiles": 5}}, "clip_delta",
      0.01),
     (QRDQN, {**DQN_ONE, "policy_kwargs": {"net_arch": [16], "n_quantiles": 5}}, "gamma", 0.5),
+    (C51, {**DQN_ONE, "policy_kwargs": {"net_arch": [16], "n_atoms": 11}}, "gamma", 0.5),
+    (C51, {**DQN_ONE, "policy_kwargs": {"net_arch": [16], "n_atoms": 11}}, "double_q", True),
     (TD3, CONT, "gamma", 0.5),
     (TD3, CONT, "tau", 0.2),
     (TD3, CONT, "target_policy_noise", 0.8),

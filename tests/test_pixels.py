@@ -18,7 +18,7 @@ pytest.importorskip("ale_py", reason="the atari extra (pip install 'rlgrad[atari
 pytest.importorskip("minatar")
 
 import rlgrad  # noqa: E402
-from rlgrad.rl import A2C, DQN, PPO, QRDQN, SAC, load_preset  # noqa: E402
+from rlgrad.rl import A2C, C51, DQN, PPO, QRDQN, SAC, load_preset  # noqa: E402
 from rlgrad.rl.atari import GAME_RETURN, RecordGameStatistics  # noqa: E402
 from rlgrad.rl.buffers import ReplayBuffer  # noqa: E402
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN  # noqa: E402
@@ -66,6 +66,8 @@ def test_policies_choose_their_trunk_from_the_observation_space():
     assert isinstance(DQN("MinAtar/Breakout-v1", buffer_size=100).replay_buffer, ReplayBuffer)
     q = QRDQN("MinAtar/Breakout-v1", buffer_size=100, policy_kwargs={"n_quantiles": 5})
     assert q.q_net[1].weight.shape == (3 * 5, 128)
+    c = C51("MinAtar/Breakout-v1", buffer_size=100, policy_kwargs={"n_atoms": 7})
+    assert c.q_net[1].weight.shape == (3 * 7, 128)
     assert PPO("CartPole-v1").policy.features_extractor is None
     a2c = A2C("MinAtar/Breakout-v1", policy="CnnPolicy", policy_kwargs={"features_dim": 32})
     assert a2c.policy.features_extractor[3].weight.shape == (32, 1024)

@@ -525,3 +525,104 @@ def test_seed_signal_reaches_a_process_on_another_node(local_ray):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def _ray_env() -> tuple[str, dict[str, str]]:
+    """A mark for a subprocess's environment (its Ray's processes inherit it), and that env."""
+    mark = f"RLGRAD_TEST_MARK={uuid.uuid4().hex}"
+    env = {**os.environ, mark.split("=")[0]: mark.split("=")[1], "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    return mark, env
+
+
+def _gone(mark: str, seconds: float) -> list[int]:
+    """The marked processes still alive after up to ``seconds``."""
+    end = time.monotonic() + seconds
+    left = _marked(mark)
+    while left and time.monotonic() < end:
+        time.sleep(0.25)
+        left = _marked(mark)
+    return left
+
+
+@needs_ray
+@pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc to find the run's processes")
+def test_cli_more_seeds_than_cpus_queue_and_finish(tmp_path):
+    """``--seeds 0-2`` on 2 CPUs: two seeds run, the third waits for a CPU and then runs (it
+    used to wait forever, with no output, for all three to start), each start and end said."""
+    mark, env = _ray_env()
+    parent = tmp_path / "sweep"
+    proc = subprocess.run([sys.executable, "-m", "rlgrad.cli", "train", "CartPole-v1", "--algo",
+                           "ppo", "--seeds", "0-2", "--steps", "256", "--set", "n_steps=128",
+                           "--ray-cpus", "2", "--run-dir", str(parent)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout
+    assert "3 seeds (0-2) on Ray, 2 at a time, the rest queued" in out
+    for s in (0, 1, 2):
+        assert f"seed {s}: started" in out and f"seed {s}: exit status 0" in out
+        assert (parent / f"seed-{s}" / "checkpoint.safetensors").exists()
+    assert "(3/3 done)" in out
+    for noise in ("\x1b[", "pid=", "repeated"):  # the seeds' output is in their logs
+        assert noise not in out + proc.stderr, noise
+    assert "learning curve:" in (parent / "seed-2.log").read_text()
+    assert _gone(mark, 10) == []
+
+
+def test_a_failed_seed_is_said_with_its_last_line(tmp_path, capsys):
+    from rlgrad.cli.seeds import _SeedQueue
+
+    class NoRay:
+        def remote(self, cls):
+            return self
+
+        def options(self, **kwargs):
+            return self
+
+        def kill(self, actor):
+            pass
+
+    (tmp_path / "seed-3.log").write_text("run directory: x\nrlgrad train: error: no disk\n\n")
+    q = _SeedQueue(NoRay(), {3: {"run_dir": str(tmp_path / "seed-3")},
+                             4: {"run_dir": str(tmp_path / "seed-4")}}, 1)
+    q._end(3, 2)
+    q._end(4, 0)
+    assert capsys.readouterr().out.splitlines() == [
+        f"seed 3: finished, exit status 2: rlgrad train: error: no disk (all of it in "
+        f"{tmp_path / 'seed-3.log'}) (1/2 done)", "seed 4: finished, exit status 0 (2/2 done)"]
+
+
+@needs_ray
+@pytest.mark.skipif(not Path("/proc").exists(), reason="needs /proc to find the run's processes")
+def test_kill_9_of_the_driver_takes_its_local_ray_down():
+    """A driver that started a local Ray killed with SIGKILL: its Ray processes (the raylet's
+    DashboardAgent and RuntimeEnvAgent included) are gone within a few seconds."""
+    mark, env = _ray_env()
+    code = ("from rlgrad.rl.distributed.cluster import connect; import ray, time\n"
+            "connect(None, 2)\n"
+            "@ray.remote(num_cpus=1)\n"
+            "class Busy:\n"
+            "    def ok(self): return 1\n"
+            "    def spin(self):\n"
+            "        while True: sum(range(10**6))\n"
+            "b = Busy.remote(); ray.get(b.ok.remote()); b.spin.remote(); time.sleep(1)\n"
+            "print('up', flush=True); time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        assert len(_marked(mark)) > 4  # the driver, GCS, raylet, the agents, the busy actor
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = _gone(mark, 8)  # before: the agents lived on for 15 s and more
+    assert left == [], [_cmdline(p) for p in left]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:80]
+    except OSError:
+        return f"{pid} (gone)"

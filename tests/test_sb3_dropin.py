@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlgrad.rl import A2C, DDPG, DQN, PPO, QRDQN, REINFORCE, SAC, TD3
+from rlgrad.rl import A2C, C51, DDPG, DQN, PPO, QRDQN, REINFORCE, SAC, TD3
 
 SCRIPTS = Path(__file__).parent / "sb3_scripts"
 
@@ -123,13 +123,13 @@ def test_reinforce_on_one_env_instance_uses_one_copy() -> None:
 
 # ---- the constructor: SB3's order and keywords, for every algorithm ------------------------------
 ENVS = {A2C: "CartPole-v1", PPO: "CartPole-v1", REINFORCE: "CartPole-v1", DQN: "CartPole-v1",
-        QRDQN: "CartPole-v1", DDPG: "Pendulum-v1", TD3: "Pendulum-v1", SAC: "Pendulum-v1"}
+        QRDQN: "CartPole-v1", C51: "CartPole-v1", DDPG: "Pendulum-v1", TD3: "Pendulum-v1", SAC: "Pendulum-v1"}
 
 
 @pytest.mark.parametrize("cls", list(ENVS), ids=lambda c: c.__name__)
 def test_sb3_call_forms_build_the_same_algorithm(cls: type) -> None:
     env = ENVS[cls]
-    kw = {"buffer_size": 1000} if cls in (DQN, QRDQN, DDPG, TD3, SAC) else {}
+    kw = {"buffer_size": 1000} if cls in (DQN, QRDQN, C51, DDPG, TD3, SAC) else {}
     a = cls("MlpPolicy", env, seed=3, **kw)
     b = cls(policy="MlpPolicy", env=env, seed=3, **kw)
     c = cls(env, seed=3, **kw)
@@ -217,16 +217,46 @@ def test_load_with_another_env_checks_its_spaces(tmp_path: Path) -> None:
     assert "\n" not in msg
 
 
-def test_schedule_functions_are_saved_as_their_value(tmp_path: Path) -> None:
+def test_schedule_functions_are_refused_unless_saved_as_their_value(tmp_path: Path) -> None:
+    """Before: saved as the starting value with a warning, so the loaded model trained with
+    another schedule. Now an arbitrary function needs an explicit choice."""
     m = PPO("MlpPolicy", "CartPole-v1", seed=0, n_steps=64, batch_size=64,
             learning_rate=lambda p: 1e-3 * p)
     m.learn(128)
-    with pytest.warns(UserWarning, match="'learning_rate' is a function; saved as its starting"):
+    with pytest.raises(ValueError, match="'learning_rate' is a function .* "
+                       "function_hyperparams='start'") as e:
         m.save(tmp_path / "m")
+    assert "\n" not in str(e.value) and not list(tmp_path.iterdir())
+    with pytest.warns(UserWarning, match="'learning_rate' is a function; saved as its starting"):
+        m.save(tmp_path / "m", function_hyperparams="start")
     m2 = PPO.load(tmp_path / "m")
     assert m2.get_hyperparams()["learning_rate"] == 1e-3
     m3 = PPO.load(tmp_path / "m", custom_objects={"learning_rate": 3e-4})
     assert m3.get_hyperparams()["learning_rate"] == 3e-4
+
+
+@needs_sb3
+def test_sb3s_standard_schedules_are_saved_as_data(tmp_path: Path) -> None:
+    """SB3's LinearSchedule / ConstantSchedule / FloatSchedule (and rlgrad's linear_schedule)
+    come back as the same schedules, value for value, and train as before the save."""
+    from stable_baselines3.common.utils import ConstantSchedule, FloatSchedule, LinearSchedule
+
+    from rlgrad.rl.schedules import linear_schedule
+
+    lr, clip = LinearSchedule(1e-3, 1e-4, 0.5), FloatSchedule(ConstantSchedule(0.1))
+    m = PPO("MlpPolicy", "CartPole-v1", seed=0, n_steps=64, batch_size=64, learning_rate=lr,
+            clip_range=clip, clip_range_vf=linear_schedule(0.3, 0.1, 0.8))
+    m.learn(128)
+    m.save(tmp_path / "m")
+    m2 = PPO.load(tmp_path / "m")
+    hp = m2.get_hyperparams()
+    for p in np.linspace(0.0, 1.0, 41):
+        assert hp["learning_rate"](p) == lr(p) and hp["clip_range"](p) == clip(p)
+        assert hp["clip_range_vf"](p) == linear_schedule(0.3, 0.1, 0.8)(p)
+    m.learn(128, reset_num_timesteps=False)
+    m2.learn(128, reset_num_timesteps=False)
+    for a, b in zip(m.policy.parameters(), m2.policy.parameters()):
+        np.testing.assert_array_equal(a.detach().numpy(), b.detach().numpy())
 
 
 def test_get_env_set_env_and_set_random_seed() -> None:

@@ -261,6 +261,11 @@ def _with_header(path, header: dict | bytes, data: bytes = b"") -> None:
     path.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
 
 
+def _write(path, data: bytes):
+    path.write_bytes(data)
+    return path
+
+
 def _one_line_checkpoint_error(path) -> str:
     with pytest.raises(CheckpointError) as e:
         rlgrad.load(path)
@@ -337,22 +342,74 @@ def test_a_directory_is_a_checkpoint_error(tmp_path):
 
 
 def test_damaged_headers_never_raise_anything_but_checkpoint_error(tmp_path):
-    """Every single-byte change of a real checkpoint's header: it loads the same or is refused."""
+    """Every single-byte change of a real checkpoint's header: it loads the same or is refused.
+    Before, "the same" was not checked: a change of a value (gamma 0.98 -> 0.99) loaded."""
     path = tmp_path / "c.ckpt"
-    obj = {"model": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}, "step": 7, "t": (1, "x")}
+    obj = {"model": {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}, "step": 7, "t": (1, "x"),
+           "gamma": 0.98}
     rlgrad.save(obj, path)
     good = path.read_bytes()
     n = 8 + int.from_bytes(good[:8], "little")
     rng = np.random.default_rng(0)
+    loaded = 0
     for i in rng.choice(n, size=min(n, 300), replace=False):
-        for new in (ord("0"), ord("\""), ord("["), ord("}"), ord("-"), 0xFF):
+        for new in (ord("0"), ord("\""), ord("["), ord("}"), ord("-"), ord("9"), 0xFF):
             bad = bytearray(good)
             bad[i] = new
             path.write_bytes(bytes(bad))
             try:
-                rlgrad.load(path)
+                got = rlgrad.load(path)
             except CheckpointError as e:
                 assert "\n" not in str(e)
+                continue
+            assert_same(obj, got)  # loaded: then with exactly the values saved
+            loaded += 1
+    assert loaded > 0  # the bytes that were already what was written
+
+
+def test_every_single_bit_flip_of_the_header_is_refused(tmp_path):
+    """The issue's experiment: 400 random bit flips of a header, 31 loaded with changed values
+    before (the CRCs covered the arrays only). Now each is refused by the whole-file checksum
+    (or an earlier check), and an old checkpoint without that checksum still loads."""
+    path = tmp_path / "c.ckpt"
+    obj = {"hp": {"gamma": 0.98, "lr": 3e-4}, "n": 12, "w": np.arange(5, dtype=np.float32)}
+    rlgrad.save(obj, path)
+    good = path.read_bytes()
+    n = 8 + int.from_bytes(good[:8], "little")
+    rng = np.random.default_rng(1)
+    for _ in range(400):
+        bad = bytearray(good)
+        bad[rng.integers(0, n)] ^= 1 << int(rng.integers(0, 8))
+        path.write_bytes(bytes(bad))
+        with pytest.raises(CheckpointError) as e:
+            rlgrad.load(path)
+        assert "\n" not in str(e.value)
+    i = good.index(b"0.98")
+    path.write_bytes(good[:i] + b"0.99" + good[i + 4:])
+    assert "whole-file checksum" in _one_line_checkpoint_error(path)
+    header = json.loads(good[8:n])
+    assert len(header["__metadata__"].pop("file_crc32")) == 8
+    _with_header(path, header, good[n:])  # as an rlgrad before the whole-file checksum wrote it
+    assert_same(obj, rlgrad.load(path))
+    bad = bytearray(good)
+    bad[-1] ^= 1  # in the arrays: the array's own checksum names it
+    path.write_bytes(bytes(bad))
+    assert "the array at key 'w' fails its checksum" in _one_line_checkpoint_error(path)
+
+
+def test_a_five_thousand_digit_integer_in_a_header_is_a_checkpoint_error(tmp_path):
+    """Before: a ValueError (Python's limit on converting long integers) escaped."""
+    path = tmp_path / "c.ckpt"
+    rlgrad.save({"n": 7}, path)
+    good = path.read_bytes()
+    n = 8 + int.from_bytes(good[:8], "little")
+    header = json.loads(good[8:n])
+    header["__metadata__"].pop("file_crc32")
+    header["__metadata__"]["tree"] = header["__metadata__"]["tree"].replace("7", "9" * 5000)
+    _with_header(path, header, good[n:])
+    assert "not valid JSON" in _one_line_checkpoint_error(path)
+    _with_header(path, b'{"a":{"dtype":"F32","shape":[' + b"9" * 5000 + b'],"data_offsets":[0,4]}}')
+    assert "not valid JSON" in _one_line_checkpoint_error(path)
 
 
 def test_damaged_structure_records_never_raise_anything_but_checkpoint_error(tmp_path):
@@ -408,8 +465,15 @@ def test_a_dtype_changed_in_the_header_is_caught(tmp_path):
     path = tmp_path / "c.ckpt"
     rlgrad.save({"w": np.linspace(0, 1, 4, dtype=np.float32), "s": np.float32(2.5)}, path)
     data = path.read_bytes()
-    for old, new in ((b'"dtype":"F32","shape":[4]', b'"dtype":"I32","shape":[4]'),
-                     (b'"dtype":"F32","shape":[1]', b'"dtype":"U32","shape":[1]')):
+    assert "whole-file checksum" in str(pytest.raises(CheckpointError, rlgrad.load, _write(
+        path, data.replace(b'"dtype":"F32","shape":[4]', b'"dtype":"I32","shape":[4]'))).value)
+    n = 8 + int.from_bytes(data[:8], "little")  # the record's own check, as in a file without
+    header = json.loads(data[8:n])              # the whole-file checksum (an older rlgrad's)
+    header["__metadata__"].pop("file_crc32")
+    _with_header(path, header, data[n:])
+    data = path.read_bytes()
+    for old, new in ((b'"dtype": "F32", "shape": [4]', b'"dtype": "I32", "shape": [4]'),
+                     (b'"dtype": "F32", "shape": [1]', b'"dtype": "U32", "shape": [1]')):
         assert data.count(old) == 1
         path.write_bytes(data.replace(old, new))
         with pytest.raises(CheckpointError, match="has dtype u?int32 in the header, its record "

@@ -23,6 +23,7 @@ from rlgrad.cli import main
 from rlgrad.cli.build import resolve_algo
 from rlgrad.cli.errors import CLIError
 from rlgrad.cli.tune import read_space, space_path, validate_space
+from rlgrad.rl import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parent.parent
 try:
@@ -43,8 +44,9 @@ policy_kwargs.net_arch: {choice: [[16], [32, 32]]}
 
 
 # ---- no Ray needed ----------------------------------------------------------------------------
-@pytest.mark.parametrize("algo", ["reinforce", "a2c", "ppo", "dqn", "qrdqn", "ddpg", "td3", "sac"])
+@pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_shipped_search_spaces_are_valid(algo):
+    """Every registered algorithm ships a search space that fits its constructor."""
     name, cls = resolve_algo(algo)
     space = read_space(space_path(name, None))
     kinds = validate_space(space, cls, name, "space")
@@ -165,6 +167,17 @@ def test_sweep_makes_runs_table_and_plot(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     assert "best trial" in out.stdout
     assert {r["status"] for r in rows} <= {"finished", "stopped early"}  # ASHA may stop some
+    # rlgrad's lines only: no Ray banner, table, colour code or worker prefix (they drowned it)
+    for noise in ("\x1b[", "repeated", "View detailed results", "Configuration for experiment",
+                  "tensorboard", "pid="):
+        assert noise not in out.stdout + out.stderr, (noise, out.stdout, out.stderr[-2000:])
+    lines = out.stdout.strip().splitlines()
+    assert all(ln.startswith(("sweep of 3 trials", "trial ", "best trial", "results:"))
+               for ln in lines), lines
+    assert "(3/3 done)" in out.stdout and out.stdout.count(": started (learning_rate=") == 3
+    best = next(ln for ln in lines if ln.startswith("best trial"))
+    lr = best.split("learning_rate=")[1].split(",")[0]
+    assert len(lr.replace("e-0", "")) <= 8, best  # 3 significant digits, not 0.00060794823...
 
 
 @needs_ray

@@ -418,6 +418,9 @@ def _walk(loss: Tensor, names: dict[int, str],
                 edges.append(_Edge(id(a), k, "const", f"{op} index"))
                 stack.append(a)
 
+    # the conditions of where(): masks, which choose between two values the gradient flows
+    # through (softplus's threshold, leaky_relu's sign), not a path that a comparison cuts
+    masks: set[int] = set()
     stack = [loss]
     while stack:
         t = stack.pop()
@@ -429,6 +432,8 @@ def _walk(loss: Tensor, names: dict[int, str],
             if t._args is None:
                 freed.add(k)
                 continue
+            if t._op.name == "where" and t._args and isinstance(t._args[0], Tensor):
+                masks.add(id(t._args[0]))
             for a in t._args:
                 if isinstance(a, Tensor) and relevant(a):
                     edges.append(_Edge(id(a), k, "grad" if a.requires_grad else "const", t._op.name))
@@ -442,7 +447,7 @@ def _walk(loss: Tensor, names: dict[int, str],
             kind = _kind(op, reason, t)
             for a in sources:
                 if isinstance(a, Tensor) and relevant(a):
-                    if a.requires_grad:
+                    if a.requires_grad and not (kind == "comparison" and k in masks):
                         edges.append(_Edge(id(a), k, "cut", op, reason, kind))
                     else:
                         edges.append(_Edge(id(a), k, "const", op))

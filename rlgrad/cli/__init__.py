@@ -23,8 +23,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rlgrad.cli.errors import EXIT_USAGE, ArgumentParser, CLIError
+
+if TYPE_CHECKING:
+    from rlgrad.cli.env_ids import ModuleTrust
 
 __all__ = ["main", "build_parser", "CLIError"]
 
@@ -52,6 +56,20 @@ def _ray_arguments(p: argparse.ArgumentParser, runners: bool) -> None:
     p.add_argument("--ray-cpus", type=int, default=None, metavar="N",
                    help="CPUs of the local Ray started for the run (default: all of the "
                    "machine's)")
+
+
+def _trust_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--env-module", dest="env_modules", action="append", default=[],
+                   metavar="MODULE", help="import MODULE (which registers the run's environment); "
+                   "a module a run's config.yaml names is never imported on its own")
+    p.add_argument("--trust-run", action="store_true", help="import the module of the run's "
+                   "module:EnvId id (its code runs): only for runs you trust")
+
+
+def _trust(args: argparse.Namespace) -> ModuleTrust:
+    from rlgrad.cli.env_ids import ModuleTrust
+
+    return ModuleTrust(tuple(args.env_modules), bool(args.trust_run))
 
 
 def _tune_parser(sub: argparse._SubParsersAction) -> None:
@@ -139,6 +157,7 @@ def build_parser() -> ArgumentParser:
     r.add_argument("--keep-checkpoints", type=int, default=None, metavar="N",
                    help="checkpoints kept from now on (default: the run's own)")
     r.add_argument("--no-progress", dest="progress", action="store_false")
+    _trust_arguments(r)
     _ray_arguments(r, runners=False)
 
     e = sub.add_parser("eval", help="mean and std of the return of a run's last checkpoint")
@@ -149,6 +168,7 @@ def build_parser() -> ArgumentParser:
     e.add_argument("--stochastic", action="store_true", help="sample actions instead of the mode")
     e.add_argument("--seed", type=int, default=10_000, help="seed of the evaluation episodes")
     e.add_argument("--max-frames", type=int, default=2000, help="video length cap")
+    _trust_arguments(e)
 
     pl = sub.add_parser("plot", help="learning curves of runs, mean and spread across seeds")
     pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
@@ -244,12 +264,13 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
 
         if args.ray_address or args.ray_cpus:
             _ray_address(args.ray_address, args.ray_cpus)
-        return cmd_resume(args.run_dir, args.steps, args.progress, args.keep_checkpoints)
+        return cmd_resume(args.run_dir, args.steps, args.progress, args.keep_checkpoints,
+                          _trust(args))
     if cmd == "eval":
         from rlgrad.cli.evaluate import cmd_eval
 
         return cmd_eval(args.run_dir, args.episodes, args.video, not args.stochastic, args.seed,
-                        args.max_frames)
+                        args.max_frames, _trust(args))
     if cmd == "plot":
         from rlgrad.cli.plot import cmd_plot
 
@@ -296,3 +317,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:  # `rlgrad presets | head`
         return 0
+    except OSError as e:  # a full disk outside training (config.yaml of a new run, a plot)
+        import errno
+
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        from rlgrad.cli.train import disk_full
+
+        print(f"rlgrad {args.command}: error: {disk_full(e)}", file=sys.stderr)
+        return 1

@@ -49,13 +49,30 @@ def resolve_algo(name: str) -> tuple[str, type]:
     return key, table[key]
 
 
+def env_creation_error(env_id: str, e: Exception) -> CLIError:
+    """One line for an environment that cannot be created. A missing module of one of
+    Gymnasium's own families is fixed by that family's extra, never by the bare package
+    (``pip install mujoco`` alone still lacks imageio): the hint names the extra."""
+    import gymnasium as gym
+    from gymnasium.error import DependencyNotInstalled
+
+    hint = ""
+    entry = getattr(gym.registry.get(env_id.rpartition(":")[2]), "entry_point", None)
+    if isinstance(e, ImportError | DependencyNotInstalled) and isinstance(entry, str) \
+            and entry.startswith("gymnasium.envs."):
+        family = entry.split(".")[2].split(":")[0].replace("_", "-")
+        if f"gymnasium[{family}]" not in str(e):  # (Gymnasium's own message may say it)
+            hint = f"; install its dependencies with: pip install \"gymnasium[{family}]\""
+    return CLIError(f"cannot create environment {env_id!r}: {type(e).__name__}: {e}{hint}")
+
+
 def action_space_of(env_id: str) -> Any:
     import gymnasium as gym
 
     try:
         env = gym.make(env_id)
     except Exception as e:  # a registered env whose dependencies are missing (box2d, mujoco)
-        raise CLIError(f"cannot create environment {env_id!r}: {type(e).__name__}: {e}") from None
+        raise env_creation_error(env_id, e) from None
     try:
         return env.action_space
     finally:

@@ -2,10 +2,15 @@
 
 Besides a registered id (``CartPole-v1``), Gymnasium's own ``module:EnvId`` form is accepted, as
 ``gymnasium.make`` accepts it: ``module`` is imported first, and importing it registers ``EnvId``
-(``gymnasium.register(...)`` at its top level). The whole string is what the run directory
-records, so ``rlgrad resume`` and ``rlgrad eval`` import the module again. The module is looked
-up on ``sys.path`` as ``python -m`` would: installed packages, ``PYTHONPATH``, then the current
-directory (appended last, so it never shadows an installed package).
+(``gymnasium.register(...)`` at its top level). The module is looked up on ``sys.path`` as
+``python -m`` would: installed packages, ``PYTHONPATH``, then the current directory (appended
+last, so it never shadows an installed package).
+
+Importing a module runs its code, so a module is imported only when the person typing names it:
+in ``rlgrad train``'s ENV_ID, or with ``--env-module MODULE`` / ``--trust-run`` of ``resume`` and
+``eval``. The ``module:EnvId`` a run's config.yaml records (a run directory may come from anyone)
+is refused in one line that says how to allow it (``check_file_env_id``); a module already
+imported runs no code when named again, so it is accepted.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from dataclasses import dataclass
 
 from rlgrad.cli.errors import CLIError, did_you_mean
 
@@ -54,3 +60,29 @@ def check_env_id(env_id: str) -> None:
         where = f" (module {module!r} was imported but registered no such id)"
     if name not in gym.registry:
         raise CLIError(f"unknown environment id {name!r}{where}{did_you_mean(name, gym.registry)}")
+
+
+@dataclass(frozen=True)
+class ModuleTrust:
+    """The modules the user named for a run's environment: ``--env-module`` (imported first) and
+    ``--trust-run`` (whatever the run's files name)."""
+
+    modules: tuple[str, ...] = ()
+    trust_run: bool = False
+
+    def import_named(self) -> None:
+        for module in self.modules:
+            import_env_module(module, f"--env-module {module}")
+
+
+def check_file_env_id(env_id: str, source: str, trust: ModuleTrust, command: str) -> None:
+    """``check_env_id`` of an id read from a file (``source``): its module part is imported
+    only if the user named it (``trust``) or it is imported already (no code runs then)."""
+    module, sep, _ = env_id.rpartition(":")
+    if sep and module and not (trust.trust_run or module in trust.modules
+                               or module in sys.modules):
+        raise CLIError(
+            f"{source} names the environment {env_id!r}, so using it would import module "
+            f"{module!r}: code chosen by a file, not by you. rlgrad imports only modules you "
+            f"name; if you trust it: {command} --env-module {module} (or --trust-run)")
+    check_env_id(env_id)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.cli.env_ids import ModuleTrust
 from rlgrad.cli.errors import CLIError
 from rlgrad.cli.run_dir import RunDir, run_inside
 
@@ -125,15 +126,15 @@ def write_mp4(frames: list[np.ndarray], path: Path, fps: float) -> None:
     path.with_name(f".{path.name}.tmp").replace(path)
 
 
-def evaluate_run(rd: RunDir, episodes: int, deterministic: bool = True, seed: int = 10_000
-                 ) -> tuple[Any, dict[str, Any], float, float]:
+def evaluate_run(rd: RunDir, episodes: int, deterministic: bool = True, seed: int = 10_000,
+                 trust: ModuleTrust | None = None) -> tuple[Any, dict[str, Any], float, float]:
     """(algorithm at its last checkpoint, config, mean return, std) of a run directory."""
     from rlgrad.cli.train import restore
     from rlgrad.rl.evaluation import evaluate
 
     if episodes < 1:
         raise CLIError(f"--episodes must be at least 1, got {episodes}")
-    algo, cfg, _ = restore(rd, purpose="eval")
+    algo, cfg, _ = restore(rd, purpose="eval", trust=trust)
     mean, std = evaluate(algo, str(cfg["env_id"]), n_episodes=episodes,
                          deterministic=deterministic, seed=seed)
     print(f"{rd.path}: {str(cfg['algo']).upper()} on {cfg['env_id']} at step {algo.num_timesteps}")
@@ -142,9 +143,9 @@ def evaluate_run(rd: RunDir, episodes: int, deterministic: bool = True, seed: in
 
 
 def cmd_eval(run_dir: str, episodes: int, video: str | None, deterministic: bool, seed: int,
-             max_frames: int) -> int:
+             max_frames: int, trust: ModuleTrust | None = None) -> int:
     vpath = check_video_path(video) if video else None
-    algo, cfg, _, _ = evaluate_run(run_inside(run_dir), episodes, deterministic, seed)
+    algo, cfg, _, _ = evaluate_run(run_inside(run_dir), episodes, deterministic, seed, trust)
     if vpath is not None:
         frames, ret, fps = record_episode(algo, str(cfg["env_id"]), seed, deterministic,
                                           max_frames)

@@ -2,7 +2,8 @@
 
 Runs of the same configuration (same environment, algorithm and hyperparameters, any seed) form
 one group, drawn as the mean across seeds with a band of plus or minus one standard deviation and
-the seeds themselves as thin lines; groups are overlaid. Matplotlib is used through its Agg
+the seeds themselves as thin lines; the groups of one environment are overlaid in its panel, and
+each environment has a panel of its own (titled with it). Matplotlib is used through its Agg
 canvas directly (no pyplot, no global backend switch), and the PNG is written atomically.
 """
 
@@ -36,6 +37,11 @@ class Run:
                           sort_keys=True, default=str)
 
 
+def short(v: Any) -> str:
+    """A value for a label or a line: floats to 3 significant digits (0.000608, 0.993)."""
+    return f"{v:.3g}" if isinstance(v, float) else str(v)
+
+
 def load_run(path: str | Path, key: str = RETURN_KEY, rows: list[dict[str, Any]] | None = None
              ) -> Run:
     rd = RunDir(path)
@@ -63,22 +69,30 @@ def expand(paths: list[str]) -> list[Path]:
     return out
 
 
-def _label(group: list[Run], differing: list[str]) -> str:
+#: hyperparameters named first when groups differ in them (a legend shows a few)
+_FIRST = ("learning_rate", "n_steps", "batch_size", "buffer_size", "gamma")
+_MAX_KEYS = 5
+
+
+def _label(group: list[Run], differing: list[str], with_family: bool) -> str:
+    """A group's legend entry: what tells it apart (its algorithm and environment only when the
+    panel holds several), and its seed or number of seeds."""
     c = group[0].config
     hp = c.get("hyperparams", {}) or {}
-    extra = ", ".join(f"{k}={hp.get(k)}" for k in differing)
-    base = f"{str(c.get('algo', '?')).upper()} on {c.get('env_id', '?')}"
-    if extra:
-        base += f" ({extra})"
-    if len(group) == 1:
-        return f"{base}, seed {c.get('seed')}"
+    parts = [f"{str(c.get('algo', '?')).upper()} on {c.get('env_id', '?')}"] if with_family else []
+    parts += [f"{k}={short(hp.get(k))}" for k in differing]
     seeds = {r.config.get("seed") for r in group}
-    return f"{base}, {len(group)} {'seeds' if len(seeds) == len(group) else 'runs'}"
+    if len(group) == 1:
+        parts.append(f"seed {c.get('seed')}")
+    else:
+        parts.append(f"{len(group)} {'seeds' if len(seeds) == len(group) else 'runs'}")
+    return ", ".join(parts)
 
 
 def _differing_keys(groups: list[list[Run]]) -> list[list[str]]:
     """For each group, the hyperparameters that tell it apart from the other groups of the same
-    algorithm and environment (a few of them: a legend is not a config file)."""
+    algorithm and environment (a few of them, the usual suspects first: a legend is not a
+    config file)."""
     def family(g: list[Run]) -> tuple[str, str]:
         return str(g[0].config.get("algo")), str(g[0].config.get("env_id"))
 
@@ -87,60 +101,94 @@ def _differing_keys(groups: list[list[Run]]) -> list[list[str]]:
         same = [h for h in groups if family(h) == family(g)]
         hps = [h[0].config.get("hyperparams", {}) or {} for h in same]
         keys = sorted(set.intersection(*(set(h) for h in hps))) if len(hps) > 1 else []
+        keys.sort(key=lambda k: (_FIRST.index(k) if k in _FIRST else len(_FIRST), k))
         out.append([k for k in keys
-                    if len({json.dumps(h.get(k), default=str) for h in hps}) > 1][:4])
+                    if len({json.dumps(h.get(k), default=str) for h in hps}) > 1][:_MAX_KEYS])
     return out
 
 
-def render(runs: list[Run], key: str = RETURN_KEY, title: str | None = None) -> bytes:
-    """The PNG bytes of the overlaid learning curves of ``runs``."""
+def _draw_group(ax: Any, group: list[Run], color: str, label: str) -> bool:
+    """One group's curves on ``ax``: a single run as a line, several as their mean with a band
+    of one standard deviation and each seed thin; False if none has a point yet."""
+    curves = [r for r in group if len(r.steps)]
+    if not curves:
+        return False
+    few = max(len(r.steps) for r in curves) <= 3  # a line of one point is invisible
+    marker = {"marker": "o", "ms": 4} if few else {}
+    if len(curves) == 1:
+        ax.plot(curves[0].steps, curves[0].values, color=color, lw=1.8, label=label, **marker)
+        return True
+    end = min(r.steps[-1] for r in curves)
+    grid = np.unique(np.concatenate([r.steps[r.steps <= end] for r in curves]))
+    if len(grid) == 0:
+        grid = np.array([end])
+    ys = np.stack([np.interp(grid, r.steps, r.values) for r in curves])
+    mean, std = ys.mean(axis=0), ys.std(axis=0)
+    for r in curves:
+        ax.plot(r.steps, r.values, color=color, lw=0.6, alpha=0.35)
+    ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, lw=0)
+    ax.plot(grid, mean, color=color, lw=2.0, label=f"{label} (mean \u00b1 std)", **marker)
+    return True
+
+
+def _panels(runs: list[Run]) -> dict[str, list[list[Run]]]:
+    """Environment id -> its groups (same algorithm and hyperparameters, any seed): returns of
+    different environments share no scale, so each gets a panel of its own."""
+    panels: dict[str, dict[str, list[Run]]] = {}
+    for r in runs:
+        env = str(r.config.get("env_id", "?"))
+        panels.setdefault(env, {}).setdefault(r.group_key, []).append(r)
+    return {env: list(groups.values()) for env, groups in panels.items()}
+
+
+def figure(runs: list[Run], key: str = RETURN_KEY, title: str | None = None) -> Any:
+    """The Matplotlib figure of the learning curves of ``runs``: one panel per environment,
+    titled, its legend under it and inside the figure."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    groups: dict[str, list[Run]] = {}
-    for r in runs:
-        groups.setdefault(r.group_key, []).append(r)
-    glist = list(groups.values())
-    differing = _differing_keys(glist)
-
-    # the legend goes under the axes, where it hides no curve
-    fig = Figure(figsize=(8, 4.8 + 0.22 * len(glist)), dpi=100)
+    panels = _panels(runs)
+    n_entries = sum(len(g) for g in panels.values())
+    fig = Figure(figsize=(8, (4.2 + 0.5) * len(panels) + 0.22 * n_entries + 0.4), dpi=100)
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    colors = [f"C{i % 10}" for i in range(len(glist))]
-    drew = False
-    for color, group, diff in zip(colors, glist, differing):
-        label = _label(group, diff)
-        curves = [r for r in group if len(r.steps)]
-        if not curves:
-            continue
-        drew = True
-        if len(curves) == 1:
-            ax.plot(curves[0].steps, curves[0].values, color=color, lw=1.8, label=label)
-            continue
-        end = min(r.steps[-1] for r in curves)
-        grid = np.unique(np.concatenate([r.steps[r.steps <= end] for r in curves]))
-        if len(grid) == 0:
-            grid = np.array([end])
-        ys = np.stack([np.interp(grid, r.steps, r.values) for r in curves])
-        mean, std = ys.mean(axis=0), ys.std(axis=0)
-        for r in curves:
-            ax.plot(r.steps, r.values, color=color, lw=0.6, alpha=0.35)
-        ax.fill_between(grid, mean - std, mean + std, color=color, alpha=0.2, lw=0)
-        ax.plot(grid, mean, color=color, lw=2.0, label=f"{label} (mean \u00b1 std)")
-    if not drew:
-        ax.text(0.5, 0.5, f"no '{key}' logged yet", ha="center", va="center",
-                transform=ax.transAxes, color="gray")
-    ax.set_xlabel("environment steps")
-    ax.set_ylabel("episode return (mean of the last 100)" if key == RETURN_KEY else key)
-    if title:
-        ax.set_title(title)
-    ax.grid(True, alpha=0.3)
-    if drew:
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), fontsize=8, frameon=False)
+    legends = []
+    for i, (env, glist) in enumerate(panels.items()):
+        ax = fig.add_subplot(len(panels), 1, i + 1)
+        algos = sorted({str(g[0].config.get("algo", "?")).upper() for g in glist})
+        diffs = _differing_keys(glist)
+        drew = False
+        for j, (group, diff) in enumerate(zip(glist, diffs, strict=True)):
+            label = _label(group, diff, with_family=len(algos) > 1)
+            drew = _draw_group(ax, group, f"C{j % 10}", label) or drew
+        if not drew:
+            ax.text(0.5, 0.5, f"no '{key}' logged yet", ha="center", va="center",
+                    transform=ax.transAxes, color="gray")
+        ax.set_title(f"{' / '.join(algos)} on {env}" if len(panels) > 1 or not title else title)
+        ax.set_xlabel("environment steps")
+        ax.set_ylabel("episode return (mean of the last 100)" if key == RETURN_KEY else key)
+        ax.grid(True, alpha=0.3)
+        if drew:  # under the axes, where it hides no curve
+            legends.append(ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13),
+                                     fontsize=8, frameon=False))
+    if title and len(panels) > 1:
+        fig.suptitle(title)
+    _fit_legends(fig, legends)
+    return fig
+
+
+def _fit_legends(fig: Any, legends: list[Any]) -> None:
+    """Lay the figure out, widened if a legend is wider than it (long labels ran off it)."""
+    if legends:  # a legend's width does not depend on the layout: measure it first
+        fig.canvas.draw()
+        widest = max(leg.get_window_extent().width for leg in legends) / fig.dpi
+        fig.set_figwidth(max(fig.get_figwidth(), widest + 0.4))
     fig.tight_layout()
+
+
+def render(runs: list[Run], key: str = RETURN_KEY, title: str | None = None) -> bytes:
+    """The PNG bytes of ``figure(runs, key, title)``."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png")
+    figure(runs, key, title).savefig(buf, format="png")
     return buf.getvalue()
 
 

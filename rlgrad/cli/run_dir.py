@@ -14,12 +14,18 @@
 Every file that is rewritten is written under a temporary name and renamed over the old one, so a
 ``kill -9`` at any moment leaves the old version or the new one, never half of each. metrics.csv
 is appended to (one small write per row); a resume cuts it back to the checkpoint's step.
+
+A run directory may come from someone else: a symbolic link where a run file belongs is refused
+(``check_no_links``; the lock and the metrics writer also open with ``O_NOFOLLOW``), and
+config.yaml is read bounded (``rlgrad.cli.safe_files``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import csv
+import errno
+import fnmatch
 import json
 import os
 import platform
@@ -37,6 +43,7 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None
 
 from rlgrad.cli.errors import CLIError
+from rlgrad.cli.safe_files import NOFOLLOW, link_error, load_yaml, open_regular, read_bounded
 from rlgrad.serialization import atomic_copy, atomic_replace
 
 CONFIG = "config.yaml"
@@ -46,6 +53,9 @@ CURVE = "learning_curve.png"
 LOCK = "run.lock"
 STEP_KEY = "time/total_timesteps"
 DEFAULT_KEEP = 2  # checkpoints kept: the newest and the one before it
+# the names rlgrad reads and writes in a run directory: none of them may be a link
+RUN_FILES = (CONFIG, METRICS, CURVE, LOCK, "checkpoint*.safetensors*", "metrics.damaged-*.csv",
+             "events.out.tfevents.*", "*.tmp", ".*.tmp", ".write-test")
 
 
 class DamagedMetrics(CLIError):
@@ -95,7 +105,10 @@ def versions() -> dict[str, str]:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename (crash-safe)."""
+    """Write ``data`` to ``path`` through a temporary file and a rename (crash-safe; the rename
+    replaces a link, never writes through it, and a link there is refused first)."""
+    if os.path.islink(path):
+        raise link_error(path)
     with atomic_replace(path) as tmp, open(tmp, "wb") as f:
         f.write(data)
 
@@ -131,12 +144,23 @@ class RunDir:
         """Make the directory and prove it can be written, or raise a one-line CLIError."""
         try:
             self.path.mkdir(parents=True, exist_ok=True)
+            self.check_no_links()
             probe = self.path / ".write-test"
-            probe.write_bytes(b"")
+            probe.unlink(missing_ok=True)
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW, 0o600))
             probe.unlink()
         except OSError as e:
             reason = e.strerror or type(e).__name__
             raise CLIError(f"cannot write the run directory '{self.path}': {reason}") from None
+
+    def check_no_links(self) -> None:
+        """A one-line ``CLIError`` for a symbolic link where a run file should be: rlgrad reads
+        and writes a run's files only as files of the run directory itself."""
+        if not self.path.is_dir():
+            return
+        for entry in os.scandir(self.path):
+            if entry.is_symlink() and any(fnmatch.fnmatch(entry.name, p) for p in RUN_FILES):
+                raise link_error(entry.path)
 
     def remove_stale_temporaries(self) -> None:
         """Temporary files a kill left behind (the files they were meant to replace are whole)."""
@@ -161,6 +185,7 @@ class RunDir:
         if path.is_dir():
             raise CLIError(f"'{path}' is a directory where rlgrad keeps its lock file; remove it "
                            "(no rlgrad process uses a directory there)")
+        self.check_no_links()  # before a byte is written
         if fcntl is None:  # pragma: no cover - no flock on this platform
             with self._pid_lock(path):
                 yield
@@ -175,8 +200,10 @@ class RunDir:
     def _take_flock(self, path: Path) -> int:
         while True:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | NOFOLLOW, 0o644)
             except OSError as e:
+                if e.errno == errno.ELOOP:  # a link: its target would be truncated
+                    raise link_error(path) from None
                 raise CLIError(f"cannot write the run directory '{self.path}': "
                                f"{e.strerror or e}") from None
             try:
@@ -229,16 +256,14 @@ class RunDir:
             raise CLIError(f"no run directory at '{self.path}'")
 
     def read_config(self) -> dict[str, Any]:
-        import yaml
-
+        """config.yaml, read as an untrusted file (bounded, no link, no alias bomb) and checked."""
         self.require()
-        if not self.config.exists():
+        self.check_no_links()
+        if not self.config.exists() and not self.config.is_symlink():
             raise CLIError(f"'{self.path}' is not a run directory: it has no {CONFIG}")
         try:
-            cfg = yaml.safe_load(self.config.read_bytes().decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise CLIError(f"{self.config} is damaged: {_not_text(e)}") from None
-        except (OSError, yaml.YAMLError) as e:
+            cfg = load_yaml(read_bounded(self.config), str(self.config))
+        except OSError as e:
             raise CLIError(f"cannot read {self.config}: {type(e).__name__}: {e}") from None
         if not isinstance(cfg, dict) or "env_id" not in cfg or "algo" not in cfg:
             raise CLIError(f"{self.config} is not an rlgrad run configuration")
@@ -390,8 +415,14 @@ def _not_text(e: UnicodeDecodeError) -> str:
 
 def _read_table(path: Path) -> tuple[list[str], list[list[str]]]:
     """(header, rows) of a metrics CSV; ``DamagedMetrics`` when it is not one."""
+    if path.is_symlink():
+        raise link_error(path)
     try:
-        with open(path, newline="", encoding="utf-8") as f:
+        fd = open_regular(path)
+    except CLIError as e:  # a folder or FIFO in its place: damaged, set aside like any damage
+        raise DamagedMetrics(e.message) from None
+    try:
+        with os.fdopen(fd, newline="", encoding="utf-8") as f:
             reader = csv.reader(f)
             header = next(reader, None) or []
             rows = list(reader)
@@ -399,8 +430,6 @@ def _read_table(path: Path) -> tuple[list[str], list[list[str]]]:
         raise DamagedMetrics(f"{path} is damaged: {_not_text(e)}") from None
     except csv.Error as e:
         raise DamagedMetrics(f"{path} is damaged: it is not a CSV table ({e})") from None
-    except IsADirectoryError:
-        raise DamagedMetrics(f"{path} is a directory, not a CSV file") from None
     if (header or rows) and STEP_KEY not in header:
         raise DamagedMetrics(f"{path} is damaged: its first line is not a header with a "
                              f"{STEP_KEY} column")
@@ -461,6 +490,8 @@ def space_signature(space: Any) -> dict[str, Any]:
 def peek_step(path: Path) -> int | None:
     """The step a checkpoint was saved at, from its header alone (which outlives damage to the
     arrays after it); None when even that cannot be read."""
+    if path.is_symlink() or not path.is_file():  # a FIFO would never answer
+        return None
     try:
         with open(path, "rb") as f:
             n = int.from_bytes(f.read(8), "little")

@@ -1,11 +1,14 @@
 """``rlgrad train ... --seeds 0-4``: one ordinary run per seed, in parallel on Ray, plotted together.
 
 Each seed is a ``rlgrad train`` of its own (``SeedRun``, a Ray actor of one CPU, runs the same
-command line with ``--seed S --run-dir PARENT/seed-S``), so every seed leaves a whole run
-directory that ``rlgrad resume``, ``eval`` and ``plot`` take as any other. At the end the seeds'
-curves are drawn in ``PARENT/learning_curves.png``: their mean with a band of plus or minus one
-standard deviation, and each seed as a thin line (``rlgrad plot``'s grouping: same environment,
-algorithm and hyperparameters).
+command line with ``--seed S --run-dir PARENT/seed-S``; with more seeds than the cluster's CPUs,
+as many run at once as there are CPUs and the others wait their turn), so every seed leaves a
+whole run directory that ``rlgrad resume``, ``eval`` and ``plot`` take as any other. A seed's
+output goes to ``PARENT/seed-S.log``; the driver prints one line as each seed starts and ends
+(with the seed's last line when it failed). At the end the seeds' curves are drawn in
+``PARENT/learning_curves.png``: their mean with a band of plus or minus one standard deviation,
+and each seed as a thin line (``rlgrad plot``'s grouping: same environment, algorithm and
+hyperparameters).
 
 Ctrl-C / SIGTERM: the signal is passed on to every seed's process, on this machine or, by a Ray
 task pinned to its node, on another (each checkpoints and stops as a single run does); a second
@@ -19,6 +22,7 @@ import os
 import signal
 import sys
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +52,23 @@ class SeedRun:
 
         return ray.get_runtime_context().get_node_id(), os.getpid()
 
-    def run(self, kwargs: dict[str, Any]) -> int:
-        """``rlgrad train`` of one seed; bad input is one line and its exit status, as there."""
+    def run(self, kwargs: dict[str, Any], log: str) -> int:
+        """``rlgrad train`` of one seed, its output written to ``log`` (not the driver's: Ray
+        would prefix, colour and deduplicate it); bad input is one line and its exit status,
+        as there."""
         from rlgrad.cli.train import cmd_train
 
-        try:
-            return cmd_train(**kwargs)
-        except CLIError as e:
-            print(f"rlgrad train: error: {e.message}", file=sys.stderr)
-            return e.status
+        with open(log, "w", buffering=1) as f, redirect_stdout(f), redirect_stderr(f):
+            try:
+                return cmd_train(**kwargs)
+            except CLIError as e:
+                print(f"rlgrad train: error: {e.message}", file=sys.stderr)
+                return e.status
+
+
+def log_path(run_dir: Path) -> Path:
+    """Where a seed's output goes: ``PARENT/seed-S.log``, beside its run directory."""
+    return run_dir.with_name(run_dir.name + ".log")
 
 
 def _seed_kwargs(args: argparse.Namespace, sets: list[str], seed: int, run_dir: Path
@@ -84,18 +96,18 @@ def cmd_train_seeds(args: argparse.Namespace) -> int:
         raise CLIError(f"'{parent}' is not empty: choose another --run-dir for the seeds")
     try:
         ray = import_ray()
-        started = connect(args.ray_address, check_cpus(args.ray_cpus))
+        started = connect(args.ray_address, check_cpus(args.ray_cpus), log_to_driver=False)
     except (ImportError, ConnectionError, ValueError) as e:
         raise CLIError(str(e)) from None
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        actor = ray.remote(SeedRun).options(num_cpus=1, max_restarts=0)
-        runs = {s: actor.remote() for s in seeds}
-        where = dict(zip(seeds, ray.get([r.pid.remote() for r in runs.values()]), strict=True))
-        refs = {s: runs[s].run.remote(_seed_kwargs(args, sets, s, parent / f"seed-{s}"))
-                for s in seeds}
-        print(f"{len(seeds)} seeds ({args.seeds}) in parallel on Ray; runs under {parent}")
-        codes = _wait(ray, refs, runs, where)
+        slots = max(1, min(len(seeds), int(ray.cluster_resources().get("CPU", 1.0))))
+        at_once = "in parallel" if slots == len(seeds) else f"{slots} at a time, the rest queued"
+        print(f"{len(seeds)} seeds ({args.seeds}) on Ray, {at_once}; runs under {parent}",
+              flush=True)
+        queue = _SeedQueue(ray, {s: _seed_kwargs(args, sets, s, parent / f"seed-{s}")
+                                 for s in seeds}, slots)
+        codes = queue.wait()
     finally:
         if started:
             ray.shutdown()
@@ -121,40 +133,84 @@ def _pass_on(ray: Any, node: str, pid: int, signum: int, here: str | None = None
     return task.remote(pid, signum)
 
 
-def _wait(ray: Any, refs: dict[int, Any], runs: dict[int, Any],
-          where: dict[int, tuple[str, int]]) -> dict[int, int]:
-    """Exit status of every seed; signals are passed on to the seeds' processes."""
-    got: list[int] = []
-    old = {s: signal.signal(s, lambda n, f: got.append(n)) for s in (signal.SIGINT,
-                                                                     signal.SIGTERM)}
-    passed = 0
-    try:
-        codes: dict[int, int] = {}
-        while len(codes) < len(refs):
-            for sig in got[passed:]:
-                passed += 1
-                for s in refs:
-                    if s in codes:
-                        continue
-                    if passed > 1:
-                        ray.kill(runs[s])
-                    else:
-                        _pass_on(ray, where[s][0], where[s][1], sig)
-            left = [ref for s, ref in refs.items() if s not in codes]
-            ready, _ = ray.wait(left, num_returns=len(left), timeout=0.5)
-            for s, ref in refs.items():
-                if ref in ready and s not in codes:
-                    try:
-                        codes[s] = int(ray.get(ref))
-                    except Exception as e:  # killed by a second signal, a lost node
-                        print(f"rlgrad: seed {s}: {type(e).__name__}", file=sys.stderr)
-                        codes[s] = 1
-        return codes
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        for r in runs.values():
-            ray.kill(r)
+class _SeedQueue:
+    """The seeds' runs, at most ``slots`` at once (one CPU each: a seed that waited for a CPU
+    Ray could not give would wait forever, silently), the next started as one finishes. Each
+    start and end is a line. Ctrl-C / SIGTERM: passed on to the running seeds, the queued ones
+    are not started; a second signal kills the running ones."""
+
+    def __init__(self, ray: Any, kwargs: dict[int, dict[str, Any]], slots: int) -> None:
+        self.ray, self.kwargs, self.slots = ray, kwargs, slots
+        self.queued = list(kwargs)
+        self.actor = ray.remote(SeedRun).options(num_cpus=1, max_restarts=0)
+        self.running: dict[int, tuple[Any, Any, Any]] = {}  # seed: (actor, pid ref, run ref)
+        self.where: dict[int, tuple[str, int]] = {}  # seed: (its node, its process id)
+        self.codes: dict[int, int] = {}
+        self.signals = 0
+
+    def _start(self) -> None:
+        while self.queued and len(self.running) < self.slots and not self.signals:
+            s = self.queued.pop(0)
+            a = self.actor.remote()
+            self.running[s] = (a, a.pid.remote(), a.run.remote(self.kwargs[s], str(log_path(
+                Path(self.kwargs[s]["run_dir"])))))
+
+    def _end(self, s: int, code: int, why: str = "") -> None:
+        self.codes[s] = code
+        if s in self.running:
+            self.ray.kill(self.running.pop(s)[0])
+        if not why:
+            why = f"finished, exit status {code}"
+            log = log_path(Path(self.kwargs[s]["run_dir"]))
+            if code != 0 and log.exists():  # what went wrong, as the seed said it
+                said = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+                why += f": {said[-1].strip()} (all of it in {log})" if said else ""
+        print(f"seed {s}: {why} ({len(self.codes)}/{len(self.kwargs)} done)", flush=True)
+
+    def _signal(self, signum: int) -> None:
+        self.signals += 1
+        for s in list(self.queued):
+            self.queued.remove(s)
+            self._end(s, 128 + signum, f"not started ({signal.Signals(signum).name})")
+        for s in list(self.running):
+            if self.signals > 1 or s not in self.where:  # killed, or not yet training
+                self._end(s, 128 + signum, f"stopped ({signal.Signals(signum).name})")
+            else:
+                _pass_on(self.ray, self.where[s][0], self.where[s][1], signum)
+
+    def _poll(self) -> None:
+        refs = [r for s, (_, p, run) in self.running.items()
+                for r in ((run,) if s in self.where else (p, run))]
+        if not refs:
+            return
+        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0.5)
+        for s, (_, pid_ref, run_ref) in list(self.running.items()):
+            if pid_ref in ready and s not in self.where:
+                self.where[s] = tuple(self.ray.get(pid_ref))  # type: ignore[assignment]
+                print(f"seed {s}: started ({len(self.queued)} queued)", flush=True)
+            if run_ref in ready:
+                try:
+                    self._end(s, int(self.ray.get(run_ref)))
+                except Exception as e:  # killed by a second signal, a lost node
+                    self._end(s, 1, f"failed ({type(e).__name__})")
+
+    def wait(self) -> dict[int, int]:
+        """Exit status of every seed."""
+        got: list[int] = []
+        old = {s: signal.signal(s, lambda n, f: got.append(n))
+               for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while len(self.codes) < len(self.kwargs):
+                while self.signals < len(got):
+                    self._signal(got[self.signals])
+                self._start()
+                self._poll()
+            return self.codes
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            for a, _, _ in self.running.values():
+                self.ray.kill(a)
 
 
 def _summary(parent: Path, seeds: list[int], codes: dict[int, int]) -> int:

@@ -17,6 +17,7 @@ checkpoint's step.
 
 from __future__ import annotations
 
+import errno
 import shlex
 import signal
 import sys
@@ -27,7 +28,14 @@ from types import FrameType
 from typing import Any
 
 from rlgrad.cli import envstate
-from rlgrad.cli.build import TrainSpec, build, check_env_id, resolve, resolve_algo
+from rlgrad.cli.build import (
+    TrainSpec,
+    build,
+    env_creation_error,
+    resolve,
+    resolve_algo,
+)
+from rlgrad.cli.env_ids import ModuleTrust, check_file_env_id
 from rlgrad.cli.errors import CLIError
 from rlgrad.cli.run_dir import (
     DEFAULT_KEEP,
@@ -125,6 +133,16 @@ class CheckpointCallback(BaseCallback):
         return True
 
 
+def disk_full(e: OSError) -> str:
+    """One line for ENOSPC: the checkpoint's own message (where, how much it needs), else the
+    file that could not be written."""
+    from rlgrad.serialization import DiskFullError
+
+    if isinstance(e, DiskFullError):
+        return str(e.strerror)
+    return f"disk full: cannot write {e.filename or 'a file of the run'} ({e.strerror})"
+
+
 def refresh_curve(rd: RunDir) -> None:
     from rlgrad.cli.plot import run_curve
 
@@ -173,6 +191,12 @@ def _train_loop(algo: Any, rd: RunDir, cfg: dict[str, Any], progress: bool, resu
         except NonFiniteError as e:  # nothing is saved: the last good checkpoint stays
             print(f"rlgrad: {e}. The last checkpoint (step {cb.last_step}) is kept: {cmd}",
                   file=sys.stderr)
+            return 1
+        except OSError as e:  # a full disk: one line; the saves are atomic, so nothing is lost
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            print(f"rlgrad: {disk_full(e)}; the last checkpoint (step {cb.last_step}) is kept: "
+                  f"{cmd}", file=sys.stderr)
             return 1
         except _ForcedStop as e:  # a second signal, wherever it landed (saves are atomic)
             signum = int(e.args[0])
@@ -225,8 +249,8 @@ def _build(cls: type, env_id: str, seed: int, hp: dict[str, Any]) -> Any:
 
     try:
         return build(cls, env_id, seed, hp)
-    except GymError as e:
-        raise CLIError(f"cannot create environment {env_id!r}: {type(e).__name__}: {e}") from None
+    except (GymError, ImportError) as e:
+        raise env_creation_error(env_id, e) from None
 
 
 def _train_new(spec: TrainSpec, rd: RunDir, checkpoint_interval: int | None, save_buffer: bool,
@@ -274,7 +298,11 @@ def _restore_from(rd: RunDir, path: Path, cfg: dict[str, Any], cls: type, env_id
                        f"says {env_id}: {other}")
     seed = ckpt.get("seed")
     seed = seed if isinstance(seed, int) else int(cfg.get("seed") or 0)
-    algo = _build(cls, env_id, seed, dict(ckpt["hyperparams"]))
+    hp = dict(ckpt["hyperparams"])
+    if hp.pop("tensorboard_log", None) is not None:  # a folder a file chose: never written
+        print(f"rlgrad: note: {path.name}'s tensorboard_log is ignored: the run's TensorBoard "
+              "events go to its own directory", file=sys.stderr)
+    algo = _build(cls, env_id, seed, hp)
     spaces = ckpt.get("spaces")  # older checkpoints lack it: then set_state checks the shapes
     for kind in ("observation", "action") if isinstance(spaces, dict) else ():
         now, then = space_signature(getattr(algo, f"{kind}_space")), spaces.get(kind)
@@ -307,15 +335,19 @@ def _warn_fallback(damaged: list[tuple[Path, str]], used: Path, step: int, purpo
     print(" ".join(msg.split()), file=sys.stderr)
 
 
-def restore(rd: RunDir, purpose: str = "resume") -> tuple[Any, dict[str, Any], dict[str, Any]]:
+def restore(rd: RunDir, purpose: str = "resume", trust: ModuleTrust | None = None
+            ) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """(algorithm with the state of the newest usable checkpoint, config, checkpoint) of a run
     directory. A damaged newest checkpoint gives way to the one before it, with a warning that
     says how many steps are lost; a checkpoint of another algorithm, environment or spaces is
-    refused (it is no damage but a file from another run)."""
+    refused (it is no damage but a file from another run). The module of a ``module:EnvId`` in
+    config.yaml is imported only if ``trust`` names it (``--env-module``, ``--trust-run``)."""
     cfg = rd.read_config()
     _, cls = resolve_algo(str(cfg["algo"]))
     env_id = str(cfg["env_id"])
-    check_env_id(env_id)  # imports the module of a ``module:EnvId`` id again
+    trust = trust or ModuleTrust()
+    trust.import_named()
+    check_file_env_id(env_id, str(rd.config), trust, f"rlgrad {purpose} {shlex.quote(str(rd.path))}")
     paths = [rd.checkpoint, *(p for p in rd.checkpoint_paths() if p != rd.checkpoint)]
     damaged: list[tuple[Path, str]] = []
     for path in paths:
@@ -326,10 +358,33 @@ def restore(rd: RunDir, purpose: str = "resume") -> tuple[Any, dict[str, Any], d
             continue
         if damaged:
             _warn_fallback(damaged, path, algo.num_timesteps, purpose)
+        _config_disagrees(rd, cfg, ckpt, path, purpose)
         return algo, cfg, ckpt
     more = len(damaged) - 1
     raise CLIError(damaged[0][1] + (f" (and the {more} earlier checkpoint{'s' * (more > 1)} "
                                     f"{'are' if more > 1 else 'is'} unusable too)" if more else ""))
+
+
+def _config_disagrees(rd: RunDir, cfg: dict[str, Any], ckpt: dict[str, Any], path: Path,
+                      purpose: str) -> None:
+    """config.yaml's hyperparameters edited by hand (or damaged): the checkpoint's win, as its
+    networks and optimizer state were made with them; one line says so, and ``cfg`` takes them
+    (a resume rewrites config.yaml with them)."""
+    mine, theirs = plain(cfg.get("hyperparams") or {}), plain(ckpt["hyperparams"])
+    if mine == theirs:
+        return
+    keys = sorted(k for k in {*mine, *theirs} if mine.get(k, ...) != theirs.get(k, ...))
+
+    def shown(d: dict[str, Any], k: str) -> str:
+        return repr(d[k]) if k in d else "absent"
+
+    diff = "; ".join(f"{k}: {shown(mine, k)} there, {shown(theirs, k)} in the checkpoint"
+                     for k in keys[:3]) + ("; ..." if len(keys) > 3 else "")
+    fix = (f"; {rd.config.name} is rewritten with them" if purpose == "resume" else "")
+    print(f"rlgrad: note: {rd.config} disagrees with {path.name} ({diff}): the checkpoint's "
+          f"values are used, as its networks and optimizer were trained with them{fix}",
+          file=sys.stderr)
+    cfg["hyperparams"] = theirs
 
 
 def _metrics_back_to(rd: RunDir, step: int) -> int:
@@ -359,13 +414,13 @@ def _metrics_back_to(rd: RunDir, step: int) -> int:
 
 
 def cmd_resume(run_dir: str, steps: int | None, progress: bool,
-               keep_checkpoints: int | None = None) -> int:
+               keep_checkpoints: int | None = None, trust: ModuleTrust | None = None) -> int:
     rd = RunDir(run_dir)
     if steps is not None and steps < 1:
         raise CLIError(f"--steps must be positive, got {steps}")
     if keep_checkpoints is not None and keep_checkpoints < 1:
         raise CLIError(f"--keep-checkpoints must be at least 1, got {keep_checkpoints}")
-    algo, cfg, ckpt = restore(rd)
+    algo, cfg, ckpt = restore(rd, trust=trust)
     if steps is not None:
         cfg["total_timesteps"] = int(steps)
     if keep_checkpoints is not None:
@@ -393,6 +448,10 @@ def _resume(rd: RunDir, algo: Any, cfg: dict[str, Any], ckpt: dict[str, Any], pr
             algo._on_reset()
             print(f"rlgrad: note: the state of {cfg['env_id']} cannot be checkpointed "
                   f"({st.get('unknown')}); the resumed run starts new episodes", file=sys.stderr)
+    if hasattr(algo, "replay_buffer") and "replay_buffer" not in ckpt["state"] and step < total:
+        print("rlgrad: note: this run's checkpoints leave the replay buffer out "
+              "(--no-buffer-in-checkpoint): the resumed run starts with an empty buffer, which "
+              "fills again from the next step on", file=sys.stderr)
     if step >= total:
         print(f"run already complete: step {step} of {total} (rlgrad resume {rd.path} --steps N "
               "trains it further)")

@@ -27,6 +27,8 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,7 @@ METRIC = "ep_rew_mean"
 TIME_ATTR = "timesteps"
 DISTRIBUTIONS = ("loguniform", "uniform", "randint", "choice")
 SETTINGS = "sweep.json"
+_NEW_OUTPUT = "RAY_AIR_NEW_OUTPUT"  # Ray's switch between Tune's two output engines
 
 
 # ---- the search space ----------------------------------------------------------------------
@@ -47,13 +50,15 @@ def space_path(algo: str, space: str | None) -> Path:
 
 
 def read_space(path: Path) -> dict[str, Any]:
-    import yaml
+    """The search space file, read as any YAML rlgrad is handed: bounded in size, nesting and
+    alias expansion, and a key given twice refused (YAML would keep the last silently)."""
+    from rlgrad.cli.safe_files import load_yaml, read_bounded
 
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(read_bounded(path, follow_links=True), f"search space {path}")
     except FileNotFoundError:
         raise CLIError(f"no search space at {path}: give one with --space FILE.yaml") from None
-    except (OSError, yaml.YAMLError) as e:
+    except OSError as e:
         raise CLIError(f"search space {path}: cannot read it: {e}") from None
     if not isinstance(data, dict) or not data:
         raise CLIError(f"search space {path}: expected a mapping of hyperparameters to ranges")
@@ -88,9 +93,12 @@ def _yaml_text(v: Any) -> str:
     return yaml.safe_dump(v, default_flow_style=True).strip().removesuffix("...").strip()
 
 
-def validate_space(space: dict[str, Any], cls: type, algo: str, where: str) -> dict[str, str]:
+def validate_space(space: dict[str, Any], cls: type, algo: str, where: str,
+                   build_with: Callable[[str], None] | None = None) -> dict[str, str]:
     """{key: distribution} after checking every name and every candidate value (the ends of a
-    range, each choice) as ``--set`` and ``rl.ranges`` would; CLIError names the first bad one."""
+    range, each choice) as ``--set`` and ``rl.ranges`` would; CLIError names the first bad one.
+    A value of a mapping (``policy_kwargs.activation_fn``), which ``--set`` takes as it is and
+    the model's constructor checks, is checked by ``build_with("key=value")`` building it."""
     from rlgrad.cli.build import BUDGET_KEY, parameters, parse_sets
     from rlgrad.rl.ranges import check_hyperparams
 
@@ -109,6 +117,8 @@ def validate_space(space: dict[str, Any], cls: type, algo: str, where: str) -> d
             try:
                 parsed = parse_sets([f"{key}={_yaml_text(v)}"], cls)
                 check_hyperparams(cls.__name__, parsed)
+                if build_with is not None and isinstance(parsed.get(top), dict):
+                    build_with(f"{key}={_yaml_text(v)}")
             except CLIError as e:
                 raise CLIError(f"{where}: {key}: {e.message.split(': ', 1)[-1]}") from None
             except ValueError as e:
@@ -174,6 +184,7 @@ def run_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
     """Tune's trainable: ``rlgrad train`` (or ``rlgrad resume`` of an interrupted trial)."""
     from ray import tune
 
+    from rlgrad.cli.env_ids import ModuleTrust
     from rlgrad.cli.run_dir import RunDir
     from rlgrad.cli.train import EXTRA_WRITERS, cmd_resume, cmd_train
 
@@ -189,7 +200,10 @@ def run_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
     try:
         if RunDir(run_dir).checkpoint_paths():  # a trial of an interrupted sweep: continue it
             what = "resume"
-            code = cmd_resume(str(run_dir), None, False, None)
+            # the sweep's own env id (typed on its command line) may import its module
+            module = str(settings["env_id"]).rpartition(":")[0]
+            code = cmd_resume(str(run_dir), None, False, None,
+                              ModuleTrust((module,) if module else ()))
         else:
             what = "train"
             argv = ["train", settings["env_id"], "--algo", settings["algo"], "--seed",
@@ -224,7 +238,8 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]
     spec = resolve(args.env_id, args.algo, args.seed, args.preset, args.steps, None, [])
     path = space_path(spec.algo, args.space)
     space = read_space(path)
-    validate_space(space, spec.cls, spec.algo, f"search space {path}")
+    validate_space(space, spec.cls, spec.algo, f"search space {path}",
+                   lambda item: _build_once(args, item))
     safe_env = spec.env_id.replace("/", "_").replace(":", "_")
     sweep = Path(args.sweep_dir) if args.sweep_dir else Path("runs") / (
         f"{safe_env}__{spec.algo}__sweep__{time.strftime('%Y%m%d-%H%M%S')}")
@@ -236,19 +251,48 @@ def _settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]
     return settings, space
 
 
+def _build_once(args: argparse.Namespace, item: str) -> None:
+    """Build the model of ``rlgrad train ... --set item``, as a trial would, and let it go."""
+    from rlgrad.cli.build import build, resolve
+
+    spec = resolve(args.env_id, args.algo, args.seed, args.preset, args.steps, None, [item])
+    build(spec.cls, spec.env_id, spec.seed, spec.hyperparams).env.close()
+
+
 def _resume_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The saved sweep's settings and space, read as untrusted files (bounded JSON) and the space
+    validated again as a new sweep's is."""
+    from rlgrad.cli.build import resolve_algo
+
     if not args.sweep_dir:
         raise CLIError("--resume needs --sweep-dir DIR: the sweep to continue")
     saved = Path(args.sweep_dir) / SETTINGS
     if not saved.exists():
         raise CLIError(f"'{args.sweep_dir}' holds no sweep ({SETTINGS} missing): start one "
                        "without --resume")
-    settings = json.loads(saved.read_text())
-    if (settings["env_id"], settings["algo"]) != (args.env_id, args.algo.lower()):
-        raise CLIError(f"'{args.sweep_dir}' is a sweep of {settings['algo']} on "
-                       f"{settings['env_id']}, not {args.algo} on {args.env_id}")
+    settings, space = _read_json(saved), _read_json(Path(args.sweep_dir) / "space.json")
+    if (settings.get("env_id"), settings.get("algo")) != (args.env_id, args.algo.lower()):
+        raise CLIError(f"'{args.sweep_dir}' is a sweep of {settings.get('algo')} on "
+                       f"{settings.get('env_id')}, not {args.algo} on {args.env_id}")
+    algo, cls = resolve_algo(args.algo)
+    validate_space(space, cls, algo, f"{args.sweep_dir}/space.json",
+                   lambda item: _build_once(args, item))
     settings["sweep_dir"] = str(Path(args.sweep_dir).resolve())
-    return settings, json.loads((Path(args.sweep_dir) / "space.json").read_text())
+    return settings, space
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    from rlgrad.cli.safe_files import read_bounded
+
+    try:
+        data = json.loads(read_bounded(path))
+    except FileNotFoundError:
+        raise CLIError(f"{path} is missing: the sweep cannot be continued") from None
+    except (ValueError, RecursionError) as e:  # not JSON, or nested past the parser's reach
+        raise CLIError(f"{path} is damaged: {type(e).__name__}: {e}") from None
+    if not isinstance(data, dict):
+        raise CLIError(f"{path} is damaged: expected a JSON object")
+    return data
 
 
 def _tune_config(settings: dict[str, Any]) -> Any:
@@ -278,13 +322,16 @@ def _start_ray(address: str | None, cpus: int | None = None) -> bool:
         [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
     try:
         import_ray()
-        return connect(address, check_cpus(cpus))
+        # the trials' output stays in their run directories: the driver prints its own lines
+        return connect(address, check_cpus(cpus), log_to_driver=False)
     except (ImportError, ConnectionError, ValueError) as e:
         raise CLIError(str(e).replace("env runners need Ray", "rlgrad tune needs Ray")) from None
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from ray import tune
+
+    from rlgrad.cli.tune_progress import Progress
 
     settings, space = _resume_settings(args) if args.resume else _settings(args)
     sweep = Path(settings["sweep_dir"])
@@ -306,13 +353,14 @@ def cmd_tune(args: argparse.Namespace) -> int:
             tuner = tune.Tuner.restore(str(exp), trainable, resume_unfinished=True,
                                        resume_errored=True)
         else:
+            progress = Progress(int(settings["samples"]), METRIC, TIME_ATTR)
             tuner = tune.Tuner(trainable, param_space=param_space(space),
                                tune_config=_tune_config(settings),
                                run_config=tune.RunConfig(name="tune", storage_path=str(sweep),
-                                                         verbose=0))
+                                                         verbose=0, callbacks=[progress]))
         print(f"sweep of {settings['samples']} trials ({settings['algo']} on "
-              f"{settings['env_id']}, {settings['steps']} steps each) under {sweep}")
-        with _Interruption() as stop:
+              f"{settings['env_id']}, {settings['steps']} steps each) under {sweep}", flush=True)
+        with _Interruption() as stop, _legacy_output():
             grid = tuner.fit()
         errors = sum(1 for r in grid if r.error is not None)
     finally:
@@ -328,6 +376,21 @@ def cmd_tune(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 130
     return code
+
+
+@contextmanager
+def _legacy_output() -> Iterator[None]:
+    """Tune's older output, which ``verbose=0`` silences (the newer one prints its experiment
+    table and a TensorBoard command at any verbosity): rlgrad prints its own lines."""
+    old = os.environ.get(_NEW_OUTPUT)
+    os.environ[_NEW_OUTPUT] = "0"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(_NEW_OUTPUT, None)
+        else:
+            os.environ[_NEW_OUTPUT] = old
 
 
 class _Interruption:
@@ -390,7 +453,7 @@ def _trial_rows(sweep: Path, steps: int) -> tuple[list[dict[str, Any]], list[Any
 
 def summarize(sweep: Path, settings: dict[str, Any], errors: int = 0) -> int:
     """``results.csv`` (best first) and ``curves.png`` of the sweep; prints the best trial."""
-    from rlgrad.cli.plot import write_curve
+    from rlgrad.cli.plot import short, write_curve
 
     rows, runs = _trial_rows(sweep, int(settings["steps"]))
     if not rows:
@@ -406,7 +469,7 @@ def summarize(sweep: Path, settings: dict[str, Any], errors: int = 0) -> int:
     if any(len(r.steps) for r in runs):
         write_curve(runs, sweep / "curves.png", title=title)
     best = rows[0]
-    shown = ", ".join(f"{k}={best[k]}" for k in best if k not in (
+    shown = ", ".join(f"{k}={short(best[k])}" for k in best if k not in (
         "trial", "final_return", "best_return", "steps", "status", "run_dir"))
     print(f"best trial {best['trial']}: mean episode return {best['final_return']:.1f} ({shown})")
     print(f"results: {sweep / 'results.csv'}  curves: {sweep / 'curves.png'}")

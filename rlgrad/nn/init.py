@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.tensor import Tensor, mark_written
+from rlgrad.tracer import replayed
 
 __all__ = [
     "manual_seed", "default_generator", "calculate_gain", "uniform_", "normal_", "constant_",
@@ -44,6 +45,7 @@ def _array(tensor: Any) -> np.ndarray:
     return arr
 
 
+@replayed  # under rlgrad.jit: made again by the compiled step, at its place
 def _fill(tensor: Any, values: Any) -> Any:
     arr = _array(tensor)
     arr[...] = values  # in place, cast to the tensor's own dtype

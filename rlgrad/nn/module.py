@@ -17,7 +17,18 @@ import numpy as np
 
 from rlgrad.device import check_device, is_device
 from rlgrad.serialization import StateDictError, _source_of
-from rlgrad.tensor import Tensor, _as_array, _init_leaf, constant, get_default_dtype, mark_written
+from rlgrad.tensor import (
+    Tensor,
+    TraceError,
+    _as_array,
+    _init_leaf,
+    _Trace,
+    constant,
+    get_default_dtype,
+    mark_written,
+    user_line,
+)
+from rlgrad.tracer import replayed
 
 __all__ = ["Module", "Parameter", "IncompatibleKeys", "StateDictError"]
 
@@ -51,6 +62,15 @@ class IncompatibleKeys(NamedTuple):
 
     missing_keys: list[str]
     unexpected_keys: list[str]
+
+
+def _refuse_copy_under_jit(what: str) -> None:
+    """A state dict copies arrays outside rlgrad's operations: inside rlgrad.jit the copy would
+    be made once, while tracing, and never again."""
+    raise TraceError(f"rlgrad.jit: {what} at {user_line()} copies the parameters once, while "
+                     "tracing, and the compiled step would not repeat it: copy a network with "
+                     "rlgrad.optim.hard_update(target, source) (repeated at every call), or call "
+                     "it outside the jitted function")
 
 
 class Module:
@@ -258,6 +278,7 @@ class Module:
             p.requires_grad_(requires_grad)
         return self
 
+    @replayed  # under rlgrad.jit: made again by the compiled step, at its place
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.parameters():
             if set_to_none or p.grad is None:
@@ -322,6 +343,8 @@ class Module:
         dict kept as "best model so far" needs a copy: ``copy.deepcopy(sd)`` or
         ``{k: v.clone() ...}``). ``keep_vars=True`` gives the Parameters themselves.
         """
+        if _Trace.compiling and not keep_vars:
+            _refuse_copy_under_jit("state_dict()")
         out: OrderedDict = OrderedDict() if destination is None else destination
         for mod_prefix, mod in self.named_modules(prefix=prefix.rstrip(".")):
             base = f"{mod_prefix}." if mod_prefix else ""
@@ -353,6 +376,8 @@ class Module:
         keys are an error, and a shape mismatch always is. The error (``StateDictError``, a
         ``RuntimeError`` and a ``ValueError``) lists every problem at once.
         """
+        if _Trace.compiling:
+            _refuse_copy_under_jit("load_state_dict()")
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"load_state_dict expects a mapping of names to arrays, got "
                             f"{type(state_dict).__name__}")

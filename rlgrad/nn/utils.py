@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.tensor import Tensor, constant, mark_written
+from rlgrad.tracer import replayed
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
 
@@ -21,6 +22,7 @@ def _params(parameters: Any) -> list[Tensor]:
     return list(parameters)
 
 
+@replayed  # under rlgrad.jit: made again by the compiled step, at its place
 def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
                     error_if_nonfinite: bool = False) -> Tensor:
     """Scale all gradients together so that their global ``norm_type`` norm is at most
@@ -57,6 +59,7 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
     return constant(np.array(total, dtype=dtype))
 
 
+@replayed
 def clip_grad_value_(parameters: Any, clip_value: float) -> None:
     """Clip every gradient element to ``[-clip_value, clip_value]``."""
     for p in _params(parameters):
@@ -72,6 +75,7 @@ def parameters_to_vector(parameters: Iterable[Tensor]) -> np.ndarray:
     return np.concatenate([p._value.reshape(-1) for p in params])
 
 
+@replayed
 def vector_to_parameters(vec: Any, parameters: Iterable[Tensor]) -> None:
     """Copy consecutive slices of ``vec`` into the parameters, in place."""
     v = vec._value if isinstance(vec, Tensor) else np.asarray(vec)

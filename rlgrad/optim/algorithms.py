@@ -25,6 +25,7 @@ import numpy as np
 from rlgrad.creation import _empty_aligned
 from rlgrad.optim.optimizer import Optimizer, _check_hparams
 from rlgrad.tensor import mark_written
+from rlgrad.tracer import replayed
 
 try:  # the flat updates in one pass (C, built by setup.py when a compiler is there): same bits
     from rlgrad.optim import _fused
@@ -213,6 +214,7 @@ class _FlatPath:
             fl = None
         return fl
 
+    @replayed  # under rlgrad.jit: made again by the compiled step, at its place
     def step_arrays(self, grads: Any, scale: float = 1.0) -> None:
         # one group on the flat path: the arrays go straight to the update, scaled inside it
         if len(self.param_groups) == 1:

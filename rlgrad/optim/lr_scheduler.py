@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlgrad.optim.optimizer import Optimizer
+from rlgrad.tracer import replayed
 
 __all__ = [
     "LRScheduler", "LambdaLR", "LinearLR", "ConstantLR", "constant_schedule", "linear_schedule",
@@ -74,6 +75,7 @@ class LRScheduler:
     def get_last_lr(self) -> list[float]:
         return list(self._last_lr)
 
+    @replayed  # under rlgrad.jit: made again by the compiled step, at its place
     def step(self) -> None:
         self.last_epoch += 1
         f = self.factor(self.last_epoch)

@@ -15,7 +15,7 @@ import numpy as np
 from rlgrad.serialization import StateDictError, _source_of
 from rlgrad.tensor import Tensor, constant, mark_written
 from rlgrad.threads import apply_training_default
-from rlgrad.tracer import enable_grad
+from rlgrad.tracer import enable_grad, replayed
 
 __all__ = ["Optimizer", "required"]
 
@@ -87,6 +87,7 @@ class Optimizer:
         group["params"] = ps
         self.param_groups.append(group)
 
+    @replayed  # under rlgrad.jit: made again by the compiled step, at its place
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Forget the gradients (``set_to_none=False`` gives zero arrays instead of None)."""
         for g in self.param_groups:
@@ -96,6 +97,7 @@ class Optimizer:
                 else:
                     p.grad = constant(np.zeros_like(p._value))
 
+    @replayed  # under rlgrad.jit: made again by the compiled step, at its place
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One update of every parameter that has a gradient; returns ``closure()`` if given."""
         loss = None
@@ -108,6 +110,7 @@ class Optimizer:
             mark_written(*(p for p in group["params"] if p.grad is not None))
         return loss
 
+    @replayed  # under rlgrad.jit: made again by the compiled step, at its place
     def step_arrays(self, grads: Any, scale: float = 1.0) -> None:
         """One step as ``p.grad = grads[i] * scale`` then ``step()`` would take it, for
         gradients computed as arrays (one per parameter, in ``param_groups`` order; ``scale``: a

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.tensor import Tensor
+from rlgrad.tracer import replayed
 
 try:  # the optional C module: one pass per pair instead of three NumPy ones (same bits)
     from rlgrad.optim._fused import polyak as _fused_polyak
@@ -40,6 +41,7 @@ def _pairs(params: Any, target_params: Any) -> list[tuple[np.ndarray, np.ndarray
     return list(zip(src, dst))
 
 
+@replayed  # under rlgrad.jit: made again by the compiled step, at its place
 def polyak_update(params: Iterable[Any] | Any, target_params: Iterable[Any] | Any, tau: float) -> None:
     """``target <- (1 - tau) * target + tau * source``, in place, for every pair of tensors.
 
@@ -66,6 +68,7 @@ def soft_update(target: Any, source: Any, tau: float) -> None:
     polyak_update(source, target, tau)
 
 
+@replayed
 def hard_update(target: Any, source: Any) -> None:
     """Copy ``source``'s parameters (and buffers) into ``target``, in place."""
     for s, d in _pairs(source, target):

@@ -16,6 +16,7 @@ from __future__ import annotations
 from rlgrad.rl.a2c import A2C
 from rlgrad.rl.base import BaseAlgorithm, get_schedule_fn, linear_schedule
 from rlgrad.rl.buffers import ReplayBuffer, RolloutBuffer, compute_gae
+from rlgrad.rl.c51 import C51
 from rlgrad.rl.callbacks import (
     BaseCallback,
     CallbackList,
@@ -44,7 +45,7 @@ from rlgrad.rl.td3 import TD3
 from rlgrad.rl.vec_env import DummyVecEnv, SubprocVecEnv, VecCheckNan, VecEnv, VecNormalize
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
-    "reinforce": REINFORCE, "a2c": A2C, "ppo": PPO, "dqn": DQN, "qrdqn": QRDQN,
+    "reinforce": REINFORCE, "a2c": A2C, "ppo": PPO, "dqn": DQN, "qrdqn": QRDQN, "c51": C51,
     "ddpg": DDPG, "td3": TD3, "sac": SAC,
 }
 
@@ -64,7 +65,7 @@ def make_from_preset(algo: str, env_id: str, seed: int = 0, **overrides: object
 
 
 __all__ = [
-    "A2C", "PPO", "REINFORCE", "DQN", "QRDQN", "DDPG", "TD3", "SAC", "ALGORITHMS", "BaseAlgorithm",
+    "A2C", "PPO", "REINFORCE", "DQN", "QRDQN", "C51", "DDPG", "TD3", "SAC", "ALGORITHMS", "BaseAlgorithm",
     "BaseCallback", "CallbackList",
     "FunctionCallback", "CSVWriter", "Logger", "TensorBoardWriter", "Normalizer",
     "RunningMeanStd", "ReplayBuffer", "RolloutBuffer", "compute_gae", "evaluate",

@@ -12,6 +12,8 @@ state (networks, optimizers, counters, RNG streams, normaliser, optionally the r
 from __future__ import annotations
 
 import contextvars
+import math
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -29,6 +31,7 @@ from rlgrad.rl.envs import (
     EnvLike,
     EpisodeStatistics,
     StepAdapter,
+    env_name,
     find_episode_statistics,
     flat_obs_dim,
     get_env_state,
@@ -54,7 +57,13 @@ from rlgrad.rl.sb3_args import (
     split_policy,
     with_extension,
 )
-from rlgrad.rl.schedules import Schedule, get_schedule_fn, linear_schedule
+from rlgrad.rl.schedules import (
+    Schedule,
+    get_schedule_fn,
+    linear_schedule,
+    schedule_from_data,
+    schedule_to_data,
+)
 from rlgrad.rl.steps import set_grads
 from rlgrad.rl.vec_env import LazyInfos, VecEnv, vec_env_view
 
@@ -66,6 +75,17 @@ __all__ = ["BaseAlgorithm", "Schedule", "action_space_error", "constructor_hyper
 
 
 _LOADING: contextvars.ContextVar[bool] = contextvars.ContextVar("rlgrad_loading", default=False)
+
+
+def check_total_timesteps(algo: str, value: Any) -> int:
+    """``learn``'s budget as an int: a whole number >= 0 (``1e5`` too, as SB3 runs it), else
+    ValueError in one line (SB3 runs -1 and 1.5 silently and fails on '100' deep inside)."""
+    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_)
+    if ok and math.isfinite(value) and float(value).is_integer() and value >= 0:
+        return int(value)
+    raise ValueError(f"{algo}.learn(total_timesteps={value!r}): total_timesteps must be a whole "
+                     "number of environment steps >= 0, e.g. learn(100_000)")
 
 
 def check_same_spaces(what: str, venv: Any, observation_space: Any, action_space: Any) -> None:
@@ -108,6 +128,42 @@ def resolve_policy(cls: type, policy: str | None, space: spaces.Space, env_id: s
                          f"{space}: use policy='CnnPolicy' (the default for images)")
     return policy
 
+
+
+def _savable_hyperparams(name: str, hp: dict[str, Any], functions: str) -> dict[str, Any]:
+    """``hp`` with schedules as data; another function refused, or (``functions="start"``)
+    replaced by its starting value with a warning."""
+    if functions not in ("refuse", "start"):
+        raise ValueError(f"{name}.save: function_hyperparams must be 'refuse' or 'start', got "
+                         f"{functions!r}")
+    for k, v in hp.items():
+        if not callable(v):
+            continue
+        data = schedule_to_data(v)
+        if data is not None:
+            hp[k] = data
+        elif functions == "start":
+            hp[k] = float(v(1.0))
+            warnings.warn(f"{name}.save: hyperparameter {k!r} is a function; saved as its "
+                          f"starting value {hp[k]:g} (pass {k}= to load to train with the "
+                          "function again)", stacklevel=3)
+        else:
+            raise ValueError(
+                f"{name}.save: hyperparameter {k!r} is a function ({v!r}), and a checkpoint holds "
+                "no code: use a number, 'lin_X', ConstantSchedule or LinearSchedule (SB3's or "
+                "rlgrad.rl.schedules'), or save(..., function_hyperparams='start') to save its "
+                "starting value")
+    return hp
+
+
+def _refuse_file_module(what: str, env_id: str) -> None:
+    """A checkpoint's ``module:EnvId`` would import ``module`` (run its code): only when the
+    caller names it (``env=``), or when it is imported already (then no code runs)."""
+    module, sep, _ = env_id.rpartition(":")
+    if sep and module and module not in sys.modules:
+        raise ValueError(f"{what}: the checkpoint names the environment {env_id!r}, which would "
+                         f"import module {module!r}: code chosen by a file, not by you. If you "
+                         f"trust it, pass env={env_id!r} (or an environment) to load")
 
 
 class _AlgorithmType(type):
@@ -256,6 +312,10 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         # what checkpoints keep of them: ours, or a wrapper that saves itself (pixel envs' own)
         self._saved_stats = own if own is not None or not hasattr(wrapper, "state_dict") else wrapper
 
+    def _env_name(self) -> str:
+        """The environment's id for messages, or its class for an unregistered instance."""
+        return self.env_id or env_name(self._user_env if self._user_env is not None else self.env)
+
     def _apply_policy_name(self) -> None:
         """SB3's policy name: refused in one line if the spaces or the algorithm do not fit it,
         else its policy_kwargs defaults under the user's."""
@@ -344,6 +404,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         files in ``<tensorboard_log>/<tb_log_name>_<n>`` (a new ``n`` per run, the same one when
         continuing with ``reset_num_timesteps=False``); ``verbose=1`` prints them as SB3's table.
         """
+        total_timesteps = check_total_timesteps(type(self).__name__, total_timesteps)
         if log_interval is not None:
             self.log_interval = log_interval
         self._setup_learn(total_timesteps, reset_num_timesteps)
@@ -359,7 +420,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                     if not self._iteration(cb):
                         break
                 except NonFiniteError as e:
-                    raise NonFiniteError(f"{type(self).__name__} on {self.env_id}, after "
+                    raise NonFiniteError(f"{type(self).__name__} on {self._env_name()}, after "
                                          f"{self.num_timesteps} timesteps: {e}") from None
                 if bar is not None:
                     bar.update()
@@ -560,18 +621,16 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """The constructor arguments (JSON-like) that rebuild this algorithm."""
         return dict(self._hyperparams)
 
-    def save(self, path: str, include_replay_buffer: bool = False) -> None:
+    def save(self, path: str, include_replay_buffer: bool = False,
+             function_hyperparams: str = "refuse") -> None:
         """Write a checkpoint to ``path`` (``.safetensors`` appended when it has no extension,
-        as SB3 appends ``.zip``). A schedule given as a function (a checkpoint holds no code) is
-        saved as its value at the start of training, with a warning; ``load(...,
-        custom_objects=...)`` or a keyword of ``load`` gives it back."""
-        hp = self.get_hyperparams()
-        for k, v in hp.items():
-            if callable(v):
-                hp[k] = float(v(1.0))
-                warnings.warn(f"{type(self).__name__}.save: hyperparameter {k!r} is a function; "
-                              f"saved as its starting value {hp[k]:g} (use a number or a 'lin_X' "
-                              f"string to save a schedule, or pass {k}= to load)", stacklevel=2)
+        as SB3 appends ``.zip``). SB3's standard schedules (``ConstantSchedule``,
+        ``LinearSchedule``, rlgrad's ``linear_schedule``) are saved as data and loaded back as
+        schedules; any other function is code, which a checkpoint does not hold: it is refused
+        unless ``function_hyperparams="start"`` saves its value at the start of training (then
+        ``load(..., name=fn)`` or ``custom_objects`` gives it back)."""
+        hp = _savable_hyperparams(type(self).__name__, self.get_hyperparams(),
+                                  function_hyperparams)
         rlgrad.save({
             "algo": type(self).__name__, "env_id": self.env_id or "", "seed": self.seed,
             "hyperparams": hp, "state": self.get_state(include_replay_buffer),
@@ -595,11 +654,13 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         env = env if env is not None else ckpt["env_id"]
         if not env:
             raise ValueError("this checkpoint was trained on an environment instance; pass env=")
+        if given is None:
+            _refuse_file_module(f"{cls.__name__}.load({path!r})", str(env))
         if given is not None and "spaces" in ckpt:  # before building networks that would not fit
             check_same_spaces(f"{cls.__name__}.load({path!r})",
                               make_vec_env(given, record_statistics=False),
                               ckpt["spaces"]["observation"], ckpt["spaces"]["action"])
-        hp = dict(ckpt["hyperparams"])
+        hp = {k: schedule_from_data(v) for k, v in ckpt["hyperparams"].items()}
         if given is not None and not isinstance(given, str):
             hp.pop("n_envs", None)  # the env passed in has its own number of copies
         hp.update(overrides)

@@ -16,16 +16,16 @@
 
 A variant overrides the hooks, each documented below, and inherits the rest (replay, exploration,
 target sync, the compiled gradient step, checkpoints): ``make_q_net`` (the network),
-``q_values`` (acting), ``bootstrap_values`` (the target network's estimate at s' from the
-networks' outputs there, written once in engine operations: ``next_values`` runs it on NumPy
-outputs, ``next_values_of`` on traced ones inside the compiled step; its shape is free: one number
-or a row per transition), ``loss`` (the loss on a batch). ``rlgrad.rl.QRDQN`` is such a
-variant.
+``q_values`` (acting), ``bootstrap_target`` (the target of each transition from the networks'
+outputs at s', written once in engine operations; every way ``train`` computes targets calls
+it) and ``loss`` (the loss on a batch against those targets). ``target_path`` names the way
+``train`` computes the targets. ``rlgrad.rl.QRDQN`` and ``rlgrad.rl.C51`` are such variants.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
@@ -35,12 +35,7 @@ from rlgrad.nn import functional as F
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.finite import check_update
-from rlgrad.rl.off_policy import (
-    OffPolicyAlgorithm,
-    bootstrapped_target,
-    target_network,
-    td_target_of,
-)
+from rlgrad.rl.off_policy import OffPolicyAlgorithm, target_network, td_target_of
 from rlgrad.rl.policies import cnn_trunk, mlp, mlp_numpy
 from rlgrad.rl.schedules import linear_schedule
 from rlgrad.rl.steps import step_with_grads
@@ -56,14 +51,33 @@ def gather_actions(q: Any, actions: Any) -> Any:
     return ops.sum(ops.where(hit, q, 0.0), axis=1)
 
 
-def _owner(cls: type, name: str) -> type:
-    return next(k for k in cls.__mro__ if name in k.__dict__)
+def bootstrap(b: dict[str, Any], v: Any) -> Any:
+    """``r + gamma (1 - terminated) v`` on a ``batch_dict`` (arrays or traced), ``v`` one value
+    per transition (batch,) or a row of them (batch, k), over which rewards broadcast; a row
+    (1, k) gives every transition the same k values (C51's atoms)."""
+    if len(v.shape) > 1:
+        shape = (b["rewards"].shape[0],) + (1,) * (len(v.shape) - 1)
+        b = {**b, "rewards": ops.reshape(b["rewards"], shape),
+             "not_terminated": ops.reshape(b["not_terminated"], shape)}
+    return td_target_of(b, v)
+
+
+#: The values of ``DQN.target_path``.
+TARGET_PATHS = ("stacked", "step", "batch")
 
 
 class DQN(OffPolicyAlgorithm):
     action_spaces = (spaces.Discrete,)
     cnn_policy = True  # image observations: a CNN trunk (Nature / MinAtar) under the Q head
     trace_settings = ("clip_delta", "double_q")  # the Huber loss's delta; Double DQN's branch
+    #: Where ``train`` computes the targets (``bootstrap_target``); the paths give the same
+    #: numbers to float32 rounding (other matrix shapes, traced vs NumPy forwards).
+    #: "stacked": those of all the minibatches of a ``train`` call in one NumPy pass before the
+    #: steps, once per distinct transition (the target network is fixed during the call), or
+    #: "step" when the call makes one step or the targets read the online network
+    #: (``double_q``). "step": inside the compiled gradient step (``td_loss``). "batch": each
+    #: minibatch's in NumPy before its step (``td_target``; for a hook that cannot be traced).
+    target_path: ClassVar[str] = "stacked"
 
     def __init__(self, env: EnvLike, learning_rate: Any = 1e-4, buffer_size: int = 1_000_000,
                  learning_starts: int = 100, batch_size: int = 32, tau: float = 1.0,
@@ -122,24 +136,19 @@ class DQN(OffPolicyAlgorithm):
         what acting takes the argmax of."""
         return mlp_numpy(self.q_net if net is None else net, obs)
 
-    def next_values(self, next_obs: np.ndarray) -> np.ndarray:
-        """The target network's value of each next state, ``bootstrap_values`` of the networks'
-        outputs computed in NumPy (no graph); ``td_target`` bootstraps from it."""
-        return self.bootstrap_values(mlp_numpy(self.q_net_target, next_obs),
-                                     lambda: mlp_numpy(self.q_net, next_obs))
-
-    def next_values_of(self, next_obs: Any) -> Any:
-        """``next_values`` in engine operations (a compiled step's part; no gradient flows)."""
-        return self.bootstrap_values(self.q_net_target(next_obs), lambda: self.q_net(next_obs))
-
-    def bootstrap_values(self, target_out: Any, online_out: Any) -> Any:
-        """The value of each next state from the networks' outputs there, arrays or Tensors
-        alike (engine operations take both): ``max_a Q'(s', a)``, or for Double DQN
-        ``Q'(s', argmax_a Q(s', a))``; shape (batch,). ``online_out()`` gives the online
-        network's output (computed only when read, i.e. by Double DQN)."""
+    def bootstrap_target(self, b: dict[str, Any], target_out: Any,
+                         online_out: Callable[[], Any]) -> Any:
+        """The target ``loss`` regresses onto, for each transition of ``b`` (a ``batch_dict``;
+        read ``rewards``, ``not_terminated``, ``gamma``), from the networks' outputs at s':
+        ``target_out`` the target network's, ``online_out()`` the online network's (computed
+        when called; read only with ``double_q``). Engine operations on arrays or traced Tensors
+        alike: every ``target_path`` calls it. DQN's: ``r + gamma (1 - terminated) max_a
+        Q'(s', a)``, for Double DQN ``Q'(s', argmax_a Q(s', a))``; shape (batch,)."""
         if self.double_q:
-            return gather_actions(target_out, ops.argmax(online_out(), axis=1))
-        return ops.max(target_out, axis=1)
+            v = gather_actions(target_out, ops.argmax(online_out(), axis=1))
+        else:
+            v = ops.max(target_out, axis=1)
+        return bootstrap(b, v)
 
     def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """The training loss on ``batch`` = {"obs", "actions", "target"}: the Huber loss
@@ -148,27 +157,12 @@ class DQN(OffPolicyAlgorithm):
         q_a = gather_actions(self.q_net(batch["obs"]), batch["actions"])
         return F.huber_loss(q_a, batch["target"], delta=self.clip_delta), {}
 
-    def targets_fixed_during_train(self) -> bool:
-        """Whether ``next_values`` reads only the target network, which does not change during
-        ``train()``: then the targets of all its minibatches are computed in one pass."""
-        return not self.double_q
-
     def td_loss(self, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-        """``loss`` with the target computed in the step from a ``batch_dict``:
-        ``r + gamma (1 - terminated) next_values_of(s')`` (rewards broadcast over a row of
-        values)."""
-        v = ops.stop_gradient(self.next_values_of(b["next_obs"]))
-        if len(v.shape) > 1:
-            shape = (v.shape[0],) + (1,) * (len(v.shape) - 1)
-            b = {**b, "rewards": ops.reshape(b["rewards"], shape),
-                 "not_terminated": ops.reshape(b["not_terminated"], shape)}
-        return self.loss({"obs": b["obs"], "actions": b["actions"], "target": td_target_of(b, v)})
-
-    def _targets_in_step(self) -> bool:
-        """Whether ``next_values_of`` is the pair of ``next_values`` (a variant that overrides
-        only ``next_values`` gets its targets computed outside the step)."""
-        cls = type(self)
-        return issubclass(_owner(cls, "next_values_of"), _owner(cls, "next_values"))
+        """``loss`` with the target computed in the step from a ``batch_dict`` ("step")."""
+        x = b["next_obs"]
+        y = self.bootstrap_target(b, self.q_net_target(x), lambda: self.q_net(x))
+        return self.loss({"obs": b["obs"], "actions": b["actions"],
+                          "target": ops.stop_gradient(y)})
 
     # ---- acting -------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -205,34 +199,49 @@ class DQN(OffPolicyAlgorithm):
 
     # ---- learning -------------------------------------------------------------------------------
     def td_target(self, b: ReplayBatch) -> np.ndarray:
-        """y = r + gamma * (1 - terminated) * next_values(s'), one row per transition."""
-        return bootstrapped_target(b.rewards, b.terminated, self.gamma,
-                                   self.next_values(b.next_observations))
+        """``bootstrap_target`` of a minibatch in NumPy (no graph): the "batch" path."""
+        return self._numpy_target(self.batch_dict(b))
+
+    def _numpy_target(self, d: dict[str, Any]) -> np.ndarray:
+        x = d["next_obs"]
+        y = self.bootstrap_target(d, mlp_numpy(self.q_net_target, x),
+                                  lambda: mlp_numpy(self.q_net, x))
+        return np.asarray(y, dtype=np.float32)
+
+    def train_target_path(self, gradient_steps: int) -> str:
+        """The path a ``train`` call of ``gradient_steps`` steps takes: ``target_path``, with
+        "stacked" turned into "step" when it would not pay or not hold (see ``target_path``)."""
+        if self.target_path not in TARGET_PATHS:
+            raise ValueError(f"{type(self).__name__}.target_path is {self.target_path!r}; "
+                             f"set one of {', '.join(TARGET_PATHS)}")
+        if self.target_path == "stacked" and (self.double_q or gradient_steps == 1):
+            return "step"
+        return self.target_path
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
-        """The targets of all minibatches in one pass outside the steps when the target network
-        alone gives them and there are several steps; else each step computes its own, compiled
-        (one batch, or Double DQN)."""
+        """``gradient_steps`` updates on minibatches drawn at once, their targets computed
+        where ``train_target_path`` says."""
         self._set_lr(self.optimizer)
         losses = np.empty(gradient_steps)
         # All the minibatches in one draw (the same rows as drawing them one by one), stacked.
         stacked, idx = self.sample_many(gradient_steps, batch_size)
+        path = self.train_target_path(gradient_steps)
         targets = None
-        if self.targets_fixed_during_train() and gradient_steps > 1:
+        if path == "stacked":
             y = self._stacked_targets(stacked, idx)
             targets = y.reshape((gradient_steps, batch_size) + y.shape[1:])
-        in_step = targets is None and self._targets_in_step()
+        in_step = path == "step"
         step, params = self.compiled_step("td_loss" if in_step else "loss",
                                           self.td_loss if in_step else self.loss, [self.optimizer])
         for i in range(gradient_steps):
             rows = slice(i * batch_size, (i + 1) * batch_size)
-            if targets is not None:  # slice only what the step reads
+            if in_step:
+                batch = self.batch_dict(ReplayBatch(*(part[rows] for part in stacked)))
+            else:  # slice only what the step reads
+                y = targets[i] if targets is not None else \
+                    self.td_target(ReplayBatch(*(part[rows] for part in stacked)))
                 batch = {"obs": stacked.observations[rows], "actions": stacked.actions[rows],
-                         "target": targets[i]}
-            else:
-                b = ReplayBatch(*(part[rows] for part in stacked))
-                batch = self.batch_dict(b) if in_step else {
-                    "obs": b.observations, "actions": b.actions, "target": self.td_target(b)}
+                         "target": y}
             loss, _, grads = step(batch)
             check_update({"loss": loss})
             step_with_grads((self.optimizer,), params, grads, self.max_grad_norm)
@@ -245,25 +254,29 @@ class DQN(OffPolicyAlgorithm):
     _TARGET_CHUNK = 1024
 
     def _stacked_targets(self, b: ReplayBatch, idx: np.ndarray) -> np.ndarray:
-        """``td_target`` of the stacked minibatches (``idx``: the buffer rows drawn), with
-        ``next_values`` run once per distinct transition (a draw of 8,192 from a young buffer
-        repeats many) and in chunks of ``_TARGET_CHUNK`` rows, whose activations stay in cache:
-        ~30% faster than one product over the whole stack (the last chunk overlaps the one before
-        to keep its size). Small stacks take ``td_target`` directly."""
+        """``td_target`` of the stacked minibatches (``idx``: the buffer rows drawn), computed
+        once per distinct transition (a draw of 8,192 from a young buffer repeats many) and in
+        chunks of ``_TARGET_CHUNK`` rows, whose activations stay in cache: ~30% faster than one
+        product over the whole stack (the last chunk overlaps the one before to keep its size).
+        Small stacks take ``td_target`` directly."""
         C = self._TARGET_CHUNK
         if len(idx) < 2 * C:
             return self.td_target(b)
+        d = self.batch_dict(b)
         uniq, first, inverse = np.unique(idx, return_index=True, return_inverse=True)
-        x = b.next_observations[first] if len(uniq) < len(idx) else b.next_observations
-        if len(x) < C:  # pad: every product has C rows
-            x = np.concatenate([x, np.repeat(x[:1], C - len(x), axis=0)])
-        chunks = [(min(a, len(x) - C), self.next_values(x[min(a, len(x) - C):][:C]))
-                  for a in range(0, len(x), C)]
-        v = np.empty((len(x),) + chunks[0][1].shape[1:], chunks[0][1].dtype)
+        repeats = len(uniq) < len(idx)
+        rows = {k: d[k][first] if repeats else d[k] for k in ("next_obs", "rewards",
+                                                               "not_terminated")}
+        n = len(rows["rewards"])
+        if n < C:  # pad: every product has C rows
+            rows = {k: np.concatenate([v, np.repeat(v[:1], C - n, axis=0)]) for k, v in rows.items()}
+        starts = [min(a, len(rows["rewards"]) - C) for a in range(0, len(rows["rewards"]), C)]
+        chunks = [(a, self._numpy_target({**{k: v[a:a + C] for k, v in rows.items()},
+                                          "gamma": d["gamma"]})) for a in starts]
+        y = np.empty((len(rows["rewards"]),) + chunks[0][1].shape[1:], np.float32)
         for a, chunk in chunks:
-            v[a:a + C] = chunk
-        v_next = v[:len(uniq)][inverse] if len(uniq) < len(idx) else v
-        return bootstrapped_target(b.rewards, b.terminated, self.gamma, v_next)
+            y[a:a + C] = chunk
+        return y[:n][inverse] if repeats else y
 
     def _modules(self) -> dict[str, Any]:
         return {"q_net": self.q_net, "q_net_target": self.q_net_target}

@@ -24,7 +24,7 @@ from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 from rlgrad.random import generator_state_dict, load_generator_state
-from rlgrad.rl.finite import check_transition
+from rlgrad.rl.finite import NonFiniteError, check_transition, nonfinite_actions
 from rlgrad.rl.one_env import OneEnvSyncVectorEnv
 
 EnvLike = str | gym.Env | VectorEnv
@@ -77,6 +77,8 @@ def make_vec_env(
     Atari's evaluation form (whole games, raw rewards).
     """
     env_kwargs = dict(env_kwargs or {})
+    if isinstance(env, str) and env_kwargs.get("render_mode") is not None:
+        check_render_mode(env_kwargs["render_mode"], _registered_render_modes(env), env)
     if isinstance(env, str) and _pixel_kind(env):
         from rlgrad.rl.atari import make_pixel_vec_env
 
@@ -125,11 +127,39 @@ def make_vec_env(
             f"expected a Gymnasium id, Env, VectorEnv or env factory, got {type(env).__name__}"
         )
     autoreset_mode(venv)  # validates
+    check_render_mode(getattr(venv, "render_mode", None), venv.metadata.get("render_modes"),
+                      env_name(env))
     if record_statistics and find_episode_statistics(venv) is None:
         venv = RecordEpisodeStatistics(venv, buffer_length=100)
     if seed is not None:
         seed_env(venv, seed)
     return venv
+
+
+def env_name(env: Any) -> str:
+    """An environment's id for messages: its id, its registered id, else its class."""
+    if isinstance(env, str):
+        return env
+    spec = getattr(env, "spec", None)
+    return getattr(spec, "id", None) or type(getattr(env, "unwrapped", env)).__name__
+
+
+def _registered_render_modes(env_id: str) -> Any:
+    """The render modes the class registered as ``env_id`` offers (checked before it is built,
+    so that Gymnasium does not warn first), or None if it does not say."""
+    from gymnasium.envs.registration import load_env_creator
+
+    entry = env_spec(env_id).entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    return (getattr(creator, "metadata", None) or {}).get("render_modes")
+
+
+def check_render_mode(mode: Any, modes: Any, name: str) -> None:
+    """ValueError, one line, for a render_mode the environment does not offer (Gymnasium only
+    warns, then the first render fails or draws nothing)."""
+    if mode is not None and modes is not None and mode not in modes:
+        raise ValueError(f"{name}: render_mode={mode!r} is not one of its render modes "
+                         f"{list(modes)} (or None, no rendering)")
 
 
 def _pixel_kind(env_id: str) -> str | None:
@@ -298,6 +328,33 @@ def preprocess_obs(obs: np.ndarray, space: spaces.Space) -> np.ndarray:
     return obs.reshape(len(obs), -1) if obs.ndim != 2 else obs
 
 
+def space_str(space: Any) -> str:
+    """A space for a message: a Box by its shape and dtype (its bounds fill lines)."""
+    if isinstance(space, spaces.Box):
+        return f"Box(shape={space.shape}, dtype={space.dtype})"
+    return str(space)
+
+
+_RETURNS = {"reset": "(observation, info)",
+            "step": "(observation, reward, terminated, truncated, info)"}
+
+
+def env_api_error(call: str, e: ValueError, venv: Any) -> ValueError:
+    """The ValueError of a vector env's ``reset`` / ``step`` said as what the environment did
+    wrong (NumPy's "Output array is the wrong shape" or "too many values to unpack" name
+    nothing); another ValueError as it was."""
+    msg, space = str(e), getattr(venv, "single_observation_space", None)
+    if "values to unpack" in msg:
+        return ValueError(f"the environment's {call}() must return {_RETURNS[call]} "
+                          f"(Gymnasium's API) and returned something else ({msg}): fix its {call}")
+    if any(k in msg for k in ("wrong shape", "could not broadcast", "same shape",
+                              "setting an array element")):
+        return ValueError(f"the environment's {call}() returned an observation that does not "
+                          f"fit its observation_space {space_str(space)} ({msg}): fix its {call}() or its "
+                          "observation_space")
+    return e
+
+
 class StepAdapter:
     """Steps a vector env and says which transitions are real, whatever its autoreset mode.
 
@@ -333,7 +390,10 @@ class StepAdapter:
         self._prev_done, self._prev_any = value, True  # True: look at the rows at the next step
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        obs, _ = self.venv.reset(seed=seed)
+        try:
+            obs, _ = self.venv.reset(seed=seed)
+        except ValueError as e:
+            raise env_api_error("reset", e, self.venv) from None
         self.prev_done[:] = False
         self._prev_any = True
         if self.statistics is not None:
@@ -342,11 +402,17 @@ class StepAdapter:
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
                                                   np.ndarray, np.ndarray]:
-        obs, rew, term, trunc, info = self.venv.step(actions)
+        try:
+            obs, rew, term, trunc, info = self.venv.step(actions)
+        except ValueError as e:
+            raise env_api_error("step", e, self.venv) from None
         self.last_info = info  # for callbacks (SB3's locals["infos"]), split only if read
         self.steps += 1
         if self.check_finite:
-            check_transition(obs, rew, self.steps)
+            try:
+                check_transition(obs, rew, self.steps)
+            except NonFiniteError as e:
+                raise nonfinite_actions(actions, self.steps) or e from None
         done = term | trunc
         any_done = np.count_nonzero(done) > 0  # (count_nonzero: a fraction of .any()'s cost)
         if self.next_step:

@@ -13,8 +13,16 @@ from typing import Any
 import numpy as np
 
 from rlgrad.rl.envs import EnvLike, StepAdapter, make_vec_env
+from rlgrad.rl.finite import nonfinite_actions
 from rlgrad.rl.monitor import Monitor
 from rlgrad.rl.vec_env import as_vec_env
+
+
+def _check_actions(actions: Any, step: int) -> None:
+    """NonFiniteError for a model whose actions hold NaN / inf (its returns would be NaN)."""
+    bad = nonfinite_actions(np.asarray(actions), step, by="the model's predict")
+    if bad is not None:
+        raise bad
 
 
 def evaluate(agent: Any, env: EnvLike | None = None, n_episodes: int = 20,
@@ -41,6 +49,7 @@ def evaluate(agent: Any, env: EnvLike | None = None, n_episodes: int = 20,
     returns: list[float] = []
     while len(returns) < n_episodes:
         actions, _ = agent.predict(obs, deterministic=deterministic)
+        _check_actions(actions, adapter.steps + 1)
         obs, r, term, trunc, valid, _ = adapter.step(actions)
         ret += np.where(valid, r, 0.0)
         for i in np.flatnonzero(term | trunc):
@@ -86,6 +95,7 @@ def evaluate_policy(model: Any, env: Any, n_eval_episodes: int = 10, determinist
     while (counts < targets).any():
         actions, states = model.predict(observations, state=states, episode_start=episode_starts,
                                         deterministic=deterministic)
+        _check_actions(actions, int(current_lengths.max()) + 1)
         new_observations, rewards, dones, infos = env.step(actions)
         current_rewards += rewards
         current_lengths += 1

@@ -55,6 +55,19 @@ def check_transition(obs: Any, rewards: Any, step: int) -> None:
                 f"check_finite=False to train on it anyway")
 
 
+def nonfinite_actions(actions: Any, step: int, by: str = "the policy") -> NonFiniteError | None:
+    """The error for actions holding NaN / inf (a non-finite observation or reward that follows
+    is their doing, not the environment's), or None if they are finite."""
+    if not isinstance(actions, np.ndarray) or actions.dtype.kind not in "fc":
+        return None
+    bad = _first_bad(actions)
+    if bad is None:
+        return None
+    return NonFiniteError(
+        f"{by} produced a non-finite action ({bad[1]}) for environment {bad[0]} at vector step "
+        f"{step}: its weights or its inputs hold NaN/inf (the environment is not at fault)")
+
+
 def check_update(terms: dict[str, Any]) -> None:
     """Raise NonFiniteError naming the first loss term that is not finite."""
     for name, value in terms.items():

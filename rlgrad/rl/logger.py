@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import itertools
 import os
 import re
 import sys
 from collections.abc import Iterator
 from typing import Any, Protocol
+
+from rlgrad.serialization import atomic_replace
 
 _FILE_IDS = itertools.count(1)
 
@@ -90,14 +93,21 @@ class CSVWriter:
         new = [k for k in row if k not in self.keys]
         if new or not os.path.exists(self.path):
             self.keys += new
-            tmp = self.path + ".tmp"
-            with open(tmp, "w", newline="", encoding="utf-8") as f:
+            with atomic_replace(self.path) as tmp, open(tmp, "w", newline="",
+                                                        encoding="utf-8") as f:
                 w = csv.DictWriter(f, fieldnames=self.keys)
                 w.writeheader()
                 w.writerows(self.rows)
-            os.replace(tmp, self.path)
         else:
-            with open(self.path, "a", newline="", encoding="utf-8") as f:
+            # O_NOFOLLOW: rows are never appended to the target of a link put in the file's place
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0))
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise OSError(e.errno, f"{self.path} is a symbolic link; metrics are never "
+                                  "written through links (replace it with the file)") from None
+                raise
+            with os.fdopen(fd, "a", newline="", encoding="utf-8") as f:
                 csv.DictWriter(f, fieldnames=self.keys).writerow(row)
 
 

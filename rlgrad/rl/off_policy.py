@@ -88,16 +88,6 @@ def target_network(net: Module) -> Module:
     return copy.deepcopy(net).requires_grad_(False)
 
 
-def bootstrapped_target(rewards: np.ndarray, terminated: np.ndarray, gamma: float,
-                        next_values: np.ndarray) -> np.ndarray:
-    """The TD target ``r + gamma (1 - terminated) next_values`` in float32; truncation still
-    bootstraps. ``next_values`` holds one estimate per row, ``(n,)``, or several, ``(n, k)``
-    (QR-DQN's quantiles): rewards and terminations broadcast over them."""
-    shape = (len(rewards),) + (1,) * (np.ndim(next_values) - 1)
-    not_term = 1.0 - np.asarray(terminated, dtype=np.float32).reshape(shape)
-    return (rewards.reshape(shape) + gamma * not_term * next_values).astype(np.float32)
-
-
 def min_of(qs: list[Any]) -> Any:
     """The elementwise minimum of the critics' estimates (clipped double Q)."""
     out = qs[0]
@@ -377,10 +367,15 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 g["lr"] = lr
         self.logger.record("train/learning_rate", lr)
 
+    def get_state(self, include_replay_buffer: bool = True) -> dict[str, Any]:
+        state = super().get_state(include_replay_buffer)
+        if include_replay_buffer:  # only then: its state_dict is a copy of the whole buffer
+            state["replay_buffer"] = self.replay_buffer.state_dict()
+        return state
+
     def _extra_state(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "off_policy": {"n_calls": self._n_calls, "last_dump_episode": self._last_dump_episode},
-            "replay_buffer": self.replay_buffer.state_dict(),
         }
         if self.action_noise is not None:
             out["action_noise"] = self.action_noise.state_dict()

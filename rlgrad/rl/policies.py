@@ -17,6 +17,7 @@ of BLAS calls. Training goes through the modules (``forward``), i.e. through the
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_nu
 from rlgrad.nn import init
 from rlgrad.nn.functional import _linear, _linear_relu
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
-from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs
+from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs, space_str
 from rlgrad.tensor import Tensor
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -49,7 +50,33 @@ def _act_cls(activation_fn: Any) -> type:
     return activation_fn
 
 
+#: bytes a float32 parameter holds while training: its value, its gradient, Adam's two moments
+TRAINING_BYTES_PER_PARAM = 16
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def check_mlp_memory(sizes: list[int]) -> None:
+    """ValueError, one line, before allocating, for layers whose parameters (with gradients and
+    Adam's moments) would not fit in this machine's memory: NumPy's own error comes after a
+    long traceback, or the machine swaps."""
+    n = sum(a * b + b for a, b in zip(sizes, sizes[1:], strict=False))
+    need, have = n * TRAINING_BYTES_PER_PARAM, physical_memory()
+    if have is not None and need > have:
+        raise ValueError(f"policy_kwargs.net_arch: layers {sizes} (with the observation and "
+                         f"action sizes) have {n:,} parameters, {need / 2**30:,.1f} GiB with "
+                         f"their gradients and Adam's moments, more than this machine's "
+                         f"{have / 2**30:,.1f} GiB: choose smaller layers")
+
+
 def mlp(sizes: list[int], activation_fn: Any, output_activation: Any = None) -> nn.MLP:
+    check_mlp_memory(sizes)
     return nn.MLP(sizes, activation=_act_cls(activation_fn), output_activation=output_activation)
 
 
@@ -115,10 +142,29 @@ def _ortho(net: nn.Module, gain: float, generator: np.random.Generator) -> None:
                 init.zeros_(m.bias)
 
 
+def check_observation(space: spaces.Space, obs: np.ndarray, given: Any) -> None:
+    """ValueError, one line, for what ``predict`` was given that is not one observation of
+    ``space`` or a batch of them (else a matmul's shape error, or ``len() of unsized object``)."""
+    if isinstance(space, spaces.Box):
+        fits = obs.shape == space.shape or obs.shape[1:] == space.shape
+        want = f"shape {space.shape} or a batch of shape (n, {', '.join(map(str, space.shape))})"
+    elif isinstance(space, spaces.Discrete):
+        fits, want = obs.ndim <= 1, "an integer or a 1-D batch of integers"
+    else:
+        return  # (Dict and other spaces: checked where they are flattened)
+    if obs.dtype.kind not in "biuf":
+        fits, want = False, f"numbers ({want})"
+    if not fits:
+        what = "None" if given is None else f"an array of shape {obs.shape} ({obs.dtype})"
+        raise ValueError(f"predict: got {what}; the observation space is {space_str(space)}: pass one "
+                         f"observation of {want}")
+
+
 def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.ndarray, None]:
     """``act`` on a batch of preprocessed observations, for one observation or a batch (SB3's
     ``predict`` convention: ``(actions, None)``, one action for one observation)."""
     obs = np.asarray(observation)
+    check_observation(space, obs, observation)
     single = obs.shape == space.shape if isinstance(space, spaces.Box) else obs.ndim == 0
     if single:
         obs = obs[None]

@@ -8,7 +8,7 @@ mean (the Q-value); the target is the whole row of quantiles of that action at s
     sum_i mean_{b, j} |tau_i - 1{u_bij < 0}| huber_kappa(u_bij),   u_bij = y_bj - theta_i(s_b, a_b)
 
 (SB3-contrib's ``quantile_huber_loss(..., sum_over_quantiles=True)``; ``kappa = clip_delta``, 1 as
-there). It is DQN with its hooks overridden (``make_q_net``, ``q_values``, ``bootstrap_values``,
+there). It is DQN with its hooks overridden (``make_q_net``, ``q_values``, ``bootstrap_target``,
 ``loss``): replay, exploration, target sync, the compiled gradient step and
 checkpoints are DQN's.
 ``policy_kwargs`` takes ``n_quantiles`` (200, SB3-contrib's default), ``net_arch`` and
@@ -18,13 +18,14 @@ and Adam's ``eps`` is ``0.01 / batch_size`` as in the paper.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
 
 from rlgrad import nn, ops, optim
 from rlgrad.nn import functional as F
-from rlgrad.rl.dqn import DQN, gather_actions
+from rlgrad.rl.dqn import DQN, bootstrap, gather_actions
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.hyperparams import apply_defaults
 from rlgrad.rl.policies import mlp_numpy
@@ -72,13 +73,15 @@ class QRDQN(DQN):
     def q_values(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
         return self.quantiles(obs, net).mean(axis=2)
 
-    def bootstrap_values(self, target_out: Any, online_out: Any) -> Any:
-        """The target network's quantiles of the greedy action at s' (by their mean; with
-        ``double_q`` the online network's mean picks it), shape (batch, n_quantiles)."""
+    def bootstrap_target(self, b: dict[str, Any], target_out: Any,
+                         online_out: Callable[[], Any]) -> Any:
+        """``r + gamma (1 - terminated) theta'_j(s', a*)``: the target network's quantiles of the
+        greedy action a* at s' (by their mean; with ``double_q`` the online network's mean picks
+        it), shape (batch, n_quantiles)."""
         shape = (target_out.shape[0], self.n_actions, self.n_quantiles)
         theta = ops.reshape(target_out, shape)
         q = ops.mean(ops.reshape(online_out(), shape) if self.double_q else theta, axis=2)
-        return gather_actions(theta, ops.argmax(q, axis=1))
+        return bootstrap(b, gather_actions(theta, ops.argmax(q, axis=1)))
 
     def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """Quantile Huber loss of the taken action's quantiles against the target rows."""

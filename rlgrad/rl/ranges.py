@@ -122,7 +122,7 @@ RANGES: dict[str, Range] = {
     "ent_coef": Range(0.0, choices=("auto",)),  # SAC also takes "auto_X" (see _ent_coef_ok)
     "vf_coef": _NON_NEGATIVE,
     "normalize_advantage": _FLAG,
-    "n_epochs": _COUNT,
+    "n_epochs": Range(1, 10_000, integer=True),  # more: a typo, a run that never ends
     "clip_range": Range(0.0, lo_open=True, schedule=True),
     "clip_range_vf": Range(0.0, lo_open=True, schedule=True, none_ok=True),
     "target_kl": Range(0.0, lo_open=True, none_ok=True),

@@ -26,11 +26,67 @@ def get_schedule_fn(value: float | str | Schedule) -> Schedule:
 
 def linear_schedule(start: float, end: float, end_fraction: float) -> Schedule:
     """From ``start`` to ``end`` over the first ``end_fraction`` of training, then ``end``."""
+    return LinearSchedule(start, end, end_fraction)
 
-    def fn(progress_remaining: float) -> float:
+
+class ConstantSchedule:
+    """SB3's ``ConstantSchedule``: ``val`` throughout. Data, so a checkpoint can hold it."""
+
+    def __init__(self, val: float) -> None:
+        self.val = float(val)
+
+    def __call__(self, progress_remaining: float) -> float:
+        return self.val
+
+    def __repr__(self) -> str:
+        return f"ConstantSchedule(val={self.val})"
+
+
+class LinearSchedule:
+    """SB3's ``LinearSchedule`` (and ``get_linear_fn``), the same formula: ``start`` to ``end``
+    over the first ``end_fraction`` of training, then ``end``."""
+
+    def __init__(self, start: float, end: float, end_fraction: float) -> None:
+        self.start, self.end, self.end_fraction = float(start), float(end), float(end_fraction)
+
+    def __call__(self, progress_remaining: float) -> float:
         done = 1.0 - progress_remaining
-        if done > end_fraction:
-            return end
-        return start + done * (end - start) / end_fraction
+        if done > self.end_fraction:
+            return self.end
+        return self.start + done * (self.end - self.start) / self.end_fraction
 
-    return fn
+    def __repr__(self) -> str:
+        return (f"LinearSchedule(start={self.start}, end={self.end}, "
+                f"end_fraction={self.end_fraction})")
+
+
+def schedule_to_data(fn: object) -> dict[str, object] | None:
+    """SB3's standard schedules (``ConstantSchedule``, ``LinearSchedule``, ``FloatSchedule`` of
+    them) and rlgrad's as plain data for a checkpoint; None for any other callable (code, which
+    a checkpoint does not hold)."""
+    kind, module = type(fn).__name__, type(fn).__module__.partition(".")[0]
+    if module not in ("rlgrad", "stable_baselines3"):
+        return None
+    if kind == "FloatSchedule":
+        return schedule_to_data(getattr(fn, "value_schedule", None))
+    if kind == "ConstantSchedule":
+        return {"$schedule": "constant", "val": float(fn.val)}
+    if kind == "LinearSchedule":
+        return {"$schedule": "linear", "start": float(fn.start), "end": float(fn.end),
+                "end_fraction": float(fn.end_fraction)}
+    return None
+
+
+def schedule_from_data(value: object) -> object:
+    """``value``, or the schedule ``schedule_to_data`` recorded in it."""
+    if not isinstance(value, dict) or "$schedule" not in value:
+        return value
+    kind = value["$schedule"]
+    try:
+        if kind == "constant":
+            return ConstantSchedule(value["val"])
+        if kind == "linear":
+            return LinearSchedule(value["start"], value["end"], value["end_fraction"])
+    except (KeyError, TypeError, ValueError):
+        pass
+    raise ValueError(f"a saved schedule is damaged or unknown: {value!r}")

@@ -5,6 +5,8 @@ locally, sized to the machine (or to ``RLGRAD_RAY_CPUS``, ``--ray-cpus``), witho
 dashboard; with ``host:port`` or ``ray://host:port`` the address is first probed (a TCP
 connection and gRPC's HTTP/2 handshake, a few seconds at most), so that a typo, a stopped
 cluster or another server at that port is one clear line instead of Ray's long retry loop.
+A local Ray is torn down with the process that started it, however that process ends
+(``watchdog.py``).
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 #: seconds the probe of a cluster address may take
@@ -26,6 +31,10 @@ CPUS_VAR = "RLGRAD_RAY_CPUS"
 #: GCS and Ray Client servers are gRPC, which answers with a SETTINGS frame of its own
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 INSTALL_HINT = "pip install 'rlgrad[ray]'"
+#: the environment variable that marks the processes of a local Ray rlgrad started
+TOKEN_VAR = "RLGRAD_RAY_TOKEN"
+#: the watchdog of the local Ray this process started last (``watchdog.py``)
+_watchdog: subprocess.Popen[bytes] | None = None
 
 
 def import_ray() -> Any:
@@ -101,19 +110,20 @@ def probe(address: str, timeout: float = PROBE_TIMEOUT_S) -> None:
                               "printed (--ray-address / RAY_ADDRESS)")
 
 
-def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
+def connect(address: str | None = None, num_cpus: int | None = None,
+            log_to_driver: bool = True) -> bool:
     """Initialise Ray unless it already is; returns True if this call started it.
 
     ``address``: None (or ``"local"``) starts a local instance unless ``RAY_ADDRESS`` is set;
     ``"auto"`` joins the cluster started on this machine with ``ray start``; ``host:port``
-    joins that cluster's head.
+    joins that cluster's head. ``log_to_driver=False``: the workers' output is not printed here.
     """
     ray = import_ray()
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or "local"
     probe(address)
-    opts: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": True}
+    opts: dict[str, Any] = {"logging_level": logging.ERROR, "log_to_driver": log_to_driver}
     if address == "local":
         opts.update(num_cpus=num_cpus if num_cpus is not None else check_cpus(None),
                     include_dashboard=False)
@@ -121,16 +131,37 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> bool:
     # handler checkpoints before it stops)
     main = threading.current_thread() is threading.main_thread()
     term = signal.getsignal(signal.SIGTERM) if main else None
+    token = _watch() if address == "local" else None
     try:
         _init(ray, address, opts)
     except ConnectionError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConnectionError(f"cannot connect to the Ray cluster at {address}: {first}") from None
     finally:
+        if token is not None:  # only Ray's processes, started by ray.init, carry it
+            os.environ.pop(TOKEN_VAR, None)
         if main and term is not None:
             signal.signal(signal.SIGTERM, term)
     _quiet_worker_deaths()
     return True
+
+
+def _watch() -> str | None:
+    """Starts ``watchdog.py`` for the local Ray about to be started and puts its token in this
+    process's environment (for ``ray.init`` to hand on); the token, or None without ``/proc``."""
+    global _watchdog
+    if not os.path.isdir("/proc"):
+        return None
+    if _watchdog is not None:  # the previous local Ray's: shut down already, its watch ends
+        _watchdog.stdin.close()  # type: ignore[union-attr]
+        _watchdog.wait()
+    token = f"rlgrad-ray-{uuid.uuid4().hex}"
+    env = {k: v for k, v in os.environ.items() if k != TOKEN_VAR}
+    _watchdog = subprocess.Popen(
+        [sys.executable, "-S", str(Path(__file__).with_name("watchdog.py")), token,
+         str(os.getpid())], stdin=subprocess.PIPE, env=env, start_new_session=True)
+    os.environ[TOKEN_VAR] = token
+    return token
 
 
 def _init(ray: Any, address: str, opts: dict[str, Any], attempts: int = 2) -> None:
