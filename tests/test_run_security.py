@@ -268,3 +268,22 @@ def test_a_fifo_where_the_checkpoint_should_be_gives_way_to_the_previous_one(
     assert main(["eval", str(run1), "--episodes", "1"]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "not a regular file" in err[0] and "checkpoint.1" in err[0], err
+
+
+
+def test_a_sweeps_results_are_never_written_through_a_link(tmp_path: Path) -> None:
+    """``rlgrad tune`` writes results.csv (and its trials' and settings' files) through a
+    temporary file and a rename: a link put in results.csv's place is refused in one line and
+    its target is left as it was."""
+    from rlgrad.cli.tune import summarize
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    sweep = tmp_path / "sweep"
+    (sweep / "trials").mkdir(parents=True)
+    (sweep / "trials" / "t0.json").write_text(
+        '{"trial": "t0", "run_dir": "%s", "config": {}}' % (tmp_path / "no-run"))
+    (sweep / "results.csv").symlink_to(victim)
+    with pytest.raises(CLIError, match="link"):
+        summarize(sweep, {"steps": 100, "algo": "ppo", "env_id": "CartPole-v1"})
+    assert victim.read_text() == "keep me"

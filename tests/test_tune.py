@@ -213,3 +213,34 @@ def test_interrupted_sweep_resumes(tmp_path):
         if 0 < b < 6000:  # not from scratch: from its last checkpoint (every 1000 steps or so)
             assert len(cfg["resumes"]) == 1, cfg.get("resumes")
             assert b - 1300 < cfg["resumes"][0]["from_step"] <= b, (b, cfg["resumes"])
+
+
+@needs_ray
+def test_sweep_killed_with_sigkill_resumes(tmp_path):
+    """kill -9 of the sweep's driver (no chance to save anything on the way out): ``--resume``
+    finishes every trial, each run going on from a checkpoint of its own (steps never repeat)."""
+    space = tmp_path / "space.yaml"
+    space.write_text(TINY)
+    sweep = tmp_path / "sweep"
+    cmd = _cmd(sweep, space, "--samples", "2", "--steps", "6000", "--checkpoint-every", "1000")
+    p = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
+    end = time.monotonic() + 120
+    while time.monotonic() < end and len(list(sweep.glob("runs/*/checkpoint.safetensors"))) < 2:
+        time.sleep(0.1)
+    assert p.poll() is None, p.communicate()[1][-2000:]
+    os.kill(p.pid, signal.SIGKILL)
+    p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGKILL
+    out = subprocess.run([*cmd, "--resume"], cwd=ROOT, env=_env(), capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = _read(sweep)
+    assert len(rows) == 2 and all(r["status"] == "finished" for r in rows), rows
+    for r in rows:
+        with open(Path(r["run_dir"]) / "metrics.csv") as f:
+            steps = [int(x["time/total_timesteps"]) for x in csv.DictReader(f)]
+        assert steps == sorted(set(steps)) and steps[-1] >= 6000, steps
+    resumed = [yaml.safe_load((Path(r["run_dir"]) / "config.yaml").read_text()).get("resumes")
+               for r in rows]
+    assert all(resumed), resumed  # both had a checkpoint when killed: neither started over

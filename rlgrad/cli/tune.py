@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rlgrad.cli.errors import CLIError, did_you_mean
+from rlgrad.cli.run_dir import atomic_write_bytes
 
 METRIC = "ep_rew_mean"
 TIME_ATTR = "timesteps"
@@ -193,8 +195,8 @@ def run_trial(config: dict[str, Any], settings: dict[str, Any]) -> None:
     run_dir = sweep / "runs" / trial
     sets = _fit_batch(settings, [f"{k}={v}" for k, v in config.items()])
     (sweep / "trials").mkdir(exist_ok=True)
-    (sweep / "trials" / f"{trial}.json").write_text(json.dumps(
-        {"trial": trial, "run_dir": str(run_dir), "config": config}, default=str))
+    atomic_write_bytes(sweep / "trials" / f"{trial}.json", json.dumps(
+        {"trial": trial, "run_dir": str(run_dir), "config": config}, default=str).encode())
     reporter = TuneReporter()
     EXTRA_WRITERS.append(lambda: reporter)
     try:
@@ -342,8 +344,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     try:
         if not args.resume:
             sweep.mkdir(parents=True, exist_ok=True)
-            (sweep / SETTINGS).write_text(json.dumps(settings, indent=1))
-            (sweep / "space.json").write_text(json.dumps(space, indent=1))
+            atomic_write_bytes(sweep / SETTINGS, json.dumps(settings, indent=1).encode())
+            atomic_write_bytes(sweep / "space.json", json.dumps(space, indent=1).encode())
         trainable = tune.with_resources(tune.with_parameters(run_trial, settings=settings),
                                         {"cpu": 1})
         exp = sweep / "tune"
@@ -459,11 +461,12 @@ def summarize(sweep: Path, settings: dict[str, Any], errors: int = 0) -> int:
     if not rows:
         raise CLIError(f"no trial of the sweep in '{sweep}' has started")
     fields = list(dict.fromkeys(k for r in rows for k in r))
-    with open(sweep / "results.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=["rank", *fields])
-        w.writeheader()
-        for i, r in enumerate(rows, 1):
-            w.writerow({"rank": i, **r})
+    table = io.StringIO(newline="")
+    w = csv.DictWriter(table, fieldnames=["rank", *fields])
+    w.writeheader()
+    for i, r in enumerate(rows, 1):
+        w.writerow({"rank": i, **r})
+    atomic_write_bytes(sweep / "results.csv", table.getvalue().encode())
     title = (f"{settings['algo'].upper()} on {settings['env_id']}: {len(rows)} trials, "
              f"mean episode return")
     if any(len(r.steps) for r in runs):
