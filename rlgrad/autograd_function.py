@@ -46,6 +46,11 @@ class _Ctx:
         """One gradient (or None) per argument from the outputs' gradients ``grads``."""
         raise NotImplementedError
 
+    def _all_grads(self, grads: list[Any], materialize: bool = True) -> list[Any]:
+        """One gradient per output of the forward (``grads`` holds the differentiable ones')."""
+        return [grads[o] if isinstance(o, int) else _no_gradient(o, materialize)
+                for o in self._layout]
+
     def _grads_for(self, g: Any, argv: tuple) -> list[Any]:
         """The arguments' gradients for the node's gradient ``g``, computed once for all the
         node's rules (the engine calls one rule per argument with the same ``g``)."""
@@ -204,9 +209,8 @@ class FunctionCtx(_Ctx):
         self.materialize_grads = bool(value)
 
     def _backward(self, grads: list[Any], argv: tuple) -> tuple:
-        full = [grads[o] if isinstance(o, int) else _no_gradient(o, self.materialize_grads)
-                for o in self._layout]  # every output has its place, as in torch
-        return self._cls.backward(self, *full)
+        # every output has its place, as in torch
+        return self._cls.backward(self, *self._all_grads(grads, self.materialize_grads))
 
 
 def _no_gradient(out: Any, materialize: bool) -> Any:
