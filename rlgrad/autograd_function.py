@@ -14,6 +14,7 @@ subclass says how the output's gradients become the arguments' (``_backward``).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -39,7 +40,8 @@ class _Ctx:
 
     _n_out = 0  # number of differentiable outputs: the node's first arguments
     _shapes: list[tuple[int, ...]]
-    _outputs: list[Tensor]  # the outputs as the caller got them (the node, or slices of it)
+    _outputs: list[Any]  # weak references to the outputs as the caller got them (node or slices)
+    _last = -1  # the last argument a rule is called for: the memo is dropped after it
     _name = "Function"
 
     def _backward(self, grads: list[Any], argv: tuple) -> tuple:
@@ -125,7 +127,10 @@ def _vjp(i: int, g: Any, ans: Any, *argv: Any, ctx: _Ctx) -> Any:
     k = i - ctx._n_out
     if k < 0:  # an output's own history is not followed: the custom rule replaces it
         return None
-    return ctx._grads_for(g, argv)[k]
+    out = ctx._grads_for(g, argv)[k]
+    if i == ctx._last:
+        ctx._memo = None  # the pass is done with this node: free what backward made
+    return out
 
 
 def _no_jvp(i: int, t: Any, ans: Any, *argv: Any, ctx: _Ctx) -> Any:
@@ -162,7 +167,9 @@ def connect(call: Callable, ctx: _Ctx, args: tuple, out: Any, nondiff: set[int])
     if not isinstance(node, Tensor) or not node.requires_grad:
         return out  # nothing needed a gradient
     new = _split(ctx, node)
-    ctx._outputs = new
+    ctx._outputs = [weakref.ref(o) for o in new]  # weak: the node holds ctx (no cycle)
+    needing = [ctx._n_out + i for i, a in enumerate(args) if isinstance(a, Tensor) and a.requires_grad]
+    ctx._last = needing[-1] if needing else -1
     ctx._index = {id(o): k for k, o in enumerate(diff)}
     ctx._layout = [ctx._index.get(id(o), o) for o in outs]  # k: the k-th gradient; else the output
     swap = dict(zip(map(id, diff), new))
@@ -198,7 +205,7 @@ class FunctionCtx(_Ctx):
         index = getattr(self, "_index", {})
         if not is_grad_enabled() or not index:
             return self._saved
-        return tuple(self._outputs[index[id(t)]] if id(t) in index else t for t in self._saved)
+        return tuple(_output(self, index[id(t)], t) if id(t) in index else t for t in self._saved)
 
     def mark_non_differentiable(self, *tensors: Tensor) -> None:
         self._nondiff.update(id(t) for t in tensors)
@@ -219,6 +226,12 @@ def _no_gradient(out: Any, materialize: bool) -> Any:
     if not materialize or not isinstance(out, Tensor):
         return None
     return constant(np.zeros_like(out._value))
+
+
+def _output(ctx: _Ctx, k: int, saved: Tensor) -> Tensor:
+    """Output ``k`` as the caller got it (in the graph), or the saved value if it is gone."""
+    out = ctx._outputs[k]()
+    return saved if out is None else out
 
 
 class Function:

@@ -381,3 +381,21 @@ def test_torch_import_paths() -> None:
 
     mod = importlib.import_module("rlgrad.autograd.function")
     assert mod.once_differentiable is once_differentiable and mod.Function is rlgrad.autograd.Function
+
+
+@pytest.mark.parametrize("fn, extra", [(ExpR, ()), (SplitR, (rlgrad.tensor(X), 2))], ids=["one", "three"])
+def test_an_output_dropped_is_freed_without_the_cycle_collector(fn: Any, extra: tuple) -> None:
+    """The node holds its ctx and the ctx only weak references to the outputs: no cycle."""
+    import gc
+    import weakref
+
+    x = rlgrad.tensor(X.copy(), requires_grad=True)
+    gc.disable()
+    try:
+        out = fn.apply(x, *extra)
+        first = out[0] if isinstance(out, tuple) else out
+        ref = weakref.ref(first)
+        del out, first
+        assert ref() is None
+    finally:
+        gc.enable()
