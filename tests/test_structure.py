@@ -27,7 +27,7 @@ ALLOWED_LONG_FUNCTIONS: set[tuple[str, str]] = set()  # (module, qualified funct
 # Where primitives may be defined (docs/engine.md, "Where primitives live").
 PRIMITIVE_MODULES = {
     "rlgrad.ops", "rlgrad.nn.functional", "rlgrad.special", "rlgrad.estimators", "rlgrad.rl.ppo",
-    "rlgrad.numpy.linalg", "rlgrad.distributions.categorical",
+    "rlgrad.numpy.linalg", "rlgrad.distributions.categorical", "rlgrad.autograd_function",
 }
 
 
