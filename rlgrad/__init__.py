@@ -35,6 +35,7 @@ from rlgrad.creation import (  # noqa: F401
     zeros,
     zeros_like,
 )
+from rlgrad.custom_derivatives import custom_jvp, custom_vjp
 from rlgrad.device import backends, cuda, device
 from rlgrad.gradcheck import check_grads, gradcheck
 from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_add
@@ -77,6 +78,7 @@ __all__ = [
     "scatter_add", "get_default_dtype", "set_default_dtype", "jit", "linearize", "jacfwd", "jacrev",
     "device", "cuda", "backends", "as_tensor", "from_numpy", "empty_like", "full_like",
     "set_num_threads", "get_num_threads", "compile", "set_num_interop_threads", "get_num_interop_threads",
+    "custom_vjp", "custom_jvp",
     *_toplevel_all,
 ]
 

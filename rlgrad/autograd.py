@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import numpy as np
 
+from rlgrad import autograd_function as function
+from rlgrad.autograd_function import Function, FunctionCtx, once_differentiable
 from rlgrad.core import NO_GRAD_HINT, match_dtype, run_backward
 from rlgrad.tensor import Tensor, constant
 from rlgrad.tracer import enable_grad, is_grad_enabled, no_grad, set_grad_enabled
 
-__all__ = ["backward", "grad", "no_grad", "enable_grad", "set_grad_enabled", "is_grad_enabled"]
+sys.modules[__name__ + ".function"] = function  # ``from rlgrad.autograd.function import ...``
+
+__all__ = ["Function", "FunctionCtx", "once_differentiable", "function", "backward", "grad", "no_grad",
+           "enable_grad", "set_grad_enabled", "is_grad_enabled"]
 
 
 def _as_tuple(x: Any) -> tuple:

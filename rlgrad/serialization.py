@@ -236,8 +236,10 @@ def _file_crc(f: Any, at: int) -> int:
     f.seek(0)
     crc = zlib.crc32(_UNSEALED, zlib.crc32(f.read(at)))
     f.seek(at + len(_UNSEALED))
-    while chunk := f.read(1 << 22):
-        crc = zlib.crc32(chunk, crc)
+    chunk = bytearray(1 << 18)  # one small buffer, reused: a checkpoint's save stays far below
+    view = memoryview(chunk)  # the size of what it saves (a replay buffer left out included)
+    while n := f.readinto(chunk):
+        crc = zlib.crc32(view[:n], crc)
     return crc
 
 
