@@ -272,18 +272,52 @@ def test_simple_multi_obs_env_shortest_path() -> None:
     assert rewards == [-0.1] * 5 + [1.0] and env.state == 15
 
 
-def test_invalid_action_env_masks() -> None:
-    np.random.seed(0)
-    env = envs.InvalidActionEnvDiscrete(dim=6, n_invalid_actions=3, ep_length=20)
-    obs, _ = env.reset()
-    for _ in range(20):
-        mask = env.action_masks()
-        assert len(mask) == 6 and sum(mask) == 3 and mask[obs]
-        obs, r, _, trunc, _ = env.step(obs)
-        assert r == 1.0
-    assert trunc
-    with pytest.raises(ValueError, match="n_invalid_actions"):
-        envs.InvalidActionEnvDiscrete(dim=3, n_invalid_actions=3)
+INVALID_CASES = [("InvalidActionEnvDiscrete", {"dim": 6, "n_invalid_actions": 3}),
+                 ("InvalidActionEnvDiscrete", {"dim": 1}),
+                 ("InvalidActionEnvMultiDiscrete", {"dims": [3, 4, 2], "n_invalid_actions": 5}),
+                 ("InvalidActionEnvMultiBinary", {"dims": 4, "n_invalid_actions": 4})]
+
+
+@pytest.mark.parametrize("name,kwargs", INVALID_CASES)
+def test_invalid_action_envs_like_sb3_contrib(name: str, kwargs: dict) -> None:
+    contrib = pytest.importorskip("sb3_contrib.common.envs")
+    runs = []
+    for module in (envs, contrib):
+        np.random.seed(6)  # the hidden slots are drawn from NumPy's generator
+        env = getattr(module, name)(ep_length=20, **kwargs)
+        env.action_space.seed(6)
+        obs, _ = env.reset()
+        steps = []
+        for _ in range(20):
+            mask = env.action_masks()
+            steps.append((obs, list(env.invalid_actions), mask))
+            obs, r, _, trunc, _ = env.step(obs)
+            assert r == 1.0
+        assert trunc
+        runs.append(steps)
+    _same(runs[0], runs[1])
+    n = kwargs.get("n_invalid_actions", 0)
+    for obs, _, mask in runs[0]:
+        assert sum(mask) == len(mask) - n
+        assert all(mask[int(i)] for i in _used_slots(name, kwargs, obs))  # right one allowed
+
+
+def _used_slots(name: str, kwargs: dict, obs: Any) -> np.ndarray:
+    """The mask slots of the observation's values (the action that earns the reward)."""
+    if name.endswith("MultiDiscrete"):
+        return np.cumsum([0, *kwargs["dims"][:-1]]) + obs
+    if name.endswith("MultiBinary"):
+        return 2 * np.arange(len(obs)) + obs
+    return np.atleast_1d(obs)
+
+
+def test_invalid_action_envs_refuse_too_many() -> None:
+    for cls, kwargs in ((envs.InvalidActionEnvDiscrete, {"dim": 3, "n_invalid_actions": 3}),
+                        (envs.InvalidActionEnvMultiDiscrete, {"dims": [2, 2],
+                                                              "n_invalid_actions": 3}),
+                        (envs.InvalidActionEnvMultiBinary, {"dims": 2, "n_invalid_actions": 3})):
+        with pytest.raises(ValueError, match="n_invalid_actions"):
+            cls(**kwargs)
 
 
 # ---- common.preprocessing -----------------------------------------------------------------------

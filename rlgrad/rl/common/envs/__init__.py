@@ -1,4 +1,4 @@
-"""``stable_baselines3.common.envs`` (and sb3-contrib's ``InvalidActionEnvDiscrete``): small
+"""``stable_baselines3.common.envs`` (and sb3-contrib's ``InvalidActionEnv*``): small
 Gymnasium envs for tests and examples."""
 
 from rlgrad.rl.common.envs.bit_flipping_env import BitFlippingEnv
@@ -9,9 +9,13 @@ from rlgrad.rl.common.envs.identity_env import (
     IdentityEnvMultiBinary,
     IdentityEnvMultiDiscrete,
 )
-from rlgrad.rl.common.envs.invalid_actions_env import InvalidActionEnvDiscrete
+from rlgrad.rl.common.envs.invalid_actions_env import (
+    InvalidActionEnvDiscrete,
+    InvalidActionEnvMultiBinary,
+    InvalidActionEnvMultiDiscrete,
+)
 from rlgrad.rl.common.envs.multi_input_envs import SimpleMultiObsEnv
 
 __all__ = ["BitFlippingEnv", "FakeImageEnv", "IdentityEnv", "IdentityEnvBox",
            "IdentityEnvMultiBinary", "IdentityEnvMultiDiscrete", "InvalidActionEnvDiscrete",
-           "SimpleMultiObsEnv"]
+           "InvalidActionEnvMultiBinary", "InvalidActionEnvMultiDiscrete", "SimpleMultiObsEnv"]
