@@ -114,6 +114,86 @@ def test_get_system_info(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == text.strip()
 
 
+def test_float_schedule_and_run_ids(tmp_path: Any) -> None:
+    for value in (2, 0.5, utils.LinearSchedule(1.0, 0.0, 0.5), lambda p: np.float32(p)):
+        ours, theirs = utils.FloatSchedule(value), sb3_utils.FloatSchedule(value)
+        got = [ours(p) for p in PROGRESS]
+        assert got == [theirs(p) for p in PROGRESS] and all(type(v) is float for v in got)
+    assert utils.FloatSchedule(utils.FloatSchedule(0.3)).value_schedule.val == 0.3
+    with pytest.raises(TypeError, match="number or a callable"):
+        utils.FloatSchedule("fast")
+    for name in ("PPO_1", "PPO_3", "PPO_x", "PPO_2_1", "A2C_7", "PPO_12"):
+        (tmp_path / name).mkdir()
+    for log_name in ("PPO", "PPO_2", "A2C", "SAC"):
+        assert (utils.get_latest_run_id(str(tmp_path), log_name)
+                == sb3_utils.get_latest_run_id(str(tmp_path), log_name))
+
+
+def test_parameters_by_name_and_learning_rate() -> None:
+    from rlgrad import nn, optim
+
+    net = nn.Sequential(nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1))
+    tnet = th.nn.Sequential(th.nn.Linear(2, 3), th.nn.Tanh(), th.nn.Linear(3, 1))
+    for names in (["bias"], ["2."], ["0.weight", "2.bias"], ["nothing"]):
+        got = utils.get_parameters_by_name(net, names)
+        ref = sb3_utils.get_parameters_by_name(tnet, names)
+        assert [tuple(g.shape) for g in got] == [tuple(r.shape) for r in ref]
+        sd = net.state_dict()
+        want = [sd[k] for k in sd if any(n in k for n in names)]
+        assert all(np.array_equal(np.asarray(g), np.asarray(w)) for g, w in zip(got, want,
+                                                                                 strict=True))
+    opt = optim.Adam(net.parameters(), lr=1e-3)
+    utils.update_learning_rate(opt, 0.25)
+    assert [g["lr"] for g in opt.param_groups] == [0.25]
+
+
+OBS_CASES = [
+    (spaces.Box(-1, 1, (3,)), [np.zeros(3), np.zeros((2, 3)), np.zeros((2, 2))]),
+    (spaces.Box(-1, 1, (2, 3)), [np.zeros((2, 3)), np.zeros((4, 2, 3)), np.zeros(3)]),
+    (spaces.Discrete(4), [np.array(1), np.arange(3), np.zeros((2, 2))]),
+    (spaces.MultiDiscrete([2, 3]), [np.zeros(2), np.zeros((5, 2)), np.zeros((5, 3))]),
+    (spaces.MultiBinary(4), [np.zeros(4), np.zeros((3, 4)), np.zeros((3, 4, 1))]),
+    (spaces.Dict({"a": spaces.Box(-1, 1, (2,)), "b": spaces.Discrete(3)}),
+     [{"a": np.zeros(2), "b": np.array(1)}, {"a": np.zeros((4, 2)), "b": np.arange(4)},
+      {"a": np.zeros((4, 2)), "b": np.zeros((4, 2))}]),
+]
+
+
+@pytest.mark.parametrize("space,observations", OBS_CASES, ids=[str(c[0]) for c in OBS_CASES])
+def test_is_vectorized_observation_like_sb3(space: spaces.Space, observations: list) -> None:
+    for obs in observations:
+        try:
+            expected: Any = sb3_utils.is_vectorized_observation(obs, space)
+        except ValueError:
+            expected = ValueError
+        if expected is ValueError:
+            with pytest.raises(ValueError):
+                utils.is_vectorized_observation(obs, space)
+        else:
+            assert utils.is_vectorized_observation(obs, space) is expected
+    with pytest.raises(ValueError, match="Cannot determine"):
+        utils.is_vectorized_observation(np.zeros(1), spaces.Tuple([spaces.Discrete(2)]))
+
+
+def test_space_checks_like_sb3() -> None:
+    env = envs.IdentityEnv(3)
+    utils.check_for_correct_spaces(env, spaces.Discrete(3), spaces.Discrete(3))
+    for obs_space, act_space in ((spaces.Discrete(4), spaces.Discrete(3)),
+                                 (spaces.Discrete(3), spaces.Discrete(2))):
+        with pytest.raises(ValueError, match="do not match"):
+            utils.check_for_correct_spaces(env, obs_space, act_space)
+    box, other = spaces.Box(-1, 1, (2,)), spaces.Box(0, 5, (2,))
+    utils.check_shape_equal(box, other)
+    utils.check_shape_equal(spaces.Dict({"a": box}), spaces.Dict({"a": other}))
+    for a, b in ((box, spaces.Box(-1, 1, (3,))), (spaces.Dict({"a": box}), spaces.Dict({"b": box})),
+                 (spaces.Dict({"a": box}), spaces.Dict({"a": spaces.Box(-1, 1, (1,))}))):
+        with pytest.raises(AssertionError):  # SB3's type, and ValueError too
+            sb3_utils.check_shape_equal(a, b)
+        with pytest.raises(AssertionError) as err:
+            utils.check_shape_equal(a, b)
+        assert isinstance(err.value, ValueError)
+
+
 # ---- common.running_mean_std --------------------------------------------------------------------
 def test_running_mean_std_matches_sb3() -> None:
     rng = np.random.default_rng(2)

@@ -9,11 +9,20 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from rlgrad.device import device as _device
+from rlgrad.optim.lr_scheduler import update_learning_rate
 from rlgrad.optim.target import polyak_update
+from rlgrad.rl.logger import next_run_dir
 from rlgrad.rl.on_policy import explained_variance
-from rlgrad.rl.schedules import ConstantSchedule, LinearSchedule, get_schedule_fn, linear_schedule
+from rlgrad.rl.schedules import (
+    ConstantSchedule,
+    FloatSchedule,
+    LinearSchedule,
+    get_schedule_fn,
+    linear_schedule,
+)
 
 
 def set_random_seed(seed: int, using_cuda: bool = False) -> None:
@@ -99,6 +108,80 @@ def get_system_info(print_info: bool = True) -> tuple[dict[str, str], str]:
     return env_info, env_info_str
 
 
-__all__ = ["ConstantSchedule", "LinearSchedule", "constant_fn", "explained_variance", "get_device",
-           "get_linear_fn", "get_schedule_fn", "get_system_info", "obs_as_tensor", "polyak_update",
-           "safe_mean", "set_random_seed", "zip_strict"]
+def get_latest_run_id(log_path: str = "", log_name: str = "") -> int:
+    """The largest ``n`` of the run folders ``<log_path>/<log_name>_<n>`` (0 when there is none)."""
+    return int(next_run_dir(log_path, log_name, new=False).rsplit("_", 1)[1])
+
+
+def get_parameters_by_name(model: Any, included_names: Iterable[str]) -> list[Any]:
+    """The tensors of ``model.state_dict()`` whose names contain one of ``included_names``."""
+    return [p for name, p in model.state_dict().items()
+            if any(key in name for key in included_names)]
+
+
+def check_for_correct_spaces(env: Any, observation_space: spaces.Space,
+                             action_space: spaces.Space) -> None:
+    """ValueError when ``env``'s spaces are not these (a model loaded with another env)."""
+    if observation_space != env.observation_space:
+        raise ValueError(f"Observation spaces do not match: {observation_space} != "
+                         f"{env.observation_space}")
+    if action_space != env.action_space:
+        raise ValueError(f"Action spaces do not match: {action_space} != {env.action_space}")
+
+
+class SpaceMismatchError(ValueError, AssertionError):
+    """Spaces that should agree do not; an ``AssertionError`` too, which SB3 raises there."""
+
+
+def check_shape_equal(space1: spaces.Space, space2: spaces.Space) -> None:
+    """Two Box spaces (or the Box entries of two Dict spaces, same keys) have the same shapes."""
+    if isinstance(space1, spaces.Dict):
+        if not isinstance(space2, spaces.Dict) or space1.spaces.keys() != space2.spaces.keys():
+            raise SpaceMismatchError(f"spaces must be Dict spaces with the same keys: {space1} != {space2}")
+        for key in space1.spaces:
+            check_shape_equal(space1.spaces[key], space2.spaces[key])
+    elif isinstance(space1, spaces.Box) and space1.shape != space2.shape:
+        raise SpaceMismatchError(f"spaces must have the same shape: {space1.shape} != {space2.shape}")
+
+
+def _single_shape(space: spaces.Space) -> tuple[int, ...]:
+    """The shape of one observation of ``space`` as an array."""
+    if isinstance(space, spaces.Discrete):
+        return ()
+    if isinstance(space, spaces.MultiDiscrete):
+        return (len(space.nvec),)
+    return tuple(space.shape)
+
+
+def is_vectorized_observation(observation: Any, observation_space: spaces.Space) -> bool:
+    """Whether ``observation`` is a batch (n_env, ...) of observations of the space rather than
+    one; ValueError, naming the shapes allowed, when it is neither."""
+    if isinstance(observation_space, spaces.Dict):
+        keys = observation_space.spaces
+        single = [np.shape(observation[k]) == _single_shape(s) for k, s in keys.items()]
+        batch = [np.shape(observation[k])[1:] == _single_shape(s) for k, s in keys.items()]
+        if all(single) or all(batch):
+            return not all(single)
+        key = next(k for k, b in zip(keys, batch, strict=True) if not b)
+        raise ValueError(f"There seems to be a mix of vectorized and non-vectorized observations: "
+                         f"key {key!r} has shape {np.shape(observation[key])} for "
+                         f"{keys[key]}")
+    if not isinstance(observation_space, spaces.Box | spaces.Discrete | spaces.MultiDiscrete
+                      | spaces.MultiBinary):
+        raise ValueError("Error: Cannot determine if the observation is vectorized with the space "
+                         f"type {observation_space}.")
+    shape, one = np.shape(observation), _single_shape(observation_space)
+    if shape == one:
+        return False
+    if len(shape) == len(one) + 1 and shape[1:] == one:
+        return True
+    raise ValueError(f"Error: Unexpected observation shape {shape} for {observation_space}: "
+                     f"use {one} or (n_env, {', '.join(map(str, one))}) for the observation "
+                     "shape".replace(", )", ")"))
+
+
+__all__ = ["ConstantSchedule", "FloatSchedule", "LinearSchedule", "SpaceMismatchError",
+           "check_for_correct_spaces", "check_shape_equal", "constant_fn", "explained_variance",
+           "get_device", "get_latest_run_id", "get_linear_fn", "get_parameters_by_name",
+           "get_schedule_fn", "get_system_info", "is_vectorized_observation", "obs_as_tensor",
+           "polyak_update", "safe_mean", "set_random_seed", "update_learning_rate", "zip_strict"]
