@@ -39,17 +39,24 @@ PROGRESS = np.linspace(1.0, 0.0, 21)
 
 @pytest.mark.parametrize("args", [(1.0, 0.05, 0.1), (0.5, 2.0, 0.5), (3e-4, 0.0, 1.0)])
 def test_get_linear_fn(args: tuple[float, float, float]) -> None:
-    ours, theirs = utils.get_linear_fn(*args), _quiet(sb3_utils.get_linear_fn, *args)
+    with pytest.warns(FutureWarning, match="LinearSchedule"):
+        ours = utils.get_linear_fn(*args)
+    theirs = _quiet(sb3_utils.get_linear_fn, *args)
     np.testing.assert_allclose([ours(p) for p in PROGRESS], [theirs(p) for p in PROGRESS],
                                rtol=1e-15)
 
 
 def test_constant_and_schedule_fn() -> None:
     theirs = _quiet(sb3_utils.constant_fn, 0.25)
-    assert [utils.constant_fn(0.25)(p) for p in PROGRESS] == [theirs(p) for p in PROGRESS]
-    for value in (3, 0.125, lambda p: 0.5 * p):
-        ours, ref = utils.get_schedule_fn(value), _quiet(sb3_utils.get_schedule_fn, value)
-        assert [ours(p) for p in PROGRESS] == [ref(p) for p in PROGRESS]
+    with pytest.warns(FutureWarning, match="ConstantSchedule"):
+        ours = utils.constant_fn(0.25)
+    assert [ours(p) for p in PROGRESS] == [theirs(p) for p in PROGRESS]
+    for value in (3, 0.125, lambda p: 0.5 * p, lambda p: np.float32(p)):
+        with pytest.warns(FutureWarning, match="FloatSchedule"):
+            ours = utils.get_schedule_fn(value)
+        ref = _quiet(sb3_utils.get_schedule_fn, value)
+        got = [ours(p) for p in PROGRESS]
+        assert got == [ref(p) for p in PROGRESS] and all(type(v) is float for v in got)
 
 
 def test_safe_mean_explained_variance_zip_strict() -> None:

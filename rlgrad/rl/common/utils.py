@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import platform
 import re
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -20,9 +21,9 @@ from rlgrad.rl.schedules import (
     ConstantSchedule,
     FloatSchedule,
     LinearSchedule,
-    get_schedule_fn,
     linear_schedule,
 )
+from rlgrad.rl.schedules import get_schedule_fn as _get_schedule_fn
 
 
 def set_random_seed(seed: int, using_cuda: bool = False) -> None:
@@ -37,14 +38,29 @@ def set_random_seed(seed: int, using_cuda: bool = False) -> None:
     rlgrad.random.seed(seed)
 
 
+def _deprecated(name: str, instead: str) -> None:
+    """SB3 2.x deprecates its schedule functions for the schedule classes; so does this module."""
+    warnings.warn(f"{name}() is deprecated, please use {instead}() instead", FutureWarning,
+                  stacklevel=3)
+
+
+def get_schedule_fn(value_schedule: Callable[[float], float] | float | str) -> FloatSchedule:
+    """SB3's (deprecated) schedule of a number or a callable, with float values; rlgrad's
+    ``"lin_X"`` strings too."""
+    _deprecated("get_schedule_fn", "FloatSchedule")
+    return FloatSchedule(_get_schedule_fn(value_schedule))
+
+
 def get_linear_fn(start: float, end: float, end_fraction: float) -> Callable[[float], float]:
-    """SB3's linear schedule of the progress remaining (1 -> 0): ``start`` to ``end`` over the
-    first ``end_fraction`` of training."""
+    """SB3's (deprecated) linear schedule of the progress remaining (1 -> 0): ``start`` to
+    ``end`` over the first ``end_fraction`` of training."""
+    _deprecated("get_linear_fn", "LinearSchedule")
     return linear_schedule(start, end, end_fraction)
 
 
 def constant_fn(val: float) -> Callable[[float], float]:
-    """SB3's constant schedule: ``val`` whatever the progress."""
+    """SB3's (deprecated) constant schedule: ``val`` whatever the progress."""
+    _deprecated("constant_fn", "ConstantSchedule")
     return ConstantSchedule(val)
 
 
