@@ -33,10 +33,12 @@ from rlgrad.nn.losses import (
     SmoothL1Loss,
 )
 from rlgrad.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
+from rlgrad.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ = [
     "Module", "Parameter", "IncompatibleKeys", "StateDictError", "functional", "init", "utils",
     "Identity", "Linear", "Conv2d", "Flatten", "Sequential", "ModuleList", "ModuleDict", "ReLU",
     "Tanh", "Sigmoid", "SiLU", "ELU", "Softplus", "LeakyReLU", "LayerNorm", "MLP",
+    "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
     "MSELoss", "HuberLoss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
 ]

@@ -17,11 +17,12 @@ from numpy.lib.stride_tricks import as_strided
 
 from rlgrad import ops
 from rlgrad.indexing import one_hot as _one_hot
+from rlgrad.random import numpy_generator as _numpy_generator
 from rlgrad.tensor import Tensor, _const, _shape, _size, _Trace
 from rlgrad.tracer import FUSED_PAIRS, defjvp, defjvp_elementwise, defvjp, primitive
 
 __all__ = [
-    "linear", "conv2d", "relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu",
+    "linear", "conv2d", "dropout", "relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu",
     "softmax", "log_softmax", "logsumexp", "one_hot", "layer_norm", "flatten",
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "cross_entropy", "nll_loss",
     "binary_cross_entropy_with_logits",
@@ -662,6 +663,19 @@ def leaky_relu(input: Any, negative_slope: float = 0.01) -> Any:  # noqa: A002
 
 def silu(input: Any) -> Any:  # noqa: A002
     return input * ops.sigmoid(input)
+
+
+def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:  # noqa: A002
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)`` (training only)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    keep = _numpy_generator().random(_shape(input)) >= p
+    dt = input._value.dtype if isinstance(input, Tensor) else np.asarray(input).dtype
+    return input * (keep.astype(dt) / dt.type(1.0 - p))
 
 
 def softmax(input: Any, dim: int = -1) -> Any:  # noqa: A002
