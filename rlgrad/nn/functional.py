@@ -674,7 +674,7 @@ def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:  # noqa: 
     if p == 1.0:
         return input * 0.0
     keep = _numpy_generator().random(_shape(input)) >= p
-    dt = input._value.dtype if isinstance(input, Tensor) else np.asarray(input).dtype
+    dt = _dtype(input)
     return input * (keep.astype(dt) / dt.type(1.0 - p))
 
 

@@ -170,7 +170,7 @@ class _RNNBase(Module):
         return x, hs, cs
 
     def _forward(self, input: Any, hx: Any, c0: Any, lstm: bool) -> tuple[Any, Any, Any]:  # noqa: A002
-        dt = self.weight_ih_l0._value.dtype
+        dt = F._dtype(self.weight_ih_l0)
         unbatched = self._check_input(input)
         x = _as_input(input, dt)
         if unbatched:
@@ -272,7 +272,7 @@ class _CellBase(Module):
 
     def _prepare(self, input: Any, hx: Any) -> tuple[Any, Any, bool]:  # noqa: A002
         """Input (B, I) or (I,) and a state (B, H) or (H,), zeros when None, both batched."""
-        dt = self.weight_ih._value.dtype
+        dt = F._dtype(self.weight_ih)
         x = _as_input(input, dt)
         shape = _shape(x)
         if len(shape) not in (1, 2) or shape[-1] != self.input_size:
