@@ -8,13 +8,17 @@ from __future__ import annotations
 from rlgrad.nn import functional, init, utils
 from rlgrad.nn.layers import (
     ELU,
+    GELU,
     MLP,
     Conv2d,
+    Dropout,
+    Embedding,
     Flatten,
     Identity,
     LayerNorm,
     LeakyReLU,
     Linear,
+    Mish,
     ModuleDict,
     ModuleList,
     ReLU,
@@ -39,6 +43,7 @@ __all__ = [
     "Module", "Parameter", "IncompatibleKeys", "StateDictError", "functional", "init", "utils",
     "Identity", "Linear", "Conv2d", "Flatten", "Sequential", "ModuleList", "ModuleDict", "ReLU",
     "Tanh", "Sigmoid", "SiLU", "ELU", "Softplus", "LeakyReLU", "LayerNorm", "MLP",
+    "GELU", "Mish", "Dropout", "Embedding",
     "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
     "MSELoss", "HuberLoss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
 ]

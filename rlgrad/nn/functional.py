@@ -10,6 +10,7 @@ On plain NumPy arrays these functions return plain arrays (as ``rlgrad.numpy`` d
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from rlgrad.tracer import FUSED_PAIRS, defjvp, defjvp_elementwise, defvjp, primi
 
 __all__ = [
     "linear", "conv2d", "dropout", "relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu",
+    "gelu", "mish", "embedding",
     "softmax", "log_softmax", "logsumexp", "one_hot", "layer_norm", "flatten",
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "cross_entropy", "nll_loss",
     "binary_cross_entropy_with_logits",
@@ -663,6 +665,55 @@ def leaky_relu(input: Any, negative_slope: float = 0.01) -> Any:  # noqa: A002
 
 def silu(input: Any) -> Any:  # noqa: A002
     return input * ops.sigmoid(input)
+
+
+_erf_scalar = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x: Any) -> Any:
+    # math.erf element by element: full double precision (NumPy has no erf); float32 in, float32 out
+    x = np.asarray(x)
+    return _erf_scalar(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+erf_p = primitive(_erf, "erf", arity=1)
+defvjp(erf_p, lambda g, ans, x: g * (2.0 / math.sqrt(math.pi)) * ops.exp(-(x * x)))
+defjvp_elementwise(erf_p)
+
+
+def gelu(input: Any, approximate: str = "none") -> Any:  # noqa: A002
+    """``x * Phi(x)`` (``approximate='none'``) or PyTorch's tanh approximation (``'tanh'``)."""
+    if approximate == "none":
+        return 0.5 * input * (1.0 + erf_p(input * (1.0 / math.sqrt(2.0))))
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
+        return 0.5 * input * (1.0 + ops.tanh(inner))
+    raise ValueError(f"gelu: approximate={approximate!r}; use 'none' or 'tanh'")
+
+
+def mish(input: Any) -> Any:  # noqa: A002
+    """``x * tanh(softplus(x))``."""
+    return input * ops.tanh(ops.softplus(input))
+
+
+def embedding(input: Any, weight: Any, padding_idx: int | None = None,  # noqa: A002
+              max_norm: float | None = None) -> Any:
+    """Rows of ``weight`` at the integer indices ``input``; the row ``padding_idx`` is read but
+    gets no gradient (PyTorch)."""
+    if max_norm is not None:
+        raise NotImplementedError("embedding: max_norm is not supported; renormalise the weight yourself")
+    idx = np.asarray(input._value if isinstance(input, Tensor) else input)
+    n = _shape(weight)[0]
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IndexError(f"embedding: index {idx.min() if idx.min() < 0 else idx.max()} is out of "
+                         f"range for {n} embeddings (0..{n - 1})")
+    rows = ops.getitem(weight, idx)
+    if padding_idx is None or not np.any(idx == padding_idx % n):
+        return rows
+    pad = (idx == padding_idx % n)[..., None]
+    return ops.where(pad, ops.getitem(ops.stop_gradient(weight), idx), rows)
 
 
 def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:  # noqa: A002
