@@ -19,12 +19,12 @@ from numpy.lib.stride_tricks import as_strided
 from rlgrad import ops
 from rlgrad.indexing import one_hot as _one_hot
 from rlgrad.random import numpy_generator as _numpy_generator
-from rlgrad.tensor import Tensor, _const, _shape, _size, _Trace
+from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
 from rlgrad.tracer import FUSED_PAIRS, defjvp, defjvp_elementwise, defvjp, primitive
 
 __all__ = [
     "linear", "conv2d", "dropout", "relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu",
-    "gelu", "mish", "embedding",
+    "gelu", "mish", "embedding", "batch_norm",
     "softmax", "log_softmax", "logsumexp", "one_hot", "layer_norm", "flatten",
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "cross_entropy", "nll_loss",
     "binary_cross_entropy_with_logits",
@@ -780,6 +780,57 @@ def layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any 
         y = y * weight
     if bias is not None:
         y = y + bias
+    return y
+
+
+def _batch_stats(input: Any, axes: tuple[int, ...]) -> tuple[Any, Any]:  # noqa: A002
+    mu = ops.mean(input, axis=axes, keepdims=True)
+    centred = input - mu
+    return mu, ops.mean(centred * centred, axis=axes, keepdims=True)
+
+
+def _update_running(running_mean: np.ndarray, running_var: np.ndarray, mu: Any, var: Any,
+                    n: int, momentum: float) -> None:
+    """In place, as PyTorch: the running variance takes the unbiased batch variance."""
+    if _Trace.compiling:
+        raise TraceError("batch_norm: updating running statistics in training mode writes arrays "
+                         "in place, which rlgrad.jit cannot record; call it outside jit or in eval mode")
+    m = np.asarray(getattr(mu, "_value", mu)).reshape(running_mean.shape)
+    v = np.asarray(getattr(var, "_value", var)).reshape(running_var.shape) * (n / (n - 1))
+    running_mean *= 1.0 - momentum
+    running_mean += momentum * m
+    running_var *= 1.0 - momentum
+    running_var += momentum * v
+
+
+def batch_norm(input: Any, running_mean: np.ndarray | None, running_var: np.ndarray | None,  # noqa: A002
+               weight: Any = None, bias: Any = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> Any:
+    """Normalise each channel (axis 1) over the batch and spatial axes: batch statistics (biased
+    variance) in training, updating ``running_mean``/``running_var`` in place when given; the
+    running statistics otherwise (PyTorch's ``F.batch_norm``)."""
+    shape = _shape(input)
+    if len(shape) < 2:
+        raise ValueError(f"batch_norm: input must be (N, C, ...), got shape {shape}")
+    axes = (0,) + tuple(range(2, len(shape)))
+    bshape = (1, shape[1]) + (1,) * (len(shape) - 2)
+    if training:
+        n = _size(input) // shape[1]
+        if n <= 1:
+            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "
+                             f"got input shape {shape}")
+        mu, var = _batch_stats(input, axes)
+        if running_mean is not None and running_var is not None:
+            _update_running(running_mean, running_var, mu, var, n, momentum)
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("batch_norm: eval mode needs running_mean and running_var")
+        mu, var = running_mean.reshape(bshape), running_var.reshape(bshape)
+    y = (input - mu) / ops.sqrt(var + eps)
+    if weight is not None:
+        y = y * ops.reshape(weight, bshape)
+    if bias is not None:
+        y = y + ops.reshape(bias, bshape)
     return y
 
 
