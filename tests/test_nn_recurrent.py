@@ -242,3 +242,26 @@ def test_float32_default_and_observation_cast() -> None:
     out, h = m(np.zeros((2, 1, 3)))  # float64 observations become the layer's float32
     assert out.dtype == np.float32 and h.dtype == np.float32
     assert "GRU(3, 4)" == repr(m)
+
+
+def test_fused_lstm_cell_matches_plain_reference_to_second_order() -> None:
+    from rlgrad.nn.recurrent import _lstm_step, _lstm_step_reference
+
+    H = 3
+    xp, h, c = (RNG.standard_normal((2, n)) for n in (4 * H, H, H))
+    w, b = RNG.standard_normal((4 * H, H)), RNG.standard_normal(4 * H)
+
+    def both(step):  # (h', c') side by side, as a function of xp, h, c and W_hh
+        return lambda xp, h, c, w: rlgrad.numpy.concatenate(list(step(xp, h, c, w, b)), axis=-1)
+
+    fused, ref = both(_lstm_step), both(_lstm_step_reference)
+    np.testing.assert_allclose(np.asarray(fused(xp, h, c, w)), np.asarray(ref(xp, h, c, w)),
+                               rtol=1e-13, atol=1e-14)
+    v = RNG.standard_normal((2, 2 * H))
+    for argnum in range(4):
+        g_fused = rlgrad.grad(lambda *a: (fused(*a) * v).sum(), argnum)(xp, h, c, w)
+        g_ref = rlgrad.grad(lambda *a: (ref(*a) * v).sum(), argnum)(xp, h, c, w)
+        np.testing.assert_allclose(np.asarray(g_fused), np.asarray(g_ref), rtol=1e-12, atol=1e-13)
+    # the fused node's VJP (recorded form) and JVP rules, against finite differences
+    rlgrad.check_grads(fused, modes=["rev", "fwd"], order=2)(xp, h, c, w)
+    rlgrad.check_grads(F.lstm_cell_p, modes=["rev", "fwd"], order=2)(RNG.standard_normal((2, 5 * H)))

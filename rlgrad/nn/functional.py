@@ -835,6 +835,57 @@ def batch_norm(input: Any, running_mean: np.ndarray | None, running_var: np.ndar
 
 
 # ---------------------------------------------------------------------------------------------
+# The LSTM cell's elementwise part as one node: (B, 5H) [gates i,f,g,o | c] -> (B, 2H) [h | c'].
+# A step is then linear + add + this instead of ~15 recorded ops; nn/recurrent.py's
+# ``_lstm_step_reference`` is the plain composition it is tested against.
+# ---------------------------------------------------------------------------------------------
+def _lstm_parts(gc: Any, tanh: Any) -> tuple[Any, ...]:
+    """i, f, g, o, c from the pre-activations (sigmoid(v) = (tanh(v/2) + 1) / 2)."""
+    H = _shape(gc)[-1] // 5
+    i, f, o = (tanh(gc[..., a * H:(a + 1) * H] * 0.5) * 0.5 + 0.5 for a in (0, 1, 3))
+    return i, f, tanh(gc[..., 2 * H:3 * H]), o, gc[..., 4 * H:]
+
+
+def _lstm_cell(gc: Any) -> np.ndarray:
+    i, f, g, o, c = _lstm_parts(np.asarray(gc), np.tanh)
+    c2 = f * c + i * g
+    return np.concatenate([o * np.tanh(c2), c2], axis=-1)
+
+
+def _lstm_cell_backward(g: Any, ans: Any, gc: Any, tanh: Any, concat: Any) -> Any:
+    """d(h, c')/d(gates, c) transposed, applied to ``g``; NumPy's or rlgrad's ``tanh``/``concat``
+    (the second records the same formula, so it can be differentiated again)."""
+    i, f, gg, o, c = _lstm_parts(gc, tanh)
+    H = _shape(c)[-1]
+    tc2 = tanh(ans[..., H:])
+    g_h = g[..., :H]
+    dc2 = g[..., H:] + g_h * o * (1.0 - tc2 * tc2)
+    return concat([dc2 * gg * i * (1.0 - i), dc2 * c * f * (1.0 - f), dc2 * i * (1.0 - gg * gg),
+                   g_h * tc2 * o * (1.0 - o), dc2 * f], axis=-1)
+
+
+def _lstm_cell_vjp(g: Any, ans: Any, gc: Any) -> Any:
+    if type(g) is np.ndarray and type(gc) is np.ndarray:  # first order: one NumPy pass
+        return _lstm_cell_backward(g, np.asarray(ans), gc, np.tanh, np.concatenate)
+    return _lstm_cell_backward(g, ans, gc, ops.tanh, ops.concatenate)
+
+
+def _lstm_cell_jvp(t: Any, ans: Any, gc: Any) -> Any:
+    i, f, gg, o, c = _lstm_parts(gc, ops.tanh)
+    H = _shape(c)[-1]
+    c2 = ans[..., H:]
+    tc2 = ops.tanh(c2)
+    di, df, do = (t[..., a * H:(a + 1) * H] * s * (1.0 - s) for a, s in ((0, i), (1, f), (3, o)))
+    dc2 = df * c + f * t[..., 4 * H:] + di * gg + i * (1.0 - gg * gg) * t[..., 2 * H:3 * H]
+    return ops.concatenate([do * tc2 + o * (1.0 - tc2 * tc2) * dc2, dc2], axis=-1)
+
+
+lstm_cell_p = primitive(_lstm_cell, "lstm_cell", arity=1)
+defvjp(lstm_cell_p, _lstm_cell_vjp)
+defjvp(lstm_cell_p, _lstm_cell_jvp)
+
+
+# ---------------------------------------------------------------------------------------------
 # Losses
 # ---------------------------------------------------------------------------------------------
 def _reduce(loss: Any, reduction: str) -> Any:

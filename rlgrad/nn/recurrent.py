@@ -4,14 +4,12 @@
 A ``state_dict`` of ``nn.LSTM(4, 8, num_layers=2, bidirectional=True)`` has the keys and shapes of
 the same ``torch.nn.LSTM`` (weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0, ..._reverse).
 
-The time loop is a few large ops per step: the input projection of every step of a layer is one
-matmul over (T*B, input); each step then adds one (B, hidden) @ hidden matmul and the gate
-nonlinearities, applied to the whole gate block before it is cut into gates.
+The time loop is a few ops per step: two small matmuls (input and hidden projections) and the
+gate nonlinearities; an LSTM step's elementwise part is one fused node (``F.lstm_cell_p``).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -36,22 +34,19 @@ def _rnn_step(xp: Any, h: Any, w_hh: Any, b_hh: Any, relu: bool) -> Any:
     return ops.relu(pre) if relu else ops.tanh(pre)
 
 
-@functools.lru_cache(maxsize=64)
-def _lstm_scale(H: int, dtype: np.dtype) -> np.ndarray:
-    s = np.full(4 * H, 0.5, dtype=dtype)
-    s[2 * H:3 * H] = 1.0
-    s.flags.writeable = False
-    return s
-
-
 def _lstm_step(xp: Any, h: Any, c: Any, w_hh: Any, b_hh: Any) -> tuple[Any, Any]:
+    gc = ops.concatenate([xp + F.linear(h, w_hh, b_hh), c], axis=-1)
+    hc = F.lstm_cell_p(gc)  # the elementwise part as one node (fast path of the step below)
+    H = _shape(h)[-1]
+    return hc[..., :H], hc[..., H:]
+
+
+def _lstm_step_reference(xp: Any, h: Any, c: Any, w_hh: Any, b_hh: Any) -> tuple[Any, Any]:
+    """The step as plain recorded ops, gates i, f, g, o (the reference for ``_lstm_step``)."""
     gates = xp + F.linear(h, w_hh, b_hh)
     H = _shape(h)[-1]
-    # one tanh for all four gates: sigmoid(v) = (tanh(v/2) + 1) / 2 for i, f, o (NumPy's tanh is
-    # several times cheaper than the overflow-safe exp/logaddexp sigmoid), tanh(v) for g
-    t = ops.tanh(gates * _lstm_scale(H, F._dtype(gates)))
-    i, f, o = (t[..., a * H:(a + 1) * H] * 0.5 + 0.5 for a in (0, 1, 3))
-    g = t[..., 2 * H:3 * H]
+    i, f, o = (ops.sigmoid(gates[..., a * H:(a + 1) * H]) for a in (0, 1, 3))
+    g = ops.tanh(gates[..., 2 * H:3 * H])
     c2 = f * c + i * g
     return o * ops.tanh(c2), c2
 
@@ -137,15 +132,18 @@ class _RNNBase(Module):
                              f"got {tuple(_shape(hx)) if not unbatched else _shape(hx)[::2]}")
         return hx
 
-    def _run_direction(self, xp: Any, state: tuple[Any, ...], sfx: str,
+    def _run_direction(self, xs: list[Any], state: tuple[Any, ...], sfx: str,
                        reverse: bool) -> tuple[list[Any], tuple[Any, ...]]:
-        """Steps over the projected inputs ``xp`` (T, B, G); returns each step's h and the last state."""
-        _, w_hh, _, b_hh = self._weights(sfx)
+        """Steps over the inputs ``xs`` (T of (B, I)); returns each step's h and the last state.
+
+        Each step projects its own input (a small matmul) rather than slicing one (T, B, G)
+        projection of all steps: the gradient of a slice is a full (T, B, G) array, T of them
+        per layer, which cost more than the matmuls saved (bench/recurrent.py)."""
+        w_ih, w_hh, b_ih, b_hh = self._weights(sfx)
         step = self._step_fn()
         outs = []
-        steps = range(_shape(xp)[0] - 1, -1, -1) if reverse else range(_shape(xp)[0])
-        for t in steps:
-            state = step(xp[t], state, w_hh, b_hh)
+        for t in range(len(xs) - 1, -1, -1) if reverse else range(len(xs)):
+            state = step(F.linear(xs[t], w_ih, b_ih), state, w_hh, b_hh)
             outs.append(state[0])
         if reverse:
             outs.reverse()
@@ -160,25 +158,23 @@ class _RNNBase(Module):
         return lambda xp, s, w, b: (_rnn_step(xp, s[0], w, b, relu),)
 
     def _layers(self, x: Any, h0: Any, c0: Any) -> tuple[Any, list[Any], list[Any]]:
-        T, B = _shape(x)[:2]
+        xs = [x[t] for t in range(_shape(x)[0])]  # per-step inputs; later layers keep lists
         hs, cs = [], []
         for layer in range(self.num_layers):
             if layer > 0 and self.dropout > 0 and self.training:
-                x = F.dropout(x, self.dropout, True)
-            outs = []
+                xs = [F.dropout(v, self.dropout, True) for v in xs]
+            seqs = []
             for d, sfx in enumerate(self._suffixes(layer)):
                 k = layer * self._dirs + d
-                w_ih, _, b_ih, _ = self._weights(sfx)
-                xp = ops.reshape(F.linear(ops.reshape(x, (T * B, _shape(x)[-1])), w_ih, b_ih),
-                                 (T, B, _shape(w_ih)[0]))
                 state = (h0[k],) if c0 is None else (h0[k], c0[k])
-                seq, state = self._run_direction(xp, state, sfx, reverse=d == 1)
-                outs.append(ops.stack(seq, axis=0))
+                seq, state = self._run_direction(xs, state, sfx, reverse=d == 1)
+                seqs.append(seq)
                 hs.append(state[0])
                 if c0 is not None:
                     cs.append(state[1])
-            x = outs[0] if len(outs) == 1 else ops.concatenate(outs, axis=-1)
-        return x, hs, cs
+            xs = seqs[0] if len(seqs) == 1 else [ops.concatenate(list(v), axis=-1)
+                                                   for v in zip(*seqs)]
+        return ops.stack(xs, axis=0), hs, cs
 
     def _forward(self, input: Any, hx: Any, c0: Any, lstm: bool) -> tuple[Any, Any, Any]:  # noqa: A002
         dt = F._dtype(self.weight_ih_l0)
