@@ -265,3 +265,22 @@ def test_fused_lstm_cell_matches_plain_reference_to_second_order() -> None:
     # the fused node's VJP (recorded form) and JVP rules, against finite differences
     rlgrad.check_grads(fused, modes=["rev", "fwd"], order=2)(xp, h, c, w)
     rlgrad.check_grads(F.lstm_cell_p, modes=["rev", "fwd"], order=2)(RNG.standard_normal((2, 5 * H)))
+
+
+def test_fused_gru_cell_matches_plain_reference_to_second_order() -> None:
+    from rlgrad.nn.recurrent import _gru_step, _gru_step_reference
+
+    H = 3
+    xp, h = RNG.standard_normal((2, 3 * H)) * 2, RNG.standard_normal((2, H))
+    w, b = RNG.standard_normal((3 * H, H)), RNG.standard_normal(3 * H)
+    fused = lambda xp, h, w: _gru_step(xp, h, w, b)  # noqa: E731
+    ref = lambda xp, h, w: _gru_step_reference(xp, h, w, b)  # noqa: E731
+    np.testing.assert_allclose(np.asarray(fused(xp, h, w)), np.asarray(ref(xp, h, w)),
+                               rtol=1e-13, atol=1e-14)
+    v = RNG.standard_normal((2, H))
+    for argnum in range(3):
+        g_fused = rlgrad.grad(lambda *a: (fused(*a) * v).sum(), argnum)(xp, h, w)
+        g_ref = rlgrad.grad(lambda *a: (ref(*a) * v).sum(), argnum)(xp, h, w)
+        np.testing.assert_allclose(np.asarray(g_fused), np.asarray(g_ref), rtol=1e-12, atol=1e-13)
+    rlgrad.check_grads(fused, modes=["rev", "fwd"], order=2)(xp, h, w)
+    rlgrad.check_grads(F.gru_cell_p, modes=["rev", "fwd"], order=2)(RNG.standard_normal((2, 7 * H)))

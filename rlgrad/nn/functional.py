@@ -885,6 +885,50 @@ defvjp(lstm_cell_p, _lstm_cell_vjp)
 defjvp(lstm_cell_p, _lstm_cell_jvp)
 
 
+# The GRU cell's elementwise part as one node: (B, 7H) [W_ih x + b_ih | W_hh h + b_hh | h] -> h'.
+def _gru_parts(a: Any, tanh: Any) -> tuple[Any, ...]:
+    """r, z, n, h and hn = W_hn h + b_hn, from the packed input (gates r, z, n as PyTorch)."""
+    H = _shape(a)[-1] // 7
+    r, z = ((tanh((a[..., k * H:(k + 1) * H] + a[..., (k + 3) * H:(k + 4) * H]) * 0.5) * 0.5 + 0.5)
+            for k in (0, 1))
+    hn = a[..., 5 * H:6 * H]
+    return r, z, tanh(a[..., 2 * H:3 * H] + r * hn), a[..., 6 * H:], hn
+
+
+def _gru_cell(a: Any) -> np.ndarray:
+    r, z, n, h, _ = _gru_parts(np.asarray(a), np.tanh)
+    return n + z * (h - n)
+
+
+def _gru_cell_backward(g: Any, a: Any, tanh: Any, concat: Any) -> Any:
+    r, z, n, h, hn = _gru_parts(a, tanh)
+    dn = g * (1.0 - z) * (1.0 - n * n)
+    dr = dn * hn * r * (1.0 - r)
+    dz = g * (h - n) * z * (1.0 - z)
+    return concat([dr, dz, dn, dr, dz, dn * r, g * z], axis=-1)
+
+
+def _gru_cell_vjp(g: Any, ans: Any, a: Any) -> Any:
+    if type(g) is np.ndarray and type(a) is np.ndarray:  # first order: one NumPy pass
+        return _gru_cell_backward(g, a, np.tanh, np.concatenate)
+    return _gru_cell_backward(g, a, ops.tanh, ops.concatenate)
+
+
+def _gru_cell_jvp(t: Any, ans: Any, a: Any) -> Any:
+    r, z, n, h, hn = _gru_parts(a, ops.tanh)
+    H = _shape(h)[-1]
+    part = [t[..., k * H:(k + 1) * H] for k in range(7)]
+    dr = r * (1.0 - r) * (part[0] + part[3])
+    dz = z * (1.0 - z) * (part[1] + part[4])
+    dn = (1.0 - n * n) * (part[2] + dr * hn + r * part[5])
+    return dn + dz * (h - n) + z * (part[6] - dn)
+
+
+gru_cell_p = primitive(_gru_cell, "gru_cell", arity=1)
+defvjp(gru_cell_p, _gru_cell_vjp)
+defjvp(gru_cell_p, _gru_cell_jvp)
+
+
 # ---------------------------------------------------------------------------------------------
 # Losses
 # ---------------------------------------------------------------------------------------------

@@ -52,6 +52,12 @@ def _lstm_step_reference(xp: Any, h: Any, c: Any, w_hh: Any, b_hh: Any) -> tuple
 
 
 def _gru_step(xp: Any, h: Any, w_hh: Any, b_hh: Any) -> Any:
+    # the elementwise part as one node (fast path of the step below)
+    return F.gru_cell_p(ops.concatenate([xp, F.linear(h, w_hh, b_hh), h], axis=-1))
+
+
+def _gru_step_reference(xp: Any, h: Any, w_hh: Any, b_hh: Any) -> Any:
+    """The step as plain recorded ops, gates r, z, n (the reference for ``_gru_step``)."""
     hp = F.linear(h, w_hh, b_hh)
     H = _shape(h)[-1]
     rz = ops.sigmoid(xp[..., :2 * H] + hp[..., :2 * H])
