@@ -191,3 +191,79 @@ def test_batchnorm_under_jit_training_raises() -> None:
         f(np.ones((4, 2), dtype=np.float32))
     m.eval()
     assert math.isfinite(float(rlgrad.jit(lambda x: m(x).sum())(np.ones((4, 2), np.float32))))
+
+
+MHA_CASES = [
+    {},
+    {"attn_mask": "causal_bool"},
+    {"attn_mask": "float"},
+    {"key_padding_mask": True, "average_attn_weights": False},
+    {"is_causal": True},
+    {"need_weights": False},
+]
+
+
+def _mha_kwargs(kw: dict, L: int, S: int, B: int) -> dict:
+    out = dict(kw)
+    if kw.get("attn_mask") == "causal_bool":
+        out["attn_mask"] = np.triu(np.ones((L, S), bool), 1)
+    elif kw.get("attn_mask") == "float":
+        out["attn_mask"] = RNG.standard_normal((L, S))
+    if kw.get("key_padding_mask"):
+        kp = np.zeros((B, S), bool)
+        kp[-1, -1] = True
+        out["key_padding_mask"] = kp
+    if kw.get("is_causal"):
+        out["attn_mask"] = np.triu(np.ones((L, S), bool), 1)  # torch wants the mask as a hint too
+    return out
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("kw", MHA_CASES)
+def test_multihead_attention_matches_torch(batch_first: bool, kw: dict) -> None:
+    tm = torch.nn.MultiheadAttention(8, 2, batch_first=batch_first).double()
+    rm = nn.MultiheadAttention(8, 2, batch_first=batch_first, dtype=np.float64)
+    with torch.no_grad():
+        tm.in_proj_bias.normal_()
+        tm.out_proj.bias.normal_()
+    _load_from(rm, tm)
+    B, L, S = 3, 5, 5
+    q, k = (RNG.standard_normal((B, n, 8) if batch_first else (n, B, 8)) for n in (L, S))
+    kwargs = _mha_kwargs(kw, L, S, B)
+    t_kwargs = {a: torch.tensor(b) if isinstance(b, np.ndarray) else b for a, b in kwargs.items()}
+    (rq, rk), (tq, tk) = ([rlgrad.tensor(a, requires_grad=True) for a in (q, k)],
+                          [torch.tensor(a, requires_grad=True) for a in (q, k)])
+    (ro, rw), (to, tw) = rm(rq, rk, rk, **kwargs), tm(tq, tk, tk, **t_kwargs)
+    _close(ro, to)
+    assert (rw is None) == (tw is None)
+    loss_r, loss_t = (ro * ro).sum(), (to * to).sum()
+    if rw is not None:
+        _close(rw, tw)
+        loss_r, loss_t = loss_r + (rw * rw).sum(), loss_t + (tw * tw).sum()
+    loss_r.backward()
+    loss_t.backward()
+    _close(rq.grad, tq.grad)
+    _close(rk.grad, tk.grad)
+    for p, q_ in zip(rm.parameters(), tm.parameters()):
+        _close(p.grad, q_.grad)
+
+
+def test_multihead_attention_unbatched_masks_matter_and_errors() -> None:
+    tm = torch.nn.MultiheadAttention(4, 1).double()
+    rm = nn.MultiheadAttention(4, 1, dtype=np.float64)
+    _load_from(rm, tm)
+    x = RNG.standard_normal((3, 4))
+    ro, rw = rm(x, x, x)
+    to, tw = tm(*(torch.tensor(x),) * 3)
+    _close(ro, to)
+    _close(rw, tw)
+    causal = np.triu(np.ones((3, 3), bool), 1)
+    masked = rm(x, x, x, attn_mask=causal)[1].detach().numpy()
+    np.testing.assert_array_equal(masked[causal], 0)  # no weight where the mask says no
+    assert not np.allclose(masked, rw.detach().numpy())
+    with pytest.raises(ValueError, match="divisible"):
+        nn.MultiheadAttention(6, 4)
+    with pytest.raises(NotImplementedError, match="kdim"):
+        nn.MultiheadAttention(4, 2, kdim=3)
+    with pytest.raises(ValueError, match="embed_dim=4"):
+        rm(np.zeros((3, 5)), np.zeros((3, 5)), np.zeros((3, 5)))
