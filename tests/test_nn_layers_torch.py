@@ -267,3 +267,34 @@ def test_multihead_attention_unbatched_masks_matter_and_errors() -> None:
         nn.MultiheadAttention(4, 2, kdim=3)
     with pytest.raises(ValueError, match="embed_dim=4"):
         rm(np.zeros((3, 5)), np.zeros((3, 5)), np.zeros((3, 5)))
+
+
+@pytest.mark.parametrize("kw", [
+    {"batch_first": True},
+    {"norm_first": True, "activation": "gelu"},
+    {"batch_first": True, "dropout": 0.0, "train": True, "mask": True},
+])
+def test_transformer_encoder_layer_matches_torch(kw: dict) -> None:
+    kw = dict(kw)
+    train, use_mask = kw.pop("train", False), kw.pop("mask", False)
+    tm = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, **kw).double()
+    rm = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dtype=np.float64, **kw)
+    _load_from(rm, tm)
+    with torch.no_grad():
+        for p in tm.parameters():  # LayerNorm's ones/zeros and zero biases would hide mistakes
+            p.add_(0.1 * torch.randn_like(p))
+    _load_from(rm, tm)
+    for m in (tm, rm):
+        m.train(train)
+    x = RNG.standard_normal((3, 5, 8))
+    rx, tx = rlgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    mask = np.triu(np.ones((5, 5), bool), 1) if use_mask else None
+    ro = rm(rx, src_mask=mask)
+    to = tm(tx, src_mask=None if mask is None else torch.tensor(mask))
+    _close(ro, to, 1e-9)
+    w = RNG.standard_normal(x.shape)
+    (ro * ro * w).sum().backward()
+    (to * to * torch.tensor(w)).sum().backward()
+    _close(rx.grad, tx.grad, 1e-9)
+    for p, q in zip(rm.parameters(), tm.parameters()):
+        _close(p.grad, q.grad, 1e-9)

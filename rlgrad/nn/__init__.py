@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from rlgrad.nn import functional, init, utils
-from rlgrad.nn.attention import MultiheadAttention
+from rlgrad.nn.attention import MultiheadAttention, TransformerEncoderLayer
 from rlgrad.nn.layers import (
     ELU,
     GELU,
@@ -46,7 +46,7 @@ __all__ = [
     "Identity", "Linear", "Conv2d", "Flatten", "Sequential", "ModuleList", "ModuleDict", "ReLU",
     "Tanh", "Sigmoid", "SiLU", "ELU", "Softplus", "LeakyReLU", "LayerNorm", "MLP",
     "GELU", "Mish", "Dropout", "Embedding", "BatchNorm1d", "BatchNorm2d",
-    "MultiheadAttention",
+    "MultiheadAttention", "TransformerEncoderLayer",
     "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
     "MSELoss", "HuberLoss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
 ]

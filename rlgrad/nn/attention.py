@@ -11,11 +11,11 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.nn import functional as F
 from rlgrad.nn import init
-from rlgrad.nn.layers import Linear, _as_input
+from rlgrad.nn.layers import Dropout, LayerNorm, Linear, _as_input
 from rlgrad.nn.module import Module, Parameter
 from rlgrad.tensor import _shape, get_default_dtype
 
-__all__ = ["MultiheadAttention"]
+__all__ = ["MultiheadAttention", "TransformerEncoderLayer"]
 
 
 def _additive_mask(mask: Any, dtype: np.dtype) -> np.ndarray:
@@ -103,3 +103,44 @@ class MultiheadAttention(Module):
             return out, None
         w = ops.mean(weights, axis=1) if average_attn_weights else weights
         return out, ops.squeeze(w, 0) if unbatched else w
+
+
+class TransformerEncoderLayer(Module):
+    """Self-attention then a feed-forward block, each with a residual connection and LayerNorm
+    (after, or before with ``norm_first``), as ``torch.nn.TransformerEncoderLayer``."""
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: Any = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
+                 norm_first: bool = False, bias: bool = True, dtype: Any = None) -> None:
+        super().__init__()
+        if isinstance(activation, str) and activation not in ("relu", "gelu"):
+            raise ValueError(f"TransformerEncoderLayer: activation={activation!r}; use 'relu', "
+                             "'gelu' or a callable")
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout, bias, batch_first=batch_first,
+                                            dtype=dtype)
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, dtype=dtype)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, dtype=dtype)
+        self.norm_first = bool(norm_first)
+        self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
+        self.norm2 = LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
+        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
+        self.activation = ({"relu": F.relu, "gelu": F.gelu}[activation]
+                           if isinstance(activation, str) else activation)
+
+    def _sa(self, x: Any, mask: Any, key_padding_mask: Any, is_causal: bool) -> Any:
+        out = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=key_padding_mask,
+                             need_weights=False, is_causal=is_causal)[0]
+        return self.dropout1(out)
+
+    def _ff(self, x: Any) -> Any:
+        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+    def forward(self, src: Any, src_mask: Any = None, src_key_padding_mask: Any = None,
+                is_causal: bool = False) -> Any:
+        x = _as_input(src, F._dtype(self.linear1.weight))
+        if self.norm_first:
+            x = x + self._sa(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            return x + self._ff(self.norm2(x))
+        x = self.norm1(x + self._sa(x, src_mask, src_key_padding_mask, is_causal))
+        return self.norm2(x + self._ff(x))
