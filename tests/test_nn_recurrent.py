@@ -231,6 +231,8 @@ def test_bad_input_is_one_clear_line() -> None:
         m(np.zeros((5, 2, 3)), np.zeros((2, 2, 4)))
     with pytest.raises(ValueError, match="2-D .* or 3-D"):
         nn.GRU(3, 4)(np.zeros(3))
+    with pytest.raises(ValueError, match="empty sequence"):
+        nn.LSTM(3, 4)(np.zeros((0, 2, 3)))
     with pytest.raises(ValueError, match="'tanh' or 'relu'"):
         nn.RNN(3, 4, nonlinearity="gelu")
     with pytest.raises(ValueError, match=r"hidden state must have shape \(2, 4\)"):

@@ -123,6 +123,8 @@ class _RNNBase(Module):
         if shape[-1] != self.input_size:
             raise ValueError(f"{name}: input has {shape[-1]} features, the layer expects "
                              f"input_size={self.input_size}")
+        if 0 in shape[:-1]:
+            raise ValueError(f"{name}: input of shape {shape} has an empty sequence or batch")
         return len(shape) == 2
 
     def _initial(self, hx: Any, batch: int, dt: np.dtype, unbatched: bool, what: str) -> Any:
