@@ -10,6 +10,7 @@ On plain NumPy arrays these functions return plain arrays (as ``rlgrad.numpy`` d
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,13 @@ from numpy.lib.stride_tricks import as_strided
 
 from rlgrad import ops
 from rlgrad.indexing import one_hot as _one_hot
-from rlgrad.tensor import Tensor, _const, _shape, _size, _Trace
+from rlgrad.random import numpy_generator as _numpy_generator
+from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
 from rlgrad.tracer import FUSED_PAIRS, defjvp, defjvp_elementwise, defvjp, primitive
 
 __all__ = [
-    "linear", "conv2d", "relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu",
+    "linear", "conv2d", "dropout", "relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu",
+    "gelu", "mish", "embedding", "batch_norm",
     "softmax", "log_softmax", "logsumexp", "one_hot", "layer_norm", "flatten",
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "cross_entropy", "nll_loss",
     "binary_cross_entropy_with_logits",
@@ -664,6 +667,68 @@ def silu(input: Any) -> Any:  # noqa: A002
     return input * ops.sigmoid(input)
 
 
+_erf_scalar = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x: Any) -> Any:
+    # math.erf element by element: full double precision (NumPy has no erf); float32 in, float32 out
+    x = np.asarray(x)
+    return _erf_scalar(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+erf_p = primitive(_erf, "erf", arity=1)
+defvjp(erf_p, lambda g, ans, x: g * (2.0 / math.sqrt(math.pi)) * ops.exp(-(x * x)))
+defjvp_elementwise(erf_p)
+
+
+def gelu(input: Any, approximate: str = "none") -> Any:  # noqa: A002
+    """``x * Phi(x)`` (``approximate='none'``) or PyTorch's tanh approximation (``'tanh'``)."""
+    if approximate == "none":
+        return 0.5 * input * (1.0 + erf_p(input * (1.0 / math.sqrt(2.0))))
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
+        return 0.5 * input * (1.0 + ops.tanh(inner))
+    raise ValueError(f"gelu: approximate={approximate!r}; use 'none' or 'tanh'")
+
+
+def mish(input: Any) -> Any:  # noqa: A002
+    """``x * tanh(softplus(x))``."""
+    return input * ops.tanh(ops.softplus(input))
+
+
+def embedding(input: Any, weight: Any, padding_idx: int | None = None,  # noqa: A002
+              max_norm: float | None = None) -> Any:
+    """Rows of ``weight`` at the integer indices ``input``; the row ``padding_idx`` is read but
+    gets no gradient (PyTorch)."""
+    if max_norm is not None:
+        raise NotImplementedError("embedding: max_norm is not supported; renormalise the weight yourself")
+    idx = np.asarray(input._value if isinstance(input, Tensor) else input)
+    n = _shape(weight)[0]
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IndexError(f"embedding: index {idx.min() if idx.min() < 0 else idx.max()} is out of "
+                         f"range for {n} embeddings (0..{n - 1})")
+    rows = ops.getitem(weight, idx)
+    if padding_idx is None or not np.any(idx == padding_idx % n):
+        return rows
+    pad = (idx == padding_idx % n)[..., None]
+    return ops.where(pad, ops.getitem(ops.stop_gradient(weight), idx), rows)
+
+
+def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:  # noqa: A002
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)`` (training only)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    keep = _numpy_generator().random(_shape(input)) >= p
+    dt = _dtype(input)
+    return input * (keep.astype(dt) / dt.type(1.0 - p))
+
+
 def softmax(input: Any, dim: int = -1) -> Any:  # noqa: A002
     """Softmax along ``dim``; the max is subtracted first, so large logits do not overflow."""
     return ops.softmax(input, axis=dim)
@@ -716,6 +781,152 @@ def layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any 
     if bias is not None:
         y = y + bias
     return y
+
+
+def _batch_stats(input: Any, axes: tuple[int, ...]) -> tuple[Any, Any]:  # noqa: A002
+    mu = ops.mean(input, axis=axes, keepdims=True)
+    centred = input - mu
+    return mu, ops.mean(centred * centred, axis=axes, keepdims=True)
+
+
+def _update_running(running_mean: np.ndarray, running_var: np.ndarray, mu: Any, var: Any,
+                    n: int, momentum: float) -> None:
+    """In place, as PyTorch: the running variance takes the unbiased batch variance."""
+    if _Trace.compiling:
+        raise TraceError("batch_norm: updating running statistics in training mode writes arrays "
+                         "in place, which rlgrad.jit cannot record; call it outside jit or in eval mode")
+    m = np.asarray(getattr(mu, "_value", mu)).reshape(running_mean.shape)
+    v = np.asarray(getattr(var, "_value", var)).reshape(running_var.shape) * (n / (n - 1))
+    running_mean *= 1.0 - momentum
+    running_mean += momentum * m
+    running_var *= 1.0 - momentum
+    running_var += momentum * v
+
+
+def batch_norm(input: Any, running_mean: np.ndarray | None, running_var: np.ndarray | None,  # noqa: A002
+               weight: Any = None, bias: Any = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> Any:
+    """Normalise each channel (axis 1) over the batch and spatial axes: batch statistics (biased
+    variance) in training, updating ``running_mean``/``running_var`` in place when given; the
+    running statistics otherwise (PyTorch's ``F.batch_norm``)."""
+    shape = _shape(input)
+    if len(shape) < 2:
+        raise ValueError(f"batch_norm: input must be (N, C, ...), got shape {shape}")
+    axes = (0,) + tuple(range(2, len(shape)))
+    bshape = (1, shape[1]) + (1,) * (len(shape) - 2)
+    if training:
+        n = _size(input) // shape[1]
+        if n <= 1:
+            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "
+                             f"got input shape {shape}")
+        mu, var = _batch_stats(input, axes)
+        if running_mean is not None and running_var is not None:
+            _update_running(running_mean, running_var, mu, var, n, momentum)
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("batch_norm: eval mode needs running_mean and running_var")
+        mu, var = running_mean.reshape(bshape), running_var.reshape(bshape)
+    y = (input - mu) / ops.sqrt(var + eps)
+    if weight is not None:
+        y = y * ops.reshape(weight, bshape)
+    if bias is not None:
+        y = y + ops.reshape(bias, bshape)
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# The LSTM cell's elementwise part as one node: (B, 5H) [gates i,f,g,o | c] -> (B, 2H) [h | c'].
+# A step is then linear + add + this instead of ~15 recorded ops; nn/recurrent.py's
+# ``_lstm_step_reference`` is the plain composition it is tested against.
+# ---------------------------------------------------------------------------------------------
+def _lstm_parts(gc: Any, tanh: Any) -> tuple[Any, ...]:
+    """i, f, g, o, c from the pre-activations (sigmoid(v) = (tanh(v/2) + 1) / 2)."""
+    H = _shape(gc)[-1] // 5
+    i, f, o = (tanh(gc[..., a * H:(a + 1) * H] * 0.5) * 0.5 + 0.5 for a in (0, 1, 3))
+    return i, f, tanh(gc[..., 2 * H:3 * H]), o, gc[..., 4 * H:]
+
+
+def _lstm_cell(gc: Any) -> np.ndarray:
+    i, f, g, o, c = _lstm_parts(np.asarray(gc), np.tanh)
+    c2 = f * c + i * g
+    return np.concatenate([o * np.tanh(c2), c2], axis=-1)
+
+
+def _lstm_cell_backward(g: Any, ans: Any, gc: Any, tanh: Any, concat: Any) -> Any:
+    """d(h, c')/d(gates, c) transposed, applied to ``g``; NumPy's or rlgrad's ``tanh``/``concat``
+    (the second records the same formula, so it can be differentiated again)."""
+    i, f, gg, o, c = _lstm_parts(gc, tanh)
+    H = _shape(c)[-1]
+    tc2 = tanh(ans[..., H:])
+    g_h = g[..., :H]
+    dc2 = g[..., H:] + g_h * o * (1.0 - tc2 * tc2)
+    return concat([dc2 * gg * i * (1.0 - i), dc2 * c * f * (1.0 - f), dc2 * i * (1.0 - gg * gg),
+                   g_h * tc2 * o * (1.0 - o), dc2 * f], axis=-1)
+
+
+def _lstm_cell_vjp(g: Any, ans: Any, gc: Any) -> Any:
+    if type(g) is np.ndarray and type(gc) is np.ndarray:  # first order: one NumPy pass
+        return _lstm_cell_backward(g, np.asarray(ans), gc, np.tanh, np.concatenate)
+    return _lstm_cell_backward(g, ans, gc, ops.tanh, ops.concatenate)
+
+
+def _lstm_cell_jvp(t: Any, ans: Any, gc: Any) -> Any:
+    i, f, gg, o, c = _lstm_parts(gc, ops.tanh)
+    H = _shape(c)[-1]
+    c2 = ans[..., H:]
+    tc2 = ops.tanh(c2)
+    di, df, do = (t[..., a * H:(a + 1) * H] * s * (1.0 - s) for a, s in ((0, i), (1, f), (3, o)))
+    dc2 = df * c + f * t[..., 4 * H:] + di * gg + i * (1.0 - gg * gg) * t[..., 2 * H:3 * H]
+    return ops.concatenate([do * tc2 + o * (1.0 - tc2 * tc2) * dc2, dc2], axis=-1)
+
+
+lstm_cell_p = primitive(_lstm_cell, "lstm_cell", arity=1)
+defvjp(lstm_cell_p, _lstm_cell_vjp)
+defjvp(lstm_cell_p, _lstm_cell_jvp)
+
+
+# The GRU cell's elementwise part as one node: (B, 7H) [W_ih x + b_ih | W_hh h + b_hh | h] -> h'.
+def _gru_parts(a: Any, tanh: Any) -> tuple[Any, ...]:
+    """r, z, n, h and hn = W_hn h + b_hn, from the packed input (gates r, z, n as PyTorch)."""
+    H = _shape(a)[-1] // 7
+    r, z = ((tanh((a[..., k * H:(k + 1) * H] + a[..., (k + 3) * H:(k + 4) * H]) * 0.5) * 0.5 + 0.5)
+            for k in (0, 1))
+    hn = a[..., 5 * H:6 * H]
+    return r, z, tanh(a[..., 2 * H:3 * H] + r * hn), a[..., 6 * H:], hn
+
+
+def _gru_cell(a: Any) -> np.ndarray:
+    r, z, n, h, _ = _gru_parts(np.asarray(a), np.tanh)
+    return n + z * (h - n)
+
+
+def _gru_cell_backward(g: Any, a: Any, tanh: Any, concat: Any) -> Any:
+    r, z, n, h, hn = _gru_parts(a, tanh)
+    dn = g * (1.0 - z) * (1.0 - n * n)
+    dr = dn * hn * r * (1.0 - r)
+    dz = g * (h - n) * z * (1.0 - z)
+    return concat([dr, dz, dn, dr, dz, dn * r, g * z], axis=-1)
+
+
+def _gru_cell_vjp(g: Any, ans: Any, a: Any) -> Any:
+    if type(g) is np.ndarray and type(a) is np.ndarray:  # first order: one NumPy pass
+        return _gru_cell_backward(g, a, np.tanh, np.concatenate)
+    return _gru_cell_backward(g, a, ops.tanh, ops.concatenate)
+
+
+def _gru_cell_jvp(t: Any, ans: Any, a: Any) -> Any:
+    r, z, n, h, hn = _gru_parts(a, ops.tanh)
+    H = _shape(h)[-1]
+    part = [t[..., k * H:(k + 1) * H] for k in range(7)]
+    dr = r * (1.0 - r) * (part[0] + part[3])
+    dz = z * (1.0 - z) * (part[1] + part[4])
+    dn = (1.0 - n * n) * (part[2] + dr * hn + r * part[5])
+    return dn + dz * (h - n) + z * (part[6] - dn)
+
+
+gru_cell_p = primitive(_gru_cell, "gru_cell", arity=1)
+defvjp(gru_cell_p, _gru_cell_vjp)
+defjvp(gru_cell_p, _gru_cell_jvp)
 
 
 # ---------------------------------------------------------------------------------------------
