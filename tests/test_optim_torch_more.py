@@ -167,3 +167,89 @@ def test_plateau_state_dict_resumes():
         a.step(m)
         b.step(m)
         assert a.get_last_lr() == b.get_last_lr()
+
+
+# ---- Adagrad, RAdam, NAdam ------------------------------------------------------------------
+from rlgrad.optim import reference  # noqa: E402
+
+OPTIMIZERS = [
+    ("Adagrad", reference.adagrad, {}),
+    ("Adagrad", reference.adagrad, dict(lr_decay=0.01, weight_decay=0.1,
+                                         initial_accumulator_value=0.5, eps=1e-6)),
+    ("Adagrad", reference.adagrad, dict(maximize=True)),
+    ("RAdam", reference.radam, {}),
+    ("RAdam", reference.radam, dict(lr=0.01, betas=(0.8, 0.95), weight_decay=0.1)),
+    ("RAdam", reference.radam, dict(weight_decay=0.1, decoupled_weight_decay=True, maximize=True)),
+    ("NAdam", reference.nadam, {}),
+    ("NAdam", reference.nadam, dict(lr=0.01, momentum_decay=0.01, weight_decay=0.1)),
+    ("NAdam", reference.nadam, dict(weight_decay=0.1, decoupled_weight_decay=True, maximize=True,
+                                    betas=(0.5, 0.9))),
+]
+
+
+def _grad(x: np.ndarray, k: int, noise: np.ndarray) -> np.ndarray:
+    """A gradient that depends on where the parameter is, so trajectories must agree."""
+    return np.sin(3 * x) + x + noise[k % len(noise)].reshape(x.shape)
+
+
+@pytest.fixture
+def torch_float64():
+    """torch keeps scalar state (NAdam's ``mu_product``) in the default dtype; rlgrad in a Python
+    float. With float64 as torch's default the two agree to rounding."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
+
+
+@pytest.mark.parametrize("name,ref,kw", OPTIMIZERS)
+def test_optimizer_matches_torch_and_its_reference(name, ref, kw, torch_float64):
+    rng = np.random.default_rng(0)
+    x0 = [rng.normal(size=(4, 3)), rng.normal(size=5)]
+    noise = [rng.normal(size=(20, *x.shape)) for x in x0]
+    rp = [rlgrad.tensor(x.copy(), requires_grad=True) for x in x0]
+    tp = [torch.tensor(x.copy(), requires_grad=True) for x in x0]
+    refp, refst = [x.copy() for x in x0], [{}, {}]
+    r = getattr(optim, name)([{"params": [rp[0]]}, {"params": [rp[1]], "lr": 0.003}], **kw)
+    t = getattr(torch.optim, name)([{"params": [tp[0]]}, {"params": [tp[1]], "lr": 0.003}], **kw)
+    lrs = [kw.get("lr", r.defaults["lr"]), 0.003]
+    for k in range(60):
+        for i in range(2):
+            rp[i].grad = rlgrad.tensor(_grad(rp[i].detach().numpy(), k, noise[i]))
+            tp[i].grad = torch.tensor(_grad(tp[i].detach().numpy(), k, noise[i]))
+            ref(refp[i], _grad(refp[i], k, noise[i]), refst[i], **{**kw, "lr": lrs[i]})
+        r.step()
+        t.step()
+        for i in range(2):
+            np.testing.assert_allclose(rp[i].detach().numpy(), tp[i].detach().numpy(), rtol=1e-10, atol=1e-12)
+            np.testing.assert_allclose(rp[i].detach().numpy(), refp[i], rtol=1e-10, atol=1e-12)
+    for i in range(2):  # the state too, under torch's names
+        for key, v in t.state[tp[i]].items():
+            np.testing.assert_allclose(np.asarray(r.state[rp[i]][key]), np.asarray(v), rtol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["Adagrad", "RAdam", "NAdam"])
+def test_optimizer_state_dict_resumes_and_float32(name):
+    rng = np.random.default_rng(1)
+    x0 = rng.normal(size=6).astype(np.float32)
+    a_p, b_p = rlgrad.tensor(x0.copy(), requires_grad=True), rlgrad.tensor(x0.copy(), requires_grad=True)
+    a = getattr(optim, name)([a_p], lr=0.01)
+    for k in range(5):
+        a_p.grad = rlgrad.tensor(np.sin(a_p.detach().numpy() + k))
+        a.step()
+    b_p._value[...] = a_p.detach().numpy()
+    b = getattr(optim, name)([b_p], lr=0.5)
+    b.load_state_dict(a.state_dict())
+    for k in range(5):
+        for p, o in ((a_p, a), (b_p, b)):
+            p.grad = rlgrad.tensor(np.sin(p.detach().numpy() + k))
+            o.step()
+    assert a_p.dtype == rlgrad.float32
+    np.testing.assert_array_equal(a_p.detach().numpy(), b_p.detach().numpy())
+
+
+@pytest.mark.parametrize("name,kw", [("Adagrad", dict(lr_decay=-1.0)), ("RAdam", dict(betas=(1.0, 0.9))),
+                                     ("NAdam", dict(momentum_decay=-0.1)), ("NAdam", dict(eps=-1.0))])
+def test_optimizer_bad_hyperparameters(name, kw):
+    with pytest.raises(ValueError, match="Invalid"):
+        getattr(optim, name)([rlgrad.tensor(np.ones(2), requires_grad=True)], **kw)
