@@ -25,9 +25,11 @@ from rlgrad.nn.layers import (
     Tanh,
 )
 from rlgrad.nn.losses import (
+    BCELoss,
     BCEWithLogitsLoss,
     CrossEntropyLoss,
     HuberLoss,
+    KLDivLoss,
     MSELoss,
     NLLLoss,
     SmoothL1Loss,
@@ -39,4 +41,5 @@ __all__ = [
     "Identity", "Linear", "Conv2d", "Flatten", "Sequential", "ModuleList", "ModuleDict", "ReLU",
     "Tanh", "Sigmoid", "SiLU", "ELU", "Softplus", "LeakyReLU", "LayerNorm", "MLP",
     "MSELoss", "HuberLoss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
+    "BCELoss", "KLDivLoss",
 ]
