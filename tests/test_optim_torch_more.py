@@ -3,6 +3,8 @@ same learning rates (and momenta) over 100+ steps, and the same parameters over 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -253,3 +255,38 @@ def test_optimizer_state_dict_resumes_and_float32(name):
 def test_optimizer_bad_hyperparameters(name, kw):
     with pytest.raises(ValueError, match="Invalid"):
         getattr(optim, name)([rlgrad.tensor(np.ones(2), requires_grad=True)], **kw)
+
+
+def _training_run(jit: bool, opt_name: str, sched_name: str) -> tuple[np.ndarray, list[float]]:
+    """Parameters and lrs after 8 steps of a step function that steps the scheduler inside."""
+    rlgrad.random.seed(0)
+    net = rlgrad.nn.Linear(3, 2)
+    opt = getattr(optim, opt_name)(net.parameters(), lr=0.1)
+    sched = (optim.OneCycleLR(opt, max_lr=0.5, total_steps=10) if sched_name == "OneCycleLR"
+             else optim.ReduceLROnPlateau(opt, patience=0, factor=0.5, threshold=0.5))
+
+    def step(x: Any) -> Any:
+        opt.zero_grad()
+        loss = (net(x) ** 2).mean()
+        loss.backward()
+        opt.step()
+        if sched_name == "OneCycleLR":
+            sched.step()
+        else:
+            sched.step(loss)
+        return loss
+
+    f = rlgrad.jit(step) if jit else step
+    lrs = []
+    for k in range(8):
+        f(rlgrad.tensor(np.random.default_rng(k).normal(size=(4, 3))))
+        lrs.append(opt.param_groups[0]["lr"])
+    return net.weight.detach().numpy().copy(), lrs
+
+
+@pytest.mark.parametrize("opt_name,sched_name", [("Adam", "OneCycleLR"), ("SGD", "ReduceLROnPlateau")])
+def test_scheduler_inside_a_jitted_step_is_eagers(opt_name, sched_name):
+    w_eager, lr_eager = _training_run(False, opt_name, sched_name)
+    w_jit, lr_jit = _training_run(True, opt_name, sched_name)
+    assert lr_jit == lr_eager and len(set(lr_eager)) > 2
+    np.testing.assert_allclose(w_jit, w_eager, rtol=1e-6)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlgrad.optim.optimizer import Optimizer
+from rlgrad.tensor import Tensor
 from rlgrad.tracer import replayed
 
 __all__ = [
@@ -342,7 +343,8 @@ class ReduceLROnPlateau:
 
     @replayed  # under rlgrad.jit: made again by the compiled step, at its place
     def step(self, metrics: Any) -> None:
-        current = float(metrics)
+        # a loss Tensor is read as a number (detached: under jit it is still being traced)
+        current = float(metrics.detach() if isinstance(metrics, Tensor) else metrics)
         self.last_epoch += 1
         if self.is_better(current, self.best):
             self.best, self.num_bad_epochs = current, 0
