@@ -147,3 +147,23 @@ def test_pad_second_order_and_bad_input():
         F.pad(t, (1, 1), mode="mirror")
     with pytest.raises(ValueError, match="negative"):
         F.pad(t, (-1, 1))
+
+
+def test_float32_stays_float32_as_in_torch():
+    x32, t32 = PROBS.astype(np.float32), TARGETS.astype(np.float32)
+    cases = [
+        (lambda a, b: F.binary_cross_entropy(a, b), lambda a, b: TF.binary_cross_entropy(a, b)),
+        (lambda a, b: F.kl_div(a, b, reduction="batchmean"),
+         lambda a, b: TF.kl_div(a, b, reduction="batchmean")),
+        (lambda a, b: F.normalize(a) * b, lambda a, b: TF.normalize(a) * b),
+        (lambda a, b: F.pad(a, (1, 1), mode="reflect"), lambda a, b: TF.pad(a, (1, 1), mode="reflect")),
+    ]
+    for r_fn, t_fn in cases:
+        ra = rlgrad.tensor(x32, requires_grad=True)
+        ta = torch.tensor(x32, requires_grad=True)
+        r, t = r_fn(ra, rlgrad.tensor(t32)), t_fn(ta, torch.tensor(t32))
+        r.sum().backward()
+        t.sum().backward()
+        assert r.dtype == rlgrad.float32 and ra.grad.dtype == rlgrad.float32
+        np.testing.assert_allclose(r.detach().numpy(), t.detach().numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ra.grad.numpy(), ta.grad.numpy(), rtol=1e-4, atol=1e-5)
