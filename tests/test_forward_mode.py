@@ -63,6 +63,7 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "conv2d_weight_grad": [Case(lambda x, g: F.conv2d_weight_grad(x, g, 2, 0, (3, 2, 2, 2)),
                                     (r(1, 2, 5, 5), r(1, 3, 2, 2)))],
         "elu": [Case(F.elu, (away(3, 4),))],
+        "binary_cross_entropy": [Case(F._bce_p, (r(3, 4, lo=0.05, hi=0.95), r(3, 4, lo=0, hi=1)))],
         "mse_loss": [Case(lambda x, t, red=red: F.mse_loss(x, t, reduction=red), (r(3, 2), r(3, 2)))
                      for red in ("mean", "sum", "none")],
         "huber_loss": [Case(lambda x, t, red=red: F.huber_loss(x, t, reduction=red, delta=0.5),
