@@ -67,6 +67,7 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "erf": [Case(F.erf_p, (r(3, 4),))],
         "lstm_cell": [Case(F.lstm_cell_p, (r(2, 15),))],
         "gru_cell": [Case(F.gru_cell_p, (r(2, 21),))],
+        "binary_cross_entropy": [Case(F._bce_p, (r(3, 4, lo=0.05, hi=0.95), r(3, 4, lo=0, hi=1)))],
         "mse_loss": [Case(lambda x, t, red=red: F.mse_loss(x, t, reduction=red), (r(3, 2), r(3, 2)))
                      for red in ("mean", "sum", "none")],
         "huber_loss": [Case(lambda x, t, red=red: F.huber_loss(x, t, reduction=red, delta=0.5),

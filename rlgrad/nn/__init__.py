@@ -30,9 +30,11 @@ from rlgrad.nn.layers import (
     Tanh,
 )
 from rlgrad.nn.losses import (
+    BCELoss,
     BCEWithLogitsLoss,
     CrossEntropyLoss,
     HuberLoss,
+    KLDivLoss,
     MSELoss,
     NLLLoss,
     SmoothL1Loss,
@@ -49,4 +51,5 @@ __all__ = [
     "MultiheadAttention", "TransformerEncoderLayer",
     "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
     "MSELoss", "HuberLoss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
+    "BCELoss", "KLDivLoss",
 ]

@@ -16,7 +16,9 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from rlgrad import numpy as _rnp
 from rlgrad import ops
+from rlgrad import special as _special
 from rlgrad.indexing import one_hot as _one_hot
 from rlgrad.random import numpy_generator as _numpy_generator
 from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
@@ -27,7 +29,7 @@ __all__ = [
     "gelu", "mish", "embedding", "batch_norm",
     "softmax", "log_softmax", "logsumexp", "one_hot", "layer_norm", "flatten",
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "cross_entropy", "nll_loss",
-    "binary_cross_entropy_with_logits",
+    "binary_cross_entropy_with_logits", "binary_cross_entropy", "kl_div", "normalize", "pad",
 ]
 
 
@@ -1181,3 +1183,100 @@ def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
+
+
+# ---------------------------------------------------------------------------------------------
+# Probability losses and tensor helpers torch.nn.functional has: binary_cross_entropy (on
+# probabilities), kl_div, normalize, pad
+# ---------------------------------------------------------------------------------------------
+def _bce_fwd(x: Any, t: Any) -> Any:
+    with np.errstate(divide="ignore"):  # log(0) = -inf, clamped to -100 as PyTorch does
+        return -(t * np.maximum(np.log(x), -100.0) + (1 - t) * np.maximum(np.log1p(-x), -100.0))
+
+
+_bce_p = primitive(_bce_fwd, "binary_cross_entropy", arity=2)
+_BCE_EPS = float(np.float32(1e-12))  # PyTorch's floor of x (1 - x), a float32 constant there
+
+
+def _bce_vjp_target(g: Any, ans: Any, x: Any, t: Any) -> Any:
+    with np.errstate(divide="ignore"):  # infinite where x is 0 or 1, as PyTorch's
+        return g * (ops.log1p(-x) - ops.log(x))
+
+
+# PyTorch's derivatives: (x - t) / max(x (1 - x), eps) for the input (finite at 0 and 1), the
+# log-odds (not clamped) for the target
+defvjp(_bce_p, lambda g, ans, x, t: g * (x - t) / ops.maximum(x * (1 - x), _BCE_EPS),
+       _bce_vjp_target)
+defjvp_elementwise(_bce_p)
+
+
+def binary_cross_entropy(input: Any, target: Any, weight: Any = None,  # noqa: A002
+                         reduction: str = "mean") -> Any:
+    """``-w [t log x + (1 - t) log(1 - x)]`` of probabilities ``x`` (each log clamped at -100, as
+    PyTorch's); from logits, ``binary_cross_entropy_with_logits`` is the stable form."""
+    _check_same_shape(input, target, "binary_cross_entropy")
+    _reduction_scale(reduction, 1)
+    x = input._value if isinstance(input, Tensor) else np.asarray(input)
+    if not _Trace.compiling and np.size(x) and not ((x >= 0) & (x <= 1)).all():
+        raise ValueError("binary_cross_entropy: all elements of input should be between 0 and 1 "
+                         "(probabilities); pass logits to binary_cross_entropy_with_logits")
+    loss = _bce_p(input, target)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def kl_div(input: Any, target: Any, size_average: Any = None, reduce: Any = None,  # noqa: A002
+           reduction: str = "mean", log_target: bool = False) -> Any:
+    """PyTorch's ``kl_div``: ``input`` holds log-probabilities, ``target`` probabilities (or
+    log-probabilities with ``log_target``); pointwise ``t (log t - input)``, 0 where ``t = 0``.
+    ``reduction="batchmean"`` divides the sum by the batch size: the true KL divergence (PyTorch's
+    ``"mean"`` divides by the number of elements). Where a target probability is 0 the gradient
+    with respect to the target is ``-input`` (``xlogy``'s NaN-free rule); PyTorch gives NaN."""
+    if size_average is not None or reduce is not None:
+        raise TypeError("kl_div: size_average and reduce are deprecated in PyTorch; use reduction=")
+    if log_target:
+        loss = ops.exp(target) * (target - input)
+    else:
+        loss = _special.xlogy(target, target) - target * input
+    if reduction == "batchmean":
+        n = _shape(input)[0] if _shape(input) else 1
+        return ops.sum(loss) / n
+    return _reduce(loss, reduction)
+
+
+def normalize(input: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12,  # noqa: A002
+              out: Any = None) -> Any:
+    """``input / max(||input||_p, eps)`` along ``dim`` (the gradient of an all-zero slice is 0)."""
+    if out is not None:
+        raise TypeError("normalize: out= is not supported; use the returned tensor")
+    norm = _rnp.linalg.norm(input, ord=p, axis=dim, keepdims=True)
+    return input / ops.clip(norm, eps, None)
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def pad(input: Any, pad: Any, mode: str = "constant", value: float | None = None) -> Any:  # noqa: A002
+    """PyTorch's ``F.pad``: ``pad = (left, right, top, bottom, ...)`` from the last dimension
+    backwards; modes ``constant`` (``value``, default 0), ``reflect``, ``replicate``, ``circular``."""
+    if mode not in _PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {sorted(_PAD_MODES)}, got {mode!r}")
+    pad = [int(v) for v in pad]
+    shape = _shape(input)
+    if len(pad) % 2 or len(pad) // 2 > len(shape):
+        raise ValueError(f"pad: padding length must be even and at most twice the number of "
+                         f"dimensions ({len(shape)}), got {len(pad)}")
+    if any(v < 0 for v in pad):
+        raise ValueError("pad: negative padding (cropping) is not supported; slice the tensor")
+    pairs = [(pad[i], pad[i + 1]) for i in range(0, len(pad), 2)][::-1]
+    widths = [(0, 0)] * (len(shape) - len(pairs)) + pairs
+    if mode == "constant":
+        return _rnp.pad(input, widths, mode="constant", constant_values=0 if value is None else value)
+    if value is not None:
+        raise ValueError(f"pad: value= is only for mode='constant', not {mode!r}")
+    for n, (lo, hi) in zip(shape[len(shape) - len(pairs):], pairs):
+        if mode == "reflect" and max(lo, hi) >= n:
+            raise ValueError(f"pad: reflect padding ({lo}, {hi}) must be smaller than the "
+                             f"dimension it pads ({n})")
+    return _rnp.pad(input, widths, mode=_PAD_MODES[mode])
