@@ -100,3 +100,115 @@ def test_categorical_probs_are_normalised_as_torch() -> None:
     with pytest.raises(ValueError, match="'probs' must have a positive, finite sum") as e:
         D.Categorical(probs=[[0.5, 0.5], [0.0, 0.0]])
     assert "\n" not in str(e.value)
+
+
+# ---- transforms and TransformedDistribution ---------------------------------------------------
+def _pair(name: str, *args: object, **kw: object) -> tuple:
+    return getattr(D, name)(*args, **kw), getattr(td, name)(*args, **kw)
+
+
+@pytest.mark.parametrize("name, x", [
+    ("TanhTransform", np.array([-3.0, -0.2, 0.0, 0.7, 25.0])),
+    ("ExpTransform", np.array([-3.0, -0.2, 0.0, 0.7, 5.0])),
+    ("SigmoidTransform", np.array([-30.0, -0.2, 0.0, 0.7, 5.0])),
+])
+def test_elementwise_transforms_match_torch(name: str, x: np.ndarray) -> None:
+    tr, tt = _pair(name)
+    xr, xt = _r(x), _t(x, True)
+    yr, yt = tr(xr), tt(xt)
+    _close(yr, yt)
+    _grads(tr.log_abs_det_jacobian(xr, yr) + yr, [xr], tt.log_abs_det_jacobian(xt, yt) + yt, [xt])
+    inner = slice(1, 4)  # away from where the forward map rounds to its bound
+    _close(tr.inv(yr._value[inner]), tt.inv(_t(yt.detach().numpy()[inner])), rtol=1e-9)
+    assert tr.sign == tt.sign and tr.bijective
+    assert tr.domain.event_dim == tt.domain.event_dim == tr.codomain.event_dim
+
+
+def test_affine_transform_with_event_dim_matches_torch() -> None:
+    loc, scale = np.array([0.5, -1.0, 2.0]), np.array([2.0, -0.5, 3.0])
+    x = np.arange(6.0).reshape(2, 3) / 5
+    lr, sr, lt, st = _r(loc), _r(scale), _t(loc, True), _t(scale, True)
+    tr = D.AffineTransform(lr, sr, event_dim=1)
+    tt = td.AffineTransform(lt, st, event_dim=1)
+    yr, yt = tr(x), tt(_t(x))
+    _close(yr, yt)
+    _close(tr.inv(yr._value), x)
+    ladj_r, ladj_t = tr.log_abs_det_jacobian(x, yr), tt.log_abs_det_jacobian(_t(x), yt)
+    assert ladj_r.shape == tuple(ladj_t.shape) == (2,)
+    _grads(ladj_r + yr.sum(-1), [lr, sr], ladj_t + yt.sum(-1), [lt, st])
+    s = D.AffineTransform(1.0, -2.0)
+    _close(s.log_abs_det_jacobian(x, s(x)), td.AffineTransform(1.0, -2.0).log_abs_det_jacobian(
+        _t(x), _t(x)))
+    assert s.sign == -1
+
+
+def test_compose_transform_matches_torch() -> None:
+    x = np.array([[-1.0, 0.3], [2.0, 0.1]])
+    parts_r = [D.AffineTransform(0.5, 2.0), D.TanhTransform(), D.AffineTransform(1.0, 3.0)]
+    parts_t = [td.AffineTransform(0.5, 2.0), td.TanhTransform(), td.AffineTransform(1.0, 3.0)]
+    cr, ct = D.ComposeTransform(parts_r), td.ComposeTransform(parts_t)
+    xr, xt = _r(x), _t(x, True)
+    yr, yt = cr(xr), ct(xt)
+    _close(yr, yt)
+    _close(cr.inv(yr._value), x, rtol=1e-9)
+    _grads(cr.log_abs_det_jacobian(xr, yr), [xr], ct.log_abs_det_jacobian(xt, yt), [xt])
+
+
+def _squashed(mu: np.ndarray, std: np.ndarray, eps: np.ndarray) -> tuple:
+    """SAC's squashed Gaussian both ways, rlgrad's from rsample() and torch's from the same
+    noise (torch's rsample is base.rsample() then the transform, with the same cache)."""
+    mr, sr, mt, st = _r(mu), _r(std), _t(mu, True), _t(std, True)
+    rlgrad.random.seed(3)
+    dr = D.TransformedDistribution(D.Normal(mr, sr), [D.TanhTransform(cache_size=1)])
+    yr = dr.rsample()
+    tt = td.TanhTransform(cache_size=1)
+    dt = td.TransformedDistribution(td.Normal(mt, st), [tt])
+    yt = tt(mt + st * _t(eps))
+    return (dr, yr, [mr, sr]), (dt, yt, [mt, st])
+
+
+def test_sac_squashed_gaussian_log_prob_of_rsample_matches_torch() -> None:
+    mu, std = np.array([[0.1, -0.5], [22.0, -19.0]]), np.array([[0.5, 1.2], [0.3, 0.2]])
+    rlgrad.random.seed(3)
+    eps = D.Normal(np.zeros(2), np.ones(2)).sample((2,))._value  # the noise rsample will use
+    (dr, yr, pr), (dt, yt, pt) = _squashed(mu, std, eps)
+    assert dr.batch_shape == tuple(dt.batch_shape) and dr.event_shape == tuple(dt.event_shape)
+    _close(yr, yt)
+    lr, lt = dr.log_prob(yr), dt.log_prob(yt)
+    assert np.isfinite(lr._value).all()  # tanh rounded to +-1 in the second row: the cache helps
+    _close(lr, lt, rtol=1e-9)
+    _grads(lr + yr, pr, lt + yt, pt)
+
+
+def test_transformed_distribution_shapes_and_values_match_torch() -> None:
+    loc, scale = np.array([[0.2, -0.3, 1.0]]), np.array([[1.0, 0.5, 2.0]])
+    v = np.array([[0.3, 0.9, -0.2], [-0.7, 0.1, 0.5]])
+    for event_dim in (0, 1):
+        dr = D.TransformedDistribution(D.Normal(loc, scale), [
+            D.AffineTransform(0.0, 2.0, event_dim=event_dim), D.SigmoidTransform()])
+        dt = td.TransformedDistribution(td.Normal(_t(loc), _t(scale)), [
+            td.AffineTransform(0.0, 2.0, event_dim=event_dim), td.SigmoidTransform()])
+        assert dr.batch_shape == tuple(dt.batch_shape)
+        assert dr.event_shape == tuple(dt.event_shape)
+        x = (v + 1) / 2.5
+        _close(dr.log_prob(x), dt.log_prob(_t(x)))
+        assert dr.sample((4,)).shape == tuple(dt.sample((4,)).shape)
+    # a LogNormal the torch way
+    dr = D.TransformedDistribution(D.Normal(np.array(0.3), np.array(0.8)), D.ExpTransform())
+    dt = td.TransformedDistribution(td.Normal(_t(0.3), _t(0.8)), td.ExpTransform())
+    _close(dr.log_prob(np.array([0.5, 2.0])), dt.log_prob(_t([0.5, 2.0])))
+
+
+def test_transformed_distribution_sample_has_no_graph_and_validates() -> None:
+    mu = _r([0.0, 1.0])
+    d = D.TransformedDistribution(D.Normal(mu, 1.0), [D.TanhTransform(cache_size=1)])
+    y = d.sample()
+    assert not y.requires_grad and np.all(np.abs(y._value) <= 1)
+    assert np.isfinite(d.log_prob(y)._value).all()
+    with pytest.raises(ValueError, match=r"log_prob: value must lie in \[-1.0, 1.0\]") as e:
+        d.log_prob(np.array([0.5, 1.5]))
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match="cache_size must be 0 or 1"):
+        D.TanhTransform(cache_size=2)
+    with pytest.raises(NotImplementedError):
+        _ = d.mean

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from rlgrad.distributions import constraints
+from rlgrad.distributions import constraints, transforms
 from rlgrad.distributions.beta import Beta
 from rlgrad.distributions.categorical import Bernoulli, Categorical
 from rlgrad.distributions.distribution import Distribution
@@ -26,9 +26,20 @@ from rlgrad.distributions.normal import (
 )
 from rlgrad.distributions.relaxed import RelaxedOneHotCategorical
 from rlgrad.distributions.sde import StateDependentNoiseDistribution
+from rlgrad.distributions.transformed import TransformedDistribution
+from rlgrad.distributions.transforms import (
+    AffineTransform,
+    ComposeTransform,
+    ExpTransform,
+    SigmoidTransform,
+    TanhTransform,
+    Transform,
+)
 
 __all__ = [
     "Distribution", "Categorical", "Bernoulli", "Normal", "Independent", "DiagNormal",
     "MultivariateNormalDiag", "TanhNormal", "Beta", "RelaxedOneHotCategorical", "kl_divergence",
-    "register_kl", "constraints", "StateDependentNoiseDistribution",
+    "register_kl", "constraints", "StateDependentNoiseDistribution", "TransformedDistribution",
+    "transforms", "Transform", "AffineTransform", "ComposeTransform", "ExpTransform",
+    "SigmoidTransform", "TanhTransform",
 ]
