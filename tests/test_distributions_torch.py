@@ -212,3 +212,156 @@ def test_transformed_distribution_sample_has_no_graph_and_validates() -> None:
         D.TanhTransform(cache_size=2)
     with pytest.raises(NotImplementedError):
         _ = d.mean
+
+
+# ---- Uniform, Gamma, Dirichlet, OneHotCategorical, MultivariateNormal -------------------------
+def _compare(name: str, params: list, value: np.ndarray, kw: tuple = (), rtol: float = 1e-9,
+             stats: tuple = ("log_prob", "entropy", "mean", "variance")) -> tuple:
+    """Every statistic and its gradient w.r.t. the parameters, rlgrad vs torch (a fresh pair
+    of distributions from float64 parameters for each); returns the last pair."""
+    k = len(params) - len(kw)
+    for stat in stats:
+        prs, pts = [_r(p) for p in params], [_t(p, True) for p in params]
+        dr = getattr(D, name)(*prs[:k], **dict(zip(kw, prs[k:], strict=True)))
+        dt = getattr(td, name)(*pts[:k], **dict(zip(kw, pts[k:], strict=True)))
+        assert dr.batch_shape == tuple(dt.batch_shape)
+        assert dr.event_shape == tuple(dt.event_shape)
+        if stat == "log_prob":
+            a, b = dr.log_prob(value), dt.log_prob(_t(value))
+        elif stat == "entropy":
+            a, b = dr.entropy(), dt.entropy()
+        else:
+            a, b = getattr(dr, stat), getattr(dt, stat)
+        _close(a, b, rtol=rtol)
+        a.sum().backward()
+        b.sum().backward()
+        for pr, pt in zip(prs, pts, strict=True):  # no gradient (None) counts as zeros
+            gr = np.zeros(pr.shape) if pr.grad is None else pr.grad._value
+            gt = np.zeros(pr.shape) if pt.grad is None else pt.grad
+            _close(gr, gt, rtol=rtol)
+    return dr, dt
+
+
+def test_uniform_matches_torch() -> None:
+    low, high = np.array([[-1.0, 0.5], [0.0, 2.0]]), np.array([[1.0, 3.0], [0.5, 2.5]])
+    v = np.array([0.2, 2.2])
+    dr, dt = _compare("Uniform", [low, high], v, stats=("entropy", "mean", "variance"))
+    v2 = np.array([[0.2, 2.2], [0.1, 2.1]])
+    _close(dr.log_prob(v2), dt.log_prob(_t(v2)))
+    _close(dr.cdf(v2), dt.cdf(_t(v2)))
+    _close(dr.icdf(np.array([0.25, 0.5])), dt.icdf(_t([0.25, 0.5])))
+    x = dr.rsample((1000,))
+    assert x.shape == (1000, 2, 2) and np.all((x._value >= low) & (x._value < high))
+    dr.low.grad = None
+    x.sum().backward()  # d/dlow of low + u (high - low) summed = sum(1 - u)
+    assert dr.low.grad._value == pytest.approx(1000 - ((x._value - low) / (high - low)).sum(0))
+    q = D.Uniform(np.array(-2.0), np.array(3.0))
+    qt = td.Uniform(_t(-2.0), _t(3.0))
+    _close(D.kl_divergence(dr, q), td.kl_divergence(dt, qt))
+    _close(D.kl_divergence(q, dr), td.kl_divergence(qt, dt))  # inf where dr misses q's support
+    with pytest.raises(ValueError, match="'low' must be below 'high'") as e:
+        D.Uniform(np.array([0.0, 1.0]), np.array([1.0, 1.0]))
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=r"log_prob: value must lie in \[low, high\)"):
+        D.Uniform(np.array(0.0), np.array(1.0)).log_prob(1.5)
+
+
+def test_gamma_matches_torch() -> None:
+    a, r = np.array([0.5, 1.0, 3.5]), np.array([2.0, 0.7, 1.3])
+    v = np.array([[0.3, 1.2, 4.0], [2.0, 0.0, 0.1]])
+    # rtol 1e-8: rlgrad's and torch's digamma differ by a few 1e-10
+    dr, dt = _compare("Gamma", [a, r], v, rtol=1e-8)
+    _close(dr.mode, dt.mode)
+    q, qt = D.Gamma(np.array([1.5]), np.array([0.5])), td.Gamma(_t([1.5]), _t([0.5]))
+    _close(D.kl_divergence(dr, q), td.kl_divergence(dt, qt))
+    x = dr.sample((20000,))._value
+    assert x.shape == (20000, 3) and (x > 0).all()
+    np.testing.assert_allclose(x.mean(0), a / r, rtol=0.05)
+    assert not dr.has_rsample
+    with pytest.raises(NotImplementedError, match="has no reparameterized sampler"):
+        dr.rsample()
+    with pytest.raises(ValueError, match="argument 'rate' must be positive") as e:
+        D.Gamma(1.0, np.array([1.0, -1.0]))
+    assert "\n" not in str(e.value)
+
+
+def test_dirichlet_matches_torch() -> None:
+    c = np.array([[0.5, 2.0, 3.0], [1.5, 1.5, 4.0]])
+    v = np.array([0.2, 0.3, 0.5])
+    dr, dt = _compare("Dirichlet", [c], v, rtol=1e-8)
+    _close(dr.mode, dt.mode)
+    q, qt = D.Dirichlet(np.array([1.0, 2.0, 1.0])), td.Dirichlet(_t([1.0, 2.0, 1.0]))
+    _close(D.kl_divergence(dr, q), td.kl_divergence(dt, qt))
+    x = dr.sample((4,))._value
+    assert x.shape == (4, 2, 3)
+    np.testing.assert_allclose(x.sum(-1), 1.0)
+    with pytest.raises(ValueError, match="log_prob: value must be non-negative and sum to 1"):
+        dr.log_prob(np.array([0.2, 0.3, 0.6]))
+    with pytest.raises(ValueError, match="argument 'concentration' must be positive"):
+        D.Dirichlet(np.array([1.0, 0.0]))
+
+
+def test_one_hot_categorical_matches_torch() -> None:
+    logits = np.array([[0.1, -1.0, 2.0], [0.5, 0.5, -0.3]])
+    v = np.array([[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    dr, dt = _compare("OneHotCategorical", [logits], v, kw=("logits",))
+    _close(dr.mode, dt.mode)
+    _close(dr.enumerate_support(), dt.enumerate_support())
+    q = np.array([0.3, 0.3, 0.4])
+    _close(D.kl_divergence(dr, D.OneHotCategorical(probs=q)),
+           td.kl_divergence(dt, td.OneHotCategorical(probs=_t(q))))
+    x = dr.sample((5,))._value
+    assert x.shape == (5, 2, 3) and np.all(x.sum(-1) == 1)
+    with pytest.raises(ValueError, match="log_prob: value must be one-hot") as e:
+        dr.log_prob(np.array([1.0, 1.0, 0.0]))
+    assert "\n" not in str(e.value)
+
+
+_COV = np.array([[2.0, 0.3, 0.1], [0.3, 1.0, -0.2], [0.1, -0.2, 0.5]])
+
+
+@pytest.mark.parametrize("kw", ["covariance_matrix", "precision_matrix", "scale_tril"])
+def test_multivariate_normal_matches_torch(kw: str) -> None:
+    loc = np.array([[0.1, -0.2, 0.3], [1.0, 0.0, -1.0]])
+    m = {"covariance_matrix": _COV, "precision_matrix": np.linalg.inv(_COV),
+         "scale_tril": np.linalg.cholesky(_COV)}[kw]
+    v = np.array([[0.5, 0.1, -0.3], [0.0, 0.2, 0.4]])
+    dr, dt = _compare("MultivariateNormal", [loc, m], v, kw=(kw,))
+    for attr in ("scale_tril", "covariance_matrix", "precision_matrix"):
+        _close(getattr(dr, attr), getattr(dt, attr), rtol=1e-9)
+    assert dr.rsample((4,)).shape == tuple(dt.rsample((4,)).shape) == (4, 2, 3)
+
+
+def test_multivariate_normal_rsample_gradient_and_kl_match_torch() -> None:
+    loc, lt = np.array([0.1, -0.2, 0.3]), np.linalg.cholesky(_COV)
+    lr, sr, lt_t, st = _r(loc), _r(lt), _t(loc, True), _t(lt, True)
+    rlgrad.random.seed(5)
+    eps = D.Normal(np.zeros(3), np.ones(3)).sample((2,))._value  # the noise rsample will use
+    rlgrad.random.seed(5)
+    xr = D.MultivariateNormal(lr, scale_tril=sr).rsample((2,))
+    xt = lt_t + (st @ _t(eps)[..., None])[..., 0]
+    _close(xr, xt)
+    _grads(xr * xr, [lr, sr], xt * xt, [lt_t, st])
+    q_loc, q_cov = np.array([[0.0, 0.0, 0.0], [1.0, 2.0, 0.0]]), np.eye(3) * 0.7 + 0.1
+    pr, pt = _r(loc), _t(loc, True)
+    qr, qt = _r(q_cov), _t(q_cov, True)
+    kr = D.kl_divergence(D.MultivariateNormal(pr, _COV), D.MultivariateNormal(q_loc, qr))
+    kt = td.kl_divergence(td.MultivariateNormal(pt, _t(_COV)), td.MultivariateNormal(_t(q_loc), qt))
+    _close(kr, kt, rtol=1e-9)
+    _grads(kr, [pr, qr], kt, [pt, qt])
+
+
+def test_multivariate_normal_bad_input_raises_one_line() -> None:
+    bad = [
+        (lambda: D.MultivariateNormal(np.zeros(2)), "exactly one of"),
+        (lambda: D.MultivariateNormal(np.zeros(2), -np.eye(2)), "positive-definite"),
+        (lambda: D.MultivariateNormal(np.zeros(2), np.array([[1.0, 0.5], [0.0, 1.0]])),
+         "symmetric"),
+        (lambda: D.MultivariateNormal(np.zeros(2), scale_tril=np.array([[1.0, 0.5], [0.0, 1.0]])),
+         "lower-triangular"),
+        (lambda: D.MultivariateNormal(np.zeros(3), np.eye(2)), "shapes"),
+    ]
+    for make, why in bad:
+        with pytest.raises(ValueError, match=why) as e:
+            make()
+        assert "\n" not in str(e.value)
