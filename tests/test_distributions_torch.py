@@ -365,3 +365,48 @@ def test_multivariate_normal_bad_input_raises_one_line() -> None:
         with pytest.raises(ValueError, match=why) as e:
             make()
         assert "\n" not in str(e.value)
+
+
+# ---- second derivatives against finite differences (float64) -----------------------------------
+def _second(f: object, x0: float, h: float = 1e-4) -> tuple:
+    x = np.float64(x0)  # float64 parameters throughout (a Python float would be float32)
+    g2 = float(rlgrad.grad(rlgrad.grad(f))(x))
+    fd = (float(f(x + h)) - 2 * float(f(x)) + float(f(x - h))) / h**2
+    return g2, fd
+
+
+_V3 = np.array([0.2, 0.3, 0.5])
+
+
+@pytest.mark.parametrize("f", [
+    lambda m: D.Normal(m, 1.5).cdf(0.4),
+    lambda m: D.Normal(0.3, 1.5).icdf(m * 0.1 + 0.2),
+    lambda m: D.TransformedDistribution(D.Normal(m, 0.7), [
+        D.AffineTransform(0.1, 2.0), D.TanhTransform()]).log_prob(0.6),
+    lambda m: D.TransformedDistribution(D.Normal(0.0, 1.0), D.SigmoidTransform()).log_prob(
+        m * 0.1 + 0.3),
+    lambda m: D.Gamma(m + 1.0, 0.8).log_prob(1.7) + D.Gamma(m + 1.0, 0.8).entropy(),
+    lambda m: D.Dirichlet(m * np.array([1.0, 0.0, 0.0]) + np.array([1.0, 2.0, 3.0])).log_prob(
+        _V3) + D.Dirichlet(m * np.array([1.0, 0.0, 0.0]) + np.array([1.0, 2.0, 3.0])).entropy(),
+    lambda m: D.Uniform(m - 2.0, m * m + 1.0).entropy(),
+    lambda m: D.MultivariateNormal(np.zeros(2), m * np.array([[1.0, 0.3], [0.3, 0.0]])
+                                   + np.array([[1.0, 0.0], [0.0, 2.0]])).log_prob(np.ones(2)),
+], ids=["cdf", "icdf", "affine-tanh", "sigmoid", "gamma", "dirichlet", "uniform", "mvn"])
+def test_second_derivatives_match_finite_differences(f: object) -> None:
+    g2, fd = _second(f, 0.35)
+    assert g2 == pytest.approx(fd, rel=1e-5, abs=1e-6)
+
+
+# ---- under rlgrad.jit: masks read at every call --------------------------------------------------
+def test_uniform_and_one_hot_log_prob_under_jit_follow_the_value() -> None:
+    lo = rlgrad.tensor(np.array([0.0, 1.0]))
+    jf = rlgrad.jit(lambda lo, v: D.Uniform(lo, lo + 2.0).log_prob(v))
+    _close(jf(lo, rlgrad.tensor(np.array([0.5, 1.5]))), np.log([0.5, 0.5]))
+    with np.errstate(divide="ignore"):
+        _close(jf(lo, rlgrad.tensor(np.array([0.5, 3.5]))), [np.log(0.5), -np.inf])
+    logits = rlgrad.tensor(np.array([[0.1, 0.5, -1.0]]))
+    jg = rlgrad.jit(lambda lg, v: D.OneHotCategorical(logits=lg).log_prob(v))
+    for k in range(3):
+        v = np.eye(3)[k][None]
+        _close(jg(logits, rlgrad.tensor(v)), td.OneHotCategorical(logits=_t(logits._value))
+               .log_prob(_t(v)))

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad import ops
 from rlgrad.distributions import constraints
 from rlgrad.distributions.categorical import Categorical
 from rlgrad.distributions.distribution import Distribution, _data
@@ -59,6 +60,8 @@ class OneHotCategorical(Distribution):
     def log_prob(self, value: Any) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
+        if isinstance(value, Tensor):  # an engine op: rlgrad.jit reads it at every call
+            return self._categorical.log_prob(ops.argmax(value, axis=-1))
         return self._categorical.log_prob(np.argmax(_data(value), axis=-1))
 
     def entropy(self) -> Tensor:

@@ -17,6 +17,7 @@ from rlgrad.distributions.distribution import (
     _shape_tuple,
     _uniform,
     _violation,
+    tracing,
 )
 from rlgrad.tensor import Tensor, _const
 
@@ -56,9 +57,13 @@ class Uniform(Distribution):
     def log_prob(self, value: Any) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
-        v = _data(value)
-        inside = (self.low._value <= v) & (v < self.high._value)
-        return ops.log(_const(inside.astype(self.low._value.dtype))) - ops.log(self.high - self.low)
+        dtype = self.low._value.dtype
+        if tracing() and isinstance(value, Tensor):  # rlgrad.jit: the mask read at every call
+            inside = ops.astype((self.low <= value) & (value < self.high), dtype)
+        else:
+            v = _data(value)
+            inside = _const(((self.low._value <= v) & (v < self.high._value)).astype(dtype))
+        return ops.log(inside) - ops.log(self.high - self.low)
 
     def cdf(self, value: Any) -> Tensor:
         if self._validate_args:
