@@ -410,3 +410,35 @@ def test_uniform_and_one_hot_log_prob_under_jit_follow_the_value() -> None:
         v = np.eye(3)[k][None]
         _close(jg(logits, rlgrad.tensor(v)), td.OneHotCategorical(logits=_t(logits._value))
                .log_prob(_t(v)))
+
+
+def test_transformed_cdf_icdf_and_kl_match_torch() -> None:
+    loc, scale = np.array([0.2, -0.4]), np.array([0.8, 1.3])
+    lr, sr, lt, st = _r(loc), _r(scale), _t(loc, True), _t(scale, True)
+    dr = D.TransformedDistribution(D.Normal(lr, sr), [D.AffineTransform(0.5, -2.0),
+                                                      D.TanhTransform()])
+    dt = td.TransformedDistribution(td.Normal(lt, st), [td.AffineTransform(0.5, -2.0),
+                                                        td.TanhTransform()])
+    v, p = np.array([0.3, -0.6]), np.array([0.1, 0.8])
+    _grads(dr.cdf(v) + dr.icdf(p), [lr, sr], dt.cdf(_t(v)) + dt.icdf(_t(p)), [lt, st])
+    q_r = D.TransformedDistribution(D.Normal(np.array(0.0), np.array(1.0)), [
+        D.AffineTransform(0.5, -2.0), D.TanhTransform()])
+    q_t = td.TransformedDistribution(td.Normal(_t(0.0), _t(1.0)), [
+        td.AffineTransform(0.5, -2.0), td.TanhTransform()])
+    _close(D.kl_divergence(dr, q_r), td.kl_divergence(dt, q_t))
+    other = D.TransformedDistribution(D.Normal(np.array(0.0), np.array(1.0)), D.ExpTransform())
+    with pytest.raises(NotImplementedError, match="same transforms"):
+        D.kl_divergence(dr, other)
+    assert D.TanhTransform() == D.TanhTransform(cache_size=1) != D.ExpTransform()
+    assert D.AffineTransform(1.0, 2.0) == D.AffineTransform(1.0, 2.0) != D.AffineTransform(1.0, 3.0)
+
+
+def test_float32_parameters_give_float32_results() -> None:
+    a = np.array([1.5, 2.0], np.float32)
+    for d in [D.Uniform(a - 1, a), D.Gamma(a, a), D.Dirichlet(a), D.OneHotCategorical(logits=a),
+              D.MultivariateNormal(a, np.eye(2, dtype=np.float32)),
+              D.TransformedDistribution(D.Normal(a, a), [D.AffineTransform(0.5, 2.0),
+                                                         D.TanhTransform(cache_size=1)])]:
+        x = d.sample()
+        assert x.dtype == np.float32 and d.log_prob(x).dtype == np.float32, type(d).__name__
+    assert D.Normal(a, a).icdf(np.array([0.3, 0.4], np.float32)).dtype == np.float32

@@ -96,5 +96,28 @@ class TransformedDistribution(Distribution):
         base = self.base_dist.log_prob(y)
         return total + _sum_rightmost(base, event_dim - len(self.base_dist.event_shape))
 
+    def _monotonize_cdf(self, value: Any) -> Any:
+        """The base's cdf read through the transforms: flipped where they decrease."""
+        sign: Any = 1
+        for t in self.transforms:
+            sign = sign * t.sign
+        if isinstance(sign, int) and sign == 1:
+            return value
+        return sign * (value - 0.5) + 0.5
+
+    def cdf(self, value: Any) -> Tensor:
+        """P(Y <= value) for monotone transforms (as torch's; event_shape ``()`` bases)."""
+        for t in reversed(self.transforms):
+            value = t.inv(value)
+        if self._validate_args:
+            self.base_dist._validate_sample(value)
+        return self._monotonize_cdf(self.base_dist.cdf(value))
+
+    def icdf(self, value: Any) -> Tensor:
+        value = self.base_dist.icdf(self._monotonize_cdf(value))
+        for t in self.transforms:
+            value = t(value)
+        return value
+
     def __repr__(self) -> str:
         return f"TransformedDistribution({self.base_dist!r}, {self.transforms!r})"

@@ -95,6 +95,15 @@ class Transform:
     def inverse_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(shape)
 
+    def __eq__(self, other: object) -> bool:
+        # parameter-free transforms are equal to any of their type (torch's rule); those
+        # with parameters compare them; the base class compares identity
+        if type(self) in _PARAMETER_FREE:
+            return type(other) is type(self)
+        return self is other
+
+    __hash__ = None  # type: ignore[assignment]
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 
@@ -224,6 +233,9 @@ class ComposeTransform(Transform):
             shape = p.inverse_shape(shape)
         return tuple(shape)
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ComposeTransform) and self.parts == other.parts
+
     def __repr__(self) -> str:
         return f"ComposeTransform([{', '.join(repr(p) for p in self.parts)}])"
 
@@ -332,6 +344,12 @@ class AffineTransform(Transform):
 
     inverse_shape = forward_shape
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, AffineTransform) or self._event_dim != other._event_dim:
+            return False
+        return all(np.array_equal(_data(a), _data(b))
+                   for a, b in ((self.loc, other.loc), (self.scale, other.scale)))
+
     def __repr__(self) -> str:
         return f"AffineTransform(event_dim={self._event_dim})"
 
@@ -339,3 +357,6 @@ class AffineTransform(Transform):
 def _dtype_of(x: Any) -> np.dtype:
     d = _data(x).dtype
     return d if d.kind == "f" else np.dtype(np.float64)
+
+
+_PARAMETER_FREE = (ExpTransform, SigmoidTransform, TanhTransform)
