@@ -431,6 +431,7 @@ def test_transformed_cdf_icdf_and_kl_match_torch() -> None:
         D.kl_divergence(dr, other)
     assert D.TanhTransform() == D.TanhTransform(cache_size=1) != D.ExpTransform()
     assert D.AffineTransform(1.0, 2.0) == D.AffineTransform(1.0, 2.0) != D.AffineTransform(1.0, 3.0)
+    assert D.TanhTransform().inv == D.TanhTransform().inv != D.TanhTransform()
 
 
 def test_float32_parameters_give_float32_results() -> None:

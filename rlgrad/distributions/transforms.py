@@ -140,6 +140,9 @@ class _InverseTransform(Transform):
     def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
         return -self._inv.log_abs_det_jacobian(y, x)
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _InverseTransform) and self._inv == other._inv
+
     def forward_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         return self._inv.inverse_shape(shape)
 
