@@ -76,6 +76,8 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "gammaln": [Case(special.gammaln, (r(4, lo=0.3, hi=4),))],
         "digamma": [Case(special.digamma, (r(4, lo=0.3, hi=4),))],
         "polygamma": [Case(lambda x: special.polygamma(2, x), (r(4, lo=0.3, hi=4),))],
+        "erf": [Case(special.erf, (r(4),))],
+        "erfinv": [Case(special.erfinv, (r(4, lo=-0.9, hi=0.9),))],
         "straight_through": [Case(estimators.straight_through, (r(3, 2), r(3, 2)))],
         **_linalg_cases(rng),
         "ppo_clipped_surrogate": [Case(lambda lp: clipped_surrogate_loss(lp, old, adv, 0.2), (lp_ok,))],
