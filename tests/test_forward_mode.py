@@ -64,7 +64,6 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "conv2d_weight_grad": [Case(lambda x, g: F.conv2d_weight_grad(x, g, 2, 0, (3, 2, 2, 2)),
                                     (r(1, 2, 5, 5), r(1, 3, 2, 2)))],
         "elu": [Case(F.elu, (away(3, 4),))],
-        "erf": [Case(F.erf_p, (r(3, 4),))],
         "lstm_cell": [Case(F.lstm_cell_p, (r(2, 15),))],
         "gru_cell": [Case(F.gru_cell_p, (r(2, 21),))],
         "binary_cross_entropy": [Case(F._bce_p, (r(3, 4, lo=0.05, hi=0.95), r(3, 4, lo=0, hi=1)))],

@@ -669,24 +669,10 @@ def silu(input: Any) -> Any:  # noqa: A002
     return input * ops.sigmoid(input)
 
 
-_erf_scalar = np.frompyfunc(math.erf, 1, 1)
-
-
-def _erf(x: Any) -> Any:
-    # math.erf element by element: full double precision (NumPy has no erf); float32 in, float32 out
-    x = np.asarray(x)
-    return _erf_scalar(x).astype(x.dtype if x.dtype.kind == "f" else np.float64)
-
-
-erf_p = primitive(_erf, "erf", arity=1)
-defvjp(erf_p, lambda g, ans, x: g * (2.0 / math.sqrt(math.pi)) * ops.exp(-(x * x)))
-defjvp_elementwise(erf_p)
-
-
 def gelu(input: Any, approximate: str = "none") -> Any:  # noqa: A002
     """``x * Phi(x)`` (``approximate='none'``) or PyTorch's tanh approximation (``'tanh'``)."""
     if approximate == "none":
-        return 0.5 * input * (1.0 + erf_p(input * (1.0 / math.sqrt(2.0))))
+        return 0.5 * input * (1.0 + _special.erf(input * (1.0 / math.sqrt(2.0))))
     if approximate == "tanh":
         inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
         return 0.5 * input * (1.0 + ops.tanh(inner))
