@@ -26,6 +26,7 @@ from rlgrad.tracer import defjvp_elementwise, defvjp, primitive
 
 __all__ = [
     "gammaln", "lgamma", "digamma", "psi", "polygamma", "trigamma", "betaln", "xlogy", "xlog1py",
+    "erf", "erfinv",
 ]
 
 # Lanczos coefficients for g = 7, n = 9 (Godfrey): relative error about 1e-15 for x >= 1/2.
@@ -215,3 +216,58 @@ def _x_log(x: Any, y: Any, log: Any, edge: float, safe: float) -> Any:
     if _Trace.compiling:  # the mask from the live values at every call of the step
         masked = ops.logical_and(ops.equal(x, 0), ops.less_equal(y, edge))
     return ops.where(masked, 0.0, x * log(ops.where(masked, safe, y)))
+
+
+# ---- the error function and its inverse (Normal.cdf / Normal.icdf) ----------------------------
+_erf_scalar = np.frompyfunc(math.erf, 1, 1)
+_erfc_scalar = np.frompyfunc(math.erfc, 1, 1)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+def _erf(x: Any) -> Any:
+    x64, dt = _as_f64(x)
+    return np.asarray(_erf_scalar(x64), dtype=np.float64).astype(dt, copy=False)
+
+
+def _erfinv(y: Any) -> Any:
+    """Giles' single-precision approximation (2010), then four Newton steps on math.erf / math.erfc: float64
+    accuracy inside (-1, 1); +-inf at +-1 and NaN outside, as torch.erfinv."""
+    y64, dt = _as_f64(y)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        w = -np.log((1.0 - y64) * (1.0 + y64))
+        c = w < 5.0
+        wc = np.where(c, w - 2.5, np.sqrt(np.where(c, 5.0, w)) - 3.0)
+        central = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06,
+                   0.00021858087, -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
+        tail = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
+                -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+        pc, pt = np.full_like(wc, central[0]), np.full_like(wc, tail[0])
+        for a, b in zip(central[1:], tail[1:], strict=True):
+            pc, pt = a + pc * wc, b + pt * wc
+        ay = np.abs(y64)
+        x = np.where(c, pc, pt) * ay
+        inside = ay < 1
+        # Newton on erf near 0 and on erfc in the tails, where 1 - |y| is exact but erf(x)
+        # rounds to 1 (|x| is solved, the sign put back last)
+        tail_ = ay > 0.5
+        target = np.where(tail_, 1.0 - ay, ay)
+        for _ in range(4):
+            xs = np.where(inside, x, 0.0)
+            dens = _TWO_OVER_SQRT_PI * np.exp(-xs * xs)
+            ec = np.asarray(_erfc_scalar(xs), dtype=np.float64)
+            # tails: Newton on log erfc(x) = log(1 - |y|), nearly linear where erfc is not
+            step = np.where(tail_, (np.log(target) - np.log(ec)) * ec / dens,
+                            (np.asarray(_erf_scalar(xs), dtype=np.float64) - target) / dens)
+            x = np.where(inside, xs - step, x)
+        x = np.copysign(x, y64)
+        x = np.where(np.abs(y64) == 1, np.copysign(np.inf, y64), x)
+        x = np.where((np.abs(y64) > 1) | np.isnan(y64), np.nan, x)
+    return x.astype(dt, copy=False)
+
+
+erf = primitive(_erf, "erf", arity=1)
+erfinv = primitive(_erfinv, "erfinv", arity=1)
+defvjp(erf, lambda g, ans, x: g * (_TWO_OVER_SQRT_PI * ops.exp(-x * x)))
+defvjp(erfinv, lambda g, ans, y: g * ((0.5 * math.sqrt(math.pi)) * ops.exp(ans * ans)))
+defjvp_elementwise(erf)
+defjvp_elementwise(erfinv)

@@ -64,6 +64,9 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "conv2d_weight_grad": [Case(lambda x, g: F.conv2d_weight_grad(x, g, 2, 0, (3, 2, 2, 2)),
                                     (r(1, 2, 5, 5), r(1, 3, 2, 2)))],
         "elu": [Case(F.elu, (away(3, 4),))],
+        "lstm_cell": [Case(F.lstm_cell_p, (r(2, 15),))],
+        "gru_cell": [Case(F.gru_cell_p, (r(2, 21),))],
+        "binary_cross_entropy": [Case(F._bce_p, (r(3, 4, lo=0.05, hi=0.95), r(3, 4, lo=0, hi=1)))],
         "mse_loss": [Case(lambda x, t, red=red: F.mse_loss(x, t, reduction=red), (r(3, 2), r(3, 2)))
                      for red in ("mean", "sum", "none")],
         "huber_loss": [Case(lambda x, t, red=red: F.huber_loss(x, t, reduction=red, delta=0.5),
@@ -72,6 +75,8 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "gammaln": [Case(special.gammaln, (r(4, lo=0.3, hi=4),))],
         "digamma": [Case(special.digamma, (r(4, lo=0.3, hi=4),))],
         "polygamma": [Case(lambda x: special.polygamma(2, x), (r(4, lo=0.3, hi=4),))],
+        "erf": [Case(special.erf, (r(4),))],
+        "erfinv": [Case(special.erfinv, (r(4, lo=-0.9, hi=0.9),))],
         "straight_through": [Case(estimators.straight_through, (r(3, 2), r(3, 2)))],
         **_linalg_cases(rng),
         "ppo_clipped_surrogate": [Case(lambda lp: clipped_surrogate_loss(lp, old, adv, 0.2), (lp_ok,))],

@@ -12,11 +12,13 @@
 
 from __future__ import annotations
 
-from rlgrad.distributions import constraints
+from rlgrad.distributions import constraints, transforms
 from rlgrad.distributions.beta import Beta
 from rlgrad.distributions.categorical import Bernoulli, Categorical
 from rlgrad.distributions.distribution import Distribution
+from rlgrad.distributions.gamma import Dirichlet, Gamma
 from rlgrad.distributions.kl import kl_divergence, register_kl
+from rlgrad.distributions.mvn import MultivariateNormal
 from rlgrad.distributions.normal import (
     DiagNormal,
     Independent,
@@ -24,11 +26,25 @@ from rlgrad.distributions.normal import (
     Normal,
     TanhNormal,
 )
+from rlgrad.distributions.onehot import OneHotCategorical
 from rlgrad.distributions.relaxed import RelaxedOneHotCategorical
 from rlgrad.distributions.sde import StateDependentNoiseDistribution
+from rlgrad.distributions.transformed import TransformedDistribution
+from rlgrad.distributions.transforms import (
+    AffineTransform,
+    ComposeTransform,
+    ExpTransform,
+    SigmoidTransform,
+    TanhTransform,
+    Transform,
+)
+from rlgrad.distributions.uniform import Uniform
 
 __all__ = [
     "Distribution", "Categorical", "Bernoulli", "Normal", "Independent", "DiagNormal",
     "MultivariateNormalDiag", "TanhNormal", "Beta", "RelaxedOneHotCategorical", "kl_divergence",
-    "register_kl", "constraints", "StateDependentNoiseDistribution",
+    "register_kl", "constraints", "StateDependentNoiseDistribution", "TransformedDistribution",
+    "transforms", "Transform", "AffineTransform", "ComposeTransform", "ExpTransform",
+    "SigmoidTransform", "TanhTransform", "Uniform", "MultivariateNormal", "OneHotCategorical",
+    "Gamma", "Dirichlet",
 ]

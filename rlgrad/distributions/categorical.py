@@ -40,6 +40,8 @@ _FEW = 8  # up to this many categories batched sampling works column by column
 _exp = math.exp
 _NON_NEGATIVE = constraints.interval(0.0, math.inf)
 _NON_NEGATIVE.description = "must be non-negative (>= 0)"
+_POSITIVE_FINITE = constraints._Interval(0.0, math.inf, closed=False)
+_POSITIVE_FINITE.description = "must have a positive, finite sum along the last dimension"
 
 
 def _one_of(name: str, probs: Any, logits: Any) -> None:
@@ -195,9 +197,12 @@ class Categorical(Distribution):
         if neg.any() or np.isnan(data).any():
             self._check_arg("probs", t, _NON_NEGATIVE,
                             "Probabilities cannot be negative: pass softmax(scores) or logits=.")
-        self._check_arg("probs", t, constraints.simplex,
-                        "Normalise with probs / probs.sum(-1, keepdims=True), or pass "
-                        "unnormalised scores as logits=.")
+        # torch normalises probs by their sum: only a row with no mass at all is invalid
+        total = data.sum(axis=-1)
+        ok = np.isfinite(total) & (total > 0)
+        if not np.all(ok):
+            self._check_arg("probs", _const(total), _POSITIVE_FINITE,
+                            "Each row needs some mass: pass softmax(scores) or logits=.")
 
     # ---- parameters (lazy) -----------------------------------------------------------------
     @property

@@ -13,7 +13,7 @@ import numpy as np
 
 __all__ = [
     "Constraint", "real", "positive", "unit_interval", "open_unit_interval", "boolean",
-    "simplex", "integer_interval", "interval", "real_vector",
+    "simplex", "integer_interval", "interval", "real_vector", "independent", "open_interval",
 ]
 
 
@@ -113,3 +113,23 @@ def interval(lower: float, upper: float) -> Constraint:
 
 def integer_interval(lower: int, upper: int) -> Constraint:
     return _IntegerInterval(lower, upper)
+
+
+def open_interval(lower: float, upper: float) -> Constraint:
+    return _Interval(lower, upper, closed=False)
+
+
+class independent(Constraint):  # noqa: N801 - torch's name
+    """``base`` checked elementwise, then jointly over ``reinterpreted_batch_ndims`` more
+    trailing dimensions (the domain of a transform acting on whole vectors)."""
+
+    def __init__(self, base_constraint: Constraint, reinterpreted_batch_ndims: int) -> None:
+        self.base_constraint = base_constraint
+        self.reinterpreted_batch_ndims = int(reinterpreted_batch_ndims)
+        self.event_dim = base_constraint.event_dim + self.reinterpreted_batch_ndims
+        self.description = base_constraint.description
+
+    def check(self, x: np.ndarray) -> Any:
+        ok = np.asarray(self.base_constraint.check(x))
+        n = self.reinterpreted_batch_ndims
+        return np.all(ok, axis=tuple(range(-n, 0))) if n and ok.ndim >= n else ok

@@ -100,6 +100,12 @@ class Distribution:
     def entropy(self) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} does not implement entropy()")
 
+    def cdf(self, value: Any) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} does not implement cdf()")
+
+    def icdf(self, value: Any) -> Tensor:
+        raise NotImplementedError(f"{type(self).__name__} does not implement icdf()")
+
     def enumerate_support(self, expand: bool = True) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} has no finite support to enumerate")
 

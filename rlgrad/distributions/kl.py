@@ -11,8 +11,13 @@ from rlgrad import ops
 from rlgrad.distributions.beta import Beta
 from rlgrad.distributions.categorical import Bernoulli, Categorical
 from rlgrad.distributions.distribution import Distribution, _sum_rightmost
+from rlgrad.distributions.gamma import Dirichlet, Gamma
+from rlgrad.distributions.mvn import MultivariateNormal, _mahalanobis
 from rlgrad.distributions.normal import Independent, Normal
-from rlgrad.special import betaln, digamma
+from rlgrad.distributions.onehot import OneHotCategorical
+from rlgrad.distributions.transformed import TransformedDistribution
+from rlgrad.distributions.uniform import Uniform
+from rlgrad.special import betaln, digamma, gammaln
 from rlgrad.tensor import Tensor
 
 __all__ = ["kl_divergence", "register_kl"]
@@ -105,3 +110,58 @@ def _kl_beta(p: Beta, q: Beta) -> Tensor:
     s1 = a1 + b1
     return (betaln(a2, b2) - betaln(a1, b1) + (a1 - a2) * digamma(a1)
             + (b1 - b2) * digamma(b1) + (a2 - a1 + b2 - b1) * digamma(s1))
+
+
+@register_kl(OneHotCategorical, OneHotCategorical)
+def _kl_onehot(p: OneHotCategorical, q: OneHotCategorical) -> Tensor:
+    return _kl_categorical(p._categorical, q._categorical)
+
+
+@register_kl(Uniform, Uniform)
+def _kl_uniform(p: Uniform, q: Uniform) -> Tensor:
+    out = ops.log((q.high - q.low) / (p.high - p.low))
+    outside = (q.low._value > p.low._value) | (q.high._value < p.high._value)
+    return ops.where(outside, np.inf, out) if outside.any() else out
+
+
+@register_kl(Gamma, Gamma)
+def _kl_gamma(p: Gamma, q: Gamma) -> Tensor:
+    a1, r1, a2, r2 = p.concentration, p.rate, q.concentration, q.rate
+    return (a2 * ops.log(r1 / r2) + gammaln(a2) - gammaln(a1) + (a1 - a2) * digamma(a1)
+            + (r2 - r1) * (a1 / r1))
+
+
+@register_kl(Dirichlet, Dirichlet)
+def _kl_dirichlet(p: Dirichlet, q: Dirichlet) -> Tensor:
+    a, b = p.concentration, q.concentration
+    sa, sb = ops.sum(a, axis=-1), ops.sum(b, axis=-1)
+    t1 = gammaln(sa) - gammaln(sb)
+    t2 = ops.sum(gammaln(a) - gammaln(b), axis=-1)
+    t4 = digamma(a) - ops.expand_dims(digamma(sa), -1)
+    return t1 - t2 + ops.sum((a - b) * t4, axis=-1)
+
+
+@register_kl(MultivariateNormal, MultivariateNormal)
+def _kl_mvn(p: MultivariateNormal, q: MultivariateNormal) -> Tensor:
+    if p.event_shape != q.event_shape:
+        raise ValueError("kl_divergence(MultivariateNormal, MultivariateNormal): the event "
+                         f"shapes differ ({p.event_shape} vs {q.event_shape})")
+    n = p.event_shape[0]
+    lp, lq = p._raw_tril, q._unbroadcasted_scale_tril  # torch: solve_triangular(L_q, L_p)
+    batch = np.broadcast_shapes(p.batch_shape, q.batch_shape)
+    lpb, lqb = ops.broadcast_to(lp, batch + (n, n)), ops.broadcast_to(lq, batch + (n, n))
+    half_term1 = q._half_log_det() - p._half_log_det()
+    m = ops.solve(lqb, lpb)  # L_q^{-1} L_p: its squared Frobenius norm is tr(S_q^{-1} S_p)
+    term2 = ops.sum(ops.sum(m * m, axis=-1), axis=-1)
+    term3 = _mahalanobis(lq, q.loc - p.loc)
+    return half_term1 + 0.5 * (term2 + term3 - n)
+
+
+@register_kl(TransformedDistribution, TransformedDistribution)
+def _kl_transformed(p: TransformedDistribution, q: TransformedDistribution) -> Tensor:
+    # a bijection leaves the KL unchanged: that of the bases, when both use the same transforms
+    if p.transforms != q.transforms or p.event_shape != q.event_shape:
+        raise NotImplementedError(
+            "kl_divergence(TransformedDistribution, TransformedDistribution) needs the same "
+            "transforms and event shape on both sides; estimate it by sampling otherwise")
+    return kl_divergence(p.base_dist, q.base_dist)

@@ -18,7 +18,9 @@ from rlgrad.distributions.distribution import (
     _shape_tuple,
     _standard_normal,
     _sum_rightmost,
+    _violation,
 )
+from rlgrad.special import erf, erfinv
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
 
@@ -26,6 +28,7 @@ __all__ = ["Normal", "Independent", "DiagNormal", "MultivariateNormalDiag", "Tan
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _LOG2 = math.log(2.0)
+_SQRT2 = math.sqrt(2.0)
 _SCALE_HINT = ("Pass a positive standard deviation, e.g. softplus(x) + 1e-5 or exp(log_std) "
                "(clip log_std to a range such as [-20, 2]).")
 
@@ -68,6 +71,22 @@ class Normal(Distribution):
 
     def entropy(self) -> Tensor:
         return ops.log(self.scale) + (0.5 + _HALF_LOG_2PI)
+
+    def cdf(self, value: Any) -> Tensor:
+        """P(X <= value) = (1 + erf((value - loc) / (scale sqrt 2))) / 2, as torch's."""
+        if self._validate_args:
+            self._validate_sample(value)
+        return 0.5 * (1 + erf((value - self.loc) / (self.scale * _SQRT2)))
+
+    def icdf(self, value: Any) -> Tensor:
+        """The quantile function: loc + scale sqrt(2) erfinv(2 value - 1), value in [0, 1]."""
+        if self._validate_args:
+            data = _data(value)
+            ok = constraints.unit_interval.check(data)
+            if not np.all(ok):
+                raise ValueError(_violation("Normal.icdf", "value", constraints.unit_interval,
+                                            data, ok))
+        return self.loc + self.scale * erfinv(2 * value - 1) * _SQRT2
 
     @property
     def mean(self) -> Tensor:

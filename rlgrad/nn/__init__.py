@@ -6,15 +6,20 @@
 from __future__ import annotations
 
 from rlgrad.nn import functional, init, utils
+from rlgrad.nn.attention import MultiheadAttention, TransformerEncoderLayer
 from rlgrad.nn.layers import (
     ELU,
+    GELU,
     MLP,
     Conv2d,
+    Dropout,
+    Embedding,
     Flatten,
     Identity,
     LayerNorm,
     LeakyReLU,
     Linear,
+    Mish,
     ModuleDict,
     ModuleList,
     ReLU,
@@ -25,18 +30,26 @@ from rlgrad.nn.layers import (
     Tanh,
 )
 from rlgrad.nn.losses import (
+    BCELoss,
     BCEWithLogitsLoss,
     CrossEntropyLoss,
     HuberLoss,
+    KLDivLoss,
     MSELoss,
     NLLLoss,
     SmoothL1Loss,
 )
 from rlgrad.nn.module import IncompatibleKeys, Module, Parameter, StateDictError
+from rlgrad.nn.normalization import BatchNorm1d, BatchNorm2d
+from rlgrad.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ = [
     "Module", "Parameter", "IncompatibleKeys", "StateDictError", "functional", "init", "utils",
     "Identity", "Linear", "Conv2d", "Flatten", "Sequential", "ModuleList", "ModuleDict", "ReLU",
     "Tanh", "Sigmoid", "SiLU", "ELU", "Softplus", "LeakyReLU", "LayerNorm", "MLP",
+    "GELU", "Mish", "Dropout", "Embedding", "BatchNorm1d", "BatchNorm2d",
+    "MultiheadAttention", "TransformerEncoderLayer",
+    "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
     "MSELoss", "HuberLoss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
+    "BCELoss", "KLDivLoss",
 ]

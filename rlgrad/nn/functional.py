@@ -10,21 +10,26 @@ On plain NumPy arrays these functions return plain arrays (as ``rlgrad.numpy`` d
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from rlgrad import numpy as _rnp
 from rlgrad import ops
+from rlgrad import special as _special
 from rlgrad.indexing import one_hot as _one_hot
-from rlgrad.tensor import Tensor, _const, _shape, _size, _Trace
+from rlgrad.random import numpy_generator as _numpy_generator
+from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
 from rlgrad.tracer import FUSED_PAIRS, defjvp, defjvp_elementwise, defvjp, primitive
 
 __all__ = [
-    "linear", "conv2d", "relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu",
+    "linear", "conv2d", "dropout", "relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu",
+    "gelu", "mish", "embedding", "batch_norm",
     "softmax", "log_softmax", "logsumexp", "one_hot", "layer_norm", "flatten",
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "cross_entropy", "nll_loss",
-    "binary_cross_entropy_with_logits",
+    "binary_cross_entropy_with_logits", "binary_cross_entropy", "kl_div", "normalize", "pad",
 ]
 
 
@@ -664,6 +669,54 @@ def silu(input: Any) -> Any:  # noqa: A002
     return input * ops.sigmoid(input)
 
 
+def gelu(input: Any, approximate: str = "none") -> Any:  # noqa: A002
+    """``x * Phi(x)`` (``approximate='none'``) or PyTorch's tanh approximation (``'tanh'``)."""
+    if approximate == "none":
+        return 0.5 * input * (1.0 + _special.erf(input * (1.0 / math.sqrt(2.0))))
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (input + 0.044715 * input * input * input)
+        return 0.5 * input * (1.0 + ops.tanh(inner))
+    raise ValueError(f"gelu: approximate={approximate!r}; use 'none' or 'tanh'")
+
+
+def mish(input: Any) -> Any:  # noqa: A002
+    """``x * tanh(softplus(x))``."""
+    return input * ops.tanh(ops.softplus(input))
+
+
+def embedding(input: Any, weight: Any, padding_idx: int | None = None,  # noqa: A002
+              max_norm: float | None = None) -> Any:
+    """Rows of ``weight`` at the integer indices ``input``; the row ``padding_idx`` is read but
+    gets no gradient (PyTorch)."""
+    if max_norm is not None:
+        raise NotImplementedError("embedding: max_norm is not supported; renormalise the weight yourself")
+    idx = np.asarray(input._value if isinstance(input, Tensor) else input)
+    n = _shape(weight)[0]
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IndexError(f"embedding: index {idx.min() if idx.min() < 0 else idx.max()} is out of "
+                         f"range for {n} embeddings (0..{n - 1})")
+    rows = ops.getitem(weight, idx)
+    if padding_idx is None or not np.any(idx == padding_idx % n):
+        return rows
+    pad = (idx == padding_idx % n)[..., None]
+    return ops.where(pad, ops.getitem(ops.stop_gradient(weight), idx), rows)
+
+
+def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:  # noqa: A002
+    """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)`` (training only)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, got {p}")
+    if not training or p == 0.0:
+        return input
+    if p == 1.0:
+        return input * 0.0
+    keep = _numpy_generator().random(_shape(input)) >= p
+    dt = _dtype(input)
+    return input * (keep.astype(dt) / dt.type(1.0 - p))
+
+
 def softmax(input: Any, dim: int = -1) -> Any:  # noqa: A002
     """Softmax along ``dim``; the max is subtracted first, so large logits do not overflow."""
     return ops.softmax(input, axis=dim)
@@ -716,6 +769,152 @@ def layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any 
     if bias is not None:
         y = y + bias
     return y
+
+
+def _batch_stats(input: Any, axes: tuple[int, ...]) -> tuple[Any, Any]:  # noqa: A002
+    mu = ops.mean(input, axis=axes, keepdims=True)
+    centred = input - mu
+    return mu, ops.mean(centred * centred, axis=axes, keepdims=True)
+
+
+def _update_running(running_mean: np.ndarray, running_var: np.ndarray, mu: Any, var: Any,
+                    n: int, momentum: float) -> None:
+    """In place, as PyTorch: the running variance takes the unbiased batch variance."""
+    if _Trace.compiling:
+        raise TraceError("batch_norm: updating running statistics in training mode writes arrays "
+                         "in place, which rlgrad.jit cannot record; call it outside jit or in eval mode")
+    m = np.asarray(getattr(mu, "_value", mu)).reshape(running_mean.shape)
+    v = np.asarray(getattr(var, "_value", var)).reshape(running_var.shape) * (n / (n - 1))
+    running_mean *= 1.0 - momentum
+    running_mean += momentum * m
+    running_var *= 1.0 - momentum
+    running_var += momentum * v
+
+
+def batch_norm(input: Any, running_mean: np.ndarray | None, running_var: np.ndarray | None,  # noqa: A002
+               weight: Any = None, bias: Any = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> Any:
+    """Normalise each channel (axis 1) over the batch and spatial axes: batch statistics (biased
+    variance) in training, updating ``running_mean``/``running_var`` in place when given; the
+    running statistics otherwise (PyTorch's ``F.batch_norm``)."""
+    shape = _shape(input)
+    if len(shape) < 2:
+        raise ValueError(f"batch_norm: input must be (N, C, ...), got shape {shape}")
+    axes = (0,) + tuple(range(2, len(shape)))
+    bshape = (1, shape[1]) + (1,) * (len(shape) - 2)
+    if training:
+        n = _size(input) // shape[1]
+        if n <= 1:
+            raise ValueError(f"batch_norm: expected more than 1 value per channel when training, "
+                             f"got input shape {shape}")
+        mu, var = _batch_stats(input, axes)
+        if running_mean is not None and running_var is not None:
+            _update_running(running_mean, running_var, mu, var, n, momentum)
+    else:
+        if running_mean is None or running_var is None:
+            raise ValueError("batch_norm: eval mode needs running_mean and running_var")
+        mu, var = running_mean.reshape(bshape), running_var.reshape(bshape)
+    y = (input - mu) / ops.sqrt(var + eps)
+    if weight is not None:
+        y = y * ops.reshape(weight, bshape)
+    if bias is not None:
+        y = y + ops.reshape(bias, bshape)
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# The LSTM cell's elementwise part as one node: (B, 5H) [gates i,f,g,o | c] -> (B, 2H) [h | c'].
+# A step is then linear + add + this instead of ~15 recorded ops; nn/recurrent.py's
+# ``_lstm_step_reference`` is the plain composition it is tested against.
+# ---------------------------------------------------------------------------------------------
+def _lstm_parts(gc: Any, tanh: Any) -> tuple[Any, ...]:
+    """i, f, g, o, c from the pre-activations (sigmoid(v) = (tanh(v/2) + 1) / 2)."""
+    H = _shape(gc)[-1] // 5
+    i, f, o = (tanh(gc[..., a * H:(a + 1) * H] * 0.5) * 0.5 + 0.5 for a in (0, 1, 3))
+    return i, f, tanh(gc[..., 2 * H:3 * H]), o, gc[..., 4 * H:]
+
+
+def _lstm_cell(gc: Any) -> np.ndarray:
+    i, f, g, o, c = _lstm_parts(np.asarray(gc), np.tanh)
+    c2 = f * c + i * g
+    return np.concatenate([o * np.tanh(c2), c2], axis=-1)
+
+
+def _lstm_cell_backward(g: Any, ans: Any, gc: Any, tanh: Any, concat: Any) -> Any:
+    """d(h, c')/d(gates, c) transposed, applied to ``g``; NumPy's or rlgrad's ``tanh``/``concat``
+    (the second records the same formula, so it can be differentiated again)."""
+    i, f, gg, o, c = _lstm_parts(gc, tanh)
+    H = _shape(c)[-1]
+    tc2 = tanh(ans[..., H:])
+    g_h = g[..., :H]
+    dc2 = g[..., H:] + g_h * o * (1.0 - tc2 * tc2)
+    return concat([dc2 * gg * i * (1.0 - i), dc2 * c * f * (1.0 - f), dc2 * i * (1.0 - gg * gg),
+                   g_h * tc2 * o * (1.0 - o), dc2 * f], axis=-1)
+
+
+def _lstm_cell_vjp(g: Any, ans: Any, gc: Any) -> Any:
+    if type(g) is np.ndarray and type(gc) is np.ndarray:  # first order: one NumPy pass
+        return _lstm_cell_backward(g, np.asarray(ans), gc, np.tanh, np.concatenate)
+    return _lstm_cell_backward(g, ans, gc, ops.tanh, ops.concatenate)
+
+
+def _lstm_cell_jvp(t: Any, ans: Any, gc: Any) -> Any:
+    i, f, gg, o, c = _lstm_parts(gc, ops.tanh)
+    H = _shape(c)[-1]
+    c2 = ans[..., H:]
+    tc2 = ops.tanh(c2)
+    di, df, do = (t[..., a * H:(a + 1) * H] * s * (1.0 - s) for a, s in ((0, i), (1, f), (3, o)))
+    dc2 = df * c + f * t[..., 4 * H:] + di * gg + i * (1.0 - gg * gg) * t[..., 2 * H:3 * H]
+    return ops.concatenate([do * tc2 + o * (1.0 - tc2 * tc2) * dc2, dc2], axis=-1)
+
+
+lstm_cell_p = primitive(_lstm_cell, "lstm_cell", arity=1)
+defvjp(lstm_cell_p, _lstm_cell_vjp)
+defjvp(lstm_cell_p, _lstm_cell_jvp)
+
+
+# The GRU cell's elementwise part as one node: (B, 7H) [W_ih x + b_ih | W_hh h + b_hh | h] -> h'.
+def _gru_parts(a: Any, tanh: Any) -> tuple[Any, ...]:
+    """r, z, n, h and hn = W_hn h + b_hn, from the packed input (gates r, z, n as PyTorch)."""
+    H = _shape(a)[-1] // 7
+    r, z = ((tanh((a[..., k * H:(k + 1) * H] + a[..., (k + 3) * H:(k + 4) * H]) * 0.5) * 0.5 + 0.5)
+            for k in (0, 1))
+    hn = a[..., 5 * H:6 * H]
+    return r, z, tanh(a[..., 2 * H:3 * H] + r * hn), a[..., 6 * H:], hn
+
+
+def _gru_cell(a: Any) -> np.ndarray:
+    r, z, n, h, _ = _gru_parts(np.asarray(a), np.tanh)
+    return n + z * (h - n)
+
+
+def _gru_cell_backward(g: Any, a: Any, tanh: Any, concat: Any) -> Any:
+    r, z, n, h, hn = _gru_parts(a, tanh)
+    dn = g * (1.0 - z) * (1.0 - n * n)
+    dr = dn * hn * r * (1.0 - r)
+    dz = g * (h - n) * z * (1.0 - z)
+    return concat([dr, dz, dn, dr, dz, dn * r, g * z], axis=-1)
+
+
+def _gru_cell_vjp(g: Any, ans: Any, a: Any) -> Any:
+    if type(g) is np.ndarray and type(a) is np.ndarray:  # first order: one NumPy pass
+        return _gru_cell_backward(g, a, np.tanh, np.concatenate)
+    return _gru_cell_backward(g, a, ops.tanh, ops.concatenate)
+
+
+def _gru_cell_jvp(t: Any, ans: Any, a: Any) -> Any:
+    r, z, n, h, hn = _gru_parts(a, ops.tanh)
+    H = _shape(h)[-1]
+    part = [t[..., k * H:(k + 1) * H] for k in range(7)]
+    dr = r * (1.0 - r) * (part[0] + part[3])
+    dz = z * (1.0 - z) * (part[1] + part[4])
+    dn = (1.0 - n * n) * (part[2] + dr * hn + r * part[5])
+    return dn + dz * (h - n) + z * (part[6] - dn)
+
+
+gru_cell_p = primitive(_gru_cell, "gru_cell", arity=1)
+defvjp(gru_cell_p, _gru_cell_vjp)
+defjvp(gru_cell_p, _gru_cell_jvp)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -978,3 +1177,100 @@ def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None
     if weight is not None:
         loss = loss * weight
     return _reduce(loss, reduction)
+
+
+# ---------------------------------------------------------------------------------------------
+# Probability losses and tensor helpers torch.nn.functional has: binary_cross_entropy (on
+# probabilities), kl_div, normalize, pad
+# ---------------------------------------------------------------------------------------------
+def _bce_fwd(x: Any, t: Any) -> Any:
+    with np.errstate(divide="ignore"):  # log(0) = -inf, clamped to -100 as PyTorch does
+        return -(t * np.maximum(np.log(x), -100.0) + (1 - t) * np.maximum(np.log1p(-x), -100.0))
+
+
+_bce_p = primitive(_bce_fwd, "binary_cross_entropy", arity=2)
+_BCE_EPS = float(np.float32(1e-12))  # PyTorch's floor of x (1 - x), a float32 constant there
+
+
+def _bce_vjp_target(g: Any, ans: Any, x: Any, t: Any) -> Any:
+    with np.errstate(divide="ignore"):  # infinite where x is 0 or 1, as PyTorch's
+        return g * (ops.log1p(-x) - ops.log(x))
+
+
+# PyTorch's derivatives: (x - t) / max(x (1 - x), eps) for the input (finite at 0 and 1), the
+# log-odds (not clamped) for the target
+defvjp(_bce_p, lambda g, ans, x, t: g * (x - t) / ops.maximum(x * (1 - x), _BCE_EPS),
+       _bce_vjp_target)
+defjvp_elementwise(_bce_p)
+
+
+def binary_cross_entropy(input: Any, target: Any, weight: Any = None,  # noqa: A002
+                         reduction: str = "mean") -> Any:
+    """``-w [t log x + (1 - t) log(1 - x)]`` of probabilities ``x`` (each log clamped at -100, as
+    PyTorch's); from logits, ``binary_cross_entropy_with_logits`` is the stable form."""
+    _check_same_shape(input, target, "binary_cross_entropy")
+    _reduction_scale(reduction, 1)
+    x = input._value if isinstance(input, Tensor) else np.asarray(input)
+    if not _Trace.compiling and np.size(x) and not ((x >= 0) & (x <= 1)).all():
+        raise ValueError("binary_cross_entropy: all elements of input should be between 0 and 1 "
+                         "(probabilities); pass logits to binary_cross_entropy_with_logits")
+    loss = _bce_p(input, target)
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss, reduction)
+
+
+def kl_div(input: Any, target: Any, size_average: Any = None, reduce: Any = None,  # noqa: A002
+           reduction: str = "mean", log_target: bool = False) -> Any:
+    """PyTorch's ``kl_div``: ``input`` holds log-probabilities, ``target`` probabilities (or
+    log-probabilities with ``log_target``); pointwise ``t (log t - input)``, 0 where ``t = 0``.
+    ``reduction="batchmean"`` divides the sum by the batch size: the true KL divergence (PyTorch's
+    ``"mean"`` divides by the number of elements). Where a target probability is 0 the gradient
+    with respect to the target is ``-input`` (``xlogy``'s NaN-free rule); PyTorch gives NaN."""
+    if size_average is not None or reduce is not None:
+        raise TypeError("kl_div: size_average and reduce are deprecated in PyTorch; use reduction=")
+    if log_target:
+        loss = ops.exp(target) * (target - input)
+    else:
+        loss = _special.xlogy(target, target) - target * input
+    if reduction == "batchmean":
+        n = _shape(input)[0] if _shape(input) else 1
+        return ops.sum(loss) / n
+    return _reduce(loss, reduction)
+
+
+def normalize(input: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12,  # noqa: A002
+              out: Any = None) -> Any:
+    """``input / max(||input||_p, eps)`` along ``dim`` (the gradient of an all-zero slice is 0)."""
+    if out is not None:
+        raise TypeError("normalize: out= is not supported; use the returned tensor")
+    norm = _rnp.linalg.norm(input, ord=p, axis=dim, keepdims=True)
+    return input / ops.clip(norm, eps, None)
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+
+
+def pad(input: Any, pad: Any, mode: str = "constant", value: float | None = None) -> Any:  # noqa: A002
+    """PyTorch's ``F.pad``: ``pad = (left, right, top, bottom, ...)`` from the last dimension
+    backwards; modes ``constant`` (``value``, default 0), ``reflect``, ``replicate``, ``circular``."""
+    if mode not in _PAD_MODES:
+        raise ValueError(f"pad: mode must be one of {sorted(_PAD_MODES)}, got {mode!r}")
+    pad = [int(v) for v in pad]
+    shape = _shape(input)
+    if len(pad) % 2 or len(pad) // 2 > len(shape):
+        raise ValueError(f"pad: padding length must be even and at most twice the number of "
+                         f"dimensions ({len(shape)}), got {len(pad)}")
+    if any(v < 0 for v in pad):
+        raise ValueError("pad: negative padding (cropping) is not supported; slice the tensor")
+    pairs = [(pad[i], pad[i + 1]) for i in range(0, len(pad), 2)][::-1]
+    widths = [(0, 0)] * (len(shape) - len(pairs)) + pairs
+    if mode == "constant":
+        return _rnp.pad(input, widths, mode="constant", constant_values=0 if value is None else value)
+    if value is not None:
+        raise ValueError(f"pad: value= is only for mode='constant', not {mode!r}")
+    for n, (lo, hi) in zip(shape[len(shape) - len(pairs):], pairs):
+        if mode == "reflect" and max(lo, hi) >= n:
+            raise ValueError(f"pad: reflect padding ({lo}, {hi}) must be smaller than the "
+                             f"dimension it pads ({n})")
+    return _rnp.pad(input, widths, mode=_PAD_MODES[mode])

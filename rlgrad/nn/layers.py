@@ -14,11 +14,12 @@ from rlgrad import ops
 from rlgrad.nn import functional as F
 from rlgrad.nn import init
 from rlgrad.nn.module import Module, Parameter
-from rlgrad.tensor import Tensor, get_default_dtype
+from rlgrad.tensor import Tensor, get_default_dtype, mark_written
 
 __all__ = [
     "Identity", "Linear", "Conv2d", "Flatten", "Sequential", "ModuleList", "ModuleDict", "ReLU",
-    "Tanh", "Sigmoid", "ELU", "Softplus", "LeakyReLU", "SiLU", "LayerNorm", "MLP",
+    "Tanh", "Sigmoid", "ELU", "Softplus", "LeakyReLU", "SiLU", "GELU", "Mish", "LayerNorm", "MLP",
+    "Dropout", "Embedding",
 ]
 
 _linear = F._linear_p  # the fused primitive, called without the wrapper
@@ -259,6 +260,76 @@ class SiLU(Module):
         return F.silu(x)
 
 
+class GELU(Module):
+    def __init__(self, approximate: str = "none") -> None:
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"GELU: approximate={approximate!r}; use 'none' or 'tanh'")
+        self.approximate = approximate
+
+    def forward(self, x: Any) -> Any:
+        return F.gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class Mish(Module):
+    def forward(self, x: Any) -> Any:
+        return F.mish(x)
+
+
+class Dropout(Module):
+    """Zeroes elements with probability ``p`` in training mode (scaling the rest by 1/(1-p));
+    the identity in eval mode."""
+
+    def __init__(self, p: float = 0.5, inplace: bool = False) -> None:
+        super().__init__()
+        if not 0.0 <= float(p) <= 1.0:
+            raise ValueError(f"Dropout: p={p} must be in [0, 1]")
+        self.p, self.inplace = float(p), bool(inplace)  # inplace is accepted; a copy is made
+
+    def forward(self, x: Any) -> Any:
+        return F.dropout(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class Embedding(Module):
+    """A lookup table: ``weight`` (num_embeddings, embedding_dim) drawn from N(0, 1), the row
+    ``padding_idx`` zeroed and never given a gradient (PyTorch)."""
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
+                 max_norm: float | None = None, dtype: Any = None) -> None:
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
+        if padding_idx is not None:
+            if not -self.num_embeddings <= padding_idx < self.num_embeddings:
+                raise ValueError(f"Embedding: padding_idx={padding_idx} must be within "
+                                 f"num_embeddings={self.num_embeddings}")
+            padding_idx = padding_idx % self.num_embeddings
+        if max_norm is not None:
+            raise NotImplementedError("Embedding: max_norm is not supported; renormalise the weight yourself")
+        self.padding_idx, self.max_norm = padding_idx, max_norm
+        dt = np.dtype(dtype) if dtype is not None else get_default_dtype()
+        self.weight = Parameter(np.empty((self.num_embeddings, self.embedding_dim), dtype=dt))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        init.normal_(self.weight)
+        if self.padding_idx is not None:
+            self.weight._value[self.padding_idx] = 0
+            mark_written(self.weight)  # an in-place write: bump the version autograd checks
+
+    def forward(self, x: Any) -> Any:
+        return F.embedding(x, self.weight, self.padding_idx)
+
+    def extra_repr(self) -> str:
+        s = f"{self.num_embeddings}, {self.embedding_dim}"
+        return s + (f", padding_idx={self.padding_idx}" if self.padding_idx is not None else "")
+
+
 class ELU(Module):
     def __init__(self, alpha: float = 1.0) -> None:
         super().__init__()
@@ -318,7 +389,7 @@ class LayerNorm(Module):
 
 _ACTIVATIONS: dict[str, Callable[[], Module]] = {
     "relu": ReLU, "tanh": Tanh, "sigmoid": Sigmoid, "elu": ELU, "softplus": Softplus,
-    "leaky_relu": LeakyReLU, "silu": SiLU, "identity": Identity,
+    "leaky_relu": LeakyReLU, "silu": SiLU, "gelu": GELU, "mish": Mish, "identity": Identity,
 }
 
 

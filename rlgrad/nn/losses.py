@@ -7,7 +7,8 @@ from typing import Any
 from rlgrad.nn import functional as F
 from rlgrad.nn.module import Module
 
-__all__ = ["MSELoss", "HuberLoss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss"]
+__all__ = ["MSELoss", "HuberLoss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
+           "BCELoss", "KLDivLoss"]
 
 
 class _Loss(Module):
@@ -72,3 +73,33 @@ class BCEWithLogitsLoss(_Loss):
     def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
         return F.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction,
                                                   self.pos_weight)
+
+
+class BCELoss(_Loss):
+    """Binary cross-entropy of probabilities (``F.binary_cross_entropy``); after a sigmoid.
+    ``BCEWithLogitsLoss`` on the logits is the numerically stable form."""
+
+    def __init__(self, weight: Any = None, reduction: str = "mean") -> None:
+        super().__init__(reduction)
+        self.weight = weight
+
+    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+        return F.binary_cross_entropy(input, target, self.weight, self.reduction)
+
+
+class KLDivLoss(Module):
+    """``F.kl_div``: input log-probabilities, target probabilities (log ones with
+    ``log_target``); ``reduction="batchmean"`` gives the KL divergence per sample."""
+
+    def __init__(self, reduction: str = "mean", log_target: bool = False) -> None:
+        super().__init__()
+        if reduction not in ("mean", "batchmean", "sum", "none"):
+            raise ValueError("reduction must be 'mean', 'batchmean', 'sum' or 'none', got "
+                             f"{reduction!r}")
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+        return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}, log_target={self.log_target}"

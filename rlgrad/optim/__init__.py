@@ -4,12 +4,27 @@ from __future__ import annotations
 
 from rlgrad.nn.utils import clip_grad_norm_, clip_grad_value_
 from rlgrad.optim import lr_scheduler
-from rlgrad.optim.algorithms import SGD, Adam, AdamW, RMSprop, RMSpropTFLike
+from rlgrad.optim.algorithms import (
+    SGD,
+    Adagrad,
+    Adam,
+    AdamW,
+    NAdam,
+    RAdam,
+    RMSprop,
+    RMSpropTFLike,
+)
 from rlgrad.optim.lr_scheduler import (
     ConstantLR,
+    CosineAnnealingLR,
+    ExponentialLR,
     LambdaLR,
     LinearLR,
     LRScheduler,
+    MultiStepLR,
+    OneCycleLR,
+    ReduceLROnPlateau,
+    StepLR,
     constant_schedule,
     linear_schedule,
     update_learning_rate,
@@ -18,8 +33,10 @@ from rlgrad.optim.optimizer import Optimizer
 from rlgrad.optim.target import hard_update, polyak_update, soft_update
 
 __all__ = [
-    "Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike", "clip_grad_norm_",
+    "Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike", "Adagrad", "RAdam", "NAdam",
+    "clip_grad_norm_",
     "clip_grad_value_", "lr_scheduler", "LRScheduler", "LambdaLR", "LinearLR", "ConstantLR",
+    "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "OneCycleLR", "ReduceLROnPlateau",
     "constant_schedule", "linear_schedule", "update_learning_rate", "polyak_update",
     "soft_update", "hard_update",
 ]

@@ -1,4 +1,4 @@
-"""SGD, Adam, AdamW and RMSprop, with PyTorch's arguments and update rules.
+"""SGD, Adam, AdamW, RMSprop, Adagrad, RAdam and NAdam, with PyTorch's arguments and update rules.
 
 ``reference.py`` holds each update in its plain form (PyTorch's formulas, ten lines); everything
 here is an optimization of those, tested against them (tests/test_reference_paths.py): the same
@@ -34,7 +34,7 @@ except ImportError:  # pragma: no cover - depends on the install
 if os.environ.get("RLGRAD_FUSED", "1") == "0":
     _fused = None
 
-__all__ = ["SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike"]
+__all__ = ["SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike", "Adagrad", "RAdam", "NAdam"]
 
 
 def _scratch(st: dict[str, Any], like: np.ndarray) -> np.ndarray:
@@ -507,3 +507,154 @@ class RMSpropTFLike(RMSprop):
     def __init__(self, params: Any, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False) -> None:
         super().__init__(params, lr, alpha, eps, weight_decay, momentum, centered, tf_style=True)
+
+
+class _PerParam(Optimizer):
+    """The per-parameter loop of Adagrad, RAdam and NAdam (no flat path: they are rare in RL
+    code): the gradient's sign and weight decay here, then the subclass's ``_math`` updates its
+    state in place and leaves the step to subtract in a scratch buffer (``out=`` ufuncs)."""
+
+    _l2_only = False  # Adagrad: weight decay is always an L2 term
+
+    def _new_state(self, x: np.ndarray, group: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _math(self, g: np.ndarray, x: np.ndarray, st: dict[str, Any], buf: np.ndarray,
+              group: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _update_group(self, group: dict[str, Any]) -> None:
+        lr, wd = group["lr"], group["weight_decay"]
+        decoupled = not self._l2_only and group["decoupled_weight_decay"]
+        for p in group["params"]:
+            gt = p.grad
+            if gt is None:
+                continue
+            g, x = gt._value, p._value
+            st = self.state.get(p)
+            if st is None:
+                st = self.state[p] = self._new_state(x, group)
+            buf = _scratch(st, x)
+            if group["maximize"]:
+                g = -g
+            if wd and decoupled:
+                x *= 1 - lr * wd
+            elif wd:
+                g = g + wd * x
+            st["step"] += 1
+            self._math(g, x, st, buf, group)
+            x -= buf
+
+
+def _check_betas(betas: tuple[float, float]) -> None:
+    if not (0.0 <= betas[0] < 1.0 and 0.0 <= betas[1] < 1.0):
+        raise ValueError(f"Invalid betas {betas}: each must be in [0, 1)")
+
+
+def _moments(g: np.ndarray, m: np.ndarray, v: np.ndarray, buf: np.ndarray, b1: float,
+             b2: float) -> None:
+    """Adam's moments in place: ``m`` lerps to ``g``, ``v <- b2 v + (1 - b2) g^2``."""
+    np.subtract(g, m, out=buf)
+    buf *= 1 - b1
+    m += buf
+    v *= b2
+    np.multiply(g, g, out=buf)
+    buf *= 1 - b2
+    v += buf
+
+
+class Adagrad(_PerParam):
+    """Adagrad with PyTorch's arguments (``reference.adagrad``)."""
+
+    _l2_only = True
+
+    def __init__(self, params: Any, lr: float = 1e-2, lr_decay: float = 0.0,
+                 weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
+                 eps: float = 1e-10, *, maximize: bool = False) -> None:
+        _check_hparams(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, eps=eps,
+                       initial_accumulator_value=initial_accumulator_value)
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                                      initial_accumulator_value=initial_accumulator_value,
+                                      eps=eps, maximize=maximize))
+
+    def _new_state(self, x: np.ndarray, group: dict[str, Any]) -> dict[str, Any]:
+        return {"step": 0, "sum": np.full_like(x, group["initial_accumulator_value"])}
+
+    def _math(self, g: np.ndarray, x: np.ndarray, st: dict[str, Any], buf: np.ndarray,
+              group: dict[str, Any]) -> None:
+        clr = group["lr"] / (1 + (st["step"] - 1) * group["lr_decay"])
+        s = st["sum"]
+        np.multiply(g, g, out=buf)
+        s += buf
+        np.sqrt(s, out=buf)
+        buf += group["eps"]
+        np.divide(g, buf, out=buf)
+        buf *= clr
+
+
+class RAdam(_PerParam):
+    """RAdam with PyTorch's arguments, ``decoupled_weight_decay`` included (``reference.radam``)."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0,
+                 decoupled_weight_decay: bool = False, *, maximize: bool = False) -> None:
+        _check_hparams(lr=lr, eps=eps, weight_decay=weight_decay)
+        _check_betas(betas)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay,
+                                      maximize=maximize))
+
+    def _new_state(self, x: np.ndarray, group: dict[str, Any]) -> dict[str, Any]:
+        return {"step": 0, "exp_avg": np.zeros_like(x), "exp_avg_sq": np.zeros_like(x)}
+
+    def _math(self, g: np.ndarray, x: np.ndarray, st: dict[str, Any], buf: np.ndarray,
+              group: dict[str, Any]) -> None:
+        (b1, b2), t, lr = group["betas"], st["step"], group["lr"]
+        m, v = st["exp_avg"], st["exp_avg_sq"]
+        _moments(g, m, v, buf, b1, b2)
+        bc1, bc2 = 1 - b1**t, 1 - b2**t
+        rho_inf = 2 / (1 - b2) - 1
+        rho_t = rho_inf - 2 * t * b2**t / bc2
+        if rho_t > 5.0:  # the variance of the adaptive term is tractable: rectify it
+            rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf
+                             / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+            np.sqrt(v, out=buf)
+            buf += group["eps"]
+            np.divide(m, buf, out=buf)
+            buf *= lr * math.sqrt(bc2) * rect / bc1
+        else:
+            np.multiply(m, lr / bc1, out=buf)
+
+
+class NAdam(_PerParam):
+    """NAdam with PyTorch's arguments and momentum schedule (``reference.nadam``)."""
+
+    def __init__(self, params: Any, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, momentum_decay: float = 4e-3,
+                 decoupled_weight_decay: bool = False, *, maximize: bool = False) -> None:
+        _check_hparams(lr=lr, eps=eps, weight_decay=weight_decay, momentum_decay=momentum_decay)
+        _check_betas(betas)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      momentum_decay=momentum_decay,
+                                      decoupled_weight_decay=decoupled_weight_decay,
+                                      maximize=maximize))
+
+    def _new_state(self, x: np.ndarray, group: dict[str, Any]) -> dict[str, Any]:
+        return {"step": 0, "mu_product": 1.0, "exp_avg": np.zeros_like(x),
+                "exp_avg_sq": np.zeros_like(x)}
+
+    def _math(self, g: np.ndarray, x: np.ndarray, st: dict[str, Any], buf: np.ndarray,
+              group: dict[str, Any]) -> None:
+        (b1, b2), t, lr, md = group["betas"], st["step"], group["lr"], group["momentum_decay"]
+        m, v = st["exp_avg"], st["exp_avg_sq"]
+        mu = b1 * (1.0 - 0.5 * 0.96 ** (t * md))
+        mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * md))
+        prod = st["mu_product"] = st["mu_product"] * mu
+        _moments(g, m, v, buf, b1, b2)
+        np.divide(v, 1 - b2**t, out=buf)
+        np.sqrt(buf, out=buf)
+        buf += group["eps"]  # buf: the denominator
+        # the Nesterov step: the gradient's part and the momentum's, over one denominator
+        x -= (lr * (1 - mu) / (1 - prod)) * g / buf
+        np.divide(m, buf, out=buf)
+        buf *= lr * mu_next / (1 - prod * mu_next)

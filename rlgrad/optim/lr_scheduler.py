@@ -1,7 +1,11 @@
 """Learning-rate schedules, in both forms RL code uses.
 
 * PyTorch-style schedulers that own an optimizer and change its ``lr`` on ``step()``:
-  ``LambdaLR``, ``LinearLR``, ``ConstantLR`` (``state_dict``/``load_state_dict`` included).
+  ``LambdaLR``, ``LinearLR``, ``ConstantLR``, ``StepLR``, ``MultiStepLR``, ``ExponentialLR``,
+  ``CosineAnnealingLR``, ``OneCycleLR`` and ``ReduceLROnPlateau`` (``step(metric)``), with
+  ``get_last_lr``, ``state_dict``/``load_state_dict``. Each computes its learning rate in closed
+  form from ``base_lr`` and the step count; PyTorch's "chainable" forms multiply the current
+  ``lr`` instead, which agrees up to rounding unless the user edits ``lr`` between steps.
 * Stable-Baselines3-style schedules: plain functions of ``progress_remaining`` (1 at the start
   of training, 0 at the end): ``constant_schedule``, ``linear_schedule``; apply one with
   ``update_learning_rate(optimizer, schedule(progress_remaining))``.
@@ -9,14 +13,18 @@
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Callable
 from typing import Any
 
 from rlgrad.optim.optimizer import Optimizer
+from rlgrad.tensor import Tensor
 from rlgrad.tracer import replayed
 
 __all__ = [
-    "LRScheduler", "LambdaLR", "LinearLR", "ConstantLR", "constant_schedule", "linear_schedule",
+    "LRScheduler", "LambdaLR", "LinearLR", "ConstantLR", "StepLR", "MultiStepLR", "ExponentialLR",
+    "CosineAnnealingLR", "OneCycleLR", "ReduceLROnPlateau", "constant_schedule", "linear_schedule",
     "update_learning_rate", "Schedule",
 ]
 
@@ -72,15 +80,19 @@ class LRScheduler:
     def factor(self, epoch: int) -> float:
         raise NotImplementedError
 
+    def lrs_at(self, epoch: int) -> list[float]:
+        """Each group's learning rate at ``epoch`` (``base_lr * factor(epoch)`` unless overridden)."""
+        f = self.factor(epoch)
+        return [base * f for base in self.base_lrs]
+
     def get_last_lr(self) -> list[float]:
         return list(self._last_lr)
 
     @replayed  # under rlgrad.jit: made again by the compiled step, at its place
     def step(self) -> None:
         self.last_epoch += 1
-        f = self.factor(self.last_epoch)
-        for g, base in zip(self.optimizer.param_groups, self.base_lrs):
-            g["lr"] = base * f
+        for g, lr in zip(self.optimizer.param_groups, self.lrs_at(self.last_epoch)):
+            g["lr"] = lr
         self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
 
     def state_dict(self) -> dict[str, Any]:
@@ -132,3 +144,230 @@ class ConstantLR(LRScheduler):
 
     def factor(self, epoch: int) -> float:
         return self.constant_factor if epoch < self.total_iters else 1.0
+
+
+class StepLR(LRScheduler):
+    """``lr = base_lr * gamma ** (epoch // step_size)``."""
+
+    def __init__(self, optimizer: Optimizer, step_size: int, gamma: float = 0.1,
+                 last_epoch: int = -1) -> None:
+        if int(step_size) <= 0:
+            raise ValueError(f"StepLR: step_size must be a positive integer, got {step_size}")
+        self.step_size, self.gamma = int(step_size), gamma
+        super().__init__(optimizer, last_epoch)
+
+    def factor(self, epoch: int) -> float:
+        return self.gamma ** (epoch // self.step_size)
+
+
+class MultiStepLR(LRScheduler):
+    """``lr = base_lr * gamma ** (number of milestones <= epoch)``; a milestone listed twice counts
+    twice, as in PyTorch."""
+
+    def __init__(self, optimizer: Optimizer, milestones: Any, gamma: float = 0.1,
+                 last_epoch: int = -1) -> None:
+        self.milestones = sorted(int(m) for m in milestones)
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def factor(self, epoch: int) -> float:
+        return self.gamma ** bisect.bisect_right(self.milestones, epoch)
+
+
+class ExponentialLR(LRScheduler):
+    """``lr = base_lr * gamma ** epoch``."""
+
+    def __init__(self, optimizer: Optimizer, gamma: float, last_epoch: int = -1) -> None:
+        self.gamma = gamma
+        super().__init__(optimizer, last_epoch)
+
+    def factor(self, epoch: int) -> float:
+        return self.gamma ** epoch
+
+
+class CosineAnnealingLR(LRScheduler):
+    """``lr = eta_min + (base_lr - eta_min) (1 + cos(pi epoch / T_max)) / 2`` (PyTorch's closed
+    form; past ``T_max`` the cosine goes back up, as PyTorch's does)."""
+
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0,  # noqa: N803
+                 last_epoch: int = -1) -> None:
+        if T_max <= 0:
+            raise ValueError(f"CosineAnnealingLR: T_max must be positive, got {T_max}")
+        self.T_max, self.eta_min = T_max, eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def lrs_at(self, epoch: int) -> list[float]:
+        c = (1 + math.cos(math.pi * epoch / self.T_max)) / 2
+        return [self.eta_min + (base - self.eta_min) * c for base in self.base_lrs]
+
+
+def _per_group(name: str, optimizer: Optimizer, value: Any) -> list[Any]:
+    """One value per parameter group: a list/tuple of that length, or one value repeated."""
+    n = len(optimizer.param_groups)
+    if isinstance(value, list | tuple):
+        if len(value) != n:
+            raise ValueError(f"{name} must have one value per parameter group: got {len(value)} "
+                             f"values for {n} groups")
+        return list(value)
+    return [value] * n
+
+
+def _anneal(strategy: str, start: float, end: float, pct: float) -> float:
+    if strategy == "cos":
+        return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+    return (end - start) * pct + start
+
+
+class OneCycleLR(LRScheduler):
+    """PyTorch's 1cycle policy: from ``max_lr / div_factor`` up to ``max_lr`` over ``pct_start``
+    of ``total_steps``, then down to ``initial_lr / final_div_factor`` (``three_phase``: down to
+    the initial lr first, then to the minimum). ``cycle_momentum`` moves the momentum (SGD) or
+    beta1 (Adam-like) the opposite way, between ``max_momentum`` and ``base_momentum``."""
+
+    def __init__(self, optimizer: Optimizer, max_lr: Any, total_steps: int | None = None,
+                 epochs: int | None = None, steps_per_epoch: int | None = None,
+                 pct_start: float = 0.3, anneal_strategy: str = "cos",
+                 cycle_momentum: bool = True, base_momentum: Any = 0.85, max_momentum: Any = 0.95,
+                 div_factor: float = 25.0, final_div_factor: float = 1e4,
+                 three_phase: bool = False, last_epoch: int = -1) -> None:
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        self.total_steps = _one_cycle_total(total_steps, epochs, steps_per_epoch)
+        if not 0 <= pct_start <= 1:
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError("anneal_strategy must be one of 'cos' or 'linear', instead got "
+                             f"{anneal_strategy!r}")
+        self.anneal_strategy = anneal_strategy
+        up = float(pct_start * self.total_steps) - 1
+        last = self.total_steps - 1
+        # (end_step, start_lr, end_lr, start_momentum, end_momentum): keys of each group
+        self._phases = ([(up, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                         (float(2 * pct_start * self.total_steps) - 2, "max_lr", "initial_lr",
+                          "base_momentum", "max_momentum"),
+                         (last, "initial_lr", "min_lr", "max_momentum", "max_momentum")]
+                        if three_phase else
+                        [(up, "initial_lr", "max_lr", "max_momentum", "base_momentum"),
+                         (last, "max_lr", "min_lr", "base_momentum", "max_momentum")])
+        if last_epoch == -1:
+            for m, g in zip(_per_group("max_lr", optimizer, max_lr), optimizer.param_groups):
+                g.update(initial_lr=m / div_factor, max_lr=m, min_lr=m / div_factor / final_div_factor)
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
+                                 "option enabled")
+            self.use_beta1 = "betas" in optimizer.defaults
+            if last_epoch == -1:
+                for hi, lo, g in zip(_per_group("max_momentum", optimizer, max_momentum),
+                                     _per_group("base_momentum", optimizer, base_momentum),
+                                     optimizer.param_groups):
+                    self._set_momentum(g, hi)
+                    g.update(max_momentum=hi, base_momentum=lo)
+        super().__init__(optimizer, last_epoch)
+
+    def _set_momentum(self, group: dict[str, Any], value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+    def lrs_at(self, epoch: int) -> list[float]:
+        """The learning rates at ``epoch``; with ``cycle_momentum`` it also sets each group's
+        momentum (or beta1), as PyTorch's ``get_lr`` does."""
+        if epoch > self.total_steps:
+            raise ValueError(f"Tried to step {epoch} times. The specified number of total steps "
+                             f"is {self.total_steps}")
+        lrs = []
+        for g in self.optimizer.param_groups:
+            start = 0.0
+            for i, (end, lr0, lr1, m0, m1) in enumerate(self._phases):
+                if epoch <= end or i == len(self._phases) - 1:
+                    pct = (epoch - start) / (end - start)
+                    lrs.append(_anneal(self.anneal_strategy, g[lr0], g[lr1], pct))
+                    if self.cycle_momentum:
+                        self._set_momentum(g, _anneal(self.anneal_strategy, g[m0], g[m1], pct))
+                    break
+                start = end
+        return lrs
+
+
+def _one_cycle_total(total_steps: int | None, epochs: int | None,
+                     steps_per_epoch: int | None) -> int:
+    if total_steps is not None:
+        if not isinstance(total_steps, int) or total_steps <= 0:
+            raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+        return total_steps
+    if epochs is not None and steps_per_epoch is not None:
+        for name, v in (("epochs", epochs), ("steps_per_epoch", steps_per_epoch)):
+            if not isinstance(v, int) or v <= 0:
+                raise ValueError(f"Expected positive integer {name}, but got {v}")
+        return epochs * steps_per_epoch
+    raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+
+
+class ReduceLROnPlateau:
+    """Multiply each group's ``lr`` by ``factor`` once the metric passed to ``step(metric)`` has
+    not improved for more than ``patience`` steps (PyTorch's rules: ``mode`` min/max,
+    ``threshold_mode`` rel/abs, ``cooldown`` steps ignored after a cut, ``min_lr`` floor, a cut
+    smaller than ``eps`` skipped)."""
+
+    def __init__(self, optimizer: Optimizer, mode: str = "min", factor: float = 0.1,
+                 patience: int = 10, threshold: float = 1e-4, threshold_mode: str = "rel",
+                 cooldown: int = 0, min_lr: Any = 0.0, eps: float = 1e-8) -> None:
+        if factor >= 1.0:
+            raise ValueError(f"ReduceLROnPlateau: factor should be < 1.0, got {factor}")
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        if mode not in ("min", "max"):
+            raise ValueError(f"ReduceLROnPlateau: mode must be 'min' or 'max', got {mode!r}")
+        if threshold_mode not in ("rel", "abs"):
+            raise ValueError("ReduceLROnPlateau: threshold_mode must be 'rel' or 'abs', got "
+                             f"{threshold_mode!r}")
+        self.optimizer = optimizer
+        self.min_lrs = [float(v) for v in _per_group("min_lr", optimizer, min_lr)]
+        self.mode, self.factor, self.patience = mode, factor, patience
+        self.threshold, self.threshold_mode = threshold, threshold_mode
+        self.cooldown, self.eps = cooldown, eps
+        self.last_epoch = 0
+        self.best = math.inf if mode == "min" else -math.inf
+        self.cooldown_counter = self.num_bad_epochs = 0
+        self._last_lr = [g["lr"] for g in optimizer.param_groups]
+
+    def is_better(self, a: float, best: float) -> bool:
+        if self.mode == "min":
+            return a < (best * (1.0 - self.threshold) if self.threshold_mode == "rel"
+                        else best - self.threshold)
+        return a > (best * (self.threshold + 1.0) if self.threshold_mode == "rel"
+                    else best + self.threshold)
+
+    @replayed  # under rlgrad.jit: made again by the compiled step, at its place
+    def step(self, metrics: Any) -> None:
+        # a loss Tensor is read as a number (detached: under jit it is still being traced)
+        current = float(metrics.detach() if isinstance(metrics, Tensor) else metrics)
+        self.last_epoch += 1
+        if self.is_better(current, self.best):
+            self.best, self.num_bad_epochs = current, 0
+        else:
+            self.num_bad_epochs += 1
+        if self.cooldown_counter > 0:
+            self.cooldown_counter -= 1
+            self.num_bad_epochs = 0  # bad steps during the cooldown do not count
+        if self.num_bad_epochs > self.patience:
+            for g, floor in zip(self.optimizer.param_groups, self.min_lrs):
+                old = float(g["lr"])
+                new = max(old * self.factor, floor)
+                if old - new > self.eps:
+                    g["lr"] = new
+            self.cooldown_counter, self.num_bad_epochs = self.cooldown, 0
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def get_last_lr(self) -> list[float]:
+        return list(self._last_lr)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, list) else v) for k, v in self.__dict__.items()
+                if k != "optimizer"}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.__dict__.update({k: v for k, v in state_dict.items() if k != "optimizer"})

@@ -88,3 +88,69 @@ def rmsprop(p: np.ndarray, g: np.ndarray, state: State, *, lr: float, alpha: flo
         p -= lr * buf
     else:
         p -= lr * (g / avg)
+
+
+def adagrad(p: np.ndarray, g: np.ndarray, state: State, *, lr: float, lr_decay: float = 0.0,
+            weight_decay: float = 0.0, initial_accumulator_value: float = 0.0, eps: float = 1e-10,
+            maximize: bool = False) -> None:
+    """One Adagrad step of ``p`` in place: the step size shrinks with the sum of squared gradients."""
+    if not state:
+        state.update(step=0, sum=np.full_like(p, initial_accumulator_value))
+    t = state["step"] = state["step"] + 1
+    g = -g if maximize else g
+    if weight_decay:
+        g = g + weight_decay * p
+    clr = lr / (1 + (t - 1) * lr_decay)
+    s = state["sum"] = state["sum"] + g * g
+    p -= clr * (g / (np.sqrt(s) + eps))
+
+
+def radam(p: np.ndarray, g: np.ndarray, state: State, *, lr: float,
+          betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+          decoupled_weight_decay: bool = False, maximize: bool = False) -> None:
+    """One RAdam step (Liu et al.): Adam with its adaptive term rectified by the variance of its
+    estimate, plain momentum SGD while that variance is intractable (``rho_t <= 5``)."""
+    b1, b2 = betas
+    if not state:
+        state.update(step=0, exp_avg=np.zeros_like(p), exp_avg_sq=np.zeros_like(p))
+    g = -g if maximize else g
+    t = state["step"] = state["step"] + 1
+    if weight_decay and decoupled_weight_decay:
+        p *= 1 - lr * weight_decay
+    elif weight_decay:
+        g = g + weight_decay * p
+    m = state["exp_avg"] = state["exp_avg"] + (1 - b1) * (g - state["exp_avg"])
+    v = state["exp_avg_sq"] = b2 * state["exp_avg_sq"] + (1 - b2) * g * g
+    bc1, bc2 = 1 - b1**t, 1 - b2**t
+    rho_inf = 2 / (1 - b2) - 1
+    rho_t = rho_inf - 2 * t * b2**t / bc2
+    if rho_t > 5.0:
+        rect = math.sqrt((rho_t - 4) * (rho_t - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho_t))
+        p -= (m / bc1) * lr * (math.sqrt(bc2) / (np.sqrt(v) + eps)) * rect
+    else:
+        p -= (m / bc1) * lr
+
+
+def nadam(p: np.ndarray, g: np.ndarray, state: State, *, lr: float,
+          betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+          momentum_decay: float = 4e-3, decoupled_weight_decay: bool = False,
+          maximize: bool = False) -> None:
+    """One NAdam step (Dozat): Adam with Nesterov momentum and PyTorch's momentum schedule
+    ``mu_t = b1 (1 - 0.5 * 0.96 ** (t * momentum_decay))``."""
+    b1, b2 = betas
+    if not state:
+        state.update(step=0, mu_product=1.0, exp_avg=np.zeros_like(p), exp_avg_sq=np.zeros_like(p))
+    g = -g if maximize else g
+    t = state["step"] = state["step"] + 1
+    if weight_decay and decoupled_weight_decay:
+        p *= 1 - lr * weight_decay
+    elif weight_decay:
+        g = g + weight_decay * p
+    mu = b1 * (1.0 - 0.5 * 0.96 ** (t * momentum_decay))
+    mu_next = b1 * (1.0 - 0.5 * 0.96 ** ((t + 1) * momentum_decay))
+    mu_product = state["mu_product"] = state["mu_product"] * mu
+    m = state["exp_avg"] = state["exp_avg"] + (1 - b1) * (g - state["exp_avg"])
+    v = state["exp_avg_sq"] = b2 * state["exp_avg_sq"] + (1 - b2) * g * g
+    denom = np.sqrt(v / (1 - b2**t)) + eps
+    p -= lr * (1 - mu) / (1 - mu_product) * (g / denom)
+    p -= lr * mu_next / (1 - mu_product * mu_next) * (m / denom)

@@ -10,10 +10,10 @@ consistent there.
 SB3's callbacks are here with its arguments and files: ``EvalCallback`` (``evaluations.npz``
 with ``timesteps``, ``results``, ``ep_lengths``; ``best_model`` saved on a new best),
 ``CheckpointCallback``, ``StopTrainingOnRewardThreshold``, ``StopTrainingOnNoModelImprovement``,
-``StopTrainingOnMaxEpisodes``, ``EveryNTimesteps``, ``ProgressBarCallback``. A subclass
-overrides SB3's ``_on_step`` (and ``_init_callback``, ``_on_training_start``, ...) and reads
-``self.model``, ``self.num_timesteps``, ``self.n_calls``, ``self.training_env``,
-``self.logger``, ``self.locals``.
+``StopTrainingOnMaxEpisodes``, ``EveryNTimesteps``, ``LogEveryNTimesteps``,
+``ProgressBarCallback``. A subclass overrides SB3's ``_on_step`` (and ``_init_callback``,
+``_on_training_start``, ...) and reads ``self.model``, ``self.num_timesteps``, ``self.n_calls``,
+``self.training_env``, ``self.logger``, ``self.locals``.
 """
 
 from __future__ import annotations
@@ -251,6 +251,19 @@ class EveryNTimesteps(EventCallback):
         if self.num_timesteps - self.last_time_trigger >= self.n_steps:
             self.last_time_trigger = self.num_timesteps
             return self._on_event()
+        return True
+
+
+class LogEveryNTimesteps(EveryNTimesteps):
+    """Writes the logger's row (the rollout statistics and whatever was recorded since the last
+    one) every ``n_steps`` environment steps, besides the algorithm's own ``log_interval``."""
+
+    def __init__(self, n_steps: int) -> None:
+        super().__init__(n_steps, callback=ConvertCallback(self._log_data))
+
+    def _log_data(self, _locals: dict[str, Any], _globals: dict[str, Any]) -> bool:
+        self.model._record_rollout_stats()
+        self.model.logger.dump(self.num_timesteps)
         return True
 
 

@@ -7,6 +7,7 @@ clipped. Statistics are frozen with ``training = False`` (evaluation, ``predict`
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,16 @@ class RunningMeanStd:
               + np.square(delta) * (self.count * b_count / tot))
         self.var = m2 / tot
         self.count = tot
+
+    def copy(self) -> RunningMeanStd:
+        """An independent copy (of the same class)."""
+        new = copy.copy(self)
+        new.mean, new.var = self.mean.copy(), self.var.copy()
+        return new
+
+    def combine(self, other: RunningMeanStd) -> None:
+        """Merge ``other``'s statistics into these, as one ``update`` with its moments."""
+        self.update_from_moments(other.mean, other.var, other.count)
 
     def state_dict(self) -> dict[str, Any]:
         return {"mean": self.mean.copy(), "var": self.var.copy(), "count": self.count}

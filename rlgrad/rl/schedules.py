@@ -60,6 +60,27 @@ class LinearSchedule:
                 f"end_fraction={self.end_fraction})")
 
 
+class FloatSchedule:
+    """SB3's ``FloatSchedule``: a number (constant) or a schedule, whose values come out as
+    Python floats (a NumPy float in a checkpoint would not load as data)."""
+
+    def __init__(self, value_schedule: Schedule | float) -> None:
+        if isinstance(value_schedule, FloatSchedule):
+            value_schedule = value_schedule.value_schedule
+        elif isinstance(value_schedule, int | float):
+            value_schedule = ConstantSchedule(float(value_schedule))
+        elif not callable(value_schedule):
+            raise TypeError(f"FloatSchedule: the schedule must be a number or a callable of the "
+                            f"progress remaining, not {value_schedule!r}")
+        self.value_schedule: Schedule = value_schedule
+
+    def __call__(self, progress_remaining: float) -> float:
+        return float(self.value_schedule(progress_remaining))
+
+    def __repr__(self) -> str:
+        return f"FloatSchedule({self.value_schedule})"
+
+
 def schedule_to_data(fn: object) -> dict[str, object] | None:
     """SB3's standard schedules (``ConstantSchedule``, ``LinearSchedule``, ``FloatSchedule`` of
     them) and rlgrad's as plain data for a checkpoint; None for any other callable (code, which

@@ -8,6 +8,7 @@ from rlgrad.rl.callbacks import (
     EvalCallback,
     EventCallback,
     EveryNTimesteps,
+    LogEveryNTimesteps,
     ProgressBarCallback,
     StopTrainingOnMaxEpisodes,
     StopTrainingOnNoModelImprovement,
@@ -15,5 +16,6 @@ from rlgrad.rl.callbacks import (
 )
 
 __all__ = ["BaseCallback", "CallbackList", "CheckpointCallback", "ConvertCallback", "EvalCallback",
-           "EventCallback", "EveryNTimesteps", "ProgressBarCallback", "StopTrainingOnMaxEpisodes",
-           "StopTrainingOnNoModelImprovement", "StopTrainingOnRewardThreshold"]
+           "EventCallback", "EveryNTimesteps", "LogEveryNTimesteps", "ProgressBarCallback",
+           "StopTrainingOnMaxEpisodes", "StopTrainingOnNoModelImprovement",
+           "StopTrainingOnRewardThreshold"]

@@ -1,0 +1,1 @@
+"""``stable_baselines3.common.sb2_compat``: Stable-Baselines 2 (TensorFlow) compatibility."""
