@@ -617,7 +617,9 @@ def test_kill_9_of_the_driver_takes_its_local_ray_down():
     finally:
         if proc.poll() is None:
             proc.kill()
-    left = _gone(mark, 8)  # before: the agents lived on for 15 s and more
+    # before: the agents lived on for 15 s and more; 12 s leaves room for a loaded machine (8 s
+    # failed once at load average 10, with other test runs on the same 2 cores)
+    left = _gone(mark, 12)
     assert left == [], [_cmdline(p) for p in left]
 
 
