@@ -35,6 +35,8 @@ def _compare(make, n_steps: int = 400, seed: int = 3, **kw) -> tuple[int, int]:
     o2, i2 = ref.reset(seed=seed)
     np.testing.assert_array_equal(o1, o2)
     rng = np.random.default_rng(seed)
+    ref.action_space.seed(seed)  # the actions, and so the episode ends counted, are fixed
+    ref.single_action_space.seed(seed + 1)
     terms = truncs = 0
     for _ in range(n_steps):
         a = ref.action_space.sample() if rng.random() < 0.5 else np.array(
