@@ -179,8 +179,10 @@ def test_an_unknown_render_mode_is_refused():
            r"'rgb_array'\] \(or None, no rendering\)")
     with pytest.raises(ValueError, match=msg):
         PPO("CartPole-v1", env_kwargs={"render_mode": "bogus"})
+    with pytest.warns(UserWarning, match="render_mode='bogus'"):  # Gymnasium's own, at make
+        env = gym.make("CartPole-v1", render_mode="bogus")
     with pytest.raises(ValueError, match=msg):
-        PPO(gym.make("CartPole-v1", render_mode="bogus"))
+        PPO(env)
     assert PPO("CartPole-v1", env_kwargs={"render_mode": "rgb_array"}).env.render_mode == \
         "rgb_array"
 
