@@ -137,6 +137,14 @@ class Distribution:
             raise ValueError(_violation(f"{type(self).__name__}", f"argument '{name}'",
                                         constraint, data, ok, hint))
 
+    def _validate_probability(self, value: Any, where: str) -> None:
+        """An ``icdf`` argument must lie in [0, 1]: one line naming ``where`` otherwise."""
+        data = _data(value)
+        ok = constraints.unit_interval.check(data)
+        if not np.all(ok):
+            raise ValueError(_violation(f"{type(self).__name__}.{where}", "value",
+                                        constraints.unit_interval, data, ok))
+
     def _validate_sample(self, value: Any) -> np.ndarray:
         """Check ``value``'s shape and support; returns its data."""
         data = value._value if isinstance(value, Tensor) else np.asarray(value)

@@ -18,7 +18,6 @@ from rlgrad.distributions.distribution import (
     _shape_tuple,
     _standard_normal,
     _sum_rightmost,
-    _violation,
 )
 from rlgrad.special import erf, erfinv
 from rlgrad.tensor import Tensor, _const
@@ -81,11 +80,7 @@ class Normal(Distribution):
     def icdf(self, value: Any) -> Tensor:
         """The quantile function: loc + scale sqrt(2) erfinv(2 value - 1), value in [0, 1]."""
         if self._validate_args:
-            data = _data(value)
-            ok = constraints.unit_interval.check(data)
-            if not np.all(ok):
-                raise ValueError(_violation("Normal.icdf", "value", constraints.unit_interval,
-                                            data, ok))
+            self._validate_probability(value, "icdf")
         return self.loc + self.scale * erfinv(2 * value - 1) * _SQRT2
 
     @property

@@ -16,7 +16,6 @@ from rlgrad.distributions.distribution import (
     _rng,
     _shape_tuple,
     _uniform,
-    _violation,
     tracing,
 )
 from rlgrad.tensor import Tensor, _const
@@ -72,11 +71,7 @@ class Uniform(Distribution):
 
     def icdf(self, value: Any) -> Tensor:
         if self._validate_args:
-            data = _data(value)
-            ok = constraints.unit_interval.check(data)
-            if not np.all(ok):
-                raise ValueError(_violation("Uniform.icdf", "value", constraints.unit_interval,
-                                            data, ok))
+            self._validate_probability(value, "icdf")
         return value * (self.high - self.low) + self.low
 
     def entropy(self) -> Tensor:
