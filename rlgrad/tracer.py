@@ -78,17 +78,23 @@ class _GradModeContext:
         if inspect.isgeneratorfunction(fn):
             return _generator_in_mode(fn, target)
 
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            prev = _GradMode.enabled
-            _GradMode.enabled = target
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                _GradMode.enabled = prev
-
+        wrapper = _in_mode(fn, target)
         wrapper.__name__ = getattr(fn, "__name__", "wrapped")
         wrapper.__doc__ = fn.__doc__
         return wrapper
+
+
+def _in_mode(fn: Callable, enabled: bool) -> Callable:
+    """``fn`` called with gradient recording set to ``enabled``, the mode restored after."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        prev = _GradMode.enabled
+        _GradMode.enabled = enabled
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _GradMode.enabled = prev
+
+    return wrapper
 
 
 def _generator_in_mode(fn: Callable, target: bool) -> Callable:
@@ -388,17 +394,7 @@ class _Effect:
     effect = True
 
     def __init__(self, fn: Callable, before: list, after: list) -> None:
-        mode = _GradMode.enabled  # the call is made again under the grad mode it had
-
-        def again(*args: Any, **kwargs: Any) -> Any:
-            prev = _GradMode.enabled
-            _GradMode.enabled = mode
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                _GradMode.enabled = prev
-
-        self.fwd = again
+        self.fwd = _in_mode(fn, _GradMode.enabled)  # made again under the grad mode it had
         self.name = getattr(fn, "__qualname__", "effect")
         self.before = before
         self.after = after
