@@ -33,6 +33,7 @@ from rlgrad.rl.ddpg import DDPG
 from rlgrad.rl.dqn import DQN
 from rlgrad.rl.envs import make_vec_env
 from rlgrad.rl.evaluation import evaluate, evaluate_policy
+from rlgrad.rl.functional import register_functional_envs
 from rlgrad.rl.logger import CSVWriter, Logger, TensorBoardWriter
 from rlgrad.rl.monitor import Monitor
 from rlgrad.rl.normalize import Normalizer, RunningMeanStd
@@ -63,6 +64,8 @@ def make_from_preset(algo: str, env_id: str, seed: int = 0, **overrides: object
     budget = int(hp.pop("n_timesteps", env.get("n_timesteps", 100_000)))
     return cls(env_id, seed=seed, **hp), budget
 
+
+register_functional_envs()  # gym.make('rlgrad/CartPole-v1') and the other functional ids
 
 __all__ = [
     "A2C", "PPO", "REINFORCE", "DQN", "QRDQN", "C51", "DDPG", "TD3", "SAC", "ALGORITHMS", "BaseAlgorithm",

@@ -55,6 +55,42 @@ def env_spec(env_id: str) -> gym.envs.registration.EnvSpec:
     return gym.spec(name)
 
 
+def functional_id(env_id: str) -> str:
+    """The id of ``env_id`` written as functions of arrays (``rlgrad/CartPole-v1``), or one line
+    saying which ids have one."""
+    from rlgrad.rl.functional import FUNCTIONAL_ENVS, register_functional_envs
+
+    register_functional_envs()
+    name = env_id.removeprefix("rlgrad/")
+    if name not in FUNCTIONAL_ENVS:
+        raise ValueError(f"vectorization_mode='functional': {env_id!r} has no functional form; "
+                         f"these do: {', '.join(FUNCTIONAL_ENVS)}")
+    return f"rlgrad/{name}"
+
+
+def _vec_env_of_id(env_id: str, n_envs: int, vectorization_mode: str | None,
+                   env_kwargs: dict[str, Any],
+                   wrappers: Sequence[Callable[[gym.Env], gym.Env]] | None) -> VectorEnv:
+    """``make_vec_env`` for a Gymnasium id (not a pixel one)."""
+    if vectorization_mode == "functional":
+        env_id, vectorization_mode = functional_id(env_id), "vector_entry_point"
+    spec = env_spec(env_id)
+    mode = vectorization_mode
+    if mode is None:
+        # Gymnasium's vectorised implementation steps all copies in a few NumPy calls: a win
+        # from about 3 copies on (CartPole: 8 copies 2x faster than sync), a loss for one
+        # (NumPy calls on length-1 arrays cost more than one env's plain-float step).
+        fast = spec.vector_entry_point and not wrappers and n_envs >= 3
+        mode = "vector_entry_point" if fast else "sync"
+    kwargs: dict[str, Any] = {}
+    if mode != "vector_entry_point" and wrappers:
+        kwargs["wrappers"] = wrappers
+    venv = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode=mode, **kwargs, **env_kwargs)
+    if n_envs == 1 and type(venv) is SyncVectorEnv:  # one env: SyncVectorEnv, a shorter step
+        venv = OneEnvSyncVectorEnv.of(venv)
+    return venv
+
+
 def make_vec_env(
     env: EnvLike | Callable[[], gym.Env],
     n_envs: int = 1,
@@ -72,8 +108,10 @@ def make_vec_env(
 
     For an id, Gymnasium's own vectorised implementation is used when it exists (CartPole's
     ``vector_entry_point`` steps all copies in a few NumPy calls), otherwise ``SyncVectorEnv``;
-    ``vectorization_mode="async"`` gives ``AsyncVectorEnv`` (worth it only for slow environments).
-    Atari and MinAtar ids get their preprocessing (``rlgrad.rl.atari``); ``training=False`` builds
+    ``vectorization_mode="async"`` gives ``AsyncVectorEnv`` (worth it only for slow environments);
+    ``"functional"`` the environment written as functions of arrays (``rlgrad.rl.functional``:
+    the classic-control tasks, equal to Gymnasium's step for step). Atari and MinAtar ids get
+    their preprocessing (``rlgrad.rl.atari``); ``training=False`` builds
     Atari's evaluation form (whole games, raw rewards).
     """
     env_kwargs = dict(env_kwargs or {})
@@ -85,20 +123,7 @@ def make_vec_env(
         venv = make_pixel_vec_env(env, n_envs, training, vectorization_mode, env_kwargs, wrappers,
                                   record_statistics)
     elif isinstance(env, str):
-        spec = env_spec(env)
-        mode = vectorization_mode
-        if mode is None:
-            # Gymnasium's vectorised implementation steps all copies in a few NumPy calls: a win
-            # from about 3 copies on (CartPole: 8 copies 2x faster than sync), a loss for one
-            # (NumPy calls on length-1 arrays cost more than one env's plain-float step).
-            fast = spec.vector_entry_point and not wrappers and n_envs >= 3
-            mode = "vector_entry_point" if fast else "sync"
-        kwargs: dict[str, Any] = {}
-        if mode != "vector_entry_point" and wrappers:
-            kwargs["wrappers"] = wrappers
-        venv = gym.make_vec(env, num_envs=n_envs, vectorization_mode=mode, **kwargs, **env_kwargs)
-        if n_envs == 1 and type(venv) is SyncVectorEnv:  # one env: SyncVectorEnv, a shorter step
-            venv = OneEnvSyncVectorEnv.of(venv)
+        venv = _vec_env_of_id(env, n_envs, vectorization_mode, env_kwargs, wrappers)
     elif isinstance(env, VectorEnv):
         venv = env
     elif hasattr(env, "venv") and isinstance(env.venv, VectorEnv):  # SB3's interface (rl.vec_env)

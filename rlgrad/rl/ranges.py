@@ -108,7 +108,7 @@ RANGES: dict[str, Range] = {
     "policy_kwargs": Range(kind=dict, none_ok=True),
     "verbose": Range(0, integer=True),
     "env_kwargs": Range(kind=dict, none_ok=True),
-    "vectorization_mode": Range(choices=("sync", "async", "vector_entry_point"), none_ok=True),
+    "vectorization_mode": Range(choices=("sync", "async", "vector_entry_point", "functional"), none_ok=True),
     "blas_threads": Range(1, integer=True, none_ok=True),
     "check_finite": Range(kind=bool),
     "tensorboard_log": Range(kind=(str, os.PathLike), none_ok=True),
