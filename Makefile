@@ -20,7 +20,7 @@ $(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlg
 	touch $@
 
 $(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c rlgrad/_buffers.h | $(PY)
-	$(PY) -m pip install --quiet -e ".[dev,rl,compare,atari,ray,docs]"
+	$(PY) -m pip install --quiet -e ".[dev,rl,compare,atari,ray,docs,mujoco,box2d]"
 	touch $@
 
 # Trains PPO on CartPole-v1 to a return of 500, evaluates it, prints the run directory and its plot.
