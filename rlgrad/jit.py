@@ -48,15 +48,16 @@ _INDEX_OPS = ("getitem", "untake")  # their second argument is an index
 class _Compiled:
     """One traced program: the generated function (it returns the output pytree itself), its
     source and how many ops it runs; ``guards``: (tensor, whether its ``.grad`` was None) that
-    the program assumes at entry; ``first``: the outputs of the trace when it made replayed
-    calls (an optimizer step...), which were that call's, until the call returns them."""
+    the program assumes at entry; ``first``: ``(outputs,)`` of the trace when it made replayed
+    calls (an optimizer step...), which were that call's, until the call returns them (a tuple,
+    since the outputs may be None: a soft target update returns nothing)."""
 
     def __init__(self, fn: Callable, source: str, n_ops: int) -> None:
         self.fn = fn
         self.source = source
         self.n_ops = n_ops
         self.guards: list[tuple[Tensor, bool]] = []
-        self.first: Any = None
+        self.first: tuple[Any] | None = None
         self.state: list[Any] = []  # what the replayed calls reach (for check=True)
         self.slow = False  # replayed through jit._run: guards to check, or check=True
 
@@ -209,7 +210,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         compiled.slow = bool(compiled.guards) or self.check
         first, compiled.first = compiled.first, None
         if first is not None:  # the trace made this call's updates: its outputs are this call's
-            return first
+            return first[0]
         return compiled.fn(*leaves)
 
     def _checked(self, compiled: _Compiled, args: tuple, leaves: list[Any]) -> Any:
@@ -287,8 +288,8 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         compiled.state = [e[1] for e in tape if getattr(e[0], "effect", False)] + [
             t for t, _g in grads.final]
         if any(getattr(p, "effect", False) for p, *_ in tape):
-            compiled.first = tree_unflatten(
-                out_def, [o._value if isinstance(o, Tensor) else o for o in out_leaves])
+            compiled.first = (tree_unflatten(
+                out_def, [o._value if isinstance(o, Tensor) else o for o in out_leaves]),)
         grads.settle()
         return compiled
 

@@ -320,6 +320,37 @@ def test_target_network_updates_are_replayed(kind: str) -> None:
     check_program(_target_update(kind), _inputs((4, 3)))
 
 
+@pytest.mark.parametrize("returns", ["nothing", "a tensor"])
+def test_a_step_without_arguments_or_outputs_runs_once_per_call(returns: str) -> None:
+    """A soft target update written as its own function (CleanRL's, LeanRL's ``torch.compile``
+    of it): no argument, and nothing returned. The first call used to make the update twice (once
+    tracing, once replaying), since the trace's outputs, None, read as 'no call made'."""
+    def make() -> tuple[Any, Any]:
+        net, target = _seeded_linear(3, 2), _seeded_linear(3, 2, seed=1)
+
+        def soft() -> Any:
+            with rlgrad.no_grad():
+                for p, tp in zip(net.parameters(), target.parameters()):
+                    tp.data.copy_(0.2 * p.data + 0.8 * tp.data)
+            return None if returns == "nothing" else target.weight.sum()
+
+        def nudge() -> None:  # the online net moves between updates, as training moves it
+            with rlgrad.no_grad():
+                net.weight.add_(1.0)
+
+        return soft, nudge, target
+
+    eager, nudge_e, target_e = make()
+    compiled, nudge_c, target_c = make()
+    compiled = rlgrad.compile(compiled)
+    for _ in range(4):
+        nudge_e()
+        nudge_c()
+        a, b = eager(), compiled()
+        np.testing.assert_array_equal(target_c.weight._value, target_e.weight._value)
+        assert (a is None and b is None) or float(a) == float(b)
+
+
 def test_scheduler_step_inside_the_step_is_replayed() -> None:
     def make() -> tuple[Callable, Callable]:
         net = _seeded_linear(3, 2)

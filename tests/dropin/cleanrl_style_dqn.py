@@ -34,6 +34,7 @@ def parse_args(argv=None):
     p.add_argument("--learning-starts", type=int, default=1000)
     p.add_argument("--train-frequency", type=int, default=2)
     p.add_argument("--cuda", action="store_true")
+    p.add_argument("--compile", action="store_true", help="the update under torch.compile")
     return p.parse_args(argv)
 
 
@@ -92,6 +93,25 @@ def main(argv=None):
     target_network.load_state_dict(q_network.state_dict())
     rb = Replay(args.buffer_size, env.observation_space.shape, device)
 
+    def update(b_obs, b_act, b_rew, b_next, b_done):
+        with torch.no_grad():
+            target_max, _ = target_network(b_next).max(dim=1)
+            td_target = b_rew.flatten() + args.gamma * target_max * (1 - b_done.flatten())
+        old_val = q_network(b_obs).gather(1, b_act).squeeze()
+        loss = F.mse_loss(td_target, old_val)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    def soft_update():
+        with torch.no_grad():
+            for target_param, param in zip(target_network.parameters(), q_network.parameters()):
+                target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
+
+    if args.compile:
+        update, soft_update = torch.compile(update), torch.compile(soft_update)
+
     episode_returns, running, start = [], 0.0, time.time()
     obs, _ = env.reset(seed=args.seed)
     for global_step in range(args.total_timesteps):
@@ -112,18 +132,9 @@ def main(argv=None):
 
         if global_step > args.learning_starts:
             if global_step % args.train_frequency == 0:
-                b_obs, b_act, b_rew, b_next, b_done = rb.sample(args.batch_size)
-                with torch.no_grad():
-                    target_max, _ = target_network(b_next).max(dim=1)
-                    td_target = b_rew.flatten() + args.gamma * target_max * (1 - b_done.flatten())
-                old_val = q_network(b_obs).gather(1, b_act).squeeze()
-                loss = F.mse_loss(td_target, old_val)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
+                update(*rb.sample(args.batch_size))
             if global_step % args.target_network_frequency == 0:
-                for target_param, param in zip(target_network.parameters(), q_network.parameters()):
-                    target_param.data.copy_(args.tau * param.data + (1.0 - args.tau) * target_param.data)
+                soft_update()
     env.close()
     return {"episode_returns": episode_returns,
             "steps_per_second": args.total_timesteps / (time.time() - start)}

@@ -34,6 +34,7 @@ def parse_args(argv=None):
     p.add_argument("--vf-coef", type=float, default=0.5)
     p.add_argument("--max-grad-norm", type=float, default=0.5)
     p.add_argument("--cuda", action="store_true")
+    p.add_argument("--compile", action="store_true", help="the update under torch.compile")
     args = p.parse_args(argv)
     args.batch_size = args.num_envs * args.num_steps
     args.minibatch_size = args.batch_size // args.num_minibatches
@@ -83,6 +84,32 @@ def main(argv=None):
     agent = ActorCritic(obs_dim, envs.single_action_space.n).to(device)
     optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
+    def update(mb_obs, mb_actions, mb_logprobs, mb_advantages, mb_returns, mb_values):
+        _, newlogprob, entropy, newvalue = agent.act(mb_obs, mb_actions)
+        logratio = newlogprob - mb_logprobs
+        ratio = logratio.exp()
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - logratio).mean()
+            clipped = ((ratio - 1.0).abs() > args.clip_coef).float().mean()
+
+        adv = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+        pg_loss = torch.max(-adv * ratio,
+                            -adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
+        newvalue = newvalue.view(-1)
+        v_unclipped = (newvalue - mb_returns) ** 2
+        v_clipped = mb_values + torch.clamp(newvalue - mb_values, -args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - mb_returns) ** 2).mean()
+        loss = pg_loss - args.ent_coef * entropy.mean() + v_loss * args.vf_coef
+
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+        optimizer.step()
+        return approx_kl, clipped
+
+    if args.compile:
+        update = torch.compile(update)
+
     obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape).to(device)
     actions = torch.zeros((args.num_steps, args.num_envs)).to(device)
     logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
@@ -97,8 +124,8 @@ def main(argv=None):
     next_done = torch.zeros(args.num_envs).to(device)
     n_updates = args.total_timesteps // args.batch_size
 
-    for update in range(1, n_updates + 1):
-        optimizer.param_groups[0]["lr"] = (1.0 - (update - 1.0) / n_updates) * args.learning_rate
+    for iteration in range(1, n_updates + 1):
+        optimizer.param_groups[0]["lr"] = (1.0 - (iteration - 1.0) / n_updates) * args.learning_rate
         for step in range(args.num_steps):
             obs[step] = next_obs
             dones[step] = next_done
@@ -139,28 +166,8 @@ def main(argv=None):
             np.random.shuffle(order)
             for lo in range(0, args.batch_size, args.minibatch_size):
                 mb = order[lo:lo + args.minibatch_size]
-                _, newlogprob, entropy, newvalue = agent.act(b_obs[mb], b_actions.long()[mb])
-                logratio = newlogprob - b_logprobs[mb]
-                ratio = logratio.exp()
-                with torch.no_grad():
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipped = ((ratio - 1.0).abs() > args.clip_coef).float().mean().item()
-
-                adv = b_advantages[mb]
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-                pg_loss = torch.max(-adv * ratio,
-                                    -adv * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
-                newvalue = newvalue.view(-1)
-                v_unclipped = (newvalue - b_returns[mb]) ** 2
-                v_clipped = b_values[mb] + torch.clamp(newvalue - b_values[mb], -args.clip_coef,
-                                                       args.clip_coef)
-                v_loss = 0.5 * torch.max(v_unclipped, (v_clipped - b_returns[mb]) ** 2).mean()
-                loss = pg_loss - args.ent_coef * entropy.mean() + v_loss * args.vf_coef
-
-                optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-                optimizer.step()
+                approx_kl, clipped = update(b_obs[mb], b_actions.long()[mb], b_logprobs[mb],
+                                            b_advantages[mb], b_returns[mb], b_values[mb])
         del approx_kl, clipped
     envs.close()
     steps = n_updates * args.batch_size

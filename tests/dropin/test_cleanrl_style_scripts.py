@@ -46,6 +46,18 @@ def test_dqn_script_learns_cartpole() -> None:
     assert np.mean(returns[-10:]) > 150, returns[-10:]
 
 
+@pytest.mark.parametrize(("name", "steps"), [("cleanrl_style_ppo", 4096), ("cleanrl_style_dqn", 2500)])
+def test_compiled_update_is_the_eager_update(name: str, steps: int) -> None:
+    """``--compile`` puts the script's update (PPO's minibatch step; DQN's TD step and its soft
+    target update) under ``torch.compile``, as LeanRL does: the same episodes to the last return,
+    seed for seed (rlgrad.compile replays the same NumPy calls)."""
+    script = load(name)
+    eager = script.main(["--total-timesteps", str(steps), "--seed", "1"])
+    compiled = script.main(["--total-timesteps", str(steps), "--seed", "1", "--compile"])
+    assert len(eager["episode_returns"]) > 20
+    assert compiled["episode_returns"] == eager["episode_returns"]
+
+
 def test_td3_script_learns_pendulum() -> None:
     out = load("cleanrl_style_td3").main(["--total-timesteps", "7000", "--seed", "1"])
     returns = out["episode_returns"]
