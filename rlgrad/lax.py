@@ -188,8 +188,9 @@ _MAX_BODIES = 128
 
 
 def _fn_key(fn: Callable) -> tuple[tuple, tuple]:
-    """(key, objects the key names by id, kept alive by the cache): the function, its bound
-    object and its closure's contents."""
+    """(key, the objects it names by id, which the cache keeps alive): the function's code, its
+    bound object, its closure's contents and its defaults; two function objects made by the same
+    ``def`` over the same objects compute the same thing."""
     if isinstance(fn, _Fori):  # a wrapper of the user's function: keyed by it
         ids, objs = _fn_key(fn.body_fun)
         return (id(type(fn)), *ids), (type(fn), *objs)
@@ -200,7 +201,7 @@ def _fn_key(fn: Callable) -> tuple[tuple, tuple]:
             cells.append(c.cell_contents)
         except ValueError:  # an empty cell
             cells.append(None)
-    objs = (func, owner, *cells)
+    objs = (getattr(func, "__code__", func), owner, *cells, *(getattr(func, "__defaults__", None) or ()))
     return tuple(id(o) for o in objs), objs
 
 

@@ -361,3 +361,31 @@ def test_stop_gradient_is_lax_s() -> None:
     assert lax.stop_gradient is rlgrad.stop_gradient
     g = rlgrad.grad(lambda x: (x * lax.stop_gradient(x)).sum())(np.array([2.0]))
     _close(g, [2.0])
+
+
+# ---- nn's recurrent layers: one scan per layer and direction under jit -----------------------
+@pytest.mark.parametrize("name, kw", [("GRU", {}), ("LSTM", {"num_layers": 2, "bidirectional": True}),
+                                      ("RNN", {"nonlinearity": "relu"})])
+def test_recurrent_layers_under_jit_scan_and_match_eager(name: str, kw: dict) -> None:
+    rlgrad.manual_seed(0)
+    m = getattr(rlgrad.nn, name)(4, 5, **kw).double()
+
+    def step(x: Any) -> Any:
+        m.zero_grad()
+        out = m(x)[0]
+        loss = (out * out).sum()
+        loss.backward()
+        return loss
+
+    f = rlgrad.jit(step, check=True)
+    rng = np.random.default_rng(3)
+    for T in (3, 3, 8):
+        x = rng.standard_normal((T, 2, 4))
+        got = f(x)
+        g_jit = [p.grad.numpy().copy() for p in m.parameters()]
+        _close(got, step(rlgrad.tensor(x)))
+        for a, p in zip(g_jit, m.parameters()):
+            _close(a, p.grad)
+    sizes = {len(rlgrad.jit(step).lower(rng.standard_normal((T, 2, 4))).splitlines())
+             for T in (8, 32, 128)}
+    assert len(sizes) == 1
