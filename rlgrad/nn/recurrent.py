@@ -187,11 +187,13 @@ class _RNNBase(Module):
         w_ih, w_hh, b_ih, b_hh = self._weights(sfx)
         step = _STEPS[self.mode]
 
-        def body(s: tuple[Any, ...], x_t: Any) -> tuple[tuple[Any, ...], Any]:
-            new = step(F.linear(x_t, w_ih, b_ih), s, w_hh, b_hh)
+        def body(s: tuple[Any, ...], xp_t: Any) -> tuple[tuple[Any, ...], Any]:
+            new = step(xp_t, s, w_hh, b_hh)
             return new, new[0]
 
-        state, ys = lax.scan(body, state, x, reverse=reverse)
+        # the input projection of all steps is one matmul before the loop (and its gradient one
+        # after it): the scan's gradient for its xs is stacked, not T full-size slice gradients
+        state, ys = lax.scan(body, state, F.linear(x, w_ih, b_ih), reverse=reverse)
         return ys, state
 
     def _layers_scan(self, x: Any, h0: Any, c0: Any) -> tuple[Any, list[Any], list[Any]]:
