@@ -107,6 +107,27 @@ def run(repeats: int = 9, min_time: float = 0.3) -> dict[str, Any]:
             for name, ts in times.items()}
 
 
+def gae(repeats: int = 9, min_time: float = 0.3, n_steps: int = 128,
+        n_envs: int = 8) -> dict[str, float]:
+    """ms per call of GAE: the default (``compute_gae``: a NumPy loop over rows) vs the
+    ``lax.scan`` version, eager and under ``jit``."""
+    from rlgrad.rl.buffers import compute_gae, compute_gae_scan
+
+    rng = np.random.default_rng(0)
+    r, v, nv = (rng.standard_normal((n_steps, n_envs)).astype(np.float32) for _ in range(3))
+    term = rng.random((n_steps, n_envs)) < 0.05
+    done = term | (rng.random((n_steps, n_envs)) < 0.05)
+    scan_jit = rlgrad.jit(lambda *a: compute_gae_scan(*a, 0.99, 0.95))
+    impls = {"compute_gae": lambda: compute_gae(r, v, nv, term, done, 0.99, 0.95),
+             "scan_eager": lambda: compute_gae_scan(r, v, nv, term, done, 0.99, 0.95),
+             "scan_jit": lambda: scan_jit(r, v, nv, term, done)}
+    want = impls["compute_gae"]()[0]
+    for f in impls.values():
+        np.testing.assert_allclose(np.asarray(f()[0]), want, rtol=1e-5, atol=1e-5)
+    times = _timing.interleaved(impls, repeats, min_time / repeats)
+    return {name: float(np.median(ts)) * 1e3 for name, ts in times.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=9, help="interleaved timing rounds")
@@ -120,6 +141,9 @@ def main() -> None:
     print("\n| T | scan: lines of the compiled step | unrolled: lines |\n|---:|---:|---:|")
     for r in program_sizes():
         print(f"| {r['T']} | {r['scan_lines']} | {r['unrolled_lines']} |")
+    print("\n| GAE, T=128, 8 envs | ms per call |\n|---|---:|")
+    for name, ms in gae(args.repeats).items():
+        print(f"| {name} | {ms:.3f} |")
 
 
 if __name__ == "__main__":

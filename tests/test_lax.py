@@ -389,3 +389,30 @@ def test_recurrent_layers_under_jit_scan_and_match_eager(name: str, kw: dict) ->
     sizes = {len(rlgrad.jit(step).lower(rng.standard_normal((T, 2, 4))).splitlines())
              for T in (8, 32, 128)}
     assert len(sizes) == 1
+
+
+# ---- GAE as a scan ------------------------------------------------------------------------------
+def test_gae_scan_equals_the_default_gae_eager_jit_and_differentiates() -> None:
+    from rlgrad.rl.buffers import compute_gae, compute_gae_scan
+
+    rng = np.random.default_rng(7)
+    T, N = 16, 3
+    r, v, nv = (rng.standard_normal((T, N)).astype(np.float32) for _ in range(3))
+    term = rng.random((T, N)) < 0.1
+    done = term | (rng.random((T, N)) < 0.1)
+    want = compute_gae(r, v, nv, term, done, 0.99, 0.95)
+    f = rlgrad.jit(lambda *a: compute_gae_scan(*a, 0.99, 0.95), check=True)
+    for got in (compute_gae_scan(r, v, nv, term, done, 0.99, 0.95), f(r, v, nv, term, done)):
+        for a, b in zip(got, want):
+            assert np.asarray(getattr(a, "_value", a)).dtype == np.float32
+            np.testing.assert_allclose(np.asarray(getattr(a, "_value", a)), b, rtol=1e-5, atol=1e-5)
+    # d sum(A) / d r_t = sum over later-or-equal steps of the lambda-discounted chain: by hand
+    r64, v64, nv64 = r.astype(np.float64), v.astype(np.float64), nv.astype(np.float64)
+    g = rlgrad.grad(lambda r: rnp.sum(compute_gae_scan(r, v64, nv64, term, done, 0.99, 0.95)[0]))(r64)
+    c = 0.99 * 0.95 * (1.0 - done)
+    want_g = np.zeros((T, N))
+    acc = np.zeros(N)
+    for t in range(T):  # A_s depends on delta_t (t >= s) with weight prod_{s<=k<t} c_k
+        acc = acc * c[t - 1] + 1.0 if t else np.ones(N)
+        want_g[t] = acc
+    _close(g, want_g)
