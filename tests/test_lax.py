@@ -416,3 +416,54 @@ def test_gae_scan_equals_the_default_gae_eager_jit_and_differentiates() -> None:
         acc = acc * c[t - 1] + 1.0 if t else np.ones(N)
         want_g[t] = acc
     _close(g, want_g)
+
+
+# ---- nesting, integer carries, float32 --------------------------------------------------------
+def test_nested_scan_and_its_gradient_under_jit() -> None:
+    def inner(c: Any, x: Any) -> tuple[Any, None]:
+        return rnp.tanh(c @ W + x), None
+
+    def outer(c: Any, xs: Any) -> tuple[Any, Any]:
+        c2, _ = lax.scan(inner, c, xs)
+        return c2 * 0.5 + c, rnp.sum(c2)
+
+    def loss(c0: Any, xss: Any) -> Any:
+        c, ys = lax.scan(outer, c0, xss)
+        return rnp.sum(c ** 2) + rnp.sum(ys)
+
+    def unrolled(c0: Any, xss: Any) -> Any:
+        c, ys = c0, []
+        for t in range(xss.shape[0]):
+            c2 = c
+            for s in range(xss.shape[1]):
+                c2 = rnp.tanh(c2 @ W + xss[t, s])
+            c, y = c2 * 0.5 + c, rnp.sum(c2)
+            ys.append(y)
+        return rnp.sum(c ** 2) + rnp.sum(rnp.stack(ys))
+
+    rng = np.random.default_rng(4)
+    c0, xss = rng.standard_normal((2, 3)), rng.standard_normal((4, 5, 2, 3))
+    _close(rlgrad.jit(loss, check=True)(c0, xss), unrolled(c0, xss))
+    got = rlgrad.jit(rlgrad.grad(loss, (0, 1)), check=True)(c0, xss)
+    for a, b in zip(got, rlgrad.grad(unrolled, (0, 1))(c0, xss)):
+        _close(a, b)
+
+
+def test_integer_carry_beside_a_float_one_and_float32_kept() -> None:
+    def step(c: tuple, x: Any) -> tuple[tuple, Any]:
+        k, h = c
+        return (k + 1, h * x), k
+
+    def loss(h: Any, xs: Any) -> Any:
+        (k, h), ks = lax.scan(step, (np.int64(0), h), xs)
+        return rnp.sum(h) + rnp.sum(ks) + k
+
+    rng = np.random.default_rng(5)
+    h, xs = rng.standard_normal(3), rng.standard_normal((4, 3))
+    for g in (rlgrad.grad(loss), rlgrad.jit(rlgrad.grad(loss), check=True)):
+        _close(g(h, xs), np.prod(xs, 0))
+    _close(rlgrad.jit(loss)(h, xs), np.sum(h * np.prod(xs, 0)) + 6 + 4)
+    h32, xs32 = h.astype(np.float32), xs.astype(np.float32)
+    out = rlgrad.jit(lambda h, xs: lax.scan(step, (np.int64(0), h), xs))(h32, xs32)
+    assert out[0][1].dtype == np.float32 and out[0][0].dtype == np.int64
+    assert out[1].dtype == np.int64
