@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.jit import _compile
+from rlgrad.jit import TRACE_INPUTS, _compile
 from rlgrad.ops import astype, concatenate, getitem, identity, ravel, reshape, stack, stop_gradient
 from rlgrad.tensor import Tensor, _Depth, _Trace, constant
 from rlgrad.tracer import defjvp_argnum, defjvp_is_linear, defvjp, defvjp_argnum, is_grad_enabled, primitive
@@ -104,7 +104,7 @@ class _Body:
         self.where = where
         self.inputs = [constant(np.array(_value(v))) for v in values]
         outer_vals = _outer_values()
-        outer_ids = {id(e[3]) for e in (_Trace.tape or [])}
+        outer_ids = {id(e[3]) for e in (_Trace.tape or [])} | {id(t) for t in TRACE_INPUTS}
         tape: list = []
         saved = _Trace.tape
         _Trace.tape = tape

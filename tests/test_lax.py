@@ -467,3 +467,27 @@ def test_integer_carry_beside_a_float_one_and_float32_kept() -> None:
     out = rlgrad.jit(lambda h, xs: lax.scan(step, (np.int64(0), h), xs))(h32, xs32)
     assert out[0][1].dtype == np.float32 and out[0][0].dtype == np.int64
     assert out[1].dtype == np.int64
+
+
+def test_a_body_reading_this_trace_s_values_through_an_object_is_traced_again() -> None:
+    """The same body function over the same object, which holds a value of the enclosing trace
+    (here its argument): a cached body would read the first trace's value; it is not cached."""
+    class Holder:
+        scale: Any = None
+
+    holder = Holder()
+
+    def body(c: Any, x: Any) -> tuple[Any, None]:
+        return c * holder.scale + x, None
+
+    def f(scale: Any, xs: Any) -> Any:
+        holder.scale = scale
+        return lax.scan(body, np.zeros(3), xs)[0]
+
+    jf = rlgrad.jit(f, check=True)
+    for T, s in ((2, 0.5), (3, 2.0), (3, 3.0)):
+        xs = np.ones((T, 3))
+        want = np.zeros(3)
+        for _ in range(T):
+            want = want * s + 1.0
+        _close(jf(np.full(3, s), xs), want)
