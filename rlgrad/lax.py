@@ -236,6 +236,28 @@ class _Node:
             return np.zeros(0, self.dtype)
         return np.concatenate([np.ravel(a).astype(self.dtype, copy=False) for a in arrays])
 
+    def buffers(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        """The packed output, allocated once, and one array per output to write into: a view of
+        it (no copy when packing), or for an output of another dtype an array cast in by
+        ``finish``."""
+        out = np.empty(sum(math.prod(s) for s, _ in self.avals), self.dtype)
+        views, off = [], 0
+        for shape, dtype in self.avals:
+            n = math.prod(shape)
+            views.append(out[off:off + n].reshape(shape) if dtype == self.dtype
+                         else np.empty(shape, dtype))
+            off += n
+        return out, views
+
+    def finish(self, out: np.ndarray, views: list[np.ndarray]) -> np.ndarray:
+        off = 0
+        for (shape, dtype), v in zip(self.avals, views):
+            n = math.prod(shape)
+            if dtype != self.dtype:
+                out[off:off + n] = v.ravel()
+            off += n
+        return out
+
     def unpack(self, node: Any) -> list[Any]:
         out, off = [], 0
         for shape, dtype in self.avals:
@@ -366,19 +388,23 @@ class _ScanCtx(_Node):
 
 
 def _scan_fwd(*arrays: np.ndarray, ctx: _ScanCtx) -> np.ndarray:
-    """The node's forward: the compiled body called once per element."""
+    """The node's forward: the compiled body called once per element, its outputs written
+    straight into the packed result."""
     consts, carry, xs = ctx.split(arrays)
     run, n, nc = ctx.body.run, ctx.length, ctx.n_carry
-    ys = [np.empty((n, *s), d) for s, d in ctx.y_avals]
-    saved = [np.empty((n, *_value(c).shape), _value(c).dtype) for c in carry] if ctx.save else []
+    out, views = ctx.buffers()
+    ny = len(ctx.y_avals)
+    ys, saved = views[nc:nc + ny], views[nc + ny:]
     for t in (range(n - 1, -1, -1) if ctx.reverse else range(n)):
         for s, c in zip(saved, carry):
             s[t] = c
-        out = run(*carry, *[x[t] for x in xs], *consts)
-        carry = out[:nc]
-        for y, v in zip(ys, out[nc:]):
+        step = run(*carry, *[x[t] for x in xs], *consts)
+        carry = step[:nc]
+        for y, v in zip(ys, step[nc:]):
             y[t] = v
-    return ctx.pack([*carry, *ys, *saved])
+    for v, c in zip(views[:nc], carry):
+        v[...] = c
+    return ctx.finish(out, views)
 
 
 def _scan_traced(f: Callable, init: list[Any], init_def: Any, xs: list[Any], xs_def: Any, n: int,
