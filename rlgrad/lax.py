@@ -91,8 +91,8 @@ def _check_carry(where: str, in_def: Any, out_def: Any, ins: list, outs: list) -
 def _outer_values() -> dict[int, Tensor]:
     """The arrays of the values the enclosing trace computed: a body reading one unwrapped (an
     index) reads it as an input, never as a frozen constant."""
-    outer = _Trace.tape or []
-    return {id(e[3]._value): e[3] for e in outer if isinstance(e[3], Tensor)}
+    outer = [e[3] for e in _Trace.tape or []] + TRACE_INPUTS
+    return {id(t._value): t for t in outer if isinstance(t, Tensor)}
 
 
 class _Body:

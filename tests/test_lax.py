@@ -491,3 +491,16 @@ def test_a_body_reading_this_trace_s_values_through_an_object_is_traced_again() 
         for _ in range(T):
             want = want * s + 1.0
         _close(jf(np.full(3, s), xs), want)
+
+
+def test_body_indexing_with_a_traced_argument_reads_it_at_every_call() -> None:
+    table = rlgrad.tensor(np.arange(12.0).reshape(4, 3), requires_grad=True)
+
+    def f(idx: Any, xs: Any) -> Any:
+        def body(c: Any, x: Any) -> tuple[Any, None]:
+            return c + table[idx] * x, None
+        return lax.scan(body, np.zeros(3), xs)[0]
+
+    jf = rlgrad.jit(f, check=True)
+    for i in (1, 2, 3, 3, 0):
+        _close(jf(np.array(i), np.ones((2, 1))), 2 * np.arange(12.0).reshape(4, 3)[i])
