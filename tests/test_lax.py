@@ -504,3 +504,16 @@ def test_body_indexing_with_a_traced_argument_reads_it_at_every_call() -> None:
     jf = rlgrad.jit(f, check=True)
     for i in (1, 2, 3, 3, 0):
         _close(jf(np.array(i), np.ones((2, 1))), 2 * np.arange(12.0).reshape(4, 3)[i])
+
+
+def test_map_eager_jit_and_gradient() -> None:
+    xs = RNG.standard_normal((5, 3))
+
+    def f(xs: Any) -> Any:
+        return lax.map(lambda x: rnp.sum(rnp.sin(x) * x), xs)
+
+    want = np.sum(np.sin(xs) * xs, axis=1)
+    _close(f(xs), want)
+    _close(rlgrad.jit(f, check=True)(xs), want)
+    g = rlgrad.jit(rlgrad.grad(lambda xs: rnp.sum(f(xs))), check=True)
+    _close(g(xs), np.cos(xs) * xs + np.sin(xs))
