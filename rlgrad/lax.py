@@ -191,6 +191,8 @@ def _fn_key(fn: Callable) -> tuple[tuple, tuple]:
     """(key, the objects it names by id, which the cache keeps alive): the function's code, its
     bound object, its closure's contents and its defaults; two function objects made by the same
     ``def`` over the same objects compute the same thing."""
+    if isinstance(fn, _Keyed):
+        return tuple(id(o) for o in fn.key), fn.key
     if isinstance(fn, _Fori):  # a wrapper of the user's function: keyed by it
         ids, objs = _fn_key(fn.body_fun)
         return (id(type(fn)), *ids), (type(fn), *objs)
@@ -203,6 +205,17 @@ def _fn_key(fn: Callable) -> tuple[tuple, tuple]:
             cells.append(None)
     objs = (getattr(func, "__code__", func), owner, *cells, *(getattr(func, "__defaults__", None) or ()))
     return tuple(id(o) for o in objs), objs
+
+
+class _Keyed:
+    """A body made by a derivative rule, with the cache key of what it computes (the rule and
+    the traced body it differentiates): a new trip count finds it traced."""
+
+    def __init__(self, fn: Callable, key: tuple) -> None:
+        self.fn, self.key = fn, key
+
+    def __call__(self, *args: Any) -> Any:
+        return self.fn(*args)
 
 
 def _body_for(user_fns: tuple, fn: Callable, values: list[Any], where: str) -> _Body:
@@ -468,7 +481,8 @@ def _scan_grads(ctx: _ScanCtx, g: Tensor, ans: Any, args: Sequence[Any]) -> list
         return (_splice(ct_c, dc), [a + d for a, d in zip(acc, dk)]), dx
 
     ct_s = ct_saved if ctx.save else []
-    (d_init, d_k), d_xs = scan(step, (ct_carry, [_zeros(k) for k in kf]),
+    (d_init, d_k), d_xs = scan(_Keyed(step, ("scan vjp", ctx.body, ctx.save, ctx.reverse)),
+                               (ct_carry, [_zeros(k) for k in kf]),
                                (saved, xs, ct_ys, ct_s), reverse=not ctx.reverse)
     return _grads_list(args, [*_splice(consts, d_k), *d_init, *_splice(xs, d_xs)])
 

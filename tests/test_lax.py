@@ -517,3 +517,28 @@ def test_map_eager_jit_and_gradient() -> None:
     _close(rlgrad.jit(f, check=True)(xs), want)
     g = rlgrad.jit(rlgrad.grad(lambda xs: rnp.sum(f(xs))), check=True)
     _close(g(xs), np.cos(xs) * xs + np.sin(xs))
+
+
+def test_a_new_trip_count_does_not_retrace_the_backward_body(monkeypatch: Any) -> None:
+    traced = []
+    init = lax._Body.__init__
+
+    def counting(self: Any, *a: Any, **k: Any) -> None:
+        traced.append(a[2] if len(a) > 2 else k.get("where"))
+        init(self, *a, **k)
+
+    monkeypatch.setattr(lax._Body, "__init__", counting)
+    w = rlgrad.tensor(W, requires_grad=True)
+
+    def body(h: Any, x: Any) -> tuple[Any, Any]:
+        h = rnp.tanh(h @ w + x)
+        return h, h
+
+    g = rlgrad.jit(rlgrad.grad(lambda h0, xs: rnp.sum(lax.scan(body, h0, xs)[1] ** 2), (0, 1)))
+    for T in (3, 9, 27):
+        _, h0, xs = _args(T)
+        got = g(h0, xs)
+        want = rlgrad.grad(lambda h0, xs: rnp.sum(lax.scan(body, h0, xs)[1] ** 2), (0, 1))(h0, xs)
+        for a, b in zip(got, want):
+            _close(a, b)
+    assert len(traced) == 2, traced  # the body and its VJP's body, each once
