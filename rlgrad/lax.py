@@ -19,8 +19,9 @@ per call): it returns what changes in its carry.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -65,9 +66,32 @@ def _unflatten(tdef: Any, leaves: Sequence[Any]) -> Any:
     return tree_unflatten(tdef[0], [None if empty else next(it) for empty in tdef[1]])
 
 
+class _Eager:
+    """``nodes`` > 0: the nodes rlgrad.jit records are made eagerly too (``nodes_eagerly``)."""
+
+    nodes = 0
+
+
+@contextlib.contextmanager
+def nodes_eagerly() -> Iterator[None]:
+    """Inside, loops and branches are made as the nodes ``rlgrad.jit`` records (traced once,
+    compiled, one node each) without jit: to test those nodes' rules, eagerly and by finite
+    differences. Python control flow on values inside a body is not refused here, as under jit."""
+    _Eager.nodes += 1
+    try:
+        yield
+    finally:
+        _Eager.nodes -= 1
+
+
 def _tracing() -> bool:
     """rlgrad.jit is tracing: loops become one node calling a compiled body."""
-    return _Trace.compiling and _Trace.tape is not None
+    return _Eager.nodes > 0 or (_Trace.compiling and _Trace.tape is not None)
+
+
+def _as_given(like: Any, out: Any) -> Any:
+    """A rule's result as the engine passed ``like``: an array on a plain (first-order) pass."""
+    return out if isinstance(like, Tensor) or not isinstance(out, Tensor) else out._value
 
 
 def _check_carry(where: str, in_def: Any, out_def: Any, ins: list, outs: list) -> None:
@@ -443,7 +467,7 @@ def _scan_traced(f: Callable, init: list[Any], init_def: Any, xs: list[Any], xs_
 
 
 def _scan_vjp(i: int, g: Any, ans: Any, *args: Any, ctx: _ScanCtx) -> Any:
-    return ctx.grads(g, lambda gt: _scan_grads(ctx, gt, ans, args))[i]
+    return _as_given(g, ctx.grads(g, lambda gt: _scan_grads(ctx, gt, ans, args))[i])
 
 
 def _saved_carries(ctx: _ScanCtx, ans: Any, args: Sequence[Any]) -> list[Any]:
@@ -510,7 +534,7 @@ def _scan_jvp(i: int, t: Any, ans: Any, *args: Any, ctx: _ScanCtx) -> Any:
         return (out[:nc], tout[:nc]), (out[nc:], tout[nc:])
 
     (_, tlast), (_, touts) = scan(step, (init, tinit), (xs, txs), reverse=ctx.reverse)
-    return _pack_tensors(ctx, [*tlast, *touts])
+    return _as_given(t, _pack_tensors(ctx, [*tlast, *touts]))
 
 
 def _pick(ts: Sequence[Any], xs: Sequence[Any]) -> list[Any]:
@@ -699,7 +723,7 @@ def _while_jvp(i: int, t: Any, ans: Any, *args: Any, ctx: _WhileCtx) -> Any:
         return out, tout
 
     _, tlast = while_loop(cond_fn, body_fn, (val, tval))
-    return _pack_tensors(ctx, tlast)
+    return _as_given(t, _pack_tensors(ctx, tlast))
 
 
 _while_p = primitive(_while_fwd, "while_loop")
@@ -788,7 +812,7 @@ def _switch_traced(index: Tensor, branches: list[Callable], leaves: list[Any], t
 
 
 def _switch_vjp(i: int, g: Any, ans: Any, *args: Any, ctx: _SwitchCtx) -> Any:
-    return ctx.grads(g, lambda gt: _switch_grads(ctx, gt, args))[i]
+    return _as_given(g, ctx.grads(g, lambda gt: _switch_grads(ctx, gt, args))[i])
 
 
 def _switch_grads(ctx: _SwitchCtx, g: Tensor, args: Sequence[Any]) -> list[Any]:
@@ -843,7 +867,7 @@ def _switch_jvp(i: int, t: Any, ans: Any, *args: Any, ctx: _SwitchCtx) -> Any:
 
     tout = switch(index, [branch_jvp(k) for k in range(len(ctx.branches))],
                   ops_, tops, flat_k, flat_tk)
-    return _pack_tensors(ctx, tout)
+    return _as_given(t, _pack_tensors(ctx, tout))
 
 
 _switch_p = primitive(_switch_fwd, "switch")
