@@ -97,7 +97,7 @@ _exports.on_export(_add_declared)
 
 def __getattr__(name: str):  # noqa: ANN202 - lazy subpackages keep `import rlgrad` light
     if name in ("nn", "optim", "distributions", "random", "estimators", "analysis", "rl", "functional",
-                "utils", "tree_util"):
+                "utils", "tree_util", "lax"):
         return _importlib.import_module(f"rlgrad.{name}")
     if name in ("save", "load"):
         from rlgrad import serialization

@@ -42,6 +42,9 @@ from rlgrad.transforms import PYTREE_NODES, _Depth, dict_keys, tree_flatten, tre
 __all__ = ["jit", "compile", "CheckError", "TraceError"]
 
 _ALIAS_OPS = ("identity", "stop_gradient")  # replay needs no code for these
+#: the traced function's arguments (Tensors) while a trace runs: values of this trace, like the
+#: ones on its tape (rlgrad.lax never caches a loop body that reads one)
+TRACE_INPUTS: list[Tensor] = []
 _INDEX_OPS = ("getitem", "untake")  # their second argument is an index
 
 
@@ -266,6 +269,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         inputs = [None if x is None else constant(np.asarray(x)) for x in leaves]
         call_args = self._call_args(args, inputs, in_def)
         tape: list = []
+        TRACE_INPUTS[:] = inputs
         _Trace.tape = tape
         _Trace.compiling = True
         _Trace.grads, _Trace.touched, _Trace.guards = {}, set(), []
@@ -277,6 +281,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
             out = _call_traced(self.fun, call_args, any(x is None for x in inputs))
             grads = _TracedGrads(_Trace.grads, _Trace.guards, _Trace.entry)
         finally:
+            TRACE_INPUTS.clear()
             _Trace.tape = None
             _Trace.compiling = False
             _Trace.grads, _Trace.touched, _Trace.guards, _Trace.entry = {}, set(), [], {}

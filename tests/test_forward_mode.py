@@ -79,12 +79,47 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "erfinv": [Case(special.erfinv, (r(4, lo=-0.9, hi=0.9),))],
         "straight_through": [Case(estimators.straight_through, (r(3, 2), r(3, 2)))],
         **_linalg_cases(rng),
+        **_lax_cases(rng),
         "ppo_clipped_surrogate": [Case(lambda lp: clipped_surrogate_loss(lp, old, adv, 0.2), (lp_ok,))],
         "categorical_pick": [Case(lambda x: categorical.pick(x, acts), (r(4, 3),))],
         "categorical_unpick": [Case(lambda g: categorical.unpick(g, acts, 3), (r(4),))],
         # once_differentiable's guard: the value itself (its sources refuse a gradient)
         "once_differentiable": [Case(lambda x: _delayed_error(x, r(3), name="f"), (r(3),))],
     }
+
+
+def _lax_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
+    """rlgrad.lax's nodes (what jit records for a loop or a branch), made eagerly."""
+    from rlgrad import lax
+    from rlgrad import numpy as rnp
+
+    def scan_f(w: Any, h0: Any, xs: Any) -> Any:
+        with lax.nodes_eagerly():
+            h, ys = lax.scan(lambda h, x: (rnp.tanh(h * w + x), h * h), h0, xs, reverse=True)
+        return rnp.concatenate([rnp.ravel(h), rnp.ravel(ys)])
+
+    def switch_f(x: Any, y: Any) -> Any:
+        with lax.nodes_eagerly():
+            return lax.switch(rlgrad.tensor(1), [lambda x, y: x * y, lambda x, y: rnp.sin(x) * y * y],
+                              x, y)
+
+    def while_f(x: Any) -> Any:
+        with lax.nodes_eagerly():
+            return lax.while_loop(lambda c: c[1] < 3, lambda c: (rnp.sin(c[0]) * 1.5, c[1] + 1),
+                                  (x, np.int64(0)))[0]
+
+    return {
+        "scan": [Case(scan_f, (rng.uniform(-1, 1, 3), rng.uniform(-1, 1, 3),
+                               rng.uniform(-1, 1, (4, 3))))],
+        "switch": [Case(switch_f, (rng.uniform(-2, 2, 3), rng.uniform(-2, 2, 3)))],
+        # forward mode only (reverse refuses, as JAX): checked against finite differences
+        "while_loop": [Case(while_f, (rng.uniform(-2, 2, 3),))],
+        "while_loop_result": [Case(lambda x: lax.while_loop(lambda c: c[1] < 3, lambda c: (
+            rnp.sin(c[0]) * 1.5, c[1] + 1), (x, np.int64(0)))[0], (rng.uniform(-2, 2, 3),))],
+    }
+
+
+_FORWARD_ONLY = ("while_loop", "while_loop_result")
 
 
 def _linalg_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
@@ -169,6 +204,9 @@ def test_jvp_of_primitives_outside_ops(name: str) -> None:
     for case in _extra_cases(rng)[name]:
         out = case.fn(*(rlgrad.tensor(a, requires_grad=True) for a in case.args))
         assert name in _recorded(out), f"the case for {name} does not record it"
+        if name in _FORWARD_ONLY:  # JVP against finite differences, twice over (jacfwd of jvp)
+            rlgrad.check_grads(case.fn, modes=("fwd",), order=2)(*case.args)
+            continue
         # straight_through's derivative is its surrogate's by definition, not its value's
         _check_jvp(case.fn, case.args, rng, fd=name != "straight_through")
         if name != "straight_through":  # 2nd order, every mixture of forward and reverse

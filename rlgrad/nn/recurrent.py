@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad import ops
+from rlgrad import lax, ops
 from rlgrad.nn import functional as F
 from rlgrad.nn import init
 from rlgrad.nn.layers import _as_input
 from rlgrad.nn.module import Module, Parameter
-from rlgrad.tensor import _shape, get_default_dtype
+from rlgrad.tensor import _shape, _Trace, get_default_dtype
 
 __all__ = ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"]
 
@@ -64,6 +64,28 @@ def _gru_step_reference(xp: Any, h: Any, w_hh: Any, b_hh: Any) -> Any:
     r, z = rz[..., :H], rz[..., H:]
     n = ops.tanh(xp[..., 2 * H:] + r * hp[..., 2 * H:])  # r gates W_hn h + b_hn (PyTorch)
     return n + z * (h - n)  # (1 - z) * n + z * h
+
+
+def _lstm_state_step(xp: Any, s: tuple[Any, ...], w: Any, b: Any) -> tuple[Any, ...]:
+    return _lstm_step(xp, s[0], s[1], w, b)
+
+
+def _gru_state_step(xp: Any, s: tuple[Any, ...], w: Any, b: Any) -> tuple[Any, ...]:
+    return (_gru_step(xp, s[0], w, b),)
+
+
+def _rnn_tanh_state_step(xp: Any, s: tuple[Any, ...], w: Any, b: Any) -> tuple[Any, ...]:
+    return (_rnn_step(xp, s[0], w, b, False),)
+
+
+def _rnn_relu_state_step(xp: Any, s: tuple[Any, ...], w: Any, b: Any) -> tuple[Any, ...]:
+    return (_rnn_step(xp, s[0], w, b, True),)
+
+
+#: one step of each mode on a state tuple ((h,) or (h, c)): the bodies of the scans under jit
+_STEPS: dict[str, Callable[..., tuple[Any, ...]]] = {
+    "LSTM": _lstm_state_step, "GRU": _gru_state_step, "RNN_TANH": _rnn_tanh_state_step,
+    "RNN_RELU": _rnn_relu_state_step}
 
 
 def _dtype_of(dtype: Any) -> np.dtype:
@@ -148,7 +170,7 @@ class _RNNBase(Module):
         projection of all steps: the gradient of a slice is a full (T, B, G) array, T of them
         per layer, which cost more than the matmuls saved (bench/recurrent.py)."""
         w_ih, w_hh, b_ih, b_hh = self._weights(sfx)
-        step = self._step_fn()
+        step = _STEPS[self.mode]
         outs = []
         for t in range(len(xs) - 1, -1, -1) if reverse else range(len(xs)):
             state = step(F.linear(xs[t], w_ih, b_ih), state, w_hh, b_hh)
@@ -157,15 +179,44 @@ class _RNNBase(Module):
             outs.reverse()
         return outs, state
 
-    def _step_fn(self) -> Callable[..., tuple[Any, ...]]:
-        if self.mode == "LSTM":
-            return lambda xp, s, w, b: _lstm_step(xp, s[0], s[1], w, b)
-        if self.mode == "GRU":
-            return lambda xp, s, w, b: (_gru_step(xp, s[0], w, b),)
-        relu = self.mode == "RNN_RELU"
-        return lambda xp, s, w, b: (_rnn_step(xp, s[0], w, b, relu),)
+    def _scan_direction(self, x: Any, state: tuple[Any, ...], sfx: str,
+                        reverse: bool) -> tuple[Any, tuple[Any, ...]]:
+        """``_run_direction`` as one ``lax.scan`` over ``x`` (T, B, I): what ``rlgrad.jit``
+        traces, so that the step compiles the cell once whatever T (the body is found traced
+        for a new T: the same code over the same parameters)."""
+        w_ih, w_hh, b_ih, b_hh = self._weights(sfx)
+        step = _STEPS[self.mode]
+
+        def body(s: tuple[Any, ...], xp_t: Any) -> tuple[tuple[Any, ...], Any]:
+            new = step(xp_t, s, w_hh, b_hh)
+            return new, new[0]
+
+        # the input projection of all steps is one matmul before the loop (and its gradient one
+        # after it): the scan's gradient for its xs is stacked, not T full-size slice gradients
+        state, ys = lax.scan(body, state, F.linear(x, w_ih, b_ih), reverse=reverse)
+        return ys, state
+
+    def _layers_scan(self, x: Any, h0: Any, c0: Any) -> tuple[Any, list[Any], list[Any]]:
+        """``_layers`` with one ``lax.scan`` per layer and direction (under ``rlgrad.jit``)."""
+        hs, cs = [], []
+        for layer in range(self.num_layers):
+            if layer > 0 and self.dropout > 0 and self.training:
+                x = F.dropout(x, self.dropout, True)
+            seqs = []
+            for d, sfx in enumerate(self._suffixes(layer)):
+                k = layer * self._dirs + d
+                state = (h0[k],) if c0 is None else (h0[k], c0[k])
+                seq, state = self._scan_direction(x, state, sfx, reverse=d == 1)
+                seqs.append(seq)
+                hs.append(state[0])
+                if c0 is not None:
+                    cs.append(state[1])
+            x = seqs[0] if len(seqs) == 1 else ops.concatenate(seqs, axis=-1)
+        return x, hs, cs
 
     def _layers(self, x: Any, h0: Any, c0: Any) -> tuple[Any, list[Any], list[Any]]:
+        if _Trace.compiling:  # rlgrad.jit: a loop compiled once, not T copies of the cell
+            return self._layers_scan(x, h0, c0)
         xs = [x[t] for t in range(_shape(x)[0])]  # per-step inputs; later layers keep lists
         hs, cs = [], []
         for layer in range(self.num_layers):

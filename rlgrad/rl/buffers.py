@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from rlgrad import ops
+from rlgrad import lax, ops
 
 
 def compute_gae(
@@ -46,6 +46,38 @@ def compute_gae(
         last = deltas[t] + carry[t] * last
         adv[t] = last
     return adv, adv + values
+
+
+def compute_gae_scan(
+    rewards: Any,
+    values: Any,
+    next_values: Any,
+    terminated: Any,
+    dones: Any,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[Any, Any]:
+    """``compute_gae`` as one ``lax.scan`` (JAX's formulation, e.g. PureJaxRL's): the same
+    numbers, differentiable in ``values``/``rewards`` and compiled once under ``rlgrad.jit``
+    whatever T. ``compute_gae`` (and the buffer's C kernel) stays the default: for arrays it is
+    the faster of the two (bench/lax.py)."""
+    dt = _value_dtype(values)
+    not_term = 1.0 - ops.astype(terminated, dt)
+    carry = (gamma * gae_lambda) * (1.0 - ops.astype(dones, dt))
+    deltas = rewards + gamma * next_values * not_term - values
+
+    def step(last: Any, inp: tuple[Any, Any]) -> tuple[Any, Any]:
+        delta, c = inp
+        last = delta + c * last
+        return last, last
+
+    last = np.zeros(np.shape(getattr(values, "_value", values))[1:], dt)
+    _, adv = lax.scan(step, last, (deltas, carry), reverse=True)
+    return adv, adv + values
+
+
+def _value_dtype(values: Any) -> np.dtype:
+    return np.asarray(getattr(values, "_value", values)).dtype
 
 
 def _shape(obs_dim: int | tuple[int, ...]) -> tuple[int, ...]:
