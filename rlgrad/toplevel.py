@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad import linalg as _linalg  # rlgrad.linalg, torch.linalg's names
 from rlgrad import special as _special  # noqa: F401 - its export()s: torch.erf, Tensor.erfinv
 from rlgrad import tensor_methods as _tm
 from rlgrad.creation import _make
@@ -103,6 +104,7 @@ index_select, index_add = _method("index_select"), _method("index_add")
 scatter, repeat_interleave = _method("scatter"), _method("repeat_interleave")
 norm, mm, bmm, masked_fill = _method("norm"), _method("mm"), _method("bmm"), _method("masked_fill")
 addcmul, addcdiv, lerp = _method("addcmul"), _method("addcdiv"), _method("lerp")
+det, inverse, matrix_exp = _linalg.det, _linalg.inv, _linalg.matrix_exp  # torch.det ...
 # torch's legacy types: FloatTensor(3, 4), LongTensor([1, 2]), isinstance(t, FloatTensor)
 globals().update(_tm.LEGACY_TYPES)
 

@@ -362,3 +362,110 @@ def test_legacy_tensor_types_construct_and_test_as_torch(name: str) -> None:
     _same(x.type(R), tx.type(T))
     assert isinstance(x, R) == isinstance(tx, T)
     assert x.type(R).type() == tx.type(T).type() == f"torch.{name}"
+
+
+# ---- rlgrad.linalg as torch.linalg ---------------------------------------------------------------
+SPD = (lambda m: m @ m.T + 4 * np.eye(4))(RNG.normal(size=(4, 4)))
+SQ = RNG.normal(size=(4, 4))
+TALL = RNG.normal(size=(5, 3))
+RHS = RNG.normal(size=(4, 2))
+
+
+def test_linalg_functions_match_torch_values_and_gradients() -> None:
+    both(lambda L, a: L.linalg.det(a), SQ)
+    both(lambda L, a: L.det(a) + L.inverse(a).sum(), SQ)
+    both(lambda L, a: L.linalg.slogdet(a)[1], SQ)
+    both(lambda L, a: L.linalg.inv(a), SQ)
+    both(lambda L, a, b: L.linalg.solve(a, b), SQ, RHS, rtol=1e-10)
+    both(lambda L, a, b: L.linalg.solve(a, b), SQ, RHS[:, 0], rtol=1e-10)  # a vector B
+    both(lambda L, a, b: L.linalg.solve(a, b, left=False), SQ, RHS.T, rtol=1e-10)
+    both(lambda L, a: L.linalg.cholesky(a), SPD, rtol=1e-10)
+    both(lambda L, a: L.linalg.cholesky(a, upper=True), SPD, rtol=1e-10)
+    both(lambda L, a: L.linalg.eigh(a, UPLO="U")[1].abs(), SQ + SQ.T, rtol=1e-9)
+    both(lambda L, a: L.linalg.eigh(a)[1].abs(), SQ, rtol=1e-9, grad=False)  # the lower triangle
+    both(lambda L, a: L.linalg.eigh(a)[0], SPD, rtol=1e-10)
+    both(lambda L, a: L.linalg.eigvalsh(a), SPD, rtol=1e-10)
+    both(lambda L, a: L.linalg.svdvals(a), TALL, rtol=1e-10)
+    both(lambda L, a: L.linalg.pinv(a), TALL, rtol=1e-9)
+    both(lambda L, a: L.linalg.matrix_power(a, 3), SQ, rtol=1e-10)
+    both(lambda L, a: L.linalg.norm(a), TALL)
+    both(lambda L, a: L.linalg.norm(a, ord=1, dim=0), TALL)
+    both(lambda L, a: L.linalg.vector_norm(a, ord=3, dim=[0, 1], keepdim=True), TALL)
+    both(lambda L, a: L.linalg.matrix_norm(a, ord="nuc"), TALL, rtol=1e-10)
+    both(lambda L, a: L.linalg.multi_dot([a, a.T, a]), TALL)
+    both(lambda L, a, b: L.linalg.cross(a, b), TALL, TALL[::-1].copy())
+    both(lambda L, a, b: L.linalg.vecdot(a, b, dim=0), TALL, TALL)
+    raises_like_torch(lambda L, a: L.linalg.det(a), TALL, match="square")
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (4, 4), (2, 4, 3)])
+def test_qr_matches_torch_and_finite_differences(shape: tuple) -> None:
+    a = RNG.normal(size=shape)
+    both(lambda L, x: tuple(L.linalg.qr(x)), a, rtol=1e-10)
+    both(lambda L, x: L.linalg.qr(x, mode="r")[1], a, rtol=1e-10, grad=False)
+    got = rlgrad.linalg.qr(rlgrad.tensor(a))
+    np.testing.assert_allclose((got.Q @ got.R).numpy(), a, atol=1e-12)
+    check_grads(lambda x: rlgrad.linalg.qr(rlgrad.as_tensor(x)).Q, modes=("rev", "fwd"), order=2)(a)
+    check_grads(lambda x: rlgrad.linalg.qr(rlgrad.as_tensor(x)).R, modes=("rev", "fwd"), order=2)(a)
+
+
+def test_qr_gradient_outside_reduced_tall_raises_one_line() -> None:
+    t = rlgrad.tensor(RNG.normal(size=(5, 3)), requires_grad=True)
+    with pytest.raises(NotImplementedError, match="mode='reduced'"):
+        rlgrad.linalg.qr(t, mode="complete")
+    with rlgrad.no_grad():
+        q, r = rlgrad.linalg.qr(t, mode="complete")
+    assert q.shape == (5, 5) and r.shape == (5, 3)
+
+
+@pytest.mark.parametrize("upper", [True, False])
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("unit", [False, True])
+def test_solve_triangular_matches_torch(upper: bool, left: bool, unit: bool) -> None:
+    a = SQ + 3 * np.eye(4)
+    b = RHS if left else RHS.T.copy()
+    both(lambda L, x, y: L.linalg.solve_triangular(x, y, upper=upper, left=left,
+                                                   unitriangular=unit), a, b, rtol=1e-10)
+    check_grads(lambda x, y: rlgrad.linalg.solve_triangular(
+        rlgrad.as_tensor(x), rlgrad.as_tensor(y), upper=upper, left=left, unitriangular=unit),
+        modes=("rev", "fwd"), order=2)(a, b)
+
+
+def test_matrix_exp_matches_torch_and_finite_differences() -> None:
+    for a in (0.3 * SQ, 3 * SQ, RNG.normal(size=(2, 3, 3)), np.zeros((2, 2))):
+        both(lambda L, x: L.linalg.matrix_exp(x), a, rtol=1e-9)
+        both(lambda L, x: L.matrix_exp(x), a, rtol=1e-9)
+    check_grads(lambda x: rlgrad.linalg.matrix_exp(rlgrad.as_tensor(x)), modes=("rev", "fwd"),
+                order=2)(0.5 * SQ[:3, :3])
+
+
+def test_lstsq_matches_torch_gelsd_and_its_gradient() -> None:
+    b = RNG.normal(size=(5, 2))
+    want = torch.linalg.lstsq(torch.tensor(TALL), torch.tensor(b), driver="gelsd")
+    got = rlgrad.linalg.lstsq(rlgrad.tensor(TALL), rlgrad.tensor(b))
+    for name in ("solution", "residuals", "rank", "singular_values"):
+        np.testing.assert_allclose(np.asarray(getattr(got, name)), getattr(want, name).numpy(),
+                                   rtol=1e-10, err_msg=name)
+    both(lambda L, a, y: L.linalg.lstsq(a, y).solution, TALL, b, rtol=1e-9)
+    check_grads(lambda a, y: rlgrad.linalg.lstsq(rlgrad.as_tensor(a), rlgrad.as_tensor(y)).solution,
+                modes=("rev", "fwd"), order=2)(TALL, b)
+
+
+@pytest.mark.parametrize("a", [np.array([[1.0, 2.0], [2.0, 4.0]]), np.diag([1.0, 0.0, 2.0]),
+                               np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 1.0, 1.0]])],
+                         ids=["rank1", "diag0", "rank2"])
+def test_det_gradient_at_a_singular_matrix_is_the_cofactor_matrix(a: np.ndarray) -> None:
+    """torch's double-backward path (create_graph=True) gives the cofactors, as finite
+    differences do; its plain first-order backward gives 0 there (docs/dropin.md)."""
+    ta = torch.tensor(a, requires_grad=True)
+    (want,) = torch.autograd.grad(torch.linalg.det(ta), ta, create_graph=True)
+    ra = rlgrad.tensor(a, requires_grad=True)
+    rlgrad.linalg.det(ra).backward()
+    np.testing.assert_allclose(ra.grad.numpy(), want.detach().numpy(), atol=1e-12)
+    check_grads(lambda x: rlgrad.linalg.det(rlgrad.as_tensor(x)), modes=("rev", "fwd"), order=2)(a)
+
+
+def test_det_gradient_near_singular_matches_torch() -> None:
+    u = RNG.normal(size=(3, 2))
+    a = u @ RNG.normal(size=(2, 3))  # rank 2 up to rounding: det ~ 1e-16
+    both(lambda L, x: L.linalg.det(x), a, rtol=1e-6)
