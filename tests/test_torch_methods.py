@@ -469,3 +469,24 @@ def test_det_gradient_near_singular_matches_torch() -> None:
     u = RNG.normal(size=(3, 2))
     a = u @ RNG.normal(size=(2, 3))  # rank 2 up to rounding: det ~ 1e-16
     both(lambda L, x: L.linalg.det(x), a, rtol=1e-6)
+
+
+def test_compiled_step_recomputes_sorts_and_replays_inplace_methods() -> None:
+    """Under rlgrad.jit the order statistics are recorded ops (recomputed at every call) and the
+    in-place methods are replayed in their place: no value of the tracing call is frozen."""
+    def step(buf: Any, x: Any, idx: Any, src: Any) -> Any:
+        buf.index_add_(1, idx, src)
+        buf.masked_fill_(buf > 1.0, 1.0)
+        return x.sort(1, descending=True)[0], x.topk(2)[1], x.median(1)[0], buf * 1.0
+
+    jitted = rlgrad.jit(step)
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        x = rng.normal(size=(2, 5)).astype(np.float32)
+        idx, src = rng.integers(0, 4, 3), rng.normal(size=(2, 3)).astype(np.float32)
+        bufs = [rlgrad.zeros(2, 4), rlgrad.zeros(2, 4)]
+        outs = [f(b, rlgrad.tensor(x), rlgrad.tensor(idx), rlgrad.tensor(src))
+                for f, b in zip((jitted, step), bufs)]
+        for got, want in zip(*outs):
+            np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-6)
+        np.testing.assert_allclose(bufs[0].numpy(), bufs[1].numpy(), rtol=1e-6)
