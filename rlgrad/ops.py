@@ -1297,6 +1297,7 @@ defjvp_argnum(einsum, _einsum_jvp)
 inv = primitive(np.linalg.inv, "inv", arity=1)
 defvjp(inv, lambda g, ans, a: -matmul(matmul(_T(ans), g), _T(ans)))
 defjvp(inv, lambda g, ans, a: -matmul(matmul(ans, g), ans))
+export(inv, numpy=False, torch="inverse()", top=True)
 
 def _cofactors(ans: Any, a: Any) -> Any:
     """det's derivative, the cofactor matrix: ``det(A) A^-T`` where A is well conditioned, and
@@ -1319,6 +1320,7 @@ def _cofactors(ans: Any, a: Any) -> Any:
 det = primitive(np.linalg.det, "det", arity=1)
 defvjp(det, lambda g, ans, a: expand_dims(expand_dims(g, -1), -1) * _cofactors(ans, a))
 defjvp(det, lambda g, ans, a: sum(_cofactors(ans, a) * g, axis=(-2, -1)))  # tr(adj(A) dA)
+export(det, numpy=False, torch="det()", top=True)
 
 
 def _logabsdet(a: Any) -> Any:

@@ -1095,3 +1095,90 @@ def _install_composed_methods() -> None:
 
 
 _install_composed_methods()
+
+
+# ---- more of torch's methods: order statistics, selections, closeness, matrix functions
+def _method_kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> MaxMinResult:
+    """The k-th smallest along ``dim`` (1-based), ``(values, indices)``; the gradient reaches it."""
+    d = _dim_of(self, dim)
+    n = self.shape[d] if self.ndim else 1
+    if not 1 <= k <= n:
+        raise RuntimeError(f"kthvalue(): selected number k={k} out of range for dimension {d} "
+                           f"of size {n}")
+    x = self if self.ndim else reshape(self, (1,))
+    idx = _along(ops.argsort(x, axis=d, kind="stable"), d, slice(k - 1, k))
+    values = ops.take_along_axis(x, idx, d)
+    if not keepdim or not self.ndim:
+        values, idx = squeeze(values, d), squeeze(idx, d)
+    return MaxMinResult(values, idx)
+
+
+def _method_masked_select(self: Tensor, mask: Any) -> Any:
+    """The elements where ``mask`` (broadcast with self) holds, as a 1-D tensor."""
+    m = np.asarray(_value(mask))
+    if m.dtype != np.bool_:
+        raise RuntimeError(f"masked_select: expected a boolean mask, got {m.dtype}")
+    shape = np.broadcast_shapes(self.shape, m.shape)
+    x = self if tuple(self.shape) == shape else broadcast_to(self, shape)
+    return x[np.broadcast_to(m, shape)]
+
+
+def _method_nonzero(self: Tensor, *, as_tuple: bool = False) -> Any:
+    """The indices of the non-zero elements: an (n, ndim) int64 tensor, or one per dimension."""
+    idx = np.nonzero(np.atleast_1d(self._value) if as_tuple else self._value)
+    if as_tuple:
+        return tuple(constant(i.astype(np.int64)) for i in idx)
+    return constant(np.stack(idx, -1).astype(np.int64).reshape(-1, self.ndim))
+
+
+def _method_isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08,
+                    equal_nan: bool = False) -> Any:
+    """``|self - other| <= atol + rtol * |other|`` through recorded comparisons (a compiled step
+    compares again); infinities equal where they are the same."""
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, not close (the equality decides)
+        close = ops.logical_or(ops.equal(self, other), ops.less_equal(
+            absolute(self - other), atol + rtol * absolute(other)))
+    if equal_nan:
+        close = ops.logical_or(close, ops.logical_and(ops.isnan(self), ops.isnan(other)))
+    return close
+
+
+def _method_frac(self: Tensor) -> Any:
+    return self - ops.trunc(self)
+
+
+def _method_rsqrt(self: Tensor) -> Any:
+    return ops.reciprocal(DECLARED["sqrt"](self))
+
+
+def _method_logdet(self: Tensor) -> Any:
+    """``log(det)``: NaN for a negative determinant, -inf for a singular matrix, as torch."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ops.log(ops.det(self))
+
+
+def _install_more_methods() -> None:
+    T = Tensor
+    for name, fn in (("kthvalue", _method_kthvalue), ("masked_select", _method_masked_select),
+                     ("nonzero", _method_nonzero), ("isclose", _method_isclose),
+                     ("frac", _method_frac), ("rsqrt", _method_rsqrt), ("logdet", _method_logdet)):
+        fn.__name__ = fn.__qualname__ = name
+        setattr(T, name, fn)
+    T.msort = lambda self: _method_sort(self, 0)[0]
+    T.tile = lambda self, dims: ops.tile(self, tuple(dims))
+    T.allclose = lambda self, other, rtol=1e-05, atol=1e-08, equal_nan=False: bool(np.all(
+        _method_isclose(self, other, rtol, atol, equal_nan)._value))
+    T.equal = lambda self, other: tuple(self.shape) == tuple(other.shape) and bool(
+        np.all(self._value == other._value))
+    T.slogdet = lambda self: rnp.linalg.slogdet(self)
+    T.matrix_exp = lambda self: rnp.linalg.expm(self)
+    T.swapdims = T.swapaxes
+    T.fliplr = lambda self: ops.flip(self, 1)
+    T.flipud = lambda self: ops.flip(self, 0)
+    T.new_empty = lambda self, *size, dtype=None: constant(np.zeros(_sizes(size), dtype or self.dtype))
+    for name in ("abs", "neg", "exp", "log", "sqrt", "sigmoid", "tanh", "relu", "square", "floor",
+                 "ceil", "round", "trunc", "sign", "reciprocal", "frac", "rsqrt", "tril", "triu"):
+        setattr(T, name + "_", _inplace_of(getattr(T, name), name + "_"))
+
+
+_install_more_methods()

@@ -104,7 +104,11 @@ index_select, index_add = _method("index_select"), _method("index_add")
 scatter, repeat_interleave = _method("scatter"), _method("repeat_interleave")
 norm, mm, bmm, masked_fill = _method("norm"), _method("mm"), _method("bmm"), _method("masked_fill")
 addcmul, addcdiv, lerp = _method("addcmul"), _method("addcdiv"), _method("lerp")
-det, inverse, matrix_exp = _linalg.det, _linalg.inv, _linalg.matrix_exp  # torch.det ...
+matrix_exp = _linalg.matrix_exp
+kthvalue, msort, masked_select = _method("kthvalue"), _method("msort"), _method("masked_select")
+nonzero, tile, isclose, rsqrt = _method("nonzero"), _method("tile"), _method("isclose"), _method("rsqrt")
+frac, logdet = _method("frac"), _method("logdet")
+fliplr, flipud, swapdims = _method("fliplr"), _method("flipud"), _method("swapdims")
 # torch's legacy types: FloatTensor(3, 4), LongTensor([1, 2]), isinstance(t, FloatTensor)
 globals().update(_tm.LEGACY_TYPES)
 

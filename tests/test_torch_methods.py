@@ -490,3 +490,64 @@ def test_compiled_step_recomputes_sorts_and_replays_inplace_methods() -> None:
         for got, want in zip(*outs):
             np.testing.assert_allclose(np.asarray(got), want.numpy(), rtol=1e-6)
         np.testing.assert_allclose(bufs[0].numpy(), bufs[1].numpy(), rtol=1e-6)
+
+
+# ---- more methods: kthvalue, msort, masked_select, nonzero, closeness, matrix functions, x_
+def test_selection_and_order_methods_match_torch() -> None:
+    both(lambda L, t: t.kthvalue(2, dim=1), X)
+    both(lambda L, t: L.kthvalue(t, 3, 0, True), X)
+    both(lambda L, t: t.msort(), X)
+    both(lambda L, t, m: t.masked_select(m), X, X > 0.2)
+    both(lambda L, t, m: L.masked_select(t, m), X, np.array([True, False, True, True, False]))
+    both(lambda L, t: t.nonzero(), (X > 0).astype(np.int64))
+    both(lambda L, t: L.nonzero(t, as_tuple=True), X > 0)
+    both(lambda L, t: t.tile((2, 1, 3)), X)
+    both(lambda L, t: L.tile(t, (2,)), X)
+    raises_like_torch(lambda L, t: t.kthvalue(6), X)
+    check_grads(lambda a: rlgrad.as_tensor(a).kthvalue(2)[0], modes=("rev", "fwd"), order=2)(X.copy())
+    check_grads(lambda a: rlgrad.as_tensor(a).masked_select(rlgrad.tensor(X > 0)),
+                modes=("rev", "fwd"), order=2)(X.copy())
+
+
+def test_closeness_and_elementwise_extras_match_torch() -> None:
+    y = X + np.array([0.0, 1e-9, 1e-3, 0.0, np.inf])
+    x = np.where(np.arange(5) == 4, np.inf, X)
+    both(lambda L, a, b: a.isclose(b), x, y, grad=False)
+    both(lambda L, a, b: L.isclose(a, b, rtol=0, atol=1e-6), x, y, grad=False)
+    n = np.array([np.nan, 1.0])
+    both(lambda L, a, b: a.isclose(b, equal_nan=True), n, n, grad=False)
+    for a, b in ((x, y), (X, X), (X, X[:2])):
+        assert rlgrad.tensor(a).equal(rlgrad.tensor(b)) == torch.tensor(a).equal(torch.tensor(b))
+        if a.shape == b.shape:
+            assert rlgrad.tensor(a).allclose(rlgrad.tensor(b)) == \
+                torch.tensor(a).allclose(torch.tensor(b))
+    pos = np.abs(X) + 0.1
+    both(lambda L, a: a.rsqrt(), pos)
+    both(lambda L, a: L.rsqrt(a), np.array([1, 4, 9]))
+    both(lambda L, a: a.frac(), 3 * X)
+    both(lambda L, a: L.frac(a), 3 * X)
+    both(lambda L, a: a.fliplr() + a.flipud() + a.swapdims(0, 1).T, X)
+
+
+def test_matrix_methods_match_torch() -> None:
+    spd = SPD
+    both(lambda L, a: a.det(), SQ)
+    both(lambda L, a: a.inverse(), SQ)
+    both(lambda L, a: a.logdet(), spd)
+    both(lambda L, a: L.logdet(a), spd)
+    both(lambda L, a: a.slogdet()[1], SQ)
+    both(lambda L, a: a.matrix_exp(), 0.5 * SQ, rtol=1e-9)
+    neg = -np.eye(3)
+    assert np.isnan(rlgrad.tensor(neg).logdet().item()) and np.isnan(torch.tensor(neg).logdet().item())
+
+
+@pytest.mark.parametrize("name", ["abs", "neg", "exp", "log", "sqrt", "sigmoid", "tanh", "relu",
+                                  "square", "floor", "ceil", "round", "trunc", "sign",
+                                  "reciprocal", "frac", "rsqrt", "tril", "triu"])
+def test_unary_inplace_methods_match_torch(name: str) -> None:
+    x = np.abs(X) + 0.5 if name in ("log", "sqrt", "rsqrt") else 3 * X
+    _inplace_both(lambda L, t: getattr(t, name + "_")(), x)
+    if name in ("exp", "sqrt", "sigmoid"):  # a float result into an int64 tensor: refused
+        for lib in (torch, rlgrad):
+            with pytest.raises(RuntimeError):
+                getattr(lib.tensor([1, 2]), name + "_")()
