@@ -91,9 +91,15 @@ def arange(*args: Any, dtype: Any = None, device: Any = None, requires_grad: boo
     return _make(np.arange(*args, dtype=dtype), requires_grad, device)
 
 
-def linspace(start: float, stop: float, num: int, dtype: Any = None, device: Any = None,
+def linspace(start: float, end: float, steps: int, dtype: Any = None, device: Any = None,
              requires_grad: bool = False) -> Tensor:
-    return _make(np.linspace(start, stop, num, dtype=_dt(dtype)), requires_grad, device)
+    """``torch.linspace(start, end, steps)``: ``steps`` points from ``start`` to ``end``."""
+    return _make(np.linspace(_number(start), _number(end), steps, dtype=_dt(dtype)),
+                 requires_grad, device)
+
+
+def _number(x: Any) -> Any:
+    return x.item() if isinstance(x, Tensor) else x
 
 
 def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:

@@ -1297,10 +1297,30 @@ defjvp_argnum(einsum, _einsum_jvp)
 inv = primitive(np.linalg.inv, "inv", arity=1)
 defvjp(inv, lambda g, ans, a: -matmul(matmul(_T(ans), g), _T(ans)))
 defjvp(inv, lambda g, ans, a: -matmul(matmul(ans, g), ans))
+export(inv, numpy=False, torch="inverse()", top=True)
+
+def _cofactors(ans: Any, a: Any) -> Any:
+    """det's derivative, the cofactor matrix: ``det(A) A^-T`` where A is well conditioned, and
+    from the minors where it is (nearly) singular (there ``A^-1`` does not exist, the derivative
+    does: at a rank n-1 matrix it is not 0)."""
+    n = _shape(a)[-1]
+    av, dv = (x._value if isinstance(x, Tensor) else np.asarray(x) for x in (a, ans))
+    hadamard = np.prod(np.linalg.norm(av, axis=-2), axis=-1)  # |det| is at most this
+    if n > 1 and np.all(np.abs(dv) > 1e-8 * hadamard):
+        return expand_dims(expand_dims(ans, -1), -1) * _T(inv(a))
+    if n == 1:
+        return a * 0 + 1
+    keep = np.array([[k for k in range(n) if k != i] for i in range(n)])  # (n, n - 1)
+    rows = keep[:, None, :, None]  # minor (i, j): rows keep[i], columns keep[j]
+    cols = keep[None, :, None, :]
+    sign = (-1.0) ** np.add.outer(np.arange(n), np.arange(n))
+    return det(a[..., rows, cols]) * sign.astype(av.dtype)
+
 
 det = primitive(np.linalg.det, "det", arity=1)
-defvjp(det, lambda g, ans, a: expand_dims(expand_dims(g * ans, -1), -1) * _T(inv(a)))
-defjvp(det, lambda g, ans, a: ans * sum(_T(inv(a)) * g, axis=(-2, -1)))  # det * tr(A^-1 dA)
+defvjp(det, lambda g, ans, a: expand_dims(expand_dims(g, -1), -1) * _cofactors(ans, a))
+defjvp(det, lambda g, ans, a: sum(_cofactors(ans, a) * g, axis=(-2, -1)))  # tr(adj(A) dA)
+export(det, numpy=False, torch="det()", top=True)
 
 
 def _logabsdet(a: Any) -> Any:

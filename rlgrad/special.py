@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
+from rlgrad.exports import export
 from rlgrad.tensor import Tensor, _Trace
 from rlgrad.tracer import defjvp_elementwise, defvjp, primitive
 
@@ -271,3 +272,5 @@ defvjp(erf, lambda g, ans, x: g * (_TWO_OVER_SQRT_PI * ops.exp(-x * x)))
 defvjp(erfinv, lambda g, ans, y: g * ((0.5 * math.sqrt(math.pi)) * ops.exp(ans * ans)))
 defjvp_elementwise(erf)
 defjvp_elementwise(erfinv)
+export(erf, numpy=False, torch="erf()", top=True, promote="float")
+export(erfinv, numpy=False, torch="erfinv()", top=True, promote="float")

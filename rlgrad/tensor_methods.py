@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad import numpy as rnp
 from rlgrad import ops
 from rlgrad.device import check_device, is_device
 from rlgrad.exports import EXPORTS, REQUIRED, Export, Method, Param, on_export
-from rlgrad.indexing import gather, torch_index_steps
+from rlgrad.indexing import gather, scatter_add, torch_index_steps
 from rlgrad.numpy import _std_from_var, var
 from rlgrad.ops import (
     absolute,
@@ -56,7 +57,7 @@ from rlgrad.ops import (
     swapaxes,
     transpose,
 )
-from rlgrad.promotion import binary, cast_to, rule
+from rlgrad.promotion import binary, cast_to, result_type, rule
 from rlgrad.tensor import Tensor, _Depth, _set_data, constant, mark_written, tensor
 from rlgrad.tracer import _GradMode, replayed
 
@@ -150,7 +151,8 @@ def declared_method(fn: Callable, method: Method, floats_only: bool = False,
     name, sig = method.name, method.signature()
 
     def call(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - torch's name
-        if not kwargs and n_required <= len(args) <= n_direct:  # t.sum(), t.sum(1), t.pow(2)
+        if not kwargs and n_required <= len(args) <= n_direct and \
+                (not args or type(args[0]) is not list):  # t.sum(), t.sum(1), t.pow(2)
             if floats_only and (input._value if isinstance(input, Tensor) else
                                 np.asarray(input)).dtype.kind not in "fc":
                 _refuse_integers(name, input)
@@ -165,6 +167,8 @@ def declared_method(fn: Callable, method: Method, floats_only: bool = False,
             if n is None or n in kw:
                 raise _bad_arguments(name, sig, args, kwargs, kw)
             kw[n] = v
+        if type(kw.get("axis")) is list:  # torch's dim=[0, 1]: NumPy wants a tuple
+            kw["axis"] = tuple(kw["axis"])
         for n in required:
             if n not in kw:
                 raise _bad_arguments(name, sig, args, kwargs, kw)
@@ -280,7 +284,9 @@ def _method_var(self: Tensor, dim: Any = None, unbiased: Any = None, keepdim: bo
     """PyTorch's: the unbiased estimate (``correction=1``) unless ``unbiased=False`` or
     ``correction=0`` (``ddof=`` is accepted as a synonym). ``rlgrad.numpy.var`` is NumPy's
     (``ddof=0``)."""
-    return var(self, axis=_axis(axis, dim), ddof=_correction(unbiased, correction, ddof),
+    d = _axis(axis, dim)
+    return var(self, axis=tuple(d) if isinstance(d, list) else d,
+               ddof=_correction(unbiased, correction, ddof),
                keepdims=keepdims or keepdim)
 
 
@@ -381,6 +387,8 @@ def _method_type(self: Tensor, dtype: Any = None) -> Any:
     cast."""
     if dtype is None:
         return "torch." + _TYPE_NAMES.get(self.dtype, f"{self.dtype.name}Tensor")
+    if isinstance(getattr(dtype, "dtype", None), np.dtype) and isinstance(dtype, type):
+        dtype = dtype.dtype  # t.type(rlgrad.FloatTensor)
     if isinstance(dtype, str):
         name = dtype.rsplit(".", 1)[-1]
         by_name = {v: k for k, v in _TYPE_NAMES.items()}
@@ -641,3 +649,536 @@ def _install_inplace_methods() -> None:
 
 
 _install_inplace_methods()
+
+
+# ---- torch's methods beyond one primitive: compositions, so their gradients are the primitives'
+def _dim_of(self: Any, dim: Any) -> int:
+    """``dim`` as a non-negative axis of ``self``, or torch's IndexError (a 0-d tensor has one)."""
+    nd = max(self.ndim, 1)
+    if not isinstance(dim, int | np.integer) or isinstance(dim, bool):
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    if not -nd <= dim < nd:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-nd}, {nd - 1}], "
+                         f"but got {dim})")
+    return int(dim) % nd
+
+
+def _along(self: Any, d: int, key: Any) -> Any:
+    """``self[:, ..., key]`` with ``key`` at axis ``d``."""
+    return self[(slice(None),) * d + (key,)]
+
+
+def _sort_indices(self: Tensor, d: int, descending: bool) -> Any:
+    """torch's order (stable; NaN counts as the largest): through the recorded argsort, so a
+    compiled step sorts again at every call. Descending: the stable ascending order of the
+    reversed lane, reversed, which keeps equal values in their first-come order."""
+    if not descending:
+        return ops.argsort(self, axis=d, kind="stable")
+    n = self.shape[d]
+    return (n - 1) - ops.flip(ops.argsort(ops.flip(self, d), axis=d, kind="stable"), d)
+
+
+def _method_sort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False
+                 ) -> MaxMinResult:
+    """``(values, indices)``; the values are gathered, so the gradient reaches the sorted input."""
+    if self.ndim == 0:
+        return MaxMinResult(self * 1, constant(np.zeros((), np.int64)))
+    d = _dim_of(self, dim)
+    idx = _sort_indices(self, d, descending)
+    return MaxMinResult(ops.take_along_axis(self, idx, d), idx)
+
+
+def _method_argsort(self: Tensor, dim: int = -1, descending: bool = False, stable: bool = False
+                    ) -> Any:
+    return _method_sort(self, dim, descending)[1]
+
+
+def _method_topk(self: Tensor, k: int, dim: int = -1, largest: bool = True, sorted: bool = True
+                 ) -> MaxMinResult:  # noqa: A002 - torch's name
+    d = _dim_of(self, dim)
+    n = self.shape[d] if self.ndim else 1
+    if not 0 <= k <= n:
+        raise RuntimeError(f"topk: selected index k={k} is out of range for dimension {d} of "
+                           f"size {n}")
+    values, idx = _method_sort(self, dim, descending=largest)
+    return MaxMinResult(_along(values, d, slice(0, k)), _along(idx, d, slice(0, k))) \
+        if self.ndim else MaxMinResult(values, idx)
+
+
+def _median_index(self: Tensor, d: int) -> Any:
+    """torch's median: the lower of the two middle values, or the first NaN of a lane with one."""
+    n = self.shape[d]
+    idx = _along(ops.argsort(self, axis=d, kind="stable"), d, slice((n - 1) // 2, (n + 1) // 2))
+    if self.dtype.kind == "f":
+        nan = ops.isnan(self)
+        first_nan = argmax(nan, axis=d, keepdims=True)
+        idx = ops.where(ops.take_along_axis(nan, first_nan, d), first_nan, idx)
+    return idx
+
+
+def _method_median(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+    """``median()``: the lower median of all elements; ``median(dim)``: ``(values, indices)``."""
+    if dim is None:
+        flat = reshape(self, (-1,))
+        if not flat.shape[0]:  # torch: NaN
+            return constant(np.array(np.nan, self.dtype if self.dtype.kind == "f" else np.float32))
+        return reshape(ops.take_along_axis(flat, _median_index(flat, 0), 0), ())
+    if self.ndim == 0:
+        return MaxMinResult(self * 1, constant(np.zeros((), np.int64)))
+    d = _dim_of(self, dim)
+    idx = _median_index(self, d)
+    values = ops.take_along_axis(self, idx, d)
+    if not keepdim:
+        values, idx = squeeze(values, d), squeeze(idx, d)
+    return MaxMinResult(values, idx)
+
+
+def _method_split(self: Tensor, split_size_or_sections: Any, dim: int = 0) -> tuple:
+    d = _dim_of(self, dim)
+    n = self.shape[d]
+    s = split_size_or_sections
+    if isinstance(s, int | np.integer):
+        if s <= 0 and n:
+            raise RuntimeError(f"split expects split_size be non-negative and non-zero for a "
+                               f"dimension of size {n}, but got split_size={s}")
+        sizes = [s] * (n // s) + ([n % s] if n % s else []) if n else [0]
+    else:
+        sizes = [int(k) for k in s]
+        if sum(sizes) != n or any(k < 0 for k in sizes):
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} "
+                               f"(input tensor's size at dimension {d}), but got "
+                               f"split_sizes={sizes}")
+    starts = np.cumsum([0] + sizes[:-1])
+    return tuple(_along(self, d, slice(int(a), int(a) + k)) for a, k in zip(starts, sizes))
+
+
+
+def _method_chunk(self: Tensor, chunks: int, dim: int = 0) -> tuple:
+    """torch's: pieces of ``ceil(n / chunks)`` (so fewer than ``chunks`` may come back)."""
+    if chunks <= 0:
+        raise RuntimeError(f"chunk expects `chunks` to be greater than 0, got: {chunks}")
+    n = self.shape[_dim_of(self, dim)]
+    return _method_split(self, max(-(-n // chunks), 1), dim)
+
+
+def _method_unbind(self: Tensor, dim: int = 0) -> tuple:
+    d = _dim_of(self, dim)
+    return tuple(_along(self, d, i) for i in range(self.shape[d]))
+
+
+def _method_narrow(self: Tensor, dim: int, start: Any, length: int) -> Any:
+    d = _dim_of(self, dim)
+    n = self.shape[d]
+    start = int(start._value if isinstance(start, Tensor) else start)
+    if not -n <= start <= n:
+        raise IndexError(f"narrow: start ({start}) is out of range for dimension {d} of size {n}")
+    start = start + n if start < 0 else start
+    if length < 0 or start + length > n:
+        raise RuntimeError(f"narrow: start ({start}) + length ({length}) exceeds dimension size "
+                           f"({n}).")
+    return _along(self, d, slice(start, start + length))
+
+
+def _index_vector(index: Any, name: str) -> np.ndarray:
+    idx = index._value if isinstance(index, Tensor) else np.asarray(index)
+    if idx.dtype.kind not in "iu" or idx.ndim > 1:
+        raise TypeError(f"{name}(): index must be a 1-D (or 0-d) integer tensor, got {idx.ndim}-D "
+                        f"{idx.dtype}")
+    return idx.reshape(-1)
+
+
+def _check_in(idx: np.ndarray, n: int, name: str, d: int) -> None:
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        bad = idx[(idx < -n) | (idx >= n)][0]
+        raise IndexError(f"{name}(): index {int(bad)} is out of bounds for dimension {d} with "
+                         f"size {n}")
+
+
+def _method_index_select(self: Tensor, dim: int, index: Any) -> Any:
+    d = _dim_of(self, dim)
+    idx = _index_vector(index, "index_select")
+    _check_in(idx, self.shape[d] if self.ndim else 1, "index_select", d)
+    return _along(self if self.ndim else reshape(self, (1,)), d, idx)
+
+
+def _same_dtype(name: str, self: Tensor, other: Any, what: str) -> None:
+    if isinstance(other, Tensor) and other.dtype != self.dtype:
+        raise RuntimeError(f"{name}(): self ({self.dtype}) and {what} ({other.dtype}) must have "
+                           f"the same dtype; cast one with .to(dtype)")
+
+
+def _method_index_add(self: Tensor, dim: int, index: Any, source: Any, *, alpha: Any = 1) -> Any:
+    """``out = self`` with ``alpha * source``'s slices added at ``index`` along ``dim`` (repeats
+    accumulate): one scatter-add, differentiable in self and source."""
+    _same_dtype("index_add", self, source, "source")
+    d = _dim_of(self, dim)
+    idx = _index_vector(index, "index_add")
+    src = source if isinstance(source, Tensor) else constant(np.asarray(source, self.dtype))
+    want = self.shape[:d] + (idx.size,) + self.shape[d + 1:]
+    if tuple(src.shape) != want and not (self.ndim == 0 and src.size == idx.size):
+        raise RuntimeError(f"index_add(): source has shape {tuple(src.shape)}; with index of "
+                           f"length {idx.size} along dim {d} of {tuple(self.shape)} it must be "
+                           f"{want}")
+    n = self.shape[d] if self.ndim else 1
+    _check_in(idx, n, "index_add", d)
+    if self.ndim == 0:
+        return self + (src * alpha if alpha != 1 else src).sum()
+    lane = idx % n
+    full = np.broadcast_to(lane.reshape((1,) * d + (-1,) + (1,) * (self.ndim - d - 1)), want)
+    return self + ops.scatter_along_axis(src * alpha if alpha != 1 else src, full, d, self.shape)
+
+
+def _scatter_winners(idx: np.ndarray, d: int, shape: tuple) -> np.ndarray:
+    """The entries of ``idx`` whose write lands last at its position (torch writes in order, so
+    of repeated targets the last one stays): True where an entry's value is kept."""
+    coords = list(np.indices(idx.shape, sparse=True))
+    coords[d] = idx
+    flat = np.ravel_multi_index(np.broadcast_arrays(*coords), shape).reshape(-1)
+    keep = np.zeros(flat.size, bool)
+    keep[flat.size - 1 - np.unique(flat[::-1], return_index=True)[1]] = True
+    return keep.reshape(idx.shape)
+
+
+def _method_scatter(self: Tensor, dim: int, index: Any, src: Any = None, value: Any = None, *,
+                    reduce: Any = None) -> Any:
+    """torch's out-of-place scatter: ``src``'s entries (or the number ``value``) written at
+    ``index`` along ``dim``; of repeated targets the last write stays (torch's CPU order), and
+    the gradient reaches the entries that were kept."""
+    if reduce is not None:
+        if reduce != "add":
+            raise NotImplementedError(f"scatter(reduce={reduce!r}) is not supported: use "
+                                      "reduce='add' (scatter_add) or scatter_reduce's forms")
+        return _method_scatter_add(self, dim, index, src if src is not None else
+                                   _method_new_full_like(index, value, self.dtype))
+    if src is None and value is None:
+        raise TypeError("scatter() needs src (a tensor) or value (a number)")
+    if src is not None and not isinstance(src, Tensor):
+        src, value = None, src  # scatter(dim, index, 1.0): torch's value overload
+    idx = _indices(index, "scatter")
+    d = _dim_of(self, dim)
+    _scatter_shapes(self, idx, src, d)
+    written = np.zeros(self.shape, bool)
+    if idx.size:
+        np.put_along_axis(written, idx, True, d)
+    if src is None:
+        return ops.where(written, cast_to(value, self.dtype), self)
+    _same_dtype("scatter", self, src, "src")
+    part = src[tuple(slice(0, k) for k in idx.shape)] if tuple(src.shape) != idx.shape else src
+    kept = ops.where(_scatter_winners(idx, d, self.shape), part, 0)
+    return ops.where(written, 0, self) + ops.scatter_along_axis(kept, idx, d, self.shape)
+
+
+def _method_new_full_like(index: Any, value: Any, dtype: Any) -> Tensor:
+    return constant(np.full(np.shape(_value(index)), value, dtype))
+
+
+def _indices(index: Any, name: str) -> np.ndarray:
+    idx = np.asarray(_value(index))
+    if idx.dtype.kind not in "iu":
+        raise TypeError(f"{name}(): index must be an integer (int64) tensor, got {idx.dtype}")
+    return idx
+
+
+def _scatter_shapes(self: Tensor, idx: np.ndarray, src: Any, d: int) -> None:
+    """torch's checks: index, self (and src) of one rank; index no larger than src anywhere nor
+    than self outside ``dim``; indices inside self's dimension."""
+    if idx.ndim != self.ndim or (src is not None and src.ndim != self.ndim):
+        raise RuntimeError(f"scatter(): index ({idx.ndim}-D), self ({self.ndim}-D) and src must "
+                           "have the same number of dimensions")
+    for k in range(idx.ndim):
+        if (src is not None and idx.shape[k] > src.shape[k]) or \
+                (k != d and idx.shape[k] > self.shape[k]):
+            raise RuntimeError(f"scatter(): index shape {idx.shape} must be no larger than src "
+                               f"{None if src is None else tuple(src.shape)} in every dimension "
+                               f"and than self {tuple(self.shape)} outside dimension {d}")
+    n = self.shape[d]
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        bad = idx[(idx < 0) | (idx >= n)][0]
+        raise RuntimeError(f"scatter(): index {int(bad)} is out of bounds for dimension {d} with "
+                           f"size {n}")
+
+
+def _method_scatter_add(self: Tensor, dim: int, index: Any, src: Any) -> Any:
+    _same_dtype("scatter_add", self, src, "src")
+    return scatter_add(self, dim, index, src)
+
+
+def _method_repeat_interleave(self: Tensor, repeats: Any, dim: Any = None, *,
+                              output_size: Any = None) -> Any:
+    r = repeats._value if isinstance(repeats, Tensor) else repeats
+    r = int(r) if np.ndim(r) == 0 else np.asarray(r)
+    x = reshape(self, (-1,)) if dim is None else self
+    d = 0 if dim is None else _dim_of(self, dim)
+    if isinstance(r, np.ndarray) and r.size not in (1, x.shape[d]):
+        raise RuntimeError(f"repeat_interleave: repeats must have the same size as input along "
+                           f"dim {d} ({x.shape[d]}), got {r.size}")
+    return ops.repeat(x, int(r.reshape(-1)[0]) if isinstance(r, np.ndarray) and r.size == 1
+                      else r, axis=d)
+
+
+def _method_norm(self: Tensor, p: Any = "fro", dim: Any = None, keepdim: bool = False,
+                 dtype: Any = None) -> Any:
+    """torch's ``Tensor.norm``: a vector p-norm over ``dim`` (all elements by default; 'fro' is
+    the 2-norm of the elements), 'nuc' the nuclear norm of the matrices over two dims."""
+    x = self if dtype is None else _cast(self, dtype)
+    if isinstance(dim, list):
+        dim = tuple(dim)
+    if p == "nuc":
+        if dim is None:
+            dim = (-2, -1)
+        return rnp.linalg.norm(x, "nuc", axis=dim, keepdims=keepdim)
+    return rnp.linalg.vector_norm(x, axis=dim, keepdims=keepdim,
+                                  ord=2 if p in ("fro", None) else p)
+
+
+_where = rule("where", ops.where)
+
+
+def _method_where(self: Tensor, condition: Any, y: Any) -> Any:
+    """``x.where(condition, y)`` is ``torch.where(condition, x, y)``."""
+    return _where(condition, self, y)
+
+
+def _method_mm(self: Tensor, mat2: Any) -> Any:
+    if self.ndim != 2 or mat2.ndim != 2:
+        raise RuntimeError(f"mm(): both arguments must be matrices (2-D), got {self.ndim}-D and "
+                           f"{mat2.ndim}-D; use matmul for batches")
+    return self @ mat2
+
+
+def _method_bmm(self: Tensor, mat2: Any) -> Any:
+    if self.ndim != 3 or mat2.ndim != 3 or self.shape[0] != mat2.shape[0]:
+        raise RuntimeError(f"bmm(): both arguments must be 3-D with the same batch size, got "
+                           f"{tuple(self.shape)} and {tuple(mat2.shape)}")
+    return self @ mat2
+
+
+def _method_addcmul(self: Tensor, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
+    return self + value * (tensor1 * tensor2) if value != 1 else self + tensor1 * tensor2
+
+
+def _method_addcdiv(self: Tensor, tensor1: Any, tensor2: Any, *, value: Any = 1) -> Any:
+    return self + value * (tensor1 / tensor2) if value != 1 else self + tensor1 / tensor2
+
+
+def _method_lerp(self: Tensor, end: Any, weight: Any) -> Any:
+    """``self + weight * (end - self)``; torch wants ``end`` of self's dtype."""
+    _same_dtype("lerp", self, end, "end")
+    return self + weight * (end - self)
+
+
+def _with_alpha(name: str, plain: Callable) -> Callable:
+    """torch's ``add(other, *, alpha=1)`` / ``sub``: ``self + alpha * other``. Without ``alpha``
+    the declared method itself (one check more)."""
+    def method(self: Any, other: Any, *, alpha: Any = None) -> Any:
+        if alpha is None:
+            return plain(self, other)
+        return plain(self, other * alpha if isinstance(other, Tensor) else
+                     constant(np.asarray(other) * alpha) if isinstance(other, np.ndarray)
+                     else other * alpha)
+
+    method.__name__ = method.__qualname__ = name
+    sign = "+" if name == "add" else "-"
+    method.__doc__ = f"``Tensor.{name}(other, *, alpha=1)``: torch's ``self {sign} alpha * other``."
+    return method
+
+
+def _with_rounding(name: str, plain: Callable) -> Callable:
+    """torch's ``div(other, *, rounding_mode=None)``: 'trunc' or 'floor' round the quotient, in
+    the operands' promoted dtype (integers stay integers); their gradient is 0, as torch's."""
+    def method(self: Any, other: Any, *, rounding_mode: Any = None) -> Any:
+        if rounding_mode is None:
+            return plain(self, other)
+        if rounding_mode not in ("trunc", "floor"):
+            raise ValueError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' "
+                             f"but found {rounding_mode!r}")
+        dtype = result_type(self, other)
+        if dtype.kind in "iu" and rounding_mode == "floor":
+            return _cast(floor_divide(*(_cast(o, dtype) if isinstance(o, Tensor) else o
+                                        for o in (self, other))), dtype)
+        q = plain(self, other)
+        return _cast(ops.trunc(q) if rounding_mode == "trunc" else ops.floor(q), dtype)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``Tensor.{name}(other, *, rounding_mode=None)``: torch's."
+    return method
+
+
+# ---- torch's in-place methods of the compositions above: through the one in-place mechanism
+def _write_result(self: Tensor, name: str, result: Any) -> Tensor:
+    """``self`` overwritten with ``result`` (its out-of-place form's value), through
+    ``_writable``: refused as torch refuses on a leaf that requires grad, and refused where a
+    gradient would be lost (rlgrad records no in-place op yet: an operand that requires grad)."""
+    if isinstance(result, Tensor) and result.requires_grad and not self.requires_grad:
+        raise RuntimeError(f"{name}: an operand requires grad, and writing it into a tensor "
+                           f"outside the graph would lose its gradient; use the out-of-place "
+                           f"form (x = x.{name.rstrip('_')}(...))")
+    value = _value(result)
+    dst = _writable(self, name)
+    if not np.can_cast(np.result_type(value), dst.dtype, "same_kind"):
+        raise RuntimeError(f"{name}: result type {np.result_type(value)} can't be cast to the "
+                           f"desired output type {dst.dtype}")
+    dst[...] = value
+    return self
+
+
+def _inplace_of(method: Callable, name: str) -> Callable:
+    """torch's ``name`` (``masked_fill_``, ``index_add_`` ...): ``method``'s result written into
+    the tensor, which is returned; replayed in its place by a compiled step (rlgrad.jit)."""
+    def inplace(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        return _write_result(self, name, method(self, *args, **kwargs))
+
+    inplace.__name__ = inplace.__qualname__ = name
+    inplace.__doc__ = f"torch's in-place ``{name}``: ``{method.__name__}``'s result, written in."
+    return replayed(inplace)
+
+
+# ---- torch's legacy tensor types: FloatTensor(3, 4), LongTensor([1, 2]), isinstance checks
+class _LegacyTensorType(type):
+    """``rlgrad.FloatTensor`` and its kin: a constructor (sizes give a zero-filled tensor of that
+    shape, where torch's is uninitialised; data is copied) and a type test (``isinstance(t,
+    rlgrad.FloatTensor)`` holds for float32 Tensors, as in torch)."""
+
+    dtype: np.dtype
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, Tensor) and obj.dtype == cls.dtype
+
+    def __call__(cls, *args: Any, device: Any = None) -> Tensor:
+        check_device(device)
+        if len(args) == 1 and type(args[0]).__name__ == "Size":
+            args = tuple(args[0])
+        if all(isinstance(a, int | np.integer) and not isinstance(a, bool) for a in args):
+            return tensor(np.zeros(args or (0,), cls.dtype))
+        if len(args) != 1:
+            raise TypeError(f"{cls.__name__}() takes sizes (ints) or one sequence of data, got "
+                            f"{args!r}")
+        if isinstance(args[0], Tensor) and args[0].dtype != cls.dtype:
+            raise TypeError(f"{cls.__name__}(): expected a {cls.dtype} tensor, got "
+                            f"{args[0].dtype}; use .to({cls.dtype})")
+        return tensor(_value(args[0]), dtype=cls.dtype)
+
+
+def _legacy_types() -> dict[str, type]:
+    return {name: _LegacyTensorType(name, (), {"dtype": dtype, "__module__": "rlgrad",
+                                               "__doc__": f"torch.{name}: {dtype} tensors."})
+            for dtype, name in _TYPE_NAMES.items()}
+
+
+#: ``FloatTensor``, ``LongTensor``, ``BoolTensor`` ... by name (rlgrad's top level has them)
+LEGACY_TYPES = _legacy_types()
+
+
+def _install_composed_methods() -> None:
+    """torch's methods written above as compositions of primitives, and their in-place forms."""
+    T = Tensor
+    for name, fn in (("sort", _method_sort), ("argsort", _method_argsort), ("topk", _method_topk),
+                     ("median", _method_median), ("split", _method_split),
+                     ("chunk", _method_chunk), ("unbind", _method_unbind),
+                     ("narrow", _method_narrow), ("index_select", _method_index_select),
+                     ("index_add", _method_index_add), ("scatter", _method_scatter),
+                     ("scatter_add", _method_scatter_add),
+                     ("repeat_interleave", _method_repeat_interleave), ("norm", _method_norm),
+                     ("where", _method_where), ("mm", _method_mm), ("bmm", _method_bmm),
+                     ("addcmul", _method_addcmul), ("addcdiv", _method_addcdiv),
+                     ("lerp", _method_lerp)):
+        fn.__name__ = fn.__qualname__ = name
+        setattr(T, name, fn)
+    for name in ("masked_fill", "index_add", "scatter", "scatter_add", "addcmul", "addcdiv"):
+        setattr(T, name + "_", _inplace_of(getattr(T, name), name + "_"))
+    for name in ("add", "sub"):  # alpha=: the declared method wrapped, here and at the top level
+        DECLARED[name] = _with_alpha(name, DECLARED[name])
+        setattr(T, name, DECLARED[name])
+    for name in ("div", "divide"):
+        DECLARED[name] = _with_rounding(name, DECLARED[name])
+        setattr(T, name, DECLARED[name])
+
+
+_install_composed_methods()
+
+
+# ---- more of torch's methods: order statistics, selections, closeness, matrix functions
+def _method_kthvalue(self: Tensor, k: int, dim: int = -1, keepdim: bool = False) -> MaxMinResult:
+    """The k-th smallest along ``dim`` (1-based), ``(values, indices)``; the gradient reaches it."""
+    d = _dim_of(self, dim)
+    n = self.shape[d] if self.ndim else 1
+    if not 1 <= k <= n:
+        raise RuntimeError(f"kthvalue(): selected number k={k} out of range for dimension {d} "
+                           f"of size {n}")
+    x = self if self.ndim else reshape(self, (1,))
+    idx = _along(ops.argsort(x, axis=d, kind="stable"), d, slice(k - 1, k))
+    values = ops.take_along_axis(x, idx, d)
+    if not keepdim or not self.ndim:
+        values, idx = squeeze(values, d), squeeze(idx, d)
+    return MaxMinResult(values, idx)
+
+
+def _method_masked_select(self: Tensor, mask: Any) -> Any:
+    """The elements where ``mask`` (broadcast with self) holds, as a 1-D tensor."""
+    m = np.asarray(_value(mask))
+    if m.dtype != np.bool_:
+        raise RuntimeError(f"masked_select: expected a boolean mask, got {m.dtype}")
+    shape = np.broadcast_shapes(self.shape, m.shape)
+    x = self if tuple(self.shape) == shape else broadcast_to(self, shape)
+    return x[np.broadcast_to(m, shape)]
+
+
+def _method_nonzero(self: Tensor, *, as_tuple: bool = False) -> Any:
+    """The indices of the non-zero elements: an (n, ndim) int64 tensor, or one per dimension."""
+    idx = np.nonzero(np.atleast_1d(self._value) if as_tuple else self._value)
+    if as_tuple:
+        return tuple(constant(i.astype(np.int64)) for i in idx)
+    return constant(np.stack(idx, -1).astype(np.int64).reshape(-1, self.ndim))
+
+
+def _method_isclose(self: Tensor, other: Any, rtol: float = 1e-05, atol: float = 1e-08,
+                    equal_nan: bool = False) -> Any:
+    """``|self - other| <= atol + rtol * |other|`` through recorded comparisons (a compiled step
+    compares again); infinities equal where they are the same."""
+    with np.errstate(invalid="ignore"):  # inf - inf: NaN, not close (the equality decides)
+        close = ops.logical_or(ops.equal(self, other), ops.less_equal(
+            absolute(self - other), atol + rtol * absolute(other)))
+    if equal_nan:
+        close = ops.logical_or(close, ops.logical_and(ops.isnan(self), ops.isnan(other)))
+    return close
+
+
+def _method_frac(self: Tensor) -> Any:
+    return self - ops.trunc(self)
+
+
+def _method_rsqrt(self: Tensor) -> Any:
+    return ops.reciprocal(DECLARED["sqrt"](self))
+
+
+def _method_logdet(self: Tensor) -> Any:
+    """``log(det)``: NaN for a negative determinant, -inf for a singular matrix, as torch."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return ops.log(ops.det(self))
+
+
+def _install_more_methods() -> None:
+    T = Tensor
+    for name, fn in (("kthvalue", _method_kthvalue), ("masked_select", _method_masked_select),
+                     ("nonzero", _method_nonzero), ("isclose", _method_isclose),
+                     ("frac", _method_frac), ("rsqrt", _method_rsqrt), ("logdet", _method_logdet)):
+        fn.__name__ = fn.__qualname__ = name
+        setattr(T, name, fn)
+    T.msort = lambda self: _method_sort(self, 0)[0]
+    T.tile = lambda self, dims: ops.tile(self, tuple(dims))
+    T.allclose = lambda self, other, rtol=1e-05, atol=1e-08, equal_nan=False: bool(np.all(
+        _method_isclose(self, other, rtol, atol, equal_nan)._value))
+    T.equal = lambda self, other: tuple(self.shape) == tuple(other.shape) and bool(
+        np.all(self._value == other._value))
+    T.slogdet = lambda self: rnp.linalg.slogdet(self)
+    T.matrix_exp = lambda self: rnp.linalg.expm(self)
+    T.swapdims = T.swapaxes
+    T.fliplr = lambda self: ops.flip(self, 1)
+    T.flipud = lambda self: ops.flip(self, 0)
+    T.new_empty = lambda self, *size, dtype=None: constant(np.zeros(_sizes(size), dtype or self.dtype))
+    for name in ("abs", "neg", "exp", "log", "sqrt", "sigmoid", "tanh", "relu", "square", "floor",
+                 "ceil", "round", "trunc", "sign", "reciprocal", "frac", "rsqrt", "tril", "triu"):
+        setattr(T, name + "_", _inplace_of(getattr(T, name), name + "_"))
+
+
+_install_more_methods()

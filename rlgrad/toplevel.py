@@ -8,10 +8,14 @@ beside the primitive's rules puts them in. ``rlgrad.numpy`` keeps NumPy's semant
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from rlgrad import linalg as _linalg  # rlgrad.linalg, torch.linalg's names
+from rlgrad import special as _special  # noqa: F401 - its export()s: torch.erf, Tensor.erfinv
+from rlgrad import tensor_methods as _tm
 from rlgrad.creation import _make
 from rlgrad.exports import Export, add_names, on_export
 from rlgrad.indexing import gather  # noqa: F401 - torch.gather, in __all__ below
@@ -19,6 +23,7 @@ from rlgrad.promotion import promote_types, result_type  # noqa: F401 - torch's,
 from rlgrad.promotion import rule as _rule
 from rlgrad.tensor import Size, Tensor, _leaf, get_default_dtype  # noqa: F401 - torch.Size
 from rlgrad.tensor_methods import DECLARED
+from rlgrad.tracer import replayed as _replayed
 
 #: the declared top-level functions that are no Tensor method (``rlgrad.where``), each under its
 #: declaration's promotion rule
@@ -92,6 +97,34 @@ std, var = _method("std"), _method("var")
 flatten, squeeze, unsqueeze = _method("flatten"), _method("squeeze"), _method("unsqueeze")
 reshape = _method("reshape")
 all, any = _method("all"), _method("any")  # noqa: A001
+# compositions of primitives (tensor_methods.py): torch.sort(x, dim), torch.split(x, 2) ...
+sort, argsort, topk, median = _method("sort"), _method("argsort"), _method("topk"), _method("median")
+split, chunk, unbind, narrow = _method("split"), _method("chunk"), _method("unbind"), _method("narrow")
+index_select, index_add = _method("index_select"), _method("index_add")
+scatter, repeat_interleave = _method("scatter"), _method("repeat_interleave")
+norm, mm, bmm, masked_fill = _method("norm"), _method("mm"), _method("bmm"), _method("masked_fill")
+addcmul, addcdiv, lerp = _method("addcmul"), _method("addcdiv"), _method("lerp")
+matrix_exp = _linalg.matrix_exp
+kthvalue, msort, masked_select = _method("kthvalue"), _method("msort"), _method("masked_select")
+nonzero, tile, isclose, rsqrt = _method("nonzero"), _method("tile"), _method("isclose"), _method("rsqrt")
+frac, logdet = _method("frac"), _method("logdet")
+fliplr, flipud, swapdims = _method("fliplr"), _method("flipud"), _method("swapdims")
+# torch's legacy types: FloatTensor(3, 4), LongTensor([1, 2]), isinstance(t, FloatTensor)
+globals().update(_tm.LEGACY_TYPES)
+
+
+def einsum(equation: str, *operands: Any) -> Tensor:
+    """``torch.einsum(equation, *operands)`` (or one list of operands); the operands must share
+    a dtype, as torch's (``rlgrad.numpy.einsum`` is NumPy's, which promotes)."""
+    if len(operands) == 1 and isinstance(operands[0], list | tuple):
+        operands = tuple(operands[0])
+    dtypes = {np.result_type(_t(o).dtype) for o in operands}
+    if len(dtypes) > 1:
+        raise RuntimeError(f"einsum(): expected operands of one dtype, got {sorted(map(str, dtypes))}; "
+                           "cast them with .to(dtype)")
+    from rlgrad.numpy import einsum as _einsum
+
+    return _einsum(equation, *operands)
 
 
 def numel(input: Any) -> builtins.int:
@@ -173,6 +206,48 @@ def normal(mean: Any, std: Any = 1.0, size: Any = None, *, generator: Any = None
     dt = dts[0] if dts else get_default_dtype()
     z = _rng(generator).standard_normal(shape)
     return _leaf(np.asarray(m + s * z, dtype=dt))
+
+
+# ---- Tensor.uniform_ / normal_: draws written in place, from the generator above
+def _draw_into(self: Tensor, name: str, draw: Callable, generator: Any) -> Tensor:
+    if self.dtype.kind != "f":
+        raise RuntimeError(f"{name} is only implemented for floating point tensors, got "
+                           f"{self.dtype}")
+    dst = _tm._writable(self, name)
+    dst[...] = draw(_rng(generator), dst.shape)
+    return self
+
+
+def _uniform_(self: Tensor, *args: Any, generator: Any = None, **kwargs: Any) -> Tensor:
+    """torch's ``uniform_(from=0, to=1, *, generator=None)`` (``from`` is a Python keyword:
+    given by position or as ``**{'from': a}``); a compiled step draws again at every call."""
+    low, high = _bounds(args, kwargs, ("from", "to"), (0.0, 1.0), "uniform_")
+    if low > high:
+        raise RuntimeError(f"uniform_ expects to return a [from, to) range, but found from={low} "
+                           f"> to={high}")
+    return _draw_into(self, "uniform_", lambda rng, shape: rng.uniform(low, high, shape),
+                      generator)
+
+
+def _normal_(self: Tensor, *args: Any, generator: Any = None, **kwargs: Any) -> Tensor:
+    """torch's ``normal_(mean=0, std=1, *, generator=None)``."""
+    mean, std = _bounds(args, kwargs, ("mean", "std"), (0.0, 1.0), "normal_")
+    if std < 0:
+        raise RuntimeError(f"normal_ expects std >= 0.0, but found std {std}")
+    return _draw_into(self, "normal_", lambda rng, shape: rng.normal(mean, std, shape),
+                      generator)
+
+
+def _bounds(args: tuple, kwargs: dict, names: tuple[str, str], defaults: tuple,
+            where: str) -> tuple[builtins.float, builtins.float]:
+    if len(args) > 2 or set(kwargs) - set(names):
+        raise TypeError(f"{where}() takes ({names[0]}={defaults[0]}, {names[1]}={defaults[1]}, *, "
+                        f"generator=None), got {len(args)} positional and {sorted(kwargs)}")
+    vals = list(args) + [kwargs.get(n, d) for n, d in zip(names[len(args):], defaults[len(args):])]
+    return builtins.float(_tm._value(vals[0])), builtins.float(_tm._value(vals[1]))
+
+
+Tensor.uniform_, Tensor.normal_ = _replayed(_uniform_), _replayed(_normal_)
 
 
 def manual_seed(seed: builtins.int) -> Any:

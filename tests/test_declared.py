@@ -29,7 +29,8 @@ ARGS = {"dim": 1, "keepdim": True, "dims": (0,), "shifts": 1, "diagonal": 1, "ax
         "values": OTHER, "n": 2, "offset": 1, "dim1": 0, "dim2": 1, "nan": 0.0, "posinf": 9.0,
         "neginf": -9.0}
 # (input, other); default (3, 4) both
-SHAPES = {"dot": ((4,), (4,)), "matmul": ((3, 4), (4, 2)), "outer": ((3,), (4,))}
+SHAPES = {"dot": ((4,), (4,)), "matmul": ((3, 4), (4, 2)), "outer": ((3,), (4,)),
+          "det": ((3, 3), (3, 3)), "inverse": ((3, 3), (3, 3))}
 NO_GRAD = {"detach"}  # a value checked, no gradient
 TORCH_HAS_NO_DERIVATIVE = {"heaviside"}  # values compared; rlgrad's gradient is 0 (a step)
 INTEGER_OK = {"argmax", "argmin"}

@@ -144,6 +144,7 @@ def _linalg_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
     sym = rng.standard_normal((4, 4))
     q = rng.standard_normal((3, 3)) + 3 * np.eye(3)
     real_eig = q @ np.diag([1.0, -0.5, 2.0]) @ np.linalg.inv(q)
+    tall = rng.standard_normal((3, 2))
     return {
         "eigh": [Case(eigh_f, (sym + sym.T,)), Case(eigh_f, (rng.standard_normal((4, 4)),))],
         "eig": [Case(eig_f, (real_eig,))],
@@ -152,6 +153,12 @@ def _linalg_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "svdvals": [Case(lambda a: la.svd(a, compute_uv=False), (rng.standard_normal((4, 3)),))],
         "pinv": [Case(la.pinv, (rng.standard_normal((4, 3)),)),
                  Case(la.pinv, (rng.standard_normal((2, 5)),))],
+        "qr": [Case(lambda a: rnp.concatenate([rnp.ravel(x) for x in la.qr(a)]), (tall,)),
+               Case(lambda a: rnp.concatenate([rnp.ravel(x) for x in la.qr(a)]), (q,))],
+        "solve_triangular": [Case(lambda a, b: la.solve_triangular(a, b, lower=True), (q, tall)),
+                             Case(lambda a, b: la.solve_triangular(a, b, unit_diagonal=True),
+                                  (q, tall))],
+        "expm": [Case(la.expm, (0.5 * rng.standard_normal((3, 3)),))],
         # the check a decomposition's rule makes (the value unchanged where nothing is undefined)
         "refuse_where": [Case(lambda x: la._refuse(x, np.zeros(3, bool), message="m"),
                               (rng.standard_normal(3),))],

@@ -586,7 +586,7 @@ def test_numpy_keyword_spellings_are_differentiable() -> None:
 @pytest.mark.parametrize("call, name", [
     (lambda t: np.median(t), "median"),
     (lambda t: np.cbrt(t), "cbrt"),
-    (lambda t: np.linalg.qr(t), "qr"),
+    (lambda t: np.linalg.lstsq(t, t), "lstsq"),
     (lambda t: np.add.reduce(t), "add.reduce"),
     (lambda t: np.exp(t, out=np.zeros((2, 2))), "exp"),
     (lambda t: np.percentile(t, 50), "percentile"),

@@ -562,3 +562,164 @@ def multi_dot(arrays: Any, *, out: Any = None) -> Any:
     for a in arrays[1:]:
         result = matmul(result, a)
     return result
+
+
+# ---- qr (reduced, m >= n) ----------------------------------------------------------------------
+def _qr_packed(a: Any) -> Any:
+    q, r = _np.linalg.qr(a, mode="reduced")
+    return _np.concatenate([q, r], axis=-2)  # (..., m + n, n): Q over R
+
+
+def _qr_parts(p: Any, m: int) -> tuple[Any, Any]:
+    return p[..., :m, :], p[..., m:, :]
+
+
+def _right_rinv(x: Any, r: Any) -> Any:
+    """``x R^-1`` for an upper-triangular ``R``: the triangular solve from the right."""
+    return _T(_solve_triangular_p(_T(r), _T(x), False, False))
+
+
+def _qr_vjp(g: Any, ans: Any, a: Any) -> Any:
+    # A = QR, dA = dQ R + Q dR: with C = Q^T dA R^-1 and Omega its skew part from the strict
+    # lower triangle, dR = (C - Omega) R and dQ = dA R^-1 - Q (C - Omega); transposed:
+    # gA = (gQ + Q N) R^-T with M = gR R^T - Q^T gQ and N its upper triangle copied below
+    m = _shape(a)[-2]
+    q, r = _qr_parts(ans, m)
+    gq, gr = _qr_parts(g, m)
+    mm = matmul(gr, _T(r)) - matmul(_T(q), gq)
+    n = triu(mm) + _T(triu(mm, 1))
+    return _T(_solve_triangular_p(r, _T(gq + matmul(q, n)), True, False))
+
+
+def _qr_jvp(t: Any, ans: Any, a: Any) -> Any:
+    m = _shape(a)[-2]
+    q, r = _qr_parts(ans, m)
+    ar = _right_rinv(t, r)  # dA R^-1
+    c = matmul(_T(q), ar)
+    low = tril(c, -1)
+    upper = c - low + _T(low)  # C - Omega: upper triangular
+    return concatenate([ar - matmul(q, upper), matmul(upper, r)], axis=-2)
+
+
+_qr_p = primitive(_qr_packed, "qr", arity=1)
+defvjp(_qr_p, _qr_vjp)
+defjvp(_qr_p, _qr_jvp)
+
+
+class QRResult(NamedTuple):
+    Q: Any
+    R: Any
+
+
+def qr(a: Any, mode: str = "reduced") -> Any:
+    """NumPy's qr; on a Tensor differentiable for ``mode='reduced'`` with rows >= columns (the
+    other shapes and modes give values without a gradient path, or raise if one is needed)."""
+    if not isinstance(a, _Tensor):
+        return _np.linalg.qr(a, mode)
+    _real_only(a, "qr")
+    m, n = a.shape[-2:]
+    if mode == "reduced" and m >= n:
+        p = _qr_p(a)
+        return QRResult(p[..., :m, :], p[..., m:, :])
+    if a.requires_grad and _grad_enabled():
+        raise NotImplementedError(
+            f"rlgrad: the gradient of qr is implemented for mode='reduced' with rows >= columns; "
+            f"got mode={mode!r} on a {m}x{n} matrix (torch's is undefined for 'complete' with "
+            "more rows, and for mode='r'); detach the input or use mode='reduced'")
+    res = _np.linalg.qr(a._value, "complete" if mode == "r" else mode)
+    return QRResult(constant(res[0]), constant(res[1]))
+
+
+def _grad_enabled() -> bool:
+    from rlgrad.tracer import is_grad_enabled
+
+    return is_grad_enabled()
+
+
+# ---- solve_triangular ----------------------------------------------------------------------------
+def _triangle(a: Any, upper: bool, unit: bool) -> Any:
+    """The triangle of ``a`` a triangular solve reads (its diagonal taken as ones if ``unit``)."""
+    if unit:
+        n = _shape(a)[-1]
+        return (triu(a, 1) if upper else tril(a, -1)) + _np.eye(n, dtype=_dtype_of(a))
+    return triu(a) if upper else tril(a)
+
+
+def _dtype_of(a: Any) -> Any:
+    return a._value.dtype if isinstance(a, _Tensor) else _np.asarray(a).dtype
+
+
+def _solve_triangular_fwd(a: Any, b: Any, upper: bool, unit: bool) -> Any:
+    # NumPy has no triangular solver: a general solve on the triangle (O(n^3), exact the same
+    # system; scipy is not a dependency of the engine)
+    return _np.linalg.solve(_triangle(_np.asarray(a), upper, unit), b)
+
+
+def _solve_triangular_vjp_a(g: Any, ans: Any, a: Any, b: Any, upper: bool, unit: bool) -> Any:
+    gb = _solve_triangular_p(_T(a), g, not upper, unit)
+    ga = -matmul(gb, _T(ans))
+    return (triu(ga, 1 if unit else 0) if upper else tril(ga, -1 if unit else 0))
+
+
+def _solve_triangular_jvp_a(t: Any, ans: Any, a: Any, b: Any, upper: bool, unit: bool) -> Any:
+    dt = triu(t, 1 if unit else 0) if upper else tril(t, -1 if unit else 0)
+    return -_solve_triangular_p(a, matmul(dt, ans), upper, unit)
+
+
+_solve_triangular_p = primitive(_solve_triangular_fwd, "solve_triangular")
+defvjp(_solve_triangular_p, _solve_triangular_vjp_a,
+       lambda g, ans, a, b, upper, unit: _solve_triangular_p(_T(a), g, not upper, unit))
+defjvp(_solve_triangular_p, _solve_triangular_jvp_a,
+       lambda t, ans, a, b, upper, unit: _solve_triangular_p(a, t, upper, unit))
+
+
+def solve_triangular(a: Any, b: Any, lower: bool = False, unit_diagonal: bool = False) -> Any:
+    """SciPy's ``solve_triangular(a, b, lower=False)`` on matrices ``b`` (the triangle of ``a``
+    named by ``lower`` is read, the rest ignored); differentiable in ``a`` and ``b``."""
+    return _solve_triangular_p(a, b, not lower, bool(unit_diagonal))
+
+
+# ---- expm --------------------------------------------------------------------------------------
+_PADE6 = (1.0, 1 / 2, 5 / 44, 1 / 66, 1 / 792, 1 / 15840, 1 / 665280)  # exp's [6/6] Pade
+
+
+def _expm_fwd(a: Any) -> Any:
+    """Scaling and squaring: ``exp(A / 2^s)`` by the [6/6] Pade approximant where the 1-norm of
+    ``A / 2^s`` is at most 1/2 (error below float64's rounding), then squared ``s`` times."""
+    a = _np.asarray(a)
+    norm1 = _np.abs(a).sum(axis=-2).max() if a.size else 0.0
+    s = _builtins.max(0, int(_np.ceil(_np.log2(norm1 / 0.5))) if norm1 > 0.5 else 0)
+    x = a / (2.0 ** s)
+    eye = _np.broadcast_to(_np.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    num, den, p = eye * _PADE6[0], eye * _PADE6[0], eye
+    for k, c in enumerate(_PADE6[1:], start=1):
+        p = p @ x
+        num = num + c * p
+        den = den + (-1) ** k * c * p
+    r = _np.linalg.solve(den, num)
+    for _ in range(s):
+        r = r @ r
+    return r.astype(a.dtype, copy=False)
+
+
+def _expm_frechet(a: Any, e: Any) -> Any:
+    """The derivative of expm at ``a`` in the direction ``e``: the upper-right block of the
+    exponential of ``[[a, e], [0, a]]`` (Mathias 1996), through the primitive, so every order
+    works."""
+    n = _shape(a)[-1]
+    zero = a * 0
+    block = concatenate([concatenate([a, e], axis=-1), concatenate([zero, a], axis=-1)], axis=-2)
+    return _expm_p(block)[..., :n, n:]
+
+
+_expm_p = primitive(_expm_fwd, "expm", arity=1)
+defvjp(_expm_p, lambda g, ans, a: _expm_frechet(_T(a), g))  # L(A)^* = L(A^T)
+defjvp(_expm_p, lambda t, ans, a: _expm_frechet(a, t))
+
+
+def expm(a: Any) -> Any:
+    """The matrix exponential (SciPy's ``expm``) of a matrix or a batch of them."""
+    if not isinstance(a, _Tensor):
+        return _expm_fwd(a)
+    _real_only(a, "expm")
+    return _expm_p(a)
