@@ -14,6 +14,7 @@ Two modes:
 
 from __future__ import annotations
 
+import dis
 import operator
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -24,6 +25,7 @@ from heapq import heappush as _heappush
 from typing import Any
 
 from rlgrad import tracer
+from rlgrad.inplace import version_at
 from rlgrad.ops import _sum_to, clone, sum_to
 from rlgrad.tensor import Tensor, _Trace, constant
 from rlgrad.tracer import Primitive, _GradMode, pass_through, read_grad
@@ -87,7 +89,7 @@ def toposort(roots: Sequence[Tensor]) -> list[Tensor]:
     while stack:
         t = stack.pop()
         order.append(t)
-        for a in t._args or ():  # a freed graph (_args None) ends here; node_vjps raises on it
+        for a in edges(t):  # a freed graph (no _args) ends here; node_vjps raises on it
             if isinstance(a, Tensor) and a._op is not None and a.requires_grad and id(a) not in seen:
                 seen.add(id(a))
                 stack.append(a)
@@ -102,7 +104,7 @@ def node_vjps(t: Tensor, g: Any, create_graph: bool,
     freed graph and values written in place after ``t`` used them."""
     if t._args is None:
         raise _freed_error(t)
-    if t._written:
+    if t._written > t._seq:
         _refuse_modified(t, t)
     g, ans, _, _, argv = _rule_inputs(t, g, create_graph)
     op, kw = t._op, t._kw or {}
@@ -110,7 +112,7 @@ def node_vjps(t: Tensor, g: Any, create_graph: bool,
     if rules is None:  # a variadic primitive (concatenate, einsum, ...): one rule for all
         rules = [partial(op.vjp_argnum, i) for i in range(len(t._args))]
     out = []
-    for a, rule in zip(t._args, rules):  # arguments past the last rule are static
+    for a, rule in zip(edges(t), rules):  # arguments past the last rule are static
         if rule is None or not isinstance(a, Tensor) or not a.requires_grad:
             continue
         if keep is not None and not keep(a):
@@ -170,7 +172,7 @@ def reaching(roots: Sequence[Tensor], wanted: set[int]) -> set[int]:
         if t._args is None:  # freed by an earlier backward: where it led is unknown, so keep it
             reaches.add(id(t))  # and the loop raises the freed-graph error if a gradient gets here
             continue
-        for a in t._args:
+        for a in edges(t):
             if isinstance(a, Tensor) and (id(a) in wanted or id(a) in reaches):
                 reaches.add(id(t))
                 break
@@ -270,15 +272,75 @@ def _seed(roots: Sequence[Tensor], root_grads: Sequence[Any],
     return grads, leaves, heap
 
 
-def _refuse_modified(t: Tensor, a: Tensor) -> None:
+def _refuse_modified(t: Tensor, a: Tensor) -> Tensor:
     """``a`` (an argument of ``t``'s op, or ``t`` itself) was written in place after ``t`` was
-    computed: torch's "modified by an inplace operation" error, unless the op's rules read no
-    values at all (an add passes its gradient through, whatever the values were)."""
+    computed: the version of ``a`` that ``t`` used (``inplace.version_at``; ``a`` itself if no
+    in-place op rebased it), or torch's "modified by an inplace operation" error if a rule that
+    will run reads that value (its shape, dtype and ndim do not change: reading them is fine)."""
+    if a is t:
+        where = {1}  # a rule's parameters: (g, ans, d0, d1, ...)
+    else:
+        where = {2 + i for i, x in enumerate(t._args) if x is a}
     rules = t._op.vjps
-    if rules is not None and all(r is None or r is pass_through for r in rules):
-        return
+    if rules is None:  # a variadic primitive: one rule for every argument
+        rules = [t._op.vjp_argnum] * len(t._args)
+        where = {p + 1 for p in where}  # vjp_argnum(i, g, ans, *args)
+    for x, rule in zip(t._args, rules):
+        if rule is None or rule is pass_through or not isinstance(x, Tensor):
+            continue
+        if not version_at(x, t._seq).requires_grad:
+            continue  # its rule never runs
+        if reads_any(rule, where):
+            _raise_modified(t, a)
+    return a if a is t else version_at(a, t._seq)
+
+
+_SHAPE_ATTRS = frozenset({"shape", "ndim", "dtype", "size"})
+_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLOSURE"})
+_reads_cache: dict[Any, tuple[frozenset[int], int | None]] = {}
+
+
+def reads_any(rule: Any, params: set[int]) -> bool:
+    """Whether VJP rule ``rule`` may read the value of one of its positional parameters
+    ``params`` (0: g, 1: ans, 2: the first argument ...): it loads the name other than for
+    ``.shape`` / ``.ndim`` / ``.dtype`` / ``.size``, which an in-place write never changes
+    (torch's rules save sizes, not tensors, for those). Unknown code (a builtin, a partial)
+    reads everything."""
+    code = getattr(rule, "__code__", None)
+    if code is None:
+        return True
+    found = _reads_cache.get(code)
+    if found is None:
+        found = _reads_cache[code] = _read_params(code)
+    read, star = found
+    return any(p in read or (star is not None and p >= star) for p in params)
+
+
+def _read_params(code: Any) -> tuple[frozenset[int], int | None]:
+    """The positional parameters ``code`` reads (see ``reads_any``), and the position from which
+    its ``*args`` starts if it reads that (else None)."""
+    n = code.co_argcount
+    names = list(code.co_varnames[:n])
+    star = code.co_varnames[n + code.co_kwonlyargcount] if code.co_flags & 4 else None
+    instrs = list(dis.get_instructions(code))
+    read: set[int] = set()
+    star_read = False
+    for i, ins in enumerate(instrs):
+        if ins.opname not in _LOADS:
+            continue
+        nxt = instrs[i + 1] if i + 1 < len(instrs) else None
+        if nxt is not None and nxt.opname == "LOAD_ATTR" and nxt.argval in _SHAPE_ATTRS:
+            continue
+        if ins.argval in names:
+            read.add(names.index(ins.argval))
+        elif star is not None and ins.argval == star:
+            star_read = True
+    return frozenset(read), (n if star_read else None)
+
+
+def _raise_modified(t: Tensor, a: Tensor) -> None:
     where = next((i for i, x in enumerate(t._args) if x is a), None)
-    what = "its output" if where is None else f"argument {where}"
+    what = "its output" if a is t else f"argument {where}"
     raise RuntimeError(
         f"one of the variables needed for gradient computation has been modified by an inplace "
         f"operation: {what} of {t._op.name} (a {a.dtype} tensor of shape {a.shape}) was written "
@@ -286,14 +348,25 @@ def _refuse_modified(t: Tensor, a: Tensor) -> None:
         f"Write into a copy (x.clone()), or build the graph after the write")
 
 
+def edges(t: Tensor) -> tuple:
+    """``t``'s arguments, each the version ``t`` used: an argument written in place since is
+    checked (``_refuse_modified``) and, if an in-place op rebased it, replaced by the node it
+    replaced, so gradients flow to the graph as it was when ``t`` was computed."""
+    args = t._args
+    if not args:
+        return ()
+    seq = t._seq
+    if not any(isinstance(a, Tensor) and a._written > seq for a in args):
+        return args
+    return tuple(_refuse_modified(t, a) if isinstance(a, Tensor) and a._written > seq else a
+                 for a in args)
+
+
 def _rule_inputs(t: Tensor, g: Any, create_graph: bool) -> tuple[Any, Any, Any, Any, Any]:
     """``(g, ans, d0, d1, argv)`` for ``t``'s rules off the hot path: with ``create_graph`` the
     graph's own Tensors (so the rules are recorded), else plain arrays in ``argv`` for a variadic
     op. Refuses an argument written in place after ``t`` was computed."""
-    args = t._args
-    for a in args:
-        if isinstance(a, Tensor) and a._written > t._seq:
-            _refuse_modified(t, a)
+    args = edges(t)  # checked: a rule reading a value written since refuses
     if create_graph:
         g = g if isinstance(g, Tensor) else constant(g)
         return g, t, args[0] if args else None, args[1] if len(args) == 2 else None, args
@@ -350,7 +423,7 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
                 else:
                     grads[akey] = prev + ga
         else:
-            if t._written:  # the output itself was written in place after it was computed
+            if t._written > t._seq:  # the output itself was written in place after it was computed
                 _refuse_modified(t, t)
             _simple_node(t, g, args, rules, n, grads, leaves, heap, plain, visit, wanted)
         if not retain_graph:
@@ -365,15 +438,17 @@ def _simple_node(t: Tensor, g: Any, args: tuple, rules: tuple, n: int, grads: di
     tseq, ans = t._seq, t._value  # an argument written in place after t was computed is refused
     d0 = args[0]
     if isinstance(d0, Tensor):
-        if d0._written > tseq:
-            _refuse_modified(t, d0)
+        if d0._written > tseq:  # written in place since: the version t used, or an error
+            args = edges(t)
+            d0 = args[0]
         d0 = d0._value
     d1 = None
     if n == 2:
         d1 = args[1]
         if isinstance(d1, Tensor):
             if d1._written > tseq:
-                _refuse_modified(t, d1)
+                args = edges(t)
+                d1 = args[1]
             d1 = d1._value
     kw = t._kw
     for a, rule in ((args[0], rules[0]),) if n == 1 else zip(args, rules):

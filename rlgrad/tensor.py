@@ -111,8 +111,11 @@ class Tensor:
     # unset on graph nodes (they require grad, so nothing reads it), hence read with getattr.
     # _written: 0, or the creation-order number (``_seq``'s counter) of the last in-place write,
     # so a node older than that write knows the value it saved has changed (torch's version check).
+    # _prev: set by an in-place op that rebased this tensor (rlgrad/inplace.py): the object now
+    # holding its previous node, which older nodes' gradients go to; unset otherwise (getattr).
+    # _hooks: set by register_hook (rlgrad/hooks.py); unset otherwise.
     __slots__ = ("_value", "requires_grad", "grad", "_op", "_args", "_kw", "_retain", "_seq", "_cut",
-                 "_written", "__weakref__")
+                 "_written", "_prev", "_hooks", "__weakref__")
     __array_priority__ = 1000  # so ndarray <op> Tensor defers to the Tensor's reflected operator
 
     def __init__(self, *args: Any, requires_grad: bool = False, dtype: Any = None,

@@ -38,7 +38,7 @@ except ImportError:
     _engine = None
 if os.environ.get("RLGRAD_ENGINE", "1") == "0":
     _engine = None
-if _engine is not None and getattr(_engine, "API", 0) != 1:  # built from an older _engine.c
+if _engine is not None and getattr(_engine, "API", 0) != 2:  # built from an older _engine.c
     warnings.warn("rlgrad._engine is out of date with its source: the engine runs its Python "
                   "code until it is rebuilt (pip install -e . or python setup.py build_ext "
                   "--inplace)", RuntimeWarning, stacklevel=2)

@@ -1,0 +1,227 @@
+"""In-place operations on tensors in the graph, recorded as PyTorch records them.
+
+``y.mul_(2)``, ``y += z``, ``logits[mask] = -inf`` on a computed tensor ``y`` (or on a constant,
+with an operand that requires grad) keep ``y``'s memory (every alias sees the new values) and
+*rebase* ``y`` as torch's ``rebase_history`` does: the Python object ``y`` becomes the in-place
+op's node, whose input is a new object ``old`` holding ``y``'s previous node (and a copy of its
+previous values, which the in-place node's own rules may read: torch saves ``original_self``).
+
+Nodes recorded before the write still hold the object ``y`` among their arguments; the backward
+pass sends their gradients to the version they used (``version_at``: the pre-mutation graph), and
+refuses, with torch's "modified by an inplace operation" error, a rule that would read a value
+written after it was saved (``core.check_modified``).
+
+``t[i] = v`` and an in-place op on ``v = base[i]`` (a NumPy view) update the base as torch's
+``CopySlices``: ``base`` is rebased to ``where(mask, scatter(v_new), base_old)`` and ``v``
+becomes ``base_new[i]``. Without recording (``no_grad``, or nothing requires grad) the write is
+the plain NumPy one the callers do themselves (``needs_graph`` is False).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from rlgrad.ops import astype, broadcast_to, clone, getitem, reshape, untake, where
+from rlgrad.tensor import Tensor, TraceError, _new, _Trace, constant, mark_written, user_line
+from rlgrad.tracer import _GradMode
+
+LEAF_ERROR = "a leaf Variable that requires grad is being used in an in-place operation."
+
+
+def needs_graph(t: Tensor, name: str, *operands: Any, view: bool = False) -> bool:
+    """Whether the in-place op ``name`` on ``t`` must be recorded (recording is on and ``t`` or
+    an operand requires grad). Raises torch's error for a leaf that requires grad, and a
+    TraceError under ``rlgrad.jit`` (the compiled step would replay the write but not the
+    rebased graph)."""
+    if not _GradMode.enabled:
+        return False
+    if t.requires_grad:
+        if t._op is None:
+            what = LEAF_ERROR.replace("a leaf", "a view of a leaf") if view else LEAF_ERROR
+            raise RuntimeError(f"{what} ({name}: update parameters inside `with "
+                               "rlgrad.no_grad():` or through .data, or write x = x op y)")
+    elif not any(isinstance(o, Tensor) and o.requires_grad for o in operands):
+        return False
+    if _Trace.compiling:
+        raise TraceError(f"rlgrad.jit: in-place {name} on a tensor in the graph at {user_line()} "
+                         "cannot be compiled; write the out-of-place form (x = x * 2, "
+                         "rlgrad.where(mask, value, x)) inside the jitted function")
+    return True
+
+
+def jit_checked(method: Callable) -> Callable:
+    """``method`` (an in-place method, already ``tracer.replayed``) refused at trace time when
+    it would rebase a tensor in the graph: ``replayed`` runs it untraced, so the compiled step
+    would repeat the write but not the graph it records."""
+    def checked(t: Tensor, *args: Any, **kwargs: Any) -> Any:
+        if _Trace.compiling:
+            needs_graph(t, method.__name__, *args, *kwargs.values())
+        return method(t, *args, **kwargs)
+
+    checked.__name__ = method.__name__
+    checked.__doc__ = method.__doc__
+    checked.__wrapped__ = method  # type: ignore[attr-defined]
+    return checked
+
+
+def version_at(a: Tensor, seq: int) -> Tensor:
+    """The version of ``a`` that a node created at ``seq`` (its ``_seq``) used: ``a`` itself,
+    unless in-place ops rebased ``a`` after that node was made (then the older node they
+    replaced, found through ``_prev``)."""
+    while a._op is not None and a._seq > seq:
+        prev = getattr(a, "_prev", None)
+        if prev is None:
+            break
+        a = prev
+    return a
+
+
+def rebase(t: Tensor, name: str, fn: Callable[[Tensor], Any]) -> Tensor:
+    """``t``'s values become ``fn(old)`` in place, and ``t`` becomes that node of the graph
+    (``old``: ``t``'s previous version). ``fn`` computes out of place with primitives."""
+    base = _view_base(t)
+    if base is not None:  # a view of a graph tensor: the write goes into the base (CopySlices)
+        return _write_through_view(t, base, name, fn)
+    arr = t._value
+    old = _split_off(t)
+    res = fn(old)
+    if not isinstance(res, Tensor):
+        res = constant(np.asarray(res))
+    if res._op is None:  # nothing recorded (a constant written): old gets zeros, as torch's
+        res = where(constant(np.zeros(np.shape(arr), dtype=bool)), old, res)
+    elif res._seq < old._written:  # an existing tensor: t gets a node of its own
+        res = clone(res)
+    _self_to_old(res, t, old)
+    if res.shape != np.shape(arr):
+        raise RuntimeError(f"{name}: output with shape {list(np.shape(arr))} doesn't match the "
+                           f"broadcast shape {list(res.shape)}")
+    if res._value.dtype != np.result_type(arr):
+        if not np.can_cast(res._value.dtype, np.result_type(arr), "same_kind"):
+            raise RuntimeError(f"{name}: result type {res._value.dtype} can't be cast to the "
+                               f"desired output type {np.result_type(arr)}")
+        res = astype(res, np.result_type(arr))
+    if isinstance(arr, np.ndarray) and arr.flags.writeable and arr.ndim:
+        np.copyto(arr, res._value)
+    else:  # a 0-d or read-only array: replaced, as the plain in-place operators do
+        t._value = np.array(res._value, copy=True)
+    _take_node(t, res)
+    return t
+
+
+def _split_off(t: Tensor) -> Tensor:
+    """``old``: a new object holding ``t``'s node and a copy of its values; ``t`` is marked
+    written (nodes that saved it are checked), and so is ``old`` (its own node's saved output)."""
+    old = _new(Tensor)
+    for s in ("requires_grad", "_op", "_args", "_kw"):
+        setattr(old, s, getattr(t, s))
+    old._cut = getattr(t, "_cut", None)  # (unset on graph nodes)
+    old._value = np.array(t._value, copy=True)
+    old.grad, old._retain = None, False
+    old._seq = getattr(t, "_seq", 0) if t._op is not None else 0
+    old._prev = getattr(t, "_prev", None)
+    mark_written(t)
+    old._written = t._written
+    t._prev = old
+    return old
+
+
+def _self_to_old(res: Tensor, t: Tensor, old: Tensor) -> None:
+    """``t`` itself among the operands (``y.mul_(y)``): the nodes ``fn`` made read its value
+    before the write, so they point at ``old`` (else ``t`` would feed itself)."""
+    stack, seen = [res], {id(res)}
+    while stack:
+        n = stack.pop()
+        if n._args is None or n._seq < old._written:
+            continue
+        if any(a is t for a in n._args):
+            n._args = tuple(old if a is t else a for a in n._args)
+        for a in n._args:
+            if isinstance(a, Tensor) and a._op is not None and id(a) not in seen:
+                seen.add(id(a))
+                stack.append(a)
+
+
+def _take_node(t: Tensor, res: Tensor) -> None:
+    """``t`` becomes the node that computed ``res`` (its value is already in ``t``)."""
+    if res._op is None:  # nothing required grad after all (fn dropped it): a plain write
+        return
+    t._op, t._args, t._kw, t._seq = res._op, res._args, res._kw, res._seq
+    t.requires_grad = True
+    t._cut = None
+
+
+def _view_base(t: Tensor) -> Tensor | None:
+    """The graph tensor ``t`` is a NumPy view of (``t = base[i]`` by basic indexing), else
+    None. Other view-making ops (reshape, transpose ...) are refused: rlgrad does not rebuild
+    their inverse."""
+    if t._op is None or not isinstance(t._value, np.ndarray) or t._value.base is None:
+        return None
+    src = t._args[0] if t._args else None
+    if not isinstance(src, Tensor) or not isinstance(src._value, np.ndarray):
+        return None
+    if not np.may_share_memory(t._value, src._value):
+        return None
+    if t._op.name != "getitem":
+        raise RuntimeError(
+            f"in-place operation on a view ({t._op.name}) of a tensor in the graph: rlgrad "
+            "follows writes through indexing views (t[i].mul_(2)) only; write into the base, or "
+            "into a .clone() of the view")
+    return src
+
+
+def _write_through_view(t: Tensor, base: Tensor, name: str, fn: Callable[[Tensor], Any]) -> Tensor:
+    """``t = base[idx]`` changed in place: ``base[idx] = fn(t)`` (which rebases ``base``, and
+    its own base in turn), then ``t`` becomes ``base_new[idx]``, still a view of its memory."""
+    if base._op is None and base.requires_grad:
+        raise RuntimeError(LEAF_ERROR.replace("a leaf", "a view of a leaf") + f" ({name})")
+    idx = t._args[1]
+    old = _split_off(t)
+    setitem(base, (idx,), fn(old))
+    _take_node(t, getitem(base, idx))
+    return t
+
+
+def recorded_operator(t: Tensor, other: Any, fn: Callable[[Any, Any], Any], sym: str
+                      ) -> Tensor | None:
+    """``t <sym>= other`` (``fn``: the out-of-place operator) when it must be recorded, else None
+    (the caller writes the array). Under ``rlgrad.jit`` a computed ``t`` gets a new tensor, as
+    before in-place ops were recorded (``loss += term`` in a jitted step): an alias of ``t``
+    does not see that write there."""
+    if _Trace.compiling and _GradMode.enabled and t._op is not None:
+        return fn(t, other)
+    if not needs_graph(t, f"{sym}=", other):
+        return None
+    return rebase(t, f"{sym}=", lambda old: fn(old, other))
+
+
+def setitem(t: Tensor, keys: tuple, value: Any) -> None:
+    """``t[key] = value`` recorded (``keys``: the index, or torch's two steps of it, applied one
+    after the other): ``where(mask, scatter(value), old)``, ``mask`` marking the written
+    elements (duplicate integer indices, which NumPy resolves by order, are refused)."""
+    shape = np.shape(t._value)
+    size = int(np.prod(shape))
+    positions = np.arange(size, dtype=np.intp).reshape(shape)
+    for key in keys:
+        positions = positions[key]
+    flat = np.ravel(positions)
+    if flat.size != np.unique(flat).size:
+        raise RuntimeError("index assignment with repeated indices into a tensor in the graph: "
+                           "which write wins is undefined; index each element once, or use "
+                           "index_add_ / scatter_add to add them up")
+    mask = np.zeros(size, dtype=bool)
+    mask[flat] = True
+    mask = mask.reshape(shape)
+
+    def write(old: Tensor) -> Any:
+        v = value if isinstance(value, Tensor) else constant(np.asarray(value, dtype=old.dtype))
+        if v.dtype != old.dtype:
+            v = astype(v, old.dtype)
+        if v.shape != np.shape(positions):
+            v = broadcast_to(v, np.shape(positions))
+        scattered = reshape(untake(reshape(v, (-1,)), flat, (size,)), shape)
+        return where(constant(mask), scattered, old)
+
+    rebase(t, "index assignment", write)
