@@ -27,7 +27,7 @@ from typing import Any
 from rlgrad import tracer
 from rlgrad.inplace import version_at
 from rlgrad.ops import _sum_to, clone, sum_to
-from rlgrad.tensor import Tensor, _Trace, constant
+from rlgrad.tensor import HOOKED, Tensor, _Trace, constant
 from rlgrad.tracer import Primitive, _GradMode, pass_through, read_grad
 
 # the optional C loop of first-order passes (setup.py builds it); None: the Python loop
@@ -62,21 +62,56 @@ def reference_backward(roots: Sequence[Tensor], root_grads: Sequence[Any], retai
     leaves: list[Tensor] = []  # leaves that got a gradient, for .grad
     for r, g in zip(roots, root_grads):
         _accumulate(grads, leaves, r, g)
-    with _grad_mode(create_graph):  # create_graph: the rules' own operations are recorded
-        for t in order:
-            key = id(t)  # an input of autograd.grad keeps its gradient; others use it up here
-            g = grads.get(key) if wanted is not None and key in wanted else grads.pop(key, None)
-            if g is None:
-                continue  # no gradient reached it
-            if wanted is None and t._retain:
-                _add_to_grad(t, g)
-            for a, ga in node_vjps(t, g, create_graph, keep):
-                _accumulate(grads, leaves, a, ga)
-            if not retain_graph:
-                t._args = None  # free what the rules needed; a second pass raises
+    PASSES.append(grads)  # (a module's backward hook reads its other inputs' gradients here)
+    try:
+        with _grad_mode(create_graph):  # create_graph: the rules' own operations are recorded
+            for t in order:
+                key = id(t)  # an input of autograd.grad keeps its gradient; others use it up here
+                g = grads.get(key) if wanted is not None and key in wanted else grads.pop(key, None)
+                if g is None:
+                    continue  # no gradient reached it
+                if getattr(t, "_hooks", None):  # torch: hooks first, retain_grad's .grad last
+                    g = run_hooks(t, g, create_graph)
+                    if wanted is not None and key in wanted:
+                        grads[key] = g
+                if wanted is None and t._retain:
+                    _add_to_grad(t, g)
+                for a, ga in node_vjps(t, g, create_graph, keep):
+                    _accumulate(grads, leaves, a, ga)
+                if not retain_graph:
+                    t._args = None  # free what the rules needed; a second pass raises
+            for leaf in leaves:  # a leaf's hooks see its whole gradient, before .grad does
+                if getattr(leaf, "_hooks", None) and id(leaf) in grads:
+                    grads[id(leaf)] = run_hooks(leaf, grads[id(leaf)], create_graph)
+    finally:
+        PASSES.pop()
     if wanted is None:
         _write_leaf_grads(leaves, grads, create_graph)
     return grads
+
+
+#: the gradients of the reference passes running now (innermost last), for hooks
+PASSES: list[dict[int, Any]] = []
+
+
+def run_hooks(t: Tensor, g: Any, create_graph: bool) -> Any:
+    """``t``'s hooks on its gradient ``g``, in the order registered: each sees the gradient the
+    previous one left (a Tensor; the recorded one under ``create_graph``), and a Tensor it
+    returns replaces it (same shape, as torch requires)."""
+    for hook in list(t._hooks.values()):
+        arg = g if isinstance(g, Tensor) else constant(g)
+        out = hook(arg)
+        if out is None:
+            continue
+        if not isinstance(out, Tensor):
+            raise TypeError(f"a tensor hook returned a {type(out).__name__}; return a Tensor "
+                            "(the new gradient) or None")
+        if out.shape != t.shape:
+            raise RuntimeError(f"hook {getattr(hook, '__name__', hook)!r} has changed the size "
+                               f"of value: the gradient has shape {tuple(t.shape)}, the hook "
+                               f"returned {tuple(out.shape)}")
+        g = out if create_graph else out._value
+    return g
 
 
 def toposort(roots: Sequence[Tensor]) -> list[Tensor]:
@@ -226,7 +261,7 @@ def run_backward(
     """
     if _Trace.tape is not None:
         create_graph = True  # rlgrad.jit captures the backward pass as ordinary recorded ops
-    if _reference:
+    if _reference or HOOKED:  # hooks run in the reference loop only: the fast ones stay lean
         return reference_backward(roots, root_grads, retain_graph, create_graph, inputs)
     wanted: set[int] | None = None
     visit: set[int] | None = None  # None: every recorded tensor met; else only these ids

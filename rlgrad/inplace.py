@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.ops import astype, broadcast_to, clone, getitem, reshape, untake, where
-from rlgrad.tensor import Tensor, TraceError, _new, _Trace, constant, mark_written, user_line
+from rlgrad.tensor import HOOKED, Tensor, TraceError, _new, _Trace, constant, mark_written, user_line
 from rlgrad.tracer import _GradMode
 
 LEAF_ERROR = "a leaf Variable that requires grad is being used in an in-place operation."
@@ -122,6 +122,10 @@ def _split_off(t: Tensor) -> Tensor:
     old.grad, old._retain = None, False
     old._seq = getattr(t, "_seq", 0) if t._op is not None else 0
     old._prev = getattr(t, "_prev", None)
+    old._hooks = getattr(t, "_hooks", None)  # hooks registered before the write: the old value's
+    if old._hooks:
+        t._hooks = None
+        HOOKED[id(old)] = old
     mark_written(t)
     old._written = t._written
     t._prev = old
