@@ -137,6 +137,44 @@ class enable_grad(_GradModeContext):
     _target = True
 
 
+class _InferenceMode:
+    enabled = False
+
+
+def is_inference_mode_enabled() -> bool:
+    return _InferenceMode.enabled
+
+
+class inference_mode(_GradModeContext):
+    """``torch.inference_mode(mode=True)``: a context manager / decorator in which nothing is
+    recorded, as ``no_grad`` (rlgrad has no separate inference tensors: tensors made inside are
+    ordinary constants, usable in a graph afterwards); ``mode=False`` leaves recording as it
+    is. ``is_inference_mode_enabled()`` says whether one is active."""
+
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = bool(mode)
+
+    def __enter__(self) -> None:
+        self._prev = (_GradMode.enabled, _InferenceMode.enabled)
+        if self.mode:
+            _GradMode.enabled = False
+        _InferenceMode.enabled = self.mode
+
+    def __exit__(self, *exc: object) -> None:
+        _GradMode.enabled, _InferenceMode.enabled = self._prev
+
+    def __call__(self, fn: Callable) -> Callable:
+        mode = self.mode
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with inference_mode(mode):
+                return fn(*args, **kwargs)
+
+        wrapper.__name__ = getattr(fn, "__name__", "wrapped")
+        wrapper.__doc__ = fn.__doc__
+        return wrapper
+
+
 class set_grad_enabled(_GradModeContext):
     """As torch's: called on its own it sets the mode; as a context manager or decorator it
     sets it inside and restores the previous mode after."""
