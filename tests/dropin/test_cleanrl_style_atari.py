@@ -20,7 +20,7 @@ pytest.importorskip("gymnasium")
 pytest.importorskip("ale_py", reason="the atari extra (pip install 'rlgrad[atari]') is not installed")
 torch = pytest.importorskip("torch")
 
-SCRIPTS = ["cleanrl_style_ppo_atari_lstm"]
+SCRIPTS = ["cleanrl_style_ppo_atari_lstm", "cleanrl_style_c51_atari"]
 
 
 def load(name: str, lib: str = "rlgrad") -> types.ModuleType:
@@ -80,3 +80,4 @@ def test_lstm_agent_matches_torch_with_done_masking() -> None:
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
     for name, g in got[1][1].items():
         np.testing.assert_allclose(got[0][1][name], g, rtol=2e-3, atol=2e-5, err_msg=name)
+
