@@ -36,15 +36,18 @@ def needs_graph(t: Tensor, name: str, *operands: Any, view: bool = False) -> boo
     an operand requires grad). Raises torch's error for a leaf that requires grad, and a
     TraceError under ``rlgrad.jit`` (the compiled step would replay the write but not the
     rebased graph)."""
-    if not _GradMode.enabled:
+    if not _GradMode.enabled:  # (the hot case: target updates under no_grad or through .data)
         return False
-    if t.requires_grad:
-        if t._op is None:
-            what = LEAF_ERROR.replace("a leaf", "a view of a leaf") if view else LEAF_ERROR
-            raise RuntimeError(f"{what} ({name}: update parameters inside `with "
-                               "rlgrad.no_grad():` or through .data, or write x = x op y)")
-    elif not any(isinstance(o, Tensor) and o.requires_grad for o in operands):
-        return False
+    if not t.requires_grad:
+        for o in operands:
+            if isinstance(o, Tensor) and o.requires_grad:
+                break
+        else:
+            return False
+    elif t._op is None:
+        what = LEAF_ERROR.replace("a leaf", "a view of a leaf") if view else LEAF_ERROR
+        raise RuntimeError(f"{what} ({name}: update parameters inside `with "
+                           "rlgrad.no_grad():` or through .data, or write x = x op y)")
     if _Trace.compiling:
         raise TraceError(f"rlgrad.jit: in-place {name} on a tensor in the graph at {user_line()} "
                          "cannot be compiled; write the out-of-place form (x = x * 2, "
@@ -52,19 +55,14 @@ def needs_graph(t: Tensor, name: str, *operands: Any, view: bool = False) -> boo
     return True
 
 
-def jit_checked(method: Callable) -> Callable:
-    """``method`` (an in-place method, already ``tracer.replayed``) refused at trace time when
-    it would rebase a tensor in the graph: ``replayed`` runs it untraced, so the compiled step
-    would repeat the write but not the graph it records."""
-    def checked(t: Tensor, *args: Any, **kwargs: Any) -> Any:
-        if _Trace.compiling:
-            needs_graph(t, method.__name__, *args, *kwargs.values())
-        return method(t, *args, **kwargs)
+def refuse_in_jit(name: str) -> Callable[..., None]:
+    """``tracer.replayed``'s check for the in-place method ``name``: a call that would rebase a
+    tensor in the graph is refused at trace time (``replayed`` runs it untraced, so the compiled
+    step would repeat the write but not the graph it records)."""
+    def check(t: Tensor, *args: Any, **kwargs: Any) -> None:
+        needs_graph(t, name, *args, *kwargs.values())
 
-    checked.__name__ = method.__name__
-    checked.__doc__ = method.__doc__
-    checked.__wrapped__ = method  # type: ignore[attr-defined]
-    return checked
+    return check
 
 
 def version_at(a: Tensor, seq: int) -> Tensor:

@@ -315,7 +315,6 @@ def _method_getitem(self: Tensor, idx: Any) -> Any:
     return getitem(getitem(self, steps[0]), steps[1])
 
 
-@replayed
 def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
     key = _index_key(idx)
     steps = _torch_steps(key)
@@ -327,6 +326,9 @@ def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
         target, key = target[steps[0]], steps[1]
     target[key] = value._value if isinstance(value, Tensor) else value
     mark_written(self)
+
+
+_method_setitem = replayed(_method_setitem, inplace.refuse_in_jit("index assignment"))
 
 
 def _sizes(sizes: tuple) -> tuple:
@@ -439,7 +441,7 @@ def _install_tensor_methods() -> None:
     T.__or__ = logical_or
     T.__invert__ = logical_not
     T.__getitem__ = _method_getitem
-    T.__setitem__ = inplace.jit_checked(_method_setitem)
+    T.__setitem__ = _method_setitem
     T.T = property(lambda self: transpose(self))
     T.mT = property(lambda self: swapaxes(self, -1, -2))
     on_export(_install_declared)  # the export(...) declarations, ops.py's and any later one
@@ -654,7 +656,7 @@ def _install_inplace_methods() -> None:
     T = Tensor  # each replayed by a compiled step (rlgrad.jit) at its place
     data = vars(T)["data"]  # the property: its setter replayed too
     setattr(T, "data", property(data.fget, replayed(_set_data), doc=data.__doc__))  # noqa: B010
-    checked = lambda fn: inplace.jit_checked(replayed(fn))  # noqa: E731
+    checked = lambda fn: replayed(fn, inplace.refuse_in_jit(fn.__name__))  # noqa: E731
     T.copy_, T.fill_, T.zero_ = checked(copy_), checked(fill_), checked(zero_)
     T.clamp_ = T.clip_ = checked(clamp_)
     T.lerp_ = checked(lerp_)

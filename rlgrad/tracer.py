@@ -460,14 +460,18 @@ def _grads_now() -> list:
     return [(t, t.grad) for t, _ in _Trace.grads.values()]
 
 
-def replayed(fn: Callable) -> Callable:
+def replayed(fn: Callable, check: Callable | None = None) -> Callable:
     """``fn`` changes state (arrays in place, ``.grad``, an optimizer's counters): called while
     jit traces, it runs once as usual and is recorded as one call that the compiled step makes
-    again, in order, with that call's values. Its inner operations are not traced."""
+    again, in order, with that call's values. Its inner operations are not traced. ``check``
+    (called with the same arguments, while tracing only) raises for a call that cannot be
+    replayed so."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not _Trace.compiling:
             return fn(*args, **kwargs)
+        if check is not None:
+            check(*args, **kwargs)
         args = tuple(a if isinstance(a, Tensor | list | tuple | dict) or not hasattr(a, "__next__")
                      else list(a) for a in args)  # a generator (parameters()) is read once
         ids = note_grads((args, list(kwargs.values())))

@@ -254,3 +254,22 @@ def test_a_module_without_hooks_keeps_the_bare_call_and_copies_keep_hooks() -> N
     assert type(plain) is rlgrad.nn.Linear and np.any(plain(np.ones((1, 2), dtype=np.float32))._value)
     h.remove()
     assert np.any(a(np.ones((1, 2), dtype=np.float32))._value)
+
+
+def test_a_hook_that_computes_is_traced_by_jit() -> None:
+    """Under rlgrad.jit the hook's operations are recorded like the rest of the backward pass,
+    so every replay clips its own gradient (a hook's Python side effects run once, at trace)."""
+    lin = rlgrad.nn.Linear(3, 2)
+    handle = lin.weight.register_hook(lambda g: g.clamp(-0.1, 0.1))
+
+    def step(x: Any) -> Any:
+        lin.zero_grad()
+        (lin(x) ** 2).sum().backward()
+        return lin.weight.grad * 1.0
+
+    f = rlgrad.jit(step)
+    for k in range(3):
+        x = np.random.default_rng(k).normal(size=(4, 3)).astype(np.float32) * (k + 1)
+        got = f(x)
+        np.testing.assert_array_equal(np.asarray(getattr(got, "_value", got)), step(x)._value)
+    handle.remove()

@@ -311,3 +311,15 @@ def test_self_as_operand_reads_the_old_value() -> None:
     y.sum().backward()
     np.testing.assert_allclose(y._value, X ** 2)
     np.testing.assert_allclose(x.grad._value, 2 * X)
+
+
+def test_jit_refuses_an_index_assignment_that_would_enter_the_graph() -> None:
+    lin = nn.Linear(3, 2)
+
+    def step(x: Any) -> Any:
+        buf = rlgrad.zeros(2, 2)
+        buf[0] = lin(x)[0]  # eager: buf joins the graph (torch's CopySlices)
+        return buf.sum()
+
+    with pytest.raises(TraceError, match="in-place index assignment"):
+        rlgrad.jit(step)(np.ones((1, 3), dtype=np.float32))
