@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.ops import astype, broadcast_to, clone, getitem, reshape, untake, where
+from rlgrad.ops import astype, clone, getitem, reshape, where
 from rlgrad.tensor import HOOKED, Tensor, TraceError, _new, _Trace, constant, mark_written, user_line
-from rlgrad.tracer import _GradMode
+from rlgrad.tracer import _GradMode, defjvp_is_linear, defvjp, primitive
 
 LEAF_ERROR = "a leaf Variable that requires grad is being used in an in-place operation."
 
@@ -77,14 +77,16 @@ def version_at(a: Tensor, seq: int) -> Tensor:
     return a
 
 
-def rebase(t: Tensor, name: str, fn: Callable[[Tensor], Any]) -> Tensor:
+def rebase(t: Tensor, name: str, fn: Callable[[Tensor], Any], keep_old: bool = True) -> Tensor:
     """``t``'s values become ``fn(old)`` in place, and ``t`` becomes that node of the graph
-    (``old``: ``t``'s previous version). ``fn`` computes out of place with primitives."""
+    (``old``: ``t``'s previous version). ``fn`` computes out of place with primitives;
+    ``keep_old=False``: no rule of what it records reads ``old``'s values, so they are not
+    copied (index assignment)."""
     base = _view_base(t)
     if base is not None:  # a view of a graph tensor: the write goes into the base (CopySlices)
         return _write_through_view(t, base, name, fn)
     arr = t._value
-    old = _split_off(t)
+    old = _split_off(t, keep_old)
     res = fn(old)
     if not isinstance(res, Tensor):
         res = constant(np.asarray(res))
@@ -109,14 +111,15 @@ def rebase(t: Tensor, name: str, fn: Callable[[Tensor], Any]) -> Tensor:
     return t
 
 
-def _split_off(t: Tensor) -> Tensor:
-    """``old``: a new object holding ``t``'s node and a copy of its values; ``t`` is marked
-    written (nodes that saved it are checked), and so is ``old`` (its own node's saved output)."""
+def _split_off(t: Tensor, keep_old: bool = True) -> Tensor:
+    """``old``: a new object holding ``t``'s node and a copy of its values (``keep_old``; else
+    the array itself, which the write changes); ``t`` is marked written (nodes that saved it
+    are checked), and so is ``old`` (its own node's saved output)."""
     old = _new(Tensor)
     for s in ("requires_grad", "_op", "_args", "_kw"):
         setattr(old, s, getattr(t, s))
     old._cut = getattr(t, "_cut", None)  # (unset on graph nodes)
-    old._value = np.array(t._value, copy=True)
+    old._value = np.array(t._value, copy=True) if keep_old else t._value
     old.grad, old._retain = None, False
     old._seq = getattr(t, "_seq", 0) if t._op is not None else 0
     old._prev = getattr(t, "_prev", None)
@@ -199,13 +202,28 @@ def recorded_operator(t: Tensor, other: Any, fn: Callable[[Any, Any], Any], sym:
     return rebase(t, f"{sym}=", lambda old: fn(old, other))
 
 
+def _index_put(x: Any, v: Any, flat: np.ndarray, sub_shape: tuple) -> np.ndarray:
+    out = np.array(x, copy=True)  # C order: reshape(-1) is a view
+    out.reshape(-1)[flat] = np.broadcast_to(v, sub_shape).reshape(-1)
+    return out
+
+
+# ``x`` with the elements at flat positions ``flat`` replaced by ``v`` (broadcast to
+# ``sub_shape``, the shape the index selects): what ``t[key] = v`` records. Its rules read only
+# ``g`` and the index, so neither the old values nor a full-size mask are kept per write.
+index_put = primitive(_index_put, "index_put")
+defvjp(index_put,
+       lambda g, ans, x, v, flat, sub_shape: index_put(g, 0.0, flat, sub_shape),
+       lambda g, ans, x, v, flat, sub_shape: reshape(getitem(reshape(g, (-1,)), flat), sub_shape))
+defjvp_is_linear(index_put, (0, 1))
+
+
 def setitem(t: Tensor, keys: tuple, value: Any) -> None:
     """``t[key] = value`` recorded (``keys``: the index, or torch's two steps of it, applied one
-    after the other): ``where(mask, scatter(value), old)``, ``mask`` marking the written
-    elements (duplicate integer indices, which NumPy resolves by order, are refused)."""
+    after the other) as ``index_put`` at the flat positions the index selects (duplicates, which
+    NumPy resolves by order, are refused)."""
     shape = np.shape(t._value)
-    size = int(np.prod(shape))
-    positions = np.arange(size, dtype=np.intp).reshape(shape)
+    positions = np.arange(int(np.prod(shape)), dtype=np.intp).reshape(shape)
     for key in keys:
         positions = positions[key]
     flat = np.ravel(positions)
@@ -213,17 +231,12 @@ def setitem(t: Tensor, keys: tuple, value: Any) -> None:
         raise RuntimeError("index assignment with repeated indices into a tensor in the graph: "
                            "which write wins is undefined; index each element once, or use "
                            "index_add_ / scatter_add to add them up")
-    mask = np.zeros(size, dtype=bool)
-    mask[flat] = True
-    mask = mask.reshape(shape)
+    sub = np.shape(positions)
 
     def write(old: Tensor) -> Any:
         v = value if isinstance(value, Tensor) else constant(np.asarray(value, dtype=old.dtype))
         if v.dtype != old.dtype:
             v = astype(v, old.dtype)
-        if v.shape != np.shape(positions):
-            v = broadcast_to(v, np.shape(positions))
-        scattered = reshape(untake(reshape(v, (-1,)), flat, (size,)), shape)
-        return where(constant(mask), scattered, old)
+        return index_put(old, v, flat, sub)
 
-    rebase(t, "index assignment", write)
+    rebase(t, "index assignment", write, keep_old=False)
