@@ -14,7 +14,6 @@ Two modes:
 
 from __future__ import annotations
 
-import dis
 import operator
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -25,7 +24,7 @@ from heapq import heappush as _heappush
 from typing import Any
 
 from rlgrad import tracer
-from rlgrad.inplace import version_at
+from rlgrad.inplace import node_reads, version_at
 from rlgrad.ops import _sum_to, clone, sum_to
 from rlgrad.tensor import HOOKED, Tensor, _Trace, constant
 from rlgrad.tracer import Primitive, _GradMode, pass_through, read_grad
@@ -311,66 +310,10 @@ def _refuse_modified(t: Tensor, a: Tensor) -> Tensor:
     """``a`` (an argument of ``t``'s op, or ``t`` itself) was written in place after ``t`` was
     computed: the version of ``a`` that ``t`` used (``inplace.version_at``; ``a`` itself if no
     in-place op rebased it), or torch's "modified by an inplace operation" error if a rule that
-    will run reads that value (its shape, dtype and ndim do not change: reading them is fine)."""
-    if a is t:
-        where = {1}  # a rule's parameters: (g, ans, d0, d1, ...)
-    else:
-        where = {2 + i for i, x in enumerate(t._args) if x is a}
-    rules = t._op.vjps
-    if rules is None:  # a variadic primitive: one rule for every argument
-        rules = [t._op.vjp_argnum] * len(t._args)
-        where = {p + 1 for p in where}  # vjp_argnum(i, g, ans, *args)
-    for x, rule in zip(t._args, rules):
-        if rule is None or rule is pass_through or not isinstance(x, Tensor):
-            continue
-        if not version_at(x, t._seq).requires_grad:
-            continue  # its rule never runs
-        if reads_any(rule, where):
-            _raise_modified(t, a)
+    will run reads that value (``inplace.node_reads``: reading its shape or dtype is fine)."""
+    if node_reads(t, a):
+        _raise_modified(t, a)
     return a if a is t else version_at(a, t._seq)
-
-
-_SHAPE_ATTRS = frozenset({"shape", "ndim", "dtype", "size"})
-_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLOSURE"})
-_reads_cache: dict[Any, tuple[frozenset[int], int | None]] = {}
-
-
-def reads_any(rule: Any, params: set[int]) -> bool:
-    """Whether VJP rule ``rule`` may read the value of one of its positional parameters
-    ``params`` (0: g, 1: ans, 2: the first argument ...): it loads the name other than for
-    ``.shape`` / ``.ndim`` / ``.dtype`` / ``.size``, which an in-place write never changes
-    (torch's rules save sizes, not tensors, for those). Unknown code (a builtin, a partial)
-    reads everything."""
-    code = getattr(rule, "__code__", None)
-    if code is None:
-        return True
-    found = _reads_cache.get(code)
-    if found is None:
-        found = _reads_cache[code] = _read_params(code)
-    read, star = found
-    return any(p in read or (star is not None and p >= star) for p in params)
-
-
-def _read_params(code: Any) -> tuple[frozenset[int], int | None]:
-    """The positional parameters ``code`` reads (see ``reads_any``), and the position from which
-    its ``*args`` starts if it reads that (else None)."""
-    n = code.co_argcount
-    names = list(code.co_varnames[:n])
-    star = code.co_varnames[n + code.co_kwonlyargcount] if code.co_flags & 4 else None
-    instrs = list(dis.get_instructions(code))
-    read: set[int] = set()
-    star_read = False
-    for i, ins in enumerate(instrs):
-        if ins.opname not in _LOADS:
-            continue
-        nxt = instrs[i + 1] if i + 1 < len(instrs) else None
-        if nxt is not None and nxt.opname == "LOAD_ATTR" and nxt.argval in _SHAPE_ATTRS:
-            continue
-        if ins.argval in names:
-            read.add(names.index(ins.argval))
-        elif star is not None and ins.argval == star:
-            star_read = True
-    return frozenset(read), (n if star_read else None)
 
 
 def _raise_modified(t: Tensor, a: Tensor) -> None:

@@ -19,6 +19,7 @@ the plain NumPy one the callers do themselves (``needs_graph`` is False).
 
 from __future__ import annotations
 
+import dis
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from rlgrad.ops import astype, clone, getitem, reshape, where
 from rlgrad.tensor import HOOKED, Tensor, TraceError, _new, _Trace, constant, mark_written, user_line
-from rlgrad.tracer import _GradMode, defjvp_is_linear, defvjp, primitive
+from rlgrad.tracer import _GradMode, defjvp_is_linear, defvjp, pass_through, primitive
 
 LEAF_ERROR = "a leaf Variable that requires grad is being used in an in-place operation."
 
@@ -77,16 +78,80 @@ def version_at(a: Tensor, seq: int) -> Tensor:
     return a
 
 
+def node_reads(t: Tensor, a: Tensor) -> bool:
+    """Whether a VJP rule of node ``t`` that will run (its argument requires grad) may read the
+    value of ``a``: ``t``'s output (``a is t``) or one of its arguments."""
+    if a is t:
+        where = {1}  # a rule's parameters: (g, ans, d0, d1, ...)
+    else:
+        where = {2 + i for i, x in enumerate(t._args) if x is a}
+    rules = t._op.vjps
+    if rules is None:  # a variadic primitive: one rule for every argument
+        rules = [t._op.vjp_argnum] * len(t._args)
+        where = {p + 1 for p in where}  # vjp_argnum(i, g, ans, *args)
+    for x, rule in zip(t._args, rules):
+        if rule is None or rule is pass_through or not isinstance(x, Tensor):
+            continue
+        if not version_at(x, t._seq).requires_grad:
+            continue  # its rule never runs
+        if reads_any(rule, where):
+            return True
+    return False
+
+
+_SHAPE_ATTRS = frozenset({"shape", "ndim", "dtype", "size"})
+_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_DEREF", "LOAD_CLOSURE"})
+_reads_cache: dict[Any, tuple[frozenset[int], int | None]] = {}
+
+
+def reads_any(rule: Any, params: set[int]) -> bool:
+    """Whether VJP rule ``rule`` may read the value of one of its positional parameters
+    ``params`` (0: g, 1: ans, 2: the first argument ...): it loads the name other than for
+    ``.shape`` / ``.ndim`` / ``.dtype`` / ``.size``, which an in-place write never changes
+    (torch's rules save sizes, not tensors, for those). Unknown code (a builtin, a partial)
+    reads everything."""
+    code = getattr(rule, "__code__", None)
+    if code is None:
+        return True
+    found = _reads_cache.get(code)
+    if found is None:
+        found = _reads_cache[code] = _read_params(code)
+    read, star = found
+    return any(p in read or (star is not None and p >= star) for p in params)
+
+
+def _read_params(code: Any) -> tuple[frozenset[int], int | None]:
+    """The positional parameters ``code`` reads (see ``reads_any``), and the position from which
+    its ``*args`` starts if it reads that (else None)."""
+    n = code.co_argcount
+    names = list(code.co_varnames[:n])
+    star = code.co_varnames[n + code.co_kwonlyargcount] if code.co_flags & 4 else None
+    instrs = list(dis.get_instructions(code))
+    read: set[int] = set()
+    star_read = False
+    for i, ins in enumerate(instrs):
+        if ins.opname not in _LOADS:
+            continue
+        nxt = instrs[i + 1] if i + 1 < len(instrs) else None
+        if nxt is not None and nxt.opname == "LOAD_ATTR" and nxt.argval in _SHAPE_ATTRS:
+            continue
+        if ins.argval in names:
+            read.add(names.index(ins.argval))
+        elif star is not None and ins.argval == star:
+            star_read = True
+    return frozenset(read), (n if star_read else None)
+
+
 def rebase(t: Tensor, name: str, fn: Callable[[Tensor], Any], keep_old: bool = True) -> Tensor:
     """``t``'s values become ``fn(old)`` in place, and ``t`` becomes that node of the graph
     (``old``: ``t``'s previous version). ``fn`` computes out of place with primitives;
-    ``keep_old=False``: no rule of what it records reads ``old``'s values, so they are not
-    copied (index assignment)."""
+    ``old`` gets a copy of the values only if a rule of what ``fn`` records reads them;
+    ``keep_old=False`` skips that search (index assignment: its rules never do)."""
     base = _view_base(t)
     if base is not None:  # a view of a graph tensor: the write goes into the base (CopySlices)
         return _write_through_view(t, base, name, fn)
     arr = t._value
-    old = _split_off(t, keep_old)
+    old = _split_off(t)
     res = fn(old)
     if not isinstance(res, Tensor):
         res = constant(np.asarray(res))
@@ -95,6 +160,8 @@ def rebase(t: Tensor, name: str, fn: Callable[[Tensor], Any], keep_old: bool = T
     elif res._seq < old._written:  # an existing tensor: t gets a node of its own
         res = clone(res)
     _self_to_old(res, t, old)
+    if keep_old and _reads_old(res, old):  # (before the write: arr still holds those values)
+        old._value = np.array(arr, copy=True)
     if res.shape != np.shape(arr):
         raise RuntimeError(f"{name}: output with shape {list(np.shape(arr))} doesn't match the "
                            f"broadcast shape {list(res.shape)}")
@@ -111,15 +178,15 @@ def rebase(t: Tensor, name: str, fn: Callable[[Tensor], Any], keep_old: bool = T
     return t
 
 
-def _split_off(t: Tensor, keep_old: bool = True) -> Tensor:
-    """``old``: a new object holding ``t``'s node and a copy of its values (``keep_old``; else
-    the array itself, which the write changes); ``t`` is marked written (nodes that saved it
-    are checked), and so is ``old`` (its own node's saved output)."""
+def _split_off(t: Tensor) -> Tensor:
+    """``old``: a new object holding ``t``'s node and its array (which the write changes:
+    ``rebase`` gives it a copy if the in-place node's rules read it); ``t`` is marked written
+    (nodes that saved it are checked), and so is ``old`` (its own node's saved output)."""
     old = _new(Tensor)
     for s in ("requires_grad", "_op", "_args", "_kw"):
         setattr(old, s, getattr(t, s))
     old._cut = getattr(t, "_cut", None)  # (unset on graph nodes)
-    old._value = np.array(t._value, copy=True) if keep_old else t._value
+    old._value = t._value
     old.grad, old._retain = None, False
     old._seq = getattr(t, "_seq", 0) if t._op is not None else 0
     old._prev = getattr(t, "_prev", None)
@@ -131,6 +198,23 @@ def _split_off(t: Tensor, keep_old: bool = True) -> Tensor:
     old._written = t._written
     t._prev = old
     return old
+
+
+def _reads_old(res: Tensor, old: Tensor) -> bool:
+    """Whether a rule of the nodes the in-place op made (newer than the write) reads ``old``'s
+    values (torch saves ``original_self`` then: ``y.mul_(w)``'s gradient for ``w``)."""
+    stack, seen = [res], {id(res)}
+    while stack:
+        n = stack.pop()
+        if n._args is None or n._op is None or n._seq < old._written:
+            continue
+        if any(a is old for a in n._args) and node_reads(n, old):
+            return True
+        for a in n._args:
+            if isinstance(a, Tensor) and a._op is not None and id(a) not in seen:
+                seen.add(id(a))
+                stack.append(a)
+    return False
 
 
 def _self_to_old(res: Tensor, t: Tensor, old: Tensor) -> None:
@@ -184,7 +268,10 @@ def _write_through_view(t: Tensor, base: Tensor, name: str, fn: Callable[[Tensor
         raise RuntimeError(LEAF_ERROR.replace("a leaf", "a view of a leaf") + f" ({name})")
     idx = t._args[1]
     old = _split_off(t)
-    setitem(base, (idx,), fn(old))
+    new = fn(old)
+    if isinstance(new, Tensor) and _reads_old(new, old):  # before the base is written
+        old._value = np.array(old._value, copy=True)
+    setitem(base, (idx,), new)
     _take_node(t, getitem(base, idx))
     return t
 

@@ -323,3 +323,19 @@ def test_jit_refuses_an_index_assignment_that_would_enter_the_graph() -> None:
 
     with pytest.raises(TraceError, match="in-place index assignment"):
         rlgrad.jit(step)(np.ones((1, 3), dtype=np.float32))
+
+
+def test_old_values_are_copied_only_when_a_rule_reads_them() -> None:
+    # torch saves original_self only for formulas that need it; so does rlgrad (memory: a
+    # residual `h += f(h)` or `loss += term` keeps no second copy of h)
+    x = rlgrad.tensor(X.copy(), requires_grad=True)
+    w = rlgrad.tensor(W.copy(), requires_grad=True)
+    y = x * 2.0
+    arr = y._value
+    y += w  # add's rules read nothing
+    assert y._prev._value is arr
+    y.mul_(w)  # the rule for w reads y's value before the write: a copy
+    assert y._prev._value is not arr and y._value is arr
+    np.testing.assert_allclose(y._prev._value, 2 * X + W)
+    y.sum().backward()
+    np.testing.assert_allclose(w.grad._value, 2 * X + W + W)
