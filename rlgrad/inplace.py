@@ -4,15 +4,15 @@
 with an operand that requires grad) keep ``y``'s memory (every alias sees the new values) and
 *rebase* ``y`` as torch's ``rebase_history`` does: the Python object ``y`` becomes the in-place
 op's node, whose input is a new object ``old`` holding ``y``'s previous node (and a copy of its
-previous values, which the in-place node's own rules may read: torch saves ``original_self``).
+previous values when the in-place node's own rules read them: torch's ``original_self``).
 
 Nodes recorded before the write still hold the object ``y`` among their arguments; the backward
 pass sends their gradients to the version they used (``version_at``: the pre-mutation graph), and
 refuses, with torch's "modified by an inplace operation" error, a rule that would read a value
-written after it was saved (``core.check_modified``).
+written after it was saved (``node_reads``, called by ``core._refuse_modified``).
 
-``t[i] = v`` and an in-place op on ``v = base[i]`` (a NumPy view) update the base as torch's
-``CopySlices``: ``base`` is rebased to ``where(mask, scatter(v_new), base_old)`` and ``v``
+``t[i] = v`` records one ``index_put`` node, and an in-place op on ``v = base[i]`` (a NumPy view)
+updates the base as torch's ``CopySlices``: ``base[i] = op(v)`` is recorded on ``base`` and ``v``
 becomes ``base_new[i]``. Without recording (``no_grad``, or nothing requires grad) the write is
 the plain NumPy one the callers do themselves (``needs_graph`` is False).
 """
@@ -244,21 +244,26 @@ def _take_node(t: Tensor, res: Tensor) -> None:
 
 def _view_base(t: Tensor) -> Tensor | None:
     """The graph tensor ``t`` is a NumPy view of (``t = base[i]`` by basic indexing), else
-    None. Other view-making ops (reshape, transpose ...) are refused: rlgrad does not rebuild
-    their inverse."""
-    if t._op is None or not isinstance(t._value, np.ndarray) or t._value.base is None:
+    None. An identity node sharing its input's array gets its own copy (the write must not
+    reach the input behind the graph's back); other view-making ops (reshape, transpose ...)
+    are refused: rlgrad does not rebuild their inverse."""
+    if t._op is None or not isinstance(t._value, np.ndarray):
         return None
-    src = t._args[0] if t._args else None
-    if not isinstance(src, Tensor) or not isinstance(src._value, np.ndarray):
+    prev = getattr(t, "_prev", None)  # t's own previous version shares its array by design
+    src = next((a for a in t._args if isinstance(a, Tensor) and a is not prev
+                and isinstance(a._value, np.ndarray) and np.may_share_memory(t._value, a._value)),
+               None)
+    if src is None:
         return None
-    if not np.may_share_memory(t._value, src._value):
+    if t._op.name == "getitem" and t._args[0] is src:
+        return src
+    if t._op.name in ("identity", "stop_gradient"):
+        t._value = t._value.copy()
         return None
-    if t._op.name != "getitem":
-        raise RuntimeError(
-            f"in-place operation on a view ({t._op.name}) of a tensor in the graph: rlgrad "
-            "follows writes through indexing views (t[i].mul_(2)) only; write into the base, or "
-            "into a .clone() of the view")
-    return src
+    raise RuntimeError(
+        f"in-place operation on a view ({t._op.name}) of a tensor in the graph: rlgrad "
+        "follows writes through indexing views (t[i].mul_(2)) only; write into the base, or "
+        "into a .clone() of the view")
 
 
 def _write_through_view(t: Tensor, base: Tensor, name: str, fn: Callable[[Tensor], Any]) -> Tensor:

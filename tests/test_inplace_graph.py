@@ -339,3 +339,17 @@ def test_old_values_are_copied_only_when_a_rule_reads_them() -> None:
     np.testing.assert_allclose(y._prev._value, 2 * X + W)
     y.sum().backward()
     np.testing.assert_allclose(w.grad._value, 2 * X + W + W)
+
+
+def test_a_write_into_an_identity_node_leaves_its_input_alone() -> None:
+    # identity (a module backward hook's output node) shares its input's array: the write must
+    # not reach the input behind the graph's back
+    from rlgrad.ops import identity
+
+    x = rlgrad.tensor(X.copy(), requires_grad=True)
+    y = x * 2.0
+    z = identity(y)
+    z.mul_(3.0)
+    np.testing.assert_allclose(y._value, 2 * X)
+    (z.sum() + y.sum()).backward()
+    np.testing.assert_allclose(x.grad._value, np.full(4, 8.0))
