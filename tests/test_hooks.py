@@ -273,3 +273,18 @@ def test_a_hook_that_computes_is_traced_by_jit() -> None:
         got = f(x)
         np.testing.assert_array_equal(np.asarray(getattr(got, "_value", got)), step(x)._value)
     handle.remove()
+
+
+def test_module_backward_hooks_leave_no_hooked_tensor_behind() -> None:
+    """The identity nodes a backward hook adds per call die with their graph (no reference
+    cycle), so later passes go back to the fast loops without waiting for the collector."""
+    gc.collect()
+    lin = rlgrad.nn.Linear(3, 2)
+    handle = lin.register_full_backward_hook(lambda m, gi, go: None)
+    gc.disable()
+    try:
+        lin(rlgrad.tensor(np.ones((1, 3), dtype=np.float32), requires_grad=True)).sum().backward()
+        assert not core.HOOKED
+    finally:
+        gc.enable()
+    handle.remove()

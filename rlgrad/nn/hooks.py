@@ -99,9 +99,11 @@ class _BackwardHook:
     def __init__(self, module: Any) -> None:
         self.module = module
         self.n_args = 0
-        self.inputs: list[tuple[int, Tensor]] = []  # (position, identity node)
-        self.constants: list[tuple[int, Tensor]] = []  # tensor inputs that need no gradient
-        self.outputs: list[Tensor] = []
+        # the identity nodes by id (no reference: their hooks refer to this object, and a cycle
+        # would keep them, hooked, alive until the garbage collector runs)
+        self.inputs: list[tuple[int, int]] = []  # (position, id of its identity node)
+        self.constants: list[tuple[int, Any]] = []  # (position, zeros) for inputs needing none
+        self.outputs: list[int] = []
         self.grad_output: tuple = ()
         self.done_out: int | None = None  # id of the pass's gradients that ran the hooks
         self.done_in: int | None = None
@@ -111,11 +113,11 @@ class _BackwardHook:
         new = list(args)
         for i, a in enumerate(args):
             if isinstance(a, Tensor) and not a.requires_grad:
-                self.constants.append((i, a))
+                self.constants.append((i, np.zeros_like(a._value)))
             elif isinstance(a, Tensor):
                 new[i] = identity(a)
                 j = len(self.inputs)
-                self.inputs.append((i, new[i]))
+                self.inputs.append((i, id(new[i])))
                 new[i].register_hook(lambda g, j=j: self._input_grad(j, g))
         return tuple(new)
 
@@ -128,7 +130,7 @@ class _BackwardHook:
             if isinstance(o, Tensor) and o.requires_grad:
                 outs[k] = identity(o)
                 n = len(self.outputs)
-                self.outputs.append(outs[k])
+                self.outputs.append(id(outs[k]))
                 outs[k].register_hook(lambda g, n=n: self._output_grad(n, g))
         return outs[0] if single else type(out)(outs)
 
@@ -153,10 +155,10 @@ class _BackwardHook:
         if self.done_in == id(grads):
             return None
         self.done_in = id(grads)
-        got = _gathered([t for _, t in self.inputs], j, g, grads)
+        got = _gathered([t for _, t in self.inputs], j, g, grads)  # (ids)
         full: list[Any] = [None] * self.n_args  # torch: zeros for a tensor needing none
-        for pos, a in self.constants:
-            full[pos] = constant(np.zeros_like(a._value))
+        for pos, zeros in self.constants:
+            full[pos] = constant(zeros.copy())
         for (pos, _), v in zip(self.inputs, got):
             full[pos] = v
         full_t = self._run_hooks(tuple(full))
@@ -177,21 +179,21 @@ class _BackwardHook:
         return grad_input
 
 
-def _gathered(nodes: list[Tensor], k: int, g: Any, grads: dict) -> tuple:
-    """The gradients of ``nodes`` in this pass as Tensors (``g`` for node ``k``; None for a node
-    no gradient reached)."""
+def _gathered(nodes: list[int], k: int, g: Any, grads: dict) -> tuple:
+    """The gradients of the nodes with ids ``nodes`` in this pass as Tensors (``g`` for node
+    ``k``; None for a node no gradient reached)."""
     out = []
-    for i, t in enumerate(nodes):
-        v = g if i == k else grads.get(id(t))
+    for i, key in enumerate(nodes):
+        v = g if i == k else grads.get(key)
         out.append(None if v is None else v if isinstance(v, Tensor) else constant(v))
     return tuple(out)
 
 
-def _write_back(nodes: list[Tensor], k: int, new: tuple, grads: dict) -> None:
-    """The hooks' gradients for the nodes other than ``k`` into the pass (arrays in a first-order
-    pass, Tensors under create_graph, as the pass holds them)."""
-    for i, (t, v) in enumerate(zip(nodes, new)):
-        if i == k or v is None or id(t) not in grads:
+def _write_back(nodes: list[int], k: int, new: tuple, grads: dict) -> None:
+    """The hooks' gradients for the nodes (by id) other than ``k`` into the pass (arrays in a
+    first-order pass, Tensors under create_graph, as the pass holds them)."""
+    for i, (key, v) in enumerate(zip(nodes, new)):
+        if i == k or v is None or key not in grads:
             continue
-        old = grads[id(t)]
-        grads[id(t)] = v if isinstance(old, Tensor) else v._value
+        old = grads[key]
+        grads[key] = v if isinstance(old, Tensor) else v._value
