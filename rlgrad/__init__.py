@@ -41,11 +41,22 @@ from rlgrad.gradcheck import check_grads, gradcheck
 from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_add
 from rlgrad.jit import compile, jit  # noqa: A004 - torch.compile's name
 from rlgrad.ops import stop_gradient
+from rlgrad.random import Generator, bernoulli, multinomial, randperm
 from rlgrad.tensor import Tensor, constant, get_default_dtype, set_default_dtype, tensor
 from rlgrad.threads import get_num_interop_threads, get_num_threads, set_num_interop_threads, set_num_threads
 from rlgrad.toplevel import *  # noqa: F403 - PyTorch's top-level functions and dtypes
 from rlgrad.toplevel import __all__ as _toplevel_all
-from rlgrad.tracer import defjvp, defvjp, enable_grad, is_grad_enabled, no_grad, primitive, set_grad_enabled
+from rlgrad.tracer import (
+    defjvp,
+    defvjp,
+    enable_grad,
+    inference_mode,
+    is_grad_enabled,
+    is_inference_mode_enabled,
+    no_grad,
+    primitive,
+    set_grad_enabled,
+)
 from rlgrad.transforms import (
     elementwise_grad,
     grad,
@@ -79,6 +90,8 @@ __all__ = [
     "device", "cuda", "backends", "as_tensor", "from_numpy", "empty_like", "full_like",
     "set_num_threads", "get_num_threads", "compile", "set_num_interop_threads", "get_num_interop_threads",
     "custom_vjp", "custom_jvp",
+    "inference_mode", "is_inference_mode_enabled",  # (helper inplace: torch's, in tracer.py)
+    "Generator", "multinomial", "randperm", "bernoulli",  # (helper inplace: rlgrad/random.py)
     *_toplevel_all,
 ]
 

@@ -298,6 +298,16 @@ static int raise_from(PyObject *fn, PyObject *x, PyObject *y) {
     return 0;
 }
 
+/* core._refuse_modified(t, a): the version of argument ``a`` that ``t`` used (borrowed: the
+   graph keeps it alive through a's ``_prev`` chain), or NULL with its error set. */
+static PyObject *resolve(PyObject *t, PyObject *a) {
+    PyObject *argv[2] = {t, a};
+    PyObject *r = PyObject_Vectorcall(refuse_modified, argv, 2, NULL);
+    if (!r) return NULL;
+    Py_DECREF(r);
+    return r;
+}
+
 /* A variadic node, or one of three or more arguments: core._general_node gives its
    (argument, gradient) pairs, broadcasting undone; they are accumulated here. */
 static int general(Pass *p, PyObject *t, PyObject *g) {
@@ -324,13 +334,18 @@ static int simple(Pass *p, PyObject *t, PyObject *g, PyObject *args, PyObject *r
     PyObject *call[4];  /* g, ans, d0[, d1] */
     call[0] = g;
     if (!(call[1] = get(t, off_value, "_value"))) return -1;
+    PyObject *objs[2];  /* the arguments, each the version t used (an in-place op may have
+                           rebased it since: core._refuse_modified finds the older node) */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *a = PyTuple_GET_ITEM(args, i);
         if (PyObject_TypeCheck(a, tensor_type)) {
             long long w;
             if (get_ll(a, off_written, "_written", &w) < 0) return -1;
-            if (w > tseq && raise_from(refuse_modified, t, a) < 0) return -1;
+            if (w > tseq && !(a = resolve(t, a))) return -1;
+            objs[i] = a;
             if (!(a = get(a, off_value, "_value"))) return -1;
+        } else {
+            objs[i] = a;
         }
         call[2 + i] = a;
     }
@@ -338,7 +353,7 @@ static int simple(Pass *p, PyObject *t, PyObject *g, PyObject *args, PyObject *r
     if (!kw) return -1;
     if (kw == Py_None || (PyDict_Check(kw) && PyDict_GET_SIZE(kw) == 0)) kw = NULL;
     for (Py_ssize_t i = 0; i < n && i < nr; i++) {
-        PyObject *rule = PyTuple_GET_ITEM(rules, i), *a = PyTuple_GET_ITEM(args, i), *ga;
+        PyObject *rule = PyTuple_GET_ITEM(rules, i), *a = objs[i], *ga;
         if (rule == Py_None || !PyObject_TypeCheck(a, tensor_type)) continue;
         PyObject *rg = get(a, off_rg, "requires_grad");
         int on = rg ? PyObject_IsTrue(rg) : -1;
@@ -380,7 +395,7 @@ static int node(Pass *p, PyObject *t, PyObject *g, int plain) {
     long long tseq, written;
     if (get_ll(t, off_seq, "_seq", &tseq) < 0 || get_ll(t, off_written, "_written", &written) < 0)
         return -1;
-    if (written && raise_from(refuse_modified, t, t) < 0) return -1;
+    if (written > tseq && raise_from(refuse_modified, t, t) < 0) return -1;
     PyObject *rules = Py_IS_TYPE(op, primitive_type) ? SLOT(op, off_vjps) : NULL;
     int rc;
     if (rules && PyTuple_Check(rules) && PyTuple_Check(args) && PyTuple_GET_SIZE(args) <= 2
@@ -588,7 +603,7 @@ PyMODINIT_FUNC PyInit__engine(void) {
         return NULL;
     PyObject *m = PyModule_Create(&module);
     /* bumped whenever setup's or a function's signature changes: core.py refuses a stale build */
-    if (m && PyModule_AddIntConstant(m, "API", 1) < 0) {
+    if (m && PyModule_AddIntConstant(m, "API", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }

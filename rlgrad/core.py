@@ -24,8 +24,9 @@ from heapq import heappush as _heappush
 from typing import Any
 
 from rlgrad import tracer
+from rlgrad.inplace import node_reads, version_at
 from rlgrad.ops import _sum_to, clone, sum_to
-from rlgrad.tensor import Tensor, _Trace, constant
+from rlgrad.tensor import HOOKED, Tensor, _Trace, constant
 from rlgrad.tracer import Primitive, _GradMode, pass_through, read_grad
 
 # the optional C loop of first-order passes (setup.py builds it); None: the Python loop
@@ -60,21 +61,56 @@ def reference_backward(roots: Sequence[Tensor], root_grads: Sequence[Any], retai
     leaves: list[Tensor] = []  # leaves that got a gradient, for .grad
     for r, g in zip(roots, root_grads):
         _accumulate(grads, leaves, r, g)
-    with _grad_mode(create_graph):  # create_graph: the rules' own operations are recorded
-        for t in order:
-            key = id(t)  # an input of autograd.grad keeps its gradient; others use it up here
-            g = grads.get(key) if wanted is not None and key in wanted else grads.pop(key, None)
-            if g is None:
-                continue  # no gradient reached it
-            if wanted is None and t._retain:
-                _add_to_grad(t, g)
-            for a, ga in node_vjps(t, g, create_graph, keep):
-                _accumulate(grads, leaves, a, ga)
-            if not retain_graph:
-                t._args = None  # free what the rules needed; a second pass raises
+    PASSES.append(grads)  # (a module's backward hook reads its other inputs' gradients here)
+    try:
+        with _grad_mode(create_graph):  # create_graph: the rules' own operations are recorded
+            for t in order:
+                key = id(t)  # an input of autograd.grad keeps its gradient; others use it up here
+                g = grads.get(key) if wanted is not None and key in wanted else grads.pop(key, None)
+                if g is None:
+                    continue  # no gradient reached it
+                if getattr(t, "_hooks", None):  # torch: hooks first, retain_grad's .grad last
+                    g = run_hooks(t, g, create_graph)
+                    if wanted is not None and key in wanted:
+                        grads[key] = g
+                if wanted is None and t._retain:
+                    _add_to_grad(t, g)
+                for a, ga in node_vjps(t, g, create_graph, keep):
+                    _accumulate(grads, leaves, a, ga)
+                if not retain_graph:
+                    t._args = None  # free what the rules needed; a second pass raises
+            for leaf in leaves:  # a leaf's hooks see its whole gradient, before .grad does
+                if getattr(leaf, "_hooks", None) and id(leaf) in grads:
+                    grads[id(leaf)] = run_hooks(leaf, grads[id(leaf)], create_graph)
+    finally:
+        PASSES.pop()
     if wanted is None:
         _write_leaf_grads(leaves, grads, create_graph)
     return grads
+
+
+#: the gradients of the reference passes running now (innermost last), for hooks
+PASSES: list[dict[int, Any]] = []
+
+
+def run_hooks(t: Tensor, g: Any, create_graph: bool) -> Any:
+    """``t``'s hooks on its gradient ``g``, in the order registered: each sees the gradient the
+    previous one left (a Tensor; the recorded one under ``create_graph``), and a Tensor it
+    returns replaces it (same shape, as torch requires)."""
+    for hook in list(t._hooks.values()):
+        arg = g if isinstance(g, Tensor) else constant(g)
+        out = hook(arg)
+        if out is None:
+            continue
+        if not isinstance(out, Tensor):
+            raise TypeError(f"a tensor hook returned a {type(out).__name__}; return a Tensor "
+                            "(the new gradient) or None")
+        if out.shape != t.shape:
+            raise RuntimeError(f"hook {getattr(hook, '__name__', hook)!r} has changed the size "
+                               f"of value: the gradient has shape {tuple(t.shape)}, the hook "
+                               f"returned {tuple(out.shape)}")
+        g = out if create_graph else out._value
+    return g
 
 
 def toposort(roots: Sequence[Tensor]) -> list[Tensor]:
@@ -87,7 +123,7 @@ def toposort(roots: Sequence[Tensor]) -> list[Tensor]:
     while stack:
         t = stack.pop()
         order.append(t)
-        for a in t._args or ():  # a freed graph (_args None) ends here; node_vjps raises on it
+        for a in edges(t):  # a freed graph (no _args) ends here; node_vjps raises on it
             if isinstance(a, Tensor) and a._op is not None and a.requires_grad and id(a) not in seen:
                 seen.add(id(a))
                 stack.append(a)
@@ -102,7 +138,7 @@ def node_vjps(t: Tensor, g: Any, create_graph: bool,
     freed graph and values written in place after ``t`` used them."""
     if t._args is None:
         raise _freed_error(t)
-    if t._written:
+    if t._written > t._seq:
         _refuse_modified(t, t)
     g, ans, _, _, argv = _rule_inputs(t, g, create_graph)
     op, kw = t._op, t._kw or {}
@@ -110,7 +146,7 @@ def node_vjps(t: Tensor, g: Any, create_graph: bool,
     if rules is None:  # a variadic primitive (concatenate, einsum, ...): one rule for all
         rules = [partial(op.vjp_argnum, i) for i in range(len(t._args))]
     out = []
-    for a, rule in zip(t._args, rules):  # arguments past the last rule are static
+    for a, rule in zip(edges(t), rules):  # arguments past the last rule are static
         if rule is None or not isinstance(a, Tensor) or not a.requires_grad:
             continue
         if keep is not None and not keep(a):
@@ -170,7 +206,7 @@ def reaching(roots: Sequence[Tensor], wanted: set[int]) -> set[int]:
         if t._args is None:  # freed by an earlier backward: where it led is unknown, so keep it
             reaches.add(id(t))  # and the loop raises the freed-graph error if a gradient gets here
             continue
-        for a in t._args:
+        for a in edges(t):
             if isinstance(a, Tensor) and (id(a) in wanted or id(a) in reaches):
                 reaches.add(id(t))
                 break
@@ -224,7 +260,7 @@ def run_backward(
     """
     if _Trace.tape is not None:
         create_graph = True  # rlgrad.jit captures the backward pass as ordinary recorded ops
-    if _reference:
+    if _reference or HOOKED:  # hooks run in the reference loop only: the fast ones stay lean
         return reference_backward(roots, root_grads, retain_graph, create_graph, inputs)
     wanted: set[int] | None = None
     visit: set[int] | None = None  # None: every recorded tensor met; else only these ids
@@ -270,15 +306,19 @@ def _seed(roots: Sequence[Tensor], root_grads: Sequence[Any],
     return grads, leaves, heap
 
 
-def _refuse_modified(t: Tensor, a: Tensor) -> None:
+def _refuse_modified(t: Tensor, a: Tensor) -> Tensor:
     """``a`` (an argument of ``t``'s op, or ``t`` itself) was written in place after ``t`` was
-    computed: torch's "modified by an inplace operation" error, unless the op's rules read no
-    values at all (an add passes its gradient through, whatever the values were)."""
-    rules = t._op.vjps
-    if rules is not None and all(r is None or r is pass_through for r in rules):
-        return
+    computed: the version of ``a`` that ``t`` used (``inplace.version_at``; ``a`` itself if no
+    in-place op rebased it), or torch's "modified by an inplace operation" error if a rule that
+    will run reads that value (``inplace.node_reads``: reading its shape or dtype is fine)."""
+    if node_reads(t, a):
+        _raise_modified(t, a)
+    return a if a is t else version_at(a, t._seq)
+
+
+def _raise_modified(t: Tensor, a: Tensor) -> None:
     where = next((i for i, x in enumerate(t._args) if x is a), None)
-    what = "its output" if where is None else f"argument {where}"
+    what = "its output" if a is t else f"argument {where}"
     raise RuntimeError(
         f"one of the variables needed for gradient computation has been modified by an inplace "
         f"operation: {what} of {t._op.name} (a {a.dtype} tensor of shape {a.shape}) was written "
@@ -286,14 +326,25 @@ def _refuse_modified(t: Tensor, a: Tensor) -> None:
         f"Write into a copy (x.clone()), or build the graph after the write")
 
 
+def edges(t: Tensor) -> tuple:
+    """``t``'s arguments, each the version ``t`` used: an argument written in place since is
+    checked (``_refuse_modified``) and, if an in-place op rebased it, replaced by the node it
+    replaced, so gradients flow to the graph as it was when ``t`` was computed."""
+    args = t._args
+    if not args:
+        return ()
+    seq = t._seq
+    if not any(isinstance(a, Tensor) and a._written > seq for a in args):
+        return args
+    return tuple(_refuse_modified(t, a) if isinstance(a, Tensor) and a._written > seq else a
+                 for a in args)
+
+
 def _rule_inputs(t: Tensor, g: Any, create_graph: bool) -> tuple[Any, Any, Any, Any, Any]:
     """``(g, ans, d0, d1, argv)`` for ``t``'s rules off the hot path: with ``create_graph`` the
     graph's own Tensors (so the rules are recorded), else plain arrays in ``argv`` for a variadic
     op. Refuses an argument written in place after ``t`` was computed."""
-    args = t._args
-    for a in args:
-        if isinstance(a, Tensor) and a._written > t._seq:
-            _refuse_modified(t, a)
+    args = edges(t)  # checked: a rule reading a value written since refuses
     if create_graph:
         g = g if isinstance(g, Tensor) else constant(g)
         return g, t, args[0] if args else None, args[1] if len(args) == 2 else None, args
@@ -350,7 +401,7 @@ def _propagate(heap: list[tuple[int, Tensor]], grads: dict[int, Any], leaves: li
                 else:
                     grads[akey] = prev + ga
         else:
-            if t._written:  # the output itself was written in place after it was computed
+            if t._written > t._seq:  # the output itself was written in place after it was computed
                 _refuse_modified(t, t)
             _simple_node(t, g, args, rules, n, grads, leaves, heap, plain, visit, wanted)
         if not retain_graph:
@@ -365,15 +416,17 @@ def _simple_node(t: Tensor, g: Any, args: tuple, rules: tuple, n: int, grads: di
     tseq, ans = t._seq, t._value  # an argument written in place after t was computed is refused
     d0 = args[0]
     if isinstance(d0, Tensor):
-        if d0._written > tseq:
-            _refuse_modified(t, d0)
+        if d0._written > tseq:  # written in place since: the version t used, or an error
+            args = edges(t)
+            d0 = args[0]
         d0 = d0._value
     d1 = None
     if n == 2:
         d1 = args[1]
         if isinstance(d1, Tensor):
             if d1._written > tseq:
-                _refuse_modified(t, d1)
+                args = edges(t)
+                d1 = args[1]
             d1 = d1._value
     kw = t._kw
     for a, rule in ((args[0], rules[0]),) if n == 1 else zip(args, rules):

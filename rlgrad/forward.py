@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.core import _refuse_modified
+from rlgrad.core import edges
 from rlgrad.ops import astype, broadcast_to
 from rlgrad.tensor import Tensor
 from rlgrad.tracer import Primitive, _GradMode, pass_through
@@ -43,7 +43,7 @@ def graph_between(outputs: Sequence[Any], floor: int) -> list[Tensor]:
         nodes.append(t)
         if t._args is None:
             raise _freed_error(t)
-        for a in t._args:
+        for a in edges(t):  # each the version t used (in-place ops rebase)
             if isinstance(a, Tensor) and a._op is not None and a._seq >= floor and id(a) not in seen:
                 seen.add(id(a))
                 stack.append(a)
@@ -67,15 +67,12 @@ def push_tangents(nodes: list[Tensor], tangents: dict[int, Any], recorded: bool)
 
 
 def _node_tangent(t: Tensor, tangents: dict[int, Any], recorded: bool) -> Any:
-    args = t._args
-    if args is None:
+    if t._args is None:
         raise _freed_error(t)
+    args = edges(t)  # the versions t used; a rule reading a value written since refuses
     ts = [tangents.get(id(a)) if isinstance(a, Tensor) else None for a in args]
     if all(x is None for x in ts):
         return None
-    for a in args:
-        if isinstance(a, Tensor) and a._written > t._seq:
-            _refuse_modified(t, a)
     p: Primitive = t._op
     ans, vals = (t, args) if recorded else (
         t._value, [a._value if isinstance(a, Tensor) else a for a in args])

@@ -19,26 +19,49 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import TraceError, _Trace, user_line
+from rlgrad.device import check_device, is_device
+from rlgrad.tensor import Tensor, TraceError, _leaf, _Trace, user_line
 
 __all__ = [
     "Generator", "default_generator", "seed", "manual_seed", "get_rng_state", "set_rng_state",
-    "numpy_generator", "generator_state_dict", "load_generator_state",
+    "numpy_generator", "generator_state_dict", "load_generator_state", "multinomial", "randperm",
+    "bernoulli",
 ]
+
+
+def _os_seed() -> int:
+    """A seed from the OS's entropy, in torch's range (what ``Generator.seed()`` returns)."""
+    return int(np.random.SeedSequence().entropy % (2 ** 63))
 
 
 class Generator:
     """A seedable random stream (NumPy's ``Generator`` over ``PCG64``), like ``torch.Generator``.
 
-    ``Generator(seed)`` is reproducible; ``Generator()`` seeds itself from the OS.
-    The NumPy generator is available as ``.numpy`` for draws rlgrad does not wrap.
+    ``Generator(seed)`` is reproducible; ``Generator()`` (or torch's ``Generator(device="cpu")``)
+    seeds itself from the OS, and ``initial_seed()`` says with what. The NumPy generator is
+    available as ``.numpy`` for draws rlgrad does not wrap.
     """
 
     __slots__ = ("_rng", "_seed")
 
-    def __init__(self, seed: int | None = None) -> None:
-        self._seed = seed
-        self._rng = np.random.Generator(np.random.PCG64(seed))
+    def __init__(self, seed: int | Any = None, *, device: Any = None) -> None:
+        if isinstance(seed, str) or is_device(seed):  # torch.Generator("cpu")
+            seed, device = None, seed
+        check_device(device)
+        self._seed = _os_seed() if seed is None else seed
+        self._rng = np.random.Generator(np.random.PCG64(self._seed))
+
+    @property
+    def device(self) -> Any:
+        from rlgrad.device import CPU
+
+        return CPU
+
+    def seed(self) -> int:
+        """torch's: reseed from the OS's entropy and return the new seed."""
+        s = _os_seed()
+        self.manual_seed(s)
+        return s
 
     def manual_seed(self, seed: int) -> Generator:
         """Reseed in place (as ``torch.Generator.manual_seed``); returns ``self``."""
@@ -48,8 +71,8 @@ class Generator:
         self._rng = np.random.Generator(np.random.PCG64(int(seed)))
         return self
 
-    def initial_seed(self) -> int | None:
-        """The seed given to the constructor or the last ``manual_seed`` (None: OS entropy)."""
+    def initial_seed(self) -> int:
+        """The seed given to the constructor or the last ``manual_seed`` / ``seed()``."""
         return self._seed
 
     @property
@@ -61,8 +84,13 @@ class Generator:
         """The bit generator's state (a dict); restore it with :meth:`set_state`."""
         return self._rng.bit_generator.state
 
-    def set_state(self, state: dict) -> None:
+    def set_state(self, state: dict) -> Generator:
+        """Restore a state from :meth:`get_state` (returns ``self``, as torch's)."""
+        if not isinstance(state, dict) or "state" not in state:
+            raise TypeError(f"set_state takes what get_state() returned (a dict), got "
+                            f"{type(state).__name__}")
         self._rng.bit_generator.state = state
+        return self
 
     def spawn(self, n: int) -> list[Generator]:
         """``n`` statistically independent child generators (e.g. one per environment)."""
@@ -149,3 +177,60 @@ def numpy_generator(generator: Generator | np.random.Generator | None = None
         f"generator must be an rlgrad.random.Generator or a numpy.random.Generator, got "
         f"{type(generator).__name__}; create one with rlgrad.random.Generator(seed)"
     )
+
+
+# ---- torch's random functions that draw integers or samples (rand/randn/randint/normal are in
+# rlgrad/toplevel.py); each takes ``generator=`` ------------------------------------------------
+
+def _probabilities(input: Any, what: str) -> np.ndarray:  # noqa: A002
+    p = np.asarray(input._value if isinstance(input, Tensor) else input, dtype=np.float64)
+    if p.ndim not in (1, 2):
+        raise RuntimeError(f"{what}: prob_dist must be 1 or 2 dim, got shape {p.shape}")
+    if not np.all(np.isfinite(p)) or np.any(p < 0):
+        raise RuntimeError(f"{what}: probability tensor contains either `inf`, `nan` or element < 0")
+    return p
+
+
+def multinomial(input: Any, num_samples: int, replacement: bool = False, *,  # noqa: A002
+                generator: Any = None, out: Any = None) -> Tensor:
+    """torch's: ``num_samples`` indices per row of the non-negative weights ``input`` (1-D or
+    2-D, not necessarily normalized), drawn with or without replacement; an int64 tensor."""
+    if out is not None:
+        raise TypeError("multinomial(out=) is not supported; use the returned tensor")
+    p = _probabilities(input, "multinomial")
+    rows = p.reshape(-1, p.shape[-1])
+    n = rows.shape[1]
+    if not replacement and num_samples > n:
+        raise RuntimeError("multinomial: cannot sample n_sample > prob_dist.size(-1) samples "
+                           "without replacement")
+    if num_samples <= 0:
+        raise RuntimeError(f"multinomial: number of samples must be positive, got {num_samples}")
+    total = rows.sum(axis=1)
+    if np.any(total <= 0):
+        raise RuntimeError("multinomial: invalid multinomial distribution (sum of probabilities "
+                           "<= 0)")
+    rng = numpy_generator(generator)
+    picks = np.stack([rng.choice(n, size=num_samples, replace=replacement, p=r / t)
+                      for r, t in zip(rows, total)])
+    return _leaf(picks.astype(np.int64).reshape(p.shape[:-1] + (num_samples,)))
+
+
+def randperm(n: int, *, generator: Any = None, dtype: Any = np.int64, device: Any = None,
+             requires_grad: bool = False) -> Tensor:
+    """torch's: a random permutation of ``0 .. n-1`` (int64 unless ``dtype``)."""
+    check_device(device)
+    if n < 0:
+        raise RuntimeError(f"randperm: n must be non-negative, got {n}")
+    return _leaf(numpy_generator(generator).permutation(n).astype(dtype), requires_grad)
+
+
+def bernoulli(input: Any, p: float | None = None, *, generator: Any = None) -> Tensor:  # noqa: A002
+    """torch's: 0/1 draws with the probabilities in ``input`` (or the scalar ``p``), in
+    ``input``'s floating dtype; not differentiable, as in torch."""
+    arr = np.asarray(input._value if isinstance(input, Tensor) else input)
+    probs = arr if p is None else np.full(arr.shape, p)
+    if np.any(~(probs >= 0) | ~(probs <= 1)):
+        raise RuntimeError("bernoulli: all probabilities must be in [0, 1]")
+    dt = arr.dtype if arr.dtype.kind == "f" else np.dtype(np.float32)
+    draws = numpy_generator(generator).random(arr.shape) < probs
+    return _leaf(draws.astype(dt))

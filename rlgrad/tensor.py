@@ -111,8 +111,11 @@ class Tensor:
     # unset on graph nodes (they require grad, so nothing reads it), hence read with getattr.
     # _written: 0, or the creation-order number (``_seq``'s counter) of the last in-place write,
     # so a node older than that write knows the value it saved has changed (torch's version check).
+    # _prev: set by an in-place op that rebased this tensor (rlgrad/inplace.py): the object now
+    # holding its previous node, which older nodes' gradients go to; unset otherwise (getattr).
+    # _hooks: {handle id: fn} set by register_hook (run by core.reference_backward); else unset.
     __slots__ = ("_value", "requires_grad", "grad", "_op", "_args", "_kw", "_retain", "_seq", "_cut",
-                 "_written", "__weakref__")
+                 "_written", "_prev", "_hooks", "__weakref__")
     __array_priority__ = 1000  # so ndarray <op> Tensor defers to the Tensor's reflected operator
 
     def __init__(self, *args: Any, requires_grad: bool = False, dtype: Any = None,
@@ -162,6 +165,28 @@ class Tensor:
         if not self.requires_grad:
             raise RuntimeError("can't retain_grad on a tensor that does not require grad")
         self._retain = True
+
+    @property
+    def retains_grad(self) -> bool:
+        """Whether this non-leaf keeps its ``.grad`` (``retain_grad()``); False on leaves."""
+        return self._op is not None and bool(self._retain)
+
+    def register_hook(self, hook: Callable[[Tensor], Tensor | None]) -> RemovableHandle:
+        """torch's: ``hook(grad)`` runs when this tensor's gradient is computed (a leaf's before
+        it goes into ``.grad``); a Tensor it returns replaces the gradient. Hooks run in the
+        order registered, under ``create_graph`` on the recorded gradient. The handle's
+        ``remove()`` takes it out."""
+        if not self.requires_grad:
+            raise RuntimeError("cannot register a hook on a tensor that doesn't require gradient")
+        if not callable(hook):
+            raise TypeError(f"register_hook takes a function of the gradient, got {type(hook).__name__}")
+        hooks = getattr(self, "_hooks", None)
+        if hooks is None:
+            hooks = self._hooks = {}
+        handle = RemovableHandle(hooks)
+        hooks[handle.id] = hook
+        HOOKED[id(self)] = self
+        return handle
 
     def detach_(self) -> Tensor:
         self._op = self._args = self._kw = self._cut = None
@@ -294,6 +319,33 @@ def _set_data(t: Tensor, value: Any) -> None:
     if not isinstance(arr, np.ndarray | np.generic):
         raise TypeError(f"assigning .data needs a Tensor or a NumPy array, got {type(value).__name__}")
     t._value = arr
+
+
+#: the live tensors that have hooks, by id: while any does, backward passes take the reference
+#: loop (core.reference_backward), the one that runs hooks (weak: a dead tensor drops out).
+HOOKED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+class RemovableHandle:
+    """What ``register_hook`` and the Module hook registrations return (torch's
+    ``torch.utils.hooks.RemovableHandle``): ``remove()`` takes the hook out; usable as a
+    context manager."""
+
+    _ids = itertools.count()
+
+    def __init__(self, hooks: dict, *extra: dict) -> None:
+        self.id = next(RemovableHandle._ids)
+        self._dicts = (hooks, *extra)
+
+    def remove(self) -> None:
+        for d in self._dicts:
+            d.pop(self.id, None)
+
+    def __enter__(self) -> RemovableHandle:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
 
 
 class Size(tuple):

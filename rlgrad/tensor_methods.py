@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad import inplace, ops
 from rlgrad import numpy as rnp
-from rlgrad import ops
 from rlgrad.device import check_device, is_device
 from rlgrad.exports import EXPORTS, REQUIRED, Export, Method, Param, on_export
 from rlgrad.indexing import gather, scatter_add, torch_index_steps
@@ -321,20 +321,20 @@ def _method_getitem(self: Tensor, idx: Any) -> Any:
     return getitem(getitem(self, steps[0]), steps[1])
 
 
-@replayed
 def _method_setitem(self: Tensor, idx: Any, value: Any) -> None:
-    if self.requires_grad:
-        raise RuntimeError(
-            "in-place assignment into a tensor that requires grad would corrupt its gradient; "
-            "build a new tensor instead (rlgrad.numpy.where, put_along_axis or concatenate)"
-        )
     key = _index_key(idx)
     steps = _torch_steps(key)
+    if inplace.needs_graph(self, "index assignment", value, view=True):  # recorded, as torch's
+        inplace.setitem(self, (key,) if steps is None else steps, value)
+        return
     target = self._value
     if steps is not None:  # the integers first: a view, written through
         target, key = target[steps[0]], steps[1]
     target[key] = value._value if isinstance(value, Tensor) else value
     mark_written(self)
+
+
+_method_setitem = replayed(_method_setitem, inplace.refuse_in_jit("index assignment"))
 
 
 def _sizes(sizes: tuple) -> tuple:
@@ -553,18 +553,14 @@ def _write_inplace(self: Tensor, other: Any, ufunc: Any, sym: str) -> Tensor:
 def _install_inplace_operators() -> None:
     """``+= -= *= /=`` as torch has them: in place under ``no_grad`` or on tensors that need no
     gradient (``with no_grad(): p -= lr * p.grad`` updates the parameter); on a leaf that requires
-    grad with recording on, an error (torch's); on a computed tensor, a new recorded tensor
-    (``loss += term`` keeps accumulating the graph)."""
+    grad with recording on, an error (torch's); on a computed tensor, in place and recorded
+    (``inplace.rebase``: ``loss += term`` keeps accumulating the graph)."""
     def make(fn: Any, ufunc: Any, sym: str) -> Any:
         def method(self: Tensor, other: Any) -> Any:
-            if self.requires_grad and _GradMode.enabled:
-                if self._op is None:
-                    raise RuntimeError(
-                        f"a leaf tensor that requires grad is used in an in-place operation "
-                        f"({sym}=): update parameters inside `with rlgrad.no_grad():` (or through "
-                        f".data), or write `x = x {sym} y` for a new tensor"
-                    )
-                return fn(self, other)
+            if _GradMode.enabled:  # recorded (rlgrad/inplace.py) when self or other needs grad
+                out = inplace.recorded_operator(self, other, fn, sym)
+                if out is not None:
+                    return out
             return _write_inplace(self, other, ufunc, sym)
 
         method.__name__ = f"__i{fn.__name__}__"
@@ -580,14 +576,13 @@ _install_inplace_operators()
 
 
 def _writable(self: Tensor, name: str) -> np.ndarray:
-    """The array an in-place method writes into; refused where PyTorch would refuse (a leaf
-    that requires grad while recording), and for a graph node (rlgrad records no in-place ops)."""
+    """The array an in-place method writes into when nothing is recorded; refused where PyTorch
+    would refuse (a leaf that requires grad while recording), and for a graph node: methods that
+    support one check ``inplace.needs_graph`` first and record through ``inplace.rebase``."""
     if self.requires_grad and _GradMode.enabled:
         if self._op is None:
-            raise RuntimeError(
-                f"a leaf tensor that requires grad is used in an in-place operation ({name}): "
-                "update it inside `with rlgrad.no_grad():` or through `.data`"
-            )
+            raise RuntimeError(f"{inplace.LEAF_ERROR} ({name}: update it inside `with "
+                               "rlgrad.no_grad():` or through `.data`)")
         raise RuntimeError(f"{name} on a tensor computed in the graph is not supported by rlgrad; "
                            "write the out-of-place form (e.g. x = x + y)")
     mark_written(self)
@@ -598,24 +593,49 @@ def _value(x: Any) -> Any:
     return x._value if isinstance(x, Tensor) else x
 
 
+# the out-of-place operators of the in-place methods, for the recorded form (inplace.rebase)
+_TENSOR_OPS = {np.add: Tensor.__add__, np.subtract: Tensor.__sub__, np.multiply: Tensor.__mul__,
+               np.divide: Tensor.__truediv__}
+
+
+def _filled(old: Tensor, src: Any) -> Any:
+    """``src`` broadcast to ``old``'s shape and cast to its dtype: what copy_ / fill_ write; old
+    stays in the graph with a zero gradient (torch's CopyBackwards gives it zeros, not None)."""
+    v = src if isinstance(src, Tensor) else constant(np.asarray(src, dtype=old.dtype))
+    if v.dtype != old.dtype:
+        v = astype(v, old.dtype)
+    return ops.where(constant(np.zeros(old.shape, dtype=bool)), old, v)
+
+
 def _install_inplace_methods() -> None:
     """PyTorch's ``copy_``, ``fill_``, ``zero_``, ``add_``, ``sub_``, ``mul_``, ``div_``,
     ``clamp_``, ``lerp_``: they write into the tensor's array (casting to its dtype) and return
     it. Through ``p.data`` (or under ``no_grad``) they are how target networks are updated."""
     def copy_(self: Tensor, src: Any, non_blocking: bool = False) -> Tensor:
+        if inplace.needs_graph(self, "copy_", src):
+            return inplace.rebase(self, "copy_", lambda old: _filled(old, src))
         _writable(self, "copy_")[...] = _value(src)
         return self
 
     def fill_(self: Tensor, value: Any) -> Tensor:
+        if inplace.needs_graph(self, "fill_", value):
+            return inplace.rebase(self, "fill_", lambda old: _filled(old, value))
         _writable(self, "fill_")[...] = _value(value)
         return self
 
     def zero_(self: Tensor) -> Tensor:
+        if inplace.needs_graph(self, "zero_"):
+            return inplace.rebase(self, "zero_", lambda old: _filled(old, 0))
         _writable(self, "zero_")[...] = 0
         return self
 
     def binary(ufunc: Any, name: str) -> Any:
+        op = _TENSOR_OPS[ufunc]
+
         def method(self: Tensor, other: Any, *, alpha: Any = None) -> Tensor:
+            if inplace.needs_graph(self, name, other):
+                return inplace.rebase(self, name, lambda old: op(
+                    old, other if alpha is None else other * alpha))
             o = _value(other)
             if alpha is not None:
                 o = o * alpha
@@ -628,11 +648,15 @@ def _install_inplace_methods() -> None:
         return method
 
     def clamp_(self: Tensor, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        if inplace.needs_graph(self, "clamp_", min, max):
+            return inplace.rebase(self, "clamp_", lambda old: old.clamp(min, max))
         d = _writable(self, "clamp_")
         np.clip(d, _value(min), _value(max), out=d)
         return self
 
     def lerp_(self: Tensor, end: Any, weight: Any) -> Tensor:
+        if inplace.needs_graph(self, "lerp_", end, weight):
+            return inplace.rebase(self, "lerp_", lambda old: old + weight * (end - old))
         d = _writable(self, "lerp_")
         d += _value(weight) * (_value(end) - d)
         return self
@@ -640,12 +664,13 @@ def _install_inplace_methods() -> None:
     T = Tensor  # each replayed by a compiled step (rlgrad.jit) at its place
     data = vars(T)["data"]  # the property: its setter replayed too
     setattr(T, "data", property(data.fget, replayed(_set_data), doc=data.__doc__))  # noqa: B010
-    T.copy_, T.fill_, T.zero_ = replayed(copy_), replayed(fill_), replayed(zero_)
-    T.clamp_ = T.clip_ = replayed(clamp_)
-    T.lerp_ = replayed(lerp_)
+    checked = lambda fn: replayed(fn, inplace.refuse_in_jit(fn.__name__))  # noqa: E731
+    T.copy_, T.fill_, T.zero_ = checked(copy_), checked(fill_), checked(zero_)
+    T.clamp_ = T.clip_ = checked(clamp_)
+    T.lerp_ = checked(lerp_)
     for ufunc, name in ((np.add, "add_"), (np.subtract, "sub_"), (np.multiply, "mul_"),
                         (np.divide, "div_")):
-        setattr(T, name, replayed(binary(ufunc, name)))
+        setattr(T, name, checked(binary(ufunc, name)))
 
 
 _install_inplace_methods()
@@ -1006,9 +1031,8 @@ def _with_rounding(name: str, plain: Callable) -> Callable:
 
 # ---- torch's in-place methods of the compositions above: through the one in-place mechanism
 def _write_result(self: Tensor, name: str, result: Any) -> Tensor:
-    """``self`` overwritten with ``result`` (its out-of-place form's value), through
-    ``_writable``: refused as torch refuses on a leaf that requires grad, and refused where a
-    gradient would be lost (rlgrad records no in-place op yet: an operand that requires grad)."""
+    """``self`` overwritten with ``result`` (its out-of-place form's value) where nothing is
+    recorded, through ``_writable``: refused as torch refuses on a leaf that requires grad."""
     if isinstance(result, Tensor) and result.requires_grad and not self.requires_grad:
         raise RuntimeError(f"{name}: an operand requires grad, and writing it into a tensor "
                            f"outside the graph would lose its gradient; use the out-of-place "
@@ -1024,13 +1048,16 @@ def _write_result(self: Tensor, name: str, result: Any) -> Tensor:
 
 def _inplace_of(method: Callable, name: str) -> Callable:
     """torch's ``name`` (``masked_fill_``, ``index_add_`` ...): ``method``'s result written into
-    the tensor, which is returned; replayed in its place by a compiled step (rlgrad.jit)."""
-    def inplace(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+    the tensor, which is returned; on a tensor in the graph recorded as torch records it
+    (``inplace.rebase``); replayed in its place by a compiled step (rlgrad.jit)."""
+    def write(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if inplace.needs_graph(self, name, *args, *kwargs.values()):
+            return inplace.rebase(self, name, lambda old: method(old, *args, **kwargs))
         return _write_result(self, name, method(self, *args, **kwargs))
 
-    inplace.__name__ = inplace.__qualname__ = name
-    inplace.__doc__ = f"torch's in-place ``{name}``: ``{method.__name__}``'s result, written in."
-    return replayed(inplace)
+    write.__name__ = write.__qualname__ = name
+    write.__doc__ = f"torch's in-place ``{name}``: ``{method.__name__}``'s result, written in."
+    return replayed(write, inplace.refuse_in_jit(name))
 
 
 # ---- torch's legacy tensor types: FloatTensor(3, 4), LongTensor([1, 2]), isinstance checks

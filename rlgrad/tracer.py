@@ -38,7 +38,7 @@ except ImportError:
     _engine = None
 if os.environ.get("RLGRAD_ENGINE", "1") == "0":
     _engine = None
-if _engine is not None and getattr(_engine, "API", 0) != 1:  # built from an older _engine.c
+if _engine is not None and getattr(_engine, "API", 0) != 2:  # built from an older _engine.c
     warnings.warn("rlgrad._engine is out of date with its source: the engine runs its Python "
                   "code until it is rebuilt (pip install -e . or python setup.py build_ext "
                   "--inplace)", RuntimeWarning, stacklevel=2)
@@ -135,6 +135,44 @@ class enable_grad(_GradModeContext):
     """Context manager / decorator: turn recording back on inside a ``no_grad`` block."""
 
     _target = True
+
+
+class _InferenceMode:
+    enabled = False
+
+
+def is_inference_mode_enabled() -> bool:
+    return _InferenceMode.enabled
+
+
+class inference_mode(_GradModeContext):
+    """``torch.inference_mode(mode=True)``: a context manager / decorator in which nothing is
+    recorded, as ``no_grad`` (rlgrad has no separate inference tensors: tensors made inside are
+    ordinary constants, usable in a graph afterwards); ``mode=False`` leaves recording as it
+    is. ``is_inference_mode_enabled()`` says whether one is active."""
+
+    def __init__(self, mode: bool = True) -> None:
+        self.mode = bool(mode)
+
+    def __enter__(self) -> None:
+        self._prev = (_GradMode.enabled, _InferenceMode.enabled)
+        if self.mode:
+            _GradMode.enabled = False
+        _InferenceMode.enabled = self.mode
+
+    def __exit__(self, *exc: object) -> None:
+        _GradMode.enabled, _InferenceMode.enabled = self._prev
+
+    def __call__(self, fn: Callable) -> Callable:
+        mode = self.mode
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with inference_mode(mode):
+                return fn(*args, **kwargs)
+
+        wrapper.__name__ = getattr(fn, "__name__", "wrapped")
+        wrapper.__doc__ = fn.__doc__
+        return wrapper
 
 
 class set_grad_enabled(_GradModeContext):
@@ -422,14 +460,18 @@ def _grads_now() -> list:
     return [(t, t.grad) for t, _ in _Trace.grads.values()]
 
 
-def replayed(fn: Callable) -> Callable:
+def replayed(fn: Callable, check: Callable | None = None) -> Callable:
     """``fn`` changes state (arrays in place, ``.grad``, an optimizer's counters): called while
     jit traces, it runs once as usual and is recorded as one call that the compiled step makes
-    again, in order, with that call's values. Its inner operations are not traced."""
+    again, in order, with that call's values. Its inner operations are not traced. ``check``
+    (called with the same arguments, while tracing only) raises for a call that cannot be
+    replayed so."""
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if not _Trace.compiling:
             return fn(*args, **kwargs)
+        if check is not None:
+            check(*args, **kwargs)
         args = tuple(a if isinstance(a, Tensor | list | tuple | dict) or not hasattr(a, "__next__")
                      else list(a) for a in args)  # a generator (parameters()) is read once
         ids = note_grads((args, list(kwargs.values())))

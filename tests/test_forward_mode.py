@@ -36,6 +36,7 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
     from rlgrad import estimators, special
     from rlgrad.autograd_function import _delayed_error
     from rlgrad.distributions import categorical
+    from rlgrad.inplace import index_put
     from rlgrad.nn import functional as F
     from rlgrad.rl.ppo import clipped_surrogate_loss
 
@@ -51,6 +52,8 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
     acts = np.array([2, 0, 1, 2])
     return {
         "linear": [Case(F.linear, (r(3, 4), r(5, 4), r(5))), Case(F.linear, (r(4), r(2, 4), r(2)))],
+        "index_put": [Case(lambda x, v: index_put(x, v, np.array([0, 2, 5]), (3,)), (r(2, 3), r(3))),
+                      Case(lambda x, v: index_put(x, v, np.array([1, 4]), (2,)), (r(6), r(1)))],
         "linear_grad_input": [Case(F._linear_grad_input_p, (r(3, 5), r(5, 4)))],
         "linear_grad_weight": [Case(F._linear_grad_weight_p, (r(3, 5), r(3, 4))),
                                Case(F._linear_grad_weight_p, (r(5), r(4)))],

@@ -44,10 +44,12 @@ def test_every_in_place_api_is_seen(write: str) -> None:
 
 
 def test_an_optimizer_step_between_forward_and_backward_is_refused() -> None:
-    # the actor-critic mistake: a loss computed, the shared weights stepped, then backward
+    # the actor-critic mistake: a loss computed, the shared weights stepped, then backward (the
+    # input requires grad, as a hidden layer's output does: its gradient reads the weight; with a
+    # constant input torch saves no weight and the backward runs, as rlgrad's does)
     lin = nn.Linear(3, 1)
     opt = optim.SGD(lin.parameters(), lr=0.1)
-    x = np.ones((2, 3))
+    x = rlgrad.tensor(np.ones((2, 3), dtype=np.float32), requires_grad=True)
     loss_a = (lin(x) ** 2).sum()
     loss_b = lin(x).sum()
     loss_b.backward()

@@ -213,7 +213,7 @@ def test_inplace_operators_follow_torch() -> None:
         p *= 2.0
     assert p._value is arr and p.is_leaf and p.requires_grad and p.dtype == np.float32
     close(p, np.zeros(3))
-    with pytest.raises(RuntimeError, match=r"leaf tensor that requires grad.*in-place.*no_grad"):
+    with pytest.raises(RuntimeError, match=r"leaf Variable that requires grad.*in-place.*no_grad"):
         p += 1.0
     total: Any = 0.0
     for k in range(1, 4):  # accumulating a loss: a new recorded tensor each time

@@ -153,6 +153,7 @@ def test_index_add_matches_torch_with_repeats_and_alpha() -> None:
     raises_like_torch(lambda L, t, i, s: t.index_add(1, i, s), X, IDX, src.astype(np.float32))
 
 
+@pytest.mark.filterwarnings("ignore:The reduce argument of torch.scatter:UserWarning")  # torch's own
 def test_scatter_and_scatter_add_match_torch() -> None:
     idx = np.array([[4, 0, 2], [1, 3, 0], [0, 1, 2]])  # no repeat within a row
     src = RNG.normal(size=(3, 4))
@@ -321,10 +322,18 @@ def test_inplace_methods_bump_the_version_and_refuse_where_torch_does() -> None:
             .addcmul_(rlgrad.ones(2), rlgrad.ones(2), value=0.5)
 
 
-def test_an_operand_that_requires_grad_is_not_silently_dropped() -> None:
-    buf, src = rlgrad.zeros(2, 3), rlgrad.ones(2, 2, requires_grad=True)
-    with pytest.raises(RuntimeError, match="would lose its gradient"):
-        buf.index_add_(1, rlgrad.tensor([0, 2]), src)
+def test_an_operand_that_requires_grad_is_recorded_as_torch_records_it() -> None:
+    """``buf.index_add_(dim, idx, src)`` with ``src`` requiring grad: ``buf`` joins the graph
+    (rlgrad/inplace.py), and ``src`` gets torch's gradient."""
+    grads = []
+    for lib in (torch, rlgrad):
+        buf = lib.zeros(2, 3, dtype=lib.float64)
+        src = lib.tensor(np.arange(4.0).reshape(2, 2), requires_grad=True)
+        out = buf.index_add_(1, lib.tensor([0, 2]), src * 2)
+        assert out is buf and buf.requires_grad
+        (buf.exp() * lib.tensor(np.arange(6.0).reshape(2, 3))).sum().backward()
+        grads.append(src.grad.numpy())
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-12)
 
 
 def test_uniform_and_normal_draw_in_place_with_their_parameters() -> None:

@@ -3,7 +3,8 @@
 Parameters and sub-modules assigned as attributes are registered in ordered dicts (so
 ``named_parameters`` and ``state_dict`` use PyTorch's dotted names, e.g. ``0.weight``) *and*
 stored as ordinary attributes, so ``self.weight`` in ``forward`` is a plain attribute read.
-``__call__`` is ``forward`` with nothing in between: no hook machinery on the hot path.
+``__call__`` is ``forward`` with nothing in between: no hook machinery on the hot path (a module
+given a hook moves to a subclass whose ``__call__`` runs them: rlgrad/nn/hooks.py).
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlgrad.device import check_device, is_device
+from rlgrad.nn.hooks import hooks_of
 from rlgrad.serialization import StateDictError, _source_of
 from rlgrad.tensor import (
+    RemovableHandle,
     Tensor,
     TraceError,
     _as_array,
@@ -73,6 +76,15 @@ def _refuse_copy_under_jit(what: str) -> None:
                      "it outside the jitted function")
 
 
+def _add_hook(module: Module, kind: str, entry: Any, prepend: bool) -> RemovableHandle:
+    hooks = hooks_of(module, kind)
+    handle = RemovableHandle(hooks)
+    hooks[handle.id] = entry
+    if prepend:
+        hooks.move_to_end(handle.id, last=False)
+    return handle
+
+
 class Module:
     """Base class of every layer and model; subclass it and define ``forward``."""
 
@@ -95,7 +107,7 @@ class Module:
         return self.forward(*args, **kwargs)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        # Calling a module *is* calling its forward (there are no hooks): binding __call__ to the
+        # Calling a module *is* calling its forward (hooks: nn/hooks.py): binding __call__ to the
         # subclass's forward saves a Python frame per layer on the acting hot path.
         super().__init_subclass__(**kwargs)
         if "forward" in cls.__dict__ and "__call__" not in cls.__dict__:
@@ -259,6 +271,33 @@ class Module:
         if name not in mod._parameters:
             raise AttributeError(f"{type(mod).__name__} has no parameter {name!r}")
         return mod._parameters[name]
+
+    # ---- hooks (rlgrad/nn/hooks.py runs them) --------------------------------------------------
+    def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False,
+                                  with_kwargs: bool = False) -> RemovableHandle:
+        """``hook(module, args)`` (``with_kwargs``: ``hook(module, args, kwargs)``) before
+        ``forward``; what it returns (not None) replaces the arguments."""
+        return _add_hook(self, "_forward_pre_hooks", (hook, with_kwargs), prepend)
+
+    def register_forward_hook(self, hook: Callable, *, prepend: bool = False,
+                              with_kwargs: bool = False, always_call: bool = False
+                              ) -> RemovableHandle:
+        """``hook(module, args, output)`` (``with_kwargs``: ``hook(module, args, kwargs,
+        output)``) after ``forward``; what it returns (not None) replaces the output."""
+        return _add_hook(self, "_forward_hooks", (hook, with_kwargs), prepend)
+
+    def register_full_backward_pre_hook(self, hook: Callable, prepend: bool = False
+                                        ) -> RemovableHandle:
+        """``hook(module, grad_output)`` when the gradients of the outputs are known; a tuple it
+        returns replaces them."""
+        return _add_hook(self, "_backward_pre_hooks", hook, prepend)
+
+    def register_full_backward_hook(self, hook: Callable, prepend: bool = False
+                                    ) -> RemovableHandle:
+        """``hook(module, grad_input, grad_output)`` when the gradients of the module's
+        positional tensor inputs are known (None for one that needs none); a tuple it returns
+        replaces ``grad_input``."""
+        return _add_hook(self, "_backward_hooks", hook, prepend)
 
     # ---- modes and flags --------------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
