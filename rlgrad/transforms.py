@@ -25,7 +25,7 @@ from rlgrad.core import match_dtype, run_backward
 from rlgrad.forward import graph_between, push_tangents
 from rlgrad.ops import identity, reshape, stack, stop_gradient
 from rlgrad.tensor import Tensor, _Depth, _next_seq, _Trace, constant
-from rlgrad.tracer import _GradMode
+from rlgrad.tracer import VMAP_LEVELS, _GradMode
 
 __all__ = [
     "grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian", "make_vjp", "vjp",
@@ -148,6 +148,9 @@ def _trace(fun: Callable, args: tuple, kwargs: dict, argnum: Any, where: str) ->
     Returns (output, fresh leaves, treedef, unpack) where unpack maps per-leaf gradients back to the
     argument structure (a tuple when ``argnum`` is a tuple).
     """
+    if VMAP_LEVELS and not getattr(fun, "_vmap_physical", False):
+        raise TypeError(f"rlgrad.{where} inside vmap: use rlgrad.func's {where} (torch.func's "
+                        "transforms, which batch), or rlgrad.grad / value_and_grad")
     nums = argnum if isinstance(argnum, tuple | list) else (argnum,)
     for n in nums:
         if not -len(args) <= n < len(args):
@@ -249,6 +252,11 @@ def _scalar_output(out: Any, where: str) -> Any:
     return out
 
 
+#: [rlgrad.func.grad_and_value], set when rlgrad.func is imported (it imports this module): what
+#: grad and value_and_grad run inside vmap, where the function sees batched tensors
+BATCHED_GRAD: list[Callable] = []
+
+
 # ---- the transforms ---------------------------------------------------------------------------
 def value_and_grad(fun: Callable, argnum: Any = 0, *, argnums: Any = None,
                    has_aux: bool = False) -> Callable:
@@ -257,6 +265,10 @@ def value_and_grad(fun: Callable, argnum: Any = 0, *, argnums: Any = None,
     argnum = _argnums(argnum, argnums)
 
     def value_and_grad_fun(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        if VMAP_LEVELS and not getattr(fun, "_vmap_physical", False):  # inside vmap: batched
+            g, value = BATCHED_GRAD[0](fun, tuple(argnum) if isinstance(argnum, list) else argnum,
+                                       has_aux)(*args, **kwargs)
+            return value, g
         out, fresh, nested, unpack = _trace(fun, args, kwargs, argnum, "value_and_grad")
         aux = None
         if has_aux:
@@ -291,6 +303,10 @@ def grad_and_aux(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Call
     argnum = _argnums(argnum, argnums)
 
     def grad_and_aux_fun(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        if VMAP_LEVELS and not getattr(fun, "_vmap_physical", False):  # inside vmap: batched
+            g, (_, aux) = BATCHED_GRAD[0](fun, tuple(argnum) if isinstance(argnum, list) else argnum,
+                                          True)(*args, **kwargs)
+            return g, aux
         out, fresh, nested, unpack = _trace(fun, args, kwargs, argnum, "grad_and_aux")
         if not isinstance(out, tuple) or len(out) != 2:
             raise TypeError("grad_and_aux needs a function returning a pair (value, aux)")
