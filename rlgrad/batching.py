@@ -165,8 +165,13 @@ def rule_of(p: Primitive) -> Callable:
 
 
 # ---- helpers for rules: shapes seen per slice -------------------------------------------------
+_ARRAYS = (Tensor, BatchedTensor, np.ndarray)
+
+
 def _shape(a: Any, d: int | None) -> tuple[int, ...]:
-    if isinstance(a, Tensor | np.ndarray):
+    if type(a) in _ARRAYS:  # the common case first: a rule runs on every batched call
+        s = a._value.shape if type(a) is not np.ndarray else a.shape
+    elif isinstance(a, Tensor | np.ndarray):
         s = a.shape
     else:  # a number or a nested list is an operand; a dtype, a string, None ... are not
         s = np.shape(a) if isinstance(a, int | float | complex | np.generic | list | tuple) else ()
@@ -378,10 +383,23 @@ def _linear_logical(x: Any, weight: Any, bias: Any = None) -> Any:
 
 def linear_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
     """``x @ W.T + b``: a batched input alone is a batch of rows (the op as is); a batched
-    weight or bias (an ensemble, or a weight under per-sample ``grad``) goes through matmul's rule."""
-    if dims[0] is not None and all(d is None for d in dims[1:]) and "bias" not in kwargs:
-        return p.call(*args, **kwargs)
-    return decomposed(_linear_logical)(p, args, dims, level, **kwargs)
+    weight (an ensemble, or a weight under per-sample ``grad``) is one ``bmatmul`` of each
+    slice's rows with its weight, then the bias; anything else goes through matmul's rule."""
+    if kwargs:
+        return decomposed(_linear_logical)(p, args, dims, level, **kwargs)
+    if dims[0] is not None and all(d is None for d in dims[1:]):
+        return p.call(*args)
+    x, w = args[0], args[1]
+    if dims[0] is None or dims[1] is None:
+        return decomposed(_linear_logical)(p, args, dims, level)
+    lead = _shape(x, 0)[:-1]
+    rows = ops.reshape(x, (level.size, math.prod(lead), _shape(x, 0)[-1]))
+    out = bmatmul(rows, _swap(w))
+    out = ops.reshape(out, (level.size,) + lead + _shape(w, 0)[:1])
+    if len(args) < 3 or args[2] is None:
+        return out
+    b, db = args[2], dims[2]
+    return ops.add(out, align(b, len(lead) + 1) if db is not None else b)
 
 
 def _grad_input_logical(g: Any, weight: Any) -> Any:
@@ -543,11 +561,14 @@ def _advanced_front(idx: tuple) -> int:
     return np.broadcast(*parts).ndim if len(parts) > 1 else parts[0].ndim
 
 
+_BASIC = (slice, type(None), type(Ellipsis))
+
+
 def getitem_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
     x, idx = args[0], args[1]
     idx = idx if isinstance(idx, tuple) else (idx,)
     out = p.call(x, (slice(None),) + idx)
-    front = _advanced_front(idx)
+    front = 0 if all(type(i) in _BASIC or type(i) is int for i in idx) else _advanced_front(idx)
     return ops.moveaxis(out, front, 0) if front else out
 
 
