@@ -77,8 +77,9 @@ def vmap(func: Callable, in_dims: Any = 0, out_dims: Any = 0, randomness: str = 
     for an input shared by every slice, or a tuple/dict prefix of the arguments), its outputs
     stacked along ``out_dims``. ``chunk_size``: that many slices at a time (less memory).
     Nested vmaps and transforms inside (``vmap(grad(f))``) batch through the same rules.
-    ``randomness``: rlgrad's random draws inside ``func`` are not batched; any value is
-    accepted and every slice sees the same draws ("same")."""
+    ``randomness``: "error" (torch's default) refuses a random draw inside ``func``; "same"
+    lets every slice see the same draws; "different" (a draw per slice) is refused at the draw,
+    saying to draw the noise outside and vmap over it."""
     if randomness not in RANDOMNESS:
         raise ValueError(f"vmap: randomness={randomness!r}; use one of {', '.join(RANDOMNESS)}")
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):

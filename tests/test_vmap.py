@@ -85,6 +85,18 @@ def test_reading_a_batched_value_raises() -> None:
         rf.vmap(lambda x: x.sum().item())(_r(np.ones((3, 2))))
 
 
+def test_random_draws_follow_randomness() -> None:
+    x = _r(np.zeros((3, 2)))
+    with pytest.raises(RuntimeError, match="randomness='error'"):
+        rf.vmap(lambda a: a + rlgrad.randn(2))(x)
+    with pytest.raises(RuntimeError, match="'different' is not supported"):
+        rf.vmap(lambda a: a + rlgrad.randn(2), randomness="different")(x)
+    rlgrad.manual_seed(3)
+    out = rf.vmap(lambda a: a + rlgrad.randn(2), randomness="same")(x)
+    rlgrad.manual_seed(3)
+    np.testing.assert_array_equal(out.numpy(), np.broadcast_to(rlgrad.randn(2).numpy(), (3, 2)))
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda: rf.vmap(lambda x, y: x + y)(_r(np.ones((3, 2))), _r(np.ones((4, 2)))), "different sizes"),
     (lambda: rf.vmap(lambda x: x, in_dims=2)(_r(np.ones((3, 2)))), "out of range"),
