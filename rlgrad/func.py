@@ -453,10 +453,16 @@ def stack_module_state(models: Sequence[Any]) -> tuple[dict[str, Tensor], dict[s
 
 # ---- JAX's spelling -----------------------------------------------------------------------------
 def vmap_axes(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = None,
-              axis_size: int | None = None, spmd_axis_name: Any = None) -> Callable:
+              axis_size: int | None = None, spmd_axis_name: Any = None, *, in_dims: Any = None,
+              out_dims: Any = None, randomness: str = "error", chunk_size: int | None = None) -> Callable:
     """``rlgrad.vmap``: JAX's ``vmap(fun, in_axes=0, out_axes=0)`` over the same batching rules
     as ``rlgrad.func.vmap``. Given NumPy arrays (no Tensor), it returns NumPy arrays, as
-    rlgrad's JAX-style transforms do. ``axis_name`` (collectives) is not supported."""
+    rlgrad's JAX-style transforms do. ``axis_name`` (collectives) is not supported. torch's
+    top-level ``torch.vmap(func, in_dims=..., out_dims=...)`` keywords are accepted too (after
+    ``import rlgrad as torch``), and so are its ``randomness`` and ``chunk_size``."""
+    if in_dims is not None or out_dims is not None or chunk_size is not None or randomness != "error":
+        return vmap(fun, in_axes if in_dims is None else in_dims,
+                    out_axes if out_dims is None else out_dims, randomness, chunk_size=chunk_size)
     if axis_name is not None or spmd_axis_name is not None:
         raise NotImplementedError("rlgrad.vmap: axis_name (collective operations over the mapped "
                                   "axis) is not supported; reduce the output after vmap instead")

@@ -468,5 +468,9 @@ def test_rlgrad_vmap_has_jaxs_signature_and_returns_arrays() -> None:
     v, gv = rlgrad.vmap(rlgrad.value_and_grad(f), in_axes=(None, 0), out_axes=(0, 1))(w, xs)
     np.testing.assert_allclose(np.moveaxis(gv, 1, 0), g, rtol=1e-12)
     np.testing.assert_allclose(v, [f(w, x) for x in xs], rtol=1e-12)
+    # torch.vmap's keywords, after the import swap
+    got = rlgrad.vmap(lambda a, b: a * b, in_dims=(1, None), out_dims=1)(_r(xs.T), _r(w[:, 0]))
+    want = torch.vmap(lambda a, b: a * b, in_dims=(1, None), out_dims=1)(_t(xs.T), _t(w[:, 0]))
+    _close(got, want)
     with pytest.raises(TypeError, match="inside vmap: use rlgrad.func's jacrev"):
         rlgrad.vmap(rlgrad.jacobian(rnp.tanh))(xs)
