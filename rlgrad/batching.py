@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops, tracer
+from rlgrad import tensor as tensor_module
 from rlgrad.tensor import Tensor, _new
 from rlgrad.tracer import NotBatchable, Primitive, defbatch, defjvp, defjvp_is_linear, defvjp, primitive
 
@@ -85,6 +86,74 @@ class BatchedTensor(Tensor):
     def __repr__(self) -> str:
         return f"BatchedTensor(level={self._level.depth}, bdim=0, value={self._phys!r})"
 
+    # In-place operations: the out-of-place result becomes this tensor's physical tensor (every
+    # reference to it sees the change; a view taken of it before does not, unlike torch).
+    def _assign(self, new: Any) -> BatchedTensor:
+        new = as_tensor(new)
+        if type(new) is BatchedTensor and new._level.depth > self._level.depth:
+            raise VmapError("vmap: an in-place operation would write values that differ between "
+                            "the slices of an inner vmap into a tensor of an outer one; write "
+                            "it out of place (x = x + y)")
+        if tuple(new.shape) != tuple(self.shape):
+            raise VmapError(f"vmap: an in-place operation cannot change the shape {tuple(self.shape)} "
+                            f"to {tuple(new.shape)}")
+        if new.dtype != self.dtype:
+            new = ops.astype(new, self.dtype)
+        phys = physical_at(new, self._level)
+        self._phys, self._value = phys, batched(phys, self._level)._value
+        return self
+
+    def __iadd__(self, other: Any) -> BatchedTensor:
+        return self._assign(self + other)
+
+    def __isub__(self, other: Any) -> BatchedTensor:
+        return self._assign(self - other)
+
+    def __imul__(self, other: Any) -> BatchedTensor:
+        return self._assign(self * other)
+
+    def __itruediv__(self, other: Any) -> BatchedTensor:
+        return self._assign(self / other)
+
+    def add_(self, other: Any, *, alpha: Any = None) -> BatchedTensor:
+        return self._assign(self + (other if alpha is None else other * alpha))
+
+    def sub_(self, other: Any, *, alpha: Any = None) -> BatchedTensor:
+        return self._assign(self - (other if alpha is None else other * alpha))
+
+    def mul_(self, other: Any) -> BatchedTensor:
+        return self._assign(self * other)
+
+    def div_(self, other: Any) -> BatchedTensor:
+        return self._assign(self / other)
+
+    def copy_(self, src: Any, non_blocking: bool = False) -> BatchedTensor:
+        return self._assign(ops.broadcast_to(as_tensor(src), tuple(self.shape)))
+
+    def fill_(self, value: Any) -> BatchedTensor:
+        return self._assign(ops.add(ops.multiply(self, 0), value))
+
+    def zero_(self) -> BatchedTensor:
+        return self._assign(ops.multiply(self, 0))
+
+    def clamp_(self, min: Any = None, max: Any = None) -> BatchedTensor:  # noqa: A002
+        return self._assign(ops.clip(self, min, max))
+
+    clip_ = clamp_
+
+    def lerp_(self, end: Any, weight: Any) -> BatchedTensor:
+        return self._assign(self + (end - self) * weight)
+
+    def __setitem__(self, idx: Any, value: Any) -> None:
+        """``x[idx] = v``: a ``where`` over a mask of the indexed positions (the values placed
+        there by the adjoint of the indexing)."""
+        mask = np.zeros(tuple(self.shape), bool)
+        mask[idx] = True
+        part = self[idx]
+        placed = ops.untake(ops.broadcast_to(ops.astype(as_tensor(value), self.dtype),
+                                             tuple(part.shape)), idx, tuple(self.shape))
+        self._assign(ops.where(mask, placed, self))
+
 
 def _value_error(what: str) -> VmapError:
     return VmapError(f"vmap: {what} reads the values of a batched tensor, which differ from one "
@@ -119,6 +188,20 @@ def every_slice(x: BatchedTensor) -> np.ndarray:
     while type(x) is BatchedTensor:
         x = x._phys
     return x._value
+
+
+def copy_of(data: Any, dtype: Any = None) -> Tensor:
+    """``rlgrad.tensor(data)`` of a batched tensor (or a list holding some): a detached copy of
+    each slice, still batched (``tensor.BATCHED_COPY``)."""
+    if isinstance(data, list | tuple):
+        if any(isinstance(d, list | tuple) for d in data):
+            raise VmapError("vmap: rlgrad.tensor of nested lists holding batched tensors; use "
+                            "rlgrad.stack")
+        items = [ops.stop_gradient(d) if isinstance(d, Tensor) else np.asarray(d) for d in data]
+        out = ops.stack(items, axis=0)
+    else:
+        out = ops.clone(ops.stop_gradient(data))
+    return out if dtype is None else ops.astype(out, np.dtype(dtype))
 
 
 def tensor_of(x: Any) -> Tensor:
@@ -674,6 +757,7 @@ RULES: dict[str, Callable] = {
 }
 defbatch(bmatmul, "matmul")
 tracer._batched[:] = [dispatch]
+tensor_module.BATCHED_COPY[:] = [copy_of]
 
 
 # ---- vmap itself --------------------------------------------------------------------------------

@@ -222,6 +222,36 @@ def test_vmap_of_grad_equals_the_loop_of_grads(name: str) -> None:
     np.testing.assert_allclose(_np(got), want, rtol=1e-10, atol=1e-12)
 
 
+def _inplace_add(a: Any) -> Any:
+    b = a.clone()
+    b += 1
+    b.mul_(2)
+    b.sub_(a, alpha=0.5)
+    return b
+
+
+def _inplace_setitem(a: Any) -> Any:
+    b = a * 1
+    b[0] = 7.0
+    b[1:, ::2] = a[:2, ::2] * 3
+    return b.clamp_(0.5, 6.0)
+
+
+INPLACE = {"iadd_mul_sub": _inplace_add, "setitem_clamp": _inplace_setitem,
+           "copy_fill_zero": lambda a: a.clone().copy_(a[0]) + a.clone().fill_(2.0) + a.clone().zero_(),
+           "lerp": lambda a: a.clone().lerp_(a * 3, 0.25),
+           "tensor_of": lambda a: rlgrad.tensor(a, dtype=np.float32) + rlgrad.tensor([a[0, 0], 1.0])[0]}
+
+
+@pytest.mark.parametrize("name", sorted(INPLACE))
+def test_in_place_operations_and_copies_inside_vmap_equal_the_loop(name: str) -> None:
+    """In-place updates of a batched tensor change every slice (torch's semantics), and
+    rlgrad.tensor of one copies each slice: never one slice's values."""
+    fn = INPLACE[name]
+    got = rf.vmap(fn)(_r(A))
+    np.testing.assert_allclose(_np(got), _loop(fn, [A], (0,)), rtol=1e-6)
+
+
 @settings(max_examples=60, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                                  HealthCheck.data_too_large])
