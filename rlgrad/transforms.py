@@ -94,20 +94,21 @@ def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
 
 
 def tree_unflatten(treedef: Any, leaves: list[Any]) -> Any:
-    it = iter(leaves)
+    return _build(treedef, iter(leaves))
 
-    def build(d: Any) -> Any:
-        if d is None:
-            return next(it)
-        kind, keys, defs = d
-        if kind == "dict":
-            return {k: build(sd) for k, sd in zip(keys, defs)}
-        if kind == "node":
-            return PYTREE_NODES[keys[0]][1](keys[1], build(defs[0]))
-        items = [next(it) if sd is None else build(sd) for sd in defs]
-        return kind(*items) if hasattr(kind, "_fields") else kind(items)  # (a namedtuple)
 
-    return build(treedef)
+def _build(d: Any, it: Any) -> Any:
+    """A module-level recursion, not a closure calling itself: that closure was a reference
+    cycle holding the leaves (a transform's gradients) until the next garbage collection."""
+    if d is None:
+        return next(it)
+    kind, keys, defs = d
+    if kind == "dict":
+        return {k: _build(sd, it) for k, sd in zip(keys, defs)}
+    if kind == "node":
+        return PYTREE_NODES[keys[0]][1](keys[1], _build(defs[0], it))
+    items = [next(it) if sd is None else _build(sd, it) for sd in defs]
+    return kind(*items) if hasattr(kind, "_fields") else kind(items)  # (a namedtuple)
 
 
 # ---- the core: trace fun with fresh nodes for the chosen arguments ---------------------------

@@ -311,6 +311,21 @@ def test_per_sample_gradients_of_a_64_64_mlp_match_torch_func(dtype: Any, tol: f
     _close(values, tnet(_t(x)), rtol=tol, atol=tol)
 
 
+def test_per_sample_gradients_leave_no_reference_cycles() -> None:
+    """The batch's gradients are freed when the caller drops them, not at the next garbage
+    collection (a cycle in the pytree code held them: 2x the time of a vmap(grad) step)."""
+    import gc
+
+    _, rnet = _mlps()
+    rp = {k: v.detach() for k, v in rnet.named_parameters()}
+    fn = rf.vmap(rf.grad(lambda p, xb: rf.functional_call(rnet, p, (xb[None],)).sum()), in_dims=(None, 0))
+    x = _r(RNG.normal(size=(8, 6)))
+    fn(rp, x)
+    gc.collect()
+    fn(rp, x)
+    assert gc.collect() == 0
+
+
 def test_grad_and_value_with_aux_argnums_tuple_match_torch() -> None:
     w, xs = RNG.normal(size=(3, 4)), RNG.normal(size=(5, 4))
 
