@@ -417,6 +417,8 @@ def _bmatmul(a: Any, b: Any) -> Any:
             wide = np.matmul(a[0], b.transpose(1, 0, 2).reshape(k, n * m))
             return wide.reshape(a.shape[1], n, m).transpose(1, 0, 2)
     if a.ndim >= 2 and b.ndim >= 2 and a.shape[-1] == 1 and b.shape[-2] == 1:
+        if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:  # einsum writes it faster
+            return np.einsum("bi,bj->bij", a[:, :, 0], b[:, 0, :])
         return np.multiply(a, b)
     return np.matmul(a, b)
 

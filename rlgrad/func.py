@@ -151,6 +151,10 @@ def _chunked(run: Callable, leaves: list, dims: list, size: int, chunk: int, out
 
 # ---- the differentiating transforms, on the physical tensors of the open vmap levels -----------
 def _tree_map(fn: Callable, tree: Any) -> Any:
+    if isinstance(tree, Tensor):  # the common cases without flattening: a tensor, a state dict
+        return fn(tree)
+    if type(tree) is dict and all(isinstance(v, Tensor) for v in tree.values()):
+        return {k: fn(v) for k, v in tree.items()}
     leaves, treedef = tree_flatten(tree)
     return tree_unflatten(treedef, [fn(x) for x in leaves])
 
