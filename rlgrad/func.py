@@ -50,6 +50,10 @@ RANDOMNESS = ("error", "different", "same")
 def _dims_per_leaf(dims: Any, tree: Any, where: str, what: str) -> list[Any]:
     """``in_dims``/``out_dims`` (an int, None, or a tree prefix of the arguments) per leaf."""
     if dims is None or isinstance(dims, int):
+        if isinstance(tree, Tensor):  # no flattening needed
+            return [dims]
+        if type(tree) is dict and all(isinstance(v, Tensor) for v in tree.values()):
+            return [dims] * len(tree)
         return [dims] * len(tree_flatten(tree)[0])
     if isinstance(dims, tuple | list) and isinstance(tree, tuple | list) and len(dims) == len(tree):
         return [d for sub_d, sub in zip(dims, tree) for d in _dims_per_leaf(sub_d, sub, where, what)]
