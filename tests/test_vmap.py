@@ -78,6 +78,14 @@ def test_a_primitive_without_a_rule_raises_one_line_naming_it() -> None:
         rf.vmap(custom)(_r(np.ones((3, 2))))
 
 
+def test_per_sample_gradients_of_a_convolution_weight_raise_one_line() -> None:
+    def loss(w: Any, x: Any) -> Any:
+        return F.conv2d(x[None], w).sum()
+
+    with pytest.raises(batching.VmapError, match="conv2d with a batched weight"):
+        rf.vmap(rf.grad(loss), in_dims=(None, 0))(_r(KER), _r(IMG[:, 0]))
+
+
 def test_reading_a_batched_value_raises() -> None:
     with pytest.raises(batching.VmapError, match="reads the values of a batched tensor"):
         rf.vmap(lambda x: x * 2 if x.sum() > 0 else x)(_r(np.ones((3, 2))))
@@ -122,6 +130,8 @@ A, B, M, V = (RNG.uniform(0.2, 0.9, s) for s in ((4, 3, 5), (5, 2), (4, 3, 3), (
 I3 = RNG.integers(0, 3, (4, 3, 2))
 V5, W25 = RNG.uniform(0.2, 0.9, (4, 5)), RNG.uniform(0.2, 0.9, (4, 2, 5))
 A4 = RNG.uniform(0.2, 0.9, (2, 3, 4, 5))
+IMG, KER = RNG.normal(size=(3, 2, 1, 5, 5)), RNG.normal(size=(4, 1, 3, 3))
+GRU, LSTM = nn.GRUCell(3, 4).double(), nn.LSTMCell(3, 4).double()
 SPD = A[:, :, :3] @ np.swapaxes(A[:, :, :3], 1, 2) + 3 * np.eye(3)
 CASES = {
     "sum_axis_none": (lambda x: x.sum(), [A], (0,)),
@@ -189,6 +199,9 @@ CASES = {
     "leaky_elu": (lambda x: F.leaky_relu(x - 0.5, 0.1) + F.elu(x - 0.5), [A], (0,)),
     "any_count": (lambda x: rnp.count_nonzero(x > 0.5, axis=1), [A], (0,)),
     "in_dim_1": (lambda x: x.sum(0), [A], (1,)),
+    "conv2d": (lambda x, w: F.conv2d(x, w, padding=1), [IMG, KER], (0, None)),
+    "gru_cell": (lambda x: GRU(x), [A[:, :2, :3]], (0,)),
+    "lstm_cell": (lambda x: LSTM(x)[1], [A[:, :2, :3]], (0,)),
     "astype": (lambda x: x.float() * 2, [A], (0,)),
     "categorical": (lambda lg, a: rlgrad.distributions.Categorical(logits=lg).log_prob(a),
                     [A, I3[:, :, 0]], (0, 0)),
