@@ -167,9 +167,8 @@ def batched(phys: Any, level: Level) -> BatchedTensor:
         phys = ops.identity(tensor_of(phys))
     t = _new(BatchedTensor)
     v = phys._value[0]
-    if isinstance(v, np.ndarray):
-        v = v.view()
-        v.flags.writeable = False  # an in-place write would change one slice only
+    if type(v) is np.ndarray:  # a new view of the slice: read-only, an in-place write into
+        v.flags.writeable = False  # it would change one slice only
     else:
         v = np.asarray(v)
     t._value = v
@@ -219,7 +218,7 @@ def dispatch(p: Primitive, args: tuple, kwargs: dict) -> Any:
         if type(a) is BatchedTensor and (level is None or a._level.depth > level.depth):
             level = a._level
     if level is None:
-        for v in kwargs.values():
+        for v in kwargs.values() if kwargs else ():
             if type(v) is BatchedTensor:
                 raise VmapError(f"vmap: {p.name} got a batched tensor as a keyword argument; "
                                 "pass it by position")
@@ -307,6 +306,10 @@ def _set(args: list, kwargs: dict, pos: int, name: str, value: Any) -> tuple[lis
 def _expand(x: Any, size: int) -> Any:
     """``size`` copies of ``x`` along a new first dimension, as a read-only view (stride 0):
     no copy, and ``bmatmul`` sees that every slice is the same."""
+    if type(x) is np.ndarray and x.flags.c_contiguous:  # np.broadcast_to's result, made directly
+        out = np.ndarray((size,) + x.shape, x.dtype, buffer=x, strides=(0,) + x.strides)
+        out.flags.writeable = False
+        return out
     return np.broadcast_to(x, (size,) + np.shape(x))
 
 
