@@ -26,7 +26,7 @@ import numpy as np
 
 from rlgrad import ops, tracer
 from rlgrad import tensor as tensor_module
-from rlgrad.tensor import Tensor, _new
+from rlgrad.tensor import Tensor, _new, constant
 from rlgrad.tracer import NotBatchable, Primitive, defbatch, defjvp, defjvp_is_linear, defvjp, primitive
 
 
@@ -204,8 +204,6 @@ def copy_of(data: Any, dtype: Any = None) -> Tensor:
 
 
 def tensor_of(x: Any) -> Tensor:
-    from rlgrad.tensor import constant
-
     return constant(np.asarray(x))
 
 
@@ -403,14 +401,13 @@ def decomposed(fn: Callable) -> Callable:
     return rule
 
 
-
-
 # ---- matrix products --------------------------------------------------------------------------
 def _bmatmul(a: Any, b: Any) -> Any:
     """``np.matmul`` of stacks, with fast paths for what vmap makes: a stack that repeats one
     matrix (a broadcast view, stride 0: an unbatched weight under per-sample ``grad``) is one
-    GEMM with the other stack's rows, and a contraction of length 1 (an outer product) one
-    broadcast multiplication. ``np.matmul`` is the reference (tests/test_vmap.py)."""
+    GEMM with the other stack's rows, and a contraction of length 1 (an outer product: a
+    per-sample weight gradient) one einsum or broadcast multiplication. ``np.matmul`` is the
+    reference (tests/test_vmap.py)."""
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:
         if b.strides[0] == 0 and a.flags.c_contiguous:  # every slice of b is b[0]
@@ -837,6 +834,3 @@ def batch_size(sizes: list[int], where: str) -> int:
         raise ValueError(f"{where}: the vmapped dimension has size 0; vmap needs at least one slice")
     return sizes[0]
 
-
-def total_size(shape: Sequence[int]) -> int:
-    return math.prod(shape)
