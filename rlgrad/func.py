@@ -384,7 +384,9 @@ def hessian(func: Callable, argnums: Any = 0) -> Callable:
     return jacfwd(jacrev(func, argnums), argnums)
 
 
-transforms.BATCHED_GRAD[:] = [grad_and_value]
+
+
+transforms.BATCHED.update(grad_and_value=grad_and_value, vjp=vjp, jvp=jvp, jacrev=jacrev, jacfwd=jacfwd)
 
 
 # ---- modules as functions ----------------------------------------------------------------------

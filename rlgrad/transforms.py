@@ -150,8 +150,8 @@ def _trace(fun: Callable, args: tuple, kwargs: dict, argnum: Any, where: str) ->
     argument structure (a tuple when ``argnum`` is a tuple).
     """
     if VMAP_LEVELS and not getattr(fun, "_vmap_physical", False):
-        raise TypeError(f"rlgrad.{where} inside vmap: use rlgrad.func's {where} (torch.func's "
-                        "transforms, which batch), or rlgrad.grad / value_and_grad")
+        raise TypeError(f"rlgrad.{where} inside vmap is not batched: use grad, value_and_grad, "
+                        "vjp, jvp, jacrev, jacfwd or hessian (rlgrad's or rlgrad.func's)")
     nums = argnum if isinstance(argnum, tuple | list) else (argnum,)
     for n in nums:
         if not -len(args) <= n < len(args):
@@ -253,9 +253,19 @@ def _scalar_output(out: Any, where: str) -> Any:
     return out
 
 
-#: [rlgrad.func.grad_and_value], set when rlgrad.func is imported (it imports this module): what
-#: grad and value_and_grad run inside vmap, where the function sees batched tensors
-BATCHED_GRAD: list[Callable] = []
+#: rlgrad.func's transforms by name ("grad_and_value", "vjp", "jvp", "jacrev", "jacfwd"), set
+#: when rlgrad.func is imported (it imports this module): what these run inside vmap, where the
+#: function sees batched tensors
+BATCHED: dict[str, Callable] = {}
+
+
+def _tuple(argnums: Any) -> Any:
+    return tuple(argnums) if isinstance(argnums, list) else argnums
+
+
+def _in_vmap(fun: Callable) -> bool:
+    """Called inside vmap on the user's function (not on rlgrad.func's physical one)."""
+    return bool(VMAP_LEVELS) and not getattr(fun, "_vmap_physical", False)
 
 
 # ---- the transforms ---------------------------------------------------------------------------
@@ -266,9 +276,8 @@ def value_and_grad(fun: Callable, argnum: Any = 0, *, argnums: Any = None,
     argnum = _argnums(argnum, argnums)
 
     def value_and_grad_fun(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        if VMAP_LEVELS and not getattr(fun, "_vmap_physical", False):  # inside vmap: batched
-            g, value = BATCHED_GRAD[0](fun, tuple(argnum) if isinstance(argnum, list) else argnum,
-                                       has_aux)(*args, **kwargs)
+        if _in_vmap(fun):  # inside vmap: batched
+            g, value = BATCHED["grad_and_value"](fun, _tuple(argnum), has_aux)(*args, **kwargs)
             return value, g
         out, fresh, nested, unpack = _trace(fun, args, kwargs, argnum, "value_and_grad")
         aux = None
@@ -304,9 +313,8 @@ def grad_and_aux(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Call
     argnum = _argnums(argnum, argnums)
 
     def grad_and_aux_fun(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        if VMAP_LEVELS and not getattr(fun, "_vmap_physical", False):  # inside vmap: batched
-            g, (_, aux) = BATCHED_GRAD[0](fun, tuple(argnum) if isinstance(argnum, list) else argnum,
-                                          True)(*args, **kwargs)
+        if _in_vmap(fun):  # inside vmap: batched
+            g, (_, aux) = BATCHED["grad_and_value"](fun, _tuple(argnum), True)(*args, **kwargs)
             return g, aux
         out, fresh, nested, unpack = _trace(fun, args, kwargs, argnum, "grad_and_aux")
         if not isinstance(out, tuple) or len(out) != 2:
@@ -351,6 +359,8 @@ def make_vjp(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Callable
 
 def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     """JAX: ``vjp(fun, *primals) -> (out, vjp_fn)``; ``vjp_fn(ct)`` returns one cotangent per primal."""
+    if _in_vmap(fun):
+        return BATCHED["vjp"](fun, *primals, has_aux=has_aux)
     out, fresh, nested, unpack = _trace(fun, primals, {}, tuple(range(len(primals))), "vjp")
     aux = None
     if has_aux:
@@ -463,6 +473,8 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any],
     each an array or a pytree of arrays; a tangent has its primal's structure and shapes. The
     output's tangent has the output's structure. ``has_aux``: ``fun`` returns ``(out, aux)``
     and the result is ``(out, out_tangent, aux)``."""
+    if _in_vmap(fun):
+        return BATCHED["jvp"](fun, tuple(primals), tuple(tangents), has_aux=has_aux)
     if not isinstance(primals, tuple | list) or not isinstance(tangents, tuple | list):
         raise TypeError(
             "jvp: primals and tangents must be tuples or lists with one entry per argument of "
@@ -513,6 +525,8 @@ def jacfwd(fun: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
     ``out.shape + in.shape``."""
 
     def jacfwd_fun(*args: Any, **kwargs: Any) -> Any:
+        if _in_vmap(fun):
+            return BATCHED["jacfwd"](fun, _tuple(argnums), has_aux)(*args, **kwargs)
         lin, unpack, _, aux = _linearize(fun, args, kwargs, argnums, "jacfwd", has_aux)
         n_in = len(lin.fresh)
         blocks: list[list[Any]] = [[None] * n_in for _ in lin.outs]
@@ -538,6 +552,8 @@ def jacrev(fun: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
     result structure as ``jacfwd``."""
 
     def jacrev_fun(*args: Any, **kwargs: Any) -> Any:
+        if _in_vmap(fun):
+            return BATCHED["jacrev"](fun, _tuple(argnums), has_aux=has_aux)(*args, **kwargs)
         out, fresh, nested, unpack = _trace(fun, args, kwargs, argnums, "jacrev")
         aux = None
         if has_aux:

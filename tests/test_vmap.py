@@ -530,5 +530,17 @@ def test_rlgrad_vmap_has_jaxs_signature_and_returns_arrays() -> None:
     got = rlgrad.vmap(lambda a, b: a * b, in_dims=(1, None), out_dims=1)(_r(xs.T), _r(w[:, 0]))
     want = torch.vmap(lambda a, b: a * b, in_dims=(1, None), out_dims=1)(_t(xs.T), _t(w[:, 0]))
     _close(got, want)
-    with pytest.raises(TypeError, match="inside vmap: use rlgrad.func's jacrev"):
-        rlgrad.vmap(rlgrad.jacobian(rnp.tanh))(xs)
+    # the JAX-style Jacobians, Hessian, vjp and jvp run batched inside vmap too
+    def h(x: Any) -> Any:
+        return rnp.sum(rnp.tanh(x) ** 3)
+
+    for got, one in ((rlgrad.vmap(rlgrad.jacobian(rnp.tanh))(xs), rlgrad.jacobian(rnp.tanh)),
+                     (rlgrad.vmap(rlgrad.jacfwd(rnp.sin))(xs), rlgrad.jacfwd(rnp.sin)),
+                     (rlgrad.vmap(rlgrad.hessian(h))(xs), rlgrad.hessian(h)),
+                     (rlgrad.vmap(lambda x: rlgrad.vjp(rnp.sin, x)[1](x)[0])(xs),
+                      lambda x: rlgrad.vjp(rnp.sin, x)[1](x)[0]),
+                     (rlgrad.vmap(lambda x: rlgrad.jvp(rnp.sin, (x,), (x,))[1])(xs),
+                      lambda x: rlgrad.jvp(rnp.sin, (x,), (x,))[1])):
+        np.testing.assert_allclose(got, np.stack([one(x) for x in xs]), rtol=1e-12, atol=1e-14)
+    with pytest.raises(TypeError, match="inside vmap is not batched"):
+        rlgrad.vmap(rlgrad.elementwise_grad(rnp.tanh))(xs)
