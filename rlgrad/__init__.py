@@ -12,6 +12,7 @@ import importlib as _importlib
 
 from rlgrad import (
     autograd,  # noqa: F401 - installs Tensor.backward
+    func,  # noqa: F401 - torch.func's transforms (vmap, grad, functional_call ...)
     numpy,  # noqa: F401 - installs NumPy dispatch on Tensors
 )
 from rlgrad import exports as _exports
@@ -37,6 +38,7 @@ from rlgrad.creation import (  # noqa: F401
 )
 from rlgrad.custom_derivatives import custom_jvp, custom_vjp
 from rlgrad.device import backends, cuda, device
+from rlgrad.func import vmap_axes as vmap
 from rlgrad.gradcheck import check_grads, gradcheck
 from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_add
 from rlgrad.jit import compile, jit  # noqa: A004 - torch.compile's name
@@ -89,7 +91,7 @@ __all__ = [
     "scatter_add", "get_default_dtype", "set_default_dtype", "jit", "linearize", "jacfwd", "jacrev",
     "device", "cuda", "backends", "as_tensor", "from_numpy", "empty_like", "full_like",
     "set_num_threads", "get_num_threads", "compile", "set_num_interop_threads", "get_num_interop_threads",
-    "custom_vjp", "custom_jvp",
+    "custom_vjp", "custom_jvp", "vmap", "func",
     "inference_mode", "is_inference_mode_enabled",  # (helper inplace: torch's, in tracer.py)
     "Generator", "multinomial", "randperm", "bernoulli",  # (helper inplace: rlgrad/random.py)
     *_toplevel_all,

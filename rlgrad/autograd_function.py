@@ -24,11 +24,13 @@ from rlgrad.ops import getitem, reshape
 from rlgrad.tensor import Tensor, constant
 from rlgrad.tracer import (
     Primitive,
+    defbatch,
     defjvp_argnum,
     defjvp_is_linear,
     defvjp_argnum,
     is_grad_enabled,
     no_grad,
+    nobatch,
     primitive,
 )
 
@@ -145,6 +147,8 @@ def new_primitive(name: str, jvp: Callable = _no_jvp) -> Primitive:
     call = primitive(_fwd, name)
     defvjp_argnum(call, _vjp)
     defjvp_argnum(call, jvp)
+    nobatch(call, "a custom-gradient function (autograd.Function, custom_vjp/custom_jvp) has no "
+                  "vmap rule in rlgrad; call it outside vmap, or write it with batched operations")
     return call
 
 
@@ -296,6 +300,7 @@ def _first(v: Any, *sources: Any, name: str) -> Any:
 
 
 _delayed_error = primitive(_first, "once_differentiable")
+defbatch(_delayed_error, "first_value")
 defvjp_argnum(_delayed_error, _refuse_twice)
 defjvp_is_linear(_delayed_error, (0,))  # the value itself, whatever the sources
 

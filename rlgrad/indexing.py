@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
+from rlgrad.batching import BatchedTensor, every_slice
 from rlgrad.tensor import Tensor, _shape, _Trace, constant
 
 __all__ = ["gather", "gather_nd", "take_along_axis", "one_hot", "scatter_add", "put_along_axis"]
@@ -30,9 +31,12 @@ __all__ = ["gather", "gather_nd", "take_along_axis", "one_hot", "scatter_add", "
 
 def _indices(index: Any, where: str) -> np.ndarray:
     """The index as an integer ndarray; anything else is refused with the reason."""
-    if isinstance(index, Tensor):
+    if type(index) is BatchedTensor:  # inside vmap: kept batched (take_along_axis's rule gathers)
+        idx = index
+    elif isinstance(index, Tensor):
         index = index._value
-    idx = np.asarray(index)
+    if type(index) is not BatchedTensor:
+        idx = np.asarray(index)
     if idx.dtype.kind not in "iu":
         raise TypeError(
             f"{where}: indices must be integers, got {idx.dtype}; indices select values and are "
@@ -44,6 +48,8 @@ def _indices(index: Any, where: str) -> np.ndarray:
 def _check_bounds(idx: np.ndarray, size: int, where: str, dim: int, shape: tuple[int, ...],
                   negative_ok: bool = False) -> None:
     """IndexError naming the first bad index, the dimension and the input shape."""
+    if type(idx) is BatchedTensor:
+        idx = every_slice(idx)  # the bounds hold for each slice: checked on all at once
     if not idx.size:
         return
     lo = -size if negative_ok else 0

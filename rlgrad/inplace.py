@@ -27,7 +27,7 @@ import numpy as np
 
 from rlgrad.ops import astype, clone, getitem, reshape, where
 from rlgrad.tensor import HOOKED, Tensor, TraceError, _new, _Trace, constant, mark_written, user_line
-from rlgrad.tracer import _GradMode, defjvp_is_linear, defvjp, pass_through, primitive
+from rlgrad.tracer import _GradMode, defjvp_is_linear, defvjp, nobatch, pass_through, primitive
 
 LEAF_ERROR = "a leaf Variable that requires grad is being used in an in-place operation."
 
@@ -304,6 +304,8 @@ def _index_put(x: Any, v: Any, flat: np.ndarray, sub_shape: tuple) -> np.ndarray
 # ``sub_shape``, the shape the index selects): what ``t[key] = v`` records. Its rules read only
 # ``g`` and the index, so neither the old values nor a full-size mask are kept per write.
 index_put = primitive(_index_put, "index_put")
+nobatch(index_put, "vmap of an in-place write into a tensor in the graph is not supported: "
+        "write the out-of-place form (rlgrad.where(mask, value, x))")
 defvjp(index_put,
        lambda g, ans, x, v, flat, sub_shape: index_put(g, 0.0, flat, sub_shape),
        lambda g, ans, x, v, flat, sub_shape: reshape(getitem(reshape(g, (-1,)), flat), sub_shape))

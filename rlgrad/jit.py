@@ -36,7 +36,7 @@ import numpy as np
 from rlgrad.creation import _empty_aligned
 from rlgrad.jit_check import CheckError, Snapshot, compare
 from rlgrad.tensor import Tensor, TraceError, _shape, _size, _Trace, constant
-from rlgrad.tracer import FUSED_PAIRS, _GradMode
+from rlgrad.tracer import FUSED_PAIRS, VMAP_LEVELS, _GradMode
 from rlgrad.transforms import PYTREE_NODES, _Depth, dict_keys, tree_flatten, tree_unflatten
 
 __all__ = ["jit", "compile", "CheckError", "TraceError"]
@@ -165,6 +165,8 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         self.__doc__ = getattr(fun, "__doc__", None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if VMAP_LEVELS:  # inside vmap: eagerly, through the batching rules (a trace would see a slice)
+            return self.fun(*args, **kwargs)
         if kwargs:
             return self._call_with_keywords(args, kwargs)
         if not self.static_argnums:  # the common calls, keyed without the recursive tree walk

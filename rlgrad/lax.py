@@ -29,7 +29,15 @@ import numpy as np
 from rlgrad.jit import TRACE_INPUTS, _compile
 from rlgrad.ops import astype, concatenate, getitem, identity, ravel, reshape, stack, stop_gradient
 from rlgrad.tensor import Tensor, _Depth, _Trace, constant
-from rlgrad.tracer import defjvp_argnum, defjvp_is_linear, defvjp, defvjp_argnum, is_grad_enabled, primitive
+from rlgrad.tracer import (
+    defjvp_argnum,
+    defjvp_is_linear,
+    defvjp,
+    defvjp_argnum,
+    is_grad_enabled,
+    nobatch,
+    primitive,
+)
 from rlgrad.transforms import jvp, tree_flatten, tree_unflatten, vjp
 
 __all__ = ["scan", "fori_loop", "while_loop", "cond", "switch", "map", "stop_gradient"]
@@ -551,6 +559,8 @@ def _pack_tensors(node: _Node, parts: Sequence[Any]) -> Any:
 
 
 _scan_p = primitive(_scan_fwd, "scan")
+nobatch(_scan_p, "vmap of a compiled lax loop is not supported yet: vmap the loop's body "
+        "inside it, or call vmap outside rlgrad.jit (eager loops batch)")
 defvjp_argnum(_scan_p, _scan_vjp)
 defjvp_argnum(_scan_p, _scan_jvp)
 
@@ -656,6 +666,8 @@ def _identity_fwd(x: np.ndarray) -> np.ndarray:
 
 # what an eager while_loop's results pass through: forward mode goes on, reverse mode stops
 _no_reverse = primitive(_identity_fwd, "while_loop_result", arity=1)
+nobatch(_no_reverse, "vmap of while_loop is not supported yet: vmap the body, or loop in "
+        "Python over the batch")
 defvjp(_no_reverse, _refuse_reverse)
 defjvp_is_linear(_no_reverse)
 
@@ -727,6 +739,8 @@ def _while_jvp(i: int, t: Any, ans: Any, *args: Any, ctx: _WhileCtx) -> Any:
 
 
 _while_p = primitive(_while_fwd, "while_loop")
+nobatch(_while_p, "vmap of a compiled while_loop is not supported yet: vmap the body, or "
+        "call vmap outside rlgrad.jit")
 defvjp_argnum(_while_p, _while_vjp)
 defjvp_argnum(_while_p, _while_jvp)
 
@@ -871,5 +885,7 @@ def _switch_jvp(i: int, t: Any, ans: Any, *args: Any, ctx: _SwitchCtx) -> Any:
 
 
 _switch_p = primitive(_switch_fwd, "switch")
+nobatch(_switch_p, "vmap of a compiled switch/cond is not supported yet: use "
+        "rlgrad.numpy.where on both branches' results")
 defvjp_argnum(_switch_p, _switch_vjp)
 defjvp_argnum(_switch_p, _switch_jvp)

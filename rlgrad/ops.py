@@ -30,6 +30,7 @@ from rlgrad.exports import export
 from rlgrad.indexing_kernels import _put_along_axis_add, _take_along_axis, _untake
 from rlgrad.tensor import Tensor, _ndim, _shape, _size, constant
 from rlgrad.tracer import (
+    defbatch,
     defjvp,
     defjvp_argnum,
     defjvp_elementwise,
@@ -197,6 +198,7 @@ export(arctan2, numpy=("arctan2", "atan2"), torch=("atan2(other, /)", "arctan2(o
 # Elementwise unary
 # ---------------------------------------------------------------------------------------------
 negative = primitive(np.negative, "negative", arity=1)
+defbatch(negative, "elementwise")
 defvjp(negative, lambda g, ans, x: -g)
 defjvp_is_linear(negative)
 export(negative, torch=("neg()", "negative()"), top=True)
@@ -281,6 +283,7 @@ def _tanh_grad_y(c: Any, ans: Any, g: Any, y: Any) -> Any:
 
 
 tanh_grad = primitive(_tanh_grad, "tanh_grad", arity=2, writes_out=True)
+defbatch(tanh_grad, "elementwise")
 defvjp(tanh_grad, lambda c, ans, g, y: tanh_grad(c, y), _tanh_grad_y)
 defjvp(tanh_grad, lambda t, ans, g, y: tanh_grad(t, y), lambda t, ans, g, y: _tanh_grad_y(t, ans, g, y))
 
@@ -390,6 +393,7 @@ def _zeros_for_mask(c: Any, ans: Any, *args: Any, **kw: Any) -> Any:
 
 # g * (x > 0) as one primitive, linear in g; x only selects: its gradient is zero
 relu_grad = primitive(_relu_grad, "relu_grad", arity=2, writes_out=True)
+defbatch(relu_grad, "elementwise")
 defvjp(relu_grad, lambda c, ans, g, x: relu_grad(c, x), _zeros_for_mask)
 defjvp(relu_grad, lambda t, ans, g, x: relu_grad(t, x), None)
 
@@ -405,13 +409,16 @@ def _leaky_relu_grad(g: Any, x: Any, slope: float) -> Any:
 # LeakyReLU and its backward as primitives (as ReLU's): the backward's gradient into x is zero
 # (torch's leaky_relu_backward), so double backward reaches the parameters before it
 leaky_relu_grad = primitive(_leaky_relu_grad, "leaky_relu_grad")
+defbatch(leaky_relu_grad, "elementwise")
 defvjp(leaky_relu_grad, lambda c, ans, g, x, slope: leaky_relu_grad(c, x, slope), _zeros_for_mask)
 defjvp(leaky_relu_grad, lambda t, ans, g, x, slope: leaky_relu_grad(t, x, slope), None)
 leaky_relu = primitive(_leaky_relu, "leaky_relu")
+defbatch(leaky_relu, "elementwise")
 defvjp(leaky_relu, lambda g, ans, x, slope: leaky_relu_grad(g, x, slope))
 defjvp(leaky_relu, lambda t, ans, x, slope: leaky_relu_grad(t, x, slope))
 
 relu = primitive(_relu, "relu", arity=1, writes_out=True)
+defbatch(relu, "elementwise")
 export(relu, numpy=False, torch="relu()", top=True)
 # the mask from the output, as PyTorch's: relu(x) > 0 exactly where x > 0 (NaN in neither), and
 # then nothing but the ReLU reads its input (a compiled step fuses it with the linear layer
@@ -464,6 +471,7 @@ def _where(cond: Any, x: Any, y: Any) -> Any:
 
 
 where = primitive(_where, "where")
+defbatch(where, "elementwise")
 defvjp(where, None, lambda g, ans, c, x, y: where(c, g, 0), lambda g, ans, c, x, y: where(c, 0, g))
 defjvp_is_linear(where, (1, 2))  # linear in x and y together; the condition is static
 export(where, top=True, promote="where")
@@ -471,7 +479,9 @@ export(where, top=True, promote="where")
 
 # Comparisons and other integer/boolean-valued functions: no gradient ever flows through them.
 def _nondiff(fn: Any, name: str) -> Any:
-    return primitive(fn, name, nondiff=True)
+    p = primitive(fn, name, nondiff=True)
+    defbatch(p, "elementwise")  # most are; argmax, argmin and argsort name their own rule below
+    return p
 
 
 greater = _nondiff(np.greater, "greater")
@@ -499,10 +509,13 @@ export(isnan, torch="isnan()", top=True)
 isinf = _nondiff(np.isinf, "isinf")
 export(isinf, torch="isinf()", top=True)
 argmax = _nondiff(np.argmax, "argmax")
+defbatch(argmax, "argreduce")
 export(argmax, torch="argmax(dim=None, keepdim=False)", top=True)
 argmin = _nondiff(np.argmin, "argmin")
+defbatch(argmin, "argreduce")
 export(argmin, torch="argmin(dim=None, keepdim=False)", top=True)
 argsort = _nondiff(np.argsort, "argsort")
+defbatch(argsort, "last_axis")
 export(argsort)
 bitwise_and = _nondiff(np.bitwise_and, "bitwise_and")
 export(bitwise_and)
@@ -543,11 +556,13 @@ def _astype_vjp(g: Any, ans: Any, x: Any, dtype: Any) -> Any:
 
 
 _astype_p = primitive(_astype, "astype", arity=1)
+defbatch(_astype_p, "elementwise")
 defvjp(_astype_p, _astype_vjp)
 defjvp_is_linear(_astype_p)
 
 
 _astype_nondiff = primitive(_astype, "astype", nondiff=True, arity=1)
+defbatch(_astype_nondiff, "elementwise")
 
 
 def astype(x: Any, dtype: Any) -> Any:
@@ -625,6 +640,7 @@ def _expand_over(g: np.ndarray, shape: tuple[int, ...], axis: Any) -> np.ndarray
 
 
 sum = primitive(_sum, "sum", arity=1, writes_out=True)  # noqa: A001
+defbatch(sum, "reduce")
 defvjp(sum, _sum_vjp)
 defjvp_is_linear(sum)
 export(sum, torch="sum(dim=None, keepdim=False, *, dtype=None)", top=True, promote="int64")
@@ -658,6 +674,7 @@ def _mean_vjp(g: Any, ans: Any, x: Any, axis: Any = None, keepdims: bool = False
 
 
 mean = primitive(_mean, "mean", arity=1)
+defbatch(mean, "reduce")
 defvjp(mean, _mean_vjp)
 defjvp_is_linear(mean)
 export(mean, torch="mean(dim=None, keepdim=False, *, dtype=None)", top=True, floats_only=True)
@@ -709,6 +726,7 @@ def _exclusive_prod(y: Tensor) -> Any:
 
 
 prod = primitive(_prod, "prod", arity=1)
+defbatch(prod, "reduce")
 defvjp(prod, _prod_vjp)
 defjvp(prod, lambda g, ans, x, axis=None, keepdims=False:
        sum(g * _prod_of_others(x, axis), axis=axis, keepdims=keepdims))
@@ -772,10 +790,12 @@ def _extremum(ufunc: Any, x: Any, axis: Any, keepdims: bool) -> Any:
 
 
 max = primitive(_amax, "max", arity=1)  # noqa: A001
+defbatch(max, "reduce")
 defvjp(max, _extremum_vjp)
 defjvp(max, _extremum_jvp)
 export(max, numpy=("max", "amax"), torch="amax(dim=None, keepdim=False)", top=True)
 min = primitive(_amin, "min", arity=1)  # noqa: A001
+defbatch(min, "reduce")
 defvjp(min, _extremum_vjp)
 defjvp(min, _extremum_jvp)
 export(min, numpy=("min", "amin"), torch="amin(dim=None, keepdim=False)", top=True)
@@ -793,6 +813,7 @@ def _cumsum_vjp(g: Any, ans: Any, x: Any, axis: Any = None) -> Any:
 
 
 cumsum = primitive(_cumsum, "cumsum", arity=1)
+defbatch(cumsum, "scan")
 defvjp(cumsum, _cumsum_vjp)
 defjvp_is_linear(cumsum)
 export(cumsum, torch="cumsum(dim, *, dtype=None)", top=True, promote="int64")
@@ -845,6 +866,7 @@ def _finite_or_0(y: Any) -> Any:
 
 
 logcumsumexp = primitive(_logcumsumexp, "logcumsumexp", arity=1)
+defbatch(logcumsumexp, "scan")
 defvjp(logcumsumexp, _logcumsumexp_vjp)
 defjvp(logcumsumexp, _logcumsumexp_jvp)
 export(logcumsumexp, torch="logcumsumexp(dim)", top=True, promote="float")
@@ -858,6 +880,7 @@ def _logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Any:
 
 
 logsumexp = primitive(_logsumexp, "logsumexp", arity=1)
+defbatch(logsumexp, "reduce")
 defvjp(logsumexp, lambda g, ans, x, axis=None, keepdims=False:
        _regrow(g, x, axis, keepdims) * exp(x - _regrow(ans, x, axis, keepdims)))
 defjvp(logsumexp, lambda g, ans, x, axis=None, keepdims=False:
@@ -877,6 +900,7 @@ def _log_softmax(x: Any, axis: int = -1) -> Any:
 
 
 log_softmax = primitive(_log_softmax, "log_softmax", arity=1)
+defbatch(log_softmax, "last_axis")
 # np.exp on a Tensor dispatches to rlgrad's exp (__array_ufunc__), and .sum is a method of both:
 # these rules stay differentiable at every order and cost no wrapper call on plain arrays.
 defvjp(log_softmax, lambda g, ans, x, axis=-1: g - np.exp(ans) * g.sum(axis=axis, keepdims=True))
@@ -894,6 +918,7 @@ def _softmax_rule(g: Any, ans: Any, x: Any, axis: int = -1) -> Any:
 
 
 softmax = primitive(_softmax, "softmax", arity=1)
+defbatch(softmax, "last_axis")
 defvjp(softmax, _softmax_rule)
 defjvp(softmax, _softmax_rule)  # the Jacobian diag(p) - p p^T is symmetric: one rule
 export(softmax, torch="softmax(dim, *, dtype=None)", top=True, promote="float")
@@ -909,6 +934,7 @@ def _reshape(x: Any, shape: Any) -> Any:
 
 
 reshape = primitive(_reshape, "reshape", arity=1)
+defbatch(reshape, "reshape")
 defvjp(reshape, lambda g, ans, x, shape: g.reshape(x.shape))
 defjvp_is_linear(reshape)
 export(reshape)
@@ -925,6 +951,7 @@ def _transpose_vjp(g: Any, ans: Any, x: Any, axes: Any = None) -> Any:
 
 
 transpose = primitive(_transpose, "transpose", arity=1)
+defbatch(transpose, "transpose")
 defvjp(transpose, _transpose_vjp)
 defjvp_is_linear(transpose)
 export(transpose)
@@ -943,6 +970,7 @@ def _broadcast_to(x: Any, shape: Any) -> Any:
 
 
 broadcast_to = primitive(_broadcast_to, "broadcast_to", arity=1)
+defbatch(broadcast_to, "broadcast_to")
 defvjp(broadcast_to, lambda g, ans, x, shape: sum_to(g, x.shape))
 defjvp_is_linear(broadcast_to)
 export(broadcast_to, torch="broadcast_to(size: shape)")
@@ -969,6 +997,7 @@ def _sum_to(g: Any, shape: tuple[int, ...]) -> Any:
 
 
 sum_to = primitive(_sum_to, "sum_to", arity=1)
+defbatch(sum_to, "sum_to")
 defvjp(sum_to, lambda g, ans, x, shape: broadcast_to(g, _shape(x)))
 defjvp_is_linear(sum_to)
 
@@ -985,6 +1014,7 @@ def _concatenate_vjp(i: int, g: Any, ans: Any, *arrays: Any, axis: int = 0) -> A
 
 
 _concatenate_p = primitive(_concatenate, "concatenate")
+defbatch(_concatenate_p, "concatenate")
 defvjp_argnum(_concatenate_p, _concatenate_vjp)
 defjvp_is_linear(_concatenate_p, None)
 
@@ -1004,6 +1034,7 @@ def _stack_vjp(i: int, g: Any, ans: Any, *arrays: Any, axis: int = 0) -> Any:
 
 
 _stack_p = primitive(_stack, "stack")
+defbatch(_stack_p, "stack")
 defvjp_argnum(_stack_p, _stack_vjp)
 defjvp_is_linear(_stack_p, None)
 
@@ -1018,6 +1049,7 @@ def _flip(x: Any, axis: Any = None) -> Any:
 
 
 flip = primitive(_flip, "flip", arity=1)
+defbatch(flip, "flip")
 defvjp(flip, lambda g, ans, x, axis=None: flip(g, axis))
 defjvp_is_linear(flip)
 export(flip, torch="flip(dims)", top=True)
@@ -1028,6 +1060,7 @@ def _roll(x: Any, shift: Any, axis: Any = None) -> Any:
 
 
 roll = primitive(_roll, "roll", arity=1)
+defbatch(roll, "roll")
 defvjp(roll, lambda g, ans, x, shift, axis=None: roll(g, _neg(shift), axis))
 defjvp_is_linear(roll)
 export(roll, torch="roll(shifts: shift, dims=None)", top=True)
@@ -1052,6 +1085,7 @@ def _tile_vjp(g: Any, ans: Any, x: Any, reps: Any) -> Any:
 
 
 tile = primitive(_tile, "tile", arity=1)
+defbatch(tile, "tile")
 defvjp(tile, _tile_vjp)
 defjvp_is_linear(tile)
 export(tile)
@@ -1076,6 +1110,7 @@ def _repeat_vjp(g: Any, ans: Any, x: Any, repeats: Any, axis: Any = None) -> Any
 
 
 repeat = primitive(_repeat, "repeat", arity=1)
+defbatch(repeat, "repeat")
 defvjp(repeat, _repeat_vjp)
 defjvp_is_linear(repeat)
 export(repeat)
@@ -1094,6 +1129,7 @@ def _pad_vjp(g: Any, ans: Any, x: Any, pad_width: Any, mode: str = "constant",
 
 
 pad = primitive(_pad, "pad", arity=1)
+defbatch(pad, "pad")
 defvjp(pad, _pad_vjp)
 defjvp(pad, lambda g, ans, x, pad_width, mode="constant", constant_values=0: pad(g, pad_width))
 
@@ -1110,6 +1146,7 @@ def _diag_vjp(g: Any, ans: Any, x: Any, k: int = 0) -> Any:
 
 
 diag = primitive(_diag, "diag", arity=1)
+defbatch(diag, "diag")
 defvjp(diag, _diag_vjp)
 defjvp_is_linear(diag)
 export(diag, torch="diag(diagonal: k = 0)", top=True)
@@ -1124,10 +1161,12 @@ def _tril(x: Any, k: int = 0) -> Any:
 
 
 triu = primitive(_triu, "triu", arity=1)
+defbatch(triu, "matrices")
 defvjp(triu, lambda g, ans, x, k=0: triu(g, k))
 defjvp_is_linear(triu)
 export(triu, torch="triu(diagonal: k = 0)", top=True)
 tril = primitive(_tril, "tril", arity=1)
+defbatch(tril, "matrices")
 defvjp(tril, lambda g, ans, x, k=0: tril(g, k))
 defjvp_is_linear(tril)
 export(tril, torch="tril(diagonal: k = 0)", top=True)
@@ -1146,7 +1185,9 @@ def _getitem(x: Any, idx: Any) -> Any:
 
 
 getitem = primitive(_getitem, "getitem", arity=1)
+defbatch(getitem, "getitem")
 untake = primitive(_untake, "untake", arity=1)
+defbatch(untake, "untake")
 defvjp(getitem, lambda g, ans, x, idx: untake(g, idx, x.shape))
 defjvp_is_linear(getitem)
 defvjp(untake, lambda g, ans, gx, idx, shape: getitem(g, idx))
@@ -1166,7 +1207,9 @@ def _take_lanes(g: Any, src: Any, indices: Any, axis: int) -> Any:
 
 
 take_along_axis = primitive(_take_along_axis, "take_along_axis")
+defbatch(take_along_axis, "take_along_axis")
 scatter_along_axis = primitive(_put_along_axis_add, "scatter_along_axis")  # its index may be a Tensor
+defbatch(scatter_along_axis, "scatter_along_axis")
 
 
 def _take_along_axis_vjp(g: Any, ans: Any, x: Any, indices: Any, axis: Any = -1) -> Any:
@@ -1216,6 +1259,7 @@ def _matmul_vjp_b(g: Any, ans: Any, a: Any, b: Any) -> Any:
 
 
 matmul = primitive(np.matmul, "matmul", arity=2)
+defbatch(matmul, "matmul")
 defvjp(matmul, _matmul_vjp_a, _matmul_vjp_b)
 defjvp(matmul, lambda g, ans, a, b: matmul(g, b), lambda g, ans, a, b: matmul(a, g))
 export(matmul, torch=("matmul(other, /)", "dot(tensor, /)"), top=True, promote="same_dtype")
@@ -1290,11 +1334,13 @@ def _einsum_jvp(i: int, g: Any, ans: Any, subscripts: str, *operands: Any) -> An
 
 
 einsum = primitive(_einsum, "einsum")
+defbatch(einsum, "einsum")
 defvjp_argnum(einsum, _einsum_vjp)
 defjvp_argnum(einsum, _einsum_jvp)
 
 
 inv = primitive(np.linalg.inv, "inv", arity=1)
+defbatch(inv, "leading")
 defvjp(inv, lambda g, ans, a: -matmul(matmul(_T(ans), g), _T(ans)))
 defjvp(inv, lambda g, ans, a: -matmul(matmul(ans, g), ans))
 export(inv, numpy=False, torch="inverse()", top=True)
@@ -1318,6 +1364,7 @@ def _cofactors(ans: Any, a: Any) -> Any:
 
 
 det = primitive(np.linalg.det, "det", arity=1)
+defbatch(det, "leading")
 defvjp(det, lambda g, ans, a: expand_dims(expand_dims(g, -1), -1) * _cofactors(ans, a))
 defjvp(det, lambda g, ans, a: sum(_cofactors(ans, a) * g, axis=(-2, -1)))  # tr(adj(A) dA)
 export(det, numpy=False, torch="det()", top=True)
@@ -1328,6 +1375,7 @@ def _logabsdet(a: Any) -> Any:
 
 
 logabsdet = primitive(_logabsdet, "logabsdet", arity=1)
+defbatch(logabsdet, "leading")
 defvjp(logabsdet, lambda g, ans, a: expand_dims(expand_dims(g, -1), -1) * _T(inv(a)))
 defjvp(logabsdet, lambda g, ans, a: sum(_T(inv(a)) * g, axis=(-2, -1)))
 
@@ -1354,6 +1402,7 @@ def _solve_jvp_a(g: Any, ans: Any, a: Any, b: Any) -> Any:
 
 
 solve = primitive(np.linalg.solve, "solve", arity=2)
+defbatch(solve, "solve")
 defvjp(solve, _solve_vjp_a, _solve_vjp_b)
 defjvp(solve, _solve_jvp_a, lambda g, ans, a, b: solve(a, g))
 
@@ -1379,6 +1428,7 @@ def _cholesky_jvp(g: Any, ans: Any, a: Any) -> Any:
 
 
 cholesky = primitive(np.linalg.cholesky, "cholesky", arity=1)
+defbatch(cholesky, "leading")
 defvjp(cholesky, _cholesky_vjp)
 defjvp(cholesky, _cholesky_jvp)
 export(cholesky)
@@ -1393,6 +1443,7 @@ def _identity(x: Any) -> Any:  # the forward of both stop_gradient and identity
 
 # A primitive (not a bare constructor) so that rlgrad.jit sees it; nondiff: the output is a leaf.
 stop_gradient = primitive(_identity, "stop_gradient", nondiff=True, arity=1)
+defbatch(stop_gradient, "elementwise")
 export(stop_gradient, torch="detach()")
 stop_gradient.__doc__ = """The value of ``x`` with no gradient flowing back through it, at every
 nesting level (JAX's ``lax.stop_gradient``, PyTorch's ``detach``). Plain arrays pass through."""
@@ -1437,6 +1488,7 @@ export(ravel, torch="ravel()", top=True)
 
 
 identity = primitive(_identity, "identity", arity=1)
+defbatch(identity, "elementwise")
 defvjp(identity, pass_through)
 defjvp_is_linear(identity)
 
@@ -1446,6 +1498,7 @@ def _copy(x: Any) -> Any:
 
 
 clone = primitive(_copy, "clone", arity=1)
+defbatch(clone, "elementwise")
 defvjp(clone, pass_through)
 defjvp_is_linear(clone)
 export(clone, numpy=False, torch="clone()", top=True)

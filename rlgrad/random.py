@@ -21,6 +21,7 @@ import numpy as np
 
 from rlgrad.device import check_device, is_device
 from rlgrad.tensor import Tensor, TraceError, _leaf, _Trace, user_line
+from rlgrad.tracer import VMAP_LEVELS
 
 __all__ = [
     "Generator", "default_generator", "seed", "manual_seed", "get_rng_state", "set_rng_state",
@@ -167,6 +168,12 @@ def numpy_generator(generator: Generator | np.random.Generator | None = None
             "rsample() or sample()) inside the traced function would be frozen into the compiled "
             "step, the same noise at every call; draw the noise outside and pass it as an argument"
         )
+    if VMAP_LEVELS and any(level.randomness != "same" for level in VMAP_LEVELS):
+        raise RuntimeError(
+            f"vmap: a random draw at {user_line()} inside a vmapped function: with "
+            "randomness='error' (the default) this is refused, as torch.func refuses it; pass "
+            "randomness='same' for one draw shared by every slice ('different' is not supported: "
+            "draw the noise outside with a batch dimension and vmap over it)")
     if generator is None:
         return default_generator._rng
     if isinstance(generator, Generator):

@@ -430,6 +430,9 @@ def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: b
     changes the other). A NumPy array keeps its dtype (float64 stays float64, as in PyTorch);
     Python floats get the default dtype (float32), Python ints int64, bools bool."""
     raw = data
+    if hasattr(data, "_phys") or isinstance(data, list | tuple) and any(
+            hasattr(d, "_phys") for d in data if isinstance(d, Tensor)):
+        return BATCHED_COPY[0](data, dtype)  # inside vmap: a copy of each slice, still batched
     if isinstance(data, list | tuple) and any(isinstance(d, Tensor) for d in data):
         raw = [np.asarray(d._value if isinstance(d, Tensor) else d) for d in data]
     check_device(device)
@@ -441,6 +444,11 @@ def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: b
     if arr is (raw._value if isinstance(raw, Tensor) else raw):
         arr = arr.copy()
     return _leaf(arr, requires_grad)
+
+
+#: [rlgrad.batching.copy_of]: ``tensor(x)`` of a vmapped (batched) tensor, or of a list holding
+#: one, set when rlgrad.batching is imported (it imports this module)
+BATCHED_COPY: list[Callable[[Any, Any], Tensor]] = []
 
 
 # Creation order of recorded tensors: an argument is always created before the tensors computed

@@ -196,7 +196,7 @@ class Primitive:
     """One differentiable operation: its NumPy forward and its VJP rules, side by side."""
 
     __slots__ = ("name", "fwd", "writes_out", "vjps", "vjp_argnum", "nondiff", "cut_reason", "jvps",
-                 "jvp_argnum", "jvp_linear", "call")
+                 "jvp_argnum", "jvp_linear", "call", "batch")
 
     def __init__(self, fwd: Callable, name: str, nondiff: bool = False,
                  writes_out: bool = False) -> None:
@@ -213,6 +213,9 @@ class Primitive:
         self.jvp_argnum: Callable | None = None
         self.jvp_linear: tuple[int, ...] | bool = False
         self.call: Callable | None = None  # the traced callable primitive() returns
+        # vmap (batching.py): a rule ``rule(p, args, dims, level, **kwargs)``, the name of one of
+        # batching.RULES ("elementwise", "reduce" ...), NotBatchable(reason), or None (no rule yet)
+        self.batch: Callable | str | NotBatchable | None = None
         self.nondiff = nondiff  # output never carries a gradient (comparisons, argmax, ...)
         # Why an output carries no gradient although an input required one (for explain).
         if nondiff:
@@ -224,8 +227,31 @@ class Primitive:
         return f"<primitive {self.name}>"
 
 
+class NotBatchable:
+    """A primitive's batching slot when vmap cannot batch it: ``reason`` says what to do instead."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+#: the open vmap levels (``rlgrad/batching.py`` pushes and pops them): while one is open, every
+#: primitive call goes through ``_batched`` first, which applies the primitive's batching rule
+#: when an argument is a batched tensor (and the plain path otherwise)
+VMAP_LEVELS: list = []
+_batched: list[Callable] = []  # [batching.dispatch], set when rlgrad.batching is imported
+
+
 def apply(p: Primitive, args: tuple, kwargs: dict) -> Any:
     """Run primitive ``p`` on ``args`` and record it when an argument requires grad."""
+    if VMAP_LEVELS:
+        return _batched[0](p, args, kwargs)
+    return apply_plain(p, args, kwargs)
+
+
+def apply_plain(p: Primitive, args: tuple, kwargs: dict) -> Any:
+    """``apply`` without vmap's dispatch: what a batching rule's inner calls end in."""
     raw = None
     needs_grad = False
     for i, a in enumerate(args):
@@ -307,6 +333,8 @@ def _unary(p: Primitive) -> Callable:
     indices): ``apply`` specialised, with no list building."""
 
     def call(x: Any, *static: Any, **kwargs: Any) -> Any:
+        if VMAP_LEVELS:
+            return _batched[0](p, (x, *static), kwargs)
         if not isinstance(x, Tensor):
             return p.fwd(x, *static, **kwargs)
         out = p.fwd(x._value, *static, **kwargs)
@@ -323,6 +351,8 @@ def _binary(p: Primitive) -> Callable:
     """The call path of a two-argument primitive without keywords: the arithmetic operators."""
 
     def call(a: Any, b: Any) -> Any:
+        if VMAP_LEVELS:
+            return _batched[0](p, (a, b), _NO_KW)
         if isinstance(a, Tensor):
             rg = a.requires_grad
             if isinstance(b, Tensor):
@@ -418,6 +448,22 @@ def defjvp_elementwise(fn: Callable) -> None:
     if p.vjps is None:
         raise TypeError(f"defjvp_elementwise({p.name}): register its VJP rules first")
     p.jvps = p.vjps  # pass_through (the argument reaches the output unchanged) works both ways
+    if p.batch is None:
+        p.batch = "elementwise"  # and vmap batches it by broadcasting, as every elementwise op
+
+
+def defbatch(fn: Callable, rule: Callable | str) -> None:
+    """Register how ``vmap`` batches primitive ``fn``: ``rule(p, args, dims, level, **kwargs)``
+    gets the arguments with the vmapped dimension (of length ``level.size``) at the front of
+    those whose ``dims`` entry is 0 (None: not batched) and returns the result with it at the
+    front (written with primitive calls, so it is recorded and differentiable); or the name of a
+    generic rule in ``rlgrad.batching.RULES`` ("elementwise", "reduce", "shape" ...)."""
+    fn.primitive.batch = rule  # type: ignore[attr-defined]
+
+
+def nobatch(fn: Callable, reason: str) -> None:
+    """``vmap`` refuses primitive ``fn`` with one line: ``reason`` says what to use instead."""
+    fn.primitive.batch = NotBatchable(reason)  # type: ignore[attr-defined]
 
 
 # ---- calls that change state, under rlgrad.jit -----------------------------------------------

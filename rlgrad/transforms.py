@@ -25,7 +25,7 @@ from rlgrad.core import match_dtype, run_backward
 from rlgrad.forward import graph_between, push_tangents
 from rlgrad.ops import identity, reshape, stack, stop_gradient
 from rlgrad.tensor import Tensor, _Depth, _next_seq, _Trace, constant
-from rlgrad.tracer import _GradMode
+from rlgrad.tracer import VMAP_LEVELS, _GradMode
 
 __all__ = [
     "grad", "value_and_grad", "elementwise_grad", "jacobian", "hessian", "make_vjp", "vjp",
@@ -94,20 +94,21 @@ def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
 
 
 def tree_unflatten(treedef: Any, leaves: list[Any]) -> Any:
-    it = iter(leaves)
+    return _build(treedef, iter(leaves))
 
-    def build(d: Any) -> Any:
-        if d is None:
-            return next(it)
-        kind, keys, defs = d
-        if kind == "dict":
-            return {k: build(sd) for k, sd in zip(keys, defs)}
-        if kind == "node":
-            return PYTREE_NODES[keys[0]][1](keys[1], build(defs[0]))
-        items = [next(it) if sd is None else build(sd) for sd in defs]
-        return kind(*items) if hasattr(kind, "_fields") else kind(items)  # (a namedtuple)
 
-    return build(treedef)
+def _build(d: Any, it: Any) -> Any:
+    """A module-level recursion, not a closure calling itself: that closure was a reference
+    cycle holding the leaves (a transform's gradients) until the next garbage collection."""
+    if d is None:
+        return next(it)
+    kind, keys, defs = d
+    if kind == "dict":
+        return {k: _build(sd, it) for k, sd in zip(keys, defs)}
+    if kind == "node":
+        return PYTREE_NODES[keys[0]][1](keys[1], _build(defs[0], it))
+    items = [next(it) if sd is None else _build(sd, it) for sd in defs]
+    return kind(*items) if hasattr(kind, "_fields") else kind(items)  # (a namedtuple)
 
 
 # ---- the core: trace fun with fresh nodes for the chosen arguments ---------------------------
@@ -148,6 +149,9 @@ def _trace(fun: Callable, args: tuple, kwargs: dict, argnum: Any, where: str) ->
     Returns (output, fresh leaves, treedef, unpack) where unpack maps per-leaf gradients back to the
     argument structure (a tuple when ``argnum`` is a tuple).
     """
+    if VMAP_LEVELS and not getattr(fun, "_vmap_physical", False):
+        raise TypeError(f"rlgrad.{where} inside vmap is not batched: use grad, value_and_grad, "
+                        "vjp, jvp, jacrev, jacfwd or hessian (rlgrad's or rlgrad.func's)")
     nums = argnum if isinstance(argnum, tuple | list) else (argnum,)
     for n in nums:
         if not -len(args) <= n < len(args):
@@ -249,6 +253,21 @@ def _scalar_output(out: Any, where: str) -> Any:
     return out
 
 
+#: rlgrad.func's transforms by name ("grad_and_value", "vjp", "jvp", "jacrev", "jacfwd"), set
+#: when rlgrad.func is imported (it imports this module): what these run inside vmap, where the
+#: function sees batched tensors
+BATCHED: dict[str, Callable] = {}
+
+
+def _tuple(argnums: Any) -> Any:
+    return tuple(argnums) if isinstance(argnums, list) else argnums
+
+
+def _in_vmap(fun: Callable) -> bool:
+    """Called inside vmap on the user's function (not on rlgrad.func's physical one)."""
+    return bool(VMAP_LEVELS) and not getattr(fun, "_vmap_physical", False)
+
+
 # ---- the transforms ---------------------------------------------------------------------------
 def value_and_grad(fun: Callable, argnum: Any = 0, *, argnums: Any = None,
                    has_aux: bool = False) -> Callable:
@@ -257,6 +276,9 @@ def value_and_grad(fun: Callable, argnum: Any = 0, *, argnums: Any = None,
     argnum = _argnums(argnum, argnums)
 
     def value_and_grad_fun(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        if _in_vmap(fun):  # inside vmap: batched
+            g, value = BATCHED["grad_and_value"](fun, _tuple(argnum), has_aux)(*args, **kwargs)
+            return value, g
         out, fresh, nested, unpack = _trace(fun, args, kwargs, argnum, "value_and_grad")
         aux = None
         if has_aux:
@@ -291,6 +313,9 @@ def grad_and_aux(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Call
     argnum = _argnums(argnum, argnums)
 
     def grad_and_aux_fun(*args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        if _in_vmap(fun):  # inside vmap: batched
+            g, (_, aux) = BATCHED["grad_and_value"](fun, _tuple(argnum), True)(*args, **kwargs)
+            return g, aux
         out, fresh, nested, unpack = _trace(fun, args, kwargs, argnum, "grad_and_aux")
         if not isinstance(out, tuple) or len(out) != 2:
             raise TypeError("grad_and_aux needs a function returning a pair (value, aux)")
@@ -334,6 +359,8 @@ def make_vjp(fun: Callable, argnum: Any = 0, *, argnums: Any = None) -> Callable
 
 def vjp(fun: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     """JAX: ``vjp(fun, *primals) -> (out, vjp_fn)``; ``vjp_fn(ct)`` returns one cotangent per primal."""
+    if _in_vmap(fun):
+        return BATCHED["vjp"](fun, *primals, has_aux=has_aux)
     out, fresh, nested, unpack = _trace(fun, primals, {}, tuple(range(len(primals))), "vjp")
     aux = None
     if has_aux:
@@ -446,6 +473,8 @@ def jvp(fun: Callable, primals: Sequence[Any], tangents: Sequence[Any],
     each an array or a pytree of arrays; a tangent has its primal's structure and shapes. The
     output's tangent has the output's structure. ``has_aux``: ``fun`` returns ``(out, aux)``
     and the result is ``(out, out_tangent, aux)``."""
+    if _in_vmap(fun):
+        return BATCHED["jvp"](fun, tuple(primals), tuple(tangents), has_aux=has_aux)
     if not isinstance(primals, tuple | list) or not isinstance(tangents, tuple | list):
         raise TypeError(
             "jvp: primals and tangents must be tuples or lists with one entry per argument of "
@@ -496,6 +525,8 @@ def jacfwd(fun: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
     ``out.shape + in.shape``."""
 
     def jacfwd_fun(*args: Any, **kwargs: Any) -> Any:
+        if _in_vmap(fun):
+            return BATCHED["jacfwd"](fun, _tuple(argnums), has_aux)(*args, **kwargs)
         lin, unpack, _, aux = _linearize(fun, args, kwargs, argnums, "jacfwd", has_aux)
         n_in = len(lin.fresh)
         blocks: list[list[Any]] = [[None] * n_in for _ in lin.outs]
@@ -521,6 +552,8 @@ def jacrev(fun: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
     result structure as ``jacfwd``."""
 
     def jacrev_fun(*args: Any, **kwargs: Any) -> Any:
+        if _in_vmap(fun):
+            return BATCHED["jacrev"](fun, _tuple(argnums), has_aux=has_aux)(*args, **kwargs)
         out, fresh, nested, unpack = _trace(fun, args, kwargs, argnums, "jacrev")
         aux = None
         if has_aux:

@@ -18,7 +18,8 @@ def test_the_issue_examples_are_all_here() -> None:
     names = {p.name for p in EXAMPLES}
     for name in ("gather_policy_gradient.py", "dqn_backward_from_output.py", "saliency.py",
                  "a2c_losses.py", "curvature.py", "optimize_input.py",
-                 "reinforce_vs_reparam.py", "ddpg_vs_reinforce.py", "custom_function.py"):
+                 "reinforce_vs_reparam.py", "ddpg_vs_reinforce.py", "custom_function.py",
+                 "per_sample_gradients.py"):
         assert name in names
 
 

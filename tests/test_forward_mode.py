@@ -33,7 +33,7 @@ def _differentiable() -> set[str]:
 
 # ---- cases for the primitives outside ops.py (test_ops_gradcheck's table covers ops.py) -------
 def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
-    from rlgrad import estimators, special
+    from rlgrad import batching, estimators, special
     from rlgrad.autograd_function import _delayed_error
     from rlgrad.distributions import categorical
     from rlgrad.inplace import index_put
@@ -86,6 +86,10 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "ppo_clipped_surrogate": [Case(lambda lp: clipped_surrogate_loss(lp, old, adv, 0.2), (lp_ok,))],
         "categorical_pick": [Case(lambda x: categorical.pick(x, acts), (r(4, 3),))],
         "categorical_unpick": [Case(lambda g: categorical.unpick(g, acts, 3), (r(4),))],
+        # vmap's physical ops (rlgrad/batching.py): stacks of matrices, a stride-0 copy
+        "bmatmul": [Case(batching.bmatmul, (r(3, 2, 4), r(3, 4, 2))),
+                    Case(batching.bmatmul, (r(3, 2, 1), r(3, 1, 4)))],
+        "expand": [Case(lambda x: batching.expand(x, 3), (r(2, 3),))],
         # once_differentiable's guard: the value itself (its sources refuse a gradient)
         "once_differentiable": [Case(lambda x: _delayed_error(x, r(3), name="f"), (r(3),))],
     }

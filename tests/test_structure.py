@@ -28,7 +28,7 @@ ALLOWED_LONG_FUNCTIONS: set[tuple[str, str]] = set()  # (module, qualified funct
 PRIMITIVE_MODULES = {
     "rlgrad.ops", "rlgrad.nn.functional", "rlgrad.special", "rlgrad.estimators", "rlgrad.rl.ppo",
     "rlgrad.numpy.linalg", "rlgrad.distributions.categorical", "rlgrad.numpy",
-    "rlgrad.autograd_function", "rlgrad.lax", "rlgrad.inplace",
+    "rlgrad.autograd_function", "rlgrad.lax", "rlgrad.inplace", "rlgrad.batching",
 }
 
 

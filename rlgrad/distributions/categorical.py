@@ -30,7 +30,7 @@ from rlgrad.distributions.distribution import (
 from rlgrad.random import default_generator, numpy_generator
 from rlgrad.special import xlogy
 from rlgrad.tensor import Tensor, _const, _Trace
-from rlgrad.tracer import defjvp_is_linear, defvjp, mark_cut, primitive
+from rlgrad.tracer import defbatch, defjvp_is_linear, defvjp, mark_cut, primitive
 
 __all__ = ["Categorical", "Bernoulli"]
 
@@ -107,7 +107,9 @@ def _unpick(g: np.ndarray, idx: np.ndarray, k: int) -> np.ndarray:
 # four ops forward and three backward. Both are linear in their first argument and each other's
 # transpose, so every order of derivative is these two again.
 pick = primitive(_pick, "categorical_pick")
+defbatch(pick, "categorical_pick")
 unpick = primitive(_unpick, "categorical_unpick")
+defbatch(unpick, "categorical_unpick")
 defvjp(pick, lambda g, ans, table, idx: unpick(g, idx, table.shape[-1]), None)
 defvjp(unpick, lambda g, ans, gv, idx, k: pick(g, idx), None, None)
 defjvp_is_linear(pick)

@@ -25,7 +25,7 @@ from rlgrad import ops
 from rlgrad.distributions import constraints
 from rlgrad.random import numpy_generator
 from rlgrad.tensor import Tensor, _const, _Trace, get_default_dtype
-from rlgrad.tracer import mark_cut
+from rlgrad.tracer import VMAP_LEVELS, mark_cut
 
 __all__ = ["Distribution"]
 
@@ -181,9 +181,10 @@ class Distribution:
 
 # ---- helpers shared by the distributions -------------------------------------------------------
 def tracing() -> bool:
-    """True while ``rlgrad.jit`` traces: value checks are skipped and index/mask computations
-    stay engine operations (a value read then would be frozen into the compiled step)."""
-    return _Trace.compiling
+    """True while ``rlgrad.jit`` traces (or a vmap runs): value checks are skipped and index/mask
+    computations stay engine operations (a value read then would be frozen into the compiled
+    step, or would see one vmapped slice)."""
+    return _Trace.compiling or bool(VMAP_LEVELS)
 
 
 def _validating(validate_args: bool | None) -> bool:

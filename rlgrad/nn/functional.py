@@ -22,7 +22,7 @@ from rlgrad import special as _special
 from rlgrad.indexing import one_hot as _one_hot
 from rlgrad.random import numpy_generator as _numpy_generator
 from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
-from rlgrad.tracer import FUSED_PAIRS, defjvp, defjvp_elementwise, defvjp, primitive
+from rlgrad.tracer import FUSED_PAIRS, defbatch, defjvp, defjvp_elementwise, defvjp, nobatch, primitive
 
 __all__ = [
     "linear", "conv2d", "dropout", "relu", "tanh", "sigmoid", "softplus", "elu", "leaky_relu", "silu",
@@ -157,15 +157,19 @@ def _dense_grad_weight(g: Any, x: Any, out: Any = None) -> Any:
 
 _linear_grad_input_p = primitive(_linear_grad_input, "linear_grad_input", arity=2,
                                  writes_out=True)
+defbatch(_linear_grad_input_p, "linear_grad_input")
 _linear_grad_weight_p = primitive(_linear_grad_weight, "linear_grad_weight", arity=2,
                                   writes_out=True)
+defbatch(_linear_grad_weight_p, "linear_grad_weight")
 # The same products without looking for dead units, for gradients that come out of tanh's
 # backward (``ops.tanh_grad``): tanh has no dead units, its gradient is zero only where it
 # saturates to exactly +-1, so the check (~1 us, several per step of a tanh MLP) cannot pay.
 _dense_grad_input_p = primitive(_dense_grad_input, "linear_grad_input_dense", arity=2,
                                 writes_out=True)
+defbatch(_dense_grad_input_p, "linear_grad_input")
 _dense_grad_weight_p = primitive(_dense_grad_weight, "linear_grad_weight_dense", arity=2,
                                  writes_out=True)
+defbatch(_dense_grad_weight_p, "linear_grad_weight")
 # g @ W: d/dg is c @ W.T = linear(c, W), d/dW is g.T @ c; g.T @ x: d/dg is x @ c.T, d/dx is g @ c.
 for _gi, _gw in ((_linear_grad_input_p, _linear_grad_weight_p),
                  (_dense_grad_input_p, _dense_grad_weight_p)):
@@ -203,6 +207,7 @@ def _linear_vjp_b(g: Any, ans: Any, x: Any, weight: Any, bias: Any = None) -> An
 
 
 _linear_p = primitive(_linear, "linear", writes_out=True)
+defbatch(_linear_p, "linear")
 defvjp(_linear_p, lambda g, ans, x, weight, bias=None: _grad_input(g, weight),
        lambda g, ans, x, weight, bias=None: _grad_weight(g, x), _linear_vjp_b)
 defjvp(_linear_p, lambda t, ans, x, weight, bias=None: _linear_p(t, weight),
@@ -555,8 +560,11 @@ def _folded_weight_grad(xp: np.ndarray, g: np.ndarray, w_shape: tuple[int, ...],
 
 
 _conv2d_p = primitive(_conv2d_fwd, "conv2d")
+defbatch(_conv2d_p, "merge_first")
 conv2d_input_grad = primitive(_conv2d_input_grad_fwd, "conv2d_input_grad")
 conv2d_weight_grad = primitive(_conv2d_weight_grad_fwd, "conv2d_weight_grad")
+for _g in (conv2d_input_grad, conv2d_weight_grad):  # vmap differentiates the physical conv2d instead
+    nobatch(_g, "conv2d's gradients are taken on the batched graph; call rlgrad.func.grad inside vmap")
 
 defvjp(
     _conv2d_p,
@@ -617,6 +625,7 @@ def _images(x: np.ndarray, dtype: np.dtype, scale: float | None) -> np.ndarray:
 # (rlgrad.jit) stays an input of the compiled step instead of being read once as a constant.
 # Observations carry no gradient.
 _images_to_float = primitive(_images, "images_to_float", nondiff=True, arity=1)
+defbatch(_images_to_float, "merge_first")
 
 
 def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,  # noqa: A002
@@ -869,6 +878,7 @@ def _lstm_cell_jvp(t: Any, ans: Any, gc: Any) -> Any:
 
 
 lstm_cell_p = primitive(_lstm_cell, "lstm_cell", arity=1)
+defbatch(lstm_cell_p, "leading")
 defvjp(lstm_cell_p, _lstm_cell_vjp)
 defjvp(lstm_cell_p, _lstm_cell_jvp)
 
@@ -913,6 +923,7 @@ def _gru_cell_jvp(t: Any, ans: Any, a: Any) -> Any:
 
 
 gru_cell_p = primitive(_gru_cell, "gru_cell", arity=1)
+defbatch(gru_cell_p, "leading")
 defvjp(gru_cell_p, _gru_cell_vjp)
 defjvp(gru_cell_p, _gru_cell_jvp)
 
@@ -980,6 +991,7 @@ def _mse_vjp(g: Any, ans: Any, input: Any, target: Any, reduction: str = "mean")
 
 
 _mse_p = primitive(_mse_fwd, "mse_loss")
+defbatch(_mse_p, "mse_loss")
 defvjp(_mse_p, _mse_vjp, lambda g, ans, x, t, reduction="mean": -_mse_vjp(g, ans, x, t, reduction))
 # the elementwise derivative times the tangent, reduced as the loss is
 defjvp(_mse_p,
@@ -1021,6 +1033,7 @@ def _huber_vjp(g: Any, ans: Any, input: Any, target: Any, delta: float = 1.0,  #
 
 
 _huber_p = primitive(_huber_fwd, "huber_loss")
+defbatch(_huber_p, "huber_loss")
 defvjp(_huber_p, _huber_vjp, lambda g, ans, x, t, delta=1.0, reduction="mean", scale=1.0:
        -_huber_vjp(g, ans, x, t, delta, reduction, scale))
 defjvp(_huber_p, lambda t, ans, x, y, delta=1.0, reduction="mean", scale=1.0:

@@ -58,12 +58,15 @@ from numpy import (  # noqa: E402,F401
 
 from rlgrad import exports as _exports
 from rlgrad import ops as _ops
+from rlgrad import tracer as _tracer
 from rlgrad.numpy import linalg  # noqa: E402,F401
 from rlgrad.ops import array_from as _array_from
 from rlgrad.ops import holds_tensor as _holds_tensor
 from rlgrad.tensor import Tensor as _Tensor
 from rlgrad.tensor import _Trace
 from rlgrad.tensor import constant as _constant
+from rlgrad.tracer import defbatch as _defbatch
+from rlgrad.tracer import nobatch as _nobatch
 from rlgrad.tracer import primitive as _primitive
 
 # The primitives under NumPy's names: each declared once, beside its rules (``export`` in ops.py,
@@ -443,10 +446,21 @@ _exports.export(exp2, torch="exp2()", top=True, promote="float")
 # Boolean- and index-valued functions: no gradient exists, so on Tensors they run on the values.
 # While rlgrad.jit traces, a fixed-shape one is recorded (the step recomputes it from the live
 # values, and bool() of it raises jit's error); one whose shape depends on the values is refused.
-def _on_values(np_fn: Any, fixed_shape: bool = True) -> Any:
+def _on_values(np_fn: Any, fixed_shape: bool = True, batch: str | None = "elementwise") -> Any:
     recorded = _primitive(np_fn, np_fn.__name__, nondiff=True) if fixed_shape else None
+    if recorded is not None and batch is not None:
+        _defbatch(recorded, batch)  # vmap: the values of a batched tensor go through its rule
+    elif recorded is not None:
+        _nobatch(recorded, f"{np_fn.__name__} is not batched; call it outside vmap")
 
     def fn(*args: Any, **kwargs: Any) -> Any:
+        if _tracer.VMAP_LEVELS and _batched_arg(*args, *kwargs.values()):
+            if recorded is None:
+                from rlgrad.batching import VmapError
+
+                raise VmapError(f"vmap: {np_fn.__name__} of a batched tensor gives a shape that "
+                                "depends on the values; use rlgrad.where with a mask instead")
+            return recorded(*args, **kwargs)
         if _Trace.compiling and _is_traced(*args, *kwargs.values()):
             if recorded is None or _is_traced(*kwargs.values()):
                 raise RuntimeError(
@@ -462,13 +476,19 @@ def _on_values(np_fn: Any, fixed_shape: bool = True) -> Any:
     return fn
 
 
-all = _on_values(_np.all)  # noqa: A001
-any = _on_values(_np.any)  # noqa: A001
-count_nonzero = _on_values(_np.count_nonzero)
+def _batched_arg(*args: Any) -> bool:
+    from rlgrad.batching import BatchedTensor
+
+    return _builtins.any(type(a) is BatchedTensor for a in args)
+
+
+all = _on_values(_np.all, batch="reduce")  # noqa: A001
+any = _on_values(_np.any, batch="reduce")  # noqa: A001
+count_nonzero = _on_values(_np.count_nonzero, batch="reduce")
 nonzero = _on_values(_np.nonzero, fixed_shape=False)
 flatnonzero = _on_values(_np.flatnonzero, fixed_shape=False)
 argwhere = _on_values(_np.argwhere, fixed_shape=False)
-searchsorted = _on_values(_np.searchsorted)
+searchsorted = _on_values(_np.searchsorted, batch=None)
 signbit = _on_values(_np.signbit)
 isposinf = _on_values(_np.isposinf)
 isneginf = _on_values(_np.isneginf)

@@ -49,7 +49,7 @@ from rlgrad.ops import array_from as _array_from
 from rlgrad.ops import holds_tensor as _holds_tensor
 from rlgrad.tensor import Tensor as _Tensor
 from rlgrad.tensor import _shape, _Trace, constant
-from rlgrad.tracer import defjvp, defvjp, pass_through, primitive
+from rlgrad.tracer import defbatch, defjvp, defvjp, pass_through, primitive
 
 LinAlgError = _np.linalg.LinAlgError
 
@@ -97,6 +97,7 @@ def _refuse_fwd(x: Any, bad: Any, message: str = "") -> Any:
 # ``x`` unchanged, or a ValueError where ``bad`` holds. A primitive on the value's path, so a
 # compiled step (``rlgrad.jit``) runs the check at every call instead of dropping it.
 _refuse = primitive(_refuse_fwd, "refuse_where")
+defbatch(_refuse, "elementwise")
 defvjp(_refuse, pass_through, None)
 defjvp(_refuse, pass_through, None)
 
@@ -147,6 +148,7 @@ def _eigh_jvp(t: Any, ans: Any, a: Any, UPLO: str = "L") -> Any:  # noqa: N803
 
 
 _eigh_p = primitive(_eigh_packed, "eigh", arity=1)
+defbatch(_eigh_p, "leading")
 defvjp(_eigh_p, _eigh_vjp)
 defjvp(_eigh_p, _eigh_jvp)
 
@@ -205,6 +207,7 @@ def _eig_jvp(t: Any, ans: Any, a: Any) -> Any:
 
 
 _eig_p = primitive(_eig_packed, "eig", arity=1)
+defbatch(_eig_p, "leading")
 defvjp(_eig_p, _eig_vjp)
 defjvp(_eig_p, _eig_jvp)
 
@@ -332,6 +335,7 @@ def _svd_reduced_jvp(t: Any, u: Any, s: Any, vh: Any) -> tuple[Any, Any, Any]:
 
 
 _svd_p = primitive(_svd_packed, "svd", arity=1)
+defbatch(_svd_p, "leading")
 defvjp(_svd_p, _svd_vjp)
 defjvp(_svd_p, _svd_jvp)
 
@@ -346,6 +350,7 @@ def _svdvals_vjp(g: Any, ans: Any, a: Any) -> Any:
 
 
 _svdvals_p = primitive(_singular_values, "svdvals", arity=1)
+defbatch(_svdvals_p, "leading")
 defvjp(_svdvals_p, _svdvals_vjp)
 defjvp(_svdvals_p, lambda t, ans, a: _svdvals_jvp(t, a))
 
@@ -396,6 +401,7 @@ def _pinv_jvp(t: Any, ans: Any, a: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 _pinv_p = primitive(_np.linalg.pinv, "pinv", arity=1)
+defbatch(_pinv_p, "leading")
 defvjp(_pinv_p, _pinv_vjp)
 defjvp(_pinv_p, _pinv_jvp)
 
@@ -422,6 +428,7 @@ def _sign_of_det(a: Any) -> Any:
 
 
 _slogdet_sign = primitive(_sign_of_det, "slogdet_sign", nondiff=True, arity=1)
+defbatch(_slogdet_sign, "leading")
 
 
 def slogdet(a: Any) -> Any:
@@ -602,6 +609,7 @@ def _qr_jvp(t: Any, ans: Any, a: Any) -> Any:
 
 
 _qr_p = primitive(_qr_packed, "qr", arity=1)
+defbatch(_qr_p, "leading")  # NumPy's qr takes stacks
 defvjp(_qr_p, _qr_vjp)
 defjvp(_qr_p, _qr_jvp)
 
@@ -667,6 +675,7 @@ def _solve_triangular_jvp_a(t: Any, ans: Any, a: Any, b: Any, upper: bool, unit:
 
 
 _solve_triangular_p = primitive(_solve_triangular_fwd, "solve_triangular")
+defbatch(_solve_triangular_p, "leading")  # stacks of matrices, as NumPy's solve
 defvjp(_solve_triangular_p, _solve_triangular_vjp_a,
        lambda g, ans, a, b, upper, unit: _solve_triangular_p(_T(a), g, not upper, unit))
 defjvp(_solve_triangular_p, _solve_triangular_jvp_a,
@@ -713,6 +722,7 @@ def _expm_frechet(a: Any, e: Any) -> Any:
 
 
 _expm_p = primitive(_expm_fwd, "expm", arity=1)
+defbatch(_expm_p, "leading")  # (one scaling for the stack: more squarings, same accuracy)
 defvjp(_expm_p, lambda g, ans, a: _expm_frechet(_T(a), g))  # L(A)^* = L(A^T)
 defjvp(_expm_p, lambda t, ans, a: _expm_frechet(a, t))
 

@@ -20,7 +20,7 @@ from rlgrad.rl.buffers import RolloutBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, with_value_and_entropy
 from rlgrad.rl.schedules import get_schedule_fn
-from rlgrad.tracer import defjvp, defvjp, primitive
+from rlgrad.tracer import defbatch, defjvp, defvjp, primitive
 
 
 def _surrogate(log_prob: Any, old_log_prob: Any, adv: Any, clip: Any, w: Any) -> Any:
@@ -42,6 +42,7 @@ def _surrogate_vjp(g: Any, ans: Any, log_prob: Any, old_log_prob: Any, adv: Any,
 # The clipped surrogate as one fused node (it sits in every PPO gradient step); ``w`` weighs the
 # rows (1/n each: the mean; 0 for the NEXT_STEP reset rows of a fixed-shape batch).
 _surrogate_p = primitive(_surrogate, "ppo_clipped_surrogate")
+defbatch(_surrogate_p, "ppo_clipped_surrogate")
 defvjp(_surrogate_p, _surrogate_vjp, None, None, None, None)
 defjvp(_surrogate_p, lambda t, ans, *args: ops.sum(_surrogate_vjp(t, ans, *args)), None, None, None, None)
 
