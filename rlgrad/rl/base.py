@@ -506,7 +506,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     def _adopt_env_normalizer(self) -> None:
         """A VecNormalize env's statistics are the ones training updates (shared, as in SB3)."""
         if self._env_normalizes():
-            self.normalizer = self._user_env.normalizer
+            self.normalizer = self._env_normalizer()
 
     def _callback_step(self, callback: BaseCallback, want_locals: bool, raw: Any, rew: Any,
                        done: Any, actions: Any) -> bool:
@@ -528,7 +528,13 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
 
     def _env_normalizes(self) -> bool:
         """Whether the env the user passed normalises observations itself (SB3's VecNormalize)."""
-        return getattr(self._user_env, "normalizer", None) is not None
+        return self._env_normalizer() is not None
+
+    def _env_normalizer(self) -> Normalizer | None:
+        """The statistics of a VecNormalize env whose inner env the algorithm steps (it then
+        normalises as the VecNormalize would, with the same statistics)."""
+        get = getattr(self._user_env, "algorithm_normalizer", None)
+        return None if get is None else get()
 
     # ---- SB3's environment and seeding methods ---------------------------------------------------
     def get_env(self) -> Any:

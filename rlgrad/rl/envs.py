@@ -101,8 +101,8 @@ def make_vec_env(
             venv = OneEnvSyncVectorEnv.of(venv)
     elif isinstance(env, VectorEnv):
         venv = env
-    elif hasattr(env, "venv") and isinstance(env.venv, VectorEnv):  # SB3's interface (rl.vec_env)
-        venv = env.venv
+    elif hasattr(env, "as_vector_env"):  # SB3's VecEnv (rl.vec_env): what it has the algorithm step
+        venv = env.as_vector_env()
     elif isinstance(env, gym.Env):
         if n_envs != 1:
             raise ValueError(
