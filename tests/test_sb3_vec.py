@@ -274,3 +274,65 @@ def test_algorithm_trains_through_every_wrapper() -> None:
     model.learn(64)
     assert model.num_timesteps == 64
     assert model.predict(stacked.reset())[0].shape == (2,)
+
+
+class _BadEnv(gym.Env):
+    """Configurable mistakes: observations outside the space, a non-bool done, a bad space."""
+
+    def __init__(self, obs_space: spaces.Space, obs, done=False,
+                 act_space: spaces.Space | None = None) -> None:
+        self.observation_space, self.action_space = obs_space, act_space or spaces.Discrete(2)
+        self._obs, self._done = obs, done
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs, {}
+
+    def step(self, action):
+        return self._obs, 0.0, self._done, False, {}
+
+
+BOX = spaces.Box(-1.0, 1.0, (3,), np.float32)
+
+
+@pytest.mark.parametrize("env_args", [
+    (BOX, np.array([0.0, 2.0, 0.0], np.float32)),  # out of bounds
+    (BOX, np.zeros(3, np.float64)),  # cannot cast
+    (BOX, np.zeros((1, 3), np.float32)),  # shape
+    (spaces.Dict({"x": BOX}), {"y": np.zeros(3, np.float32)}),  # keys
+    (BOX, np.zeros(3, np.float32), 1),  # terminated not a bool
+])
+def test_check_env_fails_where_sb3s_does(env_args) -> None:
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    from rlgrad.rl.common.env_checker import EnvCheckError, check_env
+
+    with pytest.raises(AssertionError) as theirs:
+        sb3_check_env(_BadEnv(*env_args))
+    with pytest.raises(EnvCheckError) as mine:
+        check_env(_BadEnv(*env_args))
+    assert isinstance(mine.value, AssertionError) and isinstance(mine.value, ValueError)
+    assert "\n" not in str(mine.value)
+    first = str(theirs.value).split(":")[0].split(".")[0]
+    assert first[:40] in str(mine.value)
+
+
+@pytest.mark.parametrize("env_args", [
+    (spaces.Box(0, 255, (8, 8, 3), np.float32), np.zeros((8, 8, 3), np.float32)),  # small image
+    (spaces.Discrete(3, start=1), 1),  # non-zero start
+    (BOX, np.zeros(3, np.float32), False, spaces.Box(-2, 2, (2,), np.float64)),  # action space
+])
+def test_check_env_warns_as_sb3s(env_args) -> None:
+    import warnings
+
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    from rlgrad.rl.common.env_checker import check_env
+
+    counts = []
+    for fn in (sb3_check_env, check_env):
+        with warnings.catch_warnings(record=True) as rec:
+            warnings.simplefilter("always")
+            fn(_BadEnv(*env_args))
+        counts.append(len([w for w in rec if issubclass(w.category, UserWarning)]))
+    assert counts[0] == counts[1] > 0

@@ -26,6 +26,7 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 from rlgrad.random import generator_state_dict, load_generator_state
 from rlgrad.rl.finite import NonFiniteError, check_transition, nonfinite_actions
 from rlgrad.rl.one_env import OneEnvSyncVectorEnv
+from rlgrad.rl.vec_env import reset_compatible
 
 EnvLike = str | gym.Env | VectorEnv
 
@@ -111,6 +112,7 @@ def make_vec_env(
             )
         for w in wrappers or ():
             env = w(env)
+        env = reset_compatible(env)  # a reset without options (SB3 accepts such envs)
         venv = OneEnvSyncVectorEnv([lambda: env])
     elif callable(env):
         fns = [env] * n_envs

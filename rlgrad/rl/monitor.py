@@ -139,7 +139,7 @@ def load_results(path: str) -> Any:
     try:
         import pandas
     except ImportError:
-        raise ImportError("load_results needs pandas: pip install pandas") from None
+        raise ImportError("pandas is required for loading results: pip install pandas") from None
     files = get_monitor_files(path)
     if not files:
         raise LoadMonitorResultsError(f"No monitor files of the form *{EXT} found in {path}")

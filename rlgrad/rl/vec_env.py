@@ -371,6 +371,26 @@ def _step_one(env: gym.Env, action: Any) -> tuple[Any, float, bool, dict[str, An
     return obs, float(reward), done, info, reset_info
 
 
+class _ResetWithoutOptions(gym.Wrapper):
+    """An env whose ``reset`` takes no ``options`` (older code; SB3 passes options only when
+    set, Gymnasium's vector envs always): options are passed only when given."""
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[Any, dict]:
+        return self.env.reset(seed=seed) if options is None else self.env.reset(seed=seed,
+                                                                                 options=options)
+
+
+def reset_compatible(env: gym.Env) -> gym.Env:
+    """``env`` itself when its ``reset`` takes ``options``, else wrapped so that Gymnasium's
+    vector envs can call it (checked once: no cost per step for the usual env)."""
+    try:
+        params = inspect.signature(env.reset).parameters
+    except (TypeError, ValueError):
+        return env
+    takes = "options" in params or any(p.kind == p.VAR_KEYWORD for p in params.values())
+    return env if takes else _ResetWithoutOptions(env)
+
+
 class DummyVecEnv(VecEnv):
     """The copies stepped one after the other in this process."""
 
@@ -444,7 +464,7 @@ class DummyVecEnv(VecEnv):
     def as_vector_env(self) -> VectorEnv:
         """The same copies in Gymnasium's SyncVectorEnv (SAME_STEP): the algorithms' fast path."""
         if self._vector_env is None:
-            self._vector_env = SyncVectorEnv([lambda e=e: e for e in self.envs],
+            self._vector_env = SyncVectorEnv([lambda e=e: reset_compatible(e) for e in self.envs],
                                              autoreset_mode=AutoresetMode.SAME_STEP)
         return self._vector_env
 
@@ -865,13 +885,14 @@ class VecNormalize(VecEnvWrapper):
             for key in self.norm_obs_keys:
                 if not isinstance(space.spaces[key], spaces.Box):
                     raise VecEnvError(f"VecNormalize only supports `gym.spaces.Box` observation "
-                                      f"spaces but {key} is of type {space.spaces[key]}: pass "
-                                      "the keys to normalise as norm_obs_keys")
+                                      f"spaces but {key} is of type {space.spaces[key]}: "
+                                      "explicitly pass the observation keys to normalise as "
+                                      "norm_obs_keys")
             self._key_rms = {k: RunningMeanStd(space.spaces[k].shape) for k in self.norm_obs_keys}
         elif isinstance(space, spaces.Box):
             if self.norm_obs_keys is not None:
-                raise VecEnvError("VecNormalize: norm_obs_keys is for Dict observation spaces; "
-                                  "leave it out for a Box")
+                raise VecEnvError("VecNormalize: `norm_obs_keys` is applicable only with "
+                                  "`gym.spaces.Dict` observation spaces; leave it out for a Box")
         else:
             raise VecEnvError(f"VecNormalize only supports `gym.spaces.Box` and `gym.spaces.Dict` "
                               f"observation spaces, not {space}")
@@ -1201,10 +1222,16 @@ def is_vecenv_wrapped(env: Any, vec_wrapper_class: type[VecEnvWrapper]) -> bool:
 
 def sync_envs_normalization(env: Any, eval_env: Any) -> None:
     """Copy the normalisation statistics of ``env``'s VecNormalize wrappers to the ones at the
-    same depth in ``eval_env`` (as EvalCallback does before evaluating)."""
+    same depth in ``eval_env`` (as EvalCallback does before evaluating); the two must be wrapped
+    the same way."""
     src, dst = env, eval_env
-    while isinstance(src, VecEnvWrapper) and isinstance(dst, VecEnvWrapper):
-        if isinstance(src, VecNormalize) and isinstance(dst, VecNormalize) and src is not dst:
+    while isinstance(src, VecEnvWrapper):
+        if not isinstance(dst, VecEnvWrapper if not isinstance(src, VecNormalize) else VecNormalize):
+            want = "a VecNormalize" if isinstance(src, VecNormalize) else "a VecEnvWrapper"
+            raise VecEnvError(f"Error while synchronizing normalization stats: expected the eval "
+                              f"env to be {want} but got {type(dst).__name__} instead: wrap the "
+                              f"eval env as the training env ({type(src).__name__})")
+        if isinstance(src, VecNormalize) and src is not dst:
             dst.obs_rms = deepcopy(src.obs_rms)
             dst.ret_rms = deepcopy(src.ret_rms)
         src, dst = src.venv, dst.venv
