@@ -5,6 +5,7 @@ shapes, dtypes and exception types."""
 from __future__ import annotations
 
 import functools
+import os
 
 import gymnasium as gym
 import numpy as np
@@ -336,3 +337,49 @@ def test_check_env_warns_as_sb3s(env_args) -> None:
             fn(_BadEnv(*env_args))
         counts.append(len([w for w in rec if issubclass(w.category, UserWarning)]))
     assert counts[0] == counts[1] > 0
+
+
+def test_atari_wrapper_steps_as_sb3s() -> None:
+    """SB3's AtariWrapper and rlgrad's, on the same seeded game, give the same frames, rewards
+    and episode ends (no-op starts, skip and max-pool, life loss, FIRE, 84x84 gray, clipping)."""
+    ale_py = pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    from stable_baselines3.common.atari_wrappers import AtariWrapper as SB3AtariWrapper
+
+    from rlgrad.rl.common.atari_wrappers import AtariWrapper
+
+    gym.register_envs(ale_py)
+
+    def run(wrapper):
+        env = wrapper(gym.make("ALE/Breakout-v5", frameskip=1, repeat_action_probability=0.0))
+        obs, _ = env.reset(seed=3)
+        out = [obs]
+        for t in range(120):
+            obs, r, term, trunc, _ = env.step(t % 4)
+            out.append((obs, r, term, trunc))
+            if term or trunc:
+                out.append(env.reset()[0])
+        env.close()
+        return out
+
+    mine, theirs = run(AtariWrapper), run(SB3AtariWrapper)
+    assert mine[0].shape == (84, 84, 1) and mine[0].dtype == np.uint8
+    _same(mine, theirs)
+
+
+def test_make_vec_env_seeds_and_wraps_as_sb3s(tmp_path) -> None:
+    from stable_baselines3.common.env_util import unwrap_wrapper as sb3_unwrap
+
+    from rlgrad.rl.common.env_util import is_wrapped, unwrap_wrapper
+
+    mine = make_vec_env("Pendulum-v1", n_envs=2, seed=4, monitor_dir=str(tmp_path))
+    theirs = sb3_env_util.make_vec_env("Pendulum-v1", n_envs=2, seed=4)
+    assert mine.render_mode == theirs.render_mode == "rgb_array"
+    _same(mine.reset(), theirs.reset())
+    acts = np.array([[0.5], [-1.0]], np.float32)
+    _same(mine.step(acts)[:3], theirs.step(acts)[:3])
+    assert sorted(os.listdir(tmp_path)) == ["0.monitor.csv", "1.monitor.csv"]
+    env = mine.envs[0]
+    assert is_wrapped(env, Monitor) and unwrap_wrapper(env, Monitor) is env
+    assert unwrap_wrapper(env, gym.wrappers.RecordVideo) is None
+    assert sb3_unwrap(theirs.envs[0], gym.wrappers.RecordVideo) is None
