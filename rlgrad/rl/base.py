@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextvars
 import math
-import os
 import sys
 import time
 import warnings
@@ -43,7 +42,7 @@ from rlgrad.rl.envs import (
 )
 from rlgrad.rl.finite import NonFiniteError
 from rlgrad.rl.hyperparams import capture, constructor_hyperparams, hyperparameters
-from rlgrad.rl.logger import HumanOutputFormat, Logger, TensorBoardOutputFormat, next_run_dir
+from rlgrad.rl.logger import Logger, set_learn_formats
 from rlgrad.rl.normalize import Normalizer
 from rlgrad.rl.policies import predict_with
 from rlgrad.rl.progress import ProgressBar
@@ -442,27 +441,12 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self._custom_logger = True
 
     def _learn_writers(self, tb_log_name: str, reset_num_timesteps: bool) -> list[Any]:
-        """SB3's logger set-up at each ``learn`` (unless ``set_logger`` gave one): the stdout
-        table (``verbose >= 1``) and TensorBoard (``tensorboard_log``) first among the output
-        formats, replacing the previous ``learn``'s; ``logger.dir`` the TensorBoard run folder
-        (else ``$SB3_LOGDIR``)."""
+        """SB3's logger set-up at each ``learn`` (``rlgrad.rl.logger.set_learn_formats``),
+        unless ``set_logger`` gave a logger."""
         if getattr(self, "_custom_logger", False):
             return []
-        for w in getattr(self, "_auto_writers", []):
-            if w in self.logger.output_formats:
-                self.logger.output_formats.remove(w)
-            w.close()
-        writers: list[Any] = []
-        if self.verbose >= 1:
-            writers.append(HumanOutputFormat())
-        self.logger.dir = os.getenv("SB3_LOGDIR")
-        if self.tensorboard_log is not None:
-            self.logger.dir = next_run_dir(self.tensorboard_log, tb_log_name,
-                                           new=reset_num_timesteps)
-            writers.append(TensorBoardOutputFormat(self.logger.dir))
-        self.logger.output_formats[0:0] = writers
-        self._auto_writers = writers
-        return writers
+        return set_learn_formats(self.logger, self.verbose, self.tensorboard_log, tb_log_name,
+                                 reset_num_timesteps)
 
     def _record_rollout_stats(self) -> None:
         st = self._ep_stats

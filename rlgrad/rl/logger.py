@@ -133,6 +133,7 @@ class Logger:
         self.name_to_excluded: dict[str, tuple[str, ...]] = {}
         self.level = INFO
         self.history: list[dict[str, Any]] = []
+        self._learn_formats: list[Any] = []  # set by set_learn_formats at each learn
 
     @property
     def writers(self) -> list[Any]:
@@ -282,10 +283,18 @@ class CSVOutputFormat(KVWriter):
 
 
 class CSVWriter(CSVOutputFormat):
-    """The CLI's metrics table: an existing file is continued (a resumed run)."""
+    """The CLI's metrics table: an existing file is continued (a resumed run), and every row
+    has its step as ``time/total_timesteps`` (the curves' x axis)."""
 
     def __init__(self, path: str) -> None:
         super().__init__(path, resume=True)
+
+    def write(self, key_values: dict[str, Any], key_excluded: Mapping[str, Any] | int | None = None,
+              step: int = 0) -> None:
+        if not isinstance(key_excluded, Mapping):  # rlgrad's write(row, step)
+            step, key_excluded = int(key_excluded or step), None
+        super().write({**key_values, "time/total_timesteps": key_values.get(
+            "time/total_timesteps", int(step))}, key_excluded, step)
 
 
 class JSONOutputFormat(KVWriter):
@@ -484,6 +493,27 @@ class HumanOutputFormat(KVWriter, SeqWriter):
 
 
 HumanWriter = HumanOutputFormat  # rlgrad's name
+
+
+def set_learn_formats(logger: Logger, verbose: int, tensorboard_log: str | None,
+                      tb_log_name: str, reset_num_timesteps: bool) -> list[KVWriter]:
+    """What SB3's ``configure_logger`` sets at each ``learn``: the stdout table (``verbose >=
+    1``) and TensorBoard (``tensorboard_log``, in ``<tensorboard_log>/<tb_log_name>_<n>``) first
+    among ``logger``'s formats, replacing the previous ``learn``'s (others, the CLI's, stay);
+    ``logger.dir`` the TensorBoard run folder, else ``$SB3_LOGDIR``."""
+    previous = getattr(logger, "_learn_formats", [])
+    for w in previous:
+        if w in logger.output_formats:
+            logger.output_formats.remove(w)
+        w.close()
+    formats: list[KVWriter] = [HumanOutputFormat()] if verbose >= 1 else []
+    logger.dir = os.getenv("SB3_LOGDIR")
+    if tensorboard_log is not None:
+        logger.dir = next_run_dir(tensorboard_log, tb_log_name, new=reset_num_timesteps)
+        formats.append(TensorBoardOutputFormat(logger.dir))
+    logger.output_formats[0:0] = formats
+    logger._learn_formats = formats
+    return formats
 
 
 def make_output_format(_format: str, log_dir: str, log_suffix: str = "") -> KVWriter:
