@@ -383,3 +383,48 @@ def test_make_vec_env_seeds_and_wraps_as_sb3s(tmp_path) -> None:
     assert is_wrapped(env, Monitor) and unwrap_wrapper(env, Monitor) is env
     assert unwrap_wrapper(env, gym.wrappers.RecordVideo) is None
     assert sb3_unwrap(theirs.envs[0], gym.wrappers.RecordVideo) is None
+
+
+def test_video_recorder_writes_sb3s_file_names(tmp_path) -> None:
+    pytest.importorskip("imageio_ffmpeg")
+    venv = ours.VecNormalize(make_vec_env("CartPole-v1", n_envs=1, seed=0))
+    rec = ours.VecVideoRecorder(venv, str(tmp_path), record_video_trigger=lambda s: s % 20 == 0,
+                                video_length=5, name_prefix="cp")
+    rec.reset()
+    for _ in range(30):
+        rec.step(np.array([0]))
+    rec.close()
+    names = sorted(os.listdir(tmp_path))
+    assert names == ["cp-step-0-to-step-5.mp4", "cp-step-20-to-step-25.mp4"]
+    assert all(os.path.getsize(tmp_path / n) > 0 for n in names)
+    with pytest.raises(AssertionError, match="rgb_array"):
+        ours.VecVideoRecorder(make_vec_env("CartPole-v1", env_kwargs={"render_mode": None}),
+                              str(tmp_path), lambda s: True)
+
+
+def test_subproc_worker_errors_reach_the_parent() -> None:
+    class Broken(CountEnv):
+        def step(self, action):
+            raise RuntimeError("boom in the worker")
+
+    sub = ours.SubprocVecEnv([Broken, Broken], start_method="fork")
+    try:
+        sub.reset()
+        with pytest.raises(RuntimeError, match="boom in the worker"):
+            sub.step(np.array([0, 1]))
+        assert sub.get_attr("length") == [3, 3]  # the workers are still alive
+    finally:
+        sub.close()
+
+
+def test_bad_vec_env_input_is_one_line() -> None:
+    for bad, match in (([], "non-empty list"), (CountEnv(), "non-empty list"),
+                       ([CountEnv()], "functions that make an env")):
+        with pytest.raises(ValueError, match=match) as e:
+            ours.DummyVecEnv(bad)
+        assert "\n" not in str(e.value)
+    v = ours.DummyVecEnv(_fns())
+    v.reset()
+    with pytest.raises(ValueError, match="2 actions for 3 environments"):
+        v.step(np.array([0, 1]))
+    v.step(np.array([0, 1, 0, 1]))  # extra actions ignored, as SB3's DummyVecEnv does

@@ -371,6 +371,24 @@ def _step_one(env: gym.Env, action: Any) -> tuple[Any, float, bool, dict[str, An
     return obs, float(reward), done, info, reset_info
 
 
+def _check_env_fns(name: str, env_fns: Any) -> None:
+    if isinstance(env_fns, gym.Env) or not isinstance(env_fns, Sequence) or not env_fns:
+        raise VecEnvError(f"{name} takes a non-empty list of functions that each make an env "
+                          f"(e.g. [lambda: gym.make('CartPole-v1')] * 4), got {env_fns!r}")
+    bad = [f for f in env_fns if not callable(f) or isinstance(f, gym.Env)]
+    if bad:
+        raise VecEnvError(f"{name} takes functions that make an env, not {bad[0]!r}: wrap it as "
+                          "lambda: <your env constructor>")
+
+
+def _actions_for(name: str, actions: Any, n: int) -> Any:
+    """The actions of ``n`` copies (more are ignored, as SB3 does; fewer raise one line)."""
+    if len(actions) < n:
+        raise VecEnvError(f"{name}.step: {len(actions)} actions for {n} environments; pass one "
+                          "action per environment")
+    return actions
+
+
 class _ResetWithoutOptions(gym.Wrapper):
     """An env whose ``reset`` takes no ``options`` (older code; SB3 passes options only when
     set, Gymnasium's vector envs always): options are passed only when given."""
@@ -395,6 +413,7 @@ class DummyVecEnv(VecEnv):
     """The copies stepped one after the other in this process."""
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]]) -> None:
+        _check_env_fns("DummyVecEnv", env_fns)
         self.envs = [fn() for fn in env_fns]
         if len({id(e.unwrapped) for e in self.envs}) != len(self.envs):
             raise VecEnvError("DummyVecEnv: the functions returned the same environment instance; "
@@ -408,7 +427,7 @@ class DummyVecEnv(VecEnv):
         self._vector_env: VectorEnv | None = None
 
     def step_async(self, actions: Any) -> None:
-        self.actions = actions
+        self.actions = _actions_for("DummyVecEnv", actions, self.num_envs)
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         obs, rews = [], np.zeros(self.num_envs, dtype=np.float32)
@@ -534,6 +553,7 @@ class SubprocVecEnv(VecEnv):
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env]], start_method: str | None = None
                  ) -> None:
+        _check_env_fns("SubprocVecEnv", env_fns)
         self.waiting, self.closed = False, False
         if start_method is None:
             start_method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
@@ -564,13 +584,14 @@ class SubprocVecEnv(VecEnv):
         return [value for _, value in results]
 
     def step_async(self, actions: Any) -> None:
-        for remote, action in zip(self.remotes, actions, strict=True):
+        _actions_for("SubprocVecEnv", actions, self.num_envs)
+        for remote, action in zip(self.remotes, actions, strict=False):
             remote.send(("step", action))
         self.waiting = True
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        self.waiting = False  # (before receiving: an error raised in a worker ends the wait too)
         results = self._receive(self.remotes)
-        self.waiting = False
         for i, r in enumerate(results):
             if r[4] is not None:
                 self.reset_infos[i] = r[4]
