@@ -7,7 +7,7 @@ RUN_STAMP  := $(VENV)/.installed-run
 TEST_STAMP := $(VENV)/.installed-test
 DOCS_STAMP := $(VENV)/.installed-docs
 
-.PHONY: run test bench lint docs clean
+.PHONY: run test bench lint docs clean sb3-tests
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,11 @@ $(DOCS_STAMP): pyproject.toml setup.py | $(PY)
 
 docs: $(DOCS_STAMP)
 	$(PY) -m mkdocs build --strict
+
+# SB3's and sb3-contrib's own tests (their sdists, imports rewritten to rlgrad.rl) against this
+# checkout, a table per file (docs/dropin.md); not part of `make test`: it downloads and takes long
+sb3-tests: $(TEST_STAMP)
+	$(PY) bench/sb3_tests.py --suite both
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check rlgrad tests bench examples

@@ -451,8 +451,8 @@ def test_configure_set_logger_and_check_env(tmp_path: Path, capsys: pytest.Captu
     assert [int(r["time/total_timesteps"]) for r in rows] == [64, 128, 192]
     assert len(list(tmp_path.glob("events.out.tfevents.*"))) == 1
     assert capsys.readouterr().out.count("|    value_loss ") == 3
-    with pytest.raises(ValueError, match="format 'json' is not written by rlgrad"):
-        configure(str(tmp_path), ["json"])
+    with pytest.raises(ValueError, match="Unknown format specified: 'yaml'"):
+        configure(str(tmp_path), ["yaml"])
 
 
 def test_every_n_timesteps_and_progress_bar_callback() -> None:

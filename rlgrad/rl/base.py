@@ -42,7 +42,7 @@ from rlgrad.rl.envs import (
 )
 from rlgrad.rl.finite import NonFiniteError
 from rlgrad.rl.hyperparams import capture, constructor_hyperparams, hyperparameters
-from rlgrad.rl.logger import HumanWriter, Logger, TensorBoardWriter, next_run_dir
+from rlgrad.rl.logger import Logger, set_learn_formats
 from rlgrad.rl.normalize import Normalizer
 from rlgrad.rl.policies import predict_with
 from rlgrad.rl.progress import ProgressBar
@@ -65,7 +65,7 @@ from rlgrad.rl.schedules import (
     schedule_to_data,
 )
 from rlgrad.rl.steps import set_grads
-from rlgrad.rl.vec_env import LazyInfos, VecEnv, vec_env_view
+from rlgrad.rl.vec_env import LazyInfos, VecEnv, unwrap_vec_normalize, vec_env_view
 
 # The helpers that lived here keep their old import path (rlgrad.rl.base.<name>).
 rng_state, set_rng_state = generator_state_dict, load_generator_state
@@ -429,29 +429,24 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         finally:
             if bar is not None:
                 bar.close()
-            for w in writers:
-                self.logger.writers.remove(w)
-                if hasattr(w, "close"):
-                    w.close()
+            del writers  # kept until the next learn, as SB3 keeps its logger's formats
         if cb is not None:
             cb.on_training_end()
         return self
 
     def set_logger(self, logger: Logger) -> None:
-        """Log to ``logger`` from now on (SB3's; e.g. ``rlgrad.rl.common.logger.configure``)."""
+        """Log to ``logger`` from now on (SB3's; e.g. ``rlgrad.rl.common.logger.configure``):
+        ``learn`` then leaves its output formats as they are."""
         self.logger = logger
+        self._custom_logger = True
 
     def _learn_writers(self, tb_log_name: str, reset_num_timesteps: bool) -> list[Any]:
-        """The writers of one ``learn`` call: SB3's stdout table (``verbose >= 1``) and
-        TensorBoard (``tensorboard_log``)."""
-        writers: list[Any] = []
-        if self.verbose >= 1:
-            writers.append(HumanWriter())
-        if self.tensorboard_log is not None:
-            writers.append(TensorBoardWriter(next_run_dir(self.tensorboard_log, tb_log_name,
-                                                          new=reset_num_timesteps)))
-        self.logger.writers.extend(writers)
-        return writers
+        """SB3's logger set-up at each ``learn`` (``rlgrad.rl.logger.set_learn_formats``),
+        unless ``set_logger`` gave a logger."""
+        if getattr(self, "_custom_logger", False):
+            return []
+        return set_learn_formats(self.logger, self.verbose, self.tensorboard_log, tb_log_name,
+                                 reset_num_timesteps)
 
     def _record_rollout_stats(self) -> None:
         st = self._ep_stats
@@ -462,6 +457,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / elapsed))
         self.logger.record("time/time_elapsed", elapsed)
         self.logger.record("time/episodes", int(st.episode_count))
+        self.logger.record("time/total_timesteps", self.num_timesteps, exclude="tensorboard")
 
     def _env_runner_sampler(self, make: Callable[[Any], Any]) -> Any:
         """The env runners' driver, ``make(self)`` on first use; a checkpoint's runner states
@@ -506,7 +502,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     def _adopt_env_normalizer(self) -> None:
         """A VecNormalize env's statistics are the ones training updates (shared, as in SB3)."""
         if self._env_normalizes():
-            self.normalizer = self._user_env.normalizer
+            self.normalizer = self._env_normalizer()
 
     def _callback_step(self, callback: BaseCallback, want_locals: bool, raw: Any, rew: Any,
                        done: Any, actions: Any) -> bool:
@@ -528,7 +524,13 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
 
     def _env_normalizes(self) -> bool:
         """Whether the env the user passed normalises observations itself (SB3's VecNormalize)."""
-        return getattr(self._user_env, "normalizer", None) is not None
+        return self._env_normalizer() is not None
+
+    def _env_normalizer(self) -> Normalizer | None:
+        """The statistics of a VecNormalize env whose inner env the algorithm steps (it then
+        normalises as the VecNormalize would, with the same statistics)."""
+        get = getattr(self._user_env, "algorithm_normalizer", None)
+        return None if get is None else get()
 
     # ---- SB3's environment and seeding methods ---------------------------------------------------
     def get_env(self) -> Any:
@@ -540,6 +542,10 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         if self._env_view is None:
             self._env_view = vec_env_view(self.env, self.env_id)
         return self._env_view
+
+    def get_vec_normalize_env(self) -> Any:
+        """The VecNormalize wrapper of the training env, if it has one (SB3's)."""
+        return unwrap_vec_normalize(self._user_env)
 
     def set_env(self, env: Any, force_reset: bool = True) -> None:
         """Train on ``env`` from now on: the same spaces and number of copies (the buffers are

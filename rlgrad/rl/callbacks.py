@@ -20,13 +20,19 @@ from __future__ import annotations
 
 import inspect
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from rlgrad.rl.evaluation import evaluate_policy
-from rlgrad.rl.vec_env import as_vec_env, sync_envs_normalization, unwrap_vec_normalize
+from rlgrad.rl.vec_env import (
+    VecEnvWrapper,
+    as_vec_env,
+    sync_envs_normalization,
+    unwrap_vec_normalize,
+)
 
 
 class BaseCallback:
@@ -124,6 +130,7 @@ class CallbackList(BaseCallback):
     def _init_callback(self) -> None:
         for c in self.callbacks:
             c.init_callback(self.model)
+            c.parent = self.parent  # a list under EvalCallback: its callbacks read the parent
 
     def on_training_start(self, locals_: dict[str, Any] | None = None,
                           globals_: dict[str, Any] | None = None) -> None:
@@ -342,6 +349,10 @@ class EvalCallback(EventCallback):
                 os.makedirs(path, exist_ok=True)
         if self.callback_on_new_best is not None:
             self.callback_on_new_best.init_callback(self.model)
+        train = self.training_env
+        if isinstance(train, VecEnvWrapper) and not isinstance(train, type(self.eval_env)):
+            warnings.warn(f"Training and eval env are not of the same type {train} != "
+                          f"{self.eval_env}", stacklevel=2)
 
     def _on_step(self) -> bool:
         if self.eval_freq <= 0 or self.n_calls % self.eval_freq != 0:

@@ -26,6 +26,7 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 from rlgrad.random import generator_state_dict, load_generator_state
 from rlgrad.rl.finite import NonFiniteError, check_transition, nonfinite_actions
 from rlgrad.rl.one_env import OneEnvSyncVectorEnv
+from rlgrad.rl.vec_env import reset_compatible
 
 EnvLike = str | gym.Env | VectorEnv
 
@@ -126,8 +127,8 @@ def make_vec_env(
         venv = _vec_env_of_id(env, n_envs, vectorization_mode, env_kwargs, wrappers)
     elif isinstance(env, VectorEnv):
         venv = env
-    elif hasattr(env, "venv") and isinstance(env.venv, VectorEnv):  # SB3's interface (rl.vec_env)
-        venv = env.venv
+    elif hasattr(env, "as_vector_env"):  # SB3's VecEnv (rl.vec_env): what it has the algorithm step
+        venv = env.as_vector_env()
     elif isinstance(env, gym.Env):
         if n_envs != 1:
             raise ValueError(
@@ -136,6 +137,7 @@ def make_vec_env(
             )
         for w in wrappers or ():
             env = w(env)
+        env = reset_compatible(env)  # a reset without options (SB3 accepts such envs)
         venv = OneEnvSyncVectorEnv([lambda: env])
     elif callable(env):
         fns = [env] * n_envs

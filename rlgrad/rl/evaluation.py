@@ -15,7 +15,7 @@ import numpy as np
 from rlgrad.rl.envs import EnvLike, StepAdapter, make_vec_env
 from rlgrad.rl.finite import nonfinite_actions
 from rlgrad.rl.monitor import Monitor
-from rlgrad.rl.vec_env import as_vec_env
+from rlgrad.rl.vec_env import VecMonitor, as_vec_env, is_vecenv_wrapped
 
 
 def _check_actions(actions: Any, step: int) -> None:
@@ -77,7 +77,7 @@ def evaluate_policy(model: Any, env: Any, n_eval_episodes: int = 10, determinist
     """
     env = as_vec_env(env)
     try:
-        monitored = bool(env.env_is_wrapped(Monitor)[0])
+        monitored = is_vecenv_wrapped(env, VecMonitor) or bool(env.env_is_wrapped(Monitor)[0])
     except AttributeError:  # copies outside this process
         monitored = False
     if not monitored and warn:
@@ -102,7 +102,9 @@ def evaluate_policy(model: Any, env: Any, n_eval_episodes: int = 10, determinist
         for i in range(n):
             if counts[i] >= targets[i]:
                 continue
-            episode_starts[i] = dones[i]
+            # (reward, done, info: locals a callback reads, as SB3's)
+            reward, done, info = rewards[i], dones[i], infos[i]  # noqa: F841
+            episode_starts[i] = done
             if callback is not None:
                 callback(locals(), globals())
             if not dones[i]:

@@ -1,5 +1,34 @@
 """``stable_baselines3.common.logger`` -> ``rlgrad.rl.logger``."""
 
-from rlgrad.rl.logger import CSVWriter, HumanWriter, Logger, TensorBoardWriter, configure
+from rlgrad.rl.logger import (
+    DEBUG,
+    DISABLED,
+    ERROR,
+    INFO,
+    WARN,
+    CSVOutputFormat,
+    CSVWriter,
+    Figure,
+    FormatUnsupportedError,
+    HParam,
+    HumanOutputFormat,
+    HumanWriter,
+    Image,
+    JSONOutputFormat,
+    KVWriter,
+    Logger,
+    SeqWriter,
+    TensorBoardOutputFormat,
+    TensorBoardWriter,
+    Video,
+    configure,
+    make_output_format,
+    read_csv,
+    read_json,
+)
 
-__all__ = ["CSVWriter", "HumanWriter", "Logger", "TensorBoardWriter", "configure"]
+__all__ = ["CSVOutputFormat", "CSVWriter", "DEBUG", "DISABLED", "ERROR", "Figure",
+           "FormatUnsupportedError", "HParam", "HumanOutputFormat", "HumanWriter", "INFO", "Image",
+           "JSONOutputFormat", "KVWriter", "Logger", "SeqWriter", "TensorBoardOutputFormat",
+           "TensorBoardWriter", "Video", "WARN", "configure", "make_output_format", "read_csv",
+           "read_json"]

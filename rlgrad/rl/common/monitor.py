@@ -1,5 +1,12 @@
 """``stable_baselines3.common.monitor`` -> ``rlgrad.rl.monitor``."""
 
-from rlgrad.rl.monitor import Monitor
+from rlgrad.rl.monitor import (
+    LoadMonitorResultsError,
+    Monitor,
+    ResultsWriter,
+    get_monitor_files,
+    load_results,
+)
 
-__all__ = ["Monitor"]
+__all__ = ["LoadMonitorResultsError", "Monitor", "ResultsWriter", "get_monitor_files",
+           "load_results"]

@@ -1,0 +1,72 @@
+"""``VecTransposeImage``: channels-last images (H, W, C) as channels first (C, H, W), what
+convolutions take; in a Dict space, every image entry."""
+
+from __future__ import annotations
+
+from copy import deepcopy
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+
+from rlgrad.rl.common.preprocessing import is_image_space, is_image_space_channels_first
+from rlgrad.rl.common.preprocessing import transpose_image as _transpose_image
+from rlgrad.rl.vec_env import VecEnv, VecEnvError, VecEnvWrapper
+
+
+class VecTransposeImage(VecEnvWrapper):
+    def __init__(self, venv: VecEnv, skip: bool = False) -> None:
+        space = venv.observation_space
+        if not (is_image_space(space) or isinstance(space, spaces.Dict)):
+            raise VecEnvError(f"The observation space must be an image or dictionary observation "
+                              f"space, got {space}")
+        self.skip = skip
+        if skip:
+            super().__init__(venv)
+            return
+        if isinstance(space, spaces.Dict):
+            self.image_space_keys = [k for k, s in space.spaces.items() if is_image_space(s)]
+            space = spaces.Dict({k: self.transpose_space(s, k) if k in self.image_space_keys
+                                 else deepcopy(s) for k, s in space.spaces.items()})
+        else:
+            space = self.transpose_space(space)
+        super().__init__(venv, observation_space=space)
+
+    @staticmethod
+    def transpose_space(observation_space: spaces.Box, key: str = "") -> spaces.Box:
+        if not is_image_space(observation_space):
+            raise VecEnvError(f"The observation space {key} must be an image")
+        if is_image_space_channels_first(observation_space):
+            raise VecEnvError(f"The observation space {key} must follow the channel last "
+                              "convention")
+        height, width, channels = observation_space.shape
+        return spaces.Box(low=0, high=255, shape=(channels, height, width),
+                          dtype=observation_space.dtype)  # type: ignore[arg-type]
+
+    @staticmethod
+    def transpose_image(image: np.ndarray) -> np.ndarray:
+        return _transpose_image(image)
+
+    def transpose_observations(self, observations: Any) -> Any:
+        if self.skip:
+            return observations
+        if isinstance(observations, dict):
+            observations = deepcopy(observations)
+            for k in self.image_space_keys:
+                observations[k] = self.transpose_image(observations[k])
+            return observations
+        return self.transpose_image(observations)
+
+    def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        obs, rewards, dones, infos = self.venv.step_wait()
+        for i in np.flatnonzero(dones):
+            if "terminal_observation" in infos[i]:
+                infos[i]["terminal_observation"] = self.transpose_observations(
+                    infos[i]["terminal_observation"])
+        return self.transpose_observations(obs), rewards, dones, infos
+
+    def reset(self) -> Any:
+        return self.transpose_observations(self.venv.reset())
+
+
+__all__ = ["VecTransposeImage"]
