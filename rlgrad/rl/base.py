@@ -44,7 +44,7 @@ from rlgrad.rl.finite import NonFiniteError
 from rlgrad.rl.hyperparams import capture, constructor_hyperparams, hyperparameters
 from rlgrad.rl.logger import HumanWriter, Logger, TensorBoardWriter, next_run_dir
 from rlgrad.rl.normalize import Normalizer
-from rlgrad.rl.policies import predict_with
+from rlgrad.rl.policies import make_optimizer, predict_with
 from rlgrad.rl.progress import ProgressBar
 from rlgrad.rl.ranges import check_hyperparams, check_relations
 from rlgrad.rl.runtime import keep_freed_memory, limit_blas_threads
@@ -164,6 +164,10 @@ def _refuse_file_module(what: str, env_id: str) -> None:
         raise ValueError(f"{what}: the checkpoint names the environment {env_id!r}, which would "
                          f"import module {module!r}: code chosen by a file, not by you. If you "
                          f"trust it, pass env={env_id!r} (or an environment) to load")
+
+
+#: policy_kwargs every algorithm takes besides its networks' own: SB3's optimizer keys
+OPTIMIZER_KEYS = ("optimizer_class", "optimizer_kwargs")
 
 
 class _AlgorithmType(type):
@@ -320,6 +324,10 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """SB3's policy name: refused in one line if the spaces or the algorithm do not fit it,
         else its policy_kwargs defaults under the user's."""
         name = self._policy_name
+        #: a custom policy class (SB3's ``PPO(CustomPolicy, env)``), else None: the algorithm's own
+        self.policy_class: type | None = name if isinstance(name, type) else None
+        if self.policy_class is not None:
+            name = None  # (its CNN or MLP form from the observation space, as for a name)
         if name == "MultiInputPolicy":
             raise ValueError(multi_input_error(type(self).__name__, self.observation_space))
         self.policy_name = resolve_policy(type(self), name, self.observation_space, self.env_id)
@@ -328,11 +336,21 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     def net_kwargs(self, **defaults: Any) -> dict[str, Any]:
         """``policy_kwargs`` over the algorithm's network defaults (the one way every algorithm
         reads them); a key the networks do not take is refused in one line."""
-        unknown = sorted(set(self.policy_kwargs) - set(defaults))
+        unknown = sorted(set(self.policy_kwargs) - set(defaults) - set(OPTIMIZER_KEYS))
         if unknown:
             raise ValueError(f"{type(self).__name__}: policy_kwargs has no key "
-                             f"{', '.join(map(repr, unknown))}; it takes {', '.join(defaults)}")
-        return {**defaults, **self.policy_kwargs}
+                             f"{', '.join(map(repr, unknown))}; it takes "
+                             f"{', '.join([*defaults, *OPTIMIZER_KEYS])}")
+        return {**defaults, **{k: v for k, v in self.policy_kwargs.items()
+                               if k not in OPTIMIZER_KEYS}}
+
+    def make_optimizer(self, params: Any, default: Any = None, **defaults: Any) -> Any:
+        """The optimizer of ``params`` at the initial learning rate: the algorithm's own
+        (``default``, Adam, with ``defaults``) unless ``policy_kwargs`` has SB3's
+        ``optimizer_class`` / ``optimizer_kwargs``."""
+        pk = self.policy_kwargs
+        return make_optimizer(params, self.lr_schedule(1.0), pk.get("optimizer_class"),
+                              pk.get("optimizer_kwargs"), default, **defaults)
 
     # ---- hooks for subclasses -------------------------------------------------------------
     def _iteration(self, callback: BaseCallback | None) -> bool:

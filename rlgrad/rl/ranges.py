@@ -170,6 +170,8 @@ def _net_arch_ok(pk: Any) -> bool:
     arch = (pk or {}).get("net_arch") if isinstance(pk, dict) else None
     if arch is None:
         return True
+    if isinstance(arch, list | tuple) and arch and isinstance(arch[0], dict):
+        arch = arch[0]  # SB3's pre-1.8 form [dict(pi=.., vf=..)] (the policy warns)
     lists = arch.values() if isinstance(arch, dict) else [arch]
     return all(isinstance(a, list | tuple) and all(_COUNT.ok(n) for n in a) for a in lists)
 

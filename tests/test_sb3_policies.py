@@ -1,0 +1,165 @@
+"""SB3's policy surface on rlgrad.rl: policy_kwargs (activation_fn, net_arch, optimizer_class),
+state-dict keys equal to Stable-Baselines3's, features extractors, custom policy classes and the
+policy's tensor methods. Installed SB3 and torch are the reference: same inputs, same keys,
+shapes and numbers."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import rlgrad
+from rlgrad import nn
+from rlgrad.rl import A2C, DQN, PPO, SAC, TD3
+
+th = pytest.importorskip("torch")
+sb3 = pytest.importorskip("stable_baselines3")
+
+
+def _sb3(algo: str, env: str, **kw):
+    return getattr(sb3, algo)("MlpPolicy", env, device="cpu", **kw)
+
+
+def _shapes(sd) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(np.asarray(v).shape) for k, v in sd.items()}
+
+
+# ---- activation_fn: torch's classes and rlgrad's, numbers as torch computes them ---------------
+ACTIVATIONS = ["ReLU", "Tanh", "LeakyReLU", "ELU", "SiLU", "GELU", "Sigmoid", "Mish", "Softplus"]
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+@pytest.mark.parametrize("family", ["torch", "rlgrad"])
+def test_every_activation_class_gives_torchs_numbers(name, family):
+    act = getattr(th.nn, name) if family == "torch" else getattr(nn, name)
+    m = PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(activation_fn=act, net_arch=[8, 8]),
+            n_steps=32, batch_size=32, seed=0)
+    ref = th.nn.Sequential(th.nn.Linear(4, 8), getattr(th.nn, name)(), th.nn.Linear(8, 8),
+                           getattr(th.nn, name)(), th.nn.Linear(8, 2)).double()
+    sd = m.policy.state_dict()
+    src = ["mlp_extractor.policy_net.0", "mlp_extractor.policy_net.2", "action_net"]
+    with th.no_grad():
+        for i, key in zip((0, 2, 4), src):
+            ref[i].weight.copy_(th.as_tensor(np.asarray(sd[key + ".weight"], dtype=np.float64)))
+            ref[i].bias.copy_(th.as_tensor(np.asarray(sd[key + ".bias"], dtype=np.float64)))
+    obs = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
+    with rlgrad.no_grad():
+        logits = m.policy.distribution(obs).logits._value
+    with th.no_grad():
+        want = th.log_softmax(ref(th.as_tensor(obs, dtype=th.float64)), dim=1).numpy()
+    np.testing.assert_allclose(logits - logits.max(1, keepdims=True),
+                               want - want.max(1, keepdims=True), rtol=1e-4, atol=1e-5)
+    m.learn(32)  # acting (the NumPy path) and an update run with it
+
+
+def test_an_unknown_activation_is_one_line():
+    with pytest.raises(ValueError, match="activation_fn must be one of ReLU, Tanh") as e:
+        PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(activation_fn=th.nn.Hardshrink))
+    assert "\n" not in str(e.value)
+
+
+# ---- state-dict keys and shapes: SB3's ---------------------------------------------------------
+@pytest.mark.parametrize("algo,env,kw", [
+    ("PPO", "CartPole-v1", {}), ("A2C", "Pendulum-v1", {}),
+    ("PPO", "Pendulum-v1", {"policy_kwargs": dict(net_arch=dict(pi=[8], vf=[16, 4]))}),
+    ("A2C", "CartPole-v1", {"policy_kwargs": dict(net_arch=[])}),
+])
+def test_on_policy_state_dict_keys_and_shapes_are_sb3s(algo, env, kw):
+    ours = getattr(rlgrad.rl, algo)("MlpPolicy", env, **kw).policy.state_dict()
+    theirs = _sb3(algo, env, **kw).policy.state_dict()
+    assert _shapes(ours) == _shapes(theirs)
+
+
+def test_sb3s_key_filter_selects_the_policy_tower():
+    sd = PPO("MlpPolicy", "CartPole-v1").policy.state_dict()
+    assert sorted(k for k in sd if "policy" in k) == [
+        "mlp_extractor.policy_net.0.bias", "mlp_extractor.policy_net.0.weight",
+        "mlp_extractor.policy_net.2.bias", "mlp_extractor.policy_net.2.weight"]
+
+
+# ---- net_arch forms -----------------------------------------------------------------------------
+def test_the_pre_1_8_net_arch_form_warns_as_sb3_and_is_used():
+    with pytest.warns(UserWarning, match="shared layers in the mlp_extractor are removed"):
+        m = A2C("MlpPolicy", "CartPole-v1", policy_kwargs=dict(net_arch=[dict(vf=[8], pi=[4])]))
+    ext = m.policy.mlp_extractor
+    assert (ext.latent_dim_pi, ext.latent_dim_vf) == (4, 8)
+
+
+def test_a_dict_net_arch_without_pi_has_no_policy_layers():
+    ext = PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(net_arch=dict(vf=[8]))).policy.mlp_extractor
+    assert (ext.latent_dim_pi, ext.latent_dim_vf) == (4, 8)
+    assert len(ext.policy_net) == 0
+
+
+# ---- optimizer_class / optimizer_kwargs ---------------------------------------------------------
+@pytest.mark.parametrize("algo,env", [(A2C, "Pendulum-v1"), (PPO, "Pendulum-v1"),
+                                      (DQN, "CartPole-v1"), (SAC, "Pendulum-v1"),
+                                      (TD3, "Pendulum-v1")])
+def test_torch_optimizer_classes_map_to_rlgrads(algo, env):
+    pk = dict(optimizer_class=th.optim.AdamW, optimizer_kwargs=dict(weight_decay=0.25),
+              net_arch=[16])
+    m = algo("MlpPolicy", env, policy_kwargs=pk)
+    opts = [m.optimizer] if hasattr(m, "optimizer") else [m.actor_optimizer, m.critic_optimizer]
+    for opt in opts:
+        assert type(opt) is rlgrad.optim.AdamW
+        assert opt.param_groups[0]["weight_decay"] == 0.25
+        assert opt.param_groups[0]["lr"] == pytest.approx(m.lr_schedule(1.0))
+
+
+def test_a2c_keeps_its_rmsprop_and_ppo_its_eps_without_optimizer_class():
+    a2c, ppo = A2C("MlpPolicy", "CartPole-v1"), PPO("MlpPolicy", "CartPole-v1")
+    assert type(a2c.optimizer) is rlgrad.optim.RMSprop
+    assert a2c.optimizer.param_groups[0]["eps"] == 1e-5
+    assert ppo.optimizer.param_groups[0]["eps"] == 1e-5
+    assert ppo.policy.optimizer is ppo.optimizer  # SB3's model.policy.optimizer
+
+
+def test_a_torch_optimizer_without_counterpart_is_one_line():
+    with pytest.raises(ValueError, match="torch's LBFGS has no rlgrad.optim counterpart"):
+        PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(optimizer_class=th.optim.LBFGS))
+
+
+def test_old_checkpoints_with_pi_net_keys_still_load(tmp_path):
+    m = PPO("MlpPolicy", "CartPole-v1", seed=3)
+    state = m.get_state()
+    pol = state["modules"]["policy"]
+    state["modules"]["policy"] = {k.replace("mlp_extractor.policy_net.", "pi_net.")
+                                  .replace("mlp_extractor.value_net.", "vf_net."): v
+                                  for k, v in pol.items()}
+    m2 = PPO("MlpPolicy", "CartPole-v1", seed=4)
+    m2.set_state(state)
+    for k, v in m.policy.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(v), np.asarray(m2.policy.state_dict()[k]))
+
+
+def test_warnings_are_not_raised_for_the_plain_forms():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(net_arch=dict(pi=[8], vf=[8])))
+
+
+# ---- SAC / TD3: net_arch=dict(pi=, qf=), n_critics in policy_kwargs -----------------------------
+@pytest.mark.parametrize("algo", [SAC, TD3])
+def test_off_policy_actor_and_critic_take_their_own_layers(algo):
+    m = algo("MlpPolicy", "Pendulum-v1",
+             policy_kwargs=dict(net_arch=dict(pi=[8, 4], qf=[16]), n_critics=3))
+    actor = [p.shape for p in m.actor.parameters() if len(p.shape) == 2]
+    critic = [p.shape for p in m.critic.parameters() if len(p.shape) == 2]
+    assert actor[:2] == [(8, 3), (4, 8)]
+    assert critic == [(16, 4), (1, 16)] * 3  # three critics on [obs, action]
+    m.learn(16)
+
+
+@pytest.mark.parametrize("algo", [SAC, TD3])
+def test_a_net_arch_dict_without_qf_is_sb3s_assertion(algo):
+    with pytest.raises(AssertionError, match="no key 'qf'") as e:
+        algo("MlpPolicy", "Pendulum-v1", policy_kwargs=dict(net_arch=dict(pi=[8])))
+    assert isinstance(e.value, ValueError) and "\n" not in str(e.value)
+
+
+def test_sac_with_no_hidden_layer_is_linear():
+    m = SAC("MlpPolicy", "Pendulum-v1", policy_kwargs=dict(net_arch=[]), learning_starts=4)
+    assert len(m.actor.latent_pi) == 0
+    m.learn(8)
