@@ -163,3 +163,59 @@ def test_sac_with_no_hidden_layer_is_linear():
     m = SAC("MlpPolicy", "Pendulum-v1", policy_kwargs=dict(net_arch=[]), learning_starts=4)
     assert len(m.actor.latent_pi) == 0
     m.learn(8)
+
+
+# ---- off-policy model.policy: SB3's keys; get_parameters / set_parameters ------------------------
+@pytest.mark.parametrize("algo,env,kw", [
+    ("DQN", "CartPole-v1", {}), ("SAC", "Pendulum-v1", {}), ("TD3", "Pendulum-v1", {}),
+    ("DDPG", "Pendulum-v1", {}),
+    ("SAC", "Pendulum-v1", {"policy_kwargs": dict(net_arch=dict(pi=[8], qf=[16]), n_critics=3)}),
+])
+def test_off_policy_policy_keys_and_parameter_names_are_sb3s(algo, env, kw):
+    ours = getattr(rlgrad.rl, algo)("MlpPolicy", env, **kw)
+    theirs = _sb3(algo, env, **{k: dict(v) if isinstance(v, dict) else v for k, v in kw.items()})
+    assert list(ours.policy.state_dict()) == list(theirs.policy.state_dict())
+    assert _shapes(ours.policy.state_dict()) == _shapes(theirs.policy.state_dict())
+    assert sorted(ours.get_parameters()) == sorted(theirs.get_parameters())
+
+
+@pytest.mark.parametrize("algo,env", [(PPO, "CartPole-v1"), (SAC, "Pendulum-v1"),
+                                      (DQN, "CartPole-v1")])
+def test_set_parameters_round_trip_and_sb3s_errors(algo, env):
+    import copy
+
+    a, b = algo("MlpPolicy", env, seed=1), algo("MlpPolicy", env, seed=2)
+    params = copy.deepcopy(a.get_parameters())
+    with pytest.raises(ValueError, match="invalid object name"):
+        b.set_parameters({**params, "not_an_object": {}})
+    with pytest.raises(ValueError, match="do not match"):
+        b.set_parameters({"policy": params["policy"]}, exact_match=True)
+    missing = dict(list(params["policy"].items())[:-1])
+    with pytest.raises(RuntimeError):  # SB3: torch's strict load_state_dict
+        b.set_parameters({**params, "policy": missing}, exact_match=True)
+    b.set_parameters({"policy": params["policy"]}, exact_match=False)
+    for k, v in a.policy.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(v), np.asarray(b.policy.state_dict()[k]))
+    obs = b.observation_space.sample()
+    assert np.array_equal(a.predict(obs, deterministic=True)[0], b.predict(obs, deterministic=True)[0])
+
+
+def test_set_parameters_from_a_saved_model(tmp_path):
+    a, b = PPO("MlpPolicy", "CartPole-v1", seed=1), PPO("MlpPolicy", "CartPole-v1", seed=2)
+    a.save(tmp_path / "a")
+    b.set_parameters(str(tmp_path / "a"))
+    for k, v in a.policy.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(v), np.asarray(b.policy.state_dict()[k]))
+    with pytest.raises(ValueError, match="holds a PPO checkpoint, not A2C"):
+        A2C("MlpPolicy", "CartPole-v1").set_parameters(str(tmp_path / "a"))
+
+
+def test_old_critic_keys_still_load():
+    m = TD3("MlpPolicy", "Pendulum-v1", seed=1)
+    state = m.get_state()
+    for name in ("critic", "critic_target"):
+        state["modules"][name] = {k.replace("qf0.", "q_networks.0.").replace("qf1.", "q_networks.1."): v
+                                  for k, v in state["modules"][name].items()}
+    m2 = TD3("MlpPolicy", "Pendulum-v1", seed=2)
+    m2.set_state(state)
+    np.testing.assert_array_equal(m.critic.qf1[0].weight._value, m2.critic.qf1[0].weight._value)

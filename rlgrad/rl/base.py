@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import os
 import sys
 import time
 import warnings
@@ -634,6 +635,56 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                 set_env_state(self.env, env["vector_env"], self._adapter.statistics)
             self._env_seeded = True
         self._set_extra_state(state)
+
+    # ---- SB3's parameter access -----------------------------------------------------------------
+    def _parameter_objects(self) -> dict[str, Any]:
+        """SB3's names of what ``get_parameters`` returns: "policy" (its state dict has SB3's
+        keys) and the optimizers ("policy.optimizer"; SAC/TD3: "actor.optimizer", ...)."""
+        sb3_name = {"optimizer": "policy.optimizer", "ent_coef": "ent_coef_optimizer"}
+        objects: dict[str, Any] = {"policy": self.policy}
+        for k, opt in self._optimizers().items():
+            objects[sb3_name.get(k, f"{k}.optimizer")] = opt
+        return objects
+
+    def get_parameters(self) -> dict[str, dict[str, Any]]:
+        """SB3's: the state dicts of the policy and the optimizers, by SB3's object names. The
+        policy's Tensors share the parameters' memory (``copy.deepcopy`` to keep a snapshot)."""
+        return {name: obj.state_dict() for name, obj in self._parameter_objects().items()}
+
+    def set_parameters(self, load_path_or_dict: str | os.PathLike | dict[str, Any],
+                       exact_match: bool = True, device: Any = "auto") -> None:
+        """SB3's: load parameters from ``get_parameters``' dict (some objects may be left out
+        unless ``exact_match``), or the networks and optimizers of a checkpoint ``save`` wrote
+        (counters, buffers and hyperparameters stay this model's)."""
+        if not isinstance(load_path_or_dict, dict):
+            self._set_parameters_from_file(load_path_or_dict, exact_match)
+            return
+        objects = self._parameter_objects()
+        for name in load_path_or_dict:
+            if name not in objects:
+                raise ValueError(f"set_parameters: key {name!r} is an invalid object name; this "
+                                 f"model has {sorted(objects)}")
+        if exact_match and set(load_path_or_dict) != set(objects):
+            raise ValueError(f"set_parameters: names of parameters do not match the model's: "
+                             f"expected {sorted(objects)}, got {sorted(load_path_or_dict)}")
+        for name, params in load_path_or_dict.items():
+            obj = objects[name]
+            if name == "policy":
+                obj.load_state_dict(params, strict=exact_match)
+            else:
+                obj.load_state_dict(params)
+
+    def _set_parameters_from_file(self, path: str | os.PathLike, exact_match: bool) -> None:
+        path = existing_checkpoint(path)
+        ckpt = rlgrad.load(path)
+        if ckpt.get("algo") != type(self).__name__:
+            raise ValueError(f"set_parameters: {path} holds a {ckpt.get('algo')} checkpoint, not "
+                             f"{type(self).__name__}")
+        state = self._upgrade_state(ckpt["state"])
+        for k, m in self._modules().items():
+            m.load_state_dict(state["modules"][k], strict=exact_match)
+        for k, o in self._optimizers().items():
+            o.load_state_dict(state["optimizers"][k])
 
     def get_hyperparams(self) -> dict[str, Any]:
         """The constructor arguments (JSON-like) that rebuild this algorithm."""

@@ -505,6 +505,20 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         return a
 
 
+def upgrade_critic_keys(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's state with critics written before SB3's names ("q_networks.0.0.weight")
+    renamed to them ("qf0.0.weight")."""
+    mods = state.get("modules", {})
+    if not any(k.startswith("q_networks.") for m in mods.values() for k in m):
+        return state
+    def rename(k: str) -> str:
+        if not k.startswith("q_networks."):
+            return k
+        i, rest = k[len("q_networks."):].split(".", 1)
+        return f"qf{i}.{rest}"
+    return {**state, "modules": {n: {rename(k): v for k, v in m.items()} for n, m in mods.items()}}
+
+
 class QNetwork(nn.Module):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  net_arch: list[int] | None = None, activation_fn: Any = "relu") -> None:
@@ -541,14 +555,19 @@ class DeterministicActor(nn.Module):
 
 
 class ContinuousCritic(nn.Module):
-    """``n_critics`` independent Q(s, a) networks on the concatenation [s, a]."""
+    """``n_critics`` independent Q(s, a) networks on the concatenation [s, a], named ``qf0``,
+    ``qf1``, ... as SB3's (their state-dict keys: ``qf0.0.weight``)."""
 
     def __init__(self, obs_dim: int, act_dim: int, net_arch: list[int], n_critics: int = 2,
                  activation_fn: Any = "relu") -> None:
         super().__init__()
-        self.q_networks = nn.ModuleList(
-            [mlp([obs_dim + act_dim, *net_arch, 1], activation_fn) for _ in range(n_critics)]
-        )
+        self.n_critics = int(n_critics)
+        for i in range(self.n_critics):
+            setattr(self, f"qf{i}", mlp([obs_dim + act_dim, *net_arch, 1], activation_fn))
+
+    @property
+    def q_networks(self) -> list[nn.Module]:
+        return [getattr(self, f"qf{i}") for i in range(self.n_critics)]
 
     def forward(self, obs: Any, actions: Any) -> list[Any]:
         x = _cat(obs, actions)

@@ -29,7 +29,7 @@ from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.layers import get_actor_critic_arch
 from rlgrad.rl.off_policy import OffPolicyAlgorithm, min_of, target_network, td_target_of
-from rlgrad.rl.policies import ContinuousCritic, SquashedGaussianActor
+from rlgrad.rl.policies import ContinuousCritic, SquashedGaussianActor, upgrade_critic_keys
 
 
 class SAC(OffPolicyAlgorithm):
@@ -207,6 +207,9 @@ class SAC(OffPolicyAlgorithm):
 
     def _modules(self) -> dict[str, Any]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
+
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        return super()._upgrade_state(upgrade_critic_keys(state))
 
     def _optimizers(self) -> dict[str, Any]:
         out = {"actor": self.actor_optimizer, "critic": self.critic_optimizer}

@@ -24,7 +24,7 @@ from rlgrad.rl.off_policy import (
     target_network,
     td_target_of,
 )
-from rlgrad.rl.policies import ContinuousCritic, DeterministicActor
+from rlgrad.rl.policies import ContinuousCritic, DeterministicActor, upgrade_critic_keys
 
 
 class TD3(OffPolicyAlgorithm):
@@ -121,6 +121,9 @@ class TD3(OffPolicyAlgorithm):
     def _modules(self) -> dict[str, Any]:
         return {"actor": self.actor, "critic": self.critic, "actor_target": self.actor_target,
                 "critic_target": self.critic_target}
+
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        return super()._upgrade_state(upgrade_critic_keys(state))
 
     def _optimizers(self) -> dict[str, Any]:
         return {"actor": self.actor_optimizer, "critic": self.critic_optimizer}
