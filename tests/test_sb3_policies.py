@@ -219,3 +219,186 @@ def test_old_critic_keys_still_load():
     m2 = TD3("MlpPolicy", "Pendulum-v1", seed=2)
     m2.set_state(state)
     np.testing.assert_array_equal(m.critic.qf1[0].weight._value, m2.critic.qf1[0].weight._value)
+
+
+def test_sb3s_rmsprop_tf_like_and_a_preset_name_give_the_tensorflow_form():
+    from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+
+    for cls in (RMSpropTFLike, "RMSpropTFLike", rlgrad.optim.RMSpropTFLike):
+        m = A2C("MlpPolicy", "CartPole-v1", policy_kwargs=dict(optimizer_class=cls,
+                                                              optimizer_kwargs=dict(eps=1e-5)))
+        assert type(m.optimizer) is rlgrad.optim.RMSpropTFLike
+        assert m.optimizer.param_groups[0]["tf_style"] is True
+
+
+# ---- custom policies (SB3's "Custom Policy Network") and features extractors ---------------------
+class _TwoTowers(nn.Module):
+    def __init__(self, feature_dim: int, pi: int = 12, vf: int = 6) -> None:
+        super().__init__()
+        self.latent_dim_pi, self.latent_dim_vf = pi, vf
+        self.policy_net = nn.Sequential(nn.Linear(feature_dim, pi), nn.ELU())
+        self.value_net = nn.Sequential(nn.Linear(feature_dim, vf), nn.SiLU())
+
+    def forward(self, features):
+        return self.forward_actor(features), self.forward_critic(features)
+
+    def forward_actor(self, features):
+        return self.policy_net(features)
+
+    def forward_critic(self, features):
+        return self.value_net(features)
+
+
+def _custom_policy_class():
+    from rlgrad.rl.common.policies import ActorCriticPolicy
+
+    class CustomActorCriticPolicy(ActorCriticPolicy):
+        def __init__(self, observation_space, action_space, lr_schedule, *args, **kwargs):
+            kwargs["ortho_init"] = False
+            super().__init__(observation_space, action_space, lr_schedule, *args, **kwargs)
+
+        def _build_mlp_extractor(self) -> None:
+            self.mlp_extractor = _TwoTowers(self.features_dim)
+
+    return CustomActorCriticPolicy
+
+
+def _linear_extractor():
+    from rlgrad.rl.common.torch_layers import BaseFeaturesExtractor
+
+    class Linear8(BaseFeaturesExtractor):
+        def __init__(self, observation_space, features_dim: int = 8):
+            super().__init__(observation_space, features_dim)
+            self.linear = nn.Sequential(nn.Linear(observation_space.shape[0], features_dim),
+                                        nn.ReLU())
+
+        def forward(self, observations):
+            return self.linear(observations)
+
+    return Linear8
+
+
+@pytest.mark.parametrize("algo,env", [(PPO, "CartPole-v1"), (A2C, "Pendulum-v1")])
+def test_a_custom_policy_class_acts_as_its_own_forward_computes(algo, env):
+    m = algo(_custom_policy_class(), env, n_steps=32, seed=0,
+             **({"batch_size": 32} if algo is PPO else {}))
+    pol = m.policy
+    assert type(pol.mlp_extractor) is _TwoTowers
+    obs = np.stack([m.observation_space.sample() for _ in range(5)]).astype(np.float32)
+    want = pol.action_net(pol.mlp_extractor.forward_actor(rlgrad.tensor(obs)))._value
+    got = pol.mode(obs)  # the NumPy acting path, through the custom extractor
+    if algo is PPO:
+        np.testing.assert_array_equal(got, want.argmax(1))
+    else:
+        np.testing.assert_allclose(got.reshape(5, -1), want, rtol=1e-6)
+    v = pol.value_net(pol.mlp_extractor.forward_critic(rlgrad.tensor(obs)))._value[:, 0]
+    np.testing.assert_allclose(pol.values_numpy(obs), v, rtol=1e-6)
+    m.learn(64)
+
+
+def test_features_extractor_class_and_separate_extractors():
+    m = PPO("MlpPolicy", "Pendulum-v1", n_steps=32, batch_size=32,
+            policy_kwargs=dict(features_extractor_class=_linear_extractor(),
+                               features_extractor_kwargs=dict(features_dim=5),
+                               share_features_extractor=False))
+    pol = m.policy
+    assert pol.features_dim == 5
+    assert pol.features_extractor is not pol.vf_features_extractor
+    keys = pol.state_dict()
+    assert "features_extractor.linear.0.weight" in keys
+    assert "vf_features_extractor.linear.0.weight" in keys
+    assert keys["mlp_extractor.policy_net.0.weight"].shape == (64, 5)
+    obs = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    x = rlgrad.tensor(obs)
+    want = pol.value_net(pol.mlp_extractor.forward_critic(pol.vf_features_extractor(x)))._value
+    np.testing.assert_allclose(pol.values_numpy(obs), want[:, 0], rtol=1e-6)
+    m.learn(64)
+
+
+def test_policy_tensor_methods_agree_with_the_distribution():
+    m = PPO("MlpPolicy", "Pendulum-v1", seed=0)
+    pol = m.policy
+    obs_np = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
+    obs, vectorized = pol.obs_to_tensor(obs_np)
+    assert vectorized and obs.shape == (6, 3)
+    assert pol.obs_to_tensor(obs_np[0])[1] is False
+    actions = np.random.default_rng(2).normal(size=(6, 1)).astype(np.float32)
+    values, log_prob, entropy = pol.evaluate_actions(obs, actions)
+    dist = pol.get_distribution(obs)
+    np.testing.assert_allclose(log_prob._value, dist.log_prob(actions)._value, rtol=1e-6)
+    np.testing.assert_allclose(entropy._value, dist.entropy()._value, rtol=1e-6)
+    np.testing.assert_allclose(values._value, pol.predict_values(obs)._value, rtol=1e-6)
+    assert values.shape == (6, 1)
+    # closed form: a diagonal Gaussian of std exp(log_std) around action_net's mean
+    mean = pol.action_net(pol.mlp_extractor.forward_actor(obs))._value
+    std = np.exp(pol.log_std._value)
+    want = (-0.5 * ((actions - mean) / std) ** 2 - np.log(std) - 0.5 * np.log(2 * np.pi)).sum(1)
+    np.testing.assert_allclose(log_prob._value, want, rtol=1e-5)
+    acts, vals, lp = pol(obs, deterministic=True)
+    np.testing.assert_allclose(acts._value, mean, rtol=1e-6)
+    assert vals.shape == (6, 1) and lp.shape == (6,)
+
+
+def test_set_training_mode_switches_every_module():
+    pol = PPO("MlpPolicy", "CartPole-v1").policy
+    pol.set_training_mode(False)
+    assert not any(mod.training for mod in pol.modules())
+    pol.set_training_mode(True)
+    assert all(mod.training for mod in pol.modules())
+    sac = SAC("MlpPolicy", "Pendulum-v1")
+    sac.policy.set_training_mode(False)
+    assert not sac.actor.training and not sac.critic.training
+
+
+def test_policy_save_and_load(tmp_path):
+    from rlgrad.rl.common.policies import ActorCriticPolicy
+
+    pol = A2C("MlpPolicy", "Pendulum-v1", policy_kwargs=dict(net_arch=dict(pi=[8], vf=[4]),
+                                                            log_std_init=-1.0)).policy
+    pol.save(tmp_path / "policy.pkl")
+    back = ActorCriticPolicy.load(tmp_path / "policy.pkl")
+    for k, v in pol.state_dict().items():
+        np.testing.assert_array_equal(v._value, back.state_dict()[k]._value)
+    obs = np.zeros(3, dtype=np.float32)
+    assert np.array_equal(back.predict(obs, deterministic=True)[0],
+                          pol.predict(obs, deterministic=True)[0])
+
+
+@pytest.mark.parametrize("space_name", ["Text", "Sequence", "Graph"])
+def test_an_unsupported_observation_space_is_one_line(space_name):
+    from gymnasium import spaces
+
+    from rlgrad.rl.common.policies import ActorCriticPolicy
+
+    space = {"Text": lambda: spaces.Text(5), "Sequence": lambda: spaces.Sequence(spaces.Discrete(2)),
+             "Graph": lambda: spaces.Graph(spaces.Box(0, 1, (2,)), spaces.Discrete(2))}[space_name]()
+    with pytest.raises(ValueError, match=f"{space_name} observation spaces are not supported .* "
+                                         "supported: Box") as e:
+        ActorCriticPolicy(space, spaces.Discrete(2))
+    assert "\n" not in str(e.value)
+
+
+def test_a_dict_observation_gets_the_combined_extractor():
+    from gymnasium import spaces
+
+    from rlgrad.rl.common.policies import MultiInputActorCriticPolicy
+    from rlgrad.rl.common.torch_layers import CombinedExtractor
+
+    space = spaces.Dict({"img": spaces.Box(0, 255, (1, 36, 36), np.uint8),
+                         "vec": spaces.Box(-1, 1, (3,), np.float32),
+                         "d": spaces.Discrete(4)})
+    pol = MultiInputActorCriticPolicy(space, spaces.Discrete(2))
+    assert isinstance(pol.features_extractor, CombinedExtractor)
+    assert pol.features_dim == 256 + 3 + 4
+    ours = _shapes(pol.state_dict())
+    theirs = _shapes(sb3.common.policies.MultiInputActorCriticPolicy(
+        space, spaces.Discrete(2), lambda _: 3e-4).state_dict())
+    assert {k: v for k, v in ours.items() if "extractors" not in k} == \
+           {k: v for k, v in theirs.items() if "extractors" not in k}
+    obs = {k: np.stack([space[k].sample() for _ in range(3)]) for k in space.spaces}
+    t, vectorized = pol.obs_to_tensor(obs)
+    f = pol.features_extractor(t)._value
+    assert vectorized and f.shape == (3, 263)
+    assert list(space.spaces) == ["d", "img", "vec"]  # Gymnasium sorts the keys; SB3 follows
+    np.testing.assert_array_equal(f[:, :4], np.eye(4)[obs["d"]])  # Discrete: one-hot
+    np.testing.assert_allclose(f[:, 260:], obs["vec"], rtol=1e-6)  # the vector, as it is

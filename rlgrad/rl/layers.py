@@ -176,12 +176,20 @@ def get_actor_critic_arch(net_arch: Any) -> tuple[list[int], list[int]]:
 
 def optimizer_class_of(cls: Any) -> Any:
     """An rlgrad optimizer class for ``optimizer_class``: itself, or rlgrad's class of the same
-    name for a ``torch.optim`` class (``th.optim.AdamW`` -> ``rlgrad.optim.AdamW``)."""
-    if isinstance(cls, type) and cls.__module__.startswith("torch."):
+    name for a ``torch.optim`` class (``th.optim.AdamW`` -> ``rlgrad.optim.AdamW``) or a name
+    (``"RMSpropTFLike"``, as a preset file gives it)."""
+    if isinstance(cls, str):
+        found = getattr(optim, cls, None)
+        if not (isinstance(found, type) and issubclass(found, optim.Optimizer)):
+            raise ValueError(f"optimizer_class={cls!r} is not an optimizer of rlgrad.optim")
+        return found
+    if isinstance(cls, type) and not cls.__module__.startswith("rlgrad."):
+        # torch's (or SB3's sb2_compat RMSpropTFLike): rlgrad's optimizer of that name
         mapped = getattr(optim, cls.__name__, None)
         if mapped is None:
-            raise ValueError(f"optimizer_class: torch's {cls.__name__} has no rlgrad.optim "
-                             "counterpart; use a class of rlgrad.optim")
+            raise ValueError(f"optimizer_class: {cls.__module__.split('.')[0]}'s "
+                             f"{cls.__name__} has no rlgrad.optim counterpart; use a class of "
+                             "rlgrad.optim")
         return mapped
     return cls
 
@@ -251,9 +259,9 @@ class FlattenExtractor(BaseFeaturesExtractor):
 def _as_batch(x: Any, space: spaces.Space) -> Any:
     """One entry of a Dict observation batch as the networks take it: images as they are,
     everything else a float matrix (Discrete one-hot)."""
-    if isinstance(x, Tensor):
+    if isinstance(x, Tensor) and isinstance(space, spaces.Box):
         return x if is_image_space(space) else x.reshape(x.shape[0], -1)
-    x = np.asarray(x)
+    x = x._value if isinstance(x, Tensor) else np.asarray(x)  # integers: no gradient to keep
     if isinstance(space, spaces.MultiDiscrete):
         cols = [preprocess_obs(x.reshape(len(x), -1)[:, i], spaces.Discrete(int(n)))
                 for i, n in enumerate(np.asarray(space.nvec).ravel())]

@@ -17,6 +17,7 @@ from gymnasium import spaces
 
 import rlgrad
 from rlgrad import ops
+from rlgrad.device import device as cpu_device
 from rlgrad.nn import Module, StateDictError
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import ReplayBatch, ReplayBuffer
@@ -145,6 +146,8 @@ class PolicyView:
             n = len(prefix) + 1
             m.load_state_dict({k[n:]: v for k, v in state_dict.items()
                                if k.startswith(prefix + ".")}, strict=strict)
+
+    device = cpu_device("cpu")  # rlgrad computes on the CPU (SB3's policy.device.type)
 
     def set_training_mode(self, mode: bool) -> None:
         for m in self._algo._modules().values():

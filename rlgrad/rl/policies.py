@@ -25,6 +25,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlgrad import nn, no_grad, ops
+from rlgrad.device import device as cpu_device
 from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
 from rlgrad.distributions.categorical import inverse_cdf, row_indices, row_max
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
@@ -120,7 +121,7 @@ def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.nd
         obs = obs[None]
     with no_grad():
         actions = act(preprocess_obs(obs, space))
-    return (actions[0] if single else actions), None
+    return (actions[0, ...] if single else actions), None  # one: an array, as SB3's (shape ())
 
 
 class PolicyDistribution:
@@ -178,7 +179,7 @@ class SB3PolicyMethods:
     """SB3's ``BasePolicy`` methods on tensors, for a policy with ``observation_space``,
     ``_features`` and ``distribution_and_value``."""
 
-    device = "cpu"  # rlgrad computes on the CPU
+    device = cpu_device("cpu")  # rlgrad computes on the CPU (SB3's policy.device.type)
 
     def obs_to_tensor(self, observation: Any) -> tuple[Any, bool]:
         """(a batch of preprocessed observations as a Tensor, whether a batch was given)."""
