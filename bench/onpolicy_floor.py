@@ -97,10 +97,10 @@ def _rlgrad_parts(kw: dict[str, Any], seed: int) -> tuple[Any, dict[str, Any]]:
         buf.add(obs, a, rew, term, adapter.prev_done, v, lp, valid)
         del nxt
 
-    last = policy.predict_values(obs)
+    last = policy.values_numpy(obs)
 
     def gae() -> None:
-        buf.compute_returns_and_advantage(policy.predict_values(obs))
+        buf.compute_returns_and_advantage(policy.values_numpy(obs))
 
     del last
     parts = {"acting": lambda: policy.act(obs, rng, fused), "bookkeeping": bookkeeping,

@@ -68,7 +68,7 @@ def test_policies_choose_their_trunk_from_the_observation_space():
     assert q.q_net[1].weight.shape == (3 * 5, 128)
     c = C51("MinAtar/Breakout-v1", buffer_size=100, policy_kwargs={"n_atoms": 7})
     assert c.q_net[1].weight.shape == (3 * 7, 128)
-    assert PPO("CartPole-v1").policy.features_extractor is None
+    assert type(PPO("CartPole-v1").policy.features_extractor).__name__ == "FlattenExtractor"
     a2c = A2C("MinAtar/Breakout-v1", policy="CnnPolicy", policy_kwargs={"features_dim": 32})
     assert a2c.policy.features_extractor[3].weight.shape == (32, 1024)
 

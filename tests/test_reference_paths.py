@@ -797,7 +797,7 @@ def test_the_policies_numpy_forwards_are_their_modules_forward() -> None:
                 if pol.features_extractor is not None:  # the CNN trunk without a graph
                     assert _bits(P.trunk_numpy(pol.features_extractor, x)) == _bits(f)
                 assert _bits(pol._head_np(x)) == _bits(pol.action_net(pol.pi_net(f)))
-                assert _bits(pol.predict_values(x)) == _bits(pol.value(rlgrad.tensor(x)))
+                assert _bits(pol.values_numpy(x)) == _bits(pol.value(rlgrad.tensor(x)))
         q = P.QNetwork(box, spaces.Discrete(4), [16, 16])
         assert _bits(q.q_numpy(obs)) == _bits(q(t))
         mu = P.DeterministicActor(5, 2, [16, 16])

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from rlgrad.rl import DQN, PPO, SAC
-from rlgrad.rl import policies as policies_mod
+from rlgrad.rl import layers as policies_mod
 from rlgrad.rl.evaluation import evaluate, evaluate_policy
 from rlgrad.rl.finite import NonFiniteError
 

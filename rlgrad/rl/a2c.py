@@ -28,10 +28,10 @@ class A2C(OnPolicyAlgorithm):
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, **env_options)
         self._params = list(self.policy.parameters())
-        lr = self.lr_schedule(1.0)
         if use_rms_prop:
-            self.optimizer = optim.RMSprop(self._params, lr=lr, alpha=0.99, eps=rms_prop_eps,
-                                           tf_style=True)
+            self.optimizer = self.make_optimizer(self._params, optim.RMSprop, alpha=0.99,
+                                                 eps=rms_prop_eps, tf_style=True)
         else:
-            self.optimizer = optim.Adam(self._params, lr=lr)
+            self.optimizer = self.make_optimizer(self._params)
+        self.policy.optimizer = self.optimizer  # SB3's model.policy.optimizer
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import os
 import sys
 import time
 import warnings
@@ -44,7 +45,7 @@ from rlgrad.rl.finite import NonFiniteError
 from rlgrad.rl.hyperparams import capture, constructor_hyperparams, hyperparameters
 from rlgrad.rl.logger import Logger, set_learn_formats
 from rlgrad.rl.normalize import Normalizer
-from rlgrad.rl.policies import predict_with
+from rlgrad.rl.policies import make_optimizer, predict_with
 from rlgrad.rl.progress import ProgressBar
 from rlgrad.rl.ranges import check_hyperparams, check_relations
 from rlgrad.rl.runtime import keep_freed_memory, limit_blas_threads
@@ -164,6 +165,10 @@ def _refuse_file_module(what: str, env_id: str) -> None:
         raise ValueError(f"{what}: the checkpoint names the environment {env_id!r}, which would "
                          f"import module {module!r}: code chosen by a file, not by you. If you "
                          f"trust it, pass env={env_id!r} (or an environment) to load")
+
+
+#: policy_kwargs every algorithm takes besides its networks' own: SB3's optimizer keys
+OPTIMIZER_KEYS = ("optimizer_class", "optimizer_kwargs")
 
 
 class _AlgorithmType(type):
@@ -320,6 +325,10 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """SB3's policy name: refused in one line if the spaces or the algorithm do not fit it,
         else its policy_kwargs defaults under the user's."""
         name = self._policy_name
+        #: a custom policy class (SB3's ``PPO(CustomPolicy, env)``), else None: the algorithm's own
+        self.policy_class: type | None = name if isinstance(name, type) else None
+        if self.policy_class is not None:
+            name = None  # (its CNN or MLP form from the observation space, as for a name)
         if name == "MultiInputPolicy":
             raise ValueError(multi_input_error(type(self).__name__, self.observation_space))
         self.policy_name = resolve_policy(type(self), name, self.observation_space, self.env_id)
@@ -328,11 +337,21 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     def net_kwargs(self, **defaults: Any) -> dict[str, Any]:
         """``policy_kwargs`` over the algorithm's network defaults (the one way every algorithm
         reads them); a key the networks do not take is refused in one line."""
-        unknown = sorted(set(self.policy_kwargs) - set(defaults))
+        unknown = sorted(set(self.policy_kwargs) - set(defaults) - set(OPTIMIZER_KEYS))
         if unknown:
             raise ValueError(f"{type(self).__name__}: policy_kwargs has no key "
-                             f"{', '.join(map(repr, unknown))}; it takes {', '.join(defaults)}")
-        return {**defaults, **self.policy_kwargs}
+                             f"{', '.join(map(repr, unknown))}; it takes "
+                             f"{', '.join([*defaults, *OPTIMIZER_KEYS])}")
+        return {**defaults, **{k: v for k, v in self.policy_kwargs.items()
+                               if k not in OPTIMIZER_KEYS}}
+
+    def make_optimizer(self, params: Any, default: Any = None, **defaults: Any) -> Any:
+        """The optimizer of ``params`` at the initial learning rate: the algorithm's own
+        (``default``, Adam, with ``defaults``) unless ``policy_kwargs`` has SB3's
+        ``optimizer_class`` / ``optimizer_kwargs``."""
+        pk = self.policy_kwargs
+        return make_optimizer(params, self.lr_schedule(1.0), pk.get("optimizer_class"),
+                              pk.get("optimizer_kwargs"), default, **defaults)
 
     # ---- hooks for subclasses -------------------------------------------------------------
     def _iteration(self, callback: BaseCallback | None) -> bool:
@@ -622,6 +641,56 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                 set_env_state(self.env, env["vector_env"], self._adapter.statistics)
             self._env_seeded = True
         self._set_extra_state(state)
+
+    # ---- SB3's parameter access -----------------------------------------------------------------
+    def _parameter_objects(self) -> dict[str, Any]:
+        """SB3's names of what ``get_parameters`` returns: "policy" (its state dict has SB3's
+        keys) and the optimizers ("policy.optimizer"; SAC/TD3: "actor.optimizer", ...)."""
+        sb3_name = {"optimizer": "policy.optimizer", "ent_coef": "ent_coef_optimizer"}
+        objects: dict[str, Any] = {"policy": self.policy}
+        for k, opt in self._optimizers().items():
+            objects[sb3_name.get(k, f"{k}.optimizer")] = opt
+        return objects
+
+    def get_parameters(self) -> dict[str, dict[str, Any]]:
+        """SB3's: the state dicts of the policy and the optimizers, by SB3's object names. The
+        policy's Tensors share the parameters' memory (``copy.deepcopy`` to keep a snapshot)."""
+        return {name: obj.state_dict() for name, obj in self._parameter_objects().items()}
+
+    def set_parameters(self, load_path_or_dict: str | os.PathLike | dict[str, Any],
+                       exact_match: bool = True, device: Any = "auto") -> None:
+        """SB3's: load parameters from ``get_parameters``' dict (some objects may be left out
+        unless ``exact_match``), or the networks and optimizers of a checkpoint ``save`` wrote
+        (counters, buffers and hyperparameters stay this model's)."""
+        if not isinstance(load_path_or_dict, dict):
+            self._set_parameters_from_file(load_path_or_dict, exact_match)
+            return
+        objects = self._parameter_objects()
+        for name in load_path_or_dict:
+            if name not in objects:
+                raise ValueError(f"set_parameters: key {name!r} is an invalid object name; this "
+                                 f"model has {sorted(objects)}")
+        if exact_match and set(load_path_or_dict) != set(objects):
+            raise ValueError(f"set_parameters: names of parameters do not match the model's: "
+                             f"expected {sorted(objects)}, got {sorted(load_path_or_dict)}")
+        for name, params in load_path_or_dict.items():
+            obj = objects[name]
+            if name == "policy":
+                obj.load_state_dict(params, strict=exact_match)
+            else:
+                obj.load_state_dict(params)
+
+    def _set_parameters_from_file(self, path: str | os.PathLike, exact_match: bool) -> None:
+        path = existing_checkpoint(path)
+        ckpt = rlgrad.load(path)
+        if ckpt.get("algo") != type(self).__name__:
+            raise ValueError(f"set_parameters: {path} holds a {ckpt.get('algo')} checkpoint, not "
+                             f"{type(self).__name__}")
+        state = self._upgrade_state(ckpt["state"])
+        for k, m in self._modules().items():
+            m.load_state_dict(state["modules"][k], strict=exact_match)
+        for k, o in self._optimizers().items():
+            o.load_state_dict(state["optimizers"][k])
 
     def get_hyperparams(self) -> dict[str, Any]:
         """The constructor arguments (JSON-like) that rebuild this algorithm."""

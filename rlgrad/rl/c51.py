@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad import nn, ops, optim
+from rlgrad import nn, ops
 from rlgrad.rl.dqn import DQN, bootstrap, gather_actions
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.policies import mlp_numpy
@@ -48,8 +48,7 @@ def categorical_loss(logits: Any, actions: Any, target: Any) -> Any:
 class C51(DQN):
     def __init__(self, env: EnvLike, **kwargs: Any) -> None:
         super().__init__(env, **kwargs)
-        self.optimizer = optim.Adam(self._params, lr=self.lr_schedule(1.0),
-                                    eps=0.01 / self.batch_size)
+        self.optimizer = self.make_optimizer(self._params, eps=0.01 / self.batch_size)
 
     def make_q_net(self) -> nn.Module:
         """``obs -> (batch, n_actions * n_atoms)``: per action, the logits over the atoms."""

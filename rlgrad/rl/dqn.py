@@ -107,7 +107,7 @@ class DQN(OffPolicyAlgorithm):
         self.q_net_target = target_network(self.q_net)
         self._params = list(self.q_net.parameters())
         self._target_params = list(self.q_net_target.parameters())  # cached: synced often
-        self.optimizer = optim.Adam(self._params, lr=self.lr_schedule(1.0))
+        self.optimizer = self.make_optimizer(self._params)
 
     # ---- hooks a variant overrides --------------------------------------------------------------
     def make_q_net(self) -> nn.Module:

@@ -17,7 +17,8 @@ from gymnasium import spaces
 
 import rlgrad
 from rlgrad import ops
-from rlgrad.nn import Module
+from rlgrad.device import device as cpu_device
+from rlgrad.nn import Module, StateDictError
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import ReplayBatch, ReplayBuffer
 from rlgrad.rl.callbacks import BaseCallback
@@ -120,6 +121,37 @@ class PolicyView:
         """Every parameter of the algorithm's networks (SB3's policy holds them all)."""
         for module in self._algo._modules().values():
             yield from module.parameters()
+
+    def _named_modules(self) -> dict[str, Module]:
+        """The networks under SB3's policy attribute names (DQN's ``q_net.q_net``)."""
+        mods = self._algo._modules()
+        if "q_net" in mods:
+            return {"q_net.q_net": mods["q_net"], "q_net_target.q_net": mods["q_net_target"]}
+        return {k: mods[k] for k in ("actor", "actor_target", "critic", "critic_target")
+                if k in mods}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The networks' parameters with SB3's policy keys (``actor.mu.0.weight``,
+        ``critic.qf0.0.weight``, ``q_net.q_net.0.weight``...)."""
+        return {f"{prefix}.{k}": v for prefix, m in self._named_modules().items()
+                for k, v in m.state_dict().items()}
+
+    def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
+        """``state_dict``'s arrays into the networks (keys as ``state_dict`` gives them)."""
+        named = self._named_modules()
+        unknown = [k for k in state_dict if not any(k.startswith(p + ".") for p in named)]
+        if unknown and strict:
+            raise StateDictError(f"policy.load_state_dict: unexpected keys {unknown}")
+        for prefix, m in named.items():
+            n = len(prefix) + 1
+            m.load_state_dict({k[n:]: v for k, v in state_dict.items()
+                               if k.startswith(prefix + ".")}, strict=strict)
+
+    device = cpu_device("cpu")  # rlgrad computes on the CPU (SB3's policy.device.type)
+
+    def set_training_mode(self, mode: bool) -> None:
+        for m in self._algo._modules().values():
+            m.train(mode)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._algo, name)

@@ -53,6 +53,14 @@ def with_value_and_entropy(policy_loss: Any, values: Any, dist: Any, b: dict[str
                   "entropy_loss": entropy_loss}
 
 
+#: the ActorCriticPolicy arguments ``policy_kwargs`` may set, with the algorithms' defaults
+POLICY_DEFAULTS: dict[str, Any] = {
+    "net_arch": None, "activation_fn": "tanh", "ortho_init": True, "log_std_init": 0.0,
+    "init_seed": None, "features_extractor_class": None, "features_extractor_kwargs": None,
+    "share_features_extractor": True, "normalize_images": None,
+}
+
+
 class OnPolicyAlgorithm(BaseAlgorithm):
     _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 1
@@ -75,12 +83,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self.normalize_advantage = bool(normalize_advantage)
         self._iteration_num = 0
         self._loss_steps: dict[bool, Any] = {}  # compiled / eager (step, its parameters), on first use
-        cnn = self.policy_name == "CnnPolicy"
-        extra = {"features_dim": None, "normalize_images": None} if cnn else {}
-        self.policy = ActorCriticPolicy(self.observation_space, self.action_space, cnn=cnn,
-                                        **self.net_kwargs(net_arch=None, activation_fn="tanh",
-                                                          ortho_init=True, log_std_init=0.0,
-                                                          init_seed=None, **extra))
+        self.policy = self._make_policy()
         a_space = self.action_space
         if isinstance(a_space, spaces.Discrete):
             a_shape, a_dtype = (), np.int64
@@ -93,6 +96,18 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self._clip_actions = isinstance(a_space, spaces.Box)
         if self._clip_actions:
             self._low, self._high = a_space.low, a_space.high
+
+    def _make_policy(self) -> ActorCriticPolicy:
+        """The algorithm's ActorCriticPolicy from ``policy_kwargs``, or the user's policy class
+        (SB3's ``PPO(CustomPolicy, env)``: its constructor takes ``policy_kwargs`` as SB3's)."""
+        if self.policy_class is not None:
+            kw = self.net_kwargs(**{k: None for k in self.policy_kwargs})
+            return self.policy_class(self.observation_space, self.action_space, self.lr_schedule,
+                                     **kw)
+        cnn = self.policy_name == "CnnPolicy"
+        extra = {"features_dim": None} if cnn else {}
+        return ActorCriticPolicy(self.observation_space, self.action_space, cnn=cnn,
+                                 **self.net_kwargs(**POLICY_DEFAULTS, **extra))
 
     # ---- collection --------------------------------------------------------------------------
     def _to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -128,7 +143,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                     rew = norm.process_reward(rew, done, valid)
                 if same_step and trunc.any():  # bootstrap from the final observation
                     rows = np.flatnonzero(trunc)
-                    buf.bootstrap[buf.pos, rows] = policy.predict_values(
+                    buf.bootstrap[buf.pos, rows] = policy.values_numpy(
                         self._obs(final[rows], update=False))
                 add(obs, actions, rew, term, done, values, log_probs, valid)
                 obs = next_obs
@@ -137,7 +152,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                         callback, want_locals, raw, rew, done, actions):
                     return False
             self._last_obs = raw
-            buf.compute_returns_and_advantage(policy.predict_values(obs))
+            buf.compute_returns_and_advantage(policy.values_numpy(obs))
         if callback is not None:
             callback.on_rollout_end()
         return True
@@ -258,6 +273,16 @@ class OnPolicyAlgorithm(BaseAlgorithm):
 
     def _modules(self) -> dict[str, Any]:
         return {"policy": self.policy}
+
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        # checkpoints written before the towers took SB3's names ("pi_net.0.weight")
+        renames = (("pi_net.", "mlp_extractor.policy_net."), ("vf_net.", "mlp_extractor.value_net."))
+        pol = state.get("modules", {}).get("policy", {})
+        if any(k.startswith(old) for k in pol for old, _ in renames):
+            pol = {next((new + k[len(old):] for old, new in renames if k.startswith(old)), k): v
+                   for k, v in pol.items()}
+            state = {**state, "modules": {**state["modules"], "policy": pol}}
+        return super()._upgrade_state(state)
 
     def _optimizers(self) -> dict[str, Any]:
         return {"optimizer": self.optimizer}

@@ -18,66 +18,39 @@ from __future__ import annotations
 
 import math
 import os
+import pickle
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
 from rlgrad import nn, no_grad, ops
+from rlgrad.device import device as cpu_device
 from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
 from rlgrad.distributions.categorical import inverse_cdf, row_indices, row_max
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
 from rlgrad.nn import init
 from rlgrad.nn.functional import _linear, _linear_relu
-from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
 from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs, space_str
+from rlgrad.rl.layers import (  # noqa: F401  (names the algorithms import from here)
+    TRAINING_BYTES_PER_PARAM,
+    BaseFeaturesExtractor,
+    CombinedExtractor,
+    FlattenExtractor,
+    MlpExtractor,
+    check_mlp_memory,
+    check_policy_space,
+    cnn_trunk,
+    make_optimizer,
+    mlp,
+    module_class,
+    physical_memory,
+    tower,
+)
 from rlgrad.tensor import Tensor
 
-_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+#: activations acting computes in NumPy directly (others: their module, without a graph)
 _NP_ACT = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out=None: np.maximum(x, 0, out=x if out is None else out)}
-
-
-def _act_cls(activation_fn: Any) -> type:
-    name = activation_fn
-    if isinstance(activation_fn, type) and activation_fn.__module__.startswith("torch."):
-        name = activation_fn.__name__  # an SB3 script's th.nn.ReLU: rlgrad's module of that name
-    if isinstance(name, str):
-        try:
-            return _ACTIVATIONS[name.lower()]
-        except KeyError:
-            raise ValueError(f"activation_fn must be one of {sorted(_ACTIVATIONS)}, got "
-                             f"{activation_fn!r}") from None
-    return activation_fn
-
-
-#: bytes a float32 parameter holds while training: its value, its gradient, Adam's two moments
-TRAINING_BYTES_PER_PARAM = 16
-
-
-def physical_memory() -> int | None:
-    """This machine's memory in bytes (None where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def check_mlp_memory(sizes: list[int]) -> None:
-    """ValueError, one line, before allocating, for layers whose parameters (with gradients and
-    Adam's moments) would not fit in this machine's memory: NumPy's own error comes after a
-    long traceback, or the machine swaps."""
-    n = sum(a * b + b for a, b in zip(sizes, sizes[1:], strict=False))
-    need, have = n * TRAINING_BYTES_PER_PARAM, physical_memory()
-    if have is not None and need > have:
-        raise ValueError(f"policy_kwargs.net_arch: layers {sizes} (with the observation and "
-                         f"action sizes) have {n:,} parameters, {need / 2**30:,.1f} GiB with "
-                         f"their gradients and Adam's moments, more than this machine's "
-                         f"{have / 2**30:,.1f} GiB: choose smaller layers")
-
-
-def mlp(sizes: list[int], activation_fn: Any, output_activation: Any = None) -> nn.MLP:
-    check_mlp_memory(sizes)
-    return nn.MLP(sizes, activation=_act_cls(activation_fn), output_activation=output_activation)
 
 
 def mlp_numpy(net: nn.Module, x: np.ndarray) -> np.ndarray:
@@ -102,36 +75,14 @@ def mlp_numpy(net: nn.Module, x: np.ndarray) -> np.ndarray:
     return x
 
 
-def cnn_trunk(observation_space: spaces.Space, features_dim: int | None = None,
-              normalize_images: bool | None = None) -> nn.Module:
-    """The CNN for image observations (C, H, W): the Nature CNN (512 features) for frames of at
-    least 36x36 (Atari's 84x84), the MinAtar paper's CNN (128 features) for smaller ones (10x10).
-    ``normalize_images`` (default: when the space's high is 255) divides the input by 255."""
-    if not is_image_space(observation_space):
-        raise ValueError(f"a CNN needs image observations (a uint8 Box of shape (C, H, W)), got "
-                         f"{observation_space}")
-    shape = observation_space.shape
-    if normalize_images is None:
-        normalize_images = bool(np.max(observation_space.high) > 1)
-    if min(shape[1:]) >= 36:
-        return NatureCNN(shape, features_dim or 512, normalize=normalize_images)
-    return MinAtarCNN(shape, features_dim or 128, normalize=normalize_images)
-
-
 def trunk_numpy(trunk: nn.Module | None, obs: np.ndarray) -> np.ndarray:
     """The trunk's features of ``obs`` as a NumPy array, without a graph (``obs`` itself when
     there is no trunk: MLP policies read the observation directly)."""
     if trunk is None:
         return obs
     with no_grad():
-        return np.asarray(trunk(obs)._value)
-
-
-def _tower(in_dim: int, arch: list[int], activation_fn: Any) -> nn.Module:
-    """Hidden layers ``in_dim -> arch`` with the activation after each; none for ``arch == []``."""
-    if not arch:
-        return nn.Sequential()
-    return mlp([in_dim, *arch], activation_fn, output_activation=activation_fn)
+        out = trunk(obs)  # (a module given a NumPy array may answer with one)
+    return out._value if isinstance(out, Tensor) else np.asarray(out)
 
 
 def _ortho(net: nn.Module, gain: float, generator: np.random.Generator) -> None:
@@ -170,57 +121,245 @@ def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.nd
         obs = obs[None]
     with no_grad():
         actions = act(preprocess_obs(obs, space))
-    return (actions[0] if single else actions), None
+    return (actions[0, ...] if single else actions), None  # one: an array, as SB3's (shape ())
 
 
-class ActorCriticPolicy(nn.Module):
+class PolicyDistribution:
+    """What SB3's ``policy.get_distribution(obs)`` returns: rlgrad's distribution as
+    ``.distribution`` and SB3's methods over it (log-probabilities and entropies summed over a
+    Box action's dimensions, as SB3's ``sum_independent_dims``)."""
+
+    def __init__(self, distribution: Any) -> None:
+        self.distribution = distribution
+
+    def log_prob(self, actions: Any) -> Any:
+        return self.distribution.log_prob(actions)
+
+    def entropy(self) -> Any:
+        return self.distribution.entropy()
+
+    def sample(self) -> Any:
+        return self.distribution.sample()
+
+    def mode(self) -> Any:
+        return self.distribution.mode
+
+    def get_actions(self, deterministic: bool = False) -> Any:
+        return self.mode() if deterministic else self.sample()
+
+
+def _as_tensor(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _as_tensor(v) for k, v in x.items()}
+    return x if isinstance(x, Tensor) else Tensor(np.asarray(x))
+
+
+def save_policy(policy: nn.Module, path: Any, data: dict[str, Any]) -> None:
+    """``policy.save(path)``: its class, constructor arguments and parameters, written to a
+    temporary file renamed into place (a crash leaves the old file whole)."""
+    state = {k: np.array(v) for k, v in policy.state_dict().items()}
+    tmp = f"{os.fspath(path)}.tmp"
+    with open(tmp, "wb") as f:
+        pickle.dump({"class": type(policy), "data": data, "state_dict": state}, f)
+    os.replace(tmp, path)
+
+
+def load_policy(cls: type, path: Any) -> nn.Module:
+    """The policy ``save_policy`` wrote (a pickle: load only files you trust, as SB3's)."""
+    with open(path, "rb") as f:
+        saved = pickle.load(f)  # noqa: S301  (SB3's format is a pickle too)
+    if not issubclass(saved["class"], cls):
+        raise ValueError(f"{path} holds a {saved['class'].__name__}, not a {cls.__name__}")
+    policy = saved["class"](**saved["data"])
+    policy.load_state_dict(saved["state_dict"])
+    return policy
+
+
+class SB3PolicyMethods:
+    """SB3's ``BasePolicy`` methods on tensors, for a policy with ``observation_space``,
+    ``_features`` and ``distribution_and_value``."""
+
+    device = cpu_device("cpu")  # rlgrad computes on the CPU (SB3's policy.device.type)
+
+    def obs_to_tensor(self, observation: Any) -> tuple[Any, bool]:
+        """(a batch of preprocessed observations as a Tensor, whether a batch was given)."""
+        space = self.observation_space
+        obs = np.asarray(observation) if not isinstance(observation, dict) else observation
+        vectorized = self.is_vectorized_observation(obs)
+        if isinstance(space, spaces.Dict):
+            return _as_tensor({k: np.asarray(v).reshape(-1, *space[k].shape)
+                               for k, v in obs.items()}), vectorized
+        batch = obs if vectorized else obs[None]
+        return Tensor(preprocess_obs(batch.reshape(-1, *space.shape), space)), vectorized
+
+    def is_vectorized_observation(self, observation: Any) -> bool:
+        space = self.observation_space
+        if isinstance(space, spaces.Dict):
+            k = next(iter(space.spaces))
+            return np.asarray(observation[k]).shape != space[k].shape
+        return np.asarray(observation).shape != space.shape
+
+    def extract_features(self, obs: Any, features_extractor: Any = None) -> Any:
+        return self._features(obs) if features_extractor is None else features_extractor(obs)
+
+    def set_training_mode(self, mode: bool) -> None:
+        self.train(mode)
+
+    def forward(self, obs: Any, deterministic: bool = False) -> tuple[Any, Any, Any]:
+        """SB3's: (actions, values of shape (n, 1), log-probabilities) for a batch."""
+        dist, values = self.distribution_and_value(obs)
+        actions = dist.mode if deterministic else dist.sample()
+        return actions, values.reshape(-1, 1), dist.log_prob(actions)
+
+    def evaluate_actions(self, obs: Any, actions: Any) -> tuple[Any, Any, Any]:
+        """SB3's: (values (n, 1), log-probabilities, entropies) of ``actions``."""
+        dist, values = self.distribution_and_value(obs)
+        acts = actions._value if isinstance(actions, Tensor) else np.asarray(actions)
+        return values.reshape(-1, 1), dist.log_prob(self.actions_for_loss(acts)), dist.entropy()
+
+    def get_distribution(self, obs: Any) -> PolicyDistribution:
+        return PolicyDistribution(self.distribution(obs))
+
+    def predict_values(self, obs: Any) -> Any:
+        """SB3's: V(obs) as a Tensor of shape (n, 1)."""
+        return self.value(obs).reshape(-1, 1)
+
+    def save(self, path: Any) -> None:
+        save_policy(self, path, self._constructor_parameters())
+
+    @classmethod
+    def load(cls, path: Any, device: Any = "auto") -> Any:
+        return load_policy(cls, path)
+
+
+class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
+    """SB3's ``ActorCriticPolicy`` (its constructor and state-dict keys): a features extractor
+    (``FlattenExtractor`` for vectors, the CNN for images, ``CombinedExtractor`` for Dict
+    observations, or ``features_extractor_class``), the ``mlp_extractor``'s policy and value
+    towers (SB3's ``MlpPolicy``: [64, 64] tanh, orthogonal initialisation), ``action_net``
+    (Categorical logits, or the mean of a state-independent-std Gaussian for Box actions) and
+    ``value_net``. A subclass may override ``_build_mlp_extractor`` (SB3's custom policy).
+
+    Acting runs on the parameter arrays in NumPy (``act``, ``mode``); training and SB3's
+    tensor methods (``forward``, ``evaluate_actions``, ``get_distribution``, ``predict_values``)
+    go through the engine."""
+
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
-                 net_arch: Any = None, activation_fn: Any = "tanh", ortho_init: bool = True,
-                 log_std_init: float = 0.0, init_seed: int | None = None, cnn: bool | None = None,
-                 features_dim: int | None = None, normalize_images: bool | None = None) -> None:
+                 lr_schedule: Any = None, net_arch: Any = None, activation_fn: Any = "tanh",
+                 ortho_init: bool = True, use_sde: bool = False, log_std_init: float = 0.0,
+                 full_std: bool = True, use_expln: bool = False, squash_output: bool = False,
+                 features_extractor_class: Any = None,
+                 features_extractor_kwargs: dict[str, Any] | None = None,
+                 share_features_extractor: bool = True, normalize_images: bool | None = None,
+                 optimizer_class: Any = None, optimizer_kwargs: dict[str, Any] | None = None,
+                 *, init_seed: int | None = None, cnn: bool | None = None,
+                 features_dim: int | None = None) -> None:
         super().__init__()
-        # SB3's CnnPolicy: one CNN trunk shared by the actor and the critic, heads right on its
-        # features (net_arch [] by default); MlpPolicy: two MLP towers on the observation
-        cnn = is_image_space(observation_space) if cnn is None else cnn
-        self.features_extractor = (cnn_trunk(observation_space, features_dim, normalize_images)
-                                   if cnn else None)
-        in_dim = self.features_extractor.features_dim if cnn else flat_obs_dim(observation_space)
-        if net_arch is None:
-            net_arch = [] if cnn else {"pi": [64, 64], "vf": [64, 64]}
-        if isinstance(net_arch, list | tuple):
-            net_arch = {"pi": list(net_arch), "vf": list(net_arch)}
-        pi_arch, vf_arch = list(net_arch["pi"]), list(net_arch["vf"])
+        object.__setattr__(self, "_init_args", {  # what save() writes to rebuild the policy
+            "observation_space": observation_space, "action_space": action_space,
+            "net_arch": net_arch, "activation_fn": activation_fn, "ortho_init": ortho_init,
+            "log_std_init": log_std_init, "features_extractor_class": features_extractor_class,
+            "features_extractor_kwargs": features_extractor_kwargs,
+            "share_features_extractor": share_features_extractor,
+            "normalize_images": normalize_images, "optimizer_class": optimizer_class,
+            "optimizer_kwargs": optimizer_kwargs, "cnn": cnn, "features_dim": features_dim})
+        if use_sde or squash_output:
+            raise ValueError("ActorCriticPolicy: use_sde / squash_output (gSDE) are not supported "
+                             "for A2C and PPO yet; SAC has gSDE (SAC(..., use_sde=True))")
+        check_policy_space(observation_space)
+        self.observation_space, self.action_space = observation_space, action_space
+        self.cnn = is_image_space(observation_space) if cnn is None else bool(cnn)
+        self.activation_fn, self.ortho_init = activation_fn, bool(ortho_init)
+        self.log_std_init, self.normalize_images = float(log_std_init), normalize_images
+        self.features_extractor_class = features_extractor_class
+        self.features_extractor_kwargs = dict(features_extractor_kwargs or {})
+        if features_dim is not None:  # rlgrad's CnnPolicy keyword: the CNN's width
+            self.features_extractor_kwargs.setdefault("features_dim", features_dim)
+        self.share_features_extractor = bool(share_features_extractor)
+        self.optimizer_class, self.optimizer_kwargs = optimizer_class, optimizer_kwargs
+        self.features_extractor = self.make_features_extractor()
+        self.features_dim = self.features_extractor.features_dim
+        if not self.share_features_extractor:
+            self.vf_features_extractor = self.make_features_extractor()
+        custom = features_extractor_class is not None or isinstance(observation_space, spaces.Dict)
+        if net_arch is None:  # SB3's: heads right on a CNN's features, else [64, 64] towers
+            net_arch = [] if self.cnn and not custom else {"pi": [64, 64], "vf": [64, 64]}
+        self.net_arch = net_arch
+        self._set_action_space(action_space)
+        self._build(lr_schedule, init_seed)
+
+    # ---- construction -----------------------------------------------------------------------
+    def _set_action_space(self, action_space: spaces.Space) -> None:
         self.discrete = isinstance(action_space, spaces.Discrete)
         if self.discrete:
-            act_dim = int(action_space.n)
+            self.act_dim = int(action_space.n)
         elif isinstance(action_space, spaces.Box):
-            act_dim = int(np.prod(action_space.shape))
+            self.act_dim = int(np.prod(action_space.shape))
         else:
             raise ValueError(f"ActorCriticPolicy supports Discrete and Box actions, got {action_space}")
-        self.act_dim = act_dim
         self.action_shape = () if self.discrete else tuple(action_space.shape)
-        self.observation_space, self.action_space = observation_space, action_space
-        self.pi_net = _tower(in_dim, pi_arch, activation_fn)
-        self.vf_net = _tower(in_dim, vf_arch, activation_fn)
-        self.action_net = nn.Linear(pi_arch[-1] if pi_arch else in_dim, act_dim)
-        self.value_net = nn.Linear(vf_arch[-1] if vf_arch else in_dim, 1)
+
+    def make_features_extractor(self) -> nn.Module:
+        """A new features extractor for the observation space (SB3's method)."""
+        space, kw = self.observation_space, dict(self.features_extractor_kwargs)
+        cls = self.features_extractor_class
+        if cls is None and isinstance(space, spaces.Dict):
+            cls = CombinedExtractor
+        if cls is CombinedExtractor and self.normalize_images is not None:
+            kw.setdefault("normalize_images", self.normalize_images)
+        if cls is None and self.cnn:
+            return cnn_trunk(space, kw.get("features_dim"), self.normalize_images)
+        return module_class(cls or FlattenExtractor, "features_extractor_class")(space, **kw)
+
+    def _build_mlp_extractor(self) -> None:
+        """``self.mlp_extractor``: SB3's hook, which a custom policy overrides (its network needs
+        ``latent_dim_pi``, ``latent_dim_vf``, ``forward_actor`` and ``forward_critic``)."""
+        self.mlp_extractor = MlpExtractor(self.features_dim, self.net_arch, self.activation_fn)
+
+    def _build(self, lr_schedule: Any, init_seed: int | None) -> None:
+        self._build_mlp_extractor()
+        self.action_net = nn.Linear(self.mlp_extractor.latent_dim_pi, self.act_dim)
+        self.value_net = nn.Linear(self.mlp_extractor.latent_dim_vf, 1)
         if not self.discrete:
-            self.log_std = nn.Parameter(np.full(act_dim, log_std_init, dtype=np.float32))
-        if ortho_init:  # SB3's gains: sqrt(2) trunk and hidden, 0.01 policy head, 1 value head
+            self.log_std = nn.Parameter(np.full(self.act_dim, self.log_std_init, dtype=np.float32))
+        if self.ortho_init:  # SB3's gains: sqrt(2) trunk and hidden, 0.01 policy head, 1 value head
             g = init.default_generator() if init_seed is None else np.random.default_rng(init_seed)
-            if cnn:
-                _ortho(self.features_extractor, math.sqrt(2), g)
-            _ortho(self.pi_net, math.sqrt(2), g)
-            _ortho(self.vf_net, math.sqrt(2), g)
-            _ortho(self.action_net, 0.01, g)
-            _ortho(self.value_net, 1.0, g)
+            gains = [(self.features_extractor, math.sqrt(2))]
+            if not self.share_features_extractor:
+                gains.append((self.vf_features_extractor, math.sqrt(2)))
+            gains += [(self.mlp_extractor, math.sqrt(2)), (self.action_net, 0.01),
+                      (self.value_net, 1.0)]
+            for net, gain in gains:
+                _ortho(net, gain, g)
+        # acting reads the observation itself when the extractor only flattens it (vectors)
+        flat = (type(self.features_extractor) is FlattenExtractor and self.share_features_extractor
+                and isinstance(self.observation_space, spaces.Box | spaces.Discrete))
+        object.__setattr__(self, "_trunk", None if flat else self.features_extractor)
+        object.__setattr__(self, "_plain_mlp", type(self.mlp_extractor) is MlpExtractor)
+        if lr_schedule is not None:  # built on its own, as in SB3: with its optimizer
+            self.optimizer = make_optimizer(self.parameters(), lr_schedule(1.0),
+                                            self.optimizer_class, self.optimizer_kwargs, eps=1e-5)
+
+    def _constructor_parameters(self) -> dict[str, Any]:
+        return dict(self._init_args)
+
+    @property
+    def pi_net(self) -> nn.Module:
+        return self.mlp_extractor.policy_net
+
+    @property
+    def vf_net(self) -> nn.Module:
+        return self.mlp_extractor.value_net
 
     # ---- training (through the engine) ------------------------------------------------------
     def _features(self, obs: Any) -> Any:
-        return obs if self.features_extractor is None else self.features_extractor(obs)
+        return obs if self._trunk is None else self._trunk(obs)
+
+    def _vf_features(self, obs: Any, features: Any) -> Any:
+        return features if self.share_features_extractor else self.vf_features_extractor(obs)
 
     def _distribution(self, features: Any) -> Any:
-        out = self.action_net(self.pi_net(features))
+        out = self.action_net(self.mlp_extractor.forward_actor(features))
         if self.discrete:
             return Categorical(logits=out)
         return Independent(Normal(out, self.log_std.exp()), 1)
@@ -232,14 +371,15 @@ class ActorCriticPolicy(nn.Module):
         return self._distribution(self._features(obs))
 
     def value(self, obs: Any) -> Any:
-        return self.value_net(self.vf_net(self._features(obs))).reshape(-1)
+        f = self._features(obs) if self.share_features_extractor else self.vf_features_extractor(obs)
+        return self.value_net(self.mlp_extractor.forward_critic(f)).reshape(-1)
 
     def distribution_and_value(self, obs: Any) -> tuple[Any, Any]:
-        """``(distribution(obs), value(obs))`` with the shared CNN trunk run once."""
-        if self.features_extractor is None:
-            return self.distribution(obs), self.value(obs)
-        f = self.features_extractor(obs)
-        return self._distribution(f), self.value_net(self.vf_net(f)).reshape(-1)
+        """``(distribution(obs), value(obs))`` with a shared trunk run once."""
+        f = self._features(obs)
+        fv = self._vf_features(obs, f)
+        return (self._distribution(f),
+                self.value_net(self.mlp_extractor.forward_critic(fv)).reshape(-1))
 
     def actions_for_loss(self, actions: np.ndarray) -> np.ndarray:
         """Stored actions as ``distribution(obs).log_prob`` takes them (Box: flat rows)."""
@@ -248,13 +388,24 @@ class ActorCriticPolicy(nn.Module):
         return np.asarray(actions, dtype=np.float32).reshape(len(actions), self.act_dim)
 
     # ---- acting (NumPy, no graph) -----------------------------------------------------------
-    def _head_np(self, obs: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
-        f = trunk_numpy(self.features_extractor, obs) if features is None else features
-        return mlp_numpy([self.action_net], mlp_numpy(self.pi_net, f))
+    def _latent_np(self, features: np.ndarray, actor: bool) -> np.ndarray:
+        if self._plain_mlp:
+            return mlp_numpy(self.pi_net if actor else self.vf_net, features)
+        fn = self.mlp_extractor.forward_actor if actor else self.mlp_extractor.forward_critic
+        with no_grad():  # a custom extractor: its own forward, without a graph
+            out = fn(features if isinstance(features, dict) else Tensor(features))
+        return np.asarray(out._value)
 
-    def predict_values(self, obs: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
-        f = trunk_numpy(self.features_extractor, obs) if features is None else features
-        return mlp_numpy([self.value_net], mlp_numpy(self.vf_net, f))[:, 0]
+    def _head_np(self, obs: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
+        f = trunk_numpy(self._trunk, obs) if features is None else features
+        return mlp_numpy([self.action_net], self._latent_np(f, True))
+
+    def values_numpy(self, obs: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
+        """V(obs) in NumPy, shape (n,) (``features``: the shared trunk's, when computed)."""
+        if not self.share_features_extractor:
+            features = trunk_numpy(self.vf_features_extractor, obs)
+        f = trunk_numpy(self._trunk, obs) if features is None else features
+        return mlp_numpy([self.value_net], self._latent_np(f, False))[:, 0]
 
     def fused_numpy(self) -> list[tuple[np.ndarray, np.ndarray, Any]] | None:
         """The actor and critic towers as one network of block matrices, for acting.
@@ -266,7 +417,7 @@ class ActorCriticPolicy(nn.Module):
         (an A2C rollout is only a few steps long); None when the towers differ in depth or
         activation, or a CNN trunk comes first.
         """
-        if self.features_extractor is not None:
+        if self._trunk is not None or not self._plain_mlp:
             return None
         lin_pi = [m for m in self.pi_net if type(m) is nn.Linear] + [self.action_net]
         lin_vf = [m for m in self.vf_net if type(m) is nn.Linear] + [self.value_net]
@@ -308,9 +459,9 @@ class ActorCriticPolicy(nn.Module):
                     x = act(x, out=x)  # x is this layer's own fresh array
             out, values = x[:, :-1], x[:, -1]
         else:
-            f = trunk_numpy(self.features_extractor, obs)  # the CNN once for both heads
+            f = trunk_numpy(self._trunk, obs)  # the CNN once for both heads
             out = self._head_np(obs, f)
-            values = self.predict_values(obs, f)
+            values = self.values_numpy(obs, f)
         n = len(obs)
         # ``distribution(obs).sample(generator=rng)``'s draws and rules on the NumPy outputs
         # (tests/test_rl_algos.py checks both give the same actions and log-probabilities)
@@ -355,6 +506,20 @@ class ActorCriticPolicy(nn.Module):
         return a
 
 
+def upgrade_critic_keys(state: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's state with critics written before SB3's names ("q_networks.0.0.weight")
+    renamed to them ("qf0.0.weight")."""
+    mods = state.get("modules", {})
+    if not any(k.startswith("q_networks.") for m in mods.values() for k in m):
+        return state
+    def rename(k: str) -> str:
+        if not k.startswith("q_networks."):
+            return k
+        i, rest = k[len("q_networks."):].split(".", 1)
+        return f"qf{i}.{rest}"
+    return {**state, "modules": {n: {rename(k): v for k, v in m.items()} for n, m in mods.items()}}
+
+
 class QNetwork(nn.Module):
     def __init__(self, observation_space: spaces.Space, action_space: spaces.Space,
                  net_arch: list[int] | None = None, activation_fn: Any = "relu") -> None:
@@ -391,14 +556,19 @@ class DeterministicActor(nn.Module):
 
 
 class ContinuousCritic(nn.Module):
-    """``n_critics`` independent Q(s, a) networks on the concatenation [s, a]."""
+    """``n_critics`` independent Q(s, a) networks on the concatenation [s, a], named ``qf0``,
+    ``qf1``, ... as SB3's (their state-dict keys: ``qf0.0.weight``)."""
 
     def __init__(self, obs_dim: int, act_dim: int, net_arch: list[int], n_critics: int = 2,
                  activation_fn: Any = "relu") -> None:
         super().__init__()
-        self.q_networks = nn.ModuleList(
-            [mlp([obs_dim + act_dim, *net_arch, 1], activation_fn) for _ in range(n_critics)]
-        )
+        self.n_critics = int(n_critics)
+        for i in range(self.n_critics):
+            setattr(self, f"qf{i}", mlp([obs_dim + act_dim, *net_arch, 1], activation_fn))
+
+    @property
+    def q_networks(self) -> list[nn.Module]:
+        return [getattr(self, f"qf{i}") for i in range(self.n_critics)]
 
     def forward(self, obs: Any, actions: Any) -> list[Any]:
         x = _cat(obs, actions)
@@ -433,7 +603,7 @@ class SquashedGaussianActor(nn.Module):
                  activation_fn: Any = "relu", use_sde: bool = False, log_std_init: float = -3.0,
                  full_std: bool = True, use_expln: bool = False, clip_mean: float = 2.0) -> None:
         super().__init__()
-        self.latent_pi = mlp([obs_dim, *net_arch], activation_fn, output_activation=activation_fn)
+        self.latent_pi = tower(obs_dim, list(net_arch), activation_fn)
         last = net_arch[-1] if net_arch else obs_dim
         self.act_dim = act_dim
         self.mu = nn.Linear(last, act_dim)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad import ops, optim
+from rlgrad import ops
 from rlgrad.rl.buffers import RolloutBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, with_value_and_entropy
@@ -95,7 +95,8 @@ class PPO(OnPolicyAlgorithm):
         self.clip_range_vf = None if clip_range_vf is None else get_schedule_fn(clip_range_vf)
         self.target_kl = target_kl
         self._params = list(self.policy.parameters())
-        self.optimizer = optim.Adam(self._params, lr=self.lr_schedule(1.0), eps=1e-5)
+        self.optimizer = self.make_optimizer(self._params, eps=1e-5)
+        self.policy.optimizer = self.optimizer  # SB3's model.policy.optimizer
 
     # ---- the update: the loss once, run compiled (whole rollout) or eager (minibatches) -----
     def loss(self, b: dict[str, Any], use_entropy: bool) -> tuple[Any, dict[str, Any]]:

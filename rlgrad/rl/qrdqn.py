@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from rlgrad import nn, ops, optim
+from rlgrad import nn, ops
 from rlgrad.nn import functional as F
 from rlgrad.rl.dqn import DQN, bootstrap, gather_actions
 from rlgrad.rl.envs import EnvLike
@@ -57,8 +57,7 @@ class QRDQN(DQN):
     def __init__(self, env: EnvLike, **kwargs: Any) -> None:
         super().__init__(env, **apply_defaults(type(self), kwargs))
         self.taus = quantile_midpoints(self.n_quantiles)
-        self.optimizer = optim.Adam(self._params, lr=self.lr_schedule(1.0),
-                                    eps=0.01 / self.batch_size)
+        self.optimizer = self.make_optimizer(self._params, eps=0.01 / self.batch_size)
 
     def make_q_net(self) -> nn.Module:
         """``obs -> (batch, n_actions * n_quantiles)``: per action, its quantiles."""

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from rlgrad.rl.sb3_args import device_ok
+from rlgrad.rl.sb3_args import POLICY_NAMES, device_ok, is_policy_class
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,6 @@ RANGES: dict[str, Range] = {
     "blas_threads": Range(1, integer=True, none_ok=True),
     "check_finite": Range(kind=bool),
     "tensorboard_log": Range(kind=(str, os.PathLike), none_ok=True),
-    "policy": Range(choices=("MlpPolicy", "CnnPolicy", "MultiInputPolicy"), none_ok=True),
     "env_runners": Range(0, 1024, integer=True),
     "max_grad_norm": Range(0.0, lo_open=True, none_ok=True),
     "batch_size": _COUNT,
@@ -170,6 +169,8 @@ def _net_arch_ok(pk: Any) -> bool:
     arch = (pk or {}).get("net_arch") if isinstance(pk, dict) else None
     if arch is None:
         return True
+    if isinstance(arch, list | tuple) and arch and isinstance(arch[0], dict):
+        arch = arch[0]  # SB3's pre-1.8 form [dict(pi=.., vf=..)] (the policy warns)
     lists = arch.values() if isinstance(arch, dict) else [arch]
     return all(isinstance(a, list | tuple) and all(_COUNT.ok(n) for n in a) for a in lists)
 
@@ -180,6 +181,8 @@ SPECIAL: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ent_coef": (_ent_coef_ok, "a number >= 0 (SAC also 'auto' or 'auto_X', X > 0)"),
     "target_entropy": (lambda v: v == "auto" or Range().ok(v), "a number or 'auto'"),
     "device": (device_ok, "'auto' or 'cpu' (rlgrad computes on the CPU)"),
+    "policy": (lambda v: v is None or v in POLICY_NAMES or is_policy_class(v),
+               "'MlpPolicy', 'CnnPolicy', 'MultiInputPolicy', None or a policy class"),
 }
 
 #: rules between arguments: (arguments, holds(values), what must hold)

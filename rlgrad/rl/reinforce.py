@@ -12,7 +12,6 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlgrad import optim
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm
 
@@ -33,5 +32,5 @@ class REINFORCE(OnPolicyAlgorithm):
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, **env_options)
         self._params = list(self.policy.parameters())
-        self.optimizer = optim.Adam(self._params, lr=self.lr_schedule(1.0))
+        self.optimizer = self.make_optimizer(self._params)
 

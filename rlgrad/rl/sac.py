@@ -27,8 +27,9 @@ import numpy as np
 from rlgrad import nn, ops, optim
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
+from rlgrad.rl.layers import get_actor_critic_arch
 from rlgrad.rl.off_policy import OffPolicyAlgorithm, min_of, target_network, td_target_of
-from rlgrad.rl.policies import ContinuousCritic, SquashedGaussianActor
+from rlgrad.rl.policies import ContinuousCritic, SquashedGaussianActor, upgrade_critic_keys
 
 
 class SAC(OffPolicyAlgorithm):
@@ -46,20 +47,22 @@ class SAC(OffPolicyAlgorithm):
                          verbose, **env_options)
         self.target_update_interval = int(target_update_interval)
         kw = self.net_kwargs(net_arch=[256, 256], activation_fn="relu", log_std_init=-3.0,
-                             full_std=True, use_expln=False, clip_mean=2.0)
-        arch, act_fn = list(kw.pop("net_arch")), kw.pop("activation_fn")
+                             full_std=True, use_expln=False, clip_mean=2.0, n_critics=n_critics)
+        n_critics = int(kw.pop("n_critics"))  # SB3 takes it in policy_kwargs
+        pi_arch, qf_arch = get_actor_critic_arch(kw.pop("net_arch"))
+        act_fn = kw.pop("activation_fn")
         self.use_sde = bool(use_sde)
         self.sde_sample_freq = int(sde_sample_freq)
         self.use_sde_at_warmup = bool(use_sde_at_warmup)
-        self.actor = SquashedGaussianActor(self.obs_dim, self.act_dim, arch, act_fn,
+        self.actor = SquashedGaussianActor(self.obs_dim, self.act_dim, pi_arch, act_fn,
                                            use_sde=self.use_sde, **kw)  # kw: gSDE's options
-        self.critic = ContinuousCritic(self.obs_dim, self.act_dim, arch, n_critics, act_fn)
+        self.critic = ContinuousCritic(self.obs_dim, self.act_dim, qf_arch, n_critics, act_fn)
         self.critic_target = target_network(self.critic)
         self._critic_params = list(self.critic.parameters())  # cached for the Polyak update
         self._critic_target_params = list(self.critic_target.parameters())
         lr = self.lr_schedule(1.0)
-        self.actor_optimizer = optim.Adam(self.actor.parameters(), lr=lr)
-        self.critic_optimizer = optim.Adam(self.critic.parameters(), lr=lr)
+        self.actor_optimizer = self.make_optimizer(self.actor.parameters())
+        self.critic_optimizer = self.make_optimizer(self.critic.parameters())
         self.target_entropy = (-float(self.act_dim) if target_entropy == "auto"
                                else float(target_entropy))
         self.auto_ent = isinstance(ent_coef, str) and ent_coef.startswith("auto")
@@ -204,6 +207,9 @@ class SAC(OffPolicyAlgorithm):
 
     def _modules(self) -> dict[str, Any]:
         return {"actor": self.actor, "critic": self.critic, "critic_target": self.critic_target}
+
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        return super()._upgrade_state(upgrade_critic_keys(state))
 
     def _optimizers(self) -> dict[str, Any]:
         out = {"actor": self.actor_optimizer, "critic": self.critic_optimizer}

@@ -29,9 +29,17 @@ def _policy_name(policy: Any) -> str | None:
     return name if name in POLICY_NAMES else None
 
 
+def is_policy_class(policy: Any) -> bool:
+    """A policy class of the user's (a subclass of one of rlgrad.rl's policies' modules)."""
+    from rlgrad.nn import Module
+
+    return isinstance(policy, type) and issubclass(policy, Module)
+
+
 def split_policy(algo: str, args: tuple, kwargs: dict[str, Any]
-                 ) -> tuple[str | None, tuple, dict[str, Any]]:
-    """(policy name or None, args, kwargs) with SB3's leading ``policy`` argument taken out."""
+                 ) -> tuple[str | type | None, tuple, dict[str, Any]]:
+    """(policy name, a custom policy class, or None; args, kwargs) with SB3's leading
+    ``policy`` argument taken out."""
     if "policy" in kwargs:
         kwargs = dict(kwargs)
         policy = kwargs.pop("policy")
@@ -41,6 +49,8 @@ def split_policy(algo: str, args: tuple, kwargs: dict[str, Any]
     else:
         return None, args, kwargs
     name = _policy_name(policy)
+    if name is None and is_policy_class(policy):
+        name = policy  # a custom policy class (SB3's "Custom Policy Network"): built as given
     if name is None:
         raise ValueError(f"{algo}: unknown policy {policy!r}; use one of "
                          f"{', '.join(map(repr, POLICY_NAMES))} (rlgrad builds the networks from "

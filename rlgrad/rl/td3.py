@@ -16,6 +16,7 @@ import numpy as np
 from rlgrad import ops, optim
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
+from rlgrad.rl.layers import get_actor_critic_arch
 from rlgrad.rl.off_policy import (
     OffPolicyAlgorithm,
     make_action_noise,
@@ -23,7 +24,7 @@ from rlgrad.rl.off_policy import (
     target_network,
     td_target_of,
 )
-from rlgrad.rl.policies import ContinuousCritic, DeterministicActor
+from rlgrad.rl.policies import ContinuousCritic, DeterministicActor, upgrade_critic_keys
 
 
 class TD3(OffPolicyAlgorithm):
@@ -41,15 +42,16 @@ class TD3(OffPolicyAlgorithm):
         self.policy_delay = int(policy_delay)
         self.target_policy_noise = float(target_policy_noise)
         self.target_noise_clip = float(target_noise_clip)
-        kw = self.net_kwargs(net_arch=[400, 300], activation_fn="relu")
-        arch, act_fn = list(kw["net_arch"]), kw["activation_fn"]
-        self.actor = DeterministicActor(self.obs_dim, self.act_dim, arch, act_fn)
-        self.critic = ContinuousCritic(self.obs_dim, self.act_dim, arch, n_critics, act_fn)
+        kw = self.net_kwargs(net_arch=[400, 300], activation_fn="relu", n_critics=n_critics)
+        n_critics = int(kw["n_critics"])  # SB3 takes it in policy_kwargs
+        pi_arch, qf_arch = get_actor_critic_arch(kw["net_arch"])
+        act_fn = kw["activation_fn"]
+        self.actor = DeterministicActor(self.obs_dim, self.act_dim, pi_arch, act_fn)
+        self.critic = ContinuousCritic(self.obs_dim, self.act_dim, qf_arch, n_critics, act_fn)
         self.actor_target = target_network(self.actor)
         self.critic_target = target_network(self.critic)
-        lr = self.lr_schedule(1.0)
-        self.actor_optimizer = optim.Adam(self.actor.parameters(), lr=lr)
-        self.critic_optimizer = optim.Adam(self.critic.parameters(), lr=lr)
+        self.actor_optimizer = self.make_optimizer(self.actor.parameters())
+        self.critic_optimizer = self.make_optimizer(self.critic.parameters())
         # (online, target) parameter lists, cached: the targets are averaged after every update
         self._pairs = ([*self.critic.parameters(), *self.actor.parameters()],
                        [*self.critic_target.parameters(), *self.actor_target.parameters()])
@@ -119,6 +121,9 @@ class TD3(OffPolicyAlgorithm):
     def _modules(self) -> dict[str, Any]:
         return {"actor": self.actor, "critic": self.critic, "actor_target": self.actor_target,
                 "critic_target": self.critic_target}
+
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        return super()._upgrade_state(upgrade_critic_keys(state))
 
     def _optimizers(self) -> dict[str, Any]:
         return {"actor": self.actor_optimizer, "critic": self.critic_optimizer}
