@@ -117,3 +117,15 @@ def _modes(L: Any) -> list:
 
 def test_inference_mode_is_torch_s() -> None:
     assert _modes(rlgrad) == _modes(torch)
+
+
+def test_uniform_and_normal_methods_take_a_generator() -> None:
+    g = rlgrad.Generator(3)
+    a = rlgrad.zeros(5).uniform_(-2.0, 2.0, generator=g)._value.copy()
+    b = rlgrad.zeros(3).normal_(1.0, 0.5, generator=g)._value.copy()
+    g.manual_seed(3)
+    np.testing.assert_array_equal(rlgrad.zeros(5).uniform_(-2.0, 2.0, generator=g)._value, a)
+    np.testing.assert_array_equal(rlgrad.zeros(3).normal_(1.0, 0.5, generator=g)._value, b)
+    assert np.all((a >= -2.0) & (a < 2.0)) and a.dtype == np.float32
+    t = torch.zeros(5).uniform_(-2.0, 2.0, generator=torch.Generator().manual_seed(3))
+    assert str(t.dtype) == "torch.float32"

@@ -75,7 +75,21 @@ SNIPPETS: dict[str, Callable] = {
     "older_consumer_keeps_old_graph": lambda L, x, w: _older(L, x, w),
     "two_views_of_one_base": lambda L, x, w: _two_views(L, x, w),
     "twice_in_place": lambda L, x, w: _chain(L, x, w, lambda y: y.mul_(w).add_(x).mul_(3.0)),
+    # the methods helper tmethods added through the same mechanism
+    "masked_fill_": lambda L, x, w: _square(
+        (x * w).masked_fill_(_mask(L), -1e9).softmax(0)),  # action masking, torch's other way
+    "index_add_": lambda L, x, w: _square((x * 2.0).index_add_(0, L.tensor([0, 2, 0]), w[:3])),
+    "scatter_": lambda L, x, w: _square((x * 2.0).scatter_(0, L.tensor([3, 1]), w[:2])),
+    "scatter_add_": lambda L, x, w: _square((x * 2.0).scatter_add_(0, L.tensor([3, 3]), w[:2])),
+    "addcmul_": lambda L, x, w: _square((x + 1.0).addcmul_(w, x, value=0.5)),
+    "index_add_into_buffer": lambda L, x, w: _square(
+        L.zeros(4, dtype=L.float64).index_add_(0, L.tensor([1, 1, 2, 3]), x * w)),
 }
+
+
+def _square(y: Any) -> Any:
+    (y * y).sum().backward()
+    return y
 
 
 def _masked_logits(L: Any, x: Any, w: Any) -> Any:
@@ -163,6 +177,8 @@ REFUSED: dict[str, tuple[Callable, str]] = {
                      "a view of a leaf Variable that requires grad is being used"),
     "view_of_leaf": (lambda L, x, w: x[1:].mul_(2.0),
                      "a view of a leaf Variable that requires grad is being used"),
+    "exp_then_scatter_add_": (lambda L, x, w: _square(
+        x.exp().scatter_add_(0, L.tensor([3, 3]), w[:2])), "modified by an inplace operation"),
 }
 
 
