@@ -48,10 +48,10 @@ class Level:
 class BatchedTensor(Tensor):
     """One slice, inside a vmapped function, of ``_phys`` (the vmapped dimension first).
 
-    Its shape and dtype are the slice's; ``_value`` is a read-only view of one slice, there for
-    the code that reads a tensor's metadata (shape checks, type promotion). Reading the values
-    (``item()``, ``numpy()``, ``bool()``, a NumPy conversion) raises: one slice's values would be
-    a silently wrong answer for the others."""
+    Its shape and dtype are the slice's; ``_value`` is a ``_Slice``, the slice's metadata for the
+    code that reads it (shape checks, type promotion). Reading the values (``item()``,
+    ``numpy()``, ``bool()``, a NumPy conversion, library code reading ``_value``'s data) raises:
+    one slice's values would be a silently wrong answer for the others."""
 
     __slots__ = ("_phys", "_level")
 
@@ -161,17 +161,59 @@ def _value_error(what: str) -> VmapError:
                      "choice) or take the data out after vmap")
 
 
+class _Slice:
+    """A BatchedTensor's ``_value``: one slice's metadata (``shape``, ``dtype``, ``ndim``,
+    ``size``), which library code reads for shape checks and type promotion, and no values:
+    any read of them (a NumPy conversion, indexing, arithmetic, ``.astype`` ...) raises one
+    line, where a real slice would give every slice one slice's answer."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.shape = shape
+        self.dtype = dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __getattr__(self, name: str) -> Any:
+        raise _value_error(f"library code reading .{name} of its array")
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        raise _value_error("library code converting it to a NumPy array")
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+        raise _value_error("library code computing with its array")
+
+    __array_ufunc__ = None  # NumPy's ufuncs refuse it (np.size and np.shape read the metadata)
+    __getitem__ = __setitem__ = __iter__ = __bool__ = __float__ = __int__ = __index__ = _refuse
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _refuse
+    __lt__ = __le__ = __gt__ = __ge__ = __neg__ = __pow__ = __matmul__ = _refuse
+    __eq__ = __ne__ = _refuse  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]
+
+
 def batched(phys: Any, level: Level) -> BatchedTensor:
     """The BatchedTensor of ``level`` whose vmapped slices are ``phys``'s first dimension."""
     if not isinstance(phys, Tensor):
         phys = ops.identity(tensor_of(phys))
     t = _new(BatchedTensor)
-    v = phys._value[0]
-    if type(v) is np.ndarray:  # a new view of the slice: read-only, an in-place write into
-        v.flags.writeable = False  # it would change one slice only
-    else:
-        v = np.asarray(v)
-    t._value = v
+    v = phys._value
+    t._value = _Slice(v.shape[1:], v.dtype)
     t.requires_grad = False
     t.grad = t._op = t._args = t._kw = t._cut = None
     t._retain = False

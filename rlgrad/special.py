@@ -23,7 +23,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.exports import export
 from rlgrad.tensor import Tensor, _Trace
-from rlgrad.tracer import defjvp_elementwise, defvjp, primitive
+from rlgrad.tracer import VMAP_LEVELS, defjvp_elementwise, defvjp, primitive
 
 __all__ = [
     "gammaln", "lgamma", "digamma", "psi", "polygamma", "trigamma", "betaln", "xlogy", "xlog1py",
@@ -210,11 +210,13 @@ def _x_log(x: Any, y: Any, log: Any, edge: float, safe: float) -> Any:
     def raw(v: Any) -> Any:
         return v._value if isinstance(v, Tensor) else np.asarray(v)
 
-    with np.errstate(invalid="ignore"):
-        masked = (raw(x) == 0) & (raw(y) <= edge)
-    if not _Trace.compiling and not np.any(masked):
-        return x * log(y)
-    if _Trace.compiling:  # the mask from the live values at every call of the step
+    traced = _Trace.compiling or bool(VMAP_LEVELS)  # (a vmapped value has no values to read)
+    if not traced:
+        with np.errstate(invalid="ignore"):
+            masked = (raw(x) == 0) & (raw(y) <= edge)
+        if not np.any(masked):
+            return x * log(y)
+    else:  # the mask from the live values at every call of the step, or from every slice
         masked = ops.logical_and(ops.equal(x, 0), ops.less_equal(y, edge))
     return ops.where(masked, 0.0, x * log(ops.where(masked, safe, y)))
 

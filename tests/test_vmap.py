@@ -86,6 +86,16 @@ def test_per_sample_gradients_of_a_convolution_weight_raise_one_line() -> None:
         rf.vmap(rf.grad(loss), in_dims=(None, 0))(_r(KER), _r(IMG[:, 0]))
 
 
+def test_library_code_reading_a_batched_index_raises_instead_of_using_one_slice() -> None:
+    """Code that reads a tensor's array for its values sees no slice's values inside vmap:
+    one line, never the first slice's answer for every slice."""
+    logits, targets = _r(RNG.normal(size=(4, 3, 5))), _r(RNG.integers(0, 5, (4, 3)))
+    with pytest.raises(batching.VmapError, match="reads the values of a batched tensor"):
+        rf.vmap(F.cross_entropy)(logits, targets)
+    with pytest.raises(batching.VmapError, match="reads the values of a batched tensor"):
+        rf.vmap(lambda q, a: q[np.arange(3), a])(logits, targets)
+
+
 def test_reading_a_batched_value_raises() -> None:
     with pytest.raises(batching.VmapError, match="reads the values of a batched tensor"):
         rf.vmap(lambda x: x * 2 if x.sum() > 0 else x)(_r(np.ones((3, 2))))
@@ -205,6 +215,9 @@ CASES = {
     "astype": (lambda x: x.float() * 2, [A], (0,)),
     "categorical": (lambda lg, a: rlgrad.distributions.Categorical(logits=lg).log_prob(a),
                     [A, I3[:, :, 0]], (0, 0)),
+    "xlogy": (lambda x, y: rlgrad.special.xlogy(x, y), [np.where(A > 0.5, 0.0, A), A], (0, 0)),
+    "var_average": (lambda x: rnp.var(x, axis=0)[:3] + rnp.average(x, axis=1, weights=np.arange(5.0)),
+                    [A], (0,)),
     "normal": (lambda m, s: rlgrad.distributions.Normal(m, s).log_prob(m * 0.5), [A, A + 0.1], (0, None)),
 }
 

@@ -188,9 +188,10 @@ def tracing() -> bool:
 
 
 def _validating(validate_args: bool | None) -> bool:
-    """Whether a new distribution checks its arguments and values (never while tracing)."""
+    """Whether a new distribution checks its arguments and values (never while tracing, nor
+    inside vmap: the checks read values, which a batched argument does not give)."""
     on = Distribution._validate_default if validate_args is None else bool(validate_args)
-    return on and not _Trace.compiling
+    return on and not _Trace.compiling and not VMAP_LEVELS
 
 
 def _shape_tuple(sample_shape: Any) -> tuple[int, ...]:

@@ -19,6 +19,7 @@ from numpy.lib.stride_tricks import as_strided
 from rlgrad import numpy as _rnp
 from rlgrad import ops
 from rlgrad import special as _special
+from rlgrad.batching import BatchedTensor, every_slice
 from rlgrad.indexing import one_hot as _one_hot
 from rlgrad.random import numpy_generator as _numpy_generator
 from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
@@ -1223,7 +1224,8 @@ def binary_cross_entropy(input: Any, target: Any, weight: Any = None,  # noqa: A
     PyTorch's); from logits, ``binary_cross_entropy_with_logits`` is the stable form."""
     _check_same_shape(input, target, "binary_cross_entropy")
     _reduction_scale(reduction, 1)
-    x = input._value if isinstance(input, Tensor) else np.asarray(input)
+    x = every_slice(input) if type(input) is BatchedTensor else input._value \
+        if isinstance(input, Tensor) else np.asarray(input)  # (inside vmap: all the slices)
     if not _Trace.compiling and np.size(x) and not ((x >= 0) & (x <= 1)).all():
         raise ValueError("binary_cross_entropy: all elements of input should be between 0 and 1 "
                          "(probabilities); pass logits to binary_cross_entropy_with_logits")

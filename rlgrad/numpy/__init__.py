@@ -165,7 +165,10 @@ def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
     x = _listed(x)
     if not _is_traced(x):
         return _np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    n = _np.size(x._value) // (_np.size(_np.sum(x._value, axis=axis)) or 1)  # (3, 0) over 0: n = 0
+    shape = _np.shape(x._value)  # n from the shape alone (a vmapped x has no values to sum)
+    kept = () if axis is None else tuple(s for i, s in enumerate(shape) if i not in {
+        a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)})
+    n = _math.prod(shape) // (_math.prod(kept) or 1)  # (3, 0) over 0: n = 0
     centred = x - _ops.mean(x, axis=axis, keepdims=True)
     # a float: no n - ddof <= 0 ZeroDivisionError, NumPy's inf/nan instead (float32 stays so)
     return _ops.sum(centred * centred, axis=axis, keepdims=keepdims) / float(_builtins.max(n - ddof, 0))
@@ -191,7 +194,8 @@ def _std_from_var(v: Any) -> Any:
 def average(a: Any, axis: Any = None, weights: Any = None) -> Any:
     if weights is None:
         return _ops.mean(a, axis=axis)
-    full_weights = weights * _np.ones(_np.shape(_d(a)), dtype=_np.result_type(_d(a)))
+    dt = a.dtype if isinstance(a, _Tensor) else _np.result_type(a)  # (a vmapped a: no values)
+    full_weights = weights * _np.ones(_np.shape(_d(a)), dtype=dt)
     return _ops.sum(a * weights, axis=axis) / _ops.sum(full_weights, axis=axis)
 
 
