@@ -32,6 +32,8 @@ def _empty_aligned(shape: Any, dtype: Any, align: int = 64) -> np.ndarray:
 
 def _make(arr: np.ndarray, requires_grad: bool, device: Any = None) -> Tensor:
     check_device(device)
+    if _Trace.compiling:  # a buffer made inside a jitted step (see tensor.born_in_trace)
+        _Trace.born[id(arr)] = arr
     return _leaf(arr, requires_grad)
 
 

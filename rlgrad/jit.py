@@ -287,6 +287,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
             _Trace.tape = None
             _Trace.compiling = False
             _Trace.grads, _Trace.touched, _Trace.guards, _Trace.entry = {}, set(), [], {}
+            _Trace.born = {}
             _Depth.value -= 1
             _GradMode.enabled = prev_mode
         out_leaves, out_def = tree_flatten(out)

@@ -44,6 +44,20 @@ class _Trace:
     #: call was assigned by the step's own code
     leaves: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
     entry: dict[int, tuple[Tensor, Any]] = {}
+    #: ``{id(array): array}`` of the buffers a factory (zeros, empty, full ...) made while jit
+    #: traces: the compiled step would keep the one made at trace time, so an in-place write
+    #: into one (or a view of one) is refused (``born_in_trace``)
+    born: dict[int, np.ndarray] = {}
+
+
+def born_in_trace(t: Any) -> bool:
+    """Whether ``t``'s memory is a buffer a factory made during this trace (or a view of one)."""
+    arr = t._value if isinstance(t, Tensor) else None
+    while isinstance(arr, np.ndarray):
+        if id(arr) in _Trace.born and _Trace.born[id(arr)] is arr:
+            return True
+        arr = arr.base
+    return False
 
 
 def user_line() -> str:

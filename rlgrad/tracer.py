@@ -30,7 +30,16 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.tensor import Tensor, TraceError, _new, _next_seq, _Trace, constant, user_line
+from rlgrad.tensor import (
+    Tensor,
+    TraceError,
+    _new,
+    _next_seq,
+    _Trace,
+    born_in_trace,
+    constant,
+    user_line,
+)
 
 try:  # optional C module (setup.py): a graph node made in one call; RLGRAD_ENGINE=0: Python's
     from rlgrad import _engine
@@ -518,6 +527,12 @@ def replayed(fn: Callable, check: Callable | None = None) -> Callable:
             return fn(*args, **kwargs)
         if check is not None:
             check(*args, **kwargs)
+        if args and born_in_trace(args[0]):
+            raise TraceError(
+                f"rlgrad.jit: {getattr(fn, '__name__', 'an in-place write')} at {user_line()} "
+                "writes into a buffer made inside the jitted function (zeros, empty, full ...), "
+                "which the compiled step would keep from call to call; build it out of place "
+                "(rlgrad.where, rlgrad.stack, x.scatter(...)) or pass the buffer in as an argument")
         args = tuple(a if isinstance(a, Tensor | list | tuple | dict) or not hasattr(a, "__next__")
                      else list(a) for a in args)  # a generator (parameters()) is read once
         ids = note_grads((args, list(kwargs.values())))

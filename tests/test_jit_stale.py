@@ -351,6 +351,32 @@ def test_a_step_without_arguments_or_outputs_runs_once_per_call(returns: str) ->
         assert (a is None and b is None) or float(a) == float(b)
 
 
+def test_an_in_place_write_into_a_buffer_made_in_the_step_raises_at_trace_time() -> None:
+    """``buf = zeros(...); buf.add_(s)`` inside a jitted step: the compiled step would keep the
+    trace's buffer, so the writes piled up from call to call ([1], [2], [3] where eager gives [1]
+    each time). Now refused at trace time, through a view too; reading such a buffer is fine."""
+    def write(s: Any) -> Any:
+        buf = rlgrad.zeros(2, 3)
+        buf.add_(s)
+        return buf * 1
+
+    def through_a_view(s: Any) -> Any:
+        buf = rlgrad.zeros(2, 3)
+        buf[0].add_(s[0])
+        return buf * 1
+
+    def read(s: Any) -> Any:
+        return (rlgrad.zeros(2, 3) + s) * 2
+
+    for fn in (write, through_a_view):
+        with pytest.raises(TraceError, match=r"add_ at .*test_jit_stale.py:\d+ writes into a "
+                                             r"buffer made inside the jitted function"):
+            rlgrad.jit(fn)(rlgrad.ones(2, 3))
+    f = rlgrad.jit(read)
+    for k in range(1, 4):
+        np.testing.assert_array_equal(np.asarray(f(rlgrad.ones(2, 3) * k)), np.full((2, 3), 2.0 * k))
+
+
 def test_scheduler_step_inside_the_step_is_replayed() -> None:
     def make() -> tuple[Callable, Callable]:
         net = _seeded_linear(3, 2)
