@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -143,7 +144,7 @@ def test_a_full_disk_while_logging_is_one_line(run: Path, tmp_path: Path,
 
     run1 = _copy(run, tmp_path / "run1")
 
-    def full(self: CSVWriter, row: dict, step: int) -> None:
+    def full(self: CSVWriter, *args: Any, **kwargs: Any) -> None:  # SB3's write(values, excluded, step)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self.path)
 
     monkeypatch.setattr(CSVWriter, "write", full)
