@@ -44,7 +44,7 @@ def _sb3_kwargs(algo: str, env_id: str) -> tuple[int, dict[str, Any]]:
     for key, value in list(hp.items()):
         if isinstance(value, str) and value.startswith("lin_"):  # the zoo's linear schedule
             hp[key] = (lambda v: lambda progress: progress * v)(float(value[4:]))
-    if algo == "a2c":  # the zoo's A2C atari entry: RMSpropTFLike(eps=1e-5) (rlgrad's default)
+    if algo == "a2c":  # the zoo's A2C atari entry: RMSpropTFLike(eps=1e-5) (in the preset)
         from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 
         hp["policy_kwargs"] = {"optimizer_class": RMSpropTFLike, "optimizer_kwargs": {"eps": 1e-5}}

@@ -29,8 +29,10 @@ class A2C(OnPolicyAlgorithm):
                          seed, verbose, **env_options)
         self._params = list(self.policy.parameters())
         if use_rms_prop:
+            # SB3's A2C: torch's RMSprop (eps outside the root, averages from zero); the
+            # TensorFlow form (RMSpropTFLike) is the zoo's Atari choice, through policy_kwargs
             self.optimizer = self.make_optimizer(self._params, optim.RMSprop, alpha=0.99,
-                                                 eps=rms_prop_eps, tf_style=True)
+                                                 eps=rms_prop_eps, weight_decay=0.0)
         else:
             self.optimizer = self.make_optimizer(self._params)
         self.policy.optimizer = self.optimizer  # SB3's model.policy.optimizer

@@ -28,7 +28,13 @@ from rlgrad import nn, ops, optim
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.layers import get_actor_critic_arch
-from rlgrad.rl.off_policy import OffPolicyAlgorithm, min_of, target_network, td_target_of
+from rlgrad.rl.off_policy import (
+    OffPolicyAlgorithm,
+    make_action_noise,
+    min_of,
+    target_network,
+    td_target_of,
+)
 from rlgrad.rl.policies import ContinuousCritic, SquashedGaussianActor, upgrade_critic_keys
 
 
@@ -39,7 +45,8 @@ class SAC(OffPolicyAlgorithm):
                  ent_coef: str | float = "auto", target_update_interval: int = 1,
                  target_entropy: str | float = "auto", n_critics: int = 2,
                  use_sde: bool = False, sde_sample_freq: int = -1,
-                 use_sde_at_warmup: bool = False, n_envs: int = 1,
+                 use_sde_at_warmup: bool = False, noise_type: str | None = None,
+                 noise_std: float = 0.1, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
                  seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
@@ -75,6 +82,8 @@ class SAC(OffPolicyAlgorithm):
         else:
             self._ent_coef = float(ent_coef)
         self._sde_steps = 0  # steps since the rollout's start (gSDE's sde_sample_freq)
+        # SB3's action_noise (noise_type / noise_std): added to the sampled action, clipped
+        self.action_noise = make_action_noise(noise_type, noise_std, self.act_dim, self.n_envs)
         # gSDE's distribution takes the exploration matrix as data (not traced): eager updates
         self.compile_updates = not self.use_sde
         if self.use_sde:
@@ -98,7 +107,10 @@ class SAC(OffPolicyAlgorithm):
         return self.actor.numpy(obs, None if deterministic else self.rng)
 
     def _explore(self, obs: np.ndarray) -> np.ndarray:
-        return self.actor.numpy(obs, self.rng).astype(np.float32)
+        act = self.actor.numpy(obs, self.rng).astype(np.float32)
+        if self.action_noise is not None:
+            act = np.clip(act + self.action_noise(self.rng, len(obs)), -1.0, 1.0)
+        return act
 
     def collect_rollouts(self, callback: Any) -> tuple[int, bool]:
         if self.use_sde:  # a new exploration matrix per rollout (SB3: reset_noise(n_envs))

@@ -67,7 +67,7 @@ def action_noise_kwargs(algo: str, takes_noise: bool, noise: Any) -> dict[str, A
         return {}
     if not takes_noise:
         raise ValueError(f"{algo}: action_noise is not supported: {algo} explores by its own rule "
-                         "(rlgrad's TD3 and DDPG take it)")
+                         "(rlgrad's TD3, DDPG and SAC take it)")
     kind = getattr(noise, "kind", None) or {
         "NormalActionNoise": "normal", "OrnsteinUhlenbeckActionNoise": "ornstein-uhlenbeck",
     }.get(type(noise).__name__)
