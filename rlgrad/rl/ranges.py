@@ -112,7 +112,8 @@ RANGES: dict[str, Range] = {
     "blas_threads": Range(1, integer=True, none_ok=True),
     "check_finite": Range(kind=bool),
     "tensorboard_log": Range(kind=(str, os.PathLike), none_ok=True),
-    "policy": Range(choices=("MlpPolicy", "CnnPolicy", "MultiInputPolicy"), none_ok=True),
+    "policy": Range(choices=("MlpPolicy", "CnnPolicy", "MultiInputPolicy", "MlpLstmPolicy",
+                             "CnnLstmPolicy", "MultiInputLstmPolicy"), none_ok=True),
     "env_runners": Range(0, 1024, integer=True),
     "max_grad_norm": Range(0.0, lo_open=True, none_ok=True),
     "batch_size": _COUNT,
@@ -183,14 +184,14 @@ SPECIAL: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 
 #: rules between arguments: (arguments, holds(values), what must hold)
+ROLLOUT_BATCH = "batch_size <= n_steps * n_envs (the rollout)"
 RELATIONS: list[tuple[tuple[str, ...], Callable[..., bool], str]] = [
     (("buffer_size", "batch_size"), lambda buf, bs: buf >= bs, "buffer_size >= batch_size"),
     (("n_steps", "n_envs"), lambda t, n: t * n <= _MAX_ROWS,
      f"n_steps * n_envs <= {_MAX_ROWS:,} (rollout rows)"),
     (("env_runners", "n_envs"), lambda r, n: r <= n,
      "env_runners <= n_envs (n_envs is the total over the runners; each steps one copy or more)"),
-    (("batch_size", "n_steps", "n_envs"), lambda bs, t, n: bs <= t * n,
-     "batch_size <= n_steps * n_envs (the rollout)"),
+    (("batch_size", "n_steps", "n_envs"), lambda bs, t, n: bs <= t * n, ROLLOUT_BATCH),
     (("batch_size", "normalize_advantage"), lambda bs, norm: bs >= 2 or not norm,
      "batch_size >= 2 when normalize_advantage is on (a one-row batch has no std)"),
 ]
@@ -227,12 +228,15 @@ def relations_unchecked() -> Iterator[None]:
         _RELATIONS_CHECKED.pop()
 
 
-def check_relations(algo: str, values: dict[str, Any]) -> None:
+def check_relations(algo: str, values: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
     """Raise ValueError, one line, for the first rule of ``RELATIONS`` that does not hold (run
-    once the environment is built: ``n_envs`` is then the real number of copies)."""
+    once the environment is built: ``n_envs`` is then the real number of copies); rules whose
+    text is in ``skip`` do not apply to the algorithm."""
     if not _RELATIONS_CHECKED[-1]:
         return
     for names, holds, what in RELATIONS:
+        if what in skip:
+            continue
         if all(n in values for n in names) and not holds(*(values[n] for n in names)):
             shown = ", ".join(f"{n}={values[n]!r}" for n in names)
             raise ValueError(f"{algo}: {shown} is out of range: {what}")
