@@ -128,6 +128,13 @@ RANGES: dict[str, Range] = {
     "clip_range_vf": Range(0.0, lo_open=True, schedule=True, none_ok=True),
     "target_kl": Range(0.0, lo_open=True, none_ok=True),
     "rms_prop_eps": _POSITIVE,
+    # TRPO
+    "cg_max_steps": Range(1, 10_000, integer=True),
+    "cg_damping": _NON_NEGATIVE,
+    "line_search_shrinking_factor": Range(0.0, 1.0, lo_open=True, hi_open=True),
+    "line_search_max_iter": Range(1, 10_000, integer=True),
+    "n_critic_updates": Range(1, 10_000, integer=True),
+    "sub_sampling_factor": Range(1, _MAX_ROWS, integer=True),
     "use_rms_prop": _FLAG,
     # off-policy
     "buffer_size": Range(1, _MAX_ROWS * 10, integer=True),

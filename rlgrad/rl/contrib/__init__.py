@@ -7,5 +7,6 @@ from rlgrad.rl.contrib.common import envs as _envs  # noqa: F401  (registers Car
 from rlgrad.rl.maskable import MaskablePPO
 from rlgrad.rl.qrdqn import QRDQN
 from rlgrad.rl.recurrent_ppo import RecurrentPPO
+from rlgrad.rl.trpo import TRPO
 
-__all__ = ["MaskablePPO", "QRDQN", "RecurrentPPO"]
+__all__ = ["MaskablePPO", "QRDQN", "RecurrentPPO", "TRPO"]
