@@ -45,13 +45,14 @@ from rlgrad.rl.recurrent_ppo import RecurrentPPO
 from rlgrad.rl.reinforce import REINFORCE
 from rlgrad.rl.sac import SAC
 from rlgrad.rl.td3 import TD3
+from rlgrad.rl.tqc import TQC
 from rlgrad.rl.trpo import TRPO
 from rlgrad.rl.vec_env import DummyVecEnv, SubprocVecEnv, VecCheckNan, VecEnv, VecNormalize
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
     "reinforce": REINFORCE, "a2c": A2C, "ppo": PPO, "dqn": DQN, "qrdqn": QRDQN, "c51": C51,
     "ddpg": DDPG, "td3": TD3, "sac": SAC, "ppo_lstm": RecurrentPPO,
-    "ppo_mask": MaskablePPO, "trpo": TRPO,
+    "ppo_mask": MaskablePPO, "trpo": TRPO, "tqc": TQC,
 }
 
 
@@ -71,7 +72,7 @@ def make_from_preset(algo: str, env_id: str, seed: int = 0, **overrides: object
 
 __all__ = [
     "A2C", "PPO", "RecurrentPPO", "MaskablePPO", "TRPO", "REINFORCE", "DQN", "QRDQN", "C51",
-    "DDPG", "TD3", "SAC", "ALGORITHMS", "BaseAlgorithm",
+    "DDPG", "TD3", "SAC", "TQC", "ALGORITHMS", "BaseAlgorithm",
     "BaseCallback", "CallbackList",
     "FunctionCallback", "CSVWriter", "Logger", "TensorBoardWriter", "Normalizer",
     "RunningMeanStd", "ReplayBuffer", "RolloutBuffer", "compute_gae", "evaluate",

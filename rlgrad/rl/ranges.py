@@ -128,6 +128,7 @@ RANGES: dict[str, Range] = {
     "clip_range_vf": Range(0.0, lo_open=True, schedule=True, none_ok=True),
     "target_kl": Range(0.0, lo_open=True, none_ok=True),
     "rms_prop_eps": _POSITIVE,
+    "top_quantiles_to_drop_per_net": Range(0, 10_000, integer=True),  # TQC
     # TRPO
     "cg_max_steps": Range(1, 10_000, integer=True),
     "cg_damping": _NON_NEGATIVE,

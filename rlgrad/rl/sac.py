@@ -53,7 +53,7 @@ class SAC(OffPolicyAlgorithm):
         self.use_sde_at_warmup = bool(use_sde_at_warmup)
         self.actor = SquashedGaussianActor(self.obs_dim, self.act_dim, arch, act_fn,
                                            use_sde=self.use_sde, **kw)  # kw: gSDE's options
-        self.critic = ContinuousCritic(self.obs_dim, self.act_dim, arch, n_critics, act_fn)
+        self.critic = self._make_critic(arch, n_critics, act_fn)
         self.critic_target = target_network(self.critic)
         self._critic_params = list(self.critic.parameters())  # cached for the Polyak update
         self._critic_target_params = list(self.critic_target.parameters())
@@ -76,6 +76,14 @@ class SAC(OffPolicyAlgorithm):
         self.compile_updates = not self.use_sde
         if self.use_sde:
             self.actor.reset_noise(self.rng, self.n_envs)
+
+    def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any) -> Any:
+        """The critics (TQC's give quantiles)."""
+        return ContinuousCritic(self.obs_dim, self.act_dim, arch, n_critics, activation_fn)
+
+    def _q_pi(self, obs: Any, actions: Any) -> Any:
+        """The value the actor ascends: the critics' minimum (TQC: the mean of the quantiles)."""
+        return min_of(self.critic(obs, actions))
 
     @property
     def ent_coef(self) -> str | float:
@@ -157,7 +165,7 @@ class SAC(OffPolicyAlgorithm):
         ``ent_coef="auto"`` plus the temperature's ``-log alpha (log pi(a|s) + target_entropy)``
         (only ``log alpha`` gets its gradient)."""
         a_pi, log_pi = self._rsample(b["obs"], b["noise"])
-        actor_loss = (b["ent_coef"] * log_pi - min_of(self.critic(b["obs"], a_pi))).mean()
+        actor_loss = (b["ent_coef"] * log_pi - self._q_pi(b["obs"], a_pi)).mean()
         if not self.auto_ent:
             return actor_loss, {"actor_loss": actor_loss}
         ent_loss = -(self.log_ent_coef * (ops.stop_gradient(log_pi) + b["target_entropy"])).mean()

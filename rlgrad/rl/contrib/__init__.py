@@ -7,6 +7,7 @@ from rlgrad.rl.contrib.common import envs as _envs  # noqa: F401  (registers Car
 from rlgrad.rl.maskable import MaskablePPO
 from rlgrad.rl.qrdqn import QRDQN
 from rlgrad.rl.recurrent_ppo import RecurrentPPO
+from rlgrad.rl.tqc import TQC
 from rlgrad.rl.trpo import TRPO
 
-__all__ = ["MaskablePPO", "QRDQN", "RecurrentPPO", "TRPO"]
+__all__ = ["MaskablePPO", "QRDQN", "RecurrentPPO", "TQC", "TRPO"]
