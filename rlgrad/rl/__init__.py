@@ -30,6 +30,7 @@ from rlgrad.rl.callbacks import (
     StopTrainingOnRewardThreshold,
 )
 from rlgrad.rl.contrib.common import envs as _contrib_envs  # noqa: F401 (CartPoleNoVel-v1)
+from rlgrad.rl.crossq import CrossQ
 from rlgrad.rl.ddpg import DDPG
 from rlgrad.rl.dqn import DQN
 from rlgrad.rl.envs import make_vec_env
@@ -53,6 +54,7 @@ ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
     "reinforce": REINFORCE, "a2c": A2C, "ppo": PPO, "dqn": DQN, "qrdqn": QRDQN, "c51": C51,
     "ddpg": DDPG, "td3": TD3, "sac": SAC, "ppo_lstm": RecurrentPPO,
     "ppo_mask": MaskablePPO, "trpo": TRPO, "tqc": TQC,
+    "crossq": CrossQ,
 }
 
 
@@ -72,7 +74,7 @@ def make_from_preset(algo: str, env_id: str, seed: int = 0, **overrides: object
 
 __all__ = [
     "A2C", "PPO", "RecurrentPPO", "MaskablePPO", "TRPO", "REINFORCE", "DQN", "QRDQN", "C51",
-    "DDPG", "TD3", "SAC", "TQC", "ALGORITHMS", "BaseAlgorithm",
+    "DDPG", "TD3", "SAC", "TQC", "CrossQ", "ALGORITHMS", "BaseAlgorithm",
     "BaseCallback", "CallbackList",
     "FunctionCallback", "CSVWriter", "Logger", "TensorBoardWriter", "Normalizer",
     "RunningMeanStd", "ReplayBuffer", "RolloutBuffer", "compute_gae", "evaluate",

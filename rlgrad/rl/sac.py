@@ -81,6 +81,14 @@ class SAC(OffPolicyAlgorithm):
         """The critics (TQC's give quantiles)."""
         return ContinuousCritic(self.obs_dim, self.act_dim, arch, n_critics, activation_fn)
 
+    def _actor_step_due(self) -> bool:
+        """Whether this gradient step also updates the actor (CrossQ: every policy_delay-th)."""
+        return True
+
+    def _update_target(self) -> None:
+        """Move the target critics toward the critics (CrossQ has none)."""
+        optim.polyak_update(self._critic_params, self._critic_target_params, self.tau)
+
     def _q_pi(self, obs: Any, actions: Any) -> Any:
         """The value the actor ascends: the critics' minimum (TQC: the mean of the quantiles)."""
         return min_of(self.critic(obs, actions))
@@ -191,19 +199,22 @@ class SAC(OffPolicyAlgorithm):
             st = self.gradient_step("critic", self.critic_loss, b, self.critic_optimizer)
             critic_losses.append(float(st["critic_loss"]))
             # the temperature's step comes after the critic's: neither reads the other's result
-            st = self.gradient_step("actor", self.actor_loss, {
-                "obs": b["obs"], "noise": b["noise"], "ent_coef": b["ent_coef"],
-                "target_entropy": np.array(self.target_entropy, dtype=np.float32)}, *actor_opts)
-            actor_losses.append(float(st["actor_loss"]))
-            if self.auto_ent:
-                ent_losses.append(float(st["ent_coef_loss"]))
+            if self._actor_step_due():
+                st = self.gradient_step("actor", self.actor_loss, {
+                    "obs": b["obs"], "noise": b["noise"], "ent_coef": b["ent_coef"],
+                    "target_entropy": np.array(self.target_entropy, dtype=np.float32)},
+                    *actor_opts)
+                actor_losses.append(float(st["actor_loss"]))
+                if self.auto_ent:
+                    ent_losses.append(float(st["ent_coef_loss"]))
             self._n_updates += 1
             if self._n_updates % self.target_update_interval == 0:
-                optim.polyak_update(self._critic_params, self._critic_target_params, self.tau)
+                self._update_target()
         lg = self.logger
         lg.record("train/n_updates", self._n_updates)
         lg.record("train/ent_coef", float(np.mean(ent_coefs)))
-        lg.record("train/actor_loss", float(np.mean(actor_losses)))
+        if actor_losses:
+            lg.record("train/actor_loss", float(np.mean(actor_losses)))
         lg.record("train/critic_loss", float(np.mean(critic_losses)))
         if ent_losses:
             lg.record("train/ent_coef_loss", float(np.mean(ent_losses)))
