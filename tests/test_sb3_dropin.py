@@ -145,7 +145,7 @@ def test_policy_names_that_cannot_be_used_say_so_in_one_line() -> None:
     cases = [(("CnnPolicy", "CartPole-v1"), "PPO: CnnPolicy needs image observations"),
              (("MultiInputPolicy", "CartPole-v1"), "PPO: MultiInputPolicy (Dict observations) "
                                                    "is not supported yet"),
-             (("MlpLstmPolicy", "CartPole-v1"), "PPO: unknown policy 'MlpLstmPolicy'")]
+             (("MlpLstmPolicy", "CartPole-v1"), "PPO: MlpLstmPolicy is RecurrentPPO's policy")]
     for args, says in cases:
         with pytest.raises(ValueError) as e:
             PPO(*args)

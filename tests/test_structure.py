@@ -443,7 +443,7 @@ def test_cli_docs_list_the_algorithm_registry() -> None:
     docs = (ROOT / "docs" / "cli.md").read_text()
     line = algorithm_list(markdown=True)
     assert f"\n{line}\n" in docs, f"docs/cli.md: replace the list of algorithms with\n{line}"
-    available = re.search(r"\(available: ([a-z0-9, ]+)\)", docs)
+    available = re.search(r"\(available: ([a-z0-9_, ]+)\)", docs)
     assert available and available.group(1) == ", ".join(sorted(ALGORITHMS)), \
         f"docs/cli.md's unknown-algorithm example: (available: {', '.join(sorted(ALGORITHMS))})"
     import gymnasium as gym

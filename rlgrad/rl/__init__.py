@@ -29,25 +29,33 @@ from rlgrad.rl.callbacks import (
     StopTrainingOnNoModelImprovement,
     StopTrainingOnRewardThreshold,
 )
+from rlgrad.rl.contrib.common import envs as _contrib_envs  # noqa: F401 (CartPoleNoVel-v1)
+from rlgrad.rl.crossq import CrossQ
 from rlgrad.rl.ddpg import DDPG
 from rlgrad.rl.dqn import DQN
 from rlgrad.rl.envs import make_vec_env
 from rlgrad.rl.evaluation import evaluate, evaluate_policy
 from rlgrad.rl.functional import register_functional_envs
 from rlgrad.rl.logger import CSVWriter, Logger, TensorBoardWriter
+from rlgrad.rl.maskable import MaskablePPO
 from rlgrad.rl.monitor import Monitor
 from rlgrad.rl.normalize import Normalizer, RunningMeanStd
 from rlgrad.rl.ppo import PPO
 from rlgrad.rl.presets import list_presets, load_preset, split_preset
 from rlgrad.rl.qrdqn import QRDQN
+from rlgrad.rl.recurrent_ppo import RecurrentPPO
 from rlgrad.rl.reinforce import REINFORCE
 from rlgrad.rl.sac import SAC
 from rlgrad.rl.td3 import TD3
+from rlgrad.rl.tqc import TQC
+from rlgrad.rl.trpo import TRPO
 from rlgrad.rl.vec_env import DummyVecEnv, SubprocVecEnv, VecCheckNan, VecEnv, VecNormalize
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
     "reinforce": REINFORCE, "a2c": A2C, "ppo": PPO, "dqn": DQN, "qrdqn": QRDQN, "c51": C51,
-    "ddpg": DDPG, "td3": TD3, "sac": SAC,
+    "ddpg": DDPG, "td3": TD3, "sac": SAC, "ppo_lstm": RecurrentPPO,
+    "ppo_mask": MaskablePPO, "trpo": TRPO, "tqc": TQC,
+    "crossq": CrossQ,
 }
 
 
@@ -68,7 +76,8 @@ def make_from_preset(algo: str, env_id: str, seed: int = 0, **overrides: object
 register_functional_envs()  # gym.make('rlgrad/CartPole-v1') and the other functional ids
 
 __all__ = [
-    "A2C", "PPO", "REINFORCE", "DQN", "QRDQN", "C51", "DDPG", "TD3", "SAC", "ALGORITHMS", "BaseAlgorithm",
+    "A2C", "PPO", "RecurrentPPO", "MaskablePPO", "TRPO", "REINFORCE", "DQN", "QRDQN", "C51",
+    "DDPG", "TD3", "SAC", "TQC", "CrossQ", "ALGORITHMS", "BaseAlgorithm",
     "BaseCallback", "CallbackList",
     "FunctionCallback", "CSVWriter", "Logger", "TensorBoardWriter", "Normalizer",
     "RunningMeanStd", "ReplayBuffer", "RolloutBuffer", "compute_gae", "evaluate",

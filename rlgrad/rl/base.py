@@ -51,6 +51,7 @@ from rlgrad.rl.ranges import check_hyperparams, check_relations
 from rlgrad.rl.runtime import keep_freed_memory, limit_blas_threads
 from rlgrad.rl.sb3_args import (
     DEFAULT_POLICY,
+    LSTM_POLICY_NAMES,
     action_noise_kwargs,
     existing_checkpoint,
     fresh_seed,
@@ -115,6 +116,9 @@ def resolve_policy(cls: type, policy: str | None, space: spaces.Space, env_id: s
     """"CnnPolicy" or "MlpPolicy" (SB3's names): ``policy`` if given, else from the observation
     space (images -> CNN); a policy that cannot take the observations is refused in one line."""
     name, env = cls.__name__, env_id or "this environment"
+    if policy in LSTM_POLICY_NAMES:  # (RecurrentPPO maps its names before this)
+        raise ValueError(f"{name}: {policy} is RecurrentPPO's policy "
+                         "(rlgrad.rl.contrib.RecurrentPPO); use 'MlpPolicy' or 'CnnPolicy'")
     image = is_image_space(space)
     if policy is None:
         policy = "CnnPolicy" if image else "MlpPolicy"
@@ -203,6 +207,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     _policy_name: str | None = None
     #: whether the algorithm has a CNN for image observations (``policy="CnnPolicy"``)
     cnn_policy: ClassVar[bool] = False
+    #: rules of ``rlgrad.rl.ranges.RELATIONS`` (their text) that this algorithm does not need
+    relations_not_applying: ClassVar[tuple[str, ...]] = ()
     #: whether ``env_runners > 0`` (rollouts on Ray actors, rlgrad.rl.distributed) is supported
     env_runner_sampling: ClassVar[bool] = False
 
@@ -253,7 +259,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.observation_space: spaces.Space = self.env.single_observation_space
         self.action_space: spaces.Space = self.env.single_action_space
         try:
-            check_relations(type(self).__name__, {**self._hyperparams, "n_envs": self.n_envs})
+            check_relations(type(self).__name__, {**self._hyperparams, "n_envs": self.n_envs},
+                            self.relations_not_applying)
         except ValueError as e:
             if not _LOADING.get():
                 raise

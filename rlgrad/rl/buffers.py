@@ -191,7 +191,7 @@ class RolloutBuffer:
         bs = n if batch_size is None else batch_size
         for start in range(0, n, bs):
             sl = idx[start:start + bs]
-            yield RolloutBatch(*(a[sl] for a in data))
+            yield type(data)(*(a[sl] for a in data))
 
     def padded_minibatches(self, batch_size: int, rng: np.random.Generator
                            ) -> Iterator[tuple[RolloutBatch, int]]:
@@ -202,7 +202,7 @@ class RolloutBuffer:
         rows, n = self.padded_epoch(batch_size, rng)
         for start in range(0, n, batch_size):
             sl = slice(start, start + batch_size)
-            yield RolloutBatch(*(a[sl] for a in rows)), min(batch_size, n - start)
+            yield type(rows)(*(a[sl] for a in rows)), min(batch_size, n - start)
 
     def padded_epoch(self, batch_size: int, rng: np.random.Generator
                      ) -> tuple[RolloutBatch, int]:
@@ -215,7 +215,8 @@ class RolloutBuffer:
         if pad:
             last = n - (n % batch_size)
             idx = np.concatenate([idx, np.full(pad, idx[last], dtype=idx.dtype)])
-        return RolloutBatch(*(a[idx] for a in self.flat())), n
+        data = self.flat()  # (a subclass's flat() may add fields: its batch type is kept)
+        return type(data)(*(a[idx] for a in data)), n
 
 
 class ReplayBatch(NamedTuple):

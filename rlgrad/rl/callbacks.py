@@ -343,6 +343,10 @@ class EvalCallback(EventCallback):
         self.evaluations_timesteps: list[int] = []
         self.evaluations_length: list[list[int]] = []
 
+    def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
+        """``evaluate_policy`` (MaskableEvalCallback passes the action masks)."""
+        return evaluate_policy(*args, **kwargs)
+
     def _init_callback(self) -> None:
         for path in (self.best_model_save_path, self.log_path and os.path.dirname(self.log_path)):
             if path:
@@ -358,7 +362,7 @@ class EvalCallback(EventCallback):
         if self.eval_freq <= 0 or self.n_calls % self.eval_freq != 0:
             return True
         sync_envs_normalization(self.training_env, self.eval_env)
-        rewards, lengths = evaluate_policy(
+        rewards, lengths = self._evaluate(
             self.model, self.eval_env, n_eval_episodes=self.n_eval_episodes, render=self.render,
             deterministic=self.deterministic, return_episode_rewards=True, warn=self.warn)
         self.evaluations_timesteps.append(self.num_timesteps)

@@ -89,7 +89,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
             a_shape, a_dtype = (), np.int64
         else:
             a_shape, a_dtype = a_space.shape, np.float32
-        self.rollout_buffer = RolloutBuffer(
+        self.rollout_buffer = self._make_rollout_buffer(
             self.n_steps, self.n_envs, obs_shape(self.observation_space), a_shape, a_dtype,
             self.gamma, self.gae_lambda,
             obs_dtype=np.uint8 if is_image_space(self.observation_space) else np.float32)
@@ -106,8 +106,17 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                                      **kw)
         cnn = self.policy_name == "CnnPolicy"
         extra = {"features_dim": None} if cnn else {}
+        return self._build_policy(cnn, extra)
+
+    def _build_policy(self, cnn: bool, extra: dict[str, Any]) -> ActorCriticPolicy:
+        """The actor-critic network, ``policy_kwargs`` over its defaults (RecurrentPPO's and
+        MaskablePPO's hook)."""
         return ActorCriticPolicy(self.observation_space, self.action_space, cnn=cnn,
                                  **self.net_kwargs(**POLICY_DEFAULTS, **extra))
+
+    def _make_rollout_buffer(self, *args: Any, **kwargs: Any) -> RolloutBuffer:
+        """The rollout storage (``RolloutBuffer``'s arguments)."""
+        return RolloutBuffer(*args, **kwargs)
 
     # ---- collection --------------------------------------------------------------------------
     def _to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -128,7 +137,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         rng, n, space = self.rng, self.n_envs, self.observation_space
         same_step = not adapter.next_step
         fused = policy.fused_numpy()
-        act, step, add = policy.act, adapter.step, buf.add  # bound once: called every step
+        act, step, add = self._rollout_actor(), adapter.step, buf.add  # bound once: every step
         clip = self._to_env if self._clip_actions else None
         with rlgrad.no_grad():
             for _ in range(self.n_steps):
@@ -143,8 +152,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                     rew = norm.process_reward(rew, done, valid)
                 if same_step and trunc.any():  # bootstrap from the final observation
                     rows = np.flatnonzero(trunc)
-                    buf.bootstrap[buf.pos, rows] = policy.values_numpy(
-                        self._obs(final[rows], update=False))
+                    buf.bootstrap[buf.pos, rows] = self._bootstrap_values(
+                        self._obs(final[rows], update=False), rows)
                 add(obs, actions, rew, term, done, values, log_probs, valid)
                 obs = next_obs
                 self.num_timesteps += n
@@ -152,10 +161,20 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                         callback, want_locals, raw, rew, done, actions):
                     return False
             self._last_obs = raw
-            buf.compute_returns_and_advantage(policy.values_numpy(obs))
+            buf.compute_returns_and_advantage(self._bootstrap_values(obs, None))
         if callback is not None:
             callback.on_rollout_end()
         return True
+
+    def _rollout_actor(self) -> Any:
+        """``act(obs, rng, fused) -> (actions, values, log_probs)`` for one rollout step (a
+        recurrent policy's carries its hidden state from step to step)."""
+        return self.policy.act
+
+    def _bootstrap_values(self, obs: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+        """V(obs) after the rollout's last step (``rows`` None), or of the final observations of
+        the env copies ``rows`` that were truncated."""
+        return self.policy.values_numpy(obs)
 
     def _iteration(self, callback: BaseCallback | None) -> bool:
         if not self.collect_rollouts(callback):

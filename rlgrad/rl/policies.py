@@ -450,6 +450,14 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
             fused: list[tuple[np.ndarray, np.ndarray, Any]] | None = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sampled actions, values and log-probabilities for a batch of observations."""
+        out, values = self.heads_numpy(obs, fused)
+        actions, log_prob = self.sample_numpy(out, rng)
+        return actions, values, log_prob
+
+    def heads_numpy(self, obs: np.ndarray,
+                    fused: list[tuple[np.ndarray, np.ndarray, Any]] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+        """(the policy head's outputs: logits or means, the values) of a batch, in NumPy."""
         if fused is not None:
             x = obs
             for w, b, act in fused:
@@ -462,7 +470,12 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
             f = trunk_numpy(self._trunk, obs)  # the CNN once for both heads
             out = self._head_np(obs, f)
             values = self.values_numpy(obs, f)
-        n = len(obs)
+        return out, values
+
+    def sample_numpy(self, out: np.ndarray, rng: np.random.Generator
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """(actions, log-probabilities) drawn from the head's outputs ``out`` (logits or means)."""
+        n = len(out)
         # ``distribution(obs).sample(generator=rng)``'s draws and rules on the NumPy outputs
         # (tests/test_rl_algos.py checks both give the same actions and log-probabilities)
         if self.discrete:
@@ -475,12 +488,12 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
             actions = inverse_cdf(cdf, rng.random(n))
             log_prob = z[row_indices(n), actions]
             log_prob -= np.log(cdf[:, -1])
-            return actions, values, log_prob
+            return actions, log_prob
         log_std = self.log_std._value
         eps = rng.standard_normal(out.shape, dtype=out.dtype)
         actions = out + np.exp(log_std) * eps
         log_prob = (-0.5 * np.square(eps) - log_std - 0.5 * math.log(2 * math.pi)).sum(axis=1)
-        return actions.reshape(n, *self.action_shape), values, log_prob
+        return actions.reshape(n, *self.action_shape), log_prob
 
     def mode(self, obs: np.ndarray) -> np.ndarray:
         out = self._head_np(obs)

@@ -11,12 +11,11 @@ clipping around the old values, and early stopping when the approximate KL excee
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from rlgrad import ops
-from rlgrad.rl.buffers import RolloutBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, with_value_and_entropy
 from rlgrad.rl.schedules import get_schedule_fn
@@ -78,6 +77,10 @@ def _approx_kl_padded(log_prob: np.ndarray, old_log_prob: np.ndarray, n_real: np
 
 
 class PPO(OnPolicyAlgorithm):
+    #: minibatches of one shape (the ragged last one padded): the compiled step, and the whole
+    #: rollout as one batch when it fits; False (RecurrentPPO's padded sequences): eager
+    fixed_shape_batches: ClassVar[bool] = True
+
     def __init__(self, env: EnvLike, learning_rate: Any = 3e-4, n_steps: int = 2048,
                  batch_size: int = 64, n_epochs: int = 10, gamma: float = 0.99,
                  gae_lambda: float = 0.95, clip_range: Any = 0.2, clip_range_vf: Any = None,
@@ -101,7 +104,7 @@ class PPO(OnPolicyAlgorithm):
     # ---- the update: the loss once, run compiled (whole rollout) or eager (minibatches) -----
     def loss(self, b: dict[str, Any], use_entropy: bool) -> tuple[Any, dict[str, Any]]:
         """Clipped surrogate + vf_coef * value loss - ent_coef * entropy, weighted rows."""
-        dist, values = self.policy.distribution_and_value(b["obs"])  # a CNN trunk runs once
+        dist, values = self._distribution_and_value(b)
         log_prob = dist.log_prob(b["actions"])
         w = b["weights"]
         policy_loss = _surrogate_p(log_prob, b["old_log_prob"], b["advantages"], b["clip"], w)
@@ -110,6 +113,10 @@ class PPO(OnPolicyAlgorithm):
             values = old + ops.clip(values - old, -c, c)
         loss, terms = with_value_and_entropy(policy_loss, values, dist, b, use_entropy)
         return loss, {**terms, "log_prob": log_prob}
+
+    def _distribution_and_value(self, b: dict[str, Any]) -> tuple[Any, Any]:
+        """pi(.|s) and V(s) of the batch's rows (a CNN trunk runs once)."""
+        return self.policy.distribution_and_value(b["obs"])
 
     def train(self) -> None:
         p = self._current_progress_remaining
@@ -120,8 +127,10 @@ class PPO(OnPolicyAlgorithm):
                    else np.array(self.clip_range_vf(p), dtype=np.float32))
         # one minibatch = the whole rollout (its order is irrelevant): one compiled step; else
         # shuffled minibatches of one shape (the ragged last one padded), compiled as well
-        full = self.batch_size >= len(self.rollout_buffer.valid_indices()) and clip_vf is None
-        step = self._loss_step(compiled=True)
+        fixed = self.fixed_shape_batches
+        full = (fixed and clip_vf is None
+                and self.batch_size >= len(self.rollout_buffer.valid_indices()))
+        step = self._loss_step(compiled=fixed)
         whole = [self._full_batch()] if full else None
         stats, stop = [], False
         for _epoch in range(self.n_epochs):
@@ -173,7 +182,7 @@ class PPO(OnPolicyAlgorithm):
         for i in range(len(adv)):
             sl = slice(i * bs, (i + 1) * bs)
             m = i < k_full
-            yield (self._loss_batch(RolloutBatch(*(x[sl] for x in rows)), adv[i],
+            yield (self._loss_batch(type(rows)(*(x[sl] for x in rows)), adv[i],
                                     weights[0 if m else 1]), slice(None, bs if m else r))
 
     def _minibatch_weights(self, bs: int, r: int) -> tuple[np.ndarray, np.ndarray | None]:

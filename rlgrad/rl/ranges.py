@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from rlgrad.rl.sb3_args import POLICY_NAMES, device_ok, is_policy_class
+from rlgrad.rl.sb3_args import LSTM_POLICY_NAMES, POLICY_NAMES, device_ok, is_policy_class
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,14 @@ RANGES: dict[str, Range] = {
     "clip_range_vf": Range(0.0, lo_open=True, schedule=True, none_ok=True),
     "target_kl": Range(0.0, lo_open=True, none_ok=True),
     "rms_prop_eps": _POSITIVE,
+    "top_quantiles_to_drop_per_net": Range(0, 10_000, integer=True),  # TQC
+    # TRPO
+    "cg_max_steps": Range(1, 10_000, integer=True),
+    "cg_damping": _NON_NEGATIVE,
+    "line_search_shrinking_factor": Range(0.0, 1.0, lo_open=True, hi_open=True),
+    "line_search_max_iter": Range(1, 10_000, integer=True),
+    "n_critic_updates": Range(1, 10_000, integer=True),
+    "sub_sampling_factor": Range(1, _MAX_ROWS, integer=True),
     "use_rms_prop": _FLAG,
     # off-policy
     "buffer_size": Range(1, _MAX_ROWS * 10, integer=True),
@@ -181,19 +189,21 @@ SPECIAL: dict[str, tuple[Callable[[Any], bool], str]] = {
     "ent_coef": (_ent_coef_ok, "a number >= 0 (SAC also 'auto' or 'auto_X', X > 0)"),
     "target_entropy": (lambda v: v == "auto" or Range().ok(v), "a number or 'auto'"),
     "device": (device_ok, "'auto' or 'cpu' (rlgrad computes on the CPU)"),
-    "policy": (lambda v: v is None or v in POLICY_NAMES or is_policy_class(v),
-               "'MlpPolicy', 'CnnPolicy', 'MultiInputPolicy', None or a policy class"),
+    "policy": (lambda v: v is None or v in POLICY_NAMES or v in LSTM_POLICY_NAMES
+               or is_policy_class(v),
+               "'MlpPolicy', 'CnnPolicy', 'MultiInputPolicy', an LSTM policy name (RecurrentPPO), "
+               "None or a policy class"),
 }
 
 #: rules between arguments: (arguments, holds(values), what must hold)
+ROLLOUT_BATCH = "batch_size <= n_steps * n_envs (the rollout)"
 RELATIONS: list[tuple[tuple[str, ...], Callable[..., bool], str]] = [
     (("buffer_size", "batch_size"), lambda buf, bs: buf >= bs, "buffer_size >= batch_size"),
     (("n_steps", "n_envs"), lambda t, n: t * n <= _MAX_ROWS,
      f"n_steps * n_envs <= {_MAX_ROWS:,} (rollout rows)"),
     (("env_runners", "n_envs"), lambda r, n: r <= n,
      "env_runners <= n_envs (n_envs is the total over the runners; each steps one copy or more)"),
-    (("batch_size", "n_steps", "n_envs"), lambda bs, t, n: bs <= t * n,
-     "batch_size <= n_steps * n_envs (the rollout)"),
+    (("batch_size", "n_steps", "n_envs"), lambda bs, t, n: bs <= t * n, ROLLOUT_BATCH),
     (("batch_size", "normalize_advantage"), lambda bs, norm: bs >= 2 or not norm,
      "batch_size >= 2 when normalize_advantage is on (a one-row batch has no std)"),
 ]
@@ -230,12 +240,15 @@ def relations_unchecked() -> Iterator[None]:
         _RELATIONS_CHECKED.pop()
 
 
-def check_relations(algo: str, values: dict[str, Any]) -> None:
+def check_relations(algo: str, values: dict[str, Any], skip: tuple[str, ...] = ()) -> None:
     """Raise ValueError, one line, for the first rule of ``RELATIONS`` that does not hold (run
-    once the environment is built: ``n_envs`` is then the real number of copies)."""
+    once the environment is built: ``n_envs`` is then the real number of copies); rules whose
+    text is in ``skip`` do not apply to the algorithm."""
     if not _RELATIONS_CHECKED[-1]:
         return
     for names, holds, what in RELATIONS:
+        if what in skip:
+            continue
         if all(n in values for n in names) and not holds(*(values[n] for n in names)):
             shown = ", ".join(f"{n}={values[n]!r}" for n in names)
             raise ValueError(f"{algo}: {shown} is out of range: {what}")

@@ -63,7 +63,7 @@ class SAC(OffPolicyAlgorithm):
         self.use_sde_at_warmup = bool(use_sde_at_warmup)
         self.actor = SquashedGaussianActor(self.obs_dim, self.act_dim, pi_arch, act_fn,
                                            use_sde=self.use_sde, **kw)  # kw: gSDE's options
-        self.critic = ContinuousCritic(self.obs_dim, self.act_dim, qf_arch, n_critics, act_fn)
+        self.critic = self._make_critic(qf_arch, n_critics, act_fn)
         self.critic_target = target_network(self.critic)
         self._critic_params = list(self.critic.parameters())  # cached for the Polyak update
         self._critic_target_params = list(self.critic_target.parameters())
@@ -88,6 +88,22 @@ class SAC(OffPolicyAlgorithm):
         self.compile_updates = not self.use_sde
         if self.use_sde:
             self.actor.reset_noise(self.rng, self.n_envs)
+
+    def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any) -> Any:
+        """The critics (TQC's give quantiles)."""
+        return ContinuousCritic(self.obs_dim, self.act_dim, arch, n_critics, activation_fn)
+
+    def _actor_step_due(self) -> bool:
+        """Whether this gradient step also updates the actor (CrossQ: every policy_delay-th)."""
+        return True
+
+    def _update_target(self) -> None:
+        """Move the target critics toward the critics (CrossQ has none)."""
+        optim.polyak_update(self._critic_params, self._critic_target_params, self.tau)
+
+    def _q_pi(self, obs: Any, actions: Any) -> Any:
+        """The value the actor ascends: the critics' minimum (TQC: the mean of the quantiles)."""
+        return min_of(self.critic(obs, actions))
 
     @property
     def ent_coef(self) -> str | float:
@@ -172,7 +188,7 @@ class SAC(OffPolicyAlgorithm):
         ``ent_coef="auto"`` plus the temperature's ``-log alpha (log pi(a|s) + target_entropy)``
         (only ``log alpha`` gets its gradient)."""
         a_pi, log_pi = self._rsample(b["obs"], b["noise"])
-        actor_loss = (b["ent_coef"] * log_pi - min_of(self.critic(b["obs"], a_pi))).mean()
+        actor_loss = (b["ent_coef"] * log_pi - self._q_pi(b["obs"], a_pi)).mean()
         if not self.auto_ent:
             return actor_loss, {"actor_loss": actor_loss}
         ent_loss = -(self.log_ent_coef * (ops.stop_gradient(log_pi) + b["target_entropy"])).mean()
@@ -198,19 +214,22 @@ class SAC(OffPolicyAlgorithm):
             st = self.gradient_step("critic", self.critic_loss, b, self.critic_optimizer)
             critic_losses.append(float(st["critic_loss"]))
             # the temperature's step comes after the critic's: neither reads the other's result
-            st = self.gradient_step("actor", self.actor_loss, {
-                "obs": b["obs"], "noise": b["noise"], "ent_coef": b["ent_coef"],
-                "target_entropy": np.array(self.target_entropy, dtype=np.float32)}, *actor_opts)
-            actor_losses.append(float(st["actor_loss"]))
-            if self.auto_ent:
-                ent_losses.append(float(st["ent_coef_loss"]))
+            if self._actor_step_due():
+                st = self.gradient_step("actor", self.actor_loss, {
+                    "obs": b["obs"], "noise": b["noise"], "ent_coef": b["ent_coef"],
+                    "target_entropy": np.array(self.target_entropy, dtype=np.float32)},
+                    *actor_opts)
+                actor_losses.append(float(st["actor_loss"]))
+                if self.auto_ent:
+                    ent_losses.append(float(st["ent_coef_loss"]))
             self._n_updates += 1
             if self._n_updates % self.target_update_interval == 0:
-                optim.polyak_update(self._critic_params, self._critic_target_params, self.tau)
+                self._update_target()
         lg = self.logger
         lg.record("train/n_updates", self._n_updates)
         lg.record("train/ent_coef", float(np.mean(ent_coefs)))
-        lg.record("train/actor_loss", float(np.mean(actor_losses)))
+        if actor_losses:
+            lg.record("train/actor_loss", float(np.mean(actor_losses)))
         lg.record("train/critic_loss", float(np.mean(critic_losses)))
         if ent_losses:
             lg.record("train/ent_coef_loss", float(np.mean(ent_losses)))

@@ -19,6 +19,8 @@ from gymnasium import spaces
 #: SB3's policy names; rlgrad builds the network from the spaces and ``policy_kwargs``
 POLICY_NAMES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")
 DEFAULT_POLICY = "MlpPolicy"
+#: sb3-contrib's RecurrentPPO policy names: the three above with an LSTM (RecurrentPPO only)
+LSTM_POLICY_NAMES = ("MlpLstmPolicy", "CnnLstmPolicy", "MultiInputLstmPolicy")
 #: what ``save("name")`` appends (SB3 appends ".zip"; rlgrad's checkpoints are safetensors files)
 CHECKPOINT_EXTENSION = ".safetensors"
 
@@ -26,7 +28,7 @@ CHECKPOINT_EXTENSION = ".safetensors"
 def _policy_name(policy: Any) -> str | None:
     """The SB3 policy name ``policy`` stands for (a name, or a class so named), else None."""
     name = policy if isinstance(policy, str) else getattr(policy, "__name__", None)
-    return name if name in POLICY_NAMES else None
+    return name if name in POLICY_NAMES or name in LSTM_POLICY_NAMES else None
 
 
 def is_policy_class(policy: Any) -> bool:

@@ -1,0 +1,1 @@
+"""``sb3_contrib.common``: envs, wrappers and the maskable helpers."""

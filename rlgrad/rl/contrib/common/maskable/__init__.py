@@ -1,0 +1,1 @@
+"""``sb3_contrib.common.maskable``: masked distributions, policies and helpers."""

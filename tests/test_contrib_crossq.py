@@ -1,0 +1,67 @@
+"""CrossQ (rlgrad.rl.crossq): the critic loss of the joint batch-normalised forward against a
+NumPy recomputation, the policy delay, no target network, learning above untrained."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import rlgrad
+from rlgrad.rl import evaluate_policy
+from rlgrad.rl.crossq import CrossQ
+
+
+def _critic_numpy(net, x: np.ndarray) -> np.ndarray:
+    """One critic in train mode: BatchNorm with the batch's mean and biased variance."""
+    for m in net:
+        if isinstance(m, rlgrad.nn.BatchNorm1d):
+            mu, var = x.mean(0), x.var(0)
+            x = (x - mu) / np.sqrt(var + m.eps) * m.weight._value + m.bias._value
+        elif isinstance(m, rlgrad.nn.Linear):
+            x = x @ m.weight._value.T + m.bias._value
+        else:
+            x = np.maximum(x, 0)
+    return x[:, 0]
+
+
+def test_critic_loss_is_the_joint_batchnorm_forward() -> None:
+    m = CrossQ("Pendulum-v1", seed=0, learning_starts=10, policy_kwargs={"net_arch": [8]})
+    m.learn(30)
+    b = m.batch_dict(m.sample(16))
+    b["next_noise"] = m._noise(16)
+    b["ent_coef"] = np.array(0.2, np.float32)
+    with rlgrad.no_grad():
+        next_a, next_logp = m._rsample(b["next_obs"], b["next_noise"])
+        x = np.concatenate([np.concatenate([b["obs"], b["actions"]], 1),
+                            np.concatenate([b["next_obs"], np.asarray(next_a._value)], 1)])
+        qs = [_critic_numpy(net, x.astype(np.float64)) for net in m.critic.q_networks]
+        y = b["rewards"] + m.gamma * b["not_terminated"] * (
+            np.minimum(*[q[16:] for q in qs]) - 0.2 * np.asarray(next_logp._value))
+        want = 0.5 * sum(np.mean((q[:16] - y) ** 2) for q in qs)
+        running = m.critic.q_networks[0][0].running_mean.copy()
+        loss, _ = m.critic_loss(b)
+    np.testing.assert_allclose(float(loss._value), want, rtol=1e-4)
+    # the train-mode forward moved the running mean toward the joint batch's mean (momentum 0.01)
+    np.testing.assert_allclose(m.critic.q_networks[0][0].running_mean,
+                               0.99 * running + 0.01 * x.mean(0), rtol=1e-4, atol=1e-6)
+
+
+def test_policy_delay_and_no_target_updates() -> None:
+    m = CrossQ("Pendulum-v1", seed=0, learning_starts=20, policy_delay=3,
+               policy_kwargs={"net_arch": [8]})
+    m.learn(20)
+    before = [p._value.copy() for p in m.actor.parameters()]
+    target = [p._value.copy() for p in m.critic_target.parameters()]
+    m.train(2, 16)  # steps 1 and 2: the critic only
+    assert all((p._value == q).all() for p, q in zip(m.actor.parameters(), before))
+    m.train(1, 16)  # step 3: the actor too
+    assert any((p._value != q).any() for p, q in zip(m.actor.parameters(), before))
+    assert all((p._value == q).all() for p, q in zip(m.critic_target.parameters(), target))
+    assert m.critic_optimizer.param_groups[0]["betas"] == (0.5, 0.999)
+
+
+def test_crossq_learns_pendulum() -> None:
+    m = CrossQ("Pendulum-v1", seed=0, learning_starts=200, policy_kwargs={"net_arch": [128, 128]})
+    untrained, _ = evaluate_policy(m, "Pendulum-v1", n_eval_episodes=3, warn=False)
+    m.learn(2500)
+    mean, _ = evaluate_policy(m, "Pendulum-v1", n_eval_episodes=3, warn=False)
+    assert mean > untrained + 400, (untrained, mean)
