@@ -143,8 +143,8 @@ def test_sb3_call_forms_build_the_same_algorithm(cls: type) -> None:
 
 def test_policy_names_that_cannot_be_used_say_so_in_one_line() -> None:
     cases = [(("CnnPolicy", "CartPole-v1"), "PPO: CnnPolicy needs image observations"),
-             (("MultiInputPolicy", "CartPole-v1"), "PPO: MultiInputPolicy (Dict observations) "
-                                                   "is not supported yet"),
+             (("MultiInputPolicy", "CartPole-v1"), "PPO: MultiInputPolicy is for Dict "
+                                                   "observation spaces"),
              (("MlpLstmPolicy", "CartPole-v1"), "PPO: unknown policy 'MlpLstmPolicy'")]
     for args, says in cases:
         with pytest.raises(ValueError) as e:

@@ -30,6 +30,7 @@ from rlgrad.rl.callbacks import BaseCallback, make_callback
 from rlgrad.rl.envs import (
     EnvLike,
     EpisodeStatistics,
+    SpaceError,
     StepAdapter,
     env_name,
     find_episode_statistics,
@@ -256,7 +257,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             warnings.warn(f"{e}; fine for predict, change it before training further",
                           stacklevel=3)
         if not isinstance(self.action_space, self.action_spaces):
-            raise ValueError(action_space_error(type(self).__name__, self.action_spaces,
+            raise SpaceError(action_space_error(type(self).__name__, self.action_spaces,
                                                 self.action_space))
         self._apply_policy_name()
         self.obs_dim = flat_obs_dim(self.observation_space)
@@ -320,6 +321,14 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """SB3's policy name: refused in one line if the spaces or the algorithm do not fit it,
         else its policy_kwargs defaults under the user's."""
         name = self._policy_name
+        if isinstance(self.observation_space, spaces.Dict):
+            # Dict observations: their entries flattened side by side (rlgrad.rl.envs.preprocess_obs)
+            if name not in (None, "MultiInputPolicy"):
+                raise ValueError(f"{type(self).__name__}: You must use `MultiInputPolicy` when "
+                                 f"working with dict observation space, not {name}")
+            self.policy_name = "MultiInputPolicy"
+            self.policy_kwargs = {**self.policy_aliases.get("MlpPolicy", {}), **self.policy_kwargs}
+            return
         if name == "MultiInputPolicy":
             raise ValueError(multi_input_error(type(self).__name__, self.observation_space))
         self.policy_name = resolve_policy(type(self), name, self.observation_space, self.env_id)

@@ -162,8 +162,9 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         self.continuous = isinstance(a, spaces.Box)
         if self.continuous:
             self.act_dim = int(np.prod(a.shape))
-            self._low = a.low.astype(np.float32)
-            self._high = a.high.astype(np.float32)
+            # flat rows, as the networks output them (a rank-2 Box's actions are flattened)
+            self._low = a.low.astype(np.float32).reshape(-1)
+            self._high = a.high.astype(np.float32).reshape(-1)
             a_shape, a_dtype = (self.act_dim,), np.float32
         else:
             a_shape, a_dtype = (), np.int64
@@ -211,8 +212,9 @@ class OffPolicyAlgorithm(BaseAlgorithm):
 
     def _predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         act = self._act(obs, deterministic)
-        if self.continuous:
-            return self.unscale_action(act).reshape(len(obs), *self.action_space.shape)
+        if self.continuous:  # in the space's dtype (float64 spaces get float64 actions, as SB3)
+            a = self.action_space
+            return self.unscale_action(act).reshape(len(obs), *a.shape).astype(a.dtype, copy=False)
         return act
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:

@@ -20,6 +20,7 @@ from gymnasium import spaces
 
 import rlgrad
 from rlgrad import ops
+from rlgrad.rl import action_dists
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import RolloutBatch, RolloutBuffer
 from rlgrad.rl.callbacks import BaseCallback
@@ -57,6 +58,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 1
     cnn_policy = True  # ActorCriticPolicy has SB3's CnnPolicy form for image observations
+    action_spaces = (spaces.Discrete, spaces.Box, *action_dists.MULTI_ACTION_SPACES)
     env_runner_sampling = True  # env_runners > 0: rollouts on Ray actors (rlgrad.rl.distributed)
 
     def __init__(self, env: EnvLike, learning_rate: Any, n_steps: int, gamma: float,
@@ -84,20 +86,27 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         a_space = self.action_space
         if isinstance(a_space, spaces.Discrete):
             a_shape, a_dtype = (), np.int64
+        elif isinstance(a_space, action_dists.MULTI_ACTION_SPACES):
+            a_shape, a_dtype = action_dists.storage(a_space)
         else:
             a_shape, a_dtype = a_space.shape, np.float32
         self.rollout_buffer = RolloutBuffer(
             self.n_steps, self.n_envs, obs_shape(self.observation_space), a_shape, a_dtype,
             self.gamma, self.gae_lambda,
             obs_dtype=np.uint8 if is_image_space(self.observation_space) else np.float32)
-        self._clip_actions = isinstance(a_space, spaces.Box)
-        if self._clip_actions:
+        # Box: clipped; MultiDiscrete / MultiBinary: converted to the space's integers
+        self._clip_actions = isinstance(a_space, (spaces.Box, *action_dists.MULTI_ACTION_SPACES))
+        if isinstance(a_space, spaces.Box):
             self._low, self._high = a_space.low, a_space.high
 
     # ---- collection --------------------------------------------------------------------------
     def _to_env(self, actions: np.ndarray) -> np.ndarray:
+        if not self._clip_actions:
+            return actions
+        if self.policy.multi:
+            return action_dists.to_env(self.action_space, actions)
         # the Gaussian policy is unbounded: clip to the box, store the unclipped action
-        return np.clip(actions, self._low, self._high) if self._clip_actions else actions
+        return np.clip(actions, self._low, self._high)
 
     def collect_rollouts(self, callback: BaseCallback | None) -> bool:
         if self.env_runners:  # the same rollout, sampled by Ray actors (started on first use)
@@ -196,7 +205,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         lg.record("train/explained_variance",
                   explained_variance(flat.old_values[valid], flat.returns[valid]))
         lg.record("train/n_updates", self._n_updates)
-        if not self.policy.discrete:
+        if not self.policy.discrete and not self.policy.multi:
             lg.record("train/std", float(np.exp(self.policy.log_std._value).mean()))
 
     def _will_log(self) -> bool:

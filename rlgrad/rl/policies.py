@@ -29,6 +29,7 @@ from rlgrad.distributions.categorical import inverse_cdf, row_indices, row_max
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
 from rlgrad.nn import init
 from rlgrad.nn.functional import _linear, _linear_relu
+from rlgrad.rl import action_dists
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
 from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs, space_str
 from rlgrad.tensor import Tensor
@@ -163,11 +164,19 @@ def check_observation(space: spaces.Space, obs: np.ndarray, given: Any) -> None:
 def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.ndarray, None]:
     """``act`` on a batch of preprocessed observations, for one observation or a batch (SB3's
     ``predict`` convention: ``(actions, None)``, one action for one observation)."""
-    obs = np.asarray(observation)
-    check_observation(space, obs, observation)
-    single = obs.shape == space.shape if isinstance(space, spaces.Box) else obs.ndim == 0
-    if single:
-        obs = obs[None]
+    if isinstance(space, spaces.Dict) and isinstance(observation, dict):
+        obs: Any = {k: np.asarray(observation[k]) for k in space.spaces}
+        single = all(obs[k].shape == sub.shape for k, sub in space.spaces.items())
+        if single:
+            obs = {k: v[None] for k, v in obs.items()}
+    else:
+        obs = np.asarray(observation)
+        check_observation(space, obs, observation)
+        single = (obs.shape == space.shape if isinstance(space, spaces.Box | spaces.MultiBinary
+                                                         | spaces.MultiDiscrete)
+                  else obs.ndim == 0)
+        if single:
+            obs = obs[None]
     with no_grad():
         actions = act(preprocess_obs(obs, space))
     return (actions[0] if single else actions), None
@@ -191,20 +200,27 @@ class ActorCriticPolicy(nn.Module):
             net_arch = {"pi": list(net_arch), "vf": list(net_arch)}
         pi_arch, vf_arch = list(net_arch["pi"]), list(net_arch["vf"])
         self.discrete = isinstance(action_space, spaces.Discrete)
+        # MultiDiscrete / MultiBinary: heads of rlgrad.rl.action_dists
+        self.multi = isinstance(action_space, action_dists.MULTI_ACTION_SPACES)
         if self.discrete:
             act_dim = int(action_space.n)
         elif isinstance(action_space, spaces.Box):
             act_dim = int(np.prod(action_space.shape))
+        elif self.multi:
+            action_dists.check_multi_action_space(action_space)
+            act_dim = action_dists.action_net_dim(action_space)
         else:
-            raise ValueError(f"ActorCriticPolicy supports Discrete and Box actions, got {action_space}")
+            raise ValueError(f"ActorCriticPolicy supports Discrete, Box, MultiDiscrete and "
+                             f"MultiBinary actions, got {action_space}")
         self.act_dim = act_dim
-        self.action_shape = () if self.discrete else tuple(action_space.shape)
+        self.action_shape = (() if self.discrete else action_dists.storage(action_space)[0]
+                             if self.multi else tuple(action_space.shape))
         self.observation_space, self.action_space = observation_space, action_space
         self.pi_net = _tower(in_dim, pi_arch, activation_fn)
         self.vf_net = _tower(in_dim, vf_arch, activation_fn)
         self.action_net = nn.Linear(pi_arch[-1] if pi_arch else in_dim, act_dim)
         self.value_net = nn.Linear(vf_arch[-1] if vf_arch else in_dim, 1)
-        if not self.discrete:
+        if not self.discrete and not self.multi:
             self.log_std = nn.Parameter(np.full(act_dim, log_std_init, dtype=np.float32))
         if ortho_init:  # SB3's gains: sqrt(2) trunk and hidden, 0.01 policy head, 1 value head
             g = init.default_generator() if init_seed is None else np.random.default_rng(init_seed)
@@ -223,6 +239,8 @@ class ActorCriticPolicy(nn.Module):
         out = self.action_net(self.pi_net(features))
         if self.discrete:
             return Categorical(logits=out)
+        if self.multi:
+            return action_dists.distribution(self.action_space, out)
         return Independent(Normal(out, self.log_std.exp()), 1)
 
     def distribution(self, obs: Any) -> Any:
@@ -243,7 +261,7 @@ class ActorCriticPolicy(nn.Module):
 
     def actions_for_loss(self, actions: np.ndarray) -> np.ndarray:
         """Stored actions as ``distribution(obs).log_prob`` takes them (Box: flat rows)."""
-        if self.discrete:
+        if self.discrete or self.multi:
             return actions
         return np.asarray(actions, dtype=np.float32).reshape(len(actions), self.act_dim)
 
@@ -325,6 +343,9 @@ class ActorCriticPolicy(nn.Module):
             log_prob = z[row_indices(n), actions]
             log_prob -= np.log(cdf[:, -1])
             return actions, values, log_prob
+        if self.multi:
+            actions, log_prob = action_dists.sample_numpy(self.action_space, out, rng)
+            return actions, values, log_prob.astype(out.dtype, copy=False)
         log_std = self.log_std._value
         eps = rng.standard_normal(out.shape, dtype=out.dtype)
         actions = out + np.exp(log_std) * eps
@@ -335,6 +356,8 @@ class ActorCriticPolicy(nn.Module):
         out = self._head_np(obs)
         if self.discrete:
             return out.argmax(axis=1)
+        if self.multi:
+            return action_dists.mode_numpy(self.action_space, out)
         return out.reshape(len(obs), *self.action_shape)
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
@@ -352,6 +375,8 @@ class ActorCriticPolicy(nn.Module):
         a = self.mode(x) if deterministic else self.act(x, default_generator.numpy)[0]
         if isinstance(self.action_space, spaces.Box):
             a = np.clip(a, self.action_space.low, self.action_space.high)
+        elif self.multi:
+            a = action_dists.to_env(self.action_space, a)
         return a
 
 

@@ -184,7 +184,7 @@ SPECIAL: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 #: rules between arguments: (arguments, holds(values), what must hold)
 RELATIONS: list[tuple[tuple[str, ...], Callable[..., bool], str]] = [
-    (("buffer_size", "batch_size"), lambda buf, bs: buf >= bs, "buffer_size >= batch_size"),
+    # (buffer_size < batch_size is fine: minibatches are drawn with replacement, as in SB3)
     (("n_steps", "n_envs"), lambda t, n: t * n <= _MAX_ROWS,
      f"n_steps * n_envs <= {_MAX_ROWS:,} (rollout rows)"),
     (("env_runners", "n_envs"), lambda r, n: r <= n,

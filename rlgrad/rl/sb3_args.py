@@ -79,10 +79,9 @@ def is_image_space(space: spaces.Space) -> bool:
 
 
 def multi_input_error(algo: str, space: spaces.Space) -> str:
-    """The one line for SB3's MultiInputPolicy, which rlgrad has not got (yet)."""
-    return (f"{algo}: MultiInputPolicy (Dict observations) is not supported yet: rlgrad.rl's "
-            f"policies take Box or Discrete observations, got {space}; flatten the "
-            "observation (gymnasium.wrappers.FlattenObservation) and use MlpPolicy")
+    """The one line for SB3's MultiInputPolicy on observations that are not a Dict."""
+    return (f"{algo}: MultiInputPolicy is for Dict observation spaces, got {space}: use "
+            "MlpPolicy (or CnnPolicy for images)")
 
 
 def device_ok(device: Any) -> bool:
