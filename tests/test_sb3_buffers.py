@@ -178,3 +178,44 @@ def test_stored_and_sampled_dtypes_are_sb3s(obs_dtype: type, act: spaces.Space) 
         want = next(ref.get(4)) if name == "RolloutBuffer" else ref.sample(4)
         for field in ("observations", "actions"):
             assert _arr(getattr(got, field)).dtype == _arr(getattr(want, field)).dtype
+
+
+def test_n_steps_gives_sb3s_n_step_buffer_and_discounted_targets() -> None:
+    from rlgrad.rl import DQN, SAC
+    from rlgrad.rl.policies import mlp_numpy
+
+    model = DQN("MlpPolicy", "CartPole-v1", n_steps=3, gamma=0.9, learning_starts=50,
+                buffer_size=500, policy_kwargs={"net_arch": [16]}, seed=0)
+    assert isinstance(model.replay_buffer, rb.NStepReplayBuffer)
+    assert (model.replay_buffer.n_steps, model.replay_buffer.gamma) == (3, 0.9)
+    model.learn(200)
+    b = model.sample(64)
+    assert np.isin(np.round(b.discounts.astype(float), 6), [0.9, 0.81, 0.729]).all()
+    q_next = mlp_numpy(model.q_net_target, b.next_observations).max(axis=1)
+    want = b.rewards + b.discounts * (1 - b.terminated) * q_next
+    np.testing.assert_allclose(model.td_target(b), want, rtol=1e-5, atol=1e-5)
+    # the default storage has no per-row discount; Dict observations cannot take n-step
+    assert DQN("CartPole-v1", buffer_size=100).sample is not None
+    from rlgrad.rl.common.envs import BitFlippingEnv
+
+    with pytest.raises(AssertionError, match="N-step returns are not supported for Dict"):
+        SAC("MultiInputPolicy", BitFlippingEnv(n_bits=3, continuous=True), n_steps=3)
+    with pytest.warns(UserWarning, match="n_steps=3"):
+        SAC("MlpPolicy", "Pendulum-v1", n_steps=3, buffer_size=100,
+            replay_buffer_class=rb.ReplayBuffer)
+
+
+def test_rollout_buffer_class_is_checked_as_sb3_builds_it() -> None:
+    from rlgrad.rl import A2C, PPO
+
+    model = A2C("MlpPolicy", "Pendulum-v1", rollout_buffer_class=rb.RolloutBuffer,
+                rollout_buffer_kwargs={})
+    assert model.get_hyperparams()["rollout_buffer_class"] == "RolloutBuffer"
+    with pytest.raises(TypeError, match="unexpected keyword argument 'wrong_keyword'"):
+        A2C("MlpPolicy", "Pendulum-v1", rollout_buffer_class=rb.RolloutBuffer,
+            rollout_buffer_kwargs={"wrong_keyword": 1})
+    with pytest.raises(TypeError, match="multiple values for keyword argument 'gamma'"):
+        PPO("MlpPolicy", "Pendulum-v1", rollout_buffer_class=rb.RolloutBuffer,
+            rollout_buffer_kwargs={"gamma": 1})
+    with pytest.raises(AssertionError, match="DictRolloutBuffer must be used with Dict obs"):
+        A2C("MlpPolicy", "Pendulum-v1", rollout_buffer_class=rb.DictRolloutBuffer)

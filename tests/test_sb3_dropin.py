@@ -429,8 +429,10 @@ def test_sb3_action_noise_and_torch_activation_are_translated() -> None:
     assert hp["noise_type"] == "normal" and hp["noise_std"] == 0.1
     with pytest.raises(ValueError, match="mean 0 and one sigma for every action"):
         TD3("MlpPolicy", "Pendulum-v1", action_noise=NormalActionNoise(np.ones(1), np.ones(1)))
-    with pytest.raises(ValueError, match="^SAC: action_noise is not supported"):
-        SAC("MlpPolicy", "Pendulum-v1", action_noise=noise)
+    sac = SAC("MlpPolicy", "Pendulum-v1", action_noise=noise, buffer_size=1000)
+    assert sac.get_hyperparams()["noise_std"] == 0.1 and sac.action_noise is not None
+    with pytest.raises(ValueError, match="^DQN: action_noise is not supported"):
+        DQN("MlpPolicy", "CartPole-v1", action_noise=noise)
 
 
 # Gymnasium's checker warns about CartPole itself (wrapped, infinite observation bounds)

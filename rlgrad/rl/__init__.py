@@ -33,6 +33,7 @@ from rlgrad.rl.ddpg import DDPG
 from rlgrad.rl.dqn import DQN
 from rlgrad.rl.envs import make_vec_env
 from rlgrad.rl.evaluation import evaluate, evaluate_policy
+from rlgrad.rl.her import HerReplayBuffer
 from rlgrad.rl.logger import CSVWriter, Logger, TensorBoardWriter
 from rlgrad.rl.monitor import Monitor
 from rlgrad.rl.normalize import Normalizer, RunningMeanStd
@@ -43,6 +44,14 @@ from rlgrad.rl.reinforce import REINFORCE
 from rlgrad.rl.sac import SAC
 from rlgrad.rl.td3 import TD3
 from rlgrad.rl.vec_env import DummyVecEnv, SubprocVecEnv, VecCheckNan, VecEnv, VecNormalize
+
+
+def HER(*args: object, **kwargs: object) -> None:  # noqa: N802 - SB3's name
+    """SB3 < 2.1's HER class, which SB3 (and rlgrad) replaced by a replay buffer class."""
+    raise ImportError("HER is a replay buffer class since Stable-Baselines3 2.1: pass "
+                      "replay_buffer_class=HerReplayBuffer to SAC, TD3, DDPG or DQN (see the "
+                      "documentation, docs/dropin.md)")
+
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
     "reinforce": REINFORCE, "a2c": A2C, "ppo": PPO, "dqn": DQN, "qrdqn": QRDQN, "c51": C51,
@@ -75,5 +84,5 @@ __all__ = [
     "CheckpointCallback", "EvalCallback", "EveryNTimesteps", "ProgressBarCallback",
     "StopTrainingOnMaxEpisodes", "StopTrainingOnNoModelImprovement",
     "StopTrainingOnRewardThreshold", "evaluate_policy", "Monitor", "DummyVecEnv", "SubprocVecEnv",
-    "VecCheckNan", "VecEnv", "VecNormalize",
+    "VecCheckNan", "VecEnv", "VecNormalize", "HER", "HerReplayBuffer",
 ]

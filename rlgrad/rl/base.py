@@ -52,6 +52,7 @@ from rlgrad.rl.runtime import keep_freed_memory, limit_blas_threads
 from rlgrad.rl.sb3_args import (
     DEFAULT_POLICY,
     action_noise_kwargs,
+    buffer_class_args,
     existing_checkpoint,
     fresh_seed,
     multi_input_error,
@@ -177,6 +178,8 @@ class _AlgorithmType(type):
             kwargs = dict(kwargs)
             kwargs.update(action_noise_kwargs(cls.__name__, "noise_type" in hyperparameters(cls),
                                               kwargs.pop("action_noise")))
+        if any(k.endswith(("buffer_class", "buffer_kwargs")) for k in kwargs):
+            kwargs = buffer_class_args(cls.__name__, kwargs)  # classes as names: savable
         obj = cls.__new__(cls, *args, **kwargs)
         obj._policy_name = policy  # None: chosen from the observation space
         if policy not in (None, DEFAULT_POLICY):  # (MlpPolicy: what vectors get anyway)
@@ -590,7 +593,9 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         if self.normalizer is not None and not self._env_normalizes():  # a VecNormalize saves its own
             state["normalizer"] = self.normalizer.state_dict()
         if self._last_obs is not None:
-            state["env"] = {"last_obs": np.asarray(self._last_obs).copy(),
+            last = self._last_obs  # (a Dict space's observations: a dict of arrays)
+            state["env"] = {"last_obs": ({k: np.array(v) for k, v in last.items()}
+                                         if isinstance(last, dict) else np.array(last)),
                             "prev_done": self._adapter.prev_done.copy(),
                             "vector_env": get_env_state(self.env)}
             if self._saved_stats is not None:
@@ -619,7 +624,9 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         if "episode_statistics" in env and self._saved_stats is not None:
             self._saved_stats.load_state_dict(env["episode_statistics"])
         if "last_obs" in env:
-            self._last_obs = np.asarray(env["last_obs"])
+            last = env["last_obs"]
+            self._last_obs = ({k: np.asarray(v) for k, v in last.items()}
+                              if isinstance(last, dict) else np.asarray(last))
             self._adapter.prev_done = np.asarray(env["prev_done"], dtype=bool).copy()
             if "vector_env" in env:
                 set_env_state(self.env, env["vector_env"], self._adapter.statistics)

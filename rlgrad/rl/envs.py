@@ -468,16 +468,34 @@ class StepAdapter:
             valid = self._all_valid
             final_obs = obs
             if any_done:
-                final_obs = obs.copy()
                 fo, mask = info.get("final_obs"), info.get("_final_obs", done)
-                for i in np.flatnonzero(mask):
-                    final_obs[i] = fo[i]
+                final_obs = _with_final_rows(obs, fo, np.flatnonzero(mask))
         self._prev_done, self._prev_any = done, any_done
         all_valid = valid is self._all_valid
         self.any_done, self.all_valid = any_done, all_valid
         if self.statistics is not None:
             self.statistics.record(rew, valid, done, all_valid, any_done)
         return obs, rew, term, trunc, valid, final_obs
+
+
+def obs_rows(obs: Any, rows: np.ndarray) -> Any:
+    """Rows ``rows`` of a batch of observations (of each entry for a Dict space)."""
+    return {k: v[rows] for k, v in obs.items()} if isinstance(obs, dict) else obs[rows]
+
+
+def _with_final_rows(obs: Any, final: Any, rows: np.ndarray) -> Any:
+    """A copy of the batch ``obs`` whose ``rows`` are the episodes' final observations
+    (``final[i]``; a Dict space's observations are dicts of arrays)."""
+    if isinstance(obs, dict):
+        out = {k: v.copy() for k, v in obs.items()}
+        for i in rows:
+            for k in out:
+                out[k][i] = final[i][k]
+        return out
+    out = obs.copy()
+    for i in rows:
+        out[i] = final[i]
+    return out
 
 
 # ---- environment state, for checkpoints that resume bit for bit ----------------------------------

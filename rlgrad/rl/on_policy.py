@@ -24,9 +24,10 @@ from rlgrad.rl import action_dists
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import RolloutBatch, RolloutBuffer
 from rlgrad.rl.callbacks import BaseCallback
-from rlgrad.rl.envs import EnvLike, is_image_space, obs_shape, preprocess_obs
+from rlgrad.rl.envs import EnvLike, is_image_space, obs_rows, obs_shape, preprocess_obs
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
+from rlgrad.rl.sb3_args import buffer_class
 from rlgrad.rl.steps import apply_grads, grad_step, optimized_params, same_params
 
 
@@ -65,7 +66,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                  gae_lambda: float, ent_coef: float, vf_coef: float, max_grad_norm: float | None,
                  normalize_advantage: bool = True, n_envs: int = 1,
                  normalize: bool | dict[str, Any] = False, policy_kwargs: dict | None = None,
-                 seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
+                 seed: int | None = None, verbose: int = 0, rollout_buffer_class: str | None = None,
+                 rollout_buffer_kwargs: dict[str, Any] | None = None,
+                 **env_options: Any) -> None:
         super().__init__(env, seed=seed, n_envs=n_envs, normalize=normalize,
                          learning_rate=learning_rate, gamma=gamma, policy_kwargs=policy_kwargs,
                          verbose=verbose, **env_options)
@@ -94,10 +97,23 @@ class OnPolicyAlgorithm(BaseAlgorithm):
             self.n_steps, self.n_envs, obs_shape(self.observation_space), a_shape, a_dtype,
             self.gamma, self.gae_lambda,
             obs_dtype=np.uint8 if is_image_space(self.observation_space) else np.float32)
+        self.rollout_buffer_class = rollout_buffer_class
+        self.rollout_buffer_kwargs = dict(rollout_buffer_kwargs or {})
+        if rollout_buffer_class is not None:
+            self._check_rollout_buffer_class()
         # Box: clipped; MultiDiscrete / MultiBinary: converted to the space's integers
         self._clip_actions = isinstance(a_space, (spaces.Box, *action_dists.MULTI_ACTION_SPACES))
         if isinstance(a_space, spaces.Box):
             self._low, self._high = a_space.low, a_space.high
+
+    def _check_rollout_buffer_class(self) -> None:
+        """SB3's ``rollout_buffer_class`` (RolloutBuffer or DictRolloutBuffer): built once as SB3
+        builds it, for SB3's errors (a wrong keyword, ``gamma`` twice: TypeError; Dict class
+        and space disagreeing: AssertionError). The loop keeps its own storage, which holds the
+        same rollout and computes the same GAE (``rlgrad.rl.buffers``)."""
+        buffer_class(self.rollout_buffer_class)(
+            self.n_steps, self.observation_space, self.action_space, gamma=self.gamma,
+            gae_lambda=self.gae_lambda, n_envs=self.n_envs, **self.rollout_buffer_kwargs)
 
     # ---- collection --------------------------------------------------------------------------
     def _to_env(self, actions: np.ndarray) -> np.ndarray:
@@ -138,7 +154,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                 if same_step and trunc.any():  # bootstrap from the final observation
                     rows = np.flatnonzero(trunc)
                     buf.bootstrap[buf.pos, rows] = policy.predict_values(
-                        self._obs(final[rows], update=False))
+                        self._obs(obs_rows(final, rows), update=False))
                 add(obs, actions, rew, term, done, values, log_probs, valid)
                 obs = next_obs
                 self.num_timesteps += n

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from rlgrad.rl.sb3_args import device_ok
+from rlgrad.rl.sb3_args import REPLAY_BUFFER_CLASSES, ROLLOUT_BUFFER_CLASSES, device_ok
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,10 @@ RANGES: dict[str, Range] = {
     "n_envs": Range(1, 4096, integer=True, none_ok=True),  # None: the algorithm's default
     "normalize": Range(kind=(bool, dict)),
     "policy_kwargs": Range(kind=dict, none_ok=True),
+    "replay_buffer_class": Range(choices=tuple(REPLAY_BUFFER_CLASSES), none_ok=True),
+    "replay_buffer_kwargs": Range(kind=dict, none_ok=True),
+    "rollout_buffer_class": Range(choices=tuple(ROLLOUT_BUFFER_CLASSES), none_ok=True),
+    "rollout_buffer_kwargs": Range(kind=dict, none_ok=True),
     "verbose": Range(0, integer=True),
     "env_kwargs": Range(kind=dict, none_ok=True),
     "vectorization_mode": Range(choices=("sync", "async", "vector_entry_point"), none_ok=True),
@@ -189,7 +193,8 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[..., bool], str]] = [
      f"n_steps * n_envs <= {_MAX_ROWS:,} (rollout rows)"),
     (("env_runners", "n_envs"), lambda r, n: r <= n,
      "env_runners <= n_envs (n_envs is the total over the runners; each steps one copy or more)"),
-    (("batch_size", "n_steps", "n_envs"), lambda bs, t, n: bs <= t * n,
+    # (the on-policy minibatch, with the rollout's n_epochs: off-policy n_steps is n-step returns)
+    (("batch_size", "n_steps", "n_envs", "n_epochs"), lambda bs, t, n, _: bs <= t * n,
      "batch_size <= n_steps * n_envs (the rollout)"),
     (("batch_size", "normalize_advantage"), lambda bs, norm: bs >= 2 or not norm,
      "batch_size >= 2 when normalize_advantage is on (a one-row batch has no std)"),

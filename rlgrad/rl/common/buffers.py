@@ -177,20 +177,28 @@ class ReplayBuffer(BaseBuffer):
             self.full, self.pos = True, 0
 
     def sample(self, batch_size: int, env: Any = None) -> Any:
+        return self._samples(*self.sample_arrays(batch_size, env))
+
+    def sample_arrays(self, batch_size: int, env: Any = None) -> tuple:
+        """``sample``'s minibatch as NumPy arrays: (observations, actions, next_observations,
+        dones, rewards, discounts or None), what rlgrad's off-policy updates read."""
         if not self.optimize_memory_usage:
-            return super().sample(batch_size, env=env)
-        # the row at ``pos`` has no next observation yet (it is the oldest's successor)
-        if self.full:
+            inds = np.random.randint(0, self.buffer_size if self.full else self.pos,
+                                     size=batch_size)
+        elif self.full:  # the row at ``pos`` has no next observation yet (the oldest's successor)
             inds = (np.random.randint(1, self.buffer_size, size=batch_size) + self.pos)
             inds %= self.buffer_size
         else:
             inds = np.random.randint(0, self.pos, size=batch_size)
-        return self._get_samples(inds, env=env)
+        return self._arrays(inds, env)
 
     def _gather(self, store: Any, rows: np.ndarray, envs: np.ndarray, env: Any) -> Any:
         return self._normalize_obs(_obs_apply(lambda a: a[rows, envs], store), env)
 
     def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
+        return self._samples(*self._arrays(batch_inds, env))
+
+    def _arrays(self, batch_inds: np.ndarray, env: Any = None) -> tuple:
         envs = np.random.randint(0, self.n_envs, size=len(batch_inds))
         if self.optimize_memory_usage:
             nxt = self._gather(self.observations, (batch_inds + 1) % self.buffer_size, envs, env)
@@ -199,8 +207,7 @@ class ReplayBuffer(BaseBuffer):
         obs = self._gather(self.observations, batch_inds, envs, env)
         dones = self.dones[batch_inds, envs] * (1 - self.timeouts[batch_inds, envs])
         rewards = self._normalize_reward(self.rewards[batch_inds, envs].reshape(-1, 1), env)
-        return self._samples(obs, self.actions[batch_inds, envs], nxt, dones.reshape(-1, 1),
-                             rewards)
+        return obs, self.actions[batch_inds, envs], nxt, dones.reshape(-1, 1), rewards, None
 
     def _samples(self, obs: Any, actions: np.ndarray, next_obs: Any, dones: np.ndarray,
                  rewards: np.ndarray, discounts: np.ndarray | None = None) -> Any:
@@ -208,6 +215,34 @@ class ReplayBuffer(BaseBuffer):
         cls = DictReplayBufferSamples if self._dict_obs else ReplayBufferSamples
         return cls(_obs_apply(t, obs), t(actions), _obs_apply(t, next_obs), t(dones), t(rewards),
                    None if discounts is None else t(discounts))
+
+    # ---- checkpoints (rlgrad's save_replay_buffer / save(include_replay_buffer=True)) --------
+    _STATE = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every stored array (a Dict observation's entries as ``observations.<key>``), ``pos``
+        and ``full``."""
+        out: dict[str, Any] = {"pos": self.pos, "full": int(self.full)}
+        for name in self._STATE:
+            value = getattr(self, name, None)
+            if isinstance(value, dict):
+                out.update({f"{name}.{k}": v.copy() for k, v in value.items()})
+            elif value is not None:
+                out[name] = value.copy()
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in self._STATE:
+            value = getattr(self, name, None)
+            targets = value.items() if isinstance(value, dict) else [(None, value)]
+            for k, arr in targets:
+                key = name if k is None else f"{name}.{k}"
+                if arr is not None and key in state:
+                    if np.shape(state[key]) != arr.shape:
+                        raise ValueError(f"replay buffer mismatch: {key} has shape "
+                                         f"{np.shape(state[key])} in the file, {arr.shape} here")
+                    arr[...] = state[key]
+        self.pos, self.full = int(state["pos"]), bool(int(state["full"]))
 
     @staticmethod
     def _maybe_cast_dtype(dtype: Any) -> Any:
@@ -315,7 +350,7 @@ class NStepReplayBuffer(ReplayBuffer):
             raise NotImplementedError("NStepReplayBuffer doesn't support "
                                       "optimize_memory_usage=True")
 
-    def _get_samples(self, batch_inds: np.ndarray, env: Any = None) -> Any:
+    def _arrays(self, batch_inds: np.ndarray, env: Any = None) -> tuple:
         envs = np.random.randint(0, self.n_envs, size=batch_inds.shape)
         # the newest row ends the stored stream: treated as a time limit while sampling, so that
         # a sequence never runs on into the oldest rows of the ring
@@ -336,10 +371,9 @@ class NStepReplayBuffer(ReplayBuffer):
         end = (batch_inds + m) % self.buffer_size
         end_timeout = timeouts[np.arange(len(m)), m]
         dones = (self.dones[end, envs] * (1.0 - end_timeout))[:, None].astype(np.float32)
-        return self._samples(self._gather(self.observations, batch_inds, envs, env),
-                             self.actions[batch_inds, envs],
-                             self._gather(self.next_observations, end, envs, env), dones,
-                             returns, discounts)
+        return (self._gather(self.observations, batch_inds, envs, env),
+                self.actions[batch_inds, envs], self._gather(self.next_observations, end, envs, env),
+                dones, returns, discounts)
 
 
 __all__ = ["BaseBuffer", "DictReplayBuffer", "DictRolloutBuffer", "NStepReplayBuffer",
