@@ -136,6 +136,17 @@ def test_dqn_with_her_solves_ten_bit_flipping() -> None:
     assert _success_rate(model, 10, False) >= 0.9
 
 
+def test_sac_with_her_solves_four_bit_flipping() -> None:
+    env = BitFlippingEnv(n_bits=4, continuous=True)
+    model = SAC("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer,
+                replay_buffer_kwargs={"n_sampled_goal": 4, "goal_selection_strategy": "future"},
+                learning_starts=100, batch_size=64, learning_rate=1e-3, gamma=0.95,
+                policy_kwargs={"net_arch": [64, 64]}, buffer_size=100_000, seed=0)
+    before = _success_rate(model, 4, True)
+    model.learn(2000)
+    assert before < 0.6 and _success_rate(model, 4, True) >= 0.9
+
+
 @pytest.mark.parametrize("cls", [SAC, TD3])
 def test_her_models_save_and_load_with_their_buffer_class(cls: type, tmp_path: object) -> None:
     model = cls("MultiInputPolicy", BitFlippingEnv(n_bits=3, continuous=True),
