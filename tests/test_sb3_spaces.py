@@ -261,3 +261,14 @@ def test_unsupported_action_space_is_catchable_as_sb3s_assertion() -> None:
     for catch in (AssertionError, ValueError):
         with pytest.raises(catch, match="DQN needs a discrete"):
             DQN("MlpPolicy", "Pendulum-v1")
+
+
+def test_dqn_warns_as_sb3_when_envs_outnumber_the_target_interval() -> None:
+    with pytest.warns(UserWarning, match=r"greater than the target network update interval "
+                                         r"\(4 > 2\)"):
+        DQN("MlpPolicy", "CartPole-v1", n_envs=4, target_update_interval=2, buffer_size=100)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DQN("MlpPolicy", "CartPole-v1", n_envs=4, target_update_interval=4, buffer_size=100)

@@ -24,6 +24,7 @@ it) and ``loss`` (the loss on a batch against those targets). ``target_path`` na
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -103,6 +104,11 @@ class DQN(OffPolicyAlgorithm):
                          verbose, n_steps=n_steps, replay_buffer_class=replay_buffer_class,
                          replay_buffer_kwargs=replay_buffer_kwargs, **env_options)
         self.target_update_interval = int(target_update_interval)
+        if self.n_envs > self.target_update_interval:  # SB3's warning, word for word
+            warnings.warn("The number of environments used is greater than the target network "
+                          f"update interval ({self.n_envs} > {self.target_update_interval}), "
+                          "therefore the target network will be updated after each call to "
+                          f"env.step() which corresponds to {self.n_envs} steps.", stacklevel=3)
         self.exploration_schedule = linear_schedule(exploration_initial_eps,
                                                     exploration_final_eps, exploration_fraction)
         self.exploration_rate = float(exploration_initial_eps)
