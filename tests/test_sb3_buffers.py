@@ -219,3 +219,24 @@ def test_rollout_buffer_class_is_checked_as_sb3_builds_it() -> None:
             rollout_buffer_kwargs={"gamma": 1})
     with pytest.raises(AssertionError, match="DictRolloutBuffer must be used with Dict obs"):
         A2C("MlpPolicy", "Pendulum-v1", rollout_buffer_class=rb.DictRolloutBuffer)
+
+
+def test_replay_buffer_kwargs_without_a_class_reach_the_default_storage() -> None:
+    from rlgrad.rl import SAC
+
+    kw = {"learning_starts": 250, "buffer_size": 1000, "policy_kwargs": {"net_arch": [8]}}
+    keep = SAC("MlpPolicy", "Pendulum-v1", seed=0, **kw)
+    cut = SAC("MlpPolicy", "Pendulum-v1", seed=0,
+              replay_buffer_kwargs={"handle_timeout_termination": False}, **kw)
+    for m in (keep, cut):
+        m.learn(220)  # Pendulum's 200-step time limit once: one truncated row
+        assert m.replay_buffer.truncated.sum() == 1 and not m.replay_buffer.terminated.any()
+    b_keep, b_cut = keep.sample_many(1, 5000)[0], cut.sample_many(1, 5000)[0]  # all rows
+    assert not b_keep.terminated.any()  # bootstrapped through the time limit (SB3's default)
+    np.testing.assert_array_equal(b_cut.terminated, b_cut.truncated)  # not bootstrapped
+    assert b_cut.truncated.any()
+    with pytest.raises(TypeError, match="unexpected keyword argument 'wrong'"):
+        SAC("MlpPolicy", "Pendulum-v1", replay_buffer_kwargs={"wrong": 1}, **kw)
+    with pytest.raises(ValueError, match="optimize_memory_usage = True and handle_timeout"):
+        SAC("MlpPolicy", "Pendulum-v1", replay_buffer_kwargs={"optimize_memory_usage": True},
+            **kw)

@@ -26,7 +26,13 @@ from rlgrad.rl.finite import check_update
 from rlgrad.rl.frame_replay import FrameReplayBuffer
 from rlgrad.rl.policies import predict_with
 from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
-from rlgrad.rl.sb3_storage import Sb3Rows, n_step_buffer, sb3_batch, sb3_replay_buffer
+from rlgrad.rl.sb3_storage import (
+    Sb3Rows,
+    default_buffer_options,
+    n_step_buffer,
+    sb3_batch,
+    sb3_replay_buffer,
+)
 from rlgrad.rl.steps import grad_step, optimized_params, same_params, step_with_grads
 
 
@@ -190,6 +196,8 @@ class OffPolicyAlgorithm(BaseAlgorithm):
             self._sb3_rows = Sb3Rows(self.n_envs)
             return sb3_replay_buffer(self, self.replay_buffer_class, self.replay_buffer_kwargs)
         self._sb3_rows = None
+        # handle_timeout_termination=False: a time limit ends the bootstrap, as a termination
+        self._truncation_terminates = default_buffer_options(self.replay_buffer_kwargs)
         if not is_image_space(space):
             return ReplayBuffer(self.buffer_size, self.obs_dim, action_shape, action_dtype)
         if frame_stacked(self.env):
@@ -386,6 +394,8 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         return entry
 
     def _normalized(self, b: ReplayBatch) -> ReplayBatch:
+        if self._sb3_rows is None and self._truncation_terminates:
+            b = b._replace(terminated=b.terminated | b.truncated)
         if self.normalizer is None:
             return b
         nz = self.normalizer.normalize_obs

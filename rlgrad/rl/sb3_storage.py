@@ -38,6 +38,22 @@ def sb3_replay_buffer(algo: Any, name: str, kwargs: dict[str, Any]) -> Any:
                n_envs=algo.n_envs, **kwargs)
 
 
+def default_buffer_options(kwargs: dict[str, Any]) -> bool:
+    """``replay_buffer_kwargs`` without a class: SB3 gives them to its ``ReplayBuffer``; rlgrad's
+    storage takes the same two. Returns whether time limits count as terminations
+    (``handle_timeout_termination=False``). ``optimize_memory_usage`` changes memory only (the
+    flat storage keeps next observations either way)."""
+    allowed = ("handle_timeout_termination", "optimize_memory_usage")
+    for k in kwargs:
+        if k not in allowed:
+            raise TypeError(f"ReplayBuffer.__init__() got an unexpected keyword argument {k!r}")
+    timeouts = bool(kwargs.get("handle_timeout_termination", True))
+    if timeouts and kwargs.get("optimize_memory_usage", False):
+        raise ValueError("ReplayBuffer does not support optimize_memory_usage = True and "
+                         "handle_timeout_termination = True simultaneously.")
+    return not timeouts
+
+
 def n_step_buffer(algo: Any, name: str | None, kwargs: dict[str, Any]
                   ) -> tuple[str | None, dict[str, Any]]:
     """SB3's rule for ``n_steps`` > 1: the default buffer becomes ``NStepReplayBuffer`` with
