@@ -240,3 +240,12 @@ def test_replay_buffer_kwargs_without_a_class_reach_the_default_storage() -> Non
     with pytest.raises(ValueError, match="optimize_memory_usage = True and handle_timeout"):
         SAC("MlpPolicy", "Pendulum-v1", replay_buffer_kwargs={"optimize_memory_usage": True},
             **kw)
+
+
+def test_sb3_buffer_classes_are_refused_with_env_runners() -> None:
+    from rlgrad.rl import SAC
+
+    with pytest.raises(ValueError, match="with env_runners > 0 is not supported") as e:
+        SAC("MlpPolicy", "Pendulum-v1", replay_buffer_class=rb.ReplayBuffer, env_runners=2,
+            n_envs=2, buffer_size=100)
+    assert "\n" not in str(e.value)

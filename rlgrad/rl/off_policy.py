@@ -193,6 +193,10 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         keeps each frame once (a million Atari transitions in 7.5 GB instead of 56)."""
         space = self.observation_space
         if self.replay_buffer_class is not None:  # SB3's class: its storage, the plain path
+            if getattr(self, "env_runners", 0):
+                raise ValueError(f"{type(self).__name__}: replay_buffer_class="
+                                 f"{self.replay_buffer_class} with env_runners > 0 is not "
+                                 "supported: the Ape-X runners fill rlgrad's own storage")
             self._sb3_rows = Sb3Rows(self.n_envs)
             return sb3_replay_buffer(self, self.replay_buffer_class, self.replay_buffer_kwargs)
         self._sb3_rows = None
