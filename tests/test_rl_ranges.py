@@ -45,7 +45,6 @@ def test_every_default_is_in_its_range(name):
     (DQN, {"exploration_fraction": -1}, "exploration_fraction=-1 is out of range"),
     (DQN, {"batch_size": 0}, "batch_size=0 is out of range"),
     (DQN, {"buffer_size": 0}, "buffer_size=0 is out of range"),
-    (DQN, {"batch_size": 64, "buffer_size": 32}, "buffer_size >= batch_size"),
     (DQN, {"tau": 0.0}, "tau must be a number in (0, 1]"),
     (TD3, {"noise_type": "pink"}, "noise_type='pink' is out of range"),
     (SAC, {"ent_coef": "auto_-1"}, "ent_coef='auto_-1' is out of range"),

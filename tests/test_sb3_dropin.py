@@ -143,8 +143,8 @@ def test_sb3_call_forms_build_the_same_algorithm(cls: type) -> None:
 
 def test_policy_names_that_cannot_be_used_say_so_in_one_line() -> None:
     cases = [(("CnnPolicy", "CartPole-v1"), "PPO: CnnPolicy needs image observations"),
-             (("MultiInputPolicy", "CartPole-v1"), "PPO: MultiInputPolicy (Dict observations) "
-                                                   "is not supported yet"),
+             (("MultiInputPolicy", "CartPole-v1"), "PPO: MultiInputPolicy is for Dict "
+                                                   "observation spaces"),
              (("MlpLstmPolicy", "CartPole-v1"), "PPO: MlpLstmPolicy is RecurrentPPO's policy")]
     for args, says in cases:
         with pytest.raises(ValueError) as e:
@@ -429,8 +429,8 @@ def test_sb3_action_noise_and_torch_activation_are_translated() -> None:
     assert hp["noise_type"] == "normal" and hp["noise_std"] == 0.1
     with pytest.raises(ValueError, match="mean 0 and one sigma for every action"):
         TD3("MlpPolicy", "Pendulum-v1", action_noise=NormalActionNoise(np.ones(1), np.ones(1)))
-    sac = SAC("MlpPolicy", "Pendulum-v1", action_noise=noise)  # SB3's SAC takes it too
-    assert sac.get_hyperparams()["noise_type"] == "normal"
+    sac = SAC("MlpPolicy", "Pendulum-v1", action_noise=noise, buffer_size=1000)  # SB3's SAC too
+    assert sac.get_hyperparams()["noise_type"] == "normal" and sac.action_noise is not None
     with pytest.raises(ValueError, match="^DQN: action_noise is not supported"):
         DQN("MlpPolicy", "CartPole-v1", action_noise=noise)
 

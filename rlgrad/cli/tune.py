@@ -175,7 +175,10 @@ def _fit_batch(settings: dict[str, Any], sets: list[str]) -> list[str]:
     spec = resolve(settings["env_id"], settings["algo"], settings["seed"], settings["preset"],
                    settings["steps"], None, sets)
     hp = spec.hyperparams
-    if {"batch_size", "n_steps"} <= set(hp):
+    from rlgrad.rl.on_policy import OnPolicyAlgorithm
+
+    # (off-policy n_steps is SB3's n-step returns, not a rollout)
+    if {"batch_size", "n_steps"} <= set(hp) and issubclass(spec.cls, OnPolicyAlgorithm):
         rollout = int(hp["n_steps"]) * int(hp.get("n_envs", 1))
         if int(hp["batch_size"]) > rollout:
             sets = [*sets, f"batch_size={rollout}"]

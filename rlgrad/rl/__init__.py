@@ -36,6 +36,7 @@ from rlgrad.rl.dqn import DQN
 from rlgrad.rl.envs import make_vec_env
 from rlgrad.rl.evaluation import evaluate, evaluate_policy
 from rlgrad.rl.functional import register_functional_envs
+from rlgrad.rl.her import HerReplayBuffer
 from rlgrad.rl.logger import CSVWriter, Logger, TensorBoardWriter
 from rlgrad.rl.maskable import MaskablePPO
 from rlgrad.rl.monitor import Monitor
@@ -50,6 +51,14 @@ from rlgrad.rl.td3 import TD3
 from rlgrad.rl.tqc import TQC
 from rlgrad.rl.trpo import TRPO
 from rlgrad.rl.vec_env import DummyVecEnv, SubprocVecEnv, VecCheckNan, VecEnv, VecNormalize
+
+
+def HER(*args: object, **kwargs: object) -> None:  # noqa: N802 - SB3's name
+    """SB3 < 2.1's HER class, which SB3 (and rlgrad) replaced by a replay buffer class."""
+    raise ImportError("HER is a replay buffer class since Stable-Baselines3 2.1: pass "
+                      "replay_buffer_class=HerReplayBuffer to SAC, TD3, DDPG or DQN (see the "
+                      "documentation, docs/dropin.md)")
+
 
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
     "reinforce": REINFORCE, "a2c": A2C, "ppo": PPO, "dqn": DQN, "qrdqn": QRDQN, "c51": C51,
@@ -87,5 +96,5 @@ __all__ = [
     "CheckpointCallback", "EvalCallback", "EveryNTimesteps", "ProgressBarCallback",
     "StopTrainingOnMaxEpisodes", "StopTrainingOnNoModelImprovement",
     "StopTrainingOnRewardThreshold", "evaluate_policy", "Monitor", "DummyVecEnv", "SubprocVecEnv",
-    "VecCheckNan", "VecEnv", "VecNormalize",
+    "VecCheckNan", "VecEnv", "VecNormalize", "HER", "HerReplayBuffer",
 ]

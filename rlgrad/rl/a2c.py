@@ -21,12 +21,14 @@ class A2C(OnPolicyAlgorithm):
                  gamma: float = 0.99, gae_lambda: float = 1.0, ent_coef: float = 0.0,
                  vf_coef: float = 0.5, max_grad_norm: float | None = 0.5,
                  rms_prop_eps: float = 1e-5, use_rms_prop: bool = True,
-                 normalize_advantage: bool = False, n_envs: int = 1,
+                 normalize_advantage: bool = False, rollout_buffer_class: str | None = None,
+                 rollout_buffer_kwargs: dict | None = None, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
                  seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
         super().__init__(env, learning_rate, n_steps, gamma, gae_lambda, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
-                         seed, verbose, **env_options)
+                         seed, verbose, rollout_buffer_class=rollout_buffer_class,
+                         rollout_buffer_kwargs=rollout_buffer_kwargs, **env_options)
         self._params = list(self.policy.parameters())
         if use_rms_prop:
             # SB3's A2C: torch's RMSprop (eps outside the root, averages from zero); the

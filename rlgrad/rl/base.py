@@ -31,6 +31,7 @@ from rlgrad.rl.callbacks import BaseCallback, make_callback
 from rlgrad.rl.envs import (
     EnvLike,
     EpisodeStatistics,
+    SpaceError,
     StepAdapter,
     env_name,
     find_episode_statistics,
@@ -53,6 +54,7 @@ from rlgrad.rl.sb3_args import (
     DEFAULT_POLICY,
     LSTM_POLICY_NAMES,
     action_noise_kwargs,
+    buffer_class_args,
     existing_checkpoint,
     fresh_seed,
     multi_input_error,
@@ -185,6 +187,8 @@ class _AlgorithmType(type):
             kwargs = dict(kwargs)
             kwargs.update(action_noise_kwargs(cls.__name__, "noise_type" in hyperparameters(cls),
                                               kwargs.pop("action_noise")))
+        if any(k.endswith(("buffer_class", "buffer_kwargs")) for k in kwargs):
+            kwargs = buffer_class_args(cls.__name__, kwargs)  # classes as names: savable
         obj = cls.__new__(cls, *args, **kwargs)
         obj._policy_name = policy  # None: chosen from the observation space
         if policy not in (None, DEFAULT_POLICY):  # (MlpPolicy: what vectors get anyway)
@@ -268,7 +272,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             warnings.warn(f"{e}; fine for predict, change it before training further",
                           stacklevel=3)
         if not isinstance(self.action_space, self.action_spaces):
-            raise ValueError(action_space_error(type(self).__name__, self.action_spaces,
+            raise SpaceError(action_space_error(type(self).__name__, self.action_spaces,
                                                 self.action_space))
         self._apply_policy_name()
         self.obs_dim = flat_obs_dim(self.observation_space)
@@ -336,6 +340,14 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.policy_class: type | None = name if isinstance(name, type) else None
         if self.policy_class is not None:
             name = None  # (its CNN or MLP form from the observation space, as for a name)
+        if isinstance(self.observation_space, spaces.Dict):
+            # Dict observations: their entries flattened side by side (rlgrad.rl.envs.preprocess_obs)
+            if name not in (None, "MultiInputPolicy"):
+                raise ValueError(f"{type(self).__name__}: You must use `MultiInputPolicy` when "
+                                 f"working with dict observation space, not {name}")
+            self.policy_name = "MultiInputPolicy"
+            self.policy_kwargs = {**self.policy_aliases.get("MlpPolicy", {}), **self.policy_kwargs}
+            return
         if name == "MultiInputPolicy":
             raise ValueError(multi_input_error(type(self).__name__, self.observation_space))
         self.policy_name = resolve_policy(type(self), name, self.observation_space, self.env_id)
@@ -613,7 +625,9 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         if self.normalizer is not None and not self._env_normalizes():  # a VecNormalize saves its own
             state["normalizer"] = self.normalizer.state_dict()
         if self._last_obs is not None:
-            state["env"] = {"last_obs": np.asarray(self._last_obs).copy(),
+            last = self._last_obs  # (a Dict space's observations: a dict of arrays)
+            state["env"] = {"last_obs": ({k: np.array(v) for k, v in last.items()}
+                                         if isinstance(last, dict) else np.array(last)),
                             "prev_done": self._adapter.prev_done.copy(),
                             "vector_env": get_env_state(self.env)}
             if self._saved_stats is not None:
@@ -642,7 +656,9 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         if "episode_statistics" in env and self._saved_stats is not None:
             self._saved_stats.load_state_dict(env["episode_statistics"])
         if "last_obs" in env:
-            self._last_obs = np.asarray(env["last_obs"])
+            last = env["last_obs"]
+            self._last_obs = ({k: np.asarray(v) for k, v in last.items()}
+                              if isinstance(last, dict) else np.asarray(last))
             self._adapter.prev_done = np.asarray(env["prev_done"], dtype=bool).copy()
             if "vector_env" in env:
                 set_env_state(self.env, env["vector_env"], self._adapter.statistics)

@@ -226,6 +226,8 @@ class ReplayBatch(NamedTuple):
     rewards: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
+    # per-row discount of the bootstrapped value (n-step returns: gamma ** steps); None: gamma
+    discounts: np.ndarray | None = None
 
 
 class ReplayBuffer:

@@ -24,6 +24,7 @@ it) and ``loss`` (the loss on a batch against those targets). ``target_path`` na
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -51,6 +52,11 @@ def gather_actions(q: Any, actions: Any) -> Any:
     return ops.sum(ops.where(hit, q, 0.0), axis=1)
 
 
+def stacked_rows(stacked: ReplayBatch, rows: slice) -> ReplayBatch:
+    """Rows ``rows`` of every array of a stacked minibatch."""
+    return ReplayBatch(*(None if part is None else part[rows] for part in stacked))
+
+
 def bootstrap(b: dict[str, Any], v: Any) -> Any:
     """``r + gamma (1 - terminated) v`` on a ``batch_dict`` (arrays or traced), ``v`` one value
     per transition (batch,) or a row of them (batch, k), over which rewards broadcast; a row
@@ -59,6 +65,8 @@ def bootstrap(b: dict[str, Any], v: Any) -> Any:
         shape = (b["rewards"].shape[0],) + (1,) * (len(v.shape) - 1)
         b = {**b, "rewards": ops.reshape(b["rewards"], shape),
              "not_terminated": ops.reshape(b["not_terminated"], shape)}
+        if len(b["gamma"].shape) == 1:  # a discount per row (n-step returns)
+            b["gamma"] = ops.reshape(b["gamma"], shape)
     return td_target_of(b, v)
 
 
@@ -85,13 +93,22 @@ class DQN(OffPolicyAlgorithm):
                  target_update_interval: int = 10_000, exploration_fraction: float = 0.1,
                  exploration_initial_eps: float = 1.0, exploration_final_eps: float = 0.05,
                  exploration_steps: int | None = None, max_grad_norm: float | None = 10.0,
-                 clip_delta: float = 1.0, double_q: bool = False, n_envs: int = 1,
-                 normalize: bool | dict = False, policy_kwargs: dict | None = None,
-                 seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
+                 clip_delta: float = 1.0, double_q: bool = False,
+                 n_steps: int = 1, replay_buffer_class: str | None = None,
+                 replay_buffer_kwargs: dict | None = None,
+                 n_envs: int = 1, normalize: bool | dict = False,
+                 policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
+                 **env_options: Any) -> None:
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,
-                         verbose, **env_options)
+                         verbose, n_steps=n_steps, replay_buffer_class=replay_buffer_class,
+                         replay_buffer_kwargs=replay_buffer_kwargs, **env_options)
         self.target_update_interval = int(target_update_interval)
+        if self.n_envs > self.target_update_interval:  # SB3's warning, word for word
+            warnings.warn("The number of environments used is greater than the target network "
+                          f"update interval ({self.n_envs} > {self.target_update_interval}), "
+                          "therefore the target network will be updated after each call to "
+                          f"env.step() which corresponds to {self.n_envs} steps.", stacklevel=3)
         self.exploration_schedule = linear_schedule(exploration_initial_eps,
                                                     exploration_final_eps, exploration_fraction)
         self.exploration_rate = float(exploration_initial_eps)
@@ -214,8 +231,9 @@ class DQN(OffPolicyAlgorithm):
         if self.target_path not in TARGET_PATHS:
             raise ValueError(f"{type(self).__name__}.target_path is {self.target_path!r}; "
                              f"set one of {', '.join(TARGET_PATHS)}")
-        if self.target_path == "stacked" and (self.double_q or gradient_steps == 1):
-            return "step"
+        if self.target_path == "stacked" and (self.double_q or gradient_steps == 1
+                                              or self._sb3_rows is not None):
+            return "step"  # (SB3's buffer classes: relabelled rows, per-row discounts)
         return self.target_path
 
     def train(self, gradient_steps: int, batch_size: int) -> None:
@@ -236,10 +254,10 @@ class DQN(OffPolicyAlgorithm):
         for i in range(gradient_steps):
             rows = slice(i * batch_size, (i + 1) * batch_size)
             if in_step:
-                batch = self.batch_dict(ReplayBatch(*(part[rows] for part in stacked)))
+                batch = self.batch_dict(stacked_rows(stacked, rows))
             else:  # slice only what the step reads
                 y = targets[i] if targets is not None else \
-                    self.td_target(ReplayBatch(*(part[rows] for part in stacked)))
+                    self.td_target(stacked_rows(stacked, rows))
                 batch = {"obs": stacked.observations[rows], "actions": stacked.actions[rows],
                          "target": y}
             loss, _, grads = step(batch)

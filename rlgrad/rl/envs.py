@@ -31,6 +31,11 @@ from rlgrad.rl.vec_env import reset_compatible
 EnvLike = str | gym.Env | VectorEnv
 
 
+class SpaceError(ValueError, AssertionError):
+    """A space that an algorithm or a policy cannot take: one line; an ``AssertionError`` too,
+    which Stable-Baselines3 raises there (so SB3 code that catches it still does)."""
+
+
 def _suggest(env_id: str) -> str:
     import difflib
 
@@ -326,33 +331,73 @@ def frame_stacked(venv: VectorEnv) -> bool:
 
 
 def flat_obs_dim(space: spaces.Space) -> int:
+    """The width of one preprocessed (``preprocess_obs``) vector observation."""
     if isinstance(space, spaces.Box):
         return int(np.prod(space.shape))
     if isinstance(space, spaces.Discrete):
         return int(space.n)  # one-hot encoded
-    if isinstance(space, spaces.Dict | spaces.Tuple):
+    if isinstance(space, spaces.MultiDiscrete):
+        return int(np.sum(space.nvec))  # one one-hot per entry, side by side (as SB3)
+    if isinstance(space, spaces.MultiBinary):
+        return int(np.prod(space.shape))
+    if isinstance(space, spaces.Dict):
+        return sum(flat_obs_dim(_dict_entry(space, k)) for k in space.spaces)
+    if isinstance(space, spaces.Tuple):
         raise ValueError(
-            f"{type(space).__name__} observation spaces are not supported (got {space}): wrap the "
-            "environment in gymnasium.wrappers.FlattenObservation, or keep one image or vector "
-            "entry of it")
+            f"Tuple observation spaces are not supported (got {space}): wrap the environment in "
+            "gymnasium.wrappers.FlattenObservation, or use a Dict space")
     raise ValueError(
         f"observation space {space} is not supported: rlgrad.rl's MLP policies take Box "
-        "(flattened) "
-        "or Discrete (one-hot) observations"
+        "(flattened), Discrete and MultiDiscrete (one-hot), MultiBinary or Dict of them"
     )
 
 
-def preprocess_obs(obs: np.ndarray, space: spaces.Space) -> np.ndarray:
-    """Batch of observations -> float32 matrix (n, features): flatten Box, one-hot Discrete;
-    images (``is_image_space``) stay uint8 (n, C, H, W), as they are."""
+def _dict_entry(space: spaces.Dict, key: str) -> spaces.Space:
+    """An entry of a Dict observation space that its flattening can take (one line if not)."""
+    sub = space.spaces[key]
+    if isinstance(sub, spaces.Dict | spaces.Tuple):
+        raise ValueError(f"nested observation spaces are not supported: entry {key!r} of {space} "
+                         "is itself a Dict or Tuple; flatten the inner one")
+    if is_image_space(sub):
+        raise ValueError(f"entry {key!r} of the Dict observation space is an image {sub}: image "
+                         "entries need a CNN extractor (CombinedExtractor), which rlgrad.rl's "
+                         "Dict flattening has not got; keep vector entries only")
+    return sub
+
+
+def preprocess_obs(obs: Any, space: spaces.Space) -> np.ndarray:
+    """Batch of observations -> float32 matrix (n, features): flatten Box and MultiBinary, one-hot
+    Discrete (and each entry of MultiDiscrete); a Dict's entries so preprocessed and joined in
+    the space's key order (what SB3's CombinedExtractor does with vector entries); images
+    (``is_image_space``) stay uint8 (n, C, H, W), as they are."""
+    if isinstance(space, spaces.Box):  # first: the case of every step of the benchmarks
+        if space.dtype == np.uint8 and len(space.shape) == 3:  # is_image_space, inlined
+            return np.asarray(obs)
+        obs = np.asarray(obs, dtype=np.float32)
+        return obs.reshape(len(obs), -1) if obs.ndim != 2 else obs
     if isinstance(space, spaces.Discrete):
-        out = np.zeros((len(obs), space.n), dtype=np.float32)
-        out[np.arange(len(obs)), np.asarray(obs, dtype=np.int64) - space.start] = 1.0
-        return out
-    if space.dtype == np.uint8 and len(space.shape) == 3:  # is_image_space, inlined: every step
-        return np.asarray(obs)
-    obs = np.asarray(obs, dtype=np.float32)
-    return obs.reshape(len(obs), -1) if obs.ndim != 2 else obs
+        return _one_hot(np.asarray(obs, dtype=np.int64).reshape(-1) - space.start, int(space.n))
+    if isinstance(space, spaces.MultiDiscrete):
+        obs = np.asarray(obs, dtype=np.int64).reshape(-1, len(space.nvec)) - space.start.reshape(-1)
+        return np.concatenate([_one_hot(obs[:, i], int(n))
+                               for i, n in enumerate(space.nvec.reshape(-1))], axis=1)
+    if isinstance(space, spaces.MultiBinary):
+        obs = np.asarray(obs, dtype=np.float32)
+        return obs.reshape(len(obs), -1)
+    if isinstance(space, spaces.Dict):
+        if not isinstance(obs, dict):
+            raise ValueError(f"a Dict observation space takes a dict of arrays, got "
+                             f"{type(obs).__name__}")
+        return np.concatenate([preprocess_obs(obs[k], _dict_entry(space, k)) for k in space.spaces],
+                              axis=1)
+    flat_obs_dim(space)  # raises its one line
+    raise ValueError(f"observation space {space} is not supported")
+
+
+def _one_hot(idx: np.ndarray, n: int) -> np.ndarray:
+    out = np.zeros((len(idx), n), dtype=np.float32)
+    out[np.arange(len(idx)), idx] = 1.0
+    return out
 
 
 def space_str(space: Any) -> str:
@@ -450,16 +495,34 @@ class StepAdapter:
             valid = self._all_valid
             final_obs = obs
             if any_done:
-                final_obs = obs.copy()
                 fo, mask = info.get("final_obs"), info.get("_final_obs", done)
-                for i in np.flatnonzero(mask):
-                    final_obs[i] = fo[i]
+                final_obs = _with_final_rows(obs, fo, np.flatnonzero(mask))
         self._prev_done, self._prev_any = done, any_done
         all_valid = valid is self._all_valid
         self.any_done, self.all_valid = any_done, all_valid
         if self.statistics is not None:
             self.statistics.record(rew, valid, done, all_valid, any_done)
         return obs, rew, term, trunc, valid, final_obs
+
+
+def obs_rows(obs: Any, rows: np.ndarray) -> Any:
+    """Rows ``rows`` of a batch of observations (of each entry for a Dict space)."""
+    return {k: v[rows] for k, v in obs.items()} if isinstance(obs, dict) else obs[rows]
+
+
+def _with_final_rows(obs: Any, final: Any, rows: np.ndarray) -> Any:
+    """A copy of the batch ``obs`` whose ``rows`` are the episodes' final observations
+    (``final[i]``; a Dict space's observations are dicts of arrays)."""
+    if isinstance(obs, dict):
+        out = {k: v.copy() for k, v in obs.items()}
+        for i in rows:
+            for k in out:
+                out[k][i] = final[i][k]
+        return out
+    out = obs.copy()
+    for i in rows:
+        out[i] = final[i]
+    return out
 
 
 # ---- environment state, for checkpoints that resume bit for bit ----------------------------------

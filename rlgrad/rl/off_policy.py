@@ -27,6 +27,13 @@ from rlgrad.rl.finite import check_update
 from rlgrad.rl.frame_replay import FrameReplayBuffer
 from rlgrad.rl.policies import predict_with
 from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
+from rlgrad.rl.sb3_storage import (
+    Sb3Rows,
+    default_buffer_options,
+    n_step_buffer,
+    sb3_batch,
+    sb3_replay_buffer,
+)
 from rlgrad.rl.steps import grad_step, optimized_params, same_params, step_with_grads
 
 
@@ -176,6 +183,8 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                  batch_size: int, tau: float, gamma: float, train_freq: Any, gradient_steps: int,
                  n_envs: int = 1, normalize: bool | dict[str, Any] = False,
                  policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
+                 n_steps: int = 1, replay_buffer_class: str | None = None,
+                 replay_buffer_kwargs: dict[str, Any] | None = None,
                  **env_options: Any) -> None:
         super().__init__(env, seed=seed, n_envs=n_envs, normalize=normalize,
                          learning_rate=learning_rate, gamma=gamma, policy_kwargs=policy_kwargs,
@@ -194,11 +203,16 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         self.continuous = isinstance(a, spaces.Box)
         if self.continuous:
             self.act_dim = int(np.prod(a.shape))
-            self._low = a.low.astype(np.float32)
-            self._high = a.high.astype(np.float32)
+            # flat rows, as the networks output them (a rank-2 Box's actions are flattened)
+            self._low = a.low.astype(np.float32).reshape(-1)
+            self._high = a.high.astype(np.float32).reshape(-1)
             a_shape, a_dtype = (self.act_dim,), np.float32
         else:
             a_shape, a_dtype = (), np.int64
+        self.n_steps = int(n_steps)  # > 1: n-step returns (SB3's NStepReplayBuffer)
+        self.replay_buffer_class, self.replay_buffer_kwargs = n_step_buffer(
+            self, replay_buffer_class, dict(replay_buffer_kwargs or {}))
+        self._rb_action = (a_shape, a_dtype)
         self.replay_buffer = self.make_replay_buffer(a_shape, a_dtype)
         self.action_noise: NormalActionNoise | None = None
         self._steps: dict[tuple, tuple[Any, list[Any]]] = {}  # compiled updates, built on first use
@@ -210,6 +224,16 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         (``FrameStackObservation``, as in the Atari envs) go to a ``FrameReplayBuffer``, which
         keeps each frame once (a million Atari transitions in 7.5 GB instead of 56)."""
         space = self.observation_space
+        if self.replay_buffer_class is not None:  # SB3's class: its storage, the plain path
+            if getattr(self, "env_runners", 0):
+                raise ValueError(f"{type(self).__name__}: replay_buffer_class="
+                                 f"{self.replay_buffer_class} with env_runners > 0 is not "
+                                 "supported: the Ape-X runners fill rlgrad's own storage")
+            self._sb3_rows = Sb3Rows(self.n_envs)
+            return sb3_replay_buffer(self, self.replay_buffer_class, self.replay_buffer_kwargs)
+        self._sb3_rows = None
+        # handle_timeout_termination=False: a time limit ends the bootstrap, as a termination
+        self._truncation_terminates = default_buffer_options(self.replay_buffer_kwargs)
         if not is_image_space(space):
             return ReplayBuffer(self.buffer_size, self.obs_dim, action_shape, action_dtype)
         if frame_stacked(self.env):
@@ -243,8 +267,9 @@ class OffPolicyAlgorithm(BaseAlgorithm):
 
     def _predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         act = self._act(obs, deterministic)
-        if self.continuous:
-            return self.unscale_action(act).reshape(len(obs), *self.action_space.shape)
+        if self.continuous:  # in the space's dtype (float64 spaces get float64 actions, as SB3)
+            a = self.action_space
+            return self.unscale_action(act).reshape(len(obs), *a.shape).astype(a.dtype, copy=False)
         return act
 
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -255,9 +280,15 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         appended when ``path`` has no extension)."""
         rlgrad.save({"replay_buffer": self.replay_buffer.state_dict()}, with_extension(path))
 
-    def load_replay_buffer(self, path: str) -> None:
-        """Replace the replay buffer by the one ``save_replay_buffer`` wrote."""
+    def load_replay_buffer(self, path: str, truncate_last_traj: bool = True) -> None:
+        """Replace the replay buffer by the one ``save_replay_buffer`` wrote. A HER buffer's
+        running episodes are ended there (``truncate_last_traj``, SB3's argument) unless the
+        training goes on in the same episodes."""
+        if "replay_buffer" not in self.__dict__:  # deleted (del model.replay_buffer): rebuilt
+            self.replay_buffer = self.make_replay_buffer(*self._rb_action)
         self.replay_buffer.load_state_dict(rlgrad.load(existing_checkpoint(path))["replay_buffer"])
+        if truncate_last_traj and hasattr(self.replay_buffer, "truncate_last_trajectory"):
+            self.replay_buffer.truncate_last_trajectory()
 
     @property
     def policy(self) -> PolicyView:
@@ -281,7 +312,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         if callback is not None:
             callback.on_rollout_start()
         want_locals = callback is not None and callback.wants_locals()
-        raw = self._last_obs
+        raw = prev_raw = self._last_obs
         obs = preprocess_obs(raw, space)
         with rlgrad.no_grad():
             while True:
@@ -293,7 +324,10 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 if self.normalizer is not None:
                     self.normalizer.update_obs(next_obs)
                 final_obs = next_obs if final is raw else preprocess_obs(final, space)
-                if adapter.all_valid or valid.all():
+                if self._sb3_rows is not None:  # SB3's buffer class: raw observations, its add
+                    self._sb3_rows.add(rb, prev_raw, final, buf_act, rew, term, trunc, valid)
+                    prev_raw = raw
+                elif adapter.all_valid or valid.all():
                     rb.add(obs, final_obs, buf_act, rew, term, trunc)
                 else:  # drop the NEXT_STEP reset transitions
                     rb.add(obs[valid], final_obs[valid], buf_act[valid], rew[valid], term[valid],
@@ -339,12 +373,19 @@ class OffPolicyAlgorithm(BaseAlgorithm):
 
     # ---- shared pieces of the updates -----------------------------------------------------------
     def sample(self, batch_size: int) -> ReplayBatch:
+        if self._sb3_rows is not None:
+            return self._normalized(sb3_batch(self, batch_size))
         return self._normalized(self.replay_buffer.sample(batch_size, self.rng))
 
     def sample_many(self, n_batches: int, batch_size: int) -> tuple[ReplayBatch, np.ndarray]:
         """The minibatches of ``n_batches`` calls to ``sample(batch_size)`` (the same draws from
         the same generator), stacked: rows ``[i * batch_size, (i + 1) * batch_size)`` are the i-th.
         Also returns the buffer rows drawn (to spot repeated transitions)."""
+        if self._sb3_rows is not None:  # (relabelled rows are new transitions: no repeats)
+            parts = [sb3_batch(self, batch_size) for _ in range(n_batches)]
+            stacked = ReplayBatch(*(None if f[0] is None else np.concatenate(f)
+                                    for f in zip(*parts)))
+            return self._normalized(stacked), np.arange(n_batches * batch_size)
         idx = self.replay_buffer.sample_indices(n_batches * batch_size, self.rng)
         return self._normalized(self.replay_buffer.take(idx)), idx
 
@@ -352,7 +393,9 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         """A minibatch as the inputs of a compiled update (``td_target_of`` reads the last three)."""
         return {"obs": b.observations, "actions": b.actions, "next_obs": b.next_observations,
                 "rewards": b.rewards, "not_terminated": 1.0 - b.terminated.astype(np.float32),
-                "gamma": np.array(self.gamma, dtype=np.float32)}
+                # n-step returns: a discount per row (gamma ** the steps summed), else gamma
+                "gamma": (np.array(self.gamma, dtype=np.float32) if b.discounts is None
+                          else b.discounts)}
 
     def regression_target(self, b: dict[str, Any]) -> np.ndarray:
         """``td_target_of(b, self.next_q(b))`` outside any update, as an array (the critics'
@@ -387,6 +430,8 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         return entry
 
     def _normalized(self, b: ReplayBatch) -> ReplayBatch:
+        if self._sb3_rows is None and self._truncation_terminates:
+            b = b._replace(terminated=b.terminated | b.truncated)
         if self.normalizer is None:
             return b
         nz = self.normalizer.normalize_obs

@@ -20,12 +20,14 @@ from gymnasium import spaces
 
 import rlgrad
 from rlgrad import ops
+from rlgrad.rl import action_dists
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import RolloutBatch, RolloutBuffer
 from rlgrad.rl.callbacks import BaseCallback
-from rlgrad.rl.envs import EnvLike, is_image_space, obs_shape, preprocess_obs
+from rlgrad.rl.envs import EnvLike, flat_obs_dim, is_image_space, obs_rows, obs_shape, preprocess_obs
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
+from rlgrad.rl.sb3_args import buffer_class
 from rlgrad.rl.steps import apply_grads, grad_step, optimized_params, same_params
 
 
@@ -65,13 +67,16 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 1
     cnn_policy = True  # ActorCriticPolicy has SB3's CnnPolicy form for image observations
+    action_spaces = (spaces.Discrete, spaces.Box, *action_dists.MULTI_ACTION_SPACES)
     env_runner_sampling = True  # env_runners > 0: rollouts on Ray actors (rlgrad.rl.distributed)
 
     def __init__(self, env: EnvLike, learning_rate: Any, n_steps: int, gamma: float,
                  gae_lambda: float, ent_coef: float, vf_coef: float, max_grad_norm: float | None,
                  normalize_advantage: bool = True, n_envs: int = 1,
                  normalize: bool | dict[str, Any] = False, policy_kwargs: dict | None = None,
-                 seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
+                 seed: int | None = None, verbose: int = 0, rollout_buffer_class: str | None = None,
+                 rollout_buffer_kwargs: dict[str, Any] | None = None,
+                 **env_options: Any) -> None:
         super().__init__(env, seed=seed, n_envs=n_envs, normalize=normalize,
                          learning_rate=learning_rate, gamma=gamma, policy_kwargs=policy_kwargs,
                          verbose=verbose, **env_options)
@@ -87,14 +92,21 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         a_space = self.action_space
         if isinstance(a_space, spaces.Discrete):
             a_shape, a_dtype = (), np.int64
+        elif isinstance(a_space, action_dists.MULTI_ACTION_SPACES):
+            a_shape, a_dtype = action_dists.storage(a_space)
         else:
             a_shape, a_dtype = a_space.shape, np.float32
         self.rollout_buffer = self._make_rollout_buffer(
             self.n_steps, self.n_envs, obs_shape(self.observation_space), a_shape, a_dtype,
             self.gamma, self.gae_lambda,
             obs_dtype=np.uint8 if is_image_space(self.observation_space) else np.float32)
-        self._clip_actions = isinstance(a_space, spaces.Box)
-        if self._clip_actions:
+        self.rollout_buffer_class = rollout_buffer_class
+        self.rollout_buffer_kwargs = dict(rollout_buffer_kwargs or {})
+        if rollout_buffer_class is not None:
+            self._check_rollout_buffer_class()
+        # Box: clipped; MultiDiscrete / MultiBinary: converted to the space's integers
+        self._clip_actions = isinstance(a_space, (spaces.Box, *action_dists.MULTI_ACTION_SPACES))
+        if isinstance(a_space, spaces.Box):
             self._low, self._high = a_space.low, a_space.high
 
     def _make_policy(self) -> ActorCriticPolicy:
@@ -110,18 +122,35 @@ class OnPolicyAlgorithm(BaseAlgorithm):
 
     def _build_policy(self, cnn: bool, extra: dict[str, Any]) -> ActorCriticPolicy:
         """The actor-critic network, ``policy_kwargs`` over its defaults (RecurrentPPO's and
-        MaskablePPO's hook)."""
-        return ActorCriticPolicy(self.observation_space, self.action_space, cnn=cnn,
+        MaskablePPO's hook). Dict observations reach it flattened (``envs.preprocess_obs``: the
+        vector entries side by side), so its network reads them as one Box."""
+        space = self.observation_space
+        if isinstance(space, spaces.Dict):
+            space = spaces.Box(-np.inf, np.inf, (flat_obs_dim(space),), np.float32)
+        return ActorCriticPolicy(space, self.action_space, cnn=cnn,
                                  **self.net_kwargs(**POLICY_DEFAULTS, **extra))
 
     def _make_rollout_buffer(self, *args: Any, **kwargs: Any) -> RolloutBuffer:
         """The rollout storage (``RolloutBuffer``'s arguments)."""
         return RolloutBuffer(*args, **kwargs)
 
+    def _check_rollout_buffer_class(self) -> None:
+        """SB3's ``rollout_buffer_class`` (RolloutBuffer or DictRolloutBuffer): built once as SB3
+        builds it, for SB3's errors (a wrong keyword, ``gamma`` twice: TypeError; Dict class
+        and space disagreeing: AssertionError). The loop keeps its own storage, which holds the
+        same rollout and computes the same GAE (``rlgrad.rl.buffers``)."""
+        buffer_class(self.rollout_buffer_class)(
+            self.n_steps, self.observation_space, self.action_space, gamma=self.gamma,
+            gae_lambda=self.gae_lambda, n_envs=self.n_envs, **self.rollout_buffer_kwargs)
+
     # ---- collection --------------------------------------------------------------------------
     def _to_env(self, actions: np.ndarray) -> np.ndarray:
+        if not self._clip_actions:
+            return actions
+        if self.policy.multi:
+            return action_dists.to_env(self.action_space, actions)
         # the Gaussian policy is unbounded: clip to the box, store the unclipped action
-        return np.clip(actions, self._low, self._high) if self._clip_actions else actions
+        return np.clip(actions, self._low, self._high)
 
     def collect_rollouts(self, callback: BaseCallback | None) -> bool:
         if self.env_runners:  # the same rollout, sampled by Ray actors (started on first use)
@@ -153,7 +182,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                 if same_step and trunc.any():  # bootstrap from the final observation
                     rows = np.flatnonzero(trunc)
                     buf.bootstrap[buf.pos, rows] = self._bootstrap_values(
-                        self._obs(final[rows], update=False), rows)
+                        self._obs(obs_rows(final, rows), update=False), rows)
                 add(obs, actions, rew, term, done, values, log_probs, valid)
                 obs = next_obs
                 self.num_timesteps += n
@@ -230,7 +259,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         lg.record("train/explained_variance",
                   explained_variance(flat.old_values[valid], flat.returns[valid]))
         lg.record("train/n_updates", self._n_updates)
-        if not self.policy.discrete:
+        if not self.policy.discrete and not self.policy.multi:
             lg.record("train/std", float(np.exp(self.policy.log_std._value).mean()))
 
     def _will_log(self) -> bool:

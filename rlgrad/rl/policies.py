@@ -31,6 +31,7 @@ from rlgrad.distributions.categorical import inverse_cdf, row_indices, row_max
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
 from rlgrad.nn import init
 from rlgrad.nn.functional import _linear, _linear_relu
+from rlgrad.rl import action_dists
 from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs, space_str
 from rlgrad.rl.layers import (  # noqa: F401  (names the algorithms import from here)
     TRAINING_BYTES_PER_PARAM,
@@ -114,11 +115,19 @@ def check_observation(space: spaces.Space, obs: np.ndarray, given: Any) -> None:
 def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.ndarray, None]:
     """``act`` on a batch of preprocessed observations, for one observation or a batch (SB3's
     ``predict`` convention: ``(actions, None)``, one action for one observation)."""
-    obs = np.asarray(observation)
-    check_observation(space, obs, observation)
-    single = obs.shape == space.shape if isinstance(space, spaces.Box) else obs.ndim == 0
-    if single:
-        obs = obs[None]
+    if isinstance(space, spaces.Dict) and isinstance(observation, dict):
+        obs: Any = {k: np.asarray(observation[k]) for k in space.spaces}
+        single = all(obs[k].shape == sub.shape for k, sub in space.spaces.items())
+        if single:
+            obs = {k: v[None] for k, v in obs.items()}
+    else:
+        obs = np.asarray(observation)
+        check_observation(space, obs, observation)
+        single = (obs.shape == space.shape if isinstance(space, spaces.Box | spaces.MultiBinary
+                                                         | spaces.MultiDiscrete)
+                  else obs.ndim == 0)
+        if single:
+            obs = obs[None]
     with no_grad():
         actions = act(preprocess_obs(obs, space))
     return (actions[0, ...] if single else actions), None  # one: an array, as SB3's (shape ())
@@ -291,13 +300,20 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
     # ---- construction -----------------------------------------------------------------------
     def _set_action_space(self, action_space: spaces.Space) -> None:
         self.discrete = isinstance(action_space, spaces.Discrete)
+        # MultiDiscrete / MultiBinary: heads of rlgrad.rl.action_dists
+        self.multi = isinstance(action_space, action_dists.MULTI_ACTION_SPACES)
         if self.discrete:
             self.act_dim = int(action_space.n)
         elif isinstance(action_space, spaces.Box):
             self.act_dim = int(np.prod(action_space.shape))
+        elif self.multi:
+            action_dists.check_multi_action_space(action_space)
+            self.act_dim = action_dists.action_net_dim(action_space)
         else:
-            raise ValueError(f"ActorCriticPolicy supports Discrete and Box actions, got {action_space}")
-        self.action_shape = () if self.discrete else tuple(action_space.shape)
+            raise ValueError(f"ActorCriticPolicy supports Discrete, Box, MultiDiscrete and "
+                             f"MultiBinary actions, got {action_space}")
+        self.action_shape = (() if self.discrete else action_dists.storage(action_space)[0]
+                             if self.multi else tuple(action_space.shape))
 
     def make_features_extractor(self) -> nn.Module:
         """A new features extractor for the observation space (SB3's method)."""
@@ -320,7 +336,7 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         self._build_mlp_extractor()
         self.action_net = nn.Linear(self.mlp_extractor.latent_dim_pi, self.act_dim)
         self.value_net = nn.Linear(self.mlp_extractor.latent_dim_vf, 1)
-        if not self.discrete:
+        if not self.discrete and not self.multi:
             self.log_std = nn.Parameter(np.full(self.act_dim, self.log_std_init, dtype=np.float32))
         if self.ortho_init:  # SB3's gains: sqrt(2) trunk and hidden, 0.01 policy head, 1 value head
             g = init.default_generator() if init_seed is None else np.random.default_rng(init_seed)
@@ -362,6 +378,8 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         out = self.action_net(self.mlp_extractor.forward_actor(features))
         if self.discrete:
             return Categorical(logits=out)
+        if self.multi:
+            return action_dists.distribution(self.action_space, out)
         return Independent(Normal(out, self.log_std.exp()), 1)
 
     def distribution(self, obs: Any) -> Any:
@@ -383,7 +401,7 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
 
     def actions_for_loss(self, actions: np.ndarray) -> np.ndarray:
         """Stored actions as ``distribution(obs).log_prob`` takes them (Box: flat rows)."""
-        if self.discrete:
+        if self.discrete or self.multi:
             return actions
         return np.asarray(actions, dtype=np.float32).reshape(len(actions), self.act_dim)
 
@@ -489,6 +507,9 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
             log_prob = z[row_indices(n), actions]
             log_prob -= np.log(cdf[:, -1])
             return actions, log_prob
+        if self.multi:
+            actions, log_prob = action_dists.sample_numpy(self.action_space, out, rng)
+            return actions, log_prob.astype(out.dtype, copy=False)
         log_std = self.log_std._value
         eps = rng.standard_normal(out.shape, dtype=out.dtype)
         actions = out + np.exp(log_std) * eps
@@ -499,6 +520,8 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         out = self._head_np(obs)
         if self.discrete:
             return out.argmax(axis=1)
+        if self.multi:
+            return action_dists.mode_numpy(self.action_space, out)
         return out.reshape(len(obs), *self.action_shape)
 
     def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
@@ -516,6 +539,8 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         a = self.mode(x) if deterministic else self.act(x, default_generator.numpy)[0]
         if isinstance(self.action_space, spaces.Box):
             a = np.clip(a, self.action_space.low, self.action_space.high)
+        elif self.multi:
+            a = action_dists.to_env(self.action_space, a)
         return a
 
 

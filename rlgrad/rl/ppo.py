@@ -86,12 +86,14 @@ class PPO(OnPolicyAlgorithm):
                  gae_lambda: float = 0.95, clip_range: Any = 0.2, clip_range_vf: Any = None,
                  normalize_advantage: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
                  max_grad_norm: float | None = 0.5, target_kl: float | None = None,
-                 n_envs: int = 1, normalize: bool | dict = False,
-                 policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
-                 **env_options: Any) -> None:
+                 rollout_buffer_class: str | None = None,
+                 rollout_buffer_kwargs: dict | None = None, n_envs: int = 1,
+                 normalize: bool | dict = False, policy_kwargs: dict | None = None,
+                 seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
         super().__init__(env, learning_rate, n_steps, gamma, gae_lambda, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
-                         seed, verbose, **env_options)
+                         seed, verbose, rollout_buffer_class=rollout_buffer_class,
+                         rollout_buffer_kwargs=rollout_buffer_kwargs, **env_options)
         self.batch_size = int(batch_size)
         self.n_epochs = int(n_epochs)
         self.clip_range = get_schedule_fn(clip_range)

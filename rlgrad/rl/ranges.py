@@ -17,7 +17,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from rlgrad.rl.sb3_args import LSTM_POLICY_NAMES, POLICY_NAMES, device_ok, is_policy_class
+from rlgrad.rl.sb3_args import (
+    LSTM_POLICY_NAMES,
+    POLICY_NAMES,
+    REPLAY_BUFFER_CLASSES,
+    ROLLOUT_BUFFER_CLASSES,
+    device_ok,
+    is_policy_class,
+)
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,10 @@ RANGES: dict[str, Range] = {
     "n_envs": Range(1, 4096, integer=True, none_ok=True),  # None: the algorithm's default
     "normalize": Range(kind=(bool, dict)),
     "policy_kwargs": Range(kind=dict, none_ok=True),
+    "replay_buffer_class": Range(choices=tuple(REPLAY_BUFFER_CLASSES), none_ok=True),
+    "replay_buffer_kwargs": Range(kind=dict, none_ok=True),
+    "rollout_buffer_class": Range(choices=tuple(ROLLOUT_BUFFER_CLASSES), none_ok=True),
+    "rollout_buffer_kwargs": Range(kind=dict, none_ok=True),
     "verbose": Range(0, integer=True),
     "env_kwargs": Range(kind=dict, none_ok=True),
     "vectorization_mode": Range(choices=("sync", "async", "vector_entry_point", "functional"), none_ok=True),
@@ -198,12 +209,14 @@ SPECIAL: dict[str, tuple[Callable[[Any], bool], str]] = {
 #: rules between arguments: (arguments, holds(values), what must hold)
 ROLLOUT_BATCH = "batch_size <= n_steps * n_envs (the rollout)"
 RELATIONS: list[tuple[tuple[str, ...], Callable[..., bool], str]] = [
-    (("buffer_size", "batch_size"), lambda buf, bs: buf >= bs, "buffer_size >= batch_size"),
+    # (buffer_size < batch_size is fine: minibatches are drawn with replacement, as in SB3)
     (("n_steps", "n_envs"), lambda t, n: t * n <= _MAX_ROWS,
      f"n_steps * n_envs <= {_MAX_ROWS:,} (rollout rows)"),
     (("env_runners", "n_envs"), lambda r, n: r <= n,
      "env_runners <= n_envs (n_envs is the total over the runners; each steps one copy or more)"),
-    (("batch_size", "n_steps", "n_envs"), lambda bs, t, n: bs <= t * n, ROLLOUT_BATCH),
+    # (the on-policy minibatch, with the rollout's n_epochs: off-policy n_steps is n-step returns)
+    (("batch_size", "n_steps", "n_envs", "n_epochs"), lambda bs, t, n, _: bs <= t * n,
+     ROLLOUT_BATCH),
     (("batch_size", "normalize_advantage"), lambda bs, norm: bs >= 2 or not norm,
      "batch_size >= 2 when normalize_advantage is on (a one-row batch has no std)"),
 ]

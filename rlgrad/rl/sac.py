@@ -46,12 +46,15 @@ class SAC(OffPolicyAlgorithm):
                  target_entropy: str | float = "auto", n_critics: int = 2,
                  use_sde: bool = False, sde_sample_freq: int = -1,
                  use_sde_at_warmup: bool = False, noise_type: str | None = None,
-                 noise_std: float = 0.1, n_envs: int = 1,
+                 noise_std: float = 0.1, n_steps: int = 1,
+                 replay_buffer_class: str | None = None,
+                 replay_buffer_kwargs: dict | None = None, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
                  seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,
-                         verbose, **env_options)
+                         verbose, n_steps=n_steps, replay_buffer_class=replay_buffer_class,
+                         replay_buffer_kwargs=replay_buffer_kwargs, **env_options)
         self.target_update_interval = int(target_update_interval)
         kw = self.net_kwargs(net_arch=[256, 256], activation_fn="relu", log_std_init=-3.0,
                              full_std=True, use_expln=False, clip_mean=2.0, n_critics=n_critics)
@@ -88,6 +91,8 @@ class SAC(OffPolicyAlgorithm):
         self.compile_updates = not self.use_sde
         if self.use_sde:
             self.actor.reset_noise(self.rng, self.n_envs)
+        # SB3's action_noise: added to the sampled action (then clipped), as in TD3
+        self.action_noise = make_action_noise(noise_type, noise_std, self.act_dim, self.n_envs)
 
     def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any) -> Any:
         """The critics (TQC's give quantiles)."""
@@ -123,10 +128,10 @@ class SAC(OffPolicyAlgorithm):
         return self.actor.numpy(obs, None if deterministic else self.rng)
 
     def _explore(self, obs: np.ndarray) -> np.ndarray:
-        act = self.actor.numpy(obs, self.rng).astype(np.float32)
+        act = self.actor.numpy(obs, self.rng)
         if self.action_noise is not None:
             act = np.clip(act + self.action_noise(self.rng, len(obs)), -1.0, 1.0)
-        return act
+        return act.astype(np.float32)
 
     def collect_rollouts(self, callback: Any) -> tuple[int, bool]:
         if self.use_sde:  # a new exploration matrix per rollout (SB3: reset_noise(n_envs))

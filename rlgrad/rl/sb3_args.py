@@ -91,10 +91,48 @@ def is_image_space(space: spaces.Space) -> bool:
 
 
 def multi_input_error(algo: str, space: spaces.Space) -> str:
-    """The one line for SB3's MultiInputPolicy, which rlgrad has not got (yet)."""
-    return (f"{algo}: MultiInputPolicy (Dict observations) is not supported yet: rlgrad.rl's "
-            f"policies take Box or Discrete observations, got {space}; flatten the "
-            "observation (gymnasium.wrappers.FlattenObservation) and use MlpPolicy")
+    """The one line for SB3's MultiInputPolicy on observations that are not a Dict."""
+    return (f"{algo}: MultiInputPolicy is for Dict observation spaces, got {space}: use "
+            "MlpPolicy (or CnnPolicy for images)")
+
+
+#: SB3's buffer classes the algorithms take (``replay_buffer_class=``, ``rollout_buffer_class=``)
+REPLAY_BUFFER_CLASSES = {"ReplayBuffer": "rlgrad.rl.common.buffers",
+                         "DictReplayBuffer": "rlgrad.rl.common.buffers",
+                         "NStepReplayBuffer": "rlgrad.rl.common.buffers",
+                         "HerReplayBuffer": "rlgrad.rl.her.her_replay_buffer"}
+ROLLOUT_BUFFER_CLASSES = {"RolloutBuffer": "rlgrad.rl.common.buffers",
+                          "DictRolloutBuffer": "rlgrad.rl.common.buffers"}
+_BUFFER_ARGS = (("replay_buffer", REPLAY_BUFFER_CLASSES), ("rollout_buffer", ROLLOUT_BUFFER_CLASSES))
+
+
+def buffer_class_args(algo: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """SB3's ``replay_buffer_class`` / ``rollout_buffer_class`` (classes) and their ``_kwargs``
+    as savable values: a class by its name, a ``GoalSelectionStrategy`` by its lower-case name;
+    a class rlgrad has not got (a user's subclass) is refused in one line."""
+    kwargs = dict(kwargs)
+    for arg, table in _BUFFER_ARGS:
+        cls = kwargs.get(f"{arg}_class")
+        if cls is not None and not isinstance(cls, str):
+            name = getattr(cls, "__name__", None)
+            if table.get(name) != getattr(cls, "__module__", None):
+                raise ValueError(f"{algo}: {arg}_class={cls!r} is not supported: rlgrad.rl "
+                                 f"takes {', '.join(table)} (rlgrad.rl.common.buffers, "
+                                 "rlgrad.rl.her)")
+            kwargs[f"{arg}_class"] = name
+        kw = kwargs.get(f"{arg}_kwargs")
+        if kw and hasattr(kw.get("goal_selection_strategy"), "name"):
+            kwargs[f"{arg}_kwargs"] = {
+                **kw, "goal_selection_strategy": kw["goal_selection_strategy"].name.lower()}
+    return kwargs
+
+
+def buffer_class(name: str) -> type:
+    """The class ``buffer_class_args`` named."""
+    import importlib
+
+    module = REPLAY_BUFFER_CLASSES.get(name) or ROLLOUT_BUFFER_CLASSES[name]
+    return getattr(importlib.import_module(module), name)
 
 
 def device_ok(device: Any) -> bool:

@@ -33,12 +33,15 @@ class TD3(OffPolicyAlgorithm):
                  gamma: float = 0.99, train_freq: Any = 1, gradient_steps: int = 1,
                  noise_type: str | None = None, noise_std: float = 0.1, policy_delay: int = 2,
                  target_policy_noise: float = 0.2, target_noise_clip: float = 0.5,
-                 n_critics: int = 2, n_envs: int = 1, normalize: bool | dict = False,
-                 policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
-                 **env_options: Any) -> None:
+                 n_critics: int = 2, n_steps: int = 1,
+                 replay_buffer_class: str | None = None,
+                 replay_buffer_kwargs: dict | None = None, n_envs: int = 1,
+                 normalize: bool | dict = False, policy_kwargs: dict | None = None,
+                 seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,
-                         verbose, **env_options)
+                         verbose, n_steps=n_steps, replay_buffer_class=replay_buffer_class,
+                         replay_buffer_kwargs=replay_buffer_kwargs, **env_options)
         self.policy_delay = int(policy_delay)
         self.target_policy_noise = float(target_policy_noise)
         self.target_noise_clip = float(target_noise_clip)

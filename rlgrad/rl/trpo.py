@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 import rlgrad
 from rlgrad import autograd, ops, optim
@@ -64,6 +65,9 @@ def _flat(arrays: Any) -> np.ndarray:
 
 class TRPO(OnPolicyAlgorithm):
     """sb3-contrib's ``TRPO`` (its defaults), on ``ActorCriticPolicy``."""
+
+    # (MultiDiscrete / MultiBinary: their KL divergences are not registered yet)
+    action_spaces = (spaces.Discrete, spaces.Box)
 
     # batch_size is the critic's minibatch: above the rollout it is the whole rollout
     relations_not_applying = (ROLLOUT_BATCH,)

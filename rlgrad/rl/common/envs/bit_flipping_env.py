@@ -19,6 +19,7 @@ class BitFlippingEnv(Env):
     on reaching the goal (which terminates), else -1; truncated after ``max_steps`` (``n_bits``)."""
 
     spec = EnvSpec("BitFlippingEnv-v0", "no-entry-point")
+    metadata = {"render_modes": ["human", "rgb_array"]}  # (render() draws both)
     state: np.ndarray
 
     def __init__(self, n_bits: int = 10, continuous: bool = False, max_steps: int | None = None,
