@@ -95,6 +95,10 @@ def test_policy_step_keeps_the_kl_within_target() -> None:
 
 
 def test_trpo_learns_cartpole_and_pendulum() -> None:
+    # the evaluations' episodes draw from the global generators: fixed here, so that the result
+    # does not depend on which tests ran before (it failed once in a whole-suite run)
+    rlgrad.manual_seed(0)
+    np.random.seed(0)
     m = TRPO("CartPole-v1", seed=0)
     untrained, _ = evaluate_policy(m, "CartPole-v1", n_eval_episodes=5, warn=False)
     m.learn(20_000)

@@ -163,8 +163,8 @@ class ApexSampler(RaySampler):
         t, start = b["transitions"], 0
         for end, steps in zip(np.asarray(b["piece_rows"]).tolist(),
                               np.asarray(b["piece_steps"]).tolist(), strict=True):
-            self._pieces.append({"transitions": {k: np.asarray(v)[start:end] for k, v in
-                                                 t.items()},
+            self._pieces.append({"transitions": {k: None if v is None else np.asarray(v)[start:end]
+                                                 for k, v in t.items()},  # (None: no n-step)
                                  "env_steps": int(steps), "version": int(b["version"])})
             start = end
 
