@@ -27,7 +27,29 @@ def _column(state: Array, i: int) -> Array:
     return state[..., i]
 
 
-class CartPoleFunctional(FuncEnv):
+class _StateObserved(FuncEnv):
+    """A task whose observation is its state, in float32 (CartPole, the mountain cars)."""
+
+    def observation(self, state: Array, rng: Any = None, params: Any = None) -> Array:
+        return rnp.asarray(state, dtype=np.float32)
+
+
+class _MountainCar(_StateObserved):
+    """What both mountain cars share: the track, the speed limit, the flag."""
+
+    min_position, max_position, max_speed, goal_velocity = -1.2, 0.6, 0.07, 0.0
+    goal_position: float
+    observation_space = spaces.Box(np.array([min_position, -max_speed], dtype=np.float32),
+                                   np.array([max_position, max_speed], dtype=np.float32),
+                                   dtype=np.float32)
+    state_dim = 2
+
+    def terminal(self, state: Array, rng: Any = None, params: Any = None) -> Array:
+        return ((_column(state, 0) >= self.goal_position)
+                & (_column(state, 1) >= self.goal_velocity))
+
+
+class CartPoleFunctional(_StateObserved):
     """``CartPole-v1``: Euler integration of the cart-pole; reward 1 per step, the terminating
     one included; terminal when the cart leaves +-2.4 or the pole passes +-12 degrees."""
 
@@ -55,9 +77,6 @@ class CartPoleFunctional(FuncEnv):
         xacc = temp - self.polemass_length * thetaacc * costheta / self.total_mass
         return rnp.stack([x + self.tau * x_dot, x_dot + self.tau * xacc,
                           theta + self.tau * theta_dot, theta_dot + self.tau * thetaacc], axis=-1)
-
-    def observation(self, state: Array, rng: Any = None, params: Any = None) -> Array:
-        return rnp.asarray(state, dtype=np.float32)
 
     def reward(self, state: Array, action: Array, next_state: Array, rng: Any = None,
                params: Any = None) -> Array:
@@ -144,16 +163,11 @@ class AcrobotFunctional(FuncEnv):
         return -rnp.cos(t1) - rnp.cos(t2 + t1) > 1.0
 
 
-class MountainCarFunctional(FuncEnv):
+class MountainCarFunctional(_MountainCar):
     """``MountainCar-v0``: push left, none or right; reward -1 per step; terminal at the flag."""
 
-    min_position, max_position, max_speed, goal_position = -1.2, 0.6, 0.07, 0.5
-    force, gravity, goal_velocity = 0.001, 0.0025, 0.0
-    observation_space = spaces.Box(np.array([min_position, -max_speed], dtype=np.float32),
-                                   np.array([max_position, max_speed], dtype=np.float32),
-                                   dtype=np.float32)
+    goal_position, force, gravity = 0.5, 0.001, 0.0025
     action_space = spaces.Discrete(3)
-    state_dim = 2
 
     def initial(self, rng: np.random.Generator, params: Any = None) -> np.ndarray:
         return np.array([rng.uniform(low=-0.6, high=-0.4), 0.0])
@@ -166,30 +180,19 @@ class MountainCarFunctional(FuncEnv):
         velocity = rnp.where((position == self.min_position) & (velocity < 0), 0.0, velocity)
         return rnp.stack([position, velocity], axis=-1)
 
-    def observation(self, state: Array, rng: Any = None, params: Any = None) -> Array:
-        return rnp.asarray(state, dtype=np.float32)
-
     def reward(self, state: Array, action: Array, next_state: Array, rng: Any = None,
                params: Any = None) -> Array:
         return -rnp.ones_like(_column(next_state, 0))
 
-    def terminal(self, state: Array, rng: Any = None, params: Any = None) -> Array:
-        return ((_column(state, 0) >= self.goal_position)
-                & (_column(state, 1) >= self.goal_velocity))
 
 
-class MountainCarContinuousFunctional(FuncEnv):
+class MountainCarContinuousFunctional(_MountainCar):
     """``MountainCarContinuous-v0``: a force in [-1, 1]; reward 100 at the flag minus 0.1 action^2.
     Gymnasium keeps this state in float32 and mixes it with Python floats, so the step follows
     NumPy's float32 rules where Gymnasium's does."""
 
-    min_position, max_position, max_speed, goal_position = -1.2, 0.6, 0.07, 0.45
-    power, goal_velocity = 0.0015, 0.0
-    observation_space = spaces.Box(np.array([min_position, -max_speed], dtype=np.float32),
-                                   np.array([max_position, max_speed], dtype=np.float32),
-                                   dtype=np.float32)
+    goal_position, power = 0.45, 0.0015
     action_space = spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
-    state_dim = 2
 
     def initial(self, rng: np.random.Generator, params: Any = None) -> np.ndarray:
         # float32, as Gymnasium's state is from the second step on (its first step, from the
@@ -211,17 +214,11 @@ class MountainCarContinuousFunctional(FuncEnv):
         velocity = rnp.where((position == self.min_position) & (velocity < 0), 0.0, velocity)
         return rnp.asarray(rnp.stack([position, velocity], axis=-1), dtype=np.float32)
 
-    def observation(self, state: Array, rng: Any = None, params: Any = None) -> Array:
-        return rnp.asarray(state, dtype=np.float32)
-
     def reward(self, state: Array, action: Array, next_state: Array, rng: Any = None,
                params: Any = None) -> Array:
         a = rnp.asarray(_column(action, 0), dtype=np.float64)
         return rnp.where(self.terminal(next_state), 100.0, 0.0) - a**2 * 0.1
 
-    def terminal(self, state: Array, rng: Any = None, params: Any = None) -> Array:
-        return ((_column(state, 0) >= self.goal_position)
-                & (_column(state, 1) >= self.goal_velocity))
 
 
 class PendulumFunctional(FuncEnv):
