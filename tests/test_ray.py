@@ -618,6 +618,7 @@ def test_kill_9_of_the_driver_takes_its_local_ray_down():
     try:
         other = int(proc.stdout.readline())
         below = {p for p in _descendants(proc.pid) if p[0] != other}
+        # whole command lines: cut short, a long checkout path hides the program's name
         names = " ".join(_cmdline(p) for p, _ in below)
         # the GCS, the raylet, its agents, the busy actor (and the watchdog, which ends itself)
         assert len(below) > 4 and "gcs_server" in names and "raylet" in names, names
@@ -654,6 +655,6 @@ def _descendants(pid: int) -> set[tuple[int, int]]:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:80]
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
     except OSError:
         return f"{pid} (gone)"
