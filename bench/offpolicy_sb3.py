@@ -112,15 +112,14 @@ def _row(algo: str, rs: list[dict], ss: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algos", default="sac,td3,ddpg")
-    ap.add_argument("--env", default=ENV)
+    ap.add_argument("--env", default="Pendulum-v1")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--timesteps", type=int, default=None, help="override the presets' budgets")
     ap.add_argument("--quick", action="store_true", help="1,000 steps past learning_starts")
     ap.add_argument("--no-sb3", action="store_true")
     args = ap.parse_args()
-    global ENV
-    ENV = args.env
+    globals()["ENV"] = args.env  # the module's runners read it
     have_sb3 = _timing.comparators(("torch", "stable_baselines3"), skip=args.no_sb3)
     if have_sb3:
         _timing.torch_or_none()  # pins torch to one thread
