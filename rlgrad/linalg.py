@@ -10,7 +10,7 @@ in the function's docstring (``lstsq``: the minimum-norm solution, as the ``gels
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -81,7 +81,7 @@ def cholesky(A: Any, *, upper: bool = False) -> Any:  # noqa: N803
     return low.mT if upper else low
 
 
-def qr(A: Any, mode: str = "reduced") -> Any:  # noqa: N803
+def qr(A: Any, mode: Literal["reduced", "complete", "r"] = "reduced") -> Any:  # noqa: N803
     """``(Q, R)``; differentiable for ``mode='reduced'`` with rows >= columns. ``mode='r'`` gives
     an empty Q, as torch's."""
     if mode not in ("reduced", "complete", "r"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from rlgrad.promotion import rule as _rule
 from rlgrad.tensor import Size, Tensor, _leaf, get_default_dtype  # noqa: F401 - torch.Size
 from rlgrad.tensor_methods import DECLARED
 from rlgrad.tracer import replayed as _replayed
+
+if TYPE_CHECKING:  # the declared functions as the checker sees them (generated: rlgrad/_stubs.py)
+    from rlgrad._toplevel_api import *  # noqa: F403
 
 #: the declared top-level functions that are no Tensor method (``rlgrad.where``), each under its
 #: declaration's promotion rule
@@ -247,7 +250,8 @@ def _bounds(args: tuple, kwargs: dict, names: tuple[str, str], defaults: tuple,
     return builtins.float(_tm._value(vals[0])), builtins.float(_tm._value(vals[1]))
 
 
-Tensor.uniform_, Tensor.normal_ = _replayed(_uniform_), _replayed(_normal_)
+setattr(Tensor, "uniform_", _replayed(_uniform_))  # noqa: B010 - typed in rlgrad/_tensor_api.pyi
+setattr(Tensor, "normal_", _replayed(_normal_))  # noqa: B010
 
 
 def manual_seed(seed: builtins.int) -> Any:
@@ -269,7 +273,9 @@ def initial_seed() -> Any:
 
 def seed() -> builtins.int:
     """``torch.seed``: reseed from the OS and return the new seed."""
-    s = builtins.int(np.random.SeedSequence().entropy % (2 ** 63))
+    entropy = np.random.SeedSequence().entropy  # an int when drawn from the OS
+    assert isinstance(entropy, builtins.int)
+    s = entropy % (2 ** 63)
     manual_seed(s)
     return s
 

@@ -452,3 +452,31 @@ def test_cli_docs_list_the_algorithm_registry() -> None:
     fits = ", ".join(sorted(n for n, c in ALGORITHMS.items() if isinstance(box, c.action_spaces)))
     assert f"for this environment use {fits}`" in docs, \
         f"docs/cli.md's action-space example: for this environment use {fits}"
+
+
+def test_type_stubs_are_what_the_declarations_generate() -> None:
+    """rlgrad/_tensor_api.pyi, rlgrad/numpy/_declared.pyi and rlgrad/_toplevel_api.pyi (what a type
+    checker sees of the names installed at import) are generated from the running package: a new
+    or changed declaration needs ``python -m rlgrad._stubs``."""
+    from rlgrad import _stubs
+
+    stale = _stubs.stale()
+    assert not stale, f"stale type stubs {stale}: run python -m rlgrad._stubs"
+
+
+def test_tensor_stub_declares_every_installed_method() -> None:
+    """Each public method and operator installed on Tensor is in its stub, typed (no parameter
+    left without an annotation), and the stub names nothing the Tensor lacks."""
+    import rlgrad
+    from rlgrad import _stubs
+
+    text = _stubs.tensor_stub()
+    tree = ast.parse(text)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+    stubbed = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    installed = {k for k in vars(rlgrad.Tensor) if not k.startswith("_")} - _stubs._class_body_names()
+    assert installed - {"grad", "requires_grad"} <= stubbed
+    assert not stubbed - set(dir(rlgrad.Tensor)), stubbed - set(dir(rlgrad.Tensor))
+    for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+        args = (fn.args.posonlyargs + fn.args.args)[1:] + fn.args.kwonlyargs
+        assert all(a.annotation is not None for a in args) and fn.returns is not None, fn.name

@@ -10,15 +10,13 @@ from __future__ import annotations
 import builtins as _builtins
 import functools as _functools
 import math as _math
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as _np
 
 # Constants, dtypes and array constructors are NumPy's own (creation is not differentiable).
 from numpy import (  # noqa: E402,F401
-    allclose,
     arange,
-    array_equal,
     bool_,
     broadcast_shapes,
     complex64,
@@ -40,7 +38,6 @@ from numpy import (  # noqa: E402,F401
     int16,
     int32,
     int64,
-    isclose,
     ix_,
     nan,
     ndarray,
@@ -49,7 +46,6 @@ from numpy import (  # noqa: E402,F401
     ones_like,
     pi,
     ravel_multi_index,
-    result_type,
     uint8,
     unravel_index,
     zeros,
@@ -72,6 +68,8 @@ from rlgrad.tracer import primitive as _primitive
 # The primitives under NumPy's names: each declared once, beside its rules (``export`` in ops.py,
 # or in a module imported later); this module's own definitions below are compositions of them.
 _exports.on_export(lambda e: _exports.add_names(globals(), e.numpy, e.fn, "rlgrad.numpy"))
+if TYPE_CHECKING:  # those names as the checker sees them (generated: rlgrad/_stubs.py)
+    from rlgrad.numpy._declared import *  # noqa: F403
 
 
 def _numpy_on_arrays(np_fn: Any) -> Any:
@@ -368,18 +366,22 @@ def take(a: Any, indices: Any, axis: Any = None) -> Any:
             bad = idx[(idx < -n) | (idx >= n)].flat[0]
             raise IndexError(f"take: index {int(bad)} is out of bounds for size {n} (flattened "
                              f"from a tensor of shape {_np.shape(_d(a))})")
-    if isinstance(indices, _Tensor):  # index with the tensor: rlgrad.jit reads it at every call
-        idx = indices
+    # index with the tensor: rlgrad.jit reads it at every call
+    key = indices if isinstance(indices, _Tensor) else idx
     if axis is None:
-        return _ops.ravel(a)[idx]
+        return _ops.ravel(a)[key]
     ax = axis % _np.ndim(_d(a))
-    return a[(slice(None),) * ax + (idx,)]
+    return a[(slice(None),) * ax + (key,)]
 
 
 _REMAP_PAD_MODES = ("edge", "reflect", "symmetric", "wrap")  # each output copies an input element
 
 
-def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: Any = 0,
+_PadMode = Literal["constant", "edge", "linear_ramp", "maximum", "mean", "median", "minimum", "reflect",
+                   "symmetric", "wrap", "empty"]
+
+
+def pad(array: Any, pad_width: Any, mode: _PadMode = "constant", constant_values: Any = 0,
         **kwargs: Any) -> Any:
     if not _is_traced(array):
         extra = {"constant_values": constant_values} if mode == "constant" else {}
@@ -922,5 +924,6 @@ def _array_function(self: _Tensor, func: Any, types: Any, args: Any, kwargs: Any
     return fn(*args, **kwargs)
 
 
-_Tensor.__array_ufunc__ = _array_ufunc
-_Tensor.__array_function__ = _array_function
+# installed on the class (the checker reads their types from rlgrad/_tensor_api.pyi)
+setattr(_Tensor, "__array_ufunc__", _array_ufunc)  # noqa: B010
+setattr(_Tensor, "__array_function__", _array_function)  # noqa: B010
