@@ -8,7 +8,7 @@ returns: NumPy's own result for NumPy input, a Tensor for Tensor input.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -27,3 +27,6 @@ ShapeLike: TypeAlias = int | Sequence[int]
 Axis: TypeAlias = int | Sequence[int] | None
 #: ``"cpu"``, ``rlgrad.device("cpu")`` or None (rlgrad computes on the CPU only)
 DeviceLike: TypeAlias = "str | device | None"
+#: NumPy's ``pad`` modes (``rlgrad.numpy.pad``)
+PadMode: TypeAlias = Literal["constant", "edge", "linear_ramp", "maximum", "mean", "median", "minimum",
+                             "reflect", "symmetric", "wrap", "empty"]

@@ -183,6 +183,8 @@ class DiagNormal(Independent):
     """Multivariate normal with diagonal covariance over the last dimension:
     ``Independent(Normal(loc, scale), 1)`` with ``loc`` and ``scale`` as attributes."""
 
+    base_dist: Normal
+
     def __init__(self, loc: Any, scale: Any, validate_args: bool | None = None) -> None:
         base = Normal(loc, scale, validate_args=validate_args)
         if not base.batch_shape:

@@ -11,7 +11,7 @@ On plain NumPy arrays these functions return plain arrays (as ``rlgrad.numpy`` d
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -23,6 +23,10 @@ from rlgrad.batching import BatchedTensor, every_slice
 from rlgrad.indexing import one_hot as _one_hot
 from rlgrad.random import numpy_generator as _numpy_generator
 from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
+
+if TYPE_CHECKING:
+    from rlgrad.tracer import PrimitiveFunction
+    from rlgrad.typing import PadMode
 from rlgrad.tracer import FUSED_PAIRS, defbatch, defjvp, defjvp_elementwise, defvjp, nobatch, primitive
 
 __all__ = [
@@ -172,6 +176,7 @@ _dense_grad_weight_p = primitive(_dense_grad_weight, "linear_grad_weight_dense",
                                  writes_out=True)
 defbatch(_dense_grad_weight_p, "linear_grad_weight")
 # g @ W: d/dg is c @ W.T = linear(c, W), d/dW is g.T @ c; g.T @ x: d/dg is x @ c.T, d/dx is g @ c.
+_linear_p: PrimitiveFunction  # (made below; these rules call it only when they run)
 for _gi, _gw in ((_linear_grad_input_p, _linear_grad_weight_p),
                  (_dense_grad_input_p, _dense_grad_weight_p)):
     defvjp(_gi, lambda c, ans, g, w: _linear_p(c, w),
@@ -246,7 +251,7 @@ def _pair(v: Any, name: str) -> tuple[int, int]:
     t = tuple(int(a) for a in v)
     if len(t) != 2:
         raise ValueError(f"conv2d: {name} must be an int or a pair of ints, got {v!r}")
-    return t  # type: ignore[return-value]
+    return t
 
 
 def _nhwc(x: np.ndarray, padding: tuple[int, int], dtype: Any = None) -> np.ndarray:
@@ -1167,8 +1172,8 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, ignore_index: int
         smooth = -ops.sum(logp, axis=axis) * valid
     if reduction == "mean":
         if weight is not None:
-            wd = np.asarray(weight._value if isinstance(weight, Tensor) else weight)
-            wd = _const(wd) if isinstance(t, Tensor) else wd
+            wa = np.asarray(weight._value if isinstance(weight, Tensor) else weight)
+            wd = _const(wa) if isinstance(t, Tensor) else wa
             denom = ops.sum(wd[ops.where(valid, t, 0)] * valid)
         else:
             denom = ops.sum(valid)
@@ -1263,7 +1268,8 @@ def normalize(input: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12,  # n
     return input / ops.clip(norm, eps, None)
 
 
-_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+_PAD_MODES: dict[str, PadMode] = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
+                                   "circular": "wrap"}
 
 
 def pad(input: Any, pad: Any, mode: str = "constant", value: float | None = None) -> Any:  # noqa: A002

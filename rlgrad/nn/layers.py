@@ -140,6 +140,8 @@ class Flatten(Module):
 class Sequential(Module):
     """Modules applied in order; children are named "0", "1", ... (or by an OrderedDict)."""
 
+    _modules: OrderedDict[str, Module]  # type: ignore[assignment]  # children are never None here
+
     def __init__(self, *args: Any) -> None:
         super().__init__()
         if len(args) == 1 and isinstance(args[0], Mapping):
@@ -181,6 +183,8 @@ class Sequential(Module):
 class ModuleList(Module):
     """A list of modules whose parameters are registered (children "0", "1", ...)."""
 
+    _modules: OrderedDict[str, Module]  # type: ignore[assignment]  # children are never None here
+
     def __init__(self, modules: Iterable[Module] | None = None) -> None:
         super().__init__()
         for m in modules or ():
@@ -209,6 +213,8 @@ class ModuleList(Module):
 
 
 class ModuleDict(Module):
+    _modules: OrderedDict[str, Module]  # type: ignore[assignment]  # children are never None here
+
     def __init__(self, modules: Mapping[str, Module] | None = None) -> None:
         super().__init__()
         for k, m in (modules or {}).items():
@@ -364,6 +370,9 @@ class LeakyReLU(Module):
 
 
 class LayerNorm(Module):
+    weight: Parameter | None
+    bias: Parameter | None
+
     def __init__(self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True,
                  bias: bool = True, dtype: Any = None) -> None:
         super().__init__()

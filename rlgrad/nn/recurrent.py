@@ -95,6 +95,8 @@ def _dtype_of(dtype: Any) -> np.dtype:
 class _RNNBase(Module):
     """The stacked, optionally bidirectional, recurrence shared by RNN, LSTM and GRU."""
 
+    weight_ih_l0: Parameter  # (the parameters are set by name: weight_ih_l{k}{_reverse} ...)
+
     def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1,
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
                  bidirectional: bool = False, dtype: Any = None) -> None:
@@ -205,7 +207,7 @@ class _RNNBase(Module):
             seqs = []
             for d, sfx in enumerate(self._suffixes(layer)):
                 k = layer * self._dirs + d
-                state = (h0[k],) if c0 is None else (h0[k], c0[k])
+                state: tuple[Any, ...] = (h0[k],) if c0 is None else (h0[k], c0[k])
                 seq, state = self._scan_direction(x, state, sfx, reverse=d == 1)
                 seqs.append(seq)
                 hs.append(state[0])
@@ -225,7 +227,7 @@ class _RNNBase(Module):
             seqs = []
             for d, sfx in enumerate(self._suffixes(layer)):
                 k = layer * self._dirs + d
-                state = (h0[k],) if c0 is None else (h0[k], c0[k])
+                state: tuple[Any, ...] = (h0[k],) if c0 is None else (h0[k], c0[k])
                 seq, state = self._run_direction(xs, state, sfx, reverse=d == 1)
                 seqs.append(seq)
                 hs.append(state[0])

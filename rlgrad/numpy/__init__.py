@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins as _builtins
 import functools as _functools
 import math as _math
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as _np
 
@@ -70,6 +70,7 @@ from rlgrad.tracer import primitive as _primitive
 _exports.on_export(lambda e: _exports.add_names(globals(), e.numpy, e.fn, "rlgrad.numpy"))
 if TYPE_CHECKING:  # those names as the checker sees them (generated: rlgrad/_stubs.py)
     from rlgrad.numpy._declared import *  # noqa: F403
+    from rlgrad.typing import PadMode
 
 
 def _numpy_on_arrays(np_fn: Any) -> Any:
@@ -377,11 +378,7 @@ def take(a: Any, indices: Any, axis: Any = None) -> Any:
 _REMAP_PAD_MODES = ("edge", "reflect", "symmetric", "wrap")  # each output copies an input element
 
 
-_PadMode = Literal["constant", "edge", "linear_ramp", "maximum", "mean", "median", "minimum", "reflect",
-                   "symmetric", "wrap", "empty"]
-
-
-def pad(array: Any, pad_width: Any, mode: _PadMode = "constant", constant_values: Any = 0,
+def pad(array: Any, pad_width: Any, mode: PadMode = "constant", constant_values: Any = 0,
         **kwargs: Any) -> Any:
     if not _is_traced(array):
         extra = {"constant_values": constant_values} if mode == "constant" else {}
