@@ -21,3 +21,20 @@ def test_get_parameter_of_a_parameter_registered_as_none_raises() -> None:
     with pytest.raises(AttributeError, match="no parameter 'extra'"):
         ours.get_parameter("extra")
     assert ours.get_parameter("weight") is ours.weight
+
+
+def test_vectorized_observation_of_a_shapeless_dict_entry_is_a_value_error() -> None:
+    """A Dict space with an entry of no fixed shape (Text): SB3 raises ValueError; rlgrad raised
+    ``TypeError: 'NoneType' object is not iterable`` from ``tuple(space.shape)``."""
+    import numpy as np
+    from gymnasium import spaces
+
+    from rlgrad.rl.common.utils import is_vectorized_observation
+
+    sb3_utils = pytest.importorskip("stable_baselines3.common.utils")
+    space = spaces.Dict({"a": spaces.Text(5), "b": spaces.Box(0, 1, (2,))})
+    obs = {"a": np.zeros(()), "b": np.zeros(2)}
+    with pytest.raises(ValueError):
+        sb3_utils.is_vectorized_observation(obs, space)
+    with pytest.raises(ValueError, match="no fixed shape"):
+        is_vectorized_observation(obs, space)

@@ -260,6 +260,13 @@ class RolloutBuffer(BaseBuffer):
     """SB3's rollout buffer: ``buffer_size`` steps of ``n_envs`` environments, then GAE."""
 
     _dict_obs = False
+    # (buffer_size, n_envs) float32 arrays, made by reset()
+    rewards: np.ndarray
+    returns: np.ndarray
+    episode_starts: np.ndarray
+    values: np.ndarray
+    log_probs: np.ndarray
+    advantages: np.ndarray
 
     def __init__(self, buffer_size: int, observation_space: spaces.Space,
                  action_space: spaces.Space, device: Any = "auto", gae_lambda: float = 1,

@@ -166,6 +166,9 @@ def _single_shape(space: spaces.Space) -> tuple[int, ...]:
         return ()
     if isinstance(space, spaces.MultiDiscrete):
         return (len(space.nvec),)
+    if space.shape is None:  # Text, Graph, Sequence ...: no array of one shape
+        raise ValueError(f"{space} has no fixed shape, so its observations are no arrays of one "
+                         "shape; use a Box, Discrete, MultiDiscrete or MultiBinary space")
     return tuple(space.shape)
 
 
