@@ -18,7 +18,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -70,6 +70,9 @@ from rlgrad.rl.schedules import (
 )
 from rlgrad.rl.steps import set_grads
 from rlgrad.rl.vec_env import LazyInfos, VecEnv, unwrap_vec_normalize, vec_env_view
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # (typing's from Python 3.11)
 
 # The helpers that lived here keep their old import path (rlgrad.rl.base.<name>).
 rng_state, set_rng_state = generator_state_dict, load_generator_state
@@ -438,7 +441,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
 
     def learn(self, total_timesteps: int, callback: Any = None, log_interval: int | None = None,
               tb_log_name: str | None = None, reset_num_timesteps: bool = True,
-              progress_bar: bool = False) -> BaseAlgorithm:
+              progress_bar: bool = False) -> Self:
         """Train for ``total_timesteps`` environment steps (summed over the vector env copies).
 
         SB3's signature: ``log_interval`` iterations (on-policy) or episodes (off-policy) between
