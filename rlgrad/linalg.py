@@ -17,6 +17,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.numpy import linalg as _la
 from rlgrad.tensor import Tensor, constant
+from rlgrad.typing import DTypeLike
 
 LinAlgError = np.linalg.LinAlgError
 SlogdetResult, EighResult, SVDResult, QRResult = (_la.SlogdetResult, _la.EighResult, _la.SVDResult,
@@ -175,7 +176,7 @@ def lstsq(A: Any, B: Any, rcond: Any = None, *, driver: Any = None) -> Any:  # n
 
 
 def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False, *,  # noqa: A002, N803
-         dtype: Any = None) -> Any:
+         dtype: DTypeLike = None) -> Any:
     a = _t(A, "norm") if dtype is None else _t(A, "norm").to(dtype)
     if isinstance(dim, list):
         dim = tuple(dim)
@@ -183,14 +184,14 @@ def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False, *,  # 
 
 
 def vector_norm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
-                dtype: Any = None) -> Any:
+                dtype: DTypeLike = None) -> Any:
     t = _t(x, "vector_norm") if dtype is None else _t(x, "vector_norm").to(dtype)
     return _la.vector_norm(t, axis=tuple(dim) if isinstance(dim, list) else dim,
                            keepdims=keepdim, ord=ord)
 
 
 def matrix_norm(A: Any, ord: Any = "fro", dim: Any = (-2, -1), keepdim: bool = False, *,  # noqa: A002, N803
-                dtype: Any = None) -> Any:
+                dtype: DTypeLike = None) -> Any:
     a = _t(A, "matrix_norm") if dtype is None else _t(A, "matrix_norm").to(dtype)
     return _la.norm(a, ord, axis=tuple(dim), keepdims=keepdim)
 

@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 if TYPE_CHECKING:  # rlgrad.tensor imports this module's names for its annotations only
     from rlgrad.device import device
+    from rlgrad.random import Generator
     from rlgrad.tensor import Tensor
 
 ArrayLike: TypeAlias = "Tensor | npt.ArrayLike"
@@ -30,3 +31,6 @@ DeviceLike: TypeAlias = "str | device | None"
 #: NumPy's ``pad`` modes (``rlgrad.numpy.pad``)
 PadMode: TypeAlias = Literal["constant", "edge", "linear_ramp", "maximum", "mean", "median", "minimum",
                              "reflect", "symmetric", "wrap", "empty"]
+#: the random stream a sampler draws from: rlgrad's ``Generator``, NumPy's, or None for the
+#: global one (``rlgrad.manual_seed``)
+GeneratorLike: TypeAlias = "Generator | np.random.Generator | None"

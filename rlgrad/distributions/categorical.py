@@ -31,6 +31,7 @@ from rlgrad.random import default_generator, numpy_generator
 from rlgrad.special import xlogy
 from rlgrad.tensor import Tensor, _const, _Trace
 from rlgrad.tracer import defbatch, defjvp_is_linear, defvjp, mark_cut, primitive
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["Categorical", "Bernoulli"]
 
@@ -260,7 +261,7 @@ class Categorical(Distribution):
             self._cdf = cdf
         return cdf
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         """int64 indices of shape ``sample_shape + batch_shape``, outside every graph.
 
         Inverse-CDF sampling: one uniform u per draw, the index is the first category whose
@@ -457,7 +458,7 @@ class Bernoulli(Distribution):
                 self._logits = ops.log(p) - ops.log1p(-p)
         return self._logits
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         p = self.probs._value
         rng = numpy_generator(generator)
         u = _uniform(rng, _shape_tuple(sample_shape) + self._batch_shape, p.dtype)

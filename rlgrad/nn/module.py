@@ -32,6 +32,7 @@ from rlgrad.tensor import (
     user_line,
 )
 from rlgrad.tracer import replayed
+from rlgrad.typing import DeviceLike, DTypeLike
 
 __all__ = ["Module", "Parameter", "IncompatibleKeys", "StateDictError"]
 
@@ -337,7 +338,8 @@ class Module:
         fn(self)
         return self
 
-    def to(self, *args: Any, dtype: Any = None, device: Any = None, non_blocking: bool = False) -> Module:
+    def to(self, *args: Any, dtype: DTypeLike = None, device: DeviceLike = None,
+           non_blocking: bool = False) -> Module:
         """``to(device)`` (CPU devices only: rlgrad computes on the CPU), ``to(dtype)``: cast
         floating parameters and buffers in place (e.g. float64 for gradcheck), as PyTorch's."""
         for a in args:
@@ -351,7 +353,7 @@ class Module:
     def cpu(self) -> Module:
         return self
 
-    def cuda(self, device: Any = None) -> Module:
+    def cuda(self, device: DeviceLike = None) -> Module:
         check_device("cuda")
         return self
 

@@ -22,6 +22,7 @@ from rlgrad.nn import init
 from rlgrad.nn.layers import _as_input
 from rlgrad.nn.module import Module, Parameter
 from rlgrad.tensor import _shape, _Trace, get_default_dtype
+from rlgrad.typing import DTypeLike
 
 __all__ = ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"]
 
@@ -275,7 +276,7 @@ class RNN(_RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
                  nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
-                 dropout: float = 0.0, bidirectional: bool = False, dtype: Any = None) -> None:
+                 dropout: float = 0.0, bidirectional: bool = False, dtype: DTypeLike = None) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNN: nonlinearity={nonlinearity!r}; use 'tanh' or 'relu'")
         self.nonlinearity = nonlinearity
@@ -292,7 +293,7 @@ class GRU(_RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 dtype: Any = None) -> None:
+                 dtype: DTypeLike = None) -> None:
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, dtype)
 
@@ -307,7 +308,7 @@ class LSTM(_RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 dtype: Any = None) -> None:
+                 dtype: DTypeLike = None) -> None:
         super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, dtype)
 
@@ -369,7 +370,7 @@ def _unbatch(t: Any, unbatched: bool) -> Any:
 
 class RNNCell(_CellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
-                 nonlinearity: str = "tanh", dtype: Any = None) -> None:
+                 nonlinearity: str = "tanh", dtype: DTypeLike = None) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNNCell: nonlinearity={nonlinearity!r}; use 'tanh' or 'relu'")
         self.nonlinearity = nonlinearity
@@ -384,7 +385,7 @@ class RNNCell(_CellBase):
 
 class GRUCell(_CellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
-                 dtype: Any = None) -> None:
+                 dtype: DTypeLike = None) -> None:
         super().__init__(input_size, hidden_size, bias, 3, dtype)
 
     def forward(self, input: Any, hx: Any = None) -> Any:  # noqa: A002
@@ -395,7 +396,7 @@ class GRUCell(_CellBase):
 
 class LSTMCell(_CellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
-                 dtype: Any = None) -> None:
+                 dtype: DTypeLike = None) -> None:
         super().__init__(input_size, hidden_size, bias, 4, dtype)
 
     def forward(self, input: Any, hx: Any = None) -> tuple[Any, Any]:  # noqa: A002

@@ -70,7 +70,7 @@ from rlgrad.tracer import primitive as _primitive
 _exports.on_export(lambda e: _exports.add_names(globals(), e.numpy, e.fn, "rlgrad.numpy"))
 if TYPE_CHECKING:  # those names as the checker sees them (generated: rlgrad/_stubs.py)
     from rlgrad.numpy._declared import *  # noqa: F403
-    from rlgrad.typing import PadMode
+    from rlgrad.typing import DTypeLike, PadMode
 
 
 def _numpy_on_arrays(np_fn: Any) -> Any:
@@ -157,7 +157,7 @@ def _listed(x: Any) -> Any:
 
 
 @_numpy_on_arrays(_np.var)
-def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
+def var(x: Any, axis: Any = None, dtype: DTypeLike = None, out: Any = None, ddof: int = 0,
         keepdims: bool = False) -> Any:
     if out is not None:
         raise TypeError("rlgrad.numpy.var does not take out=")
@@ -174,7 +174,7 @@ def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
 
 
 @_numpy_on_arrays(_np.std)
-def std(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
+def std(x: Any, axis: Any = None, dtype: DTypeLike = None, out: Any = None, ddof: int = 0,
         keepdims: bool = False) -> Any:
     x = _listed(x)
     if not _is_traced(x):
@@ -725,7 +725,7 @@ def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axi
 
 @_numpy_on_arrays(_np.linspace)
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
-             dtype: Any = None, axis: int = 0) -> Any:
+             dtype: DTypeLike = None, axis: int = 0) -> Any:
     """NumPy's linspace, differentiable in ``start`` and ``stop``."""
     if dtype is not None and _np.dtype(dtype).kind not in "fc":
         raise TypeError("rlgrad.numpy.linspace on Tensors: an integer dtype has no gradient")
@@ -877,7 +877,7 @@ def permute_dims(a: Any, axes: Any = None) -> Any:
 
 
 @_numpy_on_arrays(_np.full)
-def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C") -> Any:
+def full(shape: Any, fill_value: Any, dtype: DTypeLike = None, order: str = "C") -> Any:
     """NumPy's full, differentiable in ``fill_value`` (as autograd's)."""
     out = _ops.broadcast_to(fill_value, (shape,) if isinstance(shape, int) else tuple(shape))
     return _ops.astype(out, dtype) if dtype is not None else out * 1  # (a copy, as NumPy's)

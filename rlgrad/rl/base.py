@@ -70,6 +70,7 @@ from rlgrad.rl.schedules import (
 )
 from rlgrad.rl.steps import set_grads
 from rlgrad.rl.vec_env import LazyInfos, VecEnv, unwrap_vec_normalize, vec_env_view
+from rlgrad.typing import DeviceLike
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # (typing's from Python 3.11)
@@ -235,7 +236,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
                  vectorization_mode: str | None = None, blas_threads: int | None = 1,
                  check_finite: bool = True, tensorboard_log: str | None = None,
-                 device: Any = "auto", env_runners: int = 0) -> None:
+                 device: DeviceLike = "auto", env_runners: int = 0) -> None:
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
         self._init_env_runners(env, env_runners)
         if blas_threads is not None:
@@ -688,7 +689,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         return {name: obj.state_dict() for name, obj in self._parameter_objects().items()}
 
     def set_parameters(self, load_path_or_dict: str | os.PathLike | dict[str, Any],
-                       exact_match: bool = True, device: Any = "auto") -> None:
+                       exact_match: bool = True, device: DeviceLike = "auto") -> None:
         """SB3's: load parameters from ``get_parameters``' dict (some objects may be left out
         unless ``exact_match``), or the networks and optimizers of a checkpoint ``save`` wrote
         (counters, buffers and hyperparameters stay this model's)."""
@@ -743,7 +744,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         }, with_extension(path))
 
     @classmethod
-    def load(cls, path: str, env: Any = None, device: Any = "auto",
+    def load(cls, path: str, env: Any = None, device: DeviceLike = "auto",
              custom_objects: dict[str, Any] | None = None, **overrides: Any) -> BaseAlgorithm:
         """The algorithm saved at ``path`` (a classmethod, as SB3's): on ``env`` if given (its
         spaces must be the saved ones), else on a new env of the saved id. ``overrides`` (and
