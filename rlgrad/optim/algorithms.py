@@ -170,6 +170,7 @@ class _FlatGroup:
             np.multiply(self.g, self.dtype.type(scale), out=self.g)
         if maximize:
             np.negative(self.g, out=self.g)
+        assert self.buf is not None  # made with g
         return self.g, self.buf
 
     def apply_updates(self) -> None:
