@@ -36,7 +36,7 @@ bench: $(TEST_STAMP)
 	$(PY) bench/engine.py
 
 # The documentation site (mkdocs.yml: docs/ and the API reference from the docstrings) into site/;
-# --strict: a broken link, anchor or reference is an error (tests/test_docs.py builds it too)
+# --strict: a broken link, anchor or reference is an error (tests/project/test_docs.py builds it too)
 $(DOCS_STAMP): pyproject.toml setup.py | $(PY)
 	$(PY) -m pip install --quiet -e ".[docs]"
 	touch $@

@@ -10,7 +10,7 @@ so a checker reading the source sees none of them. This module writes what it wo
 * ``rlgrad/_toplevel_api.pyi``: the declared top-level functions (``rlgrad.exp(x)``).
 
 The stubs are generated from the running package, so they hold no second declaration of a
-name: ``python -m rlgrad._stubs`` rewrites them, ``tests/test_structure.py`` fails when they
+name: ``python -m rlgrad._stubs`` rewrites them, ``tests/project/test_structure.py`` fails when they
 are stale. Parameter types come from the implementing function's annotations, or for a declared
 method (whose function takes ``*args``) from torch's parameter names (``PARAM_TYPES``).
 """

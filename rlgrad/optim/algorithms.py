@@ -1,7 +1,7 @@
 """SGD, Adam, AdamW, RMSprop, Adagrad, RAdam and NAdam, with PyTorch's arguments and update rules.
 
 ``reference.py`` holds each update in its plain form (PyTorch's formulas, ten lines); everything
-here is an optimization of those, tested against them (tests/test_reference_paths.py): the same
+here is an optimization of those, tested against them (tests/engine/test_reference_paths.py): the same
 arithmetic up to rounding, plus Adam's flush of tiny moments (``_adam_math``).
 
 Each update runs in place on ``p._value`` with ``out=`` ufuncs and one scratch array per parameter

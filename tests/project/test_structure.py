@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "rlgrad"
 MAX_FUNCTION_LINES = 80
 
@@ -428,7 +428,7 @@ def test_the_docs_recipe_for_a_primitive_runs() -> None:
     assert out.stdout.split() == ["[0.5]", "tensor([", "0.5", ",", "-0.75],",
                                   "grad_fn=<softsign>)", "tensor([0.25", ",", "0.0625])"]
     files = section.split("**Files a new primitive touches:**", 1)[1]
-    for path in ("rlgrad/ops.py", "tests/test_ops_gradcheck.py", "tests/test_declared.py"):
+    for path in ("rlgrad/ops.py", "tests/engine/test_ops_gradcheck.py", "tests/project/test_declared.py"):
         assert f"`{path}`" in files and (ROOT / path).exists(), path
 
 
@@ -536,4 +536,4 @@ def test_public_signatures_do_not_gain_bare_any() -> None:
     assert n <= BARE_ANY, (f"{n} bare Any in public signatures, more than {BARE_ANY}: say what is "
                            f"meant (rlgrad.typing's ArrayLike, Tensor, ...). Most: "
                            + "; ".join(f"{k}: {len(v)}" for k, v in worst))
-    assert n >= BARE_ANY - 20, f"{n} bare Any left: lower BARE_ANY in tests/test_structure.py to {n}"
+    assert n >= BARE_ANY - 20, f"{n} bare Any left: lower BARE_ANY in tests/project/test_structure.py to {n}"
