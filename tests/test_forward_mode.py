@@ -75,6 +75,12 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "lstm_seq": [Case(cells.lstm_seq, (r(3, 2, 8), r(2, 4), r(8, 2), r(8))),
                      Case(lambda x, s, w: cells.lstm_seq(x, s, w, reverse=True),
                           (r(3, 2, 8), r(2, 4), r(8, 2)))],
+        "lstm_seq_grad": [Case(lambda g, x, s, w, b: cells.lstm_seq_grad(
+            g, cells.lstm_seq(x, s, w, b), x, s, w, b),
+            (r(2, 6, 2, 2), r(2, 2, 8), r(2, 4), r(8, 2), r(8)))],
+        "gru_seq_grad": [Case(lambda g, x, s, w: cells.gru_seq_grad(
+            g, cells.gru_seq(x, s, w, reverse=True), x, s, w, reverse=True),
+            (r(2, 5, 2, 2), r(2, 2, 6), r(2, 2), r(6, 2)))],
         "gru_seq": [Case(cells.gru_seq, (r(3, 2, 6), r(2, 2), r(6, 2), r(6))),
                     Case(lambda x, s, w: cells.gru_seq(x, s, w, reverse=True),
                          (r(3, 2, 6), r(2, 2), r(6, 2)))],

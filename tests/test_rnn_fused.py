@@ -68,13 +68,13 @@ def test_sequence_equals_the_loop_of_cells(name: str, reverse: bool) -> None:
     args = _args(gates, width, (T, B))
     _same_as_reference(lambda *a: seq(*a, reverse=reverse), lambda *a: ref(*a, reverse=reverse),
                        args)
-    # bitwise: the same kernel, step after step
-    s, want = args[1], []
+    # bitwise: the same kernel, step after step (the sequence keeps each step's blocks gate first)
+    s, want = args[1], [None] * T
+    cell, K = CELLS[name][0], CELLS[name][3]
     for t in (range(T - 1, -1, -1) if reverse else range(T)):
-        s = CELLS[name][0](args[0][t], s, *args[2:])
-        want.append(s)
-    np.testing.assert_array_equal(seq(*args, reverse=reverse),
-                                  np.stack(want[::-1] if reverse else want))
+        s = cell(args[0][t], s, *args[2:])
+        want[t] = s.reshape(B, K, H).transpose(1, 0, 2)
+    np.testing.assert_array_equal(seq(*args, reverse=reverse), np.stack(want))
 
 
 @pytest.mark.parametrize("name", sorted(SEQS))
@@ -117,6 +117,12 @@ def test_vmap_of_the_sequences_equals_the_loop(name: str) -> None:
                                       s0 if dims[1] is not None else s0[0], w, b)
         want = np.stack([seq(*pick(v), w, b) for v in range(V)])
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, atol=1e-14)
+    grads = vmap(rlgrad.grad(lambda x, s: (seq(x, s, w, b) ** 2).sum(), (0, 1)),
+                 in_dims=(None, 0))(xp[0], s0)  # xp broadcast along V: its gradient summed
+    want = [rlgrad.grad(lambda x, s: (seq(x, s, w, b) ** 2).sum(), (0, 1))(xp[0], s0[v])
+            for v in range(V)]
+    np.testing.assert_allclose(np.asarray(grads[0]), np.stack([g[0] for g in want]), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(grads[1]), np.stack([g[1] for g in want]), rtol=1e-12)
     ws = RNG.standard_normal((V,) + w.shape)
     got = vmap(seq, in_dims=(None, None, 0, None))(xp[0], s0[0], ws, b)
     want = np.stack([seq(xp[0], s0[0], ws[v], b) for v in range(V)])

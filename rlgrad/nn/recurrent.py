@@ -4,9 +4,11 @@
 A ``state_dict`` of ``nn.LSTM(4, 8, num_layers=2, bidirectional=True)`` has the keys and shapes of
 the same ``torch.nn.LSTM`` (weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0, ..._reverse).
 
-A step is two nodes: the input projection (``F.linear``) and the cell, one fused node for LSTM
-and GRU (``rlgrad/nn/cells.py``: the hidden projection and the gates). Under ``rlgrad.jit`` each
-layer and direction is one ``lax.scan`` of the cell over the inputs projected in one matmul.
+Each layer and direction of an LSTM or GRU is two nodes, eagerly and under ``rlgrad.jit``: the
+input projection of all steps (one matmul) and the loop (``rlgrad/nn/cells.py``: ``lstm_seq``,
+``gru_seq``); the cells are one node per step (``lstm_cell``, ``gru_cell``: the hidden projection
+and the gates). An Elman RNN is a few ops per step, under jit one ``lax.scan`` per layer and
+direction.
 """
 
 from __future__ import annotations
@@ -30,29 +32,15 @@ __all__ = ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"]
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
-# ---- one step of each cell: ``xp`` is the input projection W_ih x + b_ih, (B, G*H) ----------
-# A state is one array: h (RNN), h in the first H columns of the GRU cell's wide output, h and c
-# in the first 2H of the LSTM cell's (rlgrad/nn/cells.py: one node per step); h is read by slicing.
+# ---- one step of the Elman RNN: ``xp`` is the input projection W_ih x + b_ih, (B, H) ----------
+# (LSTM and GRU run whole sequences as one node each, rlgrad/nn/cells.py)
 def _rnn_step(xp: Any, h: Any, w_hh: Any, b_hh: Any, relu: bool) -> Any:
     pre = xp + F.linear(h, w_hh, b_hh)
     return ops.relu(pre) if relu else ops.tanh(pre)
 
 
-def _rnn_tanh_step(xp: Any, s: Any, w: Any, b: Any) -> Any:
-    return _rnn_step(xp, s, w, b, False)
-
-
-def _rnn_relu_step(xp: Any, s: Any, w: Any, b: Any) -> Any:
-    return _rnn_step(xp, s, w, b, True)
-
-
-#: one step of each mode on its state array: the bodies of the scans under jit
-_STEPS: dict[str, Callable[..., Any]] = {
-    "LSTM": lstm_cell, "GRU": gru_cell, "RNN_TANH": _rnn_tanh_step, "RNN_RELU": _rnn_relu_step}
-#: the modes whose eager loop is one node (rlgrad/nn/cells.py)
+#: the modes whose loop is one node, and that node's output blocks (h, then c for LSTM)
 _SEQS: dict[str, Callable[..., Any]] = {"LSTM": lstm_seq, "GRU": gru_seq}
-#: the width of each mode's state array after a step, in units of H
-_WIDTH = {"LSTM": 6, "GRU": 5, "RNN_TANH": 1, "RNN_RELU": 1}
 
 
 def _dtype_of(dtype: Any) -> np.dtype:
@@ -129,72 +117,70 @@ class _RNNBase(Module):
                              f"got {tuple(_shape(hx)) if not unbatched else _shape(hx)[::2]}")
         return hx
 
-    def _state(self, h0: Any, c0: Any, wide: bool) -> Any:
-        """The state array a direction starts from: h0 (and c0), padded to a step's width when
-        ``wide`` (a scan's carry keeps one shape)."""
-        parts = [h0] if c0 is None else [h0, c0]
-        pad = (_WIDTH[self.mode] - len(parts)) * self.hidden_size
-        if wide and pad:
-            parts.append(np.zeros(_shape(h0)[:-1] + (pad,), F._dtype(h0)))
-        return parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=-1)
+    def _run_direction(self, xs: list[Any], h: Any, sfx: str, reverse: bool) -> list[Any]:
+        """RNN, eagerly: h after each step over the inputs ``xs`` (T of (B, I)), in ``xs``' order.
 
-    def _h(self, s: Any) -> Any:
-        """h of a state array (the first H columns)."""
-        return s if _WIDTH[self.mode] == 1 else s[..., :self.hidden_size]
-
-    def _run_direction(self, xs: list[Any], state: Any, sfx: str, reverse: bool) -> list[Any]:
-        """The state after each step over the inputs ``xs`` (T of (B, I)), in ``xs``' order.
-
-        Each step projects its own input (a small matmul) rather than slicing one (T, B, G)
-        projection of all steps: the gradient of a slice is a full (T, B, G) array, T of them
+        Each step projects its own input (a small matmul) rather than slicing one (T, B, H)
+        projection of all steps: the gradient of a slice is a full (T, B, H) array, T of them
         per layer, which cost more than the matmuls saved (bench/recurrent.py)."""
         w_ih, w_hh, b_ih, b_hh = self._weights(sfx)
-        step = _STEPS[self.mode]
+        relu = self.mode == "RNN_RELU"
         outs = []
         for t in range(len(xs) - 1, -1, -1) if reverse else range(len(xs)):
-            state = step(F.linear(xs[t], w_ih, b_ih), state, w_hh, b_hh)
-            outs.append(state)
+            h = _rnn_step(F.linear(xs[t], w_ih, b_ih), h, w_hh, b_hh, relu)
+            outs.append(h)
         if reverse:
             outs.reverse()
         return outs
 
-    def _scan_direction(self, x: Any, state: Any, sfx: str, reverse: bool) -> tuple[Any, Any]:
-        """``_run_direction`` as one ``lax.scan`` over ``x`` (T, B, I), from a wide ``state``:
-        what ``rlgrad.jit`` traces, so that the step compiles the cell once whatever T (the body
-        is found traced for a new T: the same code over the same parameters). The states
-        stacked (T, B, width), and the last."""
+    def _scan_direction(self, x: Any, h: Any, sfx: str, reverse: bool) -> tuple[Any, Any]:
+        """RNN under ``rlgrad.jit``: ``_run_direction`` as one ``lax.scan`` over ``x`` (T, B, I),
+        so that the step compiles the cell once whatever T (the body is found traced for a new
+        T: the same code over the same parameters). Every step's h stacked, and the last."""
         w_ih, w_hh, b_ih, b_hh = self._weights(sfx)
-        step = _STEPS[self.mode]
+        relu = self.mode == "RNN_RELU"
 
         def body(s: Any, xp_t: Any) -> tuple[Any, Any]:
-            new = step(xp_t, s, w_hh, b_hh)
+            new = _rnn_step(xp_t, s, w_hh, b_hh, relu)
             return new, new
 
         # the input projection of all steps is one matmul before the loop (and its gradient one
         # after it): the scan's gradient for its xs is stacked, not T full-size slice gradients
-        last, seq = lax.scan(body, state, F.linear(x, w_ih, b_ih), reverse=reverse)
+        last, seq = lax.scan(body, h, F.linear(x, w_ih, b_ih), reverse=reverse)
         return seq, last
 
-    def _final(self, last: Any, hs: list[Any], cs: list[Any]) -> None:
-        """h_n (and c_n) of a direction whose last state is ``last``."""
-        hs.append(self._h(last))
-        if self.mode == "LSTM":
-            cs.append(last[..., self.hidden_size:2 * self.hidden_size])
-
     def _seq_direction(self, x: Any, state: Any, sfx: str, reverse: bool) -> tuple[Any, Any]:
-        """Eagerly, LSTM and GRU: the input projection of all steps (one matmul) and the loop
-        as one node (``cells.lstm_seq``/``gru_seq``); the states stacked, and the last."""
+        """LSTM and GRU: the input projection of all steps (one matmul) and the loop as one node
+        (``cells.lstm_seq``/``gru_seq``), eagerly and under ``rlgrad.jit`` alike. Every step's
+        h (T, B, H) and the last step's output blocks (h, c ...)."""
         w_ih, w_hh, b_ih, b_hh = self._weights(sfx)
         seq = _SEQS[self.mode](F.linear(x, w_ih, b_ih), state, w_hh, b_hh, reverse=reverse)
-        return seq, seq[0 if reverse else _shape(x)[0] - 1]
+        return seq[:, 0], seq[0 if reverse else _shape(x)[0] - 1]
+
+    def _direction(self, xs: Any, k: int, h0: Any, c0: Any, sfx: str,
+                   hs: list[Any], cs: list[Any]) -> Any:
+        """One layer and direction ``k`` over ``xs`` from h0[k] (and c0[k]): its h sequence (a
+        list on the eager RNN path), h_n (and c_n) appended to ``hs`` (and ``cs``)."""
+        reverse = k % self._dirs == 1
+        if self.mode in _SEQS:
+            state = h0[k] if c0 is None else ops.concatenate([h0[k], c0[k]], axis=-1)
+            seq, last = self._seq_direction(xs, state, sfx, reverse)
+            hs.append(last[0])
+            if c0 is not None:
+                cs.append(last[1])
+            return seq
+        if _Trace.compiling:
+            seq, last = self._scan_direction(xs, h0[k], sfx, reverse)
+        else:
+            seq = self._run_direction(xs, h0[k], sfx, reverse)
+            last = seq[0 if reverse else -1]
+        hs.append(last)
+        return seq
 
     def _layers(self, x: Any, h0: Any, c0: Any) -> tuple[Any, list[Any], list[Any]]:
         """The layers over ``x`` (T, B, I): the output (T, B, H * directions), h_n and c_n
-        per layer and direction. Under ``rlgrad.jit`` one ``lax.scan`` per layer and direction
-        (a loop compiled once, not T copies of the cell); eagerly one sequence node (LSTM, GRU)
-        or a Python loop over the steps (RNN, whose inputs after the first layer stay lists)."""
-        scanning = _Trace.compiling
-        listed = not scanning and self.mode not in _SEQS
+        per layer and direction."""
+        listed = not _Trace.compiling and self.mode not in _SEQS
         xs = [x[t] for t in range(_shape(x)[0])] if listed else x
         hs: list[Any] = []
         cs: list[Any] = []
@@ -202,20 +188,10 @@ class _RNNBase(Module):
             if layer > 0 and self.dropout > 0 and self.training:
                 xs = ([F.dropout(v, self.dropout, True) for v in xs] if listed
                       else F.dropout(xs, self.dropout, True))
-            seqs = []
-            for d, sfx in enumerate(self._suffixes(layer)):
-                k = layer * self._dirs + d
-                state = self._state(h0[k], None if c0 is None else c0[k], wide=scanning)
-                if listed:
-                    seq = self._run_direction(xs, state, sfx, reverse=d == 1)
-                    last = seq[0 if d == 1 else -1]
-                else:
-                    run = self._scan_direction if scanning else self._seq_direction
-                    seq, last = run(xs, state, sfx, reverse=d == 1)
-                self._final(last, hs, cs)
-                seqs.append(seq)
-            if not listed or layer == self.num_layers - 1:  # stacked, then h sliced once
-                seqs = [self._h(ops.stack(s, axis=0) if listed else s) for s in seqs]
+            seqs = [self._direction(xs, layer * self._dirs + d, h0, c0, sfx, hs, cs)
+                    for d, sfx in enumerate(self._suffixes(layer))]
+            if not listed or layer == self.num_layers - 1:
+                seqs = [ops.stack(s, axis=0) if listed else s for s in seqs]
                 xs = seqs[0] if len(seqs) == 1 else ops.concatenate(seqs, axis=-1)
             else:
                 xs = [v[0] if len(v) == 1 else ops.concatenate(list(v), axis=-1)
