@@ -75,6 +75,10 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "lstm_seq": [Case(cells.lstm_seq, (r(3, 2, 8), r(2, 4), r(8, 2), r(8))),
                      Case(lambda x, s, w: cells.lstm_seq(x, s, w, reverse=True),
                           (r(3, 2, 8), r(2, 4), r(8, 2)))],
+        "lstm_cell_grad": [Case(lambda g, x, s, w, b: cells.lstm_cell_grad(
+            g, cells.lstm_cell(x, s, w, b), x, s, w, b), (r(2, 12), r(2, 8), r(2, 4), r(8, 2), r(8)))],
+        "gru_cell_grad": [Case(lambda g, x, s, w: cells.gru_cell_grad(
+            g, cells.gru_cell(x, s, w), x, s, w), (r(2, 10), r(2, 6), r(2, 10), r(6, 2)))],
         "lstm_seq_grad": [Case(lambda g, x, s, w, b: cells.lstm_seq_grad(
             g, cells.lstm_seq(x, s, w, b), x, s, w, b),
             (r(2, 6, 2, 2), r(2, 2, 8), r(2, 4), r(8, 2), r(8)))],

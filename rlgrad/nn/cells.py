@@ -12,11 +12,12 @@ order (i, f, g, o and r, z, n). Leading dimensions before B are batch dimensions
 
 Derivatives: the VJP is, at first order (plain arrays), one NumPy pass shared by the four
 arguments (``_lstm_grads``: the gates' gradient, then ``dh = dgates @ W``, ``dW = dgates.T @ h``,
-``db``); given Tensors (``create_graph``, a trace) the same formula in rlgrad's operations
-(``_lstm_grads_ops``), so it can be differentiated again. The JVP pushes the gates' tangent through
-the cell's Jacobian; vmap merges its dimension into the rows, or (batched weights) runs the
-reference. ``_lstm_cell_reference``/``_gru_cell_reference``, the cell as plain recorded
-operations, are what the primitives are tested against (tests/test_rnn_fused.py).
+``db``); given Tensors (``create_graph``, jit's trace) that same pass as one node
+(``lstm_cell_grad``, its result packed), whose own VJP and JVP are those of the reference's VJP,
+so it can be differentiated again. The JVP pushes the gates' tangent through the cell's
+Jacobian; vmap merges its dimension into the rows, or (batched weights) runs the reference.
+``_lstm_cell_reference``/``_gru_cell_reference``, the cell as plain recorded operations, are
+what the primitives are tested against (tests/test_rnn_fused.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.batching import Level, align, bcast, decomposed
-from rlgrad.nn.functional import _dense_grad_input_p, _dense_grad_weight_p, _dtype, _linear_p
+from rlgrad.nn.functional import _dtype, _linear_p
 from rlgrad.tensor import _shape
 from rlgrad.tracer import (
     Primitive,
@@ -53,7 +54,10 @@ def _sigmoid_(a: np.ndarray) -> None:
 
 
 def _lead(*arrays: Any) -> tuple[int, ...]:
-    return np.broadcast_shapes(*(_shape(a)[:-1] for a in arrays))
+    shapes = [_shape(a)[:-1] for a in arrays]
+    if all(s == shapes[0] for s in shapes[1:]):  # (np.broadcast_shapes costs ~5 us)
+        return tuple(shapes[0])
+    return np.broadcast_shapes(*shapes)
 
 
 class _Memo:
@@ -149,8 +153,8 @@ def _lstm_cell(xp: Any, hc: Any, w: Any, b: Any = None) -> np.ndarray:
     return out.reshape(lead + (6 * H,))
 
 
-def _lstm_grads(G: np.ndarray, ans: np.ndarray, hc: np.ndarray, w: np.ndarray,
-                b: Any) -> tuple[np.ndarray, ...]:
+def _lstm_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc: np.ndarray, w: np.ndarray,
+                b: Any, reverse: bool = False) -> tuple[np.ndarray, ...]:
     """(d xp, d hc, d w, d b) for the output's gradient ``G``, in NumPy (first order)."""
     H = w.shape[-1]
     lead = ans.shape[:-1]
@@ -164,40 +168,6 @@ def _lstm_grads(G: np.ndarray, ans: np.ndarray, hc: np.ndarray, w: np.ndarray,
     dw = dpre.T @ hc2[:, :H]
     db = None if b is None else ops._sum(dpre, axis=0)
     return dpre.reshape(lead + (4 * H,)), dhc.reshape(lead + hc.shape[-1:]), dw, db
-
-
-def _lstm_grads_ops(G: Any, ans: Any, hc: Any, w: Any, b: Any) -> tuple[Any, ...]:
-    """``_lstm_grads`` in rlgrad's operations (recorded: differentiable again)."""
-    H = _shape(w)[-1]
-    i, f, g, o = (ans[..., (2 + k) * H:(3 + k) * H] for k in range(4))
-    Gh = G[..., :H]
-    tc = ops.tanh(ans[..., H:2 * H])
-    dc2 = G[..., H:2 * H] + Gh * o * (1.0 - tc * tc)
-    Gi, Gf, Gg, Go = (G[..., (2 + k) * H:(3 + k) * H] for k in range(4))
-    c = hc[..., H:2 * H]
-    dpre = ops.concatenate([(dc2 * g + Gi) * i * (1.0 - i), (dc2 * c + Gf) * f * (1.0 - f),
-                            (dc2 * i + Gg) * (1.0 - g * g), (Gh * tc + Go) * o * (1.0 - o)],
-                           axis=-1)
-    dhc = [_dense_grad_input_p(dpre, w), dc2 * f]
-    width = _shape(hc)[-1]
-    if width > 2 * H:  # the gates' columns of a wide state are not read
-        dhc.append(np.zeros(_shape(ans)[:-1] + (width - 2 * H,), _dtype(ans)))
-    h = hc[..., :H]
-    if _shape(h)[:-1] != _shape(dpre)[:-1]:
-        h = ops.broadcast_to(h, _shape(dpre)[:-1] + (H,))
-    db = None if b is None else ops.sum(ops.reshape(dpre, (-1, 4 * H)), axis=0)
-    return dpre, ops.concatenate(dhc, axis=-1), _dense_grad_weight_p(dpre, h), db
-
-
-_LSTM_MEMO = _Memo()
-
-
-def _lstm_vjp(k: int) -> Any:
-    def rule(g: Any, ans: Any, xp: Any, hc: Any, w: Any, b: Any = None) -> Any:
-        if _plain(g, ans, hc, w):
-            return _LSTM_MEMO.get(g, ans, lambda: _lstm_grads(g, ans, hc, w, b))[k]
-        return _LSTM_MEMO.get(g, ans, lambda: _lstm_grads_ops(g, ans, hc, w, b))[k]
-    return rule
 
 
 def _lstm_tangent(tpre: Any, tc: Any, ans: Any, hc: Any, H: int) -> Any:
@@ -230,7 +200,6 @@ def _lstm_cell_reference(xp: Any, hc: Any, w: Any, b: Any = None) -> Any:
 
 
 lstm_cell = primitive(_lstm_cell, "lstm_cell")
-defvjp(lstm_cell, *(_lstm_vjp(k) for k in range(4)))
 defjvp(lstm_cell,
        lambda t, ans, xp, hc, w, b=None: _lstm_tangent(t, None, ans, hc, _shape(w)[-1]),
        _lstm_jvp_hc,
@@ -293,8 +262,8 @@ def _gru_cell(xp: Any, hs: Any, w: Any, b: Any = None) -> np.ndarray:
     return out.reshape(lead + (5 * H,))
 
 
-def _gru_grads(G: np.ndarray, ans: np.ndarray, hs: np.ndarray, w: np.ndarray,
-               b: Any) -> tuple[np.ndarray, ...]:
+def _gru_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hs: np.ndarray, w: np.ndarray,
+               b: Any, reverse: bool = False) -> tuple[np.ndarray, ...]:
     """(d xp, d hs, d w, d b) for the output's gradient ``G``, in NumPy (first order)."""
     H = w.shape[-1]
     lead = ans.shape[:-1]
@@ -310,38 +279,6 @@ def _gru_grads(G: np.ndarray, ans: np.ndarray, hs: np.ndarray, w: np.ndarray,
     dw = dhp.T @ h
     db = None if b is None else ops._sum(dhp, axis=0)
     return dxp.reshape(lead + (3 * H,)), dhs.reshape(lead + hs.shape[-1:]), dw, db
-
-
-def _gru_grads_ops(G: Any, ans: Any, hs: Any, w: Any, b: Any) -> tuple[Any, ...]:
-    """``_gru_grads`` in rlgrad's operations (recorded: differentiable again)."""
-    H = _shape(w)[-1]
-    r, z, hn, n = (ans[..., (1 + k) * H:(2 + k) * H] for k in range(4))
-    Gh, Gr, Gz, Ghn, Gn = (G[..., k * H:(k + 1) * H] for k in range(5))
-    h = hs[..., :H]
-    dn = (Gh * (1.0 - z) + Gn) * (1.0 - n * n)
-    dr = (dn * hn + Gr) * r * (1.0 - r)
-    dz = (Gh * (h - n) + Gz) * z * (1.0 - z)
-    dxp = ops.concatenate([dr, dz, dn], axis=-1)
-    dhp = ops.concatenate([dr, dz, dn * r + Ghn], axis=-1)
-    dhs = [_dense_grad_input_p(dhp, w) + Gh * z]
-    width = _shape(hs)[-1]
-    if width > H:  # the gates' columns of a wide state are not read
-        dhs.append(np.zeros(_shape(ans)[:-1] + (width - H,), _dtype(ans)))
-    if _shape(h)[:-1] != _shape(dhp)[:-1]:
-        h = ops.broadcast_to(h, _shape(dhp)[:-1] + (H,))
-    db = None if b is None else ops.sum(ops.reshape(dhp, (-1, 3 * H)), axis=0)
-    return dxp, ops.concatenate(dhs, axis=-1), _dense_grad_weight_p(dhp, h), db
-
-
-_GRU_MEMO = _Memo()
-
-
-def _gru_vjp(k: int) -> Any:
-    def rule(g: Any, ans: Any, xp: Any, hs: Any, w: Any, b: Any = None) -> Any:
-        if _plain(g, ans, hs, w):
-            return _GRU_MEMO.get(g, ans, lambda: _gru_grads(g, ans, hs, w, b))[k]
-        return _GRU_MEMO.get(g, ans, lambda: _gru_grads_ops(g, ans, hs, w, b))[k]
-    return rule
 
 
 def _gru_tangent(tx: Any, thp: Any, th: Any, ans: Any, hs: Any, H: int) -> Any:
@@ -384,7 +321,6 @@ def _gru_cell_reference(xp: Any, hs: Any, w: Any, b: Any = None) -> Any:
 
 
 gru_cell = primitive(_gru_cell, "gru_cell")
-defvjp(gru_cell, *(_gru_vjp(k) for k in range(4)))
 defjvp(gru_cell,
        lambda t, ans, xp, hs, w, b=None: _gru_tangent(t, None, None, ans, hs, _shape(w)[-1]),
        _gru_jvp_hs,
@@ -413,7 +349,7 @@ class _Seq:
     def __init__(self, xp: np.ndarray, s0: np.ndarray, w: np.ndarray, K: int) -> None:
         self.T, self.H, self.K = xp.shape[0], w.shape[-1], K
         self.G = w.shape[0] // self.H
-        self.lead = np.broadcast_shapes(xp.shape[1:-1], s0.shape[:-1])
+        self.lead = _lead(xp[0], s0)
         self.N = int(np.prod(self.lead, dtype=np.int64))
         self.dtype = np.result_type(xp, s0, w)
 
@@ -539,7 +475,7 @@ def _present(b: Any, *args: Any) -> list[Any]:
     return [*args] + ([] if b is None else [b])
 
 
-def _seq_grads_of(reference: Any, reverse: bool, has_b: bool) -> Any:
+def _grads_of(reference: Any, reverse: bool, has_b: bool) -> Any:
     """(g, xp, s0, w[, b]) -> the reference's VJP of ``g``, packed flat (what ``*_seq_grad``
     computes), in rlgrad's operations."""
     def grads(g: Any, *args: Any) -> Any:
@@ -548,7 +484,7 @@ def _seq_grads_of(reference: Any, reverse: bool, has_b: bool) -> Any:
     return grads
 
 
-def _seq_grad_vjp(reference: Any, memo: _Memo) -> Any:
+def _grad_vjp(reference: Any, memo: _Memo) -> Any:
     """``*_seq_grad``'s VJP: that of the reference's VJP (``ans`` is a cache of values the other
     arguments determine: no gradient of its own)."""
     def rule(i: int, c: Any, packed: Any, g: Any, ans: Any, xp: Any, s0: Any, w: Any,
@@ -557,14 +493,14 @@ def _seq_grad_vjp(reference: Any, memo: _Memo) -> Any:
             return None
 
         def compute() -> tuple[Any, ...]:
-            _, back = vjp(_seq_grads_of(reference, reverse, b is not None), g,
+            _, back = vjp(_grads_of(reference, reverse, b is not None), g,
                           *_present(b, xp, s0, w))
             return (back(c)[0], None, *back(c)[1:])
         return memo.get(c, packed, compute)[i]
     return rule
 
 
-def _seq_grad_jvp(reference: Any) -> Any:
+def _grad_jvp(reference: Any) -> Any:
     def rule(i: int, t: Any, packed: Any, g: Any, ans: Any, xp: Any, s0: Any, w: Any,
              b: Any = None, reverse: bool = False) -> Any:
         if i == 1:
@@ -572,7 +508,7 @@ def _seq_grad_jvp(reference: Any) -> Any:
         args = [g, *_present(b, xp, s0, w)]
         k = 0 if i == 0 else i - 1
         tans = [t if j == k else np.zeros(_shape(a), _dtype(a)) for j, a in enumerate(args)]
-        return jvp(_seq_grads_of(reference, reverse, b is not None), args, tans)[1]
+        return jvp(_grads_of(reference, reverse, b is not None), args, tans)[1]
     return rule
 
 
@@ -585,7 +521,7 @@ def _unpack(packed: Any, like: list[Any]) -> list[Any]:
     return out
 
 
-def _seq_vjp(grads: Any, grad_p: Any, memo: _Memo, k: int) -> Any:
+def _fused_vjp(grads: Any, grad_p: Any, memo: _Memo, k: int) -> Any:
     def rule(g: Any, ans: Any, xp: Any, s0: Any, w: Any, b: Any = None,
              reverse: bool = False) -> Any:
         if _plain(g, ans, xp, s0, w, b):
@@ -617,19 +553,34 @@ def _grad_fwd(grads: Any) -> Any:
     return fwd
 
 
+def _cell_reference(reference: Any) -> Any:
+    """A cell's reference with the sequences' signature (``reverse`` has no meaning for a step)."""
+    def ref(xp: Any, s0: Any, w: Any, b: Any = None, reverse: bool = False) -> Any:
+        return reference(xp, s0, w, b)
+    return ref
+
+
 _lstm_seq_reference = _seq_reference(lstm_cell, 6)
 _gru_seq_reference = _seq_reference(gru_cell, 5)
 lstm_seq = primitive(_lstm_seq, "lstm_seq")
 gru_seq = primitive(_gru_seq, "gru_seq")
+# The VJPs of the four, given Tensors: one node each (the NumPy backward, packed), whose own
+# derivatives are those of the reference's VJP
+lstm_cell_grad = primitive(_grad_fwd(_lstm_grads), "lstm_cell_grad")
+gru_cell_grad = primitive(_grad_fwd(_gru_grads), "gru_cell_grad")
 lstm_seq_grad = primitive(_grad_fwd(_lstm_seq_grads), "lstm_seq_grad")
 gru_seq_grad = primitive(_grad_fwd(_gru_seq_grads), "gru_seq_grad")
-for _p, _gp, _grads, _ref in ((lstm_seq, lstm_seq_grad, _lstm_seq_grads, _lstm_seq_reference),
-                              (gru_seq, gru_seq_grad, _gru_seq_grads, _gru_seq_reference)):
+_FUSED = ((lstm_cell, lstm_cell_grad, _lstm_grads, _cell_reference(_lstm_cell_reference)),
+          (gru_cell, gru_cell_grad, _gru_grads, _cell_reference(_gru_cell_reference)),
+          (lstm_seq, lstm_seq_grad, _lstm_seq_grads, _lstm_seq_reference),
+          (gru_seq, gru_seq_grad, _gru_seq_grads, _gru_seq_reference))
+for _p, _gp, _grads, _ref in _FUSED:
     _memo = _Memo()
-    defvjp(_p, *(_seq_vjp(_grads, _gp, _memo, k) for k in range(4)))
+    defvjp(_p, *(_fused_vjp(_grads, _gp, _memo, k) for k in range(4)))
+    defvjp_argnum(_gp, _grad_vjp(_ref, _Memo()))
+    defjvp_argnum(_gp, _grad_jvp(_ref))
+for _p, _ref in ((lstm_seq, _lstm_seq_reference), (gru_seq, _gru_seq_reference)):
     defjvp(_p, *(_seq_jvp(_ref, k) for k in range(4)))
-    defvjp_argnum(_gp, _seq_grad_vjp(_ref, _Memo()))
-    defjvp_argnum(_gp, _seq_grad_jvp(_ref))
 
 
 # ---- vmap ----------------------------------------------------------------------------------------
@@ -661,10 +612,10 @@ def _seq_batch_rule(reference: Any) -> Any:
     return rule
 
 
-def _seq_grad_batch_rule(reference: Any) -> Any:
+def _grad_batch_rule(reference: Any) -> Any:
     def logical(g: Any, ans: Any, xp: Any, s0: Any, w: Any, b: Any = None,
                 reverse: bool = False) -> Any:
-        return _seq_grads_of(reference, reverse, b is not None)(g, *_present(b, xp, s0, w))
+        return _grads_of(reference, reverse, b is not None)(g, *_present(b, xp, s0, w))
     return decomposed(logical)
 
 
@@ -672,8 +623,9 @@ defbatch(lstm_cell, _batch_rule(_lstm_cell_reference))
 defbatch(gru_cell, _batch_rule(_gru_cell_reference))
 defbatch(lstm_seq, _seq_batch_rule(_lstm_seq_reference))
 defbatch(gru_seq, _seq_batch_rule(_gru_seq_reference))
-defbatch(lstm_seq_grad, _seq_grad_batch_rule(_lstm_seq_reference))
-defbatch(gru_seq_grad, _seq_grad_batch_rule(_gru_seq_reference))
+for _p, _gp, _grads, _ref in _FUSED:
+    defbatch(_gp, _grad_batch_rule(_ref))
+
 
 
 # ---- one step on plain arrays (the NumPy acting paths) -------------------------------------------
