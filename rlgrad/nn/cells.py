@@ -373,22 +373,28 @@ class _Seq:
             return self.state(s0, k)
         return ans[t + 1 if reverse else t - 1, k]
 
+    def flat(self, dg: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """A step's gradient computed gate first (G, rows, H) copied into its (rows, G*H) rows
+        (one GEMM then gives the state's gradient, and the whole sequence's is d xp as it is)."""
+        np.copyto(rows.reshape(self.N, self.G, self.H), dg.transpose(1, 0, 2))
+        return rows
+
     def weight_grads(self, d: np.ndarray, ans: np.ndarray, s0: np.ndarray, b: Any,
                      reverse: bool) -> tuple[np.ndarray, Any]:
-        """d w (one GEMM of every step's gradient ``d`` (T, G, rows, H) with the h it read)
+        """d w (one GEMM of every step's gradient ``d`` (T, rows, G*H) with the h it read)
         and d b."""
-        T, G, N, H = self.T, self.G, self.N, self.H
+        T, N, H = self.T, self.N, self.H
         h0 = self.state(s0, 0)[None]
         h_read = np.concatenate([ans[1:, 0], h0] if reverse else [h0, ans[:-1, 0]])
-        dw = np.matmul(d.transpose(1, 3, 0, 2).reshape(G, H, T * N), h_read.reshape(T * N, H))
-        return dw.reshape(G * H, H), (None if b is None else d.sum(axis=(0, 2)).reshape(G * H))
+        rows = d.reshape(T * N, -1)
+        return rows.T @ h_read.reshape(T * N, H), (None if b is None else ops._sum(rows, axis=0))
 
     def outputs(self, d: np.ndarray, ds0: list[np.ndarray], xp: np.ndarray,
                 s0: np.ndarray) -> tuple[Any, Any]:
-        """d xp (T, *rows, G*H) from ``d`` (T, G, rows, H), summed over the rows ``xp`` was
+        """d xp (T, *rows, G*H) from ``d`` (T, rows, G*H), summed over the rows ``xp`` was
         broadcast along, and d s0 from its blocks."""
         T, G, H = self.T, self.G, self.H
-        dxp = d.transpose(0, 2, 1, 3).reshape((T,) + self.lead + (G * H,))
+        dxp = d.reshape((T,) + self.lead + (G * H,))
         if dxp.shape != xp.shape:
             ones = (T,) + (1,) * (dxp.ndim - xp.ndim) + xp.shape[1:]
             axes = tuple(i for i, (m, n) in enumerate(zip(ones, dxp.shape)) if m == 1 < n)
@@ -418,14 +424,14 @@ def _lstm_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc0: np.ndar
     L = _Seq(ans[:, 0], hc0, w, 6)
     shape = (L.T, 6, L.N, L.H)
     G, ans = np.broadcast_to(G, ans.shape).reshape(shape), ans.reshape(shape)
-    w4 = w.reshape(4, L.H, L.H)
-    d = np.empty((L.T, 4, L.N, L.H), L.dtype)
+    dg = np.empty((4, L.N, L.H), L.dtype)  # a step's, gate first
+    d = np.empty((L.T, L.N, 4 * L.H), L.dtype)
     dh = dc = None  # the gradient reaching the state from the later steps
     for t in _order(L.T, not reverse):
         Gh = G[t, 0] if dh is None else G[t, 0] + dh
         Gc = G[t, 1] if dc is None else G[t, 1] + dc
-        dc = _lstm_dstep(G[t], Gh, Gc, ans[t], L.read(ans, hc0, t, 1, reverse), d[t])
-        dh = np.matmul(d[t], w4).sum(axis=0)
+        dc = _lstm_dstep(G[t], Gh, Gc, ans[t], L.read(ans, hc0, t, 1, reverse), dg)
+        dh = L.flat(dg, d[t]) @ w
     return (*L.outputs(d, [dh, dc], xp, hc0), *L.weight_grads(d, ans, hc0, b, reverse))
 
 
@@ -447,14 +453,15 @@ def _gru_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hs0: np.ndarr
     L = _Seq(ans[:, 0], hs0, w, 5)
     shape = (L.T, 5, L.N, L.H)
     G, ans = np.broadcast_to(G, ans.shape).reshape(shape), ans.reshape(shape)
-    w3 = w.reshape(3, L.H, L.H)
-    dx = np.empty((L.T, 3, L.N, L.H), L.dtype)
+    dxg, dhg = np.empty((3, L.N, L.H), L.dtype), np.empty((3, L.N, L.H), L.dtype)
+    dx = np.empty((L.T, L.N, 3 * L.H), L.dtype)
     dhp = np.empty_like(dx)
     dh = None  # the gradient reaching the state from the later steps
     for t in _order(L.T, not reverse):
         Gh = G[t, 0] if dh is None else G[t, 0] + dh
-        dh = _gru_dstep(G[t], Gh, ans[t], L.read(ans, hs0, t, 0, reverse), dx[t], dhp[t])
-        dh += np.matmul(dhp[t], w3).sum(axis=0)
+        dh = _gru_dstep(G[t], Gh, ans[t], L.read(ans, hs0, t, 0, reverse), dxg, dhg)
+        L.flat(dxg, dx[t])
+        dh += L.flat(dhg, dhp[t]) @ w
     return (*L.outputs(dx, [dh], xp, hs0), *L.weight_grads(dhp, ans, hs0, b, reverse))
 
 
