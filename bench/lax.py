@@ -1,7 +1,8 @@
-"""Benchmark: a GRU over 32 steps, batch 16, 64 units, forward + backward, under ``rlgrad.jit``
-with ``lax.scan`` (what ``nn.GRU`` compiles to) vs the same cell unrolled under ``jit`` (a
-``GRUCell`` called T times) vs PyTorch eager (``torch.nn.GRU``, one thread); and the size of the
-compiled step for T = 8, 32, 128 (issue 30: it must not grow with T).
+"""Benchmark: a GRU over 32 steps, batch 16, 64 units, forward + backward, under ``rlgrad.jit``:
+``nn.GRU`` (its sequence node, ``cells.gru_seq``), a ``lax.scan`` over ``GRUCell`` (the fused
+cell as the body) and the same cell unrolled (a ``GRUCell`` called T times); ``nn.GRU`` eagerly;
+PyTorch eager (``torch.nn.GRU``, one thread). And the size of the compiled step for T = 8, 32,
+128 (issue 30: it must not grow with T).
 
 All three run the same weights (rlgrad's are loaded from PyTorch's state_dict); losses and
 parameter gradients are compared before timing. Rounds interleave the implementations (see
@@ -29,6 +30,18 @@ def _gru_step(m: Any) -> Callable[[np.ndarray], Any]:
     def step(x: Any) -> Any:
         m.zero_grad()
         out = m(x)[0]
+        loss = (out * out).sum()
+        loss.backward()
+        return loss
+    return step
+
+
+def _scan_step(cell: Any) -> Callable[[np.ndarray], Any]:
+    """The recurrence as a ``lax.scan`` over GRUCell: under jit, one node whose body is the cell."""
+    def step(x: Any) -> Any:
+        cell.zero_grad()
+        _, out = rlgrad.lax.scan(lambda h, xt: (cell(xt, h),) * 2,
+                                 rlgrad.zeros(x.shape[1], UNITS), x)
         loss = (out * out).sum()
         loss.backward()
         return loss
@@ -69,13 +82,14 @@ def _torch_step(torch: Any, tm: Any, x: np.ndarray) -> Callable[[], Any]:
 
 
 def program_sizes(lengths: tuple[int, ...] = (8, 32, 128)) -> list[dict[str, Any]]:
-    """Lines of the compiled training step for each T, scan and unrolled."""
+    """Lines of the compiled training step for each T: nn.GRU, the scan, unrolled."""
     m = nn.GRU(UNITS, UNITS)
     cell = _cell_from(m)
     rows = []
     for n in lengths:
         x = np.zeros((n, B, UNITS), np.float32)
-        rows.append({"T": n, "scan_lines": len(rlgrad.jit(_gru_step(m)).lower(x).splitlines()),
+        rows.append({"T": n, "gru_lines": len(rlgrad.jit(_gru_step(m)).lower(x).splitlines()),
+                     "scan_lines": len(rlgrad.jit(_scan_step(cell)).lower(x).splitlines()),
                      "unrolled_lines": len(rlgrad.jit(_unrolled_step(cell)).lower(x).splitlines())})
     return rows
 
@@ -88,17 +102,19 @@ def run(repeats: int = 9, min_time: float = 0.3) -> dict[str, Any]:
         tm = torch.nn.GRU(UNITS, UNITS)
         m.load_state_dict({k: v.detach().numpy() for k, v in tm.state_dict().items()})
     cell = _cell_from(m)
-    scan_jit, unrolled_jit = rlgrad.jit(_gru_step(m)), rlgrad.jit(_unrolled_step(cell))
-    impls = {"scan_jit": lambda: scan_jit(x), "unrolled_jit": lambda: unrolled_jit(x),
-             "eager": lambda: _gru_step(m)(rlgrad.tensor(x))}
+    gru_jit, scan_jit = rlgrad.jit(_gru_step(m)), rlgrad.jit(_scan_step(cell))
+    unrolled_jit = rlgrad.jit(_unrolled_step(cell))
+    impls = {"nn.GRU_jit": lambda: gru_jit(x), "scan_GRUCell_jit": lambda: scan_jit(x),
+             "unrolled_GRUCell_jit": lambda: unrolled_jit(x),
+             "nn.GRU_eager": lambda: _gru_step(m)(rlgrad.tensor(x))}
     losses = {name: float(np.asarray(getattr(f(), "_value", f()))) for name, f in impls.items()}
     if torch is not None:
         impls["torch"] = _torch_step(torch, tm, x)
         losses["torch"] = float(impls["torch"]().item())
-        scan_jit(x)
+        gru_jit(x)
         for p, q in zip(m.parameters(), tm.parameters()):
             np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-3, atol=1e-4)
-    ref = losses["eager"]
+    ref = losses["nn.GRU_eager"]
     assert all(abs(v - ref) <= 1e-4 * abs(ref) for v in losses.values()), losses
     times = _timing.interleaved(impls, repeats, min_time / repeats)
     base = times.get("torch")
@@ -138,9 +154,10 @@ def main() -> None:
     for name, r in run(args.repeats).items():
         ratio = "-" if r["vs_torch"] is None else f"{r['vs_torch']:.2f}x"
         print(f"| {name} | {r['ms']:.2f} | {ratio} |")
-    print("\n| T | scan: lines of the compiled step | unrolled: lines |\n|---:|---:|---:|")
+    print("\n| T | lines of the compiled step: nn.GRU | scan over GRUCell | unrolled |\n"
+          "|---:|---:|---:|---:|")
     for r in program_sizes():
-        print(f"| {r['T']} | {r['scan_lines']} | {r['unrolled_lines']} |")
+        print(f"| {r['T']} | {r['gru_lines']} | {r['scan_lines']} | {r['unrolled_lines']} |")
     print("\n| GAE, T=128, 8 envs | ms per call |\n|---|---:|")
     for name, ms in gae(args.repeats).items():
         print(f"| {name} | {ms:.3f} |")

@@ -34,9 +34,10 @@ def _empty_aligned(shape: Any, dtype: Any, align: int = 64) -> np.ndarray:
 
 def _make(arr: np.ndarray, requires_grad: bool, device: Any = None) -> Tensor:
     check_device(device)
+    t = _leaf(arr, requires_grad)
     if _Trace.compiling:  # a buffer made inside a jitted step (see tensor.born_in_trace)
-        _Trace.born[id(arr)] = arr
-    return _leaf(arr, requires_grad)
+        _Trace.born[id(arr)] = (arr, t, arr.copy())
+    return t
 
 
 def _dt(dtype: Any) -> Any:

@@ -62,6 +62,7 @@ class _Compiled:
         self.guards: list[tuple[Tensor, bool]] = []
         self.first: tuple[Any] | None = None
         self.state: list[Any] = []  # what the replayed calls reach (for check=True)
+        self.made: set[int] = set()  # ids of the buffers the step makes at every call
         self.slow = False  # replayed through jit._run: guards to check, or check=True
 
 
@@ -220,7 +221,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
 
     def _checked(self, compiled: _Compiled, args: tuple, leaves: list[Any]) -> Any:
         """The replay, checked against ``fun`` run eagerly from the same state."""
-        state = Snapshot(compiled.state)
+        state = Snapshot(compiled.state, compiled.made)
         dyn, in_def = tree_flatten([a for i, a in enumerate(args) if i not in self.static_argnums])
         copies = [x if x is None else constant(np.array(x._value if isinstance(x, Tensor) else x))
                   for x in dyn]  # called as the trace called it: Tensors, here fresh copies
@@ -288,11 +289,14 @@ class jit:  # noqa: N801 - lower-case like jax.jit
             _Trace.compiling = False
             _Trace.grads, _Trace.touched, _Trace.guards, _Trace.entry = {}, set(), [], {}
             _Trace.born = {}
+            fresh, _Trace.fresh = list(_Trace.fresh.values()), {}
             _Depth.value -= 1
             _GradMode.enabled = prev_mode
         out_leaves, out_def = tree_flatten(out)
-        compiled = _compile([t for t in inputs if t is not None], tape, out_leaves, out_def, grads)
+        compiled = _compile([t for t in inputs if t is not None], tape, out_leaves, out_def, grads,
+                            fresh)
         compiled.guards = grads.guards
+        compiled.made = {id(t) for t, _ in fresh}
         compiled.state = [e[1] for e in tape if getattr(e[0], "effect", False)] + [
             t for t, _g in grads.final]
         if any(getattr(p, "effect", False) for p, *_ in tape):
@@ -458,8 +462,11 @@ class _Names:
 
 
 def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any,
-             grads: _TracedGrads | None = None) -> _Compiled:
+             grads: _TracedGrads | None = None, fresh: list | None = None) -> _Compiled:
     names = _Names(inputs, grads.owners if grads else None)
+    # the buffers made inside the step and written in place: made again first, at every call
+    prologue = [f"{names.obj(t)}._value = {names.const(init)}.copy()  # made in the step"
+                for t, init in fresh or ()]
     sync = _GradSync(grads.initial if grads else {})
     lines, writers = _emit(tape, names, _one_element_broadcasts(tape, out_leaves),
                            _fused_pairs(tape, out_leaves), sync)
@@ -473,7 +480,7 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     body = _reuse_buffers(_live_lines(lines, roots), roots, writers, names.const)
     if grads is not None:  # the step reads these .grad: the caller must have left one
         grads.guards += [(t, False) for t in {id(t): t for t in names.owners_read}.values()]
-    return _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive)
+    return _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive, prologue)
 
 
 def _is_effect(target: str) -> bool:
@@ -649,8 +656,8 @@ def _live_lines(lines: list, outs: list[str]) -> list:
 
 
 def _build_step(body: list, outs: list[str], out_def: Any, n_inputs: int, consts: dict[str, Any],
-                keep_alive: list[Any]) -> _Compiled:
-    """The straight-line source ``def step(a0, a1, ...)`` of ``body``, compiled."""
+                keep_alive: list[Any], prologue: list[str] | None = None) -> _Compiled:
+    """The straight-line source ``def step(a0, a1, ...)`` of ``prologue`` and ``body``, compiled."""
     def const(value: Any) -> str:
         name = f"c{len(consts)}"
         consts[name] = value
@@ -658,6 +665,7 @@ def _build_step(body: list, outs: list[str], out_def: Any, n_inputs: int, consts
 
     params = ", ".join(f"a{i}" for i in range(n_inputs))
     src = f"def step({params}):\n"
+    src += "".join(f"    {code}\n" for code in prologue or ())
     src += "".join(f"    {code}\n" for _, code, _ in body)
     src += f"    return {_structure_source(out_def, iter(outs), const)}\n"
     namespace = dict(consts)

@@ -26,12 +26,13 @@ def _arrays_of(d: dict) -> dict[Any, tuple[np.ndarray, np.ndarray]]:
 
 class Snapshot:
     """The state reachable from ``objs`` (Tensors, optimizers, modules, schedulers, lists of
-    them), copied so that it can be put back and compared."""
+    them), copied so that it can be put back and compared; ``skip``: ids of tensors left out
+    (buffers the step makes itself, which eager execution makes anew)."""
 
-    def __init__(self, objs: list[Any]) -> None:
+    def __init__(self, objs: list[Any], skip: set[int] | None = None) -> None:
         self.tensors: dict[int, tuple] = {}
         self.dicts: dict[int, tuple] = {}
-        self.seen: set[int] = set()
+        self.seen: set[int] = set(skip or ())
         for o in objs:
             self._take(o)
 

@@ -227,7 +227,8 @@ def _fn_key(fn: Callable) -> tuple[tuple, tuple]:
         return tuple(id(o) for o in fn.key), fn.key
     if isinstance(fn, _Fori):  # a wrapper of the user's function: keyed by it
         ids, objs = _fn_key(fn.body_fun)
-        return (id(type(fn)), *ids), (type(fn), *objs)
+        extra = (fn.k, fn.reverse) if isinstance(fn, _Unrolled) else ()
+        return (id(type(fn)), *extra, *ids), (type(fn), *objs)
     func, owner = getattr(fn, "__func__", fn), getattr(fn, "__self__", None)
     cells = []
     for c in getattr(func, "__closure__", None) or ():
@@ -343,19 +344,59 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
          unroll: int | bool = 1) -> tuple[Any, Any]:
     """JAX's ``lax.scan``: ``carry, y = f(carry, x)`` over the leading axis of ``xs`` (pytrees),
     returning the last carry and the ``y``s stacked. ``reverse`` runs from the last element to
-    the first (``ys`` keep ``xs``' order). ``unroll`` is accepted for JAX's signature: a compiled
-    step calls the body once per element whatever it is."""
-    del unroll
+    the first (``ys`` keep ``xs``' order). ``unroll`` (an int >= 1, or True: all, False: 1) is
+    how many steps one call of the compiled body makes under ``rlgrad.jit`` (JAX's meaning; the
+    ``n % unroll`` left over are a loop of their own); the values are the same whatever it is."""
     init_leaves, init_def = _flatten(init)
     init_leaves = [_leaf(x) for x in init_leaves]
     xs_leaves, xs_def = _flatten(xs)
     xs_leaves = [_leaf(x) for x in xs_leaves]
     n = _scan_length(xs_leaves, length)
+    k = _unroll_count(unroll, n)
+    if _tracing() and k > 1:
+        return _scan_unrolled(f, init, xs, n, reverse, k)
     if _tracing():
         carry, ys, y_def = _scan_traced(f, init_leaves, init_def, xs_leaves, xs_def, n, reverse)
     else:
         carry, ys, y_def = _scan_eager(f, init_leaves, init_def, xs_leaves, xs_def, n, reverse)
     return _unflatten(init_def, carry), _unflatten(y_def, ys)
+
+
+def _unroll_count(unroll: Any, n: int) -> int:
+    """Steps per call of the body for scan's ``unroll`` (JAX's rule)."""
+    if isinstance(unroll, bool | np.bool_):
+        return max(n, 1) if unroll else 1
+    if not isinstance(unroll, int | np.integer) or unroll < 1:
+        raise ValueError("`unroll` must be a `bool` or a positive `int`.")
+    return int(unroll)
+
+
+def _scan_unrolled(f: Callable, init: Any, xs: Any, n: int, reverse: bool,
+                   k: int) -> tuple[Any, Any]:
+    """``scan`` with ``k`` steps per call of the body (``_Unrolled``) over the ``n // k`` whole
+    blocks, and the ``n % k`` left over (JAX's split: the last ones, the first when reverse) as a
+    scan of their own; the ys put back in order."""
+    blocks, rem = divmod(n, k)
+    leaves, tdef = _flatten(xs)
+    cut = rem if reverse else blocks * k
+    main = [reshape(getitem(x, slice(cut, None) if reverse else slice(0, cut)),
+                    (blocks, k) + _value(x).shape[1:]) for x in leaves]
+    tail = [getitem(x, slice(0, cut) if reverse else slice(cut, None)) for x in leaves]
+    parts: list[tuple[list[Any], Any]] = []  # (ys' leaves, their structure), in run order
+    carry = init
+    if blocks:
+        carry, ys = scan(_Unrolled(f, k, reverse), carry, _unflatten(tdef, main), length=blocks,
+                         reverse=reverse)
+        y_leaves, y_def = _flatten(ys)
+        parts.append(([reshape(y, (blocks * k,) + _value(y).shape[2:]) for y in y_leaves], y_def))
+    if rem:
+        carry, ys = scan(f, carry, _unflatten(tdef, tail), length=rem, reverse=reverse)
+        parts.append(_flatten(ys))
+    if reverse:
+        parts.reverse()  # the ys in the order of xs: the left-over first
+    cols = zip(*[leaves for leaves, _ in parts])
+    return carry, _unflatten(parts[0][1], [concatenate(list(c)) if len(c) > 1 else c[0]
+                                           for c in cols])
 
 
 def _scan_length(xs_leaves: list[Any], length: int | None) -> int:
@@ -535,15 +576,18 @@ def _scan_jvp(i: int, t: Any, ans: Any, *args: Any, ctx: _ScanCtx) -> Any:
     nc = ctx.n_carry
 
     def step(carry: Any, inp: Any) -> Any:
-        (c, tc), (x, tx) = carry, inp
+        (c, tc, tk), (x, tx) = carry, inp
 
         def one(k: list[Any], cf: list[Any], xf: list[Any]) -> list[Any]:
             return ctx.ext(_splice(consts, k), _splice(c, cf), _splice(x, xf))
 
-        out, tout = jvp(one, (kf, _floats(c), _floats(x)), (tkf, _pick(tc, c), _pick(tx, x)))
-        return (out[:nc], tout[:nc]), (out[nc:], tout[nc:])
+        out, tout = jvp(one, (kf, _floats(c), _floats(x)), (tk, _pick(tc, c), _pick(tx, x)))
+        return (out[:nc], tout[:nc], tk), (out[nc:], tout[nc:])
 
-    (_, tlast), (_, touts) = scan(step, (init, tinit), (xs, txs), reverse=ctx.reverse)
+    # the captured tensors' tangents ride in the carry (unchanged), not in the closure: the body
+    # then reads only what the forward body reads, and is found traced for a new trip count
+    (_, tlast, _), (_, touts) = scan(_Keyed(step, ("scan jvp", ctx.body, ctx.save, ctx.reverse)),
+                                     (init, tinit, tkf), (xs, txs), reverse=ctx.reverse)
     return _as_given(t, _pack_tensors(ctx, [*tlast, *touts]))
 
 
@@ -579,8 +623,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
               unroll: int | bool | None = None) -> Any:
     """JAX's ``lax.fori_loop``: ``val = body_fun(i, val)`` for ``i`` from ``lower`` to ``upper``.
     With bounds known at trace time it is a ``scan`` over the indices (differentiable both
-    ways); with traced bounds a ``while_loop`` (forward mode only), as in JAX."""
-    del unroll
+    ways, ``unroll`` as scan's); with traced bounds a ``while_loop`` (forward mode only), as in
+    JAX."""
     lo, hi = _static_int(lower), _static_int(upper)
     if lo is not None and hi is not None:
         idx_dtype = np.result_type(_value(lower).dtype, _value(upper).dtype)
@@ -589,7 +633,8 @@ def fori_loop(lower: Any, upper: Any, body_fun: Callable, init_val: Any, *,
             for i in range(lo, hi):
                 val = body_fun(i, val)
             return val
-        out, _ = scan(_Fori(body_fun), init_val, np.arange(lo, max(lo, hi), dtype=idx_dtype))
+        out, _ = scan(_Fori(body_fun), init_val, np.arange(lo, max(lo, hi), dtype=idx_dtype),
+                      unroll=1 if unroll is None else unroll)
         return out
     (_, _, val) = while_loop(_fori_cond, _ForiWhile(body_fun), (lower, upper, init_val))
     return val
@@ -603,6 +648,23 @@ class _Fori:
 
     def __call__(self, val: Any, i: Any) -> tuple[Any, None]:
         return self.body_fun(i, val), None
+
+
+class _Unrolled(_Fori):
+    """``k`` steps of scan's body in one call over a block of ``k`` elements (``unroll``)."""
+
+    def __init__(self, body_fun: Callable, k: int, reverse: bool) -> None:
+        super().__init__(body_fun)
+        self.k, self.reverse = k, reverse
+
+    def __call__(self, carry: Any, block: Any) -> tuple[Any, Any]:
+        leaves, tdef = _flatten(block)
+        ys: list[Any] = [None] * self.k
+        for t in (range(self.k - 1, -1, -1) if self.reverse else range(self.k)):
+            carry, ys[t] = self.body_fun(carry, _unflatten(tdef, [getitem(x, t) for x in leaves]))
+        y_def = _flatten(ys[0])[1]
+        cols = zip(*[_flatten(y)[0] for y in ys])
+        return carry, _unflatten(y_def, [stack(list(c)) for c in cols])
 
 
 class _ForiWhile(_Fori):

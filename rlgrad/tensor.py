@@ -54,20 +54,24 @@ class _Trace:
     #: call was assigned by the step's own code
     leaves: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
     entry: dict[int, tuple[Tensor, Any]] = {}
-    #: ``{id(array): array}`` of the buffers a factory (zeros, empty, full ...) made while jit
-    #: traces: the compiled step would keep the one made at trace time, so an in-place write
-    #: into one (or a view of one) is refused (``born_in_trace``)
-    born: dict[int, np.ndarray] = {}
+    #: ``{id(array): (array, its Tensor, its contents when made)}`` of the buffers a factory
+    #: (zeros, empty, full ...) made while jit traces (``born_in_trace``)
+    born: dict[int, tuple[np.ndarray, Any, np.ndarray]] = {}
+    #: ``{id(t): (t, contents)}``: those a recorded in-place call writes into; the compiled step
+    #: makes each again at the start of every call, as eager execution does (torch.compile too)
+    fresh: dict[int, tuple[Any, np.ndarray]] = {}
 
 
-def born_in_trace(t: object) -> bool:
-    """Whether ``t``'s memory is a buffer a factory made during this trace (or a view of one)."""
+def born_in_trace(t: object) -> tuple[np.ndarray, Any, np.ndarray] | None:
+    """The record in ``_Trace.born`` of the buffer a factory made during this trace that ``t``'s
+    memory is (or is a view of); None if it is no such buffer."""
     arr = t._value if isinstance(t, Tensor) else None
     while isinstance(arr, np.ndarray):
-        if id(arr) in _Trace.born and _Trace.born[id(arr)] is arr:
-            return True
+        rec = _Trace.born.get(id(arr))
+        if rec is not None and rec[0] is arr:
+            return rec
         arr = arr.base
-    return False
+    return None
 
 
 def user_line() -> str:

@@ -536,12 +536,16 @@ def replayed(fn: Callable, check: Callable | None = None) -> Callable:
             return fn(*args, **kwargs)
         if check is not None:
             check(*args, **kwargs)
-        if args and born_in_trace(args[0]):
-            raise TraceError(
-                f"rlgrad.jit: {getattr(fn, '__name__', 'an in-place write')} at {user_line()} "
-                "writes into a buffer made inside the jitted function (zeros, empty, full ...), "
-                "which the compiled step would keep from call to call; build it out of place "
-                "(rlgrad.where, rlgrad.stack, x.scatter(...)) or pass the buffer in as an argument")
+        born = born_in_trace(args[0]) if args else None
+        if born is not None:  # the compiled step makes the buffer again at every call
+            if born[1].requires_grad:
+                raise TraceError(
+                    f"rlgrad.jit: {getattr(fn, '__name__', 'an in-place write')} at "
+                    f"{user_line()} writes into a tensor made inside the jitted function with "
+                    "requires_grad=True, whose gradient the compiled step cannot keep apart from "
+                    "call to call; make it outside and pass it in, or make it without "
+                    "requires_grad")
+            _Trace.fresh[id(born[1])] = (born[1], born[2])
         args = tuple(a if isinstance(a, Tensor | list | tuple | dict) or not hasattr(a, "__next__")
                      else list(a) for a in args)  # a generator (parameters()) is read once
         ids = note_grads((args, list(kwargs.values())))

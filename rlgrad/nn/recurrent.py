@@ -4,8 +4,11 @@
 A ``state_dict`` of ``nn.LSTM(4, 8, num_layers=2, bidirectional=True)`` has the keys and shapes of
 the same ``torch.nn.LSTM`` (weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0, ..._reverse).
 
-The time loop is a few ops per step: two small matmuls (input and hidden projections) and the
-gate nonlinearities; an LSTM step's elementwise part is one fused node (``F.lstm_cell_p``).
+Each layer and direction of an LSTM or GRU is two nodes, eagerly and under ``rlgrad.jit``: the
+input projection of all steps (one matmul) and the loop (``rlgrad/nn/cells.py``: ``lstm_seq``,
+``gru_seq``); the cells are one node per step (``lstm_cell``, ``gru_cell``: the hidden projection
+and the gates). An Elman RNN is a few ops per step, under jit one ``lax.scan`` per layer and
+direction.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 from rlgrad import lax, ops
 from rlgrad.nn import functional as F
 from rlgrad.nn import init
+from rlgrad.nn.cells import gru_cell, gru_seq, lstm_cell, lstm_seq
 from rlgrad.nn.layers import _as_input
 from rlgrad.nn.module import Module, Parameter
 from rlgrad.tensor import _shape, _Trace, get_default_dtype
@@ -29,64 +33,15 @@ __all__ = ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"]
 _GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
 
-# ---- one step of each cell: ``xp`` is the input projection W_ih x + b_ih, (B, G*H) ----------
+# ---- one step of the Elman RNN: ``xp`` is the input projection W_ih x + b_ih, (B, H) ----------
+# (LSTM and GRU run whole sequences as one node each, rlgrad/nn/cells.py)
 def _rnn_step(xp: Any, h: Any, w_hh: Any, b_hh: Any, relu: bool) -> Any:
     pre = xp + F.linear(h, w_hh, b_hh)
     return ops.relu(pre) if relu else ops.tanh(pre)
 
 
-def _lstm_step(xp: Any, h: Any, c: Any, w_hh: Any, b_hh: Any) -> tuple[Any, Any]:
-    gc = ops.concatenate([xp + F.linear(h, w_hh, b_hh), c], axis=-1)
-    hc = F.lstm_cell_p(gc)  # the elementwise part as one node (fast path of the step below)
-    H = _shape(h)[-1]
-    return hc[..., :H], hc[..., H:]
-
-
-def _lstm_step_reference(xp: Any, h: Any, c: Any, w_hh: Any, b_hh: Any) -> tuple[Any, Any]:
-    """The step as plain recorded ops, gates i, f, g, o (the reference for ``_lstm_step``)."""
-    gates = xp + F.linear(h, w_hh, b_hh)
-    H = _shape(h)[-1]
-    i, f, o = (ops.sigmoid(gates[..., a * H:(a + 1) * H]) for a in (0, 1, 3))
-    g = ops.tanh(gates[..., 2 * H:3 * H])
-    c2 = f * c + i * g
-    return o * ops.tanh(c2), c2
-
-
-def _gru_step(xp: Any, h: Any, w_hh: Any, b_hh: Any) -> Any:
-    # the elementwise part as one node (fast path of the step below)
-    return F.gru_cell_p(ops.concatenate([xp, F.linear(h, w_hh, b_hh), h], axis=-1))
-
-
-def _gru_step_reference(xp: Any, h: Any, w_hh: Any, b_hh: Any) -> Any:
-    """The step as plain recorded ops, gates r, z, n (the reference for ``_gru_step``)."""
-    hp = F.linear(h, w_hh, b_hh)
-    H = _shape(h)[-1]
-    rz = ops.sigmoid(xp[..., :2 * H] + hp[..., :2 * H])
-    r, z = rz[..., :H], rz[..., H:]
-    n = ops.tanh(xp[..., 2 * H:] + r * hp[..., 2 * H:])  # r gates W_hn h + b_hn (PyTorch)
-    return n + z * (h - n)  # (1 - z) * n + z * h
-
-
-def _lstm_state_step(xp: Any, s: tuple[Any, ...], w: Any, b: Any) -> tuple[Any, ...]:
-    return _lstm_step(xp, s[0], s[1], w, b)
-
-
-def _gru_state_step(xp: Any, s: tuple[Any, ...], w: Any, b: Any) -> tuple[Any, ...]:
-    return (_gru_step(xp, s[0], w, b),)
-
-
-def _rnn_tanh_state_step(xp: Any, s: tuple[Any, ...], w: Any, b: Any) -> tuple[Any, ...]:
-    return (_rnn_step(xp, s[0], w, b, False),)
-
-
-def _rnn_relu_state_step(xp: Any, s: tuple[Any, ...], w: Any, b: Any) -> tuple[Any, ...]:
-    return (_rnn_step(xp, s[0], w, b, True),)
-
-
-#: one step of each mode on a state tuple ((h,) or (h, c)): the bodies of the scans under jit
-_STEPS: dict[str, Callable[..., tuple[Any, ...]]] = {
-    "LSTM": _lstm_state_step, "GRU": _gru_state_step, "RNN_TANH": _rnn_tanh_state_step,
-    "RNN_RELU": _rnn_relu_state_step}
+#: the modes whose loop is one node, and that node's output blocks (h, then c for LSTM)
+_SEQS: dict[str, Callable[..., Any]] = {"LSTM": lstm_seq, "GRU": gru_seq}
 
 
 def _dtype_of(dtype: Any) -> np.dtype:
@@ -165,78 +120,86 @@ class _RNNBase(Module):
                              f"got {tuple(_shape(hx)) if not unbatched else _shape(hx)[::2]}")
         return hx
 
-    def _run_direction(self, xs: list[Any], state: tuple[Any, ...], sfx: str,
-                       reverse: bool) -> tuple[list[Any], tuple[Any, ...]]:
-        """Steps over the inputs ``xs`` (T of (B, I)); returns each step's h and the last state.
+    def _run_direction(self, xs: list[Any], h: Any, sfx: str, reverse: bool) -> list[Any]:
+        """RNN, eagerly: h after each step over the inputs ``xs`` (T of (B, I)), in ``xs``' order.
 
-        Each step projects its own input (a small matmul) rather than slicing one (T, B, G)
-        projection of all steps: the gradient of a slice is a full (T, B, G) array, T of them
+        Each step projects its own input (a small matmul) rather than slicing one (T, B, H)
+        projection of all steps: the gradient of a slice is a full (T, B, H) array, T of them
         per layer, which cost more than the matmuls saved (bench/recurrent.py)."""
         w_ih, w_hh, b_ih, b_hh = self._weights(sfx)
-        step = _STEPS[self.mode]
+        relu = self.mode == "RNN_RELU"
         outs = []
         for t in range(len(xs) - 1, -1, -1) if reverse else range(len(xs)):
-            state = step(F.linear(xs[t], w_ih, b_ih), state, w_hh, b_hh)
-            outs.append(state[0])
+            h = _rnn_step(F.linear(xs[t], w_ih, b_ih), h, w_hh, b_hh, relu)
+            outs.append(h)
         if reverse:
             outs.reverse()
-        return outs, state
+        return outs
 
-    def _scan_direction(self, x: Any, state: tuple[Any, ...], sfx: str,
-                        reverse: bool) -> tuple[Any, tuple[Any, ...]]:
-        """``_run_direction`` as one ``lax.scan`` over ``x`` (T, B, I): what ``rlgrad.jit``
-        traces, so that the step compiles the cell once whatever T (the body is found traced
-        for a new T: the same code over the same parameters)."""
+    def _scan_direction(self, x: Any, h: Any, sfx: str, reverse: bool) -> tuple[Any, Any]:
+        """RNN under ``rlgrad.jit``: ``_run_direction`` as one ``lax.scan`` over ``x`` (T, B, I),
+        so that the step compiles the cell once whatever T (the body is found traced for a new
+        T: the same code over the same parameters). Every step's h stacked, and the last."""
         w_ih, w_hh, b_ih, b_hh = self._weights(sfx)
-        step = _STEPS[self.mode]
+        relu = self.mode == "RNN_RELU"
 
-        def body(s: tuple[Any, ...], xp_t: Any) -> tuple[tuple[Any, ...], Any]:
-            new = step(xp_t, s, w_hh, b_hh)
-            return new, new[0]
+        def body(s: Any, xp_t: Any) -> tuple[Any, Any]:
+            new = _rnn_step(xp_t, s, w_hh, b_hh, relu)
+            return new, new
 
         # the input projection of all steps is one matmul before the loop (and its gradient one
         # after it): the scan's gradient for its xs is stacked, not T full-size slice gradients
-        state, ys = lax.scan(body, state, F.linear(x, w_ih, b_ih), reverse=reverse)
-        return ys, state
+        last, seq = lax.scan(body, h, F.linear(x, w_ih, b_ih), reverse=reverse)
+        return seq, last
 
-    def _layers_scan(self, x: Any, h0: Any, c0: Any) -> tuple[Any, list[Any], list[Any]]:
-        """``_layers`` with one ``lax.scan`` per layer and direction (under ``rlgrad.jit``)."""
-        hs, cs = [], []
-        for layer in range(self.num_layers):
-            if layer > 0 and self.dropout > 0 and self.training:
-                x = F.dropout(x, self.dropout, True)
-            seqs = []
-            for d, sfx in enumerate(self._suffixes(layer)):
-                k = layer * self._dirs + d
-                state: tuple[Any, ...] = (h0[k],) if c0 is None else (h0[k], c0[k])
-                seq, state = self._scan_direction(x, state, sfx, reverse=d == 1)
-                seqs.append(seq)
-                hs.append(state[0])
-                if c0 is not None:
-                    cs.append(state[1])
-            x = seqs[0] if len(seqs) == 1 else ops.concatenate(seqs, axis=-1)
-        return x, hs, cs
+    def _seq_direction(self, x: Any, state: Any, sfx: str, reverse: bool) -> tuple[Any, Any]:
+        """LSTM and GRU: the input projection of all steps (one matmul) and the loop as one node
+        (``cells.lstm_seq``/``gru_seq``), eagerly and under ``rlgrad.jit`` alike. Every step's
+        h (T, B, H) and the last step's output blocks (h, c ...)."""
+        w_ih, w_hh, b_ih, b_hh = self._weights(sfx)
+        seq = _SEQS[self.mode](F.linear(x, w_ih, b_ih), state, w_hh, b_hh, reverse=reverse)
+        return seq[:, 0], seq[0 if reverse else _shape(x)[0] - 1]
+
+    def _direction(self, xs: Any, k: int, h0: Any, c0: Any, sfx: str,
+                   hs: list[Any], cs: list[Any]) -> Any:
+        """One layer and direction ``k`` over ``xs`` from h0[k] (and c0[k]): its h sequence (a
+        list on the eager RNN path), h_n (and c_n) appended to ``hs`` (and ``cs``)."""
+        reverse = k % self._dirs == 1
+        if self.mode in _SEQS:
+            state = h0[k] if c0 is None else ops.concatenate([h0[k], c0[k]], axis=-1)
+            seq, last = self._seq_direction(xs, state, sfx, reverse)
+            hs.append(last[0])
+            if c0 is not None:
+                cs.append(last[1])
+            return seq
+        if _Trace.compiling:
+            seq, last = self._scan_direction(xs, h0[k], sfx, reverse)
+        else:
+            seq = self._run_direction(xs, h0[k], sfx, reverse)
+            last = seq[0 if reverse else -1]
+        hs.append(last)
+        return seq
 
     def _layers(self, x: Any, h0: Any, c0: Any) -> tuple[Any, list[Any], list[Any]]:
-        if _Trace.compiling:  # rlgrad.jit: a loop compiled once, not T copies of the cell
-            return self._layers_scan(x, h0, c0)
-        xs = [x[t] for t in range(_shape(x)[0])]  # per-step inputs; later layers keep lists
-        hs, cs = [], []
+        """The layers over ``x`` (T, B, I): the output (T, B, H * directions), h_n and c_n
+        per layer and direction."""
+        listed = not _Trace.compiling and self.mode not in _SEQS
+        xs: Any = [x[t] for t in range(_shape(x)[0])] if listed else x
+        hs: list[Any] = []
+        cs: list[Any] = []
         for layer in range(self.num_layers):
             if layer > 0 and self.dropout > 0 and self.training:
-                xs = [F.dropout(v, self.dropout, True) for v in xs]
-            seqs = []
-            for d, sfx in enumerate(self._suffixes(layer)):
-                k = layer * self._dirs + d
-                state: tuple[Any, ...] = (h0[k],) if c0 is None else (h0[k], c0[k])
-                seq, state = self._run_direction(xs, state, sfx, reverse=d == 1)
-                seqs.append(seq)
-                hs.append(state[0])
-                if c0 is not None:
-                    cs.append(state[1])
-            xs = seqs[0] if len(seqs) == 1 else [ops.concatenate(list(v), axis=-1)
-                                                   for v in zip(*seqs)]
-        return ops.stack(xs, axis=0), hs, cs
+                xs = ([F.dropout(v, self.dropout, True) for v in xs] if listed
+                      else F.dropout(xs, self.dropout, True))
+            seqs = [self._direction(xs, layer * self._dirs + d, h0, c0, sfx, hs, cs)
+                    for d, sfx in enumerate(self._suffixes(layer))]
+            if not listed or layer == self.num_layers - 1:
+                seqs = [ops.stack(s, axis=0) if listed else s for s in seqs]
+                xs = seqs[0] if len(seqs) == 1 else ops.concatenate(seqs, axis=-1)
+            else:
+                xs = [v[0] if len(v) == 1 else ops.concatenate(list(v), axis=-1)
+                      for v in zip(*seqs)]
+        return xs, hs, cs
 
     def _forward(self, input: Any, hx: Any, c0: Any, lstm: bool) -> tuple[Any, Any, Any]:  # noqa: A002
         dt = F._dtype(self.weight_ih_l0)
@@ -391,7 +354,7 @@ class GRUCell(_CellBase):
     def forward(self, input: Any, hx: Any = None) -> Any:  # noqa: A002
         x, h, unb = self._prepare(input, hx)
         xp = F.linear(x, self.weight_ih, self.bias_ih)
-        return _unbatch(_gru_step(xp, h, self.weight_hh, self.bias_hh), unb)
+        return _unbatch(gru_cell(xp, h, self.weight_hh, self.bias_hh)[..., :self.hidden_size], unb)
 
 
 class LSTMCell(_CellBase):
@@ -405,5 +368,6 @@ class LSTMCell(_CellBase):
         x, h, unb = self._prepare(input, None if hx is None else hx[0])
         c = self._prepare(input, hx[1])[1] if hx is not None else np.zeros_like(h)
         xp = F.linear(x, self.weight_ih, self.bias_ih)
-        h2, c2 = _lstm_step(xp, h, c, self.weight_hh, self.bias_hh)
-        return _unbatch(h2, unb), _unbatch(c2, unb)
+        H = self.hidden_size
+        s = lstm_cell(xp, ops.concatenate([h, c], axis=-1), self.weight_hh, self.bias_hh)
+        return _unbatch(s[..., :H], unb), _unbatch(s[..., H:2 * H], unb)

@@ -18,6 +18,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlgrad import nn, no_grad
+from rlgrad.nn.cells import lstm_step_numpy
 from rlgrad.rl.layers import MlpExtractor
 from rlgrad.rl.policies import ActorCriticPolicy, _ortho, mlp_numpy, trunk_numpy
 
@@ -34,24 +35,18 @@ class LSTMStates(NamedTuple):
     vf: tuple[np.ndarray, np.ndarray]
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * x))  # no overflow for large |x|
-
-
 def lstm_numpy(lstm: nn.LSTM, x: np.ndarray, h: np.ndarray, c: np.ndarray
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One step of ``lstm`` (unidirectional, no dropout) on a batch ``x`` (B, I) from the state
-    ``h, c`` (layers, B, H), in NumPy: ``(output (B, H), h', c')``; ``lstm`` is the reference."""
+    ``h, c`` (layers, B, H), in NumPy: ``(output (B, H), h', c')``. Each layer is the LSTM cell's
+    own kernel (``cells.lstm_step_numpy``), so acting computes what training's ``lstm`` does."""
     H = lstm.hidden_size
     hs, cs = np.empty_like(h), np.empty_like(c)
     for layer in range(lstm.num_layers):
-        w_ih, w_hh, b_ih, b_hh = lstm._weights(f"_l{layer}")
-        g = x @ w_ih._value.T + h[layer] @ w_hh._value.T
-        if b_ih is not None:
-            g += b_ih._value + b_hh._value
-        i, f, o = _sigmoid(g[:, :H]), _sigmoid(g[:, H:2 * H]), _sigmoid(g[:, 3 * H:])
-        cs[layer] = f * c[layer] + i * np.tanh(g[:, 2 * H:3 * H])
-        hs[layer] = o * np.tanh(cs[layer])
+        w_ih, w_hh, b_ih, b_hh = (None if p is None else p._value
+                                  for p in lstm._weights(f"_l{layer}"))
+        s = lstm_step_numpy(x, h[layer], c[layer], w_ih, w_hh, b_ih, b_hh)
+        hs[layer], cs[layer] = s[:, :H], s[:, H:2 * H]
         x = hs[layer]
     return x, hs, cs
 

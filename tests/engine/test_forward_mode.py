@@ -38,6 +38,7 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
     from rlgrad.autograd_function import _delayed_error
     from rlgrad.distributions import categorical
     from rlgrad.inplace import index_put
+    from rlgrad.nn import cells
     from rlgrad.nn import functional as F
     from rlgrad.rl.ppo import clipped_surrogate_loss
 
@@ -68,8 +69,26 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "conv2d_weight_grad": [Case(lambda x, g: F.conv2d_weight_grad(x, g, 2, 0, (3, 2, 2, 2)),
                                     (r(1, 2, 5, 5), r(1, 3, 2, 2)))],
         "elu": [Case(F.elu, (away(3, 4),))],
-        "lstm_cell": [Case(F.lstm_cell_p, (r(2, 15),))],
-        "gru_cell": [Case(F.gru_cell_p, (r(2, 21),))],
+        "lstm_cell": [Case(cells.lstm_cell, (r(2, 8), r(2, 4), r(8, 2), r(8))),
+                      Case(cells.lstm_cell, (r(2, 8), r(2, 12), r(8, 2)))],
+        "gru_cell": [Case(cells.gru_cell, (r(2, 6), r(2, 2), r(6, 2), r(6))),
+                     Case(cells.gru_cell, (r(2, 6), r(2, 10), r(6, 2)))],
+        "lstm_seq": [Case(cells.lstm_seq, (r(3, 2, 8), r(2, 4), r(8, 2), r(8))),
+                     Case(lambda x, s, w: cells.lstm_seq(x, s, w, reverse=True),
+                          (r(3, 2, 8), r(2, 4), r(8, 2)))],
+        "lstm_cell_grad": [Case(lambda g, x, s, w, b: cells.lstm_cell_grad(
+            g, cells.lstm_cell(x, s, w, b), x, s, w, b), (r(2, 12), r(2, 8), r(2, 4), r(8, 2), r(8)))],
+        "gru_cell_grad": [Case(lambda g, x, s, w: cells.gru_cell_grad(
+            g, cells.gru_cell(x, s, w), x, s, w), (r(2, 10), r(2, 6), r(2, 10), r(6, 2)))],
+        "lstm_seq_grad": [Case(lambda g, x, s, w, b: cells.lstm_seq_grad(
+            g, cells.lstm_seq(x, s, w, b), x, s, w, b),
+            (r(2, 6, 2, 2), r(2, 2, 8), r(2, 4), r(8, 2), r(8)))],
+        "gru_seq_grad": [Case(lambda g, x, s, w: cells.gru_seq_grad(
+            g, cells.gru_seq(x, s, w, reverse=True), x, s, w, reverse=True),
+            (r(2, 5, 2, 2), r(2, 2, 6), r(2, 2), r(6, 2)))],
+        "gru_seq": [Case(cells.gru_seq, (r(3, 2, 6), r(2, 2), r(6, 2), r(6))),
+                    Case(lambda x, s, w: cells.gru_seq(x, s, w, reverse=True),
+                         (r(3, 2, 6), r(2, 2), r(6, 2)))],
         "binary_cross_entropy": [Case(F._bce_p, (r(3, 4, lo=0.05, hi=0.95), r(3, 4, lo=0, hi=1)))],
         "mse_loss": [Case(lambda x, t, red=red: F.mse_loss(x, t, reduction=red), (r(3, 2), r(3, 2)))
                      for red in ("mean", "sum", "none")],

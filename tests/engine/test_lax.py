@@ -17,6 +17,7 @@ import pytest
 import rlgrad
 from rlgrad import lax
 from rlgrad import numpy as rnp
+from rlgrad.tree_util import tree_flatten
 
 RNG = np.random.default_rng(0)
 W = RNG.standard_normal((3, 3)) * 0.5
@@ -201,6 +202,76 @@ def test_a_new_trip_count_does_not_retrace_the_body() -> None:
         _, h0, xs = _args(T)
         _close(f(h0, xs), lax.scan(step, h0, xs)[0])
     assert len(calls) == 1
+
+
+def test_jvp_bodies_are_not_traced_again_for_a_new_trip_count() -> None:
+    """Forward mode's scan (of the step's jvp) is keyed as reverse mode's: by the forward body."""
+    made: list[str] = []
+    orig = lax._Body.__init__
+
+    def counting(self: Any, fn: Any, values: Any, where: str) -> None:
+        made.append(where)
+        orig(self, fn, values, where)
+
+    step = _step(W)
+
+    def f(h0: Any, xs: Any) -> Any:
+        return rlgrad.jvp(lambda h, x: rnp.sum(lax.scan(step, h, x)[1]), (h0, xs),
+                          (rnp.ones_like(h0), rnp.ones_like(xs)))
+
+    g = rlgrad.jit(f)
+    lax._Body.__init__ = counting
+    try:
+        for T in (3, 9, 27):
+            _, h0, xs = _args(T)
+            made.clear()
+            got, want = g(h0, xs), f(h0, xs)
+            _close(got[1], want[1])
+            assert made == [] or T == 3, made
+    finally:
+        lax._Body.__init__ = orig
+
+
+# ---- unroll -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("reverse", [False, True])
+def test_unroll_gives_the_same_values_and_gradients(reverse: bool) -> None:
+    """JAX's ``unroll``: k steps per call of the compiled body, the n % k left over a loop of
+    their own; bit for bit the values and gradients of unroll=1, and of the eager loop."""
+    _, h0, xs = _args(7)
+    weights = np.arange(7.0)[:, None]
+    body_calls: list[int] = []
+
+    def loss(h: Any, x: Any, unroll: Any) -> Any:
+        def body(c: Any, xt: Any) -> tuple[Any, Any]:  # a new function: traced for each case
+            body_calls.append(1)
+            c = rnp.tanh(c @ W + xt["x"])
+            return c, (rnp.sum(c * c, axis=-1), None)
+
+        h, (ys, _) = lax.scan(body, h, {"x": x}, unroll=unroll, reverse=reverse)
+        return rnp.sum(h) + rnp.sum(ys * ys * weights)
+
+    want = rlgrad.value_and_grad(lambda h, x: loss(h, x, 1), (0, 1))(h0, xs)
+    base = rlgrad.jit(rlgrad.value_and_grad(lambda h, x: loss(h, x, 1), (0, 1)))(h0, xs)
+    for unroll, traced in ((1, 1), (2, 2 + 1), (3, 3 + 1), (7, 7), (10, 1), (True, 7),
+                           (False, 1)):
+        f = rlgrad.jit(rlgrad.value_and_grad(lambda h, x, u=unroll: loss(h, x, u), (0, 1)))
+        body_calls.clear()
+        lax._BODIES.clear()  # (else a body traced for an earlier case is found in the cache)
+        got = f(h0, xs)
+        assert len(body_calls) == traced, (unroll, len(body_calls))
+        for g, b, w in zip(tree_flatten(got)[0], tree_flatten(base)[0], tree_flatten(want)[0]):
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(b))
+            _close(g, w, tol=1e-12)
+        _close(f(h0, xs * 2)[0], loss(h0, xs * 2, 1))
+
+
+def test_unroll_must_be_a_bool_or_a_positive_int() -> None:
+    _, h0, xs = _args(4)
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="`unroll` must be a `bool` or a positive `int`."):
+            lax.scan(_step(W), h0, xs, unroll=bad)
+    f = rlgrad.jit(lambda x: lax.fori_loop(0, 5, lambda i, v: v * 0.5 + i, x, unroll=2))
+    _close(f(np.ones(3)), lax.fori_loop(0, 5, lambda i, v: v * 0.5 + i, np.ones(3)))
 
 
 # ---- fori_loop, while_loop ----------------------------------------------------------------------

@@ -246,48 +246,6 @@ def test_float32_default_and_observation_cast() -> None:
     assert "GRU(3, 4)" == repr(m)
 
 
-def test_fused_lstm_cell_matches_plain_reference_to_second_order() -> None:
-    from rlgrad.nn.recurrent import _lstm_step, _lstm_step_reference
-
-    H = 3
-    xp, h, c = (RNG.standard_normal((2, n)) for n in (4 * H, H, H))
-    w, b = RNG.standard_normal((4 * H, H)), RNG.standard_normal(4 * H)
-
-    def both(step):  # (h', c') side by side, as a function of xp, h, c and W_hh
-        return lambda xp, h, c, w: rlgrad.numpy.concatenate(list(step(xp, h, c, w, b)), axis=-1)
-
-    fused, ref = both(_lstm_step), both(_lstm_step_reference)
-    np.testing.assert_allclose(np.asarray(fused(xp, h, c, w)), np.asarray(ref(xp, h, c, w)),
-                               rtol=1e-13, atol=1e-14)
-    v = RNG.standard_normal((2, 2 * H))
-    for argnum in range(4):
-        g_fused = rlgrad.grad(lambda *a: (fused(*a) * v).sum(), argnum)(xp, h, c, w)
-        g_ref = rlgrad.grad(lambda *a: (ref(*a) * v).sum(), argnum)(xp, h, c, w)
-        np.testing.assert_allclose(np.asarray(g_fused), np.asarray(g_ref), rtol=1e-12, atol=1e-13)
-    # the fused node's VJP (recorded form) and JVP rules, against finite differences
-    rlgrad.check_grads(fused, modes=["rev", "fwd"], order=2)(xp, h, c, w)
-    rlgrad.check_grads(F.lstm_cell_p, modes=["rev", "fwd"], order=2)(RNG.standard_normal((2, 5 * H)))
-
-
-def test_fused_gru_cell_matches_plain_reference_to_second_order() -> None:
-    from rlgrad.nn.recurrent import _gru_step, _gru_step_reference
-
-    H = 3
-    xp, h = RNG.standard_normal((2, 3 * H)) * 2, RNG.standard_normal((2, H))
-    w, b = RNG.standard_normal((3 * H, H)), RNG.standard_normal(3 * H)
-    fused = lambda xp, h, w: _gru_step(xp, h, w, b)  # noqa: E731
-    ref = lambda xp, h, w: _gru_step_reference(xp, h, w, b)  # noqa: E731
-    np.testing.assert_allclose(np.asarray(fused(xp, h, w)), np.asarray(ref(xp, h, w)),
-                               rtol=1e-13, atol=1e-14)
-    v = RNG.standard_normal((2, H))
-    for argnum in range(3):
-        g_fused = rlgrad.grad(lambda *a: (fused(*a) * v).sum(), argnum)(xp, h, w)
-        g_ref = rlgrad.grad(lambda *a: (ref(*a) * v).sum(), argnum)(xp, h, w)
-        np.testing.assert_allclose(np.asarray(g_fused), np.asarray(g_ref), rtol=1e-12, atol=1e-13)
-    rlgrad.check_grads(fused, modes=["rev", "fwd"], order=2)(xp, h, w)
-    rlgrad.check_grads(F.gru_cell_p, modes=["rev", "fwd"], order=2)(RNG.standard_normal((2, 7 * H)))
-
-
 def test_jit_training_step_matches_eager() -> None:
     # under rlgrad.jit the fused cells' backward runs through the recorded (ops) formula
     m, g = nn.LSTM(3, 4, num_layers=2, dtype=np.float64), nn.GRU(3, 4, dtype=np.float64)
