@@ -405,7 +405,7 @@ class Categorical(Distribution):
         return t._value
 
     @property
-    def support(self) -> constraints.Constraint:  # type: ignore[override]
+    def support(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return constraints.integer_interval(0, self._num_events - 1)
 
     def __repr__(self) -> str:

@@ -125,19 +125,19 @@ class Independent(Distribution):
         self.reinterpreted_batch_ndims = n
 
     @property
-    def has_rsample(self) -> bool:  # type: ignore[override]
+    def has_rsample(self) -> bool:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return self.base_dist.has_rsample
 
     @property
-    def has_enumerate_support(self) -> bool:  # type: ignore[override]
+    def has_enumerate_support(self) -> bool:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return False
 
     @property
-    def support(self) -> constraints.Constraint | None:  # type: ignore[override]
+    def support(self) -> constraints.Constraint | None:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return self.base_dist.support
 
     @property
-    def arg_constraints(self) -> dict:  # type: ignore[override]
+    def arg_constraints(self) -> dict:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return self.base_dist.arg_constraints
 
     def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:

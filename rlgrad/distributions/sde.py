@@ -127,7 +127,7 @@ class StateDependentNoiseDistribution(Distribution):
         self._cache: tuple[Tensor, Tensor] | None = None  # (action, pre-tanh value) of a draw
 
     @property
-    def support(self) -> constraints.Constraint:  # type: ignore[override]
+    def support(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return constraints.interval(-1.0, 1.0) if self.squash_output else constraints.real
 
     # ---- the exploration matrix and its noise ----------------------------------------------

@@ -54,15 +54,15 @@ class TransformedDistribution(Distribution):
         super().__init__(shape[:cut], shape[cut:], validate_args)
 
     @property
-    def has_rsample(self) -> bool:  # type: ignore[override]
+    def has_rsample(self) -> bool:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return self.base_dist.has_rsample
 
     @property
-    def arg_constraints(self) -> dict:  # type: ignore[override]
+    def arg_constraints(self) -> dict:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return {}
 
     @property
-    def support(self) -> constraints.Constraint | None:  # type: ignore[override]
+    def support(self) -> constraints.Constraint | None:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         if not self.transforms:
             return self.base_dist.support
         sup = self.transforms[-1].codomain

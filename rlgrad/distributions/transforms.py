@@ -102,7 +102,7 @@ class Transform:
             return type(other) is type(self)
         return self is other
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable: __eq__ compares parameters
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -116,11 +116,11 @@ class _InverseTransform(Transform):
         self._inv = transform
 
     @property
-    def domain(self) -> constraints.Constraint:  # type: ignore[override]
+    def domain(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Transform (torch's layout)
         return self._inv.codomain
 
     @property
-    def codomain(self) -> constraints.Constraint:  # type: ignore[override]
+    def codomain(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Transform (torch's layout)
         return self._inv.domain
 
     @property
@@ -168,7 +168,7 @@ class ComposeTransform(Transform):
         self.parts = parts
 
     @property
-    def domain(self) -> constraints.Constraint:  # type: ignore[override]
+    def domain(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Transform (torch's layout)
         if not self.parts:
             return constraints.real
         dom = self.parts[0].domain
@@ -178,7 +178,7 @@ class ComposeTransform(Transform):
         return constraints.independent(dom, ev - dom.event_dim) if ev > dom.event_dim else dom
 
     @property
-    def codomain(self) -> constraints.Constraint:  # type: ignore[override]
+    def codomain(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Transform (torch's layout)
         if not self.parts:
             return constraints.real
         cod = self.parts[-1].codomain
@@ -309,7 +309,7 @@ class AffineTransform(Transform):
         self._event_dim = int(event_dim)
 
     @property
-    def domain(self) -> constraints.Constraint:  # type: ignore[override]
+    def domain(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Transform (torch's layout)
         n = self._event_dim
         return constraints.independent(constraints.real, n) if n else constraints.real
 

@@ -46,7 +46,7 @@ class Uniform(Distribution):
                     f"{self.low._value[first]}, high {self.high._value[first]}). {_OFF_HINT}")
 
     @property
-    def support(self) -> constraints.Constraint:  # type: ignore[override]
+    def support(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return _HalfOpen(self.low._value, self.high._value)
 
     def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:

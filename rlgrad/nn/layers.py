@@ -79,8 +79,8 @@ class Linear(Module):
                 f"bias={self.bias is not None}")
 
 
-def _pair(v: Any) -> tuple[int, int]:
-    return (int(v), int(v)) if isinstance(v, int | np.integer) else tuple(int(a) for a in v)  # type: ignore[return-value]
+def _pair(v: Any) -> tuple[int, ...]:
+    return (int(v), int(v)) if isinstance(v, int | np.integer) else tuple(int(a) for a in v)
 
 
 class Conv2d(Module):

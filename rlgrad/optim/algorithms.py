@@ -225,7 +225,7 @@ class _FlatPath:
                 self._flat_update(group, *flat, scale)
                 mark_written(*group["params"])
                 return
-        super().step_arrays(grads, scale)  # type: ignore[misc]
+        super().step_arrays(grads, scale)  # type: ignore[misc]  # a mixin: Optimizer, next in the MRO, has it
 
     def _flat_update(self, group: dict[str, Any], fl: _FlatGroup, grads: list[np.ndarray],
                      scale: float = 1.0) -> None:
