@@ -82,7 +82,7 @@ class TransformedDistribution(Distribution):
             x = t(x)
         return x
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         event_dim = len(self._event_shape)
@@ -106,7 +106,7 @@ class TransformedDistribution(Distribution):
             return value
         return sign * (value - 0.5) + 0.5
 
-    def cdf(self, value: Any) -> Tensor:
+    def cdf(self, value: Tensor) -> Tensor:
         """P(Y <= value) for monotone transforms (as torch's; event_shape ``()`` bases)."""
         for t in reversed(self.transforms):
             value = t.inv(value)
@@ -114,7 +114,7 @@ class TransformedDistribution(Distribution):
             self.base_dist._validate_sample(value)
         return self._monotonize_cdf(self.base_dist.cdf(value))
 
-    def icdf(self, value: Any) -> Tensor:
+    def icdf(self, value: Tensor) -> Tensor:
         value = self.base_dist.icdf(self._monotonize_cdf(value))
         for t in self.transforms:
             value = t(value)

@@ -20,6 +20,7 @@ from rlgrad import ops
 from rlgrad.distributions import constraints
 from rlgrad.distributions.distribution import _as_param, _data, _float_dtype, _sum_rightmost
 from rlgrad.tensor import _const
+from rlgrad.typing import ArrayLike
 
 __all__ = [
     "Transform", "ComposeTransform", "AffineTransform", "ExpTransform", "SigmoidTransform",
@@ -301,7 +302,7 @@ class AffineTransform(Transform):
     """``y = loc + scale * x``; log |dy/dx| = log |scale|, summed over ``event_dim`` trailing
     dimensions (``loc``/``scale`` may be Tensors with gradients)."""
 
-    def __init__(self, loc: Any, scale: Any, event_dim: int = 0, cache_size: int = 0) -> None:
+    def __init__(self, loc: ArrayLike, scale: ArrayLike, event_dim: int = 0, cache_size: int = 0) -> None:
         super().__init__(cache_size)
         dtype = _float_dtype(loc, scale)
         self.loc = loc if isinstance(loc, int | float) else _as_param(loc, dtype)

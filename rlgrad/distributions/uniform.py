@@ -54,7 +54,7 @@ class Uniform(Distribution):
         u = _uniform(_rng(generator), shape, self.low._value.dtype)
         return self.low + _const(u) * (self.high - self.low)
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         dtype = self.low._value.dtype
@@ -65,12 +65,12 @@ class Uniform(Distribution):
             inside = _const(((self.low._value <= v) & (v < self.high._value)).astype(dtype))
         return ops.log(inside) - ops.log(self.high - self.low)
 
-    def cdf(self, value: Any) -> Tensor:
+    def cdf(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         return ops.clip((value - self.low) / (self.high - self.low), 0.0, 1.0)
 
-    def icdf(self, value: Any) -> Tensor:
+    def icdf(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_probability(value, "icdf")
         return value * (self.high - self.low) + self.low

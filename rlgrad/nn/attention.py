@@ -49,7 +49,7 @@ class MultiheadAttention(Module):
         self.in_proj_bias = Parameter(np.zeros(3 * embed_dim, dtype=dt)) if bias else None
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dt)
         init.xavier_uniform_(self.in_proj_weight)  # torch's _reset_parameters
-        if bias:
+        if self.out_proj.bias is not None:  # (bias=True)
             init.zeros_(self.out_proj.bias)
 
     def _project(self, x: Any, k: int) -> Any:
