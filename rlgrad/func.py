@@ -229,7 +229,7 @@ def _summed(phys: _Physical) -> Callable:
         out = phys(*args)
         return _tree_map(lambda x: ops.sum(x, axis=tuple(range(k))) if k else x, out)
 
-    fun._vmap_physical = True  # type: ignore[attr-defined]
+    fun._vmap_physical = True  # type: ignore[attr-defined]  # a marker on the function object
     return fun
 
 
@@ -248,7 +248,7 @@ def grad_and_value(func: Callable, argnums: Any = 0, has_aux: bool = False) -> C
                                    f"{tuple(getattr(phys.out, 'shape', ()))}); use jacrev or vjp")
             return out
 
-        scalar._vmap_physical = True  # type: ignore[attr-defined]
+        scalar._vmap_physical = True  # type: ignore[attr-defined]  # a marker on the function object
         g = transforms.grad(scalar, argnums if isinstance(argnums, tuple) else nums[0])(*phys.args(args))
         grads = _tree_map(lambda x: _result(x, phys.levels), g)
         value = _result(to_physical(phys.out, phys.levels), phys.levels)

@@ -668,7 +668,7 @@ class _Unrolled(_Fori):
 
 
 class _ForiWhile(_Fori):
-    def __call__(self, state: Any) -> Any:  # type: ignore[override]
+    def __call__(self, state: Any) -> Any:  # type: ignore[override]  # the while loop's step takes its state alone
         i, upper, val = state
         return i + 1, upper, self.body_fun(i, val)
 

@@ -52,21 +52,21 @@ def _is_vector_rhs(a: Tensor, b: Tensor) -> bool:
     return b.ndim == 1 or (b.ndim == a.ndim - 1 and tuple(b.shape) == tuple(a.shape[:-1]))
 
 
-def det(A: Any) -> Any:  # noqa: N803 - torch's names
+def det(A: Tensor) -> Tensor:  # noqa: N803 - torch's names
     """The determinant; its gradient is the cofactor matrix, also at a singular matrix (torch's
     first-order backward gives 0 there, its double backward the cofactors)."""
     return ops.det(_square(A, "det"))
 
 
-def slogdet(A: Any) -> Any:  # noqa: N803
+def slogdet(A: Tensor) -> _la.SlogdetResult:  # noqa: N803
     return _la.slogdet(_square(A, "slogdet"))
 
 
-def inv(A: Any) -> Any:  # noqa: N803
+def inv(A: Tensor) -> Tensor:  # noqa: N803
     return ops.inv(_square(A, "inv"))
 
 
-def solve(A: Any, B: Any, *, left: bool = True) -> Any:  # noqa: N803
+def solve(A: Tensor, B: Tensor, *, left: bool = True) -> Tensor:  # noqa: N803
     """``X`` with ``A X = B`` (``X A = B`` if not ``left``); B a vector or a matrix, by torch's
     rule."""
     a, b = _square(A, "solve"), _t(B, "solve")
@@ -77,12 +77,12 @@ def solve(A: Any, B: Any, *, left: bool = True) -> Any:  # noqa: N803
     return ops.solve(a, b)
 
 
-def cholesky(A: Any, *, upper: bool = False) -> Any:  # noqa: N803
+def cholesky(A: Tensor, *, upper: bool = False) -> Tensor:  # noqa: N803
     low = ops.cholesky(_symmetric_as_torch(_square(A, "cholesky"), False))
     return low.mT if upper else low
 
 
-def qr(A: Any, mode: Literal["reduced", "complete", "r"] = "reduced") -> Any:  # noqa: N803
+def qr(A: Tensor, mode: Literal["reduced", "complete", "r"] = "reduced") -> _la.QRResult:  # noqa: N803
     """``(Q, R)``; differentiable for ``mode='reduced'`` with rows >= columns. ``mode='r'`` gives
     an empty Q, as torch's."""
     if mode not in ("reduced", "complete", "r"):
@@ -105,7 +105,7 @@ def _symmetric_as_torch(a: Tensor, upper: bool) -> Tensor:
     return half + ops.stop_gradient(mirrored - half)
 
 
-def eigh(A: Any, UPLO: str = "L") -> Any:  # noqa: N803
+def eigh(A: Tensor, UPLO: str = "L") -> _la.EighResult:  # noqa: N803
     """``(eigenvalues, eigenvectors)`` of the symmetric matrix that the ``UPLO`` triangle of A
     gives, with torch's symmetric gradient."""
     if UPLO not in ("L", "U"):
@@ -113,37 +113,37 @@ def eigh(A: Any, UPLO: str = "L") -> Any:  # noqa: N803
     return _la.eigh(_symmetric_as_torch(_square(A, "eigh"), UPLO == "U"))
 
 
-def eigvalsh(A: Any, UPLO: str = "L") -> Any:  # noqa: N803
+def eigvalsh(A: Tensor, UPLO: str = "L") -> Tensor:  # noqa: N803
     return eigh(A, UPLO)[0]
 
 
-def svd(A: Any, full_matrices: bool = True) -> Any:  # noqa: N803
+def svd(A: Tensor, full_matrices: bool = True) -> _la.SVDResult:  # noqa: N803
     return _la.svd(_t(A, "svd"), full_matrices=full_matrices)
 
 
-def svdvals(A: Any) -> Any:  # noqa: N803
+def svdvals(A: Tensor) -> Tensor:  # noqa: N803
     return _la.svd(_t(A, "svdvals"), compute_uv=False)
 
 
-def pinv(A: Any, *, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Any:  # noqa: N803
+def pinv(A: Tensor, *, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Tensor:  # noqa: N803
     if atol is not None:
         raise NotImplementedError("linalg.pinv(atol=) is not supported; pass rtol= (relative "
                                   "to the largest singular value)")
     return _la.pinv(_t(A, "pinv"), hermitian=hermitian, **({} if rtol is None else {"rtol": rtol}))
 
 
-def matrix_power(A: Any, n: int) -> Any:  # noqa: N803
+def matrix_power(A: Tensor, n: int) -> Tensor:  # noqa: N803
     return _la.matrix_power(_square(A, "matrix_power"), n)
 
 
-def matrix_exp(A: Any) -> Any:  # noqa: N803
+def matrix_exp(A: Tensor) -> Tensor:  # noqa: N803
     """``exp(A)`` of square matrices; its gradient (reverse and forward) is the Frechet
     derivative, through the exponential of a block matrix, so every order works."""
     return _la.expm(_square(A, "matrix_exp"))
 
 
-def solve_triangular(A: Any, B: Any, *, upper: bool, left: bool = True,  # noqa: N803
-                     unitriangular: bool = False) -> Any:
+def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,  # noqa: N803
+                     unitriangular: bool = False) -> Tensor:
     """``X`` with ``A X = B`` (``X A = B`` if not ``left``), reading only the triangle of A that
     ``upper`` names (its diagonal taken as ones if ``unitriangular``)."""
     a, b = _square(A, "solve_triangular"), _t(B, "solve_triangular")
@@ -155,7 +155,7 @@ def solve_triangular(A: Any, B: Any, *, upper: bool, left: bool = True,  # noqa:
     return _la.solve_triangular(a, b, lower=not upper, unit_diagonal=unitriangular)
 
 
-def lstsq(A: Any, B: Any, rcond: Any = None, *, driver: Any = None) -> Any:  # noqa: N803
+def lstsq(A: Tensor, B: Tensor, rcond: Any = None, *, driver: Any = None) -> LstsqResult:  # noqa: N803
     """The least-squares solution of ``A X = B``: ``pinv(A) @ B``, whose gradient is torch's
     (torch differentiates lstsq through the pseudo-inverse too). The solution is the
     minimum-norm one, as torch's ``gelsd`` driver gives; the residuals (squared, per column of
@@ -175,40 +175,40 @@ def lstsq(A: Any, B: Any, rcond: Any = None, *, driver: Any = None) -> Any:  # n
     return LstsqResult(x, res[..., 0] if vector and res.ndim else res, constant(rank), constant(s))
 
 
-def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False, *,  # noqa: A002, N803
-         dtype: DTypeLike = None) -> Any:
+def norm(A: Tensor, ord: Any = None, dim: Any = None, keepdim: bool = False, *,  # noqa: A002, N803
+         dtype: DTypeLike = None) -> Tensor:
     a = _t(A, "norm") if dtype is None else _t(A, "norm").to(dtype)
     if isinstance(dim, list):
         dim = tuple(dim)
     return _la.norm(a, ord, axis=dim, keepdims=keepdim)
 
 
-def vector_norm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
-                dtype: DTypeLike = None) -> Any:
+def vector_norm(x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
+                dtype: DTypeLike = None) -> Tensor:
     t = _t(x, "vector_norm") if dtype is None else _t(x, "vector_norm").to(dtype)
     return _la.vector_norm(t, axis=tuple(dim) if isinstance(dim, list) else dim,
                            keepdims=keepdim, ord=ord)
 
 
-def matrix_norm(A: Any, ord: Any = "fro", dim: Any = (-2, -1), keepdim: bool = False, *,  # noqa: A002, N803
-                dtype: DTypeLike = None) -> Any:
+def matrix_norm(A: Tensor, ord: Any = "fro", dim: Any = (-2, -1), keepdim: bool = False, *,  # noqa: A002, N803
+                dtype: DTypeLike = None) -> Tensor:
     a = _t(A, "matrix_norm") if dtype is None else _t(A, "matrix_norm").to(dtype)
     return _la.norm(a, ord, axis=tuple(dim), keepdims=keepdim)
 
 
-def multi_dot(tensors: Any) -> Any:
+def multi_dot(tensors: Any) -> Tensor:
     return _la.multi_dot(list(tensors))
 
 
-def matmul(input: Any, other: Any) -> Any:  # noqa: A002
+def matmul(input: Tensor, other: Any) -> Tensor:  # noqa: A002
     return _t(input, "matmul") @ other
 
 
-def vecdot(x: Any, y: Any, *, dim: int = -1) -> Any:
+def vecdot(x: Tensor, y: Any, *, dim: int = -1) -> Tensor:
     return (x * y).sum(dim)
 
 
-def cross(input: Any, other: Any, *, dim: int = -1) -> Any:  # noqa: A002
+def cross(input: Tensor, other: Any, *, dim: int = -1) -> Tensor:  # noqa: A002
     """The cross product of 3-vectors along ``dim``."""
     a, b = _t(input, "cross"), _t(other, "cross")
     if a.shape[dim] != 3 or b.shape[dim] != 3:
@@ -220,5 +220,5 @@ def cross(input: Any, other: Any, *, dim: int = -1) -> Any:  # noqa: A002
     return ops.stack(parts, -1).movedim(-1, dim)
 
 
-def diagonal(A: Any, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Any:  # noqa: N803
+def diagonal(A: Tensor, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:  # noqa: N803
     return _t(A, "diagonal").diagonal(offset, dim1, dim2)

@@ -1093,7 +1093,7 @@ def _legacy_types() -> dict[str, type]:
 
 
 #: ``FloatTensor``, ``LongTensor``, ``BoolTensor`` ... by name (rlgrad's top level has them)
-LEGACY_TYPES = _legacy_types()
+LEGACY_TYPES: dict[str, type] = _legacy_types()
 
 
 def _install_composed_methods() -> None:

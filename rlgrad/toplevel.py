@@ -27,7 +27,7 @@ from rlgrad.tracer import replayed as _replayed
 
 if TYPE_CHECKING:  # the declared functions as the checker sees them (generated: rlgrad/_stubs.py)
     from rlgrad._toplevel_api import *  # noqa: F403
-    from rlgrad.typing import DeviceLike, DTypeLike, GeneratorLike
+    from rlgrad.typing import ArrayLike, DeviceLike, DTypeLike, GeneratorLike
 
 #: the declared top-level functions that are no Tensor method (``rlgrad.where``), each under its
 #: declaration's promotion rule
@@ -131,7 +131,7 @@ def einsum(equation: str, *operands: Any) -> Tensor:
     return _einsum(equation, *operands)
 
 
-def numel(input: Any) -> builtins.int:
+def numel(input: ArrayLike) -> builtins.int:
     return _t(input).numel()
 
 
@@ -139,17 +139,17 @@ def is_tensor(obj: Any) -> builtins.bool:
     return isinstance(obj, Tensor)
 
 
-def is_floating_point(input: Any) -> builtins.bool:
+def is_floating_point(input: ArrayLike) -> builtins.bool:
     return _t(input).dtype.kind == "f"
 
 
-def allclose(input: Any, other: Any, rtol: builtins.float = 1e-5, atol: builtins.float = 1e-8,
+def allclose(input: ArrayLike, other: ArrayLike, rtol: builtins.float = 1e-5, atol: builtins.float = 1e-8,
              equal_nan: builtins.bool = False) -> builtins.bool:
     return builtins.bool(np.allclose(np.asarray(_t(input).detach()), np.asarray(_t(other).detach()),
                                      rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
-def equal(input: Any, other: Any) -> builtins.bool:
+def equal(input: ArrayLike, other: ArrayLike) -> builtins.bool:
     """``torch.equal``: same shape and values."""
     a, b = np.asarray(_t(input).detach()), np.asarray(_t(other).detach())
     return a.shape == b.shape and builtins.bool((a == b).all())
@@ -190,13 +190,13 @@ def randint(low: builtins.int, high: Any = None, size: Any = None, *, generator:
     return _make(arr.astype(dtype or np.int64, copy=False), False, device)
 
 
-def randn_like(input: Any, *, dtype: DTypeLike = None, device: DeviceLike = None,
+def randn_like(input: ArrayLike, *, dtype: DTypeLike = None, device: DeviceLike = None,
                requires_grad: builtins.bool = False) -> Tensor:
     x = _t(input)
     return randn(x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
 
 
-def rand_like(input: Any, *, dtype: DTypeLike = None, device: DeviceLike = None,
+def rand_like(input: ArrayLike, *, dtype: DTypeLike = None, device: DeviceLike = None,
               requires_grad: builtins.bool = False) -> Tensor:
     x = _t(input)
     return rand(x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)

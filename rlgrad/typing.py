@@ -7,8 +7,8 @@ returns: NumPy's own result for NumPy input, a Tensor for Tensor input.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
@@ -34,3 +34,6 @@ PadMode: TypeAlias = Literal["constant", "edge", "linear_ramp", "maximum", "mean
 #: the random stream a sampler draws from: rlgrad's ``Generator``, NumPy's, or None for the
 #: global one (``rlgrad.manual_seed``)
 GeneratorLike: TypeAlias = "Generator | np.random.Generator | None"
+#: what an optimizer takes: the parameters, or groups of them (dicts with ``"params"`` and
+#: per-group settings such as ``"lr"``), as torch's ``ParamsT``
+Params: TypeAlias = "Iterable[Tensor] | Iterable[dict[str, Any]]"

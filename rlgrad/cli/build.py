@@ -117,7 +117,12 @@ def _tokens(annotation: Any) -> list[str]:
         else:
             cur += ch
     out.append(cur.strip())
-    return [t.split("[")[0].split(".")[-1] for t in out if t]
+    names = [t.split("[")[0].split(".")[-1] for t in out if t]
+    # rlgrad.rl.schedules.ScheduleLike: a number, a schedule's name or a function of progress
+    return [n for t in names for n in (_ALIASES.get(t) or [t])]
+
+
+_ALIASES = {"ScheduleLike": ["float", "Schedule"]}  # (a name: "lin_X", which Schedule covers)
 
 
 def _is_schedule(s: str) -> bool:

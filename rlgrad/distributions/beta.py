@@ -47,7 +47,7 @@ class Beta(Distribution):
         return mark_cut(_const(np.asarray(x, dtype=a.dtype)), "sample",
                         (self.concentration1, self.concentration0))
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         a, b = self.concentration1, self.concentration0

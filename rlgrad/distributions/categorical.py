@@ -31,7 +31,7 @@ from rlgrad.random import default_generator, numpy_generator
 from rlgrad.special import xlogy
 from rlgrad.tensor import Tensor, _const, _Trace
 from rlgrad.tracer import defbatch, defjvp_is_linear, defvjp, mark_cut, primitive
-from rlgrad.typing import GeneratorLike, ShapeLike
+from rlgrad.typing import ArrayLike, GeneratorLike, ShapeLike
 
 __all__ = ["Categorical", "Bernoulli"]
 
@@ -135,7 +135,7 @@ class Categorical(Distribution):
     _row: list[float] | None
     _row_max: np.ndarray | None
 
-    def __init__(self, probs: Any = None, logits: Any = None,
+    def __init__(self, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
                  validate_args: bool | None = None) -> None:
         if probs is None and isinstance(logits, Tensor):  # the acting loop's path: keep it short
             t = logits
@@ -322,7 +322,7 @@ class Categorical(Distribution):
                 )
         return v if v.dtype.kind in "iu" else v.astype(np.int64)
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         """log p(value); differentiable w.r.t. the parameters (value is an index, never)."""
         if isinstance(value, Tensor) and tracing():
             return self._log_prob_traced(value)
@@ -405,7 +405,7 @@ class Categorical(Distribution):
         return t._value
 
     @property
-    def support(self) -> constraints.Constraint:  # type: ignore[override]
+    def support(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return constraints.integer_interval(0, self._num_events - 1)
 
     def __repr__(self) -> str:
@@ -424,7 +424,7 @@ class Bernoulli(Distribution):
     _logits: Tensor | None  # computed on demand
     _probs: Tensor | None
 
-    def __init__(self, probs: Any = None, logits: Any = None,
+    def __init__(self, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
                  validate_args: bool | None = None) -> None:
         _one_of("Bernoulli", probs, logits)
         (t,), shape = _params(logits if probs is None else probs)
@@ -464,7 +464,7 @@ class Bernoulli(Distribution):
         u = _uniform(rng, _shape_tuple(sample_shape) + self._batch_shape, p.dtype)
         return mark_cut(_const((u < p).astype(p.dtype)), "sample", (self.probs,))
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         v: np.ndarray | Tensor = self._validate_sample(value) if self._validate_args else _data(value)
         if _Trace.compiling and isinstance(value, Tensor):  # rlgrad.jit: read at every call
             v = value

@@ -95,16 +95,16 @@ class Distribution:
         return self.sample((n,), generator=generator)
 
     # ---- densities and moments (overridden where defined) ---------------------------------
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} does not implement log_prob()")
 
     def entropy(self) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} does not implement entropy()")
 
-    def cdf(self, value: Any) -> Tensor:
+    def cdf(self, value: Tensor) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} does not implement cdf()")
 
-    def icdf(self, value: Any) -> Tensor:
+    def icdf(self, value: Tensor) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} does not implement icdf()")
 
     def enumerate_support(self, expand: bool = True) -> Tensor:

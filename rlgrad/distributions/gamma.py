@@ -53,7 +53,7 @@ class Gamma(Distribution):
         x = np.maximum(x, np.finfo(a.dtype).tiny).astype(a.dtype)  # torch clamps to tiny too
         return mark_cut(_const(x), "sample", (self.concentration, self.rate))
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         a, r = self.concentration, self.rate
@@ -100,7 +100,7 @@ class Dirichlet(Distribution):
         return mark_cut(_const((g / g.sum(-1, keepdims=True)).astype(a.dtype)), "sample",
                         (self.concentration,))
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         a = self.concentration

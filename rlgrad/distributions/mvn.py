@@ -19,7 +19,7 @@ from rlgrad.distributions.distribution import (
     _standard_normal,
 )
 from rlgrad.tensor import Tensor, _const
-from rlgrad.typing import GeneratorLike, ShapeLike
+from rlgrad.typing import ArrayLike, GeneratorLike, ShapeLike
 
 __all__ = ["MultivariateNormal"]
 
@@ -35,7 +35,7 @@ class MultivariateNormal(Distribution):
     support = constraints.real_vector
     has_rsample = True
 
-    def __init__(self, loc: Any, covariance_matrix: Any = None, precision_matrix: Any = None,
+    def __init__(self, loc: ArrayLike, covariance_matrix: Any = None, precision_matrix: Any = None,
                  scale_tril: Any = None, validate_args: bool | None = None) -> None:
         given = [n for n, v in (("covariance_matrix", covariance_matrix),
                                 ("precision_matrix", precision_matrix),
@@ -111,7 +111,7 @@ class MultivariateNormal(Distribution):
         lt = self._raw_tril
         return self.loc + ops.matmul(lt, _const(eps[..., None]))[..., 0]
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         diff = value - self.loc

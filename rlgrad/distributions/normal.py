@@ -22,7 +22,7 @@ from rlgrad.distributions.distribution import (
 from rlgrad.special import erf, erfinv
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
-from rlgrad.typing import GeneratorLike, ShapeLike
+from rlgrad.typing import ArrayLike, GeneratorLike, ShapeLike
 
 __all__ = ["Normal", "Independent", "DiagNormal", "MultivariateNormalDiag", "TanhNormal"]
 
@@ -43,7 +43,7 @@ class Normal(Distribution):
     support = constraints.real
     has_rsample = True
 
-    def __init__(self, loc: Any, scale: Any, validate_args: bool | None = None) -> None:
+    def __init__(self, loc: ArrayLike, scale: ArrayLike, validate_args: bool | None = None) -> None:
         (self.loc, self.scale), shape = _params(loc, scale)
         super().__init__(shape, (), validate_args)
         if self._validate_args:
@@ -63,7 +63,7 @@ class Normal(Distribution):
     def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         return self.loc + self.scale * _const(self._eps(sample_shape, generator))
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         z = (value - self.loc) / self.scale
@@ -72,13 +72,13 @@ class Normal(Distribution):
     def entropy(self) -> Tensor:
         return ops.log(self.scale) + (0.5 + _HALF_LOG_2PI)
 
-    def cdf(self, value: Any) -> Tensor:
+    def cdf(self, value: Tensor) -> Tensor:
         """P(X <= value) = (1 + erf((value - loc) / (scale sqrt 2))) / 2, as torch's."""
         if self._validate_args:
             self._validate_sample(value)
         return 0.5 * (1 + erf((value - self.loc) / (self.scale * _SQRT2)))
 
-    def icdf(self, value: Any) -> Tensor:
+    def icdf(self, value: Tensor) -> Tensor:
         """The quantile function: loc + scale sqrt(2) erfinv(2 value - 1), value in [0, 1]."""
         if self._validate_args:
             self._validate_probability(value, "icdf")
@@ -125,19 +125,19 @@ class Independent(Distribution):
         self.reinterpreted_batch_ndims = n
 
     @property
-    def has_rsample(self) -> bool:  # type: ignore[override]
+    def has_rsample(self) -> bool:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return self.base_dist.has_rsample
 
     @property
-    def has_enumerate_support(self) -> bool:  # type: ignore[override]
+    def has_enumerate_support(self) -> bool:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return False
 
     @property
-    def support(self) -> constraints.Constraint | None:  # type: ignore[override]
+    def support(self) -> constraints.Constraint | None:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return self.base_dist.support
 
     @property
-    def arg_constraints(self) -> dict:  # type: ignore[override]
+    def arg_constraints(self) -> dict:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return self.base_dist.arg_constraints
 
     def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
@@ -146,7 +146,7 @@ class Independent(Distribution):
     def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         return self.base_dist.rsample(sample_shape, generator=generator)
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             shape = _data(value).shape
             ev = self._event_shape
@@ -186,7 +186,7 @@ class DiagNormal(Independent):
 
     base_dist: Normal
 
-    def __init__(self, loc: Any, scale: Any, validate_args: bool | None = None) -> None:
+    def __init__(self, loc: ArrayLike, scale: ArrayLike, validate_args: bool | None = None) -> None:
         base = Normal(loc, scale, validate_args=validate_args)
         if not base.batch_shape:
             raise ValueError(
@@ -226,7 +226,7 @@ class TanhNormal(Distribution):
     support = constraints.interval(-1.0, 1.0)
     has_rsample = True
 
-    def __init__(self, loc: Any, scale: Any, validate_args: bool | None = None) -> None:
+    def __init__(self, loc: ArrayLike, scale: ArrayLike, validate_args: bool | None = None) -> None:
         self.base_dist = Normal(loc, scale, validate_args=validate_args)
         super().__init__(self.base_dist.batch_shape, (), validate_args)
         self._cache: tuple[Tensor, Tensor] | None = None  # (y, u) of the last draw
@@ -278,7 +278,7 @@ class TanhNormal(Distribution):
         eps = float(np.finfo(v.dtype if v.dtype.kind == "f" else self.loc._value.dtype).eps)
         return ops.arctanh(ops.clip(value, -1.0 + eps, 1.0 - eps))
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         return self._log_prob_pre_tanh(self._pre_tanh(value))
 
     @property

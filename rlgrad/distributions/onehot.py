@@ -12,7 +12,7 @@ from rlgrad.distributions.categorical import Categorical
 from rlgrad.distributions.distribution import Distribution, _data
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
-from rlgrad.typing import GeneratorLike, ShapeLike
+from rlgrad.typing import ArrayLike, GeneratorLike, ShapeLike
 
 __all__ = ["OneHotCategorical"]
 
@@ -32,7 +32,7 @@ class OneHotCategorical(Distribution):
     support = _OneHot()
     has_enumerate_support = True
 
-    def __init__(self, probs: Any = None, logits: Any = None,
+    def __init__(self, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
                  validate_args: bool | None = None) -> None:
         self._categorical = Categorical(probs=probs, logits=logits, validate_args=validate_args)
         k = self._categorical.param_shape[-1]
@@ -58,7 +58,7 @@ class OneHotCategorical(Distribution):
         idx = self._categorical.sample(sample_shape, generator=generator)._value
         return mark_cut(_const(self._one_hot(idx)), "sample", (self.probs,))
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         if isinstance(value, Tensor):  # an engine op: rlgrad.jit reads it at every call

@@ -20,7 +20,7 @@ from rlgrad.distributions.distribution import (
 )
 from rlgrad.estimators import straight_through
 from rlgrad.tensor import Tensor, _const
-from rlgrad.typing import GeneratorLike, ShapeLike
+from rlgrad.typing import ArrayLike, GeneratorLike, ShapeLike
 
 __all__ = ["RelaxedOneHotCategorical"]
 
@@ -40,7 +40,7 @@ class RelaxedOneHotCategorical(Distribution):
     support = constraints.simplex
     has_rsample = True
 
-    def __init__(self, temperature: Any, probs: Any = None, logits: Any = None,
+    def __init__(self, temperature: Any, probs: ArrayLike | None = None, logits: ArrayLike | None = None,
                  validate_args: bool | None = None, hard: bool = False) -> None:
         self._categorical = Categorical(probs=probs, logits=logits, validate_args=validate_args)
         param = self._categorical._param_data()
@@ -85,7 +85,7 @@ class RelaxedOneHotCategorical(Distribution):
         hard = (np.arange(d.shape[-1]) == np.argmax(d, axis=-1)[..., None]).astype(d.dtype)
         return straight_through(_const(hard), soft)
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         k = self._event_shape[0]

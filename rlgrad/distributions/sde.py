@@ -127,7 +127,7 @@ class StateDependentNoiseDistribution(Distribution):
         self._cache: tuple[Tensor, Tensor] | None = None  # (action, pre-tanh value) of a draw
 
     @property
-    def support(self) -> constraints.Constraint:  # type: ignore[override]
+    def support(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return constraints.interval(-1.0, 1.0) if self.squash_output else constraints.real
 
     # ---- the exploration matrix and its noise ----------------------------------------------
@@ -205,7 +205,7 @@ class StateDependentNoiseDistribution(Distribution):
     def _squash_correction(self, u: Any) -> Tensor:
         return ops.sum(ops.log(1.0 - ops.square(ops.tanh(u)) + self.epsilon), axis=-1)
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         """``log p(value)`` summed over the action dimension: shape ``(batch,)``.
 
         Squashed values are mapped back with ``atanh`` of the value clipped to

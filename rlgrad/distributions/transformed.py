@@ -54,15 +54,15 @@ class TransformedDistribution(Distribution):
         super().__init__(shape[:cut], shape[cut:], validate_args)
 
     @property
-    def has_rsample(self) -> bool:  # type: ignore[override]
+    def has_rsample(self) -> bool:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return self.base_dist.has_rsample
 
     @property
-    def arg_constraints(self) -> dict:  # type: ignore[override]
+    def arg_constraints(self) -> dict:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return {}
 
     @property
-    def support(self) -> constraints.Constraint | None:  # type: ignore[override]
+    def support(self) -> constraints.Constraint | None:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         if not self.transforms:
             return self.base_dist.support
         sup = self.transforms[-1].codomain
@@ -82,7 +82,7 @@ class TransformedDistribution(Distribution):
             x = t(x)
         return x
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         event_dim = len(self._event_shape)
@@ -106,7 +106,7 @@ class TransformedDistribution(Distribution):
             return value
         return sign * (value - 0.5) + 0.5
 
-    def cdf(self, value: Any) -> Tensor:
+    def cdf(self, value: Tensor) -> Tensor:
         """P(Y <= value) for monotone transforms (as torch's; event_shape ``()`` bases)."""
         for t in reversed(self.transforms):
             value = t.inv(value)
@@ -114,7 +114,7 @@ class TransformedDistribution(Distribution):
             self.base_dist._validate_sample(value)
         return self._monotonize_cdf(self.base_dist.cdf(value))
 
-    def icdf(self, value: Any) -> Tensor:
+    def icdf(self, value: Tensor) -> Tensor:
         value = self.base_dist.icdf(self._monotonize_cdf(value))
         for t in self.transforms:
             value = t(value)

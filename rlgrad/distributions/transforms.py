@@ -19,7 +19,8 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.distributions import constraints
 from rlgrad.distributions.distribution import _as_param, _data, _float_dtype, _sum_rightmost
-from rlgrad.tensor import _const
+from rlgrad.tensor import Tensor, _const
+from rlgrad.typing import ArrayLike
 
 __all__ = [
     "Transform", "ComposeTransform", "AffineTransform", "ExpTransform", "SigmoidTransform",
@@ -60,7 +61,7 @@ class Transform:
         Transform.__init__(new, cache_size)
         return new
 
-    def __call__(self, x: Any) -> Any:
+    def __call__(self, x: Tensor) -> Tensor:
         if self._cache_size == 0:
             return self._call(x)
         x_old, y_old = self._cached_x_y
@@ -86,7 +87,7 @@ class Transform:
     def _inverse(self, y: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__} does not implement its inverse")
 
-    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+    def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
         raise NotImplementedError(f"{type(self).__name__} does not implement log_abs_det_jacobian")
 
     def forward_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -102,7 +103,7 @@ class Transform:
             return type(other) is type(self)
         return self is other
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable: __eq__ compares parameters
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -116,11 +117,11 @@ class _InverseTransform(Transform):
         self._inv = transform
 
     @property
-    def domain(self) -> constraints.Constraint:  # type: ignore[override]
+    def domain(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Transform (torch's layout)
         return self._inv.codomain
 
     @property
-    def codomain(self) -> constraints.Constraint:  # type: ignore[override]
+    def codomain(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Transform (torch's layout)
         return self._inv.domain
 
     @property
@@ -168,7 +169,7 @@ class ComposeTransform(Transform):
         self.parts = parts
 
     @property
-    def domain(self) -> constraints.Constraint:  # type: ignore[override]
+    def domain(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Transform (torch's layout)
         if not self.parts:
             return constraints.real
         dom = self.parts[0].domain
@@ -178,7 +179,7 @@ class ComposeTransform(Transform):
         return constraints.independent(dom, ev - dom.event_dim) if ev > dom.event_dim else dom
 
     @property
-    def codomain(self) -> constraints.Constraint:  # type: ignore[override]
+    def codomain(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Transform (torch's layout)
         if not self.parts:
             return constraints.real
         cod = self.parts[-1].codomain
@@ -188,7 +189,7 @@ class ComposeTransform(Transform):
         return constraints.independent(cod, ev - cod.event_dim) if ev > cod.event_dim else cod
 
     @property
-    def sign(self) -> Any:
+    def sign(self) -> int | Tensor:
         s = 1
         for p in self.parts:
             s = s * p.sign
@@ -211,7 +212,7 @@ class ComposeTransform(Transform):
             y = p._inv_call(y)
         return y
 
-    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+    def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
         if not self.parts:
             return _const(np.zeros_like(_data(x)))
         xs = [x]
@@ -224,6 +225,7 @@ class ComposeTransform(Transform):
             term = _sum_rightmost(p.log_abs_det_jacobian(xi, yi), ev - p.domain.event_dim)
             total = term if total is None else total + term
             ev += p.codomain.event_dim - p.domain.event_dim
+        assert total is not None  # (no parts returned above)
         return total
 
     def forward_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -257,7 +259,7 @@ class ExpTransform(Transform):
     def _inverse(self, y: Any) -> Any:
         return ops.log(y)
 
-    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+    def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
         return x
 
 
@@ -276,7 +278,7 @@ class SigmoidTransform(Transform):
         y = ops.clip(y, fi.tiny, 1.0 - fi.eps)
         return ops.log(y) - ops.log1p(-y)
 
-    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+    def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
         return -ops.softplus(-x) - ops.softplus(x)
 
 
@@ -293,7 +295,7 @@ class TanhTransform(Transform):
     def _inverse(self, y: Any) -> Any:
         return ops.arctanh(y)
 
-    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+    def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
         return 2.0 * (_LOG2 - x - ops.softplus(-2.0 * x))
 
 
@@ -301,7 +303,7 @@ class AffineTransform(Transform):
     """``y = loc + scale * x``; log |dy/dx| = log |scale|, summed over ``event_dim`` trailing
     dimensions (``loc``/``scale`` may be Tensors with gradients)."""
 
-    def __init__(self, loc: Any, scale: Any, event_dim: int = 0, cache_size: int = 0) -> None:
+    def __init__(self, loc: ArrayLike, scale: ArrayLike, event_dim: int = 0, cache_size: int = 0) -> None:
         super().__init__(cache_size)
         dtype = _float_dtype(loc, scale)
         self.loc = loc if isinstance(loc, int | float) else _as_param(loc, dtype)
@@ -309,7 +311,7 @@ class AffineTransform(Transform):
         self._event_dim = int(event_dim)
 
     @property
-    def domain(self) -> constraints.Constraint:  # type: ignore[override]
+    def domain(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Transform (torch's layout)
         n = self._event_dim
         return constraints.independent(constraints.real, n) if n else constraints.real
 
@@ -320,7 +322,7 @@ class AffineTransform(Transform):
         return self._event_dim
 
     @property
-    def sign(self) -> Any:
+    def sign(self) -> int | Tensor:
         s = self.scale
         return (1 if s > 0 else -1 if s < 0 else 0) if isinstance(s, int | float) else ops.sign(s)
 
@@ -330,7 +332,7 @@ class AffineTransform(Transform):
     def _inverse(self, y: Any) -> Any:
         return (y - self.loc) / self.scale
 
-    def log_abs_det_jacobian(self, x: Any, y: Any) -> Any:
+    def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
         shape = _data(x).shape
         s = self.scale
         if isinstance(s, int | float):

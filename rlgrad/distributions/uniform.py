@@ -46,7 +46,7 @@ class Uniform(Distribution):
                     f"{self.low._value[first]}, high {self.high._value[first]}). {_OFF_HINT}")
 
     @property
-    def support(self) -> constraints.Constraint:  # type: ignore[override]
+    def support(self) -> constraints.Constraint:  # type: ignore[override]  # a property here, a class attribute on Distribution (torch's layout)
         return _HalfOpen(self.low._value, self.high._value)
 
     def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
@@ -54,7 +54,7 @@ class Uniform(Distribution):
         u = _uniform(_rng(generator), shape, self.low._value.dtype)
         return self.low + _const(u) * (self.high - self.low)
 
-    def log_prob(self, value: Any) -> Tensor:
+    def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         dtype = self.low._value.dtype
@@ -65,12 +65,12 @@ class Uniform(Distribution):
             inside = _const(((self.low._value <= v) & (v < self.high._value)).astype(dtype))
         return ops.log(inside) - ops.log(self.high - self.low)
 
-    def cdf(self, value: Any) -> Tensor:
+    def cdf(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_sample(value)
         return ops.clip((value - self.low) / (self.high - self.low), 0.0, 1.0)
 
-    def icdf(self, value: Any) -> Tensor:
+    def icdf(self, value: Tensor) -> Tensor:
         if self._validate_args:
             self._validate_probability(value, "icdf")
         return value * (self.high - self.low) + self.low

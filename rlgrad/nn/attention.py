@@ -14,7 +14,7 @@ from rlgrad.nn import functional as F
 from rlgrad.nn import init
 from rlgrad.nn.layers import Dropout, LayerNorm, Linear, _as_input
 from rlgrad.nn.module import Module, Parameter
-from rlgrad.tensor import _shape, get_default_dtype
+from rlgrad.tensor import Tensor, _shape, get_default_dtype
 from rlgrad.typing import DTypeLike
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer"]
@@ -49,7 +49,7 @@ class MultiheadAttention(Module):
         self.in_proj_bias = Parameter(np.zeros(3 * embed_dim, dtype=dt)) if bias else None
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, dtype=dt)
         init.xavier_uniform_(self.in_proj_weight)  # torch's _reset_parameters
-        if bias:
+        if self.out_proj.bias is not None:  # (bias=True)
             init.zeros_(self.out_proj.bias)
 
     def _project(self, x: Any, k: int) -> Any:
@@ -71,7 +71,7 @@ class MultiheadAttention(Module):
             mask = kp if mask is None else mask + kp
         return mask
 
-    def forward(self, query: Any, key: Any, value: Any, key_padding_mask: Any = None,
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, key_padding_mask: Any = None,
                 need_weights: bool = True, attn_mask: Any = None,
                 average_attn_weights: bool = True, is_causal: bool = False) -> tuple[Any, Any]:
         dt = F._dtype(self.in_proj_weight)
@@ -139,8 +139,8 @@ class TransformerEncoderLayer(Module):
     def _ff(self, x: Any) -> Any:
         return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
 
-    def forward(self, src: Any, src_mask: Any = None, src_key_padding_mask: Any = None,
-                is_causal: bool = False) -> Any:
+    def forward(self, src: Tensor, src_mask: Tensor | None = None,
+                src_key_padding_mask: Tensor | None = None, is_causal: bool = False) -> Any:
         x = _as_input(src, F._dtype(self.linear1.weight))
         if self.norm_first:
             x = x + self._sa(self.norm1(x), src_mask, src_key_padding_mask, is_causal)

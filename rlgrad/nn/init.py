@@ -83,18 +83,18 @@ def _calculate_fan_in_and_fan_out(tensor: Any) -> tuple[int, int]:
     return shape[1] * receptive, shape[0] * receptive
 
 
-def uniform_(tensor: Any, a: float = 0.0, b: float = 1.0, generator: GeneratorLike = None) -> Any:
+def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0, generator: GeneratorLike = None) -> Tensor:
     arr = _array(tensor)
     return _fill(tensor, _rng(generator).uniform(a, b, size=arr.shape))
 
 
-def normal_(tensor: Any, mean: float = 0.0, std: float = 1.0, generator: GeneratorLike = None) -> Any:
+def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, generator: GeneratorLike = None) -> Tensor:
     arr = _array(tensor)
     return _fill(tensor, _rng(generator).normal(mean, std, size=arr.shape))
 
 
-def trunc_normal_(tensor: Any, mean: float = 0.0, std: float = 1.0, a: float = -2.0,
-                  b: float = 2.0, generator: GeneratorLike = None) -> Any:
+def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0,
+                  b: float = 2.0, generator: GeneratorLike = None) -> Tensor:
     """Normal draws redrawn until they fall in ``[a, b]``."""
     arr = _array(tensor)
     rng = _rng(generator)
@@ -106,32 +106,32 @@ def trunc_normal_(tensor: Any, mean: float = 0.0, std: float = 1.0, a: float = -
     return _fill(tensor, out)
 
 
-def constant_(tensor: Any, val: float) -> Any:
+def constant_(tensor: Tensor, val: float) -> Tensor:
     return _fill(tensor, val)
 
 
-def zeros_(tensor: Any) -> Any:
+def zeros_(tensor: Tensor) -> Tensor:
     return _fill(tensor, 0)
 
 
-def ones_(tensor: Any) -> Any:
+def ones_(tensor: Tensor) -> Tensor:
     return _fill(tensor, 1)
 
 
-def eye_(tensor: Any) -> Any:
+def eye_(tensor: Tensor) -> Tensor:
     arr = _array(tensor)
     if arr.ndim != 2:
         raise ValueError(f"eye_ needs a 2-D tensor, got shape {arr.shape}")
     return _fill(tensor, np.eye(*arr.shape))
 
 
-def xavier_uniform_(tensor: Any, gain: float = 1.0, generator: GeneratorLike = None) -> Any:
+def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator: GeneratorLike = None) -> Tensor:
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(tensor, -bound, bound, generator)
 
 
-def xavier_normal_(tensor: Any, gain: float = 1.0, generator: GeneratorLike = None) -> Any:
+def xavier_normal_(tensor: Tensor, gain: float = 1.0, generator: GeneratorLike = None) -> Tensor:
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
 
@@ -146,18 +146,18 @@ def _kaiming_std(tensor: Any, a: float, mode: str, nonlinearity: str) -> float:
     return calculate_gain(nonlinearity, a) / math.sqrt(fan)
 
 
-def kaiming_uniform_(tensor: Any, a: float = 0.0, mode: str = "fan_in",
-                     nonlinearity: str = "leaky_relu", generator: GeneratorLike = None) -> Any:
+def kaiming_uniform_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
+                     nonlinearity: str = "leaky_relu", generator: GeneratorLike = None) -> Tensor:
     bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
     return uniform_(tensor, -bound, bound, generator)
 
 
-def kaiming_normal_(tensor: Any, a: float = 0.0, mode: str = "fan_in",
-                    nonlinearity: str = "leaky_relu", generator: GeneratorLike = None) -> Any:
+def kaiming_normal_(tensor: Tensor, a: float = 0.0, mode: str = "fan_in",
+                    nonlinearity: str = "leaky_relu", generator: GeneratorLike = None) -> Tensor:
     return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity), generator)
 
 
-def orthogonal_(tensor: Any, gain: float = 1.0, generator: GeneratorLike = None) -> Any:
+def orthogonal_(tensor: Tensor, gain: float = 1.0, generator: GeneratorLike = None) -> Tensor:
     """A (semi-)orthogonal matrix times ``gain``, as PyTorch builds it (QR of a Gaussian matrix
     with the signs of R's diagonal folded in); what SB3 and CleanRL use for policy layers."""
     arr = _array(tensor)

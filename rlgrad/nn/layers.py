@@ -43,7 +43,7 @@ class Identity(Module):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__()
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return x
 
 
@@ -68,7 +68,7 @@ class Linear(Module):
             bound = 1 / math.sqrt(self.in_features) if self.in_features > 0 else 0
             init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         w = self.weight
         if not (isinstance(x, Tensor) and x._value.dtype == w._value.dtype):
             x = _as_input(x, w._value.dtype)
@@ -79,8 +79,8 @@ class Linear(Module):
                 f"bias={self.bias is not None}")
 
 
-def _pair(v: Any) -> tuple[int, int]:
-    return (int(v), int(v)) if isinstance(v, int | np.integer) else tuple(int(a) for a in v)  # type: ignore[return-value]
+def _pair(v: Any) -> tuple[int, ...]:
+    return (int(v), int(v)) if isinstance(v, int | np.integer) else tuple(int(a) for a in v)
 
 
 class Conv2d(Module):
@@ -111,7 +111,7 @@ class Conv2d(Module):
             bound = 1 / math.sqrt(fan_in) if fan_in > 0 else 0
             init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         w = self.weight
         if not (isinstance(x, Tensor) and x._value.dtype == w._value.dtype):
             x = _as_input(x, w._value.dtype)
@@ -131,7 +131,7 @@ class Flatten(Module):
         super().__init__()
         self.start_dim, self.end_dim = start_dim, end_dim
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.flatten(x, self.start_dim, self.end_dim)
 
     def extra_repr(self) -> str:
@@ -248,22 +248,22 @@ class ModuleDict(Module):
 
 # ---- activations -----------------------------------------------------------------------------
 class ReLU(Module):
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.relu(x)
 
 
 class Tanh(Module):
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.tanh(x)
 
 
 class Sigmoid(Module):
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.sigmoid(x)
 
 
 class SiLU(Module):
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.silu(x)
 
 
@@ -274,7 +274,7 @@ class GELU(Module):
             raise ValueError(f"GELU: approximate={approximate!r}; use 'none' or 'tanh'")
         self.approximate = approximate
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.gelu(x, self.approximate)
 
     def extra_repr(self) -> str:
@@ -282,7 +282,7 @@ class GELU(Module):
 
 
 class Mish(Module):
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.mish(x)
 
 
@@ -296,7 +296,7 @@ class Dropout(Module):
             raise ValueError(f"Dropout: p={p} must be in [0, 1]")
         self.p, self.inplace = float(p), bool(inplace)  # inplace is accepted; a copy is made
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.p, self.training)
 
     def extra_repr(self) -> str:
@@ -329,7 +329,7 @@ class Embedding(Module):
             self.weight._value[self.padding_idx] = 0
             mark_written(self.weight)  # an in-place write: bump the version autograd checks
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.embedding(x, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:
@@ -342,7 +342,7 @@ class ELU(Module):
         super().__init__()
         self.alpha = float(alpha)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.elu_p(x, alpha=self.alpha)
 
     def extra_repr(self) -> str:
@@ -354,7 +354,7 @@ class Softplus(Module):
         super().__init__()
         self.beta, self.threshold = float(beta), float(threshold)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.softplus(x, self.beta, self.threshold)
 
     def extra_repr(self) -> str:
@@ -366,7 +366,7 @@ class LeakyReLU(Module):
         super().__init__()
         self.negative_slope = float(negative_slope)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.leaky_relu(x, self.negative_slope)
 
 
@@ -390,7 +390,7 @@ class LayerNorm(Module):
             self.weight = None
             self.bias = None
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 from rlgrad.nn import functional as F
 from rlgrad.nn.layers import _as_input
 from rlgrad.nn.module import Module, Parameter
-from rlgrad.tensor import _shape, get_default_dtype
+from rlgrad.tensor import Tensor, _shape, get_default_dtype
 
 __all__ = ["BatchNorm1d", "BatchNorm2d"]
 
@@ -58,7 +58,7 @@ class _BatchNorm(Module):
             raise ValueError(f"{type(self).__name__}: input has {shape[1]} channels (axis 1), "
                              f"the layer expects num_features={self.num_features}")
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         self._check(x)
         if self.weight is not None:
             x = _as_input(x, F._dtype(self.weight))

@@ -25,7 +25,7 @@ from rlgrad.nn import init
 from rlgrad.nn.cells import gru_cell, gru_seq, lstm_cell, lstm_seq
 from rlgrad.nn.layers import _as_input
 from rlgrad.nn.module import Module, Parameter
-from rlgrad.tensor import _shape, _Trace, get_default_dtype
+from rlgrad.tensor import Tensor, _shape, _Trace, get_default_dtype
 from rlgrad.typing import DTypeLike
 
 __all__ = ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"]
@@ -246,7 +246,7 @@ class RNN(_RNNBase):
         super().__init__("RNN_TANH" if nonlinearity == "tanh" else "RNN_RELU", input_size,
                          hidden_size, num_layers, bias, batch_first, dropout, bidirectional, dtype)
 
-    def forward(self, input: Any, hx: Any = None) -> tuple[Any, Any]:  # noqa: A002
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Any, Any]:  # noqa: A002
         out, h_n, _ = self._forward(input, hx, None, lstm=False)
         return out, h_n
 
@@ -260,7 +260,7 @@ class GRU(_RNNBase):
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, dtype)
 
-    def forward(self, input: Any, hx: Any = None) -> tuple[Any, Any]:  # noqa: A002
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Any, Any]:  # noqa: A002
         out, h_n, _ = self._forward(input, hx, None, lstm=False)
         return out, h_n
 
@@ -275,7 +275,7 @@ class LSTM(_RNNBase):
         super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, dtype)
 
-    def forward(self, input: Any, hx: Any = None) -> tuple[Any, tuple[Any, Any]]:  # noqa: A002
+    def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Any, tuple[Any, Any]]:  # noqa: A002
         if hx is not None and not (isinstance(hx, tuple | list) and len(hx) == 2):
             raise ValueError("LSTM: hx must be a pair (h0, c0) or None")
         h0, c0 = (None, None) if hx is None else hx
@@ -339,7 +339,7 @@ class RNNCell(_CellBase):
         self.nonlinearity = nonlinearity
         super().__init__(input_size, hidden_size, bias, 1, dtype)
 
-    def forward(self, input: Any, hx: Any = None) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Any:  # noqa: A002
         x, h, unb = self._prepare(input, hx)
         xp = F.linear(x, self.weight_ih, self.bias_ih)
         return _unbatch(_rnn_step(xp, h, self.weight_hh, self.bias_hh,
@@ -351,7 +351,7 @@ class GRUCell(_CellBase):
                  dtype: DTypeLike = None) -> None:
         super().__init__(input_size, hidden_size, bias, 3, dtype)
 
-    def forward(self, input: Any, hx: Any = None) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Any:  # noqa: A002
         x, h, unb = self._prepare(input, hx)
         xp = F.linear(x, self.weight_ih, self.bias_ih)
         return _unbatch(gru_cell(xp, h, self.weight_hh, self.bias_hh)[..., :self.hidden_size], unb)
@@ -362,7 +362,7 @@ class LSTMCell(_CellBase):
                  dtype: DTypeLike = None) -> None:
         super().__init__(input_size, hidden_size, bias, 4, dtype)
 
-    def forward(self, input: Any, hx: Any = None) -> tuple[Any, Any]:  # noqa: A002
+    def forward(self, input: Tensor, hx: tuple[Tensor, Tensor] | None = None) -> tuple[Any, Any]:  # noqa: A002
         if hx is not None and not (isinstance(hx, tuple | list) and len(hx) == 2):
             raise ValueError("LSTMCell: hx must be a pair (h, c) or None")
         x, h, unb = self._prepare(input, None if hx is None else hx[0])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins as _builtins
 import functools as _functools
 import math as _math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as _np
@@ -836,7 +837,7 @@ def partition(a: Any, kth: Any, axis: Any = -1, kind: str = "introselect", order
 
 
 @_numpy_on_arrays(_np.gradient)
-def gradient(f: Any, *varargs: Any, axis: Any = None, edge_order: int = 1) -> Any:
+def gradient(f: Callable[..., Any], *varargs: Any, axis: Any = None, edge_order: int = 1) -> Any:
     """NumPy's gradient with uniform (scalar) spacings: central differences inside, one-sided
     (edge_order 1 or 2) at the edges."""
     nd = _np.ndim(_d(f))

@@ -26,6 +26,7 @@ from rlgrad.creation import _empty_aligned
 from rlgrad.optim.optimizer import Optimizer, _check_hparams
 from rlgrad.tensor import mark_written
 from rlgrad.tracer import replayed
+from rlgrad.typing import Params
 
 try:  # the flat updates in one pass (C, built by setup.py when a compiler is there): same bits
     from rlgrad.optim import _fused
@@ -48,7 +49,7 @@ class SGD(Optimizer):
     """Stochastic gradient descent with optional momentum (PyTorch's form: ``buf = m buf +
     (1 - dampening) g``, first step ``buf = g``), Nesterov momentum and L2 weight decay."""
 
-    def __init__(self, params: Any, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+    def __init__(self, params: Params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, *, maximize: bool = False) -> None:
         _check_hparams(lr=lr, momentum=momentum, weight_decay=weight_decay)
         if nesterov and (momentum <= 0 or dampening != 0):
@@ -225,7 +226,7 @@ class _FlatPath:
                 self._flat_update(group, *flat, scale)
                 mark_written(*group["params"])
                 return
-        super().step_arrays(grads, scale)  # type: ignore[misc]
+        super().step_arrays(grads, scale)  # type: ignore[misc]  # a mixin: Optimizer, next in the MRO, has it
 
     def _flat_update(self, group: dict[str, Any], fl: _FlatGroup, grads: list[np.ndarray],
                      scale: float = 1.0) -> None:
@@ -307,7 +308,7 @@ class Adam(_FlatPath, Optimizer):
 
     _decoupled = False
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, amsgrad: bool = False, *,
                  maximize: bool = False) -> None:
         _check_hparams(lr=lr, eps=eps, weight_decay=weight_decay)
@@ -386,7 +387,7 @@ class AdamW(Adam):
 
     _decoupled = True
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 1e-2, amsgrad: bool = False, *,
                  maximize: bool = False) -> None:
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize)
@@ -400,7 +401,7 @@ class RMSprop(_FlatPath, Optimizer):
     ``g / sqrt(v + eps)``, instead of PyTorch's ``g / (sqrt(v) + eps)``.
     """
 
-    def __init__(self, params: Any, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+    def __init__(self, params: Params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False, *,
                  maximize: bool = False, tf_style: bool = False) -> None:
         _check_hparams(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum)
@@ -505,7 +506,7 @@ def _rmsprop_math(g: np.ndarray, sq: np.ndarray, ga: np.ndarray | None, mb: np.n
 class RMSpropTFLike(RMSprop):
     """Stable-Baselines3's ``RMSpropTFLike``: ``RMSprop(..., tf_style=True)``."""
 
-    def __init__(self, params: Any, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
+    def __init__(self, params: Params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8,
                  weight_decay: float = 0.0, momentum: float = 0.0, centered: bool = False) -> None:
         super().__init__(params, lr, alpha, eps, weight_decay, momentum, centered, tf_style=True)
 
@@ -569,7 +570,7 @@ class Adagrad(_PerParam):
 
     _l2_only = True
 
-    def __init__(self, params: Any, lr: float = 1e-2, lr_decay: float = 0.0,
+    def __init__(self, params: Params, lr: float = 1e-2, lr_decay: float = 0.0,
                  weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
                  eps: float = 1e-10, *, maximize: bool = False) -> None:
         _check_hparams(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, eps=eps,
@@ -596,7 +597,7 @@ class Adagrad(_PerParam):
 class RAdam(_PerParam):
     """RAdam with PyTorch's arguments, ``decoupled_weight_decay`` included (``reference.radam``)."""
 
-    def __init__(self, params: Any, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0,
                  decoupled_weight_decay: bool = False, *, maximize: bool = False) -> None:
         _check_hparams(lr=lr, eps=eps, weight_decay=weight_decay)
@@ -630,7 +631,7 @@ class RAdam(_PerParam):
 class NAdam(_PerParam):
     """NAdam with PyTorch's arguments and momentum schedule (``reference.nadam``)."""
 
-    def __init__(self, params: Any, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
+    def __init__(self, params: Params, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
                  eps: float = 1e-8, weight_decay: float = 0.0, momentum_decay: float = 4e-3,
                  decoupled_weight_decay: bool = False, *, maximize: bool = False) -> None:
         _check_hparams(lr=lr, eps=eps, weight_decay=weight_decay, momentum_decay=momentum_decay)

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, SupportsFloat
 
 from rlgrad.optim.optimizer import Optimizer
 from rlgrad.tensor import Tensor
@@ -164,7 +164,7 @@ class MultiStepLR(LRScheduler):
     """``lr = base_lr * gamma ** (number of milestones <= epoch)``; a milestone listed twice counts
     twice, as in PyTorch."""
 
-    def __init__(self, optimizer: Optimizer, milestones: Any, gamma: float = 0.1,
+    def __init__(self, optimizer: Optimizer, milestones: Sequence[int], gamma: float = 0.1,
                  last_epoch: int = -1) -> None:
         self.milestones = sorted(int(m) for m in milestones)
         self.gamma = gamma
@@ -224,7 +224,7 @@ class OneCycleLR(LRScheduler):
     the initial lr first, then to the minimum). ``cycle_momentum`` moves the momentum (SGD) or
     beta1 (Adam-like) the opposite way, between ``max_momentum`` and ``base_momentum``."""
 
-    def __init__(self, optimizer: Optimizer, max_lr: Any, total_steps: int | None = None,
+    def __init__(self, optimizer: Optimizer, max_lr: float | Sequence[float], total_steps: int | None = None,
                  epochs: int | None = None, steps_per_epoch: int | None = None,
                  pct_start: float = 0.3, anneal_strategy: str = "cos",
                  cycle_momentum: bool = True, base_momentum: Any = 0.85, max_momentum: Any = 0.95,
@@ -314,7 +314,7 @@ class ReduceLROnPlateau:
 
     def __init__(self, optimizer: Optimizer, mode: str = "min", factor: float = 0.1,
                  patience: int = 10, threshold: float = 1e-4, threshold_mode: str = "rel",
-                 cooldown: int = 0, min_lr: Any = 0.0, eps: float = 1e-8) -> None:
+                 cooldown: int = 0, min_lr: float | Sequence[float] = 0.0, eps: float = 1e-8) -> None:
         if factor >= 1.0:
             raise ValueError(f"ReduceLROnPlateau: factor should be < 1.0, got {factor}")
         if not isinstance(optimizer, Optimizer):
@@ -342,7 +342,7 @@ class ReduceLROnPlateau:
                     else best + self.threshold)
 
     @replayed  # under rlgrad.jit: made again by the compiled step, at its place
-    def step(self, metrics: Any) -> None:
+    def step(self, metrics: SupportsFloat) -> None:
         # a loss Tensor is read as a number (detached: under jit it is still being traced)
         current = float(metrics.detach() if isinstance(metrics, Tensor) else metrics)
         self.last_epoch += 1

@@ -16,6 +16,7 @@ from rlgrad.serialization import StateDictError, _source_of
 from rlgrad.tensor import Tensor, constant, mark_written
 from rlgrad.threads import apply_training_default
 from rlgrad.tracer import enable_grad, replayed
+from rlgrad.typing import Params
 
 __all__ = ["Optimizer", "required"]
 
@@ -31,7 +32,7 @@ required = _Required()
 class Optimizer:
     """Base class: subclasses set ``defaults`` and implement ``_update_group(group)``."""
 
-    def __init__(self, params: Any, defaults: dict[str, Any]) -> None:
+    def __init__(self, params: Params, defaults: dict[str, Any]) -> None:
         self.defaults = dict(defaults)
         self.state: dict[Tensor, dict[str, Any]] = {}  # keyed by the tensor (hash = identity)
         self.param_groups: list[dict[str, Any]] = []
@@ -44,7 +45,7 @@ class Optimizer:
             )
         if hasattr(params, "parameters") and callable(params.parameters):
             raise TypeError("pass model.parameters() to the optimizer, not the model itself")
-        groups = list(params)
+        groups: list[Any] = list(params)  # Tensors, or groups (dicts)
         if not groups:
             raise ValueError("optimizer got an empty parameter list")
         if not isinstance(groups[0], Mapping):

@@ -12,12 +12,13 @@ from typing import Any
 from rlgrad import optim
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm
+from rlgrad.rl.schedules import ScheduleLike
 
 
 class A2C(OnPolicyAlgorithm):
     log_interval = 100
 
-    def __init__(self, env: EnvLike, learning_rate: Any = 7e-4, n_steps: int = 5,
+    def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 7e-4, n_steps: int = 5,
                  gamma: float = 0.99, gae_lambda: float = 1.0, ent_coef: float = 0.0,
                  vf_coef: float = 0.5, max_grad_norm: float | None = 0.5,
                  rms_prop_eps: float = 1e-5, use_rms_prop: bool = True,

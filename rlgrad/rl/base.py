@@ -593,7 +593,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """The VecNormalize wrapper of the training env, if it has one (SB3's)."""
         return unwrap_vec_normalize(self._user_env)
 
-    def set_env(self, env: Any, force_reset: bool = True) -> None:
+    def set_env(self, env: EnvLike, force_reset: bool = True) -> None:
         """Train on ``env`` from now on: the same spaces and number of copies (the buffers are
         sized by it); ``force_reset`` starts new episodes at the next ``learn``."""
         venv = make_vec_env(env, n_envs=self.n_envs, record_statistics=False)
@@ -744,7 +744,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         }, with_extension(path))
 
     @classmethod
-    def load(cls, path: str, env: Any = None, device: DeviceLike = "auto",
+    def load(cls, path: str, env: EnvLike | None = None, device: DeviceLike = "auto",
              custom_objects: dict[str, Any] | None = None, **overrides: Any) -> BaseAlgorithm:
         """The algorithm saved at ``path`` (a classmethod, as SB3's): on ``env`` if given (its
         spaces must be the saved ones), else on a new env of the saved id. ``overrides`` (and

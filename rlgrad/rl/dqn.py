@@ -38,7 +38,7 @@ from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.off_policy import OffPolicyAlgorithm, target_network, td_target_of
 from rlgrad.rl.policies import cnn_trunk, mlp, mlp_numpy
-from rlgrad.rl.schedules import linear_schedule
+from rlgrad.rl.schedules import ScheduleLike, linear_schedule
 from rlgrad.rl.steps import step_with_grads
 
 
@@ -88,7 +88,7 @@ class DQN(OffPolicyAlgorithm):
     #: minibatch's in NumPy before its step (``td_target``; for a hook that cannot be traced).
     target_path: ClassVar[str] = "stacked"
 
-    def __init__(self, env: EnvLike, learning_rate: Any = 1e-4, buffer_size: int = 1_000_000,
+    def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 1e-4, buffer_size: int = 1_000_000,
                  learning_starts: int = 100, batch_size: int = 32, tau: float = 1.0,
                  gamma: float = 0.99, train_freq: Any = 4, gradient_steps: int = 1,
                  target_update_interval: int = 10_000, exploration_fraction: float = 0.1,

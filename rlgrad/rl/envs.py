@@ -26,9 +26,11 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 from rlgrad.random import generator_state_dict, load_generator_state
 from rlgrad.rl.finite import NonFiniteError, check_transition, nonfinite_actions
 from rlgrad.rl.one_env import OneEnvSyncVectorEnv
-from rlgrad.rl.vec_env import reset_compatible
+from rlgrad.rl.vec_env import VecEnv, reset_compatible
 
-EnvLike = str | gym.Env | VectorEnv
+#: what an algorithm takes as its environment: an id, a Gymnasium env or vector env, or an
+#: SB3-style VecEnv (DummyVecEnv, SubprocVecEnv ...)
+EnvLike = str | gym.Env | VectorEnv | VecEnv
 
 
 class SpaceError(ValueError, AssertionError):

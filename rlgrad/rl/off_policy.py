@@ -34,6 +34,7 @@ from rlgrad.rl.sb3_storage import (
     sb3_batch,
     sb3_replay_buffer,
 )
+from rlgrad.rl.schedules import ScheduleLike
 from rlgrad.rl.steps import grad_step, optimized_params, same_params, step_with_grads
 from rlgrad.tensor import Tensor
 
@@ -180,7 +181,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
     #: replaying the old value. Numbers that can be inputs (gamma, ent_coef) are inputs instead.
     trace_settings: tuple[str, ...] = ()
 
-    def __init__(self, env: EnvLike, learning_rate: Any, buffer_size: int, learning_starts: int,
+    def __init__(self, env: EnvLike, learning_rate: ScheduleLike, buffer_size: int, learning_starts: int,
                  batch_size: int, tau: float, gamma: float, train_freq: Any, gradient_steps: int,
                  n_envs: int = 1, normalize: bool | dict[str, Any] = False,
                  policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,

@@ -29,6 +29,7 @@ from rlgrad.rl.envs import EnvLike, flat_obs_dim, is_image_space, obs_rows, obs_
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.sb3_args import buffer_class
+from rlgrad.rl.schedules import ScheduleLike
 from rlgrad.rl.steps import apply_grads, grad_step, optimized_params, same_params
 
 
@@ -73,7 +74,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     optimizer: Optimizer  # (each algorithm makes its own: PPO's Adam, A2C's RMSprop ...)
     env_runner_sampling = True  # env_runners > 0: rollouts on Ray actors (rlgrad.rl.distributed)
 
-    def __init__(self, env: EnvLike, learning_rate: Any, n_steps: int, gamma: float,
+    def __init__(self, env: EnvLike, learning_rate: ScheduleLike, n_steps: int, gamma: float,
                  gae_lambda: float, ent_coef: float, vf_coef: float, max_grad_norm: float | None,
                  normalize_advantage: bool = True, n_envs: int = 1,
                  normalize: bool | dict[str, Any] = False, policy_kwargs: dict | None = None,

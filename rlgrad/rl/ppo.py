@@ -18,7 +18,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, with_value_and_entropy
-from rlgrad.rl.schedules import get_schedule_fn
+from rlgrad.rl.schedules import ScheduleLike, get_schedule_fn
 from rlgrad.tracer import defbatch, defjvp, defvjp, primitive
 
 
@@ -81,9 +81,9 @@ class PPO(OnPolicyAlgorithm):
     #: rollout as one batch when it fits; False (RecurrentPPO's padded sequences): eager
     fixed_shape_batches: ClassVar[bool] = True
 
-    def __init__(self, env: EnvLike, learning_rate: Any = 3e-4, n_steps: int = 2048,
+    def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 3e-4, n_steps: int = 2048,
                  batch_size: int = 64, n_epochs: int = 10, gamma: float = 0.99,
-                 gae_lambda: float = 0.95, clip_range: Any = 0.2, clip_range_vf: Any = None,
+                 gae_lambda: float = 0.95, clip_range: ScheduleLike = 0.2, clip_range_vf: Any = None,
                  normalize_advantage: bool = True, ent_coef: float = 0.0, vf_coef: float = 0.5,
                  max_grad_norm: float | None = 0.5, target_kl: float | None = None,
                  rollout_buffer_class: str | None = None,

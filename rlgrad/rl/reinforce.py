@@ -14,12 +14,13 @@ import gymnasium as gym
 
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm
+from rlgrad.rl.schedules import ScheduleLike
 
 
 class REINFORCE(OnPolicyAlgorithm):
     log_interval = 10
 
-    def __init__(self, env: EnvLike, learning_rate: Any = 1e-3, n_steps: int = 256,
+    def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 1e-3, n_steps: int = 256,
                  gamma: float = 0.99, ent_coef: float = 0.0, vf_coef: float = 0.5,
                  max_grad_norm: float | None = None, normalize_advantage: bool = True,
                  n_envs: int | None = None, normalize: bool | dict = False,

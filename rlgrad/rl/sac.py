@@ -37,12 +37,13 @@ from rlgrad.rl.off_policy import (
     td_target_of,
 )
 from rlgrad.rl.policies import ContinuousCritic, SquashedGaussianActor, upgrade_critic_keys
+from rlgrad.rl.schedules import ScheduleLike
 
 
 class SAC(OffPolicyAlgorithm):
     action_space: spaces.Box
 
-    def __init__(self, env: EnvLike, learning_rate: Any = 3e-4, buffer_size: int = 1_000_000,
+    def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 3e-4, buffer_size: int = 1_000_000,
                  learning_starts: int = 100, batch_size: int = 256, tau: float = 0.005,
                  gamma: float = 0.99, train_freq: Any = 1, gradient_steps: int = 1,
                  ent_coef: str | float = "auto", target_update_interval: int = 1,

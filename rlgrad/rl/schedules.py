@@ -6,6 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 Schedule = Callable[[float], float]
+#: a learning rate or clip range as the algorithms take it: a constant, a schedule's name
+#: ("lin_3e-4"), or a function of the remaining progress (SB3's)
+ScheduleLike = float | str | Schedule
 
 
 def get_schedule_fn(value: float | str | Schedule) -> Schedule:

@@ -25,10 +25,11 @@ from rlgrad.rl.off_policy import (
     td_target_of,
 )
 from rlgrad.rl.policies import ContinuousCritic, DeterministicActor, upgrade_critic_keys
+from rlgrad.rl.schedules import ScheduleLike
 
 
 class TD3(OffPolicyAlgorithm):
-    def __init__(self, env: EnvLike, learning_rate: Any = 1e-3, buffer_size: int = 1_000_000,
+    def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 1e-3, buffer_size: int = 1_000_000,
                  learning_starts: int = 100, batch_size: int = 256, tau: float = 0.005,
                  gamma: float = 0.99, train_freq: Any = 1, gradient_steps: int = 1,
                  noise_type: str | None = None, noise_std: float = 0.1, policy_delay: int = 2,

@@ -31,6 +31,7 @@ from rlgrad.distributions import kl_divergence
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, explained_variance
 from rlgrad.rl.ranges import ROLLOUT_BATCH
+from rlgrad.rl.schedules import ScheduleLike
 
 
 def conjugate_gradient(matvec: Callable[[np.ndarray], np.ndarray], b: np.ndarray,
@@ -72,7 +73,7 @@ class TRPO(OnPolicyAlgorithm):
     # batch_size is the critic's minibatch: above the rollout it is the whole rollout
     relations_not_applying = (ROLLOUT_BATCH,)
 
-    def __init__(self, env: EnvLike, learning_rate: Any = 1e-3, n_steps: int = 2048,
+    def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 1e-3, n_steps: int = 2048,
                  batch_size: int = 128, gamma: float = 0.99, cg_max_steps: int = 15,
                  cg_damping: float = 0.1, line_search_shrinking_factor: float = 0.8,
                  line_search_max_iter: int = 10, n_critic_updates: int = 10,

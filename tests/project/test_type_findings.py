@@ -38,3 +38,40 @@ def test_vectorized_observation_of_a_shapeless_dict_entry_is_a_value_error() -> 
         sb3_utils.is_vectorized_observation(obs, space)
     with pytest.raises(ValueError, match="no fixed shape"):
         is_vectorized_observation(obs, space)
+
+
+def test_env_like_takes_sb3_vec_envs() -> None:
+    """``EnvLike`` (every algorithm's ``env``) left out SB3-style VecEnvs, which the algorithms
+    take: a user's type checker refused ``PPO("MlpPolicy", DummyVecEnv(...))``."""
+    import gymnasium as gym
+
+    from rlgrad.rl import PPO
+    from rlgrad.rl.envs import EnvLike
+    from rlgrad.rl.vec_env import DummyVecEnv
+
+    venv = DummyVecEnv([lambda: gym.make("CartPole-v1")])
+    assert isinstance(venv, EnvLike)
+    model = PPO("MlpPolicy", venv, n_steps=16, batch_size=16, seed=0)
+    assert model.n_envs == 1
+
+
+def test_observation_check_of_a_space_without_dtype() -> None:
+    """A custom Space may have no dtype (``Space(shape, dtype=None)``); the observation check
+    called ``np.can_cast(obs.dtype, None)`` on it, a TypeError about NumPy's arguments (SB3's
+    does the same). The dtype check now applies to spaces that have one."""
+    import numpy as np
+    from gymnasium import spaces
+
+    from rlgrad.rl.common.env_checker import _check_obs
+
+    class NoDtype(spaces.Space):
+        def __init__(self) -> None:
+            super().__init__(shape=(2,), dtype=None)
+
+        def contains(self, x: object) -> bool:
+            return True
+
+    _check_obs(np.zeros(2), NoDtype(), "reset")  # no error
+    box = spaces.Box(0, 1, (2,), np.float32)
+    with pytest.raises(Exception, match="data type"):
+        _check_obs(np.zeros(2, dtype=np.complex128), box, "reset")

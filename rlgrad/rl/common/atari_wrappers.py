@@ -18,7 +18,7 @@ from rlgrad.rl.atari import EpisodicLife as EpisodicLifeEnv
 
 
 def _meanings(env: gym.Env) -> list[str]:
-    return list(env.unwrapped.get_action_meanings())  # type: ignore[attr-defined]
+    return list(env.unwrapped.get_action_meanings())  # type: ignore[attr-defined]  # Atari envs only (ale_py's AtariEnv)
 
 
 class _AtariError(ValueError, AssertionError):

@@ -175,13 +175,13 @@ def _check_goal_env_compute_reward(obs: dict[str, Any], env: gym.Env, reward: fl
                                    info: dict[str, Any]) -> None:
     """The reward is ``compute_reward``'s, and ``compute_reward`` takes batches."""
     achieved, desired = obs["achieved_goal"], obs["desired_goal"]
-    _require(reward == env.compute_reward(achieved, desired, info),  # type: ignore[attr-defined]
+    _require(reward == env.compute_reward(achieved, desired, info),  # type: ignore[attr-defined]  # goal envs only (_is_goal_env)
              "The reward was not computed with `compute_reward()`")
     achieved, desired = np.asarray(achieved), np.asarray(desired)
     batch_a, batch_d = np.array([achieved, achieved]), np.array([desired, desired])
     if achieved.ndim == 0:
         batch_a, batch_d = batch_a.reshape(2, 1), batch_d.reshape(2, 1)
-    rewards = env.compute_reward(batch_a, batch_d, np.array([info, info]))  # type: ignore[attr-defined]
+    rewards = env.compute_reward(batch_a, batch_d, np.array([info, info]))  # type: ignore[attr-defined]  # goal envs only (_is_goal_env)
     _require(np.shape(rewards) == (2,), f"Unexpected shape for vectorized computation of reward: "
              f"{np.shape(rewards)} != (2,)")
     _require(rewards[0] == reward, f"Vectorized computation of reward differs from single "

@@ -26,7 +26,7 @@ class StackedObservations:
             if not isinstance(channels_order, Mapping):
                 channels_order = dict.fromkeys(observation_space.spaces, channels_order)
             self.sub_stacked_observations = {
-                key: StackedObservations(num_envs, n_stack, sub, channels_order[key])  # type: ignore[arg-type]
+                key: StackedObservations(num_envs, n_stack, sub, channels_order[key])  # type: ignore[arg-type]  # a Dict's image entries are Boxes
                 for key, sub in observation_space.spaces.items()}
             self.stacked_observation_space: spaces.Space = spaces.Dict(
                 {k: s.stacked_observation_space for k, s in self.sub_stacked_observations.items()})
