@@ -1,0 +1,144 @@
+"""Build a generated C source into an extension module, once per machine: the compiler that
+builds rlgrad's own C modules (``sysconfig``'s CC, as setup.py's), the result cached on disk by
+the hash of the source and of everything else that shapes the binary, across processes.
+
+The cache is ``$RLGRAD_CACHE_DIR/native`` or ``$XDG_CACHE_HOME/rlgrad/native`` (by default
+``~/.cache/rlgrad/native``). A module is compiled into a temporary file in that folder and
+renamed into place (``os.replace``: atomic), so a process never loads a half-written file, and
+two processes building the same program at once both end with a whole one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+# -ffp-contract=off: no FMA contraction, as setup.py's modules (products rounded as NumPy's);
+# -fopenmp-simd: the `#pragma omp simd` loops call glibc's vector math (libmvec)
+FLAGS = ["-O2", "-ffp-contract=off", "-fno-math-errno", "-fno-strict-aliasing", "-fopenmp-simd"]
+_state: dict[str, Any] = {}  # what was found once per process: compiler, flags, BLAS
+
+
+class BuildError(RuntimeError):
+    """The compiler refused a generated source (a bug of a lowering: the message has its error)."""
+
+
+def cache_dir() -> str:
+    root = os.environ.get("RLGRAD_CACHE_DIR")
+    if not root:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rlgrad")
+    return os.path.join(root, "native")
+
+
+def compiler() -> list[str] | None:
+    """The C compiler's command (``$CC``, else sysconfig's), or None when there is none."""
+    if "cc" not in _state:
+        cmd = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
+        _state["cc"] = cmd if cmd and shutil.which(cmd[0]) and sys.platform != "win32" else None
+    return _state["cc"]
+
+
+def _mvec_flags(cc: list[str], folder: str) -> list[str]:
+    """``-lmvec`` where glibc's vector math links (x86-64 glibc >= 2.35), else the macro that
+    leaves the vector declarations out (scalar libm calls: slower, the same accuracy class)."""
+    if "mvec" not in _state:
+        src = os.path.join(folder, "mvec_probe.c")
+        with open(src, "w") as f:
+            f.write("#include <math.h>\n__attribute__((simd(\"notinbranch\"))) float tanhf(float);\n"
+                    "float t[64]; int main(void) {\n#pragma omp simd\nfor (int i = 0; i < 64; i++)"
+                    " t[i] = tanhf(t[i]);\nreturn 0; }\n")
+        out = os.path.join(folder, f"mvec_probe{os.getpid()}")
+        ok = subprocess.run([*cc, *FLAGS, src, "-o", out, "-lmvec", "-lm"],
+                            capture_output=True).returncode == 0
+        for p in (src, out):
+            if os.path.exists(p):
+                os.remove(p)
+        _state["mvec"] = ["-lmvec", "-lm"] if ok else ["-DRLGRAD_NO_MVEC", "-lm"]
+    return _state["mvec"]
+
+
+def build(source: str, name_hint: str = "step") -> ModuleType:
+    """The extension module of ``source`` (which defines ``PyInit_@MODULE@``), from the cache
+    when this source was built before, else compiled now and cached. Raises BuildError."""
+    cc = compiler()
+    if cc is None:
+        raise BuildError("no C compiler")
+    folder = cache_dir()
+    os.makedirs(folder, exist_ok=True)
+    link = _mvec_flags(cc, folder)
+    key = "\0".join([source, *cc, *FLAGS, *link, sys.version, np.__version__, sysconfig.get_platform()])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    mod_name = f"rlgrad_native_{digest}"
+    path = os.path.join(folder, mod_name + importlib.machinery.EXTENSION_SUFFIXES[0])
+    _state["last_cached"] = os.path.exists(path)
+    if not _state["last_cached"]:
+        _compile(cc, source.replace("@MODULE@", mod_name), path, link, folder)
+    return _load(mod_name, path)
+
+
+def _compile(cc: list[str], source: str, path: str, link: list[str], folder: str) -> None:
+    fd, tmp_c = tempfile.mkstemp(suffix=".c", dir=folder)
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    tmp_so = tmp_c[:-2] + ".so.tmp"
+    cmd = [*cc, *FLAGS, "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"],
+           "-I", np.get_include(), tmp_c, "-o", tmp_so, *link]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode != 0:
+            first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr[:300])
+            raise BuildError(f"the C compiler refused the generated source ({tmp_c} kept): {first}")
+        os.replace(tmp_so, path)  # atomic: readers see no file or the whole one
+        os.remove(tmp_c)
+    finally:
+        if os.path.exists(tmp_so):
+            os.remove(tmp_so)
+
+
+def _load(mod_name: str, path: str) -> ModuleType:
+    if mod_name in sys.modules:
+        return sys.modules[mod_name]
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sgemm, dgemm = blas_pointers()
+    module.setup(sgemm, dgemm)
+    sys.modules[mod_name] = module
+    return module
+
+
+def blas_pointers() -> tuple[int, int]:
+    """The addresses of ``cblas_sgemm``/``cblas_dgemm`` (64-bit integers) in the OpenBLAS that
+    NumPy's wheel bundles, the library NumPy's own matmul calls; (0, 0) where NumPy links another
+    BLAS (the generated code then runs its own loops). ``RLGRAD_NATIVE_BLAS=0`` forces those."""
+    if "blas" not in _state:
+        found = (0, 0)
+        libs = sorted(glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas64*")))
+        if libs and os.environ.get("RLGRAD_NATIVE_BLAS", "1") != "0":
+            try:
+                lib = ctypes.CDLL(libs[0])
+                found = tuple(ctypes.cast(getattr(lib, f"scipy_cblas_{t}gemm64_"), ctypes.c_void_p).value
+                              for t in "sd")  # type: ignore[assignment]
+            except (OSError, AttributeError):
+                found = (0, 0)
+        _state["blas"] = found
+    return _state["blas"]
+
+
+def last_was_cached() -> bool:
+    return bool(_state.get("last_cached"))
