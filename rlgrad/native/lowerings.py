@@ -438,8 +438,10 @@ def _categorical_unpick(ctx: Any, e: Any) -> Val:
 
 @lowers("concatenate", "stack")
 def _concatenate(ctx: Any, e: Any) -> Val:
-    parts = [ctx.val(a) for a in e.args[0]]
-    (axis,) = _params(e, ("axis",), (0,))
+    parts = [ctx.val(a) for a in e.args]  # (variadic: the arrays, then axis=)
+    if set(e.kwargs) - {"axis"}:
+        raise Unsupported(f"{e.name} with keywords {sorted(e.kwargs)}")
+    axis = e.kwargs.get("axis", 0)
     out = ctx.out(e)
     if axis is None or not out.shape:
         raise Unsupported(f"{e.name} with axis None")
