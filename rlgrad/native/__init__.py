@@ -14,6 +14,7 @@ at compile time, and falls back per call when an argument is not what it was tra
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -110,8 +111,26 @@ class _Lowering:
         move = f"{cell} = {g.at([r])};" if write else f"{g.at([r])} = {cell};"
         self.p.lines.append(
             f"for (npy_intp {r} = 0; {r} < {n}; {r}++) {{ int64_t j = (int64_t){idx.at([r])}; "
-            f"if (j < 0) j += {k}; if (j < 0 || j >= {k}) {{ index_error(j < 0 ? j - {k} : j, {k}); "
+            f"if (j < 0) j += {k}; if (j < 0 || j >= {k}) {{ index_error(j < 0 ? j - {k} : j, {k}, 1); "
             f"goto fail; }} {move} }}")
+
+
+    def rows(self, g: Val, x: Val, idx: Val, scatter: bool) -> None:
+        """``g[i] = x[idx[i]]`` over the rows of x's first axis, or ``x[idx[i]] += g[i]``
+        (``scatter``: repeated rows add up, as ``np.add.at``); NumPy's negative indices, and
+        IndexError outside."""
+        n = x.shape[0]
+        row = math.prod(x.shape[1:])
+        r = f"r{len(self.p.lines)}"
+        ri = [r] + [f"{r}_{k}" for k in range(len(idx.shape) - 1)]
+        loops = "".join(f"for (npy_intp {v} = 0; {v} < {m}; {v}++) " for v, m in zip(ri, idx.shape))
+        flat = " + ".join(f"{v}*{math.prod(idx.shape[k + 1:])}" for k, v in enumerate(ri)) or "0"
+        at_j, at_i = f"{x.off} + j*{row} + c", f"{g.off} + ({flat})*{row} + c"
+        move = (f"{x.ptr}[{at_j}] += {g.ptr}[{at_i}];" if scatter else f"{g.ptr}[{at_i}] = {x.ptr}[{at_j}];")
+        self.p.lines.append(
+            f"{loops}{{ int64_t j = (int64_t){idx.at(ri)}; if (j < 0) j += {n}; "
+            f"if (j < 0 || j >= {n}) {{ index_error(j < 0 ? j - {n} : j, {n}, 0); goto fail; }} "
+            f"for (npy_intp c = 0; c < {row}; c++) {move} }}")
 
 
 def _convert(ctx: _Lowering, a: Any) -> Any:

@@ -207,17 +207,14 @@ def _sum_to(ctx: Any, e: Any) -> Val:
     return out
 
 
-@lowers("getitem")
-def _getitem(ctx: Any, e: Any) -> Val:
-    """Basic indexing (ints, slices, None, Ellipsis): a view. Index arrays: not lowered."""
-    x, idx = ctx.val(e.args[0]), e.args[1]
+def _basic_view(x: Val, idx: Any, want: tuple[int, ...]) -> Val:
+    """``x[idx]`` for a basic index (ints, slices, None, Ellipsis) as a view of ``x``."""
     idx = idx if isinstance(idx, tuple) else (idx,)
-    if any(isinstance(i, Val | np.ndarray | list) or (i is not Ellipsis and i is not None and not
-           isinstance(i, int | np.integer | slice)) for i in idx):
-        raise Unsupported("getitem with an index array")
+    if not all(i is None or i is Ellipsis or isinstance(i, int | np.integer | slice) for i in idx):
+        raise Unsupported("an index array other than one on the first axis")
     n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-    if Ellipsis in idx:
-        k = idx.index(Ellipsis)
+    if any(i is Ellipsis for i in idx):
+        k = next(j for j, i in enumerate(idx) if i is Ellipsis)
         idx = idx[:k] + (slice(None),) * (len(x.shape) - n_real) + idx[k + 1:]
     idx = idx + (slice(None),) * (len(x.shape) - sum(1 for i in idx if i is not None))
     shape, strides, off, d = [], [], 0, 0
@@ -235,9 +232,52 @@ def _getitem(ctx: Any, e: Any) -> Val:
         else:
             off += (int(i) % n) * s
         d += 1
-    if tuple(shape) != np.shape(e.res):
-        raise Unsupported("getitem: an index this lowering reads otherwise than NumPy")
+    if tuple(shape) != tuple(want):
+        raise Unsupported("an index this lowering reads otherwise than NumPy")
     return x.view(shape, strides, off)
+
+
+def _row_index(ctx: Any, idx: Any) -> Val | None:
+    """The index array of ``x[idx]`` / ``x[idx, ...]`` / ``x[idx, :]`` (rows of the first axis),
+    else None."""
+    parts = idx if isinstance(idx, tuple) else (idx,)
+    if not parts or any(p is not Ellipsis and p != slice(None) for p in parts[1:]):
+        return None
+    first = parts[0]
+    if isinstance(first, Val) or (isinstance(first, np.ndarray) and first.dtype.kind in "iu"):
+        v = ctx.val(first)
+        return v if v.dtype.kind in "iu" and v.lit is None else None
+    return None
+
+
+@lowers("getitem")
+def _getitem(ctx: Any, e: Any) -> Val:
+    """Basic indexing: a view; an integer array on the first axis: rows gathered."""
+    x, idx = ctx.val(e.args[0]), e.args[1]
+    rows_idx = _row_index(ctx, idx)
+    if rows_idx is not None and x.shape:
+        out = ctx.out(e)
+        ctx.rows(out, contiguous(ctx, x), contiguous(ctx, rows_idx), scatter=False)
+        return out
+    return _basic_view(x, idx, np.shape(e.res))
+
+
+@lowers("untake")
+def _untake(ctx: Any, e: Any) -> Val:
+    """Zeros with ``g`` put at a basic index, or added at rows of the first axis (repeats add)."""
+    g, idx = ctx.val(e.args[0]), e.args[1]
+    out = ctx.out(e)
+    ctx.p.elementwise(out, lambda v: "0", [])
+    rows_idx = _row_index(ctx, idx)
+    if rows_idx is not None:
+        ctx.rows(contiguous(ctx, g), out, contiguous(ctx, rows_idx), scatter=True)
+    else:
+        try:
+            want = np.empty(out.shape, dtype=bool)[idx].shape  # (a basic index: no arrays)
+        except (IndexError, TypeError):
+            raise Unsupported("untake at an index other than basic or rows") from None
+        ctx.p.elementwise(_basic_view(out, idx, want), lambda v: v[0], [g])
+    return out
 
 
 def rows(ctx: Any, x: Val) -> Val:

@@ -71,9 +71,9 @@ static int arg_ok(PyObject *o, int type, int nd, const npy_intp *dims) {
     for (int k = 0; k < nd; k++) if (PyArray_DIMS(a)[k] != dims[k]) return 0;
     return 1;
 }
-static void index_error(long long i, long long n) {
-    PyErr_Format(PyExc_IndexError, "rlgrad.jit (native): index %lld is out of bounds for axis 1 "
-                 "with size %lld", i, n);
+static void index_error(long long i, long long n, int axis) {
+    PyErr_Format(PyExc_IndexError, "rlgrad.jit (native): index %lld is out of bounds for axis %d "
+                 "with size %lld", i, axis, n);
 }
 """
 
