@@ -346,3 +346,39 @@ def test_ppo_trains_alike_with_every_step_native(monkeypatch: pytest.MonkeyPatch
         assert jits and all(j.backend == backend for j in jits)
     for a, b in zip(params["native"], params["numpy"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def _rnn(w: Any, h0: Any, xs: Any, reverse: bool = False) -> Any:
+    def cell(carry: Any, x: Any) -> Any:
+        h, k = carry
+        h = rnp.tanh(h @ w + x)
+        return (k * 0.5, h), (h.sum(axis=1), k)  # carries swap: each is written from the other
+
+    (a, b), (ys, ks) = rlgrad.lax.scan(cell, (h0, h0 * 2.0), xs, reverse=reverse)
+    return (a ** 2).sum() + (b * ys[-1][:, None]).sum() + ks.mean()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_scan_lowers_with_its_gradient(reverse: bool, dtype: type) -> None:
+    """A scan (and the reverse scan of its VJP) is one C loop around its body."""
+    rng = np.random.default_rng(8)
+    w, h0, xs = _arr(rng, (6, 6), dtype, -0.4, 0.4), _arr(rng, (3, 6), dtype), _arr(rng, (5, 3, 6), dtype)
+    f = lambda w, h0, xs: _rnn(w, h0, xs, reverse)  # noqa: E731
+    both(f, w, h0, xs, dtype=dtype)
+    nat = both(rlgrad.value_and_grad(f, argnums=(0, 1, 2)), w, h0, xs, dtype=dtype)
+    assert "for (npy_intp t" in next(iter(nat._cache.values())).native_source
+
+
+def test_fori_loop_and_rnn_lower() -> None:
+    rng = np.random.default_rng(9)
+    x = _arr(rng, (4,), np.float64)
+    both(lambda x: rlgrad.lax.fori_loop(0, 7, lambda i, c: rnp.sin(c) * 1.5 + i, x), x)
+    rnn = rlgrad.nn.RNN(5, 8, batch_first=True)
+    seq = _arr(rng, (2, 6, 5), np.float32)
+
+    def loss(seq: Any) -> Any:
+        out, h = rnn(seq)
+        return (out ** 2).mean() + h.sum()
+
+    both(lambda s: rlgrad.autograd.grad(loss(s), list(rnn.parameters())), seq, dtype=np.float32)

@@ -115,6 +115,10 @@ class _Lowering:
             f"goto fail; }} {move} }}")
 
 
+    def body(self, tape: list, inputs: list[Tensor], given: list[Val], outs: list[Any]) -> list[Val]:
+        """A loop body lowered here, its inputs bound to ``given`` (see ``lower_body``)."""
+        return lower_body(self, tape, inputs, given, outs)
+
     def rows(self, g: Val, x: Val, idx: Val, scatter: bool) -> None:
         """``g[i] = x[idx[i]]`` over the rows of x's first axis, or ``x[idx[i]] += g[i]``
         (``scatter``: repeated rows add up, as ``np.add.at``); NumPy's negative indices, and
@@ -151,9 +155,10 @@ def _arrays_in(args: Any) -> list[Any]:
     return found
 
 
-def _live(tape: list, outs: list[Any], inputs: list[Tensor]) -> tuple[list[int], set[int]]:
+def _live(tape: list, outs: list[Any], inputs: list[Any]) -> tuple[list[int], set[int]]:
     """(the tape entries the outputs need, in order; the ids of values computed from the
-    arguments or from outside tensors: the others are constants, folded at compile time)."""
+    arguments (``inputs``: Tensors) or from outside tensors: the others are constants, folded
+    at compile time)."""
     made = {}
     for k, (_p, _a, _kw, res) in enumerate(tape):
         made[id(res)] = k
@@ -167,7 +172,7 @@ def _live(tape: list, outs: list[Any], inputs: list[Tensor]) -> tuple[list[int],
             live.append(k)
             need.update(id(a) for a in _arrays_in([*args, *kwargs.values()]))
     live.reverse()
-    varying = {id(t) for t in inputs} | {id(t._value) for t in inputs}
+    varying = {id(t) for t in inputs} | {id(_raw(t)) for t in inputs}
     for k in live:
         _p, args, kwargs, res = tape[k]
         if any(id(a) in varying or (isinstance(a, Tensor) and id(a) not in made)
@@ -197,6 +202,18 @@ def _lower_tape(ctx: _Lowering, tape: list, live: list[int], varying: set[int]) 
         ctx.vals[id(res)] = v
         if isinstance(res, Tensor):
             ctx.vals[id(res._value)] = v
+
+
+def lower_body(ctx: _Lowering, tape: list, inputs: list[Tensor], given: list[Val],
+               outs: list[Any]) -> list[Val]:
+    """Lower a loop body's tape (lax) into ``ctx`` with its ``inputs`` (carries, slices of the
+    scanned arrays, captured tensors) bound to the values ``given``: its outputs' values."""
+    for t, v in zip(inputs, given):
+        ctx.vals[id(t)] = v
+        ctx.vals[id(t._value)] = v
+    live, varying = _live(tape, outs, inputs)
+    _lower_tape(ctx, tape, live, varying)
+    return [ctx.val(o) for o in outs]
 
 
 class LoweringError(RuntimeError):

@@ -63,7 +63,7 @@ class Val:
 
     __slots__ = ("dtype", "shape", "ptr", "off", "strides", "lit")
 
-    def __init__(self, dtype: Any, shape: Sequence[int], ptr: str | None, off: int = 0,
+    def __init__(self, dtype: Any, shape: Sequence[int], ptr: str | None, off: int | str = 0,
                  strides: Sequence[int] | None = None, lit: str | None = None) -> None:
         self.dtype = np.dtype(dtype)
         self.shape = tuple(int(n) for n in shape)
@@ -90,8 +90,14 @@ class Val:
                 terms.append(f"{idx[lead + k]}*{s}" if s != 1 else idx[lead + k])
         return f"{self.ptr}[{' + '.join(terms) or '0'}]"
 
-    def view(self, shape: Sequence[int], strides: Sequence[int], off: int = 0) -> Val:
-        return Val(self.dtype, shape, self.ptr, self.off + off, strides, self.lit)
+    def view(self, shape: Sequence[int], strides: Sequence[int], off: int | str = 0) -> Val:
+        """Another view of the same memory; ``off`` (elements) may be a C expression (a loop's
+        step: ``"t*64"``)."""
+        if isinstance(off, str) or isinstance(self.off, str):
+            total: int | str = f"({self.off} + {off})" if off else self.off
+        else:
+            total = self.off + off
+        return Val(self.dtype, shape, self.ptr, total, strides, self.lit)
 
     def broadcast(self, shape: Sequence[int]) -> Val:
         """This value seen with ``shape`` (NumPy's broadcasting: stride 0 where stretched)."""

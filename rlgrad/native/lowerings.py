@@ -497,3 +497,58 @@ def _concatenate(ctx: Any, e: Any) -> Val:
         ctx.p.elementwise(dst, lambda v: v[0], [part])
         start += n
     return out
+
+
+def _copy_into(ctx: Any, dst: Val, src: Val) -> None:
+    ctx.p.elementwise(dst, lambda v: v[0], [src], src.dtype)
+
+
+@lowers("scan")
+def _scan(ctx: Any, e: Any) -> Val:
+    """``lax.scan``'s node: its body lowered once inside a C loop over the steps, the carries in
+    buffers of their own, each step's slice of the scanned arrays a view at the step's offset,
+    the outputs written into the node's packed result (final carries, stacked ys, and the carries
+    entering each step when a gradient needs them), as ``lax._scan_fwd`` lays them out."""
+    sc = e.kwargs.get("ctx")
+    body, nc = sc.body, sc.n_carry
+    nk = len(body.captured)
+    args = [ctx.val(a) for a in e.args]
+    consts, init, xs = args[:nk], args[nk:nk + nc], args[nk + nc:]
+    out = ctx.out(e)
+    offs, at = [], 0
+    for shape, _dtype in sc.avals:
+        offs.append(at)
+        at += int(np.prod(shape, dtype=int))
+    carry = [ctx.p.buffer(d, s) for s, d in sc.avals[:nc]]
+    for c, v in zip(carry, init):
+        _copy_into(ctx, c, v)
+    t = f"t{len(ctx.p.lines)}"
+    step = f"({sc.length - 1} - {t})" if sc.reverse else t
+    start = len(ctx.p.lines)
+
+    def row(k: int) -> Val:  # output k's slice of this step
+        shape = sc.avals[k][0][1:]
+        return out.view(shape, c_strides(shape), f"{offs[k]} + {step}*{int(np.prod(shape, dtype=int))}")
+
+    if sc.save:
+        for j, c in enumerate(carry):
+            _copy_into(ctx, row(nc + len(sc.y_avals) + j), c)
+    x_rows = [x.view(x.shape[1:], x.strides[1:], f"{step}*{x.strides[0]}") for x in xs]
+    res = ctx.body(body.tape, body.inputs + body.captured, carry + x_rows + consts, body.outs)
+    for j, y in enumerate(res[nc:]):  # before the carries change: a y may be one of them
+        _copy_into(ctx, row(nc + j), y)
+    mine = {c.ptr for c in carry}
+    for c, new in zip(carry, res[:nc]):
+        if new.ptr in mine and new.ptr != c.ptr or (new.ptr == c.ptr and new.strides != c.strides):
+            tmp = ctx.p.buffer(new.dtype, new.shape)  # another carry's buffer: copy it first
+            _copy_into(ctx, tmp, new)
+            new = tmp
+        if new.ptr != c.ptr or new.off != c.off:
+            _copy_into(ctx, c, new)
+    lines = ctx.p.lines[start:]
+    del ctx.p.lines[start:]
+    ctx.p.lines += [f"for (npy_intp {t} = 0; {t} < {sc.length}; {t}++) {{",
+                    *["    " + ln for ln in lines], "}"]
+    for k, c in enumerate(carry):
+        _copy_into(ctx, out.view(c.shape, c_strides(c.shape), offs[k]), c)
+    return out
