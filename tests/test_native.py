@@ -382,3 +382,44 @@ def test_fori_loop_and_rnn_lower() -> None:
         return (out ** 2).mean() + h.sum()
 
     both(lambda s: rlgrad.autograd.grad(loss(s), list(rnn.parameters())), seq, dtype=np.float32)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_activations_losses_and_indexing(dtype: type) -> None:
+    rng = np.random.default_rng(10)
+    x, y = _arr(rng, (5, 4), dtype), _arr(rng, (5, 4), dtype)
+    idx = rng.integers(-4, 4, (5, 2))
+
+    def f(x: Any, y: Any) -> Any:
+        return [F.leaky_relu(x, 0.1), F.elu(x, alpha=0.7), F.huber_loss(x, y, delta=0.5),
+                F.smooth_l1_loss(x, y, reduction="sum"), F.huber_loss(x, y, reduction="none"),
+                rnp.argmax(x, axis=1), rnp.argmin(x), rnp.flip(x, 0) * 1.0, rnp.flip(x) * 1.0,
+                rnp.cumsum(x, axis=0), rnp.cumsum(x), rnp.take_along_axis(x, idx, axis=1)]
+
+    both(f, x, y, dtype=dtype)
+    g = lambda x, y: (F.leaky_relu(x, 0.1) * F.elu(y) + F.huber_loss(x, y, delta=0.5)).sum()  # noqa: E731
+    both(rlgrad.grad(g, argnums=(0, 1)), x, y, dtype=dtype)
+
+
+def test_dqn_trains_with_its_step_native(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DQN's compiled update (Huber loss of the taken action's Q against the target) lowers."""
+    import rlgrad.native
+    from rlgrad.rl import DQN
+
+    ran, lower = [], rlgrad.native.lower
+
+    def spy(compiled: Any, *args: Any) -> None:
+        lower(compiled, *args)
+        ran.append(compiled.backend)
+
+    monkeypatch.setattr(rlgrad.native, "lower", spy)
+    params = {}
+    for backend in ("numpy", "native"):
+        monkeypatch.setenv("RLGRAD_JIT_BACKEND", backend)
+        model = DQN("MlpPolicy", "CartPole-v1", learning_starts=64, train_freq=4, batch_size=32,
+                    seed=0, verbose=0)
+        model.learn(96)
+        params[backend] = [p._value.copy() for p in model.policy.parameters()]
+    assert ran and set(ran) == {"native"}, ran
+    for a, b in zip(params["native"], params["numpy"]):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)

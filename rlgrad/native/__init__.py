@@ -119,6 +119,20 @@ class _Lowering:
         """A loop body lowered here, its inputs bound to ``given`` (see ``lower_body``)."""
         return lower_body(self, tape, inputs, given, outs)
 
+    def along(self, out: Val, x: Val, idx: Val, axis: int) -> None:
+        """``out[..., i, ...] = x[..., idx[..., i, ...], ...]`` along ``axis`` (the other axes
+        broadcast, as NumPy's take_along_axis), negative indices wrapped, IndexError outside."""
+        n = x.shape[axis]
+        iv = self.p._loop_vars(len(out.shape))
+        xv = x.broadcast(tuple(n if k == axis else m for k, m in enumerate(out.shape)))
+        at = list(iv)
+        at[axis] = "j"
+        body = (f"{{ int64_t j = (int64_t){idx.broadcast(out.shape).at(iv)}; if (j < 0) j += {n}; "
+                f"if (j < 0 || j >= {n}) {{ index_error(j < 0 ? j - {n} : j, {n}, {axis}); goto fail; }} "
+                f"{out.at(iv)} = {xv.at(at)}; }}")
+        self.p.lines += [f"for (npy_intp {v} = 0; {v} < {m}; {v}++)" for v, m in zip(iv, out.shape)]
+        self.p.lines.append(body)
+
     def rows(self, g: Val, x: Val, idx: Val, scatter: bool) -> None:
         """``g[i] = x[idx[i]]`` over the rows of x's first axis, or ``x[idx[i]] += g[i]``
         (``scatter``: repeated rows add up, as ``np.add.at``); NumPy's negative indices, and

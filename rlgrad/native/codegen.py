@@ -174,6 +174,38 @@ class Program:
                 f"{out.at([v for v in oi])} = ({ctype(out.dtype)})acc;"]
         self.lines += _nest([x.shape[k] for k in keep], oi, "{ " + " ".join(body) + " }", simd=False)
 
+    def arg_reduce(self, kind: str, out: Val, x: Val, axes: Sequence[int]) -> None:
+        """``out`` (int64, x's shape without ``axes``) = the C-order position over ``axes`` of
+        the first largest ("argmax") or smallest element, or of the first NaN, as NumPy's."""
+        keep = [k for k in range(len(x.shape)) if k not in axes]
+        oi, ri = self._loop_vars(len(keep)), self._loop_vars(len(axes))
+        idx = [""] * len(x.shape)
+        for k, v in zip(keep, oi):
+            idx[k] = v
+        for k, v in zip(axes, ri):
+            idx[k] = v
+        t, op = ctype(x.dtype), ">" if kind == "argmax" else "<"
+        first = x.at([("0" if k in axes else idx[k]) for k in range(len(x.shape))])
+        step = (f"{{ {t} v = {x.at(idx)}; if (v {op} acc || (v != v && acc == acc)) "
+                "{ acc = v; best = n; } n++; }")
+        body = [f"{t} acc = {first}; npy_intp best = 0, n = 0;",
+                *_nest([x.shape[k] for k in axes], ri, step, simd=False), f"{out.at(oi)} = best;"]
+        self.lines += _nest([x.shape[k] for k in keep], oi, "{ " + " ".join(body) + " }", simd=False)
+
+    def cumulative(self, out: Val, x: Val, axis: int) -> None:
+        """``out`` = the running sum of ``x`` along ``axis`` (in out's type, as NumPy's)."""
+        keep = [k for k in range(len(x.shape)) if k != axis]
+        oi, (ai,) = self._loop_vars(len(keep)), self._loop_vars(1)
+        idx = [""] * len(x.shape)
+        for k, v in zip(keep, oi):
+            idx[k] = v
+        idx[axis] = ai
+        t = ctype(out.dtype)
+        inner = _nest([x.shape[axis]], [ai], f"{{ acc += ({t}){x.at(idx)}; {out.at(idx)} = acc; }}",
+                      simd=False)
+        self.lines += _nest([x.shape[k] for k in keep], oi, "{ " + f"{t} acc = 0; " + " ".join(inner)
+                            + " }", simd=False)
+
     def gemm(self, out: Val, a: Val, b: Val) -> None:
         """``out = a @ b`` for 2-D views (out contiguous): one BLAS call where both operands are
         row- or column-major views, a copy first where one is not."""

@@ -39,6 +39,7 @@ BINARY_FLOAT = {
     "divide": "{0} / {1}", "power": "pow{f}({0}, {1})", "arctan2": "atan2{f}({0}, {1})",
     "hypot": "hypot{f}({0}, {1})", "logaddexp": "logaddexp{s}({0}, {1})",
     "tanh_grad": "{0} * (({T})1 - {1} * {1})", "relu_grad": "{0} * ({T})({1} > 0)",
+    "leaky_relu": "{0} > 0 ? {0} : {0} * {1}", "leaky_relu_grad": "{1} > 0 ? {0} : {0} * {2}",
 }
 # any dtype: computed in the result's type
 ARITHMETIC = {
@@ -551,4 +552,80 @@ def _scan(ctx: Any, e: Any) -> Val:
                     *["    " + ln for ln in lines], "}"]
     for k, c in enumerate(carry):
         _copy_into(ctx, out.view(c.shape, c_strides(c.shape), offs[k]), c)
+    return out
+
+
+@lowers("elu")
+def _elu(ctx: Any, e: Any) -> Val:
+    x = ctx.val(e.args[0])
+    (alpha,) = _params(e, ("alpha",), (1.0,))
+    out = ctx.out(e)
+    if out.dtype.kind != "f":
+        raise Unsupported(f"elu of {out.dtype}")
+    ctx.p.elementwise(out, _template("{0} > 0 ? {0} : {1} * expm1{f}({0} < 0 ? {0} : 0)", out.dtype),
+                      [x, ctx.val(alpha)])
+    return out
+
+
+@lowers("huber_loss")
+def _huber_loss(ctx: Any, e: Any) -> Val:
+    x, y = ctx.val(e.args[0]), ctx.val(e.args[1])
+    _target, delta, reduction, scale = _params(e, ("target", "delta", "reduction", "scale"),
+                                               (None, 1.0, "mean", 1.0))
+    shape = np.broadcast_shapes(x.shape, y.shape)
+    out = ctx.out(e)
+    if reduction not in ("mean", "sum", "none") or out.dtype.kind != "f":
+        raise Unsupported(f"huber_loss reduction {reduction!r} of {out.dtype}")
+    terms = out if reduction == "none" else ctx.p.buffer(out.dtype, shape)
+    ctx.p.elementwise(terms, _template("huber{s}({0} - {1}, {2}) * {3}", out.dtype),
+                      [x, y, ctx.val(delta), ctx.val(scale)])
+    if reduction != "none":
+        _reduce_into(ctx, "sum", out, terms, tuple(range(len(shape))))
+        if reduction == "mean":
+            ctx.p.elementwise(out, lambda v: f"{v[0]} / {max(terms.size, 1)}", [out])
+    return out
+
+
+@lowers("argmax", "argmin")
+def _argmax(ctx: Any, e: Any) -> Val:
+    x = ctx.val(e.args[0])
+    axis, _out, keep = _params(e, ("axis", "out", "keepdims"), (None, None, False))
+    if _out is not None or x.dtype.kind not in "fi" or not x.shape:
+        raise Unsupported(f"{e.name} with out= or of {x.dtype}{list(x.shape)}")
+    axes = _axes(axis, len(x.shape))
+    out = ctx.out(e)
+    kept = [n for k, n in enumerate(x.shape) if k not in axes]
+    ctx.p.arg_reduce(e.name, out.view(kept, c_strides(kept)), x, axes)
+    return out
+
+
+@lowers("flip")
+def _flip(ctx: Any, e: Any) -> Val:
+    x = ctx.val(e.args[0])
+    (axis,) = _params(e, ("axis",), (None,))
+    axes = _axes(axis, len(x.shape))
+    off = sum((x.shape[k] - 1) * x.strides[k] for k in axes)
+    return x.view(x.shape, [-s if k in axes else s for k, s in enumerate(x.strides)], off)
+
+
+@lowers("cumsum")
+def _cumsum(ctx: Any, e: Any) -> Val:
+    x = ctx.val(e.args[0])
+    (axis,) = _params(e, ("axis",), (None,))
+    if axis is None:
+        x = contiguous(ctx, x)
+        x, axis = x.view((x.size,), (1,)), 0
+    out = ctx.out(e)
+    ctx.p.cumulative(out, x, int(axis) % len(x.shape))
+    return out
+
+
+@lowers("take_along_axis")
+def _take_along_axis(ctx: Any, e: Any) -> Val:
+    x, idx = ctx.val(e.args[0]), ctx.val(e.args[1])
+    (axis,) = _params(e, ("indices", "axis"), (None, -1))[1:]
+    if axis is None or len(idx.shape) != len(x.shape) or idx.dtype.kind not in "iu":
+        raise Unsupported("take_along_axis beyond indices of the array's rank along one axis")
+    out = ctx.out(e)
+    ctx.along(out, x, idx, int(axis) % len(x.shape))
     return out

@@ -43,6 +43,11 @@ static inline double logaddexp_d(double x, double y) {
     T a = adv * r, b = adv * c; return w * ((a != a || a <= b) ? a : b); }
 PPO_TERM(float, _f)
 PPO_TERM(double, _d)
+/* Huber's term as nn.functional._huber_fwd computes it: q (|d| - q / 2), q = min(|d|, delta) */
+#define HUBER(T, S, F) static inline T huber##S(T d, T delta) {                          \
+    T l = F(d), q = (l != l || l <= delta) ? l : delta; return (l - q * (T)0.5) * q; }
+HUBER(float, _f, fabsf)
+HUBER(double, _d, fabs)
 
 /* cblas_?gemm with 64-bit integers (row-major: 101, no transpose: 111, transpose: 112) */
 typedef void (*sgemm_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
