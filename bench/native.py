@@ -9,8 +9,9 @@ eager and JAX jit, side by side in one process, one thread, on three programs:
   the loss and its gradients, as ``PPO.train`` calls it (PyTorch: SB3's policy, the same loss,
   ``backward()``).
 
-Per-call times are medians of interleaved rounds (bench/_timing.py), with the best round beside
-them (the steadier number on a loaded host); the compile time (first
+Per-call times are the process's CPU time (all threads), medians of interleaved rounds, with the
+best round beside them: on a host shared with other work, wall time measures the queue for the
+cores as much as the program (whole-process wall times are bench/purejaxrl.py's); the compile time (first
 call: trace, code generation, C build into an empty cache; JAX: trace and XLA) is reported
 apart, and so is a second compile of the same program (the module found in the cache). The
 "no BLAS" row runs the native GEMMs as the generated module's own loops.
@@ -36,6 +37,20 @@ import rlgrad.nn.functional as F
 import rlgrad.numpy as rnp
 
 os.environ["RLGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="rlgrad-native-bench-")  # cold builds
+
+
+def cpu_interleaved(impls: dict[str, Callable[[], Any]], repeats: int) -> dict[str, np.ndarray]:
+    """CPU seconds per call (the process's, all threads), interleaved rounds: on a host shared
+    with other work, wall time grows with the queue for the cores, CPU time much less."""
+    counts = {name: _timing.calls_for(fn) for name, fn in impls.items()}
+    times: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(repeats):
+        for name, fn in impls.items():
+            t0 = time.process_time()
+            for _ in range(counts[name]):
+                fn()
+            times[name].append((time.process_time() - t0) / counts[name])
+    return {name: np.array(ts) for name, ts in times.items()}
 
 
 def timed_first(make: Callable[[], Callable[[], Any]]) -> tuple[Callable[[], Any], float]:
@@ -243,7 +258,7 @@ def no_blas_row(fn: Callable[[], Any], repeats: int) -> float:
     for m in modules:
         m.setup(0, 0)
     try:
-        return float(np.median(_timing.interleaved({"x": fn}, repeats)["x"]))
+        return float(np.median(cpu_interleaved({"x": fn}, repeats)["x"]))
     finally:
         for m in modules:
             m.setup(*build.blas_pointers())
@@ -252,15 +267,14 @@ def no_blas_row(fn: Callable[[], Any], repeats: int) -> float:
 def run(case: str, repeats: int) -> None:
     title, make = CASES[case]
     impls = make()
-    times = _timing.interleaved({k: f for k, (f, _c) in impls.items()
-                                 if "cached" not in k}, repeats)
+    times = cpu_interleaved({k: f for k, (f, _c) in impls.items() if "cached" not in k}, repeats)
     times["rlgrad jit, native, GEMMs without BLAS"] = np.array(
         [no_blas_row(impls["rlgrad jit, native"][0], repeats)] * repeats)
     times["rlgrad jit, native (module cached)"] = times["rlgrad jit, native"]
     res = _timing.paired(times, "rlgrad jit, numpy")
     print(f"\n### {case}: {title}\n")
-    print("| implementation | us per call (median) | best round | x NumPy replay | "
-          "first call (compile), s |")
+    print("| implementation | CPU us per call (median) | best round | x NumPy replay | "
+          "first call (compile, wall), s |")
     print("|---|---:|---:|---:|---:|")
     for name, (sec, ratio) in res.items():
         compile_s = impls[name][1] if name in impls else 0.0
