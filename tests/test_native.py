@@ -370,6 +370,23 @@ def test_scan_lowers_with_its_gradient(reverse: bool, dtype: type) -> None:
     assert "for (npy_intp t" in next(iter(nat._cache.values())).native_source
 
 
+def test_scan_carries_that_swap_and_pass_through() -> None:
+    """New carries that are the old ones (swapped, unchanged, a slice of the scanned array)."""
+    rng = np.random.default_rng(11)
+    a, b, xs = _arr(rng, (3,), np.float64), _arr(rng, (3,), np.float64), _arr(rng, (4, 3), np.float64)
+
+    def f(a: Any, b: Any, xs: Any) -> Any:
+        def body(c: Any, x: Any) -> Any:
+            p, q, r = c
+            return (q, p, x), p  # swap, and a y that is a carry before the step
+        (p, q, r), ys = rlgrad.lax.scan(body, (a, b, a * 0.0), xs)
+        return p * 1.0, q * 1.0, r * 1.0, ys * 1.0
+
+    both(f, a, b, xs)
+    both(rlgrad.grad(lambda a, b, xs: sum((v ** 2).sum() for v in f(a, b, xs)), argnums=(0, 1, 2)),
+         a, b, xs)
+
+
 def test_fori_loop_and_rnn_lower() -> None:
     rng = np.random.default_rng(9)
     x = _arr(rng, (4,), np.float64)

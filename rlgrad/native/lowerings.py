@@ -539,12 +539,16 @@ def _scan(ctx: Any, e: Any) -> Val:
     for j, y in enumerate(res[nc:]):  # before the carries change: a y may be one of them
         _copy_into(ctx, row(nc + j), y)
     mine = {c.ptr for c in carry}
-    for c, new in zip(carry, res[:nc]):
-        if new.ptr in mine and new.ptr != c.ptr or (new.ptr == c.ptr and new.strides != c.strides):
-            tmp = ctx.p.buffer(new.dtype, new.shape)  # another carry's buffer: copy it first
+    sources = []
+    for c, new in zip(carry, res[:nc]):  # first, copies of whatever reads a carry's buffer
+        same = new.ptr == c.ptr and new.off == c.off and new.strides == c.strides
+        if new.ptr in mine and not same:
+            tmp = ctx.p.buffer(new.dtype, new.shape)
             _copy_into(ctx, tmp, new)
             new = tmp
-        if new.ptr != c.ptr or new.off != c.off:
+        sources.append(None if same else new)
+    for c, new in zip(carry, sources):  # then the carries
+        if new is not None:
             _copy_into(ctx, c, new)
     lines = ctx.p.lines[start:]
     del ctx.p.lines[start:]
