@@ -440,3 +440,13 @@ def test_dqn_trains_with_its_step_native(monkeypatch: pytest.MonkeyPatch) -> Non
     assert ran and set(ran) == {"native"}, ran
     for a, b in zip(params["native"], params["numpy"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_an_unwritable_cache_keeps_the_numpy_replay(monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setenv("RLGRAD_CACHE_DIR", str(tmp_path / "a_file" / "below"))
+    f = rlgrad.jit(lambda x: rnp.cos(x) + 1.0, backend="native")
+    with caplog.at_level(logging.WARNING, logger="rlgrad.jit"):
+        np.testing.assert_array_equal(f(np.zeros(3)), np.full(3, 2.0))
+    assert f.backend == "numpy" and "set RLGRAD_CACHE_DIR to a writable folder" in caplog.text

@@ -308,6 +308,8 @@ def _kernel(inputs: list[Tensor], tape: list, outs: list[Any], pure: bool,
         module = build.build(source)
     except build.BuildError as e:
         raise LoweringError(str(e)) from None
+    except build.Unavailable as e:
+        raise Unsupported(str(e)) from None
     return ctx, module.step, source
 
 

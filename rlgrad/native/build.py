@@ -37,6 +37,10 @@ class BuildError(RuntimeError):
     """The compiler refused a generated source (a bug of a lowering: the message has its error)."""
 
 
+class Unavailable(RuntimeError):
+    """This machine cannot build native code (no compiler, headers or writable cache)."""
+
+
 def cache_dir() -> str:
     root = os.environ.get("RLGRAD_CACHE_DIR")
     if not root:
@@ -52,23 +56,34 @@ def compiler() -> list[str] | None:
     return _state["cc"]
 
 
-def _mvec_flags(cc: list[str], folder: str) -> list[str]:
-    """``-lmvec`` where glibc's vector math links (x86-64 glibc >= 2.35), else the macro that
-    leaves the vector declarations out (scalar libm calls: slower, the same accuracy class)."""
-    if "mvec" not in _state:
-        src = os.path.join(folder, "mvec_probe.c")
-        with open(src, "w") as f:
-            f.write("#include <math.h>\n__attribute__((simd(\"notinbranch\"))) float tanhf(float);\n"
-                    "float t[64]; int main(void) {\n#pragma omp simd\nfor (int i = 0; i < 64; i++)"
-                    " t[i] = tanhf(t[i]);\nreturn 0; }\n")
-        out = os.path.join(folder, f"mvec_probe{os.getpid()}")
-        ok = subprocess.run([*cc, *FLAGS, src, "-o", out, "-lmvec", "-lm"],
-                            capture_output=True).returncode == 0
+def _probe(cc: list[str], folder: str, link: list[str]) -> bool:
+    """Whether ``cc`` builds a module that includes Python's and NumPy's headers, with ``link``."""
+    fd, src = tempfile.mkstemp(suffix=".c", dir=folder)
+    with os.fdopen(fd, "w") as f:
+        f.write("#include <Python.h>\n#include <numpy/arrayobject.h>\n#include <math.h>\n"
+                "__attribute__((simd(\"notinbranch\"))) float tanhf(float);\n"
+                "float t[64]; void probe(void) {\n#pragma omp simd\nfor (int i = 0; i < 64; i++)"
+                " t[i] = tanhf(t[i]); }\n")
+    out = src[:-2] + ".so.tmp"
+    try:
+        return subprocess.run([*cc, *FLAGS, "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"],
+                               "-I", np.get_include(), src, "-o", out, *link],
+                              capture_output=True).returncode == 0
+    finally:
         for p in (src, out):
             if os.path.exists(p):
                 os.remove(p)
-        _state["mvec"] = ["-lmvec", "-lm"] if ok else ["-DRLGRAD_NO_MVEC", "-lm"]
-    return _state["mvec"]
+
+
+def _link_flags(cc: list[str], folder: str) -> list[str] | None:
+    """``-lmvec`` where glibc's vector math links (x86-64 glibc >= 2.35), else the macro that
+    leaves the vector declarations out (scalar libm calls: slower, the same accuracy class);
+    None when the compiler cannot build an extension module here (no Python headers)."""
+    if "link" not in _state:
+        with_mvec = ["-lmvec", "-lm"]
+        _state["link"] = (with_mvec if _probe(cc, folder, with_mvec) else
+                          ["-DRLGRAD_NO_MVEC", "-lm"] if _probe(cc, folder, ["-lm"]) else None)
+    return _state["link"]
 
 
 def build(source: str, name_hint: str = "step") -> ModuleType:
@@ -76,10 +91,17 @@ def build(source: str, name_hint: str = "step") -> ModuleType:
     when this source was built before, else compiled now and cached. Raises BuildError."""
     cc = compiler()
     if cc is None:
-        raise BuildError("no C compiler")
+        raise Unavailable("no C compiler (sysconfig's CC) on this machine")
     folder = cache_dir()
-    os.makedirs(folder, exist_ok=True)
-    link = _mvec_flags(cc, folder)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise Unavailable(f"the cache folder {folder} cannot be made ({e.strerror}); set "
+                          "RLGRAD_CACHE_DIR to a writable folder") from None
+    link = _link_flags(cc, folder)
+    if link is None:
+        raise Unavailable(f"{cc[0]} cannot build an extension module here (Python's or NumPy's "
+                          "headers missing?)")
     key = "\0".join([source, *cc, *FLAGS, *link, sys.version, np.__version__, sysconfig.get_platform()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     mod_name = f"rlgrad_native_{digest}"
@@ -91,7 +113,11 @@ def build(source: str, name_hint: str = "step") -> ModuleType:
 
 
 def _compile(cc: list[str], source: str, path: str, link: list[str], folder: str) -> None:
-    fd, tmp_c = tempfile.mkstemp(suffix=".c", dir=folder)
+    try:
+        fd, tmp_c = tempfile.mkstemp(suffix=".c", dir=folder)
+    except OSError as e:
+        raise Unavailable(f"the cache folder {folder} is not writable ({e.strerror}); set "
+                          "RLGRAD_CACHE_DIR to a writable folder") from None
     with os.fdopen(fd, "w") as f:
         f.write(source)
     tmp_so = tmp_c[:-2] + ".so.tmp"
