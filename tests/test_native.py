@@ -450,3 +450,17 @@ def test_an_unwritable_cache_keeps_the_numpy_replay(monkeypatch: pytest.MonkeyPa
     with caplog.at_level(logging.WARNING, logger="rlgrad.jit"):
         np.testing.assert_array_equal(f(np.zeros(3)), np.full(3, 2.0))
     assert f.backend == "numpy" and "set RLGRAD_CACHE_DIR to a writable folder" in caplog.text
+
+
+def test_while_loop_lowers() -> None:
+    """A while_loop (forward only, as JAX) is one C loop: cond, break, body, carries updated."""
+    def f(x: Any, n: Any) -> Any:
+        def body(c: Any) -> Any:
+            i, v, w = c
+            return i + 1, w * 0.5 + 1.0, v  # v and w swap through the body
+        i, v, w = rlgrad.lax.while_loop(lambda c: c[0] < n, body, (np.int64(0), x, x * 2.0))
+        return i, v * 1.0, w + 0.0
+
+    x = np.linspace(-1.0, 1.0, 5)
+    nat = both(f, x, np.int64(7))
+    np.testing.assert_array_equal(nat(x, np.int64(3))[0], 3)  # the trip count is the data's

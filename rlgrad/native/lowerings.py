@@ -146,7 +146,7 @@ LOWERINGS.update({"sum": _reduction("sum"), "prod": _reduction("prod"), "max": _
                   "min": _reduction("min"), "mean": _reduction("sum", mean=True)})
 
 
-@lowers("identity", "stop_gradient")
+@lowers("identity", "stop_gradient", "while_loop_result")
 def _alias(ctx: Any, e: Any) -> Val:
     return ctx.val(e.args[0])
 
@@ -504,6 +504,55 @@ def _copy_into(ctx: Any, dst: Val, src: Val) -> None:
     ctx.p.elementwise(dst, lambda v: v[0], [src], src.dtype)
 
 
+def _update_carries(ctx: Any, carry: list[Val], new: list[Val]) -> None:
+    """``carry[k] = new[k]`` for all k at once: a new value that reads a carry's buffer (a swap,
+    a pass-through) is copied aside before any carry is written."""
+    mine = {c.ptr for c in carry}
+    sources = []
+    for c, v in zip(carry, new):
+        same = v.ptr == c.ptr and v.off == c.off and v.strides == c.strides
+        if v.ptr in mine and not same:
+            tmp = ctx.p.buffer(v.dtype, v.shape)
+            _copy_into(ctx, tmp, v)
+            v = tmp
+        sources.append(None if same else v)
+    for c, v in zip(carry, sources):
+        if v is not None:
+            _copy_into(ctx, c, v)
+
+
+def _pack_into(ctx: Any, out: Val, parts: list[Val]) -> None:
+    """The parts end to end in the 1-D ``out`` (a loop node's packed result)."""
+    at = 0
+    for v in parts:
+        _copy_into(ctx, out.view(v.shape, c_strides(v.shape), at), v)
+        at += v.size
+
+
+@lowers("while_loop")
+def _while_loop(ctx: Any, e: Any) -> Val:
+    """``lax.while_loop``'s node: cond and body lowered inside one C loop, the values in buffers
+    of their own, packed at the end as ``lax._while_fwd`` packs them."""
+    wc = e.kwargs.get("ctx")
+    na, nb = len(wc.cond.captured), len(wc.body.captured)
+    args = [ctx.val(a) for a in e.args]
+    kc, kb, init = args[:na], args[na:na + nb], args[na + nb:]
+    out = ctx.out(e)
+    vals = [ctx.p.buffer(d, s) for s, d in wc.avals]
+    for c, v in zip(vals, init):
+        _copy_into(ctx, c, v)
+    start = len(ctx.p.lines)
+    (go,) = ctx.body(wc.cond.tape, wc.cond.inputs + wc.cond.captured, vals + kc, wc.cond.outs)
+    ctx.p.lines.append(f"if (!({go.at([])})) break;")
+    _update_carries(ctx, vals, ctx.body(wc.body.tape, wc.body.inputs + wc.body.captured, vals + kb,
+                                        wc.body.outs))
+    lines = ctx.p.lines[start:]
+    del ctx.p.lines[start:]
+    ctx.p.lines += ["for (;;) {", *["    " + ln for ln in lines], "}"]
+    _pack_into(ctx, out, vals)
+    return out
+
+
 @lowers("scan")
 def _scan(ctx: Any, e: Any) -> Val:
     """``lax.scan``'s node: its body lowered once inside a C loop over the steps, the carries in
@@ -538,18 +587,7 @@ def _scan(ctx: Any, e: Any) -> Val:
     res = ctx.body(body.tape, body.inputs + body.captured, carry + x_rows + consts, body.outs)
     for j, y in enumerate(res[nc:]):  # before the carries change: a y may be one of them
         _copy_into(ctx, row(nc + j), y)
-    mine = {c.ptr for c in carry}
-    sources = []
-    for c, new in zip(carry, res[:nc]):  # first, copies of whatever reads a carry's buffer
-        same = new.ptr == c.ptr and new.off == c.off and new.strides == c.strides
-        if new.ptr in mine and not same:
-            tmp = ctx.p.buffer(new.dtype, new.shape)
-            _copy_into(ctx, tmp, new)
-            new = tmp
-        sources.append(None if same else new)
-    for c, new in zip(carry, sources):  # then the carries
-        if new is not None:
-            _copy_into(ctx, c, new)
+    _update_carries(ctx, carry, res[:nc])
     lines = ctx.p.lines[start:]
     del ctx.p.lines[start:]
     ctx.p.lines += [f"for (npy_intp {t} = 0; {t} < {sc.length}; {t}++) {{",
