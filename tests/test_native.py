@@ -464,3 +464,25 @@ def test_while_loop_lowers() -> None:
     x = np.linspace(-1.0, 1.0, 5)
     nat = both(f, x, np.int64(7))
     np.testing.assert_array_equal(nat(x, np.int64(3))[0], 3)  # the trip count is the data's
+
+
+def test_check_mode_accepts_native_rounding() -> None:
+    """jit(check=True) compares every call with eager execution within 64 ulps: native passes."""
+    params, x, a, adv = _mlp_problem(np.float32)
+    f = rlgrad.jit(rlgrad.value_and_grad(_mlp_loss), backend="native", check=True)
+    for _ in range(2):
+        f(params, x, a, adv)
+    assert f.backend == "native"
+
+
+def test_switch_and_cond_lower() -> None:
+    def f(i: Any, x: Any) -> Any:
+        branches = [lambda v: rnp.sin(v) * 2.0, lambda v: v * v + 1.0, lambda v: rnp.exp(-v)]
+        y = rlgrad.lax.switch(i, branches, x)
+        return y + rlgrad.lax.cond(i > 0, lambda v: v - 1.0, lambda v: v * 3.0, x)
+
+    x = np.linspace(-1.0, 1.0, 4)
+    nat = both(f, np.int64(1), x)
+    for i in (-3, 0, 2, 9):  # clamped to the branches, as lax.switch
+        _close(nat(np.int64(i), x), rlgrad.jit(f)(np.int64(i), x), 1e-12)
+    both(rlgrad.grad(lambda i, x: f(i, x).sum(), argnums=1), np.int64(2), x)

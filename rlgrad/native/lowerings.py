@@ -553,6 +553,30 @@ def _while_loop(ctx: Any, e: Any) -> Val:
     return out
 
 
+@lowers("switch")
+def _switch(ctx: Any, e: Any) -> Val:
+    """``lax.switch``/``cond``'s node: the index clamped to the branches, as ``_SwitchCtx.pick``,
+    and each branch lowered in its own block of an if-else chain, packing its outputs."""
+    sc = e.kwargs.get("ctx")
+    index, ops_, consts = sc.split([ctx.val(a) for a in e.args])
+    if index.shape or index.dtype.kind not in "iub":
+        raise Unsupported("switch on an index that is not one integer")
+    out = ctx.out(e)
+    last = len(sc.branches) - 1
+    k = f"k{len(ctx.p.lines)}"
+    ctx.p.lines.append(f"int64_t {k} = (int64_t){index.at([])}; {k} = {k} < 0 ? 0 : "
+                       f"({k} > {last} ? {last} : {k});")
+    for j, branch in enumerate(sc.branches):
+        start = len(ctx.p.lines)
+        res = ctx.body(branch.tape, branch.inputs + branch.captured, ops_ + consts[j], branch.outs)
+        _pack_into(ctx, out, res)
+        lines = ctx.p.lines[start:]
+        del ctx.p.lines[start:]
+        ctx.p.lines += [f"{'if' if j == 0 else 'else if'} ({k} == {j}) {{",
+                        *["    " + ln for ln in lines], "}"]
+    return out
+
+
 @lowers("scan")
 def _scan(ctx: Any, e: Any) -> Val:
     """``lax.scan``'s node: its body lowered once inside a C loop over the steps, the carries in
