@@ -1,4 +1,4 @@
-"""Every program of the random-program generator (tests/test_random_programs.py) compiled by
+"""Every program of the random-program generator (tests/engine/test_random_programs.py) compiled by
 ``rlgrad.jit`` under both backends, the NumPy replay and native code, in float64 and float32:
 values and gradients equal within float rounding, on the trace's inputs and on fresh ones.
 

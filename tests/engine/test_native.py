@@ -28,7 +28,7 @@ from rlgrad.native import LOWERINGS, build
 
 pytestmark = pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
 TOL = {np.float64: 1e-10, np.float32: 1e-5}
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(autouse=True)
