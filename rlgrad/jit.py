@@ -64,6 +64,7 @@ class _Compiled:
         self.state: list[Any] = []  # what the replayed calls reach (for check=True)
         self.made: set[int] = set()  # ids of the buffers the step makes at every call
         self.slow = False  # replayed through jit._run: guards to check, or check=True
+        self.backend = "numpy"  # or "native": rlgrad.native replaced fn (native_source: its C)
 
 
 def _array_or_none(x: Any) -> Any:
@@ -153,13 +154,21 @@ class jit:  # noqa: N801 - lower-case like jax.jit
     replayed at every call). ``static_argnums`` names arguments that are not arrays (they are
     part of the cache key). ``check=True`` (or the environment variable ``RLGRAD_JIT_CHECK=1``)
     runs ``fun`` eagerly beside every replay and raises ``CheckError`` at the first difference.
+    ``backend``: "numpy" (the replay of NumPy calls), "native" or "auto" (the program lowered to
+    C by ``rlgrad.native`` where it can be, else the replay; "native" logs a warning when it
+    cannot), default ``RLGRAD_JIT_BACKEND`` or "numpy"; ``.backend`` says which runs.
     """
 
     def __init__(self, fun: Callable, static_argnums: tuple[int, ...] = (),
-                 check: bool | None = None) -> None:
+                 check: bool | None = None, backend: str | None = None) -> None:
         self.fun = fun
         self.static_argnums = tuple(static_argnums)
         self.check = os.environ.get("RLGRAD_JIT_CHECK", "0") == "1" if check is None else check
+        backend = backend or os.environ.get("RLGRAD_JIT_BACKEND") or "numpy"
+        if backend not in ("numpy", "native", "auto"):
+            raise ValueError(f"rlgrad.jit: backend={backend!r}; use 'numpy', 'native' or 'auto'")
+        self.requested_backend = backend
+        self.backend: str | None = None  # the backend of the program compiled last
         self._cache: dict[Any, _Compiled] = {}
         self._kw_jit: jit | None = None
         self.__name__ = getattr(fun, "__name__", "jitted")
@@ -202,8 +211,10 @@ class jit:  # noqa: N801 - lower-case like jax.jit
             def with_keywords(*a: Any) -> Any:
                 return fun(*a[:-1], **a[-1])
 
-            self._kw_jit = jit(with_keywords, self.static_argnums, self.check)
-        return self._kw_jit(*args, kwargs)
+            self._kw_jit = jit(with_keywords, self.static_argnums, self.check, self.requested_backend)
+        out = self._kw_jit(*args, kwargs)
+        self.backend = self._kw_jit.backend
+        return out
 
     def _run(self, key: Any, compiled: _Compiled | None, args: tuple, leaves: list[Any]) -> Any:
         """A call that needs more than the replay: the first for its shapes, one whose
@@ -213,6 +224,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
                 return self._checked(compiled, args, leaves)
             return compiled.fn(*leaves)
         compiled = self._cache[key] = self._compile_for(args)
+        self.backend = compiled.backend
         compiled.slow = bool(compiled.guards) or self.check
         first, compiled.first = compiled.first, None
         if first is not None:  # the trace made this call's updates: its outputs are this call's
@@ -294,7 +306,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
             _GradMode.enabled = prev_mode
         out_leaves, out_def = tree_flatten(out)
         compiled = _compile([t for t in inputs if t is not None], tape, out_leaves, out_def, grads,
-                            fresh)
+                            fresh, self.requested_backend)
         compiled.guards = grads.guards
         compiled.made = {id(t) for t, _ in fresh}
         compiled.state = [e[1] for e in tape if getattr(e[0], "effect", False)] + [
@@ -462,7 +474,8 @@ class _Names:
 
 
 def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any,
-             grads: _TracedGrads | None = None, fresh: list | None = None) -> _Compiled:
+             grads: _TracedGrads | None = None, fresh: list | None = None,
+             backend: str = "numpy") -> _Compiled:
     names = _Names(inputs, grads.owners if grads else None)
     # the buffers made inside the step and written in place: made again first, at every call
     prologue = [f"{names.obj(t)}._value = {names.const(init)}.copy()  # made in the step"
@@ -480,7 +493,14 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     body = _reuse_buffers(_live_lines(lines, roots), roots, writers, names.const)
     if grads is not None:  # the step reads these .grad: the caller must have left one
         grads.guards += [(t, False) for t in {id(t): t for t in names.owners_read}.values()]
-    return _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive, prologue)
+    step = _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive, prologue)
+    if backend != "numpy":
+        from rlgrad import native  # (imported when asked for: it builds C modules)
+        # a step that makes buffers again at every call writes state: the NumPy replay keeps it
+        pure = not prologue and not any(_is_effect(target) for target, _, _ in body)
+        native.lower(step, inputs, tape, out_leaves, out_def, outs, names.consts, backend, pure,
+                     _structure_source)
+    return step
 
 
 def _is_effect(target: str) -> bool:

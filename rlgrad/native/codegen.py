@@ -1,0 +1,255 @@
+"""The C a lowered program is written in: values with static shapes, and the three kinds of loop
+every lowering is made of (elementwise, reduction, matrix product).
+
+A traced program has fixed shapes and dtypes, so its C has them too: every loop bound and every
+stride is a constant, every intermediate value a static buffer of its exact size, and a view
+(transpose, reshape, broadcast, basic slicing) costs nothing: it is a new offset and new strides
+over the same memory (``Val``). The generated function checks its arguments (shape, dtype,
+contiguity) and returns None when one differs, and the caller then runs the NumPy replay.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
+          np.dtype(np.int64): "int64_t", np.dtype(np.int32): "int32_t",
+          np.dtype(np.bool_): "npy_bool"}
+TYPENUMS = {np.dtype(np.float32): "NPY_FLOAT32", np.dtype(np.float64): "NPY_FLOAT64",
+            np.dtype(np.int64): "NPY_INT64", np.dtype(np.int32): "NPY_INT32",
+            np.dtype(np.bool_): "NPY_BOOL"}
+
+
+class Unsupported(Exception):
+    """This program (an op, a dtype, an argument) has no native lowering: the NumPy replay runs."""
+
+
+def ctype(dtype: np.dtype) -> str:
+    c = CTYPES.get(np.dtype(dtype))
+    if c is None:
+        raise Unsupported(f"dtype {np.dtype(dtype)}")
+    return c
+
+
+def c_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    out, step = [], 1
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return tuple(reversed(out))
+
+
+def literal(value: Any) -> str:
+    """A C literal with exactly ``value`` (floats in hexadecimal: no decimal rounding)."""
+    if isinstance(value, bool | np.bool_):
+        return "1" if value else "0"
+    if isinstance(value, int | np.integer):
+        return f"INT64_C({int(value)})"
+    v = float(value)
+    if math.isnan(v):
+        return "NAN"
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    return f"({v.hex()})"
+
+
+class Val:
+    """A value of the program in C: ``ptr[off + sum(i_k * strides[k])]``, or a compile-time
+    scalar ``lit`` (shape ()). Strides count elements; 0 where a dimension is broadcast."""
+
+    __slots__ = ("dtype", "shape", "ptr", "off", "strides", "lit")
+
+    def __init__(self, dtype: Any, shape: Sequence[int], ptr: str | None, off: int | str = 0,
+                 strides: Sequence[int] | None = None, lit: str | None = None) -> None:
+        self.dtype = np.dtype(dtype)
+        self.shape = tuple(int(n) for n in shape)
+        self.ptr, self.off, self.lit = ptr, off, lit
+        self.strides = tuple(strides) if strides is not None else c_strides(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def contiguous(self) -> bool:
+        """C-contiguous (dimensions of length 1 may have any stride)."""
+        return self.lit is None and all(
+            n == 1 or s == c for n, s, c in zip(self.shape, self.strides, c_strides(self.shape)))
+
+    def at(self, idx: Sequence[str]) -> str:
+        """The element at the loop indices ``idx`` (one per dimension, right-aligned)."""
+        if self.lit is not None:
+            return self.lit
+        terms = [str(self.off)] if self.off else []
+        lead = len(idx) - len(self.shape)
+        for k, (n, s) in enumerate(zip(self.shape, self.strides)):
+            if n != 1 and s:
+                terms.append(f"{idx[lead + k]}*{s}" if s != 1 else idx[lead + k])
+        return f"{self.ptr}[{' + '.join(terms) or '0'}]"
+
+    def view(self, shape: Sequence[int], strides: Sequence[int], off: int | str = 0) -> Val:
+        """Another view of the same memory; ``off`` (elements) may be a C expression (a loop's
+        step: ``"t*64"``)."""
+        if isinstance(off, str) or isinstance(self.off, str):
+            total: int | str = f"({self.off} + {off})" if off else self.off
+        else:
+            total = self.off + off
+        return Val(self.dtype, shape, self.ptr, total, strides, self.lit)
+
+    def broadcast(self, shape: Sequence[int]) -> Val:
+        """This value seen with ``shape`` (NumPy's broadcasting: stride 0 where stretched)."""
+        lead = len(shape) - len(self.shape)
+        strides = [0] * lead + [0 if n == 1 and m != 1 else s for n, m, s in
+                                zip(self.shape, shape[lead:], self.strides)]
+        return self.view(shape, strides)
+
+
+class Program:
+    """The C of one step under construction: static buffers, the body's lines, the arguments."""
+
+    def __init__(self) -> None:
+        self.statics: list[str] = []
+        self.lines: list[str] = []
+        self.n_loops = 0
+
+    def buffer(self, dtype: Any, shape: Sequence[int]) -> Val:
+        name = f"b{len(self.statics)}"
+        n = max(math.prod(shape), 1)
+        self.statics.append(f"static {ctype(dtype)} {name}[{n}] __attribute__((aligned(64)));")
+        return Val(dtype, shape, name)
+
+    def _loop_vars(self, ndim: int) -> list[str]:
+        self.n_loops += 1
+        return [f"i{self.n_loops}_{k}" for k in range(ndim)]
+
+    def elementwise(self, out: Val, expr: Callable[[list[str]], str], ins: Sequence[Val],
+                    compute: Any = None) -> None:
+        """``out[idx] = expr(ins[idx]...)`` over ``out``'s shape, each input read through a cast
+        to ``compute`` (default: out's dtype), as NumPy's ufunc loops cast their operands."""
+        t = ctype(compute if compute is not None else out.dtype)
+        ins = [v.broadcast(out.shape) for v in ins]
+        if not out.shape:
+            value = expr([f"({t}){v.at([])}" for v in ins])
+            self.lines.append(f"{out.at([])} = ({ctype(out.dtype)})({value});")
+            return
+        flat = out.contiguous() and all(v.lit is not None or v.contiguous() or not any(v.strides)
+                                        for v in ins)
+        if flat:  # one loop over the elements (constant stride 1: vectorised)
+            i = self._loop_vars(1)[0]
+            read = [f"({t}){_flat_at(v, i)}" for v in ins]
+            self.lines += ["#pragma omp simd", f"for (npy_intp {i} = 0; {i} < {out.size}; {i}++) "
+                           f"{out.ptr}[{out.off} + {i}] = ({ctype(out.dtype)})({expr(read)});"]
+            return
+        idx = self._loop_vars(len(out.shape))
+        body = f"{out.at(idx)} = ({ctype(out.dtype)})({expr([f'({t}){v.at(idx)}' for v in ins])});"
+        self.lines += _nest(out.shape, idx, body)
+
+    def reduce(self, kind: str, out: Val, x: Val, axes: Sequence[int]) -> None:
+        """``out`` (x's shape without ``axes``, contiguous) = the ``kind`` ("sum", "prod", "max",
+        "min") of x over ``axes``. Sums of float32 run in double (closer to NumPy's pairwise sum
+        than a float loop), NaN propagates through max and min as in NumPy."""
+        keep = [k for k in range(len(x.shape)) if k not in axes]
+        if kind in ("max", "min"):
+            acc_t = ctype(x.dtype)
+        else:
+            acc_t = "double" if x.dtype.kind == "f" else "int64_t"
+        oi = self._loop_vars(len(keep))
+        ri = self._loop_vars(len(axes))
+        idx = [""] * len(x.shape)
+        for k, v in zip(keep, oi):
+            idx[k] = v
+        for k, v in zip(axes, ri):
+            idx[k] = v
+        xv = x.at(idx)
+        first = f"({acc_t}){x.at([('0' if k in axes else idx[k]) for k in range(len(x.shape))])}"
+        init = {"sum": "0", "prod": "1"}.get(kind, first)
+        step = {"sum": f"acc += ({acc_t}){xv};", "prod": f"acc *= ({acc_t}){xv};",
+                "max": f"{{ {acc_t} v = ({acc_t}){xv}; if (v > acc || v != v) acc = v; }}",
+                "min": f"{{ {acc_t} v = ({acc_t}){xv}; if (v < acc || v != v) acc = v; }}"}[kind]
+        inner = _nest([x.shape[k] for k in axes], ri, step, simd=False)  # (once NaN, stays NaN)
+        body = [f"{acc_t} acc = {init};", *inner,
+                f"{out.at([v for v in oi])} = ({ctype(out.dtype)})acc;"]
+        self.lines += _nest([x.shape[k] for k in keep], oi, "{ " + " ".join(body) + " }", simd=False)
+
+    def arg_reduce(self, kind: str, out: Val, x: Val, axes: Sequence[int]) -> None:
+        """``out`` (int64, x's shape without ``axes``) = the C-order position over ``axes`` of
+        the first largest ("argmax") or smallest element, or of the first NaN, as NumPy's."""
+        keep = [k for k in range(len(x.shape)) if k not in axes]
+        oi, ri = self._loop_vars(len(keep)), self._loop_vars(len(axes))
+        idx = [""] * len(x.shape)
+        for k, v in zip(keep, oi):
+            idx[k] = v
+        for k, v in zip(axes, ri):
+            idx[k] = v
+        t, op = ctype(x.dtype), ">" if kind == "argmax" else "<"
+        first = x.at([("0" if k in axes else idx[k]) for k in range(len(x.shape))])
+        step = (f"{{ {t} v = {x.at(idx)}; if (v {op} acc || (v != v && acc == acc)) "
+                "{ acc = v; best = n; } n++; }")
+        body = [f"{t} acc = {first}; npy_intp best = 0, n = 0;",
+                *_nest([x.shape[k] for k in axes], ri, step, simd=False), f"{out.at(oi)} = best;"]
+        self.lines += _nest([x.shape[k] for k in keep], oi, "{ " + " ".join(body) + " }", simd=False)
+
+    def cumulative(self, out: Val, x: Val, axis: int) -> None:
+        """``out`` = the running sum of ``x`` along ``axis`` (in out's type, as NumPy's)."""
+        keep = [k for k in range(len(x.shape)) if k != axis]
+        oi, (ai,) = self._loop_vars(len(keep)), self._loop_vars(1)
+        idx = [""] * len(x.shape)
+        for k, v in zip(keep, oi):
+            idx[k] = v
+        idx[axis] = ai
+        t = ctype(out.dtype)
+        inner = _nest([x.shape[axis]], [ai], f"{{ acc += ({t}){x.at(idx)}; {out.at(idx)} = acc; }}",
+                      simd=False)
+        self.lines += _nest([x.shape[k] for k in keep], oi, "{ " + f"{t} acc = 0; " + " ".join(inner)
+                            + " }", simd=False)
+
+    def gemm(self, out: Val, a: Val, b: Val) -> None:
+        """``out = a @ b`` for 2-D views (out contiguous): one BLAS call where both operands are
+        row- or column-major views, a copy first where one is not."""
+        m, k = a.shape
+        n = b.shape[1]
+        if out.dtype.kind != "f" or a.dtype != out.dtype or b.dtype != out.dtype:
+            raise Unsupported("a matrix product outside float32/float64 of one dtype")
+        if k == 0:
+            self.elementwise(out, lambda v: "0", [])
+            return
+        ta, lda, a = self._blas_operand(a)
+        tb, ldb, b = self._blas_operand(b)
+        fn = "gemm_s" if out.dtype == np.float32 else "gemm_d"
+        self.lines.append(f"{fn}({ta}, {tb}, {m}, {n}, {k}, {a.ptr} + {a.off}, {lda}, "
+                          f"{b.ptr} + {b.off}, {ldb}, {out.ptr} + {out.off});")
+
+    def _blas_operand(self, v: Val) -> tuple[int, int, Val]:
+        """(transposed?, leading dimension, the view BLAS reads) of a 2-D operand."""
+        r, c = v.shape
+        sr, sc = v.strides
+        if (sc == 1 or c == 1) and (r == 1 or sr >= max(c, 1)):
+            return 0, max(sr if r > 1 else c, c, 1), v
+        if (sr == 1 or r == 1) and (c == 1 or sc >= max(r, 1)):
+            return 1, max(sc if c > 1 else r, r, 1), v
+        copy = self.buffer(v.dtype, v.shape)
+        self.elementwise(copy, lambda x: x[0], [v])
+        return 0, max(c, 1), copy
+
+
+def _flat_at(v: Val, i: str) -> str:
+    """``v``'s element ``i`` in a flat loop: a literal, one element (broadcast), or ``ptr[off+i]``."""
+    if v.lit is not None:
+        return v.lit
+    return f"{v.ptr}[{v.off}]" if not any(v.strides) else f"{v.ptr}[{v.off} + {i}]"
+
+
+def _nest(shape: Sequence[int], idx: Sequence[str], body: str, simd: bool = True) -> list[str]:
+    """Nested loops over ``shape`` with the index variables ``idx`` around ``body``; the
+    innermost one marked for vectorisation (``simd``: its iterations are independent)."""
+    if not shape:
+        return [body]
+    lines = []
+    for d, (n, i) in enumerate(zip(shape, idx)):
+        if simd and d == len(shape) - 1:
+            lines.append("#pragma omp simd")
+        lines.append(f"for (npy_intp {i} = 0; {i} < {n}; {i}++)")
+    return lines + [body]
