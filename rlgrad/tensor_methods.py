@@ -21,9 +21,10 @@ import numpy as np
 
 from rlgrad import inplace, ops
 from rlgrad import numpy as rnp
+from rlgrad.batching import BatchedTensor, every_slice, index_put
 from rlgrad.device import check_device, is_device
 from rlgrad.exports import EXPORTS, REQUIRED, Export, Method, Param, on_export
-from rlgrad.indexing import gather, scatter_add, torch_index_steps
+from rlgrad.indexing import gather, scatter_add, take_along_axis, torch_index_steps
 from rlgrad.numpy import _std_from_var, var
 from rlgrad.ops import (
     absolute,
@@ -71,7 +72,7 @@ def _index_key(idx: Any) -> Any:
     if isinstance(idx, Tensor):
         if idx.requires_grad:
             raise TypeError("an index tensor cannot require grad: indices are never differentiable")
-        return idx._value
+        return idx if type(idx) is BatchedTensor else idx._value  # vmap batches a batched one
     if isinstance(idx, tuple):
         for i in idx:  # the usual (rows, actions) or slices: nothing to unwrap, no new tuple
             if isinstance(i, Tensor | list | tuple):
@@ -804,15 +805,18 @@ def _method_narrow(self: Tensor, dim: int, start: Any, length: int) -> Any:
     return _along(self, d, slice(start, start + length))
 
 
-def _index_vector(index: Any, name: str) -> np.ndarray:
-    idx = index._value if isinstance(index, Tensor) else np.asarray(index)
+def _index_vector(index: Any, name: str) -> Any:
+    """The index as a vector; a batched one (vmap) stays a tensor, each slice its own."""
+    idx = index if type(index) is BatchedTensor else \
+        index._value if isinstance(index, Tensor) else np.asarray(index)
     if idx.dtype.kind not in "iu" or idx.ndim > 1:
         raise TypeError(f"{name}(): index must be a 1-D (or 0-d) integer tensor, got {idx.ndim}-D "
                         f"{idx.dtype}")
-    return idx.reshape(-1)
+    return reshape(idx, (-1,)) if type(idx) is BatchedTensor else idx.reshape(-1)
 
 
-def _check_in(idx: np.ndarray, n: int, name: str, d: int) -> None:
+def _check_in(idx: Any, n: int, name: str, d: int) -> None:
+    idx = every_slice(idx) if type(idx) is BatchedTensor else idx  # the bounds of every slice
     if idx.size and (idx.min() < -n or idx.max() >= n):
         bad = idx[(idx < -n) | (idx >= n)][0]
         raise IndexError(f"{name}(): index {int(bad)} is out of bounds for dimension {d} with "
@@ -824,6 +828,23 @@ def _method_index_select(self: Tensor, dim: int, index: Any) -> Any:
     idx = _index_vector(index, "index_select")
     _check_in(idx, self.shape[d] if self.ndim else 1, "index_select", d)
     return _along(self if self.ndim else reshape(self, (1,)), d, idx)
+
+
+def _method_index_put(self: Tensor, indices: Any, values: Any, accumulate: bool = False) -> Any:
+    """torch's: ``values`` written (or added, ``accumulate=True``) at ``self[indices]``, out of
+    place (``batching.index_put``; under vmap the indices may differ between slices)."""
+    if not isinstance(indices, tuple | list):
+        raise TypeError(f"index_put(): indices must be a tuple of tensors, got "
+                        f"{type(indices).__name__}; write (idx,) for one")
+    _same_dtype("index_put", self, values, "values")
+    return index_put(self, _index_key(tuple(indices)), values, accumulate)
+
+
+def _method_take_along_dim(self: Tensor, indices: Any, dim: Any = None) -> Any:
+    """torch's: ``take_along_axis`` on the flattened tensor when ``dim`` is None."""
+    if dim is None:
+        return ops.take_along_axis(reshape(self, (-1,)), _index_key(reshape(indices, (-1,))), 0)
+    return take_along_axis(self, _index_key(indices), _dim_of(self, dim))
 
 
 def _same_dtype(name: str, self: Tensor, other: Any, what: str) -> None:
@@ -839,17 +860,18 @@ def _method_index_add(self: Tensor, dim: int, index: Any, source: Any, *, alpha:
     d = _dim_of(self, dim)
     idx = _index_vector(index, "index_add")
     src = source if isinstance(source, Tensor) else constant(np.asarray(source, self.dtype))
-    want = self.shape[:d] + (idx.size,) + self.shape[d + 1:]
-    if tuple(src.shape) != want and not (self.ndim == 0 and src.size == idx.size):
+    k = idx.shape[0]
+    want = self.shape[:d] + (k,) + self.shape[d + 1:]
+    if tuple(src.shape) != want and not (self.ndim == 0 and src.numel() == k):
         raise RuntimeError(f"index_add(): source has shape {tuple(src.shape)}; with index of "
-                           f"length {idx.size} along dim {d} of {tuple(self.shape)} it must be "
+                           f"length {k} along dim {d} of {tuple(self.shape)} it must be "
                            f"{want}")
     n = self.shape[d] if self.ndim else 1
     _check_in(idx, n, "index_add", d)
     if self.ndim == 0:
         return self + (src * alpha if alpha != 1 else src).sum()
     lane = idx % n
-    full = np.broadcast_to(lane.reshape((1,) * d + (-1,) + (1,) * (self.ndim - d - 1)), want)
+    full = broadcast_to(reshape(lane, (1,) * d + (-1,) + (1,) * (self.ndim - d - 1)), want)
     return self + ops.scatter_along_axis(src * alpha if alpha != 1 else src, full, d, self.shape)
 
 
@@ -882,6 +904,8 @@ def _method_scatter(self: Tensor, dim: int, index: Any, src: Any = None, value: 
     idx = _indices(index, "scatter")
     d = _dim_of(self, dim)
     _scatter_shapes(self, idx, src, d)
+    if type(idx) is BatchedTensor:  # vmap: each slice scatters at its own positions
+        return _scatter_batched(self, d, idx, src, value)
     written = np.zeros(self.shape, bool)
     if idx.size:
         np.put_along_axis(written, idx, True, d)
@@ -893,12 +917,27 @@ def _method_scatter(self: Tensor, dim: int, index: Any, src: Any = None, value: 
     return ops.where(written, 0, self) + ops.scatter_along_axis(kept, idx, d, self.shape)
 
 
+def _scatter_batched(self: Tensor, d: int, idx: Any, src: Any, value: Any) -> Any:
+    """``scatter`` with an index batched by vmap, whose values no Python code may read: the
+    positions written come from a scatter-add of ones. Of repeated targets the mean of the
+    values stays (torch's CPU keeps the last; equal values, e.g. ``value=``, agree)."""
+    shape = tuple(self.shape)
+    count = ops.scatter_along_axis(np.ones(tuple(idx.shape), self.dtype), idx, d, shape)
+    written = ops.greater(count, 0)
+    if src is None:
+        return ops.where(written, cast_to(value, self.dtype), self)
+    _same_dtype("scatter", self, src, "src")
+    part = src[tuple(slice(0, k) for k in idx.shape)] if tuple(src.shape) != tuple(idx.shape) else src
+    placed = ops.scatter_along_axis(part, idx, d, shape)
+    return ops.where(written, placed / ops.where(written, count, 1), self)
+
+
 def _method_new_full_like(index: Any, value: Any, dtype: Any) -> Tensor:
     return constant(np.full(np.shape(_value(index)), value, dtype))
 
 
-def _indices(index: Any, name: str) -> np.ndarray:
-    idx = np.asarray(_value(index))
+def _indices(index: Any, name: str) -> Any:
+    idx = index if type(index) is BatchedTensor else np.asarray(_value(index))  # vmap: batched
     if idx.dtype.kind not in "iu":
         raise TypeError(f"{name}(): index must be an integer (int64) tensor, got {idx.dtype}")
     return idx
@@ -917,6 +956,7 @@ def _scatter_shapes(self: Tensor, idx: np.ndarray, src: Any, d: int) -> None:
                                f"{None if src is None else tuple(src.shape)} in every dimension "
                                f"and than self {tuple(self.shape)} outside dimension {d}")
     n = self.shape[d]
+    idx = every_slice(idx) if type(idx) is BatchedTensor else idx  # vmap: every slice's bounds
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         bad = idx[(idx < 0) | (idx >= n)][0]
         raise RuntimeError(f"scatter(): index {int(bad)} is out of bounds for dimension {d} with "
@@ -1051,6 +1091,8 @@ def _inplace_of(method: Callable, name: str) -> Callable:
     the tensor, which is returned; on a tensor in the graph recorded as torch records it
     (``inplace.rebase``); replayed in its place by a compiled step (rlgrad.jit)."""
     def write(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if type(self) is BatchedTensor:  # vmap: the result becomes its physical tensor
+            return self._assign(method(self, *args, **kwargs))
         if inplace.needs_graph(self, name, *args, *kwargs.values()):
             return inplace.rebase(self, name, lambda old: method(old, *args, **kwargs))
         return _write_result(self, name, method(self, *args, **kwargs))
@@ -1108,10 +1150,12 @@ def _install_composed_methods() -> None:
                      ("repeat_interleave", _method_repeat_interleave), ("norm", _method_norm),
                      ("where", _method_where), ("mm", _method_mm), ("bmm", _method_bmm),
                      ("addcmul", _method_addcmul), ("addcdiv", _method_addcdiv),
-                     ("lerp", _method_lerp)):
+                     ("lerp", _method_lerp), ("index_put", _method_index_put),
+                     ("take_along_dim", _method_take_along_dim)):
         fn.__name__ = fn.__qualname__ = name
         setattr(T, name, fn)
-    for name in ("masked_fill", "index_add", "scatter", "scatter_add", "addcmul", "addcdiv"):
+    for name in ("masked_fill", "index_add", "scatter", "scatter_add", "addcmul", "addcdiv",
+                 "index_put"):
         setattr(T, name + "_", _inplace_of(getattr(T, name), name + "_"))
     for name in ("add", "sub"):  # alpha=: the declared method wrapped, here and at the top level
         DECLARED[name] = _with_alpha(name, DECLARED[name])

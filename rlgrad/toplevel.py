@@ -101,6 +101,7 @@ all, any = _method("all"), _method("any")  # noqa: A001
 sort, argsort, topk, median = _method("sort"), _method("argsort"), _method("topk"), _method("median")
 split, chunk, unbind, narrow = _method("split"), _method("chunk"), _method("unbind"), _method("narrow")
 index_select, index_add = _method("index_select"), _method("index_add")
+index_put, take_along_dim = _method("index_put"), _method("take_along_dim")
 scatter, repeat_interleave = _method("scatter"), _method("repeat_interleave")
 norm, mm, bmm, masked_fill = _method("norm"), _method("mm"), _method("bmm"), _method("masked_fill")
 addcmul, addcdiv, lerp = _method("addcmul"), _method("addcdiv"), _method("lerp")

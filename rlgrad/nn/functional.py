@@ -700,15 +700,17 @@ def embedding(input: Any, weight: Any, padding_idx: int | None = None,  # noqa: 
     gets no gradient (PyTorch)."""
     if max_norm is not None:
         raise NotImplementedError("embedding: max_norm is not supported; renormalise the weight yourself")
-    idx = np.asarray(input._value if isinstance(input, Tensor) else input)
+    batched = type(input) is BatchedTensor  # vmap: each slice reads its rows (checks see all)
+    vals = every_slice(input) if batched else np.asarray(input._value if isinstance(input, Tensor) else input)
     n = _shape(weight)[0]
-    if idx.dtype.kind not in "iu":
-        raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
-    if idx.size and (idx.min() < 0 or idx.max() >= n):
-        raise IndexError(f"embedding: index {idx.min() if idx.min() < 0 else idx.max()} is out of "
+    if vals.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers, got dtype {vals.dtype}")
+    if vals.size and (vals.min() < 0 or vals.max() >= n):
+        raise IndexError(f"embedding: index {vals.min() if vals.min() < 0 else vals.max()} is out of "
                          f"range for {n} embeddings (0..{n - 1})")
+    idx = input if batched else vals
     rows = ops.getitem(weight, idx)
-    if padding_idx is None or not np.any(idx == padding_idx % n):
+    if padding_idx is None or not np.any(vals == padding_idx % n):
         return rows
     pad = (idx == padding_idx % n)[..., None]
     return ops.where(pad, ops.getitem(ops.stop_gradient(weight), idx), rows)
@@ -1069,7 +1071,11 @@ def _class_axis_last(x: Any) -> Any:
 
 
 def _int_target(target: Any, where: str) -> np.ndarray:
+    """The target's array; under vmap a stand-in of one slice's shape (``_live_target`` gives the
+    batched target itself, ``_target_values`` every slice's values for the checks)."""
     t = target._value if isinstance(target, Tensor) else np.asarray(target)
+    if type(target) is BatchedTensor:
+        t = np.zeros(tuple(target.shape), target.dtype)
     if t.dtype.kind not in "iu":
         raise TypeError(
             f"{where}: target must hold integer class indices (got {t.dtype}); for class "
@@ -1081,7 +1087,7 @@ def _int_target(target: Any, where: str) -> np.ndarray:
 def _live_target(target: Any, t: np.ndarray) -> Any:
     """The target to compute masks and indices from: while rlgrad.jit traces, the traced tensor
     (so the step recomputes them from each call's target), else its array ``t``."""
-    if _Trace.compiling and isinstance(target, Tensor):
+    if (_Trace.compiling and isinstance(target, Tensor)) or type(target) is BatchedTensor:
         return ops.reshape(target, t.shape) if target.shape != t.shape else target
     return t
 
@@ -1103,8 +1109,10 @@ def nll_loss(input: Any, target: Any, weight: Any = None, ignore_index: int = -1
         raise ValueError(f"nll_loss: target shape {t.shape} does not match input shape {shape} "
                          f"(expected {(shape[0],) + tuple(shape[2:])})")
     checked = np.where(t != ignore_index, t, 0)  # (while jit traces: the first call's, checked)
-    if checked.size and (checked.min() < 0 or checked.max() >= n_cls):
-        bad = checked[(checked < 0) | (checked >= n_cls)].flat[0]
+    every = every_slice(target) if type(target) is BatchedTensor else checked
+    every = np.where(every != ignore_index, every, 0)
+    if every.size and (every.min() < 0 or every.max() >= n_cls):
+        bad = every[(every < 0) | (every >= n_cls)].flat[0]
         raise IndexError(f"nll_loss: target {int(bad)} is out of bounds for {n_cls} classes")
     live = _live_target(target, t)
     valid = live != ignore_index
