@@ -16,6 +16,7 @@ import numpy as np
 from rlgrad import linalg as _linalg  # rlgrad.linalg, torch.linalg's names
 from rlgrad import special as _special  # noqa: F401 - its export()s: torch.erf, Tensor.erfinv
 from rlgrad import tensor_methods as _tm
+from rlgrad.batching import BatchedTensor as _BatchedTensor
 from rlgrad.creation import _make
 from rlgrad.exports import Export, add_names, on_export
 from rlgrad.indexing import gather  # noqa: F401 - torch.gather, in __all__ below
@@ -153,10 +154,12 @@ def equal(input: Any, other: Any) -> builtins.bool:
 
 
 # ---- random draws from rlgrad.random's global generator (seeded by manual_seed) --------------
-def _rng(generator: Any) -> np.random.Generator:
-    from rlgrad.random import numpy_generator
+def _drawn(fn: Any, shape: tuple, generator: Any) -> Any:
+    """``fn(rng, shape)`` under vmap's randomness (``rlgrad.random.draw``: an array, or under
+    randomness='different' a tensor batched at those levels)."""
+    from rlgrad.random import draw
 
-    return numpy_generator(generator)
+    return draw(fn, shape, generator)
 
 
 def _shape_args(size: tuple) -> tuple:
@@ -166,14 +169,15 @@ def _shape_args(size: tuple) -> tuple:
 def randn(*size: Any, generator: Any = None, dtype: Any = None, device: Any = None,
           requires_grad: builtins.bool = False) -> Tensor:
     dt = dtype or get_default_dtype()
-    arr = _rng(generator).standard_normal(_shape_args(size), dtype=np.float64).astype(dt)
-    return _make(arr, requires_grad, device)
+    arr = _drawn(lambda rng, s: rng.standard_normal(s, dtype=np.float64), _shape_args(size), generator)
+    return arr.to(dt) if isinstance(arr, Tensor) else _make(arr.astype(dt), requires_grad, device)
 
 
 def rand(*size: Any, generator: Any = None, dtype: Any = None, device: Any = None,
          requires_grad: builtins.bool = False) -> Tensor:
     dt = dtype or get_default_dtype()
-    return _make(_rng(generator).random(_shape_args(size)).astype(dt), requires_grad, device)
+    arr = _drawn(lambda rng, s: rng.random(s), _shape_args(size), generator)
+    return arr.to(dt) if isinstance(arr, Tensor) else _make(arr.astype(dt), requires_grad, device)
 
 
 def randint(low: builtins.int, high: Any = None, size: Any = None, *, generator: Any = None,
@@ -181,7 +185,9 @@ def randint(low: builtins.int, high: Any = None, size: Any = None, *, generator:
     """``torch.randint(high, size)`` or ``torch.randint(low, high, size)``: int64 in [low, high)."""
     if size is None:
         low, high, size = 0, low, high
-    arr = _rng(generator).integers(low, high, size=tuple(size), dtype=np.int64)
+    arr = _drawn(lambda rng, s: rng.integers(low, high, size=s, dtype=np.int64), tuple(size), generator)
+    if isinstance(arr, Tensor):
+        return arr.to(dtype or np.int64)
     return _make(arr.astype(dtype or np.int64, copy=False), False, device)
 
 
@@ -200,12 +206,15 @@ def rand_like(input: Any, *, dtype: Any = None, device: Any = None,
 def normal(mean: Any, std: Any = 1.0, size: Any = None, *, generator: Any = None) -> Tensor:
     """``torch.normal``: ``mean + std * N(0, 1)`` with the broadcast shape of ``mean`` and ``std``
     (Tensors or numbers; ``size=`` when both are numbers). The draw is a constant, as PyTorch's."""
-    m = mean.detach()._value if isinstance(mean, Tensor) else np.asarray(mean)
-    s = std.detach()._value if isinstance(std, Tensor) else np.asarray(std)
-    shape = tuple(size) if size is not None else np.broadcast_shapes(m.shape, s.shape)
-    dts = [a.dtype for a in (m, s) if isinstance(a, np.ndarray) and a.dtype.kind == "f" and a.ndim]
+    m = mean.detach() if isinstance(mean, Tensor) else np.asarray(mean)
+    s = std.detach() if isinstance(std, Tensor) else np.asarray(std)
+    shape = tuple(size) if size is not None else np.broadcast_shapes(tuple(m.shape), tuple(s.shape))
+    dts = [a.dtype for a in (m, s) if a.dtype.kind == "f" and len(a.shape)]
     dt = dts[0] if dts else get_default_dtype()
-    z = _rng(generator).standard_normal(shape)
+    z = _drawn(lambda rng, sh: rng.standard_normal(sh), shape, generator)
+    if isinstance(z, Tensor) or isinstance(m, _BatchedTensor) or isinstance(s, _BatchedTensor):
+        return (z * s + m).to(dt)  # vmap: batched operands or draws, as tensors
+    m, s = (a._value if isinstance(a, Tensor) else a for a in (m, s))
     return _leaf(np.asarray(m + s * z, dtype=dt))
 
 
@@ -214,8 +223,15 @@ def _draw_into(self: Tensor, name: str, draw: Callable, generator: Any) -> Tenso
     if self.dtype.kind != "f":
         raise RuntimeError(f"{name} is only implemented for floating point tensors, got "
                            f"{self.dtype}")
+    if isinstance(self, _BatchedTensor):  # vmap: the draw (per slice or shared) replaces it
+        return self._assign(_drawn(draw, tuple(self.shape), generator))
     dst = _tm._writable(self, name)
-    dst[...] = draw(_rng(generator), dst.shape)
+    drawn = _drawn(draw, dst.shape, generator)
+    if isinstance(drawn, Tensor):
+        raise RuntimeError(f"vmap: {name} with randomness='different' on a tensor that is not "
+                           "batched would write a different draw per slice into one tensor; "
+                           "make it batched first (x = x + 0 * batched) or use 'same'")
+    dst[...] = drawn
     return self
 
 

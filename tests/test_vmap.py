@@ -107,8 +107,10 @@ def test_random_draws_follow_randomness() -> None:
     x = _r(np.zeros((3, 2)))
     with pytest.raises(RuntimeError, match="randomness='error'"):
         rf.vmap(lambda a: a + rlgrad.randn(2))(x)
-    with pytest.raises(RuntimeError, match="'different' is not supported"):
-        rf.vmap(lambda a: a + rlgrad.randn(2), randomness="different")(x)
+    rlgrad.manual_seed(3)
+    out = rf.vmap(lambda a: a + rlgrad.randn(2), randomness="different")(x)
+    rlgrad.manual_seed(3)
+    np.testing.assert_array_equal(out.numpy(), rlgrad.randn(3, 2).numpy())
     rlgrad.manual_seed(3)
     out = rf.vmap(lambda a: a + rlgrad.randn(2), randomness="same")(x)
     rlgrad.manual_seed(3)

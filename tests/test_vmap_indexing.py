@@ -195,3 +195,82 @@ def test_out_of_range_batched_indices_raise_naming_the_index() -> None:
         rf.vmap(lambda q, a: F.embedding(a, q))(rlgrad.tensor(Q), rlgrad.tensor(bad))
     with pytest.raises(IndexError, match="7"):
         rf.vmap(lambda q, a: q.index_select(1, a))(rlgrad.tensor(Q), rlgrad.tensor(bad))
+
+
+# ---- randomness="error" | "same" | "different" (torch.func's) ---------------------------------
+X = RNG.normal(size=(6, 3, 5))
+DRAWS: dict[str, tuple[Callable, Callable]] = {  # inside vmap, and the unbatched call of a batch
+    "randn": (lambda x: rlgrad.randn(3, 5, dtype=rlgrad.float64),
+              lambda x: rlgrad.randn(6, 3, 5, dtype=rlgrad.float64)),
+    "rand": (lambda x: rlgrad.rand(3, 5), lambda x: rlgrad.rand(6, 3, 5)),
+    "randint": (lambda x: rlgrad.randint(0, 7, (3, 5)), lambda x: rlgrad.randint(0, 7, (6, 3, 5))),
+    "randn_like": (lambda x: rlgrad.randn_like(x), lambda x: rlgrad.randn_like(x)),
+    "normal_": (lambda x: x.clone().normal_(), lambda x: x.clone().normal_()),
+    "uniform_": (lambda x: x.clone().uniform_(-1, 1), lambda x: x.clone().uniform_(-1, 1)),
+    "dropout": (lambda x: F.dropout(x, 0.5), lambda x: F.dropout(x, 0.5)),
+    "Categorical.sample": (lambda x: rlgrad.distributions.Categorical(logits=x).sample(),
+                           lambda x: rlgrad.distributions.Categorical(logits=x).sample()),
+    "Normal.rsample": (lambda x: rlgrad.distributions.Normal(x, 0.5).rsample(),
+                       lambda x: rlgrad.distributions.Normal(x, 0.5).rsample()),
+    "Normal.sample": (lambda x: rlgrad.distributions.Normal(x, 0.5).sample(),
+                      lambda x: rlgrad.distributions.Normal(x, 0.5).sample()),
+    "Bernoulli.sample": (lambda x: rlgrad.distributions.Bernoulli(logits=x).sample(),
+                         lambda x: rlgrad.distributions.Bernoulli(logits=x).sample()),
+    "bernoulli": (lambda x: rlgrad.bernoulli(rlgrad.sigmoid(x)),
+                  lambda x: rlgrad.bernoulli(rlgrad.sigmoid(x))),
+    "normal(mean)": (lambda x: rlgrad.normal(x, 2.0), lambda x: rlgrad.normal(x, 2.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(DRAWS))
+def test_randomness_different_draws_what_the_unbatched_call_draws(name: str) -> None:
+    """One draw per slice, from the same stream: with the same seed, exactly the draw of the
+    whole batch outside vmap (the vmapped dimension is the first of the draw)."""
+    inside, outside = DRAWS[name]
+    rlgrad.manual_seed(7)
+    got = rf.vmap(inside, randomness="different")(rlgrad.tensor(X))
+    rlgrad.manual_seed(7)
+    want = outside(rlgrad.tensor(X))
+    assert tuple(got.shape) == tuple(want.shape)
+    np.testing.assert_array_equal(got.numpy(), want.numpy().astype(got.numpy().dtype))
+    with pytest.raises(RuntimeError, match="randomness='error'"):
+        rf.vmap(inside)(rlgrad.tensor(X))
+
+
+@pytest.mark.parametrize("name", ["randn", "rand", "randint", "normal_", "dropout", "uniform_"])
+def test_randomness_same_shares_one_draw_as_torch_func_does(name: str) -> None:
+    """On identical slices: 'same' gives identical results, 'different' does not, in both."""
+    inside = DRAWS[name][0]
+    ones = np.ones((6, 3, 5))
+    same = rf.vmap(inside, randomness="same")(rlgrad.tensor(ones)).numpy()
+    diff = rf.vmap(inside, randomness="different")(rlgrad.tensor(ones)).numpy()
+    assert (same == same[0]).all() and not (diff == diff[0]).all()
+    lib_t = {"randn": lambda x: torch.randn(3, 5), "rand": lambda x: torch.rand(3, 5),
+             "randint": lambda x: torch.randint(0, 7, (3, 5)), "normal_": lambda x: x.clone().normal_(),
+             "dropout": lambda x: TF.dropout(x, 0.5), "uniform_": lambda x: x.clone().uniform_(-1, 1)}[name]
+    same_t = tf.vmap(lib_t, randomness="same")(torch.tensor(ones)).numpy()
+    diff_t = tf.vmap(lib_t, randomness="different")(torch.tensor(ones)).numpy()
+    assert (same_t == same_t[0]).all() and not (diff_t == diff_t[0]).all()
+    with pytest.raises(RuntimeError, match="randomness"):
+        tf.vmap(lib_t)(torch.tensor(ones))
+
+
+def test_nested_randomness_varies_along_the_different_levels_only() -> None:
+    x = rlgrad.tensor(X)
+    rlgrad.manual_seed(3)
+    both = rf.vmap(rf.vmap(lambda r: rlgrad.randn(2), randomness="different"), randomness="different")(x)
+    rlgrad.manual_seed(3)
+    np.testing.assert_array_equal(both.numpy(), rlgrad.randn(6, 3, 2).numpy())
+    outer = rf.vmap(rf.vmap(lambda r: rlgrad.randn(2), randomness="same"), randomness="different")(x)
+    o = outer.numpy()
+    assert (o == o[:, :1]).all() and not (o == o[:1]).all()
+
+
+def test_an_in_place_draw_into_an_unbatched_tensor_with_different_randomness_raises() -> None:
+    def f(x: Any) -> Any:
+        z = rlgrad.zeros(3)
+        z.normal_()
+        return x + z
+
+    with pytest.raises(RuntimeError, match="different draw per slice"):
+        rf.vmap(f, randomness="different")(rlgrad.tensor(X[:, 0]))

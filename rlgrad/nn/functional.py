@@ -21,7 +21,7 @@ from rlgrad import ops
 from rlgrad import special as _special
 from rlgrad.batching import BatchedTensor, every_slice
 from rlgrad.indexing import one_hot as _one_hot
-from rlgrad.random import numpy_generator as _numpy_generator
+from rlgrad.random import draw as _draw
 from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
 from rlgrad.tracer import FUSED_PAIRS, defbatch, defjvp, defjvp_elementwise, defvjp, nobatch, primitive
 
@@ -724,8 +724,10 @@ def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:  # noqa: 
         return input
     if p == 1.0:
         return input * 0.0
-    keep = _numpy_generator().random(_shape(input)) >= p
+    keep = _draw(lambda rng, s: rng.random(s), _shape(input)) >= p
     dt = _dtype(input)
+    if isinstance(keep, Tensor):  # vmap, randomness='different': a mask per slice
+        return input * (ops.astype(keep, dt) / dt.type(1.0 - p))
     return input * (keep.astype(dt) / dt.type(1.0 - p))
 
 
