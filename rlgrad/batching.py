@@ -681,13 +681,44 @@ def merge_first(p: Primitive, args: list, dims: list, level: Level, **kwargs: An
     """Ops on a batch of images (conv2d, images_to_float): the vmapped dimension merged into
     the op's own batch (only the first argument may be batched)."""
     if any(d is not None for d in dims[1:]):
-        raise VmapError(f"vmap: {p.name} with a batched {('weight', 'argument')[p.name != 'conv2d']} is "
-                        "not batched; vmap over the input only (an ensemble of convolutions: "
-                        "stack the outputs of each)")
+        raise VmapError(f"vmap: {p.name} with a batched argument beyond the first is not "
+                        "batched; vmap over the first only")
     x = args[0]
     s = tuple(x.shape)
     out = p.call(ops.reshape(x, (s[0] * s[1],) + s[2:]), *args[1:], **kwargs)
     return ops.reshape(out, s[:2] + tuple(out.shape[1:]))
+
+
+def _two(v: Any) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int | np.integer) else (int(v[0]), int(v[1]))
+
+
+def _conv2d_logical(x: Any, w: Any, bias: Any = None, stride: Any = 1, padding: Any = 0) -> Any:
+    """conv2d as the ops it is made of, on one slice: the receptive fields read by one index
+    (im2col), then a matmul with the flattened kernels. The rule of a batched weight, whose
+    slices are batched by getitem's and matmul's rules (an unbatched weight: one GEMM)."""
+    (sh, sw), (ph, pw) = _two(stride), _two(padding)
+    n, c, h, wd = tuple(x.shape)
+    o, _, kh, kw = tuple(w.shape)
+    if ph or pw:
+        x = ops.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (wd + 2 * pw - kw) // sw + 1
+    rows = (np.arange(oh) * sh)[:, None, None, None] + np.arange(kh)[:, None]
+    cols = (np.arange(ow) * sw)[:, None, None] + np.arange(kw)
+    fields = ops.getitem(x, (slice(None), slice(None), rows, cols))  # (n, c, oh, ow, kh, kw)
+    fields = ops.reshape(ops.transpose(fields, (0, 2, 3, 1, 4, 5)), (n * oh * ow, c * kh * kw))
+    out = ops.matmul(fields, ops.transpose(ops.reshape(w, (o, c * kh * kw))))
+    out = ops.transpose(ops.reshape(out, (n, oh, ow, o)), (0, 3, 1, 2))
+    return out if bias is None else ops.add(out, ops.reshape(bias, (o, 1, 1)))
+
+
+def conv2d_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
+    """A batched input alone: the vmapped dimension merged into the images' (one conv2d); a
+    batched weight or bias (an ensemble of CNNs, a weight under per-sample ``grad``): each
+    slice convolved with its own kernels (``_conv2d_logical``, torch.func's grouped conv)."""
+    if all(d is None for d in dims[1:]):
+        return merge_first(p, args, dims, level, **kwargs)
+    return decomposed(_conv2d_logical)(p, args, dims, level, **kwargs)
 
 
 # ---- indexing ---------------------------------------------------------------------------------
@@ -850,6 +881,7 @@ RULES: dict[str, Callable] = {
     "leading": leading,
     "matrices": matrices,
     "merge_first": merge_first,
+    "conv2d": conv2d_rule,
     "first_value": first_value,
     "matmul": matmul_rule,
     "linear": linear_rule,

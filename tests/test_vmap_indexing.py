@@ -274,3 +274,60 @@ def test_an_in_place_draw_into_an_unbatched_tensor_with_different_randomness_rai
 
     with pytest.raises(RuntimeError, match="different draw per slice"):
         rf.vmap(f, randomness="different")(rlgrad.tensor(X[:, 0]))
+
+
+# ---- conv2d with a batched weight: an ensemble of CNN Q-networks ------------------------------
+def _cnn(lib: Any) -> Any:
+    nn = lib.nn
+    return nn.Sequential(nn.Conv2d(2, 4, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(4, 3, 2),
+                         nn.Flatten(), nn.Linear(27, 5)).double()
+
+
+def test_ensemble_of_cnn_q_networks_as_one_call_matches_torch_func() -> None:
+    torch.manual_seed(2)
+    tnets = [_cnn(torch) for _ in range(3)]
+    rnets = [_cnn(rlgrad) for _ in range(3)]
+    for r, t in zip(rnets, tnets, strict=True):
+        r.load_state_dict({k: rlgrad.tensor(v.detach().numpy()) for k, v in t.state_dict().items()})
+    obs = RNG.normal(size=(7, 2, 8, 8))
+    tparams, tbuf = tf.stack_module_state(tnets)
+    rparams, rbuf = rf.stack_module_state(rnets)
+
+    def q(call: Any, base: Any) -> Any:
+        return lambda p, b, x: call(base, (p, b), (x,))
+
+    want = tf.vmap(q(tf.functional_call, tnets[0]), in_dims=(0, 0, None))(tparams, tbuf, torch.tensor(obs))
+    got = rf.vmap(q(rf.functional_call, rnets[0]), in_dims=(0, 0, None))(rparams, rbuf, rlgrad.tensor(obs))
+    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=1e-10, atol=1e-12)
+    (want ** 2).sum().backward()
+    (got ** 2).sum().backward()
+    for k in ("0.weight", "0.bias", "2.weight"):
+        np.testing.assert_allclose(rparams[k].grad.numpy(), tparams[k].grad.numpy(), rtol=1e-9, atol=1e-11)
+
+
+def test_batched_conv_weights_against_the_loop_and_finite_differences() -> None:
+    """Each slice's own kernels, batched input or not, bias batched or not; the gradient of the
+    batched form against central differences (first and second order)."""
+    w, b, x = RNG.normal(size=(4, 3, 2, 3, 3)), RNG.normal(size=(4, 3)), RNG.normal(size=(4, 2, 2, 7, 6))
+    for dims in ((0, 0, 0), (0, None, 0), (None, 0, 0), (0, 0, None)):
+        args = [a if d is not None else a[0] for a, d in zip((x, w, b), dims)]
+        got = rf.vmap(lambda x, w, b: F.conv2d(x, w, b, stride=(2, 1), padding=1), in_dims=dims)(
+            *[rlgrad.tensor(a) for a in args])
+        per = [[torch.tensor(a[k] if d is not None else a) for a, d in zip(args, dims)] for k in range(4)]
+        want = torch.stack([TF.conv2d(*one, stride=(2, 1), padding=1) for one in per])
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-11, atol=1e-12)
+
+    def f(wt: Any) -> Any:
+        y = rf.vmap(lambda x, w: F.conv2d(x, w, padding=1))(rlgrad.tensor(x), wt)
+        return (rlgrad.tanh(y) ** 2).sum()
+
+    wt = rlgrad.tensor(w, requires_grad=True)
+    (g,) = rlgrad.autograd.grad(f(wt), wt, create_graph=True)
+    v = RNG.normal(size=w.shape)
+    (hv,) = rlgrad.autograd.grad((g * rlgrad.tensor(v)).sum(), wt)
+    eps = 1e-6
+    fd = (f(rlgrad.tensor(w + eps * v)) - f(rlgrad.tensor(w - eps * v))).item() / (2 * eps)
+    np.testing.assert_allclose((g.detach().numpy() * v).sum(), fd, rtol=1e-7)
+    ts = [rlgrad.tensor(w + s * eps * v, requires_grad=True) for s in (1, -1)]
+    gp, gm = (rlgrad.autograd.grad(f(t), t)[0].numpy() for t in ts)
+    np.testing.assert_allclose(hv.numpy(), (gp - gm) / (2 * eps), rtol=1e-5, atol=1e-8)

@@ -561,7 +561,7 @@ def _folded_weight_grad(xp: np.ndarray, g: np.ndarray, w_shape: tuple[int, ...],
 
 
 _conv2d_p = primitive(_conv2d_fwd, "conv2d")
-defbatch(_conv2d_p, "merge_first")
+defbatch(_conv2d_p, "conv2d")
 conv2d_input_grad = primitive(_conv2d_input_grad_fwd, "conv2d_input_grad")
 conv2d_weight_grad = primitive(_conv2d_weight_grad_fwd, "conv2d_weight_grad")
 for _g in (conv2d_input_grad, conv2d_weight_grad):  # vmap differentiates the physical conv2d instead
