@@ -59,7 +59,7 @@ from rlgrad.ops import (
     transpose,
 )
 from rlgrad.promotion import binary, cast_to, result_type, rule
-from rlgrad.tensor import Tensor, _Depth, _set_data, constant, mark_written, tensor
+from rlgrad.tensor import Tensor, _Depth, _set_data, _Trace, constant, mark_written, tensor
 from rlgrad.tracer import _GradMode, replayed
 
 
@@ -1253,3 +1253,221 @@ def _install_more_methods() -> None:
 
 
 _install_more_methods()
+
+
+# ---- more of torch's Tensor API (issue 29): compositions of primitives; the gradient-free ones
+# (unique, bincount, histc, searchsorted, bucketize) on the values, as torch gives no gradient
+def _cumulative_extreme(self: Tensor, dim: int, indices_of: Callable) -> MaxMinResult:
+    """``(values, indices)`` of the running max/min along ``dim``: the indices recorded (a
+    compiled step recomputes them), the values gathered at them (the gradient reaches them)."""
+    x = self if self.ndim else reshape(self, (1,))
+    d = _dim_of(self, dim)
+    idx = indices_of(x, d)
+    idx = idx if isinstance(idx, Tensor) else constant(idx)
+    values = ops.take_along_axis(x, idx, d)
+    return MaxMinResult(*(reshape(v, ()) for v in (values, idx))) if not self.ndim else \
+        MaxMinResult(values, idx)
+
+
+def _method_cummax(self: Tensor, dim: int) -> MaxMinResult:
+    return _cumulative_extreme(self, dim, rnp.cummax_indices)
+
+
+def _method_cummin(self: Tensor, dim: int) -> MaxMinResult:
+    return _cumulative_extreme(self, dim, rnp.cummin_indices)
+
+
+def _method_aminmax(self: Tensor, *, dim: Any = None, keepdim: bool = False) -> MaxMinResult:
+    """torch's ``(min, max)`` (named ``min``/``max``): ``amin`` and ``amax`` together."""
+    res = MaxMinResult(self.amin(dim, keepdim) if dim is not None else self.amin(),
+                       self.amax(dim, keepdim) if dim is not None else self.amax())
+    return _MinMax(res)
+
+
+class _MinMax(tuple):
+    """``aminmax``'s ``(min, max)``."""
+
+    __slots__ = ()
+
+    def __new__(cls, pair: Any) -> _MinMax:
+        return tuple.__new__(cls, tuple(pair))
+
+    min = property(lambda self: self[0])
+    max = property(lambda self: self[1])
+
+
+def _method_index_fill(self: Tensor, dim: int, index: Any, value: Any) -> Any:
+    """``value`` written at ``index`` along ``dim``; the gradient reaches the other entries."""
+    d = _dim_of(self, dim)
+    idx = _index_vector(index, "index_fill")
+    _check_in(idx, self.shape[d] if self.ndim else 1, "index_fill", d)
+    n = self.shape[d] if self.ndim else 1
+    hit = ops.not_equal(ops.sum(ops.astype(ops.equal(
+        reshape(idx % n, (-1, 1)), np.arange(n)), np.int64), axis=0), 0)
+    shape = (1,) * d + (n,) + (1,) * (self.ndim - d - 1)
+    return ops.where(reshape(hit, shape if self.ndim else ()), cast_to(value, self.dtype), self)
+
+
+def _method_take(self: Tensor, index: Any) -> Any:
+    """torch's ``take``: ``self.flatten()[index]`` with ``index``'s shape."""
+    idx = _index_key(index)
+    _check_in(idx, max(self.numel(), 1), "take", 0)
+    return getitem(reshape(self, (-1,)), idx)
+
+
+def _method_renorm(self: Tensor, p: float, dim: int, maxnorm: float) -> Any:
+    """Each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled to norm ``maxnorm``
+    (torch's ``maxnorm / (norm + 1e-7)``), the others as they are."""
+    d = _dim_of(self, dim)
+    others = tuple(k for k in range(self.ndim) if k != d)
+    norm = ops.power(ops.sum(ops.power(absolute(self), p), axis=others, keepdims=True), 1.0 / p)
+    scale = ops.where(ops.greater(norm, maxnorm), maxnorm / (norm + 1e-7), 1.0)
+    return self * ops.astype(scale, self.dtype)
+
+
+def _method_count_nonzero(self: Tensor, dim: Any = None) -> Any:
+    out = rnp.count_nonzero(self, axis=tuple(dim) if isinstance(dim, list | tuple) else dim)
+    return out if isinstance(out, Tensor) else constant(np.asarray(out, np.int64))
+
+
+def _method_as_strided(self: Tensor, size: Any, stride: Any, storage_offset: int = 0) -> Any:
+    """torch's ``as_strided`` on the tensor's elements in row-major order (rlgrad's tensors are
+    laid out as if contiguous): one index read, so overlapping windows add their gradients."""
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"as_strided: size {size} and stride {stride} must have the same length")
+    flat = np.full(size, int(storage_offset), np.int64)
+    for k, (n, s) in enumerate(zip(size, stride)):
+        flat = flat + (np.arange(n) * s).reshape((1,) * k + (n,) + (1,) * (len(size) - k - 1))
+    if flat.size and (flat.min() < 0 or flat.max() >= self.numel()):
+        raise RuntimeError(f"as_strided: size {size}, stride {stride} and offset {storage_offset} "
+                           f"reach outside the tensor's {self.numel()} elements")
+    return getitem(reshape(self, (-1,)), flat)
+
+
+def _method_unique(self: Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa: A002
+                   return_counts: bool = False, dim: Any = None) -> Any:
+    """torch's (always sorted): the distinct values (or sub-tensors along ``dim``), with the
+    inverse indices and counts if asked; no gradient, as torch's."""
+    x = _unique_values(self, "unique")
+    axis = None if dim is None else _dim_of(self, dim)
+    vals, inv, counts = np.unique(x, return_inverse=True, return_counts=True, axis=axis)
+    inv = inv.reshape(x.shape if axis is None else (x.shape[axis],)).astype(np.int64)
+    out = (constant(vals),) + ((constant(inv),) if return_inverse else ()) + (
+        (constant(counts.astype(np.int64)),) if return_counts else ())
+    return out[0] if len(out) == 1 else out
+
+
+def _method_unique_consecutive(self: Tensor, return_inverse: bool = False,
+                               return_counts: bool = False, dim: Any = None) -> Any:
+    """Each run of equal values (or sub-tensors along ``dim``) collapsed to one."""
+    x = _unique_values(self, "unique_consecutive")
+    axis = 0 if dim is None else _dim_of(self, dim)
+    lanes = np.moveaxis(x.reshape(-1) if dim is None else x, axis, 0)
+    new = np.ones(lanes.shape[0], bool)
+    if lanes.shape[0] > 1:
+        new[1:] = (lanes[1:] != lanes[:-1]).reshape(lanes.shape[0] - 1, -1).any(axis=1)
+    inv = np.cumsum(new) - 1
+    vals = np.moveaxis(lanes[new], 0, axis)
+    counts = np.diff(np.append(np.flatnonzero(new), lanes.shape[0]))
+    out = (constant(vals),) + ((constant(inv.reshape(x.shape if dim is None else -1)),)
+                               if return_inverse else ()) + (
+        (constant(counts.astype(np.int64)),) if return_counts else ())
+    return out[0] if len(out) == 1 else out
+
+
+def _unique_values(x: Any, name: str) -> np.ndarray:
+    """The values of a tensor whose result's shape they decide: refused where they are not
+    known (inside vmap, torch.func refuses it too; while rlgrad.jit traces)."""
+    if type(x) is BatchedTensor:
+        raise RuntimeError(f"vmap: {name} gives a shape that depends on each slice's values; "
+                           "call it outside vmap")
+    if _Trace.compiling:
+        raise RuntimeError(f"rlgrad.jit: {name} gives a shape that depends on the values, which "
+                           "a compiled step cannot replay; call it outside jit")
+    return x._value
+
+
+def _method_bincount(self: Tensor, weights: Any = None, minlength: int = 0) -> Any:
+    """torch's: how often each value of a 1-D non-negative int tensor occurs (summing
+    ``weights`` instead if given: float64 unless they are float32/float16, as torch's)."""
+    x = _unique_values(self, "bincount")
+    if x.ndim != 1 or x.dtype.kind not in "iu" or (x.size and x.min() < 0):
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs")
+    if weights is None:
+        return constant(np.bincount(x, minlength=minlength).astype(np.int64))
+    w = np.asarray(_value(weights))
+    dt = w.dtype if w.dtype in (np.float32, np.float16) else np.dtype(np.float64)
+    return constant(np.bincount(x, weights=w, minlength=minlength).astype(dt))
+
+
+def _method_histc(self: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Any:  # noqa: A002
+    """torch's: a histogram of ``bins`` equal bins over [min, max] (the data's range when both
+    are 0), elements outside ignored; float, no gradient."""
+    x = _unique_values(self, "histc")
+    if x.dtype.kind != "f":
+        raise RuntimeError(f"histc: input must be floating point, got {x.dtype}")
+    lo, hi = (float(min), float(max)) if (min, max) != (0, 0) or not x.size else (
+        float(x.min()), float(x.max()))
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if lo > hi:
+        raise RuntimeError(f"histc: max must be larger than min, got min={lo}, max={hi}")
+    return constant(np.histogram(x, bins=bins, range=(lo, hi))[0].astype(x.dtype))
+
+
+def _searchsorted(sorted_sequence: Any, values: Any, *, out_int32: bool = False,
+                  right: bool = False, side: Any = None, sorter: Any = None) -> Tensor:
+    """``torch.searchsorted``: for each value, the index where it would go in the (last axis
+    of the) sorted sequence; rows of an N-D sequence pair with the rows of ``values``."""
+    if side is not None:
+        right = side == "right"
+    seq = np.asarray(_value(sorted_sequence))
+    vals = np.asarray(_value(values))
+    if sorter is not None:
+        seq = np.take_along_axis(seq, np.asarray(_value(sorter)), -1)
+    kind = "right" if right else "left"
+    if seq.ndim <= 1:
+        out = np.searchsorted(seq, vals, side=kind)
+    else:
+        if seq.shape[:-1] != vals.shape[:-1]:
+            raise RuntimeError(f"searchsorted: boundaries {seq.shape} and input {vals.shape} must "
+                               "share their leading dimensions")
+        rows = seq.reshape(-1, seq.shape[-1])
+        out = np.stack([np.searchsorted(r, v, side=kind) for r, v in
+                        zip(rows, vals.reshape(len(rows), -1))]).reshape(vals.shape)
+    return constant(np.asarray(out, np.int32 if out_int32 else np.int64))
+
+
+def _bucketize(input: Any, boundaries: Any, *, out_int32: bool = False,  # noqa: A002
+               right: bool = False) -> Tensor:
+    """``torch.bucketize``: the bucket of each input among 1-D ``boundaries``."""
+    if np.ndim(_value(boundaries)) != 1:
+        raise RuntimeError("bucketize: boundaries must be 1-D")
+    return _searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
+def _clamp_side(side: str) -> Callable:
+    def method(self: Tensor, bound: Any) -> Any:
+        return self.clamp(**{side: bound})
+
+    method.__name__ = method.__qualname__ = f"clamp_{side}"
+    return method
+
+
+def _install_issue29_methods() -> None:
+    T = Tensor
+    for name, fn in (("cummax", _method_cummax), ("cummin", _method_cummin),
+                     ("aminmax", _method_aminmax), ("index_fill", _method_index_fill),
+                     ("take", _method_take), ("renorm", _method_renorm),
+                     ("count_nonzero", _method_count_nonzero), ("as_strided", _method_as_strided),
+                     ("unique", _method_unique), ("unique_consecutive", _method_unique_consecutive),
+                     ("bincount", _method_bincount), ("histc", _method_histc),
+                     ("clamp_min", _clamp_side("min")), ("clamp_max", _clamp_side("max"))):
+        fn.__name__ = fn.__qualname__ = name
+        setattr(T, name, fn)
+    for name in ("index_fill", "clamp_min", "clamp_max", "nan_to_num", "renorm"):
+        setattr(T, name + "_", _inplace_of(getattr(T, name), name + "_"))
+
+
+_install_issue29_methods()

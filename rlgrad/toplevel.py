@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from rlgrad import linalg as _linalg  # rlgrad.linalg, torch.linalg's names
+from rlgrad import ops as _ops
 from rlgrad import special as _special  # noqa: F401 - its export()s: torch.erf, Tensor.erfinv
 from rlgrad import tensor_methods as _tm
 from rlgrad.batching import BatchedTensor as _BatchedTensor
 from rlgrad.creation import _make
+from rlgrad.device import check_device as _check_device
 from rlgrad.exports import Export, add_names, on_export
 from rlgrad.indexing import gather  # noqa: F401 - torch.gather, in __all__ below
 from rlgrad.promotion import promote_types, result_type  # noqa: F401 - torch's, in __all__
@@ -103,6 +105,14 @@ sort, argsort, topk, median = _method("sort"), _method("argsort"), _method("topk
 split, chunk, unbind, narrow = _method("split"), _method("chunk"), _method("unbind"), _method("narrow")
 index_select, index_add = _method("index_select"), _method("index_add")
 index_put, take_along_dim = _method("index_put"), _method("take_along_dim")
+cummax, cummin, aminmax, index_fill = _method("cummax"), _method("cummin"), _method("aminmax"), \
+    _method("index_fill")
+take, renorm, count_nonzero = _method("take"), _method("renorm"), _method("count_nonzero")
+as_strided, unique, unique_consecutive = _method("as_strided"), _method("unique"), \
+    _method("unique_consecutive")
+bincount, histc = _method("bincount"), _method("histc")
+clamp_min, clamp_max = _method("clamp_min"), _method("clamp_max")
+searchsorted, bucketize = _tm._searchsorted, _tm._bucketize
 scatter, repeat_interleave = _method("scatter"), _method("repeat_interleave")
 norm, mm, bmm, masked_fill = _method("norm"), _method("mm"), _method("bmm"), _method("masked_fill")
 addcmul, addcdiv, lerp = _method("addcmul"), _method("addcdiv"), _method("lerp")
@@ -292,6 +302,49 @@ def seed() -> builtins.int:
 
 
 # Every public name above: the declared functions and the ones written here (not the imports).
+# ---- index and block constructions (issue 29)
+def tril_indices(row: builtins.int, col: builtins.int, offset: builtins.int = 0, *,
+                 dtype: Any = None, device: Any = None) -> Tensor:
+    """torch's: the (2, N) row and column indices of the lower triangle, row by row."""
+    _check_device(device)
+    return _leaf(np.stack(np.tril_indices(row, offset, col)).astype(dtype or np.int64))
+
+
+def triu_indices(row: builtins.int, col: builtins.int, offset: builtins.int = 0, *,
+                 dtype: Any = None, device: Any = None) -> Tensor:
+    """torch's: the (2, N) row and column indices of the upper triangle, row by row."""
+    _check_device(device)
+    return _leaf(np.stack(np.triu_indices(row, offset, col)).astype(dtype or np.int64))
+
+
+def cartesian_prod(*tensors: Any) -> Tensor:
+    """torch's: every combination of the 1-D tensors' elements, one per row (one tensor: itself);
+    each column an index read, so the gradient reaches every input."""
+    if builtins.any(_t(x).ndim != 1 for x in tensors):
+        raise RuntimeError("cartesian_prod expects 1-D tensors")
+    if len(tensors) == 1:
+        return tensors[0]
+    dt = result_type(*tensors)
+    grid = np.indices(tuple(_t(x).shape[0] for x in tensors)).reshape(len(tensors), -1)
+    return _ops.stack([_ops.getitem(x.to(dt), g) for x, g in zip(tensors, grid)], axis=1)
+
+
+def block_diag(*tensors: Any) -> Tensor:
+    """torch's: the tensors (0-d, 1-D as one row, 2-D) on the diagonal of one matrix, zeros
+    elsewhere; each block padded into place, so the gradient reaches every block."""
+    blocks = [_ops.reshape(x, (1, -1) if x.ndim < 2 else tuple(x.shape)) for x in map(_t, tensors)]
+    if builtins.any(len(b.shape) != 2 for b in blocks):
+        raise RuntimeError("block_diag: input tensors must have 2 or fewer dimensions")
+    dt = result_type(*tensors) if tensors else get_default_dtype()
+    width = builtins.sum(b.shape[1] for b in blocks)
+    rows, left = [], 0
+    for b in blocks:
+        rows.append(_ops.pad(b.to(dt), ((0, 0), (left, width - left - b.shape[1]))))
+        left += b.shape[1]
+    return _ops.concatenate(rows, axis=0) if rows else _leaf(np.zeros((0, 0), dt))
+
+
 __all__ = [name for name, value in globals().items() if not name.startswith("_")
            and name not in ("annotations", "builtins", "Any", "np", "ops", "Tensor",
                             "get_default_dtype", "Export", "add_names", "on_export", "DECLARED")]
+

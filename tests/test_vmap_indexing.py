@@ -331,3 +331,28 @@ def test_batched_conv_weights_against_the_loop_and_finite_differences() -> None:
     ts = [rlgrad.tensor(w + s * eps * v, requires_grad=True) for s in (1, -1)]
     gp, gm = (rlgrad.autograd.grad(f(t), t)[0].numpy() for t in ts)
     np.testing.assert_allclose(hv.numpy(), (gp - gm) / (2 * eps), rtol=1e-5, atol=1e-8)
+
+
+# ---- the new Tensor methods inside vmap (tests/test_torch_methods2.py has their values) -------
+NEW_METHODS: dict[str, Callable] = {
+    "cummax": lambda lib: lambda x: lib.cummax(x, 1)[0] + lib.cummax(x, 0)[1],
+    "cummin": lambda lib: lambda x: x.cummin(1).values * x.cummin(1).indices,
+    "take": lambda lib: lambda x: lib.take(x, lib.tensor(np.array([[0, 14], [3, 7]]))),
+    "index_fill": lambda lib: lambda x: x.index_fill(1, lib.tensor(np.array([1, 3])), -1.0),
+    "renorm": lambda lib: lambda x: lib.renorm(x, 2, 0, 1.0),
+    "aminmax": lambda lib: lambda x: lib.aminmax(x, dim=1)[0] - lib.aminmax(x, dim=1)[1],
+    "clamp_min clamp_max": lambda lib: lambda x: x.clamp_min(-0.5).clamp_max(0.5),
+    "cartesian_prod": lambda lib: lambda x: lib.cartesian_prod(x[0], x[1, :2]),
+    "block_diag": lambda lib: lambda x: lib.block_diag(x[:2, :2], x[2]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NEW_METHODS))
+def test_new_methods_inside_vmap_match_torch_func(name: str) -> None:
+    x = RNG.normal(size=(4, 3, 5))
+    got = rf.vmap(NEW_METHODS[name](rlgrad))(rlgrad.tensor(x))
+    want = tf.vmap(NEW_METHODS[name](torch))(torch.tensor(x))
+    _same(got, want)
+    g = rf.vmap(rf.grad(lambda a: (NEW_METHODS[name](rlgrad)(a) ** 2).sum()))(rlgrad.tensor(x))
+    gt = tf.vmap(tf.grad(lambda a: (NEW_METHODS[name](torch)(a) ** 2).sum()))(torch.tensor(x))
+    _same(g, gt)

@@ -924,3 +924,25 @@ def _array_function(self: _Tensor, func: Any, types: Any, args: Any, kwargs: Any
 
 _Tensor.__array_ufunc__ = _array_ufunc
 _Tensor.__array_function__ = _array_function
+
+
+# The index halves of torch's cummax/cummin (their values are take_along_axis at these): recorded
+# as any gradient-free function, so a compiled step recomputes them and vmap batches them.
+def _running_index(x: Any, axis: int, better: Any) -> Any:
+    x = _np.moveaxis(_np.asarray(x), axis, -1)
+    run = better.accumulate(x, axis=-1)  # NaN propagates in both, as torch's
+    hit = (x == run) | _np.isnan(x)  # the last of equal extremes, as torch's
+    idx = _np.maximum.accumulate(_np.where(hit, _np.arange(x.shape[-1]), 0), axis=-1)
+    return _np.moveaxis(idx.astype(_np.int64), -1, axis)
+
+
+def cummax_indices(x: Any, axis: int = 0) -> Any:
+    return _running_index(x, axis, _np.maximum)
+
+
+def cummin_indices(x: Any, axis: int = 0) -> Any:
+    return _running_index(x, axis, _np.minimum)
+
+
+cummax_indices = _on_values(cummax_indices, batch="scan")
+cummin_indices = _on_values(cummin_indices, batch="scan")
