@@ -1471,3 +1471,218 @@ def _install_issue29_methods() -> None:
 
 
 _install_issue29_methods()
+
+
+# ---- the rest of what RL code calls (issue 29's survey), compositions of primitives ----------
+def _method_logit(self: Tensor, eps: Any = None) -> Any:
+    """``log(p / (1 - p))``, ``p`` clamped to [eps, 1 - eps] first when ``eps`` is given."""
+    p = self if eps is None else ops.clip(self, eps, 1 - eps)
+    return ops.log(p) - ops.log1p(-p)
+
+
+def _method_float_power(self: Tensor, exponent: Any) -> Any:
+    """``pow`` in float64, as torch's."""
+    other = _cast(exponent, np.float64) if isinstance(exponent, Tensor) else exponent
+    return ops.power(_cast(self, np.float64), other)
+
+
+def _method_copysign(self: Tensor, other: Any) -> Any:
+    """``|self|`` with ``other``'s sign (of -0.0 too); the gradient is ``sign`` times that."""
+    neg = rnp.signbit(other)
+    neg = neg if isinstance(neg, Tensor) else constant(np.asarray(neg))
+    x = self if self.dtype.kind == "f" else _cast(self, np.float32)
+    return ops.where(neg, -absolute(x), absolute(x))
+
+
+def _method_sum_to_size(self: Tensor, *size: Any) -> Any:
+    return ops.sum_to(self, _sizes(size))
+
+
+def _method_nansum(self: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    x = self if dtype is None else _cast(self, dtype)
+    zero = ops.where(ops.isnan(x), 0, x)
+    return zero.sum(dim, keepdim) if dim is not None else zero.sum()
+
+
+def _method_nanmean(self: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    x = self if dtype is None else _cast(self, dtype)
+    kept = ops.astype(logical_not(ops.isnan(x)), x.dtype)
+    total = _method_nansum(x, dim, keepdim)
+    return total / (kept.sum(dim, keepdim) if dim is not None else kept.sum())
+
+
+def _method_quantile(self: Tensor, q: Any, dim: Any = None, keepdim: bool = False, *,
+                     interpolation: str = "linear") -> Any:
+    """torch's: the ``q``-quantiles (a number or a 1-D tensor: a leading dimension) along
+    ``dim`` (of the flattened tensor when None), through the sorted values (the gradient
+    reaches the two neighbours of each quantile, weighted as the interpolation)."""
+    if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
+        raise ValueError(f"quantile(): interpolation must be linear, lower, higher, midpoint or "
+                         f"nearest, got {interpolation!r}")
+    qs = np.asarray(_value(q), np.float64)
+    if qs.ndim > 1 or np.any((qs < 0) | (qs > 1)):
+        raise RuntimeError("quantile() q must be a scalar or 1-D tensor with values in [0, 1]")
+    x = reshape(self, (-1,)) if dim is None else self
+    d = 0 if dim is None else _dim_of(self, dim)
+    s = _method_sort(x, d)[0]
+    pos = qs * (x.shape[d] - 1)
+    lo, hi = np.floor(pos).astype(np.int64), np.ceil(pos).astype(np.int64)
+    frac = {"linear": pos - lo, "lower": 0 * pos, "higher": (hi > lo) * 1.0,
+            "midpoint": (hi > lo) * 0.5, "nearest": (np.round(pos) > lo) * 1.0}[interpolation]
+    shape = (-1,) + (1,) * (x.ndim - d - 1)
+    a, b = _along(s, d, lo.reshape(-1)), _along(s, d, hi.reshape(-1))
+    out = a + (b - a) * constant(frac.reshape(shape).astype(s.dtype))
+    out = ops.moveaxis(out, d, 0)  # torch puts the quantiles first
+    if keepdim:
+        out = ops.expand_dims(out, d + 1) if dim is not None else reshape(out, (-1,) + (1,) * self.ndim)
+    return reshape(out, tuple(out.shape)[1:]) if qs.ndim == 0 else out
+
+
+def _method_nanquantile(self: Tensor, q: Any, dim: Any = None, keepdim: bool = False, *,
+                        interpolation: str = "linear") -> Any:
+    if dim is None and not bool(np.any(np.isnan(self._value))):
+        return _method_quantile(self, q, None, keepdim, interpolation=interpolation)
+    if bool(np.any(np.isnan(self._value))):
+        raise NotImplementedError("nanquantile() of a tensor holding NaN is not supported by "
+                                  "rlgrad; drop the NaNs (x[~x.isnan()]) and call quantile")
+    return _method_quantile(self, q, dim, keepdim, interpolation=interpolation)
+
+
+def _method_unflatten(self: Tensor, dim: int, sizes: Any) -> Any:
+    d = _dim_of(self, dim)
+    return reshape(self, tuple(self.shape[:d]) + tuple(sizes) + tuple(self.shape[d + 1:]))
+
+
+def _method_addmm(self: Tensor, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+    """``beta * self + alpha * mat1 @ mat2`` (``self`` ignored when ``beta`` is 0, as torch)."""
+    prod = matmul(mat1, mat2)
+    prod = prod * alpha if alpha != 1 else prod
+    return prod if beta == 0 else (self * beta if beta != 1 else self) + prod
+
+
+def _method_masked_scatter(self: Tensor, mask: Any, source: Any) -> Any:
+    """torch's: ``source``'s first elements, in order, written where ``mask`` (broadcast to
+    self) holds; differentiable in both."""
+    m = np.broadcast_to(np.asarray(_value(mask), bool), tuple(self.shape))
+    n = int(m.sum())
+    if source.numel() < n:
+        raise RuntimeError(f"masked_scatter: the mask selects {n} elements but source has only "
+                           f"{source.numel()}")
+    taken = getitem(reshape(source, (-1,)), slice(0, n))
+    return ops.where(m, ops.untake(taken, m, tuple(self.shape)), self)
+
+
+def _method_index_copy(self: Tensor, dim: int, index: Any, source: Any) -> Any:
+    """``source``'s slices written at ``index`` along ``dim`` (``index_put`` along one axis)."""
+    d = _dim_of(self, dim)
+    idx = _index_vector(index, "index_copy")
+    _check_in(idx, self.shape[d] if self.ndim else 1, "index_copy", d)
+    return index_put(self, (slice(None),) * d + (idx,), source)
+
+
+def _method_put(self: Tensor, index: Any, source: Any, accumulate: bool = False) -> Any:
+    """torch's ``put``: ``source`` written (or added) at ``index`` of the flattened tensor."""
+    idx = _index_key(index)
+    _check_in(idx, max(self.numel(), 1), "put", 0)
+    flat = index_put(reshape(self, (-1,)), (reshape(idx, (-1,)) if isinstance(idx, Tensor) else
+                                            np.reshape(idx, -1),),
+                     reshape(source, (-1,)), accumulate)
+    return reshape(flat, tuple(self.shape))
+
+
+def _method_scatter_reduce(self: Tensor, dim: int, index: Any, src: Any, reduce: str, *,
+                           include_self: bool = True) -> Any:
+    """torch's ``scatter_reduce`` with ``reduce`` sum, prod, mean, amax or amin: positions no
+    index names keep ``self``; ``include_self=False`` leaves ``self`` out where they do."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"scatter_reduce(): reduce must be sum, prod, mean, amax or amin, got "
+                           f"{reduce!r}")
+    idx = _indices(index, "scatter_reduce")
+    d = _dim_of(self, dim)
+    _scatter_shapes(self, idx, src, d)
+    part = src[tuple(slice(0, k) for k in idx.shape)] if tuple(src.shape) != idx.shape else src
+    shape = tuple(self.shape)
+    count = ops.scatter_along_axis(np.ones(idx.shape, self.dtype), idx, d, shape)
+    hit = ops.greater(count, 0)
+    base = self if include_self else ops.where(hit, 0, self)
+    if reduce in ("sum", "mean"):
+        out = base + ops.scatter_along_axis(part, idx, d, shape)
+        return out if reduce == "sum" else out / (count + (1 if include_self else ops.where(hit, 0, 1)))
+    if reduce == "prod":
+        logs = ops.scatter_along_axis(ops.log(absolute(part)), idx, d, shape)
+        negs = ops.scatter_along_axis(ops.astype(ops.less(part, 0), self.dtype), idx, d, shape)
+        sign = 1 - 2 * ops.remainder(negs, 2)
+        return ops.where(hit, (base if include_self else 1) * sign * ops.exp(logs), self)
+    return _scatter_extreme(self, d, idx, part, reduce, include_self, hit)
+
+
+def _scatter_extreme(self: Tensor, d: int, idx: np.ndarray, part: Any, reduce: str,
+                     include_self: bool, hit: Any) -> Any:
+    """amax/amin: the extreme of each position's values through a sort-free fold: NumPy's
+    ``maximum.at`` on the values, then the gradient shared by the entries equal to it."""
+    ufunc = np.maximum if reduce == "amax" else np.minimum
+    fill = -np.inf if reduce == "amax" else np.inf
+    best = np.full(tuple(self.shape), fill, self.dtype)
+    full = np.indices(idx.shape)
+    full[d] = idx
+    ufunc.at(best, tuple(full), _value(part))
+    if include_self:
+        best = ufunc(best, self._value)
+    wins = ops.equal(part, ops.take_along_axis(constant(best), idx, d))
+    ties = ops.scatter_along_axis(ops.astype(wins, self.dtype), idx, d, tuple(self.shape))
+    self_wins = ops.equal(self, constant(best)) if include_self else constant(np.zeros(best.shape, bool))
+    n = ties + ops.astype(self_wins, self.dtype)
+    picked = ops.scatter_along_axis(ops.where(wins, part, 0), idx, d, tuple(self.shape))
+    picked = picked + ops.where(self_wins, self, 0)
+    return ops.where(hit, picked / ops.where(hit, n, 1), self)
+
+
+def _method_stride(self: Tensor, dim: Any = None) -> Any:
+    """The strides (in elements) of a contiguous tensor of this shape: rlgrad has no storage."""
+    out, acc = [], 1
+    for n in reversed(tuple(self.shape)):
+        out.append(acc)
+        acc *= max(n, 1)
+    strides = tuple(reversed(out))
+    return strides if dim is None else strides[_dim_of(self, dim)]
+
+
+def _tensor_format(self: Tensor, spec: str) -> str:
+    """``f"{loss:.3f}"``: a 0-d tensor formats as its number, as torch's."""
+    if self.ndim == 0 and type(self) is Tensor:
+        return self.item().__format__(spec)
+    return object.__format__(self, spec)
+
+
+def _install_survey_methods() -> None:
+    T = Tensor
+    for name, fn in (("logit", _method_logit), ("float_power", _method_float_power),
+                     ("copysign", _method_copysign), ("sum_to_size", _method_sum_to_size),
+                     ("nansum", _method_nansum), ("nanmean", _method_nanmean),
+                     ("quantile", _method_quantile), ("nanquantile", _method_nanquantile),
+                     ("unflatten", _method_unflatten), ("addmm", _method_addmm),
+                     ("masked_scatter", _method_masked_scatter), ("index_copy", _method_index_copy),
+                     ("put", _method_put), ("scatter_reduce", _method_scatter_reduce),
+                     ("stride", _method_stride)):
+        fn.__name__ = fn.__qualname__ = name
+        setattr(T, name, fn)
+    T.__format__ = _tensor_format
+    T.sgn = lambda self: self.sign()  # (real tensors: sign)
+    T.fix = lambda self: self.trunc()
+    T.signbit = lambda self: rnp.signbit(self) if not isinstance(self._value, np.ndarray) else \
+        constant(np.signbit(self._value))
+    T.byte = lambda self: _cast(self, np.uint8)
+    T.char = lambda self: _cast(self, np.int8)
+    T.short = lambda self: _cast(self, np.int16)
+    T.is_contiguous = lambda self, memory_format=None: True
+    T.storage_offset = lambda self: 0
+    T.element_size = lambda self: self.dtype.itemsize
+    T.data_ptr = lambda self: int(self._value.ctypes.data)
+    T.share_memory_ = lambda self: self
+    T.is_shared = lambda self: False
+    for name in ("pow", "cumsum", "copysign", "masked_scatter", "index_copy", "put",
+                 "scatter_reduce", "addmm", "logit"):
+        setattr(T, name + "_", _inplace_of(getattr(T, name), name + "_"))
+
+
+_install_survey_methods()

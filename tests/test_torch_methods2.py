@@ -181,3 +181,159 @@ def test_bad_input_raises_one_clear_line(call: Callable, err: type, match: str) 
     with pytest.raises(err, match=match) as info:
         call()
     assert "\n" not in str(info.value)
+
+
+# ---- the rest of the survey of torch APIs RL code calls --------------------------------------
+P = 1 / (1 + np.exp(-X))
+NAN = np.where(X > 1.0, np.nan, X)
+SR_IDX = np.array([[0, 1, 1, 3], [2, 2, 2, 0]])
+SURVEY: dict[str, Callable] = {
+    "logit": lambda lib, t: lib.logit(t(P)),
+    "logit eps": lambda lib, t: t(np.clip(P, 0, 0.7)).logit(eps=0.1),
+    "float_power": lambda lib, t: t(np.abs(X)).float_power(1.5),
+    "copysign": lambda lib, t: lib.copysign(t(X), t(np.array([-0.0, 0.0, -1.0, 2.0, 1.0]))),
+    "sgn fix signbit": lambda lib, t: (t(X).sgn(), t(X * 3).fix(), t(np.array([-0.0, 0.0, -1.0])).signbit()),
+    "sum_to_size": lambda lib, t: t(X3).sum_to_size(3, 1),
+    "nansum nanmean": lambda lib, t: (lib.nansum(t(NAN)), t(NAN).nansum(1), lib.nanmean(t(NAN), dim=0)),
+    "quantile linear": lambda lib, t: lib.quantile(t(X), t(np.array([0.1, 0.5, 0.93])), dim=1, keepdim=True),
+    "quantile all": lambda lib, t: t(X3).quantile(0.3),
+    "quantile keepdim none": lambda lib, t: t(X3).quantile(0.3, keepdim=True),
+    "quantile lower higher": lambda lib, t: (t(X).quantile(0.3, dim=0, interpolation="lower"),
+                                             t(X).quantile(0.3, dim=0, interpolation="higher")),
+    "quantile midpoint nearest": lambda lib, t: (t(X).quantile(0.3, 1, interpolation="midpoint"),
+                                                 t(X).quantile(0.6, 1, interpolation="nearest")),
+    "nanquantile": lambda lib, t: lib.nanquantile(t(X), 0.25, dim=1),
+    "unflatten": lambda lib, t: t(X3).unflatten(2, (2, 2)),
+    "addmm addmv baddbmm": lambda lib, t: (
+        lib.addmm(t(X[:2, :2]), t(X[:2]), t(X.T[:, :2].copy()), beta=0.5, alpha=2.0),
+        lib.addmv(t(X[0, :4]), t(X[:, :4]), t(X[1, :4])),
+        lib.baddbmm(t(X3[:, :3, :3]), t(X3), t(X3.transpose(0, 2, 1).copy()))),
+    "masked_scatter": lambda lib, t: t(X).masked_scatter(t(X > 0), t(-np.arange(20.0))),
+    "index_copy": lambda lib, t: t(X).index_copy(1, t(np.array([4, 0])), t(X[:, :2] * 10)),
+    "put_ accumulate": lambda lib, t: t(X).clone().put_(t(np.array([0, 0, 7])), t(np.array([1.0, 2.0, 3.0])),
+                                                        accumulate=True),
+    "scatter_reduce sum mean": lambda lib, t: (
+        t(X[:2]).scatter_reduce(1, t(SR_IDX), t(X[2:]), "sum"),
+        t(X[:2]).scatter_reduce(1, t(SR_IDX), t(X[2:]), "mean", include_self=False)),
+    "scatter_reduce prod amax amin": lambda lib, t: (
+        t(X[:2]).scatter_reduce(1, t(SR_IDX), t(X[2:]), "prod"),
+        t(X[:2]).scatter_reduce(1, t(SR_IDX), t(X[2:]), "amax"),
+        t(X[:2]).scatter_reduce(1, t(SR_IDX), t(X[2:]), "amin", include_self=False)),
+    "argwhere": lambda lib, t: lib.argwhere(t(X > 0)),
+    "std_mean var_mean": lambda lib, t: lib.std_mean(t(X), dim=1) + lib.var_mean(t(X), 0, correction=0),
+    "broadcast_tensors": lambda lib, t: lib.broadcast_tensors(t(X[:, :1]), t(X[0])),
+    "meshgrid ij xy": lambda lib, t: lib.meshgrid(t(X[0, :3]), t(X[1]), indexing="ij") + lib.meshgrid(
+        t(X[0, :3]), t(X[1]), t(X[2, :2]), indexing="xy"),
+    "combinations": lambda lib, t: (lib.combinations(t(X[0])), lib.combinations(t(X[1, :3]), 3,
+                                                                                with_replacement=True)),
+    "tensor_split": lambda lib, t: lib.tensor_split(t(X3), 3, dim=2) + lib.tensor_split(t(X), [1, 4]),
+    "hsplit vsplit": lambda lib, t: lib.hsplit(t(X), [2]) + lib.vsplit(t(X), 2),
+    "stacks": lambda lib, t: (lib.hstack([t(X), t(X)]), lib.vstack([t(X[0]), t(X[1])]),
+                              lib.dstack([t(X), t(X)]), lib.column_stack([t(X[0]), t(X[1])]),
+                              lib.row_stack([t(X[0]), t(X[1])]), lib.concat([t(X), t(X)], dim=1)),
+    "atleast rot90": lambda lib, t: (lib.atleast_1d(t(np.float64(1.0))), lib.atleast_2d(t(X[0])),
+                                     lib.rot90(t(X3), 3, [1, 2])),
+    "vdot cross cdist": lambda lib, t: (lib.vdot(t(X[0]), t(X[1])),
+                                        lib.cross(t(X[:, :3]), t(X[:, 2:]), dim=1),
+                                        lib.cdist(t(X), t(X[:2])), lib.cdist(t(X3), t(X3), p=1.0)),
+    "tensordot": lambda lib, t: (lib.tensordot(t(X3), t(X3), dims=([1, 2], [1, 2])),
+                                 lib.tensordot(t(X), t(X.T.copy()), dims=1)),
+    "cov corrcoef": lambda lib, t: (lib.cov(t(X)), lib.cov(t(X[0]), correction=0), lib.corrcoef(t(X))),
+    "lgamma digamma xlogy": lambda lib, t: (lib.lgamma(t(np.abs(X) + 0.5)), t(np.abs(X) + 0.5).digamma(),
+                                            lib.xlogy(t(np.abs(X)), t(np.abs(X) + 1))),
+    "floor_divide bitwise logical_xor": lambda lib, t: (
+        lib.floor_divide(t(INTS), 4), lib.bitwise_and(t(INTS), 3), lib.bitwise_or(t(INTS), 8),
+        lib.bitwise_xor(t(INTS), t(INTS[::-1].copy())), lib.bitwise_not(t(INTS > 2)),
+        lib.logical_xor(t(X > 0), t(X < 1))),
+    "logspace": lambda lib, t: lib.logspace(0, 2, steps=5, base=2.0, dtype=lib.float64),
+    "byte char short": lambda lib, t: (t(INTS).byte(), t(INTS).char(), t(INTS).short()),
+    "stride element_size": lambda lib, t: (t(np.array(t(X3).stride())), t(np.array([t(X).element_size()]))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SURVEY))
+def test_survey_values_and_dtypes_match_torch(name: str) -> None:
+    fn = SURVEY[name]
+    _same(fn(rlgrad, rlgrad.tensor), fn(torch, torch.tensor), 1e-10)
+
+
+SURVEY_GRADS: dict[str, tuple[Callable, np.ndarray]] = {
+    "logit": (lambda lib, x: lib.logit(lib.sigmoid(x)), X),
+    "float_power": (lambda lib, x: (x * x + 1).float_power(1.5), X),
+    "copysign": (lambda lib, x: lib.copysign(x, x[0] - 0.3), X),
+    "nansum nanmean": (lambda lib, x: lib.nanmean(x, dim=0) * 2 + x.nansum(1)[:1], X),
+    "quantile": (lambda lib, x: lib.quantile(x, lib.tensor(np.array([0.1, 0.5, 0.93])), dim=1), X),
+    "quantile midpoint": (lambda lib, x: x.quantile(0.3, 0, interpolation="midpoint"), X),
+    "addmm": (lambda lib, x: lib.addmm(x[:2, :2], x[:2], x.T[:, :2], beta=0.5, alpha=2.0), X),
+    "masked_scatter": (lambda lib, x: x.masked_scatter(lib.tensor(X > 0), x.flip(0) * 3), X),
+    "index_copy": (lambda lib, x: x.index_copy(1, lib.tensor(np.array([4, 0])), x[:, 1:3] * 10), X),
+    "scatter_reduce sum": (lambda lib, x: x[:2].scatter_reduce(1, lib.tensor(SR_IDX), x[2:, :4] ** 2,
+                                                              "sum"), X),
+    "scatter_reduce mean": (lambda lib, x: x[:2].scatter_reduce(1, lib.tensor(SR_IDX), x[2:, :4] ** 2, "mean",
+                                                               include_self=False), X),
+    "scatter_reduce prod": (lambda lib, x: x[:2].scatter_reduce(1, lib.tensor(SR_IDX), x[2:, :4], "prod"), X),
+    "scatter_reduce amax": (lambda lib, x: x[:2].scatter_reduce(1, lib.tensor(SR_IDX), x[2:, :4], "amax"), X),
+    "cross cdist": (lambda lib, x: lib.cross(x[:, :3], x[:, 2:], dim=1).sum()
+                    + lib.cdist(x, x[:2] + 1).sum(), X),
+    "cov corrcoef": (lambda lib, x: lib.cov(x).sum() + lib.corrcoef(x)[0, 1:], X),
+    "tensordot vdot": (lambda lib, x: lib.tensordot(x, x.T * 2, dims=1) + lib.vdot(x[0], x[1]), X),
+    "meshgrid combinations": (lambda lib, x: lib.meshgrid(x[0], x[1, :2])[1] * 2 +
+                              lib.combinations(x[2], 2).sum(1)[:1], X),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SURVEY_GRADS))
+def test_survey_gradients_match_torch_and_finite_differences(name: str) -> None:
+    fn, x = SURVEY_GRADS[name]
+    w = RNG.normal(size=np.shape(fn(torch, torch.tensor(x))))
+    xr, xt = rlgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    (fn(rlgrad, xr) * rlgrad.tensor(w)).sum().backward()
+    (fn(torch, xt) * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(xr.grad.numpy(), xt.grad.numpy(), rtol=1e-9, atol=1e-11)
+
+    def f(a: Any) -> Any:
+        out = rlgrad.numpy.tanh(fn(rlgrad, a if isinstance(a, rlgrad.Tensor) else rlgrad.tensor(a)))
+        return out if isinstance(a, rlgrad.Tensor) else out.numpy()
+
+    check_grads(f, modes=("rev", "fwd"), order=2)(x)
+
+
+@pytest.mark.parametrize("call, support, mean", [
+    (lambda t: t.bernoulli_(0.3), (0, 1), 0.3),
+    (lambda t: t.exponential_(2.0), (0, np.inf), 0.5),
+    (lambda t: t.geometric_(0.25), (1, np.inf), 4.0),
+    (lambda t: t.log_normal_(0.0, 0.5), (0, np.inf), np.exp(0.125)),
+    (lambda t: t.random_(3, 9), (3, 8), 5.5),
+    (lambda t: t.cauchy_(), (-np.inf, np.inf), None),
+])
+def test_in_place_draws_are_seeded_in_their_support_with_torchs_mean(call: Callable, support: tuple,
+                                                                      mean: Any) -> None:
+    rlgrad.manual_seed(5)
+    a = call(rlgrad.zeros(20000, dtype=rlgrad.float64)).numpy()
+    rlgrad.manual_seed(5)
+    np.testing.assert_array_equal(a, call(rlgrad.zeros(20000, dtype=rlgrad.float64)).numpy())
+    assert a.min() >= support[0] and a.max() <= support[1]
+    tm = call(torch.zeros(20000, dtype=torch.float64)).numpy().mean()
+    if mean is not None:
+        assert abs(a.mean() - mean) < 0.05 * mean and abs(tm - mean) < 0.05 * mean
+
+
+def test_a_0d_tensor_formats_as_its_number() -> None:
+    loss = rlgrad.tensor(0.123456, dtype=rlgrad.float64)
+    assert f"{loss:.3f}" == f"{torch.tensor(0.123456, dtype=torch.float64):.3f}" == "0.123"
+    with pytest.raises(TypeError):
+        f"{rlgrad.tensor(X):.3f}"
+
+
+def test_finfo_iinfo_determinism_and_print_options_take_torchs_calls() -> None:
+    assert rlgrad.finfo(rlgrad.float32).eps == torch.finfo(torch.float32).eps
+    assert rlgrad.iinfo(rlgrad.int64).max == torch.iinfo(torch.int64).max
+    rlgrad.use_deterministic_algorithms(True)
+    assert rlgrad.are_deterministic_algorithms_enabled()
+    rlgrad.use_deterministic_algorithms(False)
+    saved = np.get_printoptions()
+    try:
+        rlgrad.set_printoptions(precision=2)
+        assert "0.12" in repr(rlgrad.tensor([0.123456]))
+    finally:
+        np.set_printoptions(**saved)
