@@ -337,3 +337,95 @@ def test_finfo_iinfo_determinism_and_print_options_take_torchs_calls() -> None:
         assert "0.12" in repr(rlgrad.tensor([0.123456]))
     finally:
         np.set_printoptions(**saved)
+
+
+# ---- torch.nn.functional and torch.nn additions (rlgrad/nn/functional_extra.py, layers_extra.py)
+IMG = RNG.normal(size=(2, 3, 7, 6))
+SEQ = RNG.normal(size=(2, 3, 9))
+FUNCTIONAL: dict[str, tuple[Callable, np.ndarray]] = {
+    "conv1d": (lambda F, x: F.conv1d(x, x[0, :, :3].reshape(1, 3, 3).repeat(2, 1, 1) * 0.5, stride=2,
+                                     padding=1), SEQ),
+    "max_pool2d": (lambda F, x: F.max_pool2d(x, 3, stride=2, padding=1), IMG),
+    "max_pool2d rect": (lambda F, x: F.max_pool2d(x, (2, 3)), IMG),
+    "avg_pool2d": (lambda F, x: F.avg_pool2d(x, 3, stride=2, padding=1), IMG),
+    "avg_pool2d no pad count": (lambda F, x: F.avg_pool2d(x, 3, stride=2, padding=1, count_include_pad=False),
+                                IMG),
+    "max_pool1d avg_pool1d": (lambda F, x: F.max_pool1d(x, 3, 2) + F.avg_pool1d(x, 3, 2), SEQ),
+    "adaptive_avg_pool2d": (lambda F, x: F.adaptive_avg_pool2d(x, (3, 4)), IMG),
+    "adaptive_max_pool2d": (lambda F, x: F.adaptive_max_pool2d(x, 2), IMG),
+    "activations": (lambda F, x: F.softmin(x, 1) + F.hardtanh(x, -0.5, 0.7) + F.relu6(x * 4)
+                    + F.hardsigmoid(x * 4) + F.hardswish(x * 4) + F.selu(x) + F.celu(x, 0.7)
+                    + F.logsigmoid(x * 5) + F.softsign(x) + F.tanhshrink(x) + F.threshold(x, 0.1, -2.0)
+                    + F.softshrink(x, 0.3) + F.hardshrink(x, 0.3), X),
+    "glu": (lambda F, x: F.glu(x, dim=0), X),
+    "cosine_similarity pairwise_distance": (lambda F, x: F.cosine_similarity(x, x.flip(0) + 1, dim=1)
+                                            + F.pairwise_distance(x, x.flip(0)) + F.pairwise_distance(
+                                                x, x * 2, p=1.5), X),
+    "losses": (lambda F, x: F.poisson_nll_loss(x, x.abs().flip(0)) + F.poisson_nll_loss(
+        x.abs() + 0.1, x.abs().flip(0) * 3, log_input=False, full=True) + F.gaussian_nll_loss(
+        x, x.flip(0), x.abs() + 0.05, full=True) + F.margin_ranking_loss(x[0], x[1], x[2].sign(), 0.1), X),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONAL))
+def test_functional_additions_match_torch_and_finite_differences(name: str) -> None:
+    fn, x = FUNCTIONAL[name]
+    xr, xt = rlgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    got, want = fn(rlgrad.nn.functional, xr), fn(torch.nn.functional, xt)
+    _same(got, want, 1e-10)
+    w = RNG.normal(size=tuple(want.shape))
+    (got * rlgrad.tensor(w)).sum().backward()
+    (want * torch.tensor(w)).sum().backward()
+    # (torch's hardsigmoid and celu backward use float32 constants: 2e-8 off in float64)
+    tol = 1e-7 if name == "activations" else 1e-9
+    np.testing.assert_allclose(xr.grad.numpy(), xt.grad.numpy(), rtol=tol, atol=tol)
+    if "pool" in name or name in ("conv1d", "glu"):
+        def f(a: Any) -> Any:
+            out = fn(rlgrad.nn.functional, a if isinstance(a, rlgrad.Tensor) else rlgrad.tensor(a))
+            out = rlgrad.numpy.tanh(out)
+            return out if isinstance(a, rlgrad.Tensor) else out.numpy()
+
+        check_grads(f, modes=("rev", "fwd"), order=2)(x)
+
+
+def test_gumbel_softmax_is_a_distribution_and_hard_is_one_hot_with_the_soft_gradient() -> None:
+    logits = rlgrad.tensor(np.log(np.array([[0.1, 0.6, 0.3]] * 4000)), requires_grad=True)
+    rlgrad.manual_seed(0)
+    soft = rlgrad.nn.functional.gumbel_softmax(logits, tau=0.5)
+    np.testing.assert_allclose(soft.detach().numpy().sum(1), 1.0, rtol=1e-12)
+    hard = rlgrad.nn.functional.gumbel_softmax(logits, tau=0.5, hard=True)
+    h = hard.detach().numpy()
+    assert set(np.unique(h)) == {0.0, 1.0} and (h.sum(1) == 1).all()
+    np.testing.assert_allclose(h.mean(0), [0.1, 0.6, 0.3], atol=0.03)
+    (hard * rlgrad.tensor(np.arange(3.0))).sum().backward()
+    assert np.abs(logits.grad.numpy()).sum() > 0
+
+
+MODULES: dict[str, Callable] = {
+    "Conv1d": lambda nn: nn.Conv1d(3, 4, 3, stride=2, padding=1),
+    "MaxPool2d AvgPool2d": lambda nn: nn.Sequential(nn.MaxPool2d(3, 1, 1), nn.AvgPool2d(2)),
+    "AdaptiveAvgPool2d": lambda nn: nn.AdaptiveAvgPool2d((2, 3)),
+    "activations": lambda nn: nn.Sequential(nn.Hardtanh(-0.5, 0.5), nn.ReLU6(), nn.Hardswish(), nn.SELU(),
+                                            nn.CELU(0.5), nn.LogSigmoid(), nn.Softsign(), nn.Tanhshrink(),
+                                            nn.Threshold(0.1, 0.0), nn.Softmin(1), nn.Hardsigmoid()),
+    "PReLU": lambda nn: nn.PReLU(3, 0.1),
+    "GroupNorm": lambda nn: nn.GroupNorm(3, 3),
+    "Unflatten": lambda nn: nn.Sequential(nn.Flatten(), nn.Unflatten(1, (6, 21))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_additions_match_torch(name: str) -> None:
+    tm = MODULES[name](torch.nn).double()
+    rm = MODULES[name](rlgrad.nn).double()
+    rm.load_state_dict({k: rlgrad.tensor(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    x = SEQ if name == "Conv1d" else IMG
+    _same(rm(rlgrad.tensor(x)), tm(torch.tensor(x)), 1e-10)
+    assert [k for k, _ in rm.named_parameters()] == [k for k, _ in tm.named_parameters()]
+
+
+def test_parameter_list_registers_its_parameters() -> None:
+    pl = rlgrad.nn.ParameterList([np.ones(2), rlgrad.nn.Parameter(np.zeros(3))])
+    tl = torch.nn.ParameterList([torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.zeros(3))])
+    assert [k for k, _ in pl.named_parameters()] == [k for k, _ in tl.named_parameters()] == ["0", "1"]
+    assert len(pl) == 2 and tuple(pl[1].shape) == (3,)

@@ -31,6 +31,7 @@ __all__ = [
     "softmax", "log_softmax", "logsumexp", "one_hot", "layer_norm", "flatten",
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "cross_entropy", "nll_loss",
     "binary_cross_entropy_with_logits", "binary_cross_entropy", "kl_div", "normalize", "pad",
+    "conv1d",
 ]
 
 
@@ -636,6 +637,15 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,  # noqa: 
     The result is an (N, O, OH, OW) array whose memory is channels-last (NHWC), as PyTorch's
     ``channels_last`` tensors: its values and shape are the same, only ``strides`` differ."""
     return _conv2d_p(input, weight, bias, stride=stride, padding=padding)
+
+
+def conv1d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,  # noqa: A002
+           padding: Any = 0) -> Any:
+    """(N, C, L) with weight (O, C, k): ``conv2d`` on a height of one."""
+    s = stride if isinstance(stride, int | np.integer) else stride[0]
+    p = padding if isinstance(padding, int | np.integer) else padding[0]
+    out = conv2d(ops.expand_dims(input, 2), ops.expand_dims(weight, 2), bias, stride=(1, s), padding=(0, p))
+    return ops.squeeze(out, 2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1299,3 +1309,9 @@ def pad(input: Any, pad: Any, mode: str = "constant", value: float | None = None
             raise ValueError(f"pad: reflect padding ({lo}, {hi}) must be smaller than the "
                              f"dimension it pads ({n})")
     return _rnp.pad(input, widths, mode=_PAD_MODES[mode])
+
+
+from rlgrad.nn import functional_extra as _extra  # noqa: E402 - poolings, activations, losses
+from rlgrad.nn.functional_extra import *  # noqa: E402, F403
+
+__all__ += _extra.__all__
