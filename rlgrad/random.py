@@ -208,6 +208,8 @@ def draw(fn: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray], shape
     vmap, and at levels with randomness='same', the array itself (every slice shares it); at
     levels with 'different', one draw per slice, a tensor batched at those levels (torch.func's
     semantics)."""
+    if not VMAP_LEVELS:  # the common case: one draw
+        return fn(numpy_generator(generator), shape)
     rng = numpy_generator(generator, per_slice=True)
     diff = [level for level in VMAP_LEVELS if level.randomness == "different"]
     if not diff:

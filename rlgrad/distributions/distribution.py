@@ -281,6 +281,8 @@ def _noise(kind: str, generator: Any, shape: tuple[int, ...], dtype: np.dtype) -
     ``randomness`` wants it (``rlgrad.random.draw``): an array, or under randomness='different'
     a tensor batched at those levels."""
     fn = _standard_normal if kind == "normal" else _uniform
+    if not VMAP_LEVELS:  # (draw's common case, without the closure)
+        return fn(numpy_generator(generator), shape, dtype)
     return draw(lambda rng, s: fn(rng, s, dtype), shape, generator)
 
 
