@@ -721,6 +721,19 @@ def conv2d_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: An
     return decomposed(_conv2d_logical)(p, args, dims, level, **kwargs)
 
 
+def conv2d_input_grad_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
+    """The transposed convolution (``conv_transpose2d``) of a batched input: the vmapped
+    dimension merged into the images, as ``merge_first``; a batched weight is refused."""
+    if dims[1] is not None:
+        raise VmapError("vmap: conv_transpose2d with a batched weight is not batched; vmap over "
+                        "the input only")
+    g, xs = args[0], _dims_of(args[4])
+    s = tuple(g.shape)
+    out = p.call(ops.reshape(g, (s[0] * s[1],) + s[2:]), args[1], args[2], args[3],
+                 (s[0] * xs[0],) + xs[1:], **kwargs)
+    return ops.reshape(out, (s[0], xs[0]) + xs[1:])
+
+
 # ---- indexing ---------------------------------------------------------------------------------
 def _is_advanced(i: Any) -> bool:
     return isinstance(i, np.ndarray | list | Tensor) and not isinstance(i, BatchedTensor)
@@ -882,6 +895,7 @@ RULES: dict[str, Callable] = {
     "matrices": matrices,
     "merge_first": merge_first,
     "conv2d": conv2d_rule,
+    "conv2d_input_grad": conv2d_input_grad_rule,
     "first_value": first_value,
     "matmul": matmul_rule,
     "linear": linear_rule,

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import rlgrad
+import rlgrad.func as rf
 from rlgrad.gradcheck import check_grads
 
 torch = pytest.importorskip("torch")
@@ -429,3 +430,41 @@ def test_parameter_list_registers_its_parameters() -> None:
     tl = torch.nn.ParameterList([torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.zeros(3))])
     assert [k for k, _ in pl.named_parameters()] == [k for k, _ in tl.named_parameters()] == ["0", "1"]
     assert len(pl) == 2 and tuple(pl[1].shape) == (3,)
+
+
+@pytest.mark.parametrize("stride, padding, output_padding", [
+    (1, 0, 0), (2, 1, 1), (3, 1, 0), ((2, 1), (0, 1), (1, 0))])
+def test_conv_transpose2d_matches_torch_and_finite_differences(stride: Any, padding: Any,
+                                                                output_padding: Any) -> None:
+    x, w, b = RNG.normal(size=(2, 3, 5, 4)), RNG.normal(size=(3, 4, 3, 2)), RNG.normal(size=4)
+
+    def run(lib: Any, F: Any, *args: Any) -> Any:
+        return F.conv_transpose2d(*args, lib.tensor(b), stride, padding, output_padding)
+
+    xr, wr = rlgrad.tensor(x, requires_grad=True), rlgrad.tensor(w, requires_grad=True)
+    xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+    got, want = run(rlgrad, rlgrad.nn.functional, xr, wr), run(torch, torch.nn.functional, xt, wt)
+    _same(got, want, 1e-12)
+    (got ** 2).sum().backward()
+    (want ** 2).sum().backward()
+    np.testing.assert_allclose(xr.grad.numpy(), xt.grad.numpy(), rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(wr.grad.numpy(), wt.grad.numpy(), rtol=1e-11, atol=1e-11)
+
+    def f(a: Any, k: Any) -> Any:
+        arr = not isinstance(a, rlgrad.Tensor)
+        out = rlgrad.numpy.tanh(run(rlgrad, rlgrad.nn.functional, rlgrad.tensor(a) if arr else a,
+                                    rlgrad.tensor(k) if not isinstance(k, rlgrad.Tensor) else k))
+        return out.numpy() if arr and not isinstance(k, rlgrad.Tensor) else out
+
+    check_grads(f, modes=("rev", "fwd"), order=2)(x, w)
+
+
+def test_conv_transpose2d_module_and_vmap_match_torch() -> None:
+    torch.manual_seed(3)
+    tm = torch.nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1).double()
+    rm = rlgrad.nn.ConvTranspose2d(3, 2, 3, stride=2, padding=1, output_padding=1).double()
+    rm.load_state_dict({k: rlgrad.tensor(v.detach().numpy()) for k, v in tm.state_dict().items()})
+    x = RNG.normal(size=(4, 2, 3, 5, 4))
+    _same(rm(rlgrad.tensor(x[0])), tm(torch.tensor(x[0])), 1e-12)
+    got = rf.vmap(rm)(rlgrad.tensor(x))
+    _same(got, torch.func.vmap(tm)(torch.tensor(x)), 1e-12)

@@ -31,7 +31,7 @@ __all__ = [
     "softmax", "log_softmax", "logsumexp", "one_hot", "layer_norm", "flatten",
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "cross_entropy", "nll_loss",
     "binary_cross_entropy_with_logits", "binary_cross_entropy", "kl_div", "normalize", "pad",
-    "conv1d",
+    "conv1d", "conv_transpose2d",
 ]
 
 
@@ -565,8 +565,9 @@ _conv2d_p = primitive(_conv2d_fwd, "conv2d")
 defbatch(_conv2d_p, "conv2d")
 conv2d_input_grad = primitive(_conv2d_input_grad_fwd, "conv2d_input_grad")
 conv2d_weight_grad = primitive(_conv2d_weight_grad_fwd, "conv2d_weight_grad")
-for _g in (conv2d_input_grad, conv2d_weight_grad):  # vmap differentiates the physical conv2d instead
-    nobatch(_g, "conv2d's gradients are taken on the batched graph; call rlgrad.func.grad inside vmap")
+defbatch(conv2d_input_grad, "conv2d_input_grad")  # (conv_transpose2d's forward)
+nobatch(conv2d_weight_grad, "conv2d's gradients are taken on the batched graph; call rlgrad.func.grad "
+        "inside vmap")  # vmap differentiates the physical conv2d instead
 
 defvjp(
     _conv2d_p,
@@ -637,6 +638,29 @@ def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,  # noqa: 
     The result is an (N, O, OH, OW) array whose memory is channels-last (NHWC), as PyTorch's
     ``channels_last`` tensors: its values and shape are the same, only ``strides`` differ."""
     return _conv2d_p(input, weight, bias, stride=stride, padding=padding)
+
+
+def conv_transpose2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,  # noqa: A002
+                     padding: Any = 0, output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Any:
+    """torch's transposed convolution, input (N, C_in, H, W), weight (C_in, C_out, kh, kw): the
+    adjoint of ``conv2d(., weight)`` (its input-gradient primitive), so its gradients are the
+    other two conv2d primitives. ``groups`` and ``dilation`` other than 1 are not supported."""
+    if groups != 1 or dilation not in (1, (1, 1)):
+        raise NotImplementedError("conv_transpose2d: groups and dilation other than 1 are not "
+                                  "supported by rlgrad")
+    (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
+    oph, opw = _pair(output_padding, "output_padding")
+    if oph >= sh or opw >= sw:
+        raise ValueError(f"conv_transpose2d: output_padding {(oph, opw)} must be smaller than the "
+                         f"stride {(sh, sw)}")
+    n, c, h, w = _shape(input)
+    _, co, kh, kw = _shape(weight)
+    if _shape(weight)[0] != c:
+        raise ValueError(f"conv_transpose2d: input has {c} channels but the weight {_shape(weight)} "
+                         f"expects {_shape(weight)[0]}")
+    out = (n, co, (h - 1) * sh - 2 * ph + kh + oph, (w - 1) * sw - 2 * pw + kw + opw)
+    y = conv2d_input_grad(input, weight, (sh, sw), (ph, pw), out)
+    return y if bias is None else y + ops.reshape(bias, (-1, 1, 1))
 
 
 def conv1d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,  # noqa: A002

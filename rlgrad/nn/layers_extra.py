@@ -17,7 +17,7 @@ from rlgrad.nn.module import Module, Parameter
 from rlgrad.tensor import get_default_dtype
 
 __all__ = [
-    "Conv1d", "MaxPool2d", "AvgPool2d", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool2d",
+    "Conv1d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool2d",
     "AdaptiveMaxPool2d", "Softmin", "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish", "SELU", "CELU",
     "GLU", "LogSigmoid", "Softsign", "Tanhshrink", "Threshold", "Unflatten", "ParameterList", "PReLU",
     "GroupNorm", "CosineSimilarity", "PairwiseDistance", "L1Loss", "GaussianNLLLoss", "PoissonNLLLoss",
@@ -43,6 +43,29 @@ class Conv1d(Module):
 
     def forward(self, x: Any) -> Any:
         return F.conv1d(x, self.weight, self.bias, self.stride, self.padding)
+
+
+class ConvTranspose2d(Module):
+    """torch's: weight (in_channels, out_channels, kh, kw), its init (fan-in from dim 1)."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
+                 padding: Any = 0, output_padding: Any = 0, bias: bool = True, dtype: Any = None) -> None:
+        super().__init__()
+        dt = np.dtype(dtype) if dtype is not None else get_default_dtype()
+        two = (lambda v: (int(v), int(v)) if isinstance(v, int | np.integer) else tuple(int(a) for a in v))
+        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
+        self.kernel_size, self.stride = two(kernel_size), two(stride)
+        self.padding, self.output_padding = two(padding), two(output_padding)
+        self.weight = Parameter(np.empty((in_channels, out_channels) + self.kernel_size, dtype=dt))
+        self.bias = Parameter(np.empty(out_channels, dtype=dt)) if bias else None
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(out_channels * self.kernel_size[0] * self.kernel_size[1])
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: Any) -> Any:
+        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
+                                  self.output_padding)
 
 
 def _simple(name: str, fn: Any, params: tuple[tuple[str, Any], ...] = ()) -> type:
