@@ -1654,8 +1654,36 @@ def _tensor_format(self: Tensor, spec: str) -> str:
     return object.__format__(self, spec)
 
 
+def _bits(name: str, fn: Any, swap: bool = False) -> Callable:
+    """``a ^ b``, ``a << b`` ... on integer and bool tensors (no gradient exists)."""
+    def op(self: Tensor, other: Any) -> Any:
+        a, b = (_value(other), self._value) if swap else (self._value, _value(other))
+        if np.result_type(a, b).kind not in "biu":
+            raise TypeError(f"{name}: only integer and bool tensors, got {np.result_type(a, b)}")
+        return constant(np.asarray(fn(a, b)))
+
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+def _numpy_force(plain: Callable) -> Callable:
+    def numpy(self: Tensor, *, force: bool = False) -> np.ndarray:
+        """The values as an ndarray; ``force=True`` detaches first (torch's)."""
+        return plain(self.detach() if force else self)
+
+    return numpy
+
+
 def _install_survey_methods() -> None:
     T = Tensor
+    for name, fn, swap in (("__xor__", np.bitwise_xor, False), ("__rxor__", np.bitwise_xor, True),
+                           ("__lshift__", np.left_shift, False), ("__rshift__", np.right_shift, False),
+                           ("__rlshift__", np.left_shift, True), ("__rrshift__", np.right_shift, True)):
+        setattr(T, name, _bits(name, fn, swap))
+    T.bitwise_left_shift, T.bitwise_right_shift = T.__lshift__, T.__rshift__
+    T.numpy = _numpy_force(T.numpy)
+    T.mH = property(lambda self: self.mT)  # real tensors: the conjugate is the tensor itself
+    T.H = property(lambda self: self.T)
     for name, fn in (("logit", _method_logit), ("float_power", _method_float_power),
                      ("copysign", _method_copysign), ("sum_to_size", _method_sum_to_size),
                      ("nansum", _method_nansum), ("nanmean", _method_nanmean),

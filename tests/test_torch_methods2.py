@@ -468,3 +468,31 @@ def test_conv_transpose2d_module_and_vmap_match_torch() -> None:
     _same(rm(rlgrad.tensor(x[0])), tm(torch.tensor(x[0])), 1e-12)
     got = rf.vmap(rm)(rlgrad.tensor(x))
     _same(got, torch.func.vmap(tm)(torch.tensor(x)), 1e-12)
+
+
+def test_bit_operators_numpy_force_and_conjugate_views_match_torch() -> None:
+    b1, b2 = X > 0, X < 0.5
+    for f in (lambda t: t(b1) ^ t(b2), lambda t: t(INTS) ^ t(INTS[::-1].copy()), lambda t: t(INTS) << 2,
+              lambda t: t(INTS) >> 1, lambda t: 3 ^ t(INTS), lambda t: t(X3).mH, lambda t: t(X).H):
+        _same(f(rlgrad.tensor), f(torch.tensor))
+    xr = rlgrad.tensor(X, requires_grad=True)
+    np.testing.assert_array_equal(xr.numpy(force=True), torch.tensor(X, requires_grad=True).numpy(force=True))
+    with pytest.raises(RuntimeError, match="requires grad"):
+        xr.numpy()
+    with pytest.raises(TypeError, match="only integer and bool"):
+        rlgrad.tensor(X) ^ rlgrad.tensor(X)
+
+
+def test_random_split_is_seeded_disjoint_and_takes_fractions() -> None:
+    from rlgrad.utils.data import TensorDataset, random_split
+
+    ds = TensorDataset(rlgrad.tensor(np.arange(10.0)))
+    a, b = random_split(ds, [0.7, 0.3], generator=rlgrad.random.Generator(0))
+    c, d = random_split(ds, [7, 3], generator=rlgrad.random.Generator(0))
+    assert (len(a), len(b)) == (7, 3) and a.indices == c.indices
+    assert sorted(a.indices + b.indices) == list(range(10))
+    assert float(a[0][0]) == float(a.indices[0])
+    assert [len(s) for s in torch.utils.data.random_split(range(10), [0.34, 0.33, 0.33])] == \
+        [len(s) for s in random_split(ds, [0.34, 0.33, 0.33])]
+    with pytest.raises(ValueError, match="do not add up"):
+        random_split(ds, [3, 3])
