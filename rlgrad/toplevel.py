@@ -8,8 +8,8 @@ beside the primitive's rules puts them in. ``rlgrad.numpy`` keeps NumPy's semant
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -28,6 +28,10 @@ from rlgrad.promotion import rule as _rule
 from rlgrad.tensor import Size, Tensor, _leaf, get_default_dtype  # noqa: F401 - torch.Size
 from rlgrad.tensor_methods import DECLARED
 from rlgrad.tracer import replayed as _replayed
+
+if TYPE_CHECKING:  # the declared functions as the checker sees them (generated: rlgrad/_stubs.py)
+    from rlgrad._toplevel_api import *  # noqa: F403
+    from rlgrad.typing import ArrayLike, DeviceLike, DTypeLike, GeneratorLike
 
 #: the declared top-level functions that are no Tensor method (``rlgrad.where``), each under its
 #: declaration's promotion rule
@@ -189,22 +193,24 @@ def _shape_args(size: tuple) -> tuple:
     return tuple(size[0]) if len(size) == 1 and isinstance(size[0], tuple | list) else tuple(size)
 
 
-def randn(*size: Any, generator: Any = None, dtype: Any = None, device: Any = None,
+def randn(*size: Any, generator: GeneratorLike = None, dtype: DTypeLike = None,
+          device: DeviceLike = None,
           requires_grad: builtins.bool = False) -> Tensor:
     dt = dtype or get_default_dtype()
     arr = _drawn(lambda rng, s: rng.standard_normal(s, dtype=np.float64), _shape_args(size), generator)
     return arr.to(dt) if isinstance(arr, Tensor) else _make(arr.astype(dt), requires_grad, device)
 
 
-def rand(*size: Any, generator: Any = None, dtype: Any = None, device: Any = None,
+def rand(*size: Any, generator: GeneratorLike = None, dtype: DTypeLike = None,
+         device: DeviceLike = None,
          requires_grad: builtins.bool = False) -> Tensor:
     dt = dtype or get_default_dtype()
     arr = _drawn(lambda rng, s: rng.random(s), _shape_args(size), generator)
     return arr.to(dt) if isinstance(arr, Tensor) else _make(arr.astype(dt), requires_grad, device)
 
 
-def randint(low: builtins.int, high: Any = None, size: Any = None, *, generator: Any = None,
-            dtype: Any = None, device: Any = None) -> Tensor:
+def randint(low: builtins.int, high: Any = None, size: Any = None, *, generator: GeneratorLike = None,
+            dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """``torch.randint(high, size)`` or ``torch.randint(low, high, size)``: int64 in [low, high)."""
     if size is None:
         low, high, size = 0, low, high
@@ -214,19 +220,19 @@ def randint(low: builtins.int, high: Any = None, size: Any = None, *, generator:
     return _make(arr.astype(dtype or np.int64, copy=False), False, device)
 
 
-def randn_like(input: Any, *, dtype: Any = None, device: Any = None,
+def randn_like(input: Any, *, dtype: DTypeLike = None, device: DeviceLike = None,
                requires_grad: builtins.bool = False) -> Tensor:
     x = _t(input)
     return randn(x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
 
 
-def rand_like(input: Any, *, dtype: Any = None, device: Any = None,
+def rand_like(input: Any, *, dtype: DTypeLike = None, device: DeviceLike = None,
               requires_grad: builtins.bool = False) -> Tensor:
     x = _t(input)
     return rand(x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
 
 
-def normal(mean: Any, std: Any = 1.0, size: Any = None, *, generator: Any = None) -> Tensor:
+def normal(mean: Any, std: Any = 1.0, size: Any = None, *, generator: GeneratorLike = None) -> Tensor:
     """``torch.normal``: ``mean + std * N(0, 1)`` with the broadcast shape of ``mean`` and ``std``
     (Tensors or numbers; ``size=`` when both are numbers). The draw is a constant, as PyTorch's."""
     m = mean.detach() if isinstance(mean, Tensor) else np.asarray(mean)
@@ -287,7 +293,8 @@ def _bounds(args: tuple, kwargs: dict, names: tuple[str, str], defaults: tuple,
     return builtins.float(_tm._value(vals[0])), builtins.float(_tm._value(vals[1]))
 
 
-Tensor.uniform_, Tensor.normal_ = _replayed(_uniform_), _replayed(_normal_)
+setattr(Tensor, "uniform_", _replayed(_uniform_))  # noqa: B010 - typed in rlgrad/_tensor_api.pyi
+setattr(Tensor, "normal_", _replayed(_normal_))  # noqa: B010
 
 
 def _fill_draw(name: str, draw: Callable, defaults: tuple, check: Any = None) -> Callable:
@@ -350,7 +357,9 @@ def initial_seed() -> Any:
 
 def seed() -> builtins.int:
     """``torch.seed``: reseed from the OS and return the new seed."""
-    s = builtins.int(np.random.SeedSequence().entropy % (2 ** 63))
+    entropy = np.random.SeedSequence().entropy  # an int when drawn from the OS
+    assert isinstance(entropy, builtins.int)
+    s = entropy % (2 ** 63)
     manual_seed(s)
     return s
 
@@ -358,14 +367,14 @@ def seed() -> builtins.int:
 # Every public name above: the declared functions and the ones written here (not the imports).
 # ---- index and block constructions (issue 29)
 def tril_indices(row: builtins.int, col: builtins.int, offset: builtins.int = 0, *,
-                 dtype: Any = None, device: Any = None) -> Tensor:
+                 dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """torch's: the (2, N) row and column indices of the lower triangle, row by row."""
     _check_device(device)
     return _leaf(np.stack(np.tril_indices(row, offset, col)).astype(dtype or np.int64))
 
 
 def triu_indices(row: builtins.int, col: builtins.int, offset: builtins.int = 0, *,
-                 dtype: Any = None, device: Any = None) -> Tensor:
+                 dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """torch's: the (2, N) row and column indices of the upper triangle, row by row."""
     _check_device(device)
     return _leaf(np.stack(np.triu_indices(row, offset, col)).astype(dtype or np.int64))
@@ -399,20 +408,22 @@ def block_diag(*tensors: Any) -> Tensor:
 
 
 # ---- more top-level functions RL code calls (issue 29's survey)
-def argwhere(input: Any) -> Tensor:  # noqa: A002
+def argwhere(input: ArrayLike) -> Tensor:  # noqa: A002
     return _t(input).nonzero()
 
 
-def std_mean(input: Any, dim: Any = None, unbiased: Any = None, keepdim: builtins.bool = False, *,  # noqa: A002
-             correction: Any = None) -> tuple[Tensor, Tensor]:
+def std_mean(input: ArrayLike, dim: builtins.int | None = None,  # noqa: A002
+             unbiased: builtins.bool | None = None, keepdim: builtins.bool = False, *,
+             correction: builtins.int | None = None) -> tuple[Tensor, Tensor]:
     """``(std, mean)``, torch's order."""
     x = _t(input)
     m = x.mean(dim, keepdim) if dim is not None else x.mean()
     return x.std(dim, unbiased, keepdim, correction=correction), m
 
 
-def var_mean(input: Any, dim: Any = None, unbiased: Any = None, keepdim: builtins.bool = False, *,  # noqa: A002
-             correction: Any = None) -> tuple[Tensor, Tensor]:
+def var_mean(input: ArrayLike, dim: builtins.int | None = None,  # noqa: A002
+             unbiased: builtins.bool | None = None, keepdim: builtins.bool = False, *,
+             correction: builtins.int | None = None) -> tuple[Tensor, Tensor]:
     """``(var, mean)``, torch's order."""
     x = _t(input)
     m = x.mean(dim, keepdim) if dim is not None else x.mean()
@@ -448,7 +459,7 @@ def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
     return tuple(out)
 
 
-def combinations(input: Any, r: builtins.int = 2, with_replacement: builtins.bool = False) -> Tensor:  # noqa: A002
+def combinations(input: ArrayLike, r: builtins.int = 2, with_replacement: builtins.bool = False) -> Tensor:  # noqa: A002
     """torch's: every length-``r`` combination of the 1-D tensor's elements, one per row."""
     import itertools
 
@@ -458,7 +469,8 @@ def combinations(input: Any, r: builtins.int = 2, with_replacement: builtins.boo
     return _ops.getitem(x, rows)
 
 
-def tensor_split(input: Any, indices_or_sections: Any, dim: builtins.int = 0) -> tuple[Tensor, ...]:  # noqa: A002
+def tensor_split(input: ArrayLike, indices_or_sections: builtins.int | Sequence[builtins.int],  # noqa: A002
+                 dim: builtins.int = 0) -> tuple[Tensor, ...]:
     """torch's: ``n`` near-equal parts (the first ones one longer), or the parts between the
     given indices, along ``dim``."""
     x = _t(input)
@@ -480,11 +492,11 @@ def _value_of(v: Any) -> Any:
     return v._value.tolist() if isinstance(v, Tensor) else v
 
 
-def hsplit(input: Any, sections: Any) -> tuple[Tensor, ...]:  # noqa: A002
+def hsplit(input: ArrayLike, sections: builtins.int | Sequence[builtins.int]) -> tuple[Tensor, ...]:  # noqa: A002
     return tensor_split(input, sections, 1 if _t(input).ndim > 1 else 0)
 
 
-def vsplit(input: Any, sections: Any) -> tuple[Tensor, ...]:  # noqa: A002
+def vsplit(input: ArrayLike, sections: builtins.int | Sequence[builtins.int]) -> tuple[Tensor, ...]:  # noqa: A002
     return tensor_split(input, sections, 0)
 
 
@@ -514,34 +526,36 @@ dstack = _stacker("dstack", lambda ts: _ops.concatenate(
 concat = concatenate = _cat  # torch.cat under its other names
 
 
-def atleast_1d(*tensors: Any) -> Any:
+def atleast_1d(*tensors: Any) -> Tensor | tuple[Tensor, ...]:
     out = tuple(_ops.reshape(x, (1,)) if _t(x).ndim == 0 else x for x in tensors)
     return out[0] if len(out) == 1 else out
 
 
-def atleast_2d(*tensors: Any) -> Any:
+def atleast_2d(*tensors: Any) -> Tensor | tuple[Tensor, ...]:
     out = tuple(_ops.reshape(x, (1,) * (2 - _t(x).ndim) + tuple(x.shape)) if _t(x).ndim < 2 else x
                 for x in tensors)
     return out[0] if len(out) == 1 else out
 
 
-def rot90(input: Any, k: builtins.int = 1, dims: Any = (0, 1)) -> Tensor:  # noqa: A002
+def rot90(input: ArrayLike, k: builtins.int = 1, dims: Sequence[builtins.int] = (0, 1)) -> Tensor:  # noqa: A002
     return _numpy_fn("rot90")(_t(input), k, tuple(dims))
 
 
-def addmv(input: Any, mat: Any, vec: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:  # noqa: A002
+def addmv(input: ArrayLike, mat: ArrayLike, vec: ArrayLike, *, beta: builtins.float = 1,  # noqa: A002
+          alpha: builtins.float = 1) -> Tensor:
     return _t(input).addmm(mat, vec, beta=beta, alpha=alpha)
 
 
-def baddbmm(input: Any, batch1: Any, batch2: Any, *, beta: Any = 1, alpha: Any = 1) -> Tensor:  # noqa: A002
+def baddbmm(input: ArrayLike, batch1: ArrayLike, batch2: ArrayLike, *, beta: builtins.float = 1,  # noqa: A002
+            alpha: builtins.float = 1) -> Tensor:
     return _t(input).addmm(batch1, batch2, beta=beta, alpha=alpha)
 
 
-def vdot(input: Any, other: Any) -> Tensor:  # noqa: A002
+def vdot(input: ArrayLike, other: ArrayLike) -> Tensor:  # noqa: A002
     return (_t(input) * _t(other)).sum()
 
 
-def cross(input: Any, other: Any, dim: Any = None) -> Tensor:  # noqa: A002
+def cross(input: ArrayLike, other: ArrayLike, dim: builtins.int | None = None) -> Tensor:  # noqa: A002
     """torch's (``linalg.cross``'s default ``dim=-1`` when None; the first size-3 dim in torch
     is deprecated)."""
     x, y = _t(input), _t(other)
@@ -554,7 +568,7 @@ def cross(input: Any, other: Any, dim: Any = None) -> Tensor:  # noqa: A002
     return _ops.stack(parts, axis=d)
 
 
-def cdist(x1: Any, x2: Any, p: builtins.float = 2.0) -> Tensor:
+def cdist(x1: ArrayLike, x2: ArrayLike, p: builtins.float = 2.0) -> Tensor:
     """torch's: the ``p``-norm distance of every row of ``x1`` to every row of ``x2`` (batched
     over leading dimensions)."""
     diff = _ops.expand_dims(_t(x1), -2) - _ops.expand_dims(_t(x2), -3)
@@ -565,12 +579,13 @@ def cdist(x1: Any, x2: Any, p: builtins.float = 2.0) -> Tensor:
     return _ops.power(_ops.power(_ops.absolute(diff), p).sum(-1), 1.0 / p)
 
 
-def tensordot(a: Any, b: Any, dims: Any = 2) -> Tensor:
+def tensordot(a: ArrayLike, b: ArrayLike, dims: Sequence[builtins.int] = 2) -> Tensor:
     """torch's (``dims`` an int or a pair of dimension lists)."""
     return _numpy_fn("tensordot")(_t(a), _t(b), axes=_value_of(dims))
 
 
-def cov(input: Any, *, correction: builtins.int = 1, fweights: Any = None, aweights: Any = None) -> Tensor:  # noqa: A002
+def cov(input: ArrayLike, *, correction: builtins.int = 1, fweights: ArrayLike | None = None,  # noqa: A002
+        aweights: ArrayLike | None = None) -> Tensor:
     """torch's: the covariance of the rows (variables) over the columns (observations)."""
     if fweights is not None or aweights is not None:
         raise NotImplementedError("cov: fweights/aweights are not supported by rlgrad; weight "
@@ -582,7 +597,7 @@ def cov(input: Any, *, correction: builtins.int = 1, fweights: Any = None, aweig
         _t(input).ndim < 2 else _ops.matmul(c, c.mT) / builtins.max(x.shape[1] - correction, 0)
 
 
-def corrcoef(input: Any) -> Tensor:  # noqa: A002
+def corrcoef(input: ArrayLike) -> Tensor:  # noqa: A002
     c = cov(input)
     if c.ndim == 0:
         return c / c
@@ -591,29 +606,30 @@ def corrcoef(input: Any) -> Tensor:  # noqa: A002
     return c / _ops.expand_dims(d, 1) / _ops.expand_dims(d, 0)
 
 
-def logspace(start: Any, end: Any, steps: builtins.int, base: builtins.float = 10.0, *,
-             dtype: Any = None, device: Any = None, requires_grad: builtins.bool = False) -> Tensor:
+def logspace(start: ArrayLike, end: ArrayLike, steps: builtins.int, base: builtins.float = 10.0, *,
+             dtype: DTypeLike = None, device: DeviceLike = None,
+             requires_grad: builtins.bool = False) -> Tensor:
     _check_device(device)
     dt = dtype or get_default_dtype()
     return _make(np.logspace(builtins.float(start), builtins.float(end), steps, base=base).astype(dt),
                  requires_grad, device)
 
 
-def randint_like(input: Any, low: builtins.int = 0, high: Any = None, *, dtype: Any = None,  # noqa: A002
-                 generator: Any = None) -> Tensor:
+def randint_like(input: ArrayLike, low: builtins.int = 0, high: builtins.int | None = None, *,  # noqa: A002
+                 dtype: DTypeLike = None, generator: GeneratorLike = None) -> Tensor:
     if high is None:
         low, high = 0, low
     return randint(low, high, tuple(_t(input).shape), dtype=dtype or _t(input).dtype, generator=generator)
 
 
-def poisson(input: Any, generator: Any = None) -> Tensor:  # noqa: A002
+def poisson(input: ArrayLike, generator: GeneratorLike = None) -> Tensor:  # noqa: A002
     """torch's: a Poisson draw with each rate of ``input`` (its dtype; no gradient)."""
     x = _t(input)
     rates = x.detach()._value
     return _leaf(_drawn(lambda rng, s: rng.poisson(rates), tuple(x.shape), generator).astype(x.dtype))
 
 
-def floor_divide(input: Any, other: Any) -> Tensor:  # noqa: A002
+def floor_divide(input: ArrayLike, other: ArrayLike) -> Tensor:  # noqa: A002
     return _t(input).div(other, rounding_mode="floor")
 
 
@@ -634,7 +650,7 @@ bitwise_xor = _bitwise("bitwise_xor", np.bitwise_xor)
 logical_xor = _bitwise("logical_xor", np.logical_xor)
 
 
-def bitwise_not(input: Any) -> Tensor:  # noqa: A002
+def bitwise_not(input: ArrayLike) -> Tensor:  # noqa: A002
     a = _t(input)._value
     if a.dtype.kind not in "biu":
         raise RuntimeError(f"bitwise_not: only integer and bool tensors, got {a.dtype}")
@@ -653,8 +669,9 @@ def are_deterministic_algorithms_enabled() -> builtins.bool:
     return _DETERMINISTIC[0]
 
 
-def set_printoptions(precision: Any = None, threshold: Any = None, edgeitems: Any = None,
-                     linewidth: Any = None, profile: Any = None, sci_mode: Any = None) -> None:
+def set_printoptions(precision: builtins.int | None = None, threshold: builtins.float | None = None,
+                     edgeitems: builtins.int | None = None, linewidth: builtins.int | None = None,
+                     profile: str | None = None, sci_mode: builtins.bool | None = None) -> None:
     """torch's: how tensors print (NumPy's print options, which rlgrad's repr uses)."""
     presets = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80), "full": (4, np.inf, 3, 80)}
     if profile is not None:

@@ -13,6 +13,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.random import draw
 from rlgrad.tensor import Tensor
+from rlgrad.typing import ShapeLike
 
 __all__ = [
     "max_pool2d", "avg_pool2d", "max_pool1d", "avg_pool1d", "adaptive_avg_pool2d",
@@ -57,8 +58,9 @@ def _pool_args(kernel_size: Any, stride: Any, padding: Any) -> tuple:
     return k, _two(stride if stride is not None and stride != [] else k, "stride"), _two(padding, "padding")
 
 
-def max_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,  # noqa: A002
-               dilation: Any = 1, ceil_mode: bool = False, return_indices: bool = False) -> Any:
+def max_pool2d(input: Tensor, kernel_size: ShapeLike, stride: ShapeLike | None = None,  # noqa: A002
+               padding: ShapeLike = 0, dilation: ShapeLike = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor:
     """torch's (``dilation=1``, ``ceil_mode=False``): the max of each window; the gradient goes
     to the window's maximum (split between equal maxima, where torch picks one)."""
     if dilation not in (1, (1, 1)) or ceil_mode or return_indices:
@@ -68,8 +70,9 @@ def max_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 
     return ops.amax(_windows(input, k, s, p, -np.inf), axis=(-2, -1))
 
 
-def avg_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,  # noqa: A002
-               ceil_mode: bool = False, count_include_pad: bool = True, divisor_override: Any = None) -> Any:
+def avg_pool2d(input: Tensor, kernel_size: ShapeLike, stride: ShapeLike | None = None,  # noqa: A002
+               padding: ShapeLike = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Tensor:
     """torch's (``ceil_mode=False``): the mean of each window (zero padding counted unless
     ``count_include_pad=False``)."""
     if ceil_mode:
@@ -85,15 +88,16 @@ def avg_pool2d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 
     return total / ops.astype(counts, np.dtype(input.dtype))
 
 
-def max_pool1d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0) -> Any:  # noqa: A002
+def max_pool1d(input: Tensor, kernel_size: ShapeLike, stride: ShapeLike | None = None,  # noqa: A002
+               padding: ShapeLike = 0) -> Tensor:
     one = (lambda v: v if isinstance(v, int | np.integer) else v[0])
     st = kernel_size if stride is None else stride
     return ops.squeeze(max_pool2d(ops.expand_dims(input, -2), (1, one(kernel_size)), (1, one(st)),
                                   (0, one(padding))), -2)
 
 
-def avg_pool1d(input: Any, kernel_size: Any, stride: Any = None, padding: Any = 0,  # noqa: A002
-               ceil_mode: bool = False, count_include_pad: bool = True) -> Any:
+def avg_pool1d(input: Tensor, kernel_size: ShapeLike, stride: ShapeLike | None = None,  # noqa: A002
+               padding: ShapeLike = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
     one = (lambda v: v if isinstance(v, int | np.integer) else v[0])
     st = kernel_size if stride is None else stride
     return ops.squeeze(avg_pool2d(ops.expand_dims(input, -2), (1, one(kernel_size)), (1, one(st)),
@@ -117,52 +121,53 @@ def _adaptive(input: Any, output_size: Any, reduce: Any) -> Any:  # noqa: A002
     return ops.stack(rows, axis=-2)
 
 
-def adaptive_avg_pool2d(input: Any, output_size: Any) -> Any:  # noqa: A002
+def adaptive_avg_pool2d(input: Tensor, output_size: ShapeLike) -> Tensor:  # noqa: A002
     return _adaptive(input, output_size, lambda t, ax: ops.mean(t, axis=ax))
 
 
-def adaptive_max_pool2d(input: Any, output_size: Any, return_indices: bool = False) -> Any:  # noqa: A002
+def adaptive_max_pool2d(input: Tensor, output_size: ShapeLike, return_indices: bool = False) -> Tensor:  # noqa: A002
     if return_indices:
         raise NotImplementedError("adaptive_max_pool2d: return_indices is not supported by rlgrad")
     return _adaptive(input, output_size, lambda t, ax: ops.amax(t, axis=ax))
 
 
 # ---- activations ------------------------------------------------------------------------------
-def softmin(input: Any, dim: int = -1) -> Any:  # noqa: A002
+def softmin(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
     return ops.softmax(ops.negative(input), axis=dim)
 
 
-def hardtanh(input: Any, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Any:  # noqa: A002
+def hardtanh(input: Tensor, min_val: float = -1.0, max_val: float = 1.0,  # noqa: A002
+             inplace: bool = False) -> Tensor:
     return ops.clip(input, min_val, max_val)
 
 
-def relu6(input: Any, inplace: bool = False) -> Any:  # noqa: A002
+def relu6(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
     return hardtanh(input, 0.0, 6.0)
 
 
-def hardsigmoid(input: Any, inplace: bool = False) -> Any:  # noqa: A002
+def hardsigmoid(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
     return hardtanh(input / 6 + 0.5, 0.0, 1.0)
 
 
-def hardswish(input: Any, inplace: bool = False) -> Any:  # noqa: A002
+def hardswish(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
     return input * hardsigmoid(input)
 
 
 _SELU_ALPHA, _SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 
-def celu(input: Any, alpha: float = 1.0, inplace: bool = False) -> Any:  # noqa: A002
+def celu(input: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:  # noqa: A002
     """``max(0, x) + min(0, alpha * (exp(x / alpha) - 1))``."""
     neg = alpha * ops.expm1(ops.minimum(input, 0) / alpha)
     return ops.maximum(input, 0) + neg
 
 
-def selu(input: Any, inplace: bool = False) -> Any:  # noqa: A002
+def selu(input: Tensor, inplace: bool = False) -> Tensor:  # noqa: A002
     """``scale * (max(0, x) + min(0, alpha * (exp(x) - 1)))``."""
     return _SELU_SCALE * (ops.maximum(input, 0) + _SELU_ALPHA * ops.expm1(ops.minimum(input, 0)))
 
 
-def glu(input: Any, dim: int = -1) -> Any:  # noqa: A002
+def glu(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
     n = tuple(input.shape)[dim]
     if n % 2:
         raise RuntimeError(f"glu: halving dimension must be even, but dimension {dim} is size {n}")
@@ -172,41 +177,42 @@ def glu(input: Any, dim: int = -1) -> Any:  # noqa: A002
     return a * ops.sigmoid(b)
 
 
-def logsigmoid(input: Any) -> Any:  # noqa: A002
+def logsigmoid(input: Tensor) -> Tensor:  # noqa: A002
     """``-softplus(-x)``, stable for large |x|."""
     return ops.minimum(input, 0) - ops.log1p(ops.exp(ops.negative(ops.absolute(input))))
 
 
-def softsign(input: Any) -> Any:  # noqa: A002
+def softsign(input: Tensor) -> Tensor:  # noqa: A002
     return input / (1 + ops.absolute(input))
 
 
-def tanhshrink(input: Any) -> Any:  # noqa: A002
+def tanhshrink(input: Tensor) -> Tensor:  # noqa: A002
     return input - ops.tanh(input)
 
 
-def threshold(input: Any, threshold: float, value: float, inplace: bool = False) -> Any:  # noqa: A002
+def threshold(input: Tensor, threshold: float, value: float, inplace: bool = False) -> Tensor:  # noqa: A002
     return ops.where(ops.greater(input, threshold), input, value)
 
 
-def softshrink(input: Any, lambd: float = 0.5) -> Any:  # noqa: A002
+def softshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
     return ops.where(ops.greater(input, lambd), input - lambd,
                      ops.where(ops.less(input, -lambd), input + lambd, 0 * input))
 
 
-def hardshrink(input: Any, lambd: float = 0.5) -> Any:  # noqa: A002
+def hardshrink(input: Tensor, lambd: float = 0.5) -> Tensor:  # noqa: A002
     return ops.where(ops.greater(ops.absolute(input), lambd), input, 0 * input)
 
 
 # ---- similarities and losses --------------------------------------------------------------------
-def cosine_similarity(x1: Any, x2: Any, dim: int = 1, eps: float = 1e-8) -> Any:
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """torch's: ``x1 . x2 / max(|x1| |x2|, eps)`` along ``dim``."""
     dot = ops.sum(x1 * x2, axis=dim)
     n = ops.sqrt(ops.sum(x1 * x1, axis=dim) * ops.sum(x2 * x2, axis=dim))
     return dot / ops.maximum(n, eps)
 
 
-def pairwise_distance(x1: Any, x2: Any, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False) -> Any:
+def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
+                      keepdim: bool = False) -> Tensor:
     """torch's: the ``p``-norm of ``x1 - x2 + eps`` along the last dimension."""
     d = ops.absolute(x1 - x2 + eps)
     if p == math.inf:
@@ -214,8 +220,8 @@ def pairwise_distance(x1: Any, x2: Any, p: float = 2.0, eps: float = 1e-6, keepd
     return ops.power(ops.sum(ops.power(d, p), axis=-1, keepdims=keepdim), 1.0 / p)
 
 
-def gumbel_softmax(logits: Any, tau: float = 1.0, hard: bool = False, eps: float = 1e-10,
-                   dim: int = -1) -> Any:
+def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: float = 1e-10,
+                   dim: int = -1) -> Tensor:
     """torch's: ``softmax((logits + Gumbel noise) / tau)``; ``hard=True`` is the one-hot of its
     argmax in the forward pass with the soft sample's gradient (straight-through)."""
     g = draw(lambda rng, s: -np.log(rng.exponential(size=s)), tuple(logits.shape), None)
@@ -242,8 +248,8 @@ def _reduce(loss: Any, reduction: str) -> Any:
     raise ValueError(f"{reduction} is not a valid value for reduction (use 'mean', 'sum' or 'none')")
 
 
-def poisson_nll_loss(input: Any, target: Any, log_input: bool = True, full: bool = False,  # noqa: A002
-                     eps: float = 1e-8, reduction: str = "mean") -> Any:
+def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True,  # noqa: A002
+                     full: bool = False, eps: float = 1e-8, reduction: str = "mean") -> Tensor:
     """torch's: ``exp(input) - target * input`` (``log_input``) or ``input - target *
     log(input + eps)``; ``full`` adds Stirling's term where target > 1."""
     loss = ops.exp(input) - target * input if log_input else input - target * ops.log(input + eps)
@@ -255,8 +261,8 @@ def poisson_nll_loss(input: Any, target: Any, log_input: bool = True, full: bool
     return _reduce(loss, reduction)
 
 
-def gaussian_nll_loss(input: Any, target: Any, var: Any, full: bool = False, eps: float = 1e-6,  # noqa: A002
-                      reduction: str = "mean") -> Any:
+def gaussian_nll_loss(input: Tensor, target: Tensor, var: Tensor, full: bool = False,  # noqa: A002
+                      eps: float = 1e-6, reduction: str = "mean") -> Tensor:
     """torch's: ``0.5 * (log(max(var, eps)) + (input - target)^2 / max(var, eps))`` (+ the
     constant ``0.5 log(2 pi)`` with ``full``); ``var`` clamped without gradient, as torch."""
     v = ops.clip(var, eps, None)
@@ -267,6 +273,6 @@ def gaussian_nll_loss(input: Any, target: Any, var: Any, full: bool = False, eps
     return _reduce(loss, reduction)
 
 
-def margin_ranking_loss(input1: Any, input2: Any, target: Any, margin: float = 0.0,
-                        reduction: str = "mean") -> Any:
+def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
+                        reduction: str = "mean") -> Tensor:
     return _reduce(ops.maximum(-target * (input1 - input2) + margin, 0), reduction)

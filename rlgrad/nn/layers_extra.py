@@ -14,7 +14,8 @@ from rlgrad import ops
 from rlgrad.nn import functional as F
 from rlgrad.nn import init
 from rlgrad.nn.module import Module, Parameter
-from rlgrad.tensor import get_default_dtype
+from rlgrad.tensor import Tensor, get_default_dtype
+from rlgrad.typing import DTypeLike, ShapeLike
 
 __all__ = [
     "Conv1d", "ConvTranspose2d", "MaxPool2d", "AvgPool2d", "MaxPool1d", "AvgPool1d", "AdaptiveAvgPool2d",
@@ -27,8 +28,8 @@ __all__ = [
 class Conv1d(Module):
     """1-D convolution over (N, C, L) with weight (out_channels, in_channels, k), torch's init."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
-                 padding: Any = 0, bias: bool = True, dtype: Any = None) -> None:
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: ShapeLike, stride: ShapeLike = 1,
+                 padding: ShapeLike = 0, bias: bool = True, dtype: DTypeLike = None) -> None:
         super().__init__()
         dt = np.dtype(dtype) if dtype is not None else get_default_dtype()
         one = (lambda v: int(v) if isinstance(v, int | np.integer) else int(v[0]))
@@ -41,15 +42,16 @@ class Conv1d(Module):
             bound = 1 / math.sqrt(in_channels * self.kernel_size[0])
             init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.conv1d(x, self.weight, self.bias, self.stride, self.padding)
 
 
 class ConvTranspose2d(Module):
     """torch's: weight (in_channels, out_channels, kh, kw), its init (fan-in from dim 1)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
-                 padding: Any = 0, output_padding: Any = 0, bias: bool = True, dtype: Any = None) -> None:
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: ShapeLike, stride: ShapeLike = 1,
+                 padding: ShapeLike = 0, output_padding: ShapeLike = 0, bias: bool = True,
+                 dtype: DTypeLike = None) -> None:
         super().__init__()
         dt = np.dtype(dtype) if dtype is not None else get_default_dtype()
         two = (lambda v: (int(v), int(v)) if isinstance(v, int | np.integer) else tuple(int(a) for a in v))
@@ -63,7 +65,7 @@ class ConvTranspose2d(Module):
             bound = 1 / math.sqrt(out_channels * self.kernel_size[0] * self.kernel_size[1])
             init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding,
                                   self.output_padding)
 
@@ -115,7 +117,7 @@ class L1Loss(Module):
         super().__init__()
         self.reduction = reduction
 
-    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.l1_loss(input, target, self.reduction)
 
 
@@ -124,7 +126,7 @@ class CosineSimilarity(Module):
         super().__init__()
         self.dim, self.eps = dim, eps
 
-    def forward(self, x1: Any, x2: Any) -> Any:
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         return F.cosine_similarity(x1, x2, self.dim, self.eps)
 
 
@@ -133,7 +135,7 @@ class PairwiseDistance(Module):
         super().__init__()
         self.p, self.eps, self.keepdim = p, eps, keepdim
 
-    def forward(self, x1: Any, x2: Any) -> Any:
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
         return F.pairwise_distance(x1, x2, self.p, self.eps, self.keepdim)
 
 
@@ -142,7 +144,7 @@ class GaussianNLLLoss(Module):
         super().__init__()
         self.full, self.eps, self.reduction = full, eps, reduction
 
-    def forward(self, input: Any, target: Any, var: Any) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor, var: Tensor) -> Tensor:  # noqa: A002
         return F.gaussian_nll_loss(input, target, var, self.full, self.eps, self.reduction)
 
 
@@ -152,16 +154,16 @@ class PoissonNLLLoss(Module):
         super().__init__()
         self.log_input, self.full, self.eps, self.reduction = log_input, full, eps, reduction
 
-    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.poisson_nll_loss(input, target, self.log_input, self.full, self.eps, self.reduction)
 
 
 class Unflatten(Module):
-    def __init__(self, dim: int, unflattened_size: Any) -> None:
+    def __init__(self, dim: int, unflattened_size: ShapeLike) -> None:
         super().__init__()
         self.dim, self.unflattened_size = dim, tuple(unflattened_size)
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         return x.unflatten(self.dim, self.unflattened_size)
 
 
@@ -173,7 +175,7 @@ class ParameterList(Module):
         for v in values or ():
             self.append(v)
 
-    def append(self, value: Any) -> ParameterList:
+    def append(self, value: float) -> ParameterList:
         p = value if isinstance(value, Parameter) else Parameter(value)
         self.register_parameter(str(len(self)), p)
         return self
@@ -196,13 +198,13 @@ class ParameterList(Module):
 class PReLU(Module):
     """``max(0, x) + weight * min(0, x)``, one learned slope (or one per channel, dim 1)."""
 
-    def __init__(self, num_parameters: int = 1, init: float = 0.25, dtype: Any = None) -> None:
+    def __init__(self, num_parameters: int = 1, init: float = 0.25, dtype: DTypeLike = None) -> None:
         super().__init__()
         dt = np.dtype(dtype) if dtype is not None else get_default_dtype()
         self.num_parameters = num_parameters
         self.weight = Parameter(np.full(num_parameters, init, dt))
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         w = self.weight
         if self.num_parameters > 1:
             w = ops.reshape(w, (-1,) + (1,) * (len(tuple(x.shape)) - 2))
@@ -214,7 +216,7 @@ class GroupNorm(Module):
     and positions, then a per-channel affine."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
-                 dtype: Any = None) -> None:
+                 dtype: DTypeLike = None) -> None:
         super().__init__()
         if num_channels % num_groups:
             raise ValueError(f"GroupNorm: num_channels {num_channels} must be divisible by "
@@ -224,7 +226,7 @@ class GroupNorm(Module):
         self.weight = Parameter(np.ones(num_channels, dt)) if affine else None
         self.bias = Parameter(np.zeros(num_channels, dt)) if affine else None
 
-    def forward(self, x: Any) -> Any:
+    def forward(self, x: Tensor) -> Tensor:
         shape = tuple(x.shape)
         g = ops.reshape(x, (shape[0], self.num_groups, -1))
         mean = ops.mean(g, axis=-1, keepdims=True)
