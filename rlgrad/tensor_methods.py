@@ -1553,7 +1553,7 @@ def _method_unflatten(self: Tensor, dim: int, sizes: Any) -> Any:
     return reshape(self, tuple(self.shape[:d]) + tuple(sizes) + tuple(self.shape[d + 1:]))
 
 
-def _method_addmm(self: Tensor, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+def _method_addmm(self: Tensor, mat1: Any, mat2: Any, *, beta: float = 1, alpha: float = 1) -> Any:
     """``beta * self + alpha * mat1 @ mat2`` (``self`` ignored when ``beta`` is 0, as torch)."""
     prod = matmul(mat1, mat2)
     prod = prod * alpha if alpha != 1 else prod

@@ -124,9 +124,12 @@ nanquantile, unflatten, addmm = _method("nanquantile"), _method("unflatten"), _m
 masked_scatter, index_copy = _method("masked_scatter"), _method("index_copy")
 scatter_reduce, sgn, fix, signbit = _method("scatter_reduce"), _method("sgn"), _method("fix"), \
     _method("signbit")
-lgamma, digamma, xlogy = _special.lgamma, _special.digamma, _special.xlogy
-Tensor.lgamma, Tensor.digamma = _special.lgamma, _special.digamma  # special.py's primitives
-Tensor.xlogy = lambda self, other: _special.xlogy(self, other)
+lgamma: Callable[..., Any] = vars(_special)["lgamma"]  # (primitives: no type the checker sees)
+digamma: Callable[..., Any] = vars(_special)["digamma"]
+xlogy: Callable[..., Any] = _special.xlogy
+setattr(Tensor, "lgamma", lgamma)  # noqa: B010 - special.py's primitives, as methods
+setattr(Tensor, "digamma", digamma)  # noqa: B010
+setattr(Tensor, "xlogy", lambda self, other: _special.xlogy(self, other))  # noqa: B010
 for _name in ("lgamma", "digamma", "xlogy"):
     setattr(Tensor, _name + "_", _tm._inplace_of(getattr(Tensor, _name), _name + "_"))
 finfo, iinfo = np.finfo, np.iinfo  # on rlgrad's dtypes (NumPy's): .eps, .tiny, .max, .min, .bits
@@ -326,16 +329,19 @@ def _random_ints(rng: Any, shape: tuple, low: Any, high: Any) -> Any:
     return rng.integers(builtins.int(low), builtins.int(high), size=shape)
 
 
-Tensor.bernoulli_ = _fill_draw("bernoulli_", lambda rng, s, p: rng.random(s) < _tm._value(p),
-                               (("p", 0.5),))
-Tensor.exponential_ = _fill_draw("exponential_", lambda rng, s, lambd: rng.exponential(1 / lambd, s),
-                                 (("lambd", 1.0),), _positive("exponential_"))
-Tensor.geometric_ = _fill_draw("geometric_", lambda rng, s, p: rng.geometric(p, s), (("p", 0.5),))
-Tensor.log_normal_ = _fill_draw("log_normal_", lambda rng, s, mean, std: rng.lognormal(mean, std, s),
-                                (("mean", 1.0), ("std", 2.0)))
-Tensor.cauchy_ = _fill_draw("cauchy_", lambda rng, s, median, sigma: median + sigma * rng.standard_cauchy(s),
-                            (("median", 0.0), ("sigma", 1.0)))
-Tensor.random_ = _fill_draw("random_", _random_ints, (("from", None), ("to", None)))
+_FILL_DRAWS: dict[str, tuple[Callable, tuple, Any]] = {
+    "bernoulli_": (lambda rng, s, p: rng.random(s) < _tm._value(p), (("p", 0.5),), None),
+    "exponential_": (lambda rng, s, lambd: rng.exponential(1 / lambd, s), (("lambd", 1.0),),
+                     _positive("exponential_")),
+    "geometric_": (lambda rng, s, p: rng.geometric(p, s), (("p", 0.5),), None),
+    "log_normal_": (lambda rng, s, mean, std: rng.lognormal(mean, std, s), (("mean", 1.0), ("std", 2.0)),
+                    None),
+    "cauchy_": (lambda rng, s, median, sigma: median + sigma * rng.standard_cauchy(s),
+                (("median", 0.0), ("sigma", 1.0)), None),
+    "random_": (_random_ints, (("from", None), ("to", None)), None),
+}
+for _name, (_draw, _defaults, _check) in _FILL_DRAWS.items():
+    setattr(Tensor, _name, _fill_draw(_name, _draw, _defaults, _check))
 
 
 def manual_seed(seed: builtins.int) -> Any:
@@ -409,7 +415,7 @@ def block_diag(*tensors: Any) -> Tensor:
 
 # ---- more top-level functions RL code calls (issue 29's survey)
 def argwhere(input: ArrayLike) -> Tensor:  # noqa: A002
-    return _t(input).nonzero()
+    return _tm._method_nonzero(_t(input))  # (the method says it may be a tuple)
 
 
 def std_mean(input: ArrayLike, dim: builtins.int | None = None,  # noqa: A002
@@ -579,7 +585,8 @@ def cdist(x1: ArrayLike, x2: ArrayLike, p: builtins.float = 2.0) -> Tensor:
     return _ops.power(_ops.power(_ops.absolute(diff), p).sum(-1), 1.0 / p)
 
 
-def tensordot(a: ArrayLike, b: ArrayLike, dims: Sequence[builtins.int] = 2) -> Tensor:
+def tensordot(a: ArrayLike, b: ArrayLike,
+              dims: builtins.int | Sequence[builtins.int] | Sequence[Sequence[builtins.int]] = 2) -> Tensor:
     """torch's (``dims`` an int or a pair of dimension lists)."""
     return _numpy_fn("tensordot")(_t(a), _t(b), axes=_value_of(dims))
 
@@ -606,7 +613,7 @@ def corrcoef(input: ArrayLike) -> Tensor:  # noqa: A002
     return c / _ops.expand_dims(d, 1) / _ops.expand_dims(d, 0)
 
 
-def logspace(start: ArrayLike, end: ArrayLike, steps: builtins.int, base: builtins.float = 10.0, *,
+def logspace(start: builtins.float, end: builtins.float, steps: builtins.int, base: builtins.float = 10.0, *,
              dtype: DTypeLike = None, device: DeviceLike = None,
              requires_grad: builtins.bool = False) -> Tensor:
     _check_device(device)
@@ -673,13 +680,13 @@ def set_printoptions(precision: builtins.int | None = None, threshold: builtins.
                      edgeitems: builtins.int | None = None, linewidth: builtins.int | None = None,
                      profile: str | None = None, sci_mode: builtins.bool | None = None) -> None:
     """torch's: how tensors print (NumPy's print options, which rlgrad's repr uses)."""
-    presets = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80), "full": (4, np.inf, 3, 80)}
+    presets: dict[str, tuple[Any, ...]] = {"default": (4, 1000, 3, 80), "short": (2, 1000, 2, 80),
+                                            "full": (4, np.inf, 3, 80)}
+    given: tuple[Any, ...] = (precision, threshold, edgeitems, linewidth)
     if profile is not None:
-        precision, threshold, edgeitems, linewidth = (
-            v if v is not None else p for v, p in zip((precision, threshold, edgeitems, linewidth),
-                                                      presets[profile]))
-    opts = {k: v for k, v in (("precision", precision), ("threshold", threshold),
-                              ("edgeitems", edgeitems), ("linewidth", linewidth)) if v is not None}
+        given = tuple(v if v is not None else p for v, p in zip(given, presets[profile]))
+    opts: dict[str, Any] = {k: v for k, v in zip(("precision", "threshold", "edgeitems", "linewidth"), given)
+                            if v is not None}
     if sci_mode is not None:
         opts["suppress"] = not sci_mode
     np.set_printoptions(**opts)

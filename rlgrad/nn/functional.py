@@ -740,8 +740,9 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,  # 
     gets no gradient (PyTorch)."""
     if max_norm is not None:
         raise NotImplementedError("embedding: max_norm is not supported; renormalise the weight yourself")
-    batched = type(input) is BatchedTensor  # vmap: each slice reads its rows (checks see all)
-    vals = every_slice(input) if batched else np.asarray(input._value if isinstance(input, Tensor) else input)
+    batched = isinstance(input, BatchedTensor)  # vmap: each slice reads its rows (checks see all)
+    vals = every_slice(input) if isinstance(input, BatchedTensor) else np.asarray(
+        input._value if isinstance(input, Tensor) else input)
     n = _shape(weight)[0]
     if vals.dtype.kind not in "iu":
         raise TypeError(f"embedding: indices must be integers, got dtype {vals.dtype}")

@@ -30,7 +30,7 @@ def _two(v: Any, name: str) -> tuple[int, int]:
     t = tuple(int(a) for a in v)
     if len(t) != 2:
         raise ValueError(f"{name} must be an int or a pair of ints, got {v!r}")
-    return t  # type: ignore[return-value]
+    return t[0], t[1]
 
 
 def _windows(x: Any, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
@@ -90,18 +90,20 @@ def avg_pool2d(input: Tensor, kernel_size: ShapeLike, stride: ShapeLike | None =
 
 def max_pool1d(input: Tensor, kernel_size: ShapeLike, stride: ShapeLike | None = None,  # noqa: A002
                padding: ShapeLike = 0) -> Tensor:
-    one = (lambda v: v if isinstance(v, int | np.integer) else v[0])
     st = kernel_size if stride is None else stride
-    return ops.squeeze(max_pool2d(ops.expand_dims(input, -2), (1, one(kernel_size)), (1, one(st)),
-                                  (0, one(padding))), -2)
+    return ops.squeeze(max_pool2d(ops.expand_dims(input, -2), (1, _first(kernel_size)), (1, _first(st)),
+                                  (0, _first(padding))), -2)
 
 
 def avg_pool1d(input: Tensor, kernel_size: ShapeLike, stride: ShapeLike | None = None,  # noqa: A002
                padding: ShapeLike = 0, ceil_mode: bool = False, count_include_pad: bool = True) -> Tensor:
-    one = (lambda v: v if isinstance(v, int | np.integer) else v[0])
     st = kernel_size if stride is None else stride
-    return ops.squeeze(avg_pool2d(ops.expand_dims(input, -2), (1, one(kernel_size)), (1, one(st)),
-                                  (0, one(padding)), ceil_mode, count_include_pad), -2)
+    return ops.squeeze(avg_pool2d(ops.expand_dims(input, -2), (1, _first(kernel_size)), (1, _first(st)),
+                                  (0, _first(padding)), ceil_mode, count_include_pad), -2)
+
+
+def _first(v: ShapeLike) -> int:
+    return int(v) if isinstance(v, int | np.integer) else int(v[0])
 
 
 def _adaptive(input: Any, output_size: Any, reduce: Any) -> Any:  # noqa: A002

@@ -5,7 +5,7 @@ pooling layers, the remaining activations, ``Unflatten``, ``ParameterList``, ``P
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,7 +72,7 @@ class ConvTranspose2d(Module):
 
 def _simple(name: str, fn: Any, params: tuple[tuple[str, Any], ...] = ()) -> type:
     """A module with no parameters: ``fn(x, **its arguments)``."""
-    def __init__(self: Module, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         Module.__init__(self)
         names = [n for n, _ in params]
         vals = dict(params)
@@ -83,10 +83,10 @@ def _simple(name: str, fn: Any, params: tuple[tuple[str, Any], ...] = ()) -> typ
             raise TypeError(f"{name}() takes ({', '.join(names)}), got {args} and {sorted(kwargs)}")
         self._args = vals
 
-    def forward(self: Module, x: Any) -> Any:
+    def forward(self: Any, x: Any) -> Any:
         return fn(x, **self._args)
 
-    def extra_repr(self: Module) -> str:
+    def extra_repr(self: Any) -> str:
         return ", ".join(f"{k}={v}" for k, v in self._args.items())
 
     return type(name, (Module,), {"__init__": __init__, "forward": forward, "extra_repr": extra_repr,
@@ -159,7 +159,7 @@ class PoissonNLLLoss(Module):
 
 
 class Unflatten(Module):
-    def __init__(self, dim: int, unflattened_size: ShapeLike) -> None:
+    def __init__(self, dim: int, unflattened_size: Sequence[int]) -> None:
         super().__init__()
         self.dim, self.unflattened_size = dim, tuple(unflattened_size)
 
@@ -189,10 +189,10 @@ class ParameterList(Module):
         return len(self._parameters)
 
     def __iter__(self) -> Iterator[Parameter]:
-        return iter(self._parameters.values())
+        return iter([p for p in self._parameters.values() if p is not None])
 
     def __getitem__(self, idx: int) -> Parameter:
-        return list(self._parameters.values())[idx]
+        return list(self)[idx]
 
 
 class PReLU(Module):
