@@ -145,14 +145,34 @@ class BatchedTensor(Tensor):
         return self._assign(self + (end - self) * weight)
 
     def __setitem__(self, idx: Any, value: Any) -> None:
-        """``x[idx] = v``: a ``where`` over a mask of the indexed positions (the values placed
-        there by the adjoint of the indexing)."""
-        mask = np.zeros(tuple(self.shape), bool)
-        mask[idx] = True
-        part = self[idx]
-        placed = ops.untake(ops.broadcast_to(ops.astype(as_tensor(value), self.dtype),
-                                             tuple(part.shape)), idx, tuple(self.shape))
-        self._assign(ops.where(mask, placed, self))
+        """``x[idx] = v``: ``indexing.index_put`` out of place (``idx`` may be batched too)."""
+        key = tuple(i if type(i) is BatchedTensor or not isinstance(i, Tensor) else i._value
+                    for i in (idx if isinstance(idx, tuple) else (idx,)))
+        self._assign(index_put(self, key, ops.astype(as_tensor(value), self.dtype)))
+
+
+def index_put(x: Any, key: Any, values: Any, accumulate: bool = False) -> Any:
+    """``x`` with ``values`` (broadcast to ``x[key]``'s shape) written at the NumPy index
+    ``key`` (added there with ``accumulate``, repeats adding up), out of place and
+    differentiable in ``x`` and ``values``; ``key`` may hold batched tensors (vmap: each slice
+    writes at its own positions). Without ``accumulate`` a position named twice gets the mean
+    of its values (torch leaves which one wins undefined; equal values come out exact).
+    ``Tensor.index_put`` and ``x[idx] = v`` on a batched tensor are this function."""
+    dt = x.dtype if isinstance(x, Tensor) else np.asarray(x).dtype
+    shape = tuple(x.shape) if isinstance(x, Tensor) else np.shape(x)
+    part = tuple(ops.getitem(x, key).shape)
+    if not isinstance(values, Tensor):  # keep x's dtype: a Python/NumPy value must not upcast it
+        values = np.asarray(values, dtype=dt)
+    placed = ops.untake(ops.broadcast_to(values, part), key, shape)
+    if accumulate:
+        return x + placed
+    count = ops.untake(np.ones(part, dt), key, shape)
+    written = ops.greater(count, 0)
+    if dt.kind in "fc":
+        placed = placed / ops.where(written, count, 1)
+    elif dt.kind in "iu":
+        placed = ops.floor_divide(placed, ops.where(written, count, 1))
+    return ops.where(written, placed, x)
 
 
 def _value_error(what: str) -> VmapError:
@@ -257,6 +277,10 @@ def dispatch(p: Primitive, args: tuple, kwargs: dict) -> Any:
     for a in args:
         if type(a) is BatchedTensor and (level is None or a._level.depth > level.depth):
             level = a._level
+        elif type(a) is tuple:  # an index (getitem, untake) may hold batched tensors
+            for i in a:
+                if type(i) is BatchedTensor and (level is None or i._level.depth > level.depth):
+                    level = i._level
     if level is None:
         for v in kwargs.values() if kwargs else ():
             if type(v) is BatchedTensor:
@@ -268,6 +292,9 @@ def dispatch(p: Primitive, args: tuple, kwargs: dict) -> Any:
     for a in args:
         if type(a) is BatchedTensor and a._level is level:
             phys.append(a._phys)
+            dims.append(0)
+        elif type(a) is tuple and any(type(i) is BatchedTensor and i._level is level for i in a):
+            phys.append(a)  # the rule reads the batched entries of the index itself
             dims.append(0)
         else:
             phys.append(a)
@@ -654,13 +681,57 @@ def merge_first(p: Primitive, args: list, dims: list, level: Level, **kwargs: An
     """Ops on a batch of images (conv2d, images_to_float): the vmapped dimension merged into
     the op's own batch (only the first argument may be batched)."""
     if any(d is not None for d in dims[1:]):
-        raise VmapError(f"vmap: {p.name} with a batched {('weight', 'argument')[p.name != 'conv2d']} is "
-                        "not batched; vmap over the input only (an ensemble of convolutions: "
-                        "stack the outputs of each)")
+        raise VmapError(f"vmap: {p.name} with a batched argument beyond the first is not "
+                        "batched; vmap over the first only")
     x = args[0]
     s = tuple(x.shape)
     out = p.call(ops.reshape(x, (s[0] * s[1],) + s[2:]), *args[1:], **kwargs)
     return ops.reshape(out, s[:2] + tuple(out.shape[1:]))
+
+
+def _two(v: Any) -> tuple[int, int]:
+    return (int(v), int(v)) if isinstance(v, int | np.integer) else (int(v[0]), int(v[1]))
+
+
+def _conv2d_logical(x: Any, w: Any, bias: Any = None, stride: Any = 1, padding: Any = 0) -> Any:
+    """conv2d as the ops it is made of, on one slice: the receptive fields read by one index
+    (im2col), then a matmul with the flattened kernels. The rule of a batched weight, whose
+    slices are batched by getitem's and matmul's rules (an unbatched weight: one GEMM)."""
+    (sh, sw), (ph, pw) = _two(stride), _two(padding)
+    n, c, h, wd = tuple(x.shape)
+    o, _, kh, kw = tuple(w.shape)
+    if ph or pw:
+        x = ops.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (wd + 2 * pw - kw) // sw + 1
+    rows = (np.arange(oh) * sh)[:, None, None, None] + np.arange(kh)[:, None]
+    cols = (np.arange(ow) * sw)[:, None, None] + np.arange(kw)
+    fields = ops.getitem(x, (slice(None), slice(None), rows, cols))  # (n, c, oh, ow, kh, kw)
+    fields = ops.reshape(ops.transpose(fields, (0, 2, 3, 1, 4, 5)), (n * oh * ow, c * kh * kw))
+    out = ops.matmul(fields, ops.transpose(ops.reshape(w, (o, c * kh * kw))))
+    out = ops.transpose(ops.reshape(out, (n, oh, ow, o)), (0, 3, 1, 2))
+    return out if bias is None else ops.add(out, ops.reshape(bias, (o, 1, 1)))
+
+
+def conv2d_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
+    """A batched input alone: the vmapped dimension merged into the images' (one conv2d); a
+    batched weight or bias (an ensemble of CNNs, a weight under per-sample ``grad``): each
+    slice convolved with its own kernels (``_conv2d_logical``, torch.func's grouped conv)."""
+    if all(d is None for d in dims[1:]):
+        return merge_first(p, args, dims, level, **kwargs)
+    return decomposed(_conv2d_logical)(p, args, dims, level, **kwargs)
+
+
+def conv2d_input_grad_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
+    """The transposed convolution (``conv_transpose2d``) of a batched input: the vmapped
+    dimension merged into the images, as ``merge_first``; a batched weight is refused."""
+    if dims[1] is not None:
+        raise VmapError("vmap: conv_transpose2d with a batched weight is not batched; vmap over "
+                        "the input only")
+    g, xs = args[0], _dims_of(args[4])
+    s = tuple(g.shape)
+    out = p.call(ops.reshape(g, (s[0] * s[1],) + s[2:]), args[1], args[2], args[3],
+                 (s[0] * xs[0],) + xs[1:], **kwargs)
+    return ops.reshape(out, (s[0], xs[0]) + xs[1:])
 
 
 # ---- indexing ---------------------------------------------------------------------------------
@@ -693,7 +764,11 @@ _BASIC = (slice, type(None), type(Ellipsis))
 
 def getitem_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
     x, idx = args[0], args[1]
-    idx = idx if isinstance(idx, tuple) else (idx,)
+    idx = idx if isinstance(idx, tuple) else (batched(idx, level) if dims[1] is not None else idx,)
+    if dims[1] is not None:  # a batched index: each slice reads with its own
+        key, perm = _batched_key(idx, level, _rank(x, dims[0]))
+        out = p.call(bcast(x, dims[0], level.size), key)
+        return ops.transpose(out, perm) if perm else out
     out = p.call(x, (slice(None),) + idx)
     front = 0 if all(type(i) in _BASIC or type(i) is int for i in idx) else _advanced_front(idx)
     return ops.moveaxis(out, front, 0) if front else out
@@ -701,10 +776,58 @@ def getitem_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: A
 
 def untake_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
     g, idx, shape = args[0], args[1], _dims_of(args[2])
-    idx = idx if isinstance(idx, tuple) else (idx,)
+    idx = idx if isinstance(idx, tuple) else (batched(idx, level) if dims[1] is not None else idx,)
+    if dims[1] is not None:  # the adjoint of getitem_rule's batched read
+        key, perm = _batched_key(idx, level, len(shape))
+        g = bcast(g, dims[0], level.size)
+        g = ops.transpose(g, tuple(np.argsort(perm))) if perm else g
+        return p.call(g, key, (level.size,) + shape)
     front = _advanced_front(idx)
     g = ops.moveaxis(g, 0, front) if front else g
     return p.call(g, (slice(None),) + idx, (level.size,) + shape)
+
+
+def _batched_key(idx: tuple, level: Level, rank: int) -> tuple[tuple, tuple[int, ...] | None]:
+    """NumPy index ``idx`` of one slice (of ``rank`` dimensions), some entries batched at
+    ``level``, as one index of the physical tensor: ``arange(size)`` first, paired with each
+    batched entry's physical tensor. NumPy then puts every advanced dimension first (the batch
+    among them); ``perm`` (or None) moves them where the slice's own indexing puts them."""
+    idx = tuple(e for i in idx for e in (np.nonzero(i) if _is_mask(i) else (i,)))
+    shapes, places = [], []
+    for k, i in enumerate(idx):
+        if type(i) is BatchedTensor and i._level is level:
+            if i.dtype == np.bool_:
+                raise VmapError("vmap: indexing with a batched boolean mask has a shape that "
+                                "differs between slices, which vmap cannot batch (torch.func "
+                                "refuses it too); use rlgrad.where(mask, x, other)")
+            shapes.append(_shape(i, None))
+        elif isinstance(i, int | np.integer) or _is_advanced(i) or type(i) is BatchedTensor:
+            shapes.append(tuple(np.shape(i)) if not isinstance(i, Tensor) else tuple(i.shape))
+        else:
+            continue
+        places.append(k)
+    nd = len(np.broadcast_shapes(*shapes))
+    key: list[Any] = [np.arange(level.size).reshape((level.size,) + (1,) * nd)]
+    for i in idx:
+        if type(i) is BatchedTensor and i._level is level:
+            s = _shape(i, None)
+            i = ops.reshape(i._phys, (level.size,) + (1,) * (nd - len(s)) + s)
+            i = i._value if type(i) is Tensor else i  # a plain index array for NumPy
+        key.append(i)
+    if not nd or places[-1] - places[0] + 1 != len(places):
+        return tuple(key), None  # per slice too the advanced dimensions come first
+    before = 0
+    for i in idx[:places[0]]:
+        before += rank - sum(j is not None and j is not Ellipsis for j in idx) if i is Ellipsis else 1
+    if not before:
+        return tuple(key), None
+    out_rank = 1 + nd + rank - len(places) + sum(j is None for j in idx)
+    rest = list(range(1 + nd, out_rank))
+    return tuple(key), (0, *rest[:before], *range(1, 1 + nd), *rest[before:])
+
+
+def _is_mask(i: Any) -> bool:
+    return isinstance(i, np.ndarray) and i.dtype == np.bool_
 
 
 def take_along_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
@@ -771,6 +894,8 @@ RULES: dict[str, Callable] = {
     "leading": leading,
     "matrices": matrices,
     "merge_first": merge_first,
+    "conv2d": conv2d_rule,
+    "conv2d_input_grad": conv2d_input_grad_rule,
     "first_value": first_value,
     "matmul": matmul_rule,
     "linear": linear_rule,

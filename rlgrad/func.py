@@ -82,8 +82,8 @@ def vmap(func: Callable, in_dims: Any = 0, out_dims: Any = 0, randomness: str = 
     stacked along ``out_dims``. ``chunk_size``: that many slices at a time (less memory).
     Nested vmaps and transforms inside (``vmap(grad(f))``) batch through the same rules.
     ``randomness``: "error" (torch's default) refuses a random draw inside ``func``; "same"
-    lets every slice see the same draws; "different" (a draw per slice) is refused at the draw,
-    saying to draw the noise outside and vmap over it."""
+    lets every slice see the same draws; "different" draws one per slice (``rlgrad.random.draw``:
+    with the same seed, the draw of the whole batch outside vmap)."""
     if randomness not in RANDOMNESS:
         raise ValueError(f"vmap: randomness={randomness!r}; use one of {', '.join(RANDOMNESS)}")
     if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):

@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 
 from rlgrad import ops
-from rlgrad.batching import BatchedTensor, every_slice
+from rlgrad.batching import BatchedTensor, every_slice, index_put
 from rlgrad.tensor import Tensor, _shape, _Trace, constant
 
-__all__ = ["gather", "gather_nd", "take_along_axis", "one_hot", "scatter_add", "put_along_axis"]
+__all__ = ["gather", "gather_nd", "take_along_axis", "one_hot", "scatter_add", "put_along_axis",
+           "index_put"]
 
 
 def _indices(index: Any, where: str) -> np.ndarray:
@@ -174,6 +175,12 @@ def one_hot(indices: Any, num_classes: int = -1, dtype: Any = np.int64) -> Any:
     """
     idx = _indices(indices, "one_hot")
     inferred = num_classes < 0
+    if type(idx) is BatchedTensor:  # vmap: each slice's own; the checks see every slice's values
+        if inferred:
+            raise ValueError("vmap: one_hot with num_classes=-1 takes its size from the values, "
+                             "which differ between slices; pass num_classes")
+        _check_bounds(idx, num_classes, "one_hot", -1, tuple(idx.shape))
+        return ops.astype(ops.equal(ops.expand_dims(idx, -1), np.arange(num_classes)), dtype)
     if inferred:
         if not idx.size:
             raise ValueError("one_hot: cannot infer num_classes from empty indices; pass it")
@@ -281,11 +288,11 @@ def _is_int_index(i: Any) -> bool:
         return False
     if isinstance(i, int | np.integer):
         return True
-    return isinstance(i, np.ndarray) and i.ndim == 0 and i.dtype.kind in "iu"
+    return isinstance(i, np.ndarray | BatchedTensor) and i.ndim == 0 and i.dtype.kind in "iu"
 
 
 def _is_array_index(i: Any) -> bool:
-    return isinstance(i, list) or (isinstance(i, np.ndarray) and i.ndim > 0)
+    return isinstance(i, list) or (isinstance(i, np.ndarray | BatchedTensor) and i.ndim > 0)
 
 
 def torch_index_steps(key: Any) -> tuple[Any, Any] | None:
@@ -313,7 +320,8 @@ def torch_index_steps(key: Any) -> tuple[Any, Any] | None:
             first.append(i)
             rest.append(slice(None) if i is None else i)
         else:
-            n = np.ndim(i) if np.asarray(i).dtype == np.bool_ else 1  # a mask spans its dims
+            bool_ = (i.dtype if isinstance(i, BatchedTensor) else np.asarray(i).dtype) == np.bool_
+            n = len(i.shape) if bool_ else 1  # a mask spans its dims
             first.extend([slice(None)] * n)
             rest.append(i)
     return tuple(first), tuple(rest)

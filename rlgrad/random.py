@@ -15,10 +15,13 @@ A plain ``numpy.random.Generator`` is accepted wherever a ``Generator`` is.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from rlgrad import ops
+from rlgrad.batching import BatchedTensor, every_slice, rewrap
 from rlgrad.device import check_device, is_device
 from rlgrad.tensor import Tensor, TraceError, _leaf, _Trace, user_line
 from rlgrad.tracer import VMAP_LEVELS
@@ -159,9 +162,11 @@ def load_generator_state(gen: np.random.Generator, d: dict[str, Any]) -> None:
     }
 
 
-def numpy_generator(generator: Generator | np.random.Generator | None = None
-                    ) -> np.random.Generator:
-    """The NumPy generator to draw from: ``generator``'s, or the global one when it is None."""
+def numpy_generator(generator: Generator | np.random.Generator | None = None, *,
+                    per_slice: bool = False) -> np.random.Generator:
+    """The NumPy generator to draw from: ``generator``'s, or the global one when it is None.
+    Inside vmap it follows the levels' ``randomness`` (torch.func's): "error" raises; with
+    "different" only ``draw`` (``per_slice=True``) may draw, one draw per slice."""
     if _Trace.compiling:
         raise TraceError(
             f"rlgrad.jit: a random draw at {user_line()} (randn, rand, a distribution's "
@@ -169,11 +174,7 @@ def numpy_generator(generator: Generator | np.random.Generator | None = None
             "step, the same noise at every call; draw the noise outside and pass it as an argument"
         )
     if VMAP_LEVELS and any(level.randomness != "same" for level in VMAP_LEVELS):
-        raise RuntimeError(
-            f"vmap: a random draw at {user_line()} inside a vmapped function: with "
-            "randomness='error' (the default) this is refused, as torch.func refuses it; pass "
-            "randomness='same' for one draw shared by every slice ('different' is not supported: "
-            "draw the noise outside with a batch dimension and vmap over it)")
+        _check_randomness(per_slice)
     if generator is None:
         return default_generator._rng
     if isinstance(generator, Generator):
@@ -184,6 +185,36 @@ def numpy_generator(generator: Generator | np.random.Generator | None = None
         f"generator must be an rlgrad.random.Generator or a numpy.random.Generator, got "
         f"{type(generator).__name__}; create one with rlgrad.random.Generator(seed)"
     )
+
+
+def _check_randomness(per_slice: bool) -> None:
+    if any(level.randomness == "error" for level in VMAP_LEVELS):
+        raise RuntimeError(
+            f"vmap: a random draw at {user_line()} inside a vmapped function: with "
+            "randomness='error' (the default) this is refused, as torch.func refuses it; pass "
+            "randomness='same' (one draw shared by every slice) or 'different' (one per slice), "
+            "or draw outside vmap")
+    if not per_slice:
+        raise RuntimeError(
+            f"vmap: the random draw at {user_line()} has no per-slice form for "
+            "randomness='different' (rand*, randn*, randint, normal, bernoulli, uniform_, normal_, "
+            "dropout and the distributions' sample/rsample have); use randomness='same', or draw "
+            "outside vmap with a batch dimension and vmap over it")
+
+
+def draw(fn: Callable[[np.random.Generator, tuple[int, ...]], np.ndarray], shape: Any,
+         generator: Any = None) -> Any:
+    """``fn(rng, shape)``, a random draw of ``shape``, as vmap's ``randomness`` wants it: outside
+    vmap, and at levels with randomness='same', the array itself (every slice shares it); at
+    levels with 'different', one draw per slice, a tensor batched at those levels (torch.func's
+    semantics)."""
+    if not VMAP_LEVELS:  # the common case: one draw
+        return fn(numpy_generator(generator), shape)
+    rng = numpy_generator(generator, per_slice=True)
+    diff = [level for level in VMAP_LEVELS if level.randomness == "different"]
+    if not diff:
+        return fn(rng, tuple(shape))
+    return rewrap(fn(rng, tuple(level.size for level in diff) + tuple(shape)), diff)
 
 
 # ---- torch's random functions that draw integers or samples (rand/randn/randint/normal are in
@@ -234,10 +265,19 @@ def randperm(n: int, *, generator: Any = None, dtype: Any = np.int64, device: An
 def bernoulli(input: Any, p: float | None = None, *, generator: Any = None) -> Tensor:  # noqa: A002
     """torch's: 0/1 draws with the probabilities in ``input`` (or the scalar ``p``), in
     ``input``'s floating dtype; not differentiable, as in torch."""
+    if type(input) is BatchedTensor:  # vmap: compared with each slice's probabilities
+        _check_probabilities(every_slice(input) if p is None else np.float64(p))
+        u = draw(lambda rng, s: rng.random(s, dtype=np.float64), tuple(input.shape), generator)
+        dt = input.dtype if input.dtype.kind == "f" else np.dtype(np.float32)
+        return ops.astype(ops.less(u, ops.stop_gradient(input) if p is None else p), dt)
     arr = np.asarray(input._value if isinstance(input, Tensor) else input)
     probs = arr if p is None else np.full(arr.shape, p)
+    _check_probabilities(probs)
+    dt = arr.dtype if arr.dtype.kind == "f" else np.dtype(np.float32)
+    draws = draw(lambda rng, s: rng.random(s), arr.shape, generator) < probs
+    return draws.astype(dt) if isinstance(draws, Tensor) else _leaf(draws.astype(dt))
+
+
+def _check_probabilities(probs: np.ndarray) -> None:
     if np.any(~(probs >= 0) | ~(probs <= 1)):
         raise RuntimeError("bernoulli: all probabilities must be in [0, 1]")
-    dt = arr.dtype if arr.dtype.kind == "f" else np.dtype(np.float32)
-    draws = numpy_generator(generator).random(arr.shape) < probs
-    return _leaf(draws.astype(dt))

@@ -21,9 +21,10 @@ import numpy as np
 
 from rlgrad import inplace, ops
 from rlgrad import numpy as rnp
+from rlgrad.batching import BatchedTensor, every_slice, index_put
 from rlgrad.device import check_device, is_device
 from rlgrad.exports import EXPORTS, REQUIRED, Export, Method, Param, on_export
-from rlgrad.indexing import gather, scatter_add, torch_index_steps
+from rlgrad.indexing import gather, scatter_add, take_along_axis, torch_index_steps
 from rlgrad.numpy import _std_from_var, var
 from rlgrad.ops import (
     absolute,
@@ -58,7 +59,7 @@ from rlgrad.ops import (
     transpose,
 )
 from rlgrad.promotion import binary, cast_to, result_type, rule
-from rlgrad.tensor import Tensor, _Depth, _set_data, constant, mark_written, tensor
+from rlgrad.tensor import Tensor, _Depth, _set_data, _Trace, constant, mark_written, tensor
 from rlgrad.tracer import _GradMode, replayed
 
 
@@ -71,7 +72,7 @@ def _index_key(idx: Any) -> Any:
     if isinstance(idx, Tensor):
         if idx.requires_grad:
             raise TypeError("an index tensor cannot require grad: indices are never differentiable")
-        return idx._value
+        return idx if type(idx) is BatchedTensor else idx._value  # vmap batches a batched one
     if isinstance(idx, tuple):
         for i in idx:  # the usual (rows, actions) or slices: nothing to unwrap, no new tuple
             if isinstance(i, Tensor | list | tuple):
@@ -804,15 +805,18 @@ def _method_narrow(self: Tensor, dim: int, start: Any, length: int) -> Any:
     return _along(self, d, slice(start, start + length))
 
 
-def _index_vector(index: Any, name: str) -> np.ndarray:
-    idx = index._value if isinstance(index, Tensor) else np.asarray(index)
+def _index_vector(index: Any, name: str) -> Any:
+    """The index as a vector; a batched one (vmap) stays a tensor, each slice its own."""
+    idx = index if type(index) is BatchedTensor else \
+        index._value if isinstance(index, Tensor) else np.asarray(index)
     if idx.dtype.kind not in "iu" or idx.ndim > 1:
         raise TypeError(f"{name}(): index must be a 1-D (or 0-d) integer tensor, got {idx.ndim}-D "
                         f"{idx.dtype}")
-    return idx.reshape(-1)
+    return reshape(idx, (-1,)) if type(idx) is BatchedTensor else idx.reshape(-1)
 
 
-def _check_in(idx: np.ndarray, n: int, name: str, d: int) -> None:
+def _check_in(idx: Any, n: int, name: str, d: int) -> None:
+    idx = every_slice(idx) if type(idx) is BatchedTensor else idx  # the bounds of every slice
     if idx.size and (idx.min() < -n or idx.max() >= n):
         bad = idx[(idx < -n) | (idx >= n)][0]
         raise IndexError(f"{name}(): index {int(bad)} is out of bounds for dimension {d} with "
@@ -824,6 +828,23 @@ def _method_index_select(self: Tensor, dim: int, index: Any) -> Any:
     idx = _index_vector(index, "index_select")
     _check_in(idx, self.shape[d] if self.ndim else 1, "index_select", d)
     return _along(self if self.ndim else reshape(self, (1,)), d, idx)
+
+
+def _method_index_put(self: Tensor, indices: Any, values: Any, accumulate: bool = False) -> Any:
+    """torch's: ``values`` written (or added, ``accumulate=True``) at ``self[indices]``, out of
+    place (``batching.index_put``; under vmap the indices may differ between slices)."""
+    if not isinstance(indices, tuple | list):
+        raise TypeError(f"index_put(): indices must be a tuple of tensors, got "
+                        f"{type(indices).__name__}; write (idx,) for one")
+    _same_dtype("index_put", self, values, "values")
+    return index_put(self, _index_key(tuple(indices)), values, accumulate)
+
+
+def _method_take_along_dim(self: Tensor, indices: Any, dim: Any = None) -> Any:
+    """torch's: ``take_along_axis`` on the flattened tensor when ``dim`` is None."""
+    if dim is None:
+        return ops.take_along_axis(reshape(self, (-1,)), _index_key(reshape(indices, (-1,))), 0)
+    return take_along_axis(self, _index_key(indices), _dim_of(self, dim))
 
 
 def _same_dtype(name: str, self: Tensor, other: Any, what: str) -> None:
@@ -839,17 +860,18 @@ def _method_index_add(self: Tensor, dim: int, index: Any, source: Any, *, alpha:
     d = _dim_of(self, dim)
     idx = _index_vector(index, "index_add")
     src = source if isinstance(source, Tensor) else constant(np.asarray(source, self.dtype))
-    want = self.shape[:d] + (idx.size,) + self.shape[d + 1:]
-    if tuple(src.shape) != want and not (self.ndim == 0 and src.size == idx.size):
+    k = idx.shape[0]
+    want = self.shape[:d] + (k,) + self.shape[d + 1:]
+    if tuple(src.shape) != want and not (self.ndim == 0 and src.numel() == k):
         raise RuntimeError(f"index_add(): source has shape {tuple(src.shape)}; with index of "
-                           f"length {idx.size} along dim {d} of {tuple(self.shape)} it must be "
+                           f"length {k} along dim {d} of {tuple(self.shape)} it must be "
                            f"{want}")
     n = self.shape[d] if self.ndim else 1
     _check_in(idx, n, "index_add", d)
     if self.ndim == 0:
         return self + (src * alpha if alpha != 1 else src).sum()
     lane = idx % n
-    full = np.broadcast_to(lane.reshape((1,) * d + (-1,) + (1,) * (self.ndim - d - 1)), want)
+    full = broadcast_to(reshape(lane, (1,) * d + (-1,) + (1,) * (self.ndim - d - 1)), want)
     return self + ops.scatter_along_axis(src * alpha if alpha != 1 else src, full, d, self.shape)
 
 
@@ -882,6 +904,8 @@ def _method_scatter(self: Tensor, dim: int, index: Any, src: Any = None, value: 
     idx = _indices(index, "scatter")
     d = _dim_of(self, dim)
     _scatter_shapes(self, idx, src, d)
+    if type(idx) is BatchedTensor:  # vmap: each slice scatters at its own positions
+        return _scatter_batched(self, d, idx, src, value)
     written = np.zeros(self.shape, bool)
     if idx.size:
         np.put_along_axis(written, idx, True, d)
@@ -893,12 +917,27 @@ def _method_scatter(self: Tensor, dim: int, index: Any, src: Any = None, value: 
     return ops.where(written, 0, self) + ops.scatter_along_axis(kept, idx, d, self.shape)
 
 
+def _scatter_batched(self: Tensor, d: int, idx: Any, src: Any, value: Any) -> Any:
+    """``scatter`` with an index batched by vmap, whose values no Python code may read: the
+    positions written come from a scatter-add of ones. Of repeated targets the mean of the
+    values stays (torch's CPU keeps the last; equal values, e.g. ``value=``, agree)."""
+    shape = tuple(self.shape)
+    count = ops.scatter_along_axis(np.ones(tuple(idx.shape), self.dtype), idx, d, shape)
+    written = ops.greater(count, 0)
+    if src is None:
+        return ops.where(written, cast_to(value, self.dtype), self)
+    _same_dtype("scatter", self, src, "src")
+    part = src[tuple(slice(0, k) for k in idx.shape)] if tuple(src.shape) != tuple(idx.shape) else src
+    placed = ops.scatter_along_axis(part, idx, d, shape)
+    return ops.where(written, placed / ops.where(written, count, 1), self)
+
+
 def _method_new_full_like(index: Any, value: Any, dtype: Any) -> Tensor:
     return constant(np.full(np.shape(_value(index)), value, dtype))
 
 
-def _indices(index: Any, name: str) -> np.ndarray:
-    idx = np.asarray(_value(index))
+def _indices(index: Any, name: str) -> Any:
+    idx = index if type(index) is BatchedTensor else np.asarray(_value(index))  # vmap: batched
     if idx.dtype.kind not in "iu":
         raise TypeError(f"{name}(): index must be an integer (int64) tensor, got {idx.dtype}")
     return idx
@@ -917,6 +956,7 @@ def _scatter_shapes(self: Tensor, idx: np.ndarray, src: Any, d: int) -> None:
                                f"{None if src is None else tuple(src.shape)} in every dimension "
                                f"and than self {tuple(self.shape)} outside dimension {d}")
     n = self.shape[d]
+    idx = every_slice(idx) if type(idx) is BatchedTensor else idx  # vmap: every slice's bounds
     if idx.size and (idx.min() < 0 or idx.max() >= n):
         bad = idx[(idx < 0) | (idx >= n)][0]
         raise RuntimeError(f"scatter(): index {int(bad)} is out of bounds for dimension {d} with "
@@ -1051,6 +1091,8 @@ def _inplace_of(method: Callable, name: str) -> Callable:
     the tensor, which is returned; on a tensor in the graph recorded as torch records it
     (``inplace.rebase``); replayed in its place by a compiled step (rlgrad.jit)."""
     def write(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if type(self) is BatchedTensor:  # vmap: the result becomes its physical tensor
+            return self._assign(method(self, *args, **kwargs))
         if inplace.needs_graph(self, name, *args, *kwargs.values()):
             return inplace.rebase(self, name, lambda old: method(old, *args, **kwargs))
         return _write_result(self, name, method(self, *args, **kwargs))
@@ -1108,10 +1150,12 @@ def _install_composed_methods() -> None:
                      ("repeat_interleave", _method_repeat_interleave), ("norm", _method_norm),
                      ("where", _method_where), ("mm", _method_mm), ("bmm", _method_bmm),
                      ("addcmul", _method_addcmul), ("addcdiv", _method_addcdiv),
-                     ("lerp", _method_lerp)):
+                     ("lerp", _method_lerp), ("index_put", _method_index_put),
+                     ("take_along_dim", _method_take_along_dim)):
         fn.__name__ = fn.__qualname__ = name
         setattr(T, name, fn)
-    for name in ("masked_fill", "index_add", "scatter", "scatter_add", "addcmul", "addcdiv"):
+    for name in ("masked_fill", "index_add", "scatter", "scatter_add", "addcmul", "addcdiv",
+                 "index_put"):
         setattr(T, name + "_", _inplace_of(getattr(T, name), name + "_"))
     for name in ("add", "sub"):  # alpha=: the declared method wrapped, here and at the top level
         DECLARED[name] = _with_alpha(name, DECLARED[name])
@@ -1209,3 +1253,464 @@ def _install_more_methods() -> None:
 
 
 _install_more_methods()
+
+
+# ---- more of torch's Tensor API (issue 29): compositions of primitives; the gradient-free ones
+# (unique, bincount, histc, searchsorted, bucketize) on the values, as torch gives no gradient
+def _cumulative_extreme(self: Tensor, dim: int, indices_of: Callable) -> MaxMinResult:
+    """``(values, indices)`` of the running max/min along ``dim``: the indices recorded (a
+    compiled step recomputes them), the values gathered at them (the gradient reaches them)."""
+    x = self if self.ndim else reshape(self, (1,))
+    d = _dim_of(self, dim)
+    idx = indices_of(x, d)
+    idx = idx if isinstance(idx, Tensor) else constant(idx)
+    values = ops.take_along_axis(x, idx, d)
+    return MaxMinResult(*(reshape(v, ()) for v in (values, idx))) if not self.ndim else \
+        MaxMinResult(values, idx)
+
+
+def _method_cummax(self: Tensor, dim: int) -> MaxMinResult:
+    return _cumulative_extreme(self, dim, rnp.cummax_indices)
+
+
+def _method_cummin(self: Tensor, dim: int) -> MaxMinResult:
+    return _cumulative_extreme(self, dim, rnp.cummin_indices)
+
+
+def _method_aminmax(self: Tensor, *, dim: Any = None, keepdim: bool = False) -> MaxMinResult:
+    """torch's ``(min, max)`` (named ``min``/``max``): ``amin`` and ``amax`` together."""
+    res = MaxMinResult(self.amin(dim, keepdim) if dim is not None else self.amin(),
+                       self.amax(dim, keepdim) if dim is not None else self.amax())
+    return _MinMax(res)
+
+
+class _MinMax(tuple):
+    """``aminmax``'s ``(min, max)``."""
+
+    __slots__ = ()
+
+    def __new__(cls, pair: Any) -> _MinMax:
+        return tuple.__new__(cls, tuple(pair))
+
+    min = property(lambda self: self[0])
+    max = property(lambda self: self[1])
+
+
+def _method_index_fill(self: Tensor, dim: int, index: Any, value: Any) -> Any:
+    """``value`` written at ``index`` along ``dim``; the gradient reaches the other entries."""
+    d = _dim_of(self, dim)
+    idx = _index_vector(index, "index_fill")
+    _check_in(idx, self.shape[d] if self.ndim else 1, "index_fill", d)
+    n = self.shape[d] if self.ndim else 1
+    hit = ops.not_equal(ops.sum(ops.astype(ops.equal(
+        reshape(idx % n, (-1, 1)), np.arange(n)), np.int64), axis=0), 0)
+    shape = (1,) * d + (n,) + (1,) * (self.ndim - d - 1)
+    return ops.where(reshape(hit, shape if self.ndim else ()), cast_to(value, self.dtype), self)
+
+
+def _method_take(self: Tensor, index: Any) -> Any:
+    """torch's ``take``: ``self.flatten()[index]`` with ``index``'s shape."""
+    idx = _index_key(index)
+    _check_in(idx, max(self.numel(), 1), "take", 0)
+    return getitem(reshape(self, (-1,)), idx)
+
+
+def _method_renorm(self: Tensor, p: float, dim: int, maxnorm: float) -> Any:
+    """Each slice along ``dim`` whose ``p``-norm exceeds ``maxnorm`` scaled to norm ``maxnorm``
+    (torch's ``maxnorm / (norm + 1e-7)``), the others as they are."""
+    d = _dim_of(self, dim)
+    others = tuple(k for k in range(self.ndim) if k != d)
+    norm = ops.power(ops.sum(ops.power(absolute(self), p), axis=others, keepdims=True), 1.0 / p)
+    scale = ops.where(ops.greater(norm, maxnorm), maxnorm / (norm + 1e-7), 1.0)
+    return self * ops.astype(scale, self.dtype)
+
+
+def _method_count_nonzero(self: Tensor, dim: Any = None) -> Any:
+    out = rnp.count_nonzero(self, axis=tuple(dim) if isinstance(dim, list | tuple) else dim)
+    return out if isinstance(out, Tensor) else constant(np.asarray(out, np.int64))
+
+
+def _method_as_strided(self: Tensor, size: Any, stride: Any, storage_offset: int = 0) -> Any:
+    """torch's ``as_strided`` on the tensor's elements in row-major order (rlgrad's tensors are
+    laid out as if contiguous): one index read, so overlapping windows add their gradients."""
+    size, stride = tuple(int(s) for s in size), tuple(int(s) for s in stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"as_strided: size {size} and stride {stride} must have the same length")
+    flat = np.full(size, int(storage_offset), np.int64)
+    for k, (n, s) in enumerate(zip(size, stride)):
+        flat = flat + (np.arange(n) * s).reshape((1,) * k + (n,) + (1,) * (len(size) - k - 1))
+    if flat.size and (flat.min() < 0 or flat.max() >= self.numel()):
+        raise RuntimeError(f"as_strided: size {size}, stride {stride} and offset {storage_offset} "
+                           f"reach outside the tensor's {self.numel()} elements")
+    return getitem(reshape(self, (-1,)), flat)
+
+
+def _method_unique(self: Tensor, sorted: bool = True, return_inverse: bool = False,  # noqa: A002
+                   return_counts: bool = False, dim: Any = None) -> Any:
+    """torch's (always sorted): the distinct values (or sub-tensors along ``dim``), with the
+    inverse indices and counts if asked; no gradient, as torch's."""
+    x = _unique_values(self, "unique")
+    axis = None if dim is None else _dim_of(self, dim)
+    vals, inv, counts = np.unique(x, return_inverse=True, return_counts=True, axis=axis)
+    inv = inv.reshape(x.shape if axis is None else (x.shape[axis],)).astype(np.int64)
+    out = (constant(vals),) + ((constant(inv),) if return_inverse else ()) + (
+        (constant(counts.astype(np.int64)),) if return_counts else ())
+    return out[0] if len(out) == 1 else out
+
+
+def _method_unique_consecutive(self: Tensor, return_inverse: bool = False,
+                               return_counts: bool = False, dim: Any = None) -> Any:
+    """Each run of equal values (or sub-tensors along ``dim``) collapsed to one."""
+    x = _unique_values(self, "unique_consecutive")
+    axis = 0 if dim is None else _dim_of(self, dim)
+    lanes = np.moveaxis(x.reshape(-1) if dim is None else x, axis, 0)
+    new = np.ones(lanes.shape[0], bool)
+    if lanes.shape[0] > 1:
+        new[1:] = (lanes[1:] != lanes[:-1]).reshape(lanes.shape[0] - 1, -1).any(axis=1)
+    inv = np.cumsum(new) - 1
+    vals = np.moveaxis(lanes[new], 0, axis)
+    counts = np.diff(np.append(np.flatnonzero(new), lanes.shape[0]))
+    out = (constant(vals),) + ((constant(inv.reshape(x.shape if dim is None else -1)),)
+                               if return_inverse else ()) + (
+        (constant(counts.astype(np.int64)),) if return_counts else ())
+    return out[0] if len(out) == 1 else out
+
+
+def _unique_values(x: Any, name: str) -> np.ndarray:
+    """The values of a tensor whose result's shape they decide: refused where they are not
+    known (inside vmap, torch.func refuses it too; while rlgrad.jit traces)."""
+    if type(x) is BatchedTensor:
+        raise RuntimeError(f"vmap: {name} gives a shape that depends on each slice's values; "
+                           "call it outside vmap")
+    if _Trace.compiling:
+        raise RuntimeError(f"rlgrad.jit: {name} gives a shape that depends on the values, which "
+                           "a compiled step cannot replay; call it outside jit")
+    return x._value
+
+
+def _method_bincount(self: Tensor, weights: Any = None, minlength: int = 0) -> Any:
+    """torch's: how often each value of a 1-D non-negative int tensor occurs (summing
+    ``weights`` instead if given: float64 unless they are float32/float16, as torch's)."""
+    x = _unique_values(self, "bincount")
+    if x.ndim != 1 or x.dtype.kind not in "iu" or (x.size and x.min() < 0):
+        raise RuntimeError("bincount only supports 1-d non-negative integral inputs")
+    if weights is None:
+        return constant(np.bincount(x, minlength=minlength).astype(np.int64))
+    w = np.asarray(_value(weights))
+    dt = w.dtype if w.dtype in (np.float32, np.float16) else np.dtype(np.float64)
+    return constant(np.bincount(x, weights=w, minlength=minlength).astype(dt))
+
+
+def _method_histc(self: Tensor, bins: int = 100, min: float = 0, max: float = 0) -> Any:  # noqa: A002
+    """torch's: a histogram of ``bins`` equal bins over [min, max] (the data's range when both
+    are 0), elements outside ignored; float, no gradient."""
+    x = _unique_values(self, "histc")
+    if x.dtype.kind != "f":
+        raise RuntimeError(f"histc: input must be floating point, got {x.dtype}")
+    lo, hi = (float(min), float(max)) if (min, max) != (0, 0) or not x.size else (
+        float(x.min()), float(x.max()))
+    if lo == hi:
+        lo, hi = lo - 1, hi + 1
+    if lo > hi:
+        raise RuntimeError(f"histc: max must be larger than min, got min={lo}, max={hi}")
+    return constant(np.histogram(x, bins=bins, range=(lo, hi))[0].astype(x.dtype))
+
+
+def _searchsorted(sorted_sequence: Any, values: Any, *, out_int32: bool = False,
+                  right: bool = False, side: Any = None, sorter: Any = None) -> Tensor:
+    """``torch.searchsorted``: for each value, the index where it would go in the (last axis
+    of the) sorted sequence; rows of an N-D sequence pair with the rows of ``values``."""
+    if side is not None:
+        right = side == "right"
+    seq = np.asarray(_value(sorted_sequence))
+    vals = np.asarray(_value(values))
+    if sorter is not None:
+        seq = np.take_along_axis(seq, np.asarray(_value(sorter)), -1)
+    kind = "right" if right else "left"
+    if seq.ndim <= 1:
+        out = np.searchsorted(seq, vals, side=kind)
+    else:
+        if seq.shape[:-1] != vals.shape[:-1]:
+            raise RuntimeError(f"searchsorted: boundaries {seq.shape} and input {vals.shape} must "
+                               "share their leading dimensions")
+        rows = seq.reshape(-1, seq.shape[-1])
+        out = np.stack([np.searchsorted(r, v, side=kind) for r, v in
+                        zip(rows, vals.reshape(len(rows), -1))]).reshape(vals.shape)
+    return constant(np.asarray(out, np.int32 if out_int32 else np.int64))
+
+
+def _bucketize(input: Any, boundaries: Any, *, out_int32: bool = False,  # noqa: A002
+               right: bool = False) -> Tensor:
+    """``torch.bucketize``: the bucket of each input among 1-D ``boundaries``."""
+    if np.ndim(_value(boundaries)) != 1:
+        raise RuntimeError("bucketize: boundaries must be 1-D")
+    return _searchsorted(boundaries, input, out_int32=out_int32, right=right)
+
+
+def _clamp_side(side: str) -> Callable:
+    def method(self: Tensor, bound: Any) -> Any:
+        return self.clamp(**{side: bound})
+
+    method.__name__ = method.__qualname__ = f"clamp_{side}"
+    return method
+
+
+def _install_issue29_methods() -> None:
+    T = Tensor
+    for name, fn in (("cummax", _method_cummax), ("cummin", _method_cummin),
+                     ("aminmax", _method_aminmax), ("index_fill", _method_index_fill),
+                     ("take", _method_take), ("renorm", _method_renorm),
+                     ("count_nonzero", _method_count_nonzero), ("as_strided", _method_as_strided),
+                     ("unique", _method_unique), ("unique_consecutive", _method_unique_consecutive),
+                     ("bincount", _method_bincount), ("histc", _method_histc),
+                     ("clamp_min", _clamp_side("min")), ("clamp_max", _clamp_side("max"))):
+        fn.__name__ = fn.__qualname__ = name
+        setattr(T, name, fn)
+    for name in ("index_fill", "clamp_min", "clamp_max", "nan_to_num", "renorm"):
+        setattr(T, name + "_", _inplace_of(getattr(T, name), name + "_"))
+
+
+_install_issue29_methods()
+
+
+# ---- the rest of what RL code calls (issue 29's survey), compositions of primitives ----------
+def _method_logit(self: Tensor, eps: Any = None) -> Any:
+    """``log(p / (1 - p))``, ``p`` clamped to [eps, 1 - eps] first when ``eps`` is given."""
+    p = self if eps is None else ops.clip(self, eps, 1 - eps)
+    return ops.log(p) - ops.log1p(-p)
+
+
+def _method_float_power(self: Tensor, exponent: Any) -> Any:
+    """``pow`` in float64, as torch's."""
+    other = _cast(exponent, np.float64) if isinstance(exponent, Tensor) else exponent
+    return ops.power(_cast(self, np.float64), other)
+
+
+def _method_copysign(self: Tensor, other: Any) -> Any:
+    """``|self|`` with ``other``'s sign (of -0.0 too); the gradient is ``sign`` times that."""
+    neg = rnp.signbit(other)
+    neg = neg if isinstance(neg, Tensor) else constant(np.asarray(neg))
+    x = self if self.dtype.kind == "f" else _cast(self, np.float32)
+    return ops.where(neg, -absolute(x), absolute(x))
+
+
+def _method_sum_to_size(self: Tensor, *size: Any) -> Any:
+    return ops.sum_to(self, _sizes(size))
+
+
+def _method_nansum(self: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    x = self if dtype is None else _cast(self, dtype)
+    zero = ops.where(ops.isnan(x), 0, x)
+    return zero.sum(dim, keepdim) if dim is not None else zero.sum()
+
+
+def _method_nanmean(self: Tensor, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> Any:
+    x = self if dtype is None else _cast(self, dtype)
+    kept = ops.astype(logical_not(ops.isnan(x)), x.dtype)
+    total = _method_nansum(x, dim, keepdim)
+    return total / (kept.sum(dim, keepdim) if dim is not None else kept.sum())
+
+
+def _method_quantile(self: Tensor, q: Any, dim: Any = None, keepdim: bool = False, *,
+                     interpolation: str = "linear") -> Any:
+    """torch's: the ``q``-quantiles (a number or a 1-D tensor: a leading dimension) along
+    ``dim`` (of the flattened tensor when None), through the sorted values (the gradient
+    reaches the two neighbours of each quantile, weighted as the interpolation)."""
+    if interpolation not in ("linear", "lower", "higher", "midpoint", "nearest"):
+        raise ValueError(f"quantile(): interpolation must be linear, lower, higher, midpoint or "
+                         f"nearest, got {interpolation!r}")
+    qs = np.asarray(_value(q), np.float64)
+    if qs.ndim > 1 or np.any((qs < 0) | (qs > 1)):
+        raise RuntimeError("quantile() q must be a scalar or 1-D tensor with values in [0, 1]")
+    x = reshape(self, (-1,)) if dim is None else self
+    d = 0 if dim is None else _dim_of(self, dim)
+    s = _method_sort(x, d)[0]
+    pos = qs * (x.shape[d] - 1)
+    lo, hi = np.floor(pos).astype(np.int64), np.ceil(pos).astype(np.int64)
+    frac = {"linear": pos - lo, "lower": 0 * pos, "higher": (hi > lo) * 1.0,
+            "midpoint": (hi > lo) * 0.5, "nearest": (np.round(pos) > lo) * 1.0}[interpolation]
+    shape = (-1,) + (1,) * (x.ndim - d - 1)
+    a, b = _along(s, d, lo.reshape(-1)), _along(s, d, hi.reshape(-1))
+    out = a + (b - a) * constant(frac.reshape(shape).astype(s.dtype))
+    out = ops.moveaxis(out, d, 0)  # torch puts the quantiles first
+    if keepdim:
+        out = ops.expand_dims(out, d + 1) if dim is not None else reshape(out, (-1,) + (1,) * self.ndim)
+    return reshape(out, tuple(out.shape)[1:]) if qs.ndim == 0 else out
+
+
+def _method_nanquantile(self: Tensor, q: Any, dim: Any = None, keepdim: bool = False, *,
+                        interpolation: str = "linear") -> Any:
+    if dim is None and not bool(np.any(np.isnan(self._value))):
+        return _method_quantile(self, q, None, keepdim, interpolation=interpolation)
+    if bool(np.any(np.isnan(self._value))):
+        raise NotImplementedError("nanquantile() of a tensor holding NaN is not supported by "
+                                  "rlgrad; drop the NaNs (x[~x.isnan()]) and call quantile")
+    return _method_quantile(self, q, dim, keepdim, interpolation=interpolation)
+
+
+def _method_unflatten(self: Tensor, dim: int, sizes: Any) -> Any:
+    d = _dim_of(self, dim)
+    return reshape(self, tuple(self.shape[:d]) + tuple(sizes) + tuple(self.shape[d + 1:]))
+
+
+def _method_addmm(self: Tensor, mat1: Any, mat2: Any, *, beta: float = 1, alpha: float = 1) -> Any:
+    """``beta * self + alpha * mat1 @ mat2`` (``self`` ignored when ``beta`` is 0, as torch)."""
+    prod = matmul(mat1, mat2)
+    prod = prod * alpha if alpha != 1 else prod
+    return prod if beta == 0 else (self * beta if beta != 1 else self) + prod
+
+
+def _method_masked_scatter(self: Tensor, mask: Any, source: Any) -> Any:
+    """torch's: ``source``'s first elements, in order, written where ``mask`` (broadcast to
+    self) holds; differentiable in both."""
+    m = np.broadcast_to(np.asarray(_value(mask), bool), tuple(self.shape))
+    n = int(m.sum())
+    if source.numel() < n:
+        raise RuntimeError(f"masked_scatter: the mask selects {n} elements but source has only "
+                           f"{source.numel()}")
+    taken = getitem(reshape(source, (-1,)), slice(0, n))
+    return ops.where(m, ops.untake(taken, m, tuple(self.shape)), self)
+
+
+def _method_index_copy(self: Tensor, dim: int, index: Any, source: Any) -> Any:
+    """``source``'s slices written at ``index`` along ``dim`` (``index_put`` along one axis)."""
+    d = _dim_of(self, dim)
+    idx = _index_vector(index, "index_copy")
+    _check_in(idx, self.shape[d] if self.ndim else 1, "index_copy", d)
+    return index_put(self, (slice(None),) * d + (idx,), source)
+
+
+def _method_put(self: Tensor, index: Any, source: Any, accumulate: bool = False) -> Any:
+    """torch's ``put``: ``source`` written (or added) at ``index`` of the flattened tensor."""
+    idx = _index_key(index)
+    _check_in(idx, max(self.numel(), 1), "put", 0)
+    flat = index_put(reshape(self, (-1,)), (reshape(idx, (-1,)) if isinstance(idx, Tensor) else
+                                            np.reshape(idx, -1),),
+                     reshape(source, (-1,)), accumulate)
+    return reshape(flat, tuple(self.shape))
+
+
+def _method_scatter_reduce(self: Tensor, dim: int, index: Any, src: Any, reduce: str, *,
+                           include_self: bool = True) -> Any:
+    """torch's ``scatter_reduce`` with ``reduce`` sum, prod, mean, amax or amin: positions no
+    index names keep ``self``; ``include_self=False`` leaves ``self`` out where they do."""
+    if reduce not in ("sum", "prod", "mean", "amax", "amin"):
+        raise RuntimeError(f"scatter_reduce(): reduce must be sum, prod, mean, amax or amin, got "
+                           f"{reduce!r}")
+    idx = _indices(index, "scatter_reduce")
+    d = _dim_of(self, dim)
+    _scatter_shapes(self, idx, src, d)
+    part = src[tuple(slice(0, k) for k in idx.shape)] if tuple(src.shape) != idx.shape else src
+    shape = tuple(self.shape)
+    count = ops.scatter_along_axis(np.ones(idx.shape, self.dtype), idx, d, shape)
+    hit = ops.greater(count, 0)
+    base = self if include_self else ops.where(hit, 0, self)
+    if reduce in ("sum", "mean"):
+        out = base + ops.scatter_along_axis(part, idx, d, shape)
+        return out if reduce == "sum" else out / (count + (1 if include_self else ops.where(hit, 0, 1)))
+    if reduce == "prod":
+        logs = ops.scatter_along_axis(ops.log(absolute(part)), idx, d, shape)
+        negs = ops.scatter_along_axis(ops.astype(ops.less(part, 0), self.dtype), idx, d, shape)
+        sign = 1 - 2 * ops.remainder(negs, 2)
+        return ops.where(hit, (base if include_self else 1) * sign * ops.exp(logs), self)
+    return _scatter_extreme(self, d, idx, part, reduce, include_self, hit)
+
+
+def _scatter_extreme(self: Tensor, d: int, idx: np.ndarray, part: Any, reduce: str,
+                     include_self: bool, hit: Any) -> Any:
+    """amax/amin: the extreme of each position's values through a sort-free fold: NumPy's
+    ``maximum.at`` on the values, then the gradient shared by the entries equal to it."""
+    ufunc = np.maximum if reduce == "amax" else np.minimum
+    fill = -np.inf if reduce == "amax" else np.inf
+    best = np.full(tuple(self.shape), fill, self.dtype)
+    full = np.indices(idx.shape)
+    full[d] = idx
+    ufunc.at(best, tuple(full), _value(part))
+    if include_self:
+        best = ufunc(best, self._value)
+    wins = ops.equal(part, ops.take_along_axis(constant(best), idx, d))
+    ties = ops.scatter_along_axis(ops.astype(wins, self.dtype), idx, d, tuple(self.shape))
+    self_wins = ops.equal(self, constant(best)) if include_self else constant(np.zeros(best.shape, bool))
+    n = ties + ops.astype(self_wins, self.dtype)
+    picked = ops.scatter_along_axis(ops.where(wins, part, 0), idx, d, tuple(self.shape))
+    picked = picked + ops.where(self_wins, self, 0)
+    return ops.where(hit, picked / ops.where(hit, n, 1), self)
+
+
+def _method_stride(self: Tensor, dim: Any = None) -> Any:
+    """The strides (in elements) of a contiguous tensor of this shape: rlgrad has no storage."""
+    out, acc = [], 1
+    for n in reversed(tuple(self.shape)):
+        out.append(acc)
+        acc *= max(n, 1)
+    strides = tuple(reversed(out))
+    return strides if dim is None else strides[_dim_of(self, dim)]
+
+
+def _tensor_format(self: Tensor, spec: str) -> str:
+    """``f"{loss:.3f}"``: a 0-d tensor formats as its number, as torch's."""
+    if self.ndim == 0 and type(self) is Tensor:
+        return self.item().__format__(spec)
+    return object.__format__(self, spec)
+
+
+def _bits(name: str, fn: Any, swap: bool = False) -> Callable:
+    """``a ^ b``, ``a << b`` ... on integer and bool tensors (no gradient exists)."""
+    def op(self: Tensor, other: Any) -> Any:
+        a, b = (_value(other), self._value) if swap else (self._value, _value(other))
+        if np.result_type(a, b).kind not in "biu":
+            raise TypeError(f"{name}: only integer and bool tensors, got {np.result_type(a, b)}")
+        return constant(np.asarray(fn(a, b)))
+
+    op.__name__ = op.__qualname__ = name
+    return op
+
+
+def _numpy_force(plain: Callable) -> Callable:
+    def numpy(self: Tensor, *, force: bool = False) -> np.ndarray:
+        """The values as an ndarray; ``force=True`` detaches first (torch's)."""
+        return plain(self.detach() if force else self)
+
+    return numpy
+
+
+def _install_survey_methods() -> None:
+    T = Tensor
+    for name, fn, swap in (("__xor__", np.bitwise_xor, False), ("__rxor__", np.bitwise_xor, True),
+                           ("__lshift__", np.left_shift, False), ("__rshift__", np.right_shift, False),
+                           ("__rlshift__", np.left_shift, True), ("__rrshift__", np.right_shift, True)):
+        setattr(T, name, _bits(name, fn, swap))
+    T.bitwise_left_shift, T.bitwise_right_shift = T.__lshift__, T.__rshift__
+    T.numpy = _numpy_force(T.numpy)
+    T.mH = property(lambda self: self.mT)  # real tensors: the conjugate is the tensor itself
+    T.H = property(lambda self: self.T)
+    for name, fn in (("logit", _method_logit), ("float_power", _method_float_power),
+                     ("copysign", _method_copysign), ("sum_to_size", _method_sum_to_size),
+                     ("nansum", _method_nansum), ("nanmean", _method_nanmean),
+                     ("quantile", _method_quantile), ("nanquantile", _method_nanquantile),
+                     ("unflatten", _method_unflatten), ("addmm", _method_addmm),
+                     ("masked_scatter", _method_masked_scatter), ("index_copy", _method_index_copy),
+                     ("put", _method_put), ("scatter_reduce", _method_scatter_reduce),
+                     ("stride", _method_stride)):
+        fn.__name__ = fn.__qualname__ = name
+        setattr(T, name, fn)
+    T.__format__ = _tensor_format
+    T.sgn = lambda self: self.sign()  # (real tensors: sign)
+    T.fix = lambda self: self.trunc()
+    T.signbit = lambda self: rnp.signbit(self) if not isinstance(self._value, np.ndarray) else \
+        constant(np.signbit(self._value))
+    T.byte = lambda self: _cast(self, np.uint8)
+    T.char = lambda self: _cast(self, np.int8)
+    T.short = lambda self: _cast(self, np.int16)
+    T.is_contiguous = lambda self, memory_format=None: True
+    T.storage_offset = lambda self: 0
+    T.element_size = lambda self: self.dtype.itemsize
+    T.data_ptr = lambda self: int(self._value.ctypes.data)
+    T.share_memory_ = lambda self: self
+    T.is_shared = lambda self: False
+    for name in ("pow", "cumsum", "copysign", "masked_scatter", "index_copy", "put",
+                 "scatter_reduce", "addmm", "logit"):
+        setattr(T, name + "_", _inplace_of(getattr(T, name), name + "_"))
+
+
+_install_survey_methods()

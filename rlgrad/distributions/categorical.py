@@ -21,16 +21,16 @@ from rlgrad.distributions.distribution import (
     _as_param,
     _data,
     _float_dtype,
+    _noise,
     _params,
     _shape_tuple,
-    _uniform,
     _validating,
     tracing,
 )
-from rlgrad.random import default_generator, numpy_generator
+from rlgrad.random import default_generator, draw, numpy_generator
 from rlgrad.special import xlogy
 from rlgrad.tensor import Tensor, _const, _Trace
-from rlgrad.tracer import defbatch, defjvp_is_linear, defvjp, mark_cut, primitive
+from rlgrad.tracer import VMAP_LEVELS, defbatch, defjvp_is_linear, defvjp, mark_cut, primitive
 from rlgrad.typing import ArrayLike, GeneratorLike, ShapeLike
 
 __all__ = ["Categorical", "Bernoulli"]
@@ -268,6 +268,8 @@ class Categorical(Distribution):
         cumulative (unnormalised) mass exceeds ``u * total``, so zero-probability (masked)
         categories are never drawn.
         """
+        if VMAP_LEVELS:
+            return self._sample_batched(sample_shape, generator)
         rng = default_generator._rng if generator is None else numpy_generator(generator)
         if sample_shape == () and not self._batch_shape and self._num_events <= _SMALL_K:
             return mark_cut(_const(np.int64(self._sample_row(rng.random()))), "sample",
@@ -276,6 +278,21 @@ class Categorical(Distribution):
         idx = inverse_cdf(cdf, rng.random(_shape_tuple(sample_shape) + self._batch_shape))
         src = self._probs_in if self._logits_in is None else self._logits_in
         return mark_cut(_const(np.asarray(idx, dtype=np.int64)), "sample", (src,))
+
+    def _sample_batched(self, sample_shape: Any, generator: Any) -> Tensor:
+        """``sample`` inside vmap: ``inverse_cdf``'s rule with tensors (the parameters may be
+        batched), the uniforms drawn as the vmap's ``randomness`` says (one per slice with
+        'different': the same draws as the unbatched call with the same seed)."""
+        src = self._probs_in if self._logits_in is None else self._logits_in
+        x = ops.stop_gradient(src)
+        if self._logits_in is not None:
+            x = ops.exp(x - ops.max(x, axis=-1, keepdims=True))
+        cdf = ops.cumsum(x, axis=-1)
+        u = draw(lambda rng, s: rng.random(s), _shape_tuple(sample_shape) + self._batch_shape, generator)
+        t = ops.multiply(u, cdf[..., -1])
+        below = ops.astype(ops.less_equal(cdf[..., :-1], ops.expand_dims(t, -1)), np.int64)
+        idx = ops.sum(below, axis=-1)
+        return mark_cut(idx, "sample", (src,))
 
     def _sample_row(self, u: float) -> int:
         row = self._row
@@ -459,9 +476,12 @@ class Bernoulli(Distribution):
         return self._logits
 
     def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
+        shape = _shape_tuple(sample_shape) + self._batch_shape
+        u = _noise("uniform", generator, shape, self.probs.dtype)
+        if VMAP_LEVELS:  # batched probabilities or draws: compared as tensors
+            hit = ops.less(u, ops.stop_gradient(self.probs))
+            return mark_cut(ops.astype(hit, self.probs.dtype), "sample", (self.probs,))
         p = self.probs._value
-        rng = numpy_generator(generator)
-        u = _uniform(rng, _shape_tuple(sample_shape) + self._batch_shape, p.dtype)
         return mark_cut(_const((u < p).astype(p.dtype)), "sample", (self.probs,))
 
     def log_prob(self, value: Tensor) -> Tensor:

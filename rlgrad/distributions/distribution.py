@@ -23,7 +23,7 @@ import numpy as np
 
 from rlgrad import ops
 from rlgrad.distributions import constraints
-from rlgrad.random import numpy_generator
+from rlgrad.random import draw, numpy_generator
 from rlgrad.tensor import Tensor, _const, _Trace, get_default_dtype
 from rlgrad.tracer import VMAP_LEVELS, mark_cut
 from rlgrad.typing import GeneratorLike, ShapeLike
@@ -275,6 +275,16 @@ def _standard_normal(rng: np.random.Generator, shape: tuple[int, ...], dtype: np
     if dtype == np.float32 or dtype == np.float64:
         return rng.standard_normal(shape, dtype=dtype)
     return rng.standard_normal(shape).astype(dtype)
+
+
+def _noise(kind: str, generator: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+    """Standard-normal (``kind="normal"``) or uniform noise of ``shape``, drawn as vmap's
+    ``randomness`` wants it (``rlgrad.random.draw``): an array, or under randomness='different'
+    a tensor batched at those levels."""
+    fn = _standard_normal if kind == "normal" else _uniform
+    if not VMAP_LEVELS:  # (draw's common case, without the closure)
+        return fn(numpy_generator(generator), shape, dtype)
+    return draw(lambda rng, s: fn(rng, s, dtype), shape, generator)
 
 
 def _uniform(rng: np.random.Generator, shape: tuple[int, ...], dtype: np.dtype) -> Any:

@@ -13,15 +13,14 @@ from rlgrad.distributions import constraints
 from rlgrad.distributions.distribution import (
     Distribution,
     _data,
+    _noise,
     _params,
-    _rng,
     _shape_tuple,
-    _standard_normal,
     _sum_rightmost,
 )
 from rlgrad.special import erf, erfinv
 from rlgrad.tensor import Tensor, _const
-from rlgrad.tracer import mark_cut
+from rlgrad.tracer import VMAP_LEVELS, mark_cut
 from rlgrad.typing import ArrayLike, GeneratorLike, ShapeLike
 
 __all__ = ["Normal", "Independent", "DiagNormal", "MultivariateNormalDiag", "TanhNormal"]
@@ -50,18 +49,22 @@ class Normal(Distribution):
             self._check_arg("loc", self.loc, constraints.real)
             self._check_arg("scale", self.scale, constraints.positive, _SCALE_HINT)
 
-    def _eps(self, sample_shape: Any, generator: Any) -> np.ndarray:
+    def _eps(self, sample_shape: Any, generator: Any) -> Any:
         shape = _shape_tuple(sample_shape) + self._batch_shape
-        return _standard_normal(_rng(generator), shape, self.loc._value.dtype)
+        return _noise("normal", generator, shape, self.loc.dtype)
 
     def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         eps = self._eps(sample_shape, generator)
+        if VMAP_LEVELS:  # batched parameters or noise: computed with tensors, then cut
+            out = ops.stop_gradient(self.loc + self.scale * eps)
+        else:
+            out = _const(self.loc._value + self.scale._value * eps)
         # mark_cut: rlgrad.explain names sample() as the op that cut loc/scale's gradient path
-        return mark_cut(_const(self.loc._value + self.scale._value * eps), "sample",
-                        (self.loc, self.scale))
+        return mark_cut(out, "sample", (self.loc, self.scale))
 
     def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
-        return self.loc + self.scale * _const(self._eps(sample_shape, generator))
+        eps = self._eps(sample_shape, generator)
+        return self.loc + self.scale * (eps if isinstance(eps, Tensor) else _const(eps))
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from rlgrad.nn import functional, init, utils
+from rlgrad.nn import layers_extra as _layers_extra
 from rlgrad.nn.attention import MultiheadAttention, TransformerEncoderLayer
 from rlgrad.nn.layers import (
     ELU,
@@ -29,6 +30,7 @@ from rlgrad.nn.layers import (
     Softplus,
     Tanh,
 )
+from rlgrad.nn.layers_extra import *  # noqa: F403 - Conv1d, the poolings, more activations
 from rlgrad.nn.losses import (
     BCELoss,
     BCEWithLogitsLoss,
@@ -53,3 +55,4 @@ __all__ = [
     "MSELoss", "HuberLoss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
     "BCELoss", "KLDivLoss",
 ]
+__all__ += _layers_extra.__all__

@@ -21,12 +21,12 @@ from rlgrad import ops
 from rlgrad import special as _special
 from rlgrad.batching import BatchedTensor, every_slice
 from rlgrad.indexing import one_hot as _one_hot
-from rlgrad.random import numpy_generator as _numpy_generator
+from rlgrad.random import draw as _draw
 from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
 
 if TYPE_CHECKING:
     from rlgrad.tracer import PrimitiveFunction
-    from rlgrad.typing import DTypeLike, PadMode
+    from rlgrad.typing import DTypeLike, PadMode, ShapeLike
 from rlgrad.tracer import FUSED_PAIRS, defbatch, defjvp, defjvp_elementwise, defvjp, nobatch, primitive
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "softmax", "log_softmax", "logsumexp", "one_hot", "layer_norm", "flatten",
     "mse_loss", "l1_loss", "huber_loss", "smooth_l1_loss", "cross_entropy", "nll_loss",
     "binary_cross_entropy_with_logits", "binary_cross_entropy", "kl_div", "normalize", "pad",
+    "conv1d", "conv_transpose2d",
 ]
 
 
@@ -566,11 +567,12 @@ def _folded_weight_grad(xp: np.ndarray, g: np.ndarray, w_shape: tuple[int, ...],
 
 
 _conv2d_p = primitive(_conv2d_fwd, "conv2d")
-defbatch(_conv2d_p, "merge_first")
+defbatch(_conv2d_p, "conv2d")
 conv2d_input_grad = primitive(_conv2d_input_grad_fwd, "conv2d_input_grad")
 conv2d_weight_grad = primitive(_conv2d_weight_grad_fwd, "conv2d_weight_grad")
-for _g in (conv2d_input_grad, conv2d_weight_grad):  # vmap differentiates the physical conv2d instead
-    nobatch(_g, "conv2d's gradients are taken on the batched graph; call rlgrad.func.grad inside vmap")
+defbatch(conv2d_input_grad, "conv2d_input_grad")  # (conv_transpose2d's forward)
+nobatch(conv2d_weight_grad, "conv2d's gradients are taken on the batched graph; call rlgrad.func.grad "
+        "inside vmap")  # vmap differentiates the physical conv2d instead
 
 defvjp(
     _conv2d_p,
@@ -643,6 +645,39 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: An
     return _conv2d_p(input, weight, bias, stride=stride, padding=padding)
 
 
+def conv_transpose2d(input: Tensor, weight: Tensor, bias: Tensor | None = None,  # noqa: A002
+                     stride: ShapeLike = 1, padding: ShapeLike = 0, output_padding: ShapeLike = 0,
+                     groups: int = 1, dilation: ShapeLike = 1) -> Tensor:
+    """torch's transposed convolution, input (N, C_in, H, W), weight (C_in, C_out, kh, kw): the
+    adjoint of ``conv2d(., weight)`` (its input-gradient primitive), so its gradients are the
+    other two conv2d primitives. ``groups`` and ``dilation`` other than 1 are not supported."""
+    if groups != 1 or dilation not in (1, (1, 1)):
+        raise NotImplementedError("conv_transpose2d: groups and dilation other than 1 are not "
+                                  "supported by rlgrad")
+    (sh, sw), (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
+    oph, opw = _pair(output_padding, "output_padding")
+    if oph >= sh or opw >= sw:
+        raise ValueError(f"conv_transpose2d: output_padding {(oph, opw)} must be smaller than the "
+                         f"stride {(sh, sw)}")
+    n, c, h, w = _shape(input)
+    _, co, kh, kw = _shape(weight)
+    if _shape(weight)[0] != c:
+        raise ValueError(f"conv_transpose2d: input has {c} channels but the weight {_shape(weight)} "
+                         f"expects {_shape(weight)[0]}")
+    out = (n, co, (h - 1) * sh - 2 * ph + kh + oph, (w - 1) * sw - 2 * pw + kw + opw)
+    y = conv2d_input_grad(input, weight, (sh, sw), (ph, pw), out)
+    return y if bias is None else y + ops.reshape(bias, (-1, 1, 1))
+
+
+def conv1d(input: Tensor, weight: Tensor, bias: Tensor | None = None,  # noqa: A002
+           stride: ShapeLike = 1, padding: ShapeLike = 0) -> Tensor:
+    """(N, C, L) with weight (O, C, k): ``conv2d`` on a height of one."""
+    s = stride if isinstance(stride, int | np.integer) else stride[0]
+    p = padding if isinstance(padding, int | np.integer) else padding[0]
+    out = conv2d(ops.expand_dims(input, 2), ops.expand_dims(weight, 2), bias, stride=(1, s), padding=(0, p))
+    return ops.squeeze(out, 2)
+
+
 # ---------------------------------------------------------------------------------------------
 # Activations
 # ---------------------------------------------------------------------------------------------
@@ -705,15 +740,18 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,  # 
     gets no gradient (PyTorch)."""
     if max_norm is not None:
         raise NotImplementedError("embedding: max_norm is not supported; renormalise the weight yourself")
-    idx = np.asarray(input._value if isinstance(input, Tensor) else input)
+    batched = isinstance(input, BatchedTensor)  # vmap: each slice reads its rows (checks see all)
+    vals = every_slice(input) if isinstance(input, BatchedTensor) else np.asarray(
+        input._value if isinstance(input, Tensor) else input)
     n = _shape(weight)[0]
-    if idx.dtype.kind not in "iu":
-        raise TypeError(f"embedding: indices must be integers, got dtype {idx.dtype}")
-    if idx.size and (idx.min() < 0 or idx.max() >= n):
-        raise IndexError(f"embedding: index {idx.min() if idx.min() < 0 else idx.max()} is out of "
+    if vals.dtype.kind not in "iu":
+        raise TypeError(f"embedding: indices must be integers, got dtype {vals.dtype}")
+    if vals.size and (vals.min() < 0 or vals.max() >= n):
+        raise IndexError(f"embedding: index {vals.min() if vals.min() < 0 else vals.max()} is out of "
                          f"range for {n} embeddings (0..{n - 1})")
+    idx = input if batched else vals
     rows = ops.getitem(weight, idx)
-    if padding_idx is None or not np.any(idx == padding_idx % n):
+    if padding_idx is None or not np.any(vals == padding_idx % n):
         return rows
     pad = (idx == padding_idx % n)[..., None]
     return ops.where(pad, ops.getitem(ops.stop_gradient(weight), idx), rows)
@@ -727,8 +765,10 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True) -> Tensor:  # 
         return input
     if p == 1.0:
         return input * 0.0
-    keep = _numpy_generator().random(_shape(input)) >= p
+    keep = _draw(lambda rng, s: rng.random(s), _shape(input)) >= p
     dt = _dtype(input)
+    if isinstance(keep, Tensor):  # vmap, randomness='different': a mask per slice
+        return input * (ops.astype(keep, dt) / dt.type(1.0 - p))
     return input * (keep.astype(dt) / dt.type(1.0 - p))
 
 
@@ -980,7 +1020,11 @@ def _class_axis_last(x: Any) -> Any:
 
 
 def _int_target(target: Any, where: str) -> np.ndarray:
+    """The target's array; under vmap a stand-in of one slice's shape (``_live_target`` gives the
+    batched target itself, ``_target_values`` every slice's values for the checks)."""
     t = target._value if isinstance(target, Tensor) else np.asarray(target)
+    if type(target) is BatchedTensor:
+        t = np.zeros(tuple(target.shape), target.dtype)
     if t.dtype.kind not in "iu":
         raise TypeError(
             f"{where}: target must hold integer class indices (got {t.dtype}); for class "
@@ -992,7 +1036,7 @@ def _int_target(target: Any, where: str) -> np.ndarray:
 def _live_target(target: Any, t: np.ndarray) -> Any:
     """The target to compute masks and indices from: while rlgrad.jit traces, the traced tensor
     (so the step recomputes them from each call's target), else its array ``t``."""
-    if _Trace.compiling and isinstance(target, Tensor):
+    if (_Trace.compiling and isinstance(target, Tensor)) or type(target) is BatchedTensor:
         return ops.reshape(target, t.shape) if target.shape != t.shape else target
     return t
 
@@ -1015,8 +1059,10 @@ def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore
         raise ValueError(f"nll_loss: target shape {t.shape} does not match input shape {shape} "
                          f"(expected {(shape[0],) + tuple(shape[2:])})")
     checked = np.where(t != ignore_index, t, 0)  # (while jit traces: the first call's, checked)
-    if checked.size and (checked.min() < 0 or checked.max() >= n_cls):
-        bad = checked[(checked < 0) | (checked >= n_cls)].flat[0]
+    every = every_slice(target) if type(target) is BatchedTensor else checked
+    every = np.where(every != ignore_index, every, 0)
+    if every.size and (every.min() < 0 or every.max() >= n_cls):
+        bad = every[(every < 0) | (every >= n_cls)].flat[0]
         raise IndexError(f"nll_loss: target {int(bad)} is out of bounds for {n_cls} classes")
     live = _live_target(target, t)
     valid = live != ignore_index
@@ -1204,3 +1250,9 @@ def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = N
             raise ValueError(f"pad: reflect padding ({lo}, {hi}) must be smaller than the "
                              f"dimension it pads ({n})")
     return _rnp.pad(input, widths, mode=_PAD_MODES[mode])
+
+
+from rlgrad.nn import functional_extra as _extra  # noqa: E402 - poolings, activations, losses
+from rlgrad.nn.functional_extra import *  # noqa: E402, F403
+
+__all__ += _extra.__all__

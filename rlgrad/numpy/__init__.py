@@ -71,7 +71,7 @@ from rlgrad.tracer import primitive as _primitive
 _exports.on_export(lambda e: _exports.add_names(globals(), e.numpy, e.fn, "rlgrad.numpy"))
 if TYPE_CHECKING:  # those names as the checker sees them (generated: rlgrad/_stubs.py)
     from rlgrad.numpy._declared import *  # noqa: F403
-    from rlgrad.typing import DTypeLike, PadMode
+    from rlgrad.typing import ArrayLike, DTypeLike, PadMode
 
 
 def _numpy_on_arrays(np_fn: Any) -> Any:
@@ -925,3 +925,25 @@ def _array_function(self: _Tensor, func: Any, types: Any, args: Any, kwargs: Any
 # installed on the class (the checker reads their types from rlgrad/_tensor_api.pyi)
 setattr(_Tensor, "__array_ufunc__", _array_ufunc)  # noqa: B010
 setattr(_Tensor, "__array_function__", _array_function)  # noqa: B010
+
+
+# The index halves of torch's cummax/cummin (their values are take_along_axis at these): recorded
+# as any gradient-free function, so a compiled step recomputes them and vmap batches them.
+def _running_index(x: Any, axis: int, better: Any) -> Any:
+    x = _np.moveaxis(_np.asarray(x), axis, -1)
+    run = better.accumulate(x, axis=-1)  # NaN propagates in both, as torch's
+    hit = (x == run) | _np.isnan(x)  # the last of equal extremes, as torch's
+    idx = _np.maximum.accumulate(_np.where(hit, _np.arange(x.shape[-1]), 0), axis=-1)
+    return _np.moveaxis(idx.astype(_np.int64), -1, axis)
+
+
+def cummax_indices(x: ArrayLike, axis: int = 0) -> ArrayLike:
+    return _running_index(x, axis, _np.maximum)
+
+
+def cummin_indices(x: ArrayLike, axis: int = 0) -> ArrayLike:
+    return _running_index(x, axis, _np.minimum)
+
+
+cummax_indices = _on_values(cummax_indices, batch="scan")
+cummin_indices = _on_values(cummin_indices, batch="scan")

@@ -20,7 +20,7 @@ from rlgrad.creation import stack, tensor
 from rlgrad.random import numpy_generator
 from rlgrad.tensor import Tensor
 
-__all__ = ["Dataset", "TensorDataset", "DataLoader", "default_collate"]
+__all__ = ["Dataset", "TensorDataset", "DataLoader", "default_collate", "Subset", "random_split"]
 
 
 class Dataset:
@@ -50,6 +50,42 @@ class TensorDataset(Dataset):
 
     def __len__(self) -> int:
         return self.tensors[0].shape[0]
+
+
+class Subset(Dataset):
+    """The samples of ``dataset`` at ``indices``, in that order (torch's)."""
+
+    def __init__(self, dataset: Any, indices: Sequence[int]) -> None:
+        self.dataset, self.indices = dataset, list(indices)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, list):
+            return [self.dataset[self.indices[i]] for i in index]
+        return self.dataset[self.indices[index]]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def random_split(dataset: Any, lengths: Sequence[float], generator: Any = None) -> list[Subset]:
+    """torch's: ``dataset`` cut into disjoint random subsets of the given lengths, or of the given
+    fractions of it (the remainder dealt one by one from the first, as torch does)."""
+    n = len(dataset)
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        sizes = [int(math.floor(n * f)) for f in lengths]
+        for i in range(n - sum(sizes)):
+            sizes[i % len(sizes)] += 1
+    else:
+        sizes = [int(v) for v in lengths]
+    if sum(sizes) != n:
+        raise ValueError(f"random_split: the lengths {list(lengths)} do not add up to the "
+                         f"dataset's {n} samples (or fractions to 1)")
+    perm = numpy_generator(generator).permutation(n).tolist()
+    out, start = [], 0
+    for size in sizes:
+        out.append(Subset(dataset, perm[start:start + size]))
+        start += size
+    return out
 
 
 def default_collate(batch: Sequence[Any]) -> Any:
