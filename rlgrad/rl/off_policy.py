@@ -160,6 +160,10 @@ class PolicyView:
         for m in self._algo._modules().values():
             m.train(mode)
 
+    def reset_noise(self, batch_size: int = 1) -> None:
+        """SB3's: new gSDE exploration matrices of the actor (SAC with ``use_sde``)."""
+        self._algo.actor.reset_noise(None, batch_size)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._algo, name)
 

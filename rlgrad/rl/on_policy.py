@@ -40,14 +40,23 @@ def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
 _LOSS_TERMS = ("policy_loss", "value_loss", "entropy_loss")
 
 
+def entropy_of(dist: Any, log_prob: Any) -> Any:
+    """``dist``'s entropy, or SB3's one-sample estimate ``-log_prob`` of the batch's actions when
+    it has no closed form (gSDE's tanh-squashed actions)."""
+    if getattr(dist, "squash_output", False) and log_prob is not None:
+        return -log_prob
+    return dist.entropy()
+
+
 def with_value_and_entropy(policy_loss: Any, values: Any, dist: Any, b: dict[str, Any],
-                           use_entropy: bool) -> tuple[Any, dict[str, Any]]:
+                           use_entropy: bool, log_prob: Any = None
+                           ) -> tuple[Any, dict[str, Any]]:
     """``policy_loss + vf_coef * value loss (- ent_coef * entropy)``, the terms every on-policy
     loss shares (rows weighted by ``b["weights"]``, coefficients in ``b["coefs"]``), and the
     terms to log."""
     w = b["weights"]
     value_loss = (w * ops.square(b["returns"] - values)).sum()
-    entropy_loss = -(w * dist.entropy()).sum()
+    entropy_loss = -(w * entropy_of(dist, log_prob)).sum()
     loss = policy_loss + b["coefs"][0] * value_loss
     if use_entropy:
         loss = loss + b["coefs"][1] * entropy_loss
@@ -60,6 +69,7 @@ POLICY_DEFAULTS: dict[str, Any] = {
     "net_arch": None, "activation_fn": "tanh", "ortho_init": True, "log_std_init": 0.0,
     "init_seed": None, "features_extractor_class": None, "features_extractor_kwargs": None,
     "share_features_extractor": True, "normalize_images": None,
+    "full_std": True, "use_expln": False, "squash_output": False,  # gSDE's (with use_sde)
 }
 
 
@@ -76,10 +86,13 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                  normalize: bool | dict[str, Any] = False, policy_kwargs: dict | None = None,
                  seed: int | None = None, verbose: int = 0, rollout_buffer_class: str | None = None,
                  rollout_buffer_kwargs: dict[str, Any] | None = None,
+                 use_sde: bool = False, sde_sample_freq: int = -1,
                  **env_options: Any) -> None:
         super().__init__(env, seed=seed, n_envs=n_envs, normalize=normalize,
                          learning_rate=learning_rate, gamma=gamma, policy_kwargs=policy_kwargs,
                          verbose=verbose, **env_options)
+        # gSDE: exploration matrices drawn per rollout, or every sde_sample_freq steps (> 0)
+        self.use_sde, self.sde_sample_freq = bool(use_sde), int(sde_sample_freq)
         self.n_steps = int(n_steps)
         self.gae_lambda = float(gae_lambda)
         self.ent_coef = float(ent_coef)
@@ -114,6 +127,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         (SB3's ``PPO(CustomPolicy, env)``: its constructor takes ``policy_kwargs`` as SB3's)."""
         if self.policy_class is not None:
             kw = self.net_kwargs(**{k: None for k in self.policy_kwargs})
+            if self.use_sde:
+                kw["use_sde"] = True
             return self.policy_class(self.observation_space, self.action_space, self.lr_schedule,
                                      **kw)
         cnn = self.policy_name == "CnnPolicy"
@@ -127,7 +142,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         space = self.observation_space
         if isinstance(space, spaces.Dict):
             space = spaces.Box(-np.inf, np.inf, (flat_obs_dim(space),), np.float32)
-        return ActorCriticPolicy(space, self.action_space, cnn=cnn,
+        return ActorCriticPolicy(space, self.action_space, cnn=cnn, use_sde=self.use_sde,
                                  **self.net_kwargs(**POLICY_DEFAULTS, **extra))
 
     def _make_rollout_buffer(self, *args: Any, **kwargs: Any) -> RolloutBuffer:
@@ -149,6 +164,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
             return actions
         if self.policy.multi:
             return action_dists.to_env(self.action_space, actions)
+        if self.policy.squash_output:  # gSDE's tanh-squashed actions, onto the bounds
+            return self.policy.unscale_action(actions)
         # the Gaussian policy is unbounded: clip to the box, store the unclipped action
         return np.clip(actions, self._low, self._high)
 
@@ -168,8 +185,13 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         fused = policy.fused_numpy()
         act, step, add = self._rollout_actor(), adapter.step, buf.add  # bound once: every step
         clip = self._to_env if self._clip_actions else None
+        sde_freq = self.sde_sample_freq if self.use_sde else 0
+        if self.use_sde:
+            policy.reset_noise(n, rng)
         with rlgrad.no_grad():
-            for _ in range(self.n_steps):
+            for t in range(self.n_steps):
+                if sde_freq > 0 and t > 0 and t % sde_freq == 0:
+                    policy.reset_noise(n, rng)
                 actions, values, log_probs = act(obs, rng, fused)
                 raw, rew, term, trunc, valid, final = step(actions if clip is None
                                                            else clip(actions))
@@ -227,8 +249,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         """
         dist, values = self.policy.distribution_and_value(b["obs"])  # a CNN trunk runs once
         w = b["weights"]
-        policy_loss = -(w * dist.log_prob(b["actions"]) * b["advantages"]).sum()
-        return with_value_and_entropy(policy_loss, values, dist, b, use_entropy)
+        log_prob = dist.log_prob(b["actions"])
+        policy_loss = -(w * log_prob * b["advantages"]).sum()
+        return with_value_and_entropy(policy_loss, values, dist, b, use_entropy, log_prob)
 
     def _loss_step(self, compiled: bool) -> Any:
         """``self.loss`` and its gradient w.r.t. the optimizer's parameters as one step, compiled
@@ -259,7 +282,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         lg.record("train/explained_variance",
                   explained_variance(flat.old_values[valid], flat.returns[valid]))
         lg.record("train/n_updates", self._n_updates)
-        if not self.policy.discrete and not self.policy.multi:
+        if self.use_sde:
+            lg.record("train/std", float(self.policy.sde_std().mean()))
+        elif not self.policy.discrete and not self.policy.multi:
             lg.record("train/std", float(np.exp(self.policy.log_std._value).mean()))
 
     def _will_log(self) -> bool:
