@@ -99,8 +99,8 @@ def test_std_shapes_and_expln():
         np.testing.assert_allclose(p.get_std()._value, np.full((8, 3), np.exp(0.7)), rtol=1e-6)
     p = ActorCriticPolicy(OBS, ACT, net_arch=[8], use_sde=True, use_expln=True,
                           log_std_init=0.7, init_seed=0)
-    # expln: log1p(x) + 1 above zero (SB3's, plus its epsilon)
-    np.testing.assert_allclose(p.get_std()._value, np.full((8, 3), np.log1p(0.7) + 1.0 + 1e-6),
+    # expln: log1p(x + eps) + 1 above zero (SB3's)
+    np.testing.assert_allclose(p.get_std()._value, np.full((8, 3), np.log1p(0.7 + 1e-6) + 1.0),
                                rtol=1e-6)
 
 
