@@ -52,3 +52,92 @@ def test_preprocess_obs_matches_sb3(space, normalize_images):
     assert all(isinstance(t, rlgrad.Tensor) for t in leaves)
     _check({k: v._value for k, v in arrays.items()} if isinstance(arrays, dict)
            else arrays._value, ref)
+
+
+# ---- Dict observations with image entries in A2C / PPO (CombinedExtractor) ------------------
+MULTI = spaces.Dict({"img": spaces.Box(0, 255, (1, 36, 36), np.uint8),
+                     "vec": spaces.Box(0, 1, (5,), np.float64), "d": spaces.Discrete(3)})
+
+
+def _sb3_key(key):
+    """SB3's NatureCNN keys (cnn.0, linear.0) for rlgrad's one Sequential (0, 7)."""
+    for mine, theirs in ((".img.7.", ".img.linear.0."), (".img.0.", ".img.cnn.0."),
+                         (".img.2.", ".img.cnn.2."), (".img.4.", ".img.cnn.4.")):
+        key = key.replace(mine, theirs)
+    return key
+
+
+def test_combined_extractor_flat_rows_match_dicts_and_sb3():
+    from rlgrad.rl.envs import preprocess_obs as flat_rows
+    from rlgrad.rl.layers import CombinedExtractor
+
+    sb3_layers = pytest.importorskip("stable_baselines3.common.torch_layers")
+    ext = CombinedExtractor(MULTI, cnn_output_dim=16)
+    ref = sb3_layers.CombinedExtractor(MULTI, cnn_output_dim=16)
+    ref.load_state_dict({_sb3_key(f"extractors.{k}"): th.tensor(np.asarray(v))
+                         for k, v in ext.extractors.state_dict().items()}, strict=True)
+    obs = _batch(MULTI, n=5)
+    from_dict = ext(obs)._value
+    from_rows = ext(flat_rows(obs, MULTI))._value  # the loops' flat rows
+    np.testing.assert_allclose(from_rows, from_dict, rtol=1e-6)
+    with th.no_grad():
+        expected = ref(sb3_pre.preprocess_obs(_torch(obs), MULTI)).numpy()
+    np.testing.assert_allclose(from_dict, expected, rtol=1e-4, atol=1e-5)
+    assert ext.features_dim == ref.features_dim == 16 + 5 + 3
+
+
+def test_ppo_multi_input_policy_learns_simple_multi_obs_env():
+    """Images (channels last: transposed as SB3's VecTransposeImage does) and vectors through
+    CombinedExtractor in PPO's loop: the return is well above the untrained policy's."""
+    from rlgrad.rl import PPO, evaluate_policy
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+    from rlgrad.rl.common.vec_env import VecTransposeImage, is_vecenv_wrapped
+
+    np.random.seed(0)  # the env's observations are drawn from NumPy's global generator
+    env = SimpleMultiObsEnv(random_start=True)
+    model = PPO("MultiInputPolicy", env, n_steps=512, batch_size=128, n_epochs=4, seed=0,
+                gamma=0.95, learning_rate=1e-3, ent_coef=0.01,
+                policy_kwargs=dict(net_arch=[32], features_extractor_kwargs=dict(cnn_output_dim=16)))
+    assert is_vecenv_wrapped(model.get_env(), VecTransposeImage)
+    assert model.observation_space["img"].shape == (1, 64, 64)
+    assert type(model.policy.features_extractor).__name__ == "CombinedExtractor"
+    np.random.seed(1)
+    before, _ = evaluate_policy(model, env, n_eval_episodes=30, deterministic=False)
+    model.learn(2048)
+    np.random.seed(1)
+    after, _ = evaluate_policy(model, env, n_eval_episodes=30, deterministic=False)
+    assert after > before + 2.5, (before, after)
+    obs, _ = env.reset()
+    action, _ = model.predict(obs, deterministic=True)  # channels last, as the env gives it
+    assert action.shape == ()
+
+
+@pytest.mark.parametrize("algo", ["SAC", "DQN"])
+def test_off_policy_dict_images_refused_in_one_line(algo):
+    import rlgrad.rl as rl
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    env = SimpleMultiObsEnv(discrete_actions=algo == "DQN")
+    with pytest.raises(ValueError, match="image entries, which need CombinedExtractor"):
+        getattr(rl, algo)("MultiInputPolicy", env)
+
+
+def test_nested_dict_raises_not_implemented_as_sb3():
+    from rlgrad.rl import PPO
+    from rlgrad.rl.envs import NestedSpaceError
+
+    space = spaces.Dict({"a": spaces.Dict({"b": spaces.Box(0, 1, (2,))})})
+    import gymnasium as gym
+
+    class Nested(gym.Env):
+        observation_space, action_space = space, spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            return space.sample(), {}
+
+        def step(self, action):
+            return space.sample(), 0.0, False, False, {}
+
+    with pytest.raises(NotImplementedError, match="nested observation spaces"):
+        PPO("MultiInputPolicy", Nested())
+    assert issubclass(NestedSpaceError, ValueError)

@@ -28,11 +28,13 @@ from rlgrad import threads
 from rlgrad.nn import init as nn_init
 from rlgrad.random import Generator, generator_state_dict, load_generator_state
 from rlgrad.rl.callbacks import BaseCallback, make_callback
+from rlgrad.rl.common.vec_env.vec_transpose import wrap_channels_last
 from rlgrad.rl.envs import (
     EnvLike,
     EpisodeStatistics,
     SpaceError,
     StepAdapter,
+    dict_has_images,
     env_name,
     find_episode_statistics,
     flat_obs_dim,
@@ -211,6 +213,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     _policy_name: str | None = None
     #: whether the algorithm has a CNN for image observations (``policy="CnnPolicy"``)
     cnn_policy: ClassVar[bool] = False
+    #: whether its policy takes Dict observations with image entries (CombinedExtractor)
+    dict_images: ClassVar[bool] = False
     #: rules of ``rlgrad.rl.ranges.RELATIONS`` (their text) that this algorithm does not need
     relations_not_applying: ClassVar[tuple[str, ...]] = ()
     #: whether ``env_runners > 0`` (rollouts on Ray actors, rlgrad.rl.distributed) is supported
@@ -257,6 +261,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.generator = Generator(self.seed)
         self.rng = self.generator.numpy
         self._check_finite = check_finite
+        env = wrap_channels_last(env)  # SB3's VecTransposeImage for channels-last images
         self._attach_env(make_vec_env(env, n_envs=n_envs, env_kwargs=env_kwargs,
                                       vectorization_mode=vectorization_mode,
                                       record_statistics=False), env)
@@ -345,6 +350,11 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             if name not in (None, "MultiInputPolicy"):
                 raise ValueError(f"{type(self).__name__}: You must use `MultiInputPolicy` when "
                                  f"working with dict observation space, not {name}")
+            if dict_has_images(self.observation_space) and not self.dict_images:
+                raise ValueError(f"{type(self).__name__}: the Dict observation space "
+                                 f"{self.observation_space} has image entries, which need "
+                                 "CombinedExtractor's CNNs: A2C and PPO have them, this "
+                                 "algorithm not yet; keep vector entries only")
             self.policy_name = "MultiInputPolicy"
             self.policy_kwargs = {**self.policy_aliases.get("MlpPolicy", {}), **self.policy_kwargs}
             return
@@ -588,6 +598,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     def set_env(self, env: Any, force_reset: bool = True) -> None:
         """Train on ``env`` from now on: the same spaces and number of copies (the buffers are
         sized by it); ``force_reset`` starts new episodes at the next ``learn``."""
+        env = wrap_channels_last(env)
         venv = make_vec_env(env, n_envs=self.n_envs, record_statistics=False)
         check_same_spaces(type(self).__name__, venv, self.observation_space, self.action_space)
         if venv.num_envs != self.n_envs:

@@ -24,7 +24,15 @@ from rlgrad.rl import action_dists
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import RolloutBatch, RolloutBuffer
 from rlgrad.rl.callbacks import BaseCallback
-from rlgrad.rl.envs import EnvLike, flat_obs_dim, is_image_space, obs_rows, obs_shape, preprocess_obs
+from rlgrad.rl.envs import (
+    EnvLike,
+    dict_has_images,
+    flat_obs_dim,
+    is_image_space,
+    obs_rows,
+    obs_shape,
+    preprocess_obs,
+)
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.sb3_args import buffer_class
@@ -77,6 +85,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 1
     cnn_policy = True  # ActorCriticPolicy has SB3's CnnPolicy form for image observations
+    dict_images = True  # and CombinedExtractor for Dict observations with image entries
     action_spaces = (spaces.Discrete, spaces.Box, *action_dists.MULTI_ACTION_SPACES)
     env_runner_sampling = True  # env_runners > 0: rollouts on Ray actors (rlgrad.rl.distributed)
 
@@ -138,9 +147,11 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     def _build_policy(self, cnn: bool, extra: dict[str, Any]) -> ActorCriticPolicy:
         """The actor-critic network, ``policy_kwargs`` over its defaults (RecurrentPPO's and
         MaskablePPO's hook). Dict observations reach it flattened (``envs.preprocess_obs``: the
-        vector entries side by side), so its network reads them as one Box."""
+        entries side by side), so its network reads vector-only ones as one Box; with image
+        entries it keeps the Dict space and ``CombinedExtractor`` reshapes each image back."""
         space = self.observation_space
-        if isinstance(space, spaces.Dict):
+        # (image entries: the Dict itself, for CombinedExtractor's CNNs on the flat rows)
+        if isinstance(space, spaces.Dict) and not dict_has_images(space):
             space = spaces.Box(-np.inf, np.inf, (flat_obs_dim(space),), np.float32)
         return ActorCriticPolicy(space, self.action_space, cnn=cnn, use_sde=self.use_sde,
                                  **self.net_kwargs(**POLICY_DEFAULTS, **extra))

@@ -32,6 +32,7 @@ from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std, s
 from rlgrad.nn import init
 from rlgrad.nn.functional import _linear, _linear_relu
 from rlgrad.rl import action_dists
+from rlgrad.rl.common.preprocessing import maybe_transpose
 from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs, space_str
 from rlgrad.rl.layers import (  # noqa: F401  (names the algorithms import from here)
     TRAINING_BYTES_PER_PARAM,
@@ -117,12 +118,14 @@ def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.nd
     """``act`` on a batch of preprocessed observations, for one observation or a batch (SB3's
     ``predict`` convention: ``(actions, None)``, one action for one observation)."""
     if isinstance(space, spaces.Dict) and isinstance(observation, dict):
-        obs: Any = {k: np.asarray(observation[k]) for k in space.spaces}
+        # channels-last image entries as the space has them (SB3's maybe_transpose)
+        obs: Any = {k: maybe_transpose(np.asarray(observation[k]), sub)
+                    for k, sub in space.spaces.items()}
         single = all(obs[k].shape == sub.shape for k, sub in space.spaces.items())
         if single:
             obs = {k: v[None] for k, v in obs.items()}
     else:
-        obs = np.asarray(observation)
+        obs = maybe_transpose(np.asarray(observation), space)
         check_observation(space, obs, observation)
         single = (obs.shape == space.shape if isinstance(space, spaces.Box | spaces.MultiBinary
                                                          | spaces.MultiDiscrete)
