@@ -48,6 +48,11 @@ def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
 _LOSS_TERMS = ("policy_loss", "value_loss", "entropy_loss")
 
 
+def _array(x: Any) -> np.ndarray:
+    """An rlgrad Tensor's, a torch tensor's (a custom policy's) or an array's values."""
+    return np.asarray(x.detach() if hasattr(x, "detach") else x)
+
+
 def entropy_of(dist: Any, log_prob: Any) -> Any:
     """``dist``'s entropy, or SB3's one-sample estimate ``-log_prob`` of the batch's actions when
     it has no closed form (gSDE's tanh-squashed actions)."""
@@ -230,8 +235,21 @@ class OnPolicyAlgorithm(BaseAlgorithm):
 
     def _rollout_actor(self) -> Any:
         """``act(obs, rng, fused) -> (actions, values, log_probs)`` for one rollout step (a
-        recurrent policy's carries its hidden state from step to step)."""
+        recurrent policy's carries its hidden state from step to step). A custom policy class
+        that overrides SB3's ``forward`` acts through it, as SB3's loop does (the plain path)."""
+        if self.policy_class is not None and (type(self.policy).forward
+                                              is not ActorCriticPolicy.forward):
+            return self._act_through_forward
         return self.policy.act
+
+    def _act_through_forward(self, obs: np.ndarray, rng: Any, fused: Any = None
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``policy(obs)``'s (actions, values, log-probabilities) as arrays (the reference the
+        NumPy acting of ``ActorCriticPolicy.act`` is tested against)."""
+        with rlgrad.no_grad():
+            actions, values, log_prob = self.policy(rlgrad.as_tensor(obs))
+        actions = _array(actions).reshape(len(obs), *self.rollout_buffer.actions.shape[2:])
+        return actions, _array(values).reshape(-1), _array(log_prob).reshape(-1)
 
     def _bootstrap_values(self, obs: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """V(obs) after the rollout's last step (``rows`` None), or of the final observations of

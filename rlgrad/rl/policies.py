@@ -773,6 +773,12 @@ class SquashedGaussianActor(nn.Module):
         log_std = self.log_std(h).clip(LOG_STD_MIN, LOG_STD_MAX)
         return TanhNormal(self.mu(h), log_std.exp())
 
+    def forward(self, obs: Any, deterministic: bool = False) -> Any:
+        """SB3's ``actor(obs)``: actions in [-1, 1], sampled (pathwise) unless ``deterministic``
+        (gSDE: drawn with a fresh exploration matrix)."""
+        dist = self.distribution(obs)
+        return dist.mode if deterministic else dist.rsample()
+
     # ---- gSDE noise -----------------------------------------------------------------------
     def sample_sde_weights(self, rng: np.random.Generator, n: int | None = None) -> np.ndarray:
         """Standard-normal ``E`` of shape ``(features, actions)``, or ``(n, features, actions)``."""
