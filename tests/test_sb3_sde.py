@@ -5,6 +5,7 @@ exploration matrices, its acting in NumPy against SB3's ``policy(obs)``, SB3's a
 the noise schedule of a rollout, and SAC's SB3 methods (``policy.reset_noise``,
 ``actor.get_std``)."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -135,7 +136,6 @@ def test_noise_resets_per_rollout_and_every_sde_sample_freq(freq, resets, monkey
 @pytest.mark.parametrize("cls", [A2C, PPO])
 def test_squashed_actions_stored_in_unit_box_sent_unscaled(cls):
     sent = []
-    import gymnasium as gym
 
     class Spy(gym.Wrapper):
         def step(self, action):
@@ -160,3 +160,51 @@ def test_sac_policy_reset_noise_and_actor_get_std():
     assert model.actor.sde_weights.shape == (3, 8, 1)
     np.testing.assert_allclose(model.policy.actor.get_std()._value, np.full((8, 1), np.exp(-2.0)),
                                rtol=1e-6)
+
+
+class Reach(gym.Env):
+    """x in [-1, 1] moved by 0.2 a each step, reward -|x|, 20 steps: a random policy scores
+    about -10, one that steers to 0 about -1."""
+
+    observation_space = spaces.Box(-1, 1, (1,), np.float32)
+    action_space = spaces.Box(-1, 1, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x, self.t = self.np_random.uniform(-1, 1), 0
+        return np.array([self.x], np.float32), {}
+
+    def step(self, a):
+        self.x = float(np.clip(self.x + 0.2 * float(np.clip(a[0], -1, 1)), -1, 1))
+        self.t += 1
+        return np.array([self.x], np.float32), -abs(self.x), False, self.t >= 20, {}
+
+
+def test_a2c_gsde_learns():
+    from rlgrad.rl import evaluate_policy
+
+    model = A2C("MlpPolicy", Reach(), use_sde=True, n_steps=8, learning_rate=3e-3, seed=0,
+                policy_kwargs=dict(log_std_init=-1, net_arch=[32]))
+    env = Reach()
+    env.reset(seed=5)
+    before, _ = evaluate_policy(model, env, n_eval_episodes=20, deterministic=False)
+    model.learn(4000)
+    after, _ = evaluate_policy(model, env, n_eval_episodes=20, deterministic=False)
+    assert before < -8 and after > -2.5, (before, after)
+
+
+@pytest.mark.parametrize("env_id, freq, std_shape",
+                         [("LunarLanderContinuous-v3", -1, (64, 2)),
+                          ("MountainCarContinuous-v0", 16, (64, 1))])
+def test_a2c_gsde_presets_build_and_run(env_id, freq, std_shape):
+    from rlgrad.rl import make_from_preset
+
+    if env_id.startswith("Lunar"):
+        pytest.importorskip("Box2D")
+    model, budget = make_from_preset("a2c", env_id, seed=0)
+    assert model.use_sde and model.sde_sample_freq == freq and model.n_envs == 4
+    assert model.policy.log_std.shape == std_shape and not model.policy.ortho_init
+    np.testing.assert_allclose(model.policy.log_std._value, -2.0 if env_id.startswith("Lunar")
+                               else 0.0)
+    model.learn(4 * 100)
+    assert budget in (5_000_000, 100_000)
