@@ -118,7 +118,7 @@ def test_off_policy_dict_images_refused_in_one_line(algo):
     from rlgrad.rl.common.envs import SimpleMultiObsEnv
 
     env = SimpleMultiObsEnv(discrete_actions=algo == "DQN")
-    with pytest.raises(ValueError, match="image entries, which need CombinedExtractor"):
+    with pytest.raises(ValueError, match="image entries need a CNN extractor"):
         getattr(rl, algo)("MultiInputPolicy", env)
 
 
@@ -141,3 +141,38 @@ def test_nested_dict_raises_not_implemented_as_sb3():
     with pytest.raises(NotImplementedError, match="nested observation spaces"):
         PPO("MultiInputPolicy", Nested())
     assert issubclass(NestedSpaceError, ValueError)
+
+
+# ---- image observations (test_cnn's checks) --------------------------------------------------
+def test_channels_last_images_wrapped_and_predicted_as_sb3():
+    from rlgrad.rl import A2C
+    from rlgrad.rl.common.envs import FakeImageEnv
+    from rlgrad.rl.common.vec_env import VecTransposeImage, is_vecenv_wrapped
+
+    env = FakeImageEnv(screen_height=40, screen_width=40, n_channels=1, discrete=True)
+    model = A2C("CnnPolicy", env, n_steps=8, seed=0,
+                policy_kwargs=dict(features_extractor_kwargs=dict(features_dim=16)))
+    assert is_vecenv_wrapped(model.get_env(), VecTransposeImage)
+    assert model.observation_space.shape == (1, 40, 40)
+    model.learn(16)
+    obs, _ = env.reset()  # (40, 40, 1): transposed for the policy, as SB3's predict does
+    a_last = model.predict(obs, deterministic=True)[0]
+    a_first = model.predict(np.transpose(obs, (2, 0, 1)), deterministic=True)[0]
+    assert a_last == a_first
+    first = FakeImageEnv(screen_height=40, screen_width=40, n_channels=1, channel_first=True)
+    model = A2C("CnnPolicy", first, n_steps=8, seed=0)
+    assert not is_vecenv_wrapped(model.get_env(), VecTransposeImage)
+
+
+def test_dqn_cnn_takes_sb3_features_extractor_kwargs_and_train_default():
+    from rlgrad.rl import DQN
+    from rlgrad.rl.common.envs import FakeImageEnv
+
+    env = FakeImageEnv(screen_height=36, screen_width=36, n_channels=1, discrete=True)
+    model = DQN("CnnPolicy", env, buffer_size=100, learning_starts=20, seed=0, batch_size=8,
+                policy_kwargs=dict(features_extractor_kwargs=dict(features_dim=8)))
+    assert model.q_net[0].features_dim == 8
+    model.learn(30)
+    before = [np.array(p._value) for p in model.q_net.parameters()]
+    model.train(gradient_steps=1)  # SB3's default batch_size (100)
+    assert any(not np.array_equal(b, p._value) for b, p in zip(before, model.q_net.parameters()))

@@ -351,10 +351,10 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                 raise ValueError(f"{type(self).__name__}: You must use `MultiInputPolicy` when "
                                  f"working with dict observation space, not {name}")
             if dict_has_images(self.observation_space) and not self.dict_images:
-                raise ValueError(f"{type(self).__name__}: the Dict observation space "
-                                 f"{self.observation_space} has image entries, which need "
-                                 "CombinedExtractor's CNNs: A2C and PPO have them, this "
-                                 "algorithm not yet; keep vector entries only")
+                raise ValueError(f"{type(self).__name__}: image entries need a CNN extractor "
+                                 "(CombinedExtractor), which A2C and PPO have and this "
+                                 f"algorithm not yet; the Dict observation space is "
+                                 f"{self.observation_space}: keep vector entries only")
             self.policy_name = "MultiInputPolicy"
             self.policy_kwargs = {**self.policy_aliases.get("MlpPolicy", {}), **self.policy_kwargs}
             return

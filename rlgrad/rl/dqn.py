@@ -140,12 +140,15 @@ class DQN(OffPolicyAlgorithm):
         (``policies.cnn_trunk``: Nature CNN for 84x84, MinAtar's for 10x10) then the MLP head.
         ``defaults``: a variant's own ``policy_kwargs`` keys (read by the variant)."""
         cnn = self.policy_name == "CnnPolicy"
-        extra = {"features_dim": None, "normalize_images": None} if cnn else {}
+        extra = {"features_dim": None, "normalize_images": None,
+                 "features_extractor_kwargs": None} if cnn else {}
         kw = self.net_kwargs(net_arch=None, activation_fn="relu", **defaults, **extra)
         arch = kw["net_arch"] if kw["net_arch"] is not None else ([] if cnn else [64, 64])
         if not cnn:
             return mlp([self.obs_dim, *arch, n_out], kw["activation_fn"])
-        trunk = cnn_trunk(self.observation_space, kw["features_dim"], kw["normalize_images"])
+        # SB3's features_extractor_kwargs=dict(features_dim=...) or rlgrad's features_dim
+        dim = (kw["features_extractor_kwargs"] or {}).get("features_dim", kw["features_dim"])
+        trunk = cnn_trunk(self.observation_space, dim, kw["normalize_images"])
         return nn.Sequential(trunk, *mlp([trunk.features_dim, *arch, n_out], kw["activation_fn"]))
 
     def q_values(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
@@ -236,7 +239,7 @@ class DQN(OffPolicyAlgorithm):
             return "step"  # (SB3's buffer classes: relabelled rows, per-row discounts)
         return self.target_path
 
-    def train(self, gradient_steps: int, batch_size: int) -> None:
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """``gradient_steps`` updates on minibatches drawn at once, their targets computed
         where ``train_target_path`` says."""
         self._set_lr(self.optimizer)

@@ -376,7 +376,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
             self.logger.dump(self.num_timesteps)
         return True
 
-    def train(self, gradient_steps: int, batch_size: int) -> None:
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         raise NotImplementedError
 
     # ---- shared pieces of the updates -----------------------------------------------------------
