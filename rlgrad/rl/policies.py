@@ -376,7 +376,7 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
             latent = self.mlp_extractor.latent_dim_pi
             shape = (latent, self.act_dim) if self.full_std else (latent, 1)
             self.log_std = nn.Parameter(np.full(shape, self.log_std_init, dtype=np.float32))
-            self.sde_weights = np.zeros((1, latent, self.act_dim), dtype=np.float32)
+            self.reset_noise(1)  # a first matrix, as SB3 draws at construction
         elif not self.discrete and not self.multi:
             self.log_std = nn.Parameter(np.full(self.act_dim, self.log_std_init, dtype=np.float32))
         if self.ortho_init:  # SB3's gains: sqrt(2) trunk and hidden, 0.01 policy head, 1 value head
