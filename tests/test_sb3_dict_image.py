@@ -112,14 +112,43 @@ def test_ppo_multi_input_policy_learns_simple_multi_obs_env():
     assert action.shape == ()
 
 
-@pytest.mark.parametrize("algo", ["SAC", "DQN"])
+@pytest.mark.parametrize("algo", ["SAC", "TD3", "DDPG"])
 def test_off_policy_dict_images_refused_in_one_line(algo):
     import rlgrad.rl as rl
     from rlgrad.rl.common.envs import SimpleMultiObsEnv
 
-    env = SimpleMultiObsEnv(discrete_actions=algo == "DQN")
-    with pytest.raises(ValueError, match="image entries need a CNN extractor"):
+    env = SimpleMultiObsEnv(discrete_actions=False)
+    with pytest.raises(ValueError, match="image entries need a CNN extractor") as e:
         getattr(rl, algo)("MultiInputPolicy", env)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("algo", ["DQN", "QRDQN", "C51"])
+def test_dqn_family_dict_images_through_combined_extractor(algo):
+    """The Q head on CombinedExtractor's features: the NumPy Q-values (acting) are the
+    network's own on the loop's flat rows, which are its features of the dicts."""
+    import rlgrad
+    import rlgrad.rl as rl
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+    from rlgrad.rl.envs import preprocess_obs as flat_rows
+
+    env = SimpleMultiObsEnv(channel_last=False)
+    model = getattr(rl, algo)("MultiInputPolicy", env, buffer_size=200, learning_starts=0,
+                              train_freq=8, seed=0, policy_kwargs=dict(
+                                  net_arch=[16], features_extractor_kwargs=dict(cnn_output_dim=8)))
+    ext = model.q_net[0]
+    assert type(ext).__name__ == "CombinedExtractor" and ext.features_dim == 8 + 5
+    model.learn(64)
+    obs = _batch(model.observation_space, n=3)
+    rows = flat_rows(obs, model.observation_space)
+    with rlgrad.no_grad():
+        graph = model.q_net(rlgrad.as_tensor(rows))._value
+    if algo == "DQN":  # (QRDQN's and C51's heads give quantiles / atoms per action)
+        np.testing.assert_allclose(model.q_values(rows), graph, rtol=1e-5, atol=1e-6)
+    assert model.q_values(rows).shape == (3, 4)
+    np.testing.assert_allclose(ext(rows)._value, ext(obs)._value, rtol=1e-6)
+    action, _ = model.predict({k: v[0] for k, v in obs.items()}, deterministic=True)
+    assert action.shape == ()
 
 
 def test_nested_dict_raises_not_implemented_as_sb3():

@@ -352,8 +352,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                                  f"working with dict observation space, not {name}")
             if dict_has_images(self.observation_space) and not self.dict_images:
                 raise ValueError(f"{type(self).__name__}: image entries need a CNN extractor "
-                                 "(CombinedExtractor), which A2C and PPO have and this "
-                                 f"algorithm not yet; the Dict observation space is "
+                                 "(CombinedExtractor), which A2C, PPO and the DQN family have "
+                                 f"and this algorithm not yet; the Dict observation space is "
                                  f"{self.observation_space}: keep vector entries only")
             self.policy_name = "MultiInputPolicy"
             self.policy_kwargs = {**self.policy_aliases.get("MlpPolicy", {}), **self.policy_kwargs}
