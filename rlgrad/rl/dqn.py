@@ -55,7 +55,7 @@ def gather_actions(q: Any, actions: Any) -> Any:
 
 def stacked_rows(stacked: ReplayBatch, rows: slice) -> ReplayBatch:
     """Rows ``rows`` of every array of a stacked minibatch."""
-    return ReplayBatch(*(None if part is None else part[rows] for part in stacked))
+    return ReplayBatch._make(None if part is None else part[rows] for part in stacked)
 
 
 def bootstrap(b: dict[str, Any], v: Any) -> Any:
@@ -77,6 +77,7 @@ TARGET_PATHS = ("stacked", "step", "batch")
 
 class DQN(OffPolicyAlgorithm):
     action_spaces = (spaces.Discrete,)
+    action_space: spaces.Discrete
     cnn_policy = True  # image observations: a CNN trunk (Nature / MinAtar) under the Q head
     dict_images = True  # Dict image entries: CombinedExtractor under the Q head
     trace_settings = ("clip_delta", "double_q")  # the Huber loss's delta; Double DQN's branch
@@ -142,14 +143,16 @@ class DQN(OffPolicyAlgorithm):
         (``policies.cnn_trunk``: Nature CNN for 84x84, MinAtar's for 10x10) then the MLP head.
         ``defaults``: a variant's own ``policy_kwargs`` keys (read by the variant)."""
         cnn = self.policy_name == "CnnPolicy"
-        multi = dict_has_images(self.observation_space)  # CombinedExtractor on the flat rows
+        space = self.observation_space
+        multi = isinstance(space, spaces.Dict) and dict_has_images(space)  # on the flat rows
         extra = {"features_dim": None, "normalize_images": None,
                  "features_extractor_kwargs": None} if cnn else (
                      {"features_extractor_kwargs": None} if multi else {})
         kw = self.net_kwargs(net_arch=None, activation_fn="relu", **defaults, **extra)
         arch = kw["net_arch"] if kw["net_arch"] is not None else ([] if cnn else [64, 64])
         if multi:
-            ext = CombinedExtractor(self.observation_space, **(kw["features_extractor_kwargs"] or {}))
+            assert isinstance(space, spaces.Dict)  # (multi says so; for the type checker)
+            ext = CombinedExtractor(space, **(kw["features_extractor_kwargs"] or {}))
             return nn.Sequential(ext, *mlp([ext.features_dim, *arch, n_out], kw["activation_fn"]))
         if not cnn:
             return mlp([self.obs_dim, *arch, n_out], kw["activation_fn"])

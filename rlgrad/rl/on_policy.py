@@ -13,13 +13,14 @@ graph), one vector-env step, one row written into preallocated arrays.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
 
 import rlgrad
 from rlgrad import ops
+from rlgrad.optim.optimizer import Optimizer
 from rlgrad.rl import action_dists
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import RolloutBatch, RolloutBuffer
@@ -37,6 +38,7 @@ from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.sb3_args import buffer_class
 from rlgrad.rl.steps import apply_grads, grad_step, optimized_params, same_params
+from rlgrad.tensor import Tensor
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
@@ -53,7 +55,7 @@ def _array(x: Any) -> np.ndarray:
     return np.asarray(x.detach() if hasattr(x, "detach") else x)
 
 
-def entropy_of(dist: Any, log_prob: Any) -> Any:
+def _entropy_of(dist: Any, log_prob: Any) -> Any:
     """``dist``'s entropy, or SB3's one-sample estimate ``-log_prob`` of the batch's actions when
     it has no closed form (gSDE's tanh-squashed actions)."""
     if getattr(dist, "squash_output", False) and log_prob is not None:
@@ -62,14 +64,14 @@ def entropy_of(dist: Any, log_prob: Any) -> Any:
 
 
 def with_value_and_entropy(policy_loss: Any, values: Any, dist: Any, b: dict[str, Any],
-                           use_entropy: bool, log_prob: Any = None
+                           use_entropy: bool, log_prob: Tensor | None = None
                            ) -> tuple[Any, dict[str, Any]]:
     """``policy_loss + vf_coef * value loss (- ent_coef * entropy)``, the terms every on-policy
     loss shares (rows weighted by ``b["weights"]``, coefficients in ``b["coefs"]``), and the
     terms to log."""
     w = b["weights"]
     value_loss = (w * ops.square(b["returns"] - values)).sum()
-    entropy_loss = -(w * entropy_of(dist, log_prob)).sum()
+    entropy_loss = -(w * _entropy_of(dist, log_prob)).sum()
     loss = policy_loss + b["coefs"][0] * value_loss
     if use_entropy:
         loss = loss + b["coefs"][1] * entropy_loss
@@ -91,7 +93,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     log_interval = 1
     cnn_policy = True  # ActorCriticPolicy has SB3's CnnPolicy form for image observations
     dict_images = True  # and CombinedExtractor for Dict observations with image entries
-    action_spaces = (spaces.Discrete, spaces.Box, *action_dists.MULTI_ACTION_SPACES)
+    action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box,
+                                                               *action_dists.MULTI_ACTION_SPACES)
+    optimizer: Optimizer  # (each algorithm makes its own: PPO's Adam, A2C's RMSprop ...)
     env_runner_sampling = True  # env_runners > 0: rollouts on Ray actors (rlgrad.rl.distributed)
 
     def __init__(self, env: EnvLike, learning_rate: Any, n_steps: int, gamma: float,
@@ -117,6 +121,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self._loss_steps: dict[bool, Any] = {}  # compiled / eager (step, its parameters), on first use
         self.policy = self._make_policy()
         a_space = self.action_space
+        a_shape: tuple[int, ...] | None
+        a_dtype: type
         if isinstance(a_space, spaces.Discrete):
             a_shape, a_dtype = (), np.int64
         elif isinstance(a_space, action_dists.MULTI_ACTION_SPACES):
@@ -170,6 +176,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         builds it, for SB3's errors (a wrong keyword, ``gamma`` twice: TypeError; Dict class
         and space disagreeing: AssertionError). The loop keeps its own storage, which holds the
         same rollout and computes the same GAE (``rlgrad.rl.buffers``)."""
+        assert self.rollout_buffer_class is not None  # (called when one is given)
         buffer_class(self.rollout_buffer_class)(
             self.n_steps, self.observation_space, self.action_space, gamma=self.gamma,
             gae_lambda=self.gae_lambda, n_envs=self.n_envs, **self.rollout_buffer_kwargs)

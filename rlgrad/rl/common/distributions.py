@@ -27,9 +27,10 @@ from rlgrad.rl.action_dists import MultiCategorical
 from rlgrad.rl.common.preprocessing import get_action_dim
 from rlgrad.rl.layers import PolicyArgumentError
 from rlgrad.tensor import Tensor
+from rlgrad.typing import ArrayLike
 
 
-def _tensor(x: Any) -> Any:
+def _tensor(x: ArrayLike) -> Tensor:
     """An rlgrad Tensor of ``x`` (kept as is when it is one; a torch tensor's values copied)."""
     if isinstance(x, Tensor):
         return x
@@ -38,7 +39,7 @@ def _tensor(x: Any) -> Any:
     return rlgrad.as_tensor(np.asarray(x))
 
 
-def sum_independent_dims(tensor: Any) -> Any:
+def sum_independent_dims(tensor: Tensor) -> Tensor:
     """SB3's: the sum over the action dimension of a batch (N, d) -> (N,); a 1-D one summed whole."""
     return tensor.sum(dim=1) if tensor.ndim > 1 else tensor.sum()
 
@@ -49,32 +50,33 @@ class Distribution:
     def __init__(self) -> None:
         self.distribution: Any = None
 
-    def proba_distribution_net(self, *args: Any, **kwargs: Any) -> Any:
+    def proba_distribution_net(self, *args: Any, **kwargs: Any
+                               ) -> nn.Module | tuple[nn.Module, nn.Parameter]:
         raise NotImplementedError
 
     def proba_distribution(self, *args: Any, **kwargs: Any) -> Distribution:
         raise NotImplementedError
 
-    def log_prob(self, x: Any) -> Any:
+    def log_prob(self, x: ArrayLike) -> Tensor:
         raise NotImplementedError
 
-    def entropy(self) -> Any:
+    def entropy(self) -> Tensor | None:
         raise NotImplementedError
 
-    def sample(self) -> Any:
+    def sample(self) -> Tensor:
         raise NotImplementedError
 
-    def mode(self) -> Any:
+    def mode(self) -> Tensor:
         raise NotImplementedError
 
-    def get_actions(self, deterministic: bool = False) -> Any:
+    def get_actions(self, deterministic: bool = False) -> Tensor:
         return self.mode() if deterministic else self.sample()
 
-    def actions_from_params(self, *args: Any, deterministic: bool = False, **kwargs: Any) -> Any:
+    def actions_from_params(self, *args: Any, deterministic: bool = False, **kwargs: Any) -> Tensor:
         self.proba_distribution(*args, **kwargs)
         return self.get_actions(deterministic=deterministic)
 
-    def log_prob_from_params(self, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+    def log_prob_from_params(self, *args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         actions = self.actions_from_params(*args, **kwargs)
         return actions, self.log_prob(actions)
 
@@ -92,21 +94,21 @@ class DiagGaussianDistribution(Distribution):
         log_std = np.full(self.action_dim, float(log_std_init), dtype=np.float32)
         return nn.Linear(latent_dim, self.action_dim), nn.Parameter(log_std)
 
-    def proba_distribution(self, mean_actions: Any, log_std: Any) -> DiagGaussianDistribution:
+    def proba_distribution(self, mean_actions: ArrayLike, log_std: ArrayLike) -> DiagGaussianDistribution:
         mean = _tensor(mean_actions)
         self.distribution = Normal(mean, rlgrad.ones_like(mean) * _tensor(log_std).exp())
         return self
 
-    def log_prob(self, actions: Any) -> Any:
+    def log_prob(self, actions: ArrayLike) -> Tensor:
         return sum_independent_dims(self.distribution.log_prob(_tensor(actions)))
 
-    def entropy(self) -> Any:
+    def entropy(self) -> Tensor | None:
         return sum_independent_dims(self.distribution.entropy())
 
-    def sample(self) -> Any:
+    def sample(self) -> Tensor:
         return self.distribution.rsample()
 
-    def mode(self) -> Any:
+    def mode(self) -> Tensor:
         return self.distribution.mean
 
 
@@ -118,21 +120,21 @@ class TanhBijector:
         self.epsilon = float(epsilon)
 
     @staticmethod
-    def forward(x: Any) -> Any:
+    def forward(x: ArrayLike) -> Tensor:
         return ops.tanh(_tensor(x))
 
     @staticmethod
-    def atanh(x: Any) -> Any:
+    def atanh(x: ArrayLike) -> Tensor:
         x = _tensor(x)
         return 0.5 * (ops.log1p(x) - ops.log1p(-x))
 
     @staticmethod
-    def inverse(y: Any) -> Any:
+    def inverse(y: ArrayLike) -> Tensor:
         y = _tensor(y)
         eps = float(np.finfo(y._value.dtype).eps)
         return TanhBijector.atanh(ops.clip(y, -1.0 + eps, 1.0 - eps))
 
-    def log_prob_correction(self, x: Any) -> Any:
+    def log_prob_correction(self, x: ArrayLike) -> Tensor:
         return ops.log(1.0 - ops.square(ops.tanh(_tensor(x))) + self.epsilon)
 
 
@@ -142,27 +144,27 @@ class SquashedDiagGaussianDistribution(DiagGaussianDistribution):
     def __init__(self, action_dim: int, epsilon: float = 1e-6) -> None:
         super().__init__(action_dim)
         self.epsilon = float(epsilon)
-        self.gaussian_actions: Any = None
+        self.gaussian_actions: Tensor | None = None
 
-    def log_prob(self, actions: Any, gaussian_actions: Any = None) -> Any:
+    def log_prob(self, actions: ArrayLike, gaussian_actions: ArrayLike | None = None) -> Tensor:
         actions = _tensor(actions)
         if gaussian_actions is None:
             gaussian_actions = TanhBijector.inverse(actions)
         log_prob = super().log_prob(gaussian_actions)
         return log_prob - ops.log(1.0 - ops.square(actions) + self.epsilon).sum(dim=1)
 
-    def entropy(self) -> Any:
+    def entropy(self) -> Tensor | None:
         return None
 
-    def sample(self) -> Any:
+    def sample(self) -> Tensor:
         self.gaussian_actions = super().sample()
         return ops.tanh(self.gaussian_actions)
 
-    def mode(self) -> Any:
+    def mode(self) -> Tensor:
         self.gaussian_actions = super().mode()
         return ops.tanh(self.gaussian_actions)
 
-    def log_prob_from_params(self, mean_actions: Any, log_std: Any) -> tuple[Any, Any]:
+    def log_prob_from_params(self, mean_actions: ArrayLike, log_std: ArrayLike) -> tuple[Tensor, Tensor]:
         actions = self.actions_from_params(mean_actions, log_std)
         return actions, self.log_prob(actions, self.gaussian_actions)
 
@@ -177,20 +179,20 @@ class CategoricalDistribution(Distribution):
     def proba_distribution_net(self, latent_dim: int) -> nn.Module:
         return nn.Linear(latent_dim, self.action_dim)
 
-    def proba_distribution(self, action_logits: Any) -> CategoricalDistribution:
+    def proba_distribution(self, action_logits: ArrayLike) -> CategoricalDistribution:
         self.distribution = Categorical(logits=_tensor(action_logits))
         return self
 
-    def log_prob(self, actions: Any) -> Any:
+    def log_prob(self, actions: ArrayLike) -> Tensor:
         return self.distribution.log_prob(_tensor(actions))
 
-    def entropy(self) -> Any:
+    def entropy(self) -> Tensor | None:
         return self.distribution.entropy()
 
-    def sample(self) -> Any:
+    def sample(self) -> Tensor:
         return self.distribution.sample()
 
-    def mode(self) -> Any:
+    def mode(self) -> Tensor:
         return ops.argmax(self.distribution.probs, axis=1)
 
 
@@ -205,22 +207,22 @@ class MultiCategoricalDistribution(Distribution):
     def proba_distribution_net(self, latent_dim: int) -> nn.Module:
         return nn.Linear(latent_dim, sum(self.action_dims))
 
-    def proba_distribution(self, action_logits: Any) -> MultiCategoricalDistribution:
+    def proba_distribution(self, action_logits: ArrayLike) -> MultiCategoricalDistribution:
         logits = _tensor(action_logits).reshape(-1, sum(self.action_dims))
         self._multi = MultiCategorical(logits, np.asarray(self.action_dims))
         self.distribution = self._multi.parts
         return self
 
-    def log_prob(self, actions: Any) -> Any:
+    def log_prob(self, actions: ArrayLike) -> Tensor:
         return self._multi.log_prob(_tensor(actions))
 
-    def entropy(self) -> Any:
+    def entropy(self) -> Tensor | None:
         return self._multi.entropy()
 
-    def sample(self) -> Any:
+    def sample(self) -> Tensor:
         return ops.stack([d.sample() for d in self.distribution], axis=1)
 
-    def mode(self) -> Any:
+    def mode(self) -> Tensor:
         return ops.stack([ops.argmax(d.probs, axis=1) for d in self.distribution], axis=1)
 
 
@@ -234,20 +236,20 @@ class BernoulliDistribution(Distribution):
     def proba_distribution_net(self, latent_dim: int) -> nn.Module:
         return nn.Linear(latent_dim, self.action_dims)
 
-    def proba_distribution(self, action_logits: Any) -> BernoulliDistribution:
+    def proba_distribution(self, action_logits: ArrayLike) -> BernoulliDistribution:
         self.distribution = Bernoulli(logits=_tensor(action_logits))
         return self
 
-    def log_prob(self, actions: Any) -> Any:
+    def log_prob(self, actions: ArrayLike) -> Tensor:
         return self.distribution.log_prob(_tensor(actions)).sum(dim=1)
 
-    def entropy(self) -> Any:
+    def entropy(self) -> Tensor | None:
         return self.distribution.entropy().sum(dim=1)
 
-    def sample(self) -> Any:
+    def sample(self) -> Tensor:
         return self.distribution.sample()
 
-    def mode(self) -> Any:
+    def mode(self) -> Tensor:
         return ops.round(self.distribution.probs)
 
 
@@ -271,11 +273,11 @@ class StateDependentNoiseDistribution(Distribution):
         self.exploration_mat: Any = None
         self.exploration_matrices: Any = None
 
-    def get_std(self, log_std: Any) -> Any:
+    def get_std(self, log_std: ArrayLike) -> Tensor:
         """The exploration matrix's std, (latent features, actions) (``expln`` with use_expln)."""
         return sde_std(_tensor(log_std), self.action_dim, self.use_expln, self.epsilon)
 
-    def sample_weights(self, log_std: Any, batch_size: int = 1) -> None:
+    def sample_weights(self, log_std: ArrayLike, batch_size: int = 1) -> None:
         """New exploration matrices from rlgrad's global generator: one for every row
         (``exploration_mat``) and one per row of a batch (``exploration_matrices``)."""
         std = self.get_std(log_std)
@@ -295,7 +297,7 @@ class StateDependentNoiseDistribution(Distribution):
         self.sample_weights(log_std)
         return nn.Linear(latent_dim, self.action_dim), log_std
 
-    def proba_distribution(self, mean_actions: Any, log_std: Any, latent_sde: Any
+    def proba_distribution(self, mean_actions: ArrayLike, log_std: ArrayLike, latent_sde: ArrayLike
                            ) -> StateDependentNoiseDistribution:
         latent = _tensor(latent_sde)
         self._latent_sde = latent if self.learn_features else latent.detach()
@@ -303,7 +305,7 @@ class StateDependentNoiseDistribution(Distribution):
         self.distribution = Normal(_tensor(mean_actions), ops.sqrt(variance + self.epsilon))
         return self
 
-    def log_prob(self, actions: Any) -> Any:
+    def log_prob(self, actions: ArrayLike) -> Tensor:
         actions = _tensor(actions)
         u = actions if self.bijector is None else self.bijector.inverse(actions)
         log_prob = sum_independent_dims(self.distribution.log_prob(u))
@@ -311,19 +313,19 @@ class StateDependentNoiseDistribution(Distribution):
             log_prob = log_prob - self.bijector.log_prob_correction(u).sum(dim=1)
         return log_prob
 
-    def entropy(self) -> Any:
+    def entropy(self) -> Tensor | None:
         return None if self.bijector is not None else sum_independent_dims(
             self.distribution.entropy())
 
-    def sample(self) -> Any:
+    def sample(self) -> Tensor:
         actions = self.distribution.mean + self.get_noise(self._latent_sde)
         return actions if self.bijector is None else self.bijector.forward(actions)
 
-    def mode(self) -> Any:
+    def mode(self) -> Tensor:
         actions = self.distribution.mean
         return actions if self.bijector is None else self.bijector.forward(actions)
 
-    def get_noise(self, latent_sde: Any) -> Any:
+    def get_noise(self, latent_sde: ArrayLike) -> Tensor:
         """``latent @ W``: row i with ``exploration_matrices[i]`` when there is one per row,
         else every row with ``exploration_mat``."""
         latent = _tensor(latent_sde)
@@ -331,16 +333,6 @@ class StateDependentNoiseDistribution(Distribution):
         if len(latent) == 1 or len(latent) != len(self.exploration_matrices):
             return ops.matmul(latent, self.exploration_mat)
         return ops.matmul(ops.expand_dims(latent, 1), self.exploration_matrices)[:, 0, :]
-
-    def actions_from_params(self, mean_actions: Any, log_std: Any, latent_sde: Any,
-                            deterministic: bool = False) -> Any:
-        self.proba_distribution(mean_actions, log_std, latent_sde)
-        return self.get_actions(deterministic=deterministic)
-
-    def log_prob_from_params(self, mean_actions: Any, log_std: Any, latent_sde: Any
-                             ) -> tuple[Any, Any]:
-        actions = self.actions_from_params(mean_actions, log_std, latent_sde)
-        return actions, self.log_prob(actions)
 
 
 def make_proba_distribution(action_space: spaces.Space, use_sde: bool = False,
@@ -364,12 +356,13 @@ def make_proba_distribution(action_space: spaces.Space, use_sde: bool = False,
                               "Box, Discrete, MultiDiscrete or MultiBinary.")
 
 
-def kl_divergence(dist_true: Distribution, dist_pred: Distribution) -> Any:
+def kl_divergence(dist_true: Distribution, dist_pred: Distribution) -> Tensor:
     """SB3's: KL(dist_true || dist_pred) of two distributions of the same class (per action
     dimension for Gaussians, as torch's; summed over the parts of a MultiCategorical)."""
     if dist_true.__class__ != dist_pred.__class__:
         raise PolicyArgumentError("Error: input distributions should be the same type")
-    if isinstance(dist_pred, MultiCategoricalDistribution):
+    if isinstance(dist_true, MultiCategoricalDistribution) and isinstance(
+            dist_pred, MultiCategoricalDistribution):
         if not np.array_equal(dist_pred.action_dims, dist_true.action_dims):
             raise PolicyArgumentError("Error: distributions must have the same input space")
         return ops.stack([_kl(p, q) for p, q in zip(dist_true.distribution,

@@ -4,7 +4,7 @@ convolutions take; in a Dict space, every image entry."""
 from __future__ import annotations
 
 from copy import deepcopy
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -27,10 +27,10 @@ class VecTransposeImage(VecEnvWrapper):
             return
         if isinstance(space, spaces.Dict):
             self.image_space_keys = [k for k, s in space.spaces.items() if is_image_space(s)]
-            space = spaces.Dict({k: self.transpose_space(s, k) if k in self.image_space_keys
+            space = spaces.Dict({k: self.transpose_space(cast(spaces.Box, s), k) if k in self.image_space_keys
                                  else deepcopy(s) for k, s in space.spaces.items()})
         else:
-            space = self.transpose_space(space)
+            space = self.transpose_space(cast(spaces.Box, space))  # an image space: a Box
         super().__init__(venv, observation_space=space)
 
     @staticmethod
@@ -42,7 +42,7 @@ class VecTransposeImage(VecEnvWrapper):
                               "convention")
         height, width, channels = observation_space.shape
         return spaces.Box(low=0, high=255, shape=(channels, height, width),
-                          dtype=observation_space.dtype)  # type: ignore[arg-type]
+                          dtype=observation_space.dtype)
 
     @staticmethod
     def transpose_image(image: np.ndarray) -> np.ndarray:
@@ -70,11 +70,15 @@ class VecTransposeImage(VecEnvWrapper):
         return self.transpose_observations(self.venv.reset())
 
 
+_E = TypeVar("_E")
+
+
 def _channels_last(space: spaces.Space) -> bool:
-    return is_image_space(space) and not is_image_space_channels_first(space)
+    return (isinstance(space, spaces.Box) and is_image_space(space)
+            and not is_image_space_channels_first(space))
 
 
-def wrap_channels_last(env: Any) -> Any:
+def wrap_channels_last(env: _E) -> _E | VecTransposeImage:
     """SB3's ``_wrap_env`` rule: an environment instance or VecEnv whose images (or a Dict's
     image entries) are channels last comes back in a ``VecTransposeImage`` (a gym.Env first in a
     ``DummyVecEnv``); anything else comes back as it is."""
