@@ -313,6 +313,28 @@ class Tensor(TensorMethods):
             arr = arr.astype(dtype, copy=False)
         return arr.copy() if copy and arr is self._value else arr  # np.array(t) is a copy
 
+    @classmethod
+    def __torch_function__(cls, func: Callable[..., object], types: object,
+                           args: tuple[object, ...] = (), kwargs: dict[str, object] | None = None
+                           ) -> object:
+        """A torch function handed rlgrad Tensors (``th.allclose(mine, theirs)`` in a script that
+        compares the two): it runs on torch copies of their values and answers torch tensors.
+        No graph crosses over (a ``.backward()`` of the answer raises in torch); torch is the
+        caller's module, never imported by rlgrad."""
+        import sys
+
+        torch = sys.modules["torch"]
+
+        def conv(x: object) -> object:
+            if isinstance(x, Tensor):
+                _refuse_value("a torch function")
+                return torch.from_numpy(np.array(x._value))
+            if isinstance(x, list | tuple):
+                return type(x)(conv(v) for v in x)
+            return x
+
+        return func(*(conv(a) for a in args), **{k: conv(v) for k, v in (kwargs or {}).items()})
+
     def __len__(self) -> int:
         if self._value.ndim == 0:
             raise TypeError("len() of a 0-d tensor")

@@ -28,11 +28,13 @@ from rlgrad import threads
 from rlgrad.nn import init as nn_init
 from rlgrad.random import Generator, generator_state_dict, load_generator_state
 from rlgrad.rl.callbacks import BaseCallback, make_callback
+from rlgrad.rl.common.vec_env.vec_transpose import wrap_channels_last
 from rlgrad.rl.envs import (
     EnvLike,
     EpisodeStatistics,
     SpaceError,
     StepAdapter,
+    dict_has_images,
     env_name,
     find_episode_statistics,
     flat_obs_dim,
@@ -217,6 +219,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     _policy_name: str | type | None = None  # (SB3 passes a policy class, too)
     #: whether the algorithm has a CNN for image observations (``policy="CnnPolicy"``)
     cnn_policy: ClassVar[bool] = False
+    #: whether its policy takes Dict observations with image entries (CombinedExtractor)
+    dict_images: ClassVar[bool] = False
     #: rules of ``rlgrad.rl.ranges.RELATIONS`` (their text) that this algorithm does not need
     relations_not_applying: ClassVar[tuple[str, ...]] = ()
     #: whether ``env_runners > 0`` (rollouts on Ray actors, rlgrad.rl.distributed) is supported
@@ -265,9 +269,11 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.generator = Generator(self.seed)
         self.rng = self.generator.numpy
         self._check_finite = check_finite
-        self._attach_env(make_vec_env(env, n_envs=n_envs, env_kwargs=env_kwargs,
-                                      vectorization_mode=vectorization_mode,
-                                      record_statistics=False), env)
+        given = wrap_channels_last(env)  # SB3's VecTransposeImage for channels-last images
+        # (make_vec_env takes SB3 VecEnvs too, as_vector_env(); its annotation says EnvLike)
+        self._attach_env(make_vec_env(given, n_envs=n_envs,  # type: ignore[arg-type]
+                                      env_kwargs=env_kwargs, vectorization_mode=vectorization_mode,
+                                      record_statistics=False), given)
         self.observation_space: spaces.Space = self.env.single_observation_space
         self.action_space: spaces.Space = self.env.single_action_space
         try:
@@ -353,6 +359,11 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             if name not in (None, "MultiInputPolicy"):
                 raise ValueError(f"{type(self).__name__}: You must use `MultiInputPolicy` when "
                                  f"working with dict observation space, not {name}")
+            if dict_has_images(self.observation_space) and not self.dict_images:
+                raise ValueError(f"{type(self).__name__}: image entries need a CNN extractor "
+                                 "(CombinedExtractor), which A2C, PPO and the DQN family have "
+                                 f"and this algorithm not yet; the Dict observation space is "
+                                 f"{self.observation_space}: keep vector entries only")
             self.policy_name = "MultiInputPolicy"
             self.policy_kwargs = {**self.policy_aliases.get("MlpPolicy", {}), **self.policy_kwargs}
             return
@@ -596,6 +607,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     def set_env(self, env: EnvLike, force_reset: bool = True) -> None:
         """Train on ``env`` from now on: the same spaces and number of copies (the buffers are
         sized by it); ``force_reset`` starts new episodes at the next ``learn``."""
+        env = wrap_channels_last(env)
         venv = make_vec_env(env, n_envs=self.n_envs, record_statistics=False)
         check_same_spaces(type(self).__name__, venv, self.observation_space, self.action_space)
         if venv.num_envs != self.n_envs:

@@ -122,6 +122,10 @@ class RolloutBuffer:
         self.returns = np.zeros((T, N), dtype=np.float32)
         self.pos = 0
 
+    def size(self) -> int:
+        """SB3's: the number of steps stored (per environment copy)."""
+        return self.pos
+
     def reset(self) -> None:
         self.pos = 0
         self.bootstrap.fill(np.nan)

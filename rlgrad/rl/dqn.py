@@ -34,8 +34,9 @@ from gymnasium import spaces
 from rlgrad import nn, ops, optim
 from rlgrad.nn import functional as F
 from rlgrad.rl.buffers import ReplayBatch
-from rlgrad.rl.envs import EnvLike
+from rlgrad.rl.envs import EnvLike, dict_has_images
 from rlgrad.rl.finite import check_update
+from rlgrad.rl.layers import CombinedExtractor
 from rlgrad.rl.off_policy import OffPolicyAlgorithm, target_network, td_target_of
 from rlgrad.rl.policies import cnn_trunk, mlp, mlp_numpy
 from rlgrad.rl.schedules import ScheduleLike, linear_schedule
@@ -78,6 +79,7 @@ class DQN(OffPolicyAlgorithm):
     action_spaces = (spaces.Discrete,)
     action_space: spaces.Discrete
     cnn_policy = True  # image observations: a CNN trunk (Nature / MinAtar) under the Q head
+    dict_images = True  # Dict image entries: CombinedExtractor under the Q head
     trace_settings = ("clip_delta", "double_q")  # the Huber loss's delta; Double DQN's branch
     #: Where ``train`` computes the targets (``bootstrap_target``); the paths give the same
     #: numbers to float32 rounding (other matrix shapes, traced vs NumPy forwards).
@@ -141,12 +143,22 @@ class DQN(OffPolicyAlgorithm):
         (``policies.cnn_trunk``: Nature CNN for 84x84, MinAtar's for 10x10) then the MLP head.
         ``defaults``: a variant's own ``policy_kwargs`` keys (read by the variant)."""
         cnn = self.policy_name == "CnnPolicy"
-        extra = {"features_dim": None, "normalize_images": None} if cnn else {}
+        space = self.observation_space
+        multi = isinstance(space, spaces.Dict) and dict_has_images(space)  # on the flat rows
+        extra = {"features_dim": None, "normalize_images": None,
+                 "features_extractor_kwargs": None} if cnn else (
+                     {"features_extractor_kwargs": None} if multi else {})
         kw = self.net_kwargs(net_arch=None, activation_fn="relu", **defaults, **extra)
         arch = kw["net_arch"] if kw["net_arch"] is not None else ([] if cnn else [64, 64])
+        if multi:
+            assert isinstance(space, spaces.Dict)  # (multi says so; for the type checker)
+            ext = CombinedExtractor(space, **(kw["features_extractor_kwargs"] or {}))
+            return nn.Sequential(ext, *mlp([ext.features_dim, *arch, n_out], kw["activation_fn"]))
         if not cnn:
             return mlp([self.obs_dim, *arch, n_out], kw["activation_fn"])
-        trunk = cnn_trunk(self.observation_space, kw["features_dim"], kw["normalize_images"])
+        # SB3's features_extractor_kwargs=dict(features_dim=...) or rlgrad's features_dim
+        dim = (kw["features_extractor_kwargs"] or {}).get("features_dim", kw["features_dim"])
+        trunk = cnn_trunk(self.observation_space, dim, kw["normalize_images"])
         return nn.Sequential(trunk, *mlp([trunk.features_dim, *arch, n_out], kw["activation_fn"]))
 
     def q_values(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
@@ -237,7 +249,7 @@ class DQN(OffPolicyAlgorithm):
             return "step"  # (SB3's buffer classes: relabelled rows, per-row discounts)
         return self.target_path
 
-    def train(self, gradient_steps: int, batch_size: int) -> None:
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         """``gradient_steps`` updates on minibatches drawn at once, their targets computed
         where ``train_target_path`` says."""
         self._set_lr(self.optimizer)

@@ -38,6 +38,10 @@ class SpaceError(ValueError, AssertionError):
     which Stable-Baselines3 raises there (so SB3 code that catches it still does)."""
 
 
+class NestedSpaceError(ValueError, NotImplementedError):
+    """A Dict or Tuple inside a Dict observation space: SB3 raises NotImplementedError for it."""
+
+
 def _suggest(env_id: str) -> str:
     import difflib
 
@@ -354,17 +358,18 @@ def flat_obs_dim(space: spaces.Space) -> int:
     )
 
 
+def dict_has_images(space: spaces.Space) -> bool:
+    """A Dict observation space with an image entry (its policy needs CombinedExtractor)."""
+    return isinstance(space, spaces.Dict) and any(is_image_space(s) for s in space.spaces.values())
+
+
 def _dict_entry(space: spaces.Dict, key: str) -> spaces.Space:
     """An entry of a Dict observation space that its flattening can take (one line if not)."""
     sub = space.spaces[key]
     if isinstance(sub, spaces.Dict | spaces.Tuple):
-        raise ValueError(f"nested observation spaces are not supported: entry {key!r} of {space} "
-                         "is itself a Dict or Tuple; flatten the inner one")
-    if is_image_space(sub):
-        raise ValueError(f"entry {key!r} of the Dict observation space is an image {sub}: image "
-                         "entries need a CNN extractor (CombinedExtractor), which rlgrad.rl's "
-                         "Dict flattening has not got; keep vector entries only")
-    return sub
+        raise NestedSpaceError(f"nested observation spaces are not supported: entry {key!r} of "
+                               f"{space} is itself a Dict or Tuple; flatten the inner one")
+    return sub  # (an image entry: its pixel values, reshaped by CombinedExtractor.forward_flat)
 
 
 def preprocess_obs(obs: Any, space: spaces.Space) -> np.ndarray:
@@ -390,10 +395,18 @@ def preprocess_obs(obs: Any, space: spaces.Space) -> np.ndarray:
         if not isinstance(obs, dict):
             raise ValueError(f"a Dict observation space takes a dict of arrays, got "
                              f"{type(obs).__name__}")
-        return np.concatenate([preprocess_obs(obs[k], _dict_entry(space, k)) for k in space.spaces],
+        return np.concatenate([_flat_entry(obs[k], _dict_entry(space, k)) for k in space.spaces],
                               axis=1)
     flat_obs_dim(space)  # raises its one line
     raise ValueError(f"observation space {space} is not supported")
+
+
+def _flat_entry(obs: Any, space: spaces.Space) -> np.ndarray:
+    """One Dict entry's batch as float32 rows (an image: its pixel values, flattened)."""
+    if is_image_space(space):
+        obs = np.asarray(obs, dtype=np.float32)
+        return obs.reshape(len(obs), -1)
+    return preprocess_obs(obs, space)
 
 
 def _one_hot(idx: np.ndarray, n: int) -> np.ndarray:

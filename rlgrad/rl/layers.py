@@ -25,7 +25,7 @@ from gymnasium import spaces
 from rlgrad import nn, ops, optim
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
 from rlgrad.rl.common.preprocessing import get_flattened_obs_dim
-from rlgrad.rl.envs import is_image_space, preprocess_obs
+from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs
 from rlgrad.tensor import Tensor
 
 #: the activation modules a policy's layers take, by name (torch's class of the same name maps here)
@@ -291,9 +291,26 @@ class CombinedExtractor(BaseFeaturesExtractor):
         super().__init__(observation_space, total)
         self.extractors = nn.ModuleDict(extractors)
 
-    def forward(self, observations: dict[str, Any]) -> Any:
+    def forward(self, observations: Any) -> Any:
+        """Features of a dict of observation batches, or of the batch the algorithms' loops
+        hold: the entries flattened side by side (``forward_flat``)."""
+        if not isinstance(observations, dict):
+            return self.forward_flat(observations)
         parts = [self.extractors[k](_as_batch(observations[k], sub))
                  for k, sub in self._observation_space.spaces.items()]
+        return ops.concatenate(parts, axis=1)
+
+    def forward_flat(self, flat: Any) -> Any:
+        """The same features of a batch flattened as ``rlgrad.rl.envs.preprocess_obs`` flattens a
+        Dict (its entries preprocessed and side by side, an image as its pixel values): each
+        image's columns reshaped for its CNN, every other entry's columns as they are."""
+        parts, start = [], 0
+        for k, sub in self._observation_space.spaces.items():
+            width = flat_obs_dim(sub)
+            x = flat[:, start:start + width]
+            start += width
+            parts.append(self.extractors[k](x.reshape(-1, *sub.shape)) if is_image_space(sub)
+                         else x)
         return ops.concatenate(parts, axis=1)
 
 

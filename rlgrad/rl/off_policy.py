@@ -25,7 +25,7 @@ from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, frame_stacked, is_image_space, preprocess_obs
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.frame_replay import FrameReplayBuffer
-from rlgrad.rl.policies import predict_with
+from rlgrad.rl.policies import SB3PolicyMethods, predict_with
 from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
 from rlgrad.rl.sb3_storage import (
     Sb3Rows,
@@ -161,6 +161,18 @@ class PolicyView:
     def set_training_mode(self, mode: bool) -> None:
         for m in self._algo._modules().values():
             m.train(mode)
+
+    # SB3's BasePolicy methods on tensors (observation_space: the algorithm's)
+    obs_to_tensor = SB3PolicyMethods.obs_to_tensor
+    is_vectorized_observation = SB3PolicyMethods.is_vectorized_observation
+
+    def reset_noise(self, batch_size: int = 1) -> None:
+        """SB3's: new gSDE exploration matrices of the actor (SAC with ``use_sde``)."""
+        actor = getattr(self._algo, "actor", None)
+        if actor is None or not hasattr(actor, "reset_noise"):
+            raise AttributeError(f"{type(self._algo).__name__} has no gSDE actor: reset_noise() "
+                                 "is SAC's with use_sde=True")
+        actor.reset_noise(None, batch_size)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._algo, name)
@@ -374,7 +386,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
             self.logger.dump(self.num_timesteps)
         return True
 
-    def train(self, gradient_steps: int, batch_size: int) -> None:
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         raise NotImplementedError
 
     # ---- shared pieces of the updates -----------------------------------------------------------

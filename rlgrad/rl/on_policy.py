@@ -25,12 +25,21 @@ from rlgrad.rl import action_dists
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import RolloutBatch, RolloutBuffer
 from rlgrad.rl.callbacks import BaseCallback
-from rlgrad.rl.envs import EnvLike, flat_obs_dim, is_image_space, obs_rows, obs_shape, preprocess_obs
+from rlgrad.rl.envs import (
+    EnvLike,
+    dict_has_images,
+    flat_obs_dim,
+    is_image_space,
+    obs_rows,
+    obs_shape,
+    preprocess_obs,
+)
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.sb3_args import buffer_class
 from rlgrad.rl.schedules import ScheduleLike
 from rlgrad.rl.steps import apply_grads, grad_step, optimized_params, same_params
+from rlgrad.tensor import Tensor
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
@@ -42,14 +51,28 @@ def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
 _LOSS_TERMS = ("policy_loss", "value_loss", "entropy_loss")
 
 
+def _array(x: Any) -> np.ndarray:
+    """An rlgrad Tensor's, a torch tensor's (a custom policy's) or an array's values."""
+    return np.asarray(x.detach() if hasattr(x, "detach") else x)
+
+
+def _entropy_of(dist: Any, log_prob: Any) -> Any:
+    """``dist``'s entropy, or SB3's one-sample estimate ``-log_prob`` of the batch's actions when
+    it has no closed form (gSDE's tanh-squashed actions)."""
+    if getattr(dist, "squash_output", False) and log_prob is not None:
+        return -log_prob
+    return dist.entropy()
+
+
 def with_value_and_entropy(policy_loss: Any, values: Any, dist: Any, b: dict[str, Any],
-                           use_entropy: bool) -> tuple[Any, dict[str, Any]]:
+                           use_entropy: bool, log_prob: Tensor | None = None
+                           ) -> tuple[Any, dict[str, Any]]:
     """``policy_loss + vf_coef * value loss (- ent_coef * entropy)``, the terms every on-policy
     loss shares (rows weighted by ``b["weights"]``, coefficients in ``b["coefs"]``), and the
     terms to log."""
     w = b["weights"]
     value_loss = (w * ops.square(b["returns"] - values)).sum()
-    entropy_loss = -(w * dist.entropy()).sum()
+    entropy_loss = -(w * _entropy_of(dist, log_prob)).sum()
     loss = policy_loss + b["coefs"][0] * value_loss
     if use_entropy:
         loss = loss + b["coefs"][1] * entropy_loss
@@ -62,6 +85,7 @@ POLICY_DEFAULTS: dict[str, Any] = {
     "net_arch": None, "activation_fn": "tanh", "ortho_init": True, "log_std_init": 0.0,
     "init_seed": None, "features_extractor_class": None, "features_extractor_kwargs": None,
     "share_features_extractor": True, "normalize_images": None,
+    "full_std": True, "use_expln": False, "squash_output": False,  # gSDE's (with use_sde)
 }
 
 
@@ -69,6 +93,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 1
     cnn_policy = True  # ActorCriticPolicy has SB3's CnnPolicy form for image observations
+    dict_images = True  # and CombinedExtractor for Dict observations with image entries
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box,
                                                                *action_dists.MULTI_ACTION_SPACES)
     optimizer: Optimizer  # (each algorithm makes its own: PPO's Adam, A2C's RMSprop ...)
@@ -80,10 +105,13 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                  normalize: bool | dict[str, Any] = False, policy_kwargs: dict | None = None,
                  seed: int | None = None, verbose: int = 0, rollout_buffer_class: str | None = None,
                  rollout_buffer_kwargs: dict[str, Any] | None = None,
+                 use_sde: bool = False, sde_sample_freq: int = -1,
                  **env_options: Any) -> None:
         super().__init__(env, seed=seed, n_envs=n_envs, normalize=normalize,
                          learning_rate=learning_rate, gamma=gamma, policy_kwargs=policy_kwargs,
                          verbose=verbose, **env_options)
+        # gSDE: exploration matrices drawn per rollout, or every sde_sample_freq steps (> 0)
+        self.use_sde, self.sde_sample_freq = bool(use_sde), int(sde_sample_freq)
         self.n_steps = int(n_steps)
         self.gae_lambda = float(gae_lambda)
         self.ent_coef = float(ent_coef)
@@ -120,6 +148,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         (SB3's ``PPO(CustomPolicy, env)``: its constructor takes ``policy_kwargs`` as SB3's)."""
         if self.policy_class is not None:
             kw = self.net_kwargs(**{k: None for k in self.policy_kwargs})
+            if self.use_sde:
+                kw["use_sde"] = True
             return self.policy_class(self.observation_space, self.action_space, self.lr_schedule,
                                      **kw)
         cnn = self.policy_name == "CnnPolicy"
@@ -129,11 +159,13 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     def _build_policy(self, cnn: bool, extra: dict[str, Any]) -> ActorCriticPolicy:
         """The actor-critic network, ``policy_kwargs`` over its defaults (RecurrentPPO's and
         MaskablePPO's hook). Dict observations reach it flattened (``envs.preprocess_obs``: the
-        vector entries side by side), so its network reads them as one Box."""
+        entries side by side), so its network reads vector-only ones as one Box; with image
+        entries it keeps the Dict space and ``CombinedExtractor`` reshapes each image back."""
         space = self.observation_space
-        if isinstance(space, spaces.Dict):
+        # (image entries: the Dict itself, for CombinedExtractor's CNNs on the flat rows)
+        if isinstance(space, spaces.Dict) and not dict_has_images(space):
             space = spaces.Box(-np.inf, np.inf, (flat_obs_dim(space),), np.float32)
-        return ActorCriticPolicy(space, self.action_space, cnn=cnn,
+        return ActorCriticPolicy(space, self.action_space, cnn=cnn, use_sde=self.use_sde,
                                  **self.net_kwargs(**POLICY_DEFAULTS, **extra))
 
     def _make_rollout_buffer(self, *args: Any, **kwargs: Any) -> RolloutBuffer:
@@ -156,6 +188,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
             return actions
         if self.policy.multi:
             return action_dists.to_env(self.action_space, actions)
+        if self.policy.squash_output:  # gSDE's tanh-squashed actions, onto the bounds
+            return self.policy.unscale_action(actions)
         # the Gaussian policy is unbounded: clip to the box, store the unclipped action
         return np.clip(actions, self._low, self._high)
 
@@ -175,8 +209,13 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         fused = policy.fused_numpy()
         act, step, add = self._rollout_actor(), adapter.step, buf.add  # bound once: every step
         clip = self._to_env if self._clip_actions else None
+        sde_freq = self.sde_sample_freq if self.use_sde else 0
+        if self.use_sde:
+            policy.reset_noise(n, rng)
         with rlgrad.no_grad():
-            for _ in range(self.n_steps):
+            for t in range(self.n_steps):
+                if sde_freq > 0 and t > 0 and t % sde_freq == 0:
+                    policy.reset_noise(n, rng)
                 actions, values, log_probs = act(obs, rng, fused)
                 raw, rew, term, trunc, valid, final = step(actions if clip is None
                                                            else clip(actions))
@@ -204,8 +243,21 @@ class OnPolicyAlgorithm(BaseAlgorithm):
 
     def _rollout_actor(self) -> Any:
         """``act(obs, rng, fused) -> (actions, values, log_probs)`` for one rollout step (a
-        recurrent policy's carries its hidden state from step to step)."""
+        recurrent policy's carries its hidden state from step to step). A custom policy class
+        that overrides SB3's ``forward`` acts through it, as SB3's loop does (the plain path)."""
+        if self.policy_class is not None and (type(self.policy).forward
+                                              is not ActorCriticPolicy.forward):
+            return self._act_through_forward
         return self.policy.act
+
+    def _act_through_forward(self, obs: np.ndarray, rng: Any, fused: Any = None
+                             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``policy(obs)``'s (actions, values, log-probabilities) as arrays (the reference the
+        NumPy acting of ``ActorCriticPolicy.act`` is tested against)."""
+        with rlgrad.no_grad():
+            actions, values, log_prob = self.policy(rlgrad.as_tensor(obs))
+        actions = _array(actions).reshape(len(obs), *self.rollout_buffer.actions.shape[2:])
+        return actions, _array(values).reshape(-1), _array(log_prob).reshape(-1)
 
     def _bootstrap_values(self, obs: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         """V(obs) after the rollout's last step (``rows`` None), or of the final observations of
@@ -234,8 +286,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         """
         dist, values = self.policy.distribution_and_value(b["obs"])  # a CNN trunk runs once
         w = b["weights"]
-        policy_loss = -(w * dist.log_prob(b["actions"]) * b["advantages"]).sum()
-        return with_value_and_entropy(policy_loss, values, dist, b, use_entropy)
+        log_prob = dist.log_prob(b["actions"])
+        policy_loss = -(w * log_prob * b["advantages"]).sum()
+        return with_value_and_entropy(policy_loss, values, dist, b, use_entropy, log_prob)
 
     def _loss_step(self, compiled: bool) -> Any:
         """``self.loss`` and its gradient w.r.t. the optimizer's parameters as one step, compiled
@@ -266,7 +319,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         lg.record("train/explained_variance",
                   explained_variance(flat.old_values[valid], flat.returns[valid]))
         lg.record("train/n_updates", self._n_updates)
-        if not self.policy.discrete and not self.policy.multi:
+        if self.use_sde:
+            lg.record("train/std", float(self.policy.sde_std().mean()))
+        elif not self.policy.discrete and not self.policy.multi:
             lg.record("train/std", float(np.exp(self.policy.log_std._value).mean()))
 
     def _will_log(self) -> bool:

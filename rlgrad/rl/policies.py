@@ -28,10 +28,11 @@ from rlgrad import nn, no_grad, ops
 from rlgrad.device import device as cpu_device
 from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
 from rlgrad.distributions.categorical import inverse_cdf, row_indices, row_max
-from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std_numpy
+from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std, sde_std_numpy
 from rlgrad.nn import init
 from rlgrad.nn.functional import _linear, _linear_relu
 from rlgrad.rl import action_dists
+from rlgrad.rl.common.preprocessing import maybe_transpose
 from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs, space_str
 from rlgrad.rl.layers import (  # noqa: F401  (names the algorithms import from here)
     TRAINING_BYTES_PER_PARAM,
@@ -39,6 +40,7 @@ from rlgrad.rl.layers import (  # noqa: F401  (names the algorithms import from 
     CombinedExtractor,
     FlattenExtractor,
     MlpExtractor,
+    PolicyArgumentError,
     check_mlp_memory,
     check_policy_space,
     cnn_trunk,
@@ -116,12 +118,14 @@ def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.nd
     """``act`` on a batch of preprocessed observations, for one observation or a batch (SB3's
     ``predict`` convention: ``(actions, None)``, one action for one observation)."""
     if isinstance(space, spaces.Dict) and isinstance(observation, dict):
-        obs: Any = {k: np.asarray(observation[k]) for k in space.spaces}
+        # channels-last image entries as the space has them (SB3's maybe_transpose)
+        obs: Any = {k: maybe_transpose(np.asarray(observation[k]), sub)
+                    for k, sub in space.spaces.items()}
         single = all(obs[k].shape == sub.shape for k, sub in space.spaces.items())
         if single:
             obs = {k: v[None] for k, v in obs.items()}
     else:
-        obs = np.asarray(observation)
+        obs = maybe_transpose(np.asarray(observation), space)
         check_observation(space, obs, observation)
         single = (obs.shape == space.shape if isinstance(space, spaces.Box | spaces.MultiBinary
                                                          | spaces.MultiDiscrete)
@@ -131,6 +135,30 @@ def predict_with(space: spaces.Space, observation: Any, act: Any) -> tuple[np.nd
     with no_grad():
         actions = act(preprocess_obs(obs, space))
     return (actions[0, ...] if single else actions), None  # one: an array, as SB3's (shape ())
+
+
+def check_sde_args(action_space: spaces.Space, use_sde: bool, squash_output: bool) -> None:
+    """SB3's checks of gSDE's arguments, one line each (PolicyArgumentError: catchable as
+    SB3's AssertionError and as the ValueError of its algorithms)."""
+    if squash_output and not use_sde:
+        raise PolicyArgumentError("squash_output=True is only available when using gSDE "
+                                  "(use_sde=True)")
+    if use_sde and not isinstance(action_space, spaces.Box):
+        raise PolicyArgumentError("generalized State-Dependent Exploration (gSDE) can only be "
+                                  f"used with continuous actions (a Box), got {action_space}")
+
+
+def check_sde_enabled(use_sde: bool, what: str) -> None:
+    if not use_sde:
+        raise PolicyArgumentError(f"{what}() is only available when using gSDE (use_sde=True)")
+
+
+def sde_noise_numpy(latent: np.ndarray, matrices: np.ndarray) -> np.ndarray:
+    """``latent @ W``: row i with matrix i when there is one matrix per row (one per environment
+    copy), else every row with the first matrix (SB3's ``get_noise``)."""
+    if len(matrices) == len(latent):
+        return np.matmul(latent[:, None, :], matrices)[:, 0, :]
+    return latent @ matrices[0]
 
 
 class PolicyDistribution:
@@ -145,7 +173,7 @@ class PolicyDistribution:
         return self.distribution.log_prob(actions)
 
     def entropy(self) -> Any:
-        return self.distribution.entropy()
+        return _entropy_or_none(self.distribution)
 
     def sample(self) -> Any:
         return self.distribution.sample()
@@ -155,6 +183,11 @@ class PolicyDistribution:
 
     def get_actions(self, deterministic: bool = False) -> Any:
         return self.mode() if deterministic else self.sample()
+
+
+def _entropy_or_none(dist: Any) -> Any:
+    """SB3's: None for a distribution without a closed-form entropy (gSDE squashed)."""
+    return None if getattr(dist, "squash_output", False) else dist.entropy()
 
 
 def _as_tensor(x: Any) -> Any:
@@ -224,7 +257,8 @@ class SB3PolicyMethods:
         """SB3's: (values (n, 1), log-probabilities, entropies) of ``actions``."""
         dist, values = self.distribution_and_value(obs)
         acts = actions._value if isinstance(actions, Tensor) else np.asarray(actions)
-        return values.reshape(-1, 1), dist.log_prob(self.actions_for_loss(acts)), dist.entropy()
+        return (values.reshape(-1, 1), dist.log_prob(self.actions_for_loss(acts)),
+                _entropy_or_none(dist))
 
     def get_distribution(self, obs: Any) -> PolicyDistribution:
         return PolicyDistribution(self.distribution(obs))
@@ -272,9 +306,11 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
             "share_features_extractor": share_features_extractor,
             "normalize_images": normalize_images, "optimizer_class": optimizer_class,
             "optimizer_kwargs": optimizer_kwargs, "cnn": cnn, "features_dim": features_dim})
-        if use_sde or squash_output:
-            raise ValueError("ActorCriticPolicy: use_sde / squash_output (gSDE) are not supported "
-                             "for A2C and PPO yet; SAC has gSDE (SAC(..., use_sde=True))")
+        self._init_args.update(use_sde=use_sde, full_std=full_std, use_expln=use_expln,
+                               squash_output=squash_output)
+        check_sde_args(action_space, use_sde, squash_output)
+        self.use_sde, self.full_std = bool(use_sde), bool(full_std)
+        self.use_expln, self.squash_output = bool(use_expln), bool(squash_output)
         check_policy_space(observation_space)
         self.observation_space, self.action_space = observation_space, action_space
         self.cnn = is_image_space(observation_space) if cnn is None else bool(cnn)
@@ -336,7 +372,12 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         self._build_mlp_extractor()
         self.action_net = nn.Linear(self.mlp_extractor.latent_dim_pi, self.act_dim)
         self.value_net = nn.Linear(self.mlp_extractor.latent_dim_vf, 1)
-        if not self.discrete and not self.multi:
+        if self.use_sde:  # gSDE: one std per (latent feature, action), or per feature
+            latent = self.mlp_extractor.latent_dim_pi
+            shape = (latent, self.act_dim) if self.full_std else (latent, 1)
+            self.log_std = nn.Parameter(np.full(shape, self.log_std_init, dtype=np.float32))
+            self.reset_noise(1)  # a first matrix, as SB3 draws at construction
+        elif not self.discrete and not self.multi:
             self.log_std = nn.Parameter(np.full(self.act_dim, self.log_std_init, dtype=np.float32))
         if self.ortho_init:  # SB3's gains: sqrt(2) trunk and hidden, 0.01 policy head, 1 value head
             g = init.default_generator() if init_seed is None else np.random.default_rng(init_seed)
@@ -351,7 +392,8 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         flat = (type(self.features_extractor) is FlattenExtractor and self.share_features_extractor
                 and isinstance(self.observation_space, spaces.Box | spaces.Discrete))
         object.__setattr__(self, "_trunk", None if flat else self.features_extractor)
-        object.__setattr__(self, "_plain_mlp", type(self.mlp_extractor) is MlpExtractor)
+        object.__setattr__(self, "_plain_mlp", type(self.mlp_extractor) is MlpExtractor
+                           and not self.use_sde)  # (the fused towers give no gSDE latent)
         if lr_schedule is not None:  # built on its own, as in SB3: with its optimizer
             self.optimizer = make_optimizer(self.parameters(), lr_schedule(1.0),
                                             self.optimizer_class, self.optimizer_kwargs, eps=1e-5)
@@ -375,7 +417,12 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         return features if self.share_features_extractor else self.vf_features_extractor(obs)
 
     def _distribution(self, features: Any) -> Any:
-        out = self.action_net(self.mlp_extractor.forward_actor(features))
+        latent = self.mlp_extractor.forward_actor(features)
+        out = self.action_net(latent)
+        if self.use_sde:  # the noise's features are not learned through it (SB3's default)
+            return StateDependentNoiseDistribution(
+                out, self.log_std, latent, use_expln=self.use_expln, learn_features=False,
+                squash_output=self.squash_output)
         if self.discrete:
             return Categorical(logits=out)
         if self.multi:
@@ -467,7 +514,10 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
     def act(self, obs: np.ndarray, rng: np.random.Generator,
             fused: list[tuple[np.ndarray, np.ndarray, Any]] | None = None
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Sampled actions, values and log-probabilities for a batch of observations."""
+        """Sampled actions, values and log-probabilities for a batch of observations (gSDE: the
+        actions of the held exploration matrices, ``rng`` unused)."""
+        if self.use_sde:
+            return self._act_sde(obs)
         out, values = self.heads_numpy(obs, fused)
         actions, log_prob = self.sample_numpy(out, rng)
         return actions, values, log_prob
@@ -516,8 +566,60 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         log_prob = (-0.5 * np.square(eps) - log_std - 0.5 * math.log(2 * math.pi)).sum(axis=1)
         return actions.reshape(n, *self.action_shape), log_prob
 
+    # ---- gSDE (use_sde) ------------------------------------------------------------------
+    def _act_sde(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``distribution(obs)``'s action for the held exploration matrices ``std * E`` and its
+        log-probability, in NumPy (tests/test_sb3_sde.py checks them against the Tensors')."""
+        f = trunk_numpy(self._trunk, obs)
+        latent = self._latent_np(f, True)
+        mean = mlp_numpy([self.action_net], latent)
+        std = self.sde_std()
+        u = mean + sde_noise_numpy(latent, std * self.sde_weights)
+        scale = np.sqrt(np.square(latent) @ np.square(std) + 1e-6)
+        log_prob = (-0.5 * np.square((u - mean) / scale) - np.log(scale)
+                    - 0.5 * math.log(2 * math.pi)).sum(axis=1)
+        actions = u
+        if self.squash_output:  # log p(tanh u) = log p(u) - sum log(1 - tanh(u)^2 + eps)
+            actions = np.tanh(u)
+            log_prob -= np.log(1.0 - np.square(actions) + 1e-6).sum(axis=1)
+        values = self.values_numpy(obs, f)
+        return (actions.reshape(len(obs), *self.action_shape).astype(np.float32, copy=False),
+                values, log_prob.astype(np.float32, copy=False))
+
+    def sde_std(self) -> np.ndarray:
+        """The exploration matrices' std, (latent features, actions), as an array."""
+        return sde_std_numpy(self.log_std._value, self.act_dim, self.use_expln)
+
+    def get_std(self) -> Any:
+        """SB3's: the gSDE std as a Tensor (differentiable w.r.t. ``log_std``)."""
+        check_sde_enabled(self.use_sde, "get_std")
+        return sde_std(self.log_std, self.act_dim, self.use_expln)
+
+    def reset_noise(self, n_envs: int = 1, rng: np.random.Generator | None = None) -> None:
+        """New standard-normal exploration matrices, one per environment copy (SB3's; from
+        rlgrad's global generator unless ``rng`` is given)."""
+        check_sde_enabled(self.use_sde, "reset_noise")
+        if rng is None:
+            from rlgrad.random import default_generator
+
+            rng = default_generator.numpy
+        self.sde_weights = rng.standard_normal((int(n_envs), *self.log_std.shape[:1],
+                                                self.act_dim), dtype=np.float32)
+
+    def unscale_action(self, scaled: np.ndarray) -> np.ndarray:
+        """SB3's: actions in [-1, 1] mapped onto the Box action space's bounds."""
+        low, high = self.action_space.low, self.action_space.high
+        return low + 0.5 * (scaled + 1.0) * (high - low)
+
+    def scale_action(self, action: np.ndarray) -> np.ndarray:
+        """SB3's: actions in the Box's bounds mapped onto [-1, 1]."""
+        low, high = self.action_space.low, self.action_space.high
+        return 2.0 * ((action - low) / (high - low)) - 1.0
+
     def mode(self, obs: np.ndarray) -> np.ndarray:
         out = self._head_np(obs)
+        if self.use_sde and self.squash_output:
+            return np.tanh(out).reshape(len(obs), *self.action_shape)
         if self.discrete:
             return out.argmax(axis=1)
         if self.multi:
@@ -537,7 +639,9 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         from rlgrad.random import default_generator
 
         a = self.mode(x) if deterministic else self.act(x, default_generator.numpy)[0]
-        if isinstance(self.action_space, spaces.Box):
+        if self.squash_output:  # tanh-squashed actions: onto the bounds, as SB3's predict
+            a = self.unscale_action(a)
+        elif isinstance(self.action_space, spaces.Box):
             a = np.clip(a, self.action_space.low, self.action_space.high)
         elif self.multi:
             a = action_dists.to_env(self.action_space, a)
@@ -669,18 +773,35 @@ class SquashedGaussianActor(nn.Module):
         log_std = self.log_std(h).clip(LOG_STD_MIN, LOG_STD_MAX)
         return TanhNormal(self.mu(h), log_std.exp())
 
+    def forward(self, obs: Any, deterministic: bool = False) -> Any:
+        """SB3's ``actor(obs)``: actions in [-1, 1], sampled (pathwise) unless ``deterministic``
+        (gSDE: drawn with a fresh exploration matrix)."""
+        dist = self.distribution(obs)
+        return dist.mode if deterministic else dist.rsample()
+
     # ---- gSDE noise -----------------------------------------------------------------------
     def sample_sde_weights(self, rng: np.random.Generator, n: int | None = None) -> np.ndarray:
         """Standard-normal ``E`` of shape ``(features, actions)``, or ``(n, features, actions)``."""
         shape = self.sde_weights.shape[1:] if n is None else (n, *self.sde_weights.shape[1:])
         return rng.standard_normal(shape, dtype=np.float32)
 
-    def reset_noise(self, rng: np.random.Generator, n_envs: int = 1) -> None:
-        """New exploration matrices for acting, one per environment copy."""
+    def reset_noise(self, rng: np.random.Generator | None = None, n_envs: int = 1) -> None:
+        """New exploration matrices for acting, one per environment copy (from rlgrad's global
+        generator unless ``rng`` is given)."""
+        check_sde_enabled(self.use_sde, "reset_noise")
+        if rng is None:
+            from rlgrad.random import default_generator
+
+            rng = default_generator.numpy
         self.sde_weights = self.sample_sde_weights(rng, n_envs)
 
     def sde_std(self) -> np.ndarray:
         return sde_std_numpy(self.log_std._value, self.act_dim, self.use_expln)
+
+    def get_std(self) -> Any:
+        """SB3's ``actor.get_std()``: the gSDE std as a Tensor."""
+        check_sde_enabled(self.use_sde, "get_std")
+        return sde_std(self.log_std, self.act_dim, self.use_expln)
 
     def numpy(self, obs: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
         """tanh(mu) when ``rng`` is None, else a sample, in [-1, 1] (with gSDE: the action of the
@@ -692,12 +813,8 @@ class SquashedGaussianActor(nn.Module):
                 mu = np.clip(mu, -self.clip_mean, self.clip_mean)
             if rng is None:
                 return np.tanh(mu)
-            w = self.sde_std() * self.sde_weights  # (n_envs, features, actions)
-            if len(w) == len(h):  # row i explores with environment copy i's matrix
-                noise = np.matmul(h[:, None, :], w)[:, 0, :]
-            else:  # another batch size (predict on other observations): the first matrix
-                noise = h @ w[0]
-            return np.tanh(mu + noise)
+            # row i explores with environment copy i's matrix (n_envs, features, actions)
+            return np.tanh(mu + sde_noise_numpy(h, self.sde_std() * self.sde_weights))
         if rng is None:
             return np.tanh(mu)
         log_std = np.clip(mlp_numpy([self.log_std], h), LOG_STD_MIN, LOG_STD_MAX)

@@ -113,7 +113,7 @@ class PPO(OnPolicyAlgorithm):
         if "clip_vf" in b:  # keep the new value within clip_vf of the old one
             old, c = b["old_values"], b["clip_vf"]
             values = old + ops.clip(values - old, -c, c)
-        loss, terms = with_value_and_entropy(policy_loss, values, dist, b, use_entropy)
+        loss, terms = with_value_and_entropy(policy_loss, values, dist, b, use_entropy, log_prob)
         return loss, {**terms, "log_prob": log_prob}
 
     def _distribution_and_value(self, b: dict[str, Any]) -> tuple[Any, Any]:

@@ -203,7 +203,7 @@ class SAC(OffPolicyAlgorithm):
         ent_loss = -(self.log_ent_coef * (ops.stop_gradient(log_pi) + b["target_entropy"])).mean()
         return actor_loss + ent_loss, {"actor_loss": actor_loss, "ent_coef_loss": ent_loss}
 
-    def train(self, gradient_steps: int, batch_size: int) -> None:
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         opts = [self.actor_optimizer, self.critic_optimizer]
         if self.auto_ent:
             opts.append(self.ent_coef_optimizer)

@@ -103,7 +103,7 @@ class TD3(OffPolicyAlgorithm):
         loss = -self.critic.q1_forward(b["obs"], self.actor(b["obs"])).mean()
         return loss, {"actor_loss": loss}
 
-    def train(self, gradient_steps: int, batch_size: int) -> None:
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
         self._set_lr(self.actor_optimizer, self.critic_optimizer)
         actor_losses, critic_losses = [], []
         for _ in range(gradient_steps):

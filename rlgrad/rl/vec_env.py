@@ -366,7 +366,9 @@ def _step_one(env: gym.Env, action: Any) -> tuple[Any, float, bool, dict[str, An
     info["TimeLimit.truncated"] = bool(truncated and not terminated)
     reset_info = None
     if done:
-        info["terminal_observation"] = obs
+        # (a dict of its own: VecFrameStack replaces its entries, which must not write into
+        # an observation dict the env keeps, as SimpleMultiObsEnv's state mapping)
+        info["terminal_observation"] = dict(obs) if isinstance(obs, dict) else obs
         obs, reset_info = env.reset()
     return obs, float(reward), done, info, reset_info
 
@@ -736,6 +738,13 @@ class GymVecEnv(VecEnv):
         return self.venv
 
 
+def _obs_copy(obs: Any) -> Any:
+    """A copy of a batch of observations (of each entry of a Dict space's)."""
+    if isinstance(obs, dict):
+        return {k: np.array(v, copy=True) for k, v in obs.items()}
+    return np.array(obs, copy=True)
+
+
 class _NextStepView(GymVecEnv):
     """SB3's interface on a NEXT_STEP vector env that can reset some copies
     (``reset(options={"reset_mask": ...})``): finished copies are reset right after the step."""
@@ -747,10 +756,11 @@ class _NextStepView(GymVecEnv):
         dones = np.logical_or(term, trunc)
         infos = split_infos(info, self.num_envs)
         if dones.any():
-            final = np.array(obs, copy=True)
+            final = _obs_copy(obs)
             obs, reset_info = self.venv.reset(options={"reset_mask": dones})
             for i in np.flatnonzero(dones):
-                infos[i]["terminal_observation"] = final[i]
+                infos[i]["terminal_observation"] = (
+                    {k: v[i] for k, v in final.items()} if isinstance(final, dict) else final[i])
                 infos[i]["TimeLimit.truncated"] = bool(trunc[i] and not term[i])
             self.reset_infos = split_infos(reset_info, self.num_envs)
         return obs, np.asarray(rew, dtype=np.float32), dones, infos

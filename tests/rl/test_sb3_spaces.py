@@ -76,11 +76,12 @@ def test_preprocessed_observations_are_sb3s(space: spaces.Space) -> None:
 def test_refused_observation_spaces_say_so_in_one_line() -> None:
     img = spaces.Box(0, 255, (1, 16, 16), np.uint8)
     for space, says in [(spaces.Dict({"a": spaces.Dict({"b": BOX})}), "nested observation"),
-                        (spaces.Dict({"img": img, "v": BOX}), "image entries need a CNN"),
                         (spaces.Tuple([BOX, BOX]), "Tuple observation spaces")]:
         with pytest.raises(ValueError, match=says) as e:
             flat_obs_dim(space)
         assert "\n" not in str(e.value)
+    # an image entry is flattened to its pixels (CombinedExtractor reshapes them for its CNN)
+    assert flat_obs_dim(spaces.Dict({"img": img, "v": BOX})) == 16 * 16 + flat_obs_dim(BOX)
 
 
 # ---- MultiDiscrete / MultiBinary heads: NumPy acting, Tensor loss, SB3's distributions ------

@@ -65,10 +65,16 @@ def preprocess_obs(obs: Any, observation_space: spaces.Space,
                    normalize_images: bool = True) -> Any:
     """A batch of observations as float32 network input: images scaled to [0, 1]
     (``normalize_images``), Discrete one-hot, MultiDiscrete one one-hot per entry side by side,
-    MultiBinary and Box as floats; a Dict space gives a dict of them."""
+    MultiBinary and Box as floats; a Dict space gives a dict of them. rlgrad Tensors come out,
+    torch tensors when a torch tensor went in (SB3's own signature)."""
     import rlgrad
     import rlgrad.nn.functional as F
 
+    if type(obs).__module__ == "torch":  # SB3's own call: torch in, torch out (same values)
+        import sys
+
+        out = preprocess_obs(obs.detach().cpu().numpy(), observation_space, normalize_images)
+        return sys.modules["torch"].from_numpy(np.array(out._value))
     if isinstance(observation_space, spaces.Dict):
         if not isinstance(obs, dict):
             raise TypeError(f"preprocess_obs: a Dict space takes a dict of observations, got "

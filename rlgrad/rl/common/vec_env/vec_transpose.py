@@ -4,8 +4,9 @@ convolutions take; in a Dict space, every image entry."""
 from __future__ import annotations
 
 from copy import deepcopy
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
+import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
@@ -69,4 +70,31 @@ class VecTransposeImage(VecEnvWrapper):
         return self.transpose_observations(self.venv.reset())
 
 
-__all__ = ["VecTransposeImage"]
+_E = TypeVar("_E")
+
+
+def _channels_last(space: spaces.Space) -> bool:
+    return (isinstance(space, spaces.Box) and is_image_space(space)
+            and not is_image_space_channels_first(space))
+
+
+def wrap_channels_last(env: _E) -> _E | VecTransposeImage:
+    """SB3's ``_wrap_env`` rule: an environment instance or VecEnv whose images (or a Dict's
+    image entries) are channels last comes back in a ``VecTransposeImage`` (a gym.Env first in a
+    ``DummyVecEnv``); anything else comes back as it is."""
+    from rlgrad.rl.vec_env import DummyVecEnv, is_vecenv_wrapped
+
+    space = getattr(env, "observation_space", None)
+    if isinstance(env, str) or space is None:
+        return env
+    subs = space.spaces.values() if isinstance(space, spaces.Dict) else [space]
+    if not any(_channels_last(s) for s in subs):
+        return env
+    if isinstance(env, VecEnv):
+        return env if is_vecenv_wrapped(env, VecTransposeImage) else VecTransposeImage(env)
+    if not isinstance(env, gym.Env):  # (a Gymnasium vector env: left to its own wrappers)
+        return env
+    return VecTransposeImage(DummyVecEnv([lambda: env]))
+
+
+__all__ = ["VecTransposeImage", "wrap_channels_last"]
