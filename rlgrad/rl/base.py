@@ -270,8 +270,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.rng = self.generator.numpy
         self._check_finite = check_finite
         given = wrap_channels_last(env)  # SB3's VecTransposeImage for channels-last images
-        # (make_vec_env takes SB3 VecEnvs too, as_vector_env(); its annotation says EnvLike)
-        self._attach_env(make_vec_env(given, n_envs=n_envs,  # type: ignore[arg-type]
+        self._attach_env(make_vec_env(given, n_envs=n_envs,
                                       env_kwargs=env_kwargs, vectorization_mode=vectorization_mode,
                                       record_statistics=False), given)
         self.observation_space: spaces.Space = self.env.single_observation_space
