@@ -193,3 +193,11 @@ def test_cli_trains_ars(tmp_path, capsys) -> None:
     out = capsys.readouterr()
     assert code == 0, out.err
     assert "trained" in out.out
+
+
+def test_async_eval_says_it_is_not_implemented() -> None:
+    from rlgrad.rl.contrib.common.vec_env import AsyncEval
+
+    with pytest.raises(NotImplementedError, match="call ARS.learn\\(\\) without async_eval") as e:
+        AsyncEval([lambda: make_vec_env("Pendulum-v1")], None)
+    assert "\n" not in str(e.value)
