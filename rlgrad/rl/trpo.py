@@ -62,6 +62,18 @@ def conjugate_gradient(matvec: Callable[[Any], Any], b: Any, max_iter: int | Non
     return x
 
 
+def policy_kl(dist: Any, old: Any) -> Any:
+    """KL(dist || old) per row: a MultiDiscrete head's (``action_dists.MultiCategorical``, no
+    registered KL) is the sum over its independent parts."""
+    parts = getattr(dist, "parts", None)
+    if parts is None:
+        return kl_divergence(dist, old)
+    total = kl_divergence(parts[0], old.parts[0])
+    for p, q in zip(parts[1:], old.parts[1:]):
+        total = total + kl_divergence(p, q)
+    return total
+
+
 def _flat(arrays: Any) -> np.ndarray:
     return np.concatenate([np.asarray(getattr(a, "_value", a), dtype=np.float64).ravel()
                            for a in arrays])
@@ -70,8 +82,7 @@ def _flat(arrays: Any) -> np.ndarray:
 class TRPO(OnPolicyAlgorithm):
     """sb3-contrib's ``TRPO`` (its defaults), on ``ActorCriticPolicy``."""
 
-    # (MultiDiscrete / MultiBinary: their KL divergences are not registered yet)
-    action_spaces = (spaces.Discrete, spaces.Box)
+    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
 
     # batch_size is the critic's minibatch: above the rollout it is the whole rollout
     relations_not_applying = (ROLLOUT_BATCH,)
@@ -122,7 +133,7 @@ class TRPO(OnPolicyAlgorithm):
                           adv: np.ndarray, old: Any) -> tuple[Any, Any]:
         dist = self.policy.distribution(obs)
         ratio = ops.exp(dist.log_prob(actions) - old_log_prob)
-        return (adv * ratio).mean(), kl_divergence(dist, old).mean()
+        return (adv * ratio).mean(), policy_kl(dist, old).mean()
 
     def fisher_vector_product(self, grad_kl: list[Any]) -> Callable[[np.ndarray], np.ndarray]:
         """``v -> F v + cg_damping v``: the gradient of ``grad_kl . v`` (``grad_kl`` built with
@@ -203,5 +214,5 @@ class TRPO(OnPolicyAlgorithm):
         lg.record("train/explained_variance",
                   explained_variance(data.old_values[valid], data.returns[valid]))
         lg.record("train/n_updates", self._n_updates)
-        if not self.policy.discrete:
+        if hasattr(self.policy, "log_std"):  # (Box actions: a Gaussian)
             lg.record("train/std", float(np.exp(self.policy.log_std._value).mean()))
