@@ -157,7 +157,7 @@ class MaskablePPO(PPO):
 
     def _build_policy(self, cnn: bool, extra: dict[str, Any]) -> MaskableActorCriticPolicy:
         return MaskableActorCriticPolicy(
-            self.observation_space, self.action_space, cnn=cnn,
+            self._policy_observation_space(), self.action_space, cnn=cnn,
             **self.net_kwargs(net_arch=None, activation_fn="tanh", ortho_init=True,
                               log_std_init=0.0, init_seed=None, **extra))
 

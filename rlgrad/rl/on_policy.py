@@ -124,11 +124,16 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         """The actor-critic network, ``policy_kwargs`` over its defaults (RecurrentPPO's and
         MaskablePPO's hook). Dict observations reach it flattened (``envs.preprocess_obs``: the
         vector entries side by side), so its network reads them as one Box."""
+        return ActorCriticPolicy(self._policy_observation_space(), self.action_space, cnn=cnn,
+                                 **self.net_kwargs(**POLICY_DEFAULTS, **extra))
+
+    def _policy_observation_space(self) -> spaces.Space:
+        """The observation space the policy network reads: a Dict's entries reach it flattened
+        side by side (``envs.preprocess_obs``), as one Box."""
         space = self.observation_space
         if isinstance(space, spaces.Dict):
-            space = spaces.Box(-np.inf, np.inf, (flat_obs_dim(space),), np.float32)
-        return ActorCriticPolicy(space, self.action_space, cnn=cnn,
-                                 **self.net_kwargs(**POLICY_DEFAULTS, **extra))
+            return spaces.Box(-np.inf, np.inf, (flat_obs_dim(space),), np.float32)
+        return space
 
     def _make_rollout_buffer(self, *args: Any, **kwargs: Any) -> RolloutBuffer:
         """The rollout storage (``RolloutBuffer``'s arguments)."""
