@@ -195,9 +195,45 @@ def test_cli_trains_ars(tmp_path, capsys) -> None:
     assert "trained" in out.out
 
 
-def test_async_eval_says_it_is_not_implemented() -> None:
+def test_async_eval_gives_the_returns_of_its_environments() -> None:
+    """Candidate i runs on AsyncEval's environment i % 2: the returns are those of
+    evaluate_policy on twin environments seeded alike, in the same order."""
+    from rlgrad.rl.common.vec_env import VecNormalize
     from rlgrad.rl.contrib.common.vec_env import AsyncEval
 
-    with pytest.raises(NotImplementedError, match="call ARS.learn\\(\\) without async_eval") as e:
-        AsyncEval([lambda: make_vec_env("Pendulum-v1")], None)
-    assert "\n" not in str(e.value)
+    def make():
+        return make_vec_env("CartPole-v1", n_envs=1)
+
+    model = ARS("LinearPolicy", "CartPole-v1", n_delta=2, zero_policy=False, seed=1)
+    ae = AsyncEval([make, make], model.policy)
+    ae.seed(7)
+    seen: list = []
+    real = model._async_returns
+    model._async_returns = lambda c, cb, ep: (seen.append((c.copy(), r := real(c, cb, ep))), r)[1]
+    model.learn(10, async_eval=ae)
+    assert ae.closed and len(seen) == 1
+    cands, got = seen[0]
+    twins = [make(), make()]
+    for i, env in enumerate(twins):
+        env.seed(7 + i)
+    policy = ARSPolicy(model.observation_space, model.action_space, net_arch=[], with_bias=False,
+                       squash_output=False)
+    for k, w in enumerate(cands):
+        policy.load_from_vector(w)
+        rewards, _ = evaluate_policy(policy, twins[k % 2], n_eval_episodes=1,
+                                     return_episode_rewards=True, warn=False)
+        assert got[k] == sum(rewards), k
+    assert model.num_timesteps == sum(got)  # CartPole: one step, one reward
+
+    # VecNormalize: the workers' statistics are merged into the training env's and synced back
+    train_env = VecNormalize(make_vec_env("Pendulum-v1", n_envs=1))
+    model = ARS("MlpPolicy", train_env, n_delta=2, seed=0, policy_kwargs={"net_arch": [8]})
+    ae = AsyncEval([lambda: VecNormalize(make_vec_env("Pendulum-v1", n_envs=1))] * 2, model.policy)
+    ae.seed(0)
+    model.learn(800, async_eval=ae)
+    assert model._n_updates == 1 and model.num_timesteps == 800
+    want = train_env.obs_rms
+    assert want.count > 800  # 4 episodes of 200 steps (and the epsilon start)
+    for env in ae.envs:
+        np.testing.assert_allclose(env.obs_rms.mean, want.mean)
+        np.testing.assert_allclose(env.obs_rms.var, want.var)

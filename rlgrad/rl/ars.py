@@ -14,8 +14,9 @@ tanh-squashed and rescaled to the box); Discrete actions take the argmax. With
 by ``normalize=True`` or a ``VecNormalize`` env (the statistics follow every evaluated step, as
 sb3-contrib's ARS with VecNormalize).
 
-sb3-contrib's ``AsyncEval`` (candidates evaluated in worker processes) is not implemented:
-candidates run one after the other on the training env.
+``learn(async_eval=AsyncEval(...))`` evaluates the candidates on AsyncEval's environments
+instead (``rlgrad.rl.contrib.common.vec_env``: in this process, not in worker processes), their
+``VecNormalize`` statistics merged into the training env's and synced back, as sb3-contrib does.
 """
 
 from __future__ import annotations
@@ -174,6 +175,22 @@ class ARS(BaseAlgorithm):
         if self.zero_policy:
             self.policy.load_from_vector(np.zeros_like(self.policy.parameters_to_vector()))
         self.n_params = int(self.policy.parameters_to_vector().size)
+        self._async_eval: Any = None
+        self._old_count = 0.0  # observations counted before the last sync (sb3-contrib's)
+
+    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int | None = None,
+              tb_log_name: str | None = None, reset_num_timesteps: bool = True,
+              async_eval: Any = None, progress_bar: bool = False) -> ARS:
+        """``BaseAlgorithm.learn``; with ``async_eval`` the candidates are evaluated on its
+        environments (it is closed at the end, as sb3-contrib closes it)."""
+        self._async_eval = async_eval
+        try:
+            return super().learn(total_timesteps, callback, log_interval, tb_log_name,
+                                 reset_num_timesteps, progress_bar)
+        finally:
+            self._async_eval = None
+            if async_eval is not None:
+                async_eval.close()
 
     def _make_policy(self) -> ARSPolicy:
         if self.policy_class is not None:  # the user's ARSPolicy subclass
@@ -221,10 +238,43 @@ class ARS(BaseAlgorithm):
         self._last_obs = raw
         return total
 
+    def _async_returns(self, candidates: np.ndarray, callback: BaseCallback | None,
+                       episodes: list[tuple[float, int]]) -> np.ndarray | None:
+        """The candidates' returns from ``async_eval``'s environments (sb3-contrib's: their
+        observation statistics combined into the training env's, then synced back; callback
+        steps one per worker's share of the steps)."""
+        ae = self._async_eval
+        ae.send_jobs(candidates, len(candidates))
+        returns = np.zeros(len(candidates), dtype=np.float32)
+        steps = 0
+        for idx, (rewards, lengths) in ae.get_results():
+            returns[idx] = sum(rewards) + self.alive_bonus_offset * sum(lengths)
+            episodes.extend(zip(map(float, rewards), map(int, lengths)))
+            steps += int(sum(lengths))
+        norm = self._env_normalizer()
+        if norm is not None:
+            for rms in ae.get_obs_rms():
+                norm.obs_rms.combine(rms)
+                norm.obs_rms.count -= self._old_count  # (counted once already)
+            ae.sync_obs_rms(norm.obs_rms.copy())
+            self._old_count = norm.obs_rms.count
+        n = len(ae.remotes)
+        for _ in range(steps // n):
+            self.num_timesteps += n
+            if callback is not None and callback.on_step() is False:
+                return None
+        self.num_timesteps += steps % n
+        return returns
+
     def _candidate_returns(self, candidates: np.ndarray, callback: BaseCallback | None,
                            episodes: list[tuple[float, int]]) -> np.ndarray | None:
         if callback is not None:
             callback.on_rollout_start()
+        if self._async_eval is not None:
+            returns = self._async_returns(candidates, callback, episodes)
+            if returns is not None and callback is not None:
+                callback.on_rollout_end()
+            return returns
         returns = np.zeros(len(candidates), dtype=np.float32)
         for k, w in enumerate(candidates):
             r = self._evaluate(w, callback, episodes)

@@ -1,5 +1,4 @@
-"""``sb3_contrib.common.vec_env``: ``AsyncEval``, which rlgrad does not implement (ARS evaluates
-its candidates one after another on the training env)."""
+"""``sb3_contrib.common.vec_env``: ``AsyncEval`` (in this process, see the class)."""
 
 from rlgrad.rl.contrib.common.vec_env.async_eval import AsyncEval
 
