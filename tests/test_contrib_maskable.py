@@ -209,3 +209,34 @@ def test_policy_class_must_be_maskable_and_subproc_masks_are_read() -> None:
         assert (masks.sum(-1) == 2).all()  # the copies' own masks: 2 of 6 allowed at each step
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("name, arg, width", [
+    ("MaskableCategoricalDistribution", 5, 5),
+    ("MaskableMultiCategoricalDistribution", [3, 2, 4], 9),
+    ("MaskableBernoulliDistribution", 3, 6),
+])
+def test_distribution_classes_match_sb3_contrib(name: str, arg, width: int) -> None:
+    from rlgrad.rl.contrib.common.maskable import distributions as ours_mod
+
+    ours, theirs = getattr(ours_mod, name)(arg), getattr(sb3_dist, name)(arg)
+    with pytest.raises(AttributeError, match="call proba_distribution") as e:
+        ours.entropy()
+    assert isinstance(e.value, AssertionError)
+    with pytest.raises(RuntimeError, match="cannot be laid out as rows of"):
+        ours.proba_distribution(np.zeros((1, width + 1), np.float32))
+    rng = np.random.default_rng(5)
+    logits = rng.normal(size=(4, width)).astype(np.float32)
+    masks = rng.random((4, width)) > 0.4
+    masks[:, 0] = masks[:, 3] = masks[:, width - 1] = True  # (a valid slot in every part)
+    ours.proba_distribution(logits)
+    theirs.proba_distribution(torch.tensor(logits))
+    ours.apply_masking(masks)
+    theirs.apply_masking(masks)
+    mode = np.asarray(ours.mode()._value)
+    np.testing.assert_array_equal(mode, theirs.mode().numpy())
+    np.testing.assert_allclose(np.asarray(ours.log_prob(mode)._value),
+                               theirs.log_prob(torch.tensor(mode)).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ours.entropy()._value), theirs.entropy().numpy(),
+                               rtol=1e-5, atol=1e-6)
+    assert ours.proba_distribution_net(7).weight.shape == (width, 7)
