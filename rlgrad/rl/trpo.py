@@ -28,15 +28,17 @@ from gymnasium import spaces
 
 import rlgrad
 from rlgrad import autograd, ops, optim
-from rlgrad.distributions import kl_divergence
+from rlgrad.distributions import Distribution, kl_divergence
+from rlgrad.rl.action_dists import MultiCategorical
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, explained_variance
 from rlgrad.rl.ranges import ROLLOUT_BATCH
 from rlgrad.rl.recurrent_policies import InvalidArgumentError
+from rlgrad.tensor import Tensor
 
 
-def conjugate_gradient(matvec: Callable[[Any], Any], b: Any, max_iter: int | None = None,
-                       residual_tol: float = 1e-10) -> Any:
+def conjugate_gradient(matvec: Callable[[np.ndarray], np.ndarray], b: np.ndarray,
+                       max_iter: int | None = None, residual_tol: float = 1e-10) -> np.ndarray:
     """An approximate ``x`` with ``A x = b`` for symmetric positive definite ``A`` given as
     ``matvec(v) = A v``, from ``x = 0`` in at most ``max_iter`` steps (``len(b)``: exact up to
     rounding); stops early when the squared residual is below ``residual_tol``. Arithmetic
@@ -62,16 +64,18 @@ def conjugate_gradient(matvec: Callable[[Any], Any], b: Any, max_iter: int | Non
     return x
 
 
-def policy_kl(dist: Any, old: Any) -> Any:
+def policy_kl(dist: Distribution | MultiCategorical, old: Distribution | MultiCategorical
+              ) -> Tensor:
     """KL(dist || old) per row: a MultiDiscrete head's (``action_dists.MultiCategorical``, no
     registered KL) is the sum over its independent parts."""
-    parts = getattr(dist, "parts", None)
-    if parts is None:
-        return kl_divergence(dist, old)
-    total = kl_divergence(parts[0], old.parts[0])
-    for p, q in zip(parts[1:], old.parts[1:]):
-        total = total + kl_divergence(p, q)
-    return total
+    if isinstance(dist, MultiCategorical) or isinstance(old, MultiCategorical):
+        if not (isinstance(dist, MultiCategorical) and isinstance(old, MultiCategorical)):
+            raise TypeError("policy_kl: both distributions must be MultiDiscrete heads")
+        total = kl_divergence(dist.parts[0], old.parts[0])
+        for p, q in zip(dist.parts[1:], old.parts[1:]):
+            total = total + kl_divergence(p, q)
+        return total
+    return kl_divergence(dist, old)
 
 
 def _flat(arrays: Any) -> np.ndarray:
