@@ -14,6 +14,7 @@ SB3 scripts run with ``stable_baselines3`` changed to ``rlgrad.rl`` in their imp
 from __future__ import annotations
 
 from rlgrad.rl.a2c import A2C
+from rlgrad.rl.ars import ARS
 from rlgrad.rl.base import BaseAlgorithm, get_schedule_fn, linear_schedule
 from rlgrad.rl.buffers import ReplayBuffer, RolloutBuffer, compute_gae
 from rlgrad.rl.c51 import C51
@@ -64,7 +65,7 @@ ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
     "reinforce": REINFORCE, "a2c": A2C, "ppo": PPO, "dqn": DQN, "qrdqn": QRDQN, "c51": C51,
     "ddpg": DDPG, "td3": TD3, "sac": SAC, "ppo_lstm": RecurrentPPO,
     "ppo_mask": MaskablePPO, "trpo": TRPO, "tqc": TQC,
-    "crossq": CrossQ,
+    "crossq": CrossQ, "ars": ARS,
 }
 
 
@@ -86,7 +87,7 @@ register_functional_envs()  # gym.make('rlgrad/CartPole-v1') and the other funct
 
 __all__ = [
     "A2C", "PPO", "RecurrentPPO", "MaskablePPO", "TRPO", "REINFORCE", "DQN", "QRDQN", "C51",
-    "DDPG", "TD3", "SAC", "TQC", "CrossQ", "ALGORITHMS", "BaseAlgorithm",
+    "DDPG", "TD3", "SAC", "TQC", "CrossQ", "ARS", "ALGORITHMS", "BaseAlgorithm",
     "BaseCallback", "CallbackList",
     "FunctionCallback", "CSVWriter", "Logger", "TensorBoardWriter", "Normalizer",
     "RunningMeanStd", "ReplayBuffer", "RolloutBuffer", "compute_gae", "evaluate",

@@ -53,6 +53,7 @@ from rlgrad.rl.progress import ProgressBar
 from rlgrad.rl.ranges import check_hyperparams, check_relations
 from rlgrad.rl.runtime import keep_freed_memory, limit_blas_threads
 from rlgrad.rl.sb3_args import (
+    ARS_POLICY_NAMES,
     DEFAULT_POLICY,
     LSTM_POLICY_NAMES,
     action_noise_kwargs,
@@ -128,6 +129,9 @@ def resolve_policy(cls: type[BaseAlgorithm], policy: str | None, space: spaces.S
     if policy in LSTM_POLICY_NAMES:  # (RecurrentPPO maps its names before this)
         raise ValueError(f"{name}: {policy} is RecurrentPPO's policy "
                          "(rlgrad.rl.contrib.RecurrentPPO); use 'MlpPolicy' or 'CnnPolicy'")
+    if policy in ARS_POLICY_NAMES and policy not in cls.policy_aliases:
+        raise ValueError(f"{name}: {policy} is ARS's policy (rlgrad.rl.contrib.ARS); use "
+                         "'MlpPolicy' or 'CnnPolicy'")
     image = is_image_space(space)
     if policy is None:
         policy = "CnnPolicy" if image else "MlpPolicy"

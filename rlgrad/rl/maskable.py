@@ -18,8 +18,10 @@ from gymnasium import spaces
 
 from rlgrad import ops
 from rlgrad.distributions import Categorical
+from rlgrad.rl import action_dists
 from rlgrad.rl.buffers import RolloutBuffer
 from rlgrad.rl.envs import EnvLike
+from rlgrad.rl.on_policy import POLICY_DEFAULTS
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.ppo import PPO
 from rlgrad.tensor import Tensor, _shape
@@ -60,6 +62,8 @@ class MaskableCategorical(Categorical):
 def get_action_masks(env: Any) -> np.ndarray:
     """The current masks of every copy of a vector env (one row each), or of one Gymnasium env:
     ``action_masks()`` of the env or of a wrapper around it (``ActionMasker``)."""
+    if hasattr(env, "vec_env"):  # a VecEnv (SubprocVecEnv, ...) behind Gymnasium's vector API
+        return get_action_masks(env.vec_env)
     if hasattr(env, "env_method"):  # SB3's VecEnv
         try:
             masks = env.env_method("action_masks")
@@ -68,18 +72,25 @@ def get_action_masks(env: Any) -> np.ndarray:
             if inner is None:
                 raise
             return get_action_masks(inner)
-        return np.stack([np.asarray(m, dtype=bool) for m in masks])
+        return np.stack([_flat_mask(m) for m in masks])
     if hasattr(env, "call"):  # Gymnasium's vector env
-        return np.stack([np.asarray(m, dtype=bool) for m in env.call("action_masks")])
+        return np.stack([_flat_mask(m) for m in env.call("action_masks")])
     fn = env.get_wrapper_attr("action_masks") if hasattr(env, "get_wrapper_attr") else (
         env.action_masks)
     return np.asarray(fn(), dtype=bool)
 
 
+def _flat_mask(mask: Any) -> np.ndarray:
+    """One env's mask as one row (a MultiDiscrete mask may come as one list per part)."""
+    if isinstance(mask, list | tuple) and mask and isinstance(mask[0], list | tuple | np.ndarray):
+        return np.concatenate([np.asarray(m, dtype=bool).ravel() for m in mask])
+    return np.asarray(mask, dtype=bool).ravel()
+
+
 def is_masking_supported(env: Any) -> bool:
     """Whether ``env`` (or every copy of a vector env) gives ``action_masks()``: asked without
     calling it (an AttributeError in a subprocess copy would stop that copy)."""
-    inner = getattr(env, "venv", None)
+    inner = getattr(env, "vec_env", None) or getattr(env, "venv", None)
     if inner is not None:  # a VecEnv over a Gymnasium vector env, or a VecEnv wrapper
         return is_masking_supported(inner)
     if hasattr(env, "call"):  # Gymnasium's vector env: each copy answers
@@ -97,15 +108,35 @@ def masking_error(what: str) -> ValueError:
                       "or pass use_masking=False")
 
 
+def masked_head_space(space: spaces.Space) -> spaces.Space:
+    """The action space of the masked policy head: MultiBinary(n) as MultiDiscrete([2] * n)
+    (sb3-contrib's: two logits per bit, each maskable), the others as they are."""
+    if isinstance(space, spaces.MultiBinary):
+        return spaces.MultiDiscrete(np.full(int(np.prod(space.shape)), 2))
+    return space
+
+
 class MaskableActorCriticPolicy(ActorCriticPolicy):
-    """``ActorCriticPolicy`` whose Categorical takes action masks (Discrete actions)."""
+    """``ActorCriticPolicy`` whose Categorical heads take action masks: Discrete, MultiDiscrete
+    (one mask slot per choice of each part) and MultiBinary (built as MultiDiscrete([2] * n):
+    two slots per bit)."""
 
     def distribution_and_value_masked(self, obs: Any, masks: Any) -> tuple[Any, Any]:
         """(the masked pi(.|obs), V(obs)), the trunk run once."""
         f = self._features(obs)
         logits = self.action_net(self.pi_net(f))
         values = self.value_net(self.vf_net(f)).reshape(-1)
+        if self.multi:
+            if masks is not None:
+                masks = masks if isinstance(masks, Tensor) else np.asarray(
+                    masks, dtype=bool).reshape(_shape(logits))
+                logits = ops.where(masks, logits, HUGE_NEG)
+            return action_dists.distribution(self.action_space, logits), values
         return MaskableCategorical(logits=logits, masks=masks), values
+
+    def actions_for_loss(self, actions: np.ndarray) -> np.ndarray:
+        """Stored actions as indices (a MultiBinary rollout stores its bits as float32)."""
+        return np.asarray(actions, dtype=np.int64) if self.multi else actions
 
     def act_masked(self, obs: np.ndarray, masks: np.ndarray | None, rng: np.random.Generator,
                    fused: Any = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -118,7 +149,9 @@ class MaskableActorCriticPolicy(ActorCriticPolicy):
 
     def mode_masked(self, obs: np.ndarray, masks: np.ndarray | None) -> np.ndarray:
         out = self._head_np(obs)
-        return (out if masks is None else np.where(masks, out, np.float32(HUGE_NEG))).argmax(1)
+        if masks is not None:
+            out = np.where(masks, out, np.float32(HUGE_NEG))
+        return action_dists.mode_numpy(self.action_space, out) if self.multi else out.argmax(1)
 
 
 class MaskableRolloutBatch(NamedTuple):
@@ -144,9 +177,11 @@ class MaskableRolloutBuffer(RolloutBuffer):
 
 
 class MaskablePPO(PPO):
-    """sb3-contrib's ``MaskablePPO``: PPO over Discrete actions with invalid-action masks."""
+    """sb3-contrib's ``MaskablePPO``: PPO over Discrete, MultiDiscrete or MultiBinary actions
+    with invalid-action masks."""
 
-    action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete,)
+    action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (
+        spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
     env_runner_sampling = False
     action_space: spaces.Discrete
     policy: MaskableActorCriticPolicy
@@ -158,14 +193,21 @@ class MaskablePPO(PPO):
         self._predict_masks: Any = None
         super().__init__(env, **kwargs)
 
+    def _make_policy(self) -> ActorCriticPolicy:
+        cls = self.policy_class
+        if cls is not None and not issubclass(cls, MaskableActorCriticPolicy):
+            raise ValueError(f"MaskablePPO: policy {cls.__name__} is not a "
+                             "MaskableActorCriticPolicy; subclass rlgrad.rl.contrib.ppo_mask."
+                             "MaskableActorCriticPolicy (its distribution takes the masks)")
+        return super()._make_policy()
+
     def _build_policy(self, cnn: bool, extra: dict[str, Any]) -> MaskableActorCriticPolicy:
         return MaskableActorCriticPolicy(
-            self.observation_space, self.action_space, cnn=cnn,
-            **self.net_kwargs(net_arch=None, activation_fn="tanh", ortho_init=True,
-                              log_std_init=0.0, init_seed=None, **extra))
+            self._policy_observation_space(), masked_head_space(self.action_space), cnn=cnn,
+            **self.net_kwargs(**POLICY_DEFAULTS, **extra))
 
     def _make_rollout_buffer(self, *args: Any, **kwargs: Any) -> RolloutBuffer:
-        return MaskableRolloutBuffer(*args, n_actions=int(self.action_space.n), **kwargs)
+        return MaskableRolloutBuffer(*args, n_actions=self.policy.act_dim, **kwargs)
 
     # sb3-contrib's order of arguments: use_masking before progress_bar
     def learn(self, total_timesteps: int, callback: Any = None,  # type: ignore[override]
@@ -221,5 +263,5 @@ class MaskablePPO(PPO):
         if masks is not None:
             masks = np.asarray(masks, dtype=bool).reshape(len(obs), -1)
         if deterministic:
-            return self.policy.mode_masked(obs, masks)
-        return self.policy.act_masked(obs, masks, self.rng)[0]
+            return self._to_env(self.policy.mode_masked(obs, masks))
+        return self._to_env(self.policy.act_masked(obs, masks, self.rng)[0])

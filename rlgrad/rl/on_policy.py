@@ -161,12 +161,18 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         MaskablePPO's hook). Dict observations reach it flattened (``envs.preprocess_obs``: the
         entries side by side), so its network reads vector-only ones as one Box; with image
         entries it keeps the Dict space and ``CombinedExtractor`` reshapes each image back."""
-        space = self.observation_space
-        # (image entries: the Dict itself, for CombinedExtractor's CNNs on the flat rows)
-        if isinstance(space, spaces.Dict) and not dict_has_images(space):
-            space = spaces.Box(-np.inf, np.inf, (flat_obs_dim(space),), np.float32)
-        return ActorCriticPolicy(space, self.action_space, cnn=cnn, use_sde=self.use_sde,
+        return ActorCriticPolicy(self._policy_observation_space(), self.action_space, cnn=cnn,
+                                 use_sde=self.use_sde,
                                  **self.net_kwargs(**POLICY_DEFAULTS, **extra))
+
+    def _policy_observation_space(self) -> spaces.Space:
+        """The observation space the policy network reads: a vector-only Dict's entries reach it
+        flattened side by side (``envs.preprocess_obs``), as one Box; a Dict with image entries
+        stays a Dict, for ``CombinedExtractor``'s CNNs on the flat rows."""
+        space = self.observation_space
+        if isinstance(space, spaces.Dict) and not dict_has_images(space):
+            return spaces.Box(-np.inf, np.inf, (flat_obs_dim(space),), np.float32)
+        return space
 
     def _make_rollout_buffer(self, *args: Any, **kwargs: Any) -> RolloutBuffer:
         """The rollout storage (``RolloutBuffer``'s arguments)."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlgrad.rl.sb3_args import (
+    ARS_POLICY_NAMES,
     LSTM_POLICY_NAMES,
     POLICY_NAMES,
     REPLAY_BUFFER_CLASSES,
@@ -169,6 +170,13 @@ RANGES: dict[str, Range] = {
     "use_sde": _FLAG,
     "sde_sample_freq": Range(-1, integer=True),
     "use_sde_at_warmup": _FLAG,
+    # ARS
+    "n_delta": Range(1, 100_000, integer=True),
+    "n_top": Range(1, integer=True, none_ok=True),
+    "delta_std": Range(0.0, lo_open=True, schedule=True),
+    "zero_policy": _FLAG,
+    "alive_bonus_offset": Range(),
+    "n_eval_episodes": Range(1, 100_000, integer=True),
 }
 
 
@@ -201,9 +209,9 @@ SPECIAL: dict[str, tuple[Callable[[Any], bool], str]] = {
     "target_entropy": (lambda v: v == "auto" or Range().ok(v), "a number or 'auto'"),
     "device": (device_ok, "'auto' or 'cpu' (rlgrad computes on the CPU)"),
     "policy": (lambda v: v is None or v in POLICY_NAMES or v in LSTM_POLICY_NAMES
-               or is_policy_class(v),
+               or v in ARS_POLICY_NAMES or is_policy_class(v),
                "'MlpPolicy', 'CnnPolicy', 'MultiInputPolicy', an LSTM policy name (RecurrentPPO), "
-               "None or a policy class"),
+               "'LinearPolicy' (ARS), None or a policy class"),
 }
 
 #: rules between arguments: (arguments, holds(values), what must hold)

@@ -103,7 +103,7 @@ class RecurrentPPO(PPO):
                 "shared_lstm": False, "enable_critic_lstm": True, "lstm_kwargs": None}
         try:
             return RecurrentActorCriticPolicy(
-                self.observation_space, self.action_space, cnn=cnn,
+                self._policy_observation_space(), self.action_space, cnn=cnn,
                 **self.net_kwargs(net_arch=None, activation_fn="tanh", ortho_init=True,
                                   log_std_init=0.0, init_seed=None, **lstm, **extra))
         finally:

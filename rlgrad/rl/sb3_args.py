@@ -21,6 +21,8 @@ POLICY_NAMES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy")
 DEFAULT_POLICY = "MlpPolicy"
 #: sb3-contrib's RecurrentPPO policy names: the three above with an LSTM (RecurrentPPO only)
 LSTM_POLICY_NAMES = ("MlpLstmPolicy", "CnnLstmPolicy", "MultiInputLstmPolicy")
+#: sb3-contrib's ARS policy names besides MlpPolicy (ARS only)
+ARS_POLICY_NAMES = ("LinearPolicy",)
 #: what ``save("name")`` appends (SB3 appends ".zip"; rlgrad's checkpoints are safetensors files)
 CHECKPOINT_EXTENSION = ".safetensors"
 
@@ -28,7 +30,8 @@ CHECKPOINT_EXTENSION = ".safetensors"
 def _policy_name(policy: Any) -> str | None:
     """The SB3 policy name ``policy`` stands for (a name, or a class so named), else None."""
     name = policy if isinstance(policy, str) else getattr(policy, "__name__", None)
-    return name if name in POLICY_NAMES or name in LSTM_POLICY_NAMES else None
+    known = name in POLICY_NAMES or name in LSTM_POLICY_NAMES or name in ARS_POLICY_NAMES
+    return name if known else None
 
 
 def is_policy_class(policy: Any) -> bool:

@@ -19,6 +19,7 @@ The actor's parameters are those of the policy head and tower (``mlp_extractor.p
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -27,36 +28,55 @@ from gymnasium import spaces
 
 import rlgrad
 from rlgrad import autograd, ops, optim
-from rlgrad.distributions import kl_divergence
+from rlgrad.distributions import Distribution, kl_divergence
+from rlgrad.rl.action_dists import MultiCategorical
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, explained_variance
 from rlgrad.rl.ranges import ROLLOUT_BATCH
+from rlgrad.rl.recurrent_policies import InvalidArgumentError
 from rlgrad.rl.schedules import ScheduleLike
+from rlgrad.tensor import Tensor
 
 
 def conjugate_gradient(matvec: Callable[[np.ndarray], np.ndarray], b: np.ndarray,
                        max_iter: int | None = None, residual_tol: float = 1e-10) -> np.ndarray:
     """An approximate ``x`` with ``A x = b`` for symmetric positive definite ``A`` given as
     ``matvec(v) = A v``, from ``x = 0`` in at most ``max_iter`` steps (``len(b)``: exact up to
-    rounding); stops early when the squared residual is below ``residual_tol``."""
-    x = np.zeros_like(b)
-    r = b.copy()
-    p = r.copy()
-    rr = float(r @ r)
+    rounding); stops early when the squared residual is below ``residual_tol``. Arithmetic
+    operators only, so ``b`` may be a NumPy array or any array type ``matvec`` takes (sb3-contrib's
+    ``conjugate_gradient_solver`` is called with torch tensors)."""
+    x = b * 0
+    r = b - x  # (a copy: b stays as given)
+    p = r * 1
+    rr = float((r * r).sum())
     n = len(b) if max_iter is None else int(max_iter)
     for i in range(n):
         if rr < residual_tol:
             break
         ap = matvec(p)
-        alpha = rr / float(p @ ap)
-        x += alpha * p
+        alpha = rr / float((p * ap).sum())
+        x = x + alpha * p
         if i == n - 1:
             break
-        r -= alpha * ap
-        rr_new = float(r @ r)
+        r = r - alpha * ap
+        rr_new = float((r * r).sum())
         p = r + (rr_new / rr) * p
         rr = rr_new
     return x
+
+
+def policy_kl(dist: Distribution | MultiCategorical, old: Distribution | MultiCategorical
+              ) -> Tensor:
+    """KL(dist || old) per row: a MultiDiscrete head's (``action_dists.MultiCategorical``, no
+    registered KL) is the sum over its independent parts."""
+    if isinstance(dist, MultiCategorical) or isinstance(old, MultiCategorical):
+        if not (isinstance(dist, MultiCategorical) and isinstance(old, MultiCategorical)):
+            raise TypeError("policy_kl: both distributions must be MultiDiscrete heads")
+        total = kl_divergence(dist.parts[0], old.parts[0])
+        for p, q in zip(dist.parts[1:], old.parts[1:]):
+            total = total + kl_divergence(p, q)
+        return total
+    return kl_divergence(dist, old)
 
 
 def _flat(arrays: Any) -> np.ndarray:
@@ -67,8 +87,7 @@ def _flat(arrays: Any) -> np.ndarray:
 class TRPO(OnPolicyAlgorithm):
     """sb3-contrib's ``TRPO`` (its defaults), on ``ActorCriticPolicy``."""
 
-    # (MultiDiscrete / MultiBinary: their KL divergences are not registered yet)
-    action_spaces = (spaces.Discrete, spaces.Box)
+    action_spaces = (spaces.Discrete, spaces.Box, spaces.MultiDiscrete, spaces.MultiBinary)
 
     # batch_size is the critic's minibatch: above the rollout it is the whole rollout
     relations_not_applying = (ROLLOUT_BATCH,)
@@ -91,18 +110,35 @@ class TRPO(OnPolicyAlgorithm):
         self.n_critic_updates = int(n_critic_updates)
         self.target_kl = float(target_kl)
         self.sub_sampling_factor = int(sub_sampling_factor)
+        self._check_rollout_size(normalize_advantage)
         p = self.policy
         critic = ("mlp_extractor.value_net.", "value_net.", "vf_features_extractor.")  # SB3's keys
         self.actor_params = [q for n, q in p.named_parameters() if not n.startswith(critic)]
         self.critic_params = [q for n, q in p.named_parameters() if n.startswith(critic)]
         self.optimizer = optim.Adam(self.critic_params, lr=self.lr_schedule(1.0))
 
+    def _check_rollout_size(self, normalize_advantage: bool) -> None:
+        """sb3-contrib's checks: a one-row rollout has no advantage std (its assert), and a
+        rollout that is not a multiple of the critic's minibatch ends in a shorter one (a
+        warning)."""
+        rows = self.n_steps * self.n_envs
+        if normalize_advantage and rows <= 1:
+            raise InvalidArgumentError(
+                f"TRPO: n_steps * n_envs must be greater than 1 to normalise the advantages; "
+                f"n_steps={self.n_steps}, n_envs={self.n_envs}: use more steps, or "
+                "normalize_advantage=False")
+        if rows % self.batch_size:
+            warnings.warn(f"TRPO: batch_size={self.batch_size} does not divide the rollout of "
+                          f"n_steps * n_envs = {rows} rows: every pass over it ends with a "
+                          f"minibatch of {rows % self.batch_size}; a batch_size that divides "
+                          "it is recommended", UserWarning, stacklevel=4)
+
     # ---- the policy step ---------------------------------------------------------------------
     def _surrogate_and_kl(self, obs: np.ndarray, actions: np.ndarray, old_log_prob: np.ndarray,
                           adv: np.ndarray, old: Any) -> tuple[Any, Any]:
         dist = self.policy.distribution(obs)
         ratio = ops.exp(dist.log_prob(actions) - old_log_prob)
-        return (adv * ratio).mean(), kl_divergence(dist, old).mean()
+        return (adv * ratio).mean(), policy_kl(dist, old).mean()
 
     def fisher_vector_product(self, grad_kl: list[Any]) -> Callable[[np.ndarray], np.ndarray]:
         """``v -> F v + cg_damping v``: the gradient of ``grad_kl . v`` (``grad_kl`` built with
@@ -183,5 +219,5 @@ class TRPO(OnPolicyAlgorithm):
         lg.record("train/explained_variance",
                   explained_variance(data.old_values[valid], data.returns[valid]))
         lg.record("train/n_updates", self._n_updates)
-        if not self.policy.discrete:
+        if hasattr(self.policy, "log_std"):  # (Box actions: a Gaussian)
             lg.record("train/std", float(np.exp(self.policy.log_std._value).mean()))

@@ -138,3 +138,105 @@ def test_action_masker_and_eval_callback(tmp_path) -> None:
     model.learn(128, callback=cb)
     assert len(cb.evaluations_results) == 2
     assert (tmp_path / "evaluations.npz").exists()
+
+
+@pytest.mark.parametrize("space, sb3_name", [
+    (gym.spaces.MultiDiscrete([3, 2, 4]), "MaskableMultiCategoricalDistribution"),
+    (gym.spaces.MultiBinary(3), "MaskableBernoulliDistribution"),
+])
+def test_masked_multi_heads_match_sb3_contrib_with_gradients(space, sb3_name) -> None:
+    """MultiDiscrete and MultiBinary (two logits per bit) heads: log-probabilities, entropies and
+    the gradient at the action net's bias against sb3-contrib's distributions."""
+    obs_space = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    from rlgrad.rl.maskable import masked_head_space
+
+    policy = MaskableActorCriticPolicy(obs_space, masked_head_space(space), net_arch=[8])
+    rng = np.random.default_rng(3)
+    obs = rng.uniform(-1, 1, (6, 4)).astype(np.float32)
+    k = policy.act_dim
+    masks = rng.random((6, k)) > 0.3
+    masks[:, 0] = masks[:, 3] = masks[:, k - 1] = True  # a valid choice in every part
+    actions, _, _ = policy.act_masked(obs, masks, np.random.default_rng(0))
+    dist, _ = policy.distribution_and_value_masked(rlgrad.Tensor(obs), masks)
+    lp = dist.log_prob(policy.actions_for_loss(actions))
+    (lp.sum() + 0.5 * dist.entropy().sum()).backward()
+    with rlgrad.no_grad():
+        logits = policy._head_np(obs)
+    t = torch.tensor(logits, requires_grad=True)
+    nvec = list(space.nvec) if hasattr(space, "nvec") else None
+    theirs = getattr(sb3_dist, sb3_name)(nvec if nvec is not None else space.n)
+    theirs.proba_distribution(t)
+    theirs.apply_masking(torch.tensor(masks))
+    tlp = theirs.log_prob(torch.tensor(actions))
+    (tlp.sum() + 0.5 * theirs.entropy().sum()).backward()
+    np.testing.assert_allclose(np.asarray(lp._value), tlp.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(policy.action_net.bias.grad._value, t.grad.sum(0).numpy(),
+                               rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("env_cls, dims", [("InvalidActionEnvMultiDiscrete", [3, 4]),
+                                           ("InvalidActionEnvMultiBinary", 3)])
+def test_masked_multi_action_spaces_never_take_an_invalid_slot(env_cls, dims) -> None:
+    from rlgrad.rl.contrib.common import envs
+
+    env = getattr(envs, env_cls)(dims=dims, n_invalid_actions=2)
+    model = MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=32, seed=0).learn(128)
+    nvec = np.asarray(env.action_space.nvec if hasattr(env.action_space, "nvec") else [2] * dims)
+    offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+    assert model.rollout_buffer.action_masks.shape[-1] == nvec.sum()
+    env.reset(seed=0)
+    for _ in range(50):
+        masks = np.asarray(env.action_masks())
+        action, _ = model.predict(np.asarray(env.state), action_masks=masks)  # (sampled)
+        assert env.action_space.contains(action)
+        assert masks[offsets + np.asarray(action, dtype=np.int64)].all()
+        env.step(action)
+
+
+def test_policy_class_must_be_maskable_and_subproc_masks_are_read() -> None:
+    from rlgrad.rl.common.env_util import make_vec_env
+    from rlgrad.rl.common.vec_env import SubprocVecEnv
+    from rlgrad.rl.policies import ActorCriticPolicy
+
+    with pytest.raises(ValueError, match="is not a MaskableActorCriticPolicy") as e:
+        MaskablePPO(ActorCriticPolicy, InvalidActionEnvDiscrete(dim=4, n_invalid_actions=2))
+    assert "\n" not in str(e.value)
+    env = make_vec_env(lambda: InvalidActionEnvDiscrete(dim=6, n_invalid_actions=4), n_envs=2,
+                       vec_env_cls=SubprocVecEnv)
+    try:
+        model = MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=32, seed=0).learn(64)
+        masks = model.rollout_buffer.action_masks
+        assert (masks.sum(-1) == 2).all()  # the copies' own masks: 2 of 6 allowed at each step
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("name, arg, width", [
+    ("MaskableCategoricalDistribution", 5, 5),
+    ("MaskableMultiCategoricalDistribution", [3, 2, 4], 9),
+    ("MaskableBernoulliDistribution", 3, 6),
+])
+def test_distribution_classes_match_sb3_contrib(name: str, arg, width: int) -> None:
+    from rlgrad.rl.contrib.common.maskable import distributions as ours_mod
+
+    ours, theirs = getattr(ours_mod, name)(arg), getattr(sb3_dist, name)(arg)
+    with pytest.raises(AttributeError, match="call proba_distribution") as e:
+        ours.entropy()
+    assert isinstance(e.value, AssertionError)
+    with pytest.raises(RuntimeError, match="cannot be laid out as rows of"):
+        ours.proba_distribution(np.zeros((1, width + 1), np.float32))
+    rng = np.random.default_rng(5)
+    logits = rng.normal(size=(4, width)).astype(np.float32)
+    masks = rng.random((4, width)) > 0.4
+    masks[:, 0] = masks[:, 3] = masks[:, width - 1] = True  # (a valid slot in every part)
+    ours.proba_distribution(logits)
+    theirs.proba_distribution(torch.tensor(logits))
+    ours.apply_masking(masks)
+    theirs.apply_masking(masks)
+    mode = np.asarray(ours.mode()._value)
+    np.testing.assert_array_equal(mode, theirs.mode().numpy())
+    np.testing.assert_allclose(np.asarray(ours.log_prob(mode)._value),
+                               theirs.log_prob(torch.tensor(mode)).numpy(), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(ours.entropy()._value), theirs.entropy().numpy(),
+                               rtol=1e-5, atol=1e-6)
+    assert ours.proba_distribution_net(7).weight.shape == (width, 7)

@@ -188,3 +188,26 @@ def test_replay_buffer_class_arguments_are_checked_in_one_line() -> None:
     with pytest.raises(ValueError, match="replay_buffer_class=.*Mine.* is not supported") as e:
         SAC("MultiInputPolicy", env, replay_buffer_class=Mine)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("cls", [DQN, TD3])
+def test_her_on_a_wrapped_vec_env_asks_its_envs_for_rewards(cls: type) -> None:
+    """A VecNormalize (or SubprocVecEnv) is stepped behind Gymnasium's vector API: the buffer
+    still finds the envs' ``compute_reward`` (through the VecEnv's ``env_method``)."""
+    from rlgrad.rl.common.env_util import make_vec_env
+    from rlgrad.rl.common.vec_env import SubprocVecEnv
+
+    continuous = cls is TD3
+    env = make_vec_env(lambda: BitFlippingEnv(n_bits=4, continuous=continuous, max_steps=4),
+                       n_envs=2, vec_env_cls=SubprocVecEnv)
+    model = cls("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer, learning_starts=8,
+                buffer_size=200, seed=0, replay_buffer_kwargs={"n_sampled_goal": 2})
+    model.learn(40)
+    np.random.seed(1)
+    _, _, nxt, _, rew, _ = model.replay_buffer.sample_arrays(64)
+    ref = BitFlippingEnv(n_bits=4, continuous=continuous)
+    ref.reset(seed=0)
+    want = ref.compute_reward(nxt["achieved_goal"], nxt["desired_goal"], None)
+    np.testing.assert_array_equal(rew[:, 0], want)
+    assert (want == 0).any() and (want == -1).any()
+    env.close()

@@ -29,6 +29,8 @@ def reward_function(env: Any) -> Any:
     VecEnv with ``env_method``, a Gymnasium vector env or a single env); None without ``env``."""
     if env is None:
         return None
+    if hasattr(env, "vec_env"):  # a VecEnv (VecNormalize, SubprocVecEnv) behind Gymnasium's API
+        return reward_function(env.vec_env)
     if hasattr(env, "env_method"):
         return lambda a, d, i: env.env_method("compute_reward", a, d, i, indices=[0])[0]
     e = env
