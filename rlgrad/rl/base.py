@@ -17,6 +17,7 @@ import os
 import sys
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -228,8 +229,14 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
                  vectorization_mode: str | None = None, blas_threads: int | None = 1,
                  check_finite: bool = True, tensorboard_log: str | None = None,
-                 device: Any = "auto", env_runners: int = 0) -> None:
+                 device: Any = "auto", env_runners: int = 0,
+                 stats_window_size: int = 100) -> None:
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
+        if not isinstance(stats_window_size, int | np.integer) or stats_window_size < 1:
+            raise ValueError(f"{type(self).__name__}: stats_window_size={stats_window_size!r} "
+                             "must be an integer >= 1 (the episodes the rollout/ means average)")
+        #: SB3's: how many finished episodes rollout/ep_rew_mean and success_rate average
+        self._stats_window_size = int(stats_window_size)
         self._init_env_runners(env, env_runners)
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
@@ -260,8 +267,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self._attach_env(make_vec_env(env, n_envs=n_envs, env_kwargs=env_kwargs,
                                       vectorization_mode=vectorization_mode,
                                       record_statistics=False), env)
-        self.observation_space: spaces.Space = self.env.single_observation_space
-        self.action_space: spaces.Space = self.env.single_action_space
+        self.observation_space: spaces.Space = self.vector_env.single_observation_space
+        self.action_space: spaces.Space = self.vector_env.single_action_space
         try:
             check_relations(type(self).__name__, {**self._hyperparams, "n_envs": self.n_envs},
                             self.relations_not_applying)
@@ -313,24 +320,34 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self._runner_states: dict[str, Any] | None = None  # theirs, from a checkpoint
         self._env_arg = env  # what env runners build their own copies from
 
+    @property
+    def env(self) -> VecEnv:
+        """SB3's ``model.env``: the training environment as SB3's VecEnv (``get_env()``); the
+        Gymnasium vector env the algorithm steps is ``vector_env``."""
+        return self.get_env()
+
     def _attach_env(self, venv: Any, given: Any) -> None:
         """Train on the vector env ``venv`` (built from ``given``, what the user passed)."""
-        self.env = venv
+        #: the Gymnasium vector env the algorithm steps (its fast paths read it directly)
+        self.vector_env = venv
         self.n_envs = venv.num_envs
         self._user_env = given if not isinstance(given, str) else None
         self._env_view: Any = None  # get_env()'s SB3 interface, made on first use
         # episode statistics: a RecordEpisodeStatistics wrapper the env comes with, else kept by
         # the step adapter (the same numbers, less work per step)
         wrapper = find_episode_statistics(venv)
-        own = EpisodeStatistics(self.n_envs) if wrapper is None else None
+        own = EpisodeStatistics(self.n_envs, self._stats_window_size) if wrapper is None else None
         self._adapter = StepAdapter(venv, check_finite=self._check_finite, statistics=own)
         self._ep_stats: Any = wrapper if own is None else own
+        old = getattr(self, "_adapter_successes", None)  # (kept across set_env, as SB3 keeps them)
+        self._adapter.successes = old if old is not None else deque(maxlen=self._stats_window_size)
+        self._adapter_successes = self._adapter.successes
         # what checkpoints keep of them: ours, or a wrapper that saves itself (pixel envs' own)
         self._saved_stats = own if own is not None or not hasattr(wrapper, "state_dict") else wrapper
 
     def _env_name(self) -> str:
         """The environment's id for messages, or its class for an unregistered instance."""
-        return self.env_id or env_name(self._user_env if self._user_env is not None else self.env)
+        return self.env_id or env_name(self._user_env if self._user_env is not None else self.vector_env)
 
     def _apply_policy_name(self) -> None:
         """SB3's policy name: refused in one line if the spaces or the algorithm do not fit it,
@@ -415,7 +432,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             # the first reset is seeded (sub-environment i gets seed + i); later ones continue
             seed = None if self._env_seeded else self.seed
             if seed is not None:
-                self.env.action_space.seed(seed)
+                self.vector_env.action_space.seed(seed)
                 self.action_space.seed(seed)
             self._last_obs = self._adapter.reset(seed=seed)
             self._env_seeded = True
@@ -486,11 +503,27 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         return set_learn_formats(self.logger, self.verbose, self.tensorboard_log, tb_log_name,
                                  reset_num_timesteps)
 
+    @property
+    def ep_info_buffer(self) -> deque[dict[str, float]]:
+        """SB3's: the last ``stats_window_size`` finished episodes as ``{"r": return, "l":
+        length}`` (a snapshot of the statistics the algorithm keeps)."""
+        st, n = self._ep_stats, self._stats_window_size
+        pairs = list(zip(st.return_queue, st.length_queue, strict=False))[-n:]
+        return deque(({"r": float(r), "l": int(length)} for r, length in pairs), maxlen=n)
+
+    @property
+    def ep_success_buffer(self) -> deque[bool]:
+        """SB3's: ``info["is_success"]`` of the last ``stats_window_size`` finished episodes
+        that reported one."""
+        return self._adapter_successes
+
     def _record_rollout_stats(self) -> None:
-        st = self._ep_stats
+        st, n = self._ep_stats, self._stats_window_size
         if len(st.return_queue):
-            self.logger.record("rollout/ep_rew_mean", float(np.mean(st.return_queue)))
-            self.logger.record("rollout/ep_len_mean", float(np.mean(st.length_queue)))
+            self.logger.record("rollout/ep_rew_mean", float(np.mean(list(st.return_queue)[-n:])))
+            self.logger.record("rollout/ep_len_mean", float(np.mean(list(st.length_queue)[-n:])))
+        if len(self._adapter_successes):
+            self.logger.record("rollout/success_rate", float(np.mean(self._adapter_successes)))
         elapsed = max(time.perf_counter() - self._start_time, 1e-9)
         self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / elapsed))
         self.logger.record("time/time_elapsed", elapsed)
@@ -578,7 +611,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         if isinstance(self._user_env, VecEnv):
             return self._user_env
         if self._env_view is None:
-            self._env_view = vec_env_view(self.env, self.env_id)
+            self._env_view = vec_env_view(self.vector_env, self.env_id)
         return self._env_view
 
     def get_vec_normalize_env(self) -> Any:
@@ -589,11 +622,12 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """Train on ``env`` from now on: the same spaces and number of copies (the buffers are
         sized by it); ``force_reset`` starts new episodes at the next ``learn``."""
         venv = make_vec_env(env, n_envs=self.n_envs, record_statistics=False)
+        if venv.num_envs != self.n_envs:  # (SB3 asserts: catchable as AssertionError too)
+            raise SpaceError(
+                f"{type(self).__name__}.set_env: the env has {venv.num_envs} copies, the model "
+                f"was built for {self.n_envs}; use {type(self).__name__}.load(path, env) to "
+                "load a model with a different number of environments")
         check_same_spaces(type(self).__name__, venv, self.observation_space, self.action_space)
-        if venv.num_envs != self.n_envs:
-            raise ValueError(f"{type(self).__name__}.set_env: the env has {venv.num_envs} "
-                             f"copies, the model was built for {self.n_envs}; build a new model "
-                             "or load it with env=")
         self._attach_env(venv, env)
         self._adopt_env_normalizer()
         if force_reset:
@@ -629,7 +663,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             state["env"] = {"last_obs": ({k: np.array(v) for k, v in last.items()}
                                          if isinstance(last, dict) else np.array(last)),
                             "prev_done": self._adapter.prev_done.copy(),
-                            "vector_env": get_env_state(self.env)}
+                            "vector_env": get_env_state(self.vector_env)}
             if self._saved_stats is not None:
                 state["env"]["episode_statistics"] = self._saved_stats.state_dict()
         state.update(self._extra_state())
@@ -661,7 +695,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                               if isinstance(last, dict) else np.asarray(last))
             self._adapter.prev_done = np.asarray(env["prev_done"], dtype=bool).copy()
             if "vector_env" in env:
-                set_env_state(self.env, env["vector_env"], self._adapter.statistics)
+                set_env_state(self.vector_env, env["vector_env"], self._adapter.statistics)
             self._env_seeded = True
         self._set_extra_state(state)
 

@@ -236,7 +236,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         self._truncation_terminates = default_buffer_options(self.replay_buffer_kwargs)
         if not is_image_space(space):
             return ReplayBuffer(self.buffer_size, self.obs_dim, action_shape, action_dtype)
-        if frame_stacked(self.env):
+        if frame_stacked(self.vector_env):
             return FrameReplayBuffer(self.buffer_size, space.shape, action_shape, action_dtype,
                                      n_envs=self.n_envs)
         return ReplayBuffer(self.buffer_size, space.shape, action_shape, action_dtype,
