@@ -169,3 +169,35 @@ def test_eval_callback_success_rate(tmp_path: Any) -> None:
     assert logged["eval/success_rate"] == pytest.approx(1 / 3)
     data = np.load(tmp_path / "evaluations.npz")
     np.testing.assert_array_equal(data["successes"], [[True, False, False]])
+
+
+@pytest.mark.parametrize("algo,env", [("SAC", "Pendulum-v1"), ("TD3", "Pendulum-v1"),
+                                      ("DQN", "CartPole-v1")])
+def test_tau_zero_and_no_gradient_steps(algo: str, env: str) -> None:
+    """SB3 takes tau=0 (the targets keep their weights) and gradient_steps=0 (collect only)."""
+    def snapshot(m: Any) -> dict[str, np.ndarray]:
+        return {k: np.array(v) for k, v in m.policy.state_dict().items()}
+
+    cls = getattr(rl, algo)
+    m = cls("MlpPolicy", env, learning_starts=0, tau=0.0, target_update_interval=1,
+            seed=1, policy_kwargs=dict(net_arch=[8])) if algo == "DQN" else cls(
+        "MlpPolicy", env, learning_starts=0, tau=0.0, seed=1, policy_kwargs=dict(net_arch=[8]))
+    before = snapshot(m)
+    m.learn(60)
+    after = snapshot(m)
+    changed = {k for k in before if not np.array_equal(before[k], after[k])}
+    assert changed and not any("target" in k for k in changed)
+    m = cls("MlpPolicy", env, learning_starts=0, gradient_steps=0, seed=1,
+            policy_kwargs=dict(net_arch=[8]))
+    before = snapshot(m)
+    m.learn(60)
+    assert m._n_updates == 0 and m.replay_buffer.size() > 50  # (CartPole: no reset rows)
+    assert all(np.array_equal(v, snapshot(m)[k]) for k, v in before.items())
+
+
+def test_out_of_range_is_assertion_and_value_error() -> None:
+    for exc in (AssertionError, ValueError):
+        with pytest.raises(exc, match="clip_range_vf=-0.2 is out of range"):
+            rl.PPO("MlpPolicy", "CartPole-v1", clip_range_vf=-0.2)
+        with pytest.raises(exc, match="n_steps"):
+            rl.PPO("MlpPolicy", "Pendulum-v1", n_steps=1)

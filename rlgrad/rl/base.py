@@ -232,9 +232,6 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                  device: Any = "auto", env_runners: int = 0,
                  stats_window_size: int = 100) -> None:
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
-        if not isinstance(stats_window_size, int | np.integer) or stats_window_size < 1:
-            raise ValueError(f"{type(self).__name__}: stats_window_size={stats_window_size!r} "
-                             "must be an integer >= 1 (the episodes the rollout/ means average)")
         #: SB3's: how many finished episodes rollout/ep_rew_mean and success_rate average
         self._stats_window_size = int(stats_window_size)
         self._init_env_runners(env, env_runners)
