@@ -29,6 +29,16 @@ from rlgrad import threads
 from rlgrad.nn import init as nn_init
 from rlgrad.random import Generator, generator_state_dict, load_generator_state
 from rlgrad.rl.callbacks import BaseCallback, make_callback
+from rlgrad.rl.common.save_util_model import (
+    SpacesOnlyEnv,
+    apply_archive,
+    archive_model_args,
+    archive_target,
+    is_archive_file,
+    read_archive,
+    resolve_saved,
+    save_archive,
+)
 from rlgrad.rl.envs import (
     EnvLike,
     EpisodeStatistics,
@@ -56,13 +66,12 @@ from rlgrad.rl.sb3_args import (
     LSTM_POLICY_NAMES,
     action_noise_kwargs,
     buffer_class_args,
-    existing_checkpoint,
     fresh_seed,
     multi_input_error,
     split_policy,
-    with_extension,
 )
 from rlgrad.rl.schedules import (
+    FloatSchedule,
     Schedule,
     get_schedule_fn,
     linear_schedule,
@@ -164,6 +173,21 @@ def _savable_hyperparams(name: str, hp: dict[str, Any], functions: str) -> dict[
     return hp
 
 
+def _loaded_state(saved: dict[str, Any], given: Any, force_reset: bool) -> dict[str, Any]:
+    """A checkpoint's state for the env the model is loaded on: a new env starts new episodes
+    (``force_reset=False``: its last observation kept, as SB3 keeps ``_last_obs``); an env
+    whose state is not snapshot (Atari) too, the finished episodes' statistics kept."""
+    state = dict(saved)
+    env_state = state.get("env", {})
+    if given is not None and force_reset:
+        state.pop("env", None)
+    elif given is not None:
+        state["env"] = {k: v for k, v in env_state.items() if k in ("last_obs", "prev_done")}
+    elif not env_state.get("vector_env", True):
+        state["env"] = {k: v for k, v in env_state.items() if k == "episode_statistics"}
+    return state
+
+
 def _refuse_file_module(what: str, env_id: str) -> None:
     """A checkpoint's ``module:EnvId`` would import ``module`` (run its code): only when the
     caller names it (``env=``), or when it is imported already (then no code runs)."""
@@ -251,7 +275,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             print(f"Using {self.device} device")
         self.gamma = float(gamma)
         self.learning_rate = learning_rate
-        self.lr_schedule = get_schedule_fn(learning_rate)
+        self.lr_schedule = FloatSchedule(get_schedule_fn(learning_rate))  # floats, as SB3's
         self.policy_kwargs = dict(policy_kwargs or {})
         # Seeding: network initialisation draws from rlgrad.nn.init's generator, SAC's rsample
         # from self.generator, everything else (action sampling, exploration, minibatch order,
@@ -735,8 +759,11 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                 obj.load_state_dict(params)
 
     def _set_parameters_from_file(self, path: str | os.PathLike, exact_match: bool) -> None:
-        path = existing_checkpoint(path)
-        ckpt = rlgrad.load(path)
+        path = resolve_saved(path)
+        ckpt = read_archive(path, None).own if is_archive_file(path) else rlgrad.load(path)
+        if ckpt is None:  # an archive SB3 wrote: its .pth files, by SB3's object names
+            self.set_parameters(read_archive(path, None).params, exact_match=exact_match)
+            return
         if ckpt.get("algo") != type(self).__name__:
             raise ValueError(f"set_parameters: {path} holds a {ckpt.get('algo')} checkpoint, not "
                              f"{type(self).__name__}")
@@ -750,33 +777,87 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """The constructor arguments (JSON-like) that rebuild this algorithm."""
         return dict(self._hyperparams)
 
-    def save(self, path: str, include_replay_buffer: bool = False,
+    def save(self, path: str | os.PathLike | Any, exclude: list[str] | None = None,
+             include: list[str] | None = None, include_replay_buffer: bool = False,
              function_hyperparams: str = "refuse") -> None:
-        """Write a checkpoint to ``path`` (``.safetensors`` appended when it has no extension,
-        as SB3 appends ``.zip``). SB3's standard schedules (``ConstantSchedule``,
-        ``LinearSchedule``, rlgrad's ``linear_schedule``) are saved as data and loaded back as
-        schedules; any other function is code, which a checkpoint does not hold: it is refused
-        unless ``function_hyperparams="start"`` saves its value at the start of training (then
+        """Write the model to ``path``: SB3's archive (``.zip`` appended when the name has no
+        extension, as SB3 does; an open binary file too), which SB3 loads as well, with
+        rlgrad's complete training state inside it (``rlgrad.safetensors``: counters, RNG
+        streams, the episode in progress, the replay buffer with ``include_replay_buffer``) so
+        that rlgrad continues exactly; a ``.safetensors`` name gets that state alone.
+
+        ``exclude`` leaves hyperparameters out (``include`` keeps some of them), as SB3's
+        argument does. SB3's standard schedules (``ConstantSchedule``, ``LinearSchedule``,
+        rlgrad's ``linear_schedule``) are saved as data and loaded back as schedules; any other
+        function is code, which a checkpoint does not hold: it is refused unless
+        ``function_hyperparams="start"`` saves its value at the start of training (then
         ``load(..., name=fn)`` or ``custom_objects`` gives it back)."""
         hp = _savable_hyperparams(type(self).__name__, self.get_hyperparams(),
                                   function_hyperparams)
-        rlgrad.save({
+        for key in set(exclude or ()) - set(include or ()):
+            hp.pop(key, None)
+        ckpt = {
             "algo": type(self).__name__, "env_id": self.env_id or "", "seed": self.seed,
             "hyperparams": hp, "state": self.get_state(include_replay_buffer),
             "spaces": {"observation": str(self.observation_space), "action": str(self.action_space)},
-        }, with_extension(path))
+        }
+        target = archive_target(path)
+        if target is None:
+            rlgrad.save(ckpt, path)
+        else:
+            save_archive(self, target, hp, ckpt)
 
     @classmethod
-    def load(cls, path: str, env: Any = None, device: Any = "auto",
-             custom_objects: dict[str, Any] | None = None, **overrides: Any) -> BaseAlgorithm:
-        """The algorithm saved at ``path`` (a classmethod, as SB3's): on ``env`` if given (its
-        spaces must be the saved ones), else on a new env of the saved id. ``overrides`` (and
-        SB3's ``custom_objects``) replace saved hyperparameters."""
-        overrides = {**(custom_objects or {}), **overrides}
-        for ignored in ("print_system_info", "force_reset"):  # SB3's; nothing to do here
-            overrides.pop(ignored, None)
-        path = existing_checkpoint(path)
-        ckpt = rlgrad.load(path)
+    def load(cls, path: str | os.PathLike | Any, env: Any = None, device: Any = "auto",
+             custom_objects: dict[str, Any] | None = None, print_system_info: bool = False,
+             force_reset: bool = True, **overrides: Any) -> BaseAlgorithm:
+        """The algorithm saved at ``path`` (a classmethod, as SB3's): SB3's archive (SB3's or
+        rlgrad's) or rlgrad's ``.safetensors``; on ``env`` if given (its spaces must be the
+        saved ones), else on a new env of the saved id (an archive SB3 wrote has none: the
+        model predicts, and ``set_env`` gives it one to train). ``overrides`` replace saved
+        hyperparameters; SB3's ``custom_objects`` those of them the file has. With
+        ``force_reset=False`` and ``env``, the saved last observation is kept (SB3's)."""
+        path = resolve_saved(path)
+        if not is_archive_file(path):
+            return cls._from_checkpoint(rlgrad.load(path), str(path), env, custom_objects,
+                                        overrides, device, force_reset)
+        archive = read_archive(path, custom_objects, print_system_info)
+        if archive.own is not None:  # rlgrad's complete state, inside the archive
+            own = archive.own
+            if env is None and not own.get("env_id") and archive.saved:
+                env = SpacesOnlyEnv(archive.saved["observation_space"],
+                                    archive.saved["action_space"])  # (trained on an instance)
+            saved = archive.saved or {}
+            return cls._from_checkpoint(own, str(path), env, {
+                k: v for k, v in (custom_objects or {}).items() if k in saved},
+                overrides, device, force_reset)
+        return cls._from_sb3_archive(archive, path, env, overrides, device)
+
+    @classmethod
+    def _from_sb3_archive(cls, archive: Any, path: Any, env: Any, overrides: dict[str, Any],
+                          device: Any) -> BaseAlgorithm:
+        """The model of an archive SB3 wrote (``rlgrad.rl.common.save_util_model``)."""
+        if env is not None:
+            check_same_spaces(f"{cls.__name__}.load({path!r})",
+                              make_vec_env(env, record_statistics=False),
+                              archive.saved["observation_space"], archive.saved["action_space"])
+        policy, env, hp, seed = archive_model_args(cls, archive, path, env)
+        hp.update(overrides)
+        if device != "auto":
+            hp["device"] = device
+        token = _LOADING.set(True)
+        try:
+            model = cls(policy, env, seed=seed, **hp)
+        finally:
+            _LOADING.reset(token)
+        apply_archive(model, archive.saved, archive.params, archive.variables)
+        return model
+
+    @classmethod
+    def _from_checkpoint(cls, ckpt: dict[str, Any], path: str, env: Any,
+                         custom_objects: dict[str, Any] | None, overrides: dict[str, Any],
+                         device: Any, force_reset: bool = True) -> BaseAlgorithm:
+        """The model of rlgrad's checkpoint ``ckpt`` (read from ``path``)."""
         if ckpt["algo"] != cls.__name__:
             raise ValueError(f"{path} holds a {ckpt['algo']} checkpoint, not {cls.__name__}")
         given = env
@@ -792,6 +873,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         hp = {k: schedule_from_data(v) for k, v in ckpt["hyperparams"].items()}
         if given is not None and not isinstance(given, str):
             hp.pop("n_envs", None)  # the env passed in has its own number of copies
+        takes = hyperparameters(cls)  # custom_objects: only what a file can hold (SB3's)
+        hp.update({k: v for k, v in (custom_objects or {}).items() if k in takes})
         hp.update(overrides)
         if device != "auto":
             hp["device"] = device
@@ -800,11 +883,5 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             model = cls(env, seed=int(ckpt["seed"]), **hp)
         finally:
             _LOADING.reset(token)
-        state = dict(ckpt["state"])
-        if given is not None:  # a new env starts new episodes (the saved ones were another env's)
-            state.pop("env", None)
-        elif not state.get("env", {}).get("vector_env", True):  # not snapshot (Atari): new
-            # episodes from a reset, the finished ones' statistics kept
-            state["env"] = {k: v for k, v in state["env"].items() if k == "episode_statistics"}
-        model.set_state(state)
+        model.set_state(_loaded_state(ckpt["state"], given, force_reset))
         return model

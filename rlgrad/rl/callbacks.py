@@ -277,8 +277,9 @@ class LogEveryNTimesteps(EveryNTimesteps):
 
 class CheckpointCallback(BaseCallback):
     """Saves the model every ``save_freq`` calls (vector steps) to
-    ``<save_path>/<name_prefix>_<num_timesteps>_steps.safetensors`` (SB3's name with rlgrad's
-    extension); optionally the replay buffer and the VecNormalize statistics next to it."""
+    ``<save_path>/<name_prefix>_<num_timesteps>_steps.zip`` (SB3's archive, with rlgrad's
+    training state inside); optionally the replay buffer (rlgrad's ``.safetensors``: no
+    pickle) and the VecNormalize statistics next to it."""
 
     uses_locals = False
 
@@ -293,7 +294,7 @@ class CheckpointCallback(BaseCallback):
         if self.save_path is not None:
             os.makedirs(self.save_path, exist_ok=True)
 
-    def _checkpoint_path(self, checkpoint_type: str = "", extension: str = "safetensors") -> str:
+    def _checkpoint_path(self, checkpoint_type: str = "", extension: str = "zip") -> str:
         return os.path.join(self.save_path, f"{self.name_prefix}_{checkpoint_type}"
                                             f"{self.num_timesteps}_steps.{extension}")
 

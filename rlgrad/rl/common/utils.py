@@ -3,8 +3,6 @@ and results (on NumPy arrays and rlgrad Tensors where SB3 takes torch tensors)."
 
 from __future__ import annotations
 
-import platform
-import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -15,6 +13,7 @@ from gymnasium import spaces
 from rlgrad.device import device as _device
 from rlgrad.optim.lr_scheduler import update_learning_rate
 from rlgrad.optim.target import polyak_update
+from rlgrad.rl.common.save_util import get_system_info
 from rlgrad.rl.logger import next_run_dir
 from rlgrad.rl.on_policy import explained_variance
 from rlgrad.rl.schedules import (
@@ -93,35 +92,6 @@ def obs_as_tensor(obs: np.ndarray | dict[str, np.ndarray], device: Any = "cpu") 
         return {key: rlgrad.as_tensor(o, device=device) for key, o in obs.items()}
     raise TypeError(f"obs_as_tensor: unrecognized type of observation {type(obs).__name__}; "
                     "pass a NumPy array or a dict of them")
-
-
-def get_system_info(print_info: bool = True) -> tuple[dict[str, str], str]:
-    """The versions a bug report needs (SB3's keys, rlgrad's in place of SB3's and PyTorch's)
-    as a dict and as the Markdown list SB3 prints."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    import rlgrad
-
-    def installed(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return "not installed"
-
-    env_info = {
-        # "#42" -> "# 42": GitHub would link the kernel build number to an issue
-        "OS": re.sub(r"#(\d)", r"# \1", f"{platform.platform()} {platform.version()}"),
-        "Python": platform.python_version(),
-        "rlgrad": rlgrad.__version__,
-        "GPU Enabled": "False",
-        "Numpy": np.__version__,
-        "Cloudpickle": installed("cloudpickle"),
-        "Gymnasium": installed("gymnasium"),
-    }
-    env_info_str = "".join(f"- {key}: {value}\n" for key, value in env_info.items())
-    if print_info:
-        print(env_info_str)
-    return env_info, env_info_str
 
 
 def get_latest_run_id(log_path: str = "", log_name: str = "") -> int:
