@@ -201,3 +201,27 @@ def test_out_of_range_is_assertion_and_value_error() -> None:
             rl.PPO("MlpPolicy", "CartPole-v1", clip_range_vf=-0.2)
         with pytest.raises(exc, match="n_steps"):
             rl.PPO("MlpPolicy", "Pendulum-v1", n_steps=1)
+
+
+def test_off_policy_policy_is_vectorized_observation_like_sb3() -> None:
+    for lib in (rl, sb3):
+        policy = lib.DQN("MlpPolicy", "CartPole-v1").policy
+        policy.observation_space = spaces.Box(-1, 1, shape=(2,))
+        assert policy.is_vectorized_observation(np.ones((1, 2)))
+        assert not policy.is_vectorized_observation(np.ones(2))
+        with pytest.raises(ValueError):
+            policy.is_vectorized_observation(np.ones((1, 3)))
+
+
+def test_polyak_update_on_torch_and_rlgrad_tensors() -> None:
+    import torch
+
+    import rlgrad
+    from rlgrad.rl.common.utils import polyak_update
+
+    src, dst = torch.nn.Parameter(torch.ones(3)), torch.nn.Parameter(torch.zeros(3))
+    polyak_update([src], [dst], 0.1)
+    np.testing.assert_allclose(dst.detach().numpy(), 0.1)  # 0.9 * 0 + 0.1 * 1
+    a, b = rlgrad.tensor(np.full(3, 2.0)), rlgrad.tensor(np.zeros(3))
+    polyak_update(iter([a]), iter([b]), 0.25)
+    np.testing.assert_allclose(b._value, 0.5)

@@ -160,6 +160,13 @@ class PolicyView:
         for m in self._algo._modules().values():
             m.train(mode)
 
+    def is_vectorized_observation(self, observation: Any) -> bool:
+        """SB3's: whether ``observation`` is a batch of the observation space's (ValueError for
+        a shape that is neither)."""
+        from rlgrad.rl.common.utils import is_vectorized_observation
+
+        return is_vectorized_observation(observation, self.observation_space)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._algo, name)
 

@@ -3,6 +3,7 @@ and results (on NumPy arrays and rlgrad Tensors where SB3 takes torch tensors)."
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -12,7 +13,7 @@ from gymnasium import spaces
 
 from rlgrad.device import device as _device
 from rlgrad.optim.lr_scheduler import update_learning_rate
-from rlgrad.optim.target import polyak_update
+from rlgrad.optim.target import polyak_update as _polyak_update
 from rlgrad.rl.common.save_util import get_system_info
 from rlgrad.rl.logger import next_run_dir
 from rlgrad.rl.on_policy import explained_variance
@@ -23,6 +24,19 @@ from rlgrad.rl.schedules import (
     linear_schedule,
 )
 from rlgrad.rl.schedules import get_schedule_fn as _get_schedule_fn
+
+
+def polyak_update(params: Iterable[Any], target_params: Iterable[Any], tau: float) -> None:
+    """SB3's ``polyak_update`` (rlgrad.optim's): ``target <- (1 - tau) target + tau source``
+    in place; on torch tensors (an SB3 script's own networks) under ``torch.no_grad()``, as
+    SB3 runs it (torch refuses in-place changes of leaves that require gradients otherwise)."""
+    params, target_params = list(params), list(target_params)
+    torch = sys.modules.get("torch")  # (never imported here: only a script's own tensors)
+    if torch is not None and any(isinstance(p, torch.Tensor) for p in params):
+        with torch.no_grad():
+            _polyak_update(params, target_params, tau)
+        return
+    _polyak_update(params, target_params, tau)
 
 
 def set_random_seed(seed: int, using_cuda: bool = False) -> None:
