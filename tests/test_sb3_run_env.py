@@ -225,3 +225,10 @@ def test_polyak_update_on_torch_and_rlgrad_tensors() -> None:
     a, b = rlgrad.tensor(np.full(3, 2.0)), rlgrad.tensor(np.zeros(3))
     polyak_update(iter([a]), iter([b]), 0.25)
     np.testing.assert_allclose(b._value, 0.5)
+
+
+def test_predict_refuses_gymnasium_reset_tuple_like_sb3() -> None:
+    env = gym.make("CartPole-v1")
+    for lib in (rl, sb3):
+        with pytest.raises(ValueError, match="mixing Gym API"):
+            lib.PPO("MlpPolicy", env).predict(env.reset(seed=0))

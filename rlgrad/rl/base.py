@@ -587,6 +587,12 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         ``deterministic``; returns ``(actions, None)``). Observations are the environment's: the
         algorithm's own normaliser (``normalize=``) is applied here, a ``VecNormalize`` env
         passed as ``env`` normalises them itself, as in SB3."""
+        if (isinstance(observation, tuple) and len(observation) == 2
+                and isinstance(observation[1], dict)
+                and not isinstance(self.observation_space, spaces.Tuple)):  # (obs, info)
+            raise ValueError(f"{type(self).__name__}.predict: got a tuple (obs, info), not an "
+                             "observation: you are probably mixing Gym API with SB3 VecEnv API; "
+                             "pass obs, e.g. obs, info = env.reset(); model.predict(obs)")
         norm = None if self._env_normalizes() else self.normalizer
         return predict_with(self.observation_space, observation, lambda x: self._predict(
             x if norm is None else norm.normalize_obs(x), deterministic))
