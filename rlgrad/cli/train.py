@@ -91,7 +91,7 @@ def save_checkpoint(algo: Any, rd: RunDir, cfg: dict[str, Any]) -> None:
     if algo._last_obs is not None:
         # the environment's own state, unless the algorithm's state already carries it; either
         # way ``exact`` says whether all of it could be saved (resume starts new episodes if not)
-        env_state = envstate.capture(algo.env)
+        env_state = envstate.capture(algo.vector_env)
         if state.get("env", {}).get("vector_env"):  # empty for envs outside Gymnasium's own
             env_state["objects"] = {}
     rd.save_checkpoint({
@@ -307,13 +307,13 @@ def _restore_from(rd: RunDir, path: Path, cfg: dict[str, Any], cls: type, env_id
     for kind in ("observation", "action") if isinstance(spaces, dict) else ():
         now, then = space_signature(getattr(algo, f"{kind}_space")), spaces.get(kind)
         if then is not None and plain(then) != now:
-            algo.env.close()
+            algo.vector_env.close()
             raise CLIError(f"{path} was trained with the {kind} space {plain(then)} but {env_id} "
                            f"has {now}: {other}")
     try:
         algo.set_state(ckpt["state"])
     except (KeyError, ValueError, TypeError, IndexError, AttributeError, CheckpointError) as e:
-        algo.env.close()
+        algo.vector_env.close()
         raise DamagedCheckpoint(f"corrupt checkpoint: {path} does not fit {cls.__name__} on "
                                 f"{env_id}: {e}") from None
     return algo, ckpt
@@ -437,7 +437,7 @@ def _resume(rd: RunDir, algo: Any, cfg: dict[str, Any], ckpt: dict[str, Any], pr
     if isinstance(st, dict):
         if st.get("exact"):
             try:
-                envstate.restore(algo.env, st)
+                envstate.restore(algo.vector_env, st)
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 raise CLIError(f"corrupt checkpoint: the environment state in {rd.checkpoint} "
                                f"does not fit {cfg['env_id']}: {e}") from None

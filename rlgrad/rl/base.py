@@ -17,6 +17,7 @@ import os
 import sys
 import time
 import warnings
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
@@ -28,6 +29,16 @@ from rlgrad import threads
 from rlgrad.nn import init as nn_init
 from rlgrad.random import Generator, generator_state_dict, load_generator_state
 from rlgrad.rl.callbacks import BaseCallback, make_callback
+from rlgrad.rl.common.save_util_model import (
+    SpacesOnlyEnv,
+    apply_archive,
+    archive_model_args,
+    archive_target,
+    is_archive_file,
+    read_archive,
+    resolve_saved,
+    save_archive,
+)
 from rlgrad.rl.common.vec_env.vec_transpose import wrap_channels_last
 from rlgrad.rl.envs import (
     EnvLike,
@@ -58,13 +69,12 @@ from rlgrad.rl.sb3_args import (
     LSTM_POLICY_NAMES,
     action_noise_kwargs,
     buffer_class_args,
-    existing_checkpoint,
     fresh_seed,
     multi_input_error,
     split_policy,
-    with_extension,
 )
 from rlgrad.rl.schedules import (
+    FloatSchedule,
     Schedule,
     get_schedule_fn,
     linear_schedule,
@@ -174,6 +184,21 @@ def _savable_hyperparams(name: str, hp: dict[str, Any], functions: str) -> dict[
     return hp
 
 
+def _loaded_state(saved: dict[str, Any], given: Any, force_reset: bool) -> dict[str, Any]:
+    """A checkpoint's state for the env the model is loaded on: a new env starts new episodes
+    (``force_reset=False``: its last observation kept, as SB3 keeps ``_last_obs``); an env
+    whose state is not snapshot (Atari) too, the finished episodes' statistics kept."""
+    state = dict(saved)
+    env_state = state.get("env", {})
+    if given is not None and force_reset:
+        state.pop("env", None)
+    elif given is not None:
+        state["env"] = {k: v for k, v in env_state.items() if k in ("last_obs", "prev_done")}
+    elif not env_state.get("vector_env", True):
+        state["env"] = {k: v for k, v in env_state.items() if k == "episode_statistics"}
+    return state
+
+
 def _refuse_file_module(what: str, env_id: str) -> None:
     """A checkpoint's ``module:EnvId`` would import ``module`` (run its code): only when the
     caller names it (``env=``), or when it is imported already (then no code runs)."""
@@ -244,8 +269,11 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
                  vectorization_mode: str | None = None, blas_threads: int | None = 1,
                  check_finite: bool = True, tensorboard_log: str | None = None,
-                 device: DeviceLike = "auto", env_runners: int = 0) -> None:
+                 device: DeviceLike = "auto", env_runners: int = 0,
+                 stats_window_size: int = 100) -> None:
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
+        #: SB3's: how many finished episodes rollout/ep_rew_mean and success_rate average
+        self._stats_window_size = int(stats_window_size)
         self._init_env_runners(env, env_runners)
         if blas_threads is not None:
             limit_blas_threads(blas_threads)
@@ -263,7 +291,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             print(f"Using {self.device} device")
         self.gamma = float(gamma)
         self.learning_rate = learning_rate
-        self.lr_schedule = get_schedule_fn(learning_rate)
+        self.lr_schedule = FloatSchedule(get_schedule_fn(learning_rate))  # floats, as SB3's
         self.policy_kwargs = dict(policy_kwargs or {})
         # Seeding: network initialisation draws from rlgrad.nn.init's generator, SAC's rsample
         # from self.generator, everything else (action sampling, exploration, minibatch order,
@@ -277,8 +305,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self._attach_env(make_vec_env(given, n_envs=n_envs,
                                       env_kwargs=env_kwargs, vectorization_mode=vectorization_mode,
                                       record_statistics=False), given)
-        self.observation_space: spaces.Space = self.env.single_observation_space
-        self.action_space: spaces.Space = self.env.single_action_space
+        self.observation_space: spaces.Space = self.vector_env.single_observation_space
+        self.action_space: spaces.Space = self.vector_env.single_action_space
         try:
             check_relations(type(self).__name__, {**self._hyperparams, "n_envs": self.n_envs},
                             self.relations_not_applying)
@@ -293,18 +321,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                                                 self.action_space))
         self._apply_policy_name()
         self.obs_dim = flat_obs_dim(self.observation_space)
-        self.normalizer: Normalizer | None = None
-        if normalize and self.policy_name == "CnnPolicy":
-            raise ValueError(f"{type(self).__name__}: normalize is for vector observations; image "
-                             "observations are scaled inside the CNN: set normalize=False")
-        if normalize:
-            opts = dict(normalize) if isinstance(normalize, dict) else {}
-            opts.setdefault("gamma", self.gamma)
-            self.normalizer = Normalizer(self.obs_dim, self.n_envs, **opts)
-        if normalize and self._env_normalizes():
-            raise ValueError(f"{type(self).__name__}: normalize=True and a VecNormalize env both "
-                             "normalise; use one of them")
-        self._adopt_env_normalizer()
+        self._build_normalizer(normalize)
         self.logger = Logger()
         self.num_timesteps = 0
         self._total_timesteps = 0
@@ -317,6 +334,22 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self._num_timesteps_at_start = 0
         self._stop = False
 
+
+    def _build_normalizer(self, normalize: bool | dict[str, Any]) -> None:
+        """``normalize=True`` (or its options): rlgrad's observation normalizer; refused with a
+        CNN policy or beside a VecNormalize env, which normalises already."""
+        self.normalizer: Normalizer | None = None
+        if normalize and self.policy_name == "CnnPolicy":
+            raise ValueError(f"{type(self).__name__}: normalize is for vector observations; image "
+                             "observations are scaled inside the CNN: set normalize=False")
+        if normalize:
+            opts = dict(normalize) if isinstance(normalize, dict) else {}
+            opts.setdefault("gamma", self.gamma)
+            self.normalizer = Normalizer(self.obs_dim, self.n_envs, **opts)
+        if normalize and self._env_normalizes():
+            raise ValueError(f"{type(self).__name__}: normalize=True and a VecNormalize env both "
+                             "normalise; use one of them")
+        self._adopt_env_normalizer()
     def _init_env_runners(self, env: EnvLike, env_runners: int) -> None:
         """``env_runners > 0``: rollouts on Ray actors (started on first use), checked here."""
         if env_runners and not self.env_runner_sampling:
@@ -330,24 +363,34 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self._runner_states: dict[str, Any] | None = None  # theirs, from a checkpoint
         self._env_arg = env  # what env runners build their own copies from
 
+    @property
+    def env(self) -> VecEnv:
+        """SB3's ``model.env``: the training environment as SB3's VecEnv (``get_env()``); the
+        Gymnasium vector env the algorithm steps is ``vector_env``."""
+        return self.get_env()
+
     def _attach_env(self, venv: Any, given: Any) -> None:
         """Train on the vector env ``venv`` (built from ``given``, what the user passed)."""
-        self.env = venv
+        #: the Gymnasium vector env the algorithm steps (its fast paths read it directly)
+        self.vector_env = venv
         self.n_envs = venv.num_envs
         self._user_env = given if not isinstance(given, str) else None
         self._env_view: Any = None  # get_env()'s SB3 interface, made on first use
         # episode statistics: a RecordEpisodeStatistics wrapper the env comes with, else kept by
         # the step adapter (the same numbers, less work per step)
         wrapper = find_episode_statistics(venv)
-        own = EpisodeStatistics(self.n_envs) if wrapper is None else None
+        own = EpisodeStatistics(self.n_envs, self._stats_window_size) if wrapper is None else None
         self._adapter = StepAdapter(venv, check_finite=self._check_finite, statistics=own)
         self._ep_stats: Any = wrapper if own is None else own
+        old = getattr(self, "_adapter_successes", None)  # (kept across set_env, as SB3 keeps them)
+        self._adapter.successes = old if old is not None else deque(maxlen=self._stats_window_size)
+        self._adapter_successes = self._adapter.successes
         # what checkpoints keep of them: ours, or a wrapper that saves itself (pixel envs' own)
         self._saved_stats: Any = own if own is not None or not hasattr(wrapper, "state_dict") else wrapper
 
     def _env_name(self) -> str:
         """The environment's id for messages, or its class for an unregistered instance."""
-        return self.env_id or env_name(self._user_env if self._user_env is not None else self.env)
+        return self.env_id or env_name(self._user_env if self._user_env is not None else self.vector_env)
 
     def _apply_policy_name(self) -> None:
         """SB3's policy name: refused in one line if the spaces or the algorithm do not fit it,
@@ -437,7 +480,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             # the first reset is seeded (sub-environment i gets seed + i); later ones continue
             seed = None if self._env_seeded else self.seed
             if seed is not None:
-                self.env.action_space.seed(seed)
+                self.vector_env.action_space.seed(seed)
                 self.action_space.seed(seed)
             self._last_obs = self._adapter.reset(seed=seed)
             self._env_seeded = True
@@ -508,11 +551,27 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         return set_learn_formats(self.logger, self.verbose, self.tensorboard_log, tb_log_name,
                                  reset_num_timesteps)
 
+    @property
+    def ep_info_buffer(self) -> deque[dict[str, float]]:
+        """SB3's: the last ``stats_window_size`` finished episodes as ``{"r": return, "l":
+        length}`` (a snapshot of the statistics the algorithm keeps)."""
+        st, n = self._ep_stats, self._stats_window_size
+        pairs = list(zip(st.return_queue, st.length_queue, strict=False))[-n:]
+        return deque(({"r": float(r), "l": int(length)} for r, length in pairs), maxlen=n)
+
+    @property
+    def ep_success_buffer(self) -> deque[bool]:
+        """SB3's: ``info["is_success"]`` of the last ``stats_window_size`` finished episodes
+        that reported one."""
+        return self._adapter_successes
+
     def _record_rollout_stats(self) -> None:
-        st = self._ep_stats
+        st, n = self._ep_stats, self._stats_window_size
         if len(st.return_queue):
-            self.logger.record("rollout/ep_rew_mean", float(np.mean(st.return_queue)))
-            self.logger.record("rollout/ep_len_mean", float(np.mean(st.length_queue)))
+            self.logger.record("rollout/ep_rew_mean", float(np.mean(list(st.return_queue)[-n:])))
+            self.logger.record("rollout/ep_len_mean", float(np.mean(list(st.length_queue)[-n:])))
+        if len(self._adapter_successes):
+            self.logger.record("rollout/success_rate", float(np.mean(self._adapter_successes)))
         elapsed = max(time.perf_counter() - self._start_time, 1e-9)
         self.logger.record("time/fps", int((self.num_timesteps - self._num_timesteps_at_start) / elapsed))
         self.logger.record("time/time_elapsed", elapsed)
@@ -555,6 +614,12 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         ``deterministic``; returns ``(actions, None)``). Observations are the environment's: the
         algorithm's own normaliser (``normalize=``) is applied here, a ``VecNormalize`` env
         passed as ``env`` normalises them itself, as in SB3."""
+        if (isinstance(observation, tuple) and len(observation) == 2
+                and isinstance(observation[1], dict)
+                and not isinstance(self.observation_space, spaces.Tuple)):  # (obs, info)
+            raise ValueError(f"{type(self).__name__}.predict: got a tuple (obs, info), not an "
+                             "observation: you are probably mixing Gym API with SB3 VecEnv API; "
+                             "pass obs, e.g. obs, info = env.reset(); model.predict(obs)")
         norm = None if self._env_normalizes() else self.normalizer
         return predict_with(self.observation_space, observation, lambda x: self._predict(
             x if norm is None else norm.normalize_obs(x), deterministic))
@@ -600,7 +665,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         if isinstance(self._user_env, VecEnv):
             return self._user_env
         if self._env_view is None:
-            self._env_view = vec_env_view(self.env, self.env_id)
+            self._env_view = vec_env_view(self.vector_env, self.env_id)
         return self._env_view
 
     def get_vec_normalize_env(self) -> Any:
@@ -612,11 +677,12 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         sized by it); ``force_reset`` starts new episodes at the next ``learn``."""
         env = wrap_channels_last(env)
         venv = make_vec_env(env, n_envs=self.n_envs, record_statistics=False)
+        if venv.num_envs != self.n_envs:  # (SB3 asserts: catchable as AssertionError too)
+            raise SpaceError(
+                f"{type(self).__name__}.set_env: the env has {venv.num_envs} copies, the model "
+                f"was built for {self.n_envs}; use {type(self).__name__}.load(path, env) to "
+                "load a model with a different number of environments")
         check_same_spaces(type(self).__name__, venv, self.observation_space, self.action_space)
-        if venv.num_envs != self.n_envs:
-            raise ValueError(f"{type(self).__name__}.set_env: the env has {venv.num_envs} "
-                             f"copies, the model was built for {self.n_envs}; build a new model "
-                             "or load it with env=")
         self._attach_env(venv, env)
         self._adopt_env_normalizer()
         if force_reset:
@@ -652,7 +718,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             state["env"] = {"last_obs": ({k: np.array(v) for k, v in last.items()}
                                          if isinstance(last, dict) else np.array(last)),
                             "prev_done": self._adapter.prev_done.copy(),
-                            "vector_env": get_env_state(self.env)}
+                            "vector_env": get_env_state(self.vector_env)}
             if self._saved_stats is not None:
                 state["env"]["episode_statistics"] = self._saved_stats.state_dict()
         state.update(self._extra_state())
@@ -684,7 +750,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                               if isinstance(last, dict) else np.asarray(last))
             self._adapter.prev_done = np.asarray(env["prev_done"], dtype=bool).copy()
             if "vector_env" in env:
-                set_env_state(self.env, env["vector_env"], self._adapter.statistics)
+                set_env_state(self.vector_env, env["vector_env"], self._adapter.statistics)
             self._env_seeded = True
         self._set_extra_state(state)
 
@@ -727,8 +793,11 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                 obj.load_state_dict(params)
 
     def _set_parameters_from_file(self, path: str | os.PathLike, exact_match: bool) -> None:
-        path = existing_checkpoint(path)
-        ckpt = rlgrad.load(path)
+        path = resolve_saved(path)
+        ckpt = read_archive(path, None).own if is_archive_file(path) else rlgrad.load(path)
+        if ckpt is None:  # an archive SB3 wrote: its .pth files, by SB3's object names
+            self.set_parameters(read_archive(path, None).params, exact_match=exact_match)
+            return
         if ckpt.get("algo") != type(self).__name__:
             raise ValueError(f"set_parameters: {path} holds a {ckpt.get('algo')} checkpoint, not "
                              f"{type(self).__name__}")
@@ -742,33 +811,87 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """The constructor arguments (JSON-like) that rebuild this algorithm."""
         return dict(self._hyperparams)
 
-    def save(self, path: str, include_replay_buffer: bool = False,
+    def save(self, path: str | os.PathLike | Any, exclude: list[str] | None = None,
+             include: list[str] | None = None, include_replay_buffer: bool = False,
              function_hyperparams: str = "refuse") -> None:
-        """Write a checkpoint to ``path`` (``.safetensors`` appended when it has no extension,
-        as SB3 appends ``.zip``). SB3's standard schedules (``ConstantSchedule``,
-        ``LinearSchedule``, rlgrad's ``linear_schedule``) are saved as data and loaded back as
-        schedules; any other function is code, which a checkpoint does not hold: it is refused
-        unless ``function_hyperparams="start"`` saves its value at the start of training (then
+        """Write the model to ``path``: SB3's archive (``.zip`` appended when the name has no
+        extension, as SB3 does; an open binary file too), which SB3 loads as well, with
+        rlgrad's complete training state inside it (``rlgrad.safetensors``: counters, RNG
+        streams, the episode in progress, the replay buffer with ``include_replay_buffer``) so
+        that rlgrad continues exactly; a ``.safetensors`` name gets that state alone.
+
+        ``exclude`` leaves hyperparameters out (``include`` keeps some of them), as SB3's
+        argument does. SB3's standard schedules (``ConstantSchedule``, ``LinearSchedule``,
+        rlgrad's ``linear_schedule``) are saved as data and loaded back as schedules; any other
+        function is code, which a checkpoint does not hold: it is refused unless
+        ``function_hyperparams="start"`` saves its value at the start of training (then
         ``load(..., name=fn)`` or ``custom_objects`` gives it back)."""
         hp = _savable_hyperparams(type(self).__name__, self.get_hyperparams(),
                                   function_hyperparams)
-        rlgrad.save({
+        for key in set(exclude or ()) - set(include or ()):
+            hp.pop(key, None)
+        ckpt = {
             "algo": type(self).__name__, "env_id": self.env_id or "", "seed": self.seed,
             "hyperparams": hp, "state": self.get_state(include_replay_buffer),
             "spaces": {"observation": str(self.observation_space), "action": str(self.action_space)},
-        }, with_extension(path))
+        }
+        target = archive_target(path)
+        if target is None:
+            rlgrad.save(ckpt, path)
+        else:
+            save_archive(self, target, hp, ckpt)
 
     @classmethod
-    def load(cls, path: str, env: EnvLike | None = None, device: DeviceLike = "auto",
-             custom_objects: dict[str, Any] | None = None, **overrides: Any) -> BaseAlgorithm:
-        """The algorithm saved at ``path`` (a classmethod, as SB3's): on ``env`` if given (its
-        spaces must be the saved ones), else on a new env of the saved id. ``overrides`` (and
-        SB3's ``custom_objects``) replace saved hyperparameters."""
-        overrides = {**(custom_objects or {}), **overrides}
-        for ignored in ("print_system_info", "force_reset"):  # SB3's; nothing to do here
-            overrides.pop(ignored, None)
-        path = existing_checkpoint(path)
-        ckpt = rlgrad.load(path)
+    def load(cls, path: str | os.PathLike, env: EnvLike | None = None, device: DeviceLike = "auto",
+             custom_objects: dict[str, Any] | None = None, print_system_info: bool = False,
+             force_reset: bool = True, **overrides: Any) -> BaseAlgorithm:
+        """The algorithm saved at ``path`` (a classmethod, as SB3's): SB3's archive (SB3's or
+        rlgrad's) or rlgrad's ``.safetensors``; on ``env`` if given (its spaces must be the
+        saved ones), else on a new env of the saved id (an archive SB3 wrote has none: the
+        model predicts, and ``set_env`` gives it one to train). ``overrides`` replace saved
+        hyperparameters; SB3's ``custom_objects`` those of them the file has. With
+        ``force_reset=False`` and ``env``, the saved last observation is kept (SB3's)."""
+        path = resolve_saved(path)
+        if not is_archive_file(path):
+            return cls._from_checkpoint(rlgrad.load(path), str(path), env, custom_objects,
+                                        overrides, device, force_reset)
+        archive = read_archive(path, custom_objects, print_system_info)
+        if archive.own is not None:  # rlgrad's complete state, inside the archive
+            own = archive.own
+            if env is None and not own.get("env_id") and archive.saved:
+                env = SpacesOnlyEnv(archive.saved["observation_space"],
+                                    archive.saved["action_space"])  # (trained on an instance)
+            saved = archive.saved or {}
+            return cls._from_checkpoint(own, str(path), env, {
+                k: v for k, v in (custom_objects or {}).items() if k in saved},
+                overrides, device, force_reset)
+        return cls._from_sb3_archive(archive, path, env, overrides, device)
+
+    @classmethod
+    def _from_sb3_archive(cls, archive: Any, path: Any, env: Any, overrides: dict[str, Any],
+                          device: Any) -> BaseAlgorithm:
+        """The model of an archive SB3 wrote (``rlgrad.rl.common.save_util_model``)."""
+        if env is not None:
+            check_same_spaces(f"{cls.__name__}.load({path!r})",
+                              make_vec_env(env, record_statistics=False),
+                              archive.saved["observation_space"], archive.saved["action_space"])
+        policy, env, hp, seed = archive_model_args(cls, archive, path, env)
+        hp.update(overrides)
+        if device != "auto":
+            hp["device"] = device
+        token = _LOADING.set(True)
+        try:
+            model = cls(policy, env, **{**hp, "seed": seed})
+        finally:
+            _LOADING.reset(token)
+        apply_archive(model, archive.saved, archive.params, archive.variables)
+        return model
+
+    @classmethod
+    def _from_checkpoint(cls, ckpt: dict[str, Any], path: str, env: Any,
+                         custom_objects: dict[str, Any] | None, overrides: dict[str, Any],
+                         device: Any, force_reset: bool = True) -> BaseAlgorithm:
+        """The model of rlgrad's checkpoint ``ckpt`` (read from ``path``)."""
         if ckpt["algo"] != cls.__name__:
             raise ValueError(f"{path} holds a {ckpt['algo']} checkpoint, not {cls.__name__}")
         given = env
@@ -784,6 +907,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         hp: dict[str, Any] = {k: schedule_from_data(v) for k, v in ckpt["hyperparams"].items()}
         if given is not None and not isinstance(given, str):
             hp.pop("n_envs", None)  # the env passed in has its own number of copies
+        takes = hyperparameters(cls)  # custom_objects: only what a file can hold (SB3's)
+        hp.update({k: v for k, v in (custom_objects or {}).items() if k in takes})
         hp.update(overrides)
         if device != "auto":
             hp["device"] = device
@@ -792,11 +917,5 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             model = cls(env, seed=int(ckpt["seed"]), **hp)
         finally:
             _LOADING.reset(token)
-        state = dict(ckpt["state"])
-        if given is not None:  # a new env starts new episodes (the saved ones were another env's)
-            state.pop("env", None)
-        elif not state.get("env", {}).get("vector_env", True):  # not snapshot (Atari): new
-            # episodes from a reset, the finished ones' statistics kept
-            state["env"] = {k: v for k, v in state["env"].items() if k == "episode_statistics"}
-        model.set_state(state)
+        model.set_state(_loaded_state(ckpt["state"], given, force_reset))
         return model

@@ -84,7 +84,8 @@ class BaseCallback:
 
     def on_step(self) -> bool:
         self.n_calls += 1
-        return self._on_step() is not False
+        ok = self._on_step()  # None: go on (as rlgrad always did); else its truth value, as SB3
+        return True if ok is None else bool(ok)
 
     def _on_step(self) -> bool | None:
         return True
@@ -276,8 +277,9 @@ class LogEveryNTimesteps(EveryNTimesteps):
 
 class CheckpointCallback(BaseCallback):
     """Saves the model every ``save_freq`` calls (vector steps) to
-    ``<save_path>/<name_prefix>_<num_timesteps>_steps.safetensors`` (SB3's name with rlgrad's
-    extension); optionally the replay buffer and the VecNormalize statistics next to it."""
+    ``<save_path>/<name_prefix>_<num_timesteps>_steps.zip`` (SB3's archive, with rlgrad's
+    training state inside); optionally the replay buffer (rlgrad's ``.safetensors``: no
+    pickle) and the VecNormalize statistics next to it."""
 
     uses_locals = False
 
@@ -292,7 +294,7 @@ class CheckpointCallback(BaseCallback):
         if self.save_path is not None:
             os.makedirs(self.save_path, exist_ok=True)
 
-    def _checkpoint_path(self, checkpoint_type: str = "", extension: str = "safetensors") -> str:
+    def _checkpoint_path(self, checkpoint_type: str = "", extension: str = "zip") -> str:
         return os.path.join(self.save_path, f"{self.name_prefix}_{checkpoint_type}"
                                             f"{self.num_timesteps}_steps.{extension}")
 
@@ -342,6 +344,16 @@ class EvalCallback(EventCallback):
         self.evaluations_results: list[list[float]] = []
         self.evaluations_timesteps: list[int] = []
         self.evaluations_length: list[list[int]] = []
+        #: SB3's: the ``is_success`` of each evaluation episode's last info (this evaluation's)
+        self._is_success_buffer: list[bool] = []
+        self.evaluations_successes: list[list[bool]] = []
+
+    def _log_success_callback(self, locals_: dict[str, Any], globals_: dict[str, Any]) -> None:
+        """``evaluate_policy``'s per-step callback: an episode's end may say ``is_success``."""
+        if locals_["done"]:
+            success = locals_["info"].get("is_success")
+            if success is not None:
+                self._is_success_buffer.append(bool(success))
 
     def _evaluate(self, *args: Any, **kwargs: Any) -> Any:
         """``evaluate_policy`` (MaskableEvalCallback passes the action masks)."""
@@ -362,15 +374,20 @@ class EvalCallback(EventCallback):
         if self.eval_freq <= 0 or self.n_calls % self.eval_freq != 0:
             return True
         sync_envs_normalization(self.training_env, self.eval_env)
+        self._is_success_buffer = []
         rewards, lengths = self._evaluate(
             self.model, self.eval_env, n_eval_episodes=self.n_eval_episodes, render=self.render,
-            deterministic=self.deterministic, return_episode_rewards=True, warn=self.warn)
+            deterministic=self.deterministic, return_episode_rewards=True, warn=self.warn,
+            callback=self._log_success_callback)
         self.evaluations_timesteps.append(self.num_timesteps)
         self.evaluations_results.append(list(rewards))
         self.evaluations_length.append(list(lengths))
+        if self._is_success_buffer:
+            self.evaluations_successes.append(list(self._is_success_buffer))
         if self.log_path is not None:
+            extra = {"successes": self.evaluations_successes} if self.evaluations_successes else {}
             np.savez(self.log_path, timesteps=self.evaluations_timesteps,
-                     results=self.evaluations_results, ep_lengths=self.evaluations_length)
+                     results=self.evaluations_results, ep_lengths=self.evaluations_length, **extra)
         mean_reward, std_reward = float(np.mean(rewards)), float(np.std(rewards))
         mean_len, std_len = float(np.mean(lengths)), float(np.std(lengths))
         self.last_mean_reward = mean_reward
@@ -380,6 +397,11 @@ class EvalCallback(EventCallback):
             print(f"Episode length: {mean_len:.2f} +/- {std_len:.2f}")
         self.logger.record("eval/mean_reward", mean_reward)
         self.logger.record("eval/mean_ep_length", mean_len)
+        if self._is_success_buffer:
+            success_rate = float(np.mean(self._is_success_buffer))
+            if self.verbose >= 1:
+                print(f"Success rate: {100 * success_rate:.2f}%")
+            self.logger.record("eval/success_rate", success_rate)
         keep_going = True
         if mean_reward > self.best_mean_reward:
             if self.verbose >= 1:

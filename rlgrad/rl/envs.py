@@ -263,6 +263,18 @@ class EpisodeStatistics:
         self.episode_count = int(state["episode_count"])
 
 
+def record_successes(out: deque[bool], info: dict[str, Any], done: np.ndarray,
+                     next_step: bool) -> None:
+    """Append the ``is_success`` of each finished episode's last info (SB3's
+    ``ep_success_buffer``): the step's info in NEXT_STEP mode, ``final_info`` in SAME_STEP."""
+    src = info if next_step else info.get("final_info", {})
+    if "is_success" not in src:
+        return
+    values, mask = src["is_success"], src.get("_is_success", done)
+    for i in np.flatnonzero(done & np.asarray(mask, dtype=bool)):
+        out.append(bool(values[i]))
+
+
 def find_episode_statistics(venv: VectorEnv) -> RecordEpisodeStatistics | None:
     e: Any = venv
     while e is not None:
@@ -456,6 +468,8 @@ class StepAdapter:
         self.venv = venv
         self.check_finite = check_finite  # NaN/inf observations and rewards stop training
         self.statistics = statistics  # episode returns and lengths, kept here when given
+        #: SB3's ep_success_buffer: the finished episodes' info["is_success"], when given
+        self.successes: deque[bool] | None = None
         self.steps = 0
         self.mode = autoreset_mode(venv)
         self.next_step = self.mode == AutoresetMode.NEXT_STEP
@@ -517,6 +531,8 @@ class StepAdapter:
         self.any_done, self.all_valid = any_done, all_valid
         if self.statistics is not None:
             self.statistics.record(rew, valid, done, all_valid, any_done)
+        if any_done and self.successes is not None:
+            record_successes(self.successes, info, done, self.next_step)
         return obs, rew, term, trunc, valid, final_obs
 
 

@@ -222,7 +222,7 @@ class MaskablePPO(PPO):
                              reset_num_timesteps, progress_bar)
 
     def _mask_source(self) -> Any:
-        return self.env
+        return self.vector_env
 
     # ---- collection and the loss: the masks ----------------------------------------------
     def _rollout_actor(self) -> Callable[..., Any]:

@@ -164,7 +164,13 @@ class PolicyView:
 
     # SB3's BasePolicy methods on tensors (observation_space: the algorithm's)
     obs_to_tensor = SB3PolicyMethods.obs_to_tensor
-    is_vectorized_observation = SB3PolicyMethods.is_vectorized_observation
+
+    def is_vectorized_observation(self, observation: Any) -> bool:
+        """SB3's: whether ``observation`` is a batch of the observation space's (ValueError for
+        a shape that is neither)."""
+        from rlgrad.rl.common.utils import is_vectorized_observation
+
+        return is_vectorized_observation(observation, self.observation_space)
 
     def reset_noise(self, batch_size: int = 1) -> None:
         """SB3's: new gSDE exploration matrices of the actor (SAC with ``use_sde``)."""
@@ -253,7 +259,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         if not is_image_space(space):
             return ReplayBuffer(self.buffer_size, self.obs_dim, action_shape, action_dtype)
         shape = cast(spaces.Box, space).shape  # an image space is a Box
-        if frame_stacked(self.env):
+        if frame_stacked(self.vector_env):
             return FrameReplayBuffer(self.buffer_size, shape, action_shape, action_dtype,
                                      n_envs=self.n_envs)
         return ReplayBuffer(self.buffer_size, shape, action_shape, action_dtype,

@@ -18,7 +18,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, with_value_and_entropy
-from rlgrad.rl.schedules import ScheduleLike, get_schedule_fn
+from rlgrad.rl.schedules import FloatSchedule, ScheduleLike, get_schedule_fn
 from rlgrad.tracer import defbatch, defjvp, defvjp, primitive
 
 
@@ -96,8 +96,9 @@ class PPO(OnPolicyAlgorithm):
                          rollout_buffer_kwargs=rollout_buffer_kwargs, **env_options)
         self.batch_size = int(batch_size)
         self.n_epochs = int(n_epochs)
-        self.clip_range = get_schedule_fn(clip_range)
-        self.clip_range_vf = None if clip_range_vf is None else get_schedule_fn(clip_range_vf)
+        self.clip_range = FloatSchedule(get_schedule_fn(clip_range))  # SB3's types
+        self.clip_range_vf = (None if clip_range_vf is None
+                              else FloatSchedule(get_schedule_fn(clip_range_vf)))
         self.target_kl = target_kl
         self._params = list(self.policy.parameters())
         self.optimizer = self.make_optimizer(self._params, eps=1e-5)

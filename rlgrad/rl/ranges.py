@@ -28,6 +28,11 @@ from rlgrad.rl.sb3_args import (
 )
 
 
+class HyperparameterError(ValueError, AssertionError):
+    """A hyperparameter out of its range: SB3 asserts some of these, raises ValueError for
+    others; one line, catchable as either type."""
+
+
 @dataclass(frozen=True)
 class Range:
     """A number in an interval (``lo``/``hi``, open or closed), optionally an integer, None, a
@@ -125,6 +130,7 @@ RANGES: dict[str, Range] = {
     "check_finite": Range(kind=bool),
     "tensorboard_log": Range(kind=(str, os.PathLike), none_ok=True),
     "env_runners": Range(0, 1024, integer=True),
+    "stats_window_size": _COUNT,  # episodes the rollout/ means average (SB3)
     "max_grad_norm": Range(0.0, lo_open=True, none_ok=True),
     "batch_size": _COUNT,
     # on-policy
@@ -150,9 +156,9 @@ RANGES: dict[str, Range] = {
     # off-policy
     "buffer_size": Range(1, _MAX_ROWS * 10, integer=True),
     "learning_starts": Range(0, integer=True),
-    "tau": Range(0.0, 1.0, lo_open=True),
+    "tau": Range(0.0, 1.0),  # 0: the targets keep their weights (SB3 takes it)
     "train_freq": Range(1, integer=True),  # or (n, "step" | "episode"): see _train_freq_ok
-    "gradient_steps": Range(1, integer=True, choices=(-1,)),
+    "gradient_steps": Range(0, integer=True, choices=(-1,)),  # 0: collect only, as SB3
     "target_update_interval": _COUNT,
     "exploration_fraction": Range(0.0, 1.0, lo_open=True),
     "exploration_initial_eps": _PROB,
@@ -231,7 +237,8 @@ RELATIONS: list[tuple[tuple[str, ...], Callable[..., bool], str]] = [
 
 
 def check_hyperparams(algo: str, values: dict[str, Any]) -> None:
-    """Raise ValueError, one line, for the first value outside its range."""
+    """Raise HyperparameterError (a ValueError), one line, for the first value outside its
+    range."""
     for name, v in values.items():
         if name in SPECIAL:
             ok, what = SPECIAL[name][0](v), SPECIAL[name][1]
@@ -240,9 +247,9 @@ def check_hyperparams(algo: str, values: dict[str, Any]) -> None:
         else:
             continue
         if not ok:
-            raise ValueError(f"{algo}: {name}={v!r} is out of range: {name} must be {what}")
+            raise HyperparameterError(f"{algo}: {name}={v!r} is out of range: {name} must be {what}")
     if not _net_arch_ok(values.get("policy_kwargs")):
-        raise ValueError(f"{algo}: policy_kwargs.net_arch="
+        raise HyperparameterError(f"{algo}: policy_kwargs.net_arch="
                          f"{values['policy_kwargs']['net_arch']!r} is out of range: layer sizes "
                          "must be integers >= 1")
 
@@ -272,4 +279,4 @@ def check_relations(algo: str, values: dict[str, Any], skip: tuple[str, ...] = (
             continue
         if all(n in values for n in names) and not holds(*(values[n] for n in names)):
             shown = ", ".join(f"{n}={values[n]!r}" for n in names)
-            raise ValueError(f"{algo}: {shown} is out of range: {what}")
+            raise HyperparameterError(f"{algo}: {shown} is out of range: {what}")

@@ -33,7 +33,7 @@ def sb3_replay_buffer(algo: Any, name: str, kwargs: dict[str, Any]) -> Any:
     if name == "NStepReplayBuffer":
         kwargs = {"gamma": algo.gamma, **kwargs}
     if name == "HerReplayBuffer":
-        kwargs = {"env": algo.env, **kwargs}
+        kwargs = {"env": algo.vector_env, **kwargs}
     return cls(algo.buffer_size, algo.observation_space, algo.action_space,
                n_envs=algo.n_envs, **kwargs)
 

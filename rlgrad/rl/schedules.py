@@ -18,13 +18,10 @@ def get_schedule_fn(value: float | str | Schedule) -> Schedule:
     """
     if callable(value):
         return value
-    if isinstance(value, str):
-        if value.startswith("lin_"):
-            start = float(value[4:])
-            return lambda p: p * start
-        value = float(value)
-    v = float(value)
-    return lambda p: v
+    # SB3's schedule classes (data, not closures: a checkpoint holds them, SB3's tests look)
+    if isinstance(value, str) and value.startswith("lin_"):
+        return LinearSchedule(float(value[4:]), 0.0, 1.0)  # start * progress_remaining
+    return ConstantSchedule(float(value))
 
 
 def linear_schedule(start: float, end: float, end_fraction: float) -> Schedule:

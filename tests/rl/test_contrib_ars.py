@@ -141,7 +141,7 @@ def test_same_seed_same_training_and_save_load(tmp_path) -> None:
     want, _ = model.predict(obs, deterministic=True)
     assert want.shape == (5, 1) and np.all(np.abs(want) <= 2.0)
     model.save(tmp_path / "ars")
-    loaded = ARS.load(tmp_path / "ars.safetensors")
+    loaded = ARS.load(tmp_path / "ars")  # SB3's archive, ars.zip
     np.testing.assert_array_equal(loaded.weights, model.weights)
     np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0], want)
     assert loaded.n_delta == 2 and loaded.policy.net_arch == [16]

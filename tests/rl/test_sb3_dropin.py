@@ -56,7 +56,7 @@ def test_quickstart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert r["obs_shape"] == (1, 4) and r["reward_shape"] == (1,) and r["done_dtype"] == "bool"
     assert r["action_shape"] == (1,) and r["n_envs"] == 1 and r["steps"] == 300
     assert r["dones"] >= 1  # episodes ended and reset inside the step (terminal_observation)
-    assert (tmp_path / "ppo_cartpole.safetensors").exists()
+    assert (tmp_path / "ppo_cartpole.zip").exists()
     out = capsys.readouterr().out
     assert out.startswith("Using cpu device\n")
     assert re.search(r"^\| rollout/ +\| +\|$", out, re.M)
@@ -76,7 +76,7 @@ def test_eval_callback_files_and_counts_match_sb3(tmp_path: Path) -> None:
     assert ours["keys"] == ["ep_lengths", "results", "timesteps"]
     assert ours["timesteps"] == [250, 500, 750, 1000]
     ckpts = sorted(p.name for p in (tmp_path / "rlgrad" / "logs" / "checkpoints").iterdir())
-    assert ckpts == ["rl_model_1000_steps.safetensors", "rl_model_500_steps.safetensors"]
+    assert ckpts == ["rl_model_1000_steps.zip", "rl_model_500_steps.zip"]
 
 
 @needs_sb3
@@ -197,7 +197,7 @@ def test_predict_samples_by_default_as_sb3() -> None:
 def test_save_adds_the_extension_and_load_finds_it(tmp_path: Path) -> None:
     m = PPO("MlpPolicy", "CartPole-v1", seed=0)
     m.save(tmp_path / "model")
-    assert (tmp_path / "model.safetensors").exists()
+    assert (tmp_path / "model.zip").exists()
     m2 = PPO.load(tmp_path / "model", device="cpu")
     m.save(tmp_path / "other.ckpt")  # an extension of its own is kept
     assert (tmp_path / "other.ckpt").exists()

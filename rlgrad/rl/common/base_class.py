@@ -1,4 +1,6 @@
-"""``stable_baselines3.common.base_class`` -> ``rlgrad.rl.base``."""
+"""``stable_baselines3.common.base_class``: the algorithms' base class."""
+
+from __future__ import annotations
 
 from rlgrad.rl.base import BaseAlgorithm
 

@@ -3,8 +3,7 @@ and results (on NumPy arrays and rlgrad Tensors where SB3 takes torch tensors)."
 
 from __future__ import annotations
 
-import platform
-import re
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -14,7 +13,8 @@ from gymnasium import spaces
 
 from rlgrad.device import device as _device
 from rlgrad.optim.lr_scheduler import update_learning_rate
-from rlgrad.optim.target import polyak_update
+from rlgrad.optim.target import polyak_update as _polyak_update
+from rlgrad.rl.common.save_util import get_system_info
 from rlgrad.rl.logger import next_run_dir
 from rlgrad.rl.on_policy import explained_variance
 from rlgrad.rl.schedules import (
@@ -25,6 +25,19 @@ from rlgrad.rl.schedules import (
 )
 from rlgrad.rl.schedules import get_schedule_fn as _get_schedule_fn
 from rlgrad.typing import DeviceLike
+
+
+def polyak_update(params: Iterable[Any], target_params: Iterable[Any], tau: float) -> None:
+    """SB3's ``polyak_update`` (rlgrad.optim's): ``target <- (1 - tau) target + tau source``
+    in place; on torch tensors (an SB3 script's own networks) under ``torch.no_grad()``, as
+    SB3 runs it (torch refuses in-place changes of leaves that require gradients otherwise)."""
+    params, target_params = list(params), list(target_params)
+    torch = sys.modules.get("torch")  # (never imported here: only a script's own tensors)
+    if torch is not None and any(isinstance(p, torch.Tensor) for p in params):
+        with torch.no_grad():
+            _polyak_update(params, target_params, tau)
+        return
+    _polyak_update(params, target_params, tau)
 
 
 def set_random_seed(seed: int, using_cuda: bool = False) -> None:
@@ -94,35 +107,6 @@ def obs_as_tensor(obs: np.ndarray | dict[str, np.ndarray], device: DeviceLike = 
         return {key: rlgrad.as_tensor(o, device=device) for key, o in obs.items()}
     raise TypeError(f"obs_as_tensor: unrecognized type of observation {type(obs).__name__}; "
                     "pass a NumPy array or a dict of them")
-
-
-def get_system_info(print_info: bool = True) -> tuple[dict[str, str], str]:
-    """The versions a bug report needs (SB3's keys, rlgrad's in place of SB3's and PyTorch's)
-    as a dict and as the Markdown list SB3 prints."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    import rlgrad
-
-    def installed(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return "not installed"
-
-    env_info = {
-        # "#42" -> "# 42": GitHub would link the kernel build number to an issue
-        "OS": re.sub(r"#(\d)", r"# \1", f"{platform.platform()} {platform.version()}"),
-        "Python": platform.python_version(),
-        "rlgrad": rlgrad.__version__,
-        "GPU Enabled": "False",
-        "Numpy": np.__version__,
-        "Cloudpickle": installed("cloudpickle"),
-        "Gymnasium": installed("gymnasium"),
-    }
-    env_info_str = "".join(f"- {key}: {value}\n" for key, value in env_info.items())
-    if print_info:
-        print(env_info_str)
-    return env_info, env_info_str
 
 
 def get_latest_run_id(log_path: str = "", log_name: str = "") -> int:

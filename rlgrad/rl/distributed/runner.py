@@ -69,7 +69,7 @@ class EnvRunner:
             self.algo.rng = np.random.default_rng(ss)
             if self.restarted:
                 env_seed = int(ss.generate_state(1)[0] % 2**31)
-        self.algo.env.action_space.seed(env_seed)
+        self.algo.vector_env.action_space.seed(env_seed)
         self.algo._last_obs = self.algo._adapter.reset(seed=env_seed)
         self.algo._env_seeded = True
         # the learner's normaliser counted the first observations already (its own reset)
