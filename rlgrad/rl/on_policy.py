@@ -76,7 +76,10 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                  normalize: bool | dict[str, Any] = False, policy_kwargs: dict | None = None,
                  seed: int | None = None, verbose: int = 0, rollout_buffer_class: str | None = None,
                  rollout_buffer_kwargs: dict[str, Any] | None = None,
-                 **env_options: Any) -> None:
+                 compile_loop: bool = False, **env_options: Any) -> None:
+        self.compile_loop = bool(compile_loop)
+        if self.compile_loop and isinstance(env, str) and env_options.get("vectorization_mode") is None:
+            env_options["vectorization_mode"] = "functional"  # the id's functional form
         super().__init__(env, seed=seed, n_envs=n_envs, normalize=normalize,
                          learning_rate=learning_rate, gamma=gamma, policy_kwargs=policy_kwargs,
                          verbose=verbose, **env_options)
@@ -108,6 +111,33 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self._clip_actions = isinstance(a_space, (spaces.Box, *action_dists.MULTI_ACTION_SPACES))
         if isinstance(a_space, spaces.Box):
             self._low, self._high = a_space.low, a_space.high
+
+    def _check_compile_loop(self) -> None:
+        """compile_loop=True: refused in one line unless the env is functional (at the end of
+        the algorithm's constructor, when the optimizer exists)."""
+        if self.compile_loop:
+            from rlgrad.rl.compiled_loop import loop_spec
+
+            loop_spec(self)
+
+    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int | None = None,
+              tb_log_name: str | None = None, reset_num_timesteps: bool = True,
+              progress_bar: bool = False) -> OnPolicyAlgorithm:
+        """SB3's ``learn``; with ``compile_loop=True`` every update runs in one compiled program
+        (``rlgrad.rl.compiled_loop``), which calls no callback."""
+        if not self.compile_loop:
+            return super().learn(total_timesteps, callback, log_interval, tb_log_name,
+                                 reset_num_timesteps, progress_bar)
+        if callback is not None or progress_bar:
+            raise ValueError(f"{type(self).__name__}(compile_loop=True) runs the whole training "
+                             "as one program and calls no callback: pass callback=None and "
+                             "progress_bar=False, or leave compile_loop False")
+        from rlgrad.rl.compiled_loop import learn_compiled
+
+        if reset_num_timesteps:
+            self.num_timesteps = 0
+        learn_compiled([self], total_timesteps)
+        return self
 
     def _make_policy(self) -> ActorCriticPolicy:
         """The algorithm's ActorCriticPolicy from ``policy_kwargs``, or the user's policy class

@@ -1,0 +1,330 @@
+"""The on-policy training loop as one program: rollout, GAE and the update epochs, each a
+``rlgrad.lax`` loop, inside one ``lax.scan`` over the updates, traced once by ``rlgrad.jit``.
+
+Every array carries a leading seed axis ``S``: the parameters ``(S, ...)``, the env states
+``(S, n_envs, d)``, the keys ``(S,)``. Seeds never mix (a loss is the sum of the seeds' losses,
+so each seed's gradient is its own; norms, means and counts reduce over the other axes), so ``S``
+independent runs are one program whose matrix products are batched, as PureJaxRL's ``vmap`` over
+seeds. The computation per seed is the eager algorithm's on ``FunctionalVectorEnv``, step by
+step: NEXT_STEP autoreset, the reset rows kept in place and left out of the update (weight 0),
+GAE as ``rlgrad.rl.buffers``, minibatches of the valid rows in the order ``permutation`` gives,
+the ragged last one weighted by its real rows, a minibatch with none skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import rlgrad.numpy as rnp
+from rlgrad import lax
+from rlgrad.rl.buffers import compute_gae_scan
+from rlgrad.rl.compiled_loop.spec import Layer, LoopSpec
+from rlgrad.rl.functional.keys import KeyBatch, normal, split, uniform
+from rlgrad.transforms import grad
+
+__all__ = ["make_program", "forward", "env_step"]
+
+_ACT: dict[str, Callable[[Any], Any]] = {"tanh": rnp.tanh, "relu": lambda x: rnp.maximum(x, 0.0)}
+_LOG_2PI = float(np.log(2 * np.pi))
+
+
+def _per_seed(x: Any, like: Any) -> Any:
+    """A per-seed value ``(S,)`` shaped to broadcast against ``like`` ``(S, ...)``."""
+    return rnp.reshape(x, (-1,) + (1,) * (len(np.shape(like)) - 1))
+
+
+# ---- the policy -------------------------------------------------------------------------------
+def _mlp(params: list[Any], layers: tuple[Layer, ...], x: Any) -> Any:
+    for w, b, act in layers:  # Linear's x @ W.T + b, batched over the seeds
+        x = rnp.matmul(x, rnp.swapaxes(params[w], -1, -2)) + rnp.expand_dims(params[b], -2)
+        if act is not None:
+            x = _ACT[act](x)
+    return x
+
+
+def forward(spec: LoopSpec, params: list[Any], obs: Any) -> tuple[Any, Any]:
+    """(logits or means ``(S, B, k)``, values ``(S, B)``) of observations ``(S, B, d)``."""
+    return _mlp(params, spec.pi, obs), _mlp(params, spec.vf, obs)[..., 0]
+
+
+def _sample(spec: LoopSpec, params: list[Any], out: Any, sub: Any) -> tuple[Any, Any]:
+    """Actions and log-probabilities drawn as ``ActorCriticPolicy.sample_numpy`` draws them
+    (inverse CDF on one uniform per row; a Gaussian's ``mean + std * eps``)."""
+    n = out.shape[1]
+    if spec.discrete:
+        z = out - rnp.max(out, axis=-1, keepdims=True)
+        cdf = rnp.cumsum(rnp.exp(z), axis=-1)
+        t = uniform(sub, (n,)) * cdf[..., -1]
+        actions = rnp.sum(rnp.asarray(cdf[..., :-1] <= rnp.expand_dims(t, -1), dtype=np.int64),
+                          axis=-1)
+        log_prob = (rnp.take_along_axis(z, rnp.expand_dims(actions, -1), axis=-1)[..., 0]
+                    - rnp.log(cdf[..., -1]))
+        return actions, log_prob
+    log_std = rnp.expand_dims(params[spec.log_std], -2)
+    eps = normal(sub, (n, out.shape[-1]), np.float32)
+    actions = out + rnp.exp(log_std) * eps
+    log_prob = rnp.sum(-0.5 * rnp.square(eps) - log_std - 0.5 * _LOG_2PI, axis=-1)
+    return actions, log_prob
+
+
+def _log_prob_entropy(spec: LoopSpec, params: list[Any], out: Any, actions: Any
+                      ) -> tuple[Any, Any]:
+    """(log pi(a|s), entropy) per row, differentiable in the parameters."""
+    if spec.discrete:
+        logp_all = out - _logsumexp(out)
+        lp = rnp.take_along_axis(logp_all, rnp.expand_dims(actions, -1), axis=-1)[..., 0]
+        return lp, -rnp.sum(rnp.exp(logp_all) * logp_all, axis=-1)
+    log_std = rnp.expand_dims(params[spec.log_std], -2)
+    z = (actions - out) / rnp.exp(log_std)
+    lp = rnp.sum(-0.5 * rnp.square(z) - log_std - 0.5 * _LOG_2PI, axis=-1)
+    ent = rnp.sum(0.5 + 0.5 * _LOG_2PI + log_std, axis=-1)  # (S, 1): the same for every row
+    return lp, rnp.broadcast_to(ent, lp.shape)
+
+
+def _logsumexp(x: Any) -> Any:
+    m = lax.stop_gradient(rnp.max(x, axis=-1, keepdims=True))
+    return m + rnp.log(rnp.sum(rnp.exp(x - m), axis=-1, keepdims=True))
+
+
+# ---- the environment --------------------------------------------------------------------------
+def env_step(spec: LoopSpec, env: dict[str, Any], action: Any) -> tuple[dict[str, Any], ...]:
+    """``FunctionalVectorEnv.step`` on the traced state: (new env, reward, terminated, done,
+    valid), the copies done at the previous step starting anew from their own key."""
+    f = spec.func_env
+    if spec.low is not None:  # the Gaussian policy is unbounded: the env gets the clipped action
+        shape = np.shape(action)[-1:]
+        action = rnp.clip(action, np.array(spec.low, np.float32).reshape(shape),
+                          np.array(spec.high, np.float32).reshape(shape))
+    state = env["state"]
+    nxt = f.transition(state, action)
+    reward = rnp.asarray(f.reward(state, action, nxt), dtype=np.float64)
+    term = rnp.asarray(f.terminal(nxt), dtype=bool)
+    steps = env["steps"] + 1
+    trunc = (steps >= spec.max_steps) if spec.max_steps is not None else rnp.zeros_like(term)
+    reset = env["autoreset"]
+    batch = KeyBatch(env["keys"])
+    first = rnp.asarray(f.initial(batch), dtype=nxt.dtype)
+    state = rnp.where(rnp.expand_dims(reset, -1), first, nxt)
+    keys = rnp.where(reset, batch.keys, env["keys"])
+    steps = rnp.where(reset, 0, steps)
+    reward = rnp.where(reset, 0.0, reward)
+    term = term & ~reset
+    done = term | (trunc & ~reset)
+    obs = rnp.asarray(f.observation(state), dtype=np.float32)
+    new = {"state": state, "keys": keys, "steps": steps, "autoreset": done, "obs": obs}
+    return new, reward, term, done, ~reset
+
+
+def _rollout(spec: LoopSpec, params: list[Any], carry: tuple[Any, ...]) -> tuple[Any, Any]:
+    """``n_steps`` steps of every copy: ``(env, key, episode stats)``, the rows ``(T, S, E)``."""
+
+    def step(c: tuple[Any, ...], _: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        env, key, ep_ret, ret_sum, n_done = c
+        obs = env["obs"]
+        out, value = forward(spec, params, obs)
+        key, sub = split(key)
+        action, log_prob = _sample(spec, params, out, sub)
+        env, reward, term, done, valid = env_step(spec, env, action)
+        ep_ret = ep_ret + reward
+        ret_sum = ret_sum + rnp.sum(rnp.where(done, ep_ret, 0.0), axis=-1)
+        n_done = n_done + rnp.sum(rnp.asarray(done, dtype=np.int64), axis=-1)
+        ep_ret = rnp.where(done, 0.0, ep_ret)
+        row = (obs, action, rnp.asarray(reward, dtype=np.float32), term, done, value,
+               log_prob, valid)
+        return (env, key, ep_ret, ret_sum, n_done), row
+
+    return lax.scan(step, carry, None, length=spec.n_steps)
+
+
+def _rows(x: Any) -> Any:
+    """(T, S, E, ...) -> (S, T * E, ...): the buffer's flat row order, per seed."""
+    s = np.shape(x)
+    return rnp.reshape(rnp.swapaxes(x, 0, 1), (s[1], s[0] * s[2]) + tuple(s[3:]))
+
+
+def _take(x: Any, idx: Any) -> Any:
+    """Rows ``idx`` ``(S, B)`` of ``x`` ``(S, R, ...)`` per seed."""
+    s = np.shape(x)
+    flat = rnp.reshape(x, (s[0] * s[1],) + tuple(s[2:]))
+    offs = rnp.expand_dims(rnp.arange(s[0]) * s[1], -1)
+    return rnp.take(flat, idx + offs, axis=0)
+
+
+# ---- the update -------------------------------------------------------------------------------
+def _order(spec: LoopSpec, valid: Any, n_valid: Any, key: Any) -> tuple[Any, Any]:
+    """(rows in minibatch order, the key after): the valid rows first, permuted as
+    ``KeyGenerator.permutation(valid_indices)`` permutes them; in order, with no draw, where the
+    eager algorithm takes the whole rollout as one batch."""
+    rows = valid.shape[-1]
+    pos = rnp.broadcast_to(rnp.arange(rows), valid.shape)
+    in_order = rnp.argsort(rnp.where(valid, pos, pos + rows), axis=-1, kind="stable")
+    if not spec.ppo:
+        return in_order, key
+    new_key, sub = split(key)
+    u = uniform(sub, (rows,))
+    rank = rnp.clip(rnp.cumsum(rnp.asarray(valid, dtype=np.int64), axis=-1) - 1, 0, rows - 1)
+    by_u = rnp.where(valid, rnp.take_along_axis(u, rank, axis=-1), 2.0)
+    shuffled = rnp.argsort(by_u, axis=-1, kind="stable")
+    if spec.clip_vf:  # eager PPO shuffles whenever clip_range_vf is set
+        return shuffled, new_key
+    whole = n_valid <= spec.batch_size
+    return (rnp.where(rnp.expand_dims(whole, -1), in_order, shuffled),
+            rnp.where(whole, key, new_key))
+
+
+def _advantages(spec: LoopSpec, adv: Any, real: Any, r: Any) -> Any:
+    """Advantages of a minibatch, normalised over its real rows (unbiased std, as SB3's)."""
+    adv = rnp.where(real, adv, 0.0)
+    if not spec.normalize_advantage:
+        return adv
+    rf = rnp.expand_dims(rnp.asarray(r, dtype=np.float32), -1)
+    mean = rnp.sum(adv, axis=-1, keepdims=True) / rnp.maximum(rf, 1.0)
+    dev = rnp.where(real, adv - mean, 0.0)
+    std = rnp.sqrt(rnp.sum(dev * dev, axis=-1, keepdims=True) / rnp.maximum(rf - 1.0, 1.0))
+    normed = rnp.where(real, (adv - mean) / (std + 1e-8), 0.0)
+    return rnp.where(rf > 1.0, normed, adv)
+
+
+def _loss(spec: LoopSpec, params: list[Any], b: dict[str, Any]) -> Any:
+    """The sum over seeds of the algorithm's loss on minibatch ``b`` (rows weighted ``b["w"]``)."""
+    out, values = forward(spec, params, b["obs"])
+    lp, ent = _log_prob_entropy(spec, params, out, b["actions"])
+    w = b["w"]
+    if spec.ppo:
+        policy = spec.surrogate(lp, b["old_log_prob"], b["adv"], b["clip"], w)
+    else:
+        policy = -rnp.sum(w * lp * b["adv"])
+    if spec.clip_vf:
+        old, c = b["old_values"], b["clip_vf"]
+        values = old + rnp.clip(values - old, -c, c)
+    loss = policy + np.float32(spec.vf_coef) * rnp.sum(w * rnp.square(b["returns"] - values))
+    if spec.ent_coef != 0:
+        loss = loss + np.float32(spec.ent_coef) * -rnp.sum(w * ent)
+    return loss
+
+
+def _clip_grads(spec: LoopSpec, grads: list[Any]) -> list[Any]:
+    """``clip_grad_norm_`` per seed: each seed's gradients scaled by its own norm's factor."""
+    if spec.max_grad_norm is None:
+        return grads
+    sq = sum(rnp.sum(rnp.reshape(rnp.asarray(g * g, dtype=np.float64), (g.shape[0], -1)), axis=-1)
+             for g in grads)
+    coef = rnp.minimum(spec.max_grad_norm / (rnp.sqrt(sq) + 1e-6), 1.0)
+    coef = rnp.asarray(coef, dtype=np.float32)
+    return [g * _per_seed(coef, g) for g in grads]
+
+
+def _opt_step(spec: LoopSpec, params: list[Any], grads: list[Any], opt: dict[str, Any],
+              lr: Any) -> tuple[list[Any], dict[str, Any]]:
+    """One optimizer step per seed, with ``rlgrad.optim``'s arithmetic (Adam: ``_adam_math``,
+    the fused kernel's order; RMSprop: PyTorch's)."""
+    t = opt["step"] + 1.0
+    if spec.optimizer == "adam":
+        b1, b2, eps = spec.opt_args
+        bc2 = rnp.sqrt(1.0 - b2 ** t)
+        step = rnp.asarray(lr * bc2 / (1.0 - b1 ** t), dtype=np.float32)
+        eps_t = rnp.asarray(eps * bc2, dtype=np.float32)
+        new_p, new_m, new_v = [], [], []
+        for p, g, m, v in zip(params, grads, opt["m"], opt["v"]):
+            m = m + (g - m) * np.float32(1 - b1)
+            v = v * np.float32(b2) + (g * g) * np.float32(1 - b2)
+            new_p.append(p - m / (rnp.sqrt(v) + _per_seed(eps_t, p)) * _per_seed(step, p))
+            new_m.append(m)
+            new_v.append(v)
+        return new_p, {"step": t, "m": new_m, "v": new_v}
+    alpha, eps = spec.opt_args
+    lr32 = rnp.asarray(lr, dtype=np.float32)
+    new_p, new_v = [], []
+    for p, g, v in zip(params, grads, opt["v"]):
+        v = v * np.float32(alpha) + (g * g) * np.float32(1 - alpha)
+        new_p.append(p - lr32 * g / (rnp.sqrt(v) + np.float32(eps)))
+        new_v.append(v)
+    return new_p, {"step": t, "m": opt["m"], "v": new_v}
+
+
+def _minibatch_step(spec: LoopSpec, data: dict[str, Any], n_valid: Any, sched: dict[str, Any]
+                    ) -> Callable:
+    """The body of the scan over an epoch's minibatches: ``(params, opt)`` -> after one step on
+    rows ``idx`` (unchanged for a seed whose minibatch has no real row)."""
+    bs = spec.batch_size
+
+    def body(carry: tuple[Any, Any], inp: tuple[Any, Any]) -> tuple[tuple[Any, Any], Any]:
+        params, opt = carry
+        idx, start = inp
+        r = rnp.clip(n_valid - start, 0, bs)
+        real = rnp.arange(bs) < rnp.expand_dims(r, -1)
+        b = {k: _take(v, idx) for k, v in data.items()}
+        b["adv"] = _advantages(spec, b.pop("advantages"), real, r)
+        w = rnp.asarray(1.0 / rnp.maximum(r, 1), dtype=np.float32)
+        b["w"] = rnp.where(real, rnp.expand_dims(w, -1), np.float32(0.0))
+        b.update(sched)
+        grads = grad(lambda p: _loss(spec, p, b))(params)
+        new_p, new_opt = _opt_step(spec, params, _clip_grads(spec, grads), opt, sched["lr"])
+        take = r > 0
+        keep = lambda new, old: rnp.where(_per_seed(take, old), new, old)  # noqa: E731
+        params = [keep(a, o) for a, o in zip(new_p, params)]
+        opt = {"step": rnp.where(take, new_opt["step"], opt["step"]),
+               "m": [keep(a, o) for a, o in zip(new_opt["m"], opt["m"])],
+               "v": [keep(a, o) for a, o in zip(new_opt["v"], opt["v"])]}
+        return (params, opt), None
+
+    return body
+
+
+def _update(spec: LoopSpec, params: list[Any], opt: dict[str, Any], key: Any,
+            data: dict[str, Any], valid: Any, sched: dict[str, Any]) -> tuple[Any, ...]:
+    """``n_epochs`` passes over the rollout's rows in minibatches: (params, opt, key)."""
+    bs, rows = spec.batch_size, spec.rows
+    k = -(-rows // bs)
+    n_valid = rnp.sum(rnp.asarray(valid, dtype=np.int64), axis=-1)
+    body = _minibatch_step(spec, data, n_valid, sched)
+    starts = np.arange(k, dtype=np.int64) * bs
+
+    def epoch(carry: tuple[Any, ...], _: Any) -> tuple[tuple[Any, ...], Any]:
+        params, opt, key = carry
+        order, key = _order(spec, valid, n_valid, key)
+        if k * bs > rows:  # the last minibatch padded with row 0 (weight 0)
+            order = rnp.concatenate([order, rnp.zeros((order.shape[0], k * bs - rows),
+                                                      dtype=order.dtype)], axis=-1)
+        idx = rnp.swapaxes(rnp.reshape(order, (order.shape[0], k, bs)), 0, 1)
+        (params, opt), _ = lax.scan(body, (params, opt), (idx, starts))
+        return (params, opt, key), None
+
+    (params, opt, key), _ = lax.scan(epoch, (params, opt, key), None, length=spec.n_epochs)
+    return params, opt, key
+
+
+def _iteration(spec: LoopSpec) -> Callable:
+    """The body of the scan over updates: one rollout, its GAE, the update."""
+
+    def body(state: dict[str, Any], sched: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        params = state["params"]
+        zero = rnp.zeros(state["key"].shape, dtype=np.float64)
+        carry = (state["env"], state["key"], state["ep_ret"], zero, rnp.zeros_like(zero, dtype=np.int64))
+        (env, key, ep_ret, ret_sum, n_done), rows = _rollout(spec, params, carry)
+        obs, actions, rewards, term, dones, values, log_probs, valid = rows
+        last = forward(spec, params, env["obs"])[1]
+        next_values = rnp.concatenate([values[1:], rnp.expand_dims(last, 0)], axis=0)
+        adv, returns = compute_gae_scan(rewards, values, next_values, term, dones, spec.gamma,
+                                        spec.gae_lambda)
+        data = {"obs": _rows(obs), "actions": _rows(actions), "old_log_prob": _rows(log_probs),
+                "old_values": _rows(values), "advantages": _rows(adv), "returns": _rows(returns)}
+        params, opt, key = _update(spec, params, state["opt"], key, data, _rows(valid), sched)
+        new = {"params": params, "opt": opt, "env": env, "key": key, "ep_ret": ep_ret}
+        return new, (ret_sum, n_done)
+
+    return body
+
+
+def make_program(spec: LoopSpec) -> Callable:
+    """``run(state, schedule) -> (state, (episode return sums, episode counts))``: every update
+    of a training run, ``schedule`` holding one row per update (``lr``, ``clip``, ``clip_vf``)."""
+    body = _iteration(spec)
+
+    def run(state: dict[str, Any], schedule: dict[str, Any]) -> tuple[Any, Any]:
+        return lax.scan(body, state, schedule)
+
+    return run
