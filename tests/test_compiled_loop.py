@@ -155,3 +155,29 @@ def test_callbacks_and_target_kl_are_refused() -> None:
         model.learn(64, callback=lambda *a: True)
     with pytest.raises(ValueError, match="target_kl"):
         PPO("CartPole-v1", compile_loop=True, target_kl=0.01)
+
+
+# ---- the command line ------------------------------------------------------------------------------
+def test_cli_vectorized_seeds_write_ordinary_runs(tmp_path: object, capsys: pytest.CaptureFixture
+                                                  ) -> None:
+    from rlgrad.cli import main
+    from rlgrad.cli.plot import load_run
+
+    out = tmp_path / "runs"  # type: ignore[operator]
+    code = main(["train", "CartPole-v1", "--algo", "ppo", "--seeds", "0-1", "--vectorize",
+                 "--steps", "1024", "--set", "n_envs=2", "--set", "n_steps=64",
+                 "--set", "batch_size=64", "--set", "n_epochs=2", "--run-dir", str(out)])
+    assert code == 0
+    runs = [load_run(out / f"seed-{s}") for s in (0, 1)]
+    assert all(r.steps[-1] == 1024 and len(r.values) > 0 for r in runs)
+    assert all(r.config["hyperparams"]["compile_loop"] is True for r in runs)
+    assert runs[0].values.tolist() != runs[1].values.tolist()  # two seeds, two runs
+    assert "one compiled program" in capsys.readouterr().out
+
+
+def test_cli_vectorize_needs_seeds(capsys: pytest.CaptureFixture) -> None:
+    from rlgrad.cli import main
+
+    assert main(["train", "CartPole-v1", "--algo", "ppo", "--vectorize"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--seeds" in err and "\n" not in err

@@ -93,12 +93,34 @@ def _compiled(spec: LoopSpec) -> Any:
 
 
 def program_source(spec: LoopSpec, state: dict[str, Any], sched: dict[str, Any]) -> str:
-    """The compiled program, readable: the top-level step and each loop body it calls."""
-    from rlgrad import lax
+    """The compiled program, readable: its top-level step, then the body of every loop it calls
+    (a loop is one line of its caller, ``ctx=cK``), each once, outermost first."""
+    compiled = _compiled(spec)
+    parts = [f"# ---- the program: {compiled.lower(state, sched).count(chr(10))} lines ----",
+             compiled.lower(state, sched)]
+    step = compiled._compile_for((state, sched)).fn
+    seen: set[int] = set()
+    queue = [("program", step)]
+    while queue:
+        caller, fn = queue.pop(0)
+        for name, v in sorted(getattr(fn, "__globals__", {}).items()):
+            for body in _bodies(v):
+                if id(body) in seen:
+                    continue
+                seen.add(id(body))
+                me = f"loop {len(seen)}"
+                parts.append(f"# ---- {me}: a {body.where} body, called by {caller} as {name} "
+                             f"({body.source.count(chr(10))} lines) ----")
+                parts.append(body.source)
+                queue.append((me, body.run))
+    return "\n".join(parts)
 
-    top = _compiled(spec).lower(state, sched)
-    bodies = [f"# ---- {b.where} body ----\n{b.source}" for b, _ in lax._BODIES.values()]
-    return top + "\n" + "\n".join(bodies)
+
+def _bodies(node: Any) -> list[Any]:
+    """The traced bodies a loop node's context holds (scan: body; while: cond, body; switch:
+    branches)."""
+    found = [getattr(node, a, None) for a in ("cond", "body")] + list(getattr(node, "branches", ()))
+    return [b for b in found if b is not None and hasattr(b, "source") and hasattr(b, "run")]
 
 
 def run_loop(models: Sequence[Any], spec: LoopSpec, state: dict[str, Any],

@@ -105,10 +105,10 @@ def env_step(spec: LoopSpec, env: dict[str, Any], action: Any) -> tuple[dict[str
     steps = env["steps"] + 1
     trunc = (steps >= spec.max_steps) if spec.max_steps is not None else rnp.zeros_like(term)
     reset = env["autoreset"]
-    batch = KeyBatch(env["keys"])
-    first = rnp.asarray(f.initial(batch), dtype=nxt.dtype)
+    first, keys = lax.cond(rnp.any(reset), lambda k, x: _first_states(spec, k, x), _no_reset,
+                           env["keys"], nxt)
     state = rnp.where(rnp.expand_dims(reset, -1), first, nxt)
-    keys = rnp.where(reset, batch.keys, env["keys"])
+    keys = rnp.where(reset, keys, env["keys"])
     steps = rnp.where(reset, 0, steps)
     reward = rnp.where(reset, 0.0, reward)
     term = term & ~reset
@@ -116,6 +116,17 @@ def env_step(spec: LoopSpec, env: dict[str, Any], action: Any) -> tuple[dict[str
     obs = rnp.asarray(f.observation(state), dtype=np.float32)
     new = {"state": state, "keys": keys, "steps": steps, "autoreset": done, "obs": obs}
     return new, reward, term, done, ~reset
+
+
+def _first_states(spec: LoopSpec, keys: Any, like: Any) -> tuple[Any, Any]:
+    """Every copy's next first state and key (used where a copy resets)."""
+    batch = KeyBatch(keys)
+    return rnp.asarray(spec.func_env.initial(batch), dtype=like.dtype), batch.keys
+
+
+def _no_reset(keys: Any, like: Any) -> tuple[Any, Any]:
+    """No copy resets at this step (most steps): no draw."""
+    return like, keys
 
 
 def _rollout(spec: LoopSpec, params: list[Any], carry: tuple[Any, ...]) -> tuple[Any, Any]:

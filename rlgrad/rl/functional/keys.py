@@ -28,7 +28,7 @@ __all__ = ["ALGO_STREAM", "ENV_STREAM", "KeyBatch", "KeyGenerator", "normal", "s
 
 _U64 = np.uint64
 _GOLDEN, _M1, _M2 = _U64(0x9E3779B97F4A7C15), _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
-_SPLIT = (_U64(0x243F6A8885A308D3), _U64(0x13198A2E03707344))  # the two children of a split
+_SPLITS = np.array([0x243F6A8885A308D3, 0x13198A2E03707344], dtype=_U64)  # a split's two children
 ALGO_STREAM, ENV_STREAM = 1, 2  # an algorithm's draws; its env copies' first states
 # Keys keep 53 bits: a compiled lax loop packs its outputs into one array of their common dtype
 # (float64 beside float state), which holds integers exactly up to 2**53.
@@ -56,16 +56,17 @@ def seed_keys(seeds: Any, stream: int) -> np.ndarray:
 
 
 def split(keys: Any) -> tuple[Any, Any]:
-    """(the keys' successors, their subkeys to draw from), each shaped as ``keys``."""
-    return (rnp.bitwise_and(_mix(rnp.bitwise_xor(keys, _SPLIT[0])), _KEY_MASK),
-            rnp.bitwise_and(_mix(rnp.bitwise_xor(keys, _SPLIT[1])), _KEY_MASK))
+    """(the keys' successors, their subkeys to draw from), each shaped as ``keys``: one hash of
+    the keys with two tags side by side."""
+    both = rnp.bitwise_and(_mix(rnp.bitwise_xor(rnp.expand_dims(keys, -1), _SPLITS)), _KEY_MASK)
+    return both[..., 0], both[..., 1]
 
 
 def _bits(keys: Any, n: int) -> Any:
-    """``n`` hashed words per key: shape ``keys.shape + (n,)``."""
-    k = _mix(rnp.expand_dims(keys, -1))
+    """``n`` hashed words per key: shape ``keys.shape + (n,)`` (a key is already a hash's
+    output: SplitMix64's step, key + j * golden, then its finaliser)."""
     with np.errstate(over="ignore"):
-        return _mix(k + np.arange(1, n + 1, dtype=_U64) * _GOLDEN)
+        return _mix(rnp.expand_dims(keys, -1) + np.arange(1, n + 1, dtype=_U64) * _GOLDEN)
 
 
 def uniform(keys: Any, shape: tuple[int, ...] = (), dtype: Any = np.float64) -> Any:
