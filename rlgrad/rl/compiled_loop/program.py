@@ -50,6 +50,40 @@ def forward(spec: LoopSpec, params: list[Any], obs: Any) -> tuple[Any, Any]:
     return _mlp(params, spec.pi, obs), _mlp(params, spec.vf, obs)[..., 0]
 
 
+def acting_layers(spec: LoopSpec, params: list[Any]) -> list[tuple[Any, Any, str | None]] | None:
+    """The actor and critic as one network of block matrices ``(S, in, out)``, as
+    ``ActorCriticPolicy.fused_numpy`` builds it for acting: one matmul per layer, not two (built
+    once per update: the weights do not change during a rollout); None when the towers differ
+    in depth or activations."""
+    if len(spec.pi) != len(spec.vf) or any(a[2] != b[2] for a, b in zip(spec.pi, spec.vf)):
+        return None
+    layers = []
+    for i, ((wp, bp, act), (wv, bv, _)) in enumerate(zip(spec.pi, spec.vf)):
+        p, v = rnp.swapaxes(params[wp], -1, -2), rnp.swapaxes(params[wv], -1, -2)
+        if i == 0:
+            w = rnp.concatenate([p, v], axis=-1)
+        else:
+            s, (ip, op), (iv, ov) = p.shape[0], p.shape[1:], v.shape[1:]
+            w = rnp.concatenate([
+                rnp.concatenate([p, rnp.zeros((s, ip, ov), dtype=p.dtype)], axis=-1),
+                rnp.concatenate([rnp.zeros((s, iv, op), dtype=p.dtype), v], axis=-1)], axis=1)
+        b = rnp.expand_dims(rnp.concatenate([params[bp], params[bv]], axis=-1), -2)
+        layers.append((w, b, act))
+    return layers
+
+
+def _act_forward(spec: LoopSpec, params: list[Any], fused: Any, obs: Any) -> tuple[Any, Any]:
+    """``forward`` for acting: through the fused network when there is one."""
+    if fused is None:
+        return forward(spec, params, obs)
+    x = obs
+    for w, b, act in fused:
+        x = rnp.matmul(x, w) + b
+        if act is not None:
+            x = _ACT[act](x)
+    return x[..., :-1], x[..., -1]
+
+
 def _sample(spec: LoopSpec, params: list[Any], out: Any, sub: Any) -> tuple[Any, Any]:
     """Actions and log-probabilities drawn as ``ActorCriticPolicy.sample_numpy`` draws them
     (inverse CDF on one uniform per row; a Gaussian's ``mean + std * eps``)."""
@@ -131,11 +165,12 @@ def _no_reset(keys: Any, like: Any) -> tuple[Any, Any]:
 
 def _rollout(spec: LoopSpec, params: list[Any], carry: tuple[Any, ...]) -> tuple[Any, Any]:
     """``n_steps`` steps of every copy: ``(env, key, episode stats)``, the rows ``(T, S, E)``."""
+    fused = acting_layers(spec, params)
 
     def step(c: tuple[Any, ...], _: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         env, key, ep_ret, ret_sum, n_done = c
         obs = env["obs"]
-        out, value = forward(spec, params, obs)
+        out, value = _act_forward(spec, params, fused, obs)
         key, sub = split(key)
         action, log_prob = _sample(spec, params, out, sub)
         env, reward, term, done, valid = env_step(spec, env, action)
