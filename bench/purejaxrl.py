@@ -272,13 +272,18 @@ def main() -> None:
     ap.add_argument("--learning", metavar="SEEDS", default=None,
                     help="instead of timing: train these seeds (e.g. 0-4) with compile_loop as "
                     "one program and evaluate each (20 deterministic episodes)")
+    ap.add_argument("--config", choices=("purejaxrl", "preset"), default="purejaxrl",
+                    help="--learning's configuration: PureJaxRL's (500k steps) or rlgrad's "
+                    "CartPole-v1 preset for --algo (rlgrad/presets)")
+    ap.add_argument("--algo", default="ppo", choices=("ppo", "a2c", "reinforce"),
+                    help="--learning --config preset: the algorithm")
     ap.add_argument("--child", choices=tuple(SIDES), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child, args.seed)
         return
     if args.learning:
-        learning(args.learning)
+        learning(args.learning, args.config, args.algo)
         return
     jax_ok = not args.no_jax and have_jax()
     if not jax_ok and not args.no_jax:
@@ -342,17 +347,24 @@ def _table(args: argparse.Namespace, repeat: int, runs: dict[str, list[dict]]) -
     print("\n(ratio columns: medians of the per-run ratios of the row's process to the column's)")
 
 
-def learning(text: str) -> None:
-    """The compile_loop preset's learning check: the seeds as one program, each evaluated."""
+def learning(text: str, config: str = "purejaxrl", algo: str = "ppo") -> None:
+    """The compile_loop learning check: the seeds as one program, each evaluated; PureJaxRL's
+    configuration (PPO), or rlgrad's CartPole-v1 preset of ``algo``."""
+    from rlgrad.cli.build import resolve
     from rlgrad.cli.seeds import parse_seeds
-    from rlgrad.rl import PPO, evaluate
+    from rlgrad.rl import evaluate
     from rlgrad.rl.compiled_loop import train_seeds
 
     seeds = parse_seeds(text)
+    spec = resolve(CONFIG["ENV_NAME"], algo, seeds[0], None, None, None, [])
+    if config == "purejaxrl":
+        kwargs, steps = RLGRAD_KWARGS, CONFIG["TOTAL_TIMESTEPS"]
+    else:
+        kwargs, steps = spec.hyperparams, spec.total_timesteps
     t0 = time.perf_counter()
-    models = train_seeds(PPO, CONFIG["ENV_NAME"], seeds, CONFIG["TOTAL_TIMESTEPS"], **RLGRAD_KWARGS)
-    print(f"PPO compile_loop, PureJaxRL's configuration, seeds {text} as one program: "
-          f"{time.perf_counter() - t0:.1f} s (compile included; load "
+    models = train_seeds(spec.cls, CONFIG["ENV_NAME"], seeds, steps, **kwargs)
+    print(f"{spec.cls.__name__} compile_loop, {config} configuration ({steps} steps), seeds {text} "
+          f"as one program: {time.perf_counter() - t0:.1f} s (compile included; load "
           f"{os.getloadavg()[0]:.1f})\n\n| seed | return (last 10 updates) | "
           "deterministic eval (20 ep.) |\n|---:|---:|---|")
     for m in models:
