@@ -60,9 +60,9 @@ def initial_state(models: Sequence[Any], spec: LoopSpec) -> dict[str, Any]:
     env = {"state": state, "keys": batch.keys, "steps": np.zeros((len(seeds), E), np.int64),
            "autoreset": np.zeros((len(seeds), E), bool),
            "obs": np.asarray(spec.func_env.observation(state), dtype=np.float32)}
-    zeros = [np.zeros_like(p) for p in params]
-    opt = {"step": np.zeros(len(seeds)), "m": zeros,
-           "v": [np.zeros_like(p) for p in params]}
+    n = sum(p[0].size for p in params)  # the optimizer's moments: flat, (S, P)
+    opt = {"step": np.zeros(len(seeds)), "m": np.zeros((len(seeds), n), params[0].dtype),
+           "v": np.zeros((len(seeds), n), params[0].dtype)}
     return {"params": params, "opt": opt, "env": env, "key": seed_keys(seeds, ALGO_STREAM),
             "ep_ret": np.zeros((len(seeds), E))}
 

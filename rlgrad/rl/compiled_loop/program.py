@@ -31,11 +31,6 @@ _ACT: dict[str, Callable[[Any], Any]] = {"tanh": rnp.tanh, "relu": lambda x: rnp
 _LOG_2PI = float(np.log(2 * np.pi))
 
 
-def _per_seed(x: Any, like: Any) -> Any:
-    """A per-seed value ``(S,)`` shaped to broadcast against ``like`` ``(S, ...)``."""
-    return rnp.reshape(x, (-1,) + (1,) * (len(np.shape(like)) - 1))
-
-
 # ---- the policy -------------------------------------------------------------------------------
 def _mlp(params: list[Any], layers: tuple[Layer, ...], x: Any) -> Any:
     for w, b, act in layers:  # Linear's x @ W.T + b, batched over the seeds
@@ -252,43 +247,49 @@ def _loss(spec: LoopSpec, params: list[Any], b: dict[str, Any]) -> Any:
     return loss
 
 
-def _clip_grads(spec: LoopSpec, grads: list[Any]) -> list[Any]:
-    """``clip_grad_norm_`` per seed: each seed's gradients scaled by its own norm's factor."""
+def _flat(xs: list[Any]) -> Any:
+    """Arrays ``(S, ...)`` end to end as one ``(S, P)``: the optimizer's arithmetic is elementwise,
+    so one pass over the flat vector does each operation once for every parameter."""
+    return rnp.concatenate([rnp.reshape(x, (x.shape[0], -1)) for x in xs], axis=-1)
+
+
+def _unflat(flat: Any, like: list[Any]) -> list[Any]:
+    out, off = [], 0
+    for x in like:
+        n = int(np.prod(x.shape[1:]))
+        out.append(rnp.reshape(flat[:, off:off + n], x.shape))
+        off += n
+    return out
+
+
+def _clip_grads(spec: LoopSpec, g: Any) -> Any:
+    """``clip_grad_norm_`` per seed on the flat gradients ``(S, P)``: each seed scaled by its own
+    norm's factor (the squares summed in float64, as ``rlgrad.rl.steps``)."""
     if spec.max_grad_norm is None:
-        return grads
-    sq = sum(rnp.sum(rnp.reshape(rnp.asarray(g * g, dtype=np.float64), (g.shape[0], -1)), axis=-1)
-             for g in grads)
+        return g
+    sq = rnp.sum(rnp.asarray(g * g, dtype=np.float64), axis=-1)
     coef = rnp.minimum(spec.max_grad_norm / (rnp.sqrt(sq) + 1e-6), 1.0)
-    coef = rnp.asarray(coef, dtype=np.float32)
-    return [g * _per_seed(coef, g) for g in grads]
+    return g * rnp.expand_dims(rnp.asarray(coef, dtype=np.float32), -1)
 
 
-def _opt_step(spec: LoopSpec, params: list[Any], grads: list[Any], opt: dict[str, Any],
-              lr: Any) -> tuple[list[Any], dict[str, Any]]:
-    """One optimizer step per seed, with ``rlgrad.optim``'s arithmetic (Adam: ``_adam_math``,
-    the fused kernel's order; RMSprop: PyTorch's)."""
+def _opt_step(spec: LoopSpec, p: Any, g: Any, opt: dict[str, Any], lr: Any
+              ) -> tuple[Any, dict[str, Any]]:
+    """One optimizer step per seed on the flat parameters ``(S, P)``, with ``rlgrad.optim``'s
+    arithmetic (Adam: ``_adam_math``, the fused kernel's order; RMSprop: PyTorch's)."""
     t = opt["step"] + 1.0
+    m, v = opt["m"], opt["v"]
     if spec.optimizer == "adam":
         b1, b2, eps = spec.opt_args
         bc2 = rnp.sqrt(1.0 - b2 ** t)
-        step = rnp.asarray(lr * bc2 / (1.0 - b1 ** t), dtype=np.float32)
-        eps_t = rnp.asarray(eps * bc2, dtype=np.float32)
-        new_p, new_m, new_v = [], [], []
-        for p, g, m, v in zip(params, grads, opt["m"], opt["v"]):
-            m = m + (g - m) * np.float32(1 - b1)
-            v = v * np.float32(b2) + (g * g) * np.float32(1 - b2)
-            new_p.append(p - m / (rnp.sqrt(v) + _per_seed(eps_t, p)) * _per_seed(step, p))
-            new_m.append(m)
-            new_v.append(v)
-        return new_p, {"step": t, "m": new_m, "v": new_v}
+        step = rnp.expand_dims(rnp.asarray(lr * bc2 / (1.0 - b1 ** t), dtype=np.float32), -1)
+        eps_t = rnp.expand_dims(rnp.asarray(eps * bc2, dtype=np.float32), -1)
+        m = m + (g - m) * np.float32(1 - b1)
+        v = v * np.float32(b2) + (g * g) * np.float32(1 - b2)
+        return p - m / (rnp.sqrt(v) + eps_t) * step, {"step": t, "m": m, "v": v}
     alpha, eps = spec.opt_args
-    lr32 = rnp.asarray(lr, dtype=np.float32)
-    new_p, new_v = [], []
-    for p, g, v in zip(params, grads, opt["v"]):
-        v = v * np.float32(alpha) + (g * g) * np.float32(1 - alpha)
-        new_p.append(p - lr32 * g / (rnp.sqrt(v) + np.float32(eps)))
-        new_v.append(v)
-    return new_p, {"step": t, "m": opt["m"], "v": new_v}
+    v = v * np.float32(alpha) + (g * g) * np.float32(1 - alpha)
+    p = p - rnp.asarray(lr, dtype=np.float32) * g / (rnp.sqrt(v) + np.float32(eps))
+    return p, {"step": t, "m": m, "v": v}
 
 
 def _minibatch_step(spec: LoopSpec, data: dict[str, Any], n_valid: Any, sched: dict[str, Any]
@@ -307,14 +308,15 @@ def _minibatch_step(spec: LoopSpec, data: dict[str, Any], n_valid: Any, sched: d
         w = rnp.asarray(1.0 / rnp.maximum(r, 1), dtype=np.float32)
         b["w"] = rnp.where(real, rnp.expand_dims(w, -1), np.float32(0.0))
         b.update(sched)
-        grads = grad(lambda p: _loss(spec, p, b))(params)
-        new_p, new_opt = _opt_step(spec, params, _clip_grads(spec, grads), opt, sched["lr"])
+        grads = _clip_grads(spec, _flat(grad(lambda p: _loss(spec, p, b))(params)))
+        flat = _flat(params)
+        new_p, new_opt = _opt_step(spec, flat, grads, opt, sched["lr"])
         take = r > 0
-        keep = lambda new, old: rnp.where(_per_seed(take, old), new, old)  # noqa: E731
-        params = [keep(a, o) for a, o in zip(new_p, params)]
+        keep = rnp.expand_dims(take, -1)
+        params = _unflat(rnp.where(keep, new_p, flat), params)
         opt = {"step": rnp.where(take, new_opt["step"], opt["step"]),
-               "m": [keep(a, o) for a, o in zip(new_opt["m"], opt["m"])],
-               "v": [keep(a, o) for a, o in zip(new_opt["v"], opt["v"])]}
+               "m": rnp.where(keep, new_opt["m"], opt["m"]),
+               "v": rnp.where(keep, new_opt["v"], opt["v"])}
         return (params, opt), None
 
     return body
