@@ -166,6 +166,10 @@ def test_callbacks_and_target_kl_are_refused() -> None:
         model.learn(64, callback=lambda *a: True)
     with pytest.raises(ValueError, match="target_kl"):
         PPO("CartPole-v1", compile_loop=True, target_kl=0.01)
+    with pytest.raises(ValueError, match="env_runners=0"):
+        PPO("CartPole-v1", compile_loop=True, env_runners=2, n_envs=4)
+    with pytest.raises(ValueError, match="normalize=True"):
+        PPO("CartPole-v1", compile_loop=True, normalize=True)
 
 
 # ---- the command line ------------------------------------------------------------------------------

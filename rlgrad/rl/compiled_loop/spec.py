@@ -86,6 +86,9 @@ def loop_spec(model: Any) -> LoopSpec:
     env = model.env
     if not isinstance(env, FunctionalVectorEnv):
         raise refuse_env(algo, env)
+    if getattr(model, "env_runners", 0):
+        raise ValueError(f"{algo}(compile_loop=True) steps its envs inside the program: set "
+                         "env_runners=0 (Ray env runners are for the ordinary path)")
     pol = model.policy
     if pol._trunk is not None or not pol._plain_mlp or pol.multi or model.normalizer is not None:
         raise ValueError(f"{algo}(compile_loop=True) runs the MLP policy on vector observations "
