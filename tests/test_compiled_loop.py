@@ -141,12 +141,23 @@ def test_compiled_ppo_learns_cartpole() -> None:
     assert ret_sum[-10:].sum() / n_done[-10:].sum() > 100
 
 
-def test_program_source_shows_the_loops(capsys: pytest.CaptureFixture) -> None:
+def test_program_source_shows_the_loops() -> None:
     model = PPO("CartPole-v1", seed=0, compile_loop=True, n_envs=2, n_steps=16, batch_size=16,
                 n_epochs=1)
     spec = loop_spec(model)
     src = program_source(spec, initial_state([model], spec), schedule(model, 64))
     assert "def " in src and "scan" in src and "tanh" in src
+    # the updates' loop, the rollout, GAE, the epochs, the minibatches, the reset's two branches
+    assert src.count("# ---- loop ") == 7
+
+
+def test_debug_flag_prints_the_program(monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("RLGRAD_LOOP_DEBUG", "1")
+    PPO("CartPole-v1", seed=0, compile_loop=True, n_envs=2, n_steps=16, batch_size=16,
+        n_epochs=1).learn(32)
+    err = capsys.readouterr().err
+    assert err.startswith("# ---- the program:") and "# ---- loop 1: a rlgrad.lax.scan body" in err
 
 
 # ---- refusals -------------------------------------------------------------------------------------
