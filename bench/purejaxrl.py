@@ -139,11 +139,15 @@ def _rlgrad_train(seed: int) -> dict:
             "eval_cpu_s": time.process_time() - c1, "steps": model.num_timesteps}
 
 
-def _loop_returns(model: object) -> float:
-    """The mean return of the episodes that ended in the compiled loop's last 10 updates."""
+def _loop_returns(model: object, updates: int = 10, episodes: int = 10) -> float:
+    """The mean return of the episodes that ended in the compiled loop's last ``updates``
+    updates, the window widened until it holds ``episodes`` episodes (A2C's updates are short)."""
     ret_sum, n_done = model.loop_returns  # type: ignore[attr-defined]
-    n = n_done[-10:].sum()
-    return float(ret_sum[-10:].sum() / n) if n else float("nan")
+    k = updates
+    while k < len(n_done) and n_done[-k:].sum() < episodes:
+        k += updates
+    n = n_done[-k:].sum()
+    return float(ret_sum[-k:].sum() / n) if n else float("nan")
 
 
 def _loop_train(seed: int) -> dict:
@@ -366,7 +370,7 @@ def learning(text: str, config: str = "purejaxrl", algo: str = "ppo") -> None:
     print(f"{spec.cls.__name__} compile_loop, {config} configuration ({steps} steps), seeds {text} "
           f"as one program: {time.perf_counter() - t0:.1f} s (compile included; load "
           f"{os.getloadavg()[0]:.1f})\n\n| seed | return (last 10 updates) | "
-          "deterministic eval (20 ep.) |\n|---:|---:|---|")
+          "deterministic eval (20 ep.) |\n|---:|---:|---|")  # return: >= 10 episodes
     for m in models:
         mean, std = evaluate(m, CONFIG["ENV_NAME"], n_episodes=20)
         print(f"| {m.seed} | {_loop_returns(m):.1f} | {mean:.1f} ± {std:.1f} |", flush=True)
