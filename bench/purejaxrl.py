@@ -369,8 +369,8 @@ def learning(text: str, config: str = "purejaxrl", algo: str = "ppo") -> None:
     models = train_seeds(spec.cls, CONFIG["ENV_NAME"], seeds, steps, **kwargs)
     print(f"{spec.cls.__name__} compile_loop, {config} configuration ({steps} steps), seeds {text} "
           f"as one program: {time.perf_counter() - t0:.1f} s (compile included; load "
-          f"{os.getloadavg()[0]:.1f})\n\n| seed | return (last 10 updates) | "
-          "deterministic eval (20 ep.) |\n|---:|---:|---|")  # return: >= 10 episodes
+          f"{os.getloadavg()[0]:.1f})\n\n| seed | return (last 10 updates, >= 10 episodes) | "
+          "deterministic eval (20 ep.) |\n|---:|---:|---|")
     for m in models:
         mean, std = evaluate(m, CONFIG["ENV_NAME"], n_episodes=20)
         print(f"| {m.seed} | {_loop_returns(m):.1f} | {mean:.1f} ± {std:.1f} |", flush=True)
