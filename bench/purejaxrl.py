@@ -229,7 +229,7 @@ def child(side: str, seed: int) -> None:
 
 
 # ---- the driver: each side as a subprocess, interleaved --------------------------------------------
-def run_side(side: str, seed: int) -> dict:
+def run_side(side: str, seed: int, timeout: float | None = None) -> dict:
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = "1"
@@ -237,8 +237,12 @@ def run_side(side: str, seed: int) -> dict:
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run([sys.executable, "-m", "bench.purejaxrl", "--child", side, "--seed",
-                        str(seed)], cwd=ROOT, env=env, capture_output=True, text=True)
+    try:
+        p = subprocess.run([sys.executable, "-m", "bench.purejaxrl", "--child", side, "--seed",
+                            str(seed)], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{side} run did not finish in {timeout:.0f} s (--timeout)") from None
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
@@ -281,6 +285,8 @@ def main() -> None:
                     "CartPole-v1 preset for --algo (rlgrad/presets)")
     ap.add_argument("--algo", default="ppo", choices=("ppo", "a2c", "reinforce"),
                     help="--learning --config preset: the algorithm")
+    ap.add_argument("--timeout", type=float, default=None, metavar="S",
+                    help="stop a side's process after S seconds and leave the side out")
     ap.add_argument("--child", choices=tuple(SIDES), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -301,8 +307,14 @@ def main() -> None:
     runs: dict[str, list[dict]] = {k: [] for k in sides}
     for i in range(repeat):
         msg = []
-        for side in sides:
-            r = run_side(side, args.seed)
+        for side in list(sides):
+            try:
+                r = run_side(side, args.seed, args.timeout)
+            except RuntimeError as e:  # (one side's failure or hang leaves the others' rows)
+                print(f"{NAMES[side]} left out: {str(e).splitlines()[0]}", file=sys.stderr)
+                sides.remove(side)
+                del runs[side]
+                continue
             runs[side].append(r)
             ret = "" if side == "env" else f" return {r['return']:.1f}"
             msg.append(f"{NAMES[side]} {r['wall_s']:.1f} s (CPU {r['cpu_s']:.1f}, train "
