@@ -36,7 +36,7 @@ bench: $(TEST_STAMP)
 	$(PY) bench/engine.py
 
 # The documentation site (mkdocs.yml: docs/ and the API reference from the docstrings) into site/;
-# --strict: a broken link, anchor or reference is an error (tests/test_docs.py builds it too)
+# --strict: a broken link, anchor or reference is an error (tests/project/test_docs.py builds it too)
 $(DOCS_STAMP): pyproject.toml setup.py | $(PY)
 	$(PY) -m pip install --quiet -e ".[docs]"
 	touch $@
@@ -49,8 +49,10 @@ docs: $(DOCS_STAMP)
 sb3-tests: $(TEST_STAMP)
 	$(PY) bench/sb3_tests.py --suite both
 
+# ruff, then mypy over the public modules (pyproject.toml's [tool.mypy]: what a user imports)
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check rlgrad tests bench examples
+	$(PY) -m mypy
 
 clean:
 	rm -rf $(VENV) .pytest_cache build site *.egg-info rlgrad/optim/_fused*.so rlgrad/_engine*.so rlgrad/_kernels*.so

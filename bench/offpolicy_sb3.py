@@ -1,7 +1,10 @@
-"""Whole off-policy runs: SAC, TD3 and DDPG with the zoo's Pendulum-v1 presets, rlgrad vs SB3.
+"""Whole off-policy runs: SAC, TD3 and DDPG with the zoo's presets, rlgrad vs SB3.
 
-    .venv/bin/python bench/offpolicy_sb3.py [--algos sac,td3,ddpg] [--seed 0] [--repeats 1]
-                                            [--timesteps N] [--quick] [--no-sb3]
+    .venv/bin/python bench/offpolicy_sb3.py [--algos sac,td3,ddpg] [--env Pendulum-v1] [--seed 0]
+                                            [--repeats 1] [--timesteps N] [--quick] [--no-sb3]
+
+``--env`` takes any environment the zoo presets cover (Pendulum-v1, the MuJoCo v5 tasks such as
+HalfCheetah-v5, LunarLanderContinuous-v3).
 
 Issue 17's goal 2: each preset trained by rlgrad and, when ``stable-baselines3`` and ``torch`` are
 installed, by Stable-Baselines3 with the same hyperparameters (one thread each, same process,
@@ -30,7 +33,7 @@ import numpy as np
 
 from rlgrad.rl import evaluate, load_preset, make_from_preset, split_preset
 
-ENV = "Pendulum-v1"
+ENV = "Pendulum-v1"  # --env sets it
 
 
 def _instrument(model) -> dict:
@@ -109,12 +112,14 @@ def _row(algo: str, rs: list[dict], ss: list[dict]) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--algos", default="sac,td3,ddpg")
+    ap.add_argument("--env", default="Pendulum-v1")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--timesteps", type=int, default=None, help="override the presets' budgets")
     ap.add_argument("--quick", action="store_true", help="1,000 steps past learning_starts")
     ap.add_argument("--no-sb3", action="store_true")
     args = ap.parse_args()
+    globals()["ENV"] = args.env  # the module's runners read it
     have_sb3 = _timing.comparators(("torch", "stable_baselines3"), skip=args.no_sb3)
     if have_sb3:
         _timing.torch_or_none()  # pins torch to one thread

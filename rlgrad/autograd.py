@@ -149,4 +149,4 @@ def _tensor_backward(self: Tensor, gradient: Any = None, retain_graph: bool | No
     backward(self, None if gradient is None else (gradient,), retain_graph, create_graph)
 
 
-Tensor.backward = _tensor_backward
+setattr(Tensor, "backward", _tensor_backward)  # noqa: B010 - typed in rlgrad/_tensor_api.pyi

@@ -449,7 +449,7 @@ def _bmatmul(a: Any, b: Any) -> Any:
     matrix (a broadcast view, stride 0: an unbatched weight under per-sample ``grad``) is one
     GEMM with the other stack's rows, and a contraction of length 1 (an outer product: a
     per-sample weight gradient) one einsum or broadcast multiplication. ``np.matmul`` is the
-    reference (tests/test_vmap.py)."""
+    reference (tests/engine/test_vmap.py)."""
     a, b = np.asarray(a), np.asarray(b)
     if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:
         if b.strides[0] == 0 and a.flags.c_contiguous:  # every slice of b is b[0]

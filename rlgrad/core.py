@@ -4,7 +4,7 @@ primitive's VJP rule and adding up the gradients that meet at a tensor.
 ``reference_backward`` (first below) is what it computes, in its plainest form: read it to learn
 the semantics. The engine runs optimized loops of the same pass: ``_propagate`` (Python) and its
 C twin ``rlgrad/_engine.c``; ``use_reference()`` or ``RLGRAD_REFERENCE=1`` selects the reference
-instead, and tests/test_reference_paths.py holds both loops to its bits.
+instead, and tests/engine/test_reference_paths.py holds both loops to its bits.
 
 Two modes:
 * fast (``create_graph=False``): rules receive plain ndarrays and compute with NumPy directly;

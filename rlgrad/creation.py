@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -9,6 +10,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.device import check_device
 from rlgrad.tensor import Tensor, _as_array, _leaf, _Trace, get_default_dtype, tensor
+from rlgrad.typing import ArrayLike, DeviceLike, DTypeLike, ShapeLike
 
 
 def _size_args(shape: tuple) -> tuple[int, ...]:
@@ -41,19 +43,22 @@ def _dt(dtype: Any) -> Any:
     return get_default_dtype() if dtype is None else dtype
 
 
-def zeros(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros(*shape: Any, dtype: DTypeLike = None, device: DeviceLike = None,
+          requires_grad: bool = False) -> Tensor:
     return _make(np.zeros(_size_args(shape), dtype=_dt(dtype)), requires_grad, device)
 
 
-def ones(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def ones(*shape: Any, dtype: DTypeLike = None, device: DeviceLike = None,
+         requires_grad: bool = False) -> Tensor:
     return _make(np.ones(_size_args(shape), dtype=_dt(dtype)), requires_grad, device)
 
 
-def empty(*shape: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def empty(*shape: Any, dtype: DTypeLike = None, device: DeviceLike = None,
+          requires_grad: bool = False) -> Tensor:
     return _make(np.empty(_size_args(shape), dtype=_dt(dtype)), requires_grad, device)
 
 
-def full(shape: Any, fill_value: float, dtype: Any = None, device: Any = None,
+def full(shape: ShapeLike, fill_value: float, dtype: DTypeLike = None, device: DeviceLike = None,
          requires_grad: bool = False) -> Tensor:
     if dtype is None and isinstance(fill_value, bool | int | np.integer):  # torch: int -> int64
         dtype = np.bool_ if isinstance(fill_value, bool) else np.int64
@@ -64,36 +69,40 @@ def _like(t: Any) -> np.ndarray:
     return t._value if isinstance(t, Tensor) else np.asarray(t)
 
 
-def zeros_like(t: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def zeros_like(t: ArrayLike, dtype: DTypeLike = None, device: DeviceLike = None,
+               requires_grad: bool = False) -> Tensor:
     return _make(np.zeros_like(_like(t), dtype=dtype), requires_grad, device)
 
 
-def ones_like(t: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def ones_like(t: ArrayLike, dtype: DTypeLike = None, device: DeviceLike = None,
+              requires_grad: bool = False) -> Tensor:
     return _make(np.ones_like(_like(t), dtype=dtype), requires_grad, device)
 
 
-def empty_like(t: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def empty_like(t: ArrayLike, dtype: DTypeLike = None, device: DeviceLike = None,
+               requires_grad: bool = False) -> Tensor:
     return _make(np.empty_like(_like(t), dtype=dtype), requires_grad, device)
 
 
-def full_like(t: Any, fill_value: float, dtype: Any = None, device: Any = None,
+def full_like(t: ArrayLike, fill_value: float, dtype: DTypeLike = None, device: DeviceLike = None,
               requires_grad: bool = False) -> Tensor:
     return _make(np.full_like(_like(t), fill_value, dtype=dtype), requires_grad, device)
 
 
-def eye(n: int, m: int | None = None, dtype: Any = None, device: Any = None,
+def eye(n: int, m: int | None = None, dtype: DTypeLike = None, device: DeviceLike = None,
         requires_grad: bool = False) -> Tensor:
     return _make(np.eye(n, m, dtype=_dt(dtype)), requires_grad, device)
 
 
-def arange(*args: Any, dtype: Any = None, device: Any = None, requires_grad: bool = False) -> Tensor:
+def arange(*args: Any, dtype: DTypeLike = None, device: DeviceLike = None,
+           requires_grad: bool = False) -> Tensor:
     """``torch.arange``: int64 for integer arguments, the default dtype if any is a float."""
     if dtype is None and any(isinstance(a, float | np.floating) for a in args):
         dtype = get_default_dtype()
     return _make(np.arange(*args, dtype=dtype), requires_grad, device)
 
 
-def linspace(start: float, end: float, steps: int, dtype: Any = None, device: Any = None,
+def linspace(start: float, end: float, steps: int, dtype: DTypeLike = None, device: DeviceLike = None,
              requires_grad: bool = False) -> Tensor:
     """``torch.linspace(start, end, steps)``: ``steps`` points from ``start`` to ``end``."""
     return _make(np.linspace(_number(start), _number(end), steps, dtype=_dt(dtype)),
@@ -104,7 +113,7 @@ def _number(x: Any) -> Any:
     return x.item() if isinstance(x, Tensor) else x
 
 
-def as_tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
+def as_tensor(data: ArrayLike, dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """``torch.as_tensor``: shares the memory of a NumPy array (or Tensor) when no conversion is
     needed, else converts as ``tensor()`` does."""
     check_device(device)
@@ -129,16 +138,16 @@ def from_numpy(arr: np.ndarray) -> Tensor:
     return _leaf(arr)
 
 
-def cat(tensors: Any, dim: int = 0) -> Any:
+def cat(tensors: Sequence[ArrayLike], dim: int = 0) -> Tensor:
     """``torch.cat``."""
     return ops.concatenate(tensors, axis=dim)
 
 
-def concatenate(tensors: Any, axis: int = 0) -> Any:
+def concatenate(tensors: Sequence[ArrayLike], axis: int = 0) -> Tensor:
     return ops.concatenate(tensors, axis=axis)
 
 
-def stack(tensors: Any, dim: int = 0, *, axis: int | None = None) -> Any:
+def stack(tensors: Sequence[ArrayLike], dim: int = 0, *, axis: int | None = None) -> Tensor:
     return ops.stack(tensors, axis=dim if axis is None else axis)
 
 

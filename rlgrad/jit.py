@@ -44,7 +44,7 @@ __all__ = ["jit", "compile", "CheckError", "TraceError"]
 _ALIAS_OPS = ("identity", "stop_gradient")  # replay needs no code for these
 #: the traced function's arguments (Tensors) while a trace runs: values of this trace, like the
 #: ones on its tape (rlgrad.lax never caches a loop body that reads one)
-TRACE_INPUTS: list[Tensor] = []
+TRACE_INPUTS: list[Tensor | None] = []  # (None: an empty subtree)
 _INDEX_OPS = ("getitem", "untake")  # their second argument is an index
 
 
@@ -177,7 +177,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
                 if compiled is not None and not compiled.slow:
                     return compiled.fn(*leaves)
                 return self._run(fast_key, compiled, args, leaves)
-        leaves: list[Any] = []
+        leaves = []
         key: list[Any] = []
         if self.static_argnums:
             for i, a in enumerate(args):
@@ -268,7 +268,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
     def _trace(self, args: tuple, leaves: list[Any], in_def: Any) -> _Compiled:
         if _Trace.tape is not None:
             raise RuntimeError("rlgrad.jit: nested jit is not supported; jit the outer function only")
-        inputs = [None if x is None else constant(np.asarray(x)) for x in leaves]
+        inputs: list[Tensor | None] = [None if x is None else constant(np.asarray(x)) for x in leaves]
         call_args = self._call_args(args, inputs, in_def)
         tape: list = []
         TRACE_INPUTS[:] = inputs
@@ -310,7 +310,7 @@ def _call_traced(fun: Callable, args: list[Any], has_none: bool) -> Any:
         if not has_none or "NoneType" not in str(e):
             raise
         pkg = os.path.dirname(os.path.abspath(__file__)) + os.sep
-        where, tb = "", e.__traceback__.tb_next  # (the first frame is this function's)
+        where, tb = "", e.__traceback__.tb_next if e.__traceback__ else None  # (the first frame is ours)
         while tb is not None:  # the innermost frame outside rlgrad: where None was used
             name = tb.tb_frame.f_code.co_filename
             if not os.path.abspath(name).startswith(pkg):
@@ -596,7 +596,7 @@ def _emit(tape: list, names: _Names, skip: dict[int, Any] | None = None,
     """One line of source per op on the tape (identity-like ops and the broadcasts in ``skip``
     just rename; the pairs in ``fused`` are one line, at the second's place), and the in-place
     forms of the lines whose primitive can write into a given buffer (see _reuse_buffers)."""
-    lines: list[tuple[str, str, list[str]]] = []  # (target, code, names used)
+    lines: list[tuple[str, str, set[str]]] = []  # (target, code, names used)
     writers: dict[str, tuple[str, str, str, np.ndarray]] = {}
     skip = skip or {}
     fused = fused or {}
@@ -663,7 +663,7 @@ def _build_step(body: list, outs: list[str], out_def: Any, n_inputs: int, consts
     namespace = dict(consts)
     exec(builtins.compile(src, "<rlgrad.jit>", "exec"), namespace)  # noqa: S102 - our own generated code
     step = namespace["step"]
-    step.__rlgrad_keep_alive__ = keep_alive  # type: ignore[attr-defined]
+    step.__rlgrad_keep_alive__ = keep_alive
     return _Compiled(step, src, len(body))
 
 
@@ -774,7 +774,7 @@ def _structure_source(treedef: Any, names: Any, const: Callable[[Any], str]) -> 
     return f"{const(kind)}([{', '.join(parts)}])"
 
 
-def _fold_constants(lines: list[tuple[str, str, list[str]]], consts: dict[str, Any]) -> list:
+def _fold_constants(lines: list[tuple[str, str, set[str]]], consts: dict[str, Any]) -> list:
     """Evaluate, once, the lines that read no argument and no outside tensor (e.g. the seed
     gradient of the backward pass and what is computed from it alone)."""
     kept = []

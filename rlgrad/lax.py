@@ -373,7 +373,9 @@ def _scan_length(xs_leaves: list[Any], length: int | None) -> int:
         return int(length)
     if not sizes:
         raise ValueError("rlgrad.lax.scan got no values to scan over and `length` not provided")
-    return sizes[0]
+    first = sizes[0]
+    assert first is not None  # a scalar leaf raised above
+    return first
 
 
 def _call_body(f: Callable, carry_def: Any, carry: list[Any], x: Any,
@@ -620,7 +622,7 @@ def map(f: Callable, xs: Any) -> Any:  # noqa: A001 - JAX's name
 
 
 class _Map(_Fori):
-    def __call__(self, carry: Any, x: Any) -> tuple[Any, Any]:  # type: ignore[override]
+    def __call__(self, carry: Any, x: Any) -> tuple[Any, Any]:
         return None, self.body_fun(x)
 
 

@@ -10,13 +10,14 @@ in the function's docstring (``lstsq``: the minimum-norm solution, as the ``gels
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
 from rlgrad import ops
 from rlgrad.numpy import linalg as _la
 from rlgrad.tensor import Tensor, constant
+from rlgrad.typing import DTypeLike
 
 LinAlgError = np.linalg.LinAlgError
 SlogdetResult, EighResult, SVDResult, QRResult = (_la.SlogdetResult, _la.EighResult, _la.SVDResult,
@@ -81,7 +82,7 @@ def cholesky(A: Any, *, upper: bool = False) -> Any:  # noqa: N803
     return low.mT if upper else low
 
 
-def qr(A: Any, mode: str = "reduced") -> Any:  # noqa: N803
+def qr(A: Any, mode: Literal["reduced", "complete", "r"] = "reduced") -> Any:  # noqa: N803
     """``(Q, R)``; differentiable for ``mode='reduced'`` with rows >= columns. ``mode='r'`` gives
     an empty Q, as torch's."""
     if mode not in ("reduced", "complete", "r"):
@@ -175,7 +176,7 @@ def lstsq(A: Any, B: Any, rcond: Any = None, *, driver: Any = None) -> Any:  # n
 
 
 def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False, *,  # noqa: A002, N803
-         dtype: Any = None) -> Any:
+         dtype: DTypeLike = None) -> Any:
     a = _t(A, "norm") if dtype is None else _t(A, "norm").to(dtype)
     if isinstance(dim, list):
         dim = tuple(dim)
@@ -183,14 +184,14 @@ def norm(A: Any, ord: Any = None, dim: Any = None, keepdim: bool = False, *,  # 
 
 
 def vector_norm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
-                dtype: Any = None) -> Any:
+                dtype: DTypeLike = None) -> Any:
     t = _t(x, "vector_norm") if dtype is None else _t(x, "vector_norm").to(dtype)
     return _la.vector_norm(t, axis=tuple(dim) if isinstance(dim, list) else dim,
                            keepdims=keepdim, ord=ord)
 
 
 def matrix_norm(A: Any, ord: Any = "fro", dim: Any = (-2, -1), keepdim: bool = False, *,  # noqa: A002, N803
-                dtype: Any = None) -> Any:
+                dtype: DTypeLike = None) -> Any:
     a = _t(A, "matrix_norm") if dtype is None else _t(A, "matrix_norm").to(dtype)
     return _la.norm(a, ord, axis=tuple(dim), keepdims=keepdim)
 

@@ -12,11 +12,21 @@ import os
 import sys
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from rlgrad.device import CPU, check_device
+
+if TYPE_CHECKING:  # the methods tensor_methods installs, as the checker sees them (rlgrad/_stubs.py)
+    from types import FrameType
+
+    from rlgrad._tensor_api import TensorMethods
+    from rlgrad.device import device
+    from rlgrad.tracer import Primitive
+    from rlgrad.typing import ArrayLike, DeviceLike, DTypeLike
+else:
+    TensorMethods = object
 
 _FLOAT_KINDS = "fc"
 
@@ -50,7 +60,7 @@ class _Trace:
     born: dict[int, np.ndarray] = {}
 
 
-def born_in_trace(t: Any) -> bool:
+def born_in_trace(t: object) -> bool:
     """Whether ``t``'s memory is a buffer a factory made during this trace (or a view of one)."""
     arr = t._value if isinstance(t, Tensor) else None
     while isinstance(arr, np.ndarray):
@@ -64,7 +74,7 @@ def user_line() -> str:
     """``file:line`` of the innermost frame outside the rlgrad package: the user's code that a
     trace-time error is about."""
     pkg = os.path.dirname(os.path.abspath(__file__))
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg + os.sep):
         frame = frame.f_back
     return "<unknown>" if frame is None else f"{frame.f_code.co_filename}:{frame.f_lineno}"
@@ -99,7 +109,7 @@ def _refuse_value(what: str) -> None:
             "Python (if/while on tensor values, .item(), .numpy()) outside the jitted function, "
             "use rlgrad.numpy.where for a choice, or pass the value as an argument"
         )
-_default_dtype = [np.dtype(np.float32)]
+_default_dtype: list[np.dtype] = [np.dtype(np.float32)]
 
 
 def get_default_dtype() -> np.dtype:
@@ -107,14 +117,14 @@ def get_default_dtype() -> np.dtype:
     return _default_dtype[0]
 
 
-def set_default_dtype(dtype: Any) -> None:
+def set_default_dtype(dtype: DTypeLike) -> None:
     d = np.dtype(dtype)
     if d.kind != "f":
         raise TypeError(f"set_default_dtype takes a floating dtype, got {d}")
     _default_dtype[0] = d
 
 
-class Tensor:
+class Tensor(TensorMethods):
     """An n-dimensional array that can record the operations applied to it.
 
     ``.data`` is, as in PyTorch, a Tensor outside the graph sharing this one's memory; the NumPy
@@ -131,9 +141,21 @@ class Tensor:
     __slots__ = ("_value", "requires_grad", "grad", "_op", "_args", "_kw", "_retain", "_seq", "_cut",
                  "_written", "_prev", "_hooks", "__weakref__")
     __array_priority__ = 1000  # so ndarray <op> Tensor defers to the Tensor's reflected operator
+    _value: np.ndarray
+    requires_grad: bool
+    grad: Tensor | None
+    _op: Primitive | None
+    _args: tuple | None
+    _kw: dict | None
+    _retain: bool
+    _seq: int
+    _cut: tuple | None
+    _written: int
+    _prev: Tensor
+    _hooks: dict[int, Callable[[Tensor], Tensor | None]]
 
-    def __init__(self, *args: Any, requires_grad: bool = False, dtype: Any = None,
-                 device: Any = None) -> None:
+    def __init__(self, *args: ArrayLike, requires_grad: bool = False, dtype: DTypeLike = None,
+                 device: DeviceLike = None) -> None:
         """``torch.Tensor(data)``: a float tensor of the default dtype (float32), whatever the
         input's dtype, sharing the memory of a NumPy array of that dtype (as PyTorch's);
         ``torch.Tensor(2, 3)``: a tensor of that shape (zeros here). ``rlgrad.tensor(data)``
@@ -170,7 +192,7 @@ class Tensor:
         return self._op is None
 
     @property
-    def grad_fn(self) -> Any:
+    def grad_fn(self) -> Primitive | None:
         """The primitive that produced this tensor, or None for leaves (as in PyTorch)."""
         return self._op
 
@@ -213,11 +235,13 @@ class Tensor:
         not in the graph (``target.data.copy_(tau * p.data + (1 - tau) * target.data)``).
         Writes through it are not seen by the in-place version check, as in PyTorch."""
         if _Trace.compiling and _Trace.wrap is not None:  # rlgrad.jit: the same array, traced
-            return _Trace.wrap(self, self._value, False, copy=False)
+            traced = _Trace.wrap(self, self._value, False, copy=False)
+            if traced is not None:
+                return traced
         return constant(self._value)
 
     @data.setter
-    def data(self, value: Any) -> None:
+    def data(self, value: Tensor | np.ndarray) -> None:
         """``t.data = other``: ``t`` now holds ``other``'s array (no copy), as in PyTorch (under
         rlgrad.jit, replayed: rlgrad.tensor_methods installs that setter)."""
         _set_data(self, value)
@@ -235,13 +259,13 @@ class Tensor:
     def dtype(self) -> np.dtype:
         return self._value.dtype
 
-    def size(self, dim: int | None = None) -> Any:
+    def size(self, dim: int | None = None) -> Size | int:
         """PyTorch's: the shape as a ``Size`` (a tuple), or the length of dimension ``dim``.
         (NumPy's ``.size``, the element count, is ``numel()``.)"""
         return Size(self._value.shape) if dim is None else self._value.shape[dim]
 
     @property
-    def device(self) -> Any:
+    def device(self) -> device:
         return CPU
 
     is_cuda = False
@@ -269,11 +293,11 @@ class Tensor:
             raise ValueError(f"item() needs a tensor with one element, this one has shape {self.shape}")
         return self._value.item()
 
-    def tolist(self) -> Any:
+    def tolist(self) -> list | float | int | bool | complex:
         _refuse_value("tolist()")
         return np.asarray(self._value).tolist()
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike = None, copy: bool | None = None) -> np.ndarray:
         _refuse_value("a NumPy conversion (np.asarray: rlgrad.numpy.asarray keeps it traced)")
         if self.requires_grad:
             raise TypeError(
@@ -328,8 +352,8 @@ class Tensor:
         return f"tensor({body}{extra})"
 
 
-def _set_data(t: Tensor, value: Any) -> None:
-    arr = value._value if isinstance(value, Tensor) else value
+def _set_data(t: Tensor, value: Tensor | np.ndarray) -> None:
+    arr: np.ndarray = value._value if isinstance(value, Tensor) else value
     if not isinstance(arr, np.ndarray | np.generic):
         raise TypeError(f"assigning .data needs a Tensor or a NumPy array, got {type(value).__name__}")
     t._value = arr
@@ -358,7 +382,7 @@ class RemovableHandle:
     def __enter__(self) -> RemovableHandle:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.remove()
 
 
@@ -438,8 +462,8 @@ def _has_float64(data: Any) -> bool:
     return isinstance(data, np.ndarray | np.generic) and data.dtype == np.float64
 
 
-def tensor(data: Any, *, dtype: Any = None, device: Any = None, requires_grad: bool = False,
-           pin_memory: bool = False) -> Tensor:
+def tensor(data: ArrayLike, *, dtype: DTypeLike = None, device: DeviceLike = None,
+           requires_grad: bool = False, pin_memory: bool = False) -> Tensor:
     """Make a leaf Tensor holding a copy of ``data`` (as ``torch.tensor``: updating one never
     changes the other). A NumPy array keeps its dtype (float64 stays float64, as in PyTorch);
     Python floats get the default dtype (float32), Python ints int64, bools bool."""
@@ -469,7 +493,7 @@ BATCHED_COPY: list[Callable[[Any, Any], Tensor]] = []
 # from it, so sorting by this number gives the backward pass its topological order.
 _next_seq = itertools.count().__next__
 
-def mark_written(*tensors: Any) -> None:
+def mark_written(*tensors: object) -> None:
     """Record an in-place write into each Tensor among ``tensors``: a gradient rule recorded
     before it would read the new values, so the backward pass refuses it (as torch's version
     counter does). Every in-place API calls this; writes into ``._value``'s array are not seen."""
@@ -483,13 +507,13 @@ def mark_written(*tensors: Any) -> None:
 _new = object.__new__
 
 
-def constant(data: Any) -> Tensor:
+def constant(data: np.ndarray | np.generic) -> Tensor:
     """``data`` as a Tensor that never requires grad, with no copy and no conversion: the result
     of an op that records nothing, a gradient handed to ``.grad``, a value put in a graph as a
     constant. ``data`` must already be a NumPy array or NumPy scalar (``rlgrad.tensor`` converts
     and copies anything else); the Tensor shares its memory, as ``torch.from_numpy`` does."""
     t = _new(Tensor)
-    t._value = data
+    t._value = data  # type: ignore[assignment]  # a NumPy scalar reads as a 0-d array does
     t.requires_grad = False
     t.grad = None
     t._op = None

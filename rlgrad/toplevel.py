@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +24,10 @@ from rlgrad.promotion import rule as _rule
 from rlgrad.tensor import Size, Tensor, _leaf, get_default_dtype  # noqa: F401 - torch.Size
 from rlgrad.tensor_methods import DECLARED
 from rlgrad.tracer import replayed as _replayed
+
+if TYPE_CHECKING:  # the declared functions as the checker sees them (generated: rlgrad/_stubs.py)
+    from rlgrad._toplevel_api import *  # noqa: F403
+    from rlgrad.typing import DeviceLike, DTypeLike, GeneratorLike
 
 #: the declared top-level functions that are no Tensor method (``rlgrad.where``), each under its
 #: declaration's promotion rule
@@ -162,21 +166,23 @@ def _shape_args(size: tuple) -> tuple:
     return tuple(size[0]) if len(size) == 1 and isinstance(size[0], tuple | list) else tuple(size)
 
 
-def randn(*size: Any, generator: Any = None, dtype: Any = None, device: Any = None,
+def randn(*size: Any, generator: GeneratorLike = None, dtype: DTypeLike = None,
+          device: DeviceLike = None,
           requires_grad: builtins.bool = False) -> Tensor:
     dt = dtype or get_default_dtype()
     arr = _rng(generator).standard_normal(_shape_args(size), dtype=np.float64).astype(dt)
     return _make(arr, requires_grad, device)
 
 
-def rand(*size: Any, generator: Any = None, dtype: Any = None, device: Any = None,
+def rand(*size: Any, generator: GeneratorLike = None, dtype: DTypeLike = None,
+         device: DeviceLike = None,
          requires_grad: builtins.bool = False) -> Tensor:
     dt = dtype or get_default_dtype()
     return _make(_rng(generator).random(_shape_args(size)).astype(dt), requires_grad, device)
 
 
-def randint(low: builtins.int, high: Any = None, size: Any = None, *, generator: Any = None,
-            dtype: Any = None, device: Any = None) -> Tensor:
+def randint(low: builtins.int, high: Any = None, size: Any = None, *, generator: GeneratorLike = None,
+            dtype: DTypeLike = None, device: DeviceLike = None) -> Tensor:
     """``torch.randint(high, size)`` or ``torch.randint(low, high, size)``: int64 in [low, high)."""
     if size is None:
         low, high, size = 0, low, high
@@ -184,19 +190,19 @@ def randint(low: builtins.int, high: Any = None, size: Any = None, *, generator:
     return _make(arr.astype(dtype or np.int64, copy=False), False, device)
 
 
-def randn_like(input: Any, *, dtype: Any = None, device: Any = None,
+def randn_like(input: Any, *, dtype: DTypeLike = None, device: DeviceLike = None,
                requires_grad: builtins.bool = False) -> Tensor:
     x = _t(input)
     return randn(x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
 
 
-def rand_like(input: Any, *, dtype: Any = None, device: Any = None,
+def rand_like(input: Any, *, dtype: DTypeLike = None, device: DeviceLike = None,
               requires_grad: builtins.bool = False) -> Tensor:
     x = _t(input)
     return rand(x.shape, dtype=dtype or x.dtype, device=device, requires_grad=requires_grad)
 
 
-def normal(mean: Any, std: Any = 1.0, size: Any = None, *, generator: Any = None) -> Tensor:
+def normal(mean: Any, std: Any = 1.0, size: Any = None, *, generator: GeneratorLike = None) -> Tensor:
     """``torch.normal``: ``mean + std * N(0, 1)`` with the broadcast shape of ``mean`` and ``std``
     (Tensors or numbers; ``size=`` when both are numbers). The draw is a constant, as PyTorch's."""
     m = mean.detach()._value if isinstance(mean, Tensor) else np.asarray(mean)
@@ -247,7 +253,8 @@ def _bounds(args: tuple, kwargs: dict, names: tuple[str, str], defaults: tuple,
     return builtins.float(_tm._value(vals[0])), builtins.float(_tm._value(vals[1]))
 
 
-Tensor.uniform_, Tensor.normal_ = _replayed(_uniform_), _replayed(_normal_)
+setattr(Tensor, "uniform_", _replayed(_uniform_))  # noqa: B010 - typed in rlgrad/_tensor_api.pyi
+setattr(Tensor, "normal_", _replayed(_normal_))  # noqa: B010
 
 
 def manual_seed(seed: builtins.int) -> Any:
@@ -269,7 +276,9 @@ def initial_seed() -> Any:
 
 def seed() -> builtins.int:
     """``torch.seed``: reseed from the OS and return the new seed."""
-    s = builtins.int(np.random.SeedSequence().entropy % (2 ** 63))
+    entropy = np.random.SeedSequence().entropy  # an int when drawn from the OS
+    assert isinstance(entropy, builtins.int)
+    s = entropy % (2 ** 63)
     manual_seed(s)
     return s
 

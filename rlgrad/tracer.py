@@ -26,7 +26,7 @@ import inspect
 import os
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol, cast
 
 import numpy as np
 
@@ -389,8 +389,17 @@ def _binary(p: Primitive) -> Callable:
 FUSED_PAIRS: dict[tuple[str, str], Callable] = {}
 
 
+class PrimitiveFunction(Protocol):
+    """What ``primitive`` returns: the traced function, its ``Primitive`` (the rules) attached."""
+
+    primitive: Primitive
+    __name__: str
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
 def primitive(fwd: Callable, name: str | None = None, nondiff: bool = False,
-              arity: int | None = None, writes_out: bool = False) -> Callable:
+              arity: int | None = None, writes_out: bool = False) -> PrimitiveFunction:
     """Wrap NumPy function ``fwd`` as a traced primitive; attach its rules with ``defvjp``.
 
     ``arity=1``: one tensor argument first, any further arguments static (never Tensors: axes,
@@ -408,9 +417,9 @@ def primitive(fwd: Callable, name: str | None = None, nondiff: bool = False,
             return apply(p, args, kwargs)
     call.__name__ = call.__qualname__ = p.name
     call.__doc__ = getattr(fwd, "__doc__", None)
-    call.primitive = p  # type: ignore[attr-defined]
+    call.primitive = p  # type: ignore[attr-defined]  # a function object takes attributes
     p.call = call
-    return call
+    return cast(PrimitiveFunction, call)
 
 
 def pass_through(g: Any, ans: Any, *args: Any, **kwargs: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Environments for tests/test_ray.py, imported by the Ray env runners as
+"""Environments for tests/rl/test_ray.py, imported by the Ray env runners as
 ``tests.ray_envs:DyingCartPole-v0`` (the runners' workers have the project root on their path).
 
 ``DyingCartPole``: CartPole whose process kills itself (SIGKILL) at the first step after the file

@@ -13,6 +13,7 @@ from rlgrad.distributions.distribution import Distribution, _params, _rng, _shap
 from rlgrad.special import betaln, digamma, xlog1py, xlogy
 from rlgrad.tensor import Tensor, _const, _Trace
 from rlgrad.tracer import mark_cut
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["Beta"]
 
@@ -39,7 +40,7 @@ class Beta(Distribution):
             self._check_arg("concentration1", self.concentration1, constraints.positive, _HINT)
             self._check_arg("concentration0", self.concentration0, constraints.positive, _HINT)
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         a, b = self.concentration1._value, self.concentration0._value
         shape = _shape_tuple(sample_shape) + self._batch_shape
         x = _rng(generator).beta(a, b, size=shape)

@@ -31,6 +31,7 @@ from rlgrad.random import default_generator, numpy_generator
 from rlgrad.special import xlogy
 from rlgrad.tensor import Tensor, _const, _Trace
 from rlgrad.tracer import defbatch, defjvp_is_linear, defvjp, mark_cut, primitive
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["Categorical", "Bernoulli"]
 
@@ -126,6 +127,13 @@ class Categorical(Distribution):
 
     arg_constraints = {"probs": constraints.simplex, "logits": constraints.real_vector}
     has_enumerate_support = True
+    _logits_in: Tensor | None  # the parameter as given: one of the two
+    _probs_in: Tensor | None
+    _logits: Tensor | None  # computed on demand
+    _probs: Tensor | None
+    _cdf: np.ndarray | None
+    _row: list[float] | None
+    _row_max: np.ndarray | None
 
     def __init__(self, probs: Any = None, logits: Any = None,
                  validate_args: bool | None = None) -> None:
@@ -241,6 +249,7 @@ class Categorical(Distribution):
             if self._probs_in is not None:
                 cdf = np.cumsum(self._probs_in._value, axis=-1)
             else:
+                assert self._logits_in is not None  # (one of the two is given)
                 x = self._logits_in._value
                 if x.ndim == 1:
                     cdf = np.cumsum(np.exp(x - x.max()))
@@ -252,7 +261,7 @@ class Categorical(Distribution):
             self._cdf = cdf
         return cdf
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         """int64 indices of shape ``sample_shape + batch_shape``, outside every graph.
 
         Inverse-CDF sampling: one uniform u per draw, the index is the first category whose
@@ -317,7 +326,7 @@ class Categorical(Distribution):
         """log p(value); differentiable w.r.t. the parameters (value is an index, never)."""
         if isinstance(value, Tensor) and tracing():
             return self._log_prob_traced(value)
-        idx = self._index(value)
+        idx: np.ndarray | Tensor = self._index(value)
         if _Trace.compiling and isinstance(value, Tensor):  # rlgrad.jit: read at every call
             idx = value if value.dtype.kind in "iu" else ops.astype(value, np.int64)
         if self._probs_in is not None:
@@ -391,7 +400,9 @@ class Categorical(Distribution):
         return _const(np.asarray(np.argmax(self._param_data(), axis=-1), dtype=np.int64))
 
     def _param_data(self) -> np.ndarray:
-        return (self._logits_in if self._probs_in is None else self._probs_in)._value
+        t = self._logits_in if self._probs_in is None else self._probs_in
+        assert t is not None  # (one of the two is given)
+        return t._value
 
     @property
     def support(self) -> constraints.Constraint:  # type: ignore[override]
@@ -408,6 +419,10 @@ class Bernoulli(Distribution):
     arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
     support = constraints.boolean
     has_enumerate_support = True
+    _logits_in: Tensor | None  # the parameter as given: one of the two
+    _probs_in: Tensor | None
+    _logits: Tensor | None  # computed on demand
+    _probs: Tensor | None
 
     def __init__(self, probs: Any = None, logits: Any = None,
                  validate_args: bool | None = None) -> None:
@@ -437,19 +452,20 @@ class Bernoulli(Distribution):
             if self._logits_in is not None:
                 self._logits = self._logits_in
             else:  # clamp as torch does, so p = 0 or 1 gives finite logits
+                assert self._probs_in is not None  # (one of the two is given)
                 eps = float(np.finfo(self._probs_in._value.dtype).eps)
                 p = ops.clip(self._probs_in, eps, 1 - eps)
                 self._logits = ops.log(p) - ops.log1p(-p)
         return self._logits
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         p = self.probs._value
         rng = numpy_generator(generator)
         u = _uniform(rng, _shape_tuple(sample_shape) + self._batch_shape, p.dtype)
         return mark_cut(_const((u < p).astype(p.dtype)), "sample", (self.probs,))
 
     def log_prob(self, value: Any) -> Tensor:
-        v = self._validate_sample(value) if self._validate_args else _data(value)
+        v: np.ndarray | Tensor = self._validate_sample(value) if self._validate_args else _data(value)
         if _Trace.compiling and isinstance(value, Tensor):  # rlgrad.jit: read at every call
             v = value
         if self._logits_in is not None:
@@ -458,6 +474,7 @@ class Bernoulli(Distribution):
                 v = v.astype(lg._value.dtype)
             return lg * v - ops.softplus(lg)  # minus BCE-with-logits: stable for any logit
         p = self._probs_in
+        assert p is not None  # (one of the two is given)
         return ops.log(ops.where(v == 1, p, 1 - p))  # one log: no 0 * log(0)
 
     def entropy(self) -> Tensor:
@@ -469,10 +486,13 @@ class Bernoulli(Distribution):
             n = ops.where(lg._value > 0, -lg, lg)
             return ops.softplus(n) - n * ops.exp(-ops.softplus(-n))
         p = self._probs_in
+        assert p is not None  # (one of the two is given)
         return -(xlogy(p, p) + xlogy(1 - p, 1 - p))
 
     def enumerate_support(self, expand: bool = True) -> Tensor:
-        dt = (self._probs_in if self._probs_in is not None else self._logits_in)._value.dtype
+        t = self._probs_in if self._probs_in is not None else self._logits_in
+        assert t is not None  # (one of the two is given)
+        dt = t._value.dtype
         values = np.arange(2, dtype=dt).reshape((2,) + (1,) * len(self._batch_shape))
         if expand:
             values = np.broadcast_to(values, (2,) + self._batch_shape).copy()

@@ -26,6 +26,7 @@ from rlgrad.distributions import constraints
 from rlgrad.random import numpy_generator
 from rlgrad.tensor import Tensor, _const, _Trace, get_default_dtype
 from rlgrad.tracer import VMAP_LEVELS, mark_cut
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["Distribution"]
 
@@ -68,7 +69,7 @@ class Distribution:
         return _shape_tuple(sample_shape) + self._batch_shape + self._event_shape
 
     # ---- sampling ------------------------------------------------------------------------
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         """A draw of shape ``sample_shape + batch_shape + event_shape``, outside every graph."""
         if not self.has_rsample:
             raise NotImplementedError(f"{type(self).__name__} does not implement sample()")
@@ -80,7 +81,7 @@ class Distribution:
         return mark_cut(_const(x._value), "sample",
                         tuple(v for v in vars(self).values() if isinstance(v, Tensor)))
 
-    def rsample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         """A reparameterized draw: differentiable w.r.t. the parameters."""
         raise NotImplementedError(
             f"{type(self).__name__} has no reparameterized sampler (has_rsample is False), so "
@@ -90,7 +91,7 @@ class Distribution:
             "distribution with rsample() (RelaxedOneHotCategorical, Gumbel-softmax)."
         )
 
-    def sample_n(self, n: int, generator: Any = None) -> Tensor:
+    def sample_n(self, n: int, generator: GeneratorLike = None) -> Tensor:
         return self.sample((n,), generator=generator)
 
     # ---- densities and moments (overridden where defined) ---------------------------------

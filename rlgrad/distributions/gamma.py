@@ -24,6 +24,7 @@ from rlgrad.distributions.distribution import (
 from rlgrad.special import digamma, gammaln, xlogy
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["Gamma", "Dirichlet"]
 
@@ -46,7 +47,7 @@ class Gamma(Distribution):
             self._check_arg("concentration", self.concentration, constraints.positive, _HINT)
             self._check_arg("rate", self.rate, constraints.positive, _HINT)
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         a, r = self.concentration._value, self.rate._value
         x = _rng(generator).gamma(a, 1.0, size=_shape_tuple(sample_shape) + self._batch_shape) / r
         x = np.maximum(x, np.finfo(a.dtype).tiny).astype(a.dtype)  # torch clamps to tiny too
@@ -92,7 +93,7 @@ class Dirichlet(Distribution):
         if self._validate_args:
             self._check_arg("concentration", c, constraints.positive, _HINT)
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         a = self.concentration._value
         g = _rng(generator).gamma(a, 1.0, size=self._extended_shape(sample_shape))
         g = np.maximum(g, np.finfo(a.dtype).tiny)

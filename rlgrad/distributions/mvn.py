@@ -19,6 +19,7 @@ from rlgrad.distributions.distribution import (
     _standard_normal,
 )
 from rlgrad.tensor import Tensor, _const
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["MultivariateNormal"]
 
@@ -104,7 +105,7 @@ class MultivariateNormal(Distribution):
         return ops.sum(ops.log(diag), axis=-1)
 
     # ---- sampling and densities ------------------------------------------------------------
-    def rsample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         eps = _standard_normal(_rng(generator), self._extended_shape(sample_shape),
                                self.loc._value.dtype)
         lt = self._raw_tril

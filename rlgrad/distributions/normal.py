@@ -22,6 +22,7 @@ from rlgrad.distributions.distribution import (
 from rlgrad.special import erf, erfinv
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["Normal", "Independent", "DiagNormal", "MultivariateNormalDiag", "TanhNormal"]
 
@@ -53,13 +54,13 @@ class Normal(Distribution):
         shape = _shape_tuple(sample_shape) + self._batch_shape
         return _standard_normal(_rng(generator), shape, self.loc._value.dtype)
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         eps = self._eps(sample_shape, generator)
         # mark_cut: rlgrad.explain names sample() as the op that cut loc/scale's gradient path
         return mark_cut(_const(self.loc._value + self.scale._value * eps), "sample",
                         (self.loc, self.scale))
 
-    def rsample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         return self.loc + self.scale * _const(self._eps(sample_shape, generator))
 
     def log_prob(self, value: Any) -> Tensor:
@@ -139,10 +140,10 @@ class Independent(Distribution):
     def arg_constraints(self) -> dict:  # type: ignore[override]
         return self.base_dist.arg_constraints
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         return self.base_dist.sample(sample_shape, generator=generator)
 
-    def rsample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         return self.base_dist.rsample(sample_shape, generator=generator)
 
     def log_prob(self, value: Any) -> Tensor:
@@ -182,6 +183,8 @@ class Independent(Distribution):
 class DiagNormal(Independent):
     """Multivariate normal with diagonal covariance over the last dimension:
     ``Independent(Normal(loc, scale), 1)`` with ``loc`` and ``scale`` as attributes."""
+
+    base_dist: Normal
 
     def __init__(self, loc: Any, scale: Any, validate_args: bool | None = None) -> None:
         base = Normal(loc, scale, validate_args=validate_args)
@@ -236,20 +239,20 @@ class TanhNormal(Distribution):
     def scale(self) -> Tensor:
         return self.base_dist.scale
 
-    def rsample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         u = self.base_dist.rsample(sample_shape, generator=generator)
         y = ops.tanh(u)
         self._cache = (y, u)
         return y
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         u = self.base_dist.sample(sample_shape, generator=generator)
         y = mark_cut(_const(np.tanh(u._value)), "sample", (u,))
         self._cache = (y, u)
         return y
 
-    def rsample_and_log_prob(self, sample_shape: Any = (),
-                             generator: Any = None) -> tuple[Tensor, Tensor]:
+    def rsample_and_log_prob(self, sample_shape: ShapeLike = (),
+                             generator: GeneratorLike = None) -> tuple[Tensor, Tensor]:
         """A reparameterized draw and its log-probability (the pair SAC's actor loss needs)."""
         u = self.base_dist.rsample(sample_shape, generator=generator)
         return ops.tanh(u), self._log_prob_pre_tanh(u)

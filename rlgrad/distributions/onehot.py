@@ -12,6 +12,7 @@ from rlgrad.distributions.categorical import Categorical
 from rlgrad.distributions.distribution import Distribution, _data
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["OneHotCategorical"]
 
@@ -53,7 +54,7 @@ class OneHotCategorical(Distribution):
         k = self._event_shape[0]
         return np.eye(k, dtype=self.probs._value.dtype)[idx]
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         idx = self._categorical.sample(sample_shape, generator=generator)._value
         return mark_cut(_const(self._one_hot(idx)), "sample", (self.probs,))
 

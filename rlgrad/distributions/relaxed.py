@@ -20,6 +20,7 @@ from rlgrad.distributions.distribution import (
 )
 from rlgrad.estimators import straight_through
 from rlgrad.tensor import Tensor, _const
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["RelaxedOneHotCategorical"]
 
@@ -75,7 +76,7 @@ class RelaxedOneHotCategorical(Distribution):
         with np.errstate(divide="ignore"):
             return -np.log(e)  # -log(Exp(1)) ~ Gumbel(0, 1)
 
-    def rsample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         scores = (self.logits + _const(self._gumbel(sample_shape, generator))) / self._t_event()
         soft = ops.softmax(scores, axis=-1)
         if not self.hard:

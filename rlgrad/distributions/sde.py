@@ -40,6 +40,7 @@ from rlgrad.distributions.distribution import (
 )
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["StateDependentNoiseDistribution", "sde_std", "sde_std_numpy"]
 
@@ -130,7 +131,8 @@ class StateDependentNoiseDistribution(Distribution):
         return constraints.interval(-1.0, 1.0) if self.squash_output else constraints.real
 
     # ---- the exploration matrix and its noise ----------------------------------------------
-    def sample_weights(self, sample_shape: Any = (), generator: Any = None) -> np.ndarray:
+    def sample_weights(self, sample_shape: ShapeLike = (),
+                       generator: GeneratorLike = None) -> np.ndarray:
         """Standard-normal ``E`` of shape ``sample_shape + (n_features, n_actions)`` (no graph)."""
         shape = _shape_tuple(sample_shape) + tuple(self.std.shape)
         return _standard_normal(_rng(generator), shape, self.mean_actions._value.dtype)
@@ -165,7 +167,7 @@ class StateDependentNoiseDistribution(Distribution):
             noise = self.get_noise(weights)
         return self.mean_actions + noise, noise
 
-    def rsample(self, sample_shape: Any = (), generator: Any = None,
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None,
                 weights: Any = None) -> Tensor:
         """The action for the exploration matrix ``std * weights`` (drawn if not given; one per
         element of ``sample_shape``), differentiable w.r.t. the parameters."""
@@ -174,7 +176,7 @@ class StateDependentNoiseDistribution(Distribution):
         self._cache = (y, u)
         return y
 
-    def sample(self, sample_shape: Any = (), generator: Any = None,
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None,
                weights: Any = None) -> Tensor:
         from rlgrad.tracer import no_grad
 
@@ -185,7 +187,7 @@ class StateDependentNoiseDistribution(Distribution):
         self._cache = (y, u)
         return mark_cut(y, "sample", (self.mean_actions, self.log_std))
 
-    def rsample_and_log_prob(self, weights: Any = None, generator: Any = None
+    def rsample_and_log_prob(self, weights: Any = None, generator: GeneratorLike = None
                              ) -> tuple[Tensor, Tensor]:
         """A reparameterized action and its log-probability, shape ``(batch,)`` (SAC's pair)."""
         u, noise = self._pre_squash((), generator, weights)

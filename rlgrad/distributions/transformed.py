@@ -14,6 +14,7 @@ from rlgrad.distributions.normal import Independent
 from rlgrad.distributions.transforms import ComposeTransform, Transform
 from rlgrad.tensor import Tensor
 from rlgrad.tracer import no_grad
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["TransformedDistribution"]
 
@@ -68,14 +69,14 @@ class TransformedDistribution(Distribution):
         n = len(self._event_shape) - sup.event_dim
         return constraints.independent(sup, n) if n > 0 else sup
 
-    def sample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         with no_grad():  # the transforms see the draw itself, so a cache keeps its pair
             x = self.base_dist.sample(sample_shape, generator=generator)
             for t in self.transforms:
                 x = t(x)
         return x
 
-    def rsample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         x = self.base_dist.rsample(sample_shape, generator=generator)
         for t in self.transforms:
             x = t(x)

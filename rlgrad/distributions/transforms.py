@@ -124,7 +124,7 @@ class _InverseTransform(Transform):
         return self._inv.domain
 
     @property
-    def sign(self) -> Any:  # type: ignore[override]
+    def sign(self) -> Any:
         return self._inv.sign
 
     @property
@@ -188,7 +188,7 @@ class ComposeTransform(Transform):
         return constraints.independent(cod, ev - cod.event_dim) if ev > cod.event_dim else cod
 
     @property
-    def sign(self) -> Any:  # type: ignore[override]
+    def sign(self) -> Any:
         s = 1
         for p in self.parts:
             s = s * p.sign
@@ -313,14 +313,14 @@ class AffineTransform(Transform):
         n = self._event_dim
         return constraints.independent(constraints.real, n) if n else constraints.real
 
-    codomain = domain  # type: ignore[assignment]
+    codomain = domain
 
     @property
     def event_dim(self) -> int:
         return self._event_dim
 
     @property
-    def sign(self) -> Any:  # type: ignore[override]
+    def sign(self) -> Any:
         s = self.scale
         return (1 if s > 0 else -1 if s < 0 else 0) if isinstance(s, int | float) else ops.sign(s)
 

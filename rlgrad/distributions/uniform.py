@@ -19,6 +19,7 @@ from rlgrad.distributions.distribution import (
     tracing,
 )
 from rlgrad.tensor import Tensor, _const
+from rlgrad.typing import GeneratorLike, ShapeLike
 
 __all__ = ["Uniform"]
 
@@ -48,7 +49,7 @@ class Uniform(Distribution):
     def support(self) -> constraints.Constraint:  # type: ignore[override]
         return _HalfOpen(self.low._value, self.high._value)
 
-    def rsample(self, sample_shape: Any = (), generator: Any = None) -> Tensor:
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
         shape = _shape_tuple(sample_shape) + self._batch_shape
         u = _uniform(_rng(generator), shape, self.low._value.dtype)
         return self.low + _const(u) * (self.high - self.low)

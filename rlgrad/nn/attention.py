@@ -4,6 +4,7 @@ in_proj_bias, out_proj.weight, out_proj.bias), masks and outputs (attn_output, a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -14,6 +15,7 @@ from rlgrad.nn import init
 from rlgrad.nn.layers import Dropout, LayerNorm, Linear, _as_input
 from rlgrad.nn.module import Module, Parameter
 from rlgrad.tensor import _shape, get_default_dtype
+from rlgrad.typing import DTypeLike
 
 __all__ = ["MultiheadAttention", "TransformerEncoderLayer"]
 
@@ -32,7 +34,7 @@ class MultiheadAttention(Module):
 
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
                  add_bias_kv: bool = False, add_zero_attn: bool = False, kdim: int | None = None,
-                 vdim: int | None = None, batch_first: bool = False, dtype: Any = None) -> None:
+                 vdim: int | None = None, batch_first: bool = False, dtype: DTypeLike = None) -> None:
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"MultiheadAttention: embed_dim={embed_dim} must be divisible by "
@@ -110,8 +112,9 @@ class TransformerEncoderLayer(Module):
     (after, or before with ``norm_first``), as ``torch.nn.TransformerEncoderLayer``."""
 
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-                 activation: Any = "relu", layer_norm_eps: float = 1e-5, batch_first: bool = False,
-                 norm_first: bool = False, bias: bool = True, dtype: Any = None) -> None:
+                 activation: str | Callable[..., Any] = "relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True,
+                 dtype: DTypeLike = None) -> None:
         super().__init__()
         if isinstance(activation, str) and activation not in ("relu", "gelu"):
             raise ValueError(f"TransformerEncoderLayer: activation={activation!r}; use 'relu', "
@@ -125,8 +128,8 @@ class TransformerEncoderLayer(Module):
         self.norm1 = LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
         self.norm2 = LayerNorm(d_model, layer_norm_eps, bias=bias, dtype=dtype)
         self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
-        self.activation = ({"relu": F.relu, "gelu": F.gelu}[activation]
-                           if isinstance(activation, str) else activation)
+        self.activation: Callable[..., Any] = (F.relu if activation == "relu" else F.gelu
+                                               if isinstance(activation, str) else activation)
 
     def _sa(self, x: Any, mask: Any, key_padding_mask: Any, is_causal: bool) -> Any:
         out = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=key_padding_mask,

@@ -11,7 +11,7 @@ On plain NumPy arrays these functions return plain arrays (as ``rlgrad.numpy`` d
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -23,6 +23,10 @@ from rlgrad.batching import BatchedTensor, every_slice
 from rlgrad.indexing import one_hot as _one_hot
 from rlgrad.random import numpy_generator as _numpy_generator
 from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
+
+if TYPE_CHECKING:
+    from rlgrad.tracer import PrimitiveFunction
+    from rlgrad.typing import DTypeLike, PadMode
 from rlgrad.tracer import FUSED_PAIRS, defbatch, defjvp, defjvp_elementwise, defvjp, nobatch, primitive
 
 __all__ = [
@@ -172,6 +176,7 @@ _dense_grad_weight_p = primitive(_dense_grad_weight, "linear_grad_weight_dense",
                                  writes_out=True)
 defbatch(_dense_grad_weight_p, "linear_grad_weight")
 # g @ W: d/dg is c @ W.T = linear(c, W), d/dW is g.T @ c; g.T @ x: d/dg is x @ c.T, d/dx is g @ c.
+_linear_p: PrimitiveFunction  # (made below; these rules call it only when they run)
 for _gi, _gw in ((_linear_grad_input_p, _linear_grad_weight_p),
                  (_dense_grad_input_p, _dense_grad_weight_p)):
     defvjp(_gi, lambda c, ans, g, w: _linear_p(c, w),
@@ -218,7 +223,7 @@ defjvp(_linear_p, lambda t, ans, x, weight, bias=None: _linear_p(t, weight),
 FUSED_PAIRS[("linear", "relu")] = _linear_relu
 
 
-def linear(input: Any, weight: Any, bias: Any = None) -> Any:  # noqa: A002 - torch's name
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:  # noqa: A002 - torch's name
     """``input @ weight.T + bias`` as one recorded node (``weight`` is (out_features, in_features))."""
     return _linear_p(input, weight, bias)
 
@@ -246,7 +251,7 @@ def _pair(v: Any, name: str) -> tuple[int, int]:
     t = tuple(int(a) for a in v)
     if len(t) != 2:
         raise ValueError(f"conv2d: {name} must be an int or a pair of ints, got {v!r}")
-    return t  # type: ignore[return-value]
+    return t
 
 
 def _nhwc(x: np.ndarray, padding: tuple[int, int], dtype: Any = None) -> np.ndarray:
@@ -629,8 +634,8 @@ _images_to_float = primitive(_images, "images_to_float", nondiff=True, arity=1)
 defbatch(_images_to_float, "merge_first")
 
 
-def conv2d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,  # noqa: A002
-           padding: Any = 0) -> Any:
+def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: Any = 1,  # noqa: A002
+           padding: Any = 0) -> Tensor:
     """2-D convolution (cross-correlation, as PyTorch): input (N, C, H, W), weight (O, C, kh, kw).
 
     The result is an (N, O, OH, OW) array whose memory is channels-last (NHWC), as PyTorch's
@@ -656,11 +661,11 @@ defvjp(elu_p, lambda g, ans, x, alpha=1.0: g * ops.where(x > 0, 1.0, ans + alpha
 defjvp_elementwise(elu_p)
 
 
-def elu(input: Any, alpha: float = 1.0) -> Any:  # noqa: A002
+def elu(input: Tensor, alpha: float = 1.0) -> Tensor:  # noqa: A002
     return elu_p(input, alpha=float(alpha))
 
 
-def softplus(input: Any, beta: float = 1.0, threshold: float = 20.0) -> Any:  # noqa: A002
+def softplus(input: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:  # noqa: A002
     """``log(1 + exp(beta x)) / beta``, and exactly ``x`` where ``beta x > threshold`` (PyTorch)."""
     if beta == 1.0:
         y = ops.softplus(input)
@@ -671,15 +676,15 @@ def softplus(input: Any, beta: float = 1.0, threshold: float = 20.0) -> Any:  # 
     return ops.where(input * beta > threshold, input, y)
 
 
-def leaky_relu(input: Any, negative_slope: float = 0.01) -> Any:  # noqa: A002
+def leaky_relu(input: Tensor, negative_slope: float = 0.01) -> Tensor:  # noqa: A002
     return ops.leaky_relu(input, negative_slope)
 
 
-def silu(input: Any) -> Any:  # noqa: A002
+def silu(input: Tensor) -> Tensor:  # noqa: A002
     return input * ops.sigmoid(input)
 
 
-def gelu(input: Any, approximate: str = "none") -> Any:  # noqa: A002
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:  # noqa: A002
     """``x * Phi(x)`` (``approximate='none'``) or PyTorch's tanh approximation (``'tanh'``)."""
     if approximate == "none":
         return 0.5 * input * (1.0 + _special.erf(input * (1.0 / math.sqrt(2.0))))
@@ -689,13 +694,13 @@ def gelu(input: Any, approximate: str = "none") -> Any:  # noqa: A002
     raise ValueError(f"gelu: approximate={approximate!r}; use 'none' or 'tanh'")
 
 
-def mish(input: Any) -> Any:  # noqa: A002
+def mish(input: Tensor) -> Tensor:  # noqa: A002
     """``x * tanh(softplus(x))``."""
     return input * ops.tanh(ops.softplus(input))
 
 
-def embedding(input: Any, weight: Any, padding_idx: int | None = None,  # noqa: A002
-              max_norm: float | None = None) -> Any:
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None,  # noqa: A002
+              max_norm: float | None = None) -> Tensor:
     """Rows of ``weight`` at the integer indices ``input``; the row ``padding_idx`` is read but
     gets no gradient (PyTorch)."""
     if max_norm is not None:
@@ -714,7 +719,7 @@ def embedding(input: Any, weight: Any, padding_idx: int | None = None,  # noqa: 
     return ops.where(pad, ops.getitem(ops.stop_gradient(weight), idx), rows)
 
 
-def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:  # noqa: A002
+def dropout(input: Tensor, p: float = 0.5, training: bool = True) -> Tensor:  # noqa: A002
     """Zero each element with probability ``p`` and scale the rest by ``1/(1-p)`` (training only)."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"dropout probability has to be between 0 and 1, got {p}")
@@ -727,26 +732,26 @@ def dropout(input: Any, p: float = 0.5, training: bool = True) -> Any:  # noqa: 
     return input * (keep.astype(dt) / dt.type(1.0 - p))
 
 
-def softmax(input: Any, dim: int = -1) -> Any:  # noqa: A002
+def softmax(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
     """Softmax along ``dim``; the max is subtracted first, so large logits do not overflow."""
     return ops.softmax(input, axis=dim)
 
 
-def log_softmax(input: Any, dim: int = -1) -> Any:  # noqa: A002
+def log_softmax(input: Tensor, dim: int = -1) -> Tensor:  # noqa: A002
     return ops.log_softmax(input, axis=dim)
 
 
-def logsumexp(input: Any, dim: Any = None, keepdim: bool = False) -> Any:  # noqa: A002
+def logsumexp(input: Tensor, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A002
     """``log(sum(exp(x)))`` along ``dim`` (all axes when None), stable for large logits."""
     return ops.logsumexp(input, axis=dim, keepdims=keepdim)
 
 
-def one_hot(tensor: Any, num_classes: int = -1, dtype: Any = np.int64) -> Any:
+def one_hot(tensor: Any, num_classes: int = -1, dtype: DTypeLike = np.int64) -> Tensor:
     """PyTorch's ``one_hot``: integer tensor of shape ``tensor.shape + (num_classes,)``."""
     return _one_hot(tensor, num_classes, dtype)
 
 
-def flatten(input: Any, start_dim: int = 0, end_dim: int = -1) -> Any:  # noqa: A002
+def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:  # noqa: A002
     shape = _shape(input)
     nd = len(shape)
     if nd == 0:
@@ -758,8 +763,9 @@ def flatten(input: Any, start_dim: int = 0, end_dim: int = -1) -> Any:  # noqa: 
     return ops.reshape(input, new)
 
 
-def layer_norm(input: Any, normalized_shape: Any, weight: Any = None, bias: Any = None,  # noqa: A002
-               eps: float = 1e-5) -> Any:
+def layer_norm(input: Tensor, normalized_shape: Any, weight: Tensor | None = None,
+               bias: Tensor | None = None,  # noqa: A002
+               eps: float = 1e-5) -> Tensor:
     """Normalise over the trailing ``normalized_shape`` axes (biased variance, as PyTorch)."""
     if isinstance(normalized_shape, int | np.integer):
         normalized_shape = (int(normalized_shape),)
@@ -801,9 +807,9 @@ def _update_running(running_mean: np.ndarray, running_var: np.ndarray, mu: Any, 
     running_var += momentum * v
 
 
-def batch_norm(input: Any, running_mean: np.ndarray | None, running_var: np.ndarray | None,  # noqa: A002
-               weight: Any = None, bias: Any = None, training: bool = False,
-               momentum: float = 0.1, eps: float = 1e-5) -> Any:
+def batch_norm(input: Tensor, running_mean: np.ndarray | None, running_var: np.ndarray | None,  # noqa: A002
+               weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
     """Normalise each channel (axis 1) over the batch and spatial axes: batch statistics (biased
     variance) in training, updating ``running_mean``/``running_var`` in place when given; the
     running statistics otherwise (PyTorch's ``F.batch_norm``)."""
@@ -1000,14 +1006,14 @@ defjvp(_mse_p,
        lambda t, ans, x, y, reduction="mean": -_reduce_tangent(_mse_vjp(t, ans, x, y, reduction), reduction))
 
 
-def mse_loss(input: Any, target: Any, reduction: str = "mean") -> Any:  # noqa: A002
+def mse_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
     """Mean (or summed) squared error; the shapes must match, or the target be a scalar."""
     _check_same_shape(input, target, "mse_loss")
     _reduction_scale(reduction, 1)
     return _mse_p(input, target, reduction=reduction)
 
 
-def l1_loss(input: Any, target: Any, reduction: str = "mean") -> Any:  # noqa: A002
+def l1_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
     _check_same_shape(input, target, "l1_loss")
     return _reduce(ops.absolute(input - target), reduction)
 
@@ -1043,7 +1049,8 @@ defjvp(_huber_p, lambda t, ans, x, y, delta=1.0, reduction="mean", scale=1.0:
        -_reduce_tangent(_huber_vjp(t, ans, x, y, delta, reduction, scale), reduction))
 
 
-def huber_loss(input: Any, target: Any, reduction: str = "mean", delta: float = 1.0) -> Any:  # noqa: A002
+def huber_loss(input: Tensor, target: Tensor | float, reduction: str = "mean",
+               delta: float = 1.0) -> Tensor:  # noqa: A002
     """Quadratic for ``|d| < delta``, linear (slope ``delta``) beyond (PyTorch's ``huber_loss``)."""
     _check_same_shape(input, target, "huber_loss")
     _reduction_scale(reduction, 1)
@@ -1052,7 +1059,8 @@ def huber_loss(input: Any, target: Any, reduction: str = "mean", delta: float = 
     return _huber_p(input, target, delta=float(delta), reduction=reduction)
 
 
-def smooth_l1_loss(input: Any, target: Any, reduction: str = "mean", beta: float = 1.0) -> Any:  # noqa: A002
+def smooth_l1_loss(input: Tensor, target: Tensor, reduction: str = "mean",
+                   beta: float = 1.0) -> Tensor:  # noqa: A002
     """``huber_loss / beta`` (PyTorch's ``smooth_l1_loss``; SB3's DQN loss with ``beta=1``)."""
     _check_same_shape(input, target, "smooth_l1_loss")
     _reduction_scale(reduction, 1)
@@ -1086,8 +1094,9 @@ def _live_target(target: Any, t: np.ndarray) -> Any:
     return t
 
 
-def nll_loss(input: Any, target: Any, weight: Any = None, ignore_index: int = -100,  # noqa: A002
-             reduction: str = "mean") -> Any:
+def nll_loss(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+              # noqa: A002
+             reduction: str = "mean") -> Tensor:
     """Negative log-likelihood of integer ``target`` under log-probabilities ``input`` (N, C, ...).
 
     With ``weight`` and ``reduction='mean'`` the sum is divided by the total weight of the
@@ -1133,8 +1142,9 @@ def _dtype(x: Any) -> np.dtype:
     return x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
 
 
-def cross_entropy(input: Any, target: Any, weight: Any = None, ignore_index: int = -100,  # noqa: A002
-                  reduction: str = "mean", label_smoothing: float = 0.0) -> Any:
+def cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
+                   # noqa: A002
+                  reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """Cross-entropy of logits ``input`` (N, C, ...) with integer class ``target`` (N, ...), or
     with class probabilities of the same shape as the input. Stable for large logits."""
     logp = log_softmax(input, dim=1 if len(_shape(input)) > 1 else 0)
@@ -1167,8 +1177,8 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, ignore_index: int
         smooth = -ops.sum(logp, axis=axis) * valid
     if reduction == "mean":
         if weight is not None:
-            wd = np.asarray(weight._value if isinstance(weight, Tensor) else weight)
-            wd = _const(wd) if isinstance(t, Tensor) else wd
+            wa = np.asarray(weight._value if isinstance(weight, Tensor) else weight)
+            wd = _const(wa) if isinstance(t, Tensor) else wa
             denom = ops.sum(wd[ops.where(valid, t, 0)] * valid)
         else:
             denom = ops.sum(valid)
@@ -1178,8 +1188,9 @@ def cross_entropy(input: Any, target: Any, weight: Any = None, ignore_index: int
     return loss * (1 - label_smoothing) + smooth * (label_smoothing / n_cls)
 
 
-def binary_cross_entropy_with_logits(input: Any, target: Any, weight: Any = None,  # noqa: A002
-                                     reduction: str = "mean", pos_weight: Any = None) -> Any:
+def binary_cross_entropy_with_logits(input: Tensor, target: Tensor, weight: Tensor | None = None,
+                                      # noqa: A002
+                                     reduction: str = "mean", pos_weight: Any = None) -> Tensor:
     """``-[p t log s(x) + (1 - t) log(1 - s(x))]`` from logits, stable for any ``x``."""
     _check_same_shape(input, target, "binary_cross_entropy_with_logits")
     if pos_weight is None:
@@ -1218,8 +1229,8 @@ defvjp(_bce_p, lambda g, ans, x, t: g * (x - t) / ops.maximum(x * (1 - x), _BCE_
 defjvp_elementwise(_bce_p)
 
 
-def binary_cross_entropy(input: Any, target: Any, weight: Any = None,  # noqa: A002
-                         reduction: str = "mean") -> Any:
+def binary_cross_entropy(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
+                         reduction: str = "mean") -> Tensor:
     """``-w [t log x + (1 - t) log(1 - x)]`` of probabilities ``x`` (each log clamped at -100, as
     PyTorch's); from logits, ``binary_cross_entropy_with_logits`` is the stable form."""
     _check_same_shape(input, target, "binary_cross_entropy")
@@ -1235,8 +1246,8 @@ def binary_cross_entropy(input: Any, target: Any, weight: Any = None,  # noqa: A
     return _reduce(loss, reduction)
 
 
-def kl_div(input: Any, target: Any, size_average: Any = None, reduce: Any = None,  # noqa: A002
-           reduction: str = "mean", log_target: bool = False) -> Any:
+def kl_div(input: Tensor, target: Tensor, size_average: Any = None, reduce: Any = None,  # noqa: A002
+           reduction: str = "mean", log_target: bool = False) -> Tensor:
     """PyTorch's ``kl_div``: ``input`` holds log-probabilities, ``target`` probabilities (or
     log-probabilities with ``log_target``); pointwise ``t (log t - input)``, 0 where ``t = 0``.
     ``reduction="batchmean"`` divides the sum by the batch size: the true KL divergence (PyTorch's
@@ -1254,8 +1265,8 @@ def kl_div(input: Any, target: Any, size_average: Any = None, reduce: Any = None
     return _reduce(loss, reduction)
 
 
-def normalize(input: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12,  # noqa: A002
-              out: Any = None) -> Any:
+def normalize(input: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12,  # noqa: A002
+              out: Any = None) -> Tensor:
     """``input / max(||input||_p, eps)`` along ``dim`` (the gradient of an all-zero slice is 0)."""
     if out is not None:
         raise TypeError("normalize: out= is not supported; use the returned tensor")
@@ -1263,10 +1274,11 @@ def normalize(input: Any, p: float = 2.0, dim: int = 1, eps: float = 1e-12,  # n
     return input / ops.clip(norm, eps, None)
 
 
-_PAD_MODES = {"constant": "constant", "reflect": "reflect", "replicate": "edge", "circular": "wrap"}
+_PAD_MODES: dict[str, PadMode] = {"constant": "constant", "reflect": "reflect", "replicate": "edge",
+                                   "circular": "wrap"}
 
 
-def pad(input: Any, pad: Any, mode: str = "constant", value: float | None = None) -> Any:  # noqa: A002
+def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = None) -> Tensor:  # noqa: A002
     """PyTorch's ``F.pad``: ``pad = (left, right, top, bottom, ...)`` from the last dimension
     backwards; modes ``constant`` (``value``, default 0), ``reflect``, ``replicate``, ``circular``."""
     if mode not in _PAD_MODES:

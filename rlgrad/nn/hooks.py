@@ -45,9 +45,10 @@ def hooked_class(cls: type) -> type:
     """``cls`` with a ``__call__`` that runs the instance's hooks (one subclass per class)."""
     made = _classes.get(cls)
     if made is None:
-        made = _classes[cls] = type(cls.__name__, (cls,), {
+        namespace: dict[str, Any] = {
             "__call__": call_with_hooks, "_runs_hooks": True, "__module__": cls.__module__,
-            "__qualname__": cls.__qualname__, "__reduce_ex__": _reduce_ex})
+            "__qualname__": cls.__qualname__, "__reduce_ex__": _reduce_ex}
+        made = _classes[cls] = type(cls.__name__, (cls,), namespace)
     return made
 
 
@@ -59,7 +60,7 @@ def _reduce_ex(self: Any, protocol: Any) -> Any:
     return (_rebuild, (base, state))
 
 
-def _rebuild(cls: type, state: dict) -> Any:
+def _rebuild(cls: type[object], state: dict) -> object:
     obj = cls.__new__(cls)
     obj.__dict__.update(state)
     return obj

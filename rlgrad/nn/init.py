@@ -14,6 +14,7 @@ import numpy as np
 
 from rlgrad.tensor import Tensor, mark_written
 from rlgrad.tracer import replayed
+from rlgrad.typing import GeneratorLike
 
 __all__ = [
     "manual_seed", "default_generator", "calculate_gain", "uniform_", "normal_", "constant_",
@@ -82,18 +83,18 @@ def _calculate_fan_in_and_fan_out(tensor: Any) -> tuple[int, int]:
     return shape[1] * receptive, shape[0] * receptive
 
 
-def uniform_(tensor: Any, a: float = 0.0, b: float = 1.0, generator: Any = None) -> Any:
+def uniform_(tensor: Any, a: float = 0.0, b: float = 1.0, generator: GeneratorLike = None) -> Any:
     arr = _array(tensor)
     return _fill(tensor, _rng(generator).uniform(a, b, size=arr.shape))
 
 
-def normal_(tensor: Any, mean: float = 0.0, std: float = 1.0, generator: Any = None) -> Any:
+def normal_(tensor: Any, mean: float = 0.0, std: float = 1.0, generator: GeneratorLike = None) -> Any:
     arr = _array(tensor)
     return _fill(tensor, _rng(generator).normal(mean, std, size=arr.shape))
 
 
 def trunc_normal_(tensor: Any, mean: float = 0.0, std: float = 1.0, a: float = -2.0,
-                  b: float = 2.0, generator: Any = None) -> Any:
+                  b: float = 2.0, generator: GeneratorLike = None) -> Any:
     """Normal draws redrawn until they fall in ``[a, b]``."""
     arr = _array(tensor)
     rng = _rng(generator)
@@ -124,13 +125,13 @@ def eye_(tensor: Any) -> Any:
     return _fill(tensor, np.eye(*arr.shape))
 
 
-def xavier_uniform_(tensor: Any, gain: float = 1.0, generator: Any = None) -> Any:
+def xavier_uniform_(tensor: Any, gain: float = 1.0, generator: GeneratorLike = None) -> Any:
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     bound = gain * math.sqrt(6.0 / (fan_in + fan_out))
     return uniform_(tensor, -bound, bound, generator)
 
 
-def xavier_normal_(tensor: Any, gain: float = 1.0, generator: Any = None) -> Any:
+def xavier_normal_(tensor: Any, gain: float = 1.0, generator: GeneratorLike = None) -> Any:
     fan_in, fan_out = _calculate_fan_in_and_fan_out(tensor)
     return normal_(tensor, 0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator)
 
@@ -146,17 +147,17 @@ def _kaiming_std(tensor: Any, a: float, mode: str, nonlinearity: str) -> float:
 
 
 def kaiming_uniform_(tensor: Any, a: float = 0.0, mode: str = "fan_in",
-                     nonlinearity: str = "leaky_relu", generator: Any = None) -> Any:
+                     nonlinearity: str = "leaky_relu", generator: GeneratorLike = None) -> Any:
     bound = math.sqrt(3.0) * _kaiming_std(tensor, a, mode, nonlinearity)
     return uniform_(tensor, -bound, bound, generator)
 
 
 def kaiming_normal_(tensor: Any, a: float = 0.0, mode: str = "fan_in",
-                    nonlinearity: str = "leaky_relu", generator: Any = None) -> Any:
+                    nonlinearity: str = "leaky_relu", generator: GeneratorLike = None) -> Any:
     return normal_(tensor, 0.0, _kaiming_std(tensor, a, mode, nonlinearity), generator)
 
 
-def orthogonal_(tensor: Any, gain: float = 1.0, generator: Any = None) -> Any:
+def orthogonal_(tensor: Any, gain: float = 1.0, generator: GeneratorLike = None) -> Any:
     """A (semi-)orthogonal matrix times ``gain``, as PyTorch builds it (QR of a Gaussian matrix
     with the signs of R's diagonal folded in); what SB3 and CleanRL use for policy layers."""
     arr = _array(tensor)

@@ -15,6 +15,7 @@ from rlgrad.nn import functional as F
 from rlgrad.nn import init
 from rlgrad.nn.module import Module, Parameter
 from rlgrad.tensor import Tensor, get_default_dtype, mark_written
+from rlgrad.typing import DTypeLike
 
 __all__ = [
     "Identity", "Linear", "Conv2d", "Flatten", "Sequential", "ModuleList", "ModuleDict", "ReLU",
@@ -51,7 +52,7 @@ class Linear(Module):
     initialization (uniform in +-1/sqrt(in_features) for weight and bias) and one fused node."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True,
-                 dtype: Any = None) -> None:
+                 dtype: DTypeLike = None) -> None:
         super().__init__()
         dt = np.dtype(dtype) if dtype is not None else get_default_dtype()
         self.in_features = int(in_features)
@@ -86,7 +87,7 @@ class Conv2d(Module):
     """2-D convolution over (N, C, H, W) with weight (out_channels, in_channels, kh, kw)."""
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: Any, stride: Any = 1,
-                 padding: Any = 0, bias: bool = True, dtype: Any = None) -> None:
+                 padding: Any = 0, bias: bool = True, dtype: DTypeLike = None) -> None:
         super().__init__()
         if isinstance(padding, str):
             if padding != "valid":
@@ -140,6 +141,8 @@ class Flatten(Module):
 class Sequential(Module):
     """Modules applied in order; children are named "0", "1", ... (or by an OrderedDict)."""
 
+    _modules: OrderedDict[str, Module]  # type: ignore[assignment]  # children are never None here
+
     def __init__(self, *args: Any) -> None:
         super().__init__()
         if len(args) == 1 and isinstance(args[0], Mapping):
@@ -181,6 +184,8 @@ class Sequential(Module):
 class ModuleList(Module):
     """A list of modules whose parameters are registered (children "0", "1", ...)."""
 
+    _modules: OrderedDict[str, Module]  # type: ignore[assignment]  # children are never None here
+
     def __init__(self, modules: Iterable[Module] | None = None) -> None:
         super().__init__()
         for m in modules or ():
@@ -209,6 +214,8 @@ class ModuleList(Module):
 
 
 class ModuleDict(Module):
+    _modules: OrderedDict[str, Module]  # type: ignore[assignment]  # children are never None here
+
     def __init__(self, modules: Mapping[str, Module] | None = None) -> None:
         super().__init__()
         for k, m in (modules or {}).items():
@@ -301,7 +308,7 @@ class Embedding(Module):
     ``padding_idx`` zeroed and never given a gradient (PyTorch)."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 max_norm: float | None = None, dtype: Any = None) -> None:
+                 max_norm: float | None = None, dtype: DTypeLike = None) -> None:
         super().__init__()
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         if padding_idx is not None:
@@ -364,8 +371,11 @@ class LeakyReLU(Module):
 
 
 class LayerNorm(Module):
+    weight: Parameter | None
+    bias: Parameter | None
+
     def __init__(self, normalized_shape: Any, eps: float = 1e-5, elementwise_affine: bool = True,
-                 bias: bool = True, dtype: Any = None) -> None:
+                 bias: bool = True, dtype: DTypeLike = None) -> None:
         super().__init__()
         if isinstance(normalized_shape, int | np.integer):
             normalized_shape = (int(normalized_shape),)
@@ -419,7 +429,7 @@ class MLP(Sequential):
     """
 
     def __init__(self, sizes: Iterable[int], activation: Any = ReLU, output_activation: Any = None,
-                 bias: bool = True, dtype: Any = None) -> None:
+                 bias: bool = True, dtype: DTypeLike = None) -> None:
         sizes = [int(s) for s in sizes]
         if len(sizes) < 2:
             raise ValueError(f"MLP needs at least an input and an output size, got {sizes}")

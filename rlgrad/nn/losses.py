@@ -6,6 +6,7 @@ from typing import Any
 
 from rlgrad.nn import functional as F
 from rlgrad.nn.module import Module
+from rlgrad.tensor import Tensor
 
 __all__ = ["MSELoss", "HuberLoss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
            "BCELoss", "KLDivLoss"]
@@ -23,7 +24,7 @@ class _Loss(Module):
 
 
 class MSELoss(_Loss):
-    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.mse_loss(input, target, reduction=self.reduction)
 
 
@@ -32,7 +33,7 @@ class HuberLoss(_Loss):
         super().__init__(reduction)
         self.delta = delta
 
-    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.huber_loss(input, target, reduction=self.reduction, delta=self.delta)
 
 
@@ -41,36 +42,37 @@ class SmoothL1Loss(_Loss):
         super().__init__(reduction)
         self.beta = beta
 
-    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.smooth_l1_loss(input, target, reduction=self.reduction, beta=self.beta)
 
 
 class CrossEntropyLoss(_Loss):
-    def __init__(self, weight: Any = None, ignore_index: int = -100, reduction: str = "mean",
+    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
                  label_smoothing: float = 0.0) -> None:
         super().__init__(reduction)
         self.weight, self.ignore_index, self.label_smoothing = weight, ignore_index, label_smoothing
 
-    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.cross_entropy(input, target, self.weight, self.ignore_index, self.reduction,
                                self.label_smoothing)
 
 
 class NLLLoss(_Loss):
-    def __init__(self, weight: Any = None, ignore_index: int = -100, reduction: str = "mean") -> None:
+    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100,
+                 reduction: str = "mean") -> None:
         super().__init__(reduction)
         self.weight, self.ignore_index = weight, ignore_index
 
-    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.nll_loss(input, target, self.weight, self.ignore_index, self.reduction)
 
 
 class BCEWithLogitsLoss(_Loss):
-    def __init__(self, weight: Any = None, reduction: str = "mean", pos_weight: Any = None) -> None:
+    def __init__(self, weight: Tensor | None = None, reduction: str = "mean", pos_weight: Any = None) -> None:
         super().__init__(reduction)
         self.weight, self.pos_weight = weight, pos_weight
 
-    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.binary_cross_entropy_with_logits(input, target, self.weight, self.reduction,
                                                   self.pos_weight)
 
@@ -79,11 +81,11 @@ class BCELoss(_Loss):
     """Binary cross-entropy of probabilities (``F.binary_cross_entropy``); after a sigmoid.
     ``BCEWithLogitsLoss`` on the logits is the numerically stable form."""
 
-    def __init__(self, weight: Any = None, reduction: str = "mean") -> None:
+    def __init__(self, weight: Tensor | None = None, reduction: str = "mean") -> None:
         super().__init__(reduction)
         self.weight = weight
 
-    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.binary_cross_entropy(input, target, self.weight, self.reduction)
 
 
@@ -98,7 +100,7 @@ class KLDivLoss(Module):
                              f"{reduction!r}")
         self.reduction, self.log_target = reduction, log_target
 
-    def forward(self, input: Any, target: Any) -> Any:  # noqa: A002
+    def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
 
     def extra_repr(self) -> str:

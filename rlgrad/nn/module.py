@@ -32,6 +32,7 @@ from rlgrad.tensor import (
     user_line,
 )
 from rlgrad.tracer import replayed
+from rlgrad.typing import DeviceLike, DTypeLike
 
 __all__ = ["Module", "Parameter", "IncompatibleKeys", "StateDictError"]
 
@@ -89,6 +90,10 @@ class Module:
     """Base class of every layer and model; subclass it and define ``forward``."""
 
     training: bool
+    _parameters: OrderedDict[str, Parameter | None]
+    _buffers: OrderedDict[str, Tensor | np.ndarray | None]
+    _non_persistent: set[str]
+    _modules: OrderedDict[str, Module | None]
 
     def __init__(self) -> None:
         d = self.__dict__
@@ -111,7 +116,7 @@ class Module:
         # subclass's forward saves a Python frame per layer on the acting hot path.
         super().__init_subclass__(**kwargs)
         if "forward" in cls.__dict__ and "__call__" not in cls.__dict__:
-            cls.__call__ = cls.__dict__["forward"]
+            setattr(cls, "__call__", cls.__dict__["forward"])  # noqa: B010 - (mypy: no method assignment)
 
     # ---- registration ---------------------------------------------------------------------
     def _registry(self, name: str) -> OrderedDict:
@@ -134,14 +139,14 @@ class Module:
             self._forget(name)
             modules[name] = value
         else:
-            params = d.get("_parameters")
-            if params is not None and name in params:
+            known = d.get("_parameters")
+            if known is not None and name in known:
                 if value is not None:
                     raise TypeError(
                         f"cannot assign '{type(value).__name__}' as parameter '{name}' "
                         "(Parameter or None expected); wrap it: nn.Parameter(value)"
                     )
-                params[name] = None
+                known[name] = None
             elif d.get("_modules") is not None and name in d["_modules"]:
                 if value is not None:
                     raise TypeError(f"cannot assign '{type(value).__name__}' as child module "
@@ -268,9 +273,10 @@ class Module:
     def get_parameter(self, target: str) -> Parameter:
         mod_path, _, name = target.rpartition(".")
         mod = self.get_submodule(mod_path)
-        if name not in mod._parameters:
+        param = mod._parameters.get(name)
+        if param is None:  # absent, or registered as None (torch: "is not an nn.Parameter")
             raise AttributeError(f"{type(mod).__name__} has no parameter {name!r}")
-        return mod._parameters[name]
+        return param
 
     # ---- hooks (rlgrad/nn/hooks.py runs them) --------------------------------------------------
     def register_forward_pre_hook(self, hook: Callable, *, prepend: bool = False,
@@ -332,7 +338,8 @@ class Module:
         fn(self)
         return self
 
-    def to(self, *args: Any, dtype: Any = None, device: Any = None, non_blocking: bool = False) -> Module:
+    def to(self, *args: Any, dtype: DTypeLike = None, device: DeviceLike = None,
+           non_blocking: bool = False) -> Module:
         """``to(device)`` (CPU devices only: rlgrad computes on the CPU), ``to(dtype)``: cast
         floating parameters and buffers in place (e.g. float64 for gradcheck), as PyTorch's."""
         for a in args:
@@ -346,7 +353,7 @@ class Module:
     def cpu(self) -> Module:
         return self
 
-    def cuda(self, device: Any = None) -> Module:
+    def cuda(self, device: DeviceLike = None) -> Module:
         check_device("cuda")
         return self
 
@@ -376,7 +383,7 @@ class Module:
 
     # ---- state --------------------------------------------------------------------------------
     def state_dict(self, destination: dict | None = None, prefix: str = "",
-                   keep_vars: bool = False) -> OrderedDict:
+                   keep_vars: bool = False) -> dict[str, Tensor]:
         """Parameters and persistent buffers by dotted name, as PyTorch's: detached Tensors that
         share the parameters' memory (writing into ``sd['w']`` changes the parameter; a state
         dict kept as "best model so far" needs a copy: ``copy.deepcopy(sd)`` or
@@ -384,7 +391,7 @@ class Module:
         """
         if _Trace.compiling and not keep_vars:
             _refuse_copy_under_jit("state_dict()")
-        out: OrderedDict = OrderedDict() if destination is None else destination
+        out: dict = OrderedDict() if destination is None else destination
         for mod_prefix, mod in self.named_modules(prefix=prefix.rstrip(".")):
             base = f"{mod_prefix}." if mod_prefix else ""
             for name, p in mod._parameters.items():

@@ -17,6 +17,12 @@ __all__ = ["BatchNorm1d", "BatchNorm2d"]
 
 class _BatchNorm(Module):
     _dims: tuple[int, ...] = ()  # the input ranks the subclass accepts
+    weight: Parameter | None
+    bias: Parameter | None
+    # buffers (register_buffer); None when track_running_stats=False, and then never read
+    running_mean: np.ndarray
+    running_var: np.ndarray
+    num_batches_tracked: np.ndarray
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, dtype: Any = None) -> None:

@@ -22,6 +22,7 @@ from rlgrad.nn import init
 from rlgrad.nn.layers import _as_input
 from rlgrad.nn.module import Module, Parameter
 from rlgrad.tensor import _shape, _Trace, get_default_dtype
+from rlgrad.typing import DTypeLike
 
 __all__ = ["RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"]
 
@@ -94,6 +95,8 @@ def _dtype_of(dtype: Any) -> np.dtype:
 
 class _RNNBase(Module):
     """The stacked, optionally bidirectional, recurrence shared by RNN, LSTM and GRU."""
+
+    weight_ih_l0: Parameter  # (the parameters are set by name: weight_ih_l{k}{_reverse} ...)
 
     def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1,
                  bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
@@ -205,7 +208,7 @@ class _RNNBase(Module):
             seqs = []
             for d, sfx in enumerate(self._suffixes(layer)):
                 k = layer * self._dirs + d
-                state = (h0[k],) if c0 is None else (h0[k], c0[k])
+                state: tuple[Any, ...] = (h0[k],) if c0 is None else (h0[k], c0[k])
                 seq, state = self._scan_direction(x, state, sfx, reverse=d == 1)
                 seqs.append(seq)
                 hs.append(state[0])
@@ -225,7 +228,7 @@ class _RNNBase(Module):
             seqs = []
             for d, sfx in enumerate(self._suffixes(layer)):
                 k = layer * self._dirs + d
-                state = (h0[k],) if c0 is None else (h0[k], c0[k])
+                state: tuple[Any, ...] = (h0[k],) if c0 is None else (h0[k], c0[k])
                 seq, state = self._run_direction(xs, state, sfx, reverse=d == 1)
                 seqs.append(seq)
                 hs.append(state[0])
@@ -273,7 +276,7 @@ class RNN(_RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1,
                  nonlinearity: str = "tanh", bias: bool = True, batch_first: bool = False,
-                 dropout: float = 0.0, bidirectional: bool = False, dtype: Any = None) -> None:
+                 dropout: float = 0.0, bidirectional: bool = False, dtype: DTypeLike = None) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNN: nonlinearity={nonlinearity!r}; use 'tanh' or 'relu'")
         self.nonlinearity = nonlinearity
@@ -290,7 +293,7 @@ class GRU(_RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 dtype: Any = None) -> None:
+                 dtype: DTypeLike = None) -> None:
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, dtype)
 
@@ -305,7 +308,7 @@ class LSTM(_RNNBase):
 
     def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
                  batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
-                 dtype: Any = None) -> None:
+                 dtype: DTypeLike = None) -> None:
         super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, dtype)
 
@@ -367,7 +370,7 @@ def _unbatch(t: Any, unbatched: bool) -> Any:
 
 class RNNCell(_CellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
-                 nonlinearity: str = "tanh", dtype: Any = None) -> None:
+                 nonlinearity: str = "tanh", dtype: DTypeLike = None) -> None:
         if nonlinearity not in ("tanh", "relu"):
             raise ValueError(f"RNNCell: nonlinearity={nonlinearity!r}; use 'tanh' or 'relu'")
         self.nonlinearity = nonlinearity
@@ -382,7 +385,7 @@ class RNNCell(_CellBase):
 
 class GRUCell(_CellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
-                 dtype: Any = None) -> None:
+                 dtype: DTypeLike = None) -> None:
         super().__init__(input_size, hidden_size, bias, 3, dtype)
 
     def forward(self, input: Any, hx: Any = None) -> Any:  # noqa: A002
@@ -393,7 +396,7 @@ class GRUCell(_CellBase):
 
 class LSTMCell(_CellBase):
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True,
-                 dtype: Any = None) -> None:
+                 dtype: DTypeLike = None) -> None:
         super().__init__(input_size, hidden_size, bias, 4, dtype)
 
     def forward(self, input: Any, hx: Any = None) -> tuple[Any, Any]:  # noqa: A002

@@ -14,7 +14,7 @@ from rlgrad.tracer import replayed
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
 
 
-def _params(parameters: Any) -> list[Tensor]:
+def _params(parameters: Tensor | Iterable[Tensor] | Any) -> list[Tensor]:
     if isinstance(parameters, Tensor):
         return [parameters]
     if hasattr(parameters, "parameters") and callable(parameters.parameters):
@@ -32,21 +32,21 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
     the same array to several parameters (e.g. both sides of an addition).
     """
     params = [p for p in _params(parameters) if p.grad is not None]
+    grads = [p.grad._value for p in params if p.grad is not None]  # (the same list: for the checker)
     if not params:
         return constant(np.array(0.0, dtype=np.float32))
-    dtype = params[0].grad._value.dtype
+    dtype = grads[0].dtype
     norm_type = float(norm_type)
     if norm_type == math.inf:
-        total = max(float(np.max(np.abs(p.grad._value))) if p.grad._value.size else 0.0 for p in params)
+        total = max(float(np.max(np.abs(g))) if g.size else 0.0 for g in grads)
     elif norm_type == 2.0:
         sq = 0.0
-        for p in params:
-            g = p.grad._value.reshape(-1)
+        for g in grads:
+            g = g.reshape(-1)
             sq += float(np.dot(g, g))
         total = math.sqrt(sq)
     else:
-        total = float(sum(float(np.sum(np.abs(p.grad._value) ** norm_type)) for p in params)) \
-            ** (1 / norm_type)
+        total = float(sum(float(np.sum(np.abs(g) ** norm_type)) for g in grads)) ** (1 / norm_type)
     if error_if_nonfinite and not math.isfinite(total):
         raise RuntimeError(
             f"the total norm of order {norm_type} of the gradients is non-finite ({total}), so "
@@ -54,8 +54,8 @@ def clip_grad_norm_(parameters: Any, max_norm: float, norm_type: float = 2.0,
         )
     coef = float(max_norm) / (total + 1e-6)
     if coef < 1.0:
-        for p in params:
-            p.grad = constant(p.grad._value * p.grad._value.dtype.type(coef))
+        for p, g in zip(params, grads):
+            p.grad = constant(g * g.dtype.type(coef))
     return constant(np.array(total, dtype=dtype))
 
 

@@ -10,15 +10,13 @@ from __future__ import annotations
 import builtins as _builtins
 import functools as _functools
 import math as _math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as _np
 
 # Constants, dtypes and array constructors are NumPy's own (creation is not differentiable).
 from numpy import (  # noqa: E402,F401
-    allclose,
     arange,
-    array_equal,
     bool_,
     broadcast_shapes,
     complex64,
@@ -40,7 +38,6 @@ from numpy import (  # noqa: E402,F401
     int16,
     int32,
     int64,
-    isclose,
     ix_,
     nan,
     ndarray,
@@ -49,7 +46,6 @@ from numpy import (  # noqa: E402,F401
     ones_like,
     pi,
     ravel_multi_index,
-    result_type,
     uint8,
     unravel_index,
     zeros,
@@ -72,6 +68,9 @@ from rlgrad.tracer import primitive as _primitive
 # The primitives under NumPy's names: each declared once, beside its rules (``export`` in ops.py,
 # or in a module imported later); this module's own definitions below are compositions of them.
 _exports.on_export(lambda e: _exports.add_names(globals(), e.numpy, e.fn, "rlgrad.numpy"))
+if TYPE_CHECKING:  # those names as the checker sees them (generated: rlgrad/_stubs.py)
+    from rlgrad.numpy._declared import *  # noqa: F403
+    from rlgrad.typing import DTypeLike, PadMode
 
 
 def _numpy_on_arrays(np_fn: Any) -> Any:
@@ -158,7 +157,7 @@ def _listed(x: Any) -> Any:
 
 
 @_numpy_on_arrays(_np.var)
-def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
+def var(x: Any, axis: Any = None, dtype: DTypeLike = None, out: Any = None, ddof: int = 0,
         keepdims: bool = False) -> Any:
     if out is not None:
         raise TypeError("rlgrad.numpy.var does not take out=")
@@ -175,7 +174,7 @@ def var(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int 
 
 
 @_numpy_on_arrays(_np.std)
-def std(x: Any, axis: Any = None, dtype: Any = None, out: Any = None, ddof: int = 0,
+def std(x: Any, axis: Any = None, dtype: DTypeLike = None, out: Any = None, ddof: int = 0,
         keepdims: bool = False) -> Any:
     x = _listed(x)
     if not _is_traced(x):
@@ -368,18 +367,18 @@ def take(a: Any, indices: Any, axis: Any = None) -> Any:
             bad = idx[(idx < -n) | (idx >= n)].flat[0]
             raise IndexError(f"take: index {int(bad)} is out of bounds for size {n} (flattened "
                              f"from a tensor of shape {_np.shape(_d(a))})")
-    if isinstance(indices, _Tensor):  # index with the tensor: rlgrad.jit reads it at every call
-        idx = indices
+    # index with the tensor: rlgrad.jit reads it at every call
+    key = indices if isinstance(indices, _Tensor) else idx
     if axis is None:
-        return _ops.ravel(a)[idx]
+        return _ops.ravel(a)[key]
     ax = axis % _np.ndim(_d(a))
-    return a[(slice(None),) * ax + (idx,)]
+    return a[(slice(None),) * ax + (key,)]
 
 
 _REMAP_PAD_MODES = ("edge", "reflect", "symmetric", "wrap")  # each output copies an input element
 
 
-def pad(array: Any, pad_width: Any, mode: str = "constant", constant_values: Any = 0,
+def pad(array: Any, pad_width: Any, mode: PadMode = "constant", constant_values: Any = 0,
         **kwargs: Any) -> Any:
     if not _is_traced(array):
         extra = {"constant_values": constant_values} if mode == "constant" else {}
@@ -726,7 +725,7 @@ def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axi
 
 @_numpy_on_arrays(_np.linspace)
 def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
-             dtype: Any = None, axis: int = 0) -> Any:
+             dtype: DTypeLike = None, axis: int = 0) -> Any:
     """NumPy's linspace, differentiable in ``start`` and ``stop``."""
     if dtype is not None and _np.dtype(dtype).kind not in "fc":
         raise TypeError("rlgrad.numpy.linspace on Tensors: an integer dtype has no gradient")
@@ -878,7 +877,7 @@ def permute_dims(a: Any, axes: Any = None) -> Any:
 
 
 @_numpy_on_arrays(_np.full)
-def full(shape: Any, fill_value: Any, dtype: Any = None, order: str = "C") -> Any:
+def full(shape: Any, fill_value: Any, dtype: DTypeLike = None, order: str = "C") -> Any:
     """NumPy's full, differentiable in ``fill_value`` (as autograd's)."""
     out = _ops.broadcast_to(fill_value, (shape,) if isinstance(shape, int) else tuple(shape))
     return _ops.astype(out, dtype) if dtype is not None else out * 1  # (a copy, as NumPy's)
@@ -922,5 +921,6 @@ def _array_function(self: _Tensor, func: Any, types: Any, args: Any, kwargs: Any
     return fn(*args, **kwargs)
 
 
-_Tensor.__array_ufunc__ = _array_ufunc
-_Tensor.__array_function__ = _array_function
+# installed on the class (the checker reads their types from rlgrad/_tensor_api.pyi)
+setattr(_Tensor, "__array_ufunc__", _array_ufunc)  # noqa: B010
+setattr(_Tensor, "__array_function__", _array_function)  # noqa: B010

@@ -17,7 +17,7 @@ undefined: it raises, as a gradient that cannot be computed must.
 from __future__ import annotations
 
 import builtins as _builtins
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import numpy as _np
 
@@ -114,7 +114,7 @@ def _refuse_at_repeated(diff: Any, coupling: Any, name: str) -> Any:
 
 
 # ---- eigh --------------------------------------------------------------------------------------
-def _eigh_packed(a: Any, UPLO: str = "L") -> Any:  # noqa: N803 - NumPy's name
+def _eigh_packed(a: Any, UPLO: Literal["L", "U"] = "L") -> Any:  # noqa: N803 - NumPy's name
     w, v = _np.linalg.eigh(a, UPLO)
     return _np.concatenate([w[..., None, :], v], axis=-2)  # (..., n + 1, n)
 
@@ -153,7 +153,7 @@ defvjp(_eigh_p, _eigh_vjp)
 defjvp(_eigh_p, _eigh_jvp)
 
 
-def eigh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803
+def eigh(a: Any, UPLO: Literal["L", "U"] = "L") -> Any:  # noqa: N803
     """NumPy's eigh; differentiable in the triangle it reads (``UPLO``)."""
     if not isinstance(a, _Tensor):
         return _np.linalg.eigh(a, UPLO)
@@ -162,7 +162,7 @@ def eigh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803
     return EighResult(p[..., 0, :], p[..., 1:, :])
 
 
-def eigvalsh(a: Any, UPLO: str = "L") -> Any:  # noqa: N803
+def eigvalsh(a: Any, UPLO: Literal["L", "U"] = "L") -> Any:  # noqa: N803
     if not isinstance(a, _Tensor):
         return _np.linalg.eigvalsh(a, UPLO)
     return eigh(a, UPLO)[0]
@@ -363,7 +363,9 @@ def _svdvals_jvp(t: Any, a: Any) -> Any:
 def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
     """NumPy's svd; on a Tensor ``hermitian=True`` is refused (use eigh, or hermitian=False)."""
     if not isinstance(a, _Tensor):
-        return _np.linalg.svd(a, full_matrices, compute_uv, hermitian)
+        if not compute_uv:  # (NumPy's overloads: the values alone)
+            return _np.linalg.svd(a, full_matrices, False, hermitian)
+        return _np.linalg.svd(a, full_matrices, True, hermitian)
     _real_only(a, "svd")
     if hermitian:
         raise NotImplementedError("rlgrad.numpy.linalg.svd(hermitian=True) of a Tensor: use "
@@ -619,7 +621,7 @@ class QRResult(NamedTuple):
     R: Any
 
 
-def qr(a: Any, mode: str = "reduced") -> Any:
+def qr(a: Any, mode: Literal["reduced", "complete", "r", "raw"] = "reduced") -> Any:
     """NumPy's qr; on a Tensor differentiable for ``mode='reduced'`` with rows >= columns (the
     other shapes and modes give values without a gradient path, or raise if one is needed)."""
     if not isinstance(a, _Tensor):

@@ -1,7 +1,7 @@
 """SGD, Adam, AdamW, RMSprop, Adagrad, RAdam and NAdam, with PyTorch's arguments and update rules.
 
 ``reference.py`` holds each update in its plain form (PyTorch's formulas, ten lines); everything
-here is an optimization of those, tested against them (tests/test_reference_paths.py): the same
+here is an optimization of those, tested against them (tests/engine/test_reference_paths.py): the same
 arithmetic up to rounding, plus Adam's flush of tiny moments (``_adam_math``).
 
 Each update runs in place on ``p._value`` with ``out=`` ufuncs and one scratch array per parameter
@@ -170,6 +170,7 @@ class _FlatGroup:
             np.multiply(self.g, self.dtype.type(scale), out=self.g)
         if maximize:
             np.negative(self.g, out=self.g)
+        assert self.buf is not None  # made with g
         return self.g, self.buf
 
     def apply_updates(self) -> None:

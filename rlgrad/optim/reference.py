@@ -15,7 +15,7 @@ differs from these references by rounding only (it folds scalars differently, e.
   into subnormal numbers, where arithmetic is ~10x slower. PyTorch does not do this; it changes a
   result only where a moment is that small.
 
-tests/test_reference_paths.py runs every path against these over many steps with every option.
+tests/engine/test_reference_paths.py runs every path against these over many steps with every option.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -70,6 +70,10 @@ from rlgrad.rl.schedules import (
 )
 from rlgrad.rl.steps import set_grads
 from rlgrad.rl.vec_env import LazyInfos, VecEnv, unwrap_vec_normalize, vec_env_view
+from rlgrad.typing import DeviceLike
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # (typing's from Python 3.11)
 
 # The helpers that lived here keep their old import path (rlgrad.rl.base.<name>).
 rng_state, set_rng_state = generator_state_dict, load_generator_state
@@ -114,7 +118,8 @@ def action_space_error(name: str, allowed: tuple[type, ...], space: spaces.Space
     return f"{name} supports {kinds} action spaces, got {space}"
 
 
-def resolve_policy(cls: type, policy: str | None, space: spaces.Space, env_id: str | None) -> str:
+def resolve_policy(cls: type[BaseAlgorithm], policy: str | None, space: spaces.Space,
+                   env_id: str | None) -> str:
     """"CnnPolicy" or "MlpPolicy" (SB3's names): ``policy`` if given, else from the observation
     space (images -> CNN); a policy that cannot take the observations is refused in one line."""
     name, env = cls.__name__, env_id or "this environment"
@@ -189,11 +194,12 @@ class _AlgorithmType(type):
                                               kwargs.pop("action_noise")))
         if any(k.endswith(("buffer_class", "buffer_kwargs")) for k in kwargs):
             kwargs = buffer_class_args(cls.__name__, kwargs)  # classes as names: savable
-        obj = cls.__new__(cls, *args, **kwargs)
+        algo = cast("type[BaseAlgorithm]", cls)  # (this metaclass makes algorithms only)
+        obj = algo.__new__(algo, *args, **kwargs)
         obj._policy_name = policy  # None: chosen from the observation space
         if policy not in (None, DEFAULT_POLICY):  # (MlpPolicy: what vectors get anyway)
             obj._hyperparams["policy"] = policy  # save/load rebuilds with the same policy
-        obj.__init__(*args, **kwargs)
+        algo.__init__(obj, *args, **kwargs)
         return obj
 
 
@@ -208,13 +214,15 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box)
     #: SB3 policy names the algorithm builds, each with the policy_kwargs defaults it stands for
     policy_aliases: ClassVar[dict[str, dict[str, Any]]] = {"MlpPolicy": {}}
-    _policy_name: str | None = None
+    _policy_name: str | type | None = None  # (SB3 passes a policy class, too)
     #: whether the algorithm has a CNN for image observations (``policy="CnnPolicy"``)
     cnn_policy: ClassVar[bool] = False
     #: rules of ``rlgrad.rl.ranges.RELATIONS`` (their text) that this algorithm does not need
     relations_not_applying: ClassVar[tuple[str, ...]] = ()
     #: whether ``env_runners > 0`` (rollouts on Ray actors, rlgrad.rl.distributed) is supported
     env_runner_sampling: ClassVar[bool] = False
+    #: the constructor's hyperparameters (``__new__`` captures them; save/load rebuilds from them)
+    _hyperparams: dict[str, Any]
 
     def __new__(cls, *args: Any, **kwargs: Any) -> BaseAlgorithm:
         # the hyperparameters of this call, through the whole class chain (rlgrad.rl.hyperparams)
@@ -228,7 +236,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                  verbose: int = 0, env_kwargs: dict[str, Any] | None = None,
                  vectorization_mode: str | None = None, blas_threads: int | None = 1,
                  check_finite: bool = True, tensorboard_log: str | None = None,
-                 device: Any = "auto", env_runners: int = 0) -> None:
+                 device: DeviceLike = "auto", env_runners: int = 0) -> None:
         check_hyperparams(type(self).__name__, self._hyperparams)  # before anything is built
         self._init_env_runners(env, env_runners)
         if blas_threads is not None:
@@ -293,7 +301,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self._total_timesteps = 0
         self._n_updates = 0
         self._episode_num = 0
-        self._last_obs: np.ndarray | None = None  # raw observations of the vector env
+        self._last_obs: Any = None  # raw observations (an array, or a dict of them) of the vector env
         self._env_seeded = False
         self._current_progress_remaining = 1.0
         self._start_time = 0.0
@@ -326,7 +334,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self._adapter = StepAdapter(venv, check_finite=self._check_finite, statistics=own)
         self._ep_stats: Any = wrapper if own is None else own
         # what checkpoints keep of them: ours, or a wrapper that saves itself (pixel envs' own)
-        self._saved_stats = own if own is not None or not hasattr(wrapper, "state_dict") else wrapper
+        self._saved_stats: Any = own if own is not None or not hasattr(wrapper, "state_dict") else wrapper
 
     def _env_name(self) -> str:
         """The environment's id for messages, or its class for an unregistered instance."""
@@ -338,7 +346,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         name = self._policy_name
         #: a custom policy class (SB3's ``PPO(CustomPolicy, env)``), else None: the algorithm's own
         self.policy_class: type | None = name if isinstance(name, type) else None
-        if self.policy_class is not None:
+        if isinstance(name, type):  # (self.policy_class)
             name = None  # (its CNN or MLP form from the observation space, as for a name)
         if isinstance(self.observation_space, spaces.Dict):
             # Dict observations: their entries flattened side by side (rlgrad.rl.envs.preprocess_obs)
@@ -434,7 +442,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
 
     def learn(self, total_timesteps: int, callback: Any = None, log_interval: int | None = None,
               tb_log_name: str | None = None, reset_num_timesteps: bool = True,
-              progress_bar: bool = False) -> BaseAlgorithm:
+              progress_bar: bool = False) -> Self:
         """Train for ``total_timesteps`` environment steps (summed over the vector env copies).
 
         SB3's signature: ``log_interval`` iterations (on-policy) or episodes (off-policy) between
@@ -670,7 +678,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """SB3's names of what ``get_parameters`` returns: "policy" (its state dict has SB3's
         keys) and the optimizers ("policy.optimizer"; SAC/TD3: "actor.optimizer", ...)."""
         sb3_name = {"optimizer": "policy.optimizer", "ent_coef": "ent_coef_optimizer"}
-        objects: dict[str, Any] = {"policy": self.policy}
+        objects: dict[str, Any] = {"policy": getattr(self, "policy")}  # noqa: B009 - each algorithm's
         for k, opt in self._optimizers().items():
             objects[sb3_name.get(k, f"{k}.optimizer")] = opt
         return objects
@@ -681,7 +689,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         return {name: obj.state_dict() for name, obj in self._parameter_objects().items()}
 
     def set_parameters(self, load_path_or_dict: str | os.PathLike | dict[str, Any],
-                       exact_match: bool = True, device: Any = "auto") -> None:
+                       exact_match: bool = True, device: DeviceLike = "auto") -> None:
         """SB3's: load parameters from ``get_parameters``' dict (some objects may be left out
         unless ``exact_match``), or the networks and optimizers of a checkpoint ``save`` wrote
         (counters, buffers and hyperparameters stay this model's)."""
@@ -736,7 +744,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         }, with_extension(path))
 
     @classmethod
-    def load(cls, path: str, env: Any = None, device: Any = "auto",
+    def load(cls, path: str, env: Any = None, device: DeviceLike = "auto",
              custom_objects: dict[str, Any] | None = None, **overrides: Any) -> BaseAlgorithm:
         """The algorithm saved at ``path`` (a classmethod, as SB3's): on ``env`` if given (its
         spaces must be the saved ones), else on a new env of the saved id. ``overrides`` (and
@@ -758,7 +766,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             check_same_spaces(f"{cls.__name__}.load({path!r})",
                               make_vec_env(given, record_statistics=False),
                               ckpt["spaces"]["observation"], ckpt["spaces"]["action"])
-        hp = {k: schedule_from_data(v) for k, v in ckpt["hyperparams"].items()}
+        hp: dict[str, Any] = {k: schedule_from_data(v) for k, v in ckpt["hyperparams"].items()}
         if given is not None and not isinstance(given, str):
             hp.pop("n_envs", None)  # the env passed in has its own number of copies
         hp.update(overrides)

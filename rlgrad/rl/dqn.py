@@ -54,7 +54,7 @@ def gather_actions(q: Any, actions: Any) -> Any:
 
 def stacked_rows(stacked: ReplayBatch, rows: slice) -> ReplayBatch:
     """Rows ``rows`` of every array of a stacked minibatch."""
-    return ReplayBatch(*(None if part is None else part[rows] for part in stacked))
+    return ReplayBatch._make(None if part is None else part[rows] for part in stacked)
 
 
 def bootstrap(b: dict[str, Any], v: Any) -> Any:
@@ -76,6 +76,7 @@ TARGET_PATHS = ("stacked", "step", "batch")
 
 class DQN(OffPolicyAlgorithm):
     action_spaces = (spaces.Discrete,)
+    action_space: spaces.Discrete
     cnn_policy = True  # image observations: a CNN trunk (Nature / MinAtar) under the Q head
     trace_settings = ("clip_delta", "double_q")  # the Huber loss's delta; Double DQN's branch
     #: Where ``train`` computes the targets (``bootstrap_target``); the paths give the same

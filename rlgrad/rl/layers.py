@@ -298,7 +298,7 @@ class CombinedExtractor(BaseFeaturesExtractor):
 
 
 def cnn_trunk(observation_space: spaces.Space, features_dim: int | None = None,
-              normalize_images: bool | None = None) -> nn.Module:
+              normalize_images: bool | None = None) -> NatureCNN | MinAtarCNN:
     """The CNN for image observations (C, H, W): the Nature CNN (512 features) for frames of at
     least 36x36 (Atari's 84x84), the MinAtar paper's CNN (128 features) for smaller ones (10x10).
     ``normalize_images`` (default: when the space's high is 255) divides the input by 255."""

@@ -138,7 +138,7 @@ class MaskableRolloutBuffer(RolloutBuffer):
         super().__init__(*args, **kwargs)
         self.action_masks = np.ones((self.n_steps, self.n_envs, n_actions), dtype=bool)
 
-    def flat(self) -> MaskableRolloutBatch:
+    def flat(self) -> MaskableRolloutBatch:  # type: ignore[override]  # RolloutBatch + masks (a NamedTuple)
         R = self.n_steps * self.n_envs
         return MaskableRolloutBatch(*super().flat(), self.action_masks.reshape(R, -1))
 
@@ -148,6 +148,9 @@ class MaskablePPO(PPO):
 
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete,)
     env_runner_sampling = False
+    action_space: spaces.Discrete
+    policy: MaskableActorCriticPolicy
+    rollout_buffer: MaskableRolloutBuffer
     cnn_policy = True
 
     def __init__(self, env: EnvLike, **kwargs: Any) -> None:
@@ -164,9 +167,11 @@ class MaskablePPO(PPO):
     def _make_rollout_buffer(self, *args: Any, **kwargs: Any) -> RolloutBuffer:
         return MaskableRolloutBuffer(*args, n_actions=int(self.action_space.n), **kwargs)
 
-    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int | None = None,
-              tb_log_name: str | None = None, reset_num_timesteps: bool = True,
-              use_masking: bool = True, progress_bar: bool = False) -> MaskablePPO:
+    # sb3-contrib's order of arguments: use_masking before progress_bar
+    def learn(self, total_timesteps: int, callback: Any = None,  # type: ignore[override]
+              log_interval: int | None = None, tb_log_name: str | None = None,
+              reset_num_timesteps: bool = True, use_masking: bool = True,
+              progress_bar: bool = False) -> MaskablePPO:
         """``PPO.learn``; ``use_masking=False`` trains as plain PPO (every action allowed)."""
         self._use_masking = bool(use_masking)
         if use_masking and not is_masking_supported(self._mask_source()):

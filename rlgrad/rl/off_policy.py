@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -35,6 +35,7 @@ from rlgrad.rl.sb3_storage import (
     sb3_replay_buffer,
 )
 from rlgrad.rl.steps import grad_step, optimized_params, same_params, step_with_grads
+from rlgrad.tensor import Tensor
 
 
 class NormalActionNoise:
@@ -170,7 +171,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
 
     _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 4  # episodes between two dumps of the logger, as in SB3
-    action_spaces = (spaces.Box,)
+    action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Box,)
     env_runner_sampling = True  # env_runners > 0: Ape-X on Ray actors (rlgrad.rl.distributed)
     compile_updates = True  # gradient_step's updates compiled by rlgrad.jit
     #: attributes a loss reads as Python values while it is traced (a primitive's parameter, a
@@ -201,7 +202,9 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         self.train_freq = (int(train_freq[0]), str(train_freq[1]))  # range: rl/ranges.py
         self.gradient_steps = int(gradient_steps)
         self.continuous = isinstance(a, spaces.Box)
-        if self.continuous:
+        a_shape: tuple[int, ...]
+        a_dtype: type
+        if isinstance(a, spaces.Box):  # (self.continuous)
             self.act_dim = int(np.prod(a.shape))
             # flat rows, as the networks output them (a rank-2 Box's actions are flattened)
             self._low = a.low.astype(np.float32).reshape(-1)
@@ -229,17 +232,18 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 raise ValueError(f"{type(self).__name__}: replay_buffer_class="
                                  f"{self.replay_buffer_class} with env_runners > 0 is not "
                                  "supported: the Ape-X runners fill rlgrad's own storage")
-            self._sb3_rows = Sb3Rows(self.n_envs)
+            self._sb3_rows: Sb3Rows | None = Sb3Rows(self.n_envs)
             return sb3_replay_buffer(self, self.replay_buffer_class, self.replay_buffer_kwargs)
         self._sb3_rows = None
         # handle_timeout_termination=False: a time limit ends the bootstrap, as a termination
         self._truncation_terminates = default_buffer_options(self.replay_buffer_kwargs)
         if not is_image_space(space):
             return ReplayBuffer(self.buffer_size, self.obs_dim, action_shape, action_dtype)
+        shape = cast(spaces.Box, space).shape  # an image space is a Box
         if frame_stacked(self.env):
-            return FrameReplayBuffer(self.buffer_size, space.shape, action_shape, action_dtype,
+            return FrameReplayBuffer(self.buffer_size, shape, action_shape, action_dtype,
                                      n_envs=self.n_envs)
-        return ReplayBuffer(self.buffer_size, space.shape, action_shape, action_dtype,
+        return ReplayBuffer(self.buffer_size, shape, action_shape, action_dtype,
                             obs_dtype=np.uint8)
 
     # ---- actions ------------------------------------------------------------------------------
@@ -253,22 +257,23 @@ class OffPolicyAlgorithm(BaseAlgorithm):
     def _sample_action(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(action as stored in the buffer, action sent to the environment)."""
         n = self.n_envs
+        act: np.ndarray
         if self.num_timesteps < self.learning_starts:  # warm-up: uniformly random actions
             if self.continuous:
                 act = self.rng.uniform(-1.0, 1.0, (n, self.act_dim)).astype(np.float32)
             else:
-                act = self.rng.integers(0, self.action_space.n, n)
+                act = self.rng.integers(0, cast(spaces.Discrete, self.action_space).n, n)
         else:
             act = self._explore(obs)
         if not self.continuous:
             return act, act
-        env_act = self.unscale_action(act).reshape(n, *self.action_space.shape)
+        env_act = self.unscale_action(act).reshape(n, *cast(spaces.Box, self.action_space).shape)
         return act, env_act
 
     def _predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         act = self._act(obs, deterministic)
         if self.continuous:  # in the space's dtype (float64 spaces get float64 actions, as SB3)
-            a = self.action_space
+            a = cast(spaces.Box, self.action_space)
             return self.unscale_action(act).reshape(len(obs), *a.shape).astype(a.dtype, copy=False)
         return act
 
@@ -335,7 +340,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 obs = next_obs
                 # the adapter knows whether a row is done: build the mask only when it is read
                 done = term | trunc if adapter.any_done or callback is not None else None
-                if adapter.any_done:
+                if adapter.any_done and done is not None:  # (done is built when any is)
                     nd = int(done.sum())
                     episodes += nd
                     self._episode_num += nd
@@ -383,8 +388,8 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         Also returns the buffer rows drawn (to spot repeated transitions)."""
         if self._sb3_rows is not None:  # (relabelled rows are new transitions: no repeats)
             parts = [sb3_batch(self, batch_size) for _ in range(n_batches)]
-            stacked = ReplayBatch(*(None if f[0] is None else np.concatenate(f)
-                                    for f in zip(*parts)))
+            stacked = ReplayBatch._make(None if f[0] is None else np.concatenate(f)
+                                    for f in zip(*parts))
             return self._normalized(stacked), np.arange(n_batches * batch_size)
         idx = self.replay_buffer.sample_indices(n_batches * batch_size, self.rng)
         return self._normalized(self.replay_buffer.take(idx)), idx
@@ -396,6 +401,10 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                 # n-step returns: a discount per row (gamma ** the steps summed), else gamma
                 "gamma": (np.array(self.gamma, dtype=np.float32) if b.discounts is None
                           else b.discounts)}
+
+    def next_q(self, b: dict[str, Any]) -> Tensor:
+        """The critics' bootstrap values of a ``batch_dict`` (each algorithm's own)."""
+        raise NotImplementedError(f"{type(self).__name__} has no next_q")
 
     def regression_target(self, b: dict[str, Any]) -> np.ndarray:
         """``td_target_of(b, self.next_q(b))`` outside any update, as an array (the critics'

@@ -13,13 +13,14 @@ graph), one vector-env step, one row written into preallocated arrays.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from gymnasium import spaces
 
 import rlgrad
 from rlgrad import ops
+from rlgrad.optim.optimizer import Optimizer
 from rlgrad.rl import action_dists
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import RolloutBatch, RolloutBuffer
@@ -67,7 +68,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     _abstract = True  # the loop; its arguments come from the algorithm (rlgrad.rl.hyperparams)
     log_interval = 1
     cnn_policy = True  # ActorCriticPolicy has SB3's CnnPolicy form for image observations
-    action_spaces = (spaces.Discrete, spaces.Box, *action_dists.MULTI_ACTION_SPACES)
+    action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box,
+                                                               *action_dists.MULTI_ACTION_SPACES)
+    optimizer: Optimizer  # (each algorithm makes its own: PPO's Adam, A2C's RMSprop ...)
     env_runner_sampling = True  # env_runners > 0: rollouts on Ray actors (rlgrad.rl.distributed)
 
     def __init__(self, env: EnvLike, learning_rate: Any, n_steps: int, gamma: float,
@@ -93,6 +96,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self._loss_steps: dict[bool, Any] = {}  # compiled / eager (step, its parameters), on first use
         self.policy = self._make_policy()
         a_space = self.action_space
+        a_shape: tuple[int, ...] | None
+        a_dtype: type
         if isinstance(a_space, spaces.Discrete):
             a_shape, a_dtype = (), np.int64
         elif isinstance(a_space, action_dists.MULTI_ACTION_SPACES):
@@ -169,6 +174,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         builds it, for SB3's errors (a wrong keyword, ``gamma`` twice: TypeError; Dict class
         and space disagreeing: AssertionError). The loop keeps its own storage, which holds the
         same rollout and computes the same GAE (``rlgrad.rl.buffers``)."""
+        assert self.rollout_buffer_class is not None  # (called when one is given)
         buffer_class(self.rollout_buffer_class)(
             self.n_steps, self.observation_space, self.action_space, gamma=self.gamma,
             gae_lambda=self.gae_lambda, n_envs=self.n_envs, **self.rollout_buffer_kwargs)

@@ -12,7 +12,7 @@ observation batch (a copy when ``copy``), rewards, termination and truncation ar
 info dict, with NEXT_STEP autoreset (a done step's observation is the final one, the next step
 resets and reports reward 0, not done). Other autoreset modes and observation spaces whose
 batching is not a plain ``np.stack`` (Tuple, Dict, ...) take ``SyncVectorEnv.step`` itself.
-``tests/test_one_env.py`` checks it step for step against ``SyncVectorEnv``.
+``tests/rl/test_one_env.py`` checks it step for step against ``SyncVectorEnv``.
 """
 
 from __future__ import annotations

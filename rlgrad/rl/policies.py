@@ -495,7 +495,7 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         """(actions, log-probabilities) drawn from the head's outputs ``out`` (logits or means)."""
         n = len(out)
         # ``distribution(obs).sample(generator=rng)``'s draws and rules on the NumPy outputs
-        # (tests/test_rl_algos.py checks both give the same actions and log-probabilities)
+        # (tests/rl/test_rl_algos.py checks both give the same actions and log-probabilities)
         if self.discrete:
             # inverse-CDF sampling on unnormalised probabilities; log p(a) = z_a - m - log(sum)
             # (ufunc methods: the same operations as .max / np.cumsum without their wrappers;

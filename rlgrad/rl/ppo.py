@@ -157,7 +157,7 @@ class PPO(OnPolicyAlgorithm):
             if stop:
                 break
         self._log_train(stats, self.clip_range(p),
-                        None if clip_vf is None else self.clip_range_vf(p))
+                        None if self.clip_range_vf is None else self.clip_range_vf(p))
 
     def _minibatches(self) -> Any:
         """Shuffled minibatches of the valid rows, advantages normalised per minibatch (SB3).
@@ -189,8 +189,10 @@ class PPO(OnPolicyAlgorithm):
         for i in range(len(adv)):
             sl = slice(i * bs, (i + 1) * bs)
             m = i < k_full
-            yield (self._loss_batch(type(rows)(*(x[sl] for x in rows)), adv[i],
-                                    weights[0 if m else 1]), slice(None, bs if m else r))
+            w = weights[0 if m else 1]
+            assert w is not None  # (a ragged last batch has its weights)
+            yield (self._loss_batch(type(rows)(*(x[sl] for x in rows)), adv[i], w),
+                   slice(None, bs if m else r))
 
     def _minibatch_weights(self, bs: int, r: int) -> tuple[np.ndarray, np.ndarray | None]:
         """(weights of a full minibatch, of the ragged last one with ``r`` real rows), kept."""

@@ -5,7 +5,7 @@ so the Python API and the CLI alike), before anything is allocated, and refuses 
 value with one line naming the parameter, the value and the range; ``check_relations`` follows
 once the environment exists. ``RANGES`` holds one entry per argument name (the same name
 means the same thing in every algorithm); ``RELATIONS`` the rules between two arguments.
-A new hyperparameter needs an entry here (``tests/test_rl_ranges.py`` checks every algorithm).
+A new hyperparameter needs an entry here (``tests/rl/test_rl_ranges.py`` checks every algorithm).
 """
 
 from __future__ import annotations

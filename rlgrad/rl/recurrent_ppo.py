@@ -78,6 +78,8 @@ class RecurrentPPO(PPO):
     """sb3-contrib's ``RecurrentPPO``: PPO whose actor and critic read an LSTM's output."""
 
     default_hyperparams: ClassVar[dict[str, Any]] = {"n_steps": 128, "batch_size": 128}
+    policy: RecurrentActorCriticPolicy
+    rollout_buffer: RecurrentRolloutBuffer
     policy_aliases: ClassVar[dict[str, dict[str, Any]]] = {"MlpPolicy": {}, "CnnPolicy": {}}
     fixed_shape_batches = False  # padded sequences differ in shape: the eager step
     # (a batch_size above the rollout is the whole rollout, as in sb3-contrib)
@@ -90,7 +92,7 @@ class RecurrentPPO(PPO):
     # ---- construction hooks ----------------------------------------------------------------
     def _apply_policy_name(self) -> None:
         name = self._policy_name
-        self._policy_name = _POLICIES.get(name, name) if name is not None else None
+        self._policy_name = _POLICIES.get(name, name) if isinstance(name, str) else name
         super()._apply_policy_name()
 
     def _build_policy(self, cnn: bool, extra: dict[str, Any]) -> Any:
@@ -179,7 +181,9 @@ class RecurrentPPO(PPO):
             yield b, real
 
     # ---- predict: sb3-contrib's (actions, state) ---------------------------------------------
-    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+    # sb3-contrib's: the state is always returned (BaseAlgorithm.predict's may be None)
+    def predict(self, observation: Any, state: Any = None,  # type: ignore[override]
+                episode_start: Any = None,
                 deterministic: bool = False) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
         """Actions and the actor's next LSTM state ``(h, c)``, each (n_lstm_layers, n_obs,
         lstm_hidden_size); pass the state back with ``episode_start`` (True where an episode

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 
 from rlgrad import nn, ops, optim
 from rlgrad.rl.buffers import ReplayBatch
@@ -39,6 +40,8 @@ from rlgrad.rl.policies import ContinuousCritic, SquashedGaussianActor, upgrade_
 
 
 class SAC(OffPolicyAlgorithm):
+    action_space: spaces.Box
+
     def __init__(self, env: EnvLike, learning_rate: Any = 3e-4, buffer_size: int = 1_000_000,
                  learning_starts: int = 100, batch_size: int = 256, tau: float = 0.005,
                  gamma: float = 0.99, train_freq: Any = 1, gradient_steps: int = 1,
@@ -77,7 +80,7 @@ class SAC(OffPolicyAlgorithm):
                                else float(target_entropy))
         self.auto_ent = isinstance(ent_coef, str) and ent_coef.startswith("auto")
         self._ent_coef_arg = ent_coef
-        if self.auto_ent:  # "auto" or "auto_0.1": learned, starting at 1.0 or the given value
+        if self.auto_ent and isinstance(ent_coef, str):  # "auto", "auto_0.1": learned, from 1.0 or 0.1
             init = float(ent_coef.split("_")[1]) if "_" in ent_coef else 1.0
             self.log_ent_coef = nn.Parameter(np.array([np.log(init)], dtype=np.float32))
             self.ent_coef_optimizer = optim.Adam([self.log_ent_coef], lr=lr)

@@ -61,7 +61,7 @@ class NoopResetEnv(gym.Wrapper):
         self.env.reset(**kwargs)
         noops = (self.override_num_noops if self.override_num_noops is not None
                  else int(self.unwrapped.np_random.integers(1, self.noop_max + 1)))
-        obs, info = np.zeros(0), {}
+        obs, info = np.zeros(0), dict[str, Any]()
         for _ in range(noops):
             obs, _, terminated, truncated, info = self.env.step(self.noop_action)
             if terminated or truncated:
@@ -102,7 +102,7 @@ class MaxAndSkipEnv(gym.Wrapper):
         self._skip = skip
 
     def step(self, action: int) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        total, terminated, truncated, info = 0.0, False, False, {}
+        total, terminated, truncated, info = 0.0, False, False, dict[str, Any]()
         for i in range(self._skip):
             obs, reward, terminated, truncated, info = self.env.step(action)
             if i >= self._skip - 2:
@@ -130,7 +130,7 @@ class WarpFrame(gym.ObservationWrapper):
                               f"{env.observation_space}")
         self.width, self.height = width, height
         self.observation_space = spaces.Box(0, 255, (height, width, 1),
-                                            dtype=env.observation_space.dtype)  # type: ignore[arg-type]
+                                            dtype=env.observation_space.dtype)
 
     def observation(self, frame: np.ndarray) -> np.ndarray:
         import cv2

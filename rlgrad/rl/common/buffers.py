@@ -31,6 +31,7 @@ from rlgrad.rl.common.type_aliases import (
     RolloutBufferSamples,
 )
 from rlgrad.rl.envs import SpaceError
+from rlgrad.typing import DeviceLike
 
 
 def _np(x: Any) -> np.ndarray:
@@ -54,7 +55,7 @@ class BaseBuffer:
     obs_shape: Any
 
     def __init__(self, buffer_size: int, observation_space: spaces.Space,
-                 action_space: spaces.Space, device: Any = "auto", n_envs: int = 1) -> None:
+                 action_space: spaces.Space, device: DeviceLike = "auto", n_envs: int = 1) -> None:
         from rlgrad.rl.common.utils import get_device
 
         self.buffer_size = int(buffer_size)
@@ -126,7 +127,7 @@ class ReplayBuffer(BaseBuffer):
     limit is not a termination (``dones * (1 - timeouts)`` in the samples)."""
 
     def __init__(self, buffer_size: int, observation_space: spaces.Space,
-                 action_space: spaces.Space, device: Any = "auto", n_envs: int = 1,
+                 action_space: spaces.Space, device: DeviceLike = "auto", n_envs: int = 1,
                  optimize_memory_usage: bool = False,
                  handle_timeout_termination: bool = True) -> None:
         super().__init__(buffer_size, observation_space, action_space, device, n_envs=n_envs)
@@ -260,9 +261,16 @@ class RolloutBuffer(BaseBuffer):
     """SB3's rollout buffer: ``buffer_size`` steps of ``n_envs`` environments, then GAE."""
 
     _dict_obs = False
+    # (buffer_size, n_envs) float32 arrays, made by reset()
+    rewards: np.ndarray
+    returns: np.ndarray
+    episode_starts: np.ndarray
+    values: np.ndarray
+    log_probs: np.ndarray
+    advantages: np.ndarray
 
     def __init__(self, buffer_size: int, observation_space: spaces.Space,
-                 action_space: spaces.Space, device: Any = "auto", gae_lambda: float = 1,
+                 action_space: spaces.Space, device: DeviceLike = "auto", gae_lambda: float = 1,
                  gamma: float = 0.99, n_envs: int = 1) -> None:
         super().__init__(buffer_size, observation_space, action_space, device, n_envs=n_envs)
         _check_dict(type(self).__name__, observation_space, self._dict_obs)

@@ -13,7 +13,7 @@ unnormalised or non-float32 Box actions). Failed checks raise ``EnvCheckError``:
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -122,8 +122,9 @@ def _check_obs(obs: Any, space: spaces.Space, method: str) -> None:
         _require(space.shape == obs.shape, f"The observation returned by the `{method}()` method "
                  f"does not match the shape of the given observation space {space}. Expected: "
                  f"{space.shape}, actual shape: {obs.shape}")
-        _require(np.can_cast(obs.dtype, space.dtype), f"The observation returned by the "
-                 f"`{method}()` method does not match the data type (cannot cast) of the given "
+        _require(space.dtype is None or np.can_cast(obs.dtype, space.dtype),
+                 f"The observation returned by the `{method}()` method does not match the data "
+                 f"type (cannot cast) of the given "
                  f"observation space {space}. Expected: {space.dtype}, actual dtype: {obs.dtype}")
         if isinstance(space, spaces.Box):
             bad = np.argwhere((obs < space.low) | (obs > space.high))
@@ -139,7 +140,7 @@ def _check_obs(obs: Any, space: spaces.Space, method: str) -> None:
 def _check_dict_obs(env: gym.Env, obs: Any, space: spaces.Space, method: str) -> None:
     if _is_goal_env(env):
         _require(isinstance(space, spaces.Dict), "a goal-conditioned env needs a Dict space")
-        _check_goal_env_obs(space, method)
+        _check_goal_env_obs(cast(spaces.Dict, space), method)
     if not isinstance(space, spaces.Dict):
         _check_obs(obs, space, method)
         return

@@ -24,6 +24,7 @@ from rlgrad.rl.schedules import (
     linear_schedule,
 )
 from rlgrad.rl.schedules import get_schedule_fn as _get_schedule_fn
+from rlgrad.typing import DeviceLike
 
 
 def set_random_seed(seed: int, using_cuda: bool = False) -> None:
@@ -64,7 +65,7 @@ def constant_fn(val: float) -> Callable[[float], float]:
     return ConstantSchedule(val)
 
 
-def get_device(device: Any = "auto") -> _device:
+def get_device(device: DeviceLike = "auto") -> _device:
     """SB3's device choice: ``"auto"`` and ``"cuda"`` fall back to the CPU when there is no GPU,
     which for rlgrad (NumPy on the CPU) is always."""
     if isinstance(device, str) and device == "auto":
@@ -83,7 +84,7 @@ def zip_strict(*iterables: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
     return zip(*iterables, strict=True)
 
 
-def obs_as_tensor(obs: np.ndarray | dict[str, np.ndarray], device: Any = "cpu") -> Any:
+def obs_as_tensor(obs: np.ndarray | dict[str, np.ndarray], device: DeviceLike = "cpu") -> Any:
     """An observation (array, or dict of arrays) as rlgrad Tensors sharing its memory."""
     import rlgrad
 
@@ -166,6 +167,9 @@ def _single_shape(space: spaces.Space) -> tuple[int, ...]:
         return ()
     if isinstance(space, spaces.MultiDiscrete):
         return (len(space.nvec),)
+    if space.shape is None:  # Text, Graph, Sequence ...: no array of one shape
+        raise ValueError(f"{space} has no fixed shape, so its observations are no arrays of one "
+                         "shape; use a Box, Discrete, MultiDiscrete or MultiBinary space")
     return tuple(space.shape)
 
 

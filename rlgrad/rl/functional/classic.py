@@ -1,7 +1,7 @@
 """Gymnasium's classic-control tasks as functions of arrays (Gymnasium's ``FuncEnv`` interface).
 
 Each class computes exactly what Gymnasium's own environment computes, step for step and bit for
-bit (``tests/test_functional_envs.py`` checks it against ``gym.make``): the same formulas in the
+bit (``tests/rl/test_functional_envs.py`` checks it against ``gym.make``): the same formulas in the
 same order, written with ``rlgrad.numpy`` so that a loop over them can be traced (``rlgrad.jit``,
 ``rlgrad.lax``), and on arrays whose leading axes are a batch, so that one call steps many
 copies. A state is an array ``(..., d)``; an action ``(...)`` (discrete) or ``(..., 1)``.

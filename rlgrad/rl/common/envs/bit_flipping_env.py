@@ -112,7 +112,7 @@ class BitFlippingEnv(Env):
         distance = np.linalg.norm(achieved - desired, axis=-1)
         return -(distance > 0).astype(np.float32)
 
-    def render(self) -> np.ndarray | None:  # type: ignore[override]
+    def render(self) -> np.ndarray | None:
         if self.render_mode == "rgb_array":
             return self.state.copy()
         print(self.state)

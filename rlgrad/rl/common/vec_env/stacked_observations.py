@@ -38,7 +38,7 @@ class StackedObservations:
             low = np.repeat(observation_space.low, n_stack, axis=self.repeat_axis)
             high = np.repeat(observation_space.high, n_stack, axis=self.repeat_axis)
             self.stacked_observation_space = spaces.Box(low=low, high=high,
-                                                        dtype=observation_space.dtype)  # type: ignore[arg-type]
+                                                        dtype=observation_space.dtype)
             self.stacked_obs = np.zeros((num_envs, *self.stacked_shape),
                                         dtype=observation_space.dtype)
         else:

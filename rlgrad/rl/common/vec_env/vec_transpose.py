@@ -4,7 +4,7 @@ convolutions take; in a Dict space, every image entry."""
 from __future__ import annotations
 
 from copy import deepcopy
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -26,10 +26,10 @@ class VecTransposeImage(VecEnvWrapper):
             return
         if isinstance(space, spaces.Dict):
             self.image_space_keys = [k for k, s in space.spaces.items() if is_image_space(s)]
-            space = spaces.Dict({k: self.transpose_space(s, k) if k in self.image_space_keys
+            space = spaces.Dict({k: self.transpose_space(cast(spaces.Box, s), k) if k in self.image_space_keys
                                  else deepcopy(s) for k, s in space.spaces.items()})
         else:
-            space = self.transpose_space(space)
+            space = self.transpose_space(cast(spaces.Box, space))  # an image space: a Box
         super().__init__(venv, observation_space=space)
 
     @staticmethod
@@ -41,7 +41,7 @@ class VecTransposeImage(VecEnvWrapper):
                               "convention")
         height, width, channels = observation_space.shape
         return spaces.Box(low=0, high=255, shape=(channels, height, width),
-                          dtype=observation_space.dtype)  # type: ignore[arg-type]
+                          dtype=observation_space.dtype)
 
     @staticmethod
     def transpose_image(image: np.ndarray) -> np.ndarray:

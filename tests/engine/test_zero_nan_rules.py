@@ -199,7 +199,7 @@ def test_mean_of_an_empty_array_is_nan_as_numpy_and_torch():
     assert t.grad.shape == (0, 3)
 
 
-# ---- xlogy at x == 0 (found by tests/test_random_programs.py) -------------------------------------
+# ---- xlogy at x == 0 (found by tests/engine/test_random_programs.py) -------------------------------------
 @pytest.mark.parametrize("name", ["xlogy", "xlog1py"])
 def test_xlogy_gradient_at_zero_x_is_log_y(name):
     """x * log(y) is smooth in x at x == 0 when y is inside log's domain: its derivative there is
@@ -224,7 +224,7 @@ def test_xlogy_gradient_at_zero_x_is_log_y(name):
     np.testing.assert_array_equal(fn(x, y), getattr(scipy_special, name)(x, y))
 
 
-# ---- std of constant data, 0-d losses (found by tests/test_random_programs.py) ---------------------
+# ---- std of constant data, 0-d losses (found by tests/engine/test_random_programs.py) ---------------------
 def test_std_gradient_where_the_spread_is_zero_is_zero_as_torch():
     torch = _torch()
     x = np.array([[1.0, 2.0, 4.0], [3.0, 3.0, 3.0]])

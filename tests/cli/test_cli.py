@@ -31,7 +31,7 @@ import yaml  # noqa: E402
 import rlgrad  # noqa: E402
 from rlgrad.cli import main  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOTAL = 2048
 # 2 envs x 32 steps = 64 steps per iteration, 2 epochs of 2 minibatches: about 1-3 s of training
 TRAIN_ARGS = ["CartPole-v1", "--algo", "ppo", "--steps", str(TOTAL), "--seed", "3", "--n-envs", "2",

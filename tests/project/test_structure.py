@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "rlgrad"
 MAX_FUNCTION_LINES = 80
 
@@ -428,7 +428,7 @@ def test_the_docs_recipe_for_a_primitive_runs() -> None:
     assert out.stdout.split() == ["[0.5]", "tensor([", "0.5", ",", "-0.75],",
                                   "grad_fn=<softsign>)", "tensor([0.25", ",", "0.0625])"]
     files = section.split("**Files a new primitive touches:**", 1)[1]
-    for path in ("rlgrad/ops.py", "tests/test_ops_gradcheck.py", "tests/test_declared.py"):
+    for path in ("rlgrad/ops.py", "tests/engine/test_ops_gradcheck.py", "tests/project/test_declared.py"):
         assert f"`{path}`" in files and (ROOT / path).exists(), path
 
 
@@ -452,3 +452,88 @@ def test_cli_docs_list_the_algorithm_registry() -> None:
     fits = ", ".join(sorted(n for n, c in ALGORITHMS.items() if isinstance(box, c.action_spaces)))
     assert f"for this environment use {fits}`" in docs, \
         f"docs/cli.md's action-space example: for this environment use {fits}"
+
+
+def test_type_stubs_are_what_the_declarations_generate() -> None:
+    """rlgrad/_tensor_api.pyi, rlgrad/numpy/_declared.pyi and rlgrad/_toplevel_api.pyi (what a type
+    checker sees of the names installed at import) are generated from the running package: a new
+    or changed declaration needs ``python -m rlgrad._stubs``."""
+    from rlgrad import _stubs
+
+    stale = _stubs.stale()
+    assert not stale, f"stale type stubs {stale}: run python -m rlgrad._stubs"
+
+
+def test_tensor_stub_declares_every_installed_method() -> None:
+    """Each public method and operator installed on Tensor is in its stub, typed (no parameter
+    left without an annotation), and the stub names nothing the Tensor lacks."""
+    import rlgrad
+    from rlgrad import _stubs
+
+    text = _stubs.tensor_stub()
+    tree = ast.parse(text)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+    stubbed = {n.name for n in cls.body if isinstance(n, ast.FunctionDef)}
+    installed = {k for k in vars(rlgrad.Tensor) if not k.startswith("_")} - _stubs._class_body_names()
+    assert installed - {"grad", "requires_grad"} <= stubbed
+    assert not stubbed - set(dir(rlgrad.Tensor)), stubbed - set(dir(rlgrad.Tensor))
+    for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
+        args = (fn.args.posonlyargs + fn.args.args)[1:] + fn.args.kwonlyargs
+        assert all(a.annotation is not None for a in args) and fn.returns is not None, fn.name
+
+
+def public_modules() -> list[Path]:
+    """The modules the type checker covers: ``[tool.mypy] files`` of pyproject.toml (what a user
+    imports), each directory expanded to its .py files."""
+    import re
+
+    text = (ROOT / "pyproject.toml").read_text().split("[tool.mypy]", 1)[1]
+    listed = re.findall(r'"([^"]+)"', text.split("files = [", 1)[1].split("]", 1)[0])
+    return [p for f in listed for p in (sorted((ROOT / f).rglob("*.py")) if (ROOT / f).is_dir()
+                                        else [ROOT / f])]
+
+
+def bare_any(tree: ast.Module) -> list[str]:
+    """``name:param`` of each parameter or return annotated with a bare ``Any`` in the public
+    signatures of a module: its public functions and the public methods of its public classes
+    (``*args: Any`` / ``**kwargs: Any`` forward what they get, and are not counted)."""
+    def is_any(a: ast.expr | None) -> bool:
+        return isinstance(a, ast.Name) and a.id == "Any" or (
+            isinstance(a, ast.Attribute) and a.attr == "Any")
+
+    found = []
+    scopes: list[tuple[str, list[ast.stmt]]] = [("", tree.body)]
+    scopes += [(n.name + ".", n.body) for n in tree.body
+               if isinstance(n, ast.ClassDef) and not n.name.startswith("_")]
+    for prefix, body in scopes:
+        for fn in body:
+            if not isinstance(fn, ast.FunctionDef) or fn.name.startswith("_") and not (
+                    fn.name.startswith("__") and fn.name.endswith("__")):
+                continue
+            a = fn.args
+            found += [f"{prefix}{fn.name}:{p.arg}" for p in a.posonlyargs + a.args + a.kwonlyargs
+                      if is_any(p.annotation)]
+            found += [f"{prefix}{fn.name}:return"] * is_any(fn.returns)
+    return found
+
+
+def test_bare_any_finder() -> None:
+    src = ("from typing import Any\nimport typing\ndef f(x: Any, *a: Any, y: int = 0) -> Any: ...\n"
+           "def _g(x: Any) -> Any: ...\nclass C:\n    def m(self, v: typing.Any) -> None: ...\n"
+           "    def __call__(self, z: Any) -> int: ...\nclass _P:\n    def m(self, v: Any) -> Any: ...\n")
+    assert bare_any(ast.parse(src)) == ["f:x", "f:return", "C.m:v", "C.__call__:z"]
+
+
+#: bare ``Any`` left in the public signatures (949 when this test came): lower it when you
+#: give one a type; a new public signature says what it takes (CONTRIBUTING.md, "Types")
+BARE_ANY = 690
+
+
+def test_public_signatures_do_not_gain_bare_any() -> None:
+    found = {str(p.relative_to(ROOT)): bare_any(ast.parse(p.read_text())) for p in public_modules()}
+    n = sum(map(len, found.values()))
+    worst = sorted(found.items(), key=lambda kv: -len(kv[1]))[:3]
+    assert n <= BARE_ANY, (f"{n} bare Any in public signatures, more than {BARE_ANY}: say what is "
+                           f"meant (rlgrad.typing's ArrayLike, Tensor, ...). Most: "
+                           + "; ".join(f"{k}: {len(v)}" for k, v in worst))
+    assert n >= BARE_ANY - 20, f"{n} bare Any left: lower BARE_ANY in tests/project/test_structure.py to {n}"

@@ -32,7 +32,7 @@ import yaml  # noqa: E402
 import rlgrad  # noqa: E402
 from rlgrad.cli import main  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["CartPole-v1", "--algo", "ppo", "--steps", "256", "--n-envs", "2", "--set", "n_steps=32",
          "--set", "batch_size=32", "--set", "n_epochs=1", "--set", "gamma=0.98",
          "--checkpoint-every", "64", "--no-progress"]

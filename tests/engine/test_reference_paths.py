@@ -859,7 +859,7 @@ def test_training_gives_the_same_bits_without_the_c_modules_and_with_the_referen
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = _TRAIN.format(bench=os.path.join(root, "bench"))
     out = {}
     for name, env in (("default", {}), ("no C", _NO_C), ("reference", {**_NO_C, "RLGRAD_REFERENCE": "1"})):

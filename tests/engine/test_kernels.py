@@ -2,7 +2,7 @@
 linear layer's bias add, GAE, dead-unit skipping: one C pass each): what each refuses, and the
 primitives built on them (``ops.tanh_grad``, ``ops.relu_grad``) differentiated to the second
 order in both modes. That each kernel, and each op with the kernels, gives the bits of the NumPy
-lines it replaces is in tests/test_reference_paths.py."""
+lines it replaces is in tests/engine/test_reference_paths.py."""
 
 import os
 import shutil

@@ -283,7 +283,7 @@ def test_in_place_operations_and_copies_inside_vmap_equal_the_loop(name: str) ->
                                  HealthCheck.data_too_large])
 @given(st.data())
 def test_vmap_equals_the_loop_on_random_programs(data: Any) -> None:
-    """The programs of tests/test_random_programs.py on a batch of 3 inputs: vmap's values and
+    """The programs of tests/engine/test_random_programs.py on a batch of 3 inputs: vmap's values and
     per-sample gradients are the loop's."""
     program = _draw_program(data)
     rng = np.random.default_rng(len(program.steps))

@@ -25,7 +25,7 @@ from rlgrad.cli import main  # noqa: E402
 from rlgrad.cli.errors import CLIError  # noqa: E402
 from rlgrad.cli.run_dir import RunDir  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["CartPole-v1", "--algo", "ppo", "--steps", "128", "--n-envs", "2", "--set", "n_steps=32",
          "--set", "batch_size=32", "--set", "n_epochs=1", "--checkpoint-every", "64",
          "--no-progress"]

@@ -1,11 +1,11 @@
-"""The RL layer's shape (cycles and function lengths: tests/test_structure.py): moved helpers
+"""The RL layer's shape (cycles and function lengths: tests/project/test_structure.py): moved helpers
 keep their old import paths, and the CLI names every registered algorithm."""
 
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1] / "rlgrad"
+ROOT = Path(__file__).resolve().parents[2] / "rlgrad"
 
 
 @pytest.mark.parametrize("module, names", [

@@ -13,7 +13,7 @@ import yaml
 from rlgrad.rl import ALGORITHMS, list_presets, load_preset, split_preset
 
 gym = pytest.importorskip("gymnasium")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MUJOCO = ["HalfCheetah-v5", "Ant-v5", "Hopper-v5", "Walker2d-v5", "Humanoid-v5"]
 NEW = [(algo, env) for algo, envs in sorted(list_presets().items()) for env in envs
        if env in MUJOCO or env == "LunarLanderContinuous-v3"]

@@ -25,7 +25,7 @@ from rlgrad.rl import A2C, DQN, PPO, SAC
 from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.distributed import watchdog
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 try:
     import ray
 except ImportError:

@@ -20,7 +20,7 @@ import pytest
 
 from rlgrad.rl import A2C, C51, DDPG, DQN, PPO, QRDQN, REINFORCE, SAC, TD3
 
-SCRIPTS = Path(__file__).parent / "sb3_scripts"
+SCRIPTS = Path(__file__).resolve().parents[1] / "sb3_scripts"
 
 
 def run_script(name: str, cwd: Path, library: str = "rlgrad.rl") -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """The fused optimizer updates (rlgrad/optim/_fused.c, one pass in C): what they refuse, and
 their idle-block shortcut against the full loop's bits. The updates themselves are held to the
 NumPy flat path's bits (edge cases included) and to rlgrad/optim/reference.py with every option
-in tests/test_reference_paths.py."""
+in tests/engine/test_reference_paths.py."""
 
 import os
 import shutil

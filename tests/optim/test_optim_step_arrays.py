@@ -1,7 +1,7 @@
 """``Optimizer.step_arrays(grads, scale)``: the RL trainers' step from gradient arrays, the clip
 factor applied inside the update: what it refuses, and a group whose parameters changed. That it
 gives the bits of ``p.grad = g * scale; step()`` on every path is in
-tests/test_reference_paths.py."""
+tests/engine/test_reference_paths.py."""
 
 import numpy as np
 import pytest

@@ -25,7 +25,7 @@ from rlgrad.rl.cnn import MinAtarCNN, NatureCNN  # noqa: E402
 from rlgrad.rl.envs import make_vec_env  # noqa: E402
 from rlgrad.rl.frame_replay import FrameReplayBuffer  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class ImageBoxEnv(gym.Env):

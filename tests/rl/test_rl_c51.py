@@ -17,7 +17,7 @@ from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.c51 import categorical_loss, categorical_projection
 from rlgrad.rl.steps import grad_step
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _scatter_projection(tz, p, atoms):

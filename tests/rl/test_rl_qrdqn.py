@@ -16,7 +16,7 @@ from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.qrdqn import quantile_huber_loss, quantile_midpoints
 from rlgrad.rl.steps import grad_step
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _qh_numpy(current, target, taus, kappa):

@@ -3,7 +3,8 @@ against its VJP, and the JAX-style transforms on top (jvp, linearize, jacfwd, ja
 hvp), their pytrees, argnums, nesting with reverse mode and errors.
 
 The per-primitive test walks the library's primitives (test_structure.library_primitives): each
-differentiable one needs a case, either a primitive row of tests/test_ops_gradcheck.py's table or one in
+differentiable one needs a case, either a primitive row of tests/engine/test_ops_gradcheck.py's table
+or one in
 ``EXTRA`` below, so a new primitive without a case (or without a JVP rule) fails here.
 """
 

@@ -25,7 +25,7 @@ from rlgrad.cli.errors import CLIError
 from rlgrad.cli.tune import read_space, space_path, validate_space
 from rlgrad.rl import ALGORITHMS
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 try:
     import ray  # noqa: F401
     import ray.tune  # noqa: F401

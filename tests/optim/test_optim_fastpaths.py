@@ -1,6 +1,6 @@
 """The optimizers' flat fast path (one set of arrays per parameter group) and their per-parameter
 path keep interchangeable states (the bits of each against the other, and against
-rlgrad/optim/reference.py, are in tests/test_reference_paths.py), and when each is taken."""
+rlgrad/optim/reference.py, are in tests/engine/test_reference_paths.py), and when each is taken."""
 
 import numpy as np
 import pytest

@@ -1,0 +1,36 @@
+"""The types rlgrad's signatures use (as ``numpy.typing`` and ``jax.typing`` name theirs).
+
+``ArrayLike`` is what a function converts to an array: a Tensor, a NumPy array or scalar, a
+Python number or a nested sequence of them. ``Array`` is what an ``rlgrad.numpy`` function
+returns: NumPy's own result for NumPy input, a Tensor for Tensor input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:  # rlgrad.tensor imports this module's names for its annotations only
+    from rlgrad.device import device
+    from rlgrad.random import Generator
+    from rlgrad.tensor import Tensor
+
+ArrayLike: TypeAlias = "Tensor | npt.ArrayLike"
+Array: TypeAlias = "Tensor | np.ndarray"
+#: a dtype, its name or type, or None for the default (NumPy 2's DTypeLike leaves None out)
+DTypeLike: TypeAlias = npt.DTypeLike | None
+#: a shape: one length, or one per dimension
+ShapeLike: TypeAlias = int | Sequence[int]
+#: the dimensions a reduction runs over: one, several, or None for all
+Axis: TypeAlias = int | Sequence[int] | None
+#: ``"cpu"``, ``rlgrad.device("cpu")`` or None (rlgrad computes on the CPU only)
+DeviceLike: TypeAlias = "str | device | None"
+#: NumPy's ``pad`` modes (``rlgrad.numpy.pad``)
+PadMode: TypeAlias = Literal["constant", "edge", "linear_ramp", "maximum", "mean", "median", "minimum",
+                             "reflect", "symmetric", "wrap", "empty"]
+#: the random stream a sampler draws from: rlgrad's ``Generator``, NumPy's, or None for the
+#: global one (``rlgrad.manual_seed``)
+GeneratorLike: TypeAlias = "Generator | np.random.Generator | None"
