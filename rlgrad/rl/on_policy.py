@@ -125,24 +125,18 @@ class OnPolicyAlgorithm(BaseAlgorithm):
 
             loop_spec(self)
 
-    def learn(self, total_timesteps: int, callback: Any = None, log_interval: int | None = None,
-              tb_log_name: str | None = None, reset_num_timesteps: bool = True,
-              progress_bar: bool = False) -> OnPolicyAlgorithm:
-        """SB3's ``learn``; with ``compile_loop=True`` every update runs in one compiled program
+    def _compiled_iteration(self, callback: BaseCallback | None) -> bool:
+        """compile_loop=True: the whole remaining budget as one compiled program
         (``rlgrad.rl.compiled_loop``), which calls no callback."""
-        if not self.compile_loop:
-            return super().learn(total_timesteps, callback, log_interval, tb_log_name,
-                                 reset_num_timesteps, progress_bar)
-        if callback is not None or progress_bar:
+        if callback is not None:
             raise ValueError(f"{type(self).__name__}(compile_loop=True) runs the whole training "
-                             "as one program and calls no callback: pass callback=None and "
-                             "progress_bar=False, or leave compile_loop False")
+                             "as one program and calls no callback: pass callback=None, or "
+                             "leave compile_loop False")
         from rlgrad.rl.compiled_loop import learn_compiled
 
-        if reset_num_timesteps:
-            self.num_timesteps = 0
-        learn_compiled([self], total_timesteps)
-        return self
+        learn_compiled([self], self._total_timesteps - self.num_timesteps)
+        self.logger.dump(self.num_timesteps)
+        return True
 
     def _make_policy(self) -> ActorCriticPolicy:
         """The algorithm's ActorCriticPolicy from ``policy_kwargs``, or the user's policy class
@@ -242,6 +236,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         return self.policy.values_numpy(obs)
 
     def _iteration(self, callback: BaseCallback | None) -> bool:
+        if self.compile_loop:
+            return self._compiled_iteration(callback)
         if not self.collect_rollouts(callback):
             return False
         self._update_progress()

@@ -167,6 +167,8 @@ def learn_compiled(models: Sequence[Any], total_timesteps: int) -> None:
         state = initial_state(models, spec)
     start = models[0].num_timesteps
     sched = schedule(models[0], total_timesteps, start)
+    for m in models:  # (learn's bookkeeping, for models trained together by train_seeds)
+        m._total_timesteps = max(m._total_timesteps, start + int(total_timesteps))
     state, (ret_sum, n_done) = run_loop(models, spec, state, sched)
     per = models[0].n_steps * models[0].n_envs
     _write_back(models, state, ret_sum, n_done, per * len(sched["lr"]))

@@ -173,7 +173,7 @@ def test_a_gymnasium_env_is_refused_in_one_line() -> None:
 
 def test_callbacks_and_target_kl_are_refused() -> None:
     model = PPO("CartPole-v1", compile_loop=True, n_envs=2, n_steps=32, batch_size=32)
-    with pytest.raises(ValueError, match="no callback"):
+    with pytest.raises(ValueError, match="calls no callback"):
         model.learn(64, callback=lambda *a: True)
     with pytest.raises(ValueError, match="target_kl"):
         PPO("CartPole-v1", compile_loop=True, target_kl=0.01)
