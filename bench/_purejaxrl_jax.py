@@ -91,7 +91,12 @@ class LogWrapper:
         return jnp.reshape(obs, (-1,)), _LogState(env_state, z, zi, z, zi, zi)
 
     def step(self, key: jax.Array, state: _LogState, action: jax.Array, params: Any) -> tuple:
-        obs, env_state, reward, done, info = self._env.step(key, state.env_state, action, params)
+        out = self._env.step(key, state.env_state, action, params)
+        if len(out) == 6:  # gymnax >= 1.0: (obs, state, reward, terminated, truncated, info)
+            obs, env_state, reward, term, trunc, info = out
+            done = jnp.logical_or(term, trunc)  # PureJaxRL's one done flag
+        else:
+            obs, env_state, reward, done, info = out
         ret = state.episode_returns + reward
         length = state.episode_lengths + 1
         state = _LogState(

@@ -1,6 +1,7 @@
 """PPO on CartPole-v1 with PureJaxRL's configuration: rlgrad vs PureJaxRL, whole-process wall time.
 
     .venv/bin/python bench/purejaxrl.py [--repeat 3] [--seed 0] [--no-jax] [--no-floor]
+                                        [--no-loop] [--no-vmap] [--learning 0-4]
 
 PureJaxRL (Lu et al., 2022, "Discovered Policy Optimisation") compiles the whole PPO loop
 (environment, rollout, update) into one XLA program. Its ``purejaxrl/ppo.py`` is a script, not a
@@ -32,6 +33,14 @@ interleaved, ``--repeat`` times; the table gives medians and the median of the p
 ``returned_episode_returns`` metric; rlgrad's episode statistics), and for rlgrad also 20
 deterministic evaluation episodes (run after training, their time not counted).
 Without ``jax``, ``flax``, ``optax`` and ``gymnax`` (``pip install -e .[bench]``), rlgrad runs alone.
+
+The compiled loop (issue 31; ``--no-loop`` leaves it out): rlgrad's PPO with
+``compile_loop=True`` on the functional CartPole (``rlgrad.rl.compiled_loop``: rollout, GAE and
+epochs as one ``rlgrad.jit`` program, its tracing and compiling inside the time as XLA's is in
+PureJaxRL's), and 8 seeds as one such program (a seed axis on every array) beside PureJaxRL's
+``jax.jit(jax.vmap(train))`` over 8 keys (``--no-vmap`` leaves both out); those two rows count
+8 runs' steps and give the seeds' mean return. ``--learning 0-4`` does not time: it trains the
+seeds with compile_loop as one program and evaluates each (the ">= 475 on seeds 0-4" check).
 
 Two more rows (``--no-floor`` leaves them out), each its own process too: the NumPy floor
 (``bench/_numpy_ppo.py``: the same PPO, PureJaxRL's loss and configuration, written by hand in
@@ -130,6 +139,68 @@ def _rlgrad_train(seed: int) -> dict:
             "eval_cpu_s": time.process_time() - c1, "steps": model.num_timesteps}
 
 
+def _loop_returns(model: object, updates: int = 10, episodes: int = 10) -> float:
+    """The mean return of the episodes that ended in the compiled loop's last ``updates``
+    updates, the window widened until it holds ``episodes`` episodes (A2C's updates are short)."""
+    ret_sum, n_done = model.loop_returns  # type: ignore[attr-defined]
+    k = updates
+    while k < len(n_done) and n_done[-k:].sum() < episodes:
+        k += updates
+    n = n_done[-k:].sum()
+    return float(ret_sum[-k:].sum() / n) if n else float("nan")
+
+
+def _loop_train(seed: int) -> dict:
+    """rlgrad's PPO with ``compile_loop=True``: the whole training as one compiled program on the
+    functional CartPole (tracing and compiling included in the time, as XLA's is for PureJaxRL)."""
+    from rlgrad.rl import PPO, evaluate
+
+    t0 = time.perf_counter()
+    model = PPO(CONFIG["ENV_NAME"], seed=seed, compile_loop=True, **RLGRAD_KWARGS)
+    model.learn(CONFIG["TOTAL_TIMESTEPS"])
+    dt = time.perf_counter() - t0
+    t1, c1 = time.perf_counter(), time.process_time()
+    mean, std = evaluate(model, CONFIG["ENV_NAME"], n_episodes=20)
+    return {"train_s": dt, "return": _loop_returns(model), "eval_mean": mean, "eval_std": std,
+            "eval_s": time.perf_counter() - t1, "eval_cpu_s": time.process_time() - c1,
+            "steps": model.num_timesteps}
+
+
+def _loop_seeds_train(seed: int) -> dict:
+    """``N_SEEDS`` seeds (seed, seed + 1, ...) as one compiled program (a seed axis on every
+    array: PureJaxRL's vmap over seeds)."""
+    from rlgrad.rl import PPO
+    from rlgrad.rl.compiled_loop import train_seeds
+
+    t0 = time.perf_counter()
+    models = train_seeds(PPO, CONFIG["ENV_NAME"], range(seed, seed + N_SEEDS),
+                         CONFIG["TOTAL_TIMESTEPS"], **RLGRAD_KWARGS)
+    dt = time.perf_counter() - t0
+    rets = [_loop_returns(m) for m in models]
+    return {"train_s": dt, "return": float(sum(rets) / len(rets)), "returns": rets,
+            "steps": sum(m.num_timesteps for m in models)}
+
+
+def _jax_seeds_train(seed: int) -> dict:
+    """PureJaxRL's ``jax.jit(jax.vmap(make_train(config)))`` over ``N_SEEDS`` keys."""
+    import jax
+    import numpy as np
+
+    from bench._purejaxrl_jax import make_train
+
+    t0 = time.perf_counter()
+    train = jax.jit(jax.vmap(make_train(CONFIG)))
+    out = jax.block_until_ready(train(jax.random.split(jax.random.PRNGKey(seed), N_SEEDS)))
+    dt = time.perf_counter() - t0
+    m = out["metrics"]
+    done = np.asarray(m["returned_episode"])[:, -10:]
+    rets = np.asarray(m["returned_episode_returns"])[:, -10:]
+    per_seed = [float(np.mean(r[d])) if d.any() else float("nan") for r, d in zip(rets, done)]
+    return {"train_s": dt, "return": float(np.mean(per_seed)), "returns": per_seed,
+            "steps": int(np.asarray(m["timestep"])[:, -1, -1, 0].sum()) * CONFIG["NUM_ENVS"],
+            "jax": jax.__version__, "backend": jax.default_backend()}
+
+
 def _floor_train(seed: int) -> dict:
     from bench._numpy_ppo import PUREJAXRL, train
 
@@ -144,8 +215,12 @@ def _env_train(seed: int) -> dict:
     return {k: res[k] for k in ("train_s", "steps")} | {"return": float("nan")}
 
 
-SIDES = {"jax": _jax_train, "rlgrad": _rlgrad_train, "numpy": _floor_train, "env": _env_train}
-NAMES = {"rlgrad": "rlgrad", "jax": "PureJaxRL", "numpy": "NumPy floor", "env": "env alone"}
+N_SEEDS = 8  # the vectorised rows: seeds seed .. seed + 7 in one program
+SIDES = {"jax": _jax_train, "rlgrad": _rlgrad_train, "loop": _loop_train, "numpy": _floor_train,
+         "env": _env_train, "loop8": _loop_seeds_train, "jax8": _jax_seeds_train}
+NAMES = {"rlgrad": "rlgrad", "jax": "PureJaxRL", "numpy": "NumPy floor", "env": "env alone",
+         "loop": "rlgrad compile_loop", "loop8": f"rlgrad compile_loop x{N_SEEDS}",
+         "jax8": f"PureJaxRL vmap x{N_SEEDS}"}
 
 
 def child(side: str, seed: int) -> None:
@@ -154,7 +229,7 @@ def child(side: str, seed: int) -> None:
 
 
 # ---- the driver: each side as a subprocess, interleaved --------------------------------------------
-def run_side(side: str, seed: int) -> dict:
+def run_side(side: str, seed: int, timeout: float | None = None) -> dict:
     env = dict(os.environ)
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = "1"
@@ -162,8 +237,12 @@ def run_side(side: str, seed: int) -> dict:
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
     t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run([sys.executable, "-m", "bench.purejaxrl", "--child", side, "--seed",
-                        str(seed)], cwd=ROOT, env=env, capture_output=True, text=True)
+    try:
+        p = subprocess.run([sys.executable, "-m", "bench.purejaxrl", "--child", side, "--seed",
+                            str(seed)], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{side} run did not finish in {timeout:.0f} s (--timeout)") from None
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
@@ -194,22 +273,48 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="one run of each side")
     ap.add_argument("--no-floor", action="store_true",
                     help="leave out the NumPy floor and environment-alone rows")
+    ap.add_argument("--no-loop", action="store_true",
+                    help="leave out the compile_loop rows (one seed, and N_SEEDS vectorised)")
+    ap.add_argument("--no-vmap", action="store_true",
+                    help=f"leave out the {N_SEEDS}-seed rows (compile_loop and PureJaxRL's vmap)")
+    ap.add_argument("--learning", metavar="SEEDS", default=None,
+                    help="instead of timing: train these seeds (e.g. 0-4) with compile_loop as "
+                    "one program and evaluate each (20 deterministic episodes)")
+    ap.add_argument("--config", choices=("purejaxrl", "preset"), default="purejaxrl",
+                    help="--learning's configuration: PureJaxRL's (500k steps) or rlgrad's "
+                    "CartPole-v1 preset for --algo (rlgrad/presets)")
+    ap.add_argument("--algo", default="ppo", choices=("ppo", "a2c", "reinforce"),
+                    help="--learning --config preset: the algorithm")
+    ap.add_argument("--timeout", type=float, default=None, metavar="S",
+                    help="stop a side's process after S seconds and leave the side out")
     ap.add_argument("--child", choices=tuple(SIDES), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         child(args.child, args.seed)
+        return
+    if args.learning:
+        learning(args.learning, args.config, args.algo)
         return
     jax_ok = not args.no_jax and have_jax()
     if not jax_ok and not args.no_jax:
         print("jax / flax / optax / gymnax not installed (pip install -e .[bench]): rlgrad only",
               file=sys.stderr)
     repeat = 1 if args.quick else max(args.repeat, 1)
-    sides = ["rlgrad"] + (["jax"] if jax_ok else []) + ([] if args.no_floor else ["numpy", "env"])
+    sides = ["rlgrad"] + (["jax"] if jax_ok else []) + ([] if args.no_loop else ["loop"])
+    if not args.no_vmap:
+        sides += ([] if args.no_loop else ["loop8"]) + (["jax8"] if jax_ok else [])
+    sides += [] if args.no_floor else ["numpy", "env"]
     runs: dict[str, list[dict]] = {k: [] for k in sides}
     for i in range(repeat):
         msg = []
-        for side in sides:
-            r = run_side(side, args.seed)
+        for side in list(sides):
+            try:
+                r = run_side(side, args.seed, args.timeout)
+            except RuntimeError as e:  # (one side's failure or hang leaves the others' rows)
+                print(f"{NAMES[side]} left out: {str(e).splitlines()[0]}", file=sys.stderr)
+                sides.remove(side)
+                del runs[side]
+                continue
             runs[side].append(r)
             ret = "" if side == "env" else f" return {r['return']:.1f}"
             msg.append(f"{NAMES[side]} {r['wall_s']:.1f} s (CPU {r['cpu_s']:.1f}, train "
@@ -232,23 +337,55 @@ def _table(args: argparse.Namespace, repeat: int, runs: dict[str, list[dict]]) -
           + " | ".join(f"{'wall' if k == 'wall_s' else 'CPU'} / {NAMES[s]}" for s, k in keys) + " |")
     print("|---|---:|---:|---:|---:|---:|---|" + "---:|" * len(keys))
     label = {"rlgrad": "rlgrad PPO", "numpy": "NumPy floor PPO (bench/_numpy_ppo.py)",
-             "env": "environment alone (same env and steps, random actions)"}
+             "env": "environment alone (same env and steps, random actions)",
+             "loop": "rlgrad PPO, compile_loop=True (one program, compile included)",
+             "loop8": f"rlgrad PPO, compile_loop, {N_SEEDS} seeds vectorised in one program"}
     for side, xs in runs.items():
         x = xs[-1]
-        name = label.get(side) or f"PureJaxRL PPO (jax {x['jax']}, {x['backend']})"
+        vmap = f", vmap over {N_SEEDS} seeds" if side == "jax8" else ""
+        name = label.get(side) or f"PureJaxRL PPO (jax {x['jax']}, {x['backend']}{vmap})"
         ev = f"{x['eval_mean']:.1f} ± {x['eval_std']:.1f}" if "eval_mean" in x else "-"
         ret = "-" if side == "env" else f"{x['return']:.1f}"
-        train = f"{med(xs, 'train_s'):.1f}" + (" (compile + train)" if side == "jax" else "")
+        compiled = side in ("jax", "jax8", "loop", "loop8")
+        train = f"{med(xs, 'train_s'):.1f}" + (" (compile + train)" if compiled else "")
         ratios = " | ".join(f"{statistics.median(a[k] / b[k] for a, b in zip(xs, runs[s])):.2f}"
                             for s, k in keys)
         print(f"| {name} | {med(xs, 'wall_s'):.1f} | {med(xs, 'cpu_s'):.1f} | {train} | "
               f"{x['steps']} | {ret} | {ev} | {ratios} |")
-    for s in [x for x in runs if x != "rlgrad"]:
+    pairs = [("rlgrad", s) for s in runs if s not in ("rlgrad", "loop8", "jax8")]
+    pairs += [(a, b) for a, b in (("loop", "jax"), ("loop", "rlgrad"), ("loop8", "jax8"))
+              if a in runs and b in runs]
+    for a, b in pairs:
         for k, name in (("wall_s", "wall"), ("cpu_s", "CPU")):
-            ratio = statistics.median(a[k] / b[k] for a, b in zip(runs["rlgrad"], runs[s]))
-            print(f"\nrlgrad / {NAMES[s]} whole-process {name} time: {ratio:.2f}x (median of the "
-                  "per-pair ratios)")
+            ratio = statistics.median(x[k] / y[k] for x, y in zip(runs[a], runs[b]))
+            print(f"\n{NAMES[a]} / {NAMES[b]} whole-process {name} time: {ratio:.2f}x (median of "
+                  "the per-pair ratios)")
     print("\n(ratio columns: medians of the per-run ratios of the row's process to the column's)")
+
+
+def learning(text: str, config: str = "purejaxrl", algo: str = "ppo") -> None:
+    """The compile_loop learning check: the seeds as one program, each evaluated; PureJaxRL's
+    configuration (PPO), or rlgrad's CartPole-v1 preset of ``algo``."""
+    from rlgrad.cli.build import resolve
+    from rlgrad.cli.seeds import parse_seeds
+    from rlgrad.rl import evaluate
+    from rlgrad.rl.compiled_loop import train_seeds
+
+    seeds = parse_seeds(text)
+    spec = resolve(CONFIG["ENV_NAME"], algo, seeds[0], None, None, None, [])
+    if config == "purejaxrl":
+        kwargs, steps = RLGRAD_KWARGS, CONFIG["TOTAL_TIMESTEPS"]
+    else:
+        kwargs, steps = spec.hyperparams, spec.total_timesteps
+    t0 = time.perf_counter()
+    models = train_seeds(spec.cls, CONFIG["ENV_NAME"], seeds, steps, **kwargs)
+    print(f"{spec.cls.__name__} compile_loop, {config} configuration ({steps} steps), seeds {text} "
+          f"as one program: {time.perf_counter() - t0:.1f} s (compile included; load "
+          f"{os.getloadavg()[0]:.1f})\n\n| seed | return (last 10 updates, >= 10 episodes) | "
+          "deterministic eval (20 ep.) |\n|---:|---:|---|")
+    for m in models:
+        mean, std = evaluate(m, CONFIG["ENV_NAME"], n_episodes=20)
+        print(f"| {m.seed} | {_loop_returns(m):.1f} | {mean:.1f} ± {std:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

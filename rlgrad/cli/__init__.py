@@ -50,6 +50,9 @@ def _ray_arguments(p: argparse.ArgumentParser, runners: bool) -> None:
         p.add_argument("--seeds", default=None, metavar="SEEDS",
                        help="train these seeds (0-4, 0,1,5) in parallel on Ray, each an "
                        "ordinary run under --run-dir/seed-S, plotted together")
+        p.add_argument("--vectorize", action="store_true",
+                       help="with --seeds: the seeds as one compiled program in this process "
+                       "(compile_loop=True, PureJaxRL's vmap over seeds; functional envs only)")
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="the Ray cluster of a run with env runners (host:port of `ray start "
                    "--head`, or auto); default: a local Ray")
@@ -250,6 +253,13 @@ def _dispatch(args: argparse.Namespace, argv: list[str]) -> int:
             if args.env_runners < 1:
                 raise CLIError(f"--env-runners must be at least 1, got {args.env_runners}")
             sets.append(f"env_runners={args.env_runners}")
+        if args.vectorize:
+            if args.seeds is None:
+                raise CLIError("--vectorize trains several seeds as one program: give --seeds "
+                               "(e.g. --seeds 0-7)")
+            from rlgrad.cli.vectorized import cmd_train_vectorized
+
+            return cmd_train_vectorized(args, argv)
         if args.seeds is not None:
             from rlgrad.cli.seeds import cmd_train_seeds
 

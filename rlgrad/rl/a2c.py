@@ -25,11 +25,13 @@ class A2C(OnPolicyAlgorithm):
                  normalize_advantage: bool = False, rollout_buffer_class: str | None = None,
                  rollout_buffer_kwargs: dict | None = None, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
-                 seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
+                 seed: int | None = None, verbose: int = 0, compile_loop: bool = False,
+                 **env_options: Any) -> None:
         super().__init__(env, learning_rate, n_steps, gamma, gae_lambda, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, rollout_buffer_class=rollout_buffer_class,
-                         rollout_buffer_kwargs=rollout_buffer_kwargs, **env_options)
+                         rollout_buffer_kwargs=rollout_buffer_kwargs,
+                         compile_loop=compile_loop, **env_options)
         self._params = list(self.policy.parameters())
         if use_rms_prop:
             # SB3's A2C: torch's RMSprop (eps outside the root, averages from zero); the
@@ -39,4 +41,5 @@ class A2C(OnPolicyAlgorithm):
         else:
             self.optimizer = self.make_optimizer(self._params)
         self.policy.optimizer = self.optimizer  # SB3's model.policy.optimizer
+        self._check_compile_loop()
 

@@ -106,7 +106,10 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                  seed: int | None = None, verbose: int = 0, rollout_buffer_class: str | None = None,
                  rollout_buffer_kwargs: dict[str, Any] | None = None,
                  use_sde: bool = False, sde_sample_freq: int = -1,
-                 **env_options: Any) -> None:
+                 compile_loop: bool = False, **env_options: Any) -> None:
+        self.compile_loop = bool(compile_loop)
+        if self.compile_loop and isinstance(env, str) and env_options.get("vectorization_mode") is None:
+            env_options["vectorization_mode"] = "functional"  # the id's functional form
         super().__init__(env, seed=seed, n_envs=n_envs, normalize=normalize,
                          learning_rate=learning_rate, gamma=gamma, policy_kwargs=policy_kwargs,
                          verbose=verbose, **env_options)
@@ -142,6 +145,27 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         self._clip_actions = isinstance(a_space, (spaces.Box, *action_dists.MULTI_ACTION_SPACES))
         if isinstance(a_space, spaces.Box):
             self._low, self._high = a_space.low, a_space.high
+
+    def _check_compile_loop(self) -> None:
+        """compile_loop=True: refused in one line unless the env is functional (at the end of
+        the algorithm's constructor, when the optimizer exists)."""
+        if self.compile_loop:
+            from rlgrad.rl.compiled_loop import loop_spec
+
+            loop_spec(self)
+
+    def _compiled_iteration(self, callback: BaseCallback | None) -> bool:
+        """compile_loop=True: the whole remaining budget as one compiled program
+        (``rlgrad.rl.compiled_loop``), which calls no callback."""
+        if callback is not None:
+            raise ValueError(f"{type(self).__name__}(compile_loop=True) runs the whole training "
+                             "as one program and calls no callback: pass callback=None, or "
+                             "leave compile_loop False")
+        from rlgrad.rl.compiled_loop import learn_compiled
+
+        learn_compiled([self], self._total_timesteps - self.num_timesteps)
+        self.logger.dump(self.num_timesteps)
+        return True
 
     def _make_policy(self) -> ActorCriticPolicy:
         """The algorithm's ActorCriticPolicy from ``policy_kwargs``, or the user's policy class
@@ -271,6 +295,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         return self.policy.values_numpy(obs)
 
     def _iteration(self, callback: BaseCallback | None) -> bool:
+        if self.compile_loop:
+            return self._compiled_iteration(callback)
         if not self.collect_rollouts(callback):
             return False
         self._update_progress()

@@ -80,6 +80,8 @@ class PPO(OnPolicyAlgorithm):
     #: minibatches of one shape (the ragged last one padded): the compiled step, and the whole
     #: rollout as one batch when it fits; False (RecurrentPPO's padded sequences): eager
     fixed_shape_batches: ClassVar[bool] = True
+    #: the policy loss the compiled loop (rlgrad.rl.compiled_loop) traces
+    clipped_surrogate = staticmethod(clipped_surrogate_loss)
 
     def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 3e-4, n_steps: int = 2048,
                  batch_size: int = 64, n_epochs: int = 10, gamma: float = 0.99,
@@ -89,11 +91,13 @@ class PPO(OnPolicyAlgorithm):
                  rollout_buffer_class: str | None = None,
                  rollout_buffer_kwargs: dict | None = None, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
-                 seed: int | None = None, verbose: int = 0, **env_options: Any) -> None:
+                 seed: int | None = None, verbose: int = 0, compile_loop: bool = False,
+                 **env_options: Any) -> None:
         super().__init__(env, learning_rate, n_steps, gamma, gae_lambda, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, rollout_buffer_class=rollout_buffer_class,
-                         rollout_buffer_kwargs=rollout_buffer_kwargs, **env_options)
+                         rollout_buffer_kwargs=rollout_buffer_kwargs,
+                         compile_loop=compile_loop, **env_options)
         self.batch_size = int(batch_size)
         self.n_epochs = int(n_epochs)
         self.clip_range = FloatSchedule(get_schedule_fn(clip_range))  # SB3's types
@@ -103,6 +107,7 @@ class PPO(OnPolicyAlgorithm):
         self._params = list(self.policy.parameters())
         self.optimizer = self.make_optimizer(self._params, eps=1e-5)
         self.policy.optimizer = self.optimizer  # SB3's model.policy.optimizer
+        self._check_compile_loop()
 
     # ---- the update: the loss once, run compiled (whole rollout) or eager (minibatches) -----
     def loss(self, b: dict[str, Any], use_entropy: bool) -> tuple[Any, dict[str, Any]]:

@@ -25,13 +25,14 @@ class REINFORCE(OnPolicyAlgorithm):
                  max_grad_norm: float | None = None, normalize_advantage: bool = True,
                  n_envs: int | None = None, normalize: bool | dict = False,
                  policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
-                 **env_options: Any) -> None:
+                 compile_loop: bool = False, **env_options: Any) -> None:
         if n_envs is None:  # 8 copies average the high-variance returns; an instance is one env
             n_envs = 1 if isinstance(env, gym.Env) else 8
             self._hyperparams["n_envs"] = n_envs
         super().__init__(env, learning_rate, n_steps, gamma, 1.0, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
-                         seed, verbose, **env_options)
+                         seed, verbose, compile_loop=compile_loop, **env_options)
         self._params = list(self.policy.parameters())
         self.optimizer = self.make_optimizer(self._params)
+        self._check_compile_loop()
 

@@ -103,7 +103,8 @@ class AcrobotFunctional(FuncEnv):
 
     def initial(self, rng: np.random.Generator, params: Any = None) -> np.ndarray:
         # Gymnasium keeps the first state in float32, then steps in float64
-        return rng.uniform(low=-0.1, high=0.1, size=(4,)).astype(np.float32).astype(np.float64)
+        first = rnp.asarray(rng.uniform(low=-0.1, high=0.1, size=(4,)), dtype=np.float32)
+        return rnp.asarray(first, dtype=np.float64)
 
     def _derivatives(self, s: list[Array], torque: Array) -> list[Array]:
         """d(theta1, theta2, dtheta1, dtheta2)/dt, Gymnasium's ``_dsdt`` in its order of
@@ -170,7 +171,8 @@ class MountainCarFunctional(_MountainCar):
     action_space = spaces.Discrete(3)
 
     def initial(self, rng: np.random.Generator, params: Any = None) -> np.ndarray:
-        return np.array([rng.uniform(low=-0.6, high=-0.4), 0.0])
+        position = rng.uniform(low=-0.6, high=-0.4)  # (a batch of positions for a KeyBatch)
+        return rnp.stack([position, rnp.zeros_like(position)], axis=-1)
 
     def transition(self, state: Array, action: Array, rng: Any = None, params: Any = None) -> Array:
         position, velocity = _column(state, 0), _column(state, 1)
@@ -197,7 +199,9 @@ class MountainCarContinuousFunctional(_MountainCar):
     def initial(self, rng: np.random.Generator, params: Any = None) -> np.ndarray:
         # float32, as Gymnasium's state is from the second step on (its first step, from the
         # float64 draw, differs from this one by float32 rounding)
-        return np.array([rng.uniform(low=-0.6, high=-0.4), 0.0], dtype=np.float32)
+        position = rng.uniform(low=-0.6, high=-0.4)
+        return rnp.asarray(rnp.stack([position, rnp.zeros_like(position)], axis=-1),
+                           dtype=np.float32)
 
     def transition(self, state: Array, action: Array, rng: Any = None, params: Any = None) -> Array:
         position, velocity = _column(state, 0), _column(state, 1)

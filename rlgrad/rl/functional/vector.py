@@ -18,6 +18,8 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from rlgrad.rl.functional.keys import ENV_STREAM, KeyGenerator
+
 
 def _seeds(seed: int | list[int | None] | None, n: int) -> list[int | None]:
     """Gymnasium's vector-env rule: an int seeds copy i with seed + i; a list gives each its own."""
@@ -30,21 +32,32 @@ def _seeds(seed: int | list[int | None] | None, n: int) -> list[int | None]:
 
 
 class FunctionalVectorEnv(VectorEnv):
-    """``num_envs`` copies of ``func_env`` stepped as one batch of states."""
+    """``num_envs`` copies of ``func_env`` stepped as one batch of states. ``key_rng=True``: a
+    copy seeded with ``s`` draws its first states from ``KeyGenerator.from_seed(s, ENV_STREAM)``
+    (the compiled loop's stream, ``rlgrad.rl.functional.keys``) instead of Gymnasium's
+    ``np_random(s)``, so an eager run starts its episodes where the compiled loop does."""
 
     def __init__(self, func_env: FuncEnv, num_envs: int = 1,
-                 max_episode_steps: int | None = None) -> None:
+                 max_episode_steps: int | None = None, key_rng: bool = False) -> None:
         self.func_env, self.num_envs, self.max_episode_steps = func_env, num_envs, max_episode_steps
+        self.key_rng = key_rng
         self.single_observation_space = func_env.observation_space
         self.single_action_space = func_env.action_space
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP}
         self.render_mode = None
-        self._rngs = [seeding.np_random()[0] for _ in range(num_envs)]
+        self._rngs: list[Any] = [self._generator(None) for _ in range(num_envs)]
         self.state: np.ndarray | None = None
         self._steps = np.zeros(num_envs, dtype=np.int64)
         self._autoreset = np.zeros(num_envs, dtype=bool)
+
+    def _generator(self, seed: int | None) -> Any:
+        """Copy's generator for ``seed`` (None: from the OS's entropy)."""
+        if self.key_rng:
+            s = int(np.random.SeedSequence().entropy % 2**62) if seed is None else seed
+            return KeyGenerator.from_seed(s, ENV_STREAM)
+        return seeding.np_random(seed)[0]
 
     def _initial(self, which: np.ndarray) -> None:
         """New first states for the copies in ``which`` (from each copy's own generator)."""
@@ -62,7 +75,7 @@ class FunctionalVectorEnv(VectorEnv):
                              "reset options; use gym.make_vec for custom reset bounds")
         for i, s in enumerate(_seeds(seed, self.num_envs)):
             if s is not None:  # else the copy goes on with its generator, as Gymnasium's
-                self._rngs[i] = seeding.np_random(s)[0]
+                self._rngs[i] = self._generator(s)
         self.state = None
         self._initial(np.ones(self.num_envs, dtype=bool))
         self._autoreset[:] = False
