@@ -176,6 +176,7 @@ RANGES: dict[str, Range] = {
     "use_sde": _FLAG,
     "sde_sample_freq": Range(-1, integer=True),
     "use_sde_at_warmup": _FLAG,
+    "compile_loop": _FLAG,  # the whole training loop as one jitted program (functional envs)
     # ARS
     "n_delta": Range(1, 100_000, integer=True),
     "n_top": Range(1, integer=True, none_ok=True),
