@@ -881,16 +881,6 @@ def batch_norm(input: Tensor, running_mean: np.ndarray | None, running_var: np.n
 # ---------------------------------------------------------------------------------------------
 # Losses
 # ---------------------------------------------------------------------------------------------
-def _reduce(loss: Any, reduction: str) -> Any:
-    if reduction == "mean":
-        return ops.mean(loss)
-    if reduction == "sum":
-        return ops.sum(loss)
-    if reduction == "none":
-        return loss
-    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-
-
 def _check_same_shape(input: Any, target: Any, name: str) -> None:  # noqa: A002
     si, st = _shape(input), _shape(target)
     if si != st and si != () and st != ():  # a scalar target (e.g. 0.0) is fine
@@ -1254,5 +1244,6 @@ def pad(input: Tensor, pad: Any, mode: str = "constant", value: float | None = N
 
 from rlgrad.nn import functional_extra as _extra  # noqa: E402 - poolings, activations, losses
 from rlgrad.nn.functional_extra import *  # noqa: E402, F403
+from rlgrad.nn.functional_extra import _reduce  # noqa: E402 - the losses' reduction, declared once there
 
 __all__ += _extra.__all__

@@ -241,13 +241,14 @@ def gumbel_softmax(logits: Tensor, tau: float = 1.0, hard: bool = False, eps: fl
 
 
 def _reduce(loss: Any, reduction: str) -> Any:
+    """torch's ``reduction`` of a loss (every loss of ``functional`` and this module uses it)."""
     if reduction == "mean":
         return ops.mean(loss)
     if reduction == "sum":
         return ops.sum(loss)
     if reduction == "none":
         return loss
-    raise ValueError(f"{reduction} is not a valid value for reduction (use 'mean', 'sum' or 'none')")
+    raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
 def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True,  # noqa: A002
