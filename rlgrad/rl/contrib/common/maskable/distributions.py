@@ -11,6 +11,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlgrad import nn, ops
+from rlgrad.rl.common.distributions import Distribution  # get_actions and the *_from_params
 from rlgrad.rl.maskable import HUGE_NEG, MaskableCategorical
 from rlgrad.tensor import Tensor
 
@@ -39,7 +40,7 @@ def _not_set(what: str) -> DistributionNotSetError:
                                    "proba_distribution(action_logits) first")
 
 
-class MaskableCategoricalDistribution:
+class MaskableCategoricalDistribution(Distribution):
     """sb3-contrib's: a masked Categorical over ``action_dim`` actions."""
 
     def __init__(self, action_dim: int) -> None:
@@ -73,21 +74,11 @@ class MaskableCategoricalDistribution:
     def mode(self) -> Tensor:
         return ops.argmax(self.distribution.logits, axis=1)
 
-    def get_actions(self, deterministic: bool = False) -> Tensor:
-        return self.mode() if deterministic else self.sample()
-
-    def actions_from_params(self, action_logits: Any, deterministic: bool = False) -> Tensor:
-        return self.proba_distribution(action_logits).get_actions(deterministic)
-
-    def log_prob_from_params(self, action_logits: Any) -> tuple[Tensor, Tensor]:
-        actions = self.actions_from_params(action_logits)
-        return actions, self.log_prob(actions)
-
     def apply_masking(self, masks: Any) -> None:
         self.distribution.apply_masking(masks)
 
 
-class MaskableMultiCategoricalDistribution:
+class MaskableMultiCategoricalDistribution(Distribution):
     """sb3-contrib's: independent masked Categoricals over consecutive slices of the logits,
     one per entry of ``action_dims``; the mask is one row of ``sum(action_dims)`` slots."""
 
@@ -123,16 +114,6 @@ class MaskableMultiCategoricalDistribution:
 
     def mode(self) -> Tensor:
         return ops.stack([ops.argmax(d.logits, axis=1) for d in self._parts()], axis=1)
-
-    def get_actions(self, deterministic: bool = False) -> Tensor:
-        return self.mode() if deterministic else self.sample()
-
-    def actions_from_params(self, action_logits: Any, deterministic: bool = False) -> Tensor:
-        return self.proba_distribution(action_logits).get_actions(deterministic)
-
-    def log_prob_from_params(self, action_logits: Any) -> tuple[Tensor, Tensor]:
-        actions = self.actions_from_params(action_logits)
-        return actions, self.log_prob(actions)
 
     def apply_masking(self, masks: Any) -> None:
         parts = self._parts()
