@@ -39,18 +39,20 @@ def calls_for(fn: Callable[[], Any], min_time: float = 0.02) -> int:
         n *= 2
 
 
-def interleaved(impls: dict[str, Callable[[], Any]], repeats: int,
-                min_time: float = 0.02) -> dict[str, np.ndarray]:
-    """Seconds per call of every implementation: one sample per round, ``repeats`` rounds."""
+def interleaved(impls: dict[str, Callable[[], Any]], repeats: int, min_time: float = 0.02,
+                clock: Callable[[], float] = time.perf_counter) -> dict[str, np.ndarray]:
+    """Seconds per call of every implementation: one sample per round, ``repeats`` rounds.
+    ``clock=time.process_time``: CPU seconds (the process's, all threads), which grow much less
+    than the wall clock on a host shared with other work."""
     counts = {name: calls_for(fn, min_time) for name, fn in impls.items()}
     times: dict[str, list[float]] = {name: [] for name in impls}
     for _ in range(repeats):
         for name, fn in impls.items():
             n = counts[name]
-            t0 = time.perf_counter()
+            t0 = clock()
             for _ in range(n):
                 fn()
-            times[name].append((time.perf_counter() - t0) / n)
+            times[name].append((clock() - t0) / n)
     return {name: np.array(ts) for name, ts in times.items()}
 
 

@@ -40,17 +40,8 @@ os.environ["RLGRAD_CACHE_DIR"] = tempfile.mkdtemp(prefix="rlgrad-native-bench-")
 
 
 def cpu_interleaved(impls: dict[str, Callable[[], Any]], repeats: int) -> dict[str, np.ndarray]:
-    """CPU seconds per call (the process's, all threads), interleaved rounds: on a host shared
-    with other work, wall time grows with the queue for the cores, CPU time much less."""
-    counts = {name: _timing.calls_for(fn) for name, fn in impls.items()}
-    times: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(repeats):
-        for name, fn in impls.items():
-            t0 = time.process_time()
-            for _ in range(counts[name]):
-                fn()
-            times[name].append((time.process_time() - t0) / counts[name])
-    return {name: np.array(ts) for name, ts in times.items()}
+    """CPU seconds per call, interleaved rounds (``_timing.interleaved`` on the process's clock)."""
+    return _timing.interleaved(impls, repeats, clock=time.process_time)
 
 
 def timed_first(make: Callable[[], Callable[[], Any]]) -> tuple[Callable[[], Any], float]:

@@ -85,18 +85,8 @@ def check(impls: dict[str, Callable[[], Any]], torch_fn: Callable[[], Any] | Non
 
 
 def cpu_times(impls: dict[str, Callable[[], Any]], repeats: int) -> dict[str, np.ndarray]:
-    """CPU seconds per call (``time.process_time``), interleaved rounds as ``_timing``'s: on a
-    loaded machine the wall clock counts the other processes' turns, this process's CPU time
-    much less so (one thread: both measure the same work)."""
-    counts = {name: _timing.calls_for(fn) for name, fn in impls.items()}
-    times: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(repeats):
-        for name, fn in impls.items():
-            t0 = time.process_time()
-            for _ in range(counts[name]):
-                fn()
-            times[name].append((time.process_time() - t0) / counts[name])
-    return {name: np.array(ts) for name, ts in times.items()}
+    """CPU seconds per call, interleaved rounds (``_timing.interleaved`` on the process's clock)."""
+    return _timing.interleaved(impls, repeats, clock=time.process_time)
 
 
 def main() -> None:
