@@ -3,17 +3,15 @@ NumPy recomputation, the policy delay, no target network, learning above untrain
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 import rlgrad
 from rlgrad.rl import evaluate_policy
-from rlgrad.rl.common.env_util import make_vec_env
 from rlgrad.rl.crossq import CrossQ
 
-
-def _seeded(env_id: str) -> object:
-    """An evaluation env with fixed starts: unseeded, the same model scores differently per run."""
-    return make_vec_env(env_id, n_envs=1, seed=100)
 
 def _critic_numpy(net, x: np.ndarray) -> np.ndarray:
     """One critic in train mode: BatchNorm with the batch's mean and biased variance."""
@@ -64,9 +62,9 @@ def test_policy_delay_and_no_target_updates() -> None:
     assert m.critic_optimizer.param_groups[0]["betas"] == (0.5, 0.999)
 
 
-def test_crossq_learns_pendulum() -> None:
+def test_crossq_learns_pendulum(seeded_eval_env: Callable[[str], Any]) -> None:
     m = CrossQ("Pendulum-v1", seed=0, learning_starts=200, policy_kwargs={"net_arch": [128, 128]})
-    untrained, _ = evaluate_policy(m, _seeded("Pendulum-v1"), n_eval_episodes=3, warn=False)
+    untrained, _ = evaluate_policy(m, seeded_eval_env("Pendulum-v1"), n_eval_episodes=3, warn=False)
     m.learn(2500)
-    mean, _ = evaluate_policy(m, _seeded("Pendulum-v1"), n_eval_episodes=3, warn=False)
+    mean, _ = evaluate_policy(m, seeded_eval_env("Pendulum-v1"), n_eval_episodes=3, warn=False)
     assert mean > untrained + 400, (untrained, mean)

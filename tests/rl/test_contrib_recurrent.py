@@ -4,23 +4,21 @@ short learning run on CartPole with the velocities hidden."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
 import rlgrad
 from rlgrad import nn
 from rlgrad.rl import PPO, evaluate_policy
-from rlgrad.rl.common.env_util import make_vec_env
 from rlgrad.rl.contrib import RecurrentPPO
 from rlgrad.rl.contrib.ppo_recurrent import MlpLstmPolicy
 from rlgrad.rl.recurrent_policies import lstm_numpy
 
 torch = pytest.importorskip("torch")
 
-
-def _seeded(env_id: str) -> object:
-    """An evaluation env with fixed starts: unseeded, the same model scores differently per run."""
-    return make_vec_env(env_id, n_envs=1, seed=100)
 
 
 @pytest.mark.parametrize("layers", [1, 2])
@@ -150,15 +148,15 @@ def test_policy_kwargs_of_sb3_contrib_train(tmp_path) -> None:
     np.testing.assert_array_equal(s[1], s2[1])
 
 
-def test_learns_cartpole_without_velocities() -> None:
+def test_learns_cartpole_without_velocities(seeded_eval_env: Callable[[str], Any]) -> None:
     """A short run of the zoo's preset is clearly above an untrained policy (~10-30 steps per
     episode); the full solve (500) is bench/contrib.py's."""
     from rlgrad.rl import make_from_preset
 
     m, _ = make_from_preset("ppo_lstm", "CartPoleNoVel-v1", seed=0)
-    untrained, _ = evaluate_policy(m, _seeded("CartPoleNoVel-v1"), n_eval_episodes=5,
+    untrained, _ = evaluate_policy(m, seeded_eval_env("CartPoleNoVel-v1"), n_eval_episodes=5,
                                    deterministic=True, warn=False)
     m.learn(12_000)
-    mean, _ = evaluate_policy(m, _seeded("CartPoleNoVel-v1"), n_eval_episodes=5,
+    mean, _ = evaluate_policy(m, seeded_eval_env("CartPoleNoVel-v1"), n_eval_episodes=5,
                               deterministic=True, warn=False)
     assert untrained < 60 and mean > 150, (untrained, mean)

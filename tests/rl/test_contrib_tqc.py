@@ -3,12 +3,14 @@ loss (torch), the truncated target against NumPy, sb3-contrib's policy_kwargs, l
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
 import rlgrad
 from rlgrad.rl import evaluate_policy
-from rlgrad.rl.common.env_util import make_vec_env
 from rlgrad.rl.contrib import TQC
 from rlgrad.rl.qrdqn import quantile_huber_loss, quantile_midpoints
 
@@ -16,10 +18,6 @@ torch = pytest.importorskip("torch")
 sb3_utils = pytest.importorskip("sb3_contrib.common.utils")
 
 
-
-def _seeded(env_id: str) -> object:
-    """An evaluation env with fixed starts: unseeded, the same model scores differently per run."""
-    return make_vec_env(env_id, n_envs=1, seed=100)
 
 def test_critic_loss_matches_sb3_contrib_with_gradient() -> None:
     rng = np.random.default_rng(0)
@@ -59,9 +57,9 @@ def test_truncated_target_and_policy_kwargs() -> None:
         TQC("Pendulum-v1", top_quantiles_to_drop_per_net=7, policy_kwargs={"n_quantiles": 7})
 
 
-def test_tqc_learns_pendulum() -> None:
+def test_tqc_learns_pendulum(seeded_eval_env: Callable[[str], Any]) -> None:
     m = TQC("Pendulum-v1", seed=0, learning_starts=500)
-    untrained, _ = evaluate_policy(m, _seeded("Pendulum-v1"), n_eval_episodes=3, warn=False)
+    untrained, _ = evaluate_policy(m, seeded_eval_env("Pendulum-v1"), n_eval_episodes=3, warn=False)
     m.learn(4000)
-    mean, _ = evaluate_policy(m, _seeded("Pendulum-v1"), n_eval_episodes=3, warn=False)
+    mean, _ = evaluate_policy(m, seeded_eval_env("Pendulum-v1"), n_eval_episodes=3, warn=False)
     assert mean > untrained + 300, (untrained, mean)

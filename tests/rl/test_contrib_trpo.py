@@ -4,6 +4,9 @@ trust region held by the line search, and learning above an untrained policy."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -11,7 +14,6 @@ import rlgrad
 from rlgrad import autograd
 from rlgrad.distributions import kl_divergence
 from rlgrad.rl import evaluate_policy
-from rlgrad.rl.common.env_util import make_vec_env
 from rlgrad.rl.contrib import TRPO
 from rlgrad.rl.trpo import _flat, conjugate_gradient
 
@@ -95,12 +97,9 @@ def test_policy_step_keeps_the_kl_within_target() -> None:
     assert 0 < kl < 0.005 and np.isclose(kl, stats["kl_divergence_loss"], rtol=1e-4)
 
 
-def test_trpo_learns_cartpole_and_pendulum() -> None:
-    # evaluated on seeded environments: an unseeded one draws its starts afresh on each run,
-    # and Pendulum's return over 5 random starts moved by 120 between runs of the same model
+def test_trpo_learns_cartpole_and_pendulum(seeded_eval_env: Callable[[str], Any]) -> None:
     def evaluate(model: TRPO, env_id: str) -> float:
-        env = make_vec_env(env_id, n_envs=1, seed=100)
-        return evaluate_policy(model, env, n_eval_episodes=10, warn=False)[0]
+        return evaluate_policy(model, seeded_eval_env(env_id), n_eval_episodes=10, warn=False)[0]
 
     rlgrad.manual_seed(0)
     np.random.seed(0)
