@@ -214,3 +214,23 @@ def test_vmap_of_the_jitted_loop_equals_each_example() -> None:
         assert leaf.dtype == want.dtype and leaf.tobytes() == want.tobytes()
     g = rlgrad.vmap(rlgrad.jit(rlgrad.grad(_scan_loss)))(xs)
     np.testing.assert_allclose(g, np.stack([rlgrad.grad(_scan_loss)(x) for x in xs]), rtol=1e-12)
+
+
+def test_key_stream_keeps_64_bits_through_a_compiled_loop() -> None:
+    """The compiled training loop's keys (rl/functional/keys.py) use all 64 bits and come out
+    of a jitted scan beside float64 state as eagerly."""
+    from rlgrad.rl.functional.keys import seed_keys, split, uniform
+
+    def prog(keys: Any, x: Any) -> Any:
+        def body(c: tuple, _: Any) -> tuple[tuple, Any]:
+            k, acc = c
+            k, sub = split(k)
+            return (k, acc + uniform(sub, (2,))), sub
+        return lax.scan(body, (keys, x), None, length=4)
+
+    keys = seed_keys(np.arange(8), 1)
+    x = np.zeros((8, 2))
+    eager = prog(keys, x)
+    _same_bits(rlgrad.jit(prog, check=True)(keys, x), eager)
+    subs = np.asarray(eager[1])
+    assert subs.dtype == np.uint64 and int(subs.max()) >= 2**60
