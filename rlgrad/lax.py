@@ -30,6 +30,7 @@ from rlgrad.jit import TRACE_INPUTS, _compile
 from rlgrad.ops import astype, concatenate, getitem, identity, ravel, reshape, stack, stop_gradient
 from rlgrad.tensor import Tensor, _Depth, _Trace, constant
 from rlgrad.tracer import (
+    VMAP_LEVELS,
     defjvp_argnum,
     defjvp_is_linear,
     defvjp,
@@ -93,8 +94,10 @@ def nodes_eagerly() -> Iterator[None]:
 
 
 def _tracing() -> bool:
-    """rlgrad.jit is tracing: loops become one node calling a compiled body."""
-    return _Eager.nodes > 0 or (_Trace.compiling and _Trace.tape is not None)
+    """rlgrad.jit is tracing: loops become one node calling a compiled body. Not inside vmap:
+    the nodes have no batching rule, so there a loop runs as eagerly (each op batched, the
+    trace then holds every step, as for a Python loop)."""
+    return not VMAP_LEVELS and (_Eager.nodes > 0 or (_Trace.compiling and _Trace.tape is not None))
 
 
 def _as_given(like: Any, out: Any) -> Any:

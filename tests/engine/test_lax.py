@@ -613,3 +613,20 @@ def test_a_new_trip_count_does_not_retrace_the_backward_body(monkeypatch: Any) -
         for a, b in zip(got, want):
             _close(a, b)
     assert len(traced) == 2, traced  # the body and its VJP's body, each once
+
+
+def test_jit_of_vmap_of_loops_equals_vmap_eagerly() -> None:
+    """The loop nodes have no batching rule: inside vmap, under jit too, scan and fori_loop run
+    as eagerly (each op batched); values and gradients equal vmap's without jit."""
+    def f(r: Any) -> Any:
+        c, ys = lax.scan(lambda c, y: (rnp.tanh(c * 0.5 + y), c * 2.0), rnp.zeros(()), r)
+        k = lax.fori_loop(0, 3, lambda i, v: v * r[0] + i, r[1])
+        return c + rnp.sum(ys * ys) + k
+
+    def loss(x: Any) -> Any:
+        return rnp.sum(rlgrad.vmap(f)(x) ** 2)
+
+    x = np.random.default_rng(3).standard_normal((4, 5))
+    _close(rlgrad.jit(rlgrad.vmap(f), check=True)(x), rlgrad.vmap(f)(x), tol=1e-12)
+    _close(rlgrad.jit(rlgrad.grad(loss), check=True)(x), rlgrad.grad(loss)(x), tol=1e-12)
+    _close(rlgrad.grad(loss)(x), _fd_grad(loss, (x,), 0), tol=1e-6)

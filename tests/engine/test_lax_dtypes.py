@@ -234,3 +234,10 @@ def test_key_stream_keeps_64_bits_through_a_compiled_loop() -> None:
     _same_bits(rlgrad.jit(prog, check=True)(keys, x), eager)
     subs = np.asarray(eager[1])
     assert subs.dtype == np.uint64 and int(subs.max()) >= 2**60
+
+
+def test_jit_of_vmap_of_the_mixed_loop_equals_vmap_eagerly() -> None:
+    """Inside vmap a loop runs as eagerly (each op batched), also while jit traces: the same
+    bits as vmap without jit."""
+    xs = np.array([[0.3, -0.7], [1.0, 2.0], [-0.5, 0.25]])
+    _same_bits(rlgrad.jit(rlgrad.vmap(_scan_prog), check=True)(xs), rlgrad.vmap(_scan_prog)(xs))
