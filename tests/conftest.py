@@ -37,7 +37,8 @@ LOOPS = ["c", "python", "reference"]
 
 
 # The jit test files also run with RLGRAD_JIT_CHECK=1: every replay checked against eager execution.
-JIT_CHECKED = {"test_jit.py", "test_jit_replay.py", "test_jit_stale.py"}
+JIT_CHECKED = {"test_jit.py", "test_jit_replay.py", "test_jit_stale.py", "test_jit_outputs.py",
+               "test_lax.py", "test_lax_dtypes.py"}
 
 
 def pytest_generate_tests(metafunc: Any) -> None:
