@@ -343,10 +343,12 @@ def _verify(ctx: _Lowering, kernel: Any, inputs: list[Tensor], outs: list[Any]) 
 def _wrapper(ctx: _Lowering, kernel: Any, numpy_step: Callable, n_inputs: int, outs: list[Any],
              out_src: list[str], out_def: Any, consts: dict[str, Any],
              structure_source: Callable) -> Callable:
-    """``step(a0, ...)``: the kernel's call, the NumPy replay when it declines the arguments,
-    and the output pytree built as jit builds it."""
+    """``step(a0, ...)``: the kernel's call (on C-contiguous copies of the arguments when one is
+    laid out otherwise: a copy costs less than the replay), the NumPy replay when it still
+    declines them, and the output pytree built as jit builds it."""
     namespace = dict(consts)
     namespace["_kernel"], namespace["_numpy_step"] = kernel, numpy_step
+    namespace["_c"] = np.ascontiguousarray
     args = []
     for j, (what, x) in enumerate(ctx.runtime):
         if what == "input":
@@ -366,6 +368,7 @@ def _wrapper(ctx: _Lowering, kernel: Any, numpy_step: Callable, n_inputs: int, o
 
     params = ", ".join(f"a{i}" for i in range(n_inputs))
     src = (f"def step({params}):\n    r = _kernel({', '.join(args)})\n    if r is None:\n"
+           f"        r = _kernel({', '.join(f'_c({a})' for a in args)})\n    if r is None:\n"
            f"        return _numpy_step({params})\n"
            f"    return {structure_source(out_def, iter(names), const)}\n")
     exec(compile(src, "<rlgrad.jit native>", "exec"), namespace)  # noqa: S102 - our own source

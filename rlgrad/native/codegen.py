@@ -18,9 +18,11 @@ import numpy as np
 
 CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
           np.dtype(np.int64): "int64_t", np.dtype(np.int32): "int32_t",
+          np.dtype(np.uint64): "uint64_t", np.dtype(np.uint32): "uint32_t",
           np.dtype(np.bool_): "npy_bool"}
 TYPENUMS = {np.dtype(np.float32): "NPY_FLOAT32", np.dtype(np.float64): "NPY_FLOAT64",
             np.dtype(np.int64): "NPY_INT64", np.dtype(np.int32): "NPY_INT32",
+            np.dtype(np.uint64): "NPY_UINT64", np.dtype(np.uint32): "NPY_UINT32",
             np.dtype(np.bool_): "NPY_BOOL"}
 
 
@@ -48,7 +50,10 @@ def literal(value: Any) -> str:
     if isinstance(value, bool | np.bool_):
         return "1" if value else "0"
     if isinstance(value, int | np.integer):
-        return f"INT64_C({int(value)})"
+        v = int(value)
+        if v > 2**63 - 1:  # (a uint64 above int64's range: an unsigned literal)
+            return f"UINT64_C({v})"
+        return f"INT64_C({v})" if v > -2**63 else "INT64_MIN"
     v = float(value)
     if math.isnan(v):
         return "NAN"
@@ -149,11 +154,14 @@ class Program:
 
     def reduce(self, kind: str, out: Val, x: Val, axes: Sequence[int]) -> None:
         """``out`` (x's shape without ``axes``, contiguous) = the ``kind`` ("sum", "prod", "max",
-        "min") of x over ``axes``. Sums of float32 run in double (closer to NumPy's pairwise sum
-        than a float loop), NaN propagates through max and min as in NumPy."""
+        "min", "any", "all") of x over ``axes``. Sums of float32 run in double (closer to NumPy's
+        pairwise sum than a float loop), NaN propagates through max and min as in NumPy (and is
+        true for any and all, as a nonzero)."""
         keep = [k for k in range(len(x.shape)) if k not in axes]
         if kind in ("max", "min"):
             acc_t = ctype(x.dtype)
+        elif kind in ("any", "all"):
+            acc_t = "npy_bool"
         else:
             acc_t = "double" if x.dtype.kind == "f" else "int64_t"
         oi = self._loop_vars(len(keep))
@@ -165,8 +173,9 @@ class Program:
             idx[k] = v
         xv = x.at(idx)
         first = f"({acc_t}){x.at([('0' if k in axes else idx[k]) for k in range(len(x.shape))])}"
-        init = {"sum": "0", "prod": "1"}.get(kind, first)
+        init = {"sum": "0", "prod": "1", "any": "0", "all": "1"}.get(kind, first)
         step = {"sum": f"acc += ({acc_t}){xv};", "prod": f"acc *= ({acc_t}){xv};",
+                "any": f"acc = acc || ({xv} != 0);", "all": f"acc = acc && ({xv} != 0);",
                 "max": f"{{ {acc_t} v = ({acc_t}){xv}; if (v > acc || v != v) acc = v; }}",
                 "min": f"{{ {acc_t} v = ({acc_t}){xv}; if (v < acc || v != v) acc = v; }}"}[kind]
         inner = _nest([x.shape[k] for k in axes], ri, step, simd=False)  # (once NaN, stays NaN)

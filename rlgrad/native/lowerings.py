@@ -48,6 +48,10 @@ ARITHMETIC = {
     "minimum": "({0} != {0} || {0} <= {1}) ? {0} : {1}",
     "where": "{0} ? {1} : {2}",
 }
+# integers and booleans only (NumPy has no float loops for these): computed in the result's type
+BITWISE = {
+    "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}", "bitwise_xor": "{0} ^ {1}",
+}
 # boolean results: computed in the operands' common type
 PREDICATES = {
     "greater": "{0} > {1}", "greater_equal": "{0} >= {1}", "less": "{0} < {1}",
@@ -79,7 +83,9 @@ def _elementwise(tmpl: str, kind: str) -> Callable[[Any, Any], Val]:
                 raise Unsupported(f"{e.name} of {compute}")
         if kind == "float" and out.dtype.kind != "f":
             raise Unsupported(f"{e.name} of {out.dtype}")
-        if compute.kind not in "fib":
+        if kind == "integer" and out.dtype.kind not in "iub":
+            raise Unsupported(f"{e.name} of {out.dtype}")
+        if compute.kind not in "fiub":
             raise Unsupported(f"{e.name} in {compute}")
         fmt = _template(tmpl, compute if compute.kind == "f" else np.dtype(np.float64))
         ctx.p.elementwise(out, fmt, [ctx.val(a) for a in e.args], compute)
@@ -89,7 +95,7 @@ def _elementwise(tmpl: str, kind: str) -> Callable[[Any, Any], Val]:
 
 
 for _table, _kind in ((UNARY_FLOAT, "float"), (BINARY_FLOAT, "float"), (ARITHMETIC, "any"),
-                      (PREDICATES, "predicate")):
+                      (BITWISE, "integer"), (PREDICATES, "predicate")):
     for _name, _tmpl in _table.items():
         LOWERINGS[_name] = _elementwise(_tmpl, _kind)
 
@@ -412,7 +418,7 @@ def _clip(ctx: Any, e: Any) -> Val:
     lo, hi = _params(e, ("a_min", "a_max"), (None, None))
     x = ctx.val(e.args[0])
     out = ctx.out(e)
-    if out.dtype.kind != "f":
+    if out.dtype.kind not in "fiu":
         raise Unsupported(f"clip of {out.dtype}")
     src, ins = "{0}", [x]
     for bound, op in ((lo, ">="), (hi, "<=")):
@@ -694,4 +700,103 @@ def _take_along_axis(ctx: Any, e: Any) -> Val:
         raise Unsupported("take_along_axis beyond indices of the array's rank along one axis")
     out = ctx.out(e)
     ctx.along(out, x, idx, int(axis) % len(x.shape))
+    return out
+
+
+@lowers("invert")
+def _invert(ctx: Any, e: Any) -> Val:
+    """``~x``: the bits flipped, or ``not`` for booleans (NumPy's invert of bool)."""
+    out = ctx.out(e)
+    if out.dtype.kind not in "iub" or e.kwargs:
+        raise Unsupported(f"invert of {out.dtype}")
+    tmpl = "!{0}" if out.dtype.kind == "b" else "~{0}"
+    ctx.p.elementwise(out, lambda v: tmpl.format(*v), [ctx.val(e.args[0])])
+    return out
+
+
+@lowers("floor_divide", "remainder")
+def _floor_divide(ctx: Any, e: Any) -> Val:
+    """NumPy's ``//`` and ``%``: rounded down, the remainder with the divisor's sign, through
+    the prelude's helpers (npymath's divmod for floats; a zero integer divisor gives 0)."""
+    if e.kwargs or len(e.args) != 2:
+        raise Unsupported(f"{e.name} with keywords")
+    out = ctx.out(e)
+    mod = e.name == "remainder"
+    kind = out.dtype.kind
+    if kind == "f":
+        fn = ("fmod_py" if mod else "fdiv") + ("_f" if out.dtype == np.float32 else "_d")
+    elif kind in "iu":
+        fn = ("imod_" if mod else "idiv_") + ("u" if kind == "u" else "s")
+    else:
+        raise Unsupported(f"{e.name} of {out.dtype}")
+    ctx.p.elementwise(out, lambda v: f"{fn}({v[0]}, {v[1]})", [ctx.val(a) for a in e.args])
+    return out
+
+
+@lowers("any", "all")
+def _any(ctx: Any, e: Any) -> Val:
+    x = ctx.val(e.args[0])
+    axis, _keep = _params(e, ("axis", "keepdims"), (None, False))
+    out = ctx.out(e)
+    if out.dtype.kind != "b" or not x.shape:
+        raise Unsupported(f"{e.name} of {x.dtype}{list(x.shape)} into {out.dtype}")
+    _reduce_into(ctx, e.name, out, x, _axes(axis, len(x.shape)))
+    return out
+
+
+_SORT_SUFFIX = {"f4": "_f", "f8": "_d", "i8": "_i64", "i4": "_i32", "u8": "_u64", "u4": "_u32",
+                "b1": "_b"}
+
+
+@lowers("argsort")
+def _argsort(ctx: Any, e: Any) -> Val:
+    """``argsort(x, axis, kind="stable")``: the prelude's merge sort along ``axis`` for each
+    position of the other axes (NumPy's default kind is not stable: its order of ties differs)."""
+    x = ctx.val(e.args[0])
+    axis, kind, order = _params(e, ("axis", "kind", "order"), (-1, None, None))
+    suffix = _SORT_SUFFIX.get(x.dtype.str[1:])
+    if kind not in ("stable", "mergesort") or order is not None or axis is None or not x.shape \
+            or suffix is None:
+        raise Unsupported(f"argsort of {x.dtype}{list(x.shape)} kind={kind!r} axis={axis!r} "
+                          "(only a stable sort along one axis lowers)")
+    ax = int(axis) % len(x.shape)
+    n = x.shape[ax]
+    out = ctx.out(e)
+    idx, tmp = ctx.p.buffer(np.int64, (n,)), ctx.p.buffer(np.int64, (n,))
+    keep = [k for k in range(len(x.shape)) if k != ax]
+    iv = ctx.p._loop_vars(len(x.shape))
+    first = list(iv)
+    first[ax] = "0"
+    src = x.at(first) if n > 1 and x.strides[ax] else None
+    body = [f"argsort{suffix}(&{src}, {x.strides[ax]}, {n}, {idx.ptr}, {tmp.ptr});" if src
+            else f"for (npy_intp j = 0; j < {n}; j++) {idx.ptr}[j] = j;",
+            f"for (npy_intp {iv[ax]} = 0; {iv[ax]} < {n}; {iv[ax]}++) "
+            f"{out.at(iv)} = {idx.ptr}[{iv[ax]}];"]
+    ctx.p.lines += [f"for (npy_intp {iv[k]} = 0; {iv[k]} < {x.shape[k]}; {iv[k]}++)" for k in keep]
+    ctx.p.lines.append("{ " + " ".join(body) + " }")
+    return out
+
+
+@lowers("scatter_along_axis")
+def _scatter_along_axis(ctx: Any, e: Any) -> Val:
+    """Zeros of ``shape`` with ``g`` added at ``indices`` along ``axis`` (take_along_axis's
+    adjoint; repeats add up; a size-1 dimension of ``shape`` sums the lanes), IndexError outside."""
+    g, idx = ctx.val(e.args[0]), ctx.val(e.args[1])
+    axis = int(e.args[2])
+    out = ctx.out(e)
+    nd = len(out.shape)
+    if e.kwargs or len(g.shape) != nd or len(idx.shape) != nd or idx.dtype.kind not in "iu" \
+            or out.dtype != g.dtype or not nd:
+        raise Unsupported("scatter_along_axis beyond values and indices of the output's rank")
+    ax = axis % nd
+    n = out.shape[ax]
+    ctx.p.elementwise(out, lambda v: "0", [])
+    iv = ctx.p._loop_vars(nd)
+    at = list(iv)
+    at[ax] = "j"
+    ctx.p.lines += [f"for (npy_intp {v} = 0; {v} < {m}; {v}++)" for v, m in zip(iv, g.shape)]
+    ctx.p.lines.append(
+        f"{{ int64_t j = (int64_t){idx.broadcast(g.shape).at(iv)}; if (j < 0) j += {n}; "
+        f"if (j < 0 || j >= {n}) {{ index_error(j < 0 ? j - {n} : j, {n}, {ax}); goto fail; }} "
+        f"{out.at(at)} += {g.at(iv)}; }}")
     return out
