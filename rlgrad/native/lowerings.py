@@ -13,12 +13,13 @@ the float functions, ``f`` for float32; ``{s}``: the prelude's suffix, ``_f`` or
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from rlgrad.native.codegen import Unsupported, Val, c_strides
+from rlgrad.native.codegen import Unsupported, Val, c_strides, ctype
 
 LOWERINGS: dict[str, Callable[[Any, Any], Val]] = {}
 
@@ -527,12 +528,45 @@ def _update_carries(ctx: Any, carry: list[Val], new: list[Val]) -> None:
             _copy_into(ctx, c, v)
 
 
-def _pack_into(ctx: Any, out: Val, parts: list[Val]) -> None:
-    """The parts end to end in the 1-D ``out`` (a loop node's packed result)."""
-    at = 0
-    for v in parts:
-        _copy_into(ctx, out.view(v.shape, c_strides(v.shape), at), v)
-        at += v.size
+def node_part(node: Any, out: Val, k: int) -> Val:
+    """Output ``k`` of a loop node's packed value ``out`` (1-D, as ``lax._Node`` lays it out:
+    ``layout[k] = (offset, count, bits)``) as a view: of the carrier's dtype (the value cast on
+    copy), or of the output's own dtype over the carrier's bytes where it is stored as bits. A
+    node without ``layout`` packs its outputs end to end in its one dtype."""
+    shape, dtype = node.avals[k]
+    layout = getattr(node, "layout", None)
+    if layout is None:
+        return out.view(shape, c_strides(shape), sum(math.prod(s) for s, _ in node.avals[:k]))
+    off, n, bits = layout[k]
+    if not bits:
+        return out.view(shape, c_strides(shape), off)
+    size, item = out.dtype.itemsize, np.dtype(dtype).itemsize
+    if n * size != math.prod(shape) * item or (off * size) % item or out.off != 0:
+        raise Unsupported("a loop output stored as bits with padding")
+    return Val(dtype, shape, f"(({ctype(dtype)} *){out.ptr})", (off * size) // item)
+
+
+def _pack_into(ctx: Any, node: Any, out: Val, parts: list[Val]) -> None:
+    """The parts in the 1-D ``out`` (a loop node's packed result) where ``node`` lays them."""
+    for k, v in enumerate(parts):
+        _copy_into(ctx, node_part(node, out, k), v)
+
+
+@lowers("lax_bits")
+def _lax_bits(ctx: Any, e: Any) -> Val:
+    """An output of a loop node stored as its bytes in the node's value: a view of that value
+    read as the output's dtype."""
+    packed = ctx.val(e.args[0])
+    if e.kwargs or len(e.args) != 5:
+        raise Unsupported("lax_bits with keywords")
+    off, n = int(e.args[1]), int(e.args[2])
+    dtype, shape = np.dtype(e.args[3]), tuple(e.args[4])
+    size, item = packed.dtype.itemsize, dtype.itemsize
+    if len(packed.shape) != 1 or not packed.contiguous() or isinstance(packed.off, str) \
+            or (packed.off * size + off * size) % item or n * size < math.prod(shape) * item:
+        raise Unsupported("lax_bits of a packed value this lowering does not read")
+    return Val(dtype, shape, f"(({ctype(dtype)} *){packed.ptr})",
+               (packed.off * size + off * size) // item)
 
 
 @lowers("while_loop")
@@ -555,7 +589,7 @@ def _while_loop(ctx: Any, e: Any) -> Val:
     lines = ctx.p.lines[start:]
     del ctx.p.lines[start:]
     ctx.p.lines += ["for (;;) {", *["    " + ln for ln in lines], "}"]
-    _pack_into(ctx, out, vals)
+    _pack_into(ctx, wc, out, vals)
     return out
 
 
@@ -575,7 +609,7 @@ def _switch(ctx: Any, e: Any) -> Val:
     for j, branch in enumerate(sc.branches):
         start = len(ctx.p.lines)
         res = ctx.body(branch.tape, branch.inputs + branch.captured, ops_ + consts[j], branch.outs)
-        _pack_into(ctx, out, res)
+        _pack_into(ctx, sc, out, res)
         lines = ctx.p.lines[start:]
         del ctx.p.lines[start:]
         ctx.p.lines += [f"{'if' if j == 0 else 'else if'} ({k} == {j}) {{",
@@ -595,10 +629,6 @@ def _scan(ctx: Any, e: Any) -> Val:
     args = [ctx.val(a) for a in e.args]
     consts, init, xs = args[:nk], args[nk:nk + nc], args[nk + nc:]
     out = ctx.out(e)
-    offs, at = [], 0
-    for shape, _dtype in sc.avals:
-        offs.append(at)
-        at += int(np.prod(shape, dtype=int))
     carry = [ctx.p.buffer(d, s) for s, d in sc.avals[:nc]]
     for c, v in zip(carry, init):
         _copy_into(ctx, c, v)
@@ -607,8 +637,8 @@ def _scan(ctx: Any, e: Any) -> Val:
     start = len(ctx.p.lines)
 
     def row(k: int) -> Val:  # output k's slice of this step
-        shape = sc.avals[k][0][1:]
-        return out.view(shape, c_strides(shape), f"{offs[k]} + {step}*{int(np.prod(shape, dtype=int))}")
+        part = node_part(sc, out, k)
+        return part.view(part.shape[1:], part.strides[1:], f"{step}*{part.strides[0]}")
 
     if sc.save:
         for j, c in enumerate(carry):
@@ -623,7 +653,7 @@ def _scan(ctx: Any, e: Any) -> Val:
     ctx.p.lines += [f"for (npy_intp {t} = 0; {t} < {sc.length}; {t}++) {{",
                     *["    " + ln for ln in lines], "}"]
     for k, c in enumerate(carry):
-        _copy_into(ctx, out.view(c.shape, c_strides(c.shape), offs[k]), c)
+        _copy_into(ctx, node_part(sc, out, k), c)
     return out
 
 
