@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.native import build
-from rlgrad.native.codegen import TYPENUMS, Program, Unsupported, Val, ctype, literal
+from rlgrad.native.codegen import TYPENUMS, Program, Unsupported, Val, ctype, literal, share_buffers
 from rlgrad.native.lowerings import LOWERINGS
 from rlgrad.native.prelude import MODULE_END, prelude
 from rlgrad.tensor import Tensor
@@ -287,7 +287,8 @@ def _c_source(ctx: _Lowering, scalar: set[int]) -> str:
     tail = ["    }", f"    return Py_BuildValue(\"({'N' * len(slots)})\"{', ' if slots else ''}{packed});",
             "fail:", *[f"    Py_XDECREF(r{j});" for j in slots], "    return NULL;", "}"]
     body = ["    " + ln for ln in ctx.p.lines]
-    return "\n".join([prelude(), *ctx.p.statics, *decl, *head, "    {", *body, *tail, MODULE_END])
+    statics = share_buffers(ctx.p.statics, ctx.p.lines)
+    return "\n".join([prelude(), *statics, *decl, *head, "    {", *body, *tail, MODULE_END])
 
 
 def _kernel(inputs: list[Tensor], tape: list, outs: list[Any], pure: bool,

@@ -11,6 +11,7 @@ contiguity) and returns None when one differs, and the caller then runs the NumP
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -262,3 +263,73 @@ def _nest(shape: Sequence[int], idx: Sequence[str], body: str, simd: bool = True
             lines.append("#pragma omp simd")
         lines.append(f"for (npy_intp {i} = 0; {i} < {n}; {i}++)")
     return lines + [body]
+
+
+_BUFFER = re.compile(r"\bb\d+\b")
+_STATIC = re.compile(r"static (.+) (b\d+)\[(\d+)\]")
+
+
+def _loops(lines: Sequence[str]) -> list[tuple[int, int]]:
+    """(first, last) line of every loop whose body repeats over several lines (a lax loop's
+    ``for (...) {`` ... ``}``, at one indentation)."""
+    found, open_ = [], []
+    for i, ln in enumerate(lines):
+        text = ln.lstrip()
+        indent = len(ln) - len(text)
+        if text.startswith("for (") and text.endswith("{"):
+            open_.append((indent, i))
+        elif text == "}" and open_ and open_[-1][0] == indent:
+            found.append((open_.pop()[1], i))
+    return found
+
+
+def _live_ranges(lines: Sequence[str]) -> dict[str, list[int]]:
+    """Buffer -> [first line, last line] where its value may be live: the lines that name it,
+    widened to a whole loop when it enters or leaves the loop (read at every iteration, or
+    written in the last one and read after)."""
+    ranges: dict[str, list[int]] = {}
+    for i, ln in enumerate(lines):
+        for name in _BUFFER.findall(ln):
+            r = ranges.setdefault(name, [i, i])
+            r[1] = i
+    loops = _loops(lines)
+    changed = True
+    while changed:
+        changed = False
+        for r in ranges.values():
+            for s, e in loops:
+                if r[0] < s <= r[1] < e:  # from outside into the loop: live through it
+                    r[1], changed = e, True
+                if s < r[0] <= e < r[1]:  # out of the loop: live from its start
+                    r[0], changed = s, True
+    return ranges
+
+
+def share_buffers(statics: list[str], lines: list[str]) -> list[str]:
+    """The buffers' declarations with every buffer whose value is dead before another's is
+    made (same C type and size) declared as that one (``#define``): the program's memory, and
+    so the cache it fills, shrinks to what is live at once. A buffer's lines are found by name
+    in the C (``b12``), views included; strictly ordered ranges, so no op reads and writes one
+    array through two names."""
+    ranges = _live_ranges(lines)
+    decls = []
+    for st in statics:
+        m = _STATIC.match(st)
+        if m is None or m.group(2) not in ranges:
+            decls.append((None, st, None))
+        else:
+            decls.append((m.group(2), st, (m.group(1), m.group(3))))
+    free: dict[tuple[str, str], list[tuple[int, str]]] = {}  # (type, size) -> (busy until, name)
+    out, order = [], sorted((ranges[n][0], n, st, key) for n, st, key in decls if n is not None)
+    out += [st for n, st, _ in decls if n is None]
+    for first, name, st, key in order:
+        pool = free.setdefault(key, [])
+        k = next((j for j, (until, _) in enumerate(pool) if until < first), None)
+        if k is None:
+            out.append(st)
+            pool.append((ranges[name][1], name))
+        else:
+            host = pool[k][1]
+            out.append(f"#define {name} {host}")
+            pool[k] = (ranges[name][1], host)
+    return out

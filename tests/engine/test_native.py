@@ -583,3 +583,25 @@ def test_scatter_along_axis_adds_repeats(dtype: type) -> None:
     both(lambda v: [scatter_along_axis(v, j, 1, (3, 6)), scatter_along_axis(v, j, 1, (1, 6)),
                     scatter_along_axis(v[:2], j[:2], 1, (3, 6))], _arr(rng, (3, 4), dtype),
          dtype=dtype)
+
+
+def test_dead_buffers_are_shared_and_loop_values_kept() -> None:
+    """Temporaries whose values are dead share one buffer (``#define`` in the C); a value made
+    before a loop and read at every step, and the loop's carries, keep theirs through it."""
+    from rlgrad import lax
+
+    rng = np.random.default_rng(16)
+    x, w = _arr(rng, (3, 5), np.float64), _arr(rng, (5, 5), np.float64)
+
+    def f(x: Any, w: Any) -> Any:
+        a = rnp.tanh(x * 2.0) + 1.0  # read inside the loop at every step
+
+        def body(c: Any, xs: Any) -> Any:
+            h = rnp.tanh(rnp.exp(c @ w * 0.1) + a) * 0.5
+            return h * 0.5 + xs, rnp.sum(h * h)
+
+        c, ys = lax.scan(body, x, rnp.stack([x, x * 3.0, x - 1.0]))
+        return rnp.exp(rnp.tanh(c) * 2.0) + a, ys * 2.0
+
+    nat = both(f, x, w)
+    assert "#define b" in next(iter(nat._cache.values())).native_source
