@@ -42,18 +42,28 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # linear: y = x @ W.T + b, PyTorch's weight layout (out_features, in_features)
 # ---------------------------------------------------------------------------------------------
+def _product(x: Any, weight: Any, out: Any = None) -> Any:
+    """``x @ weight.T``: BLAS reads the transposed (Fortran-ordered) view without a copy. An
+    input with leading dimensions is one (rows, in) product (the same bits): NumPy's stacked
+    matmul over a transposed weight is ~2.4x slower (a (32, 16, 64) sequence's projection)."""
+    if type(x) is np.ndarray and x.ndim > 2 and (out is None or out.flags.c_contiguous):
+        rows = x.reshape(-1, x.shape[-1])
+        if out is None:
+            return (rows @ weight.T).reshape(x.shape[:-1] + weight.shape[:1])
+        np.matmul(rows, weight.T, out=out.reshape(rows.shape[0], -1))
+        return out
+    return x @ weight.T if out is None else np.matmul(x, weight.T, out=out)
+
+
 def _linear(x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
-    # BLAS reads the transposed (Fortran-ordered) view without a copy
-    out = x @ weight.T if out is None else np.matmul(x, weight.T, out=out)
-    return _add_bias(out, bias)
+    return _add_bias(_product(x, weight, out), bias)
 
 
 def _linear_relu(x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
     """``relu(linear(x, weight, bias))`` with the bias add and the ReLU in one pass (the same bits
     as the two calls): what ``rlgrad.jit`` runs for a linear layer whose output only its ReLU
     reads."""
-    out = x @ weight.T if out is None else np.matmul(x, weight.T, out=out)
-    return _add_bias(out, bias, relu=True)
+    return _add_bias(_product(x, weight, out), bias, relu=True)
 
 
 def _add_bias(out: Any, bias: Any, relu: bool = False) -> Any:
