@@ -95,30 +95,55 @@ def _flat_rows(x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
 
 
 # ---- LSTM: gates i, f, g, o; a step's output blocks h, c, i, f, g, o ----------------------------
+# The elementwise work around a step's GEMM and NumPy's tanh is one C pass each way where
+# rlgrad._kernels is built (``lstm_gates``, ``lstm_dgates``: the same operations in the same
+# order, so the same bits); the NumPy lines beside each call are the reference, run without it.
+_HALF: dict[np.dtype, np.ndarray] = {}
+
+
+def _halves(dtype: np.dtype) -> np.ndarray:
+    """(4, 1, 1): 1/2 for the sigmoid gates i, f, o, 1 for g (sigmoid(a) = (tanh(a/2) + 1) / 2)."""
+    if dtype not in _HALF:
+        _HALF[dtype] = np.array([0.5, 0.5, 1.0, 0.5], dtype).reshape(4, 1, 1)
+    return _HALF[dtype]
+
+
 def _lstm_step(o: np.ndarray, xg: np.ndarray, h: np.ndarray, c: np.ndarray, wk: np.ndarray,
-               b4: Any) -> None:
+               b4: Any, halved: bool = False) -> None:
     """One step into ``o`` (6, rows, H) from the input projection ``xg`` (4, rows, H), the state
-    ``h``, ``c`` (rows, H) and the hidden weights ``wk`` (4, H, H), each gate's W_k.T."""
+    ``h``, ``c`` (rows, H) and the hidden weights ``wk`` (4, H, H), each gate's W_k.T.
+    ``halved``: ``xg`` and ``wk`` come with gates i, f, o already halved (``_lstm_seq`` does it
+    once: halving is exact, so the pre-activations are the same bits)."""
     acts = o[2:]
     np.matmul(h, wk, out=acts)  # the step's GEMM
     acts += xg if b4 is None else xg + b4  # (the bias added first, as lstm_seq does)
-    g = np.tanh(acts[2])
-    _sigmoid_(acts)  # i, f, o (g's block is put back next)
-    acts[2] = g
-    np.multiply(acts[1], c, out=o[1])
-    g *= acts[0]
-    o[1] += g
+    if not halved:
+        acts *= _halves(acts.dtype)
+    np.tanh(acts, out=acts)  # g, and i, f, o up to their last two operations
+    k = ops._kernels
+    if k is None or not k.lstm_gates(acts, c, o[1]):
+        for s in (acts[:2], acts[3]):
+            s *= 0.5
+            s += 0.5
+        np.multiply(acts[1], c, out=o[1])
+        o[1] += acts[2] * acts[0]
     np.tanh(o[1], out=o[0])
     o[0] *= acts[3]
 
 
-def _lstm_dstep(G: np.ndarray, Gh: np.ndarray, Gc: np.ndarray, a: np.ndarray, c: np.ndarray,
+def _lstm_dstep(G: np.ndarray, dh: Any, dc: Any, a: np.ndarray, c: np.ndarray,
                 d: np.ndarray) -> np.ndarray:
     """The gradient of a step's gate pre-activations, into ``d`` (4, rows, H), for the
-    gradient ``G`` of its output ``a`` (6, rows, H; h' and c' parts replaced by ``Gh``, ``Gc``)
-    from the state c; returns the gradient of c."""
-    i, f, g, o = a[2], a[3], a[4], a[5]
+    gradient ``G`` of its output ``a`` (6, rows, H), plus ``dh``, ``dc`` (the later steps' share
+    of its h' and c'; None: none), from the state c; returns the gradient of c."""
     tc = np.tanh(a[1])
+    out = np.empty_like(tc)
+    k = ops._kernels
+    if k is not None and k.lstm_dgates(G, dh, dc, a, tc, c, d, out):
+        return out
+    Gh = G[0] if dh is None else G[0] + dh
+    Gc = G[1] if dc is None else G[1] + dc
+    i, f, g, o = a[2], a[3], a[4], a[5]
     dc2 = tc * tc
     np.subtract(1.0, dc2, out=dc2)
     dc2 *= o
@@ -134,8 +159,8 @@ def _lstm_dstep(G: np.ndarray, Gh: np.ndarray, Gc: np.ndarray, a: np.ndarray, c:
     np.multiply(g, g, out=slope[2])
     np.subtract(1.0, slope[2], out=slope[2])
     d *= slope
-    dc2 *= f
-    return dc2
+    np.multiply(dc2, f, out=out)
+    return out
 
 
 def _hidden_weights(w: np.ndarray, K: int) -> np.ndarray:
@@ -162,7 +187,7 @@ def _lstm_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc: np.ndarray, 
     a, G2, hc2 = ans.reshape(-1, 6 * H), _flat_rows(G, lead), _flat_rows(hc, lead)
     Gg = _gates(G2, 6)
     dpre = np.empty((a.shape[0], 4 * H), ans.dtype)
-    dc = _lstm_dstep(Gg, Gg[0], Gg[1], _gates(a, 6), hc2[:, H:2 * H], _gates(dpre, 4))
+    dc = _lstm_dstep(Gg, None, None, _gates(a, 6), hc2[:, H:2 * H], _gates(dpre, 4))
     dhc = np.zeros((a.shape[0], hc.shape[-1]), ans.dtype)
     np.matmul(dpre, w, out=dhc[:, :H])
     dhc[:, H:2 * H] = dc
@@ -354,13 +379,17 @@ class _Seq:
         self.N = int(np.prod(self.lead, dtype=np.int64))
         self.dtype = np.result_type(xp, s0, w)
 
-    def gates_first(self, xp: np.ndarray) -> np.ndarray:
-        """``xp`` (T, *rows, G*H) as a contiguous (T, G, rows, H) copy."""
+    def gates_first(self, xp: np.ndarray, b: Any = None) -> np.ndarray:
+        """``xp`` (T, *rows, G*H) (plus the bias ``b``, G*H) as a contiguous (T, G, rows, H)
+        copy."""
         T, G, N, H = self.T, self.G, self.N, self.H
         xp = xp.reshape((T,) + (1,) * (len(self.lead) + 2 - xp.ndim) + xp.shape[1:])
         src = np.broadcast_to(xp, (T,) + self.lead + (G * H,)).reshape(T, N, G, H)
         out = np.empty((T, G, N, H), self.dtype)  # (ours: the caller adds into it)
-        np.copyto(out, src.transpose(0, 2, 1, 3))
+        if b is None:
+            np.copyto(out, src.transpose(0, 2, 1, 3))
+        else:  # the same adds as ``out += b`` after the copy, in the same pass
+            np.add(src.transpose(0, 2, 1, 3), b.reshape(G, 1, H), out=out)
         return out
 
     def state(self, s0: np.ndarray, k: int) -> np.ndarray:
@@ -409,13 +438,13 @@ class _Seq:
 
 def _lstm_seq(xp: Any, hc0: Any, w: Any, b: Any = None, reverse: bool = False) -> np.ndarray:
     L = _Seq(xp, hc0, w, 6)
-    xg = L.gates_first(xp)
-    if b is not None:
-        xg += b.reshape(4, 1, L.H)
+    xg = L.gates_first(xp, b)
+    half = _halves(L.dtype)
+    xg *= half
     out = np.empty((L.T, 6, L.N, L.H), L.dtype)
-    wk, h, c = _hidden_weights(w, 4), L.state(hc0, 0), L.state(hc0, 1)
+    wk, h, c = _hidden_weights(w, 4) * half, L.state(hc0, 0), L.state(hc0, 1)
     for t in _order(L.T, reverse):
-        _lstm_step(out[t], xg[t], h, c, wk, None)
+        _lstm_step(out[t], xg[t], h, c, wk, None, halved=True)
         h, c = out[t, 0], out[t, 1]
     return out.reshape((L.T, 6) + L.lead + (L.H,))
 
@@ -426,15 +455,15 @@ def _lstm_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc0: np.ndar
     L = _Seq(ans[:, 0], hc0, w, 6)
     shape = (L.T, 6, L.N, L.H)
     G, ans = np.broadcast_to(G, ans.shape).reshape(shape), ans.reshape(shape)
-    dg = np.empty((4, L.N, L.H), L.dtype)  # a step's, gate first
+    dg = np.empty((4, L.N, L.H), L.dtype)  # a step's, gate first (NumPy's path)
     d = np.empty((L.T, L.N, 4 * L.H), L.dtype)
     dh: Any = None  # the gradient reaching the state from the later steps
     dc: Any = None
+    fused = ops._kernels is not None  # (the C pass writes straight into d's rows)
     for t in _order(L.T, not reverse):
-        Gh = G[t, 0] if dh is None else G[t, 0] + dh
-        Gc = G[t, 1] if dc is None else G[t, 1] + dc
-        dc = _lstm_dstep(G[t], Gh, Gc, ans[t], L.read(ans, hc0, t, 1, reverse), dg)
-        dh = L.flat(dg, d[t]) @ w
+        dc = _lstm_dstep(G[t], dh, dc, ans[t], L.read(ans, hc0, t, 1, reverse),
+                         _gates(d[t], 4) if fused else dg)
+        dh = (d[t] if fused else L.flat(dg, d[t])) @ w
     return (*L.outputs(d, [dh, dc], xp, hc0), *L.weight_grads(d, ans, hc0, b, reverse))
 
 

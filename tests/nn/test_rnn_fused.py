@@ -2,7 +2,8 @@
 ``lstm_seq``, ``gru_seq`` (a sequence), against their plain references (values and gradients of
 every argument, float64), finite differences to second order in reverse and forward mode, torch
 2.13 (values, gradients, double backward of the layers and cells), vmap against the loop, and the
-NumPy acting step of RecurrentPPO against the module."""
+NumPy acting step of RecurrentPPO against the module; the LSTM kernels of rlgrad._kernels
+against their NumPy lines (bits) and what they refuse."""
 
 from __future__ import annotations
 
@@ -209,3 +210,50 @@ def test_lstm_numpy_is_the_modules_step_bit_for_bit(layers: int) -> None:
     np.testing.assert_array_equal(out, ref.numpy()[0])
     np.testing.assert_array_equal(h2, rh.numpy())
     np.testing.assert_array_equal(c2, rc.numpy())
+
+
+# ---- the LSTM kernels (rlgrad._kernels: lstm_gates, lstm_dgates) against their NumPy lines ------
+def _seq_and_grads(args: list[np.ndarray], G: np.ndarray, reverse: bool) -> list[np.ndarray]:
+    ans = cells._lstm_seq(*args, reverse=reverse)
+    return [ans, *(d for d in cells._lstm_seq_grads(G, ans, *args, reverse) if d is not None)]
+
+
+@pytest.mark.skipif(cells.ops._kernels is None, reason="rlgrad._kernels not built (or turned off)")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_lstm_kernels_give_the_numpy_paths_bits(monkeypatch: Any, dtype: type, reverse: bool) -> None:
+    rng = np.random.default_rng(5)
+    h, n, t = 8, 5, 6
+    args = [(rng.standard_normal(s) * 3).astype(dtype) for s in
+            ((t, n, 4 * h), (n, 2 * h), (4 * h, h), (4 * h,))]
+    args[0][0, 0, :3] = (1e4, -1e4, 0.0)  # saturated gates
+    G = rng.standard_normal((t, 6, n, h)).astype(dtype)
+    cell_args = [args[0][0], args[1], args[2], args[3]]
+    cell_ans = cells._lstm_cell(*cell_args)
+    Gc = rng.standard_normal(cell_ans.shape).astype(dtype)
+    with_c = [*_seq_and_grads(args, G, reverse), cell_ans, *cells._lstm_grads(Gc, cell_ans, *cell_args)]
+    monkeypatch.setattr(cells.ops, "_kernels", None)
+    without = [*_seq_and_grads(args, G, reverse), cells._lstm_cell(*cell_args),
+               *cells._lstm_grads(Gc, cell_ans, *cell_args)]
+    for a, b in zip(with_c, without, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.skipif(cells.ops._kernels is None, reason="rlgrad._kernels not built (or turned off)")
+def test_lstm_kernels_refuse_what_does_not_fit() -> None:
+    k = cells.ops._kernels
+    f4, f8 = np.zeros((4, 2, 3), np.float32), np.zeros((4, 2, 3))
+    c, c8 = np.zeros((2, 3), np.float32), np.zeros((2, 3))
+    assert not k.lstm_gates(f8, c, c)  # dtypes differ
+    assert not k.lstm_gates(f4[:3], c, c.copy())  # three gates
+    assert not k.lstm_gates(f4[..., ::2], c[:, ::2], c[:, ::2].copy())  # rows not contiguous
+    assert not k.lstm_gates(f4, np.zeros((2, 4), np.float32), c)  # shapes differ
+    assert not k.lstm_gates(f4.astype(np.int64), c, c)
+    assert not k.lstm_gates(f4, c, np.zeros((2, 3), np.float32)[::-1].copy().view(np.int32))
+    a6 = np.zeros((6, 2, 3))
+    assert not k.lstm_dgates(a6, None, None, a6, c8, c8, f4, c8.copy())  # d's dtype
+    assert not k.lstm_dgates(a6, None, None, a6[:5], c8, c8, f8, c8.copy())  # 5 blocks
+    assert not k.lstm_dgates(a6, np.zeros((2, 4)), None, a6, c8, c8, f8, c8.copy())  # dh's shape
+    assert k.lstm_dgates(a6, None, c8, a6, c8, c8, f8, c8.copy())
+    x = np.full((4, 2, 3), 0.25, np.float32)
+    assert k.lstm_gates(x, c + 1, c) and np.all(x[[0, 1, 3]] == 0.625) and np.all(c == 0.625 + 0.25 * 0.625)
