@@ -486,8 +486,11 @@ def _bmatmul(a: Any, b: Any) -> Any:
             wide = np.matmul(a[0], b.transpose(1, 0, 2).reshape(k, n * m))
             return wide.reshape(a.shape[1], n, m).transpose(1, 0, 2)
     if a.ndim >= 2 and b.ndim >= 2 and a.shape[-1] == 1 and b.shape[-2] == 1:
-        if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:  # einsum writes it faster
-            return np.einsum("bi,bj->bij", a[:, :, 0], b[:, 0, :])
+        if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:  # einsum writes it faster,
+            x, y = a[:, :, 0], b[:, 0, :]  # with the longer side innermost (its loop is per row:
+            if y.shape[1] < x.shape[1]:  # (256, 64, 8) 2.4x faster as a (256, 8, 64) transposed)
+                return np.einsum("bj,bi->bji", y, x).transpose(0, 2, 1)
+            return np.einsum("bi,bj->bij", x, y)
         return np.multiply(a, b)
     return np.matmul(a, b)
 
