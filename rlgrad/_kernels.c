@@ -614,6 +614,22 @@ static PyObject *lstm_gates(PyObject *self, PyObject *const *args, Py_ssize_t na
 /* The gradient of a step's gate pre-activations d (4, rows, H) and of the state c it read,
    for the gradient G (6, rows, H) of its output a = [h', c', i, f, g, o] plus dh, dc (the later
    steps' share of h', c'; NULL: none), t = tanh(c'). */
+#define LSTM_DGATES_ROW(T, GH, GC)                                                                 \
+    _Pragma("GCC ivdep")                                                                           \
+    for (Py_ssize_t j = 0; j < h; j++) {                                                           \
+        T gh = (GH), gc = (GC);                                                                    \
+        T x = tc[j], ii = i[j], ff = f[j], gj = g[j], oo = o[j];                                   \
+        T s = ((((T)1 - x * x) * oo) * gh) + gc;                                                   \
+        T e0 = s * gj + gi[j], e1 = s * cp[j] + gf[j], e2 = s * ii + gg[j];                        \
+        T e3 = gh * x + go[j];                                                                     \
+        d0[j] = e0 * (((T)1 - ii) * ii);                                                           \
+        d1[j] = e1 * (((T)1 - ff) * ff);                                                           \
+        d2[j] = e2 * ((T)1 - gj * gj);                                                             \
+        d3[j] = e3 * (((T)1 - oo) * oo);                                                           \
+        out[j] = s * ff;                                                                           \
+    }
+
+/* (one loop per case of dh, dc given or not: a branch inside would keep it from vectorizing) */
 #define LSTM_DGATES_LOOP(T)                                                                        \
     CLONES static void lstm_dgates_##T(grid G, grid dh, grid dc, grid a, grid t, grid c, grid d,   \
                                        grid dcn, Py_ssize_t rows, Py_ssize_t h) {                  \
@@ -625,18 +641,14 @@ static PyObject *lstm_gates(PyObject *self, PyObject *const *args, Py_ssize_t na
             const T *o = ROW(a, 5, n, T), *tc = ROW(t, 0, n, T), *cp = ROW(c, 0, n, T);            \
             T *d0 = ROW(d, 0, n, T), *d1 = ROW(d, 1, n, T), *d2 = ROW(d, 2, n, T);                 \
             T *d3 = ROW(d, 3, n, T), *out = ROW(dcn, 0, n, T);                                     \
-            _Pragma("GCC ivdep")                                                                   \
-            for (Py_ssize_t j = 0; j < h; j++) {                                                   \
-                T gh = ph ? g0[j] + ph[j] : g0[j], gc = pc ? g1[j] + pc[j] : g1[j];                \
-                T x = tc[j], ii = i[j], ff = f[j], gj = g[j], oo = o[j];                           \
-                T s = ((((T)1 - x * x) * oo) * gh) + gc;                                           \
-                T e0 = s * gj + gi[j], e1 = s * cp[j] + gf[j], e2 = s * ii + gg[j];                \
-                T e3 = gh * x + go[j];                                                             \
-                d0[j] = e0 * (((T)1 - ii) * ii);                                                   \
-                d1[j] = e1 * (((T)1 - ff) * ff);                                                   \
-                d2[j] = e2 * ((T)1 - gj * gj);                                                     \
-                d3[j] = e3 * (((T)1 - oo) * oo);                                                   \
-                out[j] = s * ff;                                                                   \
+            if (ph && pc) {                                                                        \
+                LSTM_DGATES_ROW(T, g0[j] + ph[j], g1[j] + pc[j])                                   \
+            } else if (ph) {                                                                       \
+                LSTM_DGATES_ROW(T, g0[j] + ph[j], g1[j])                                           \
+            } else if (pc) {                                                                       \
+                LSTM_DGATES_ROW(T, g0[j], g1[j] + pc[j])                                           \
+            } else {                                                                               \
+                LSTM_DGATES_ROW(T, g0[j], g1[j])                                                   \
             }                                                                                      \
         }                                                                                          \
     }
