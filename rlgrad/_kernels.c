@@ -10,8 +10,9 @@
    * gae(...): RolloutBuffer's GAE(lambda) advantages and returns (rlgrad.rl.buffers), which NumPy
      runs as ~25 small operations per rollout: most of the cost of A2C's 5-step rollouts.
    * relu, relu_grad, add_rows (and the two together), outer; live_columns, take_columns,
-     put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py); lstm_gates, lstm_dgates
-     (the LSTM cells' elementwise work, rlgrad/nn/cells.py): below, each where it is.
+     put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py); lstm_gates, lstm_dgates,
+     gru_gates, gru_state, gru_dgates (the recurrent cells' elementwise work,
+     rlgrad/nn/cells.py): below, each where it is.
 
    Each kernel's reference is the NumPy line beside its call (rlgrad.ops, nn/functional.py,
    rl/buffers.py), which runs when the kernel is absent or refuses: deleting a kernel loses only
@@ -687,6 +688,153 @@ static PyObject *lstm_dgates(PyObject *self, PyObject *const *args, Py_ssize_t n
     return done_strided(b, 8, fits);
 }
 
+/* The GRU cell's elementwise work (rlgrad/nn/cells.py: _gru_step, _gru_dstep), as the LSTM's:
+   a step's output o is [h', r, z, W_hn h + b_hn, n] (5, rows, H), its input projection xg
+   (3, rows, H). */
+#define GRU_GATES_LOOP(T)                                                                          \
+    CLONES static void gru_gates_##T(grid o, grid x, Py_ssize_t rows, Py_ssize_t h) {              \
+        for (Py_ssize_t n = 0; n < rows; n++) {                                                    \
+            T *r = ROW(o, 1, n, T), *z = ROW(o, 2, n, T), *hn = ROW(o, 3, n, T);                   \
+            T *nn = ROW(o, 4, n, T);                                                               \
+            const T *x2 = ROW(x, 2, n, T);                                                         \
+            _Pragma("GCC ivdep")                                                                   \
+            for (Py_ssize_t j = 0; j < h; j++) {                                                   \
+                T rr = r[j] * (T)0.5 + (T)0.5;                                                     \
+                r[j] = rr;                                                                         \
+                z[j] = z[j] * (T)0.5 + (T)0.5;                                                     \
+                nn[j] = rr * hn[j] + x2[j];                                                        \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+GRU_GATES_LOOP(float)
+GRU_GATES_LOOP(double)
+
+#define GRU_STATE_LOOP(T)                                                                          \
+    CLONES static void gru_state_##T(grid o, grid hs, Py_ssize_t rows, Py_ssize_t h) {             \
+        for (Py_ssize_t n = 0; n < rows; n++) {                                                    \
+            T *out = ROW(o, 0, n, T);                                                              \
+            const T *z = ROW(o, 2, n, T), *nn = ROW(o, 4, n, T), *hp = ROW(hs, 0, n, T);           \
+            _Pragma("GCC ivdep")                                                                   \
+            for (Py_ssize_t j = 0; j < h; j++) out[j] = (hp[j] - nn[j]) * z[j] + nn[j];            \
+        }                                                                                          \
+    }
+
+GRU_STATE_LOOP(float)
+GRU_STATE_LOOP(double)
+
+PyDoc_STRVAR(gru_gates_doc,
+"gru_gates(o, xg) -> bool\n\n"
+"o (5, rows, H) holds tanh of the halved r, z pre-activations in o[1], o[2] and W_hn h + b_hn\n"
+"in o[3]: r, z become tanh / 2 + 1 / 2 in place and o[4] = r * o[3] + xg[2] (n's\n"
+"pre-activation); xg (3, rows, H). One float dtype, contiguous rows. False (nothing written)\n"
+"if they do not fit.");
+
+PyDoc_STRVAR(gru_state_doc,
+"gru_state(o, h) -> bool\n\n"
+"o[0] = (h - n) * z + n for a step's output o (5, rows, H) whose o[4] is n, and the state h\n"
+"(rows, H). False (nothing written) if they do not fit.");
+
+/* o's grid, and the second array's (gates: its blocks, 0 for a (rows, H) state). */
+static PyObject *gru_forward(PyObject *const *args, Py_ssize_t nargs, int gates, int which) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "gru_gates / gru_state take 2 arguments");
+        return NULL;
+    }
+    Py_buffer b[2];
+    if (!take_strided(args, 2, 0, b)) Py_RETURN_FALSE;
+    grid o, x;
+    char k = b[0].obj && b[0].ndim == 3 ? kind_of(&b[0]) : 0;
+    Py_ssize_t rows = k ? b[0].shape[1] : 0, h = k ? b[0].shape[2] : 0;
+    int fits = k && b[1].obj && grid_of(&b[0], k, 5, rows, h, &o)
+               && grid_of(&b[1], k, gates, rows, h, &x);
+    if (fits && which == 0)
+        (k == 'f' ? gru_gates_float : gru_gates_double)(o, x, rows, h);
+    else if (fits)
+        (k == 'f' ? gru_state_float : gru_state_double)(o, x, rows, h);
+    return done_strided(b, 2, fits);
+}
+
+static PyObject *gru_gates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return gru_forward(args, nargs, 3, 0);
+}
+
+static PyObject *gru_state(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return gru_forward(args, nargs, 0, 1);
+}
+
+/* The gradients of a step's xp (dx) and of W_hh h + b_hh (dhp), each (3, rows, H), and h's own
+   part Gh z (dh_out), for the gradient G (5, rows, H) of its output a plus dh (NULL: none) from
+   the state h. */
+#define GRU_DGATES_ROW(T, GH)                                                                      \
+    _Pragma("GCC ivdep")                                                                           \
+    for (Py_ssize_t j = 0; j < h; j++) {                                                           \
+        T gh = (GH), r = ar[j], z = az[j], nn = an[j];                                             \
+        T dn = (((T)1 - z) * gh + g4[j]) * ((T)1 - nn * nn);                                       \
+        T e0 = (dn * ahn[j] + g1[j]) * (((T)1 - r) * r);                                           \
+        T e1 = ((hp[j] - nn) * gh + g2[j]) * (((T)1 - z) * z);                                     \
+        x0[j] = e0;                                                                                \
+        x1[j] = e1;                                                                                \
+        x2[j] = dn;                                                                                \
+        p0[j] = e0;                                                                                \
+        p1[j] = e1;                                                                                \
+        p2[j] = dn * r + g3[j];                                                                    \
+        out[j] = gh * z;                                                                           \
+    }
+
+#define GRU_DGATES_LOOP(T)                                                                         \
+    CLONES static void gru_dgates_##T(grid G, grid dh, grid a, grid hs, grid dx, grid dp,          \
+                                      grid dho, Py_ssize_t rows, Py_ssize_t h) {                   \
+        for (Py_ssize_t n = 0; n < rows; n++) {                                                    \
+            const T *g0 = ROW(G, 0, n, T), *g1 = ROW(G, 1, n, T), *g2 = ROW(G, 2, n, T);           \
+            const T *g3 = ROW(G, 3, n, T), *g4 = ROW(G, 4, n, T);                                  \
+            const T *ph = dh.p ? ROW(dh, 0, n, T) : NULL, *hp = ROW(hs, 0, n, T);                  \
+            const T *ar = ROW(a, 1, n, T), *az = ROW(a, 2, n, T), *ahn = ROW(a, 3, n, T);          \
+            const T *an = ROW(a, 4, n, T);                                                         \
+            T *x0 = ROW(dx, 0, n, T), *x1 = ROW(dx, 1, n, T), *x2 = ROW(dx, 2, n, T);              \
+            T *p0 = ROW(dp, 0, n, T), *p1 = ROW(dp, 1, n, T), *p2 = ROW(dp, 2, n, T);              \
+            T *out = ROW(dho, 0, n, T);                                                            \
+            if (ph) {                                                                              \
+                GRU_DGATES_ROW(T, g0[j] + ph[j])                                                   \
+            } else {                                                                               \
+                GRU_DGATES_ROW(T, g0[j])                                                           \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+GRU_DGATES_LOOP(float)
+GRU_DGATES_LOOP(double)
+
+PyDoc_STRVAR(gru_dgates_doc,
+"gru_dgates(G, dh, a, h, dx, dhp, dh_own) -> bool\n\n"
+"A GRU step's backward: dx, dhp (3, rows, H), the gradients of its xp and of W_hh h + b_hh,\n"
+"and dh_own (rows, H) = Gh * z, for the gradient G (5, rows, H) of its output a plus dh (rows,\n"
+"H, or None) from the state h. One float dtype, contiguous rows. False (nothing written) if\n"
+"they do not fit.");
+
+static PyObject *gru_dgates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "gru_dgates takes 7 arguments");
+        return NULL;
+    }
+    Py_buffer b[7];
+    if (!take_strided(args, 7, 4, b)) Py_RETURN_FALSE;
+    grid G, dh = {NULL, 0, 0}, a, hs, dx, dp, dho;
+    char k = b[2].obj && b[2].ndim == 3 ? kind_of(&b[2]) : 0;
+    Py_ssize_t rows = k ? b[2].shape[1] : 0, h = k ? b[2].shape[2] : 0;
+    int fits = k && grid_of(&b[2], k, 5, rows, h, &a);
+    for (int i = 0; fits && i < 7; i++) fits = i == 1 || b[i].obj != NULL;
+    fits = fits && grid_of(&b[0], k, 5, rows, h, &G) && grid_of(&b[3], k, 0, rows, h, &hs)
+           && grid_of(&b[4], k, 3, rows, h, &dx) && grid_of(&b[5], k, 3, rows, h, &dp)
+           && grid_of(&b[6], k, 0, rows, h, &dho)
+           && (!b[1].obj || grid_of(&b[1], k, 0, rows, h, &dh));
+    if (fits && k == 'f')
+        gru_dgates_float(G, dh, a, hs, dx, dp, dho, rows, h);
+    else if (fits)
+        gru_dgates_double(G, dh, a, hs, dx, dp, dho, rows, h);
+    return done_strided(b, 7, fits);
+}
+
 static PyMethodDef methods[] = {
     {"sum_rows", (PyCFunction)(void (*)(void))sum_rows, METH_FASTCALL, sum_rows_doc},
     {"tanh_grad", (PyCFunction)(void (*)(void))tanh_grad, METH_FASTCALL, tanh_grad_doc},
@@ -700,6 +848,9 @@ static PyMethodDef methods[] = {
     {"outer", (PyCFunction)(void (*)(void))outer, METH_FASTCALL, outer_doc},
     {"lstm_gates", (PyCFunction)(void (*)(void))lstm_gates, METH_FASTCALL, lstm_gates_doc},
     {"lstm_dgates", (PyCFunction)(void (*)(void))lstm_dgates, METH_FASTCALL, lstm_dgates_doc},
+    {"gru_gates", (PyCFunction)(void (*)(void))gru_gates, METH_FASTCALL, gru_gates_doc},
+    {"gru_state", (PyCFunction)(void (*)(void))gru_state, METH_FASTCALL, gru_state_doc},
+    {"gru_dgates", (PyCFunction)(void (*)(void))gru_dgates, METH_FASTCALL, gru_dgates_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -46,14 +46,6 @@ __all__ = ["lstm_cell", "gru_cell", "lstm_seq", "gru_seq", "lstm_seq_grad", "gru
            "lstm_step_numpy", "gru_step_numpy"]
 
 
-def _sigmoid_(a: np.ndarray) -> None:
-    """sigmoid(a) in place, as (tanh(a / 2) + 1) / 2: no overflow, four passes, no temporary."""
-    a *= 0.5
-    np.tanh(a, out=a)
-    a *= 0.5
-    a += 0.5
-
-
 def _lead(*arrays: Any) -> tuple[int, ...]:
     shapes = [_shape(a)[:-1] for a in arrays]
     if all(s == shapes[0] for s in shapes[1:]):  # (np.broadcast_shapes costs ~5 us)
@@ -235,27 +227,40 @@ defjvp(lstm_cell,
 
 
 # ---- GRU: gates r, z, n; a step's output blocks h, r, z, W_hn h + b_hn, n --------------------
-def _gru_step(o: np.ndarray, xg: np.ndarray, h: np.ndarray, wk: np.ndarray, b3: Any) -> None:
-    """One step into ``o`` (5, rows, H) from ``xg`` (3, rows, H), ``h`` (rows, H) and ``wk``."""
+def _gru_step(o: np.ndarray, xg: np.ndarray, h: np.ndarray, wk: np.ndarray, b3: Any,
+              halved: bool = False) -> None:
+    """One step into ``o`` (5, rows, H) from ``xg`` (3, rows, H), ``h`` (rows, H) and ``wk``.
+    ``halved``: ``xg``, ``wk`` and ``b3`` come with gates r, z halved (``_gru_seq``: exact)."""
     np.matmul(h, wk, out=o[1:4])  # the step's GEMM: W_hr h, W_hz h, W_hn h
     if b3 is not None:
         o[1:4] += b3
     o[1:3] += xg[:2]
-    _sigmoid_(o[1:3])
-    n = o[4]
-    np.multiply(o[1], o[3], out=n)  # r gates W_hn h + b_hn, as PyTorch
-    n += xg[2]
-    np.tanh(n, out=n)
-    np.subtract(h, n, out=o[0])  # (1 - z) n + z h = n + z (h - n)
-    o[0] *= o[2]
-    o[0] += n
+    if not halved:
+        o[1:3] *= 0.5  # sigmoid(a) = (tanh(a / 2) + 1) / 2
+    np.tanh(o[1:3], out=o[1:3])
+    k = ops._kernels  # one C pass each (rlgrad._kernels: the same bits) or these NumPy lines
+    if k is None or not k.gru_gates(o, xg):
+        o[1:3] *= 0.5
+        o[1:3] += 0.5
+        np.multiply(o[1], o[3], out=o[4])  # r gates W_hn h + b_hn, as PyTorch
+        o[4] += xg[2]
+    np.tanh(o[4], out=o[4])
+    if k is None or not k.gru_state(o, h):
+        np.subtract(h, o[4], out=o[0])  # (1 - z) n + z h = n + z (h - n)
+        o[0] *= o[2]
+        o[0] += o[4]
 
 
-def _gru_dstep(G: np.ndarray, Gh: np.ndarray, a: np.ndarray, h: np.ndarray, dx: np.ndarray,
+def _gru_dstep(G: np.ndarray, dh: Any, a: np.ndarray, h: np.ndarray, dx: np.ndarray,
                dhp: np.ndarray) -> np.ndarray:
     """The gradients of a step's ``xp`` and of ``W_hh h + b_hh``, into ``dx``, ``dhp``
-    (3, rows, H), for the gradient ``G`` of its output ``a`` (5, rows, H; the h' part replaced
-    by ``Gh``) from the state h; returns h's own part, Gh z."""
+    (3, rows, H), for the gradient ``G`` of its output ``a`` (5, rows, H) plus ``dh`` (the later
+    steps' share of its h'; None: none) from the state h; returns h's own part, Gh z."""
+    out = np.empty(a.shape[1:], a.dtype)
+    k = ops._kernels
+    if k is not None and k.gru_dgates(G, dh, a, h, dx, dhp, out):
+        return out
+    Gh = G[0] if dh is None else G[0] + dh
     r, z, hn, n = a[1], a[2], a[3], a[4]
     dn = dx[2]
     np.subtract(1.0, z, out=dn)
@@ -275,7 +280,8 @@ def _gru_dstep(G: np.ndarray, Gh: np.ndarray, a: np.ndarray, h: np.ndarray, dx: 
     dhp[:2] = dx[:2]  # r, z as dx's; n's through r
     np.multiply(dn, r, out=dhp[2])
     dhp[2] += G[3]
-    return Gh * z
+    np.multiply(Gh, z, out=out)
+    return out
 
 
 def _gru_cell(xp: Any, hs: Any, w: Any, b: Any = None) -> np.ndarray:
@@ -298,7 +304,7 @@ def _gru_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hs: np.ndarray, w
     Gg = _gates(G2, 5)
     dxp = np.empty((a.shape[0], 3 * H), ans.dtype)
     dhp = np.empty_like(dxp)
-    dh = _gru_dstep(Gg, Gg[0], _gates(a, 5), h, _gates(dxp, 3), _gates(dhp, 3))
+    dh = _gru_dstep(Gg, None, _gates(a, 5), h, _gates(dxp, 3), _gates(dhp, 3))
     dhs = np.zeros((a.shape[0], hs.shape[-1]), ans.dtype)
     np.matmul(dhp, w, out=dhs[:, :H])
     dhs[:, :H] += dh
@@ -470,11 +476,13 @@ def _lstm_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc0: np.ndar
 def _gru_seq(xp: Any, hs0: Any, w: Any, b: Any = None, reverse: bool = False) -> np.ndarray:
     L = _Seq(xp, hs0, w, 5)
     xg = L.gates_first(xp)
+    half = _halves(L.dtype)[:3]  # r, z halved once (exact: the same bits), n's blocks not
+    xg[:, :2] *= 0.5
     out = np.empty((L.T, 5, L.N, L.H), L.dtype)
-    wk, h = _hidden_weights(w, 3), L.state(hs0, 0)
-    b3 = None if b is None else b.reshape(3, 1, L.H)
+    wk, h = _hidden_weights(w, 3) * half, L.state(hs0, 0)
+    b3 = None if b is None else b.reshape(3, 1, L.H) * half
     for t in _order(L.T, reverse):
-        _gru_step(out[t], xg[t], h, wk, b3)
+        _gru_step(out[t], xg[t], h, wk, b3, halved=True)
         h = out[t, 0]
     return out.reshape((L.T, 5) + L.lead + (L.H,))
 
@@ -489,11 +497,13 @@ def _gru_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hs0: np.ndarr
     dx = np.empty((L.T, L.N, 3 * L.H), L.dtype)
     dhp = np.empty_like(dx)
     dh: Any = None  # the gradient reaching the state from the later steps
+    fused = ops._kernels is not None  # (the C pass writes straight into dx's and dhp's rows)
     for t in _order(L.T, not reverse):
-        Gh = G[t, 0] if dh is None else G[t, 0] + dh
-        dh = _gru_dstep(G[t], Gh, ans[t], L.read(ans, hs0, t, 0, reverse), dxg, dhg)
-        L.flat(dxg, dx[t])
-        dh += L.flat(dhg, dhp[t]) @ w
+        dh = _gru_dstep(G[t], dh, ans[t], L.read(ans, hs0, t, 0, reverse),
+                        _gates(dx[t], 3) if fused else dxg, _gates(dhp[t], 3) if fused else dhg)
+        if not fused:
+            L.flat(dxg, dx[t])
+        dh += (dhp[t] if fused else L.flat(dhg, dhp[t])) @ w
     return (*L.outputs(dx, [dh], xp, hs0), *L.weight_grads(dhp, ans, hs0, b, reverse))
 
 
