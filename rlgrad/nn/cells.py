@@ -17,7 +17,10 @@ arguments (``_lstm_grads``: the gates' gradient, then ``dh = dgates @ W``, ``dW 
 so it can be differentiated again. The JVP pushes the gates' tangent through the cell's
 Jacobian; vmap merges its dimension into the rows, or (batched weights) runs the reference.
 ``_lstm_cell_reference``/``_gru_cell_reference``, the cell as plain recorded operations, are
-what the primitives are tested against (tests/nn/test_rnn_fused.py).
+what the primitives are tested against (tests/nn/test_rnn_fused.py). A step's elementwise work
+around its GEMM and NumPy's tanh is one C pass each way where ``rlgrad._kernels`` is built
+(``lstm_gates``/``lstm_dgates``, ``gru_gates``/``gru_state``/``gru_dgates``: the NumPy lines
+beside each call, operation for operation, so the same bits; those lines run without it).
 """
 
 from __future__ import annotations
