@@ -515,7 +515,7 @@ def test_second_order_through_vmap_matches_finite_differences() -> None:
 
 
 # ---- the fast paths beside their reference -------------------------------------------------------
-@pytest.mark.parametrize("case", ["b_shared", "a_shared", "outer", "plain"])
+@pytest.mark.parametrize("case", ["b_shared", "a_shared", "outer", "outer_tall", "plain"])
 def test_bmatmul_fast_paths_equal_numpys_matmul(case: str) -> None:
     a = RNG.normal(size=(7, 3, 4))
     b = RNG.normal(size=(7, 4, 5))
@@ -525,6 +525,8 @@ def test_bmatmul_fast_paths_equal_numpys_matmul(case: str) -> None:
         a = np.broadcast_to(a[0], a.shape)
     elif case == "outer":
         a, b = a[:, :, :1], b[:, :1, :]
+    elif case == "outer_tall":  # the longer side first: einsum writes it transposed
+        a, b = RNG.normal(size=(7, 5, 1)), RNG.normal(size=(7, 1, 3))
     np.testing.assert_allclose(batching._bmatmul(a, b), np.matmul(a, b), rtol=1e-13, atol=1e-14)
     rlgrad.check_grads(batching.bmatmul, modes=("rev", "fwd"), order=2)(np.array(a), np.array(b))
 
