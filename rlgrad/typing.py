@@ -20,6 +20,9 @@ if TYPE_CHECKING:  # rlgrad.tensor imports this module's names for its annotatio
 
 ArrayLike: TypeAlias = "Tensor | npt.ArrayLike"
 Array: TypeAlias = "Tensor | np.ndarray"
+#: real numbers as NumPy takes them: a scalar, a sequence or an array (npt.ArrayLike without
+#: strings, bytes and complex)
+FloatArrayLike: TypeAlias = "float | Sequence[float] | Sequence[Sequence[float]] | np.ndarray"
 #: a dtype, its name or type, or None for the default (NumPy 2's DTypeLike leaves None out)
 DTypeLike: TypeAlias = npt.DTypeLike | None
 #: a shape: one length, or one per dimension
