@@ -403,7 +403,8 @@ def sort(a: Any, axis: int = -1) -> Any:
 def cumprod(a: Any, axis: Any = None) -> Any:
     if not _is_traced(a):
         return _np.cumprod(a, axis=axis)
-    if not _Trace.compiling and _np.all(a._value > 0):  # (jit: no branch on the first values)
+    # (jit, vmap: no branch on the first values, or one slice's)
+    if not _Trace.compiling and not _batched_arg(a) and _np.all(a._value > 0):
         return _ops.exp(_ops.cumsum(_ops.log(a), axis=axis))
     return _cumprod_general(a, axis)
 _exports.export(cumprod, torch="cumprod(dim, *, dtype=None)", top=True, promote="int64")

@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from helpers.primitives import PRIMITIVE_MODULES, library_primitives
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "rlgrad"
@@ -23,15 +24,6 @@ MAX_FUNCTION_LINES = 80
 # rlgrad/cli) may not appear here.
 ALLOWED_CYCLES: set[frozenset[str]] = set()
 ALLOWED_LONG_FUNCTIONS: set[tuple[str, str]] = set()  # (module, qualified function name)
-
-# Where primitives may be defined (docs/engine.md, "Where primitives live").
-PRIMITIVE_MODULES = {
-    "rlgrad.ops", "rlgrad.nn.functional", "rlgrad.special", "rlgrad.estimators", "rlgrad.rl.ppo",
-    "rlgrad.numpy.linalg", "rlgrad.distributions.categorical", "rlgrad.numpy",
-    "rlgrad.autograd_function", "rlgrad.lax", "rlgrad.inplace", "rlgrad.batching",
-    "rlgrad.nn.cells",
-}
-
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -266,26 +258,6 @@ def test_primitives_live_where_the_docs_say() -> None:
     for m in PRIMITIVE_MODULES:
         path = str(MODULES[m].relative_to(ROOT))
         assert f"`{path}`" in docs, f"docs/engine.md does not list {path} among the primitives' homes"
-
-
-def library_primitives() -> list:
-    """Every primitive of the library: the module-level names of the modules that make them
-    (docs/engine.md) and of rlgrad.numpy's, public or not."""
-    import importlib
-    import pkgutil
-
-    import rlgrad.numpy
-    from rlgrad.tracer import Primitive
-
-    names = sorted(PRIMITIVE_MODULES) + ["rlgrad.numpy"] + [
-        info.name for info in pkgutil.walk_packages(rlgrad.numpy.__path__, "rlgrad.numpy.")]
-    found = {}
-    for name in names:
-        for value in vars(importlib.import_module(name)).values():
-            p = getattr(value, "primitive", None)
-            if isinstance(p, Primitive):
-                found[id(p)] = p
-    return list(found.values())
 
 
 def test_every_differentiable_primitive_has_a_jvp_rule() -> None:
@@ -539,3 +511,19 @@ def test_public_signatures_do_not_gain_bare_any() -> None:
                            f"meant (rlgrad.typing's ArrayLike, Tensor, ...). Most: "
                            + "; ".join(f"{k}: {len(v)}" for k, v in worst))
     assert n >= BARE_ANY - 20, f"{n} bare Any left: lower BARE_ANY in tests/project/test_structure.py to {n}"
+
+
+def test_test_modules_import_helpers_not_other_test_modules() -> None:
+    """What test modules share lives in tests/helpers (imported as ``helpers.<module>``): a test
+    module that imports another runs that module's tests' set-up, and only works while the
+    other's folder happens to be on ``sys.path``."""
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.rglob("test_*.py")}
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
+                      if n.split(".")[0] in test_modules]
+    assert not found, "move what is shared to tests/helpers: " + "; ".join(found)
