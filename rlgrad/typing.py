@@ -31,6 +31,8 @@ ShapeLike: TypeAlias = int | Sequence[int]
 Axis: TypeAlias = int | Sequence[int] | None
 #: ``"cpu"``, ``rlgrad.device("cpu")`` or None (rlgrad computes on the CPU only)
 DeviceLike: TypeAlias = "str | device | None"
+#: how much ``pad`` adds: one width for every side, a (before, after) pair, or one pair per axis
+PadWidth: TypeAlias = int | Sequence[int] | Sequence[Sequence[int]]
 #: NumPy's ``pad`` modes (``rlgrad.numpy.pad``)
 PadMode: TypeAlias = Literal["constant", "edge", "linear_ramp", "maximum", "mean", "median", "minimum",
                              "reflect", "symmetric", "wrap", "empty"]
