@@ -528,3 +528,52 @@ def test_test_modules_import_helpers_not_other_test_modules() -> None:
             found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
                       if n.split(".")[0] in test_modules]
     assert not found, "move what is shared to tests/helpers: " + "; ".join(found)
+
+
+def _owner(cls: type, name: str) -> type:
+    """The class of ``cls``'s MRO that defines ``name``."""
+    return next(k for k in cls.__mro__ if name in vars(k))
+
+
+def test_docs_contrib_hook_table_says_which_class_overrides_what() -> None:
+    """docs/rl.md's sb3-contrib hook table: a cell that describes an implementation is the
+    column's class overriding that row's hooks; ``base`` (or empty) is its base class's, and
+    ``PPO's``/``SAC's`` that class's."""
+    import re
+
+    import rlgrad.rl as rl
+
+    text = (ROOT / "docs" / "rl.md").read_text()
+    table = "| hook | base |" + text.split("| hook | base |", 1)[1].split("\n\n", 1)[0]
+    header, _, *rows = table.splitlines()
+    classes = [getattr(rl, c.strip()) for c in header.strip("|").split("|")[2:]]
+    assert len(classes) >= 4 and len(rows) >= 6, (classes, rows)
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        hooks = re.findall(r"`(\w+)", cells[0])
+        assert hooks, row
+        for cls, cell in zip(classes, cells[2:]):
+            for hook in hooks:
+                owner = _owner(cls, hook) if hasattr(cls, hook) else None
+                where = f"{cls.__name__}.{hook} ({cell!r})"
+                if cell == "" or cell.startswith("base"):
+                    assert owner is not cls, f"docs/rl.md says {where} is inherited; the class overrides it"
+                elif cell.endswith("'s"):
+                    assert owner is not None and owner.__name__ == cell[:-2], f"{where}: defined by {owner}"
+                else:
+                    assert owner is cls, f"docs/rl.md says {where} is the class's own; it is {owner}'s"
+
+
+def test_docs_list_of_files_a_new_algorithm_touches_exists_for_reinforce() -> None:
+    """docs/rl.md's "Adding an algorithm" ends with the files a new algorithm touches: each is
+    there for REINFORCE (``<name>`` = reinforce)."""
+    import re
+
+    text = (ROOT / "docs" / "rl.md").read_text()
+    start = text.index("## Adding an algorithm")
+    section = text[start:text.index("\n### ", start)]
+    listed = section.split("The files a new algorithm touches:", 1)[1]
+    paths = re.findall(r"`((?:rlgrad|docs|tests)/[\w/<>.]+)`", listed)
+    assert len(paths) >= 6, paths
+    for p in paths:
+        assert (ROOT / p.replace("<name>", "reinforce")).exists(), p
