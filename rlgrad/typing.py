@@ -33,6 +33,9 @@ Axis: TypeAlias = int | Sequence[int] | None
 DeviceLike: TypeAlias = "str | device | None"
 #: how much ``pad`` adds: one width for every side, a (before, after) pair, or one pair per axis
 PadWidth: TypeAlias = int | Sequence[int] | Sequence[Sequence[int]]
+#: a norm's order (``linalg.norm``): a number (p, 0, +-inf), "fro" or "nuc" for matrices, or
+#: None for the 2-norm / Frobenius norm
+NormOrd: TypeAlias = float | Literal["fro", "nuc"] | None
 #: NumPy's ``pad`` modes (``rlgrad.numpy.pad``)
 PadMode: TypeAlias = Literal["constant", "edge", "linear_ramp", "maximum", "mean", "median", "minimum",
                              "reflect", "symmetric", "wrap", "empty"]
