@@ -36,6 +36,9 @@ PadWidth: TypeAlias = int | Sequence[int] | Sequence[Sequence[int]]
 #: a norm's order (``linalg.norm``): a number (p, 0, +-inf), "fro" or "nuc" for matrices, or
 #: None for the 2-norm / Frobenius norm
 NormOrd: TypeAlias = float | Literal["fro", "nuc"] | None
+#: which dimension vmap maps over: an int, None (not mapped), or a tuple/list/dict with one
+#: entry per argument (per output), as deep as the arguments' trees (torch's in_dims/out_dims)
+MapDims: TypeAlias = "int | None | tuple[Any, ...] | list[Any] | dict[str, Any]"
 #: NumPy's ``pad`` modes (``rlgrad.numpy.pad``)
 PadMode: TypeAlias = Literal["constant", "edge", "linear_ramp", "maximum", "mean", "median", "minimum",
                              "reflect", "symmetric", "wrap", "empty"]
