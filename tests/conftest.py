@@ -12,19 +12,12 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import settings
 
 from rlgrad import core, tracer
-
-# Tests live in subfolders that mirror the package; a few share helpers across them
-# (test_structure.library_primitives, test_random_programs._draw_program): all are importable.
-SUBFOLDERS = sorted(p for p in Path(__file__).parent.iterdir() if p.is_dir() and p.name.isidentifier())
-sys.path[:0] = [str(p) for p in SUBFOLDERS if str(p) not in sys.path]
 
 settings.register_profile("rlgrad", derandomize=os.environ.get("RLGRAD_HYPOTHESIS_EXPLORE") != "1")
 settings.load_profile("rlgrad")
