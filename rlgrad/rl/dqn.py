@@ -25,7 +25,7 @@ it) and ``loss`` (the loss on a batch against those targets). ``target_path`` na
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,6 +34,7 @@ from gymnasium import spaces
 from rlgrad import nn, ops, optim
 from rlgrad.nn import functional as F
 from rlgrad.rl.buffers import ReplayBatch
+from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, dict_has_images
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.layers import CombinedExtractor
@@ -101,7 +102,10 @@ class DQN(OffPolicyAlgorithm):
                  replay_buffer_kwargs: dict | None = None,
                  n_envs: int = 1, normalize: bool | dict = False,
                  policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
-                 **env_options: Any) -> None:
+                 compile_loop: bool = False, **env_options: Any) -> None:
+        self.compile_loop = bool(compile_loop)
+        if self.compile_loop and isinstance(env, str) and env_options.get("vectorization_mode") is None:
+            env_options["vectorization_mode"] = "functional"  # the id's functional form
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,
                          verbose, n_steps=n_steps, replay_buffer_class=replay_buffer_class,
@@ -128,6 +132,15 @@ class DQN(OffPolicyAlgorithm):
         self._params = list(self.q_net.parameters())
         self._target_params = list(self.q_net_target.parameters())  # cached: synced often
         self.optimizer = self.make_optimizer(self._params)
+        self._check_compile_loop()
+
+    def _check_compile_loop(self) -> None:
+        """compile_loop=True: refused in one line unless the env is functional and the setup
+        one the compiled loop runs (``rlgrad.rl.compiled_loop.dqn``)."""
+        if self.compile_loop:
+            from rlgrad.rl.compiled_loop.dqn import dqn_spec
+
+            dqn_spec(self)
 
     # ---- hooks a variant overrides --------------------------------------------------------------
     def make_q_net(self) -> nn.Module:
@@ -228,6 +241,26 @@ class DQN(OffPolicyAlgorithm):
         self.exploration_rate = self.exploration_schedule(progress)
 
     # ---- learning -------------------------------------------------------------------------------
+    def _iteration(self, callback: BaseCallback | None) -> bool:
+        if not self.compile_loop:
+            return super()._iteration(callback)
+        if callback is not None:
+            raise ValueError(f"{type(self).__name__}(compile_loop=True) runs the whole training "
+                             "as one program and calls no callback: pass callback=None, or "
+                             "leave compile_loop False")
+        self.learn_compiled_loop([self], self._total_timesteps - self.num_timesteps)
+        self.logger.dump(self.num_timesteps)
+        return True
+
+    @staticmethod
+    def learn_compiled_loop(models: Sequence[DQN], total_timesteps: int) -> None:
+        """``models`` (one per seed, built alike with ``compile_loop=True``) trained for
+        ``total_timesteps`` more steps each as one program (``compiled_loop.learn_compiled``
+        and ``train_seeds`` call it for DQN)."""
+        from rlgrad.rl.compiled_loop.dqn import learn_compiled_dqn
+
+        learn_compiled_dqn(models, total_timesteps)
+
     def td_target(self, b: ReplayBatch) -> np.ndarray:
         """``bootstrap_target`` of a minibatch in NumPy (no graph): the "batch" path."""
         return self._numpy_target(self.batch_dict(b))

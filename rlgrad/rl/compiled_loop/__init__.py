@@ -24,7 +24,7 @@ import numpy as np
 
 import rlgrad
 from rlgrad.rl.compiled_loop.program import make_program
-from rlgrad.rl.compiled_loop.spec import LoopSpec, loop_spec, refuse_env
+from rlgrad.rl.compiled_loop.spec import EnvSide, LoopSpec, loop_spec, refuse_env
 from rlgrad.rl.functional.keys import ALGO_STREAM, ENV_STREAM, KeyBatch, KeyGenerator, seed_keys
 from rlgrad.transforms import tree_flatten, tree_unflatten
 
@@ -49,7 +49,7 @@ def use_key_streams(model: Any) -> Any:
     return model
 
 
-def initial_state(models: Sequence[Any], spec: LoopSpec) -> dict[str, Any]:
+def initial_state(models: Sequence[Any], spec: EnvSide) -> dict[str, Any]:
     """The loop's state for one model per seed, stacked on a leading seed axis."""
     seeds = np.array([m.seed for m in models], dtype=np.int64)
     params = [np.stack([np.array(p._value) for p in ps])
@@ -156,6 +156,9 @@ def _write_back(models: Sequence[Any], state: dict[str, Any], ret_sum: np.ndarra
 def learn_compiled(models: Sequence[Any], total_timesteps: int) -> None:
     """Train ``models`` (one per seed, built alike) for ``total_timesteps`` each, as one
     program; a later call goes on from where the last one stopped."""
+    own = getattr(type(models[0]), "learn_compiled_loop", None)
+    if own is not None:  # DQN: its own program (compiled_loop.dqn)
+        return own(models, total_timesteps)
     spec = loop_spec(models[0])
     if any(loop_spec(m) != spec for m in models[1:]):
         raise ValueError("train_seeds: the models differ in more than their seed; build them "
