@@ -175,6 +175,8 @@ def learn_compiled(models: Sequence[Any], total_timesteps: int) -> None:
     state, (ret_sum, n_done) = run_loop(models, spec, state, sched)
     per = models[0].n_steps * models[0].n_envs
     _write_back(models, state, ret_sum, n_done, per * len(sched["lr"]))
+    for m in models:
+        m.loop_backend = _compiled(spec).backend  # "numpy" (the replay) or "native"
 
 
 def train_seeds(algo: type, env: Any, seeds: Sequence[int], total_timesteps: int,

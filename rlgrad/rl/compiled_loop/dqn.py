@@ -164,9 +164,14 @@ def _act(spec: DQNSpec, params: list[Any], obs: Any, key: Any, eps: Any, warm: A
         k, sub = split(k)
         explore = uniform(sub, (E,)) < eps
         greedy = rnp.argmax(_mlp(params, spec.q, obs), axis=-1)
-        k2, sub2 = split(k)
-        some = rnp.any(explore, axis=-1)  # eager draws the random actions only then
-        return (rnp.where(explore, _integers(sub2, E, A), greedy), rnp.where(some, k2, k))
+
+        def some_explore(k: Any) -> tuple[Any, Any]:
+            drawn, k2 = random_actions(k)
+            some = rnp.any(explore, axis=-1)  # (per seed: a seed none of whose copies explores
+            return rnp.where(explore, drawn, greedy), rnp.where(some, k2, k)  # draws nothing)
+
+        # eager draws the random actions only when a copy explores (rare once epsilon is low)
+        return lax.cond(rnp.any(explore), some_explore, lambda k: (greedy, k), k)
 
     return lax.cond(warm, random_actions, epsilon_greedy, key)
 
@@ -342,14 +347,18 @@ def _initial(models: Sequence[Any], spec: DQNSpec) -> dict[str, Any]:
 
 
 def _write_back(models: Sequence[Any], spec: DQNSpec, state: dict[str, Any],
-                sched: dict[str, np.ndarray], ret_sum: np.ndarray, n_done: np.ndarray) -> None:
-    """Each model gets its seed's networks, loop state, counters and statistics."""
+                sched: dict[str, np.ndarray], stats: tuple[np.ndarray, np.ndarray],
+                backend: str) -> None:
+    """Each model gets its seed's networks, loop state, counters and statistics, and the
+    backend that ran (``loop_backend``: "numpy", the replay, or "native")."""
     n_iter, F_ = sched["eps"].shape
+    ret_sum, n_done = stats
     for i, m in enumerate(models):
         for ps, arrs in ((m._params, state["params"]), (m._target_params, state["target"])):
             for p, arr in zip(ps, arrs):
                 np.copyto(p._value, arr[i])
         m._loop_state = _tree_map(lambda a, i=i: np.array(a[i:i + 1]), state)
+        m.loop_backend = backend
         m.num_timesteps += n_iter * F_ * m.n_envs
         m._n_calls += n_iter * F_
         m._n_updates += int(sched["train"].sum()) * spec.gradient_steps
@@ -378,12 +387,14 @@ def learn_compiled_dqn(models: Sequence[DQN], total_timesteps: int) -> None:
     sched = dqn_schedule(models[0], total_timesteps)
     for m in models:
         m._total_timesteps = max(m._total_timesteps, m.num_timesteps + int(total_timesteps))
+    program = _compiled(spec)
     with np.errstate(all="ignore"):  # a discarded branch (a done env's step) may overflow
-        state, (ret_sum, n_done) = _compiled(spec)(state, sched)
+        state, (ret_sum, n_done) = program(state, sched)
     state = _tree_map(np.asarray, state)
     bad = [m.seed for i, m in enumerate(models)
            if not all(np.isfinite(p[i]).all() for p in state["params"])]
     if bad:
         raise FloatingPointError(f"compile_loop: the parameters of seed(s) {bad} are not finite "
                                  "after training; lower the learning rate or clip the gradients")
-    _write_back(models, spec, state, sched, np.asarray(ret_sum), np.asarray(n_done))
+    _write_back(models, spec, state, sched, (np.asarray(ret_sum), np.asarray(n_done)),
+                program.backend)

@@ -20,6 +20,7 @@ import numpy as np
 
 import rlgrad.numpy as rnp
 from rlgrad import lax
+from rlgrad.nn import functional as F
 from rlgrad.rl.buffers import compute_gae_scan
 from rlgrad.rl.compiled_loop.spec import EnvSide, Layer, LoopSpec, OptSide
 from rlgrad.rl.functional.keys import KeyBatch, normal, split, uniform
@@ -27,7 +28,8 @@ from rlgrad.transforms import grad
 
 __all__ = ["make_program", "forward", "env_step"]
 
-_ACT: dict[str, Callable[[Any], Any]] = {"tanh": rnp.tanh, "relu": lambda x: rnp.maximum(x, 0.0)}
+# relu: nn.ReLU's primitive (one relu_grad op backward, not maximum's eight)
+_ACT: dict[str, Callable[[Any], Any]] = {"tanh": rnp.tanh, "relu": F.relu}
 _LOG_2PI = float(np.log(2 * np.pi))
 
 
