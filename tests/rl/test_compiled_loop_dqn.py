@@ -134,3 +134,20 @@ def test_refusals_are_one_line() -> None:
     m = DQN("CartPole-v1", compile_loop=True, learning_starts=10)
     with pytest.raises(ValueError, match="calls no callback"):
         m.learn(100, callback=lambda *a: True)
+
+
+def test_cli_vectorized_dqn_seeds_write_ordinary_runs(tmp_path: object) -> None:
+    from rlgrad.cli import main
+    from rlgrad.cli.plot import load_run
+
+    out = tmp_path / "runs"  # type: ignore[operator]
+    code = main(["train", "CartPole-v1", "--algo", "dqn", "--seeds", "0-1", "--vectorize",
+                 "--steps", "1024", "--set", "learning_starts=100", "--set", "train_freq=16",
+                 "--set", "gradient_steps=2", "--set", "buffer_size=2000",
+                 "--run-dir", str(out)])
+    assert code == 0
+    runs = [load_run(out / f"seed-{s}") for s in (0, 1)]
+    for r in runs:  # a row per iteration of 16 steps (those with an episode's return so far)
+        assert r.steps[-1] == 1024 and len(r.steps) > 50 and not np.any(r.steps % 16)
+        assert r.config["hyperparams"]["compile_loop"] is True
+    assert runs[0].values.tolist() != runs[1].values.tolist()  # two seeds, two runs
