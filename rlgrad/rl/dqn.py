@@ -16,9 +16,11 @@
 
 A variant overrides the hooks, each documented below, and inherits the rest (replay, exploration,
 target sync, the compiled gradient step, checkpoints): ``make_q_net`` (the network),
-``q_values`` (acting), ``bootstrap_target`` (the target of each transition from the networks'
-outputs at s', written once in engine operations; every way ``train`` computes targets calls
-it) and ``loss`` (the loss on a batch against those targets). ``target_path`` names the way
+``q_values`` (acting; ``q_of`` the same from the network's output in engine operations),
+``bootstrap_target`` (the target of each transition from the networks' outputs at s', written
+once in engine operations; every way ``train`` computes targets calls it) and ``loss`` (the loss
+on a batch against those targets; ``loss_of`` the same from the network's output, which
+``compile_loop=True`` calls). ``target_path`` names the way
 ``train`` computes the targets. ``rlgrad.rl.QRDQN`` and ``rlgrad.rl.C51`` are such variants.
 """
 
@@ -42,6 +44,7 @@ from rlgrad.rl.off_policy import OffPolicyAlgorithm, target_network, td_target_o
 from rlgrad.rl.policies import cnn_trunk, mlp, mlp_numpy
 from rlgrad.rl.schedules import ScheduleLike, linear_schedule
 from rlgrad.rl.steps import step_with_grads
+from rlgrad.typing import Array
 
 
 def gather_actions(q: Any, actions: Any) -> Any:
@@ -193,12 +196,22 @@ class DQN(OffPolicyAlgorithm):
             v = ops.max(target_out, axis=1)
         return bootstrap(b, v)
 
+    def q_of(self, out: Array) -> Array:
+        """Q(s, .) (batch, n_actions) from the Q-network's output rows ``out``, in engine
+        operations (``q_values``'s value; the compiled loop acts on it). DQN's: ``out``."""
+        return out
+
     def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """The training loss on ``batch`` = {"obs", "actions", "target"}: the Huber loss
         (delta = ``clip_delta``) of ``Q(s, a) - y``. Returns (loss, statistics to log), as every
         algorithm's ``loss``; run eagerly or compiled by ``train``."""
-        q_a = gather_actions(self.q_net(batch["obs"]), batch["actions"])
-        return F.huber_loss(q_a, batch["target"], delta=self.clip_delta), {}
+        return self.loss_of(self.q_net(batch["obs"]), batch), {}
+
+    def loss_of(self, out: Array, batch: dict[str, Any]) -> Array:
+        """``loss``'s value from the online network's output ``out`` at ``batch["obs"]`` (engine
+        operations: the compiled loop calls it on its own forward pass)."""
+        return F.huber_loss(gather_actions(out, batch["actions"]), batch["target"],
+                            delta=self.clip_delta)
 
     def td_loss(self, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """``loss`` with the target computed in the step from a ``batch_dict`` ("step")."""

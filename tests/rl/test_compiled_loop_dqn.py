@@ -24,31 +24,41 @@ def _max_diff(a: list, b: list) -> float:
 SMALL = dict(learning_starts=100, batch_size=16, policy_kwargs=dict(net_arch=[32, 32]),
              learning_rate=1e-3)
 CASES = [  # ring shorter than the run (it wraps), 2 copies, hard target copies
-    ("CartPole-v1", 1000, dict(n_envs=2, train_freq=8, gradient_steps=4, buffer_size=300,
+    (DQN, "CartPole-v1", 1000, dict(n_envs=2, train_freq=8, gradient_steps=4, buffer_size=300,
                                target_update_interval=50, **SMALL)),
     # soft target updates, Double DQN, gradient_steps=-1, a linear learning rate
-    ("CartPole-v1", 800, dict(n_envs=4, train_freq=4, gradient_steps=-1, buffer_size=2000,
+    (DQN, "CartPole-v1", 800, dict(n_envs=4, train_freq=4, gradient_steps=-1, buffer_size=2000,
                               tau=0.3, target_update_interval=8, double_q=True,
                               **{**SMALL, "learning_rate": "lin_1e-3"})),
     # one copy, time limits (200 steps) ending the bootstrap, exploration over absolute steps
-    ("MountainCar-v0", 700, dict(n_envs=1, train_freq=4, gradient_steps=2, buffer_size=1000,
+    (DQN, "MountainCar-v0", 700, dict(n_envs=1, train_freq=4, gradient_steps=2, buffer_size=1000,
                                  target_update_interval=30, exploration_steps=400,
                                  replay_buffer_kwargs=dict(handle_timeout_termination=False),
                                  **SMALL)),
     # time limits bootstrapped (the default), the RMSprop optimizer, gradient clipping tight
-    ("Acrobot-v1", 600, dict(n_envs=3, train_freq=2, gradient_steps=1, buffer_size=1000,
+    (DQN, "Acrobot-v1", 600, dict(n_envs=3, train_freq=2, gradient_steps=1, buffer_size=1000,
                              max_grad_norm=0.5, target_update_interval=20,
                              policy_kwargs=dict(net_arch=[16], optimizer_class="RMSprop"),
                              **{k: v for k, v in SMALL.items() if k != "policy_kwargs"})),
+    # the variants, through their hooks (q_of, bootstrap_target, loss_of)
+    (QRDQN, "CartPole-v1", 800, dict(n_envs=2, train_freq=8, gradient_steps=4, buffer_size=500,
+                                     target_update_interval=40,
+                                     **{**SMALL, "policy_kwargs": dict(net_arch=[32],
+                                                                       n_quantiles=7)})),
+    (C51, "CartPole-v1", 800, dict(n_envs=2, train_freq=8, gradient_steps=4, buffer_size=500,
+                                   target_update_interval=40, double_q=True,
+                                   **{**SMALL, "policy_kwargs": dict(net_arch=[32], n_atoms=11,
+                                                                     v_min=0.0, v_max=50.0)})),
 ]
 
 
-@pytest.mark.parametrize("env_id, steps, kw", CASES, ids=[c[0] + str(i) for i, c in enumerate(CASES)])
-def test_compiled_loop_equals_eager_dqn(env_id: str, steps: int, kw: dict) -> None:
-    compiled = DQN(env_id, seed=3, compile_loop=True, **kw)
+@pytest.mark.parametrize("algo, env_id, steps, kw", CASES,
+                         ids=[f"{c[0].__name__}-{c[1]}-{i}" for i, c in enumerate(CASES)])
+def test_compiled_loop_equals_eager_dqn(algo: type, env_id: str, steps: int, kw: dict) -> None:
+    compiled = algo(env_id, seed=3, compile_loop=True, **kw)
     start = [np.array(p._value) for p in compiled._params]
     compiled.learn(steps)
-    eager = use_key_streams(DQN(env_id, seed=3, vectorization_mode="functional", **kw))
+    eager = use_key_streams(algo(env_id, seed=3, vectorization_mode="functional", **kw))
     eager.learn(steps)
     assert compiled.num_timesteps == eager.num_timesteps
     assert compiled._n_updates == eager._n_updates > 0
@@ -69,7 +79,7 @@ def test_compiled_loop_equals_eager_dqn(env_id: str, steps: int, kw: dict) -> No
 
 
 def test_a_second_learn_goes_on_as_the_eager_run_does() -> None:
-    kw = CASES[0][2]
+    kw = CASES[0][3]
     compiled = DQN("CartPole-v1", seed=1, compile_loop=True, **kw)
     eager = use_key_streams(DQN("CartPole-v1", seed=1, vectorization_mode="functional", **kw))
     for m in (compiled, eager):
@@ -97,7 +107,7 @@ def test_the_schedule_is_the_eager_loops() -> None:
 
 
 def test_seeds_in_one_program_equal_one_program_per_seed() -> None:
-    kw = CASES[0][2]
+    kw = CASES[0][3]
     together = train_seeds(DQN, "CartPole-v1", [0, 4], 600, **kw)
     for m in together:
         alone = DQN("CartPole-v1", seed=m.seed, compile_loop=True, **kw)
@@ -128,9 +138,13 @@ def test_refusals_are_one_line() -> None:
         DQN("CartPole-v1", compile_loop=True, vectorization_mode="sync")
     with pytest.raises(ValueError, match="train_freq in steps"):
         DQN("CartPole-v1", compile_loop=True, train_freq=(1, "episode"))
-    for variant in (QRDQN, C51):
-        with pytest.raises(ValueError, match="runs DQN's own Q-network and TD target only"):
-            variant("CartPole-v1", compile_loop=True)
+
+    class OwnLoss(DQN):  # a loss the compiled loop cannot see (no loss_of beside it)
+        def loss(self, batch: dict) -> tuple:
+            return super().loss(batch)
+
+    with pytest.raises(ValueError, match="override them with q_values and loss"):
+        OwnLoss("CartPole-v1", compile_loop=True)
     m = DQN("CartPole-v1", compile_loop=True, learning_starts=10)
     with pytest.raises(ValueError, match="calls no callback"):
         m.learn(100, callback=lambda *a: True)

@@ -32,7 +32,6 @@ import numpy as np
 import rlgrad
 import rlgrad.numpy as rnp
 from rlgrad import lax
-from rlgrad.nn import functional as F
 from rlgrad.rl.compiled_loop import _tree_map, initial_state
 from rlgrad.rl.compiled_loop.program import (
     _clip_grads,
@@ -61,6 +60,8 @@ class DQNSpec:
 
     func_env: Any = field(compare=False)  # FuncEnvs hold no state: equal when of one class
     env_cls: type
+    hooks: Any = field(compare=False)  # a model whose q_of, bootstrap_target, loss_of are traced
+    variant: tuple  # what those hooks read: the class, its trace settings, its policy_kwargs
     n_envs: int
     max_steps: int | None
     n_actions: int
@@ -71,8 +72,6 @@ class DQNSpec:
     gradient_steps: int
     gamma: float
     tau: float
-    clip_delta: float
-    double_q: bool
     truncation_terminates: bool  # handle_timeout_termination=False
     max_grad_norm: float | None
     optimizer: str
@@ -85,15 +84,22 @@ def _refuse(algo: str, what: str) -> ValueError:
     return ValueError(f"{algo}(compile_loop=True) {what}; leave compile_loop False for this setup")
 
 
+def _owner(cls: type, name: str) -> type:
+    return next(c for c in cls.__mro__ if name in vars(c))
+
+
 def dqn_spec(model: DQN) -> DQNSpec:
-    """The spec of a DQN on a functional env; one line naming what the compiled loop lacks."""
+    """The spec of a DQN (or a variant: QR-DQN, C51) on a functional env; one line naming what
+    the compiled loop lacks."""
     algo = type(model).__name__
     env = model.vector_env
     if not isinstance(env, FunctionalVectorEnv):
         raise refuse_env(algo, env)
-    hooks = ("make_q_net", "q_values", "bootstrap_target", "loss", "td_loss")
-    if any(getattr(type(model), h).__qualname__ != f"DQN.{h}" for h in hooks):  # overridden
-        raise _refuse(algo, "runs DQN's own Q-network and TD target only")
+    cls = type(model)
+    pairs = (("q_values", "q_of"), ("loss", "loss_of"))  # a variant overrides both or neither
+    if (any(_owner(cls, a) is not _owner(cls, b) for a, b in pairs)
+            or _owner(cls, "td_loss").__name__ != "DQN"):
+        raise _refuse(algo, "calls q_of and loss_of: override them with q_values and loss")
     if getattr(model, "env_runners", 0):
         raise _refuse(algo, "steps its envs inside the program: set env_runners=0")
     if model.normalizer is not None or model.policy_name == "CnnPolicy":
@@ -108,13 +114,15 @@ def dqn_spec(model: DQN) -> DQNSpec:
     opt, args = optimizer_args(algo, model.optimizer)
     F_ = model.train_freq[0]
     gs = model.gradient_steps if model.gradient_steps >= 0 else F_ * model.n_envs
+    variant = (cls, tuple(getattr(model, a) for a in model.trace_settings),
+               repr(sorted(model.policy_kwargs.items())))
     return DQNSpec(
-        func_env=env.func_env, env_cls=type(env.func_env), n_envs=env.num_envs,
+        func_env=env.func_env, env_cls=type(env.func_env), hooks=model, variant=variant,
+        n_envs=env.num_envs,
         max_steps=env.max_episode_steps, n_actions=model.n_actions,
         q=_chain(None, mods[:-1], mods[-1], index), buffer_size=model.buffer_size,
         batch_size=model.batch_size, train_freq=F_, gradient_steps=gs, gamma=model.gamma,
-        tau=model.tau, clip_delta=model.clip_delta, double_q=model.double_q,
-        truncation_terminates=model._truncation_terminates, max_grad_norm=model.max_grad_norm,
+        tau=model.tau, truncation_terminates=model._truncation_terminates, max_grad_norm=model.max_grad_norm,
         optimizer=opt, opt_args=args)
 
 
@@ -145,6 +153,13 @@ def dqn_schedule(model: DQN, total_timesteps: int) -> dict[str, np.ndarray]:
 
 
 # ---- the program ------------------------------------------------------------------------------
+def _rowwise(fn: Callable, x: Any) -> Any:
+    """``fn`` of rows (n, ...) applied to ``x`` (S, B, ...): the seeds' rows as one batch."""
+    s = x.shape
+    out = fn(rnp.reshape(x, (s[0] * s[1],) + tuple(s[2:])))
+    return rnp.reshape(out, (s[0], s[1]) + tuple(out.shape[1:]))
+
+
 def _integers(sub: Any, n: int, high: int) -> Any:
     """``KeyGenerator.integers(0, high, n)`` from subkeys ``sub`` (S,): (S, n) int64."""
     u = uniform(sub, (n,))
@@ -163,7 +178,7 @@ def _act(spec: DQNSpec, params: list[Any], obs: Any, key: Any, eps: Any, warm: A
     def epsilon_greedy(k: Any) -> tuple[Any, Any]:
         k, sub = split(k)
         explore = uniform(sub, (E,)) < eps
-        greedy = rnp.argmax(_mlp(params, spec.q, obs), axis=-1)
+        greedy = rnp.argmax(_rowwise(spec.hooks.q_of, _mlp(params, spec.q, obs)), axis=-1)
 
         def some_explore(k: Any) -> tuple[Any, Any]:
             drawn, k2 = random_actions(k)
@@ -220,24 +235,26 @@ def _store(spec: DQNSpec, buf: dict[str, Any], rows: dict[str, Any], valid: Any
 
 
 def _targets(spec: DQNSpec, params: list[Any], target: list[Any], b: dict[str, Any]) -> Any:
-    """``DQN.bootstrap_target``: ``r + gamma (1 - terminated) max_a Q'(s', a)`` (Double DQN:
-    ``Q'(s', argmax_a Q(s', a))``), float32, no gradient."""
-    q_next = _mlp(target, spec.q, b["next_obs"])
-    if spec.double_q:
-        pick = rnp.argmax(_mlp(params, spec.q, b["next_obs"]), axis=-1)
-        v = rnp.take_along_axis(q_next, rnp.expand_dims(pick, -1), axis=-1)[..., 0]
-    else:
-        v = rnp.max(q_next, axis=-1)
-    not_term = np.float32(1.0) - rnp.asarray(b["terminated"], dtype=np.float32)
-    return lax.stop_gradient(b["rewards"] + np.float32(spec.gamma) * not_term * v)
+    """The model's ``bootstrap_target`` of every row of ``b`` (S, n), all seeds' rows as one
+    batch (DQN's ``r + gamma (1 - terminated) max_a Q'(s', a)``), with no gradient."""
+    s = b["rewards"].shape
+    flat = lambda x: rnp.reshape(x, (s[0] * s[1],) + tuple(x.shape[2:]))  # noqa: E731
+    x = b["next_obs"]
+    d = {"rewards": flat(b["rewards"]), "gamma": np.array(spec.gamma, dtype=np.float32),
+         "not_terminated": np.float32(1.0) - rnp.asarray(flat(b["terminated"]), dtype=np.float32)}
+    y = spec.hooks.bootstrap_target(d, flat(_mlp(target, spec.q, x)),
+                                    lambda: flat(_mlp(params, spec.q, x)))
+    return lax.stop_gradient(rnp.reshape(y, s + tuple(y.shape[1:])))
 
 
 def _loss(spec: DQNSpec, params: list[Any], b: dict[str, Any], y: Any) -> Any:
-    """The sum over seeds of each seed's mean Huber loss of ``Q(s, a) - y``."""
-    q = _mlp(params, spec.q, b["obs"])
-    q_a = rnp.take_along_axis(q, rnp.expand_dims(b["actions"], -1), axis=-1)[..., 0]
-    per_row = F.huber_loss(q_a, y, reduction="none", delta=spec.clip_delta)
-    return rnp.sum(per_row) / np.float32(spec.batch_size)
+    """The sum over seeds of the model's ``loss_of`` on each seed's minibatch."""
+    out = _mlp(params, spec.q, b["obs"])
+    total = None
+    for i in range(out.shape[0]):  # (S is static: the seeds' losses, each its own batch mean)
+        part = spec.hooks.loss_of(out[i], {"actions": b["actions"][i], "target": y[i]})
+        total = part if total is None else total + part
+    return total
 
 
 def _train(spec: DQNSpec, buf: dict[str, Any], lr: Any) -> Callable:
@@ -253,7 +270,7 @@ def _train(spec: DQNSpec, buf: dict[str, Any], lr: Any) -> Callable:
                           size - 1)
         names = ("obs", "actions", "rewards", "terminated", "next_obs")
         b = {k: _take(buf[k], idx) for k in names}
-        if not spec.double_q:  # the target network is fixed during the call: all at once
+        if not spec.hooks.double_q:  # the target network is fixed during the call: at once
             b = {"obs": b["obs"], "actions": b["actions"], "y": _targets(spec, params, target, b)}
 
         def per_step(x: Any) -> Any:  # (S, G * B, ...) -> (G, S, B, ...)
