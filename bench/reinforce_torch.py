@@ -48,6 +48,7 @@ import _timing  # first: one BLAS thread, this checkout's rlgrad
 import numpy as np  # noqa: E402
 
 from rlgrad.rl import evaluate, load_preset, make_from_preset, split_preset  # noqa: E402
+from rlgrad.rl.compiled_loop import clear_programs  # noqa: E402
 
 ENV = "CartPole-v1"
 
@@ -65,6 +66,7 @@ def run_rlgrad(seed: int, compiled: bool = False) -> dict:
     """The preset's ``learn``; ``compiled``: with ``compile_loop=True`` (rlgrad's functional
     CartPole, the whole loop one ``rlgrad.jit`` program, its compilation timed too)."""
     extra = {"compile_loop": True} if compiled else {}
+    clear_programs()  # each run traces and compiles its program, as a new process would
     model, budget = make_from_preset("reinforce", ENV, seed=seed, **extra)
     t, c = time.perf_counter(), time.process_time()
     model.learn(budget)

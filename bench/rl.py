@@ -46,6 +46,7 @@ import _timing  # first: one BLAS thread, this checkout's rlgrad
 import numpy as np  # noqa: E402
 
 from rlgrad.rl import evaluate, load_preset, make_from_preset, split_preset  # noqa: E402
+from rlgrad.rl.compiled_loop import clear_programs  # noqa: E402
 
 
 def _sb3_schedule(v):
@@ -57,6 +58,7 @@ def _sb3_schedule(v):
 
 def run_rlgrad(algo: str, seed: int, stepping: str) -> dict:
     if stepping == "compiled":  # the whole loop as one program on the functional CartPole
+        clear_programs()  # each run traces and compiles its program, as a new process would
         model, budget = make_from_preset(algo, "CartPole-v1", seed=seed, compile_loop=True)
     else:
         mode = {"same": "sync", "native": None}[stepping]

@@ -28,7 +28,7 @@ from rlgrad.rl.compiled_loop.spec import EnvSide, LoopSpec, loop_spec, refuse_en
 from rlgrad.rl.functional.keys import ALGO_STREAM, ENV_STREAM, KeyBatch, KeyGenerator, seed_keys
 from rlgrad.transforms import tree_flatten, tree_unflatten
 
-__all__ = ["LoopSpec", "initial_state", "learn_compiled", "loop_spec", "program_source",
+__all__ = ["LoopSpec", "clear_programs", "initial_state", "learn_compiled", "loop_spec", "program_source",
            "refuse_env", "schedule", "train_seeds", "use_key_streams"]
 
 
@@ -83,6 +83,15 @@ def schedule(model: Any, total_timesteps: int, start: int = 0) -> dict[str, np.n
 
 
 _PROGRAMS: dict[LoopSpec, Any] = {}
+#: every cache of compiled loop programs (DQN's module adds its own), for ``clear_programs``
+PROGRAM_CACHES: list[dict] = [_PROGRAMS]
+
+
+def clear_programs() -> None:
+    """Forget the compiled programs: the next run traces and compiles again, as a new process
+    would (benchmarks that time compilation with each run)."""
+    for cache in PROGRAM_CACHES:
+        cache.clear()
 
 
 def _compiled(spec: LoopSpec) -> Any:

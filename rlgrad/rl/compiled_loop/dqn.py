@@ -32,7 +32,7 @@ import numpy as np
 import rlgrad
 import rlgrad.numpy as rnp
 from rlgrad import lax
-from rlgrad.rl.compiled_loop import _tree_map, initial_state
+from rlgrad.rl.compiled_loop import PROGRAM_CACHES, _tree_map, initial_state
 from rlgrad.rl.compiled_loop.program import (
     _clip_grads,
     _flat,
@@ -338,6 +338,7 @@ def make_dqn_program(spec: DQNSpec) -> Callable:
 
 # ---- running it -------------------------------------------------------------------------------
 _PROGRAMS: dict[DQNSpec, Any] = {}
+PROGRAM_CACHES.append(_PROGRAMS)
 
 
 def _compiled(spec: DQNSpec) -> Any:
