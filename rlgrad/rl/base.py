@@ -350,6 +350,13 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             raise ValueError(f"{type(self).__name__}: normalize=True and a VecNormalize env both "
                              "normalise; use one of them")
         self._adopt_env_normalizer()
+        norm = self.normalizer
+        if (norm is not None and norm.norm_obs and is_image_space(self.observation_space)
+                and self.policy_kwargs.get("normalize_images") is not False):
+            # SB3's NatureCNN asserts it: dividing normalised floats by 255 again is silently wrong
+            raise SpaceError(f"{type(self).__name__}: a VecNormalize env hands the CNN normalised "
+                             "floats, not 0-255 images: pass policy_kwargs=dict("
+                             "normalize_images=False), or VecNormalize(norm_obs=False)")
     def _init_env_runners(self, env: EnvLike, env_runners: int) -> None:
         """``env_runners > 0``: rollouts on Ray actors (started on first use), checked here."""
         if env_runners and not self.env_runner_sampling:

@@ -105,7 +105,8 @@ class RecurrentPPO(PPO):
             return RecurrentActorCriticPolicy(
                 self._policy_observation_space(), self.action_space, cnn=cnn,
                 **self.net_kwargs(net_arch=None, activation_fn="tanh", ortho_init=True,
-                                  log_std_init=0.0, init_seed=None, **lstm, **extra))
+                                  log_std_init=0.0, init_seed=None, normalize_images=None,
+                                  **lstm, **extra))
         finally:
             self.policy_kwargs = {**kw, **({"features_extractor_kwargs": fe_kwargs}
                                            if fe_kwargs else {})}
