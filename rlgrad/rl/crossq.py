@@ -22,17 +22,18 @@ from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.hyperparams import apply_defaults
 from rlgrad.rl.layers import _act_cls
 from rlgrad.rl.off_policy import min_of, td_target_of
-from rlgrad.rl.policies import _cat
+from rlgrad.rl.policies import FeaturesNet, _cat
 from rlgrad.rl.sac import SAC
 
 
-class BatchNormCritic(nn.Module):
+class BatchNormCritic(FeaturesNet):
     """``n_critics`` Q(s, a) networks: BatchNorm on the input, then Linear, activation and
     BatchNorm per hidden layer, and a linear output (``forward`` returns a list of (batch,))."""
 
     def __init__(self, in_dim: int, net_arch: list[int], n_critics: int, activation_fn: Any,
                  momentum: float = 0.01, eps: float = 0.001) -> None:
         super().__init__()
+        self._set_extractor(None)  # vector observations only
         act = _act_cls(activation_fn)
         nets = []
         for _ in range(n_critics):
@@ -53,6 +54,8 @@ class CrossQ(SAC):
     """sb3-contrib's ``CrossQ`` over rlgrad's ``SAC``."""
 
     default_hyperparams: ClassVar[dict[str, Any]] = {"learning_rate": 1e-3}
+    cnn_policy = False  # batch-normalised critics on vector observations only
+    dict_images = False
 
     def __init__(self, env: EnvLike, policy_delay: int = 3, **kwargs: Any) -> None:
         self.policy_delay = int(policy_delay)
@@ -64,7 +67,11 @@ class CrossQ(SAC):
         if self.auto_ent:
             self.ent_coef_optimizer = optim.Adam([self.log_ent_coef], lr=lr, betas=(0.5, 0.999))
 
-    def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any) -> Any:
+    def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any,
+                     extractor: nn.Module | None = None, shared: bool = False) -> Any:
+        if extractor is not None:
+            raise ValueError("CrossQ: its batch-normalised critics read vector observations; "
+                             "a features extractor (CNN, CombinedExtractor) is not supported")
         arch = arch if "net_arch" in self.policy_kwargs else [1024, 1024]
         return BatchNormCritic(self.obs_dim + self.act_dim, arch, n_critics, activation_fn)
 

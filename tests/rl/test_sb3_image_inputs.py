@@ -55,3 +55,108 @@ def test_vecnormalize_images_with_image_scaling_refused_as_sb3():
     with pytest.raises(ValueError, match="normalize_images=False"):
         PPO("CnnPolicy", _image_env(), n_steps=16, batch_size=16, seed=0,
             policy_kwargs=dict(normalize_images=True))
+
+
+# ---- off-policy CNN and Dict-image policies (SAC, TD3, DDPG, TQC) ------------------------------
+sb3 = pytest.importorskip("stable_baselines3")
+th = pytest.importorskip("torch")
+
+
+def _sb3_cnn_key(key: str) -> str:
+    """SB3's NatureCNN keys (cnn.0, linear.0) for rlgrad's one Sequential (0, 7)."""
+    for i in ("0", "2", "4"):
+        key = key.replace(f"features_extractor.{i}.", f"features_extractor.cnn.{i}.")
+    return key.replace("features_extractor.7.", "features_extractor.linear.0.")
+
+
+def _copy_into_sb3(mine, theirs) -> None:
+    theirs.load_state_dict({_sb3_cnn_key(k): th.tensor(np.asarray(v))
+                            for k, v in mine.state_dict().items()}, strict=True)
+
+
+@pytest.mark.parametrize("algo", ["SAC", "TD3", "DDPG"])
+@pytest.mark.parametrize("share", [False, True])
+def test_offpolicy_cnn_policy_acts_and_values_as_sb3(algo, share):
+    import rlgrad.rl as rl
+
+    env = FakeImageEnv(screen_height=36, screen_width=36, n_channels=1, channel_first=True,
+                       discrete=False)
+    kw = dict(buffer_size=10, seed=0, policy_kwargs=dict(
+        share_features_extractor=share, features_extractor_kwargs=dict(features_dim=16),
+        net_arch=[8]))
+    mine = getattr(rl, algo)("CnnPolicy", env, **kw)
+    theirs = getattr(sb3, algo)("CnnPolicy", env, **kw)
+    assert (mine.actor.features_extractor is mine.critic.features_extractor) == share
+    assert (mine.critic_target.features_extractor is not mine.critic.features_extractor)
+    _copy_into_sb3(mine.actor, theirs.actor)
+    _copy_into_sb3(mine.critic, theirs.critic)
+    obs = np.random.default_rng(1).integers(0, 256, (5, 1, 36, 36)).astype(np.uint8)
+    a_mine, _ = mine.predict(obs, deterministic=True)
+    a_theirs, _ = theirs.predict(obs, deterministic=True)
+    np.testing.assert_allclose(a_mine, a_theirs, rtol=1e-4, atol=1e-5)
+    acts = np.random.default_rng(2).uniform(-1, 1, (5, 5)).astype(np.float32)
+    q_mine = [q._value for q in mine.critic(obs, acts)]
+    with th.no_grad():
+        x = th.as_tensor(obs)
+        q_theirs = [q.numpy()[:, 0] for q in theirs.critic(x, th.as_tensor(acts))]
+    np.testing.assert_allclose(np.stack(q_mine), np.stack(q_theirs), rtol=1e-4, atol=1e-5)
+    # the critic's optimizer trains its own extractor, not the actor's shared one (SB3's)
+    n_fx = len(list(mine.actor.features_extractor.parameters()))
+    n_critic = len(list(mine.critic.parameters()))
+    n_opt = sum(len(g["params"]) for g in mine.critic_optimizer.param_groups)
+    assert n_opt == (n_critic - n_fx if share else n_critic)
+
+
+def test_shared_extractor_gets_no_critic_gradient_but_the_actor_moves_it():
+    from rlgrad.rl import TD3
+
+    env = FakeImageEnv(screen_height=36, screen_width=36, n_channels=1, channel_first=True,
+                       discrete=False)
+    m = TD3("CnnPolicy", env, buffer_size=64, learning_starts=0, batch_size=8, seed=0,
+            policy_delay=2, policy_kwargs=dict(share_features_extractor=True,
+                                               features_extractor_kwargs=dict(features_dim=8)))
+    assert m.actor_target.features_extractor is m.critic_target.features_extractor
+    m.learn(16)
+    fx = [p._value.copy() for p in m.actor.features_extractor.parameters()]
+    head = [p._value.copy() for p in m.critic.qf0.parameters()]
+    m.tau = 0.0
+    m._n_updates = 0
+    m.train(gradient_steps=1, batch_size=8)  # update 1: the critics only (policy_delay=2)
+    assert all(np.array_equal(a, p._value) for a, p in
+               zip(fx, m.actor.features_extractor.parameters(), strict=True))
+    assert not all(np.array_equal(a, p._value) for a, p in
+                   zip(head, m.critic.qf0.parameters(), strict=True))
+    m.train(gradient_steps=1, batch_size=8)  # update 2: the actor too, through the extractor
+    assert not all(np.array_equal(a, p._value) for a, p in
+                   zip(fx, m.actor.features_extractor.parameters(), strict=True))
+
+
+@pytest.mark.parametrize("algo", ["SAC", "TQC"])
+def test_offpolicy_dict_images_through_combined_extractor(algo):
+    import rlgrad.rl as rl
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+    from rlgrad.rl.envs import preprocess_obs
+    from rlgrad.rl.layers import CombinedExtractor
+
+    m = getattr(rl, algo)("MultiInputPolicy", SimpleMultiObsEnv(discrete_actions=False),
+                          buffer_size=100, learning_starts=10, batch_size=8, seed=0,
+                          policy_kwargs=dict(net_arch=[16]))
+    assert isinstance(m.actor.features_extractor, CombinedExtractor)
+    assert m.critic.features_extractor is not m.actor.features_extractor
+    m.learn(20)
+    obs = {k: np.stack([v] * 3) for k, v in m.observation_space.sample().items()}
+    a, _ = m.predict(obs, deterministic=True)
+    rows = preprocess_obs(obs, m.observation_space)
+    mean = m.actor.distribution(rows).mode._value  # the graph path, from the same rows
+    np.testing.assert_allclose(a, m.unscale_action(mean), rtol=1e-5, atol=1e-6)
+
+
+def test_qrdqn_networks_under_sb3_contrib_names():
+    from rlgrad.rl import QRDQN
+
+    m = QRDQN("MlpPolicy", "CartPole-v1", buffer_size=100, seed=0,
+              policy_kwargs=dict(n_quantiles=5))
+    assert m.quantile_net is m.q_net and m.quantile_net_target is m.q_net_target
+    obs = np.zeros((2, 4), np.float32)
+    np.testing.assert_allclose(m.quantile_net(obs)._value, m.quantiles(obs).reshape(2, -1),
+                               rtol=1e-6)
