@@ -134,9 +134,14 @@ class PolicyView:
                             lambda x: algo._predict(x, deterministic))
 
     def parameters(self) -> Iterator[Any]:
-        """Every parameter of the algorithm's networks (SB3's policy holds them all)."""
+        """Every parameter of the algorithm's networks (SB3's policy holds them all), once each
+        (a features extractor the actor and critic share is one set)."""
+        seen: set[int] = set()
         for module in self._algo._modules().values():
-            yield from module.parameters()
+            for p in module.parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield p
 
     def _named_modules(self) -> dict[str, Module]:
         """The networks under SB3's policy attribute names (DQN's ``q_net.q_net``)."""

@@ -160,3 +160,18 @@ def test_qrdqn_networks_under_sb3_contrib_names():
     obs = np.zeros((2, 4), np.float32)
     np.testing.assert_allclose(m.quantile_net(obs)._value, m.quantiles(obs).reshape(2, -1),
                                rtol=1e-6)
+
+
+def test_policy_parameters_count_a_shared_extractor_once():
+    from rlgrad.rl import SAC
+
+    env = FakeImageEnv(screen_height=36, screen_width=36, n_channels=1, channel_first=True,
+                       discrete=False)
+    kw = dict(buffer_size=10, seed=0, policy_kwargs=dict(features_extractor_kwargs=dict(
+        features_dim=8), net_arch=[8]))
+    shared = SAC("CnnPolicy", env, **{**kw, "policy_kwargs": {**kw["policy_kwargs"],
+                                                             "share_features_extractor": True}})
+    separate = SAC("CnnPolicy", env, **kw)
+    n_fx = sum(p.numel() for p in shared.actor.features_extractor.parameters())
+    count = [sum(p.numel() for p in m.policy.parameters()) for m in (shared, separate)]
+    assert count[1] - count[0] == n_fx  # the critic's own extractor (the targets' copies alike)
