@@ -69,6 +69,10 @@ class TQC(SAC):
         return QuantileCritics(self.features_width(extractor), self.act_dim, arch, n_critics,
                                self.n_quantiles, activation_fn, extractor, shared)
 
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        # QuantileCritics keep their q_networks keys: not SAC's renaming of old critics to qf<i>
+        return super(SAC, self)._upgrade_state(state)
+
     def _q_pi(self, obs: Any, actions: Any) -> Any:
         return ops.mean(self.critic(obs, actions), axis=1)
 
