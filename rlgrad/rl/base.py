@@ -129,7 +129,9 @@ def action_space_error(name: str, allowed: tuple[type, ...], space: spaces.Space
         return (f"{name} needs a continuous (Box) action space, got {space}: for discrete actions "
                 "use DQN, PPO or A2C")
     kinds = " or ".join(t.__name__ for t in allowed)
-    return f"{name} supports {kinds} action spaces, got {space}"
+    # SB3's words ("The algorithm only supports ..."), which its users' code matches on
+    return (f"{name} supports {kinds} action spaces, got {space}: The algorithm only supports "
+            f"({', '.join(t.__name__ for t in allowed)}) as action spaces")
 
 
 def resolve_policy(cls: type[BaseAlgorithm], policy: str | None, space: spaces.Space,
@@ -151,7 +153,8 @@ def resolve_policy(cls: type[BaseAlgorithm], policy: str | None, space: spaces.S
                          f"W)), but {env} gives {space}: use policy='MlpPolicy'")
     if policy == "CnnPolicy" and not cls.cnn_policy:
         raise ValueError(f"{name} has MLP networks only, but {env} gives image observations "
-                         f"{space}: use DQN, QR-DQN, PPO or A2C, which have a CNN")
+                         f"{space}: use PPO, A2C, the DQN family or SAC, TD3, DDPG, TQC, which have "
+                         "a CNN")
     if policy == "MlpPolicy" and image:
         raise ValueError(f"{name}: MlpPolicy takes vector observations, but {env} gives images "
                          f"{space}: use policy='CnnPolicy' (the default for images)")
@@ -351,6 +354,13 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             raise ValueError(f"{type(self).__name__}: normalize=True and a VecNormalize env both "
                              "normalise; use one of them")
         self._adopt_env_normalizer()
+        norm = self.normalizer
+        if (norm is not None and norm.norm_obs and is_image_space(self.observation_space)
+                and self.policy_kwargs.get("normalize_images") is not False):
+            # SB3's NatureCNN asserts it: dividing normalised floats by 255 again is silently wrong
+            raise SpaceError(f"{type(self).__name__}: a VecNormalize env hands the CNN normalised "
+                             "floats, not 0-255 images: pass policy_kwargs=dict("
+                             "normalize_images=False), or VecNormalize(norm_obs=False)")
     def _init_env_runners(self, env: EnvLike, env_runners: int) -> None:
         """``env_runners > 0``: rollouts on Ray actors (started on first use), checked here."""
         if env_runners and not self.env_runner_sampling:
@@ -408,7 +418,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                                  f"working with dict observation space, not {name}")
             if dict_has_images(self.observation_space) and not self.dict_images:
                 raise ValueError(f"{type(self).__name__}: image entries need a CNN extractor "
-                                 "(CombinedExtractor), which A2C, PPO and the DQN family have "
+                                 "(CombinedExtractor), which A2C, PPO, the DQN family and SAC, TD3, "
+                                 "DDPG, TQC have "
                                  f"and this algorithm not yet; the Dict observation space is "
                                  f"{self.observation_space}: keep vector entries only")
             self.policy_name = "MultiInputPolicy"

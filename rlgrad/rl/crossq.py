@@ -13,6 +13,7 @@ steps); here ``rlgrad.nn.BatchNorm1d``, and the actor has no normalisation layer
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,17 +23,22 @@ from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.hyperparams import apply_defaults
 from rlgrad.rl.layers import _act_cls
 from rlgrad.rl.off_policy import min_of, td_target_of
-from rlgrad.rl.policies import _cat
+from rlgrad.rl.policies import FeaturesNet, _cat
 from rlgrad.rl.sac import SAC
 
+#: sb3-contrib's CrossQ policy_kwargs for the critics' normalisation, and their defaults
+_NORM_DEFAULTS: dict[str, Any] = {"batch_norm": True, "batch_norm_momentum": 0.01,
+                                  "batch_norm_eps": 0.001, "renorm_warmup_steps": 100_000}
 
-class BatchNormCritic(nn.Module):
+
+class BatchNormCritic(FeaturesNet):
     """``n_critics`` Q(s, a) networks: BatchNorm on the input, then Linear, activation and
     BatchNorm per hidden layer, and a linear output (``forward`` returns a list of (batch,))."""
 
     def __init__(self, in_dim: int, net_arch: list[int], n_critics: int, activation_fn: Any,
                  momentum: float = 0.01, eps: float = 0.001) -> None:
         super().__init__()
+        self._set_extractor(None)  # vector observations only
         act = _act_cls(activation_fn)
         nets = []
         for _ in range(n_critics):
@@ -53,10 +59,24 @@ class CrossQ(SAC):
     """sb3-contrib's ``CrossQ`` over rlgrad's ``SAC``."""
 
     default_hyperparams: ClassVar[dict[str, Any]] = {"learning_rate": 1e-3}
+    cnn_policy = False  # batch-normalised critics on vector observations only
+    dict_images = False
 
     def __init__(self, env: EnvLike, policy_delay: int = 3, **kwargs: Any) -> None:
         self.policy_delay = int(policy_delay)
-        super().__init__(env, **apply_defaults(CrossQ, kwargs))
+        kwargs = apply_defaults(CrossQ, kwargs)
+        pk = dict(kwargs.pop("policy_kwargs", None) or {})
+        # sb3-contrib's normalisation keys: read here, not by SAC's networks
+        norm = {k: pk.pop(k, v) for k, v in _NORM_DEFAULTS.items()}
+        if not norm["batch_norm"]:
+            raise ValueError("CrossQ: batch_norm=False is not supported: rlgrad's CrossQ critics "
+                             "are batch-normalised (drop the key)")
+        self.batch_norm_momentum = float(norm["batch_norm_momentum"])
+        self.batch_norm_eps = float(norm["batch_norm_eps"])
+        self.renorm_warmup_steps = int(norm["renorm_warmup_steps"])
+        self._renorm_warned = False
+        super().__init__(env, policy_kwargs=pk, **kwargs)
+        self.policy_kwargs.update(norm)  # saved with the model, read again at load
         self.compile_updates = False  # BatchNorm's running statistics change in the forward
         lr = self.lr_schedule(1.0)
         self.actor_optimizer = optim.Adam(self.actor.parameters(), lr=lr, betas=(0.5, 0.999))
@@ -64,9 +84,23 @@ class CrossQ(SAC):
         if self.auto_ent:
             self.ent_coef_optimizer = optim.Adam([self.log_ent_coef], lr=lr, betas=(0.5, 0.999))
 
-    def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any) -> Any:
+    def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any,
+                     extractor: nn.Module | None = None, shared: bool = False) -> Any:
+        if extractor is not None:
+            raise ValueError("CrossQ: its batch-normalised critics read vector observations; "
+                             "a features extractor (CNN, CombinedExtractor) is not supported")
         arch = arch if "net_arch" in self.policy_kwargs else [1024, 1024]
-        return BatchNormCritic(self.obs_dim + self.act_dim, arch, n_critics, activation_fn)
+        return BatchNormCritic(self.obs_dim + self.act_dim, arch, n_critics, activation_fn,
+                               momentum=self.batch_norm_momentum, eps=self.batch_norm_eps)
+
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
+        super().train(gradient_steps, batch_size)
+        if self._n_updates > self.renorm_warmup_steps and not self._renorm_warned:
+            self._renorm_warned = True
+            warnings.warn(f"CrossQ: {self._n_updates} updates, past renorm_warmup_steps="
+                          f"{self.renorm_warmup_steps}: sb3-contrib's Batch Renormalization now "
+                          "normalises with its running statistics, rlgrad's critics keep batch "
+                          "normalisation (the warm-up's behaviour)", stacklevel=2)
 
     def _actor_step_due(self) -> bool:
         return (self._n_updates + 1) % self.policy_delay == 0

@@ -149,7 +149,9 @@ def make_vec_env(
         for w in wrappers or ():
             env = w(env)
         env = reset_compatible(env)  # a reset without options (SB3 accepts such envs)
-        venv = OneEnvSyncVectorEnv([lambda: env])
+        # SAME_STEP, as SB3's DummyVecEnv: every step is a transition, so a rollout of n_steps
+        # holds n_steps of them (no reset rows) and GAE sees SB3's episode boundaries
+        venv = OneEnvSyncVectorEnv([lambda: env], autoreset_mode=AutoresetMode.SAME_STEP)
     elif callable(env):
         fns = [env] * n_envs
         if wrappers:

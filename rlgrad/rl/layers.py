@@ -330,6 +330,33 @@ def cnn_trunk(observation_space: spaces.Space, features_dim: int | None = None,
     return MinAtarCNN(shape, features_dim or 128, normalize=normalize_images)
 
 
+#: the features-extractor keys of an off-policy algorithm's ``policy_kwargs`` (SB3's defaults)
+EXTRACTOR_DEFAULTS: dict[str, Any] = {
+    "features_extractor_class": None, "features_extractor_kwargs": None,
+    "normalize_images": None, "share_features_extractor": False}
+
+
+def offpolicy_extractor(space: spaces.Space, cnn: bool, options: dict[str, Any]
+                        ) -> nn.Module | None:
+    """A new features extractor for an off-policy network (``options``: the keys of
+    ``EXTRACTOR_DEFAULTS``): the user's ``features_extractor_class``, ``CombinedExtractor`` on a
+    Dict with image entries (reading the flat rows the loops hold), the CNN trunk on images
+    (``cnn``: CnnPolicy); None for vector observations, whose networks read the rows as they
+    are (SB3's ``FlattenExtractor``, which has no parameters)."""
+    fe_kwargs = dict(options.get("features_extractor_kwargs") or {})
+    cls = options.get("features_extractor_class")
+    normalize = options.get("normalize_images")
+    if cls is not None:
+        return module_class(cls, "features_extractor_class")(space, **fe_kwargs)
+    if isinstance(space, spaces.Dict) and any(is_image_space(s) for s in space.spaces.values()):
+        if normalize is not None:
+            fe_kwargs.setdefault("normalize_images", normalize)
+        return CombinedExtractor(space, **fe_kwargs)
+    if not cnn:
+        return None
+    return cnn_trunk(space, fe_kwargs.get("features_dim"), normalize)
+
+
 class MlpExtractor(nn.Module):
     """The policy and value towers of an actor-critic policy on the features: ``policy_net``
     and ``value_net`` (SB3's names and state-dict keys), ``latent_dim_pi`` / ``latent_dim_vf``

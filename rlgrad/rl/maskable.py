@@ -36,9 +36,12 @@ class MaskableCategorical(Categorical):
 
     def __init__(self, probs: Any = None, logits: Any = None, validate_args: bool | None = None,
                  masks: Any = None) -> None:
-        if logits is None:
-            raise ValueError("MaskableCategorical: give logits (probabilities cannot be masked "
-                             "without renormalising; pass log(probs) as logits)")
+        if (probs is None) == (logits is None):
+            raise ValueError("MaskableCategorical: give either probs or logits, not both")
+        if logits is None:  # torch's probs_to_logits: log of probs clamped to [eps, 1 - eps]
+            p = probs if isinstance(probs, Tensor) else np.asarray(probs)
+            eps = float(np.finfo(p.dtype).eps)
+            logits = ops.log(ops.clip(p, eps, 1.0 - eps))
         self._raw_logits = logits
         self._validate = validate_args
         self.masks: np.ndarray | None = None
@@ -125,7 +128,7 @@ class MaskableActorCriticPolicy(ActorCriticPolicy):
         """(the masked pi(.|obs), V(obs)), the trunk run once."""
         f = self._features(obs)
         logits = self.action_net(self.pi_net(f))
-        values = self.value_net(self.vf_net(f)).reshape(-1)
+        values = self.value_net(self.vf_net(self._vf_features(obs, f))).reshape(-1)
         if self.multi:
             if masks is not None:
                 masks = masks if isinstance(masks, Tensor) else np.asarray(

@@ -70,14 +70,17 @@ class Normalizer:
         self.training = True
 
     def normalize_obs(self, obs: np.ndarray) -> np.ndarray:
+        """Normalised observations of ``obs``'s shape: images (n, C, H, W) go through the flat
+        statistics as rows, as vector observations do."""
         if not self.norm_obs:
             return obs
-        out = (obs - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
-        return np.clip(out, -self.clip_obs, self.clip_obs).astype(np.float32)
+        rows = obs.reshape(len(obs), -1) if obs.ndim > 2 else obs
+        out = (rows - self.obs_rms.mean) / np.sqrt(self.obs_rms.var + self.epsilon)
+        return np.clip(out, -self.clip_obs, self.clip_obs).astype(np.float32).reshape(obs.shape)
 
     def update_obs(self, obs: np.ndarray) -> None:
         if self.norm_obs and self.training:
-            self.obs_rms.update(obs)
+            self.obs_rms.update(obs.reshape(len(obs), -1) if obs.ndim > 2 else obs)
 
     def process_obs(self, obs: np.ndarray) -> np.ndarray:
         """Update the statistics with ``obs`` (when training), then normalise it."""

@@ -25,6 +25,7 @@ from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, frame_stacked, is_image_space, preprocess_obs
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.frame_replay import FrameReplayBuffer
+from rlgrad.rl.layers import offpolicy_extractor
 from rlgrad.rl.policies import SB3PolicyMethods, predict_with
 from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
 from rlgrad.rl.sb3_storage import (
@@ -95,7 +96,13 @@ def make_action_noise(noise_type: str | None, noise_std: float, act_dim: int, n_
 
 def target_network(net: Module) -> Module:
     """A frozen copy of ``net`` (the target network), kept in step by ``optim.polyak_update``."""
-    return copy.deepcopy(net).requires_grad_(False)
+    return target_networks(net)[0]
+
+
+def target_networks(*nets: Module) -> tuple[Module, ...]:
+    """Frozen copies of ``nets`` made together: a module they share (TD3's actor and critic
+    with ``share_features_extractor``) is shared by the copies too, as in SB3."""
+    return tuple(n.requires_grad_(False) for n in copy.deepcopy(nets))
 
 
 def min_of(qs: list[Any]) -> Any:
@@ -127,9 +134,14 @@ class PolicyView:
                             lambda x: algo._predict(x, deterministic))
 
     def parameters(self) -> Iterator[Any]:
-        """Every parameter of the algorithm's networks (SB3's policy holds them all)."""
+        """Every parameter of the algorithm's networks (SB3's policy holds them all), once each
+        (a features extractor the actor and critic share is one set)."""
+        seen: set[int] = set()
         for module in self._algo._modules().values():
-            yield from module.parameters()
+            for p in module.parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield p
 
     def _named_modules(self) -> dict[str, Module]:
         """The networks under SB3's policy attribute names (DQN's ``q_net.q_net``)."""
@@ -264,6 +276,24 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                                      n_envs=self.n_envs)
         return ReplayBuffer(self.buffer_size, shape, action_shape, action_dtype,
                             obs_dtype=np.uint8)
+
+    # ---- features extractors ----------------------------------------------------------------
+    def make_extractors(self, options: dict[str, Any]
+                        ) -> tuple[Module | None, Module | None, int]:
+        """(the actor's extractor, the critic's, the actor's input width) for ``policy_kwargs``'
+        extractor keys (``layers.EXTRACTOR_DEFAULTS``): None, None and the flat width for vector
+        observations; with ``share_features_extractor`` the critic's is the actor's."""
+        cnn = self.policy_name == "CnnPolicy"
+        actor_fx = offpolicy_extractor(self.observation_space, cnn, options)
+        if actor_fx is None:
+            return None, None, self.obs_dim
+        critic_fx = (actor_fx if options.get("share_features_extractor")
+                     else offpolicy_extractor(self.observation_space, cnn, options))
+        return actor_fx, critic_fx, self.features_width(actor_fx)
+
+    def features_width(self, extractor: Module | None) -> int:
+        """The width of what a network reads: the extractor's features, else the flat rows."""
+        return self.obs_dim if extractor is None else int(cast(Any, extractor).features_dim)
 
     # ---- actions ------------------------------------------------------------------------------
     def unscale_action(self, scaled: np.ndarray) -> np.ndarray:

@@ -10,7 +10,8 @@ next step is the reset, and its observation batch: not ``SyncVectorEnv``'s priva
 returning the same values: the same
 observation batch (a copy when ``copy``), rewards, termination and truncation arrays (copies) and
 info dict, with NEXT_STEP autoreset (a done step's observation is the final one, the next step
-resets and reports reward 0, not done). Other autoreset modes and observation spaces whose
+resets and reports reward 0, not done) or SAME_STEP (a done step resets at once, the final
+observation and info in ``final_obs`` / ``final_info``). ``DISABLED`` and observation spaces whose
 batching is not a plain ``np.stack`` (Tuple, Dict, ...) take ``SyncVectorEnv.step`` itself.
 ``tests/rl/test_one_env.py`` checks it step for step against ``SyncVectorEnv``.
 """
@@ -38,7 +39,8 @@ class OneEnvSyncVectorEnv(SyncVectorEnv):
         # the straight line covers SyncVectorEnv's step where that is these operations:
         # NEXT_STEP, observations batched by np.stack, actions iterated by iter() (Box /
         # MultiDiscrete / MultiBinary batch spaces)
-        self._short = (self.autoreset_mode == AutoresetMode.NEXT_STEP
+        self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        self._short = (self.autoreset_mode in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
                        and type(self.single_observation_space) in _STACKED
                        and type(self.action_space) in _STACKED[:1] + _STACKED[2:])
         # its own state (not SyncVectorEnv's fields): whether the next step is the reset, and
@@ -77,16 +79,21 @@ class OneEnvSyncVectorEnv(SyncVectorEnv):
             if next(it, it) is not it:  # SyncVectorEnv's strict zip: one action per environment
                 return super().step(actions)
         env = self.envs[0]
-        if self._reset_next:
+        infos: dict[str, Any] = {}
+        if self._reset_next:  # (NEXT_STEP: the step after a done is the reset)
             obs, info = env.reset()
             reward, terminated, truncated = 0.0, False, False
         else:
             obs, reward, terminated, truncated, info = env.step(action)
+            if self._same_step and (terminated or truncated):  # reset now, the end in infos
+                infos = self._add_info(infos, {"final_obs": obs, "final_info": info}, 0)
+                obs, info = env.reset()
         rewards = np.array([reward], dtype=np.float64)
         terms = np.array([terminated], dtype=np.bool_)
         truncs = np.array([truncated], dtype=np.bool_)
-        self._reset_next = bool(terms[0] or truncs[0])
-        infos = self._add_info({}, info, 0) if info else {}
+        self._reset_next = not self._same_step and bool(terms[0] or truncs[0])
+        if info:
+            infos = self._add_info(infos, info, 0)
         batch = self._batch
         if type(obs) is np.ndarray and (obs.shape, obs.dtype) == self._row:
             batch[0] = obs

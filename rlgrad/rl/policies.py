@@ -682,28 +682,65 @@ class QNetwork(nn.Module):
         return mlp_numpy(self.q_net, obs)
 
 
-class DeterministicActor(nn.Module):
-    """mu(s) in [-1, 1]^d (tanh); the algorithm rescales to the action bounds."""
+class FeaturesNet(nn.Module):
+    """An off-policy network that reads its observations through ``features_extractor`` (SB3's
+    attribute: a CNN on images, ``CombinedExtractor`` on Dict observations with images), or,
+    when it is None, the flat rows as they are (the MLP policies: no extractor, no cost).
+    ``share_features_extractor``: a critic's extractor is the actor's, trained by the actor's
+    loss only; the critic reads its features without a gradient, as SB3's does."""
+
+    features_extractor: nn.Module | None
+
+    def _set_extractor(self, extractor: nn.Module | None, shared: bool = False) -> None:
+        self.features_extractor = extractor
+        self.share_features_extractor = bool(shared)
+
+    def extract_features(self, obs: Any) -> Any:
+        fx = self.features_extractor
+        if fx is None:
+            return obs
+        out = fx(obs)
+        return ops.stop_gradient(out) if self.share_features_extractor else out
+
+    def features_numpy(self, obs: np.ndarray) -> np.ndarray:
+        """The features of ``obs`` without a graph (acting)."""
+        return trunk_numpy(self.features_extractor, obs)
+
+    def own_parameters(self) -> list[Any]:
+        """What this network's optimizer trains: all its parameters but a shared extractor's."""
+        if not self.share_features_extractor:
+            return list(self.parameters())
+        return [p for n, p in self.named_parameters() if not n.startswith("features_extractor.")]
+
+
+class DeterministicActor(FeaturesNet):
+    """mu(s) in [-1, 1]^d (tanh); the algorithm rescales to the action bounds. ``obs_dim`` is
+    the features' width when a ``features_extractor`` is given."""
 
     def __init__(self, obs_dim: int, act_dim: int, net_arch: list[int],
-                 activation_fn: Any = "relu") -> None:
+                 activation_fn: Any = "relu", features_extractor: nn.Module | None = None
+                 ) -> None:
         super().__init__()
+        self._set_extractor(features_extractor)
         self.mu = mlp([obs_dim, *net_arch, act_dim], activation_fn, output_activation=nn.Tanh)
 
     def forward(self, obs: Any) -> Any:
-        return self.mu(obs)
+        return self.mu(self.extract_features(obs))
 
     def numpy(self, obs: np.ndarray) -> np.ndarray:
-        return mlp_numpy(self.mu, obs)
+        return mlp_numpy(self.mu, self.features_numpy(obs))
 
 
-class ContinuousCritic(nn.Module):
+class ContinuousCritic(FeaturesNet):
     """``n_critics`` independent Q(s, a) networks on the concatenation [s, a], named ``qf0``,
-    ``qf1``, ... as SB3's (their state-dict keys: ``qf0.0.weight``)."""
+    ``qf1``, ... as SB3's (their state-dict keys: ``qf0.0.weight``); ``obs_dim`` is the
+    features' width when a ``features_extractor`` is given (``shared``: the actor's)."""
 
     def __init__(self, obs_dim: int, act_dim: int, net_arch: list[int], n_critics: int = 2,
-                 activation_fn: Any = "relu") -> None:
+                 activation_fn: Any = "relu", features_extractor: nn.Module | None = None,
+                 shared: bool = False) -> None:
         super().__init__()
+        self._set_extractor(features_extractor, shared)
         self.n_critics = int(n_critics)
         for i in range(self.n_critics):
             setattr(self, f"qf{i}", mlp([obs_dim + act_dim, *net_arch, 1], activation_fn))
@@ -713,11 +750,11 @@ class ContinuousCritic(nn.Module):
         return [getattr(self, f"qf{i}") for i in range(self.n_critics)]
 
     def forward(self, obs: Any, actions: Any) -> list[Any]:
-        x = _cat(obs, actions)
+        x = _cat(self.extract_features(obs), actions)
         return [q(x).reshape(-1) for q in self.q_networks]
 
     def q1_forward(self, obs: Any, actions: Any) -> Any:
-        return self.q_networks[0](_cat(obs, actions)).reshape(-1)
+        return self.q_networks[0](_cat(self.extract_features(obs), actions)).reshape(-1)
 
 
 def _cat(obs: Any, actions: Any) -> Any:
@@ -729,7 +766,7 @@ def _cat(obs: Any, actions: Any) -> Any:
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
 
 
-class SquashedGaussianActor(nn.Module):
+class SquashedGaussianActor(FeaturesNet):
     """SAC's actor: a Gaussian in pre-tanh space, squashed into [-1, 1] (``TanhNormal``).
 
     With ``use_sde`` (generalized State-Dependent Exploration, SB3's SAC ``Actor``): the mean is
@@ -743,8 +780,10 @@ class SquashedGaussianActor(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, net_arch: list[int],
                  activation_fn: Any = "relu", use_sde: bool = False, log_std_init: float = -3.0,
-                 full_std: bool = True, use_expln: bool = False, clip_mean: float = 2.0) -> None:
+                 full_std: bool = True, use_expln: bool = False, clip_mean: float = 2.0,
+                 features_extractor: nn.Module | None = None) -> None:
         super().__init__()
+        self._set_extractor(features_extractor)
         self.latent_pi = tower(obs_dim, list(net_arch), activation_fn)
         last = net_arch[-1] if net_arch else obs_dim
         self.act_dim = act_dim
@@ -765,7 +804,7 @@ class SquashedGaussianActor(nn.Module):
         return mean.clip(-self.clip_mean, self.clip_mean) if self.clip_mean > 0 else mean
 
     def distribution(self, obs: Any) -> Any:
-        h = self.latent_pi(obs)
+        h = self.latent_pi(self.extract_features(obs))
         if self.use_sde:
             return StateDependentNoiseDistribution(
                 self._sde_mean(h), self.log_std, h, use_expln=self.use_expln,
@@ -806,7 +845,7 @@ class SquashedGaussianActor(nn.Module):
     def numpy(self, obs: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
         """tanh(mu) when ``rng`` is None, else a sample, in [-1, 1] (with gSDE: the action of the
         held exploration matrices, ``rng`` unused)."""
-        h = mlp_numpy(self.latent_pi, obs)
+        h = mlp_numpy(self.latent_pi, self.features_numpy(obs))
         mu = mlp_numpy([self.mu], h)
         if self.use_sde:
             if self.clip_mean > 0:

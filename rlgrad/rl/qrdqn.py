@@ -65,6 +65,16 @@ class QRDQN(DQN):
         self.n_quantiles = int(self.policy_kwargs.get("n_quantiles", 200))
         return self.q_network(self.n_actions * self.n_quantiles, n_quantiles=200)
 
+    @property
+    def quantile_net(self) -> nn.Module:
+        """sb3-contrib's name of the online network (``q_net``)."""
+        return self.q_net
+
+    @property
+    def quantile_net_target(self) -> nn.Module:
+        """sb3-contrib's name of the target network (``q_net_target``)."""
+        return self.q_net_target
+
     def quantiles(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
         """(batch, n_actions, n_quantiles) in NumPy (the online network by default)."""
         out = mlp_numpy(self.q_net if net is None else net, obs)

@@ -96,6 +96,9 @@ class RecurrentPPO(PPO):
         super()._apply_policy_name()
 
     def _build_policy(self, cnn: bool, extra: dict[str, Any]) -> Any:
+        if self.use_sde:  # (else the first rollout's reset_noise would fail deep in learn)
+            raise ValueError("RecurrentPPO: use_sde=True (gSDE) is not supported for the LSTM "
+                             "policies; leave use_sde=False (Gaussian exploration)")
         kw = dict(self.policy_kwargs)
         fe_kwargs = kw.pop("features_extractor_kwargs", None) or {}
         self.policy_kwargs = {**kw, **fe_kwargs}  # SB3's features_dim key, at the top level
@@ -105,7 +108,8 @@ class RecurrentPPO(PPO):
             return RecurrentActorCriticPolicy(
                 self._policy_observation_space(), self.action_space, cnn=cnn,
                 **self.net_kwargs(net_arch=None, activation_fn="tanh", ortho_init=True,
-                                  log_std_init=0.0, init_seed=None, **lstm, **extra))
+                                  log_std_init=0.0, init_seed=None, normalize_images=None,
+                                  **lstm, **extra))
         finally:
             self.policy_kwargs = {**kw, **({"features_extractor_kwargs": fe_kwargs}
                                            if fe_kwargs else {})}

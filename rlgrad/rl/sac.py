@@ -28,7 +28,7 @@ from gymnasium import spaces
 from rlgrad import nn, ops, optim
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.layers import get_actor_critic_arch
+from rlgrad.rl.layers import EXTRACTOR_DEFAULTS, get_actor_critic_arch
 from rlgrad.rl.off_policy import (
     OffPolicyAlgorithm,
     make_action_noise,
@@ -42,6 +42,8 @@ from rlgrad.rl.schedules import ScheduleLike
 
 class SAC(OffPolicyAlgorithm):
     action_space: spaces.Box
+    cnn_policy = True  # images: a CNN extractor per network (SB3's CnnPolicy)
+    dict_images = True  # Dict image entries: CombinedExtractor
 
     def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 3e-4, buffer_size: int = 1_000_000,
                  learning_starts: int = 100, batch_size: int = 256, tau: float = 0.005,
@@ -61,22 +63,27 @@ class SAC(OffPolicyAlgorithm):
                          replay_buffer_kwargs=replay_buffer_kwargs, **env_options)
         self.target_update_interval = int(target_update_interval)
         kw = self.net_kwargs(net_arch=[256, 256], activation_fn="relu", log_std_init=-3.0,
-                             full_std=True, use_expln=False, clip_mean=2.0, n_critics=n_critics)
+                             full_std=True, use_expln=False, clip_mean=2.0, n_critics=n_critics,
+                             **EXTRACTOR_DEFAULTS)
         n_critics = int(kw.pop("n_critics"))  # SB3 takes it in policy_kwargs
         pi_arch, qf_arch = get_actor_critic_arch(kw.pop("net_arch"))
         act_fn = kw.pop("activation_fn")
+        fx = {k: kw.pop(k) for k in EXTRACTOR_DEFAULTS}
         self.use_sde = bool(use_sde)
         self.sde_sample_freq = int(sde_sample_freq)
         self.use_sde_at_warmup = bool(use_sde_at_warmup)
-        self.actor = SquashedGaussianActor(self.obs_dim, self.act_dim, pi_arch, act_fn,
-                                           use_sde=self.use_sde, **kw)  # kw: gSDE's options
-        self.critic = self._make_critic(qf_arch, n_critics, act_fn)
+        actor_fx, critic_fx, in_dim = self.make_extractors(fx)
+        self.actor = SquashedGaussianActor(in_dim, self.act_dim, pi_arch, act_fn,
+                                           use_sde=self.use_sde, features_extractor=actor_fx,
+                                           **kw)  # kw: gSDE's options
+        self.critic = self._make_critic(qf_arch, n_critics, act_fn, critic_fx,
+                                        bool(fx["share_features_extractor"]))
         self.critic_target = target_network(self.critic)
         self._critic_params = list(self.critic.parameters())  # cached for the Polyak update
         self._critic_target_params = list(self.critic_target.parameters())
         lr = self.lr_schedule(1.0)
         self.actor_optimizer = self.make_optimizer(self.actor.parameters())
-        self.critic_optimizer = self.make_optimizer(self.critic.parameters())
+        self.critic_optimizer = self.make_optimizer(self.critic.own_parameters())
         self.target_entropy = (-float(self.act_dim) if target_entropy == "auto"
                                else float(target_entropy))
         self.auto_ent = isinstance(ent_coef, str) and ent_coef.startswith("auto")
@@ -98,9 +105,11 @@ class SAC(OffPolicyAlgorithm):
         # SB3's action_noise: added to the sampled action (then clipped), as in TD3
         self.action_noise = make_action_noise(noise_type, noise_std, self.act_dim, self.n_envs)
 
-    def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any) -> Any:
-        """The critics (TQC's give quantiles)."""
-        return ContinuousCritic(self.obs_dim, self.act_dim, arch, n_critics, activation_fn)
+    def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any,
+                     extractor: nn.Module | None = None, shared: bool = False) -> Any:
+        """The critics (TQC's give quantiles), on ``extractor``'s features when there is one."""
+        return ContinuousCritic(self.features_width(extractor), self.act_dim, arch, n_critics,
+                                activation_fn, extractor, shared)
 
     def _actor_step_due(self) -> bool:
         """Whether this gradient step also updates the actor (CrossQ: every policy_delay-th)."""

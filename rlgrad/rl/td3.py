@@ -16,12 +16,12 @@ import numpy as np
 from rlgrad import ops, optim
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.layers import get_actor_critic_arch
+from rlgrad.rl.layers import EXTRACTOR_DEFAULTS, get_actor_critic_arch
 from rlgrad.rl.off_policy import (
     OffPolicyAlgorithm,
     make_action_noise,
     min_of,
-    target_network,
+    target_networks,
     td_target_of,
 )
 from rlgrad.rl.policies import ContinuousCritic, DeterministicActor, upgrade_critic_keys
@@ -29,6 +29,8 @@ from rlgrad.rl.schedules import ScheduleLike
 
 
 class TD3(OffPolicyAlgorithm):
+    cnn_policy = True  # images: a CNN extractor per network (SB3's CnnPolicy)
+    dict_images = True  # Dict image entries: CombinedExtractor
     def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 1e-3, buffer_size: int = 1_000_000,
                  learning_starts: int = 100, batch_size: int = 256, tau: float = 0.005,
                  gamma: float = 0.99, train_freq: Any = 1, gradient_steps: int = 1,
@@ -46,16 +48,18 @@ class TD3(OffPolicyAlgorithm):
         self.policy_delay = int(policy_delay)
         self.target_policy_noise = float(target_policy_noise)
         self.target_noise_clip = float(target_noise_clip)
-        kw = self.net_kwargs(net_arch=[400, 300], activation_fn="relu", n_critics=n_critics)
+        kw = self.net_kwargs(net_arch=[400, 300], activation_fn="relu", n_critics=n_critics,
+                             **EXTRACTOR_DEFAULTS)
         n_critics = int(kw["n_critics"])  # SB3 takes it in policy_kwargs
         pi_arch, qf_arch = get_actor_critic_arch(kw["net_arch"])
         act_fn = kw["activation_fn"]
-        self.actor = DeterministicActor(self.obs_dim, self.act_dim, pi_arch, act_fn)
-        self.critic = ContinuousCritic(self.obs_dim, self.act_dim, qf_arch, n_critics, act_fn)
-        self.actor_target = target_network(self.actor)
-        self.critic_target = target_network(self.critic)
+        actor_fx, critic_fx, in_dim = self.make_extractors(kw)
+        self.actor = DeterministicActor(in_dim, self.act_dim, pi_arch, act_fn, actor_fx)
+        self.critic = ContinuousCritic(in_dim, self.act_dim, qf_arch, n_critics, act_fn,
+                                       critic_fx, bool(kw["share_features_extractor"]))
+        self.actor_target, self.critic_target = target_networks(self.actor, self.critic)
         self.actor_optimizer = self.make_optimizer(self.actor.parameters())
-        self.critic_optimizer = self.make_optimizer(self.critic.parameters())
+        self.critic_optimizer = self.make_optimizer(self.critic.own_parameters())
         # (online, target) parameter lists, cached: the targets are averaged after every update
         self._pairs = ([*self.critic.parameters(), *self.actor.parameters()],
                        [*self.critic_target.parameters(), *self.actor_target.parameters()])

@@ -19,26 +19,28 @@ import numpy as np
 from rlgrad import nn, ops
 from rlgrad import numpy as rnp
 from rlgrad.rl.envs import EnvLike
-from rlgrad.rl.policies import _cat, mlp
+from rlgrad.rl.policies import FeaturesNet, _cat, mlp
 from rlgrad.rl.qrdqn import quantile_huber_loss, quantile_midpoints
 from rlgrad.rl.sac import SAC
 
 
-class QuantileCritics(nn.Module):
+class QuantileCritics(FeaturesNet):
     """``n_critics`` networks on ``[s, a]``, each giving ``n_quantiles`` values: forward returns
     them side by side, (batch, n_critics * n_quantiles), critic ``k`` in columns
-    ``k * n_quantiles ...``."""
+    ``k * n_quantiles ...`` (``s``: ``features_extractor``'s features when there is one)."""
 
     def __init__(self, obs_dim: int, act_dim: int, net_arch: list[int], n_critics: int,
-                 n_quantiles: int, activation_fn: Any = "relu") -> None:
+                 n_quantiles: int, activation_fn: Any = "relu",
+                 features_extractor: nn.Module | None = None, shared: bool = False) -> None:
         super().__init__()
+        self._set_extractor(features_extractor, shared)
         self.n_critics, self.n_quantiles = int(n_critics), int(n_quantiles)
         self.q_networks = nn.ModuleList(
             [mlp([obs_dim + act_dim, *net_arch, n_quantiles], activation_fn)
              for _ in range(n_critics)])
 
     def forward(self, obs: Any, actions: Any) -> Any:
-        x = _cat(obs, actions)
+        x = _cat(self.extract_features(obs), actions)
         return ops.concatenate([q(x) for q in self.q_networks], axis=1)
 
 
@@ -62,9 +64,14 @@ class TQC(SAC):
         # the quantile levels of every critic's columns, side by side
         self.taus = np.tile(quantile_midpoints(self.n_quantiles), n_critics)
 
-    def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any) -> Any:
-        return QuantileCritics(self.obs_dim, self.act_dim, arch, n_critics, self.n_quantiles,
-                               activation_fn)
+    def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any,
+                     extractor: nn.Module | None = None, shared: bool = False) -> Any:
+        return QuantileCritics(self.features_width(extractor), self.act_dim, arch, n_critics,
+                               self.n_quantiles, activation_fn, extractor, shared)
+
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        # QuantileCritics keep their q_networks keys: not SAC's renaming of old critics to qf<i>
+        return super(SAC, self)._upgrade_state(state)
 
     def _q_pi(self, obs: Any, actions: Any) -> Any:
         return ops.mean(self.critic(obs, actions), axis=1)

@@ -28,7 +28,8 @@ from gymnasium import spaces
 
 import rlgrad
 from rlgrad import autograd, ops, optim
-from rlgrad.distributions import Distribution, kl_divergence
+from rlgrad.distributions import Distribution, Normal, kl_divergence
+from rlgrad.distributions.sde import StateDependentNoiseDistribution
 from rlgrad.rl.action_dists import MultiCategorical
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, explained_variance
@@ -76,6 +77,11 @@ def policy_kl(dist: Distribution | MultiCategorical, old: Distribution | MultiCa
         for p, q in zip(dist.parts[1:], old.parts[1:]):
             total = total + kl_divergence(p, q)
         return total
+    if isinstance(dist, StateDependentNoiseDistribution):  # gSDE: its Gaussian's KL (SB3's)
+        if not isinstance(old, StateDependentNoiseDistribution):
+            raise TypeError("policy_kl: both distributions must be gSDE distributions")
+        return kl_divergence(Normal(dist.mean_actions, dist.scale),
+                             Normal(old.mean_actions, old.scale)).sum(-1)
     return kl_divergence(dist, old)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pytest
 
 import rlgrad
 from rlgrad.rl import evaluate_policy
@@ -68,3 +69,26 @@ def test_crossq_learns_pendulum(seeded_eval_env: Callable[[str], Any]) -> None:
     m.learn(2500)
     mean, _ = evaluate_policy(m, seeded_eval_env("Pendulum-v1"), n_eval_episodes=3, warn=False)
     assert mean > untrained + 400, (untrained, mean)
+
+
+def test_sb3_contrib_normalisation_keys():
+    """batch_norm_momentum / batch_norm_eps reach every BatchNorm1d of the critics;
+    renorm_warmup_steps says, once, when training passes it (rlgrad keeps batch normalisation
+    where sb3-contrib's Batch Renormalization switches to its running statistics)."""
+    import warnings
+
+    from rlgrad import nn
+
+    m = CrossQ("MlpPolicy", "Pendulum-v1", learning_starts=20, seed=0,
+               policy_kwargs=dict(net_arch=[16], batch_norm_momentum=0.2, batch_norm_eps=0.01,
+                                  renorm_warmup_steps=3))
+    bns = [b for b in m.critic.modules() if isinstance(b, nn.BatchNorm1d)]
+    assert len(bns) == 2 * 2 and all(b.momentum == 0.2 and b.eps == 0.01 for b in bns)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        m.learn(30)
+    msgs = [str(x.message) for x in w if "renorm_warmup_steps=3" in str(x.message)]
+    assert len(msgs) == 1
+    assert m.policy_kwargs["renorm_warmup_steps"] == 3
+    with pytest.raises(ValueError, match="batch_norm=False"):
+        CrossQ("MlpPolicy", "Pendulum-v1", policy_kwargs=dict(batch_norm=False))

@@ -240,3 +240,42 @@ def test_distribution_classes_match_sb3_contrib(name: str, arg, width: int) -> N
     np.testing.assert_allclose(np.asarray(ours.entropy()._value), theirs.entropy().numpy(),
                                rtol=1e-5, atol=1e-6)
     assert ours.proba_distribution_net(7).weight.shape == (width, 7)
+
+
+def test_maskable_categorical_from_probs_as_torch_converts_them():
+    """probs= as torch's Categorical takes them (log of probs clamped to [eps, 1 - eps]), so a
+    zero-probability action unmasked still gets its share when the others are masked."""
+    from rlgrad.rl.maskable import MaskableCategorical
+
+    probs = np.array([[0.2, 0.2, 0.6], [1.0, 0.0, 0.0]], dtype=np.float32)
+    d = MaskableCategorical(probs=probs)
+    np.testing.assert_allclose(d.probs._value, probs, atol=1e-6)
+    d.apply_masking(np.array([[False, True, True], [False, True, True]]))
+    np.testing.assert_allclose(d.probs._value, [[0, 0.25, 0.75], [0, 0.5, 0.5]], atol=1e-6)
+    np.testing.assert_allclose(d.entropy()._value,
+                               [-(0.25 * np.log(0.25) + 0.75 * np.log(0.75)), np.log(2)],
+                               rtol=1e-5)
+    d.apply_masking(None)
+    np.testing.assert_allclose(d.probs._value, probs, atol=1e-6)
+    with pytest.raises(ValueError, match="either probs or logits"):
+        MaskableCategorical(probs=probs, logits=probs)
+
+
+def test_separate_value_extractor_gives_the_loss_its_values():
+    """share_features_extractor=False: the masked loss's values come through the value
+    extractor, the same numbers as the policy's own value path (and its NumPy one)."""
+    from rlgrad.rl.common.envs import FakeImageEnv
+    from rlgrad.rl.contrib.common.wrappers import ActionMasker
+
+    env = ActionMasker(FakeImageEnv(screen_height=36, screen_width=36, n_channels=1,
+                                    channel_first=True), lambda e: [True, False] * 3)
+    m = MaskablePPO("CnnPolicy", env, n_steps=16, batch_size=16, n_epochs=1, seed=0,
+                    policy_kwargs=dict(share_features_extractor=False,
+                                       features_extractor_kwargs=dict(features_dim=8)))
+    p = m.policy
+    assert p.vf_features_extractor is not p.features_extractor
+    obs = np.random.default_rng(0).integers(0, 256, (3, 1, 36, 36)).astype(np.uint8)
+    _, values = p.distribution_and_value_masked(obs, np.ones((3, 6), bool))
+    np.testing.assert_allclose(values._value, p.value(obs)._value, rtol=1e-6)
+    np.testing.assert_allclose(values._value, p.values_numpy(obs), rtol=1e-5, atol=1e-6)
+    m.learn(16)  # every parameter reached by the loss (no unused-input error)

@@ -160,3 +160,9 @@ def test_learns_cartpole_without_velocities(seeded_eval_env: Callable[[str], Any
     mean, _ = evaluate_policy(m, seeded_eval_env("CartPoleNoVel-v1"), n_eval_episodes=5,
                               deterministic=True, warn=False)
     assert untrained < 60 and mean > 150, (untrained, mean)
+
+
+def test_use_sde_refused_in_one_line_at_construction():
+    with pytest.raises(ValueError, match="use_sde=True") as e:
+        RecurrentPPO("MlpLstmPolicy", "Pendulum-v1", use_sde=True, n_steps=16)
+    assert "\n" not in str(e.value)

@@ -63,3 +63,18 @@ def test_tqc_learns_pendulum(seeded_eval_env: Callable[[str], Any]) -> None:
     m.learn(4000)
     mean, _ = evaluate_policy(m, seeded_eval_env("Pendulum-v1"), n_eval_episodes=3, warn=False)
     assert mean > untrained + 300, (untrained, mean)
+
+
+def test_save_and_load_keep_the_quantile_critics(tmp_path):
+    """A saved TQC loads back (its critics' keys are not renamed as SAC's old ones are) with the
+    same quantiles, actions and target critics."""
+    m = TQC("MlpPolicy", "Pendulum-v1", buffer_size=10, seed=0,
+            policy_kwargs=dict(net_arch=[8], n_quantiles=3))
+    m.save(tmp_path / "tqc.zip")
+    back = TQC.load(tmp_path / "tqc.zip")
+    obs = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    act = np.random.default_rng(1).uniform(-1, 1, (4, 1)).astype(np.float32)
+    for a, b in ((m.critic, back.critic), (m.critic_target, back.critic_target)):
+        np.testing.assert_array_equal(a(obs, act)._value, b(obs, act)._value)
+    np.testing.assert_array_equal(m.predict(obs, deterministic=True)[0],
+                                  back.predict(obs, deterministic=True)[0])

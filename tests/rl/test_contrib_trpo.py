@@ -145,3 +145,30 @@ def test_trpo_takes_multi_action_spaces(env_cls: str) -> None:
     m.learn(128)
     assert not np.array_equal(_flat(m.actor_params), before)
     assert m.logger.name_to_value.get("train/kl_divergence_loss", 0.0) <= 0.01 + 1e-9
+
+
+def test_gsde_policy_kl_is_its_gaussians_kl_as_torch():
+    """TRPO with use_sde: KL(new || old) of two gSDE distributions is the KL of their Gaussians
+    (mean, sqrt(latent^2 @ std^2 + eps)) summed over the action, as torch computes it."""
+    th = pytest.importorskip("torch")
+    from rlgrad.distributions.sde import StateDependentNoiseDistribution
+    from rlgrad.rl.trpo import policy_kl
+
+    rng = np.random.default_rng(0)
+    mean_p, mean_q = rng.normal(size=(4, 2)), rng.normal(size=(4, 2))
+    latent = rng.normal(size=(4, 3))
+    log_std_p, log_std_q = rng.normal(size=(3, 2)) * 0.3, rng.normal(size=(3, 2)) * 0.3
+    p = StateDependentNoiseDistribution(mean_p, log_std_p, latent)
+    q = StateDependentNoiseDistribution(mean_q, log_std_q, latent)
+    kl = policy_kl(p, q)._value
+
+    def torch_normal(mean, log_std):
+        var = th.as_tensor(latent) ** 2 @ th.as_tensor(np.exp(log_std)) ** 2
+        return th.distributions.Normal(th.as_tensor(mean), th.sqrt(var + 1e-6))
+
+    ref = th.distributions.kl_divergence(torch_normal(mean_p, log_std_p),
+                                         torch_normal(mean_q, log_std_q)).sum(-1).numpy()
+    np.testing.assert_allclose(kl, ref, rtol=1e-5)
+    m = TRPO("MlpPolicy", "Pendulum-v1", n_steps=64, batch_size=32, use_sde=True,
+             sub_sampling_factor=4, seed=0, policy_kwargs=dict(net_arch=dict(pi=[8], vf=[8])))
+    m.learn(128)  # the line search's KL is this one

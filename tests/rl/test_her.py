@@ -123,7 +123,9 @@ def _success_rate(model: object, n_bits: int, continuous: bool, n: int = 30) -> 
 
 
 def test_dqn_with_her_solves_ten_bit_flipping() -> None:
-    # SB3's test_performance_her budget: plain DQN cannot (the reward is -1 until the goal)
+    # plain DQN cannot (the reward is -1 until the goal); SB3's test_performance_her budget
+    # (1500 steps) solves about half of the seeds, in SB3 as here (seeds 0-3, 2026-11-29):
+    # twice that solves them
     env = BitFlippingEnv(n_bits=10, continuous=False)
     model = DQN("MultiInputPolicy", env, replay_buffer_class=HerReplayBuffer,
                 replay_buffer_kwargs={"n_sampled_goal": 4, "goal_selection_strategy": "future"},
@@ -131,7 +133,7 @@ def test_dqn_with_her_solves_ten_bit_flipping() -> None:
                 exploration_final_eps=0.02, target_update_interval=100, batch_size=32,
                 buffer_size=100_000, seed=0)
     assert _success_rate(model, 10, False) < 0.1
-    model.learn(1500)
+    model.learn(3000)
     assert isinstance(model.replay_buffer, HerReplayBuffer)
     assert _success_rate(model, 10, False) >= 0.9
 

@@ -18,7 +18,7 @@ pytest.importorskip("ale_py", reason="the atari extra (pip install 'rlgrad[atari
 pytest.importorskip("minatar")
 
 import rlgrad  # noqa: E402
-from rlgrad.rl import A2C, C51, DQN, PPO, QRDQN, SAC, load_preset  # noqa: E402
+from rlgrad.rl import A2C, C51, DQN, PPO, QRDQN, CrossQ, load_preset  # noqa: E402
 from rlgrad.rl.atari import GAME_RETURN, RecordGameStatistics  # noqa: E402
 from rlgrad.rl.buffers import ReplayBuffer  # noqa: E402
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN  # noqa: E402
@@ -44,7 +44,7 @@ class ImageBoxEnv(gym.Env):
 
 class DictObsEnv(ImageBoxEnv):
     # (a Dict of vectors is taken, flattened; an image entry needs the CNN extractor, which
-    # A2C, PPO and the DQN family have, SAC / TD3 / DDPG not yet)
+    # CrossQ's batch-normalised critics do not have)
     observation_space = spaces.Dict({"a": spaces.Box(-1, 1, (2,), np.float32),
                                      "img": spaces.Box(0, 255, (1, 16, 16), np.uint8)})
 
@@ -79,8 +79,8 @@ def test_policy_mismatches_are_one_line():
     cases = [
         (lambda: PPO("MinAtar/Breakout-v1", policy="MlpPolicy"), "MlpPolicy takes vector"),
         (lambda: DQN("CartPole-v1", policy="CnnPolicy"), "CnnPolicy needs image observations"),
-        (lambda: SAC(ImageBoxEnv()), "SAC has MLP networks only"),
-        (lambda: SAC(DictObsEnv()), "image entries need a CNN extractor"),
+        (lambda: CrossQ(ImageBoxEnv()), "CrossQ has MLP networks only"),
+        (lambda: CrossQ(DictObsEnv()), "image entries need a CNN extractor"),
         (lambda: PPO("MinAtar/Breakout-v1", normalize=True), "scaled inside the CNN"),
         (lambda: PPO("CartPole-v1", policy="ConvPolicy"), "unknown policy 'ConvPolicy'"),
     ]

@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlgrad.rl import A2C, C51, DDPG, DQN, PPO, QRDQN, REINFORCE, SAC, TD3
+from rlgrad.rl import A2C, C51, DDPG, DQN, PPO, QRDQN, REINFORCE, SAC, TD3, CrossQ
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "sb3_scripts"
 
@@ -159,8 +159,9 @@ def test_cnn_policy_is_taken_by_the_algorithms_with_a_cnn_and_refused_by_the_oth
         observation_space = gym.spaces.Box(0, 255, (3, 84, 84), np.uint8)
         action_space = gym.spaces.Box(-1, 1, (2,), np.float32)
 
-    with pytest.raises(ValueError, match="^SAC has MLP networks only"):
-        SAC("CnnPolicy", Pixels())
+    with pytest.raises(ValueError, match="^CrossQ has MLP networks only"):
+        CrossQ("CnnPolicy", Pixels())
+    assert SAC("CnnPolicy", Pixels(), buffer_size=10).policy_name == "CnnPolicy"
     assert PPO("CnnPolicy", "MinAtar/Breakout-v1").policy_name == "CnnPolicy"
     assert PPO("MinAtar/Breakout-v1").policy_name == "CnnPolicy"  # chosen from the space
 
