@@ -23,6 +23,11 @@ interleaved ``--repeat`` times; the table gives the median ``learn`` wall and CP
 last 20 training episodes and 20 deterministic evaluation episodes (the same evaluation code,
 ``rlgrad.rl.evaluate``, for both; its time not counted). Without ``torch``, rlgrad runs alone.
 
+A third rlgrad row (``--no-compiled`` leaves it out), interleaved: the same preset with
+``compile_loop=True``, the whole loop (rollout on rlgrad's functional CartPole, GAE, the Adam
+step) as one ``rlgrad.jit`` program, compilation included; the row names the backend that ran
+it (``RLGRAD_JIT_BACKEND=auto`` asks for the native one; "numpy" is the replay).
+
 Two more rows (``--no-floor`` leaves them out), interleaved with the others: the NumPy floor
 (``bench/_numpy_ppo.py``: the same REINFORCE, network, environment and bookkeeping written by hand
 in NumPy, forward, backward and Adam included) and the environment alone (the same vector env
@@ -43,6 +48,7 @@ import _timing  # first: one BLAS thread, this checkout's rlgrad
 import numpy as np  # noqa: E402
 
 from rlgrad.rl import evaluate, load_preset, make_from_preset, split_preset  # noqa: E402
+from rlgrad.rl.compiled_loop import clear_programs  # noqa: E402
 
 ENV = "CartPole-v1"
 
@@ -56,15 +62,24 @@ def config() -> dict:
             "normalize_advantage": bool(hp.get("normalize_advantage", True))}
 
 
-def run_rlgrad(seed: int) -> dict:
-    model, budget = make_from_preset("reinforce", ENV, seed=seed)
+def run_rlgrad(seed: int, compiled: bool = False) -> dict:
+    """The preset's ``learn``; ``compiled``: with ``compile_loop=True`` (rlgrad's functional
+    CartPole, the whole loop one ``rlgrad.jit`` program, its compilation timed too)."""
+    extra = {"compile_loop": True} if compiled else {}
+    clear_programs()  # each run traces and compiles its program, as a new process would
+    model, budget = make_from_preset("reinforce", ENV, seed=seed, **extra)
     t, c = time.perf_counter(), time.process_time()
     model.learn(budget)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
-    last = list(model._ep_stats.return_queue)[-20:]
+    if compiled:  # episode sums and counts per update: the mean over the last updates' >= 20
+        ret_sum, n_done = model.loop_returns
+        k = int(np.argmax(np.cumsum(n_done[::-1]) >= 20)) + 1
+        train_return = float(ret_sum[-k:].sum() / max(n_done[-k:].sum(), 1))
+    else:
+        train_return = float(np.mean(list(model._ep_stats.return_queue)[-20:]))
     mean, std = evaluate(model, ENV, n_episodes=20)
-    return {"wall": wall, "cpu": cpu, "steps": model.num_timesteps,
-            "train_return": float(np.mean(last)), "mean": mean, "std": std}
+    return {"wall": wall, "cpu": cpu, "steps": model.num_timesteps, "train_return": train_return,
+            "mean": mean, "std": std, "backend": getattr(model, "loop_backend", None)}
 
 
 # ---- the PyTorch side ------------------------------------------------------------------------------
@@ -203,16 +218,21 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="one run of each side")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-compiled", action="store_true", help="leave out the compiled loop's row")
     ap.add_argument("--no-floor", action="store_true",
                     help="leave out the NumPy floor and environment-alone rows")
     args = ap.parse_args()
     have_torch = _timing.comparators(("torch",), skip=args.no_torch)
     repeat = 1 if args.quick else max(args.repeat, 1)
-    rs, ts, fs, es = [], [], [], []
+    rs, cs, ts, fs, es = [], [], [], [], []
     for i in range(repeat):
         r = run_rlgrad(args.seed)
         rs.append(r)
         msg = f"run {i + 1}: rlgrad {r['wall']:.1f} s (CPU {r['cpu']:.1f}) return {r['mean']:.1f}"
+        if not args.no_compiled:
+            cs.append(run_rlgrad(args.seed, compiled=True))
+            msg += (f" | compiled loop ({cs[-1]['backend']}) {cs[-1]['wall']:.1f} s (CPU "
+                    f"{cs[-1]['cpu']:.1f}) return {cs[-1]['mean']:.1f}")
         if have_torch:
             t = run_torch(args.seed)
             ts.append(t)
@@ -235,7 +255,10 @@ def main() -> None:
           "episodes | deterministic eval (20 ep.) |")
     print("|---|---:|---:|---:|---:|---|")
     med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
-    for name, xs in (("rlgrad REINFORCE", rs), (f"PyTorch loop (torch {ts[-1]['torch']})"
+    backend = cs[-1]["backend"] if cs else ""
+    for name, xs in (("rlgrad REINFORCE", rs),
+                     (f"rlgrad REINFORCE, compiled loop ({backend} backend)", cs),
+                     (f"PyTorch loop (torch {ts[-1]['torch']})"
                                                  if ts else "", ts),
                      ("NumPy floor (bench/_numpy_ppo.py)", fs),
                      ("environment alone (same env and steps, random actions)", es)):
@@ -245,11 +268,13 @@ def main() -> None:
             ev = "-" if xs is es else f"{x['mean']:.1f} ± {x['std']:.1f}"
             print(f"| {name} | {med(xs, 'wall'):.1f} | {med(xs, 'cpu'):.1f} | {x['steps']} | "
                   f"{ret} | {ev} |")
-    for other, label in ((ts, "PyTorch"), (fs, "NumPy floor"), (es, "env alone")):
-        if other:
-            for k, name in (("wall", "wall"), ("cpu", "CPU")):
-                ratio = statistics.median(a[k] / b[k] for a, b in zip(rs, other))
-                print(f"\nrlgrad / {label} {name} time: {ratio:.2f}x (median of the per-pair ratios)")
+    for mine, who in ((rs, "rlgrad"), (cs, "rlgrad compiled loop")):
+        for other, label in ((ts, "PyTorch"), (fs, "NumPy floor"), (es, "env alone")):
+            if other and mine:
+                for k, name in (("wall", "wall"), ("cpu", "CPU")):
+                    ratio = statistics.median(a[k] / b[k] for a, b in zip(mine, other))
+                    print(f"\n{who} / {label} {name} time: {ratio:.2f}x (median of the per-pair "
+                          "ratios)")
     if ts and fs:
         for xs, label in ((fs, "NumPy floor"), (es, "env alone")):
             ratio = statistics.median(a["cpu"] / b["cpu"] for a, b in zip(xs, ts))

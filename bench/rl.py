@@ -18,6 +18,11 @@ ratio compares the libraries, not the environments. ``native`` lets rlgrad use w
 default (Gymnasium's NumPy-vectorised CartPole, which steps all copies in a few NumPy calls);
 ``both`` reports the two rows.
 
+``--compiled`` adds a third rlgrad run to each pair (its own row, its ratio against the same SB3
+runs): ``compile_loop=True`` on rlgrad's functional CartPole, the whole training loop as one
+``rlgrad.jit`` program, compilation included; the row names the backend that ran it
+(``RLGRAD_JIT_BACKEND=auto`` asks for the native one; "numpy" is the replay of NumPy calls).
+
 For PPO, A2C and DQN, two more runs join each pair (``--no-floor`` leaves them out), stepping the
 same vector env as rlgrad's row: the NumPy floor (``bench/_numpy_ppo.py``, DQN's
 ``bench/_numpy_dqn.py``: the same algorithm and preset written by hand in NumPy for this network,
@@ -41,6 +46,7 @@ import _timing  # first: one BLAS thread, this checkout's rlgrad
 import numpy as np  # noqa: E402
 
 from rlgrad.rl import evaluate, load_preset, make_from_preset, split_preset  # noqa: E402
+from rlgrad.rl.compiled_loop import clear_programs  # noqa: E402
 
 
 def _sb3_schedule(v):
@@ -51,13 +57,18 @@ def _sb3_schedule(v):
 
 
 def run_rlgrad(algo: str, seed: int, stepping: str) -> dict:
-    mode = {"same": "sync", "native": None}[stepping]
-    model, budget = make_from_preset(algo, "CartPole-v1", seed=seed, vectorization_mode=mode)
+    if stepping == "compiled":  # the whole loop as one program on the functional CartPole
+        clear_programs()  # each run traces and compiles its program, as a new process would
+        model, budget = make_from_preset(algo, "CartPole-v1", seed=seed, compile_loop=True)
+    else:
+        mode = {"same": "sync", "native": None}[stepping]
+        model, budget = make_from_preset(algo, "CartPole-v1", seed=seed, vectorization_mode=mode)
     t, c = time.perf_counter(), time.process_time()
     model.learn(budget)
     dt, cpu = time.perf_counter() - t, time.process_time() - c
     mean, std = evaluate(model, "CartPole-v1", n_episodes=20)
-    return {"time": dt, "cpu": cpu, "steps": model.num_timesteps, "mean": mean, "std": std}
+    return {"time": dt, "cpu": cpu, "steps": model.num_timesteps, "mean": mean, "std": std,
+            "backend": getattr(model, "loop_backend", None)}
 
 
 def run_sb3(algo: str, seed: int) -> dict:
@@ -123,10 +134,16 @@ def _median_run(runs: list[dict]) -> dict:
 
 
 def _pair(algo: str, seed: int, stepping: str, repeat: int, have_sb3: bool,
-          floor: bool = False) -> tuple:
-    """``repeat`` interleaved runs of rlgrad and SB3 (and the floor): the table row's medians."""
+          floor: bool = False, compiled: list | None = None) -> tuple:
+    """``repeat`` interleaved runs of rlgrad and SB3 (and the floor, and the compiled loop into
+    ``compiled``): the table row's medians."""
     rs, ss, fs, es = [], [], [], []
     for _ in range(max(repeat, 1)):
+        if compiled is not None:
+            compiled.append(run_rlgrad(algo, seed, "compiled"))
+            print(f"{algo} seed {seed}: compiled loop ({compiled[-1]['backend']}) "
+                  f"{compiled[-1]['time']:.1f}s (CPU {compiled[-1]['cpu']:.1f}) return "
+                  f"{compiled[-1]['mean']:.1f}", file=sys.stderr, flush=True)
         r = run_rlgrad(algo, seed, stepping)
         s = run_sb3(algo, seed) if have_sb3 else None
         rs.append(r)
@@ -147,8 +164,14 @@ def _pair(algo: str, seed: int, stepping: str, repeat: int, have_sb3: bool,
     if ss:
         ratio = tuple(statistics.median(r[k] / s[k] for r, s in zip(rs, ss))
                       for k in ("time", "cpu"))
-    return (algo, seed, stepping, _median_run(rs), _median_run(ss) if ss else None, ratio,
-            (rs, ss, fs, es))
+    rows = [(algo, seed, stepping, _median_run(rs), _median_run(ss) if ss else None, ratio,
+             (rs, ss, fs, es))]
+    if compiled:
+        c_ratio = tuple(statistics.median(r[k] / s[k] for r, s in zip(compiled, ss))
+                        for k in ("time", "cpu")) if ss else None
+        rows.append((algo, seed, "compiled", _median_run(compiled),
+                     _median_run(ss) if ss else None, c_ratio, (compiled, ss, [], [])))
+    return rows
 
 
 def _floor_table(rows: list[tuple]) -> None:
@@ -178,6 +201,8 @@ def main() -> None:
                     help="runs of each (algo, seed) pair; the table gives medians")
     ap.add_argument("--stepping", choices=("same", "native", "both"), default="same",
                     help="rlgrad's env stepping: SB3's kind (same) or its own default (native)")
+    ap.add_argument("--compiled", action="store_true",
+                    help="also the compiled loop (compile_loop=True), interleaved, its own row")
     ap.add_argument("--no-floor", action="store_true",
                     help="leave out the NumPy floor and environment-alone runs (PPO, A2C)")
     args = ap.parse_args()
@@ -189,8 +214,10 @@ def main() -> None:
     for algo in algos:
         for seed in seeds:
             for stepping in steppings:
-                rows.append(_pair(algo, seed, stepping, args.repeat, have_sb3,
-                                  floor=not args.no_floor and algo in FLOOR_ALGOS))
+                first = stepping == steppings[0]
+                rows += _pair(algo, seed, stepping, args.repeat, have_sb3,
+                              floor=not args.no_floor and algo in FLOOR_ALGOS,
+                              compiled=[] if args.compiled and first else None)
     cpu = platform.processor() or platform.machine()
     print(f"\nCartPole-v1 presets, {time.strftime('%Y-%m-%d')}, {cpu}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, NumPy {np.__version__}"
@@ -204,9 +231,11 @@ def main() -> None:
         sep += "---|---|---|---|---|---|"
     print(head)
     print(sep)
-    names = {"same": "SyncVectorEnv (as SB3's DummyVecEnv)", "native": "NumPy-vectorised CartPole"}
+    names = {"same": "SyncVectorEnv (as SB3's DummyVecEnv)", "native": "NumPy-vectorised CartPole",
+             "compiled": "compiled loop, functional CartPole"}
     for algo, seed, stepping, r, s, ratio, _runs in rows:
-        line = (f"| {algo.upper()} | {seed} | {names[stepping]} | {r['steps']} | {r['time']:.1f} | "
+        name = names[stepping] + (f" ({r['backend']} backend)" if r.get("backend") else "")
+        line = (f"| {algo.upper()} | {seed} | {name} | {r['steps']} | {r['time']:.1f} | "
                 f"{r['steps'] / r['time']:.0f} | {r['mean']:.1f} ± {r['std']:.1f} |")
         if s:
             line += (f" {s['time']:.1f} | {s['steps'] / s['time']:.0f} | "

@@ -59,7 +59,7 @@ def cmd_train_vectorized(args: argparse.Namespace, argv: list[str] | None = None
     t0 = time.perf_counter()
     learn_compiled(models, spec.total_timesteps)
     print(f"trained in {time.perf_counter() - t0:.1f} s (compilation included)", flush=True)
-    per_update = models[0].n_steps * models[0].n_envs
+    per_update = models[0].num_timesteps // len(models[0].loop_returns[0])  # (DQN: train_freq)
     for sp, model in zip(specs, models):
         rd = RunDir(parent / f"seed-{sp.seed}")
         rd.create()

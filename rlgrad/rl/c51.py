@@ -22,6 +22,7 @@ from rlgrad import nn, ops
 from rlgrad.rl.dqn import DQN, bootstrap, gather_actions
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.policies import mlp_numpy
+from rlgrad.typing import Array
 
 #: The support's defaults (the paper's), read from ``policy_kwargs``.
 SUPPORT: dict[str, Any] = {"n_atoms": 51, "v_min": -10.0, "v_max": 10.0}
@@ -66,8 +67,10 @@ class C51(DQN):
         return ops.softmax(ops.reshape(out, (out.shape[0], self.n_actions, self.n_atoms)), axis=2)
 
     def q_values(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
-        p = self.probs(mlp_numpy(self.q_net if net is None else net, obs))
-        return ops.sum(p * self.atoms, axis=2)
+        return np.asarray(self.q_of(mlp_numpy(self.q_net if net is None else net, obs)))
+
+    def q_of(self, out: Array) -> Array:
+        return ops.sum(self.probs(out) * self.atoms, axis=2)
 
     def bootstrap_target(self, b: dict[str, Any], target_out: Any,
                          online_out: Callable[[], Any]) -> Any:
@@ -81,6 +84,8 @@ class C51(DQN):
 
     def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """Cross-entropy of the taken action's distribution against the target's."""
-        n = batch["obs"].shape[0]
-        logits = ops.reshape(self.q_net(batch["obs"]), (n, self.n_actions, self.n_atoms))
-        return categorical_loss(logits, batch["actions"], batch["target"]), {}
+        return self.loss_of(self.q_net(batch["obs"]), batch), {}
+
+    def loss_of(self, out: Array, batch: dict[str, Any]) -> Array:
+        logits = ops.reshape(out, (out.shape[0], self.n_actions, self.n_atoms))
+        return categorical_loss(logits, batch["actions"], batch["target"])

@@ -16,16 +16,18 @@
 
 A variant overrides the hooks, each documented below, and inherits the rest (replay, exploration,
 target sync, the compiled gradient step, checkpoints): ``make_q_net`` (the network),
-``q_values`` (acting), ``bootstrap_target`` (the target of each transition from the networks'
-outputs at s', written once in engine operations; every way ``train`` computes targets calls
-it) and ``loss`` (the loss on a batch against those targets). ``target_path`` names the way
+``q_values`` (acting; ``q_of`` the same from the network's output in engine operations),
+``bootstrap_target`` (the target of each transition from the networks' outputs at s', written
+once in engine operations; every way ``train`` computes targets calls it) and ``loss`` (the loss
+on a batch against those targets; ``loss_of`` the same from the network's output, which
+``compile_loop=True`` calls). ``target_path`` names the way
 ``train`` computes the targets. ``rlgrad.rl.QRDQN`` and ``rlgrad.rl.C51`` are such variants.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,6 +36,7 @@ from gymnasium import spaces
 from rlgrad import nn, ops, optim
 from rlgrad.nn import functional as F
 from rlgrad.rl.buffers import ReplayBatch
+from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, dict_has_images
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.layers import CombinedExtractor
@@ -41,6 +44,7 @@ from rlgrad.rl.off_policy import OffPolicyAlgorithm, target_network, td_target_o
 from rlgrad.rl.policies import cnn_trunk, mlp, mlp_numpy
 from rlgrad.rl.schedules import ScheduleLike, linear_schedule
 from rlgrad.rl.steps import step_with_grads
+from rlgrad.typing import Array
 
 
 def gather_actions(q: Any, actions: Any) -> Any:
@@ -101,7 +105,10 @@ class DQN(OffPolicyAlgorithm):
                  replay_buffer_kwargs: dict | None = None,
                  n_envs: int = 1, normalize: bool | dict = False,
                  policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
-                 **env_options: Any) -> None:
+                 compile_loop: bool = False, **env_options: Any) -> None:
+        self.compile_loop = bool(compile_loop)
+        if self.compile_loop and isinstance(env, str) and env_options.get("vectorization_mode") is None:
+            env_options["vectorization_mode"] = "functional"  # the id's functional form
         super().__init__(env, learning_rate, buffer_size, learning_starts, batch_size, tau, gamma,
                          train_freq, gradient_steps, n_envs, normalize, policy_kwargs, seed,
                          verbose, n_steps=n_steps, replay_buffer_class=replay_buffer_class,
@@ -128,6 +135,15 @@ class DQN(OffPolicyAlgorithm):
         self._params = list(self.q_net.parameters())
         self._target_params = list(self.q_net_target.parameters())  # cached: synced often
         self.optimizer = self.make_optimizer(self._params)
+        self._check_compile_loop()
+
+    def _check_compile_loop(self) -> None:
+        """compile_loop=True: refused in one line unless the env is functional and the setup
+        one the compiled loop runs (``rlgrad.rl.compiled_loop.dqn``)."""
+        if self.compile_loop:
+            from rlgrad.rl.compiled_loop.dqn import dqn_spec
+
+            dqn_spec(self)
 
     # ---- hooks a variant overrides --------------------------------------------------------------
     def make_q_net(self) -> nn.Module:
@@ -180,12 +196,22 @@ class DQN(OffPolicyAlgorithm):
             v = ops.max(target_out, axis=1)
         return bootstrap(b, v)
 
+    def q_of(self, out: Array) -> Array:
+        """Q(s, .) (batch, n_actions) from the Q-network's output rows ``out``, in engine
+        operations (``q_values``'s value; the compiled loop acts on it). DQN's: ``out``."""
+        return out
+
     def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """The training loss on ``batch`` = {"obs", "actions", "target"}: the Huber loss
         (delta = ``clip_delta``) of ``Q(s, a) - y``. Returns (loss, statistics to log), as every
         algorithm's ``loss``; run eagerly or compiled by ``train``."""
-        q_a = gather_actions(self.q_net(batch["obs"]), batch["actions"])
-        return F.huber_loss(q_a, batch["target"], delta=self.clip_delta), {}
+        return self.loss_of(self.q_net(batch["obs"]), batch), {}
+
+    def loss_of(self, out: Array, batch: dict[str, Any]) -> Array:
+        """``loss``'s value from the online network's output ``out`` at ``batch["obs"]`` (engine
+        operations: the compiled loop calls it on its own forward pass)."""
+        return F.huber_loss(gather_actions(out, batch["actions"]), batch["target"],
+                            delta=self.clip_delta)
 
     def td_loss(self, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """``loss`` with the target computed in the step from a ``batch_dict`` ("step")."""
@@ -228,6 +254,26 @@ class DQN(OffPolicyAlgorithm):
         self.exploration_rate = self.exploration_schedule(progress)
 
     # ---- learning -------------------------------------------------------------------------------
+    def _iteration(self, callback: BaseCallback | None) -> bool:
+        if not self.compile_loop:
+            return super()._iteration(callback)
+        if callback is not None:
+            raise ValueError(f"{type(self).__name__}(compile_loop=True) runs the whole training "
+                             "as one program and calls no callback: pass callback=None, or "
+                             "leave compile_loop False")
+        self.learn_compiled_loop([self], self._total_timesteps - self.num_timesteps)
+        self.logger.dump(self.num_timesteps)
+        return True
+
+    @staticmethod
+    def learn_compiled_loop(models: Sequence[DQN], total_timesteps: int) -> None:
+        """``models`` (one per seed, built alike with ``compile_loop=True``) trained for
+        ``total_timesteps`` more steps each as one program (``compiled_loop.learn_compiled``
+        and ``train_seeds`` call it for DQN)."""
+        from rlgrad.rl.compiled_loop.dqn import learn_compiled_dqn
+
+        learn_compiled_dqn(models, total_timesteps)
+
     def td_target(self, b: ReplayBatch) -> np.ndarray:
         """``bootstrap_target`` of a minibatch in NumPy (no graph): the "batch" path."""
         return self._numpy_target(self.batch_dict(b))

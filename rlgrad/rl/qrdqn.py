@@ -29,6 +29,7 @@ from rlgrad.rl.dqn import DQN, bootstrap, gather_actions
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.hyperparams import apply_defaults
 from rlgrad.rl.policies import mlp_numpy
+from rlgrad.typing import Array
 
 
 def quantile_midpoints(n: int) -> np.ndarray:
@@ -72,6 +73,9 @@ class QRDQN(DQN):
     def q_values(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
         return self.quantiles(obs, net).mean(axis=2)
 
+    def q_of(self, out: Array) -> Array:
+        return ops.mean(ops.reshape(out, (out.shape[0], self.n_actions, self.n_quantiles)), axis=2)
+
     def bootstrap_target(self, b: dict[str, Any], target_out: Any,
                          online_out: Callable[[], Any]) -> Any:
         """``r + gamma (1 - terminated) theta'_j(s', a*)``: the target network's quantiles of the
@@ -84,7 +88,9 @@ class QRDQN(DQN):
 
     def loss(self, batch: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         """Quantile Huber loss of the taken action's quantiles against the target rows."""
-        n = batch["obs"].shape[0]
-        theta = ops.reshape(self.q_net(batch["obs"]), (n, self.n_actions, self.n_quantiles))
+        return self.loss_of(self.q_net(batch["obs"]), batch), {}
+
+    def loss_of(self, out: Array, batch: dict[str, Any]) -> Array:
+        theta = ops.reshape(out, (out.shape[0], self.n_actions, self.n_quantiles))
         current = gather_actions(theta, batch["actions"])
-        return quantile_huber_loss(current, batch["target"], self.taus, self.clip_delta), {}
+        return quantile_huber_loss(current, batch["target"], self.taus, self.clip_delta)

@@ -74,17 +74,6 @@ def test_split_children_differ_and_permutation_permutes() -> None:
     assert sorted(p.tolist()) == list(range(10, 30)) and p.tolist() != list(range(10, 30))
 
 
-def test_keys_survive_a_float64_round_trip() -> None:
-    """A lax loop node packs its outputs into one dtype (float64 beside float state): keys keep
-    53 bits so that they come out of the loop unchanged."""
-    k = seed_keys(np.arange(1000), 1)
-    for _ in range(3):
-        k, sub = split(k)
-        for x in (k, sub):
-            assert x.max() < 2**53
-            np.testing.assert_array_equal(x.astype(np.float64).astype(np.uint64), x)
-
-
 def test_vector_env_with_key_streams_starts_where_the_loop_starts() -> None:
     env = FunctionalVectorEnv(CartPoleFunctional(), 3, 500, key_rng=True)
     obs, _ = env.reset(seed=4)

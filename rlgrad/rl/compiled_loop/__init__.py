@@ -29,12 +29,12 @@ import numpy as np
 
 import rlgrad
 from rlgrad.rl.compiled_loop.program import make_program
-from rlgrad.rl.compiled_loop.spec import LoopSpec, loop_spec, refuse_env
+from rlgrad.rl.compiled_loop.spec import EnvSide, LoopSpec, loop_spec, refuse_env
 from rlgrad.rl.functional.keys import ALGO_STREAM, ENV_STREAM, KeyBatch, KeyGenerator, seed_keys
 from rlgrad.transforms import tree_flatten, tree_unflatten
 
-__all__ = ["LoopSpec", "initial_state", "learn_compiled", "loop_backend", "loop_spec", "program_source",
-           "refuse_env", "schedule", "train_seeds", "use_key_streams"]
+__all__ = ["LoopSpec", "clear_programs", "initial_state", "learn_compiled", "loop_backend", "loop_spec",
+           "program_source", "refuse_env", "schedule", "train_seeds", "use_key_streams"]
 
 
 def _tree_map(fn: Any, *trees: Any) -> Any:
@@ -54,7 +54,7 @@ def use_key_streams(model: Any) -> Any:
     return model
 
 
-def initial_state(models: Sequence[Any], spec: LoopSpec) -> dict[str, Any]:
+def initial_state(models: Sequence[Any], spec: EnvSide) -> dict[str, Any]:
     """The loop's state for one model per seed, stacked on a leading seed axis."""
     seeds = np.array([m.seed for m in models], dtype=np.int64)
     params = [np.stack([np.array(p._value) for p in ps])
@@ -96,6 +96,17 @@ def loop_backend() -> str:
     """The backend of the loop's program: ``RLGRAD_JIT_BACKEND`` when set, else "auto" (native
     code where every op lowers and a C compiler is there, the NumPy replay otherwise)."""
     return os.environ.get("RLGRAD_JIT_BACKEND") or "auto"
+
+
+#: every cache of compiled loop programs (DQN's module adds its own), for ``clear_programs``
+PROGRAM_CACHES: list[dict] = [_PROGRAMS]
+
+
+def clear_programs() -> None:
+    """Forget the compiled programs: the next run traces and compiles again, as a new process
+    would (benchmarks that time compilation with each run)."""
+    for cache in PROGRAM_CACHES:
+        cache.clear()
 
 
 def _compiled(spec: LoopSpec) -> Any:
@@ -188,6 +199,9 @@ def _write_back(models: Sequence[Any], state: dict[str, Any], ret_sum: np.ndarra
 def learn_compiled(models: Sequence[Any], total_timesteps: int) -> None:
     """Train ``models`` (one per seed, built alike) for ``total_timesteps`` each, as one
     program; a later call goes on from where the last one stopped."""
+    own = getattr(type(models[0]), "learn_compiled_loop", None)
+    if own is not None:  # DQN: its own program (compiled_loop.dqn)
+        return own(models, total_timesteps)
     spec = loop_spec(models[0])
     if any(loop_spec(m) != spec for m in models[1:]):
         raise ValueError("train_seeds: the models differ in more than their seed; build them "
@@ -204,6 +218,8 @@ def learn_compiled(models: Sequence[Any], total_timesteps: int) -> None:
     state, (ret_sum, n_done) = run_loop(models, spec, state, sched)
     per = models[0].n_steps * models[0].n_envs
     _write_back(models, state, ret_sum, n_done, per * len(sched["lr"]))
+    for m in models:
+        m.loop_backend = _compiled(spec).backend  # "numpy" (the replay) or "native"
 
 
 def train_seeds(algo: type, env: Any, seeds: Sequence[int], total_timesteps: int,

@@ -21,14 +21,16 @@ import numpy as np
 
 import rlgrad.numpy as rnp
 from rlgrad import lax
+from rlgrad.nn import functional as F
 from rlgrad.rl.buffers import compute_gae_scan
-from rlgrad.rl.compiled_loop.spec import Layer, LoopSpec
+from rlgrad.rl.compiled_loop.spec import EnvSide, Layer, LoopSpec, OptSide
 from rlgrad.rl.functional.keys import KeyBatch, normal, split, uniform
 from rlgrad.transforms import grad
 
 __all__ = ["make_program", "forward", "env_step"]
 
-_ACT: dict[str, Callable[[Any], Any]] = {"tanh": rnp.tanh, "relu": lambda x: rnp.maximum(x, 0.0)}
+# relu: nn.ReLU's primitive (one relu_grad op backward, not maximum's eight)
+_ACT: dict[str, Callable[[Any], Any]] = {"tanh": rnp.tanh, "relu": F.relu}
 _LOG_2PI = float(np.log(2 * np.pi))
 
 
@@ -120,7 +122,7 @@ def _logsumexp(x: Any) -> Any:
 
 
 # ---- the environment --------------------------------------------------------------------------
-def env_step(spec: LoopSpec, env: dict[str, Any], action: Any) -> tuple[dict[str, Any], ...]:
+def env_step(spec: EnvSide, env: dict[str, Any], action: Any) -> tuple[dict[str, Any], ...]:
     """``FunctionalVectorEnv.step`` on the traced state: (new env, reward, terminated, done,
     valid), the copies done at the previous step starting anew from their own key."""
     f = spec.func_env
@@ -148,7 +150,7 @@ def env_step(spec: LoopSpec, env: dict[str, Any], action: Any) -> tuple[dict[str
     return new, reward, term, done, ~reset
 
 
-def _first_states(spec: LoopSpec, keys: Any, like: Any) -> tuple[Any, Any]:
+def _first_states(spec: EnvSide, keys: Any, like: Any) -> tuple[Any, Any]:
     """Every copy's next first state and key (used where a copy resets)."""
     batch = KeyBatch(keys)
     return rnp.asarray(spec.func_env.initial(batch), dtype=like.dtype), batch.keys
@@ -263,7 +265,7 @@ def _unflat(flat: Any, like: list[Any]) -> list[Any]:
     return out
 
 
-def _clip_grads(spec: LoopSpec, g: Any) -> Any:
+def _clip_grads(spec: OptSide, g: Any) -> Any:
     """``clip_grad_norm_`` per seed on the flat gradients ``(S, P)``: each seed scaled by its own
     norm's factor (the squares summed in float64, as ``rlgrad.rl.steps``)."""
     if spec.max_grad_norm is None:
@@ -273,7 +275,7 @@ def _clip_grads(spec: LoopSpec, g: Any) -> Any:
     return g * rnp.expand_dims(rnp.asarray(coef, dtype=np.float32), -1)
 
 
-def _opt_step(spec: LoopSpec, p: Any, g: Any, opt: dict[str, Any], lr: Any
+def _opt_step(spec: OptSide, p: Any, g: Any, opt: dict[str, Any], lr: Any
               ) -> tuple[Any, dict[str, Any]]:
     """One optimizer step per seed on the flat parameters ``(S, P)``, with ``rlgrad.optim``'s
     arithmetic (Adam: ``_adam_math``, the fused kernel's order; RMSprop: PyTorch's)."""

@@ -9,18 +9,44 @@ schedules (learning rate, clip range) are arrays fed to the program, as PureJaxR
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gymnasium import spaces
 
 from rlgrad import nn
 from rlgrad.rl.functional import FUNCTIONAL_ENVS, FunctionalVectorEnv
 
-__all__ = ["LoopSpec", "Layer", "loop_spec", "refuse_env"]
+__all__ = ["EnvSide", "LoopSpec", "Layer", "OptSide", "loop_spec", "optimizer_args", "refuse_env"]
 
 #: (weight index, bias index, activation name or None) into the parameter list
 Layer = tuple[int, int, str | None]
 _ACTS = {nn.Tanh: "tanh", nn.ReLU: "relu"}
+
+
+class EnvSide(Protocol):
+    """What ``program.env_step`` and ``initial_state`` read of a spec (``LoopSpec``, DQN's)."""
+
+    @property
+    def func_env(self) -> Any: ...
+    @property
+    def n_envs(self) -> int: ...
+    @property
+    def max_steps(self) -> int | None: ...
+    @property
+    def low(self) -> tuple[float, ...] | None: ...
+    @property
+    def high(self) -> tuple[float, ...] | None: ...
+
+
+class OptSide(Protocol):
+    """What ``program._clip_grads`` and ``program._opt_step`` read of a spec."""
+
+    @property
+    def max_grad_norm(self) -> float | None: ...
+    @property
+    def optimizer(self) -> str: ...
+    @property
+    def opt_args(self) -> tuple[float, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -65,6 +91,17 @@ def refuse_env(algo: str, env: Any) -> ValueError:
                       "leave compile_loop False for any Gymnasium environment")
 
 
+def optimizer_args(algo: str, optimizer: Any) -> tuple[str, tuple[float, ...]]:
+    """("adam", (b1, b2, eps)) or ("rmsprop", (alpha, eps)): what ``program._opt_step`` runs."""
+    opt = type(optimizer).__name__
+    g = optimizer.param_groups[0]
+    if opt == "Adam":
+        return "adam", (*g["betas"], g["eps"])
+    if opt == "RMSprop" and not g.get("momentum") and not g.get("centered"):
+        return "rmsprop", (g["alpha"], g["eps"])
+    raise ValueError(f"{algo}(compile_loop=True) runs Adam or RMSprop, got {opt}")
+
+
 def _chain(policy: Any, seq: Any, head: Any, index: dict[int, int]) -> tuple[Layer, ...]:
     layers: list[Layer] = []
     mods = list(seq) if seq is not None else []
@@ -100,14 +137,7 @@ def loop_spec(model: Any) -> LoopSpec:
     ppo = hasattr(model, "clip_range")
     if ppo and model.target_kl is not None:
         raise ValueError(f"{algo}(compile_loop=True) does not stop epochs early: set target_kl=None")
-    opt = type(model.optimizer).__name__
-    g = model.optimizer.param_groups[0]
-    if opt == "Adam":
-        args: tuple[float, ...] = (*g["betas"], g["eps"])
-    elif opt == "RMSprop" and not g.get("momentum") and not g.get("centered"):
-        args = (g["alpha"], g["eps"])
-    else:
-        raise ValueError(f"{algo}(compile_loop=True) runs Adam or RMSprop, got {opt}")
+    opt, args = optimizer_args(algo, model.optimizer)
     return LoopSpec(
         func_env=env.func_env, env_cls=type(env.func_env), n_envs=env.num_envs, n_steps=model.n_steps,
         max_steps=env.max_episode_steps, discrete=pol.discrete, act_shape=tuple(pol.action_shape),
@@ -122,4 +152,4 @@ def loop_spec(model: Any) -> LoopSpec:
         surrogate=getattr(type(model), "clipped_surrogate", None),
         n_epochs=model.n_epochs if ppo else 1,
         batch_size=model.batch_size if ppo else env.num_envs * model.n_steps,
-        clip_vf=ppo and model.clip_range_vf is not None, optimizer=opt.lower(), opt_args=args)
+        clip_vf=ppo and model.clip_range_vf is not None, optimizer=opt, opt_args=args)

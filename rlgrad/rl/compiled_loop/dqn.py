@@ -1,0 +1,419 @@
+"""DQN's training loop as one compiled program (issue 31, item 2): ``DQN(env_id, compile_loop=True)``.
+
+Every iteration of the eager loop (``OffPolicyAlgorithm._iteration``) is one step of a
+``lax.scan``: ``train_freq`` epsilon-greedy env steps (an inner scan; the first
+``learning_starts`` steps uniformly random), their transitions written to the replay buffer, the
+target network's syncs of those steps, then, past ``learning_starts``, ``gradient_steps`` Huber
+TD updates (a scan) on minibatches drawn from the buffer. The replay buffer is a ring of arrays
+in the loop's state (``obs``, ``next_obs``, ``actions``, ``rewards``, ``terminated``, ``pos``,
+``size``); the env step, the key streams and the optimizer are the on-policy loop's
+(``program.env_step``, ``rlgrad.rl.functional.keys``, ``program._opt_step``).
+
+The draws are those of eager DQN with ``use_key_streams``: per step one split for the
+exploration uniforms and one more for the random actions when a copy explores (or one for the
+warm-up's random actions), per ``train`` call one split for the indices of all its minibatches.
+Reset rows (NEXT_STEP autoreset) are not stored, as the eager loop drops them. The targets of
+a call's minibatches are computed before its steps (the target network does not change during
+a call), as ``DQN.target_path = "stacked"``; with ``double_q`` in each step.
+
+Writing a step's rows into the ring is a gather over the whole ring (NumPy arrays in a traced
+program are not updated in place), once per iteration: ``O(buffer_size)`` every ``train_freq``
+steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+import rlgrad
+import rlgrad.numpy as rnp
+from rlgrad import lax
+from rlgrad.rl.compiled_loop import PROGRAM_CACHES, _tree_map, initial_state, loop_backend
+from rlgrad.rl.compiled_loop.program import (
+    _clip_grads,
+    _flat,
+    _mlp,
+    _opt_step,
+    _rows,
+    _take,
+    _unflat,
+    env_step,
+)
+from rlgrad.rl.compiled_loop.spec import Layer, _chain, optimizer_args, refuse_env
+from rlgrad.rl.functional import FunctionalVectorEnv
+from rlgrad.rl.functional.keys import split, uniform
+from rlgrad.transforms import grad
+
+if TYPE_CHECKING:
+    from rlgrad.rl.dqn import DQN
+
+__all__ = ["DQNSpec", "dqn_schedule", "dqn_spec", "learn_compiled_dqn"]
+
+
+@dataclass(frozen=True)
+class DQNSpec:
+    """The static part of a DQN run (hashable: the compiled program's cache key)."""
+
+    func_env: Any = field(compare=False)  # FuncEnvs hold no state: equal when of one class
+    env_cls: type
+    hooks: Any = field(compare=False)  # a model whose q_of, bootstrap_target, loss_of are traced
+    variant: tuple  # what those hooks read: the class, its trace settings, its policy_kwargs
+    n_envs: int
+    max_steps: int | None
+    n_actions: int
+    q: tuple[Layer, ...]  # the Q-network's layers, its head last
+    buffer_size: int
+    batch_size: int
+    train_freq: int  # vector-env steps per iteration
+    gradient_steps: int
+    gamma: float
+    tau: float
+    truncation_terminates: bool  # handle_timeout_termination=False
+    max_grad_norm: float | None
+    optimizer: str
+    opt_args: tuple[float, ...]
+    low: tuple[float, ...] | None = None  # (discrete actions: no clip before the env step)
+    high: tuple[float, ...] | None = None
+
+
+def _refuse(algo: str, what: str) -> ValueError:
+    return ValueError(f"{algo}(compile_loop=True) {what}; leave compile_loop False for this setup")
+
+
+def _owner(cls: type, name: str) -> type:
+    return next(c for c in cls.__mro__ if name in vars(c))
+
+
+def dqn_spec(model: DQN) -> DQNSpec:
+    """The spec of a DQN (or a variant: QR-DQN, C51) on a functional env; one line naming what
+    the compiled loop lacks."""
+    algo = type(model).__name__
+    env = model.vector_env
+    if not isinstance(env, FunctionalVectorEnv):
+        raise refuse_env(algo, env)
+    cls = type(model)
+    pairs = (("q_values", "q_of"), ("loss", "loss_of"))  # a variant overrides both or neither
+    if (any(_owner(cls, a) is not _owner(cls, b) for a, b in pairs)
+            or _owner(cls, "td_loss").__name__ != "DQN"):
+        raise _refuse(algo, "calls q_of and loss_of: override them with q_values and loss")
+    if getattr(model, "env_runners", 0):
+        raise _refuse(algo, "steps its envs inside the program: set env_runners=0")
+    if model.normalizer is not None or model.policy_name == "CnnPolicy":
+        raise _refuse(algo, "runs the MLP on vector observations without normalize=True")
+    if model.train_freq[1] != "step" or model.n_steps != 1 or model._sb3_rows is not None:
+        raise _refuse(algo, "needs train_freq in steps, n_steps=1 and rlgrad's replay buffer")
+    mods = list(model.q_net) if isinstance(model.q_net, rlgrad.nn.Sequential) else []
+    if not mods or type(mods[-1]) is not rlgrad.nn.Linear:
+        raise _refuse(algo, "runs a Sequential MLP Q-network")
+    params = list(model.optimizer.param_groups[0]["params"])
+    index = {id(p): i for i, p in enumerate(params)}
+    opt, args = optimizer_args(algo, model.optimizer)
+    F_ = model.train_freq[0]
+    gs = model.gradient_steps if model.gradient_steps >= 0 else F_ * model.n_envs
+    variant = (cls, tuple(getattr(model, a) for a in model.trace_settings),
+               repr(sorted(model.policy_kwargs.items())))
+    return DQNSpec(
+        func_env=env.func_env, env_cls=type(env.func_env), hooks=model, variant=variant,
+        n_envs=env.num_envs,
+        max_steps=env.max_episode_steps, n_actions=model.n_actions,
+        q=_chain(None, mods[:-1], mods[-1], index), buffer_size=model.buffer_size,
+        batch_size=model.batch_size, train_freq=F_, gradient_steps=gs, gamma=model.gamma,
+        tau=model.tau, truncation_terminates=model._truncation_terminates, max_grad_norm=model.max_grad_norm,
+        optimizer=opt, opt_args=args)
+
+
+def dqn_schedule(model: DQN, total_timesteps: int) -> dict[str, np.ndarray]:
+    """What the eager loop reads from Python state, per iteration (``lr``, ``train``: past
+    ``learning_starts``; ``syncs``: target updates during its steps) and per step (``eps``,
+    ``warm``: uniformly random actions), for ``total_timesteps`` more steps."""
+    E, F_ = model.n_envs, model.train_freq[0]
+    start = model.num_timesteps
+    total = max(start + int(total_timesteps), 1)
+    n_iter = -(-int(total_timesteps) // (E * F_))
+    t = start + E * np.arange(n_iter * F_ + 1)  # num_timesteps before each step (and after all)
+    calls = model._n_calls + np.arange(1, n_iter * F_ + 1)
+    every = max(model.target_update_interval // E, 1)
+    after = t[1:]  # progress is updated after each step
+    if model.exploration_steps is None:
+        progress = np.maximum(0.0, 1.0 - after / total)
+    else:
+        progress = np.maximum(0.0, 1.0 - after / model.exploration_steps)
+    eps_after = np.array([model.exploration_schedule(p) for p in progress], dtype=np.float64)
+    eps = np.concatenate([[model.exploration_rate], eps_after[:-1]])
+    ends = after[F_ - 1::F_]  # num_timesteps after each collection
+    lr = np.array([model.lr_schedule(max(0.0, 1.0 - n / total)) for n in ends], dtype=np.float64)
+    shape = (n_iter, F_)
+    return {"lr": lr, "train": (ends > 0) & (ends > model.learning_starts),
+            "syncs": (calls % every == 0).reshape(shape).sum(axis=1).astype(np.int64),
+            "eps": eps.reshape(shape), "warm": (t[:-1] < model.learning_starts).reshape(shape)}
+
+
+# ---- the program ------------------------------------------------------------------------------
+def _rowwise(fn: Callable, x: Any) -> Any:
+    """``fn`` of rows (n, ...) applied to ``x`` (S, B, ...): the seeds' rows as one batch."""
+    s = x.shape
+    out = fn(rnp.reshape(x, (s[0] * s[1],) + tuple(s[2:])))
+    return rnp.reshape(out, (s[0], s[1]) + tuple(out.shape[1:]))
+
+
+def _integers(sub: Any, n: int, high: int) -> Any:
+    """``KeyGenerator.integers(0, high, n)`` from subkeys ``sub`` (S,): (S, n) int64."""
+    u = uniform(sub, (n,))
+    return rnp.minimum(rnp.asarray(u * high, dtype=np.int64), high - 1)
+
+
+def _act(spec: DQNSpec, params: list[Any], obs: Any, key: Any, eps: Any, warm: Any
+         ) -> tuple[Any, Any]:
+    """(actions (S, E), key after) as ``DQN._sample_action`` draws them."""
+    E, A = spec.n_envs, spec.n_actions
+
+    def random_actions(k: Any) -> tuple[Any, Any]:
+        k, sub = split(k)
+        return _integers(sub, E, A), k
+
+    def epsilon_greedy(k: Any) -> tuple[Any, Any]:
+        k, sub = split(k)
+        explore = uniform(sub, (E,)) < eps
+        greedy = rnp.argmax(_rowwise(spec.hooks.q_of, _mlp(params, spec.q, obs)), axis=-1)
+
+        def some_explore(k: Any) -> tuple[Any, Any]:
+            drawn, k2 = random_actions(k)
+            some = rnp.any(explore, axis=-1)  # (per seed: a seed none of whose copies explores
+            return rnp.where(explore, drawn, greedy), rnp.where(some, k2, k)  # draws nothing)
+
+        # eager draws the random actions only when a copy explores (rare once epsilon is low)
+        return lax.cond(rnp.any(explore), some_explore, lambda k: (greedy, k), k)
+
+    return lax.cond(warm, random_actions, epsilon_greedy, key)
+
+
+def _collect(spec: DQNSpec, params: list[Any], carry: tuple[Any, ...], steps: dict[str, Any]
+             ) -> tuple[Any, Any]:
+    """``train_freq`` steps of every copy: (env, key, episode stats), rows (F, S, E, ...)."""
+
+    def step(c: tuple[Any, ...], x: dict[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        env, key, ep_ret, ret_sum, n_done = c
+        obs = env["obs"]
+        action, key = _act(spec, params, obs, key, x["eps"], x["warm"])
+        env, reward, term, done, valid = env_step(spec, env, action)
+        stored = (done if spec.truncation_terminates else term)
+        ep_ret = ep_ret + reward
+        ret_sum = ret_sum + rnp.sum(rnp.where(done, ep_ret, 0.0), axis=-1)
+        n_done = n_done + rnp.sum(rnp.asarray(done, dtype=np.int64), axis=-1)
+        ep_ret = rnp.where(done, 0.0, ep_ret)
+        row = (obs, action, rnp.asarray(reward, dtype=np.float32), stored, env["obs"], valid)
+        return (env, key, ep_ret, ret_sum, n_done), row
+
+    return lax.scan(step, carry, steps)
+
+
+def _store(spec: DQNSpec, buf: dict[str, Any], rows: dict[str, Any], valid: Any
+           ) -> dict[str, Any]:
+    """``ReplayBuffer.add`` of the valid rows (S, R) in order: compacted, then written to the
+    ring from ``pos``; a slot written twice keeps the later row (a ring shorter than R)."""
+    R, N = valid.shape[-1], spec.buffer_size
+    at = rnp.broadcast_to(rnp.arange(R), valid.shape)
+    order = rnp.argsort(rnp.where(valid, at, at + R), axis=-1, kind="stable")
+    k = rnp.sum(rnp.asarray(valid, dtype=np.int64), axis=-1, keepdims=True)  # (S, 1)
+    pos, size = buf["pos"], buf["size"]
+    o = rnp.mod(rnp.arange(N) - rnp.expand_dims(pos, -1), N)  # slot i's offset from pos
+    hit = o < k
+    j = o + N * rnp.floor_divide(rnp.maximum(k - 1 - o, 0), N)  # the last row landing there
+    src = rnp.take_along_axis(order, rnp.minimum(j, R - 1), axis=-1)  # (S, N)
+    out = {}
+    for name, new in rows.items():
+        old = buf[name]
+        mask = rnp.reshape(hit, hit.shape + (1,) * (len(old.shape) - 2))
+        out[name] = rnp.where(mask, _take(new, src), old)
+    out["pos"] = rnp.mod(pos + k[:, 0], N)
+    out["size"] = rnp.minimum(size + k[:, 0], N)
+    return out
+
+
+def _targets(spec: DQNSpec, params: list[Any], target: list[Any], b: dict[str, Any]) -> Any:
+    """The model's ``bootstrap_target`` of every row of ``b`` (S, n), all seeds' rows as one
+    batch (DQN's ``r + gamma (1 - terminated) max_a Q'(s', a)``), with no gradient."""
+    s = b["rewards"].shape
+    flat = lambda x: rnp.reshape(x, (s[0] * s[1],) + tuple(x.shape[2:]))  # noqa: E731
+    x = b["next_obs"]
+    d = {"rewards": flat(b["rewards"]), "gamma": np.array(spec.gamma, dtype=np.float32),
+         "not_terminated": np.float32(1.0) - rnp.asarray(flat(b["terminated"]), dtype=np.float32)}
+    y = spec.hooks.bootstrap_target(d, flat(_mlp(target, spec.q, x)),
+                                    lambda: flat(_mlp(params, spec.q, x)))
+    return lax.stop_gradient(rnp.reshape(y, s + tuple(y.shape[1:])))
+
+
+def _loss(spec: DQNSpec, params: list[Any], b: dict[str, Any], y: Any) -> Any:
+    """The sum over seeds of the model's ``loss_of`` on each seed's minibatch."""
+    out = _mlp(params, spec.q, b["obs"])
+    total = None
+    for i in range(out.shape[0]):  # (S is static: the seeds' losses, each its own batch mean)
+        part = spec.hooks.loss_of(out[i], {"actions": b["actions"][i], "target": y[i]})
+        total = part if total is None else total + part
+    return total
+
+
+def _train(spec: DQNSpec, buf: dict[str, Any], lr: Any) -> Callable:
+    """``DQN.train``: one draw of every minibatch's rows, then ``gradient_steps`` steps."""
+    G, B = spec.gradient_steps, spec.batch_size
+
+    def run(params: list[Any], target: list[Any], opt: dict[str, Any], key: Any
+            ) -> tuple[Any, ...]:
+        key, sub = split(key)
+        size = rnp.expand_dims(buf["size"], -1)
+        u = uniform(sub, (G * B,))
+        idx = rnp.minimum(rnp.asarray(u * rnp.asarray(size, dtype=np.float64), dtype=np.int64),
+                          size - 1)
+        names = ("obs", "actions", "rewards", "terminated", "next_obs")
+        b = {k: _take(buf[k], idx) for k in names}
+        if not spec.hooks.double_q:  # the target network is fixed during the call: at once
+            b = {"obs": b["obs"], "actions": b["actions"], "y": _targets(spec, params, target, b)}
+
+        def per_step(x: Any) -> Any:  # (S, G * B, ...) -> (G, S, B, ...)
+            s = x.shape
+            return rnp.swapaxes(rnp.reshape(x, (s[0], G, B) + tuple(s[2:])), 0, 1)
+
+        def body(carry: tuple[Any, Any], mb: dict[str, Any]) -> tuple[tuple[Any, Any], Any]:
+            params, opt = carry
+            y = mb["y"] if "y" in mb else _targets(spec, params, target, mb)
+            g = _clip_grads(spec, _flat(grad(lambda p: _loss(spec, p, mb, y))(params)))
+            flat, opt = _opt_step(spec, _flat(params), g, opt, lr)
+            return (_unflat(flat, params), opt), None
+
+        (params, opt), _ = lax.scan(body, (params, opt), {k: per_step(v) for k, v in b.items()})
+        return params, opt, key
+
+    return run
+
+
+def _sync(spec: DQNSpec, params: list[Any], target: list[Any], n: Any) -> list[Any]:
+    """``n`` target updates with unchanged online parameters (``optim.polyak_update``)."""
+    if spec.tau == 1.0:
+        return [rnp.where(n > 0, p, t) for p, t in zip(params, target)]
+    tau = np.float32(spec.tau)
+
+    def once(_: Any, tg: list[Any]) -> list[Any]:
+        return [t * (np.float32(1.0) - tau) + tau * p for p, t in zip(params, tg)]
+
+    return lax.fori_loop(0, n, once, target)
+
+
+def _iteration(spec: DQNSpec) -> Callable:
+    """The body of the scan over iterations: collect, store, sync, train."""
+
+    def body(state: dict[str, Any], x: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        params = state["params"]
+        zero = rnp.zeros(state["key"].shape, dtype=np.float64)
+        carry = (state["env"], state["key"], state["ep_ret"], zero,
+                 rnp.zeros_like(zero, dtype=np.int64))
+        steps = {"eps": x["eps"], "warm": x["warm"]}
+        (env, key, ep_ret, ret_sum, n_done), rows = _collect(spec, params, carry, steps)
+        obs, actions, rewards, term, next_obs, valid = (_rows(r) for r in rows)
+        buf = _store(spec, state["buf"], {"obs": obs, "actions": actions, "rewards": rewards,
+                                          "terminated": term, "next_obs": next_obs}, valid)
+        target = _sync(spec, params, state["target"], x["syncs"])
+        train = _train(spec, buf, x["lr"])
+        params, opt, key = lax.cond(x["train"], train, lambda p, t, o, k: (p, o, k),
+                                    params, target, state["opt"], key)
+        new = {"params": params, "target": target, "opt": opt, "env": env, "key": key,
+               "ep_ret": ep_ret, "buf": buf}
+        return new, (ret_sum, n_done)
+
+    return body
+
+
+def make_dqn_program(spec: DQNSpec) -> Callable:
+    """``run(state, schedule) -> (state, (episode return sums, counts))`` per iteration."""
+    body = _iteration(spec)
+
+    def run(state: dict[str, Any], schedule: dict[str, Any]) -> tuple[Any, Any]:
+        return lax.scan(body, state, schedule)
+
+    return run
+
+
+# ---- running it -------------------------------------------------------------------------------
+_PROGRAMS: dict[tuple[DQNSpec, str], Any] = {}
+PROGRAM_CACHES.append(_PROGRAMS)
+
+
+def _compiled(spec: DQNSpec) -> Any:
+    key = (spec, loop_backend())
+    fn = _PROGRAMS.get(key)
+    if fn is None:
+        fn = _PROGRAMS[key] = rlgrad.jit(make_dqn_program(spec), backend=key[1])
+    return fn
+
+
+def _initial(models: Sequence[Any], spec: DQNSpec) -> dict[str, Any]:
+    """``initial_state`` (parameters, optimizer, envs, keys) plus the target network and an
+    empty replay ring."""
+    state = initial_state(models, spec)
+    S, N = len(models), spec.buffer_size
+    state["target"] = [np.stack([np.array(p._value) for p in ps])
+                       for ps in zip(*(m._target_params for m in models))]
+    d = state["env"]["obs"].shape[-1]
+    state["buf"] = {"obs": np.zeros((S, N, d), np.float32),
+                    "next_obs": np.zeros((S, N, d), np.float32),
+                    "actions": np.zeros((S, N), np.int64), "rewards": np.zeros((S, N), np.float32),
+                    "terminated": np.zeros((S, N), bool), "pos": np.zeros(S, np.int64),
+                    "size": np.zeros(S, np.int64)}
+    return state
+
+
+def _write_back(models: Sequence[Any], spec: DQNSpec, state: dict[str, Any],
+                sched: dict[str, np.ndarray], stats: tuple[np.ndarray, np.ndarray],
+                backend: str) -> None:
+    """Each model gets its seed's networks, loop state, counters and statistics, and the
+    backend that ran (``loop_backend``: "numpy", the replay, or "native")."""
+    n_iter, F_ = sched["eps"].shape
+    ret_sum, n_done = stats
+    for i, m in enumerate(models):
+        for ps, arrs in ((m._params, state["params"]), (m._target_params, state["target"])):
+            for p, arr in zip(ps, arrs):
+                np.copyto(p._value, arr[i])
+        m._loop_state = _tree_map(lambda a, i=i: np.array(a[i:i + 1]), state)
+        m.loop_backend = backend
+        m.num_timesteps += n_iter * F_ * m.n_envs
+        m._n_calls += n_iter * F_
+        m._n_updates += int(sched["train"].sum()) * spec.gradient_steps
+        m._update_progress()
+        m.exploration_rate = m.exploration_schedule(
+            m._current_progress_remaining if m.exploration_steps is None else
+            max(0.0, 1.0 - m.num_timesteps / m.exploration_steps))
+        m.loop_returns = (ret_sum[:, i], n_done[:, i])  # per iteration: sum and count of episodes
+        recent = n_done[-10:, i].sum()
+        if recent:
+            m.logger.record("rollout/ep_rew_mean", float(ret_sum[-10:, i].sum() / recent))
+
+
+def learn_compiled_dqn(models: Sequence[DQN], total_timesteps: int) -> None:
+    """Train ``models`` (one per seed, built alike) for ``total_timesteps`` each as one program;
+    a later call goes on from where the last one stopped."""
+    spec = dqn_spec(models[0])
+    if any(dqn_spec(m) != spec for m in models[1:]):
+        raise ValueError("train_seeds: the models differ in more than their seed; build them "
+                         "with the same arguments")
+    carried = [getattr(m, "_loop_state", None) for m in models]
+    if all(c is not None for c in carried):
+        state = _tree_map(lambda *xs: np.concatenate(xs), *carried)
+    else:
+        state = _initial(models, spec)
+    sched = dqn_schedule(models[0], total_timesteps)
+    for m in models:
+        m._total_timesteps = max(m._total_timesteps, m.num_timesteps + int(total_timesteps))
+    program = _compiled(spec)
+    with np.errstate(all="ignore"):  # a discarded branch (a done env's step) may overflow
+        state, (ret_sum, n_done) = program(state, sched)
+    state = _tree_map(np.asarray, state)
+    bad = [m.seed for i, m in enumerate(models)
+           if not all(np.isfinite(p[i]).all() for p in state["params"])]
+    if bad:
+        raise FloatingPointError(f"compile_loop: the parameters of seed(s) {bad} are not finite "
+                                 "after training; lower the learning rate or clip the gradients")
+    _write_back(models, spec, state, sched, (np.asarray(ret_sum), np.asarray(n_done)),
+                program.backend)

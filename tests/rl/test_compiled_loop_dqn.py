@@ -1,0 +1,167 @@
+"""DQN's compiled loop (rlgrad.rl.compiled_loop.dqn): equal to eager DQN on FunctionalVectorEnv
+with the same key streams, N seeds in one program equal to N programs, learning, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlgrad.rl import C51, DQN, QRDQN, evaluate
+from rlgrad.rl.compiled_loop import train_seeds, use_key_streams
+from rlgrad.rl.compiled_loop.dqn import dqn_schedule
+
+# Parameters after a few hundred Adam steps: compiled vs eager. Only summation orders differ
+# (batched matmuls, the Huber loss's sum, the targets' chunks), so the float32 parameters agree
+# to a few ulps of their size; the updates move them by more than 1000 times that.
+ATOL = 1e-6
+
+
+def _max_diff(a: list, b: list) -> float:
+    return max(float(np.abs(np.asarray(x._value) - np.asarray(y._value)).max())
+               for x, y in zip(a, b))
+
+
+SMALL = dict(learning_starts=100, batch_size=16, policy_kwargs=dict(net_arch=[32, 32]),
+             learning_rate=1e-3)
+CASES = [  # ring shorter than the run (it wraps), 2 copies, hard target copies
+    (DQN, "CartPole-v1", 1000, dict(n_envs=2, train_freq=8, gradient_steps=4, buffer_size=300,
+                               target_update_interval=50, **SMALL)),
+    # soft target updates, Double DQN, gradient_steps=-1, a linear learning rate
+    (DQN, "CartPole-v1", 800, dict(n_envs=4, train_freq=4, gradient_steps=-1, buffer_size=2000,
+                              tau=0.3, target_update_interval=8, double_q=True,
+                              **{**SMALL, "learning_rate": "lin_1e-3"})),
+    # one copy, time limits (200 steps) ending the bootstrap, exploration over absolute steps
+    (DQN, "MountainCar-v0", 700, dict(n_envs=1, train_freq=4, gradient_steps=2, buffer_size=1000,
+                                 target_update_interval=30, exploration_steps=400,
+                                 replay_buffer_kwargs=dict(handle_timeout_termination=False),
+                                 **SMALL)),
+    # time limits bootstrapped (the default), the RMSprop optimizer, gradient clipping tight
+    (DQN, "Acrobot-v1", 600, dict(n_envs=3, train_freq=2, gradient_steps=1, buffer_size=1000,
+                             max_grad_norm=0.5, target_update_interval=20,
+                             policy_kwargs=dict(net_arch=[16], optimizer_class="RMSprop"),
+                             **{k: v for k, v in SMALL.items() if k != "policy_kwargs"})),
+    # the variants, through their hooks (q_of, bootstrap_target, loss_of)
+    (QRDQN, "CartPole-v1", 800, dict(n_envs=2, train_freq=8, gradient_steps=4, buffer_size=500,
+                                     target_update_interval=40,
+                                     **{**SMALL, "policy_kwargs": dict(net_arch=[32],
+                                                                       n_quantiles=7)})),
+    (C51, "CartPole-v1", 800, dict(n_envs=2, train_freq=8, gradient_steps=4, buffer_size=500,
+                                   target_update_interval=40, double_q=True,
+                                   **{**SMALL, "policy_kwargs": dict(net_arch=[32], n_atoms=11,
+                                                                     v_min=0.0, v_max=50.0)})),
+]
+
+
+@pytest.mark.parametrize("algo, env_id, steps, kw", CASES,
+                         ids=[f"{c[0].__name__}-{c[1]}-{i}" for i, c in enumerate(CASES)])
+def test_compiled_loop_equals_eager_dqn(algo: type, env_id: str, steps: int, kw: dict) -> None:
+    compiled = algo(env_id, seed=3, compile_loop=True, **kw)
+    start = [np.array(p._value) for p in compiled._params]
+    compiled.learn(steps)
+    eager = use_key_streams(algo(env_id, seed=3, vectorization_mode="functional", **kw))
+    eager.learn(steps)
+    assert compiled.num_timesteps == eager.num_timesteps
+    assert compiled._n_updates == eager._n_updates > 0
+    assert compiled.exploration_rate == eager.exploration_rate
+    moved = max(float(np.abs(p._value - s).max()) for p, s in zip(eager._params, start))
+    assert moved > 1000 * ATOL
+    assert _max_diff(compiled._params, eager._params) <= ATOL
+    assert _max_diff(compiled._target_params, eager._target_params) <= ATOL
+    rb, ring = eager.replay_buffer, compiled._loop_state["buf"]
+    n = rb.size()
+    assert (ring["pos"][0], ring["size"][0]) == (rb.pos, n)
+    np.testing.assert_array_equal(ring["obs"][0, :n], rb.observations[:n])
+    np.testing.assert_array_equal(ring["next_obs"][0, :n], rb.next_observations[:n])
+    np.testing.assert_array_equal(ring["actions"][0, :n], rb.actions[:n])
+    np.testing.assert_array_equal(ring["rewards"][0, :n], rb.rewards[:n])
+    stored = rb.terminated | rb.truncated if eager._truncation_terminates else rb.terminated
+    np.testing.assert_array_equal(ring["terminated"][0, :n], stored[:n])
+
+
+def test_a_second_learn_goes_on_as_the_eager_run_does() -> None:
+    kw = CASES[0][3]
+    compiled = DQN("CartPole-v1", seed=1, compile_loop=True, **kw)
+    eager = use_key_streams(DQN("CartPole-v1", seed=1, vectorization_mode="functional", **kw))
+    for m in (compiled, eager):
+        m.learn(400)
+        m.learn(400, reset_num_timesteps=False)
+    assert compiled.num_timesteps == eager.num_timesteps == 800
+    assert _max_diff(compiled._params, eager._params) <= ATOL
+
+
+def test_the_schedule_is_the_eager_loops() -> None:
+    """Epsilon per step, warm-up, target syncs and training per iteration, as eager reads them."""
+    m = DQN("CartPole-v1", seed=0, compile_loop=True, n_envs=2, train_freq=3, learning_starts=7,
+            target_update_interval=4, exploration_fraction=0.5, exploration_final_eps=0.1)
+    m._total_timesteps = 24
+    s = dqn_schedule(m, 24)
+    assert s["eps"].shape == (4, 3)  # 24 steps / (3 steps x 2 copies)
+    # num_timesteps before each step: 0, 2, 4, ...; warm below 7; train after 6, 12, 18, 24
+    np.testing.assert_array_equal(s["warm"].ravel(), np.arange(0, 24, 2) < 7)
+    np.testing.assert_array_equal(s["train"], [False, True, True, True])
+    np.testing.assert_array_equal(s["syncs"], [1, 2, 1, 2])  # every 2 calls: calls 2, 4, ...
+    # epsilon: 1 at the first step, then linear over half the run (12 steps) down to 0.1
+    after = np.arange(2, 25, 2)[:-1]
+    expect = np.concatenate([[1.0], 1.0 - 0.9 * np.minimum(after / 12, 1.0)])
+    np.testing.assert_allclose(s["eps"].ravel(), expect, rtol=0, atol=1e-12)
+
+
+def test_seeds_in_one_program_equal_one_program_per_seed() -> None:
+    kw = CASES[0][3]
+    together = train_seeds(DQN, "CartPole-v1", [0, 4], 600, **kw)
+    for m in together:
+        alone = DQN("CartPole-v1", seed=m.seed, compile_loop=True, **kw)
+        alone.learn(600)
+        assert _max_diff(m._params, alone._params) <= ATOL
+        np.testing.assert_array_equal(m.loop_returns[1], alone.loop_returns[1])
+    assert _max_diff(together[0]._params, together[1]._params) > 1e-3  # the seeds differ
+
+
+def test_compiled_dqn_learns_cartpole() -> None:
+    """A short run of the CartPole preset's numbers (smaller network, 15k steps): the greedy
+    policy's return is well above an untrained one's (about 9: it falls at once)."""
+    kw = dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+              target_update_interval=10, train_freq=256, gradient_steps=128,
+              exploration_fraction=0.16, exploration_final_eps=0.04,
+              policy_kwargs=dict(net_arch=[64, 64]))
+    model = DQN("CartPole-v1", seed=0, compile_loop=True, **kw)
+    untrained, _ = evaluate(model, "CartPole-v1", n_episodes=5, seed=100)
+    model.learn(15_000)
+    trained, _ = evaluate(model, "CartPole-v1", n_episodes=5, seed=100)
+    assert untrained < 30
+    assert trained > 100  # 138 with 64-bit key streams (seed 0)
+
+
+def test_refusals_are_one_line() -> None:
+    with pytest.raises(ValueError, match=r"^DQN\(compile_loop=True\) needs a functional "
+                                         r"environment, got \w*VectorEnv: pass one of the ids"):
+        DQN("CartPole-v1", compile_loop=True, vectorization_mode="sync")
+    with pytest.raises(ValueError, match="train_freq in steps"):
+        DQN("CartPole-v1", compile_loop=True, train_freq=(1, "episode"))
+
+    class OwnLoss(DQN):  # a loss the compiled loop cannot see (no loss_of beside it)
+        def loss(self, batch: dict) -> tuple:
+            return super().loss(batch)
+
+    with pytest.raises(ValueError, match="override them with q_values and loss"):
+        OwnLoss("CartPole-v1", compile_loop=True)
+    m = DQN("CartPole-v1", compile_loop=True, learning_starts=10)
+    with pytest.raises(ValueError, match="calls no callback"):
+        m.learn(100, callback=lambda *a: True)
+
+
+def test_cli_vectorized_dqn_seeds_write_ordinary_runs(tmp_path: object) -> None:
+    from rlgrad.cli import main
+    from rlgrad.cli.plot import load_run
+
+    out = tmp_path / "runs"  # type: ignore[operator]
+    code = main(["train", "CartPole-v1", "--algo", "dqn", "--seeds", "0-1", "--vectorize",
+                 "--steps", "1024", "--set", "learning_starts=100", "--set", "train_freq=16",
+                 "--set", "gradient_steps=2", "--set", "buffer_size=2000",
+                 "--run-dir", str(out)])
+    assert code == 0
+    runs = [load_run(out / f"seed-{s}") for s in (0, 1)]
+    for r in runs:  # a row per iteration of 16 steps (those with an episode's return so far)
+        assert r.steps[-1] == 1024 and len(r.steps) > 50 and not np.any(r.steps % 16)
+        assert r.config["hyperparams"]["compile_loop"] is True
+    assert runs[0].values.tolist() != runs[1].values.tolist()  # two seeds, two runs
