@@ -165,6 +165,10 @@ class Program:
             acc_t = "npy_bool"
         else:
             acc_t = "double" if x.dtype.kind == "f" else "int64_t"
+        if kind in ("sum", "prod") and axes and keep and keep[-1] == len(x.shape) - 1 \
+                and x.shape[-1] > 1:
+            self._reduce_columns(kind, acc_t, out, x, keep, axes)
+            return
         oi = self._loop_vars(len(keep))
         ri = self._loop_vars(len(axes))
         idx = [""] * len(x.shape)
@@ -179,10 +183,39 @@ class Program:
                 "any": f"acc = acc || ({xv} != 0);", "all": f"acc = acc && ({xv} != 0);",
                 "max": f"{{ {acc_t} v = ({acc_t}){xv}; if (v > acc || v != v) acc = v; }}",
                 "min": f"{{ {acc_t} v = ({acc_t}){xv}; if (v < acc || v != v) acc = v; }}"}[kind]
-        inner = _nest([x.shape[k] for k in axes], ri, step, simd=False)  # (once NaN, stays NaN)
+        # (max/min: once NaN, stays NaN; a sum over the last axis vectorised, in another order)
+        inner = _nest([x.shape[k] for k in axes], ri, step, simd=False)
+        if kind == "sum" and axes and axes[-1] == len(x.shape) - 1:
+            inner.insert(-2, "_Pragma(\"omp simd reduction(+:acc)\")")
         body = [f"{acc_t} acc = {init};", *inner,
                 f"{out.at([v for v in oi])} = ({ctype(out.dtype)})acc;"]
         self.lines += _nest([x.shape[k] for k in keep], oi, "{ " + " ".join(body) + " }", simd=False)
+
+    def _reduce_columns(self, kind: str, acc_t: str, out: Val, x: Val, keep: list[int],
+                        axes: Sequence[int]) -> None:
+        """A sum or product over ``axes`` that keep x's last axis: the reduced axes outside, a
+        row of accumulators over the last axis inside (contiguous, vectorised), each output
+        summed in the order the one-accumulator loop sums it."""
+        n = x.shape[-1]
+        acc = self.buffer(np.float64 if acc_t == "double" else np.int64, (n,))
+        oi, ri, (j,) = self._loop_vars(len(keep) - 1), self._loop_vars(len(axes)), self._loop_vars(1)
+        idx = [""] * len(x.shape)
+        for k, v in zip(keep[:-1], oi):
+            idx[k] = v
+        for k, v in zip(axes, ri):
+            idx[k] = v
+        idx[-1] = j
+        op, init = ("+=", "0") if kind == "sum" else ("*=", "1")
+        row = f"for (npy_intp {j} = 0; {j} < {n}; {j}++) "
+        block = [row + f"{acc.ptr}[{j}] = {init};",
+                 *_nest([x.shape[k] for k in axes] + [n], [*ri, j],
+                        f"{acc.ptr}[{j}] {op} ({acc_t}){x.at(idx)};"),
+                 row + f"{out.at([*oi, j])} = ({ctype(out.dtype)}){acc.ptr}[{j}];"]
+        if not oi:
+            self.lines += block
+            return
+        loops = [f"for (npy_intp {v} = 0; {v} < {x.shape[k]}; {v}++)" for k, v in zip(keep[:-1], oi)]
+        self.lines += [*loops[:-1], loops[-1] + " {", *["    " + ln for ln in block], "}"]
 
     def arg_reduce(self, kind: str, out: Val, x: Val, axes: Sequence[int]) -> None:
         """``out`` (int64, x's shape without ``axes``) = the C-order position over ``axes`` of

@@ -605,3 +605,25 @@ def test_dead_buffers_are_shared_and_loop_values_kept() -> None:
 
     nat = both(f, x, w)
     assert "#define b" in next(iter(nat._cache.values())).native_source
+
+
+def test_loop_carries_keep_64_bit_integers_beside_floats() -> None:
+    """uint64 keys near 2**64 and an int64 counter above 2**53 carried beside float64 state:
+    the node stores them as bytes (``lax._Node.layout``), the C writes and reads those bytes."""
+    from rlgrad import lax
+
+    k = np.array([2**64 - 7, 2**63 + 5, 3], np.uint64)
+    n = np.array(2**60 + 3, np.int64)
+    x = np.array([1.0, 2.0, 3.0])
+
+    def f(k: Any, n: Any, x: Any) -> Any:
+        def body(c: Any, _: Any) -> Any:
+            k, n, x = c
+            return (k * np.uint64(0x9E3779B97F4A7C15) + np.uint64(1), n + 1, x * 0.5 + 1.0), (k, n)
+
+        return lax.scan(body, (k, n, x), None, length=5)
+
+    exact(f, k, n, x)
+    (k5, n5, _), (ks, _ns) = rlgrad.jit(f, backend="native")(k, n, x)
+    assert int(n5) == 2**60 + 8
+    assert int(ks[1, 0]) == (int(k[0]) * 0x9E3779B97F4A7C15 + 1) % 2**64  # all 64 bits
