@@ -316,9 +316,11 @@ def _iteration(spec: DQNSpec) -> Callable:
         buf = _store(spec, state["buf"], {"obs": obs, "actions": actions, "rewards": rewards,
                                           "terminated": term, "next_obs": next_obs}, valid)
         target = _sync(spec, params, state["target"], x["syncs"])
-        train = _train(spec, buf, x["lr"])
-        params, opt, key = lax.cond(x["train"], train, lambda p, t, o, k: (p, o, k),
-                                    params, target, state["opt"], key)
+        opt = state["opt"]
+        if spec.gradient_steps > 0:  # (gradient_steps=0: eager never calls train)
+            train = _train(spec, buf, x["lr"])
+            params, opt, key = lax.cond(x["train"], train, lambda p, t, o, k: (p, o, k),
+                                        params, target, opt, key)
         new = {"params": params, "target": target, "opt": opt, "env": env, "key": key,
                "ep_ret": ep_ret, "buf": buf}
         return new, (ret_sum, n_done)
