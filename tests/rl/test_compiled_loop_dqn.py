@@ -180,3 +180,12 @@ def test_no_gradient_steps_collects_only() -> None:
     ring = compiled._loop_state["buf"]
     assert ring["size"][0] == eager.replay_buffer.size() == 300
     np.testing.assert_array_equal(ring["obs"][0], eager.replay_buffer.observations)
+
+
+def test_debug_flag_prints_the_dqn_program(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.setenv("RLGRAD_LOOP_DEBUG", "1")
+    DQN("CartPole-v1", seed=0, compile_loop=True, **CASES[0][3]).learn(200)
+    err = capsys.readouterr().err
+    assert err.startswith("# ---- the program:")
+    assert err.count("rlgrad.lax.scan body") >= 3  # iterations, env steps, gradient steps

@@ -101,10 +101,15 @@ def _compiled(spec: LoopSpec) -> Any:
     return fn
 
 
-def program_source(spec: LoopSpec, state: dict[str, Any], sched: dict[str, Any]) -> str:
+def program_source(spec: LoopSpec | None, state: dict[str, Any], sched: dict[str, Any],
+                   compiled: rlgrad.jit | None = None) -> str:
     """The compiled program, readable: its top-level step, then the body of every loop it calls
-    (a loop is one line of its caller, ``ctx=cK``), each once, outermost first."""
-    compiled = _compiled(spec)
+    (a loop is one line of its caller, ``ctx=cK``), each once, outermost first. ``compiled``:
+    another loop's program (DQN's) instead of the on-policy program of ``spec``."""
+    if compiled is None:
+        if spec is None:
+            raise ValueError("program_source: give the loop's spec or its compiled program")
+        compiled = _compiled(spec)
     parts = [f"# ---- the program: {compiled.lower(state, sched).count(chr(10))} lines ----",
              compiled.lower(state, sched)]
     step = compiled._compile_for((state, sched)).fn

@@ -23,6 +23,8 @@ steps.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,7 +34,7 @@ import numpy as np
 import rlgrad
 import rlgrad.numpy as rnp
 from rlgrad import lax
-from rlgrad.rl.compiled_loop import PROGRAM_CACHES, _tree_map, initial_state
+from rlgrad.rl.compiled_loop import PROGRAM_CACHES, _tree_map, initial_state, program_source
 from rlgrad.rl.compiled_loop.program import (
     _clip_grads,
     _flat,
@@ -408,6 +410,8 @@ def learn_compiled_dqn(models: Sequence[DQN], total_timesteps: int) -> None:
     for m in models:
         m._total_timesteps = max(m._total_timesteps, m.num_timesteps + int(total_timesteps))
     program = _compiled(spec)
+    if os.environ.get("RLGRAD_LOOP_DEBUG", "0") == "1":
+        print(program_source(None, state, sched, program), file=sys.stderr)
     with np.errstate(all="ignore"):  # a discarded branch (a done env's step) may overflow
         state, (ret_sum, n_done) = program(state, sched)
     state = _tree_map(np.asarray, state)
