@@ -41,8 +41,10 @@ $(DOCS_STAMP): pyproject.toml setup.py | $(PY)
 	$(PY) -m pip install --quiet -e ".[docs]"
 	touch $@
 
+# NO_MKDOCS_2_WARNING: mkdocs-material's banner about MkDocs 2.0, printed on every build, is
+# not about these docs (tests/project/test_docs.py builds with it set too)
 docs: $(DOCS_STAMP)
-	$(PY) -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 # SB3's and sb3-contrib's own tests (their sdists, imports rewritten to rlgrad.rl) against this
 # checkout, a table per file (docs/dropin.md); not part of `make test`: it downloads and takes long

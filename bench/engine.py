@@ -7,7 +7,7 @@ The "unfused" rows write the same loss with elementary ``rlgrad.numpy`` function
 log, take_along_axis, mean: 18 recorded ops instead of log_softmax and an index): the per-op cost
 of recording and of the backward pass, as user code ported from NumPy/autograd pays it.
 
-    python bench/engine.py [--repeats 15] [--quick]
+    python bench/engine.py [--repeats 15] [--quick] [--cpu]   # --cpu: CPU time (a loaded host)
     python bench/engine.py --only unfused --batches 1,32,256   # issue 15 part 4's rows
     RLGRAD_ENGINE=0 python bench/engine.py ...                 # the engine without its C module
 
@@ -17,6 +17,7 @@ The full run also prints bench/nn.py's table (nn.MLP + Adam steps, Conv2d), as i
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -249,10 +250,10 @@ def check_same(p: dict[str, Any]) -> None:
             np.testing.assert_allclose(g.numpy(), r, rtol=1e-4, atol=1e-6)
 
 
-def run(repeats: int = 15, batches: tuple[int, ...] = BATCHES,
-        only: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+def run(repeats: int = 15, batches: tuple[int, ...] = BATCHES, only: tuple[str, ...] = (),
+        clock: Callable[[], float] = time.perf_counter) -> list[dict[str, Any]]:
     """Rows of the table; ``only``: keep the floor and the implementations whose name contains
-    one of these words."""
+    one of these words; ``clock``: ``time.process_time`` for CPU time."""
     rows = []
     for batch in batches:
         p = make_problem(batch)
@@ -270,7 +271,8 @@ def run(repeats: int = 15, batches: tuple[int, ...] = BATCHES,
         }
         present = {k: v for i, (k, v) in enumerate(impls.items()) if v is not None
                    and (i == 0 or not only or any(w in k for w in only))}
-        timed = _timing.paired(_timing.interleaved(present, repeats), next(iter(present)))
+        timed = _timing.paired(_timing.interleaved(present, repeats, clock=clock),
+                               next(iter(present)))
         for name, (t, ratio) in timed.items():
             rows.append({"batch": batch, "impl": name, "us": t * 1e6, "ratio": ratio})
     return rows
@@ -293,6 +295,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated words: time only the floor and "
                     "the implementations whose name contains one (e.g. --only unfused,Tensor)")
     ap.add_argument("--batches", default="", help="comma-separated batch sizes (default 1,32,256)")
+    ap.add_argument("--cpu", action="store_true", help="CPU time, not the wall clock (a loaded host)")
     args = ap.parse_args()
     batches = (32,) if args.quick else BATCHES
     if args.batches:
@@ -300,7 +303,7 @@ def main() -> None:
     only = tuple(w for w in args.only.split(",") if w)
     repeats = 7 if args.quick else args.repeats
     print("Engine: forward + backward, MLP 4-64-64-2 tanh, policy-gradient loss, float32, 1 thread\n")
-    print(table(run(repeats, batches, only)))
+    print(table(run(repeats, batches, only, time.process_time if args.cpu else time.perf_counter)))
     if not args.quick and not only:
         import nn as nn_bench  # bench/nn.py: the nn.MLP + Adam steps and Conv2d (issue 4)
 

@@ -7,7 +7,11 @@ eager and JAX jit, side by side in one process, one thread, on three programs:
   written JAX-style (parameters and Adam's moments in, new ones out; PyTorch: nn + optim.Adam);
 * ``ppo``: PPO's compiled minibatch step on CartPole (SB3's MlpPolicy, 64-64 tanh, batch 64):
   the loss and its gradients, as ``PPO.train`` calls it (PyTorch: SB3's policy, the same loss,
-  ``backward()``).
+  ``backward()``);
+* ``loop``, ``loop8``: the program ``PPO(compile_loop=True)`` calls once per update (rollout of
+  4 x 128 steps on the functional CartPole, GAE, 4 epochs x 4 minibatches; bench/purejaxrl.py's
+  configuration), for 1 seed and for 8 seeds in one program (rlgrad only: bench/purejaxrl.py
+  compares whole trainings with PureJaxRL).
 
 Per-call times are the process's CPU time (all threads), medians of interleaved rounds, with the
 best round beside them: on a host shared with other work, wall time measures the queue for the
@@ -16,7 +20,7 @@ call: trace, code generation, C build into an empty cache; JAX: trace and XLA) i
 apart, and so is a second compile of the same program (the module found in the cache). The
 "no BLAS" row runs the native GEMMs as the generated module's own loops.
 
-    python bench/native.py [--repeats 15] [--only tanh,mlp_adam,ppo]
+    python bench/native.py [--repeats 15] [--only tanh,mlp_adam,ppo,loop,loop8]
 """
 
 from __future__ import annotations
@@ -235,10 +239,31 @@ def _jax_ppo(jax: Any, b: dict) -> Callable[[], Any]:
     return lambda: jax.block_until_ready(g(params, *args))
 
 
+# ---- one update of the compiled training loop ------------------------------------------------------
+def loop_case(seeds: int = 1) -> dict[str, tuple[Callable[[], Any], float]]:
+    """The program ``PPO(compile_loop=True)`` calls once per update, PureJaxRL's configuration
+    (bench/purejaxrl.py): 4 envs x 128 steps of rollout, GAE, 4 epochs x 4 minibatches of 128,
+    for ``seeds`` seeds at once (train_seeds' seed axis)."""
+    from purejaxrl import RLGRAD_KWARGS
+
+    from rlgrad.rl import PPO
+    from rlgrad.rl.compiled_loop import initial_state, loop_spec, schedule
+    from rlgrad.rl.compiled_loop.program import make_program
+
+    models = [PPO("CartPole-v1", seed=s, compile_loop=True, **RLGRAD_KWARGS) for s in range(seeds)]
+    spec = loop_spec(models[0])
+    sched = schedule(models[0], 100 * 512)
+    row = {k: np.array(v[0]) for k, v in sched.items()}
+    return rlgrad_pair(make_program(spec), (initial_state(models, spec), row))
+
+
 # ---- the table -----------------------------------------------------------------------------------
 CASES = {"tanh": ("tanh(x @ W + b).sum(), (4, 64) x (64, 64) float32", tanh_case),
          "mlp_adam": ("64-64-64 ReLU MLP: loss, gradient and Adam step, batch 32, float32", mlp_case),
-         "ppo": ("PPO's minibatch step (loss and gradients), CartPole, batch 64, float32", ppo_case)}
+         "ppo": ("PPO's minibatch step (loss and gradients), CartPole, batch 64, float32", ppo_case),
+         "loop": ("one update of PPO(compile_loop=True), PureJaxRL's configuration, 1 seed", loop_case),
+         "loop8": ("the same update for 8 seeds in one program (train_seeds)",
+                   lambda: loop_case(8))}
 
 
 def no_blas_row(fn: Callable[[], Any], repeats: int) -> float:

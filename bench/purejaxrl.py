@@ -36,8 +36,9 @@ Without ``jax``, ``flax``, ``optax`` and ``gymnax`` (``pip install -e .[bench]``
 
 The compiled loop (issue 31; ``--no-loop`` leaves it out): rlgrad's PPO with
 ``compile_loop=True`` on the functional CartPole (``rlgrad.rl.compiled_loop``: rollout, GAE and
-epochs as one ``rlgrad.jit`` program, its tracing and compiling inside the time as XLA's is in
-PureJaxRL's), and 8 seeds as one such program (a seed axis on every array) beside PureJaxRL's
+epochs of an update as one ``rlgrad.jit`` program run as native code, its tracing and C build
+inside the time as XLA's compile is in PureJaxRL's: each run builds into an empty cache unless
+``--warm-cache``), and 8 seeds as one such program (a seed axis on every array) beside PureJaxRL's
 ``jax.jit(jax.vmap(train))`` over 8 keys (``--no-vmap`` leaves both out); those two rows count
 8 runs' steps and give the seeds' mean return. ``--learning 0-4`` does not time: it trains the
 seeds with compile_loop as one program and evaluates each (the ">= 475 on seeds 0-4" check).
@@ -59,6 +60,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -216,6 +218,7 @@ def _env_train(seed: int) -> dict:
 
 
 N_SEEDS = 8  # the vectorised rows: seeds seed .. seed + 7 in one program
+WARM = False  # --warm-cache: the loop's native module from the user's cache (built once)
 SIDES = {"jax": _jax_train, "rlgrad": _rlgrad_train, "loop": _loop_train, "numpy": _floor_train,
          "env": _env_train, "loop8": _loop_seeds_train, "jax8": _jax_seeds_train}
 NAMES = {"rlgrad": "rlgrad", "jax": "PureJaxRL", "numpy": "NumPy floor", "env": "env alone",
@@ -236,6 +239,9 @@ def run_side(side: str, seed: int, timeout: float | None = None) -> dict:
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + XLA_ONE_THREAD).strip()
     env["JAX_PLATFORMS"] = "cpu"
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    cold = tempfile.TemporaryDirectory(prefix="rlgrad-bench-cache-") if not WARM else None
+    if cold is not None:  # the loop's C built in every run, as XLA compiles in every run
+        env["RLGRAD_CACHE_DIR"] = cold.name
     t0, r0 = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         p = subprocess.run([sys.executable, "-m", "bench.purejaxrl", "--child", side, "--seed",
@@ -243,6 +249,9 @@ def run_side(side: str, seed: int, timeout: float | None = None) -> dict:
                            timeout=timeout)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"{side} run did not finish in {timeout:.0f} s (--timeout)") from None
+    finally:
+        if cold is not None:
+            cold.cleanup()
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
@@ -287,8 +296,13 @@ def main() -> None:
                     help="--learning --config preset: the algorithm")
     ap.add_argument("--timeout", type=float, default=None, metavar="S",
                     help="stop a side's process after S seconds and leave the side out")
+    ap.add_argument("--warm-cache", action="store_true",
+                    help="the compiled loop's C module from the user's cache (built by an earlier "
+                    "run); by default every run builds it into an empty cache, compile included")
     ap.add_argument("--child", choices=tuple(SIDES), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global WARM
+    WARM = args.warm_cache
     if args.child:
         child(args.child, args.seed)
         return

@@ -1,14 +1,17 @@
 """Benchmark: forward + backward of ``nn.LSTM`` / ``nn.GRU`` / ``nn.RNN`` over 32 steps, batch 16,
-64 units (issue 29's speed note: eager rlgrad at most 1.0x eager PyTorch on one thread).
+64 units (issue 29's speed goals: rlgrad at most 1.0x eager PyTorch eagerly and at most 0.5x
+under ``rlgrad.jit``, one thread).
 
 Both libraries run the same weights (rlgrad's are loaded from PyTorch's state_dict) and the
-outputs and gradients are compared before timing. Timing rounds interleave the two (see
-bench/_timing.py), so the ratio is the median of per-round ratios. Run ``python bench/recurrent.py``.
+outputs and gradients are compared before timing. Timing rounds interleave the three (see
+bench/_timing.py) on the process's CPU clock, so the ratios are medians of per-round ratios.
+Run ``python bench/recurrent.py [--wall]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +33,22 @@ def _rlgrad_step(m: Any, x: np.ndarray) -> Callable[[], Any]:
     return step
 
 
+def _jit_step(m: Any, x: np.ndarray) -> Callable[[], Any]:
+    """The same step compiled by ``rlgrad.jit`` (checked equal to the eager step)."""
+    params = list(m.parameters())
+
+    def step(x: Any) -> Any:
+        for p in params:
+            p.grad = None
+        out = m(x)[0]
+        loss = (out * out).sum()
+        loss.backward()
+        return loss
+
+    compiled = rlgrad.jit(step)
+    return lambda: compiled(x)
+
+
 def _torch_step(torch: Any, m: Any, x: np.ndarray) -> Callable[[], Any]:
     tx = torch.from_numpy(x)
 
@@ -49,10 +68,42 @@ def _check_same(m: Any, tm: Any, f: Callable[[], Any], tf: Callable[[], Any]) ->
         np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-3, atol=1e-4)
 
 
-def run(repeats: int = 9, min_time: float = 0.3) -> list[dict[str, Any]]:
+def _gemm_floor(gates: int, x: np.ndarray) -> Callable[[], Any]:
+    """The step's matrix products alone, in NumPy: the input projection of all steps, a hidden
+    product per step forward and backward, and the two weight gradients (the floor under any
+    implementation that computes the same products)."""
+    rng = np.random.default_rng(1)
+    G = gates * UNITS
+    w_ih, w_hh = (rng.standard_normal((G, n)).astype(np.float32) for n in (x.shape[-1], UNITS))
+    x2 = x.reshape(T * B, -1)
+    h, d = np.zeros((B, UNITS), np.float32), rng.standard_normal((T, B, G)).astype(np.float32)
+    hs = rng.standard_normal((T * B, UNITS)).astype(np.float32)  # every step's h
+
+    def products() -> Any:
+        xp = x2 @ w_ih.T
+        for _ in range(T):
+            np.matmul(h, w_hh.T)
+        for t in range(T):
+            np.matmul(d[t], w_hh)
+        return xp, d.reshape(T * B, G).T @ hs, d.reshape(T * B, G).T @ x2
+    return products
+
+
+def _check_jit(m: Any, eager: Callable[[], Any], jit: Callable[[], Any]) -> None:
+    out = eager()
+    grads = [p.grad.numpy().copy() for p in m.parameters()]
+    jit()
+    np.testing.assert_allclose(float((out * out).sum().detach().numpy()), float(np.asarray(jit())),
+                               rtol=1e-5)
+    for g, p in zip(grads, m.parameters()):
+        np.testing.assert_allclose(p.grad.numpy(), g, rtol=1e-4, atol=1e-5 * np.abs(g).max())
+
+
+def run(repeats: int = 9, min_time: float = 0.3, wall: bool = False) -> list[dict[str, Any]]:
     torch = _timing.torch_or_none()
     rng = np.random.default_rng(0)
     x = rng.standard_normal((T, B, UNITS)).astype(np.float32)
+    clock = time.perf_counter if wall else time.process_time
     rows = []
     for name in ("LSTM", "GRU", "RNN"):
         m = getattr(nn, name)(UNITS, UNITS)
@@ -62,12 +113,15 @@ def run(repeats: int = 9, min_time: float = 0.3) -> list[dict[str, Any]]:
             m.load_state_dict({k: v.detach().numpy() for k, v in tm.state_dict().items()})
             impls["torch"] = _torch_step(torch, tm, x)
             _check_same(m, tm, impls["rlgrad"], impls["torch"])
-        times = _timing.interleaved(impls, repeats, min_time / repeats)
-        row = {"case": f"{name} T={T} B={B} H={UNITS}",
-               "rlgrad_ms": float(np.median(times["rlgrad"])) * 1e3,
-               "torch_ms": float(np.median(times["torch"])) * 1e3 if torch else None}
-        row["rlgrad/torch"] = (float(np.median(times["rlgrad"] / times["torch"]))
-                               if torch else None)
+        impls["jit"] = _jit_step(m, x)
+        _check_jit(m, impls["rlgrad"], impls["jit"])
+        impls["floor"] = _gemm_floor({"LSTM": 4, "GRU": 3, "RNN": 1}[name], x)
+        times = _timing.interleaved(impls, repeats, min_time / repeats, clock=clock)
+        row: dict[str, Any] = {"case": f"{name} T={T} B={B} H={UNITS}"}
+        for k in ("rlgrad", "jit", "torch", "floor"):
+            row[f"{k}_ms"] = float(np.median(times[k])) * 1e3 if k in times else None
+            row[f"{k}/torch"] = (float(np.median(times[k] / times["torch"]))
+                                 if k in times and torch else None)
         rows.append(row)
     return rows
 
@@ -77,20 +131,24 @@ def _fmt(v: float | None, unit: str) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| case (forward + backward, float32) | rlgrad | PyTorch eager (1 thread) "
-             "| rlgrad / PyTorch |", "|---|---:|---:|---:|"]
+    lines = ["| case (forward + backward, float32) | rlgrad eager | rlgrad.jit "
+             "| PyTorch eager (1 thread) | eager / PyTorch | jit / PyTorch "
+             "| its GEMMs alone / PyTorch |", "|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['case']} | {_fmt(r['rlgrad_ms'], ' ms')} | "
-                     f"{_fmt(r['torch_ms'], ' ms')} | {_fmt(r['rlgrad/torch'], 'x')} |")
+        lines.append(f"| {r['case']} | {_fmt(r['rlgrad_ms'], ' ms')} | {_fmt(r['jit_ms'], ' ms')} | "
+                     f"{_fmt(r['torch_ms'], ' ms')} | {_fmt(r['rlgrad/torch'], 'x')} | "
+                     f"{_fmt(r['jit/torch'], 'x')} | {_fmt(r['floor/torch'], 'x')} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=9, help="interleaved timing rounds")
+    ap.add_argument("--wall", action="store_true", help="the wall clock, not CPU time")
     args = ap.parse_args()
-    print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread")
-    print(table(run(args.repeats)))
+    print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread, "
+          f"{'wall' if args.wall else 'CPU'} time")
+    print(table(run(args.repeats, wall=args.wall)))
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@
    * gae(...): RolloutBuffer's GAE(lambda) advantages and returns (rlgrad.rl.buffers), which NumPy
      runs as ~25 small operations per rollout: most of the cost of A2C's 5-step rollouts.
    * relu, relu_grad, add_rows (and the two together), outer; live_columns, take_columns,
-     put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py): below, each where it is.
+     put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py); lstm_gates, lstm_dgates,
+     gru_gates, gru_state, gru_dgates (the recurrent cells' elementwise work,
+     rlgrad/nn/cells.py): below, each where it is.
 
    Each kernel's reference is the NumPy line beside its call (rlgrad.ops, nn/functional.py,
    rl/buffers.py), which runs when the kernel is absent or refuses: deleting a kernel loses only
@@ -512,6 +514,327 @@ static PyObject *outer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return done(b, 3, fits);
 }
 
+/* The LSTM cell's elementwise work around its GEMM and NumPy's tanh (rlgrad/nn/cells.py:
+   _lstm_step, _lstm_dstep), which NumPy runs as ~6 passes forward and ~17 backward over
+   (rows, H) blocks, in one pass each. Arrays of K gates are (K, rows, H) views with any gate and
+   row strides and contiguous rows (the cells' (rows, K*H) column blocks and the sequences'
+   gate-first blocks alike); a state is (rows, H). Outputs are distinct blocks from the inputs
+   but for the gates updated in place, each element read before it is written. */
+typedef struct {
+    char *p;
+    Py_ssize_t k, r; /* gate and row strides in bytes */
+} grid;
+
+static int grid_of(const Py_buffer *b, char kind, int gates, Py_ssize_t rows, Py_ssize_t h,
+                   grid *g) {
+    int nd = gates ? 3 : 2;
+    if (kind_of(b) != kind || b->ndim != nd || b->strides[nd - 1] != b->itemsize
+        || b->shape[nd - 2] != rows || b->shape[nd - 1] != h || (gates && b->shape[0] != gates))
+        return 0;
+    g->p = b->buf;
+    g->k = gates ? b->strides[0] : 0;
+    g->r = b->strides[nd - 2];
+    return 1;
+}
+
+/* Buffers of objs[0..n) with their strides (None: an empty buffer, buf NULL); writable from
+   first_out on. 0 (nothing held, the error cleared) if one is refused. */
+static int take_strided(PyObject *const *objs, int n, int first_out, Py_buffer *b) {
+    for (int i = 0; i < n; i++) {
+        if (objs[i] == Py_None) {
+            memset(&b[i], 0, sizeof(Py_buffer));
+            continue;
+        }
+        int flags = PyBUF_STRIDES | PyBUF_FORMAT | (i >= first_out ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(objs[i], &b[i], flags) < 0) {
+            PyErr_Clear();
+            while (i--)
+                if (b[i].obj) PyBuffer_Release(&b[i]);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *done_strided(Py_buffer *b, int n, int fits) {
+    for (int i = 0; i < n; i++)
+        if (b[i].obj) PyBuffer_Release(&b[i]);
+    return Py_NewRef(fits ? Py_True : Py_False);
+}
+
+#define ROW(G_, K_, N_, T_) ((T_ *)((G_).p + (K_) * (G_).k + (N_) * (G_).r))
+
+/* acts holds tanh of the pre-activations, i, f, o halved (sigmoid(a) = tanh(a / 2) / 2 + 1 / 2):
+   i, f, o finished in place, and c' = f * c + g * i. */
+#define LSTM_GATES_LOOP(T)                                                                         \
+    CLONES static void lstm_gates_##T(grid a, grid c, grid cn, Py_ssize_t rows, Py_ssize_t h) {    \
+        for (Py_ssize_t n = 0; n < rows; n++) {                                                    \
+            T *i = ROW(a, 0, n, T), *f = ROW(a, 1, n, T), *g = ROW(a, 2, n, T);                    \
+            T *o = ROW(a, 3, n, T), *cq = ROW(cn, 0, n, T);                                        \
+            const T *cp = ROW(c, 0, n, T);                                                         \
+            _Pragma("GCC ivdep") /* distinct blocks: no dependence between elements */             \
+            for (Py_ssize_t j = 0; j < h; j++) {                                                   \
+                T ii = i[j] * (T)0.5 + (T)0.5, ff = f[j] * (T)0.5 + (T)0.5;                        \
+                T cc = ff * cp[j];                                                                 \
+                o[j] = o[j] * (T)0.5 + (T)0.5;                                                     \
+                i[j] = ii;                                                                         \
+                f[j] = ff;                                                                         \
+                cq[j] = cc + g[j] * ii;                                                            \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+LSTM_GATES_LOOP(float)
+LSTM_GATES_LOOP(double)
+
+PyDoc_STRVAR(lstm_gates_doc,
+"lstm_gates(acts, c, c_new) -> bool\n\n"
+"acts (4, rows, H): tanh of the gate pre-activations, i, f, o halved; i, f, o become\n"
+"tanh / 2 + 1 / 2 in place and c_new (rows, H) = f * c + g * i. float32/float64 of one dtype,\n"
+"contiguous rows. False (nothing written) if they do not fit.");
+
+static PyObject *lstm_gates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "lstm_gates(acts, c, c_new) takes 3 arguments");
+        return NULL;
+    }
+    Py_buffer b[3];
+    if (!take_strided(args, 3, 0, b)) Py_RETURN_FALSE;
+    grid a, c, cn;
+    char k = b[0].obj && b[0].ndim == 3 ? kind_of(&b[0]) : 0;
+    Py_ssize_t rows = k ? b[0].shape[1] : 0, h = k ? b[0].shape[2] : 0;
+    int fits = k && b[1].obj && b[2].obj && grid_of(&b[0], k, 4, rows, h, &a)
+               && grid_of(&b[1], k, 0, rows, h, &c) && grid_of(&b[2], k, 0, rows, h, &cn);
+    if (fits && k == 'f')
+        lstm_gates_float(a, c, cn, rows, h);
+    else if (fits)
+        lstm_gates_double(a, c, cn, rows, h);
+    return done_strided(b, 3, fits);
+}
+
+/* The gradient of a step's gate pre-activations d (4, rows, H) and of the state c it read,
+   for the gradient G (6, rows, H) of its output a = [h', c', i, f, g, o] plus dh, dc (the later
+   steps' share of h', c'; NULL: none), t = tanh(c'). */
+#define LSTM_DGATES_ROW(T, GH, GC)                                                                 \
+    _Pragma("GCC ivdep")                                                                           \
+    for (Py_ssize_t j = 0; j < h; j++) {                                                           \
+        T gh = (GH), gc = (GC);                                                                    \
+        T x = tc[j], ii = i[j], ff = f[j], gj = g[j], oo = o[j];                                   \
+        T s = ((((T)1 - x * x) * oo) * gh) + gc;                                                   \
+        T e0 = s * gj + gi[j], e1 = s * cp[j] + gf[j], e2 = s * ii + gg[j];                        \
+        T e3 = gh * x + go[j];                                                                     \
+        d0[j] = e0 * (((T)1 - ii) * ii);                                                           \
+        d1[j] = e1 * (((T)1 - ff) * ff);                                                           \
+        d2[j] = e2 * ((T)1 - gj * gj);                                                             \
+        d3[j] = e3 * (((T)1 - oo) * oo);                                                           \
+        out[j] = s * ff;                                                                           \
+    }
+
+/* (one loop per case of dh, dc given or not: a branch inside would keep it from vectorizing) */
+#define LSTM_DGATES_LOOP(T)                                                                        \
+    CLONES static void lstm_dgates_##T(grid G, grid dh, grid dc, grid a, grid t, grid c, grid d,   \
+                                       grid dcn, Py_ssize_t rows, Py_ssize_t h) {                  \
+        for (Py_ssize_t n = 0; n < rows; n++) {                                                    \
+            const T *g0 = ROW(G, 0, n, T), *g1 = ROW(G, 1, n, T), *gi = ROW(G, 2, n, T);           \
+            const T *gf = ROW(G, 3, n, T), *gg = ROW(G, 4, n, T), *go = ROW(G, 5, n, T);           \
+            const T *ph = dh.p ? ROW(dh, 0, n, T) : NULL, *pc = dc.p ? ROW(dc, 0, n, T) : NULL;    \
+            const T *i = ROW(a, 2, n, T), *f = ROW(a, 3, n, T), *g = ROW(a, 4, n, T);              \
+            const T *o = ROW(a, 5, n, T), *tc = ROW(t, 0, n, T), *cp = ROW(c, 0, n, T);            \
+            T *d0 = ROW(d, 0, n, T), *d1 = ROW(d, 1, n, T), *d2 = ROW(d, 2, n, T);                 \
+            T *d3 = ROW(d, 3, n, T), *out = ROW(dcn, 0, n, T);                                     \
+            if (ph && pc) {                                                                        \
+                LSTM_DGATES_ROW(T, g0[j] + ph[j], g1[j] + pc[j])                                   \
+            } else if (ph) {                                                                       \
+                LSTM_DGATES_ROW(T, g0[j] + ph[j], g1[j])                                           \
+            } else if (pc) {                                                                       \
+                LSTM_DGATES_ROW(T, g0[j], g1[j] + pc[j])                                           \
+            } else {                                                                               \
+                LSTM_DGATES_ROW(T, g0[j], g1[j])                                                   \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+LSTM_DGATES_LOOP(float)
+LSTM_DGATES_LOOP(double)
+
+PyDoc_STRVAR(lstm_dgates_doc,
+"lstm_dgates(G, dh, dc, a, tanh_c, c, d, dc_prev) -> bool\n\n"
+"An LSTM step's backward: d (4, rows, H), the gradient of the gate pre-activations, and\n"
+"dc_prev (rows, H), of the state c read, for the gradient G (6, rows, H) of the step's output\n"
+"a (6, rows, H) plus dh, dc (rows, H, or None), tanh_c = tanh(a[1]). One float dtype,\n"
+"contiguous rows. False (nothing written) if they do not fit.");
+
+static PyObject *lstm_dgates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "lstm_dgates takes 8 arguments");
+        return NULL;
+    }
+    Py_buffer b[8];
+    if (!take_strided(args, 8, 6, b)) Py_RETURN_FALSE;
+    grid G, dh = {NULL, 0, 0}, dc = {NULL, 0, 0}, a, t, c, d, dcn;
+    char k = b[3].obj && b[3].ndim == 3 ? kind_of(&b[3]) : 0;
+    Py_ssize_t rows = k ? b[3].shape[1] : 0, h = k ? b[3].shape[2] : 0;
+    int fits = k && grid_of(&b[3], k, 6, rows, h, &a);
+    for (int i = 0; fits && i < 8; i++) fits = i == 1 || i == 2 || b[i].obj != NULL;
+    fits = fits && grid_of(&b[0], k, 6, rows, h, &G) && grid_of(&b[4], k, 0, rows, h, &t)
+           && grid_of(&b[5], k, 0, rows, h, &c) && grid_of(&b[6], k, 4, rows, h, &d)
+           && grid_of(&b[7], k, 0, rows, h, &dcn)
+           && (!b[1].obj || grid_of(&b[1], k, 0, rows, h, &dh))
+           && (!b[2].obj || grid_of(&b[2], k, 0, rows, h, &dc));
+    if (fits && k == 'f')
+        lstm_dgates_float(G, dh, dc, a, t, c, d, dcn, rows, h);
+    else if (fits)
+        lstm_dgates_double(G, dh, dc, a, t, c, d, dcn, rows, h);
+    return done_strided(b, 8, fits);
+}
+
+/* The GRU cell's elementwise work (rlgrad/nn/cells.py: _gru_step, _gru_dstep), as the LSTM's:
+   a step's output o is [h', r, z, W_hn h + b_hn, n] (5, rows, H), its input projection xg
+   (3, rows, H). */
+#define GRU_GATES_LOOP(T)                                                                          \
+    CLONES static void gru_gates_##T(grid o, grid x, Py_ssize_t rows, Py_ssize_t h) {              \
+        for (Py_ssize_t n = 0; n < rows; n++) {                                                    \
+            T *r = ROW(o, 1, n, T), *z = ROW(o, 2, n, T), *hn = ROW(o, 3, n, T);                   \
+            T *nn = ROW(o, 4, n, T);                                                               \
+            const T *x2 = ROW(x, 2, n, T);                                                         \
+            _Pragma("GCC ivdep")                                                                   \
+            for (Py_ssize_t j = 0; j < h; j++) {                                                   \
+                T rr = r[j] * (T)0.5 + (T)0.5;                                                     \
+                r[j] = rr;                                                                         \
+                z[j] = z[j] * (T)0.5 + (T)0.5;                                                     \
+                nn[j] = rr * hn[j] + x2[j];                                                        \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+GRU_GATES_LOOP(float)
+GRU_GATES_LOOP(double)
+
+#define GRU_STATE_LOOP(T)                                                                          \
+    CLONES static void gru_state_##T(grid o, grid hs, Py_ssize_t rows, Py_ssize_t h) {             \
+        for (Py_ssize_t n = 0; n < rows; n++) {                                                    \
+            T *out = ROW(o, 0, n, T);                                                              \
+            const T *z = ROW(o, 2, n, T), *nn = ROW(o, 4, n, T), *hp = ROW(hs, 0, n, T);           \
+            _Pragma("GCC ivdep")                                                                   \
+            for (Py_ssize_t j = 0; j < h; j++) out[j] = (hp[j] - nn[j]) * z[j] + nn[j];            \
+        }                                                                                          \
+    }
+
+GRU_STATE_LOOP(float)
+GRU_STATE_LOOP(double)
+
+PyDoc_STRVAR(gru_gates_doc,
+"gru_gates(o, xg) -> bool\n\n"
+"o (5, rows, H) holds tanh of the halved r, z pre-activations in o[1], o[2] and W_hn h + b_hn\n"
+"in o[3]: r, z become tanh / 2 + 1 / 2 in place and o[4] = r * o[3] + xg[2] (n's\n"
+"pre-activation); xg (3, rows, H). One float dtype, contiguous rows. False (nothing written)\n"
+"if they do not fit.");
+
+PyDoc_STRVAR(gru_state_doc,
+"gru_state(o, h) -> bool\n\n"
+"o[0] = (h - n) * z + n for a step's output o (5, rows, H) whose o[4] is n, and the state h\n"
+"(rows, H). False (nothing written) if they do not fit.");
+
+/* o's grid, and the second array's (gates: its blocks, 0 for a (rows, H) state). */
+static PyObject *gru_forward(PyObject *const *args, Py_ssize_t nargs, int gates, int which) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "gru_gates / gru_state take 2 arguments");
+        return NULL;
+    }
+    Py_buffer b[2];
+    if (!take_strided(args, 2, 0, b)) Py_RETURN_FALSE;
+    grid o, x;
+    char k = b[0].obj && b[0].ndim == 3 ? kind_of(&b[0]) : 0;
+    Py_ssize_t rows = k ? b[0].shape[1] : 0, h = k ? b[0].shape[2] : 0;
+    int fits = k && b[1].obj && grid_of(&b[0], k, 5, rows, h, &o)
+               && grid_of(&b[1], k, gates, rows, h, &x);
+    if (fits && which == 0)
+        (k == 'f' ? gru_gates_float : gru_gates_double)(o, x, rows, h);
+    else if (fits)
+        (k == 'f' ? gru_state_float : gru_state_double)(o, x, rows, h);
+    return done_strided(b, 2, fits);
+}
+
+static PyObject *gru_gates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return gru_forward(args, nargs, 3, 0);
+}
+
+static PyObject *gru_state(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    return gru_forward(args, nargs, 0, 1);
+}
+
+/* The gradients of a step's xp (dx) and of W_hh h + b_hh (dhp), each (3, rows, H), and h's own
+   part Gh z (dh_out), for the gradient G (5, rows, H) of its output a plus dh (NULL: none) from
+   the state h. */
+#define GRU_DGATES_ROW(T, GH)                                                                      \
+    _Pragma("GCC ivdep")                                                                           \
+    for (Py_ssize_t j = 0; j < h; j++) {                                                           \
+        T gh = (GH), r = ar[j], z = az[j], nn = an[j];                                             \
+        T dn = (((T)1 - z) * gh + g4[j]) * ((T)1 - nn * nn);                                       \
+        T e0 = (dn * ahn[j] + g1[j]) * (((T)1 - r) * r);                                           \
+        T e1 = ((hp[j] - nn) * gh + g2[j]) * (((T)1 - z) * z);                                     \
+        x0[j] = e0;                                                                                \
+        x1[j] = e1;                                                                                \
+        x2[j] = dn;                                                                                \
+        p0[j] = e0;                                                                                \
+        p1[j] = e1;                                                                                \
+        p2[j] = dn * r + g3[j];                                                                    \
+        out[j] = gh * z;                                                                           \
+    }
+
+#define GRU_DGATES_LOOP(T)                                                                         \
+    CLONES static void gru_dgates_##T(grid G, grid dh, grid a, grid hs, grid dx, grid dp,          \
+                                      grid dho, Py_ssize_t rows, Py_ssize_t h) {                   \
+        for (Py_ssize_t n = 0; n < rows; n++) {                                                    \
+            const T *g0 = ROW(G, 0, n, T), *g1 = ROW(G, 1, n, T), *g2 = ROW(G, 2, n, T);           \
+            const T *g3 = ROW(G, 3, n, T), *g4 = ROW(G, 4, n, T);                                  \
+            const T *ph = dh.p ? ROW(dh, 0, n, T) : NULL, *hp = ROW(hs, 0, n, T);                  \
+            const T *ar = ROW(a, 1, n, T), *az = ROW(a, 2, n, T), *ahn = ROW(a, 3, n, T);          \
+            const T *an = ROW(a, 4, n, T);                                                         \
+            T *x0 = ROW(dx, 0, n, T), *x1 = ROW(dx, 1, n, T), *x2 = ROW(dx, 2, n, T);              \
+            T *p0 = ROW(dp, 0, n, T), *p1 = ROW(dp, 1, n, T), *p2 = ROW(dp, 2, n, T);              \
+            T *out = ROW(dho, 0, n, T);                                                            \
+            if (ph) {                                                                              \
+                GRU_DGATES_ROW(T, g0[j] + ph[j])                                                   \
+            } else {                                                                               \
+                GRU_DGATES_ROW(T, g0[j])                                                           \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+GRU_DGATES_LOOP(float)
+GRU_DGATES_LOOP(double)
+
+PyDoc_STRVAR(gru_dgates_doc,
+"gru_dgates(G, dh, a, h, dx, dhp, dh_own) -> bool\n\n"
+"A GRU step's backward: dx, dhp (3, rows, H), the gradients of its xp and of W_hh h + b_hh,\n"
+"and dh_own (rows, H) = Gh * z, for the gradient G (5, rows, H) of its output a plus dh (rows,\n"
+"H, or None) from the state h. One float dtype, contiguous rows. False (nothing written) if\n"
+"they do not fit.");
+
+static PyObject *gru_dgates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "gru_dgates takes 7 arguments");
+        return NULL;
+    }
+    Py_buffer b[7];
+    if (!take_strided(args, 7, 4, b)) Py_RETURN_FALSE;
+    grid G, dh = {NULL, 0, 0}, a, hs, dx, dp, dho;
+    char k = b[2].obj && b[2].ndim == 3 ? kind_of(&b[2]) : 0;
+    Py_ssize_t rows = k ? b[2].shape[1] : 0, h = k ? b[2].shape[2] : 0;
+    int fits = k && grid_of(&b[2], k, 5, rows, h, &a);
+    for (int i = 0; fits && i < 7; i++) fits = i == 1 || b[i].obj != NULL;
+    fits = fits && grid_of(&b[0], k, 5, rows, h, &G) && grid_of(&b[3], k, 0, rows, h, &hs)
+           && grid_of(&b[4], k, 3, rows, h, &dx) && grid_of(&b[5], k, 3, rows, h, &dp)
+           && grid_of(&b[6], k, 0, rows, h, &dho)
+           && (!b[1].obj || grid_of(&b[1], k, 0, rows, h, &dh));
+    if (fits && k == 'f')
+        gru_dgates_float(G, dh, a, hs, dx, dp, dho, rows, h);
+    else if (fits)
+        gru_dgates_double(G, dh, a, hs, dx, dp, dho, rows, h);
+    return done_strided(b, 7, fits);
+}
+
 static PyMethodDef methods[] = {
     {"sum_rows", (PyCFunction)(void (*)(void))sum_rows, METH_FASTCALL, sum_rows_doc},
     {"tanh_grad", (PyCFunction)(void (*)(void))tanh_grad, METH_FASTCALL, tanh_grad_doc},
@@ -523,6 +846,11 @@ static PyMethodDef methods[] = {
     {"take_columns", (PyCFunction)(void (*)(void))take_columns, METH_FASTCALL, take_columns_doc},
     {"put_rows", (PyCFunction)(void (*)(void))put_rows, METH_FASTCALL, put_rows_doc},
     {"outer", (PyCFunction)(void (*)(void))outer, METH_FASTCALL, outer_doc},
+    {"lstm_gates", (PyCFunction)(void (*)(void))lstm_gates, METH_FASTCALL, lstm_gates_doc},
+    {"lstm_dgates", (PyCFunction)(void (*)(void))lstm_dgates, METH_FASTCALL, lstm_dgates_doc},
+    {"gru_gates", (PyCFunction)(void (*)(void))gru_gates, METH_FASTCALL, gru_gates_doc},
+    {"gru_state", (PyCFunction)(void (*)(void))gru_state, METH_FASTCALL, gru_state_doc},
+    {"gru_dgates", (PyCFunction)(void (*)(void))gru_dgates, METH_FASTCALL, gru_dgates_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -115,7 +115,9 @@ def _render(name: str, sig: inspect.Signature) -> str:
                                              params[params.index(p) + 1].kind is not p.POSITIONAL_ONLY):
             out.append("/")
     ret = sig.return_annotation
-    ret = RETURNS.get(name) or ("Tensor" if ret in (sig.empty, "Any") else ret)
+    # (a function's Array, Tensor | np.ndarray, is a Tensor when it is called as a method)
+    ret = RETURNS.get(name) or ("Tensor" if ret in (sig.empty, "Any")
+                                else re.sub(r"\bArray\b", "Tensor", str(ret)))
     return _builtins(f"    def {name}({', '.join(out)}) -> {ret}: ...").replace(
         f"def builtins.{name}(", f"def {name}(")
 

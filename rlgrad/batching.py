@@ -486,8 +486,11 @@ def _bmatmul(a: Any, b: Any) -> Any:
             wide = np.matmul(a[0], b.transpose(1, 0, 2).reshape(k, n * m))
             return wide.reshape(a.shape[1], n, m).transpose(1, 0, 2)
     if a.ndim >= 2 and b.ndim >= 2 and a.shape[-1] == 1 and b.shape[-2] == 1:
-        if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:  # einsum writes it faster
-            return np.einsum("bi,bj->bij", a[:, :, 0], b[:, 0, :])
+        if a.ndim == 3 and b.ndim == 3 and a.shape[0] == b.shape[0]:  # einsum writes it faster,
+            x, y = a[:, :, 0], b[:, 0, :]  # with the longer side innermost (its loop is per row:
+            if y.shape[1] < x.shape[1]:  # (256, 64, 8) 2.4x faster as a (256, 8, 64) transposed)
+                return np.einsum("bj,bi->bji", y, x).transpose(0, 2, 1)
+            return np.einsum("bi,bj->bij", x, y)
         return np.multiply(a, b)
     return np.matmul(a, b)
 
@@ -714,11 +717,20 @@ def _conv2d_logical(x: Any, w: Any, bias: Any = None, stride: Any = 1, padding: 
 
 def conv2d_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
     """A batched input alone: the vmapped dimension merged into the images' (one conv2d); a
-    batched weight or bias (an ensemble of CNNs, a weight under per-sample ``grad``): each
-    slice convolved with its own kernels (``_conv2d_logical``, torch.func's grouped conv)."""
+    batched weight (an ensemble of CNNs, a weight under per-sample ``grad``): conv2d of the
+    stack of kernels (one GEMM over them all for an unbatched input, see
+    ``nn.functional._stacked_fwd``). A batched bias alone, or slices that are not one image
+    batch and one kernel each (an outer vmap's), take ``_conv2d_logical`` (the reference)."""
     if all(d is None for d in dims[1:]):
         return merge_first(p, args, dims, level, **kwargs)
-    return decomposed(_conv2d_logical)(p, args, dims, level, **kwargs)
+    x, w = args[0], args[1]
+    b = args[2] if len(args) > 2 else None
+    if (dims[1] is None or _rank(x, dims[0]) != 4 or _rank(w, dims[1]) != 4
+            or any(type(a) is BatchedTensor for a in (x, w, b))):  # (an outer vmap's slices)
+        return decomposed(_conv2d_logical)(p, args, dims, level, **kwargs)
+    if b is not None:
+        b = bcast(b, dims[2], level.size)
+    return p.call(x, w, b, *args[3:], **kwargs)
 
 
 def conv2d_input_grad_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:

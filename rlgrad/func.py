@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,10 @@ from rlgrad.batching import (
 from rlgrad.tensor import Tensor, _Depth, constant
 from rlgrad.tracer import VMAP_LEVELS
 from rlgrad.transforms import tree_flatten, tree_unflatten
+
+if TYPE_CHECKING:
+    from rlgrad.nn import Module
+    from rlgrad.typing import MapDims
 
 __all__ = ["vmap", "grad", "grad_and_value", "vjp", "jvp", "jacrev", "jacfwd", "hessian",
            "functional_call", "stack_module_state"]
@@ -75,7 +79,7 @@ def _check_dim(d: Any, ndim: int, where: str, what: str) -> int | None:
     return d % ndim
 
 
-def vmap(func: Callable, in_dims: Any = 0, out_dims: Any = 0, randomness: str = "error", *,
+def vmap(func: Callable, in_dims: MapDims = 0, out_dims: MapDims = 0, randomness: str = "error", *,
          chunk_size: int | None = None) -> Callable:
     """torch.func.vmap: ``func`` mapped over dimension ``in_dims`` of its inputs (an int, None
     for an input shared by every slice, or a tuple/dict prefix of the arguments), its outputs
@@ -233,7 +237,7 @@ def _summed(phys: _Physical) -> Callable:
     return fun
 
 
-def grad_and_value(func: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
+def grad_and_value(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
     """torch.func.grad_and_value: ``(gradient, value)``, or ``(gradient, (value, aux))``."""
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -257,7 +261,7 @@ def grad_and_value(func: Callable, argnums: Any = 0, has_aux: bool = False) -> C
     return wrapper
 
 
-def grad(func: Callable, argnums: Any = 0, has_aux: bool = False) -> Callable:
+def grad(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False) -> Callable:
     """torch.func.grad: the gradient of ``func`` (one-element output) w.r.t. ``argnums``;
     ``has_aux``: ``func`` returns ``(output, aux)`` and this ``(gradient, aux)``."""
     gv = grad_and_value(func, argnums, has_aux)
@@ -287,7 +291,7 @@ def vjp(func: Callable, *primals: Any, has_aux: bool = False) -> tuple:
     return (result, vjp_fn, phys.aux_result()) if has_aux else (result, vjp_fn)
 
 
-def jvp(func: Callable, primals: Any, tangents: Any, *, strict: bool = False,
+def jvp(func: Callable, primals: tuple[Any, ...], tangents: tuple[Any, ...], *, strict: bool = False,
         has_aux: bool = False) -> tuple:
     """torch.func.jvp: ``(output, jvp_out)`` (``(..., aux)``) in forward mode; ``primals``
     and ``tangents`` are tuples with one entry per argument."""
@@ -365,7 +369,7 @@ def _jacobian(func: Callable, argnums: Any, has_aux: bool, where: str, forward: 
     return wrapper
 
 
-def jacrev(func: Callable, argnums: Any = 0, *, has_aux: bool = False,
+def jacrev(func: Callable, argnums: int | tuple[int, ...] = 0, *, has_aux: bool = False,
            chunk_size: int | None = None) -> Callable:
     """torch.func.jacrev: the Jacobian (output dimensions, then input dimensions) by reverse
     mode, one backward pass per output element. ``chunk_size`` is accepted (the passes run one
@@ -373,13 +377,13 @@ def jacrev(func: Callable, argnums: Any = 0, *, has_aux: bool = False,
     return _jacobian(func, argnums, has_aux, "jacrev", forward=False)
 
 
-def jacfwd(func: Callable, argnums: Any = 0, has_aux: bool = False, *,
+def jacfwd(func: Callable, argnums: int | tuple[int, ...] = 0, has_aux: bool = False, *,
            randomness: str = "error") -> Callable:
     """torch.func.jacfwd: the same Jacobian by forward mode, one sweep per input element."""
     return _jacobian(func, argnums, has_aux, "jacfwd", forward=True)
 
 
-def hessian(func: Callable, argnums: Any = 0) -> Callable:
+def hessian(func: Callable, argnums: int | tuple[int, ...] = 0) -> Callable:
     """torch.func.hessian: ``jacfwd(jacrev(func, argnums), argnums)``."""
     return jacfwd(jacrev(func, argnums), argnums)
 
@@ -416,8 +420,10 @@ def _swapped(module: Any, values: dict[str, Any]) -> Iterator[None]:
                 mod.__dict__[leaf] = old
 
 
-def functional_call(module: Any, parameter_and_buffer_dicts: Any, args: Any = None,
-                    kwargs: dict | None = None, *, tie_weights: bool = True, strict: bool = False) -> Any:
+def functional_call(module: Module,
+                    parameter_and_buffer_dicts: dict[str, Tensor] | Sequence[dict[str, Tensor]],
+                    args: object = None, kwargs: dict | None = None, *, tie_weights: bool = True,
+                    strict: bool = False) -> object:
     """torch.func.functional_call: ``module(*args, **kwargs)`` with its parameters and buffers
     taken from the dict(s) given (by their ``named_parameters`` names), the module unchanged after."""
     dicts = parameter_and_buffer_dicts
@@ -462,9 +468,10 @@ def stack_module_state(models: Sequence[Any]) -> tuple[dict[str, Tensor], dict[s
 
 
 # ---- JAX's spelling -----------------------------------------------------------------------------
-def vmap_axes(fun: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_name: Any = None,
-              axis_size: int | None = None, spmd_axis_name: Any = None, *, in_dims: Any = None,
-              out_dims: Any = None, randomness: str = "error", chunk_size: int | None = None) -> Callable:
+def vmap_axes(fun: Callable, in_axes: MapDims = 0, out_axes: MapDims = 0, axis_name: str | None = None,
+              axis_size: int | None = None, spmd_axis_name: str | None = None, *,
+              in_dims: MapDims | None = None, out_dims: MapDims | None = None,
+              randomness: str = "error", chunk_size: int | None = None) -> Callable:
     """``rlgrad.vmap``: JAX's ``vmap(fun, in_axes=0, out_axes=0)`` over the same batching rules
     as ``rlgrad.func.vmap``. Given NumPy arrays (no Tensor), it returns NumPy arrays, as
     rlgrad's JAX-style transforms do. ``axis_name`` (collectives) is not supported. torch's

@@ -148,7 +148,10 @@ class jit:  # noqa: N801 - lower-case like jax.jit
     """``jit(fun)(*args)``: compile ``fun`` for the shapes and dtypes of ``args``; retrace on change.
 
     ``fun`` takes arrays (and lists, tuples, namedtuples, dicts, registered dataclasses of them,
-    None) as positional or keyword arguments and returns the same; it may call rlgrad's
+    None) as positional or keyword arguments and returns the same, typed as eagerly: given
+    Tensors, what it returns as a Tensor comes back a Tensor (0-d too); given arrays, arrays
+    (NumPy's scalars where NumPy returns them), and so are the results of a transform it calls
+    directly (``grad``, ``value_and_grad``: arrays at top level). It may call rlgrad's
     functional transforms (``grad``, ``value_and_grad``, ...), ``autograd.grad`` or
     ``backward()``, and update state in place (an optimizer's ``step()``, ``p.sub_(...)``:
     replayed at every call). ``static_argnums`` names arguments that are not arrays (they are
@@ -268,7 +271,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
                   for x in leaves]  # (None: an empty subtree, as in JAX; not an input)
         _Depth.numpy += numpy_code
         try:
-            return self._trace(args, leaves, in_def)
+            return self._trace(args, leaves, in_def, torch_style=not numpy_code)
         finally:
             _Depth.numpy -= numpy_code
 
@@ -278,7 +281,10 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         return [a if i in self.static_argnums else next(it) for i, a in enumerate(args)]
 
     # ---- tracing ------------------------------------------------------------------------------
-    def _trace(self, args: tuple, leaves: list[Any], in_def: Any) -> _Compiled:
+    def _trace(self, args: tuple, leaves: list[Any], in_def: Any, torch_style: bool) -> _Compiled:
+        """The compiled program of ``fun`` for these arguments. ``torch_style``: some were
+        Tensors, and the outputs the function returns as Tensors come back as Tensors (given
+        arrays, it returns arrays), as eager execution returns them."""
         if _Trace.tape is not None:
             raise RuntimeError("rlgrad.jit: nested jit is not supported; jit the outer function only")
         inputs: list[Tensor | None] = [None if x is None else constant(np.asarray(x)) for x in leaves]
@@ -288,6 +294,7 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         _Trace.tape = tape
         _Trace.compiling = True
         _Trace.grads, _Trace.touched, _Trace.guards = {}, set(), []
+        _Trace.eager_arrays = set()
         _Trace.entry = {id(t): (t, t.grad) for t in list(_Trace.leaves.values())}
         _Depth.value += 1  # transforms inside record their backward pass (they are "nested")
         prev_mode = _GradMode.enabled
@@ -302,18 +309,22 @@ class jit:  # noqa: N801 - lower-case like jax.jit
             _Trace.grads, _Trace.touched, _Trace.guards, _Trace.entry = {}, set(), [], {}
             _Trace.born = {}
             fresh, _Trace.fresh = list(_Trace.fresh.values()), {}
+            eager_arrays, _Trace.eager_arrays = _Trace.eager_arrays, set()
             _Depth.value -= 1
             _GradMode.enabled = prev_mode
         out_leaves, out_def = tree_flatten(out)
+        as_tensor = [torch_style and isinstance(o, Tensor) and id(o) not in eager_arrays
+                     for o in out_leaves]
         compiled = _compile([t for t in inputs if t is not None], tape, out_leaves, out_def, grads,
-                            fresh, self.requested_backend)
+                            fresh, self.requested_backend, as_tensor)
         compiled.guards = grads.guards
         compiled.made = {id(t) for t, _ in fresh}
         compiled.state = [e[1] for e in tape if getattr(e[0], "effect", False)] + [
             t for t, _g in grads.final]
         if any(getattr(p, "effect", False) for p, *_ in tape):
-            compiled.first = (tree_unflatten(
-                out_def, [o._value if isinstance(o, Tensor) else o for o in out_leaves]),)
+            compiled.first = (tree_unflatten(out_def, [
+                _tensor_out(o._value) if wrap else o._value if isinstance(o, Tensor) else o
+                for o, wrap in zip(out_leaves, as_tensor)]),)
         grads.settle()
         return compiled
 
@@ -475,7 +486,7 @@ class _Names:
 
 def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: Any,
              grads: _TracedGrads | None = None, fresh: list | None = None,
-             backend: str = "numpy") -> _Compiled:
+             backend: str = "numpy", as_tensor: list[bool] | None = None) -> _Compiled:
     names = _Names(inputs, grads.owners if grads else None)
     # the buffers made inside the step and written in place: made again first, at every call
     prologue = [f"{names.obj(t)}._value = {names.const(init)}.copy()  # made in the step"
@@ -493,13 +504,15 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     body = _reuse_buffers(_live_lines(lines, roots), roots, writers, names.const)
     if grads is not None:  # the step reads these .grad: the caller must have left one
         grads.guards += [(t, False) for t in {id(t): t for t in names.owners_read}.values()]
-    step = _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive, prologue)
+    structure = _structure_source if not any(as_tensor or ()) else _tensor_structure(as_tensor or [])
+    step = _build_step(body, outs, out_def, len(inputs), names.consts, names.keep_alive, prologue,
+                       structure)
     if backend != "numpy":
         from rlgrad import native  # (imported when asked for: it builds C modules)
         # a step that makes buffers again at every call writes state: the NumPy replay keeps it
         pure = not prologue and not any(_is_effect(target) for target, _, _ in body)
         native.lower(step, inputs, tape, out_leaves, out_def, outs, names.consts, backend, pure,
-                     _structure_source)
+                     structure)
     return step
 
 
@@ -676,7 +689,9 @@ def _live_lines(lines: list, outs: list[str]) -> list:
 
 
 def _build_step(body: list, outs: list[str], out_def: Any, n_inputs: int, consts: dict[str, Any],
-                keep_alive: list[Any], prologue: list[str] | None = None) -> _Compiled:
+                keep_alive: list[Any], prologue: list[str] | None = None,
+                structure: Callable[[Any, Any, Callable[[Any], str]], str] | None = None,
+                ) -> _Compiled:
     """The straight-line source ``def step(a0, a1, ...)`` of ``prologue`` and ``body``, compiled."""
     def const(value: Any) -> str:
         name = f"c{len(consts)}"
@@ -687,7 +702,7 @@ def _build_step(body: list, outs: list[str], out_def: Any, n_inputs: int, consts
     src = f"def step({params}):\n"
     src += "".join(f"    {code}\n" for code in prologue or ())
     src += "".join(f"    {code}\n" for _, code, _ in body)
-    src += f"    return {_structure_source(out_def, iter(outs), const)}\n"
+    src += f"    return {(structure or _structure_source)(out_def, iter(outs), const)}\n"
     namespace = dict(consts)
     exec(builtins.compile(src, "<rlgrad.jit>", "exec"), namespace)  # noqa: S102 - our own generated code
     step = namespace["step"]
@@ -780,6 +795,21 @@ def _reuse_buffers(body: list, outs: list[str],
             free.setdefault(_buffer_key(writers[r][3]), []).append(holder[r])
         new_body.append((target, code, used))
     return new_body
+
+
+def _tensor_out(value: Any) -> Tensor:
+    """An output the function returned as a Tensor, as one (0-d too: never a NumPy scalar)."""
+    return constant(value if type(value) is np.ndarray else np.asarray(value))
+
+
+def _tensor_structure(as_tensor: list[bool]) -> Callable[[Any, Any, Callable[[Any], str]], str]:
+    """``_structure_source`` with the leaves marked in ``as_tensor`` wrapped by ``_tensor_out``
+    (the NumPy replay and the native backend build their outputs with it)."""
+    def structure(treedef: Any, names: Any, const: Callable[[Any], str]) -> str:
+        fn = const(_tensor_out)
+        marked = [f"{fn}({n})" if t else n for n, t in zip(names, as_tensor)]
+        return _structure_source(treedef, iter(marked), const)
+    return structure
 
 
 def _structure_source(treedef: Any, names: Any, const: Callable[[Any], str]) -> str:

@@ -30,6 +30,7 @@ from rlgrad.jit import TRACE_INPUTS, _compile
 from rlgrad.ops import astype, concatenate, getitem, identity, ravel, reshape, stack, stop_gradient
 from rlgrad.tensor import Tensor, _Depth, _Trace, constant
 from rlgrad.tracer import (
+    VMAP_LEVELS,
     defjvp_argnum,
     defjvp_is_linear,
     defvjp,
@@ -93,8 +94,10 @@ def nodes_eagerly() -> Iterator[None]:
 
 
 def _tracing() -> bool:
-    """rlgrad.jit is tracing: loops become one node calling a compiled body."""
-    return _Eager.nodes > 0 or (_Trace.compiling and _Trace.tape is not None)
+    """rlgrad.jit is tracing: loops become one node calling a compiled body. Not inside vmap:
+    the nodes have no batching rule, so there a loop runs as eagerly (each op batched, the
+    trace then holds every step, as for a Python loop)."""
+    return not VMAP_LEVELS and (_Eager.nodes > 0 or (_Trace.compiling and _Trace.tape is not None))
 
 
 def _as_given(like: Any, out: Any) -> Any:
@@ -269,48 +272,80 @@ def _body_for(user_fns: tuple, fn: Callable, values: list[Any], where: str) -> _
 
 # ---- the nodes' packed outputs ------------------------------------------------------------------
 class _Node:
-    """What a loop's node keeps: its outputs' types, packed end to end into one array of one
-    dtype (the engine's nodes have one output) and cut back by slices."""
+    """What a loop's node keeps: its outputs' types and where each lies in the node's one array
+    (the engine's nodes have one output). The layout, which rlgrad.native's lowerings read too:
+
+    * ``dtype``, the carrier: the common type of the floating outputs (float32 beside float64:
+      float64), or with none the first output's dtype; the node's value is a 1-D array of it,
+      ``size`` elements long;
+    * ``layout[k] = (offset, count, bits)`` for output ``k`` of ``avals``: it fills ``count``
+      carrier elements from element ``offset``. ``bits=False`` when the carrier holds every
+      value of the output's dtype exactly (``_exact_in``: float32, int32 or bool in float64):
+      its values in C order, cast to the carrier, read back by
+      ``getitem``/``reshape``/``astype``. ``bits=True`` otherwise (int64 or uint64 beside
+      float64, int32 beside float32): its raw bytes in C order from the carrier's byte
+      ``offset * carrier.itemsize`` (a multiple of the output's item size), the rest of its
+      last carrier element zero; read back by the primitive ``lax_bits`` (not differentiable,
+      as integers are not). So every output comes back with its dtype and all its bits: a
+      uint64 key beside float64 state keeps its 64 bits."""
 
     def __init__(self, avals: list[tuple[tuple[int, ...], np.dtype]]) -> None:
         self.avals = avals
-        self.dtype = np.result_type(*[d for _, d in avals]) if avals else np.dtype(np.float64)
+        floats = [d for _, d in avals if d.kind in "fc"]
+        self.dtype = (np.result_type(*floats) if floats else avals[0][1] if avals
+                      else np.dtype(np.float64))
+        self.layout: list[tuple[int, int, bool]] = []
+        off, size = 0, self.dtype.itemsize
+        for shape, dtype in avals:
+            n = math.prod(shape)
+            bits = not _exact_in(dtype, self.dtype)
+            if bits:
+                step = -(-dtype.itemsize // size)  # the carrier elements of one item's alignment
+                off = -(-off // step) * step
+                n = -(-n * dtype.itemsize // size)
+            self.layout.append((off, n, bits))
+            off += n
+        self.size = off
+        self.has_bits = any(b for _, _, b in self.layout)
         self.memo: tuple[Any, list[Any]] | None = None
 
     def pack(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
-        if not arrays:
-            return np.zeros(0, self.dtype)
-        return np.concatenate([np.ravel(a).astype(self.dtype, copy=False) for a in arrays])
+        out, views = self.buffers()
+        for v, a in zip(views, arrays):
+            v[...] = a
+        return self.finish(out, views)
 
     def buffers(self) -> tuple[np.ndarray, list[np.ndarray]]:
         """The packed output, allocated once, and one array per output to write into: a view of
-        it (no copy when packing), or for an output of another dtype an array cast in by
-        ``finish``."""
-        out = np.empty(sum(math.prod(s) for s, _ in self.avals), self.dtype)
-        views, off = [], 0
-        for shape, dtype in self.avals:
-            n = math.prod(shape)
-            views.append(out[off:off + n].reshape(shape) if dtype == self.dtype
-                         else np.empty(shape, dtype))
-            off += n
+        it (no copy when packing), or for a floating output narrower than the carrier an array
+        cast in by ``finish``."""
+        out = (np.zeros if self.has_bits else np.empty)(self.size, self.dtype)  # (zero padding)
+        views = []
+        for (shape, dtype), (off, n, bits) in zip(self.avals, self.layout):
+            if bits:
+                views.append(_bits_view(out, off, n, dtype, shape))
+            else:
+                views.append(out[off:off + n].reshape(shape) if dtype == self.dtype
+                             else np.empty(shape, dtype))
         return out, views
 
     def finish(self, out: np.ndarray, views: list[np.ndarray]) -> np.ndarray:
-        off = 0
-        for (shape, dtype), v in zip(self.avals, views):
-            n = math.prod(shape)
-            if dtype != self.dtype:
+        for (_, dtype), (off, n, bits), v in zip(self.avals, self.layout, views):
+            if not bits and dtype != self.dtype:
                 out[off:off + n] = v.ravel()
-            off += n
         return out
 
-    def unpack(self, node: Any) -> list[Any]:
-        out, off = [], 0
-        for shape, dtype in self.avals:
-            n = math.prod(shape)
+    def unpack(self, node: Any, cotangent: bool = False) -> list[Any]:
+        """The outputs of the node's value ``node`` (recorded: differentiable where floating);
+        ``cotangent``: ``node`` is a gradient of the node, whose integer parts are zeros."""
+        out = []
+        for (shape, dtype), (off, n, bits) in zip(self.avals, self.layout):
+            if bits:
+                out.append(constant(np.zeros(shape, dtype)) if cotangent
+                           else _bits_p(node, off, n, dtype.str, shape))
+                continue
             piece = reshape(getitem(node, slice(off, off + n)), shape)
             out.append(piece if dtype == self.dtype else astype(piece, dtype))
-            off += n
         return out
 
     def grads(self, g: Any, compute: Callable[[Any], list[Any]]) -> list[Any]:
@@ -319,6 +354,32 @@ class _Node:
         if self.memo is None or self.memo[0] is not g:
             self.memo = (g, compute(g if isinstance(g, Tensor) else constant(np.asarray(g))))
         return self.memo[1]
+
+
+def _exact_in(dtype: np.dtype, carrier: np.dtype) -> bool:
+    """Every value of ``dtype`` is one of ``carrier`` (NumPy's "safe" casts include int64 to
+    float64, which rounds above 2**53: integers are counted in bits against the mantissa)."""
+    if carrier.kind not in "fc" or dtype.kind in "fc":
+        return bool(np.can_cast(dtype, carrier))
+    bits = 1 if dtype.kind == "b" else dtype.itemsize * 8 - (dtype.kind == "i")
+    return bits <= np.finfo(carrier).nmant + 1
+
+
+def _bits_view(packed: np.ndarray, off: int, n: int, dtype: np.dtype,
+               shape: tuple[int, ...]) -> np.ndarray:
+    """The output stored as bits at carrier elements ``off:off + n``: a view of its bytes."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    return packed[off:off + n].view(np.uint8)[:nbytes].view(dtype).reshape(shape)
+
+
+def _bits_fwd(packed: np.ndarray, off: int, n: int, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
+    return _bits_view(packed, off, n, np.dtype(dtype), shape).copy()
+
+
+#: an integer output of a loop node, read from its bytes in the node's array (``_Node.layout``)
+_bits_p = primitive(_bits_fwd, "lax_bits", nondiff=True, arity=1)
+nobatch(_bits_p, "vmap of a compiled lax loop is not supported yet: vmap the loop's body "
+        "inside it, or call vmap outside rlgrad.jit (eager loops batch)")
 
 
 def _is_float(x: Any) -> bool:
@@ -537,7 +598,7 @@ def _scan_grads(ctx: _ScanCtx, g: Tensor, ans: Any, args: Sequence[Any]) -> list
     carry."""
     consts, init, xs = ctx.split(args)
     nc, ny = ctx.n_carry, len(ctx.y_avals)
-    cts = ctx.unpack(g)
+    cts = ctx.unpack(g, cotangent=True)
     ct_carry, ct_ys, ct_saved = cts[:nc], cts[nc:nc + ny], cts[nc + ny:]
     saved = _saved_carries(ctx, ans, args)
     kf = _floats(consts)
@@ -598,10 +659,19 @@ def _pick(ts: Sequence[Any], xs: Sequence[Any]) -> list[Any]:
 
 def _pack_tensors(node: _Node, parts: Sequence[Any]) -> Any:
     """``node.pack`` on Tensors (recorded): a tangent of the node's packed value."""
-    if not parts:
+    pieces: list[Any] = []
+    at = 0
+    for p, (off, n, bits) in zip(parts, node.layout):
+        if off > at:  # a bits output's alignment
+            pieces.append(np.zeros(off - at, node.dtype))
+        if bits:  # an integer output: no tangent
+            pieces.append(np.zeros(n, node.dtype))
+        else:
+            pieces.append(ravel(astype(p, node.dtype) if _value(p).dtype != node.dtype else p))
+        at = off + n
+    if not pieces:
         return np.zeros(0, node.dtype)
-    return concatenate([ravel(astype(p, node.dtype) if _value(p).dtype != node.dtype else p)
-                        for p in parts])
+    return concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 
 _scan_p = primitive(_scan_fwd, "scan")
@@ -897,7 +967,7 @@ def _switch_grads(ctx: _SwitchCtx, g: Tensor, args: Sequence[Any]) -> list[Any]:
     """The taken branch's VJP, chosen by a switch at each call; zeros for the other branches'
     captured tensors."""
     index, ops_, consts = ctx.split(args)
-    cts = _floats(ctx.unpack(g))
+    cts = _floats(ctx.unpack(g, cotangent=True))
     flat_k = [k for ks in consts for k in ks]
 
     def branch_vjp(k: int) -> Callable:

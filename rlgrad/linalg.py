@@ -10,6 +10,7 @@ in the function's docstring (``lstsq``: the minimum-norm solution, as the ``gels
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -17,7 +18,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.numpy import linalg as _la
 from rlgrad.tensor import Tensor, constant
-from rlgrad.typing import DTypeLike
+from rlgrad.typing import ArrayLike, DTypeLike, NormOrd
 
 LinAlgError = np.linalg.LinAlgError
 SlogdetResult, EighResult, SVDResult, QRResult = (_la.SlogdetResult, _la.EighResult, _la.SVDResult,
@@ -125,7 +126,8 @@ def svdvals(A: Tensor) -> Tensor:  # noqa: N803
     return _la.svd(_t(A, "svdvals"), compute_uv=False)
 
 
-def pinv(A: Tensor, *, atol: Any = None, rtol: Any = None, hermitian: bool = False) -> Tensor:  # noqa: N803
+def pinv(A: Tensor, *, atol: float | None = None, rtol: float | None = None,  # noqa: N803
+         hermitian: bool = False) -> Tensor:
     if atol is not None:
         raise NotImplementedError("linalg.pinv(atol=) is not supported; pass rtol= (relative "
                                   "to the largest singular value)")
@@ -155,7 +157,7 @@ def solve_triangular(A: Tensor, B: Tensor, *, upper: bool, left: bool = True,  #
     return _la.solve_triangular(a, b, lower=not upper, unit_diagonal=unitriangular)
 
 
-def lstsq(A: Tensor, B: Tensor, rcond: Any = None, *, driver: Any = None) -> LstsqResult:  # noqa: N803
+def lstsq(A: Tensor, B: Tensor, rcond: float | None = None, *, driver: str | None = None) -> LstsqResult:  # noqa: N803
     """The least-squares solution of ``A X = B``: ``pinv(A) @ B``, whose gradient is torch's
     (torch differentiates lstsq through the pseudo-inverse too). The solution is the
     minimum-norm one, as torch's ``gelsd`` driver gives; the residuals (squared, per column of
@@ -175,7 +177,8 @@ def lstsq(A: Tensor, B: Tensor, rcond: Any = None, *, driver: Any = None) -> Lst
     return LstsqResult(x, res[..., 0] if vector and res.ndim else res, constant(rank), constant(s))
 
 
-def norm(A: Tensor, ord: Any = None, dim: Any = None, keepdim: bool = False, *,  # noqa: A002, N803
+def norm(A: Tensor, ord: NormOrd = None,  # noqa: A002, N803
+         dim: int | tuple[int, ...] | list[int] | None = None, keepdim: bool = False, *,
          dtype: DTypeLike = None) -> Tensor:
     a = _t(A, "norm") if dtype is None else _t(A, "norm").to(dtype)
     if isinstance(dim, list):
@@ -183,32 +186,33 @@ def norm(A: Tensor, ord: Any = None, dim: Any = None, keepdim: bool = False, *, 
     return _la.norm(a, ord, axis=dim, keepdims=keepdim)
 
 
-def vector_norm(x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
+def vector_norm(x: Tensor, ord: float = 2,  # noqa: A002
+                dim: int | tuple[int, ...] | list[int] | None = None, keepdim: bool = False, *,
                 dtype: DTypeLike = None) -> Tensor:
     t = _t(x, "vector_norm") if dtype is None else _t(x, "vector_norm").to(dtype)
     return _la.vector_norm(t, axis=tuple(dim) if isinstance(dim, list) else dim,
                            keepdims=keepdim, ord=ord)
 
 
-def matrix_norm(A: Tensor, ord: Any = "fro", dim: Any = (-2, -1), keepdim: bool = False, *,  # noqa: A002, N803
+def matrix_norm(A: Tensor, ord: NormOrd = "fro", dim: Sequence[int] = (-2, -1), keepdim: bool = False, *,  # noqa: A002, N803
                 dtype: DTypeLike = None) -> Tensor:
     a = _t(A, "matrix_norm") if dtype is None else _t(A, "matrix_norm").to(dtype)
     return _la.norm(a, ord, axis=tuple(dim), keepdims=keepdim)
 
 
-def multi_dot(tensors: Any) -> Tensor:
+def multi_dot(tensors: Sequence[Tensor]) -> Tensor:
     return _la.multi_dot(list(tensors))
 
 
-def matmul(input: Tensor, other: Any) -> Tensor:  # noqa: A002
+def matmul(input: Tensor, other: ArrayLike) -> Tensor:  # noqa: A002
     return _t(input, "matmul") @ other
 
 
-def vecdot(x: Tensor, y: Any, *, dim: int = -1) -> Tensor:
+def vecdot(x: Tensor, y: ArrayLike, *, dim: int = -1) -> Tensor:
     return (x * y).sum(dim)
 
 
-def cross(input: Tensor, other: Any, *, dim: int = -1) -> Tensor:  # noqa: A002
+def cross(input: Tensor, other: ArrayLike, *, dim: int = -1) -> Tensor:  # noqa: A002
     """The cross product of 3-vectors along ``dim``."""
     a, b = _t(input, "cross"), _t(other, "cross")
     if a.shape[dim] != 3 or b.shape[dim] != 3:

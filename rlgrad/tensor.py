@@ -60,6 +60,9 @@ class _Trace:
     #: ``{id(t): (t, contents)}``: those a recorded in-place call writes into; the compiled step
     #: makes each again at the start of every call, as eager execution does (torch.compile too)
     fresh: dict[int, tuple[Any, np.ndarray]] = {}
+    #: ids of the values a transform called directly in the jitted function returned: eagerly
+    #: (at top level) plain arrays, so jit returns them as arrays (transforms._unbox notes them)
+    eager_arrays: set[int] = set()
 
 
 def born_in_trace(t: object) -> tuple[np.ndarray, Any, np.ndarray] | None:

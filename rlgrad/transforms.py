@@ -197,6 +197,8 @@ def _unbox(x: Any, nested: bool) -> Any:
     """A plain array for the caller, unless it belongs to an enclosing graph (``nested``)."""
     if isinstance(x, Tensor):
         if _Trace.tape is not None:  # rlgrad.jit is tracing: every value stays a traced Tensor
+            if _Trace.compiling and _Depth.value == 1:  # directly under jit: eagerly an array
+                _Trace.eager_arrays.add(id(x))
             return x
         return x if nested and x.requires_grad else x._value
     if isinstance(x, dict | list | tuple):

@@ -12,19 +12,12 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import settings
 
 from rlgrad import core, tracer
-
-# Tests live in subfolders that mirror the package; a few share helpers across them
-# (test_structure.library_primitives, test_random_programs._draw_program): all are importable.
-SUBFOLDERS = sorted(p for p in Path(__file__).parent.iterdir() if p.is_dir() and p.name.isidentifier())
-sys.path[:0] = [str(p) for p in SUBFOLDERS if str(p) not in sys.path]
 
 settings.register_profile("rlgrad", derandomize=os.environ.get("RLGRAD_HYPOTHESIS_EXPLORE") != "1")
 settings.load_profile("rlgrad")
@@ -37,7 +30,8 @@ LOOPS = ["c", "python", "reference"]
 
 
 # The jit test files also run with RLGRAD_JIT_CHECK=1: every replay checked against eager execution.
-JIT_CHECKED = {"test_jit.py", "test_jit_replay.py", "test_jit_stale.py"}
+JIT_CHECKED = {"test_jit.py", "test_jit_replay.py", "test_jit_stale.py", "test_jit_outputs.py",
+               "test_lax.py", "test_lax_dtypes.py"}
 
 
 def pytest_generate_tests(metafunc: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from rlgrad.native import build
-from rlgrad.native.codegen import TYPENUMS, Program, Unsupported, Val, ctype, literal
+from rlgrad.native.codegen import TYPENUMS, Program, Unsupported, Val, ctype, literal, share_buffers
 from rlgrad.native.lowerings import LOWERINGS
 from rlgrad.native.prelude import MODULE_END, prelude
 from rlgrad.tensor import Tensor
@@ -287,7 +287,8 @@ def _c_source(ctx: _Lowering, scalar: set[int]) -> str:
     tail = ["    }", f"    return Py_BuildValue(\"({'N' * len(slots)})\"{', ' if slots else ''}{packed});",
             "fail:", *[f"    Py_XDECREF(r{j});" for j in slots], "    return NULL;", "}"]
     body = ["    " + ln for ln in ctx.p.lines]
-    return "\n".join([prelude(), *ctx.p.statics, *decl, *head, "    {", *body, *tail, MODULE_END])
+    statics = share_buffers(ctx.p.statics, ctx.p.lines)
+    return "\n".join([prelude(), *statics, *decl, *head, "    {", *body, *tail, MODULE_END])
 
 
 def _kernel(inputs: list[Tensor], tape: list, outs: list[Any], pure: bool,
@@ -343,10 +344,12 @@ def _verify(ctx: _Lowering, kernel: Any, inputs: list[Tensor], outs: list[Any]) 
 def _wrapper(ctx: _Lowering, kernel: Any, numpy_step: Callable, n_inputs: int, outs: list[Any],
              out_src: list[str], out_def: Any, consts: dict[str, Any],
              structure_source: Callable) -> Callable:
-    """``step(a0, ...)``: the kernel's call, the NumPy replay when it declines the arguments,
-    and the output pytree built as jit builds it."""
+    """``step(a0, ...)``: the kernel's call (on C-contiguous copies of the arguments when one is
+    laid out otherwise: a copy costs less than the replay), the NumPy replay when it still
+    declines them, and the output pytree built as jit builds it."""
     namespace = dict(consts)
     namespace["_kernel"], namespace["_numpy_step"] = kernel, numpy_step
+    namespace["_c"] = np.ascontiguousarray
     args = []
     for j, (what, x) in enumerate(ctx.runtime):
         if what == "input":
@@ -366,6 +369,7 @@ def _wrapper(ctx: _Lowering, kernel: Any, numpy_step: Callable, n_inputs: int, o
 
     params = ", ".join(f"a{i}" for i in range(n_inputs))
     src = (f"def step({params}):\n    r = _kernel({', '.join(args)})\n    if r is None:\n"
+           f"        r = _kernel({', '.join(f'_c({a})' for a in args)})\n    if r is None:\n"
            f"        return _numpy_step({params})\n"
            f"    return {structure_source(out_def, iter(names), const)}\n")
     exec(compile(src, "<rlgrad.jit native>", "exec"), namespace)  # noqa: S102 - our own source

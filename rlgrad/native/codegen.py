@@ -11,6 +11,7 @@ contiguity) and returns None when one differs, and the caller then runs the NumP
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -18,9 +19,11 @@ import numpy as np
 
 CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
           np.dtype(np.int64): "int64_t", np.dtype(np.int32): "int32_t",
+          np.dtype(np.uint64): "uint64_t", np.dtype(np.uint32): "uint32_t",
           np.dtype(np.bool_): "npy_bool"}
 TYPENUMS = {np.dtype(np.float32): "NPY_FLOAT32", np.dtype(np.float64): "NPY_FLOAT64",
             np.dtype(np.int64): "NPY_INT64", np.dtype(np.int32): "NPY_INT32",
+            np.dtype(np.uint64): "NPY_UINT64", np.dtype(np.uint32): "NPY_UINT32",
             np.dtype(np.bool_): "NPY_BOOL"}
 
 
@@ -48,7 +51,10 @@ def literal(value: Any) -> str:
     if isinstance(value, bool | np.bool_):
         return "1" if value else "0"
     if isinstance(value, int | np.integer):
-        return f"INT64_C({int(value)})"
+        v = int(value)
+        if v > 2**63 - 1:  # (a uint64 above int64's range: an unsigned literal)
+            return f"UINT64_C({v})"
+        return f"INT64_C({v})" if v > -2**63 else "INT64_MIN"
     v = float(value)
     if math.isnan(v):
         return "NAN"
@@ -149,11 +155,14 @@ class Program:
 
     def reduce(self, kind: str, out: Val, x: Val, axes: Sequence[int]) -> None:
         """``out`` (x's shape without ``axes``, contiguous) = the ``kind`` ("sum", "prod", "max",
-        "min") of x over ``axes``. Sums of float32 run in double (closer to NumPy's pairwise sum
-        than a float loop), NaN propagates through max and min as in NumPy."""
+        "min", "any", "all") of x over ``axes``. Sums of float32 run in double (closer to NumPy's
+        pairwise sum than a float loop), NaN propagates through max and min as in NumPy (and is
+        true for any and all, as a nonzero)."""
         keep = [k for k in range(len(x.shape)) if k not in axes]
         if kind in ("max", "min"):
             acc_t = ctype(x.dtype)
+        elif kind in ("any", "all"):
+            acc_t = "npy_bool"
         else:
             acc_t = "double" if x.dtype.kind == "f" else "int64_t"
         oi = self._loop_vars(len(keep))
@@ -165,8 +174,9 @@ class Program:
             idx[k] = v
         xv = x.at(idx)
         first = f"({acc_t}){x.at([('0' if k in axes else idx[k]) for k in range(len(x.shape))])}"
-        init = {"sum": "0", "prod": "1"}.get(kind, first)
+        init = {"sum": "0", "prod": "1", "any": "0", "all": "1"}.get(kind, first)
         step = {"sum": f"acc += ({acc_t}){xv};", "prod": f"acc *= ({acc_t}){xv};",
+                "any": f"acc = acc || ({xv} != 0);", "all": f"acc = acc && ({xv} != 0);",
                 "max": f"{{ {acc_t} v = ({acc_t}){xv}; if (v > acc || v != v) acc = v; }}",
                 "min": f"{{ {acc_t} v = ({acc_t}){xv}; if (v < acc || v != v) acc = v; }}"}[kind]
         inner = _nest([x.shape[k] for k in axes], ri, step, simd=False)  # (once NaN, stays NaN)
@@ -253,3 +263,73 @@ def _nest(shape: Sequence[int], idx: Sequence[str], body: str, simd: bool = True
             lines.append("#pragma omp simd")
         lines.append(f"for (npy_intp {i} = 0; {i} < {n}; {i}++)")
     return lines + [body]
+
+
+_BUFFER = re.compile(r"\bb\d+\b")
+_STATIC = re.compile(r"static (.+) (b\d+)\[(\d+)\]")
+
+
+def _loops(lines: Sequence[str]) -> list[tuple[int, int]]:
+    """(first, last) line of every loop whose body repeats over several lines (a lax loop's
+    ``for (...) {`` ... ``}``, at one indentation)."""
+    found, open_ = [], []
+    for i, ln in enumerate(lines):
+        text = ln.lstrip()
+        indent = len(ln) - len(text)
+        if text.startswith("for (") and text.endswith("{"):
+            open_.append((indent, i))
+        elif text == "}" and open_ and open_[-1][0] == indent:
+            found.append((open_.pop()[1], i))
+    return found
+
+
+def _live_ranges(lines: Sequence[str]) -> dict[str, list[int]]:
+    """Buffer -> [first line, last line] where its value may be live: the lines that name it,
+    widened to a whole loop when it enters or leaves the loop (read at every iteration, or
+    written in the last one and read after)."""
+    ranges: dict[str, list[int]] = {}
+    for i, ln in enumerate(lines):
+        for name in _BUFFER.findall(ln):
+            r = ranges.setdefault(name, [i, i])
+            r[1] = i
+    loops = _loops(lines)
+    changed = True
+    while changed:
+        changed = False
+        for r in ranges.values():
+            for s, e in loops:
+                if r[0] < s <= r[1] < e:  # from outside into the loop: live through it
+                    r[1], changed = e, True
+                if s < r[0] <= e < r[1]:  # out of the loop: live from its start
+                    r[0], changed = s, True
+    return ranges
+
+
+def share_buffers(statics: list[str], lines: list[str]) -> list[str]:
+    """The buffers' declarations with every buffer whose value is dead before another's is
+    made (same C type and size) declared as that one (``#define``): the program's memory, and
+    so the cache it fills, shrinks to what is live at once. A buffer's lines are found by name
+    in the C (``b12``), views included; strictly ordered ranges, so no op reads and writes one
+    array through two names."""
+    ranges = _live_ranges(lines)
+    decls = []
+    for st in statics:
+        m = _STATIC.match(st)
+        if m is None or m.group(2) not in ranges:
+            decls.append((None, st, None))
+        else:
+            decls.append((m.group(2), st, (m.group(1), m.group(3))))
+    free: dict[tuple[str, str], list[tuple[int, str]]] = {}  # (type, size) -> (busy until, name)
+    out, order = [], sorted((ranges[n][0], n, st, key) for n, st, key in decls if n is not None)
+    out += [st for n, st, _ in decls if n is None]
+    for first, name, st, key in order:
+        pool = free.setdefault(key, [])
+        k = next((j for j, (until, _) in enumerate(pool) if until < first), None)
+        if k is None:
+            out.append(st)
+            pool.append((ranges[name][1], name))
+        else:
+            host = pool[k][1]
+            out.append(f"#define {name} {host}")
+            pool[k] = (ranges[name][1], host)
+    return out

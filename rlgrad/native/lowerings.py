@@ -13,12 +13,13 @@ the float functions, ``f`` for float32; ``{s}``: the prelude's suffix, ``_f`` or
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from rlgrad.native.codegen import Unsupported, Val, c_strides
+from rlgrad.native.codegen import Unsupported, Val, c_strides, ctype
 
 LOWERINGS: dict[str, Callable[[Any, Any], Val]] = {}
 
@@ -47,6 +48,10 @@ ARITHMETIC = {
     "maximum": "({0} != {0} || {0} >= {1}) ? {0} : {1}",
     "minimum": "({0} != {0} || {0} <= {1}) ? {0} : {1}",
     "where": "{0} ? {1} : {2}",
+}
+# integers and booleans only (NumPy has no float loops for these): computed in the result's type
+BITWISE = {
+    "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}", "bitwise_xor": "{0} ^ {1}",
 }
 # boolean results: computed in the operands' common type
 PREDICATES = {
@@ -79,7 +84,9 @@ def _elementwise(tmpl: str, kind: str) -> Callable[[Any, Any], Val]:
                 raise Unsupported(f"{e.name} of {compute}")
         if kind == "float" and out.dtype.kind != "f":
             raise Unsupported(f"{e.name} of {out.dtype}")
-        if compute.kind not in "fib":
+        if kind == "integer" and out.dtype.kind not in "iub":
+            raise Unsupported(f"{e.name} of {out.dtype}")
+        if compute.kind not in "fiub":
             raise Unsupported(f"{e.name} in {compute}")
         fmt = _template(tmpl, compute if compute.kind == "f" else np.dtype(np.float64))
         ctx.p.elementwise(out, fmt, [ctx.val(a) for a in e.args], compute)
@@ -89,7 +96,7 @@ def _elementwise(tmpl: str, kind: str) -> Callable[[Any, Any], Val]:
 
 
 for _table, _kind in ((UNARY_FLOAT, "float"), (BINARY_FLOAT, "float"), (ARITHMETIC, "any"),
-                      (PREDICATES, "predicate")):
+                      (BITWISE, "integer"), (PREDICATES, "predicate")):
     for _name, _tmpl in _table.items():
         LOWERINGS[_name] = _elementwise(_tmpl, _kind)
 
@@ -412,7 +419,7 @@ def _clip(ctx: Any, e: Any) -> Val:
     lo, hi = _params(e, ("a_min", "a_max"), (None, None))
     x = ctx.val(e.args[0])
     out = ctx.out(e)
-    if out.dtype.kind != "f":
+    if out.dtype.kind not in "fiu":
         raise Unsupported(f"clip of {out.dtype}")
     src, ins = "{0}", [x]
     for bound, op in ((lo, ">="), (hi, "<=")):
@@ -521,12 +528,45 @@ def _update_carries(ctx: Any, carry: list[Val], new: list[Val]) -> None:
             _copy_into(ctx, c, v)
 
 
-def _pack_into(ctx: Any, out: Val, parts: list[Val]) -> None:
-    """The parts end to end in the 1-D ``out`` (a loop node's packed result)."""
-    at = 0
-    for v in parts:
-        _copy_into(ctx, out.view(v.shape, c_strides(v.shape), at), v)
-        at += v.size
+def node_part(node: Any, out: Val, k: int) -> Val:
+    """Output ``k`` of a loop node's packed value ``out`` (1-D, as ``lax._Node`` lays it out:
+    ``layout[k] = (offset, count, bits)``) as a view: of the carrier's dtype (the value cast on
+    copy), or of the output's own dtype over the carrier's bytes where it is stored as bits. A
+    node without ``layout`` packs its outputs end to end in its one dtype."""
+    shape, dtype = node.avals[k]
+    layout = getattr(node, "layout", None)
+    if layout is None:
+        return out.view(shape, c_strides(shape), sum(math.prod(s) for s, _ in node.avals[:k]))
+    off, n, bits = layout[k]
+    if not bits:
+        return out.view(shape, c_strides(shape), off)
+    size, item = out.dtype.itemsize, np.dtype(dtype).itemsize
+    if n * size != math.prod(shape) * item or (off * size) % item or out.off != 0:
+        raise Unsupported("a loop output stored as bits with padding")
+    return Val(dtype, shape, f"(({ctype(dtype)} *){out.ptr})", (off * size) // item)
+
+
+def _pack_into(ctx: Any, node: Any, out: Val, parts: list[Val]) -> None:
+    """The parts in the 1-D ``out`` (a loop node's packed result) where ``node`` lays them."""
+    for k, v in enumerate(parts):
+        _copy_into(ctx, node_part(node, out, k), v)
+
+
+@lowers("lax_bits")
+def _lax_bits(ctx: Any, e: Any) -> Val:
+    """An output of a loop node stored as its bytes in the node's value: a view of that value
+    read as the output's dtype."""
+    packed = ctx.val(e.args[0])
+    if e.kwargs or len(e.args) != 5:
+        raise Unsupported("lax_bits with keywords")
+    off, n = int(e.args[1]), int(e.args[2])
+    dtype, shape = np.dtype(e.args[3]), tuple(e.args[4])
+    size, item = packed.dtype.itemsize, dtype.itemsize
+    if len(packed.shape) != 1 or not packed.contiguous() or isinstance(packed.off, str) \
+            or (packed.off * size + off * size) % item or n * size < math.prod(shape) * item:
+        raise Unsupported("lax_bits of a packed value this lowering does not read")
+    return Val(dtype, shape, f"(({ctype(dtype)} *){packed.ptr})",
+               (packed.off * size + off * size) // item)
 
 
 @lowers("while_loop")
@@ -549,7 +589,7 @@ def _while_loop(ctx: Any, e: Any) -> Val:
     lines = ctx.p.lines[start:]
     del ctx.p.lines[start:]
     ctx.p.lines += ["for (;;) {", *["    " + ln for ln in lines], "}"]
-    _pack_into(ctx, out, vals)
+    _pack_into(ctx, wc, out, vals)
     return out
 
 
@@ -569,7 +609,7 @@ def _switch(ctx: Any, e: Any) -> Val:
     for j, branch in enumerate(sc.branches):
         start = len(ctx.p.lines)
         res = ctx.body(branch.tape, branch.inputs + branch.captured, ops_ + consts[j], branch.outs)
-        _pack_into(ctx, out, res)
+        _pack_into(ctx, sc, out, res)
         lines = ctx.p.lines[start:]
         del ctx.p.lines[start:]
         ctx.p.lines += [f"{'if' if j == 0 else 'else if'} ({k} == {j}) {{",
@@ -589,10 +629,6 @@ def _scan(ctx: Any, e: Any) -> Val:
     args = [ctx.val(a) for a in e.args]
     consts, init, xs = args[:nk], args[nk:nk + nc], args[nk + nc:]
     out = ctx.out(e)
-    offs, at = [], 0
-    for shape, _dtype in sc.avals:
-        offs.append(at)
-        at += int(np.prod(shape, dtype=int))
     carry = [ctx.p.buffer(d, s) for s, d in sc.avals[:nc]]
     for c, v in zip(carry, init):
         _copy_into(ctx, c, v)
@@ -601,8 +637,8 @@ def _scan(ctx: Any, e: Any) -> Val:
     start = len(ctx.p.lines)
 
     def row(k: int) -> Val:  # output k's slice of this step
-        shape = sc.avals[k][0][1:]
-        return out.view(shape, c_strides(shape), f"{offs[k]} + {step}*{int(np.prod(shape, dtype=int))}")
+        part = node_part(sc, out, k)
+        return part.view(part.shape[1:], part.strides[1:], f"{step}*{part.strides[0]}")
 
     if sc.save:
         for j, c in enumerate(carry):
@@ -617,7 +653,7 @@ def _scan(ctx: Any, e: Any) -> Val:
     ctx.p.lines += [f"for (npy_intp {t} = 0; {t} < {sc.length}; {t}++) {{",
                     *["    " + ln for ln in lines], "}"]
     for k, c in enumerate(carry):
-        _copy_into(ctx, out.view(c.shape, c_strides(c.shape), offs[k]), c)
+        _copy_into(ctx, node_part(sc, out, k), c)
     return out
 
 
@@ -694,4 +730,103 @@ def _take_along_axis(ctx: Any, e: Any) -> Val:
         raise Unsupported("take_along_axis beyond indices of the array's rank along one axis")
     out = ctx.out(e)
     ctx.along(out, x, idx, int(axis) % len(x.shape))
+    return out
+
+
+@lowers("invert")
+def _invert(ctx: Any, e: Any) -> Val:
+    """``~x``: the bits flipped, or ``not`` for booleans (NumPy's invert of bool)."""
+    out = ctx.out(e)
+    if out.dtype.kind not in "iub" or e.kwargs:
+        raise Unsupported(f"invert of {out.dtype}")
+    tmpl = "!{0}" if out.dtype.kind == "b" else "~{0}"
+    ctx.p.elementwise(out, lambda v: tmpl.format(*v), [ctx.val(e.args[0])])
+    return out
+
+
+@lowers("floor_divide", "remainder")
+def _floor_divide(ctx: Any, e: Any) -> Val:
+    """NumPy's ``//`` and ``%``: rounded down, the remainder with the divisor's sign, through
+    the prelude's helpers (npymath's divmod for floats; a zero integer divisor gives 0)."""
+    if e.kwargs or len(e.args) != 2:
+        raise Unsupported(f"{e.name} with keywords")
+    out = ctx.out(e)
+    mod = e.name == "remainder"
+    kind = out.dtype.kind
+    if kind == "f":
+        fn = ("fmod_py" if mod else "fdiv") + ("_f" if out.dtype == np.float32 else "_d")
+    elif kind in "iu":
+        fn = ("imod_" if mod else "idiv_") + ("u" if kind == "u" else "s")
+    else:
+        raise Unsupported(f"{e.name} of {out.dtype}")
+    ctx.p.elementwise(out, lambda v: f"{fn}({v[0]}, {v[1]})", [ctx.val(a) for a in e.args])
+    return out
+
+
+@lowers("any", "all")
+def _any(ctx: Any, e: Any) -> Val:
+    x = ctx.val(e.args[0])
+    axis, _keep = _params(e, ("axis", "keepdims"), (None, False))
+    out = ctx.out(e)
+    if out.dtype.kind != "b" or not x.shape:
+        raise Unsupported(f"{e.name} of {x.dtype}{list(x.shape)} into {out.dtype}")
+    _reduce_into(ctx, e.name, out, x, _axes(axis, len(x.shape)))
+    return out
+
+
+_SORT_SUFFIX = {"f4": "_f", "f8": "_d", "i8": "_i64", "i4": "_i32", "u8": "_u64", "u4": "_u32",
+                "b1": "_b"}
+
+
+@lowers("argsort")
+def _argsort(ctx: Any, e: Any) -> Val:
+    """``argsort(x, axis, kind="stable")``: the prelude's merge sort along ``axis`` for each
+    position of the other axes (NumPy's default kind is not stable: its order of ties differs)."""
+    x = ctx.val(e.args[0])
+    axis, kind, order = _params(e, ("axis", "kind", "order"), (-1, None, None))
+    suffix = _SORT_SUFFIX.get(x.dtype.str[1:])
+    if kind not in ("stable", "mergesort") or order is not None or axis is None or not x.shape \
+            or suffix is None:
+        raise Unsupported(f"argsort of {x.dtype}{list(x.shape)} kind={kind!r} axis={axis!r} "
+                          "(only a stable sort along one axis lowers)")
+    ax = int(axis) % len(x.shape)
+    n = x.shape[ax]
+    out = ctx.out(e)
+    idx, tmp = ctx.p.buffer(np.int64, (n,)), ctx.p.buffer(np.int64, (n,))
+    keep = [k for k in range(len(x.shape)) if k != ax]
+    iv = ctx.p._loop_vars(len(x.shape))
+    first = list(iv)
+    first[ax] = "0"
+    src = x.at(first) if n > 1 and x.strides[ax] else None
+    body = [f"argsort{suffix}(&{src}, {x.strides[ax]}, {n}, {idx.ptr}, {tmp.ptr});" if src
+            else f"for (npy_intp j = 0; j < {n}; j++) {idx.ptr}[j] = j;",
+            f"for (npy_intp {iv[ax]} = 0; {iv[ax]} < {n}; {iv[ax]}++) "
+            f"{out.at(iv)} = {idx.ptr}[{iv[ax]}];"]
+    ctx.p.lines += [f"for (npy_intp {iv[k]} = 0; {iv[k]} < {x.shape[k]}; {iv[k]}++)" for k in keep]
+    ctx.p.lines.append("{ " + " ".join(body) + " }")
+    return out
+
+
+@lowers("scatter_along_axis")
+def _scatter_along_axis(ctx: Any, e: Any) -> Val:
+    """Zeros of ``shape`` with ``g`` added at ``indices`` along ``axis`` (take_along_axis's
+    adjoint; repeats add up; a size-1 dimension of ``shape`` sums the lanes), IndexError outside."""
+    g, idx = ctx.val(e.args[0]), ctx.val(e.args[1])
+    axis = int(e.args[2])
+    out = ctx.out(e)
+    nd = len(out.shape)
+    if e.kwargs or len(g.shape) != nd or len(idx.shape) != nd or idx.dtype.kind not in "iu" \
+            or out.dtype != g.dtype or not nd:
+        raise Unsupported("scatter_along_axis beyond values and indices of the output's rank")
+    ax = axis % nd
+    n = out.shape[ax]
+    ctx.p.elementwise(out, lambda v: "0", [])
+    iv = ctx.p._loop_vars(nd)
+    at = list(iv)
+    at[ax] = "j"
+    ctx.p.lines += [f"for (npy_intp {v} = 0; {v} < {m}; {v}++)" for v, m in zip(iv, g.shape)]
+    ctx.p.lines.append(
+        f"{{ int64_t j = (int64_t){idx.broadcast(g.shape).at(iv)}; if (j < 0) j += {n}; "
+        f"if (j < 0 || j >= {n}) {{ index_error(j < 0 ? j - {n} : j, {n}, {ax}); goto fail; }} "
+        f"{out.at(at)} += {g.at(iv)}; }}")
     return out

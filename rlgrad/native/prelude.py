@@ -15,6 +15,7 @@ PRELUDE = r"""
 #include <numpy/arrayobject.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #ifndef RLGRAD_NO_MVEC
 #define VEC __attribute__((simd("notinbranch")))
 @MVEC@
@@ -48,6 +49,53 @@ PPO_TERM(double, _d)
     T l = F(d), q = (l != l || l <= delta) ? l : delta; return (l - q * (T)0.5) * q; }
 HUBER(float, _f, fabsf)
 HUBER(double, _d, fabs)
+
+/* NumPy's floor_divide and remainder (npymath's npy_divmod): the quotient rounded down, the
+   remainder with the divisor's sign; an integer divisor 0 gives 0 (NumPy warns), a float one
+   fmod's NaN and a / b */
+#define FDIVMOD(T, S, F) static inline T fdiv##S(T a, T b) {                                   \
+    if (!b) return a / b;                                                                      \
+    T mod = fmod##F(a, b), div = (a - mod) / b, fl;                                            \
+    if (mod) { if ((b < 0) != (mod < 0)) div -= 1; }                                           \
+    if (!div) return copysign##F(0, a / b);                                                    \
+    fl = floor##F(div); if (div - fl > (T)0.5) fl += 1; return fl; }                           \
+    static inline T fmod_py##S(T a, T b) {                                                     \
+    T mod = fmod##F(a, b); if (!b) return mod;                                                 \
+    if (mod) { if ((b < 0) != (mod < 0)) mod += b; } else mod = copysign##F(0, b); return mod; }
+FDIVMOD(float, _f, f)
+FDIVMOD(double, _d, )
+static inline int64_t idiv_s(int64_t a, int64_t b) {
+    if (b == 0) return 0;
+    if (b == -1) return (int64_t)(0 - (uint64_t)a);  /* INT64_MIN / -1 wraps, as NumPy's */
+    int64_t q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q--; return q; }
+static inline int64_t imod_s(int64_t a, int64_t b) {
+    if (b == 0 || b == -1) return 0;
+    int64_t r = a % b; if (r != 0 && ((r < 0) != (b < 0))) r += b; return r; }
+static inline uint64_t idiv_u(uint64_t a, uint64_t b) { return b ? a / b : 0; }
+static inline uint64_t imod_u(uint64_t a, uint64_t b) { return b ? a % b : 0; }
+
+/* a stable argsort of n values x[0], x[s], ... (NumPy's kind="stable": ties keep their order,
+   NaN last): a bottom-up merge sort of the positions, tmp as scratch */
+#define ARGSORT(T, S) static void argsort##S(const T *x, npy_intp s, npy_intp n, int64_t *idx,  \
+                                             int64_t *tmp) {                                      \
+    for (npy_intp i = 0; i < n; i++) idx[i] = i;                                                  \
+    for (npy_intp w = 1; w < n; w *= 2) {                                                         \
+        for (npy_intp lo = 0; lo < n; lo += 2 * w) {                                              \
+            npy_intp mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;         \
+            npy_intp l = lo, r = mid, k = lo;                                                     \
+            while (l < mid && r < hi) {                                                           \
+                T a = x[idx[l] * s], b = x[idx[r] * s];                                           \
+                tmp[k++] = (b < a || (a != a && b == b)) ? idx[r++] : idx[l++]; }                 \
+            while (l < mid) tmp[k++] = idx[l++];                                                  \
+            while (r < hi) tmp[k++] = idx[r++]; }                                                 \
+        memcpy(idx, tmp, n * sizeof(int64_t)); } }
+ARGSORT(float, _f)
+ARGSORT(double, _d)
+ARGSORT(int64_t, _i64)
+ARGSORT(int32_t, _i32)
+ARGSORT(uint64_t, _u64)
+ARGSORT(uint32_t, _u32)
+ARGSORT(npy_bool, _b)
 
 /* cblas_?gemm with 64-bit integers (row-major: 101, no transpose: 111, transpose: 112) */
 typedef void (*sgemm_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,

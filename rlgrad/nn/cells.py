@@ -17,7 +17,10 @@ arguments (``_lstm_grads``: the gates' gradient, then ``dh = dgates @ W``, ``dW 
 so it can be differentiated again. The JVP pushes the gates' tangent through the cell's
 Jacobian; vmap merges its dimension into the rows, or (batched weights) runs the reference.
 ``_lstm_cell_reference``/``_gru_cell_reference``, the cell as plain recorded operations, are
-what the primitives are tested against (tests/nn/test_rnn_fused.py).
+what the primitives are tested against (tests/nn/test_rnn_fused.py). A step's elementwise work
+around its GEMM and NumPy's tanh is one C pass each way where ``rlgrad._kernels`` is built
+(``lstm_gates``/``lstm_dgates``, ``gru_gates``/``gru_state``/``gru_dgates``: the NumPy lines
+beside each call, operation for operation, so the same bits; those lines run without it).
 """
 
 from __future__ import annotations
@@ -44,14 +47,6 @@ from rlgrad.transforms import jvp, vjp
 
 __all__ = ["lstm_cell", "gru_cell", "lstm_seq", "gru_seq", "lstm_seq_grad", "gru_seq_grad",
            "lstm_step_numpy", "gru_step_numpy"]
-
-
-def _sigmoid_(a: np.ndarray) -> None:
-    """sigmoid(a) in place, as (tanh(a / 2) + 1) / 2: no overflow, four passes, no temporary."""
-    a *= 0.5
-    np.tanh(a, out=a)
-    a *= 0.5
-    a += 0.5
 
 
 def _lead(*arrays: Any) -> tuple[int, ...]:
@@ -95,30 +90,55 @@ def _flat_rows(x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
 
 
 # ---- LSTM: gates i, f, g, o; a step's output blocks h, c, i, f, g, o ----------------------------
+# The elementwise work around a step's GEMM and NumPy's tanh is one C pass each way where
+# rlgrad._kernels is built (``lstm_gates``, ``lstm_dgates``: the same operations in the same
+# order, so the same bits); the NumPy lines beside each call are the reference, run without it.
+_HALF: dict[np.dtype, np.ndarray] = {}
+
+
+def _halves(dtype: np.dtype) -> np.ndarray:
+    """(4, 1, 1): 1/2 for the sigmoid gates i, f, o, 1 for g (sigmoid(a) = (tanh(a/2) + 1) / 2)."""
+    if dtype not in _HALF:
+        _HALF[dtype] = np.array([0.5, 0.5, 1.0, 0.5], dtype).reshape(4, 1, 1)
+    return _HALF[dtype]
+
+
 def _lstm_step(o: np.ndarray, xg: np.ndarray, h: np.ndarray, c: np.ndarray, wk: np.ndarray,
-               b4: Any) -> None:
+               b4: Any, halved: bool = False) -> None:
     """One step into ``o`` (6, rows, H) from the input projection ``xg`` (4, rows, H), the state
-    ``h``, ``c`` (rows, H) and the hidden weights ``wk`` (4, H, H), each gate's W_k.T."""
+    ``h``, ``c`` (rows, H) and the hidden weights ``wk`` (4, H, H), each gate's W_k.T.
+    ``halved``: ``xg`` and ``wk`` come with gates i, f, o already halved (``_lstm_seq`` does it
+    once: halving is exact, so the pre-activations are the same bits)."""
     acts = o[2:]
     np.matmul(h, wk, out=acts)  # the step's GEMM
     acts += xg if b4 is None else xg + b4  # (the bias added first, as lstm_seq does)
-    g = np.tanh(acts[2])
-    _sigmoid_(acts)  # i, f, o (g's block is put back next)
-    acts[2] = g
-    np.multiply(acts[1], c, out=o[1])
-    g *= acts[0]
-    o[1] += g
+    if not halved:
+        acts *= _halves(acts.dtype)
+    np.tanh(acts, out=acts)  # g, and i, f, o up to their last two operations
+    k = ops._kernels
+    if k is None or not k.lstm_gates(acts, c, o[1]):
+        for s in (acts[:2], acts[3]):
+            s *= 0.5
+            s += 0.5
+        np.multiply(acts[1], c, out=o[1])
+        o[1] += acts[2] * acts[0]
     np.tanh(o[1], out=o[0])
     o[0] *= acts[3]
 
 
-def _lstm_dstep(G: np.ndarray, Gh: np.ndarray, Gc: np.ndarray, a: np.ndarray, c: np.ndarray,
+def _lstm_dstep(G: np.ndarray, dh: Any, dc: Any, a: np.ndarray, c: np.ndarray,
                 d: np.ndarray) -> np.ndarray:
     """The gradient of a step's gate pre-activations, into ``d`` (4, rows, H), for the
-    gradient ``G`` of its output ``a`` (6, rows, H; h' and c' parts replaced by ``Gh``, ``Gc``)
-    from the state c; returns the gradient of c."""
-    i, f, g, o = a[2], a[3], a[4], a[5]
+    gradient ``G`` of its output ``a`` (6, rows, H), plus ``dh``, ``dc`` (the later steps' share
+    of its h' and c'; None: none), from the state c; returns the gradient of c."""
     tc = np.tanh(a[1])
+    out = np.empty_like(tc)
+    k = ops._kernels
+    if k is not None and k.lstm_dgates(G, dh, dc, a, tc, c, d, out):
+        return out
+    Gh = G[0] if dh is None else G[0] + dh
+    Gc = G[1] if dc is None else G[1] + dc
+    i, f, g, o = a[2], a[3], a[4], a[5]
     dc2 = tc * tc
     np.subtract(1.0, dc2, out=dc2)
     dc2 *= o
@@ -134,8 +154,8 @@ def _lstm_dstep(G: np.ndarray, Gh: np.ndarray, Gc: np.ndarray, a: np.ndarray, c:
     np.multiply(g, g, out=slope[2])
     np.subtract(1.0, slope[2], out=slope[2])
     d *= slope
-    dc2 *= f
-    return dc2
+    np.multiply(dc2, f, out=out)
+    return out
 
 
 def _hidden_weights(w: np.ndarray, K: int) -> np.ndarray:
@@ -162,7 +182,7 @@ def _lstm_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc: np.ndarray, 
     a, G2, hc2 = ans.reshape(-1, 6 * H), _flat_rows(G, lead), _flat_rows(hc, lead)
     Gg = _gates(G2, 6)
     dpre = np.empty((a.shape[0], 4 * H), ans.dtype)
-    dc = _lstm_dstep(Gg, Gg[0], Gg[1], _gates(a, 6), hc2[:, H:2 * H], _gates(dpre, 4))
+    dc = _lstm_dstep(Gg, None, None, _gates(a, 6), hc2[:, H:2 * H], _gates(dpre, 4))
     dhc = np.zeros((a.shape[0], hc.shape[-1]), ans.dtype)
     np.matmul(dpre, w, out=dhc[:, :H])
     dhc[:, H:2 * H] = dc
@@ -210,27 +230,40 @@ defjvp(lstm_cell,
 
 
 # ---- GRU: gates r, z, n; a step's output blocks h, r, z, W_hn h + b_hn, n --------------------
-def _gru_step(o: np.ndarray, xg: np.ndarray, h: np.ndarray, wk: np.ndarray, b3: Any) -> None:
-    """One step into ``o`` (5, rows, H) from ``xg`` (3, rows, H), ``h`` (rows, H) and ``wk``."""
+def _gru_step(o: np.ndarray, xg: np.ndarray, h: np.ndarray, wk: np.ndarray, b3: Any,
+              halved: bool = False) -> None:
+    """One step into ``o`` (5, rows, H) from ``xg`` (3, rows, H), ``h`` (rows, H) and ``wk``.
+    ``halved``: ``xg``, ``wk`` and ``b3`` come with gates r, z halved (``_gru_seq``: exact)."""
     np.matmul(h, wk, out=o[1:4])  # the step's GEMM: W_hr h, W_hz h, W_hn h
     if b3 is not None:
         o[1:4] += b3
     o[1:3] += xg[:2]
-    _sigmoid_(o[1:3])
-    n = o[4]
-    np.multiply(o[1], o[3], out=n)  # r gates W_hn h + b_hn, as PyTorch
-    n += xg[2]
-    np.tanh(n, out=n)
-    np.subtract(h, n, out=o[0])  # (1 - z) n + z h = n + z (h - n)
-    o[0] *= o[2]
-    o[0] += n
+    if not halved:
+        o[1:3] *= 0.5  # sigmoid(a) = (tanh(a / 2) + 1) / 2
+    np.tanh(o[1:3], out=o[1:3])
+    k = ops._kernels  # one C pass each (rlgrad._kernels: the same bits) or these NumPy lines
+    if k is None or not k.gru_gates(o, xg):
+        o[1:3] *= 0.5
+        o[1:3] += 0.5
+        np.multiply(o[1], o[3], out=o[4])  # r gates W_hn h + b_hn, as PyTorch
+        o[4] += xg[2]
+    np.tanh(o[4], out=o[4])
+    if k is None or not k.gru_state(o, h):
+        np.subtract(h, o[4], out=o[0])  # (1 - z) n + z h = n + z (h - n)
+        o[0] *= o[2]
+        o[0] += o[4]
 
 
-def _gru_dstep(G: np.ndarray, Gh: np.ndarray, a: np.ndarray, h: np.ndarray, dx: np.ndarray,
+def _gru_dstep(G: np.ndarray, dh: Any, a: np.ndarray, h: np.ndarray, dx: np.ndarray,
                dhp: np.ndarray) -> np.ndarray:
     """The gradients of a step's ``xp`` and of ``W_hh h + b_hh``, into ``dx``, ``dhp``
-    (3, rows, H), for the gradient ``G`` of its output ``a`` (5, rows, H; the h' part replaced
-    by ``Gh``) from the state h; returns h's own part, Gh z."""
+    (3, rows, H), for the gradient ``G`` of its output ``a`` (5, rows, H) plus ``dh`` (the later
+    steps' share of its h'; None: none) from the state h; returns h's own part, Gh z."""
+    out = np.empty(a.shape[1:], a.dtype)
+    k = ops._kernels
+    if k is not None and k.gru_dgates(G, dh, a, h, dx, dhp, out):
+        return out
+    Gh = G[0] if dh is None else G[0] + dh
     r, z, hn, n = a[1], a[2], a[3], a[4]
     dn = dx[2]
     np.subtract(1.0, z, out=dn)
@@ -250,7 +283,8 @@ def _gru_dstep(G: np.ndarray, Gh: np.ndarray, a: np.ndarray, h: np.ndarray, dx: 
     dhp[:2] = dx[:2]  # r, z as dx's; n's through r
     np.multiply(dn, r, out=dhp[2])
     dhp[2] += G[3]
-    return Gh * z
+    np.multiply(Gh, z, out=out)
+    return out
 
 
 def _gru_cell(xp: Any, hs: Any, w: Any, b: Any = None) -> np.ndarray:
@@ -273,7 +307,7 @@ def _gru_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hs: np.ndarray, w
     Gg = _gates(G2, 5)
     dxp = np.empty((a.shape[0], 3 * H), ans.dtype)
     dhp = np.empty_like(dxp)
-    dh = _gru_dstep(Gg, Gg[0], _gates(a, 5), h, _gates(dxp, 3), _gates(dhp, 3))
+    dh = _gru_dstep(Gg, None, _gates(a, 5), h, _gates(dxp, 3), _gates(dhp, 3))
     dhs = np.zeros((a.shape[0], hs.shape[-1]), ans.dtype)
     np.matmul(dhp, w, out=dhs[:, :H])
     dhs[:, :H] += dh
@@ -354,13 +388,17 @@ class _Seq:
         self.N = int(np.prod(self.lead, dtype=np.int64))
         self.dtype = np.result_type(xp, s0, w)
 
-    def gates_first(self, xp: np.ndarray) -> np.ndarray:
-        """``xp`` (T, *rows, G*H) as a contiguous (T, G, rows, H) copy."""
+    def gates_first(self, xp: np.ndarray, b: Any = None) -> np.ndarray:
+        """``xp`` (T, *rows, G*H) (plus the bias ``b``, G*H) as a contiguous (T, G, rows, H)
+        copy."""
         T, G, N, H = self.T, self.G, self.N, self.H
         xp = xp.reshape((T,) + (1,) * (len(self.lead) + 2 - xp.ndim) + xp.shape[1:])
         src = np.broadcast_to(xp, (T,) + self.lead + (G * H,)).reshape(T, N, G, H)
         out = np.empty((T, G, N, H), self.dtype)  # (ours: the caller adds into it)
-        np.copyto(out, src.transpose(0, 2, 1, 3))
+        if b is None:
+            np.copyto(out, src.transpose(0, 2, 1, 3))
+        else:  # the same adds as ``out += b`` after the copy, in the same pass
+            np.add(src.transpose(0, 2, 1, 3), b.reshape(G, 1, H), out=out)
         return out
 
     def state(self, s0: np.ndarray, k: int) -> np.ndarray:
@@ -409,13 +447,13 @@ class _Seq:
 
 def _lstm_seq(xp: Any, hc0: Any, w: Any, b: Any = None, reverse: bool = False) -> np.ndarray:
     L = _Seq(xp, hc0, w, 6)
-    xg = L.gates_first(xp)
-    if b is not None:
-        xg += b.reshape(4, 1, L.H)
+    xg = L.gates_first(xp, b)
+    half = _halves(L.dtype)
+    xg *= half
     out = np.empty((L.T, 6, L.N, L.H), L.dtype)
-    wk, h, c = _hidden_weights(w, 4), L.state(hc0, 0), L.state(hc0, 1)
+    wk, h, c = _hidden_weights(w, 4) * half, L.state(hc0, 0), L.state(hc0, 1)
     for t in _order(L.T, reverse):
-        _lstm_step(out[t], xg[t], h, c, wk, None)
+        _lstm_step(out[t], xg[t], h, c, wk, None, halved=True)
         h, c = out[t, 0], out[t, 1]
     return out.reshape((L.T, 6) + L.lead + (L.H,))
 
@@ -426,26 +464,28 @@ def _lstm_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc0: np.ndar
     L = _Seq(ans[:, 0], hc0, w, 6)
     shape = (L.T, 6, L.N, L.H)
     G, ans = np.broadcast_to(G, ans.shape).reshape(shape), ans.reshape(shape)
-    dg = np.empty((4, L.N, L.H), L.dtype)  # a step's, gate first
+    dg = np.empty((4, L.N, L.H), L.dtype)  # a step's, gate first (NumPy's path)
     d = np.empty((L.T, L.N, 4 * L.H), L.dtype)
     dh: Any = None  # the gradient reaching the state from the later steps
     dc: Any = None
+    fused = ops._kernels is not None  # (the C pass writes straight into d's rows)
     for t in _order(L.T, not reverse):
-        Gh = G[t, 0] if dh is None else G[t, 0] + dh
-        Gc = G[t, 1] if dc is None else G[t, 1] + dc
-        dc = _lstm_dstep(G[t], Gh, Gc, ans[t], L.read(ans, hc0, t, 1, reverse), dg)
-        dh = L.flat(dg, d[t]) @ w
+        dc = _lstm_dstep(G[t], dh, dc, ans[t], L.read(ans, hc0, t, 1, reverse),
+                         _gates(d[t], 4) if fused else dg)
+        dh = (d[t] if fused else L.flat(dg, d[t])) @ w
     return (*L.outputs(d, [dh, dc], xp, hc0), *L.weight_grads(d, ans, hc0, b, reverse))
 
 
 def _gru_seq(xp: Any, hs0: Any, w: Any, b: Any = None, reverse: bool = False) -> np.ndarray:
     L = _Seq(xp, hs0, w, 5)
     xg = L.gates_first(xp)
+    half = _halves(L.dtype)[:3]  # r, z halved once (exact: the same bits), n's blocks not
+    xg[:, :2] *= 0.5
     out = np.empty((L.T, 5, L.N, L.H), L.dtype)
-    wk, h = _hidden_weights(w, 3), L.state(hs0, 0)
-    b3 = None if b is None else b.reshape(3, 1, L.H)
+    wk, h = _hidden_weights(w, 3) * half, L.state(hs0, 0)
+    b3 = None if b is None else b.reshape(3, 1, L.H) * half
     for t in _order(L.T, reverse):
-        _gru_step(out[t], xg[t], h, wk, b3)
+        _gru_step(out[t], xg[t], h, wk, b3, halved=True)
         h = out[t, 0]
     return out.reshape((L.T, 5) + L.lead + (L.H,))
 
@@ -460,11 +500,13 @@ def _gru_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hs0: np.ndarr
     dx = np.empty((L.T, L.N, 3 * L.H), L.dtype)
     dhp = np.empty_like(dx)
     dh: Any = None  # the gradient reaching the state from the later steps
+    fused = ops._kernels is not None  # (the C pass writes straight into dx's and dhp's rows)
     for t in _order(L.T, not reverse):
-        Gh = G[t, 0] if dh is None else G[t, 0] + dh
-        dh = _gru_dstep(G[t], Gh, ans[t], L.read(ans, hs0, t, 0, reverse), dxg, dhg)
-        L.flat(dxg, dx[t])
-        dh += L.flat(dhg, dhp[t]) @ w
+        dh = _gru_dstep(G[t], dh, ans[t], L.read(ans, hs0, t, 0, reverse),
+                        _gates(dx[t], 3) if fused else dxg, _gates(dhp[t], 3) if fused else dhg)
+        if not fused:
+            L.flat(dxg, dx[t])
+        dh += (dhp[t] if fused else L.flat(dhg, dhp[t])) @ w
     return (*L.outputs(dx, [dh], xp, hs0), *L.weight_grads(dhp, ans, hs0, b, reverse))
 
 

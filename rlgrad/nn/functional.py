@@ -42,18 +42,28 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 # linear: y = x @ W.T + b, PyTorch's weight layout (out_features, in_features)
 # ---------------------------------------------------------------------------------------------
+def _product(x: Any, weight: Any, out: Any = None) -> Any:
+    """``x @ weight.T``: BLAS reads the transposed (Fortran-ordered) view without a copy. An
+    input with leading dimensions is one (rows, in) product (the same bits): NumPy's stacked
+    matmul over a transposed weight is ~2.4x slower (a (32, 16, 64) sequence's projection)."""
+    if type(x) is np.ndarray and x.ndim > 2 and (out is None or out.flags.c_contiguous):
+        rows = x.reshape(-1, x.shape[-1])
+        if out is None:
+            return (rows @ weight.T).reshape(x.shape[:-1] + weight.shape[:1])
+        np.matmul(rows, weight.T, out=out.reshape(rows.shape[0], -1))
+        return out
+    return x @ weight.T if out is None else np.matmul(x, weight.T, out=out)
+
+
 def _linear(x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
-    # BLAS reads the transposed (Fortran-ordered) view without a copy
-    out = x @ weight.T if out is None else np.matmul(x, weight.T, out=out)
-    return _add_bias(out, bias)
+    return _add_bias(_product(x, weight, out), bias)
 
 
 def _linear_relu(x: Any, weight: Any, bias: Any = None, out: Any = None) -> Any:
     """``relu(linear(x, weight, bias))`` with the bias add and the ReLU in one pass (the same bits
     as the two calls): what ``rlgrad.jit`` runs for a linear layer whose output only its ReLU
     reads."""
-    out = x @ weight.T if out is None else np.matmul(x, weight.T, out=out)
-    return _add_bias(out, bias, relu=True)
+    return _add_bias(_product(x, weight, out), bias, relu=True)
 
 
 def _add_bias(out: Any, bias: Any, relu: bool = False) -> Any:
@@ -333,6 +343,8 @@ def _check_conv(x: np.ndarray, weight: np.ndarray, st: tuple[int, int],
 
 def _conv2d_fwd(x: np.ndarray, weight: np.ndarray, bias: Any = None, stride: Any = 1,
                 padding: Any = 0) -> np.ndarray:
+    if weight.ndim == 5:
+        return _stacked_fwd(x, weight, bias, stride, padding)
     st, pd = _pair(stride, "stride"), _pair(padding, "padding")
     _check_conv(x, weight, st, pd)
     dt = np.result_type(x.dtype, weight.dtype)
@@ -353,6 +365,8 @@ def _conv2d_fwd(x: np.ndarray, weight: np.ndarray, bias: Any = None, stride: Any
 def _conv2d_input_grad_fwd(g: np.ndarray, weight: np.ndarray, stride: Any, padding: Any,
                            x_shape: tuple[int, ...]) -> np.ndarray:
     """Transposed convolution: the adjoint of ``conv2d(., weight)`` applied to ``g``."""
+    if weight.ndim == 5:
+        return _stacked_input_grad(g, weight, stride, padding, tuple(x_shape))
     o, c, kh, kw = weight.shape
     st, (ph, pw) = _pair(stride, "stride"), _pair(padding, "padding")
     n, _, h, w = x_shape
@@ -459,6 +473,8 @@ def _subpixel_input_grad(g: np.ndarray, wt: np.ndarray, st: tuple[int, int],
 def _conv2d_weight_grad_fwd(x: np.ndarray, g: np.ndarray, stride: Any, padding: Any,
                             w_shape: tuple[int, ...]) -> np.ndarray:
     """Gradient of ``<g, conv2d(x, W)>`` with respect to W."""
+    if len(w_shape) == 5:
+        return _stacked_weight_grad(x, g, stride, padding, tuple(w_shape))
     o, c, kh, kw = w_shape
     dt = np.result_type(x.dtype, g.dtype)
     xp = _nhwc(x, _pair(padding, "padding"), dt)
@@ -566,6 +582,94 @@ def _folded_weight_grad(xp: np.ndarray, g: np.ndarray, w_shape: tuple[int, ...],
     return np.ascontiguousarray(dw)
 
 
+# A stack of E kernels, weight (E, O, C, kh, kw) (an ensemble of CNNs as vmap batches it, its
+# bias (E, O)): the same three primitives over the members. An input shared by the members,
+# (N, C, H, W), is one convolution by the E*O kernels side by side: one im2col, one GEMM (the
+# weight gradient one GEMM too, the input gradient one transposed convolution). An input per
+# member, (E, N, C, H, W): one convolution each; or, where every member's kernels are the same
+# (a broadcast, stride 0: a weight under per-sample ``grad``), one convolution of the E*N
+# images; the weight gradients of small members are batched GEMMs over blocks of members. The
+# output is (E, N, O, OH, OW). The plain reference is the loop of single convolutions
+# (tests/engine/test_vmap_conv.py) and, under vmap, the decomposed rule (``_conv2d_logical``).
+def _side_by_side(g: np.ndarray) -> np.ndarray:
+    """(E, N, O, OH, OW) -> (N, E*O, OH, OW): the members' outputs as one convolution's, an
+    NCHW view of NHWC memory (a view of what ``_stacked_fwd`` returns for a shared input, else
+    one copy)."""
+    e, n, o, oh, ow = g.shape
+    nhwc = np.ascontiguousarray(g.transpose(1, 3, 4, 0, 2))
+    return nhwc.reshape(n, oh, ow, e * o).transpose(0, 3, 1, 2)
+
+
+def _members(a: np.ndarray) -> np.ndarray:
+    """(E, N, ...) -> (E*N, ...)."""
+    return a.reshape((a.shape[0] * a.shape[1],) + a.shape[2:])
+
+
+def _shared(a: Any) -> bool:
+    """Whether every member's slice of ``a`` is the same memory (a broadcast stack)."""
+    return a is None or (a.shape[0] == 1 or a.strides[0] == 0)
+
+
+def _stacked_fwd(x: np.ndarray, weight: np.ndarray, bias: Any, stride: Any,
+                 padding: Any) -> np.ndarray:
+    e, o = weight.shape[:2]
+    if x.ndim == 4:
+        b = None if bias is None else np.broadcast_to(bias, (e, o)).reshape(e * o)
+        y = _conv2d_fwd(x, weight.reshape((e * o,) + weight.shape[2:]), b, stride, padding)
+        return y.reshape((y.shape[0], e, o) + y.shape[2:]).transpose(1, 0, 2, 3, 4)
+    if x.ndim != 5 or x.shape[0] != e:
+        raise ValueError(f"conv2d: a stack of {e} kernels {weight.shape} needs an input of "
+                         f"shape (N, C, H, W) or ({e}, N, C, H, W), got {x.shape}")
+    if _shared(weight) and _shared(bias):
+        y = _conv2d_fwd(_members(x), weight[0], None if bias is None else bias[0], stride, padding)
+        return y.reshape(x.shape[:2] + y.shape[1:])
+    ys = [_conv2d_fwd(x[k], weight[k], None if bias is None else bias[k], stride, padding)
+          for k in range(e)]  # channels-last memory kept: the next layer reads it as it is
+    return np.stack([y.transpose(0, 2, 3, 1) for y in ys]).transpose(0, 1, 4, 2, 3)
+
+
+def _stacked_input_grad(g: np.ndarray, weight: np.ndarray, stride: Any, padding: Any,
+                        x_shape: tuple[int, ...]) -> np.ndarray:
+    e, o = weight.shape[:2]
+    if len(x_shape) == 4:  # the members' gradients summed: one transposed convolution
+        return _conv2d_input_grad_fwd(_side_by_side(g), weight.reshape((e * o,) + weight.shape[2:]),
+                                      stride, padding, x_shape)
+    if _shared(weight):
+        gx = _conv2d_input_grad_fwd(_members(g), weight[0], stride, padding,
+                                    (e * x_shape[1],) + x_shape[2:])
+        return gx.reshape(x_shape)
+    gxs = [_conv2d_input_grad_fwd(g[k], weight[k], stride, padding, x_shape[1:]) for k in range(e)]
+    return np.stack([v.transpose(0, 2, 3, 1) for v in gxs]).transpose(0, 1, 4, 2, 3)
+
+
+def _stacked_weight_grad(x: np.ndarray, g: np.ndarray, stride: Any, padding: Any,
+                         w_shape: tuple[int, ...]) -> np.ndarray:
+    e, o, c, kh, kw = w_shape
+    if x.ndim == 4:
+        dw = _conv2d_weight_grad_fwd(x, _side_by_side(g), stride, padding, (e * o,) + w_shape[2:])
+        return dw.reshape(w_shape)
+    n, (oh, ow) = x.shape[1], g.shape[3:]
+    if _BLOCK_ELEMS // (oh * ow * kh * kw * c) < 2 * n:  # fewer than two members per block
+        return np.stack([_conv2d_weight_grad_fwd(x[k], g[k], stride, padding, w_shape[1:])
+                         for k in range(e)])
+    dt = np.result_type(x.dtype, g.dtype)
+    xp = _nhwc(_members(x), _pair(padding, "padding"), dt)
+    b = _Blocks(xp.shape, kh, kw, _pair(stride, "stride"), dt)
+    per = b.per // n  # members whose columns fit one block
+    g2 = _rows_of(_members(g)).reshape(e, n * b.rows, o)
+    dw = np.empty((e, o, b.k), dt)
+    for k0 in range(0, e, per):  # each block: a batched GEMM, (O, rows) x (rows, K) per member
+        m = min(per, e - k0)
+        cols = b.im2col(xp, k0 * n, m * n, b.buf[:m * n * b.rows]).reshape(m, n * b.rows, b.k)
+        np.matmul(g2[k0:k0 + m].transpose(0, 2, 1), cols, out=dw[k0:k0 + m])
+    return np.ascontiguousarray(dw.reshape(e, o, kh, kw, c).transpose(0, 1, 4, 2, 3))
+
+
+def _bias_grad(g: Any) -> Any:
+    """conv2d's bias gradient: ``g`` summed over all but the channels (and the members)."""
+    return g.sum(axis=(0, 2, 3)) if len(_shape(g)) == 4 else g.sum(axis=(1, 3, 4))
+
+
 _conv2d_p = primitive(_conv2d_fwd, "conv2d")
 defbatch(_conv2d_p, "conv2d")
 conv2d_input_grad = primitive(_conv2d_input_grad_fwd, "conv2d_input_grad")
@@ -580,7 +684,7 @@ defvjp(
         conv2d_input_grad(g, w, stride, padding, _shape(x)),
     lambda g, ans, x, w, b=None, stride=1, padding=0:
         conv2d_weight_grad(x, g, stride, padding, _shape(w)),
-    lambda g, ans, x, w, b=None, stride=1, padding=0: g.sum(axis=(0, 2, 3)),
+    lambda g, ans, x, w, b=None, stride=1, padding=0: _bias_grad(g),
 )
 defvjp(
     conv2d_input_grad,
@@ -597,7 +701,8 @@ defjvp(
     _conv2d_p,
     lambda t, ans, x, w, b=None, stride=1, padding=0: _conv2d_p(t, w, stride=stride, padding=padding),
     lambda t, ans, x, w, b=None, stride=1, padding=0: _conv2d_p(x, t, stride=stride, padding=padding),
-    lambda t, ans, x, w, b=None, stride=1, padding=0: t.reshape((1, -1, 1, 1)),
+    lambda t, ans, x, w, b=None, stride=1, padding=0: t.reshape(
+        (1, -1, 1, 1) if len(_shape(w)) == 4 else (_shape(t)[0], 1, -1, 1, 1)),
 )
 defjvp(
     conv2d_input_grad,
@@ -642,6 +747,8 @@ def conv2d(input: Tensor, weight: Tensor, bias: Tensor | None = None, stride: An
 
     The result is an (N, O, OH, OW) array whose memory is channels-last (NHWC), as PyTorch's
     ``channels_last`` tensors: its values and shape are the same, only ``strides`` differ."""
+    if len(_shape(weight)) != 4:  # (the primitive's stacks of kernels are vmap's)
+        raise ValueError(f"conv2d: weight must have shape (out, in, kh, kw), got {_shape(weight)}")
     return _conv2d_p(input, weight, bias, stride=stride, padding=padding)
 
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import builtins as _builtins
 import functools as _functools
 import math as _math
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast, overload
 
 import numpy as _np
 
@@ -70,8 +69,10 @@ from rlgrad.tracer import primitive as _primitive
 # or in a module imported later); this module's own definitions below are compositions of them.
 _exports.on_export(lambda e: _exports.add_names(globals(), e.numpy, e.fn, "rlgrad.numpy"))
 if TYPE_CHECKING:  # those names as the checker sees them (generated: rlgrad/_stubs.py)
+    from collections.abc import Sequence
+
     from rlgrad.numpy._declared import *  # noqa: F403
-    from rlgrad.typing import ArrayLike, DTypeLike, PadMode
+    from rlgrad.typing import Array, ArrayLike, Axis, DTypeLike, PadMode, PadWidth, ShapeLike
 
 
 def _numpy_on_arrays(np_fn: Any) -> Any:
@@ -98,15 +99,15 @@ def _has_tensor(xs: Any) -> bool:
     return False
 
 
-def shape(a: Any) -> tuple[int, ...]:
+def shape(a: ArrayLike) -> tuple[int, ...]:
     return a.shape if isinstance(a, _Tensor) else _np.shape(a)
 
 
-def ndim(a: Any) -> int:
+def ndim(a: ArrayLike) -> int:
     return a.ndim if isinstance(a, _Tensor) else _np.ndim(a)
 
 
-def size(a: Any, axis: Any = None) -> int:
+def size(a: ArrayLike, axis: int | None = None) -> int:
     if isinstance(a, _Tensor):
         return a._value.size if axis is None else a.shape[axis]
     return _np.size(a, axis)
@@ -120,23 +121,23 @@ def _is_traced(*xs: Any) -> bool:
 
 
 @_numpy_on_arrays(_np.fabs)
-def fabs(x: Any) -> Any:
+def fabs(x: ArrayLike) -> Array:
     return _ops.absolute(x)
 
 
 @_numpy_on_arrays(_np.positive)
-def positive(x: Any) -> Any:
-    return x
+def positive(x: ArrayLike) -> Array:
+    return cast(_Tensor, x)  # (NumPy input took NumPy's path: a Tensor here, for the checker)
 
 
 @_numpy_on_arrays(_np.sinc)
-def sinc(x: Any) -> Any:
+def sinc(x: ArrayLike) -> Array:
     y = pi * _ops.where(_ops.equal(x, 0), 1.0e-20, x)
     return _ops.sin(y) / y
 _exports.export(sinc, torch="sinc()", top=True, promote="float")
 
 
-def array(object: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - NumPy's name
+def array(object: ArrayLike, *args: Any, **kwargs: Any) -> Array:  # noqa: A002 - NumPy's name
     """NumPy's array; of Tensors, or lists nesting Tensors with arrays and scalars, differentiable
     in each Tensor (autograd's and JAX's), as NumPy's dtype and shape."""
     if _holds_tensor(object):
@@ -144,7 +145,7 @@ def array(object: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - NumPy'
     return _np.array(object, *args, **kwargs)
 
 
-def asarray(a: Any, *args: Any, **kwargs: Any) -> Any:
+def asarray(a: ArrayLike, *args: Any, **kwargs: Any) -> Array:
     """NumPy's asarray; a Tensor of the asked dtype is returned itself, lists holding Tensors
     are built as ``array`` builds them."""
     if _holds_tensor(a):
@@ -158,29 +159,29 @@ def _listed(x: Any) -> Any:
 
 
 @_numpy_on_arrays(_np.var)
-def var(x: Any, axis: Any = None, dtype: DTypeLike = None, out: Any = None, ddof: int = 0,
-        keepdims: bool = False) -> Any:
+def var(x: ArrayLike, axis: Axis = None, dtype: DTypeLike = None, out: None = None, ddof: int = 0,
+        keepdims: bool = False) -> Array:
     if out is not None:
         raise TypeError("rlgrad.numpy.var does not take out=")
-    x = _listed(x)
-    if not _is_traced(x):
-        return _np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    shape = _np.shape(x._value)  # n from the shape alone (a vmapped x has no values to sum)
+    xs = _listed(x)
+    if not _is_traced(xs):
+        return _np.var(xs, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    shape = _np.shape(xs._value)  # n from the shape alone (a vmapped x has no values to sum)
     kept = () if axis is None else tuple(s for i, s in enumerate(shape) if i not in {
         a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)})
     n = _math.prod(shape) // (_math.prod(kept) or 1)  # (3, 0) over 0: n = 0
-    centred = x - _ops.mean(x, axis=axis, keepdims=True)
+    centred = xs - _ops.mean(xs, axis=axis, keepdims=True)
     # a float: no n - ddof <= 0 ZeroDivisionError, NumPy's inf/nan instead (float32 stays so)
     return _ops.sum(centred * centred, axis=axis, keepdims=keepdims) / float(_builtins.max(n - ddof, 0))
 
 
 @_numpy_on_arrays(_np.std)
-def std(x: Any, axis: Any = None, dtype: DTypeLike = None, out: Any = None, ddof: int = 0,
-        keepdims: bool = False) -> Any:
-    x = _listed(x)
-    if not _is_traced(x):
-        return _np.std(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
-    return _std_from_var(var(x, axis=axis, ddof=ddof, keepdims=keepdims))
+def std(x: ArrayLike, axis: Axis = None, dtype: DTypeLike = None, out: None = None, ddof: int = 0,
+        keepdims: bool = False) -> Array:
+    xs = _listed(x)
+    if not _is_traced(xs):
+        return _np.std(xs, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    return _std_from_var(var(xs, axis=axis, ddof=ddof, keepdims=keepdims))
 
 
 def _std_from_var(v: Any) -> Any:
@@ -191,16 +192,17 @@ def _std_from_var(v: Any) -> Any:
 
 
 @_numpy_on_arrays(_np.average)
-def average(a: Any, axis: Any = None, weights: Any = None) -> Any:
+def average(a: ArrayLike, axis: Axis = None, weights: ArrayLike | None = None) -> Array:
     if weights is None:
         return _ops.mean(a, axis=axis)
     dt = a.dtype if isinstance(a, _Tensor) else _np.result_type(a)  # (a vmapped a: no values)
-    full_weights = weights * _np.ones(_np.shape(_d(a)), dtype=dt)
-    return _ops.sum(a * weights, axis=axis) / _ops.sum(full_weights, axis=axis)
+    # (NumPy input took NumPy's path: a Tensor is among a and weights; the operators dispatch)
+    full_weights = cast(_Tensor, weights) * _np.ones(_np.shape(_d(a)), dtype=dt)
+    return _ops.sum(cast(_Tensor, a) * weights, axis=axis) / _ops.sum(full_weights, axis=axis)
 
 
 @_numpy_on_arrays(_np.dot)
-def dot(a: Any, b: Any) -> Any:
+def dot(a: ArrayLike, b: ArrayLike) -> Array:
     """NumPy's dot for 0-, 1- and 2-D operands, and its N-D rule through tensordot."""
     if _np.ndim(_d(a)) == 0 or _np.ndim(_d(b)) == 0:
         return _ops.multiply(_strong(a), _strong(b))
@@ -220,12 +222,12 @@ def _d(x: Any) -> Any:
 
 
 @_numpy_on_arrays(_np.vdot)
-def vdot(a: Any, b: Any) -> Any:
+def vdot(a: ArrayLike, b: ArrayLike) -> Array:
     return _ops.sum(_ops.ravel(a) * _ops.ravel(b))
 
 
 @_numpy_on_arrays(_np.inner)
-def inner(a: Any, b: Any) -> Any:
+def inner(a: ArrayLike, b: ArrayLike) -> Array:
     if _np.ndim(_d(a)) == 0 or _np.ndim(_d(b)) == 0:
         return _ops.multiply(_strong(a), _strong(b))
     return tensordot(a, b, axes=([-1], [-1]))
@@ -233,21 +235,22 @@ _exports.export(inner, torch="inner(other, /)", top=True)
 
 
 @_numpy_on_arrays(_np.outer)
-def outer(a: Any, b: Any) -> Any:
+def outer(a: ArrayLike, b: ArrayLike) -> Array:
     return _ops.expand_dims(_ops.ravel(a), 1) * _ops.expand_dims(_ops.ravel(b), 0)
 _exports.export(outer, torch="outer(vec2, /)", top=True)
 
 
 @_numpy_on_arrays(_np.tensordot)
-def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
+def tensordot(a: ArrayLike, b: ArrayLike,
+              axes: int | tuple[int | Sequence[int], int | Sequence[int]] = 2) -> Array:
     na, nb = _np.ndim(_d(a)), _np.ndim(_d(b))
     if isinstance(axes, int):
         ax_a = list(range(na - axes, na))
         ax_b = list(range(axes))
     else:
-        ax_a, ax_b = axes
-        ax_a = [ax_a] if isinstance(ax_a, int) else list(ax_a)
-        ax_b = [ax_b] if isinstance(ax_b, int) else list(ax_b)
+        pair_a, pair_b = axes
+        ax_a = [pair_a] if isinstance(pair_a, int) else list(pair_a)
+        ax_b = [pair_b] if isinstance(pair_b, int) else list(pair_b)
     ax_a = [x % na for x in ax_a]
     ax_b = [x % nb for x in ax_b]
     letters = iter("abcdefghijklmnopqrstuvwxyz")
@@ -259,7 +262,11 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
     return einsum(f"{''.join(sa)},{''.join(sb)}->{''.join(out)}", a, b)
 
 
-def einsum(*operands: Any, **kwargs: Any) -> Any:
+@overload
+def einsum(subscripts: str, /, *operands: _Tensor, **kwargs: Any) -> _Tensor: ...
+@overload
+def einsum(*operands: ArrayLike | str | Sequence[int], **kwargs: Any) -> Array: ...
+def einsum(*operands: Any, **kwargs: Any) -> Array:
     """NumPy's einsum, in the subscripts form and the sublist form
     ``einsum(a, [0, 1], b, [1, 2], [0, 2])`` (turned into subscripts, so both differentiate)."""
     if not _has_tensor(operands):
@@ -283,7 +290,7 @@ def _einsum_letters(sublist: list[Any]) -> str:
 
 
 @_numpy_on_arrays(_np.trace)
-def trace(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+def trace(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
     if not _is_traced(a):
         return _np.trace(a, offset, axis1, axis2)
     return _ops.sum(diagonal(a, offset, axis1, axis2), axis=-1)
@@ -291,7 +298,7 @@ _exports.export(trace, torch="trace()", top=True, promote="int64")
 
 
 @_numpy_on_arrays(_np.diagonal)
-def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+def diagonal(a: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
     """NumPy's diagonal: the diagonal of the (axis1, axis2) planes, as the last axis."""
     nd = _np.ndim(_d(a))
     if nd == 2 and (axis1 % 2, axis2 % 2) == (0, 1):
@@ -307,7 +314,7 @@ _exports.export(diagonal, torch="diagonal(offset=0, dim1: axis1 = 0, dim2: axis2
 
 
 @_numpy_on_arrays(_np.split)
-def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
+def split(ary: ArrayLike, indices_or_sections: int | Sequence[int], axis: int = 0) -> list[Array]:
     n = _np.shape(_d(ary))[axis]
     if isinstance(indices_or_sections, int):
         if n % indices_or_sections:
@@ -318,11 +325,12 @@ def split(ary: Any, indices_or_sections: Any, axis: int = 0) -> list[Any]:
         bounds = [0, *list(indices_or_sections), n]
     ax = axis % _np.ndim(_d(ary))
     pre = (slice(None),) * ax
+    ary = cast(_Tensor, ary)  # (NumPy input took NumPy's path: a Tensor here, for the checker)
     return [ary[pre + (slice(lo, hi),)] for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 @_numpy_on_arrays(_np.array_split)
-def array_split(ary: Any, sections: Any, axis: int = 0) -> list[Any]:
+def array_split(ary: ArrayLike, sections: int | Sequence[int], axis: int = 0) -> list[Array]:
     if not isinstance(sections, int | _np.integer):  # split points: as split, without its check
         return split(ary, list(sections), axis)
     if sections <= 0:
@@ -333,31 +341,31 @@ def array_split(ary: Any, sections: Any, axis: int = 0) -> list[Any]:
 
 
 @_numpy_on_arrays(_np.hstack)
-def hstack(tup: Any) -> Any:
+def hstack(tup: Sequence[ArrayLike]) -> Array:
     arrays = [atleast_1d(t) for t in tup]  # (a 1-D tensor's elements are 0-d: NumPy's rule)
     return _ops.concatenate(arrays, axis=0 if _np.ndim(_d(arrays[0])) == 1 else 1)
 
 
 @_numpy_on_arrays(_np.vstack)
-def vstack(tup: Any) -> Any:
+def vstack(tup: Sequence[ArrayLike]) -> Array:
     return _ops.concatenate([atleast_2d(t) for t in tup], axis=0)
 
 
 @_numpy_on_arrays(_np.atleast_1d)
-def atleast_1d(*arys: Any) -> Any:
+def atleast_1d(*arys: Any) -> Array | tuple[Array, ...]:
     out = tuple(_ops.reshape(x, (1,)) if _np.ndim(_d(x)) == 0 else x for x in arys)
     return out[0] if len(out) == 1 else out
 
 
 @_numpy_on_arrays(_np.atleast_2d)
-def atleast_2d(*arys: Any) -> Any:
+def atleast_2d(*arys: Any) -> Array | tuple[Array, ...]:
     out = tuple(_ops.reshape(x, (1,) * (2 - _np.ndim(_d(x))) + _np.shape(_d(x))) if _np.ndim(_d(x)) < 2
                 else x for x in arys)
     return out[0] if len(out) == 1 else out
 
 
 @_numpy_on_arrays(_np.take)
-def take(a: Any, indices: Any, axis: Any = None) -> Any:
+def take(a: ArrayLike, indices: ArrayLike, axis: int | None = None) -> Array:
     """``np.take``: like ``a[indices]`` along ``axis`` (the flattened array when None)."""
     idx = _np.asarray(_d(indices))
     if idx.dtype.kind not in "iu":
@@ -373,17 +381,23 @@ def take(a: Any, indices: Any, axis: Any = None) -> Any:
     if axis is None:
         return _ops.ravel(a)[key]
     ax = axis % _np.ndim(_d(a))
-    return a[(slice(None),) * ax + (key,)]
+    return cast(_Tensor, a)[(slice(None),) * ax + (key,)]  # (NumPy input took NumPy's path)
 
 
 _REMAP_PAD_MODES = ("edge", "reflect", "symmetric", "wrap")  # each output copies an input element
 
 
-def pad(array: Any, pad_width: Any, mode: PadMode = "constant", constant_values: Any = 0,
-        **kwargs: Any) -> Any:
-    if not _is_traced(array):
+@overload
+def pad(array: _Tensor, pad_width: PadWidth, mode: PadMode = "constant",
+        constant_values: ArrayLike = 0, **kwargs: Any) -> _Tensor: ...
+@overload
+def pad(array: ArrayLike, pad_width: PadWidth, mode: PadMode = "constant",
+        constant_values: ArrayLike = 0, **kwargs: Any) -> Array: ...
+def pad(array: ArrayLike, pad_width: PadWidth, mode: PadMode = "constant",
+        constant_values: ArrayLike = 0, **kwargs: Any) -> Array:
+    if not isinstance(array, _Tensor):
         extra = {"constant_values": constant_values} if mode == "constant" else {}
-        return _np.pad(array, pad_width, mode=mode, **extra, **kwargs)
+        return _np.pad(array, pad_width, mode=mode, **extra, **kwargs)  # type: ignore[call-overload]
     if mode in _REMAP_PAD_MODES and not kwargs:  # a gather: pad the indices, then index
         widths = _np.broadcast_to(_np.asarray(pad_width), (array.ndim, 2))
         idx = [_np.pad(_np.arange(n), (int(lo), int(hi)), mode=mode)
@@ -394,16 +408,17 @@ def pad(array: Any, pad_width: Any, mode: PadMode = "constant", constant_values:
     return _ops.pad(array, pad_width, mode=mode, constant_values=constant_values)
 
 
-def sort(a: Any, axis: int = -1) -> Any:
+def sort(a: ArrayLike, axis: int = -1) -> Array:
     if not _is_traced(a):
         return _np.sort(a, axis=axis)
     return _ops.take_along_axis(a, _ops.argsort(a, axis=axis), axis=axis)  # recorded: jit recomputes it
 
 
-def cumprod(a: Any, axis: Any = None) -> Any:
-    if not _is_traced(a):
-        return _np.cumprod(a, axis=axis)
-    if not _Trace.compiling and _np.all(a._value > 0):  # (jit: no branch on the first values)
+def cumprod(a: ArrayLike, axis: int | None = None) -> Array:
+    if not isinstance(a, _Tensor):
+        return _np.cumprod(_np.asarray(a), axis=axis)
+    # (jit, vmap: no branch on the first values, or one slice's)
+    if not _Trace.compiling and not _batched_arg(a) and _np.all(a._value > 0):
         return _ops.exp(_ops.cumsum(_ops.log(a), axis=axis))
     return _cumprod_general(a, axis)
 _exports.export(cumprod, torch="cumprod(dim, *, dtype=None)", top=True, promote="int64")
@@ -419,9 +434,9 @@ def _cumprod_general(a: Any, axis: Any) -> Any:
     return _ops.concatenate(acc, axis)
 
 
-def diff(a: Any, n: int = 1, axis: int = -1) -> Any:
+def diff(a: ArrayLike, n: int = 1, axis: int = -1) -> Array:
     """NumPy's n-th discrete difference along ``axis``."""
-    if not _is_traced(a):
+    if not isinstance(a, _Tensor):
         return _np.diff(a, n=n, axis=axis)
     ax = axis % a.ndim
     pre = (slice(None),) * ax
@@ -431,19 +446,19 @@ def diff(a: Any, n: int = 1, axis: int = -1) -> Any:
 _exports.export(diff, torch="diff(n=1, dim=-1)", top=True)
 
 
-def log2(x: Any) -> Any:
+def log2(x: ArrayLike) -> Array:
     # (math's log: a Python float, which does not make float32 float64)
     return _np.log2(x) if not _is_traced(x) else _ops.log(x) * (1 / _math.log(2))
 _exports.export(log2, torch="log2()", top=True, promote="float")
 
 
-def log10(x: Any) -> Any:
+def log10(x: ArrayLike) -> Array:
     return _np.log10(x) if not _is_traced(x) else _ops.log(x) * (1 / _math.log(10))
 _exports.export(log10, torch="log10()", top=True, promote="float")
 
 
-def exp2(x: Any) -> Any:
-    return _np.exp2(x) if not _is_traced(x) else _ops.exp(x * _math.log(2))
+def exp2(x: ArrayLike) -> Array:
+    return _np.exp2(x) if not isinstance(x, _Tensor) else _ops.exp(x * _math.log(2))
 _exports.export(exp2, torch="exp2()", top=True, promote="float")
 
 
@@ -499,8 +514,8 @@ isneginf = _on_values(_np.isneginf)
 
 
 @_numpy_on_arrays(_np.nan_to_num)
-def nan_to_num(x: Any, copy: bool = True, nan: float = 0.0, posinf: Any = None,  # noqa: A002
-               neginf: Any = None) -> Any:
+def nan_to_num(x: ArrayLike, copy: bool = True, nan: float = 0.0, posinf: float | None = None,  # noqa: A002
+               neginf: float | None = None) -> Array:
     """NumPy's: NaN becomes ``nan``, +-inf the largest finite numbers of the dtype (or
     ``posinf``/``neginf``); the gradient flows where the value is kept."""
     info = _np.finfo(_np.result_type(_d(x)))
@@ -512,14 +527,14 @@ _exports.export(nan_to_num, torch="nan_to_num(nan=0.0, posinf=None, neginf=None)
 
 
 @_numpy_on_arrays(_np.heaviside)
-def heaviside(x: Any, h0: Any) -> Any:
+def heaviside(x: ArrayLike, h0: ArrayLike) -> Array:
     step = _ops.astype(_ops.greater(x, 0), _np.result_type(_d(x)))  # x's dtype: float32 stays float32
     # NaN stays NaN (NumPy's)
     return _ops.where(_ops.isnan(x), _np.nan, _ops.where(_ops.equal(x, 0), h0, step))
 _exports.export(heaviside, torch="heaviside(values, /)", top=True)
 
 
-def sigmoid(x: Any) -> Any:
+def sigmoid(x: ArrayLike) -> Array:
     """Not NumPy's, but what every network needs (SciPy's ``expit``)."""
     return _ops.sigmoid(x)
 
@@ -549,19 +564,21 @@ empty_like = _constant_like(_np.empty_like)
 full_like = _constant_like(_np.full_like)
 
 
-def result_type(*arrays_and_dtypes: Any) -> Any:
+def result_type(*arrays_and_dtypes: Any) -> _np.dtype:
     return _np.result_type(*(_raw(x) for x in arrays_and_dtypes))
 
 
-def allclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> bool:
+def allclose(a: ArrayLike, b: ArrayLike, rtol: float = 1e-05, atol: float = 1e-08,
+             equal_nan: bool = False) -> bool:
     return bool(_np.allclose(_raw(a), _raw(b), rtol=rtol, atol=atol, equal_nan=equal_nan))
 
 
-def array_equal(a1: Any, a2: Any, equal_nan: bool = False) -> bool:
+def array_equal(a1: ArrayLike, a2: ArrayLike, equal_nan: bool = False) -> bool:
     return bool(_np.array_equal(_raw(a1), _raw(a2), equal_nan=equal_nan))
 
 
-def isclose(a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False) -> Any:
+def isclose(a: ArrayLike, b: ArrayLike, rtol: float = 1e-05, atol: float = 1e-08,
+            equal_nan: bool = False) -> Array:
     out = _np.isclose(_raw(a), _raw(b), rtol=rtol, atol=atol, equal_nan=equal_nan)
     return _constant(_np.asarray(out)) if _is_traced(a, b) else out
 
@@ -571,7 +588,7 @@ __version__ = _np.__version__
 
 
 @_numpy_on_arrays(_np.append)
-def append(arr: Any, values: Any, axis: Any = None) -> Any:
+def append(arr: ArrayLike, values: ArrayLike, axis: int | None = None) -> Array:
     if axis is None:
         return _ops.concatenate([_ops.ravel(arr), _ops.ravel(values)], axis=0)
     return _ops.concatenate([arr, values], axis=axis)
@@ -584,23 +601,23 @@ def _split_along(name: str, ary: Any, indices_or_sections: Any, axis: int, min_n
 
 
 @_numpy_on_arrays(_np.hsplit)
-def hsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
+def hsplit(ary: ArrayLike, indices_or_sections: int | Sequence[int]) -> list[Array]:
     axis = 1 if _np.ndim(_d(ary)) > 1 else 0
     return _split_along("hsplit", ary, indices_or_sections, axis, 1)
 
 
 @_numpy_on_arrays(_np.vsplit)
-def vsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
+def vsplit(ary: ArrayLike, indices_or_sections: int | Sequence[int]) -> list[Array]:
     return _split_along("vsplit", ary, indices_or_sections, 0, 2)
 
 
 @_numpy_on_arrays(_np.dsplit)
-def dsplit(ary: Any, indices_or_sections: Any) -> list[Any]:
+def dsplit(ary: ArrayLike, indices_or_sections: int | Sequence[int]) -> list[Array]:
     return _split_along("dsplit", ary, indices_or_sections, 2, 3)
 
 
 @_numpy_on_arrays(_np.column_stack)
-def column_stack(tup: Any) -> Any:
+def column_stack(tup: Sequence[ArrayLike]) -> Array:
     cols = [_ops.reshape(t, (-1, 1)) if _np.ndim(_d(t)) < 2 else t for t in tup]
     return _ops.concatenate(cols, axis=1)
 
@@ -609,7 +626,7 @@ row_stack = vstack
 
 
 @_numpy_on_arrays(_np.atleast_3d)
-def atleast_3d(*arys: Any) -> Any:
+def atleast_3d(*arys: ArrayLike) -> Array | tuple[Array, ...]:
     out = []
     for x in arys:
         shp = _np.shape(_d(x))
@@ -618,13 +635,13 @@ def atleast_3d(*arys: Any) -> Any:
 
 
 @_numpy_on_arrays(_np.radians)
-def radians(x: Any) -> Any:
-    return x * (_math.pi / 180)
+def radians(x: ArrayLike) -> Array:
+    return cast(_Tensor, x) * (_math.pi / 180)  # (NumPy input took NumPy's path)
 
 
 @_numpy_on_arrays(_np.degrees)
-def degrees(x: Any) -> Any:
-    return x * (180 / _math.pi)
+def degrees(x: ArrayLike) -> Array:
+    return cast(_Tensor, x) * (180 / _math.pi)  # (NumPy input took NumPy's path)
 
 
 deg2rad = _numpy_on_arrays(_np.deg2rad)(radians.__wrapped__)
@@ -634,47 +651,47 @@ _exports.export(rad2deg, numpy="rad2deg", torch="rad2deg()", top=True, promote="
 
 
 @_numpy_on_arrays(_np.fmax)
-def fmax(x1: Any, x2: Any) -> Any:
+def fmax(x1: ArrayLike, x2: ArrayLike) -> Array:
     """maximum, except that a NaN loses (the other argument is taken, with its gradient)."""
     return _ops.where(_ops.isnan(x2), x1, _ops.where(_ops.isnan(x1), x2, _ops.maximum(x1, x2)))
 _exports.export(fmax, torch="fmax(other, /)", top=True, promote="binary")
 
 
 @_numpy_on_arrays(_np.fmin)
-def fmin(x1: Any, x2: Any) -> Any:
+def fmin(x1: ArrayLike, x2: ArrayLike) -> Array:
     return _ops.where(_ops.isnan(x2), x1, _ops.where(_ops.isnan(x1), x2, _ops.minimum(x1, x2)))
 _exports.export(fmin, torch="fmin(other, /)", top=True, promote="binary")
 
 
 @_numpy_on_arrays(_np.select)
-def select(condlist: Any, choicelist: Any, default: Any = 0) -> Any:
+def select(condlist: Sequence[ArrayLike], choicelist: Sequence[ArrayLike], default: ArrayLike = 0) -> Array:
     if len(condlist) != len(choicelist):
         raise ValueError("select: list of cases must be same length as list of conditions")
     out = default
     for cond, choice in zip(reversed(condlist), reversed(choicelist)):  # the first true one wins
         out = _ops.where(cond, choice, out)
-    return out
+    return cast(_Tensor, out)  # (NumPy input took NumPy's path)
 
 
 @_numpy_on_arrays(_np.flipud)
-def flipud(m: Any) -> Any:
+def flipud(m: ArrayLike) -> Array:
     return _ops.flip(m, 0)
 
 
 @_numpy_on_arrays(_np.fliplr)
-def fliplr(m: Any) -> Any:
+def fliplr(m: ArrayLike) -> Array:
     if _np.ndim(_d(m)) < 2:
         raise ValueError("fliplr: input must be >= 2-d")
     return _ops.flip(m, 1)
 
 
 @_numpy_on_arrays(_np.rot90)
-def rot90(m: Any, k: int = 1, axes: Any = (0, 1)) -> Any:
+def rot90(m: ArrayLike, k: int = 1, axes: tuple[int, int] = (0, 1)) -> Array:
     """NumPy's rot90: flips and a swap of the two axes."""
     a0, a1 = axes
     k %= 4
     if k == 0:
-        return m
+        return cast(_Tensor, m)  # (NumPy input took NumPy's path)
     if k == 2:
         return _ops.flip(_ops.flip(m, a0), a1)
     order = list(range(_np.ndim(_d(m))))
@@ -683,7 +700,7 @@ def rot90(m: Any, k: int = 1, axes: Any = (0, 1)) -> Any:
 
 
 @_numpy_on_arrays(_np.rollaxis)
-def rollaxis(a: Any, axis: int, start: int = 0) -> Any:
+def rollaxis(a: ArrayLike, axis: int, start: int = 0) -> Array:
     n = _np.ndim(_d(a))
     axis %= n
     start = start + n if start < 0 else start
@@ -691,11 +708,11 @@ def rollaxis(a: Any, axis: int, start: int = 0) -> Any:
         raise ValueError(f"rollaxis: start {start} is out of range for {n} dimensions")
     if axis < start:
         start -= 1
-    return a if axis == start else _ops.moveaxis(a, axis, start)
+    return cast(_Tensor, a) if axis == start else _ops.moveaxis(a, axis, start)
 
 
 @_numpy_on_arrays(_np.kron)
-def kron(a: Any, b: Any) -> Any:
+def kron(a: ArrayLike, b: ArrayLike) -> Array:
     sa, sb = _np.shape(_d(a)), _np.shape(_d(b))
     nd = _builtins.max(len(sa), len(sb))
     sa, sb = (1,) * (nd - len(sa)) + sa, (1,) * (nd - len(sb)) + sb
@@ -707,16 +724,17 @@ _exports.export(kron, torch="kron(other, /)", top=True)
 
 
 @_numpy_on_arrays(_np.cross)
-def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: Any = None) -> Any:
+def cross(a: ArrayLike, b: ArrayLike, axisa: int = -1, axisb: int = -1, axisc: int = -1,
+          axis: int | None = None) -> Array:
     """NumPy's cross product of 3-vectors (and of 2-vectors: the z component) along the axes."""
     if axis is not None:
         axisa = axisb = axisc = axis
-    a, b = _ops.moveaxis(a, axisa, -1), _ops.moveaxis(b, axisb, -1)
-    na, nb = _np.shape(_d(a))[-1], _np.shape(_d(b))[-1]
+    ta, tb = _ops.moveaxis(a, axisa, -1), _ops.moveaxis(b, axisb, -1)
+    na, nb = _np.shape(_d(ta))[-1], _np.shape(_d(tb))[-1]
     if na not in (2, 3) or nb not in (2, 3):
         raise ValueError("incompatible dimensions for cross product (dimension must be 2 or 3)")
-    a0, a1, a2 = a[..., 0], a[..., 1], a[..., 2] if na == 3 else 0.0
-    b0, b1, b2 = b[..., 0], b[..., 1], b[..., 2] if nb == 3 else 0.0
+    a0, a1, a2 = ta[..., 0], ta[..., 1], ta[..., 2] if na == 3 else 0.0
+    b0, b1, b2 = tb[..., 0], tb[..., 1], tb[..., 2] if nb == 3 else 0.0
     z = a0 * b1 - a1 * b0
     if na == 2 and nb == 2:
         return z
@@ -725,16 +743,18 @@ def cross(a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axi
 
 
 @_numpy_on_arrays(_np.linspace)
-def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retstep: bool = False,
-             dtype: DTypeLike = None, axis: int = 0) -> Any:
+def linspace(start: ArrayLike, stop: ArrayLike, num: int = 50, endpoint: bool = True,
+             retstep: bool = False, dtype: DTypeLike = None, axis: int = 0
+             ) -> Array | tuple[Array, Array | float]:
     """NumPy's linspace, differentiable in ``start`` and ``stop``."""
     if dtype is not None and _np.dtype(dtype).kind not in "fc":
         raise TypeError("rlgrad.numpy.linspace on Tensors: an integer dtype has no gradient")
     div = (num - 1) if endpoint else num
-    span = stop - start
+    span = cast(_Tensor, stop) - start  # (NumPy input took NumPy's path)
     nd = _np.ndim(_d(span))
     frac = _np.arange(num, dtype=_np.result_type(_d(span), 1.0)).reshape((-1,) + (1,) * nd)
-    y = start + frac * (span / div) if div > 0 else start + frac * span
+    begin = cast(_Tensor, start)
+    y = begin + frac * (span / div) if div > 0 else begin + frac * span
     if endpoint and num > 1:  # NumPy puts stop itself last
         last = (_np.arange(num) == num - 1).reshape((-1,) + (1,) * nd)
         y = _ops.where(last, stop, y)
@@ -743,7 +763,7 @@ def linspace(start: Any, stop: Any, num: int = 50, endpoint: bool = True, retste
     return (y, span / div if div > 0 else _np.nan) if retstep else y
 
 
-def make_diagonal(D: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Any:
+def make_diagonal(D: ArrayLike, offset: int = 0, axis1: int = 0, axis2: int = 1) -> Array:
     """autograd's make_diagonal: the last axis of ``D`` made into diagonal matrices (the inverse
     of ``diagonal(.., axis1=-1, axis2=-2)``); only offset=0, axis1=-1, axis2=-2, as autograd."""
     if not (offset == 0 and axis1 == -1 and axis2 == -2):
@@ -788,21 +808,21 @@ def _real_only(name: str, x: Any) -> None:
 
 
 @_numpy_on_arrays(_np.real)
-def real(val: Any) -> Any:
+def real(val: ArrayLike) -> Array:
     _real_only("real", val)
-    return val
+    return cast(_Tensor, val)  # (NumPy input took NumPy's path)
 
 
 @_numpy_on_arrays(_np.imag)
-def imag(val: Any) -> Any:
+def imag(val: ArrayLike) -> Array:
     _real_only("imag", val)
     return zeros_like(val)  # a constant: the imaginary part of a real number does not move
 
 
 @_numpy_on_arrays(_np.conjugate)
-def conjugate(x: Any) -> Any:
+def conjugate(x: ArrayLike) -> Array:
     _real_only("conjugate", x)
-    return x
+    return cast(_Tensor, x)  # (NumPy input took NumPy's path)
 
 
 conj = conjugate
@@ -811,23 +831,24 @@ conj = conjugate
 _angle_values = _on_values(_np.angle)
 
 
-def angle(z: Any, deg: bool = False) -> Any:
+def angle(z: ArrayLike, deg: bool = False) -> Array:
     """NumPy's angle; of a real Tensor it is piecewise constant (0 or pi), so no gradient."""
     _real_only("angle", z)
     return _angle_values(z, deg)
 
 
 @_numpy_on_arrays(_np.real_if_close)
-def real_if_close(a: Any, tol: float = 100) -> Any:
+def real_if_close(a: ArrayLike, tol: float = 100) -> Array:
     _real_only("real_if_close", a)
-    return a
+    return cast(_Tensor, a)  # (NumPy input took NumPy's path)
 
 
 argpartition = _on_values(_np.argpartition)
 
 
 @_numpy_on_arrays(_np.partition)
-def partition(a: Any, kth: Any, axis: Any = -1, kind: str = "introselect", order: Any = None) -> Any:
+def partition(a: ArrayLike, kth: int | Sequence[int], axis: int | None = -1, kind: str = "introselect",
+              order: str | Sequence[str] | None = None) -> Array:
     """NumPy's partition: the elements moved where NumPy moves them (recorded: jit recomputes)."""
     if order is not None:
         raise TypeError("rlgrad.numpy.partition takes no order= (structured arrays)")
@@ -837,7 +858,8 @@ def partition(a: Any, kth: Any, axis: Any = -1, kind: str = "introselect", order
 
 
 @_numpy_on_arrays(_np.gradient)
-def gradient(f: Callable[..., Any], *varargs: Any, axis: Any = None, edge_order: int = 1) -> Any:
+def gradient(f: ArrayLike, *varargs: float, axis: Axis = None, edge_order: int = 1
+             ) -> Array | tuple[Array, ...]:
     """NumPy's gradient with uniform (scalar) spacings: central differences inside, one-sided
     (edge_order 1 or 2) at the edges."""
     nd = _np.ndim(_d(f))
@@ -873,12 +895,12 @@ def _gradient_1d(f: Any, ax: int, h: float, edge_order: int) -> Any:
 
 
 @_numpy_on_arrays(_np.permute_dims)
-def permute_dims(a: Any, axes: Any = None) -> Any:
+def permute_dims(a: ArrayLike, axes: Sequence[int] | None = None) -> Array:
     return _ops.transpose(a, axes)
 
 
 @_numpy_on_arrays(_np.full)
-def full(shape: Any, fill_value: Any, dtype: DTypeLike = None, order: str = "C") -> Any:
+def full(shape: ShapeLike, fill_value: ArrayLike, dtype: DTypeLike = None, order: str = "C") -> Array:
     """NumPy's full, differentiable in ``fill_value`` (as autograd's)."""
     out = _ops.broadcast_to(fill_value, (shape,) if isinstance(shape, int) else tuple(shape))
     return _ops.astype(out, dtype) if dtype is not None else out * 1  # (a copy, as NumPy's)

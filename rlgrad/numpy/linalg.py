@@ -17,7 +17,8 @@ undefined: it raises, as a gradient that cannot be computed must.
 from __future__ import annotations
 
 import builtins as _builtins
-from typing import Any, Literal, NamedTuple
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, cast, overload
 
 import numpy as _np
 
@@ -52,22 +53,25 @@ from rlgrad.tensor import _shape, _Trace, constant
 from rlgrad.tracer import defbatch, defjvp, defvjp, pass_through, primitive
 
 LinAlgError = _np.linalg.LinAlgError
+if TYPE_CHECKING:
+    from rlgrad.typing import Array, ArrayLike, FloatArrayLike, NormOrd
 
 
+# (the results of a Tensor; an array gets NumPy's own)
 class EighResult(NamedTuple):
-    eigenvalues: Any
-    eigenvectors: Any
+    eigenvalues: _Tensor
+    eigenvectors: _Tensor
 
 
 class EigResult(NamedTuple):
-    eigenvalues: Any
-    eigenvectors: Any
+    eigenvalues: _Tensor
+    eigenvectors: _Tensor
 
 
 class SVDResult(NamedTuple):
-    U: Any
-    S: Any
-    Vh: Any
+    U: _Tensor
+    S: _Tensor
+    Vh: _Tensor
 
 
 def _data(x: Any) -> Any:
@@ -153,18 +157,26 @@ defvjp(_eigh_p, _eigh_vjp)
 defjvp(_eigh_p, _eigh_jvp)
 
 
-def eigh(a: Any, UPLO: Literal["L", "U"] = "L") -> Any:  # noqa: N803
+@overload
+def eigh(a: _Tensor, UPLO: Literal["L", "U"] = "L") -> EighResult: ...
+@overload
+def eigh(a: ArrayLike, UPLO: Literal["L", "U"] = "L") -> tuple[Array, Array]: ...
+def eigh(a: ArrayLike, UPLO: Literal["L", "U"] = "L") -> EighResult | tuple[Array, Array]:
     """NumPy's eigh; differentiable in the triangle it reads (``UPLO``)."""
     if not isinstance(a, _Tensor):
-        return _np.linalg.eigh(a, UPLO)
+        return _np.linalg.eigh(_np.asanyarray(a), UPLO)
     _real_only(a, "eigh")
     p = _eigh_p(a, UPLO)
     return EighResult(p[..., 0, :], p[..., 1:, :])
 
 
-def eigvalsh(a: Any, UPLO: Literal["L", "U"] = "L") -> Any:  # noqa: N803
+@overload
+def eigvalsh(a: _Tensor, UPLO: Literal["L", "U"] = "L") -> _Tensor: ...
+@overload
+def eigvalsh(a: ArrayLike, UPLO: Literal["L", "U"] = "L") -> Array: ...
+def eigvalsh(a: ArrayLike, UPLO: Literal["L", "U"] = "L") -> _Tensor | Array:
     if not isinstance(a, _Tensor):
-        return _np.linalg.eigvalsh(a, UPLO)
+        return _np.linalg.eigvalsh(_np.asanyarray(a), UPLO)
     return eigh(a, UPLO)[0]
 
 
@@ -212,18 +224,26 @@ defvjp(_eig_p, _eig_vjp)
 defjvp(_eig_p, _eig_jvp)
 
 
-def eig(a: Any) -> Any:
+@overload
+def eig(a: _Tensor) -> EigResult: ...
+@overload
+def eig(a: ArrayLike) -> tuple[Array, Array]: ...
+def eig(a: ArrayLike) -> EigResult | tuple[Array, Array]:
     """NumPy's eig; on a Tensor every eigenvalue must be real (else a ValueError)."""
     if not isinstance(a, _Tensor):
-        return _np.linalg.eig(a)
+        return _np.linalg.eig(_np.asanyarray(a))
     _real_only(a, "eig")
     p = _eig_p(a)
     return EigResult(p[..., 0, :], p[..., 1:, :])
 
 
-def eigvals(a: Any) -> Any:
+@overload
+def eigvals(a: _Tensor) -> _Tensor: ...
+@overload
+def eigvals(a: ArrayLike) -> Array: ...
+def eigvals(a: ArrayLike) -> _Tensor | Array:
     if not isinstance(a, _Tensor):
-        return _np.linalg.eigvals(a)
+        return _np.linalg.eigvals(_np.asanyarray(a))
     return eig(a)[0]
 
 
@@ -360,12 +380,22 @@ def _svdvals_jvp(t: Any, a: Any) -> Any:
     return sum(u * matmul(t, _T(vh)), axis=-2)
 
 
-def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: bool = False) -> Any:
+@overload
+def svd(a: _Tensor, full_matrices: bool = True, compute_uv: Literal[True] = True,
+        hermitian: bool = False) -> SVDResult: ...
+@overload
+def svd(a: _Tensor, full_matrices: bool = True, *, compute_uv: Literal[False],
+        hermitian: bool = False) -> _Tensor: ...
+@overload
+def svd(a: ArrayLike, full_matrices: bool = True, compute_uv: bool = True,
+        hermitian: bool = False) -> tuple[Array, Array, Array] | Array: ...
+def svd(a: ArrayLike, full_matrices: bool = True, compute_uv: bool = True,
+        hermitian: bool = False) -> SVDResult | _Tensor | tuple[Array, Array, Array] | Array:
     """NumPy's svd; on a Tensor ``hermitian=True`` is refused (use eigh, or hermitian=False)."""
     if not isinstance(a, _Tensor):
         if not compute_uv:  # (NumPy's overloads: the values alone)
-            return _np.linalg.svd(a, full_matrices, False, hermitian)
-        return _np.linalg.svd(a, full_matrices, True, hermitian)
+            return _np.linalg.svd(_np.asanyarray(a), full_matrices, False, hermitian)
+        return _np.linalg.svd(_np.asanyarray(a), full_matrices, True, hermitian)
     _real_only(a, "svd")
     if hermitian:
         raise NotImplementedError("rlgrad.numpy.linalg.svd(hermitian=True) of a Tensor: use "
@@ -375,9 +405,13 @@ def svd(a: Any, full_matrices: bool = True, compute_uv: bool = True, hermitian: 
     return SVDResult(*_svd_unpack(_svd_p(a, bool(full_matrices)), a.shape, bool(full_matrices)))
 
 
-def svdvals(x: Any) -> Any:
+@overload
+def svdvals(x: _Tensor) -> _Tensor: ...
+@overload
+def svdvals(x: ArrayLike) -> Array: ...
+def svdvals(x: ArrayLike) -> _Tensor | Array:
     if not isinstance(x, _Tensor):
-        return _np.linalg.svdvals(x)
+        return _np.linalg.svdvals(_np.asanyarray(x))
     return svd(x, compute_uv=False)
 
 
@@ -408,10 +442,17 @@ defvjp(_pinv_p, _pinv_vjp)
 defjvp(_pinv_p, _pinv_jvp)
 
 
-def pinv(a: Any, rcond: Any = None, hermitian: bool = False, **kwargs: Any) -> Any:
+@overload
+def pinv(a: _Tensor, rcond: FloatArrayLike | None = None, hermitian: bool = False,
+         **kwargs: Any) -> _Tensor: ...
+@overload
+def pinv(a: ArrayLike, rcond: FloatArrayLike | None = None, hermitian: bool = False,
+         **kwargs: Any) -> Array: ...
+def pinv(a: ArrayLike, rcond: FloatArrayLike | None = None, hermitian: bool = False,
+         **kwargs: Any) -> _Tensor | Array:
     """NumPy's pinv (``rcond``/``rtol`` as NumPy's); on a Tensor ``hermitian=True`` is refused."""
     if not isinstance(a, _Tensor):
-        return _np.linalg.pinv(a, rcond, hermitian, **kwargs)
+        return _np.linalg.pinv(_np.asanyarray(a), rcond, hermitian, **kwargs)
     _real_only(a, "pinv")
     if hermitian:
         raise NotImplementedError("rlgrad.numpy.linalg.pinv(hermitian=True) of a Tensor: use "
@@ -421,8 +462,8 @@ def pinv(a: Any, rcond: Any = None, hermitian: bool = False, **kwargs: Any) -> A
 
 # ---- slogdet, matrix_power ---------------------------------------------------------------------
 class SlogdetResult(NamedTuple):
-    sign: Any
-    logabsdet: Any
+    sign: Array  # (an array of the values outside rlgrad.jit: it carries no gradient)
+    logabsdet: _Tensor
 
 
 def _sign_of_det(a: Any) -> Any:
@@ -433,18 +474,26 @@ _slogdet_sign = primitive(_sign_of_det, "slogdet_sign", nondiff=True, arity=1)
 defbatch(_slogdet_sign, "leading")
 
 
-def slogdet(a: Any) -> Any:
+@overload
+def slogdet(a: _Tensor) -> SlogdetResult: ...
+@overload
+def slogdet(a: ArrayLike) -> tuple[Array, Array]: ...
+def slogdet(a: ArrayLike) -> SlogdetResult | tuple[Array, Array]:
     """(sign, log|det|); the sign is piecewise constant, so only the second carries a gradient."""
     if not isinstance(a, _Tensor):
-        return _np.linalg.slogdet(a)
+        return _np.linalg.slogdet(_np.asanyarray(a))
     sign = _slogdet_sign(a)  # a primitive, so rlgrad.jit recomputes it at every call
     return SlogdetResult(sign._value if not _Trace.compiling else sign, logabsdet(a))
 
 
-def matrix_power(a: Any, n: int) -> Any:
+@overload
+def matrix_power(a: _Tensor, n: int) -> _Tensor: ...
+@overload
+def matrix_power(a: ArrayLike, n: int) -> Array: ...
+def matrix_power(a: ArrayLike, n: int) -> _Tensor | Array:
     """NumPy's matrix_power: products of ``a`` (of ``inv(a)`` for n < 0), NumPy's order."""
     if not isinstance(a, _Tensor):
-        return _np.linalg.matrix_power(a, n)
+        return _np.linalg.matrix_power(_np.asanyarray(a), n)
     n = int(_np.asarray(n).__index__())  # NumPy's TypeError for a non-integer power
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         _np.linalg.matrix_power(a._value, n)  # NumPy's error for a non-square input
@@ -458,7 +507,7 @@ def matrix_power(a: Any, n: int) -> Any:
         n, bit = divmod(n, 2)
         if bit:
             result = z if result is None else matmul(result, z)
-    return result
+    return cast(_Tensor, result)
 
 
 # ---- norm --------------------------------------------------------------------------------------
@@ -503,7 +552,14 @@ def _matrix_norm(x: Any, ord: Any, row: int, col: int) -> Any:  # noqa: A002
     return max(sums, axis=rest) if ord in (1, _np.inf) else min(sums, axis=rest)
 
 
-def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> Any:  # noqa: A002
+@overload
+def norm(x: _Tensor, ord: NormOrd = None,  # noqa: A002
+         axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> _Tensor: ...
+@overload
+def norm(x: ArrayLike, ord: NormOrd = None,  # noqa: A002
+         axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Array: ...
+def norm(x: ArrayLike, ord: NormOrd = None,  # noqa: A002
+         axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> _Tensor | Array:
     """NumPy's norm, every ``ord`` it takes: vector p-norms (any p, 0, +-inf), and for matrices
     Frobenius, nuclear, +-2 (extreme singular values), +-1 and +-inf (column/row sums)."""
     if type(x) in (list, tuple) and _holds_tensor(x):  # (autograd's norm takes lists too)
@@ -512,7 +568,7 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
         return _np.linalg.norm(x, ord=ord, axis=axis, keepdims=keepdims)
     _real_only(x, "norm")
     if x.dtype.kind not in "fc":
-        x = astype(x, float)
+        x = cast(_Tensor, astype(x, float))
     nd = x.ndim
     if axis is None:
         if ord is None or (ord in ("f", "fro") and nd == 2) or (ord == 2 and nd == 1):
@@ -536,10 +592,18 @@ def norm(x: Any, ord: Any = None, axis: Any = None, keepdims: bool = False) -> A
     return out
 
 
-def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any = 2) -> Any:  # noqa: A002
+@overload
+def vector_norm(x: _Tensor, /, *, axis: int | tuple[int, ...] | None = None,
+                keepdims: bool = False, ord: float = 2) -> _Tensor: ...
+@overload
+def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | None = None,
+                keepdims: bool = False, ord: float = 2) -> Array: ...
+def vector_norm(x: ArrayLike, /, *, axis: int | tuple[int, ...] | None = None,
+                keepdims: bool = False, ord: float = 2) -> _Tensor | Array:
     """NumPy 2's vector_norm: over all axes (None) or several, flattened together."""
     if not isinstance(x, _Tensor):
-        return _np.linalg.vector_norm(x, axis=axis, keepdims=keepdims, ord=ord)
+        # (NumPy's stub leaves out axis=None, which NumPy takes: its default)
+        return _np.linalg.vector_norm(x, axis=axis, keepdims=keepdims, ord=ord)  # type: ignore[arg-type]
     shape = x.shape
     axes = tuple(range(x.ndim)) if axis is None else (axis,) if not isinstance(axis, tuple) else axis
     axes = tuple(_np.lib.array_utils.normalize_axis_index(a, x.ndim) for a in axes)
@@ -549,28 +613,40 @@ def vector_norm(x: Any, /, *, axis: Any = None, keepdims: bool = False, ord: Any
     return reshape(out, tuple(1 if i in axes else s for i, s in enumerate(shape))) if keepdims else out
 
 
-def matrix_norm(x: Any, /, *, keepdims: bool = False, ord: Any = "fro") -> Any:  # noqa: A002
+@overload
+def matrix_norm(x: _Tensor, /, *, keepdims: bool = False, ord: NormOrd = "fro") -> _Tensor: ...
+@overload
+def matrix_norm(x: ArrayLike, /, *, keepdims: bool = False, ord: NormOrd = "fro") -> Array: ...
+def matrix_norm(x: ArrayLike, /, *, keepdims: bool = False, ord: NormOrd = "fro") -> _Tensor | Array:
     """NumPy 2's matrix_norm: the norm of each matrix over the last two axes."""
     if not isinstance(x, _Tensor):
         return _np.linalg.matrix_norm(x, keepdims=keepdims, ord=ord)
     return norm(x, ord, axis=(-2, -1), keepdims=keepdims)
 
 
-def matrix_transpose(x: Any, /) -> Any:
+@overload
+def matrix_transpose(x: _Tensor, /) -> _Tensor: ...
+@overload
+def matrix_transpose(x: ArrayLike, /) -> Array: ...
+def matrix_transpose(x: ArrayLike, /) -> _Tensor | Array:
     return _T(x) if isinstance(x, _Tensor) else _np.linalg.matrix_transpose(x)
 
 
-def multi_dot(arrays: Any, *, out: Any = None) -> Any:
+@overload
+def multi_dot(arrays: Sequence[_Tensor], *, out: None = None) -> _Tensor: ...
+@overload
+def multi_dot(arrays: Sequence[ArrayLike], *, out: None = None) -> Array: ...
+def multi_dot(arrays: Sequence[ArrayLike], *, out: None = None) -> _Tensor | Array:
     """NumPy's multi_dot as a chain of matmuls, left to right (NumPy may choose another order:
     the same product up to rounding)."""
     if out is not None or not any(isinstance(a, _Tensor) for a in arrays):
-        return _np.linalg.multi_dot(arrays, out=out)
+        return _np.linalg.multi_dot([_np.asanyarray(a) for a in arrays], out=out)
     if len(arrays) < 2:
         raise ValueError("Expecting at least two arrays.")
     result = arrays[0]
     for a in arrays[1:]:
         result = matmul(result, a)
-    return result
+    return cast(_Tensor, result)
 
 
 # ---- qr (reduced, m >= n) ----------------------------------------------------------------------
@@ -617,15 +693,22 @@ defjvp(_qr_p, _qr_jvp)
 
 
 class QRResult(NamedTuple):
-    Q: Any
-    R: Any
+    Q: _Tensor
+    R: _Tensor
 
 
-def qr(a: Any, mode: Literal["reduced", "complete", "r", "raw"] = "reduced") -> Any:
+@overload
+def qr(a: _Tensor, mode: Literal["reduced", "complete", "r", "raw"] = "reduced"
+       ) -> QRResult | _Tensor: ...
+@overload
+def qr(a: ArrayLike, mode: Literal["reduced", "complete", "r", "raw"] = "reduced"
+       ) -> tuple[Array, Array] | Array: ...
+def qr(a: ArrayLike, mode: Literal["reduced", "complete", "r", "raw"] = "reduced"
+       ) -> QRResult | _Tensor | tuple[Array, Array] | Array:
     """NumPy's qr; on a Tensor differentiable for ``mode='reduced'`` with rows >= columns (the
     other shapes and modes give values without a gradient path, or raise if one is needed)."""
     if not isinstance(a, _Tensor):
-        return _np.linalg.qr(a, mode)
+        return _np.linalg.qr(_np.asanyarray(a), mode)
     _real_only(a, "qr")
     m, n = a.shape[-2:]
     if mode == "reduced" and m >= n:
@@ -684,7 +767,8 @@ defjvp(_solve_triangular_p, _solve_triangular_jvp_a,
        lambda t, ans, a, b, upper, unit: _solve_triangular_p(a, t, upper, unit))
 
 
-def solve_triangular(a: Any, b: Any, lower: bool = False, unit_diagonal: bool = False) -> Any:
+def solve_triangular(a: ArrayLike, b: ArrayLike, lower: bool = False, unit_diagonal: bool = False
+                     ) -> _Tensor:
     """SciPy's ``solve_triangular(a, b, lower=False)`` on matrices ``b`` (the triangle of ``a``
     named by ``lower`` is read, the rest ignored); differentiable in ``a`` and ``b``."""
     return _solve_triangular_p(a, b, not lower, bool(unit_diagonal))
@@ -729,7 +813,11 @@ defvjp(_expm_p, lambda g, ans, a: _expm_frechet(_T(a), g))  # L(A)^* = L(A^T)
 defjvp(_expm_p, lambda t, ans, a: _expm_frechet(a, t))
 
 
-def expm(a: Any) -> Any:
+@overload
+def expm(a: _Tensor) -> _Tensor: ...
+@overload
+def expm(a: ArrayLike) -> Array: ...
+def expm(a: ArrayLike) -> _Tensor | Array:
     """The matrix exponential (SciPy's ``expm``) of a matrix or a batch of them."""
     if not isinstance(a, _Tensor):
         return _expm_fwd(a)

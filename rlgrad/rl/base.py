@@ -29,6 +29,7 @@ from rlgrad import threads
 from rlgrad.nn import init as nn_init
 from rlgrad.random import Generator, generator_state_dict, load_generator_state
 from rlgrad.rl.callbacks import BaseCallback, make_callback
+from rlgrad.rl.common.save_util import PathOrFile
 from rlgrad.rl.common.save_util_model import (
     SpacesOnlyEnv,
     apply_archive,
@@ -792,7 +793,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             else:
                 obj.load_state_dict(params)
 
-    def _set_parameters_from_file(self, path: str | os.PathLike, exact_match: bool) -> None:
+    def _set_parameters_from_file(self, path: PathOrFile, exact_match: bool) -> None:
         path = resolve_saved(path)
         ckpt = read_archive(path, None).own if is_archive_file(path) else rlgrad.load(path)
         if ckpt is None:  # an archive SB3 wrote: its .pth files, by SB3's object names
@@ -811,7 +812,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """The constructor arguments (JSON-like) that rebuild this algorithm."""
         return dict(self._hyperparams)
 
-    def save(self, path: str | os.PathLike | Any, exclude: list[str] | None = None,
+    def save(self, path: PathOrFile, exclude: list[str] | None = None,
              include: list[str] | None = None, include_replay_buffer: bool = False,
              function_hyperparams: str = "refuse") -> None:
         """Write the model to ``path``: SB3's archive (``.zip`` appended when the name has no
@@ -842,7 +843,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             save_archive(self, target, hp, ckpt)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, env: EnvLike | None = None, device: DeviceLike = "auto",
+    def load(cls, path: PathOrFile, env: EnvLike | None = None, device: DeviceLike = "auto",
              custom_objects: dict[str, Any] | None = None, print_system_info: bool = False,
              force_reset: bool = True, **overrides: Any) -> BaseAlgorithm:
         """The algorithm saved at ``path`` (a classmethod, as SB3's): SB3's archive (SB3's or

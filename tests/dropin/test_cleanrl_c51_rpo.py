@@ -6,30 +6,17 @@ with a fixed seed (the untrained policy's returns are ~20); RPO runs its updates
 
 from __future__ import annotations
 
-import importlib.util
-import re
-from pathlib import Path
-
 import numpy as np
 import pytest
-
-HERE = Path(__file__).parent
+from helpers.cleanrl_scripts import lines_naming_rlgrad, load, only_imports
 
 pytest.importorskip("gymnasium")
 
 
-def load(name: str):  # noqa: ANN201
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.mark.parametrize("name", ["cleanrl_style_c51", "cleanrl_style_rpo"])
 def test_only_the_import_lines_name_rlgrad(name: str) -> None:
-    src = (HERE / f"{name}.py").read_text().split('"""', 2)[2]  # after the module docstring
-    named = [ln for ln in src.splitlines() if "rlgrad" in ln]
-    assert len(named) >= 3 and all(re.match(r"(import|from) rlgrad\b", ln) for ln in named), named
+    named = lines_naming_rlgrad(name)  # after the module docstring
+    assert len(named) >= 3 and only_imports(named), named
 
 
 def test_c51_script_learns_cartpole() -> None:

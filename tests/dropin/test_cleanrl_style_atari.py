@@ -5,42 +5,23 @@ pointed at torch (nothing else changed), give torch's values and gradients on th
 from __future__ import annotations
 
 import importlib.util
-import re
-import sys
-import types
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-
-HERE = Path(__file__).parent
+from helpers.cleanrl_scripts import copy_weights, lines_naming_rlgrad, load, only_imports
 
 pytest.importorskip("gymnasium")
 pytest.importorskip("ale_py", reason="the atari extra (pip install 'rlgrad[atari]') is not installed")
 torch = pytest.importorskip("torch")
 
+
 SCRIPTS = ["cleanrl_style_ppo_atari_lstm", "cleanrl_style_c51_atari"]
-
-
-def load(name: str, lib: str = "rlgrad") -> types.ModuleType:
-    """The script as a module; ``lib="torch"``: its rlgrad import lines pointed at torch."""
-    src = (HERE / f"{name}.py").read_text()
-    if lib == "torch":
-        src = src.replace("import rlgrad as torch", "import torch")
-        src = re.sub(r"\brlgrad\.(nn|optim|distributions)", r"torch.\1", src)
-    mod = types.ModuleType(f"{name}_{lib}")
-    mod.__file__ = str(HERE / f"{name}.py")
-    sys.modules[mod.__name__] = mod
-    exec(compile(src, mod.__file__, "exec"), mod.__dict__)  # noqa: S102 - our own test script
-    return mod
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_only_the_import_lines_name_rlgrad(name: str) -> None:
-    src = (HERE / f"{name}.py").read_text().split('"""', 2)[2]
-    named = [ln for ln in src.splitlines() if "rlgrad" in ln]
-    assert len(named) >= 4 and all(re.match(r"(import|from) rlgrad\b", ln) for ln in named), named
+    named = lines_naming_rlgrad(name)
+    assert len(named) >= 4 and only_imports(named), named
     assert importlib.util.find_spec("torch") is not None
 
 
@@ -52,16 +33,10 @@ def test_ppo_lstm_script_runs_on_atari() -> None:
     assert np.all(np.isfinite(out["losses"]))
 
 
-def _copy_weights(src: Any, dst: Any) -> None:
-    with torch.no_grad():
-        for name, p in dst.named_parameters():
-            p.copy_(torch.tensor(np.asarray(dict(src.named_parameters())[name].detach().numpy())))
-
-
 def test_lstm_agent_matches_torch_with_done_masking() -> None:
     rl_mod, th_mod = load("cleanrl_style_ppo_atari_lstm"), load("cleanrl_style_ppo_atari_lstm", "torch")
     rl_agent, th_agent = rl_mod.Agent(4), th_mod.Agent(4)
-    _copy_weights(rl_agent, th_agent)
+    copy_weights(rl_agent, th_agent)
     rng = np.random.default_rng(0)
     steps, envs = 3, 2
     obs = rng.integers(0, 255, size=(steps * envs, 1, 84, 84)).astype(np.float32)

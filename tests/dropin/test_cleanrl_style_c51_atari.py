@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.cleanrl_scripts import copy_weights, load
 
 pytest.importorskip("gymnasium")
 pytest.importorskip("ale_py", reason="the atari extra (pip install 'rlgrad[atari]') is not installed")
 torch = pytest.importorskip("torch")
-
-from test_cleanrl_style_atari import _copy_weights, load  # noqa: E402
 
 
 def test_c51_script_runs_on_atari() -> None:
@@ -24,7 +23,7 @@ def test_c51_script_runs_on_atari() -> None:
 def test_c51_network_and_projection_match_torch() -> None:
     rl_mod, th_mod = load("cleanrl_style_c51_atari"), load("cleanrl_style_c51_atari", "torch")
     rl_net, th_net = rl_mod.QNetwork(4, 11, -5, 5), th_mod.QNetwork(4, 11, -5, 5)
-    _copy_weights(rl_net, th_net)
+    copy_weights(rl_net, th_net)
     args = rl_mod.parse_args(["--n-atoms", "11", "--v-min", "-5", "--v-max", "5"])
     rng = np.random.default_rng(1)
     obs = rng.integers(0, 255, size=(3, 4, 84, 84)).astype(np.float32)

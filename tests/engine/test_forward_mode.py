@@ -2,10 +2,9 @@
 against its VJP, and the JAX-style transforms on top (jvp, linearize, jacfwd, jacrev, hessian,
 hvp), their pytrees, argnums, nesting with reverse mode and errors.
 
-The per-primitive test walks the library's primitives (test_structure.library_primitives): each
-differentiable one needs a case, either a primitive row of tests/engine/test_ops_gradcheck.py's table
-or one in
-``EXTRA`` below, so a new primitive without a case (or without a JVP rule) fails here.
+The per-primitive test walks the library's primitives (tests/helpers/primitives.py): each
+differentiable one needs a case, either a primitive row of tests/helpers/op_rows.py's table or
+one in ``EXTRA`` below, so a new primitive without a case (or without a JVP rule) fails here.
 """
 
 from __future__ import annotations
@@ -14,10 +13,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.op_rows import MAX_EXAMPLES, ROWS, SETTINGS, Case, recorded
+from helpers.primitives import library_primitives
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_ops_gradcheck import MAX_EXAMPLES, ROWS, SETTINGS, Case, _recorded
-from test_structure import library_primitives
 
 import rlgrad
 import rlgrad.numpy as rnp
@@ -32,7 +31,7 @@ def _differentiable() -> set[str]:
     return {p.name for p in library_primitives() if not p.nondiff}
 
 
-# ---- cases for the primitives outside ops.py (test_ops_gradcheck's table covers ops.py) -------
+# ---- cases for the primitives outside ops.py (tests/helpers/op_rows.py covers ops.py) -----------
 def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
     from rlgrad import batching, estimators, special
     from rlgrad.autograd_function import _delayed_error
@@ -237,7 +236,7 @@ def test_jvp_of_primitives_outside_ops(name: str) -> None:
     rng = np.random.default_rng(1)
     for case in _extra_cases(rng)[name]:
         out = case.fn(*(rlgrad.tensor(a, requires_grad=True) for a in case.args))
-        assert name in _recorded(out), f"the case for {name} does not record it"
+        assert name in recorded(out), f"the case for {name} does not record it"
         if name in _FORWARD_ONLY:  # JVP against finite differences, twice over (jacfwd of jvp)
             rlgrad.check_grads(case.fn, modes=("fwd",), order=2)(*case.args)
             continue

@@ -9,6 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
+from helpers.kernel_inputs import relu_inputs, rollout
 
 import rlgrad
 from rlgrad import ops
@@ -27,16 +28,6 @@ def test_the_module_is_built_where_there_is_a_c_compiler():
 
 def _bits(a):
     return np.ascontiguousarray(a).view(np.uint8)
-
-
-def _awkward(rng, shape, dtype):
-    """Values over many magnitudes, a column of -0.0 (NumPy's sum starts from +0: it gives +0.0),
-    a NaN and an inf."""
-    x = (rng.standard_normal(shape) * rng.choice([1e-6, 1.0, 1e6], size=shape)).astype(dtype)
-    x[:, 0] = -0.0
-    if shape[0] > 2 and shape[1] > 2:
-        x[1, 1], x[2, 2] = np.nan, np.inf
-    return x
 
 
 @needs_kernels
@@ -110,26 +101,12 @@ def test_tanh_fed_linear_gradients_skip_the_dead_unit_check(act):
         np.testing.assert_array_equal(_bits(a), _bits(np.asarray(b._value if hasattr(b, "_value") else b)))
 
 
-def _rollout(rng, steps, n, gamma=0.99, lam=0.95):
-    from rlgrad.rl.buffers import RolloutBuffer
-
-    b = RolloutBuffer(steps, n, 4, (), np.int64, gamma=gamma, gae_lambda=lam)
-    b.rewards[:] = rng.standard_normal((steps, n)) * rng.choice([1e-6, 1.0, 1e6], size=(steps, n))
-    b.rewards[0, 0], b.values[:] = -0.0, rng.standard_normal((steps, n))
-    b.dones[:] = rng.random((steps, n)) < 0.3
-    b.terminated[:] = b.dones & (rng.random((steps, n)) < 0.5)
-    b.bootstrap[:] = np.where(rng.random((steps, n)) < 0.2, rng.standard_normal((steps, n)), np.nan)
-    if steps > 2 and n > 2:
-        b.rewards[1, 1], b.values[2, 2] = np.inf, np.nan
-    return b
-
-
 _INF_TIMES_ZERO = pytest.mark.filterwarnings("ignore:invalid value encountered")  # the inf reward
 
 
 @needs_kernels
 def test_gae_kernel_refuses_what_does_not_fit():
-    b = _rollout(np.random.default_rng(0), 5, 4)
+    b = rollout(np.random.default_rng(0), 5, 4)
     last = np.zeros(4, np.float32)
     args = [b.rewards, b.values, last, b.bootstrap, b.terminated, b.dones]
     outs = [b.advantages, b.returns]
@@ -139,16 +116,6 @@ def test_gae_kernel_refuses_what_does_not_fit():
     assert not K.gae(b.rewards.astype(np.float64), *args[1:], *outs, 0.99, 0.95)  # dtypes differ
     assert not K.gae(*args, b.advantages, b.advantages, 0.99, 0.95)  # the outputs overlap
     assert not K.gae(*args, b.rewards, b.returns, 0.99, 0.95)  # an output is an input
-
-
-def _relu_inputs(rng, shape, dtype):
-    """Both signs over many magnitudes, signed zeros, NaNs of both signs (NumPy's maximum keeps
-    a NaN's bits), infinities and a subnormal."""
-    x = np.asarray(rng.standard_normal(shape) * rng.choice([1e-30, 1.0, 1e30], size=shape), dtype)
-    special = np.array([-0.0, 0.0, np.nan, -np.nan, np.inf, -np.inf, 1e-45, -1e-45], dtype)
-    flat = x.reshape(-1)
-    flat[:min(flat.size, len(special))] = special[:flat.size]
-    return x
 
 
 @needs_kernels
@@ -203,7 +170,7 @@ def test_live_columns_refuses_what_it_does_not_do():
 @needs_kernels
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_take_columns_refuses_what_it_does_not_do(dtype):
-    g = _relu_inputs(np.random.default_rng(9), (33, 40), dtype)
+    g = relu_inputs(np.random.default_rng(9), (33, 40), dtype)
     out = np.empty((33, 1), dtype)
     assert not K.take_columns(g, np.array([40], np.intp), out)  # out of range
     assert not K.take_columns(g, np.array([-1], np.intp), out)

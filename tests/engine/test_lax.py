@@ -489,6 +489,44 @@ def test_gae_scan_equals_the_default_gae_eager_jit_and_differentiates() -> None:
     _close(g, want_g)
 
 
+def _n_step_returns_by_hand(r: np.ndarray, nv: np.ndarray, term: np.ndarray, done: np.ndarray,
+                            gamma: float) -> np.ndarray:
+    """A2C's bootstrapped returns, written out: each step's rewards to the end of its episode
+    within the rollout, then V of where it stopped (0 past a termination)."""
+    T, N = r.shape
+    out = np.zeros((T, N))
+    for t in range(T):
+        for n in range(N):
+            g, disc = 0.0, 1.0
+            for k in range(t, T):
+                g += disc * r[k, n]
+                disc *= gamma
+                if done[k, n] or k == T - 1:
+                    g += disc * nv[k, n] * (not term[k, n])
+                    break
+            out[t, n] = g
+    return out
+
+
+def test_n_step_returns_are_gae_with_lambda_one_as_a_scan() -> None:
+    """The rollout's n-step returns (A2C's targets) are GAE with lambda = 1: compute_gae_scan,
+    eagerly and under jit, against the Python loop that sums them by hand."""
+    from rlgrad.rl.buffers import compute_gae_scan
+
+    rng = np.random.default_rng(11)
+    T, N, gamma = 12, 3, 0.9
+    r, v, nv = (rng.standard_normal((T, N)) for _ in range(3))
+    term = rng.random((T, N)) < 0.15
+    done = term | (rng.random((T, N)) < 0.15)
+    nv[:-1] = np.where(done[:-1], nv[:-1], v[1:])  # within an episode, V(s_{t+1}) is the next V
+    want = _n_step_returns_by_hand(r, nv, term, done, gamma)
+    f = rlgrad.jit(lambda *a: compute_gae_scan(*a, gamma, 1.0)[1], check=True)
+    _close(compute_gae_scan(r, v, nv, term, done, gamma, 1.0)[1], want, tol=1e-12)
+    for scale in (1.0, -2.0):
+        _close(f(r * scale, v, nv, term, done), _n_step_returns_by_hand(r * scale, nv, term, done, gamma),
+               tol=1e-12)
+
+
 # ---- nesting, integer carries, float32 --------------------------------------------------------
 def test_nested_scan_and_its_gradient_under_jit() -> None:
     def inner(c: Any, x: Any) -> tuple[Any, None]:
@@ -613,3 +651,20 @@ def test_a_new_trip_count_does_not_retrace_the_backward_body(monkeypatch: Any) -
         for a, b in zip(got, want):
             _close(a, b)
     assert len(traced) == 2, traced  # the body and its VJP's body, each once
+
+
+def test_jit_of_vmap_of_loops_equals_vmap_eagerly() -> None:
+    """The loop nodes have no batching rule: inside vmap, under jit too, scan and fori_loop run
+    as eagerly (each op batched); values and gradients equal vmap's without jit."""
+    def f(r: Any) -> Any:
+        c, ys = lax.scan(lambda c, y: (rnp.tanh(c * 0.5 + y), c * 2.0), rnp.zeros(()), r)
+        k = lax.fori_loop(0, 3, lambda i, v: v * r[0] + i, r[1])
+        return c + rnp.sum(ys * ys) + k
+
+    def loss(x: Any) -> Any:
+        return rnp.sum(rlgrad.vmap(f)(x) ** 2)
+
+    x = np.random.default_rng(3).standard_normal((4, 5))
+    _close(rlgrad.jit(rlgrad.vmap(f), check=True)(x), rlgrad.vmap(f)(x), tol=1e-12)
+    _close(rlgrad.jit(rlgrad.grad(loss), check=True)(x), rlgrad.grad(loss)(x), tol=1e-12)
+    _close(rlgrad.grad(loss)(x), _fd_grad(loss, (x,), 0), tol=1e-6)

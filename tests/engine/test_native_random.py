@@ -1,4 +1,4 @@
-"""Every program of the random-program generator (tests/engine/test_random_programs.py) compiled by
+"""Every program of the random-program generator (tests/helpers/programs.py) compiled by
 ``rlgrad.jit`` under both backends, the NumPy replay and native code, in float64 and float32:
 values and gradients equal within float rounding, on the trace's inputs and on fresh ones.
 
@@ -18,9 +18,9 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from helpers.programs import Program, draw_program
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_random_programs import Program, _draw_program
 
 import rlgrad
 from rlgrad.native import build
@@ -56,7 +56,7 @@ def _close(got: object, want: object, tol: float) -> None:
 @given(st.data())
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_random_programs_native_equal_numpy_replay(dtype: type, data: st.DataObject) -> None:
-    program = _as(_draw_program(data), dtype)
+    program = _as(draw_program(data), dtype)
     argnums = tuple(range(len(program.inputs)))
     step = rlgrad.value_and_grad(program, argnums=argnums)
     reference = rlgrad.jit(step, backend="numpy")

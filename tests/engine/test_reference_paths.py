@@ -2,7 +2,7 @@
 lose only speed.
 
 * The backward pass: ``core.reference_backward`` against ``core._propagate`` and its C twin
-  (``rlgrad/_engine.c``) on random programs (``test_random_programs``' generator), first and
+  (``rlgrad/_engine.c``) on random programs (the generator of tests/helpers/programs.py), first and
   second order, bit for bit; the tests that name the ``backward_loop`` fixture (conftest.py) run
   under all three loops, as do the engine's gradient test files.
 * The optimizers: ``rlgrad/optim/reference.py`` against the classes' per-parameter loop, their
@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.kernel_inputs import awkward, relu_inputs, rollout
+from helpers.programs import SETTINGS, draw_program
 from hypothesis import given
 from hypothesis import strategies as st
-from test_kernels import _awkward, _relu_inputs, _rollout
-from test_random_programs import SETTINGS, _draw_program
 
 import rlgrad
 import rlgrad.numpy as rnp
@@ -84,7 +84,7 @@ def _all_orders(program: Any) -> list[tuple | None]:
 @SETTINGS
 @given(st.data())
 def test_every_loop_gives_the_reference_bits_on_random_programs(data: Any) -> None:
-    program = _draw_program(data)
+    program = draw_program(data)
     with np.errstate(all="ignore"):
         results = {}
         for name in LOOPS:
@@ -406,7 +406,7 @@ Pairs = list[tuple[Any, Any]]
 
 
 def _k_sum_rows(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
-    x = _awkward(rng, shape, dtype)
+    x = awkward(rng, shape, dtype)
     out = np.empty(shape[1], dtype)
     assert K.sum_rows(x, out)
     want = np.add.reduce(x, axis=0)
@@ -429,8 +429,8 @@ def _k_tanh_grad(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
 
 
 def _k_relu(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
-    x = _relu_inputs(rng, shape, dtype)
-    g = _relu_inputs(rng, shape, dtype)[..., ::-1].copy() if shape else np.asarray(-2.0, dtype)
+    x = relu_inputs(rng, shape, dtype)
+    g = relu_inputs(rng, shape, dtype)[..., ::-1].copy() if shape else np.asarray(-2.0, dtype)
     want_fwd, want_bwd = np.maximum(x, 0), g * (x > 0)
     assert want_fwd.dtype == dtype and want_bwd.dtype == dtype
     pairs = [(ops._relu(x), want_fwd), (ops._relu_grad(g, x), want_bwd)]
@@ -443,8 +443,8 @@ def _k_relu(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
 
 
 def _k_add_rows(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
-    out = _relu_inputs(rng, shape, dtype)
-    b = _relu_inputs(rng, shape[-1:], dtype)[::-1].copy()
+    out = relu_inputs(rng, shape, dtype)
+    b = relu_inputs(rng, shape[-1:], dtype)[::-1].copy()
     want, out2 = out + b, out.copy()
     with np.errstate(invalid="ignore"):  # inf + -inf
         want_relu = np.maximum(out + b, 0)
@@ -468,7 +468,7 @@ def _k_live_columns(rng: np.random.Generator, dtype: type, shape: tuple) -> Pair
 
 
 def _k_take_columns(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
-    g = _relu_inputs(rng, shape, dtype)
+    g = relu_inputs(rng, shape, dtype)
     pairs = []
     for idx in (np.arange(shape[1]), np.array([0, 3, shape[1] - 1]), np.array([], np.intp),
                 np.array([5, 5, 2])):
@@ -483,7 +483,7 @@ def _k_put_rows(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
     pairs = []
     for idx in (np.array([0, 3, 9]), np.arange(10), np.array([], np.intp), np.array([9])):
         idx = idx.astype(np.intp)
-        part = _relu_inputs(rng, (len(idx), 7), dtype) if len(idx) else np.empty((0, 7), dtype)
+        part = relu_inputs(rng, (len(idx), 7), dtype) if len(idx) else np.empty((0, 7), dtype)
         out = np.full((10, 7), -3.0, dtype)
         assert K.put_rows(part, idx, out)
         want = np.zeros((10, 7), dtype)
@@ -493,8 +493,8 @@ def _k_put_rows(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
 
 
 def _k_outer(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
-    a = _relu_inputs(rng, shape, dtype)
-    b = _relu_inputs(rng, (1, 300), dtype)[:, ::-1].copy()
+    a = relu_inputs(rng, shape, dtype)
+    b = relu_inputs(rng, (1, 300), dtype)[:, ::-1].copy()
     out = np.empty(shape[:-1] + (300,), dtype)
     with np.errstate(invalid="ignore", over="ignore"):  # inf * 0, 1e30 * 1e30 in float32
         want = a * b
@@ -534,7 +534,7 @@ _INF_TIMES_ZERO = pytest.mark.filterwarnings("ignore:invalid value encountered")
 
 def test_the_numpy_path_gives_the_same_bits(monkeypatch: Any) -> None:
     rng = np.random.default_rng(3)
-    x = _awkward(rng, (64, 5), np.float32)
+    x = awkward(rng, (64, 5), np.float32)
     g = rng.standard_normal((64, 5)).astype(np.float32)
     y = np.tanh(rng.standard_normal((64, 5))).astype(np.float32)
     with_c = ops._sum(x, axis=0), ops._tanh_grad(g, y)
@@ -550,7 +550,7 @@ def test_the_numpy_path_gives_the_same_bits(monkeypatch: Any) -> None:
 def test_gae_kernel_gives_the_numpy_paths_bits(monkeypatch: Any, steps: int, n: int, gamma: float,
                                               lam: float) -> None:
     rng = np.random.default_rng(steps * n)
-    b = _rollout(rng, steps, n, gamma, lam)
+    b = rollout(rng, steps, n, gamma, lam)
     last = rng.standard_normal(n)  # float64: cast to float32 by both paths
     b.compute_returns_and_advantage(last)
     got = b.advantages.copy(), b.returns.copy()
@@ -564,7 +564,7 @@ def test_gae_kernel_gives_the_numpy_paths_bits(monkeypatch: Any, steps: int, n: 
 def test_gae_with_a_numpy_float64_gamma_keeps_numpys_float64_arithmetic(monkeypatch: Any) -> None:
     """A NumPy float64 gamma makes NumPy's GAE compute in float64 (it is not a weak Python
     float): the buffer then takes the NumPy path, whatever the kernel would round."""
-    b = _rollout(np.random.default_rng(3), 6, 3, gamma=np.float64(0.99), lam=np.float64(0.9))
+    b = rollout(np.random.default_rng(3), 6, 3, gamma=np.float64(0.99), lam=np.float64(0.9))
     last = np.ones(3, np.float32)
     b.compute_returns_and_advantage(last)
     got = b.advantages.copy()
@@ -575,7 +575,7 @@ def test_gae_with_a_numpy_float64_gamma_keeps_numpys_float64_arithmetic(monkeypa
 
 def test_relu_paths_agree_and_linear_adds_its_bias_alike(monkeypatch: Any) -> None:
     rng = np.random.default_rng(5)
-    x = _relu_inputs(rng, (64, 5), np.float32)
+    x = relu_inputs(rng, (64, 5), np.float32)
     g = rng.standard_normal((64, 5)).astype(np.float32)
     w = rng.standard_normal((5, 5)).astype(np.float32)
     b = rng.standard_normal(5).astype(np.float32)

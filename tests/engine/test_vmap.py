@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.programs import draw_program
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_random_programs import _draw_program
 
 import rlgrad
 import rlgrad.func as rf
@@ -286,9 +286,9 @@ def test_in_place_operations_and_copies_inside_vmap_equal_the_loop(name: str) ->
                                  HealthCheck.data_too_large])
 @given(st.data())
 def test_vmap_equals_the_loop_on_random_programs(data: Any) -> None:
-    """The programs of tests/engine/test_random_programs.py on a batch of 3 inputs: vmap's values and
+    """The random programs (tests/helpers/programs.py) on a batch of 3 inputs: vmap's values and
     per-sample gradients are the loop's."""
-    program = _draw_program(data)
+    program = draw_program(data)
     rng = np.random.default_rng(len(program.steps))
     batch = [np.stack([x] + [x + rng.uniform(-0.01, 0.01, x.shape) for _ in range(2)])
              for x in program.inputs]
@@ -515,7 +515,7 @@ def test_second_order_through_vmap_matches_finite_differences() -> None:
 
 
 # ---- the fast paths beside their reference -------------------------------------------------------
-@pytest.mark.parametrize("case", ["b_shared", "a_shared", "outer", "plain"])
+@pytest.mark.parametrize("case", ["b_shared", "a_shared", "outer", "outer_tall", "plain"])
 def test_bmatmul_fast_paths_equal_numpys_matmul(case: str) -> None:
     a = RNG.normal(size=(7, 3, 4))
     b = RNG.normal(size=(7, 4, 5))
@@ -525,6 +525,8 @@ def test_bmatmul_fast_paths_equal_numpys_matmul(case: str) -> None:
         a = np.broadcast_to(a[0], a.shape)
     elif case == "outer":
         a, b = a[:, :, :1], b[:, :1, :]
+    elif case == "outer_tall":  # the longer side first: einsum writes it transposed
+        a, b = RNG.normal(size=(7, 5, 1)), RNG.normal(size=(7, 1, 3))
     np.testing.assert_allclose(batching._bmatmul(a, b), np.matmul(a, b), rtol=1e-13, atol=1e-14)
     rlgrad.check_grads(batching.bmatmul, modes=("rev", "fwd"), order=2)(np.array(a), np.array(b))
 
@@ -574,3 +576,18 @@ def test_vmap_and_jit_compose() -> None:
                                    _np(f(w, _r(xs * (k + 1)))), rtol=1e-12)
     inner = rf.vmap(rlgrad.jit(lambda x: (x * 2).sum()))
     np.testing.assert_allclose(_np(inner(_r(xs))), 2 * xs.sum(1), rtol=1e-12)
+
+
+def test_vmap_of_cumprod_takes_no_branch_on_one_slice() -> None:
+    """rnp.cumprod picks exp(cumsum(log)) for positive values: under vmap it may not look at the
+    values (one slice positive, the next not; found by the random programs)."""
+    x = np.array([[0.5, 2.0, 0.3], [0.7, -3.0, 0.0], [1.5, 0.2, 4.0]])
+
+    def f(v: Any) -> Any:
+        return rnp.cumprod(v, axis=0)
+
+    got = rf.vmap(f)(_r(x))
+    np.testing.assert_allclose(got.numpy(), np.cumprod(x, axis=1), rtol=1e-14)
+    g = rf.vmap(rf.grad(lambda v: rnp.sum(f(v))))(_r(x))
+    want = [np.asarray(rlgrad.grad(lambda v: rnp.sum(f(v)))(_r(row))) for row in x]
+    np.testing.assert_allclose(np.asarray(g), np.stack(want), rtol=1e-12)

@@ -221,6 +221,21 @@ def test_linear_gradients_first_and_second_order():
     rlgrad.check_grads(lambda x, w, b: F.linear(x, w, b) ** 2, order=2)(randn(2, 5, 3), w, b)
 
 
+def test_linear_with_leading_dimensions_is_the_stacked_product() -> None:
+    # the fast path (one (rows, in) GEMM) against its plain reference, NumPy's stacked matmul
+    from rlgrad.nn.functional import _linear, _linear_relu
+
+    for dt in (np.float32, np.float64):
+        x, w, b = randn(7, 5, 3).astype(dt), randn(4, 3).astype(dt), randn(4).astype(dt)
+        ref = np.matmul(x, w.T) + b
+        np.testing.assert_allclose(_linear(x, w, b), ref, rtol=1e-6 if dt == np.float32 else 1e-13)
+        out = np.empty((7, 5, 4), dt)
+        assert _linear_relu(x, w, b, out=out) is out
+        np.testing.assert_array_equal(out, np.maximum(_linear(x, w, b), 0))
+        strided = x[:, ::2]  # not contiguous: a copy, the same numbers
+        np.testing.assert_array_equal(_linear(strided, w), _linear(np.ascontiguousarray(strided), w))
+
+
 def test_linear_backward_values():
     x = t64([[1.0, 2.0]])
     lin = nn.Linear(2, 1, dtype=np.float64)

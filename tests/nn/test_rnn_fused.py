@@ -2,7 +2,8 @@
 ``lstm_seq``, ``gru_seq`` (a sequence), against their plain references (values and gradients of
 every argument, float64), finite differences to second order in reverse and forward mode, torch
 2.13 (values, gradients, double backward of the layers and cells), vmap against the loop, and the
-NumPy acting step of RecurrentPPO against the module."""
+NumPy acting step of RecurrentPPO against the module; the cells' kernels of rlgrad._kernels
+against their NumPy lines (bits) and what they refuse."""
 
 from __future__ import annotations
 
@@ -209,3 +210,72 @@ def test_lstm_numpy_is_the_modules_step_bit_for_bit(layers: int) -> None:
     np.testing.assert_array_equal(out, ref.numpy()[0])
     np.testing.assert_array_equal(h2, rh.numpy())
     np.testing.assert_array_equal(c2, rc.numpy())
+
+
+# ---- the cells' kernels (rlgrad._kernels: lstm_*, gru_*) against their NumPy lines ---------------
+#: name -> (sequence, its NumPy backward, cell, its NumPy backward, gates, output blocks)
+KERNELED = {"lstm": (cells._lstm_seq, cells._lstm_seq_grads, cells._lstm_cell, cells._lstm_grads, 4, 6),
+            "gru": (cells._gru_seq, cells._gru_seq_grads, cells._gru_cell, cells._gru_grads, 3, 5)}
+
+
+def _seq_and_grads(name: str, args: list[Any], G: np.ndarray, Gc: np.ndarray,
+                   reverse: bool) -> list[np.ndarray]:
+    seq, seq_grads, cell, cell_grads, _, _ = KERNELED[name]
+    ans = seq(*args, reverse=reverse)
+    cell_args = [args[0][0], *args[1:]]
+    cell_ans = cell(*cell_args)
+    return [d for d in (ans, *seq_grads(G, ans, *args, reverse), cell_ans,
+                        *cell_grads(Gc, cell_ans, *cell_args)) if d is not None]
+
+
+@pytest.mark.skipif(cells.ops._kernels is None, reason="rlgrad._kernels not built (or turned off)")
+@pytest.mark.parametrize("name", sorted(KERNELED))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("reverse,bias", [(False, True), (True, True), (False, False)])
+def test_cell_kernels_give_the_numpy_paths_bits(monkeypatch: Any, name: str, dtype: type,
+                                                reverse: bool, bias: bool) -> None:
+    rng = np.random.default_rng(5)
+    h, n, t = 8, 5, 6
+    gates, width = KERNELED[name][4], KERNELED[name][5]
+    state = 2 * h if name == "lstm" else h
+    args: list[Any] = [(rng.standard_normal(s) * 3).astype(dtype) for s in
+                       ((t, n, gates * h), (n, state), (gates * h, h), (gates * h,))]
+    args[0][0, 0, :3] = (1e4, -1e4, 0.0)  # saturated gates
+    if not bias:
+        args[3] = None
+    G = rng.standard_normal((t, width, n, h)).astype(dtype)
+    Gc = rng.standard_normal((n, width * h)).astype(dtype)
+    with_c = _seq_and_grads(name, args, G, Gc, reverse)
+    monkeypatch.setattr(cells.ops, "_kernels", None)
+    without = _seq_and_grads(name, args, G, Gc, reverse)
+    for a, b in zip(with_c, without, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.skipif(cells.ops._kernels is None, reason="rlgrad._kernels not built (or turned off)")
+def test_cell_kernels_refuse_what_does_not_fit() -> None:
+    k = cells.ops._kernels
+    f4, f8 = np.zeros((4, 2, 3), np.float32), np.zeros((4, 2, 3))
+    c, c8 = np.zeros((2, 3), np.float32), np.zeros((2, 3))
+    assert not k.lstm_gates(f8, c, c)  # dtypes differ
+    assert not k.lstm_gates(f4[:3], c, c.copy())  # three gates
+    assert not k.lstm_gates(f4[..., ::2], c[:, ::2], c[:, ::2].copy())  # rows not contiguous
+    assert not k.lstm_gates(f4, np.zeros((2, 4), np.float32), c)  # shapes differ
+    assert not k.lstm_gates(f4.astype(np.int64), c, c)
+    assert not k.lstm_gates(f4, c, np.zeros((2, 3), np.float32)[::-1].copy().view(np.int32))
+    a6 = np.zeros((6, 2, 3))
+    assert not k.lstm_dgates(a6, None, None, a6, c8, c8, f4, c8.copy())  # d's dtype
+    assert not k.lstm_dgates(a6, None, None, a6[:5], c8, c8, f8, c8.copy())  # 5 blocks
+    assert not k.lstm_dgates(a6, np.zeros((2, 4)), None, a6, c8, c8, f8, c8.copy())  # dh's shape
+    assert k.lstm_dgates(a6, None, c8, a6, c8, c8, f8, c8.copy())
+    x = np.full((4, 2, 3), 0.25, np.float32)
+    assert k.lstm_gates(x, c + 1, c) and np.all(x[[0, 1, 3]] == 0.625) and np.all(c == 0.625 + 0.25 * 0.625)
+    o5, x3 = np.zeros((5, 2, 3), np.float32), np.zeros((3, 2, 3), np.float32)
+    assert not k.gru_gates(o5[:4], x3)  # four blocks
+    assert not k.gru_gates(o5, x3.astype(np.float64))
+    assert not k.gru_state(o5, np.zeros((2, 4), np.float32))
+    assert not k.gru_dgates(o5, None, o5, c, x3, x3[:2], c.copy())  # dhp has two blocks
+    assert not k.gru_dgates(o5, None, o5, c8, x3, x3, c.copy())  # h's dtype
+    assert k.gru_dgates(o5, c, o5, c, x3, x3.copy(), c.copy())
+    o5[2], o5[4] = 0.5, 2.0  # z, n
+    assert k.gru_state(o5, np.full((2, 3), 4, np.float32)) and np.all(o5[0] == 3.0)  # (4 - 2) / 2 + 2

@@ -12,6 +12,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from helpers.primitives import PRIMITIVE_MODULES, library_primitives
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "rlgrad"
@@ -23,15 +24,6 @@ MAX_FUNCTION_LINES = 80
 # rlgrad/cli) may not appear here.
 ALLOWED_CYCLES: set[frozenset[str]] = set()
 ALLOWED_LONG_FUNCTIONS: set[tuple[str, str]] = set()  # (module, qualified function name)
-
-# Where primitives may be defined (docs/engine.md, "Where primitives live").
-PRIMITIVE_MODULES = {
-    "rlgrad.ops", "rlgrad.nn.functional", "rlgrad.special", "rlgrad.estimators", "rlgrad.rl.ppo",
-    "rlgrad.numpy.linalg", "rlgrad.distributions.categorical", "rlgrad.numpy",
-    "rlgrad.autograd_function", "rlgrad.lax", "rlgrad.inplace", "rlgrad.batching",
-    "rlgrad.nn.cells",
-}
-
 
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
@@ -266,26 +258,6 @@ def test_primitives_live_where_the_docs_say() -> None:
     for m in PRIMITIVE_MODULES:
         path = str(MODULES[m].relative_to(ROOT))
         assert f"`{path}`" in docs, f"docs/engine.md does not list {path} among the primitives' homes"
-
-
-def library_primitives() -> list:
-    """Every primitive of the library: the module-level names of the modules that make them
-    (docs/engine.md) and of rlgrad.numpy's, public or not."""
-    import importlib
-    import pkgutil
-
-    import rlgrad.numpy
-    from rlgrad.tracer import Primitive
-
-    names = sorted(PRIMITIVE_MODULES) + ["rlgrad.numpy"] + [
-        info.name for info in pkgutil.walk_packages(rlgrad.numpy.__path__, "rlgrad.numpy.")]
-    found = {}
-    for name in names:
-        for value in vars(importlib.import_module(name)).values():
-            p = getattr(value, "primitive", None)
-            if isinstance(p, Primitive):
-                found[id(p)] = p
-    return list(found.values())
 
 
 def test_every_differentiable_primitive_has_a_jvp_rule() -> None:
@@ -527,9 +499,10 @@ def test_bare_any_finder() -> None:
 
 #: bare ``Any`` left in the public signatures (949 when this test came): lower it when you
 #: give one a type; a new public signature says what it takes (CONTRIBUTING.md, "Types").
-#: 509: the SB3 archive and noise modules (rl.common.save_util*, noise) came from a branch
-#: written before this count and add 36 (compile_loop 1); typing them is issue 32 item 5's next step
-BARE_ANY = 509
+#: (509 when the SB3 archive and noise modules came untyped; 468 with them typed, 302 with
+#: rlgrad.numpy's compositions typed, 260 with numpy.linalg's, 246 with torch's linalg,
+#: 227 with rlgrad.func)
+BARE_ANY = 227
 
 
 def test_public_signatures_do_not_gain_bare_any() -> None:
@@ -540,3 +513,68 @@ def test_public_signatures_do_not_gain_bare_any() -> None:
                            f"meant (rlgrad.typing's ArrayLike, Tensor, ...). Most: "
                            + "; ".join(f"{k}: {len(v)}" for k, v in worst))
     assert n >= BARE_ANY - 20, f"{n} bare Any left: lower BARE_ANY in tests/project/test_structure.py to {n}"
+
+
+def test_test_modules_import_helpers_not_other_test_modules() -> None:
+    """What test modules share lives in tests/helpers (imported as ``helpers.<module>``): a test
+    module that imports another runs that module's tests' set-up, and only works while the
+    other's folder happens to be on ``sys.path``."""
+    tests = ROOT / "tests"
+    test_modules = {p.stem for p in tests.rglob("test_*.py")}
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            found += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names
+                      if n.split(".")[0] in test_modules]
+    assert not found, "move what is shared to tests/helpers: " + "; ".join(found)
+
+
+def _owner(cls: type, name: str) -> type:
+    """The class of ``cls``'s MRO that defines ``name``."""
+    return next(k for k in cls.__mro__ if name in vars(k))
+
+
+def test_docs_contrib_hook_table_says_which_class_overrides_what() -> None:
+    """docs/rl.md's sb3-contrib hook table: a cell that describes an implementation is the
+    column's class overriding that row's hooks; ``base`` (or empty) is its base class's, and
+    ``PPO's``/``SAC's`` that class's."""
+    import re
+
+    import rlgrad.rl as rl
+
+    text = (ROOT / "docs" / "rl.md").read_text()
+    table = "| hook | base |" + text.split("| hook | base |", 1)[1].split("\n\n", 1)[0]
+    header, _, *rows = table.splitlines()
+    classes = [getattr(rl, c.strip()) for c in header.strip("|").split("|")[2:]]
+    assert len(classes) >= 4 and len(rows) >= 6, (classes, rows)
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        hooks = re.findall(r"`(\w+)", cells[0])
+        assert hooks, row
+        for cls, cell in zip(classes, cells[2:]):
+            for hook in hooks:
+                owner = _owner(cls, hook) if hasattr(cls, hook) else None
+                where = f"{cls.__name__}.{hook} ({cell!r})"
+                if cell == "" or cell.startswith("base"):
+                    assert owner is not cls, f"docs/rl.md says {where} is inherited; the class overrides it"
+                elif cell.endswith("'s"):
+                    assert owner is not None and owner.__name__ == cell[:-2], f"{where}: defined by {owner}"
+                else:
+                    assert owner is cls, f"docs/rl.md says {where} is the class's own; it is {owner}'s"
+
+
+def test_docs_list_of_files_a_new_algorithm_touches_exists_for_reinforce() -> None:
+    """docs/rl.md's "Adding an algorithm" ends with the files a new algorithm touches: each is
+    there for REINFORCE (``<name>`` = reinforce)."""
+    import re
+
+    text = (ROOT / "docs" / "rl.md").read_text()
+    start = text.index("## Adding an algorithm")
+    section = text[start:text.index("\n### ", start)]
+    listed = section.split("The files a new algorithm touches:", 1)[1]
+    paths = re.findall(r"`((?:rlgrad|docs|tests)/[\w/<>.]+)`", listed)
+    assert len(paths) >= 6, paths
+    for p in paths:
+        assert (ROOT / p.replace("<name>", "reinforce")).exists(), p

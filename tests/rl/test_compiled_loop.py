@@ -3,9 +3,12 @@ same seed and key streams, N seeds in one program equal to N programs, learning,
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 import pytest
 
+from rlgrad.native import build
 from rlgrad.rl import A2C, PPO, REINFORCE
 from rlgrad.rl.compiled_loop import (
     initial_state,
@@ -18,9 +21,18 @@ from rlgrad.rl.compiled_loop import (
 from rlgrad.rl.functional import CartPoleFunctional, FunctionalVectorEnv
 from rlgrad.rl.functional.keys import ENV_STREAM, KeyBatch, KeyGenerator, seed_keys, split, uniform
 
-# Parameters after a few updates: compiled vs eager. Only summation orders differ (batched
-# matmuls, masked means), so the float32 parameters agree to a few ulps of their updates.
+# Parameters after a few updates: compiled vs eager, and the native program vs the NumPy replay.
+# Only summation orders and libm's rounding differ (batched matmuls, masked means, glibc's exp),
+# so the float32 parameters agree to a few ulps of their updates.
 ATOL = 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _native_cache(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The loop's programs built in this session's cache; a lowering that disagrees with its
+    trace raises (``RLGRAD_NATIVE_STRICT``) rather than falling back to the replay unseen."""
+    monkeypatch.setenv("RLGRAD_NATIVE_STRICT", "1")
+    monkeypatch.setenv("RLGRAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "native-cache"))
 
 
 def _params(model: object) -> list[np.ndarray]:
@@ -62,17 +74,6 @@ def test_split_children_differ_and_permutation_permutes() -> None:
     assert sorted(p.tolist()) == list(range(10, 30)) and p.tolist() != list(range(10, 30))
 
 
-def test_keys_survive_a_float64_round_trip() -> None:
-    """A lax loop node packs its outputs into one dtype (float64 beside float state): keys keep
-    53 bits so that they come out of the loop unchanged."""
-    k = seed_keys(np.arange(1000), 1)
-    for _ in range(3):
-        k, sub = split(k)
-        for x in (k, sub):
-            assert x.max() < 2**53
-            np.testing.assert_array_equal(x.astype(np.float64).astype(np.uint64), x)
-
-
 def test_vector_env_with_key_streams_starts_where_the_loop_starts() -> None:
     env = FunctionalVectorEnv(CartPoleFunctional(), 3, 500, key_rng=True)
     obs, _ = env.reset(seed=4)
@@ -107,6 +108,30 @@ def test_compiled_loop_equals_the_eager_algorithm(algo: type, env_id: str, steps
     moved = _max_diff(_params(eager), start)
     assert moved > 100 * ATOL  # the updates are much larger than the tolerance
     assert _max_diff(_params(compiled), _params(eager)) <= ATOL
+
+
+@pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
+@pytest.mark.parametrize("algo, env_id, kw", [
+    (PPO, "CartPole-v1", dict(n_envs=4, n_steps=64, batch_size=48, n_epochs=3, ent_coef=0.01)),
+    (A2C, "Pendulum-v1", dict(n_envs=2, n_steps=16)),
+], ids=["PPO-CartPole", "A2C-Pendulum"])
+def test_native_program_equals_the_numpy_replay(algo: type, env_id: str, kw: dict,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    """compile_loop picks native code when the program lowers (``model.loop_backend``, a log
+    line); the NumPy replay is its reference: the parameters of 2 seeds after 4 updates."""
+    steps = 4 * kw["n_envs"] * kw["n_steps"]
+    with caplog.at_level(logging.INFO, logger="rlgrad.rl"):
+        native = train_seeds(algo, env_id, [0, 1], steps, **kw)
+    assert all(m.loop_backend == "native" for m in native)
+    assert any("as native code" in r.getMessage() for r in caplog.records)
+    monkeypatch.setenv("RLGRAD_JIT_BACKEND", "numpy")
+    replay = train_seeds(algo, env_id, [0, 1], steps, **kw)
+    assert all(m.loop_backend == "numpy" for m in replay)
+    for a, b in zip(native, replay):
+        assert _max_diff(_params(a), _params(b)) <= ATOL
+        assert _max_diff(_params(a), _params(algo(env_id, seed=a.seed, **kw))) > 100 * ATOL
+        np.testing.assert_array_equal(a.loop_returns[1], b.loop_returns[1])
 
 
 def test_seeds_in_one_program_equal_one_program_per_seed() -> None:
@@ -147,8 +172,9 @@ def test_program_source_shows_the_loops() -> None:
     spec = loop_spec(model)
     src = program_source(spec, initial_state([model], spec), schedule(model, 64))
     assert "def " in src and "scan" in src and "tanh" in src
-    # the updates' loop, the rollout, GAE, the epochs, the minibatches, the reset's two branches
-    assert src.count("# ---- loop ") == 7
+    # the rollout, GAE, the epochs, the minibatches, the reset's two branches (the program is
+    # one update, called once per update)
+    assert src.count("# ---- loop ") == 6
 
 
 def test_debug_flag_prints_the_program(monkeypatch: pytest.MonkeyPatch,
@@ -157,7 +183,8 @@ def test_debug_flag_prints_the_program(monkeypatch: pytest.MonkeyPatch,
     PPO("CartPole-v1", seed=0, compile_loop=True, n_envs=2, n_steps=16, batch_size=16,
         n_epochs=1).learn(32)
     err = capsys.readouterr().err
-    assert err.startswith("# ---- the program:") and "# ---- loop 1: a rlgrad.lax.scan body" in err
+    assert err.startswith("# ---- the program (one update):")
+    assert "# ---- loop 1: a rlgrad.lax.scan body" in err
 
 
 # ---- refusals -------------------------------------------------------------------------------------

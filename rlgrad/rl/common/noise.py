@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+from rlgrad.typing import FloatArrayLike
 
 
 class NoiseArgumentError(ValueError, AssertionError):
@@ -40,7 +42,8 @@ class NormalActionNoise(ActionNoise):
 
     kind = "normal"
 
-    def __init__(self, mean: Any, sigma: Any, dtype: Any = np.float32) -> None:
+    def __init__(self, mean: FloatArrayLike, sigma: FloatArrayLike,
+                 dtype: npt.DTypeLike = np.float32) -> None:
         self._mu, self._sigma, self._dtype = mean, sigma, dtype
 
     @property
@@ -62,8 +65,9 @@ class OrnsteinUhlenbeckActionNoise(NormalActionNoise):
     """Brownian motion with friction: ``x += theta (mean - x) dt + sigma sqrt(dt) N(0, 1)``,
     starting from ``initial_noise`` (zeros) at every ``reset()``."""
 
-    def __init__(self, mean: Any, sigma: Any, theta: float = 0.15, dt: float = 1e-2,
-                 initial_noise: Any = None, dtype: Any = np.float32) -> None:
+    def __init__(self, mean: FloatArrayLike, sigma: FloatArrayLike, theta: float = 0.15,
+                 dt: float = 1e-2, initial_noise: np.ndarray | None = None,
+                 dtype: npt.DTypeLike = np.float32) -> None:
         super().__init__(mean, sigma, dtype)
         self._theta, self._dt = theta, dt
         self.initial_noise = initial_noise
@@ -107,11 +111,11 @@ class VectorizedActionNoise(ActionNoise):
         return self.base_noise.kind
 
     @property
-    def mean(self) -> Any:
+    def mean(self) -> np.ndarray | None:
         return getattr(self.base_noise, "mean", None)
 
     @property
-    def sigma(self) -> Any:
+    def sigma(self) -> np.ndarray | None:
         return getattr(self.base_noise, "sigma", None)
 
     @property

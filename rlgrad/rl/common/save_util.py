@@ -15,7 +15,6 @@ an entry that needs anything else (a lambda's code) is left out with SB3's warni
 from __future__ import annotations
 
 import base64
-import functools
 import io
 import json
 import os
@@ -25,29 +24,34 @@ import platform
 import re
 import warnings
 import zipfile
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
 from rlgrad.rl.common.save_util_pth import Missing, PthError, read_pth, safe_loads, write_pth
+from rlgrad.typing import DeviceLike
 
 #: the SB3 version whose layout rlgrad writes (SB3 reads its archives back from 1.x on)
 SB3_LAYOUT_VERSION = "2.9.2"
 _FILE_TYPES = (io.BufferedWriter, io.BufferedReader, io.BytesIO, io.BufferedRandom)
+#: where a model is saved or loaded: a file name or an open binary file
+PathOrFile: TypeAlias = "str | os.PathLike[str] | io.BufferedIOBase"
 
 
-def recursive_getattr(obj: Any, attr: str, *args: Any) -> Any:
+def recursive_getattr(obj: object, attr: str, *args: Any) -> object:
     """``getattr`` along a dotted path (``"policy.optimizer"``)."""
-    return functools.reduce(lambda o, a: getattr(o, a, *args), [obj, *attr.split(".")])
+    for name in attr.split("."):
+        obj = getattr(obj, name, *args)
+    return obj
 
 
-def recursive_setattr(obj: Any, attr: str, val: Any) -> None:
+def recursive_setattr(obj: object, attr: str, val: object) -> None:
     """``setattr`` at the end of a dotted path."""
     head, _, last = attr.rpartition(".")
     setattr(recursive_getattr(obj, head) if head else obj, last, val)
 
 
-def is_json_serializable(item: Any) -> bool:
+def is_json_serializable(item: object) -> bool:
     try:
         json.dumps(item)
     except (TypeError, ValueError, OverflowError):
@@ -55,7 +59,7 @@ def is_json_serializable(item: Any) -> bool:
     return True
 
 
-def serialize_item(item: Any) -> dict[str, Any]:
+def serialize_item(item: object) -> dict[str, Any]:
     """SB3's entry for a value JSON cannot hold: its pickle (base64) and its type, with the
     attributes that JSON can hold beside them (for people reading the file)."""
     pickled = item if isinstance(item, PickledGlobal) else None
@@ -199,7 +203,7 @@ def _check_mode(mode: Any) -> str:
 
 
 def open_path(path: str | pathlib.Path | io.BufferedIOBase, mode: str, verbose: int = 0,
-              suffix: str | None = None) -> Any:
+              suffix: str | None = None) -> io.BufferedIOBase:
     """An open binary file for ``path``: a string or Path is opened (for writing, missing
     folders are made, ``suffix`` is added to a name without one, a folder's name gets ``_2``;
     for reading, ``<path>.<suffix>`` is tried when ``path`` does not exist); an open file is
@@ -218,7 +222,8 @@ def open_path(path: str | pathlib.Path | io.BufferedIOBase, mode: str, verbose: 
     return path
 
 
-def _open_pathlib(path: pathlib.Path, mode: str, verbose: int, suffix: str | None) -> Any:
+def _open_pathlib(path: pathlib.Path, mode: str, verbose: int, suffix: str | None
+                  ) -> io.BufferedIOBase:
     if mode == "r":
         try:
             return path.open("rb")
@@ -242,7 +247,8 @@ def _open_pathlib(path: pathlib.Path, mode: str, verbose: int, suffix: str | Non
     return path.open("wb")
 
 
-def save_to_pkl(path: str | pathlib.Path | io.BufferedIOBase, obj: Any, verbose: int = 0) -> None:
+def save_to_pkl(path: str | pathlib.Path | io.BufferedIOBase, obj: object, verbose: int = 0
+                ) -> None:
     """Pickle ``obj`` to ``path`` (``.pkl`` added to a name without a suffix)."""
     file = open_path(path, "w", verbose=verbose, suffix="pkl")
     try:
@@ -252,7 +258,7 @@ def save_to_pkl(path: str | pathlib.Path | io.BufferedIOBase, obj: Any, verbose:
             file.close()
 
 
-def load_from_pkl(path: str | pathlib.Path | io.BufferedIOBase, verbose: int = 0) -> Any:
+def load_from_pkl(path: str | pathlib.Path | io.BufferedIOBase, verbose: int = 0) -> object:
     """Unpickle ``path`` (``<path>.pkl`` tried when it does not exist). A pickle runs code of
     the file's choosing: load only files you trust, as with SB3."""
     file = open_path(path, "r", verbose=verbose, suffix="pkl")
@@ -291,7 +297,7 @@ def save_to_zip_file(save_path: str | pathlib.Path | io.BufferedIOBase,
 
 
 def load_from_zip_file(load_path: str | pathlib.Path | io.BufferedIOBase, load_data: bool = True,
-                       custom_objects: dict[str, Any] | None = None, device: Any = "auto",
+                       custom_objects: dict[str, Any] | None = None, device: DeviceLike = "auto",
                        verbose: int = 0, print_system_info: bool = False
                        ) -> tuple[dict[str, Any] | None, dict[str, Any], dict[str, Any] | None]:
     """``(data, params, pytorch_variables)`` of an SB3 archive, tensors as NumPy arrays."""

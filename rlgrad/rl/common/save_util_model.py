@@ -11,15 +11,20 @@ works, ``learn`` asks for ``env=`` in one line.
 
 from __future__ import annotations
 
+import io
 import os
 import warnings
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 import gymnasium as gym
 import numpy as np
 
-from rlgrad.rl.common.save_util import PickledGlobal
+from rlgrad.rl.common.save_util import PathOrFile, PickledGlobal
 from rlgrad.rl.common.save_util_pth import Missing
+
+if TYPE_CHECKING:  # (base imports this module)
+    from rlgrad.rl.base import BaseAlgorithm
+    from rlgrad.rl.envs import EnvLike
 
 #: SB3's module of each algorithm's policies, and its class for each policy name
 _POLICY_MODULES = {"PPO": "stable_baselines3.common.policies",
@@ -35,7 +40,7 @@ _TORCH_MODULES = {"optimizer_class": "torch.optim", "activation_fn": "torch.nn.m
 _DEFAULT_BUFFERS = ("ReplayBuffer", "RolloutBuffer", "DictReplayBuffer", "DictRolloutBuffer")
 
 
-def sb3_policy_class(algo: str, policy: str) -> Any:
+def sb3_policy_class(algo: str, policy: str) -> str | PickledGlobal:
     """SB3's class for ``algo``'s ``policy`` (a name pickled by reference), else the name."""
     module = _POLICY_MODULES.get(algo)
     if module is None:
@@ -45,7 +50,7 @@ def sb3_policy_class(algo: str, policy: str) -> Any:
     return PickledGlobal(module, _OFF_POLICY_MLP[algo] if policy == "MlpPolicy" else policy)
 
 
-def policy_name(saved: Any) -> str:
+def policy_name(saved: object) -> str:
     """SB3's policy name of an archive's ``policy_class`` (a class named in the file)."""
     name = saved.name if isinstance(saved, Missing) else getattr(saved, "__name__", str(saved))
     if "MultiInput" in name:
@@ -71,7 +76,7 @@ def sb3_policy_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: _torch_ref(k, v) for k, v in kwargs.items()}
 
 
-def model_data(model: Any, hyperparams: dict[str, Any]) -> dict[str, Any]:
+def model_data(model: BaseAlgorithm, hyperparams: dict[str, Any]) -> dict[str, Any]:
     """The ``data`` entry of ``model``'s archive."""
     algo = type(model).__name__
     # None and rlgrad's buffer names would replace SB3's own defaults ({} and its classes)
@@ -93,7 +98,7 @@ def model_data(model: Any, hyperparams: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def model_params(model: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def model_params(model: BaseAlgorithm) -> tuple[dict[str, Any], dict[str, Any]]:
     """(``get_parameters()`` with torch's optimizer conventions, the torch variables)."""
     params = model.get_parameters()
     for name, state in params.items():
@@ -150,17 +155,18 @@ class SpacesOnlyEnv(gym.Env):
     def __init__(self, observation_space: gym.Space, action_space: gym.Space) -> None:
         self.observation_space, self.action_space = observation_space, action_space
 
-    def reset(self, *, seed: int | None = None, options: Any = None) -> tuple[Any, dict]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[Any, dict]:
         super().reset(seed=seed)
         self.observation_space.seed(seed)
         return self.observation_space.sample(), {}
 
-    def step(self, action: Any) -> Any:
+    def step(self, action: object) -> NoReturn:
         raise ValueError("this model was loaded from an archive without its environment: pass "
                          "env= to load, or model.set_env(env), before learn")
 
 
-def apply_archive(model: Any, data: dict[str, Any], params: dict[str, Any],
+def apply_archive(model: BaseAlgorithm, data: dict[str, Any], params: dict[str, Any],
                   variables: dict[str, Any] | None) -> None:
     """Set ``model``'s parameters, torch variables and counters from an archive."""
     objects = model._parameter_objects()
@@ -200,11 +206,11 @@ def _sb3_value(key: str, value: Any) -> Any:
 RLGRAD_ENTRY = "rlgrad.safetensors"
 
 
-def archive_target(path: Any) -> Any:
+def archive_target(path: PathOrFile) -> str | io.BufferedIOBase | None:
     """Where ``save(path)`` writes SB3's archive: an open file, ``path``, or ``path + ".zip"``
     for a name without an extension; None for a ``.safetensors`` name (rlgrad's file alone)."""
     if hasattr(path, "write"):
-        return path
+        return cast(io.BufferedIOBase, path)
     name = os.fspath(path)
     ext = os.path.splitext(name)[1].lower()
     if ext == ".safetensors":
@@ -212,11 +218,11 @@ def archive_target(path: Any) -> Any:
     return name if ext else name + ".zip"
 
 
-def resolve_saved(path: Any) -> Any:
+def resolve_saved(path: PathOrFile) -> str | io.BufferedIOBase:
     """The file ``load(path)`` reads: ``path``, else ``path`` + ``.zip`` or ``.safetensors``
     (a name without an extension, as ``save`` completes it)."""
     if hasattr(path, "read"):
-        return path
+        return cast(io.BufferedIOBase, path)
     name = os.fspath(path)
     if not os.path.exists(name) and not os.path.splitext(name)[1]:
         for ext in (".zip", ".safetensors"):
@@ -225,7 +231,7 @@ def resolve_saved(path: Any) -> Any:
     return name
 
 
-def is_archive_file(path: Any) -> bool:
+def is_archive_file(path: PathOrFile) -> bool:
     """Whether ``path`` (a name or an open file) is SB3's archive (a zip), not rlgrad's file."""
     if hasattr(path, "read"):
         return True
@@ -261,7 +267,7 @@ def _state_from_bytes(data: bytes) -> dict[str, Any]:
         return rlgrad.load(name)
 
 
-def save_archive(model: Any, path: Any, hyperparams: dict[str, Any],
+def save_archive(model: BaseAlgorithm, path: str | io.BufferedIOBase, hyperparams: dict[str, Any],
                  ckpt: dict[str, Any] | None = None) -> None:
     """``model`` as SB3's archive at ``path`` (``hyperparams``: its savable ones), with
     rlgrad's checkpoint ``ckpt`` inside when given."""
@@ -271,14 +277,15 @@ def save_archive(model: Any, path: Any, hyperparams: dict[str, Any],
     for key in _SCHEDULE_KEYS:
         if key in data:
             data[key] = _sb3_value(key, data[key])
-    if isinstance(getattr(model, "target_entropy", None), float):  # SB3 reads "auto" with an env
-        data["target_entropy"] = model.target_entropy
+    target_entropy = getattr(model, "target_entropy", None)
+    if isinstance(target_entropy, float):  # SB3 reads "auto" with an env
+        data["target_entropy"] = target_entropy
     params, variables = model_params(model)
     extra = {RLGRAD_ENTRY: _state_bytes(ckpt)} if ckpt is not None else {}
     save_to_zip_file(path, data=data, params=params, pytorch_variables=variables, extra=extra)
 
 
-def _own_checkpoint(path: Any) -> dict[str, Any] | None:
+def _own_checkpoint(path: str | io.BufferedIOBase) -> dict[str, Any] | None:
     """rlgrad's checkpoint inside the archive at ``path``, if it has one."""
     import zipfile
 
@@ -306,7 +313,7 @@ class Archive:
         self.own, self.saved, self.params, self.variables = own, data, params, variables
 
 
-def read_archive(path: Any, custom_objects: dict[str, Any] | None,
+def read_archive(path: str | io.BufferedIOBase, custom_objects: dict[str, Any] | None,
                  print_system_info: bool = False) -> Archive:
     """The archive at ``path`` (``custom_objects`` replace values of its data)."""
     from rlgrad.rl.common.save_util import load_from_zip_file
@@ -316,8 +323,8 @@ def read_archive(path: Any, custom_objects: dict[str, Any] | None,
     return Archive(_own_checkpoint(path), data, params, variables)
 
 
-def archive_model_args(cls: type, archive: Archive, path: Any, env: Any
-                       ) -> tuple[str, Any, dict[str, Any], Any]:
+def archive_model_args(cls: type, archive: Archive, path: PathOrFile, env: EnvLike | None
+                       ) -> tuple[str, EnvLike, dict[str, Any], int | None]:
     """(policy, env, hyperparameters, seed) for ``cls`` from an archive SB3 wrote: on ``env``,
     or on an environment of the saved spaces (predict only)."""
     data = archive.saved

@@ -56,7 +56,7 @@ class Missing:
     def __call__(self, *args: Any, **kwargs: Any) -> Missing:
         return Missing(self.module, self.name, args)
 
-    def __setstate__(self, state: Any) -> None:
+    def __setstate__(self, state: object) -> None:
         self.state = state
 
     def __repr__(self) -> str:
@@ -156,7 +156,7 @@ class _PickleWriter:
         w(b"tR")
 
 
-def write_pth(obj: Any, name: str = "archive") -> bytes:
+def write_pth(obj: object, name: str = "archive") -> bytes:
     """``obj`` as the bytes of a ``.pth`` file (torch's zip layout)."""
     writer = _PickleWriter()
     pkl = writer.dump(obj)
@@ -276,12 +276,12 @@ class _SafeUnpickler(pickle.Unpickler):
         return self._storage(str(key), kind.dtype)
 
 
-def safe_loads(data: bytes) -> Any:
+def safe_loads(data: bytes) -> object:
     """Unpickle ``data`` building only the names of the table above (no code runs)."""
     return _SafeUnpickler(data).load()
 
 
-def read_pth(data: bytes | Any) -> Any:
+def read_pth(data: bytes | io.BufferedIOBase) -> object:
     """A ``.pth`` file's object (bytes or a binary file), tensors as NumPy arrays."""
     raw = data if isinstance(data, bytes) else data.read()
     try:

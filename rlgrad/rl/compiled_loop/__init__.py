@@ -2,9 +2,13 @@
 
 ``PPO(env_id, compile_loop=True)`` (and ``A2C``, ``REINFORCE``) on a functional environment
 (``rlgrad.rl.functional``: CartPole, Acrobot, MountainCar, MountainCarContinuous, Pendulum)
-traces the rollout, GAE and the update epochs of every update into one ``rlgrad.jit`` program
-(``program.py``), as PureJaxRL does with ``jax.jit``, and ``learn`` runs it once. The randomness
-is a key-splitting generator carried in the loop's state (``rlgrad.rl.functional.keys``).
+traces the rollout, GAE and the update epochs of an update into one ``rlgrad.jit`` program
+(``program.py``), as PureJaxRL does with ``jax.jit``, and ``learn`` calls it once per update.
+The program runs as native code (``rlgrad.native``: C built once per configuration, cached on
+disk) where every op lowers and a C compiler is there, else as the NumPy replay, which is its
+reference (``loop_backend``: ``RLGRAD_JIT_BACKEND`` chooses; ``model.loop_backend`` says which
+ran). The randomness is a key-splitting generator carried in the loop's state
+(``rlgrad.rl.functional.keys``).
 ``train_seeds`` runs N seeds as one program (a leading seed axis on every array), PureJaxRL's
 ``vmap`` over seeds. ``RLGRAD_LOOP_DEBUG=1`` prints the compiled program.
 
@@ -15,6 +19,7 @@ up to the float rounding of sums taken in another order.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -28,8 +33,8 @@ from rlgrad.rl.compiled_loop.spec import EnvSide, LoopSpec, loop_spec, refuse_en
 from rlgrad.rl.functional.keys import ALGO_STREAM, ENV_STREAM, KeyBatch, KeyGenerator, seed_keys
 from rlgrad.transforms import tree_flatten, tree_unflatten
 
-__all__ = ["LoopSpec", "clear_programs", "initial_state", "learn_compiled", "loop_spec", "program_source",
-           "refuse_env", "schedule", "train_seeds", "use_key_streams"]
+__all__ = ["LoopSpec", "clear_programs", "initial_state", "learn_compiled", "loop_backend", "loop_spec",
+           "program_source", "refuse_env", "schedule", "train_seeds", "use_key_streams"]
 
 
 def _tree_map(fn: Any, *trees: Any) -> Any:
@@ -57,7 +62,8 @@ def initial_state(models: Sequence[Any], spec: EnvSide) -> dict[str, Any]:
     E = spec.n_envs
     batch = KeyBatch(seed_keys(seeds[:, None] + np.arange(E), ENV_STREAM))
     state = np.asarray(spec.func_env.initial(batch))
-    env = {"state": state, "keys": batch.keys, "steps": np.zeros((len(seeds), E), np.int64),
+    env = {"state": state, "keys": np.ascontiguousarray(batch.keys),  # (a view: native wants C order)
+           "steps": np.zeros((len(seeds), E), np.int64),
            "autoreset": np.zeros((len(seeds), E), bool),
            "obs": np.asarray(spec.func_env.observation(state), dtype=np.float32)}
     n = sum(p[0].size for p in params)  # the optimizer's moments: flat, (S, P)
@@ -82,7 +88,16 @@ def schedule(model: Any, total_timesteps: int, start: int = 0) -> dict[str, np.n
     return out
 
 
-_PROGRAMS: dict[LoopSpec, Any] = {}
+_PROGRAMS: dict[tuple[LoopSpec, str], Any] = {}
+LOG = logging.getLogger("rlgrad.rl")
+
+
+def loop_backend() -> str:
+    """The backend of the loop's program: ``RLGRAD_JIT_BACKEND`` when set, else "auto" (native
+    code where every op lowers and a C compiler is there, the NumPy replay otherwise)."""
+    return os.environ.get("RLGRAD_JIT_BACKEND") or "auto"
+
+
 #: every cache of compiled loop programs (DQN's module adds its own), for ``clear_programs``
 PROGRAM_CACHES: list[dict] = [_PROGRAMS]
 
@@ -95,24 +110,27 @@ def clear_programs() -> None:
 
 
 def _compiled(spec: LoopSpec) -> Any:
-    fn = _PROGRAMS.get(spec)
+    key = (spec, loop_backend())
+    fn = _PROGRAMS.get(key)
     if fn is None:
-        fn = _PROGRAMS[spec] = rlgrad.jit(make_program(spec))
+        fn = _PROGRAMS[key] = rlgrad.jit(make_program(spec), backend=key[1])
     return fn
 
 
-def program_source(spec: LoopSpec | None, state: dict[str, Any], sched: dict[str, Any],
-                   compiled: rlgrad.jit | None = None) -> str:
-    """The compiled program, readable: its top-level step, then the body of every loop it calls
-    (a loop is one line of its caller, ``ctx=cK``), each once, outermost first. ``compiled``:
-    another loop's program (DQN's) instead of the on-policy program of ``spec``."""
-    if compiled is None:
-        if spec is None:
-            raise ValueError("program_source: give the loop's spec or its compiled program")
-        compiled = _compiled(spec)
-    parts = [f"# ---- the program: {compiled.lower(state, sched).count(chr(10))} lines ----",
-             compiled.lower(state, sched)]
-    step = compiled._compile_for((state, sched)).fn
+def _rows(sched: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
+    """The schedule's rows: one dict of 0-d arrays per update (the program's second argument)."""
+    n = len(sched["lr"])
+    return [{k: np.array(v[i]) for k, v in sched.items()} for i in range(n)]
+
+
+def program_source(spec: LoopSpec, state: dict[str, Any], sched: dict[str, Any]) -> str:
+    """The compiled program of one update, readable: its top-level step, then the body of every
+    loop it calls (a loop is one line of its caller, ``ctx=cK``), each once, outermost first."""
+    compiled = _compiled(spec)
+    row = _rows(sched)[0]
+    top = compiled.lower(state, row)
+    parts = [f"# ---- the program (one update): {top.count(chr(10))} lines ----", top]
+    step = compiled._compile_for((state, row)).fn
     seen: set[int] = set()
     queue = [("program", step)]
     while queue:
@@ -139,18 +157,29 @@ def _bodies(node: Any) -> list[Any]:
 
 def run_loop(models: Sequence[Any], spec: LoopSpec, state: dict[str, Any],
              sched: dict[str, np.ndarray]) -> tuple[dict[str, Any], tuple[Any, Any]]:
-    """The program run on ``state``; its source printed first when ``RLGRAD_LOOP_DEBUG=1``."""
+    """The program run on ``state`` once per update; its source printed first when
+    ``RLGRAD_LOOP_DEBUG=1``. Returns the final state and, per update and seed, the sum and
+    count of the episodes that ended."""
     if os.environ.get("RLGRAD_LOOP_DEBUG", "0") == "1":
         print(program_source(spec, state, sched), file=sys.stderr)
+    update = _compiled(spec)
+    sums, counts = [], []
     with np.errstate(all="ignore"):  # a discarded branch (a done env's step) may overflow
-        state, (ret_sum, n_done) = _compiled(spec)(state, sched)
+        for row in _rows(sched):
+            state, (ret_sum, n_done) = update(state, row)
+            sums.append(ret_sum)
+            counts.append(n_done)
+    for m in models:
+        m.loop_backend = update.backend
+    LOG.info("compile_loop: %s runs its updates as %s", type(models[0]).__name__,
+             "native code" if update.backend == "native" else "the NumPy replay")
     state = _tree_map(np.asarray, state)
     bad = [m.seed for i, m in enumerate(models)
            if not all(np.isfinite(p[i]).all() for p in state["params"])]
     if bad:
         raise FloatingPointError(f"compile_loop: the parameters of seed(s) {bad} are not finite "
                                  "after training; lower the learning rate or clip the gradients")
-    return state, (np.asarray(ret_sum), np.asarray(n_done))
+    return state, (np.stack(sums), np.stack(counts))
 
 
 def _write_back(models: Sequence[Any], state: dict[str, Any], ret_sum: np.ndarray,

@@ -23,8 +23,6 @@ steps.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,7 +32,7 @@ import numpy as np
 import rlgrad
 import rlgrad.numpy as rnp
 from rlgrad import lax
-from rlgrad.rl.compiled_loop import PROGRAM_CACHES, _tree_map, initial_state, program_source
+from rlgrad.rl.compiled_loop import PROGRAM_CACHES, _tree_map, initial_state, loop_backend
 from rlgrad.rl.compiled_loop.program import (
     _clip_grads,
     _flat,
@@ -341,14 +339,15 @@ def make_dqn_program(spec: DQNSpec) -> Callable:
 
 
 # ---- running it -------------------------------------------------------------------------------
-_PROGRAMS: dict[DQNSpec, Any] = {}
+_PROGRAMS: dict[tuple[DQNSpec, str], Any] = {}
 PROGRAM_CACHES.append(_PROGRAMS)
 
 
 def _compiled(spec: DQNSpec) -> Any:
-    fn = _PROGRAMS.get(spec)
+    key = (spec, loop_backend())
+    fn = _PROGRAMS.get(key)
     if fn is None:
-        fn = _PROGRAMS[spec] = rlgrad.jit(make_dqn_program(spec))
+        fn = _PROGRAMS[key] = rlgrad.jit(make_dqn_program(spec), backend=key[1])
     return fn
 
 
@@ -410,8 +409,6 @@ def learn_compiled_dqn(models: Sequence[DQN], total_timesteps: int) -> None:
     for m in models:
         m._total_timesteps = max(m._total_timesteps, m.num_timesteps + int(total_timesteps))
     program = _compiled(spec)
-    if os.environ.get("RLGRAD_LOOP_DEBUG", "0") == "1":
-        print(program_source(None, state, sched, program), file=sys.stderr)
     with np.errstate(all="ignore"):  # a discarded branch (a done env's step) may overflow
         state, (ret_sum, n_done) = program(state, sched)
     state = _tree_map(np.asarray, state)

@@ -1,5 +1,6 @@
 """The on-policy training loop as one program: rollout, GAE and the update epochs, each a
-``rlgrad.lax`` loop, inside one ``lax.scan`` over the updates, traced once by ``rlgrad.jit``.
+``rlgrad.lax`` loop, one update of the training traced once by ``rlgrad.jit`` and called once
+per update.
 
 Every array carries a leading seed axis ``S``: the parameters ``(S, ...)``, the env states
 ``(S, n_envs, d)``, the keys ``(S,)``. Seeds never mix (a loss is the sum of the seeds' losses,
@@ -370,11 +371,9 @@ def _iteration(spec: LoopSpec) -> Callable:
 
 
 def make_program(spec: LoopSpec) -> Callable:
-    """``run(state, schedule) -> (state, (episode return sums, episode counts))``: every update
-    of a training run, ``schedule`` holding one row per update (``lr``, ``clip``, ``clip_vf``)."""
-    body = _iteration(spec)
-
-    def run(state: dict[str, Any], schedule: dict[str, Any]) -> tuple[Any, Any]:
-        return lax.scan(body, state, schedule)
-
-    return run
+    """``update(state, row) -> (state, (episode return sums, episode counts))``: one update of a
+    training run, ``row`` its schedule's values (``lr``, ``clip``, ``clip_vf``: 0-d arrays).
+    ``learn`` calls it once per update. One update, not a scan over all of them: tracing runs
+    the traced program once on real values (and the native backend checks its C against that
+    run), so a program of the whole training would be trained once more while compiling."""
+    return _iteration(spec)

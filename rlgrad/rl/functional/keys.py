@@ -30,9 +30,6 @@ _U64 = np.uint64
 _GOLDEN, _M1, _M2 = _U64(0x9E3779B97F4A7C15), _U64(0xBF58476D1CE4E5B9), _U64(0x94D049BB133111EB)
 _SPLITS = np.array([0x243F6A8885A308D3, 0x13198A2E03707344], dtype=_U64)  # a split's two children
 ALGO_STREAM, ENV_STREAM = 1, 2  # an algorithm's draws; its env copies' first states
-# Keys keep 53 bits: a compiled lax loop packs its outputs into one array of their common dtype
-# (float64 beside float state), which holds integers exactly up to 2**53.
-_KEY_MASK = _U64((1 << 53) - 1)
 
 
 def _shift_xor(x: Any, bits: int) -> Any:
@@ -52,13 +49,13 @@ def seed_keys(seeds: Any, stream: int) -> np.ndarray:
     """The first key of each seed's stream ``stream`` (``ALGO_STREAM``, ``ENV_STREAM`` + copy)."""
     s = np.asarray(seeds, dtype=np.int64).astype(_U64)
     with np.errstate(over="ignore"):
-        return _mix(_mix(s) ^ _mix(_U64(stream) * _GOLDEN)) & _KEY_MASK
+        return _mix(_mix(s) ^ _mix(_U64(stream) * _GOLDEN))
 
 
 def split(keys: Any) -> tuple[Any, Any]:
     """(the keys' successors, their subkeys to draw from), each shaped as ``keys``: one hash of
     the keys with two tags side by side."""
-    both = rnp.bitwise_and(_mix(rnp.bitwise_xor(rnp.expand_dims(keys, -1), _SPLITS)), _KEY_MASK)
+    both = _mix(rnp.bitwise_xor(rnp.expand_dims(keys, -1), _SPLITS))
     return both[..., 0], both[..., 1]
 
 
