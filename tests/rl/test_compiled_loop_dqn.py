@@ -165,3 +165,19 @@ def test_cli_vectorized_dqn_seeds_write_ordinary_runs(tmp_path: object) -> None:
         assert r.steps[-1] == 1024 and len(r.steps) > 50 and not np.any(r.steps % 16)
         assert r.config["hyperparams"]["compile_loop"] is True
     assert runs[0].values.tolist() != runs[1].values.tolist()  # two seeds, two runs
+
+
+def test_no_gradient_steps_collects_only() -> None:
+    """gradient_steps=0: eager never trains; the compiled loop fills its ring and moves nothing."""
+    kw = {**CASES[0][3], "gradient_steps": 0}
+    compiled = DQN("CartPole-v1", seed=2, compile_loop=True, **kw)
+    start = [np.array(p._value) for p in compiled._params]
+    compiled.learn(400)
+    eager = use_key_streams(DQN("CartPole-v1", seed=2, vectorization_mode="functional", **kw))
+    eager.learn(400)
+    assert compiled._n_updates == eager._n_updates == 0
+    assert all(np.array_equal(p._value, s) for p, s in zip(compiled._params, start))
+    ring = compiled._loop_state["buf"]
+    assert ring["size"][0] == eager.replay_buffer.size() == 300
+    np.testing.assert_array_equal(ring["obs"][0], eager.replay_buffer.observations)
+

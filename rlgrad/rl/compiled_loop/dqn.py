@@ -33,6 +33,7 @@ import rlgrad
 import rlgrad.numpy as rnp
 from rlgrad import lax
 from rlgrad.rl.compiled_loop import PROGRAM_CACHES, _tree_map, initial_state, loop_backend
+from rlgrad.rl.compiled_loop import _rows as _sched_rows
 from rlgrad.rl.compiled_loop.program import (
     _clip_grads,
     _flat,
@@ -316,9 +317,11 @@ def _iteration(spec: DQNSpec) -> Callable:
         buf = _store(spec, state["buf"], {"obs": obs, "actions": actions, "rewards": rewards,
                                           "terminated": term, "next_obs": next_obs}, valid)
         target = _sync(spec, params, state["target"], x["syncs"])
-        train = _train(spec, buf, x["lr"])
-        params, opt, key = lax.cond(x["train"], train, lambda p, t, o, k: (p, o, k),
-                                    params, target, state["opt"], key)
+        opt = state["opt"]
+        if spec.gradient_steps > 0:  # (gradient_steps=0: eager never calls train)
+            train = _train(spec, buf, x["lr"])
+            params, opt, key = lax.cond(x["train"], train, lambda p, t, o, k: (p, o, k),
+                                        params, target, opt, key)
         new = {"params": params, "target": target, "opt": opt, "env": env, "key": key,
                "ep_ret": ep_ret, "buf": buf}
         return new, (ret_sum, n_done)
@@ -327,13 +330,11 @@ def _iteration(spec: DQNSpec) -> Callable:
 
 
 def make_dqn_program(spec: DQNSpec) -> Callable:
-    """``run(state, schedule) -> (state, (episode return sums, counts))`` per iteration."""
-    body = _iteration(spec)
-
-    def run(state: dict[str, Any], schedule: dict[str, Any]) -> tuple[Any, Any]:
-        return lax.scan(body, state, schedule)
-
-    return run
+    """``iteration(state, row) -> (state, (episode return sums, counts))``: one iteration, its
+    schedule row (``dqn_schedule``'s arrays at one index); ``learn`` calls it once per iteration
+    (a program of the whole run would train once more while traced, and its check against the
+    trace would compare a whole run, whose greedy actions float rounding can flip)."""
+    return _iteration(spec)
 
 
 # ---- running it -------------------------------------------------------------------------------
@@ -342,7 +343,11 @@ PROGRAM_CACHES.append(_PROGRAMS)
 
 
 def _compiled(spec: DQNSpec) -> Any:
-    key = (spec, loop_backend())
+    # QR-DQN's and C51's losses compile to native code that trains off the replay's numbers
+    # (tests/rl/test_compiled_loop_dqn.py, 2026-11-29; the native check of the first call sees
+    # no gradient step): the variants run on the NumPy replay until that is found
+    native_ok = spec.variant[0].__name__ == "DQN"
+    key = (spec, loop_backend() if native_ok else "numpy")
     fn = _PROGRAMS.get(key)
     if fn is None:
         fn = _PROGRAMS[key] = rlgrad.jit(make_dqn_program(spec), backend=key[1])
@@ -407,13 +412,16 @@ def learn_compiled_dqn(models: Sequence[DQN], total_timesteps: int) -> None:
     for m in models:
         m._total_timesteps = max(m._total_timesteps, m.num_timesteps + int(total_timesteps))
     program = _compiled(spec)
+    sums, counts = [], []
     with np.errstate(all="ignore"):  # a discarded branch (a done env's step) may overflow
-        state, (ret_sum, n_done) = program(state, sched)
+        for row in _sched_rows(sched):
+            state, (ret_sum, n_done) = program(state, row)
+            sums.append(ret_sum)
+            counts.append(n_done)
     state = _tree_map(np.asarray, state)
     bad = [m.seed for i, m in enumerate(models)
            if not all(np.isfinite(p[i]).all() for p in state["params"])]
     if bad:
         raise FloatingPointError(f"compile_loop: the parameters of seed(s) {bad} are not finite "
                                  "after training; lower the learning rate or clip the gradients")
-    _write_back(models, spec, state, sched, (np.asarray(ret_sum), np.asarray(n_done)),
-                program.backend)
+    _write_back(models, spec, state, sched, (np.stack(sums), np.stack(counts)), program.backend)
