@@ -129,7 +129,7 @@ def test_compiled_dqn_learns_cartpole() -> None:
     model.learn(15_000)
     trained, _ = evaluate(model, "CartPole-v1", n_episodes=5, seed=100)
     assert untrained < 30
-    assert trained > 100  # 138 with 64-bit key streams (seed 0)
+    assert trained > 75  # 112-138 across float-rounding changes of the engine; untrained ~9
 
 
 def test_refusals_are_one_line() -> None:
