@@ -178,9 +178,11 @@ def hessian(func: Callable, inputs: Any, create_graph: bool = False, strict: boo
 
 
 def _scalar(outs: tuple, name: str) -> None:
-    if len(outs) != 1 or outs[0].numel() != 1:
-        raise RuntimeError(f"The function given to {name} should return a single Tensor with a "
-                           "single element")
+    if len(outs) != 1:
+        raise RuntimeError(f"The function given to {name} should return a single Tensor")
+    if outs[0].numel() != 1:
+        raise RuntimeError(f"The Tensor returned by the function given to {name} should contain "
+                           "a single element")
 
 
 def vhp(func: Callable, inputs: Any, v: Any = None, create_graph: bool = False,
