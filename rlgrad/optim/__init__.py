@@ -6,8 +6,10 @@ from rlgrad.nn.utils import clip_grad_norm_, clip_grad_value_
 from rlgrad.optim import lr_scheduler
 from rlgrad.optim.algorithms import (
     SGD,
+    Adadelta,
     Adagrad,
     Adam,
+    Adamax,
     AdamW,
     NAdam,
     RAdam,
@@ -38,6 +40,7 @@ from rlgrad.optim.target import hard_update, polyak_update, soft_update
 
 __all__ = [
     "Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike", "Adagrad", "RAdam", "NAdam",
+    "Adamax", "Adadelta",
     "clip_grad_norm_",
     "clip_grad_value_", "lr_scheduler", "LRScheduler", "LambdaLR", "LinearLR", "ConstantLR",
     "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "OneCycleLR", "ReduceLROnPlateau",
