@@ -9,12 +9,15 @@ Two APIs over one engine:
 from __future__ import annotations
 
 import importlib as _importlib
+import sys as _sys
 
 from rlgrad import (
     autograd,  # noqa: F401 - installs Tensor.backward
+    fft,  # noqa: F401 - torch.fft
     func,  # noqa: F401 - torch.func's transforms (vmap, grad, functional_call ...)
     numpy,  # noqa: F401 - installs NumPy dispatch on Tensors
 )
+from rlgrad import autograd_functional as _autograd_functional
 from rlgrad import exports as _exports
 from rlgrad import tensor_methods as _tensor_methods  # noqa: F401 - installs the Tensor operators
 from rlgrad import toplevel as _toplevel
@@ -37,7 +40,7 @@ from rlgrad.creation import (  # noqa: F401
     zeros_like,
 )
 from rlgrad.custom_derivatives import custom_jvp, custom_vjp
-from rlgrad.device import backends, cuda, device
+from rlgrad.device import autocast, backends, cuda, device
 from rlgrad.func import vmap_axes as vmap
 from rlgrad.gradcheck import check_grads, gradcheck
 from rlgrad.indexing import gather, gather_nd, one_hot, put_along_axis, scatter_add
@@ -79,6 +82,10 @@ from rlgrad.transforms import (
     vector_jacobian_product,
     vjp,
 )
+from rlgrad.windows import bartlett_window, blackman_window, hamming_window, hann_window, kaiser_window
+
+autograd.functional = _autograd_functional  # type: ignore[attr-defined]  # torch.autograd.functional
+_sys.modules["rlgrad.autograd.functional"] = _autograd_functional
 
 __version__ = "0.1.0"
 
@@ -94,6 +101,8 @@ __all__ = [
     "custom_vjp", "custom_jvp", "vmap", "func",
     "inference_mode", "is_inference_mode_enabled",  # (helper inplace: torch's, in tracer.py)
     "Generator", "multinomial", "randperm", "bernoulli",  # (helper inplace: rlgrad/random.py)
+    "fft", "autocast", "hann_window", "hamming_window", "blackman_window", "bartlett_window",
+    "kaiser_window",
     *_toplevel_all,
 ]
 

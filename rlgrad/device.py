@@ -13,7 +13,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["device", "cuda", "backends", "check_device", "is_device"]
+__all__ = ["device", "cuda", "backends", "check_device", "is_device", "autocast"]
 
 
 class device:  # noqa: N801 - PyTorch's name
@@ -96,3 +96,23 @@ backends = SimpleNamespace(
     mps=SimpleNamespace(is_available=lambda: False, is_built=lambda: False),
     cuda=SimpleNamespace(is_built=lambda: False),
 )
+
+
+class autocast:  # noqa: N801 - torch's name
+    """``torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None)``, as a context
+    manager or decorator: accepted for "cpu" and computing in full precision (rlgrad has no
+    mixed-precision kernels, so results are the float32 ones torch would give without it)."""
+
+    def __init__(self, device_type: str, dtype: Any = None, enabled: bool = True,
+                 cache_enabled: bool | None = None) -> None:
+        check_device(device_type)
+        self.device_type, self.fast_dtype, self.enabled = device_type, dtype, bool(enabled)
+
+    def __enter__(self) -> autocast:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __call__(self, fn: Any) -> Any:
+        return fn

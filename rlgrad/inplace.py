@@ -334,3 +334,19 @@ def setitem(t: Tensor, keys: tuple, value: Any) -> None:
         return index_put(old, v, flat, sub)
 
     rebase(t, "index assignment", write, keep_old=False)
+
+
+def reshape_in_place(t: Tensor, name: str, fn: Callable[[Tensor], Tensor]) -> Tensor:
+    """A shape-changing in-place op (``unsqueeze_``, ``t_``, ``transpose_`` ...): ``t`` becomes
+    ``fn(t)``, a view of the same memory with a new shape; on a tensor in the graph ``t`` becomes
+    that op's node and its version is bumped, as torch's (a node that saved it then raises)."""
+    if not needs_graph(t, name):
+        res = fn(t)
+        mark_written(t)
+        t._value = res._value
+        return t
+    old = _split_off(t)
+    res = fn(old)
+    t._value = res._value
+    _take_node(t, res)
+    return t

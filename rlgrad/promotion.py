@@ -229,7 +229,14 @@ def operands(fn: Callable) -> Callable:
 
 def after_condition(fn: Callable) -> Callable:
     """``fn(condition, input, other)`` with ``input`` and ``other`` promoted: torch.where."""
-    def method(condition: Any, input: Any, other: Any) -> Any:  # noqa: A002 - torch's name
+    def method(condition: Any, input: Any = None, other: Any = None) -> Any:  # noqa: A002
+        if input is None and other is None:  # torch.where(condition): nonzero(as_tuple=True)
+            if not isinstance(condition, Tensor):
+                raise TypeError("where(condition): condition must be a Tensor, got "
+                                f"{type(condition).__name__}")
+            return condition.nonzero(as_tuple=True)
+        if input is None or other is None:
+            raise TypeError("where() takes a condition alone, or a condition, input and other")
         return fn(condition, *promote(input, other))
 
     return method

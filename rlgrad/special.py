@@ -27,7 +27,8 @@ from rlgrad.tracer import VMAP_LEVELS, defjvp_elementwise, defvjp, primitive
 
 __all__ = [
     "gammaln", "lgamma", "digamma", "psi", "polygamma", "trigamma", "betaln", "xlogy", "xlog1py",
-    "erf", "erfinv",
+    "erf", "erfinv", "erfc", "erfcx", "entr", "expit", "logit", "ndtr", "log_ndtr", "exp2",
+    "expm1", "log1p", "sinc", "round", "softmax", "log_softmax", "logsumexp", "multigammaln",
 ]
 
 # Lanczos coefficients for g = 7, n = 9 (Godfrey): relative error about 1e-15 for x >= 1/2.
@@ -276,3 +277,125 @@ defjvp_elementwise(erf)
 defjvp_elementwise(erfinv)
 export(erf, numpy=False, torch="erf()", top=True, promote="float")
 export(erfinv, numpy=False, torch="erfinv()", top=True, promote="float")
+
+
+
+# ---- torch.special's other functions RL code calls -------------------------------------------
+def _erfc(x: Any) -> Any:
+    x64, dt = _as_f64(x)
+    return np.asarray(_erfc_scalar(x64), dtype=np.float64).astype(dt, copy=False)
+
+
+# erfcx(z) ~ 1/(z sqrt(pi)) * sum_k (-1)^k (2k-1)!! / (2 z^2)^k: 1e-16 from z = 26 on, where
+# exp(z^2) erfc(z) would underflow
+_ERFCX_TERMS = tuple((-1) ** k * math.prod(range(1, 2 * k, 2)) / 2.0 ** k for k in range(8))
+
+
+def _erfcx(x: Any) -> Any:
+    """exp(x^2) erfc(x), accurate where erfc underflows (x >= 26); +inf below about -26.6."""
+    x64, dt = _as_f64(x)
+    with np.errstate(over="ignore", invalid="ignore"):
+        big = x64 >= 26.0
+        direct = np.exp(np.square(np.where(big, 0.0, x64))) * np.asarray(
+            _erfc_scalar(np.where(big, 0.0, x64)), dtype=np.float64)
+        z = np.where(big, x64, 26.0)
+        inv2 = 1.0 / (z * z)
+        series = np.zeros_like(z)
+        for c in reversed(_ERFCX_TERMS):  # Horner in 1/z^2
+            series = series * inv2 + c
+        out = np.where(big, series / (z * math.sqrt(math.pi)), direct)
+    return out.astype(dt, copy=False)
+
+
+def _entr(x: Any) -> Any:
+    """-x log x for x > 0, 0 at 0, -inf for x < 0 (and NaN stays NaN), as torch.special.entr."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(x > 0, -x * np.log(np.where(x > 0, x, 1)), np.where(x == 0, 0, -np.inf))
+    return np.where(np.isnan(x), x, out).astype(np.result_type(x), copy=False)
+
+
+erfc = primitive(_erfc, "erfc", arity=1)
+defvjp(erfc, lambda g, ans, x: g * (-_TWO_OVER_SQRT_PI * ops.exp(-x * x)))
+defjvp_elementwise(erfc)
+export(erfc, numpy=False, torch="erfc()", top=True, promote="float")
+erfcx = primitive(_erfcx, "erfcx", arity=1)
+defvjp(erfcx, lambda g, ans, x: g * (2.0 * x * ans - _TWO_OVER_SQRT_PI))
+defjvp_elementwise(erfcx)
+entr = primitive(_entr, "entr", arity=1)
+defvjp(entr, lambda g, ans, x: g * -(ops.log(x) + 1.0))
+defjvp_elementwise(entr)
+
+_SQRT_HALF = math.sqrt(0.5)
+
+
+def ndtr(input: Any) -> Any:  # noqa: A002 - torch's name
+    """The standard normal CDF, 0.5 erfc(-x / sqrt 2) (accurate in the lower tail)."""
+    return 0.5 * erfc(-_SQRT_HALF * _float_tensor(input, "ndtr"))
+
+
+def log_ndtr(input: Any) -> Any:  # noqa: A002 - torch's name
+    """log ndtr(x), finite far in the lower tail: log(erfcx(-x/sqrt 2) / 2) - x^2/2 for x < 0,
+    log1p(-ndtr(-x)) above (each branch fed safe values, so neither's gradient is NaN)."""
+    x = _float_tensor(input, "log_ndtr")
+    pos = ops.greater(x, 0)
+    xn, xp = ops.where(pos, 0.0, x), ops.where(pos, x, 0.0)
+    low = ops.log(0.5 * erfcx(-_SQRT_HALF * xn)) - 0.5 * xn * xn
+    return ops.where(pos, ops.log1p(-0.5 * erfc(_SQRT_HALF * xp)), low)
+
+
+def _float_tensor(x: Any, name: str) -> Any:
+    """torch.special's input: a Tensor, an integer one in the default float dtype."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"special.{name}(): argument 'input' must be Tensor, not {type(x).__name__}")
+    return x if x.dtype.kind == "f" else x.float()
+
+
+def _method_call(name: str, method: str | None = None) -> Any:
+    def fn(input: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: A002 - torch's name
+        if not isinstance(input, Tensor):
+            raise TypeError(f"special.{name}(): argument 'input' must be Tensor, not "
+                            f"{type(input).__name__}")
+        return getattr(input, method or name)(*args, **kwargs)
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = f"``torch.special.{name}``: ``input.{method or name}(...)``."
+    return fn
+
+
+expit = _method_call("expit", "sigmoid")
+logit = _method_call("logit")
+exp2 = _method_call("exp2")
+expm1 = _method_call("expm1")
+log1p = _method_call("log1p")
+sinc = _method_call("sinc")
+round = _method_call("round")  # noqa: A001 - torch.special's name
+softmax = _method_call("softmax")
+log_softmax = _method_call("log_softmax")
+logsumexp = _method_call("logsumexp")
+
+
+def multigammaln(input: Any, p: int) -> Any:  # noqa: A002 - torch's name
+    """log of the multivariate gamma function of dimension ``p`` (inf at and below (p - 1) / 2,
+    where a term reaches a pole, as torch's)."""
+    x = _float_tensor(input, "multigammaln")
+    c = 0.25 * p * (p - 1) * math.log(math.pi)
+    return c + sum(gammaln(x - 0.5 * j) for j in range(p))
+
+
+# ---- torch.special's dtype rule: an integer Tensor is computed in the default float dtype -----
+def _on_floats(fn: Any) -> Any:
+    """``fn`` with integer/bool Tensor operands cast to the default float first (torch gives
+    float32 for ``special.gammaln(int64)``; plain arrays keep NumPy's float64)."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        args = tuple(a.float() if isinstance(a, Tensor) and a.dtype.kind in "biu" else a for a in args)
+        return fn(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = getattr(fn, "__name__", "special")
+    call.__doc__ = fn.__doc__
+    return call
+
+
+gammaln, digamma, erf, erfinv, erfc, erfcx, entr = (
+    _on_floats(f) for f in (gammaln, digamma, erf, erfinv, erfc, erfcx, entr))
+psi, polygamma, trigamma, xlogy, xlog1py = (
+    digamma, _on_floats(polygamma), _on_floats(trigamma), _on_floats(xlogy), _on_floats(xlog1py))

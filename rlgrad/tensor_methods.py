@@ -1473,6 +1473,134 @@ def _install_issue29_methods() -> None:
 _install_issue29_methods()
 
 
+# ---- the last of issue 29's survey: windows, modes, shape-changing in-place methods ---------
+def _method_unfold(self: Tensor, dimension: int, size: int, step: int) -> Any:
+    """torch's: every window of ``size`` elements ``step`` apart along ``dimension``, as a new
+    last dimension; one index read, so overlapping windows add their gradients."""
+    d = _dim_of(self, dimension)
+    n = self.shape[d] if self.ndim else 1
+    if step <= 0:
+        raise RuntimeError(f"step is {step} but must be > 0")
+    if not 0 <= size <= n:
+        raise RuntimeError(f"maximum size for tensor at dimension {d} is {n} but size is {size}")
+    if self.ndim == 0:
+        return reshape(self, (1,))
+    windows = (np.arange((n - size) // step + 1) * step)[:, None] + np.arange(size)[None, :]
+    return ops.moveaxis(_along(self, d, windows), d + 1, -1)
+
+
+def _lanes(self: Tensor, dim: int, name: str) -> tuple[int, np.ndarray]:
+    """``dim`` as an axis and the values with it moved last, flattened to (lanes, n)."""
+    d = _dim_of(self, dim)
+    x = np.moveaxis(np.atleast_1d(_unique_values(self, name)), d, -1)
+    return d, x.reshape(-1, x.shape[-1])
+
+
+def _lane_index(self: Tensor, d: int, keepdim: bool, idx: np.ndarray) -> MaxMinResult:
+    """``(values, indices)`` from one index per lane: the values gathered (differentiable)."""
+    shape = tuple(np.moveaxis(np.atleast_1d(self._value), d, -1).shape[:-1]) + (1,)
+    idx = constant(np.moveaxis(idx.reshape(shape), -1, d).astype(np.int64))
+    if self.ndim == 0:
+        return MaxMinResult(self * 1, constant(np.zeros((), np.int64)))
+    values = ops.take_along_axis(self, idx, d)
+    return MaxMinResult(values, idx) if keepdim else MaxMinResult(squeeze(values, d), squeeze(idx, d))
+
+
+def _method_mode(self: Tensor, dim: int = -1, keepdim: bool = False) -> MaxMinResult:
+    """torch's: the most frequent value of each lane (the smallest of the most frequent; each
+    NaN counts once) and the index of its last occurrence."""
+    d, lanes = _lanes(self, dim, "mode")
+    out = np.zeros(len(lanes), np.int64)
+    for r, lane in enumerate(lanes):
+        order = np.argsort(lane, kind="stable")
+        s = lane[order]
+        starts = np.flatnonzero(np.r_[True, ~(s[1:] == s[:-1])]) if s.size else np.zeros(0, int)
+        counts = np.diff(np.r_[starts, s.size])
+        best = int(np.argmax(counts)) if counts.size else 0
+        out[r] = order[starts[best] + counts[best] - 1] if counts.size else 0
+    return _lane_index(self, d, keepdim, out)
+
+
+def _method_nanmedian(self: Tensor, dim: Any = None, keepdim: bool = False) -> Any:
+    """``median`` ignoring NaN: the lower middle of each lane's numbers (NaN where a lane has
+    none); ``(values, indices)`` with ``dim``."""
+    if dim is None:
+        flat = reshape(self, (-1,))
+        if not flat.shape[0]:
+            return _method_median(self)
+        return reshape(_method_nanmedian(flat, 0).values, ())
+    d, lanes = _lanes(self, dim, "nanmedian")
+    order = np.argsort(lanes, axis=-1, kind="stable")  # NaN sorts last
+    k = (~np.isnan(lanes)).sum(-1) if lanes.dtype.kind == "f" else np.full(len(lanes), lanes.shape[-1])
+    pos = np.maximum((k - 1) // 2, 0)
+    return _lane_index(self, d, keepdim, np.take_along_axis(order, pos[:, None], -1)[:, 0])
+
+
+def _shape_inplace(name: str, fn: Callable) -> Callable:
+    def method(self: Tensor, *args: Any, **kwargs: Any) -> Tensor:
+        if type(self) is BatchedTensor:
+            raise RuntimeError(f"vmap: {name} changes the shape in place; use the out-of-place "
+                               f"{name.rstrip('_')} inside vmap")
+        return inplace.reshape_in_place(self, name, lambda t: fn(t, *args, **kwargs))
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"torch's in-place ``{name}``: the tensor takes ``{name.rstrip('_')}``'s shape."
+    return replayed(method, inplace.refuse_in_jit(name))
+
+
+def _t_checked(self: Tensor) -> Any:
+    if self.ndim > 2:
+        raise RuntimeError(f"t_() expects a tensor with <= 2 dimensions, but self is {self.ndim}D")
+    return self.t()
+
+
+def _method_resize_(self: Tensor, *sizes: Any) -> Tensor:
+    """torch's: the tensor takes the shape ``sizes``, keeping its first elements in row-major
+    order; new elements are zeros (torch leaves them uninitialised). No gradient, as torch's."""
+    if self.requires_grad:
+        raise RuntimeError("cannot resize variables that require grad")
+    shape = tuple(int(s) for s in _sizes(sizes))
+    flat = self._value.reshape(-1)
+    n = int(np.prod(shape, dtype=np.int64))
+    data = flat[:n] if n <= flat.size else np.concatenate([flat, np.zeros(n - flat.size, flat.dtype)])
+    mark_written(self)
+    self._value = np.ascontiguousarray(data).reshape(shape)
+    return self
+
+
+def _python_inplace(name: str) -> Callable:
+    """``apply_(fn)`` / ``map_(other, fn)``: a Python callable on each element (torch's: CPU
+    only, slow by design, refused on a tensor that requires grad)."""
+    def method(self: Tensor, *args: Any) -> Tensor:
+        if self.requires_grad:
+            raise RuntimeError(f"Can't call {name}() on Variable that requires grad. Use "
+                               f"var.detach().{name}() instead.")
+        fn, others = args[-1], [np.broadcast_to(_value(o), self.shape) for o in args[:-1]]
+        out = np.frompyfunc(fn, 1 + len(others), 1)(self._value, *others)
+        dst = _writable(self, name)
+        dst[...] = np.asarray(out, dtype=object).astype(dst.dtype)
+        return self
+
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _install_last_survey_methods() -> None:
+    T = Tensor
+    for name, fn in (("unfold", _method_unfold), ("mode", _method_mode),
+                     ("nanmedian", _method_nanmedian), ("resize_", _method_resize_),
+                     ("apply_", _python_inplace("apply_")), ("map_", _python_inplace("map_"))):
+        fn.__name__ = fn.__qualname__ = name
+        setattr(T, name, fn)
+    for name, fn in (("unsqueeze_", T.unsqueeze), ("squeeze_", T.squeeze), ("t_", _t_checked),
+                     ("transpose_", T.transpose), ("swapaxes_", T.swapaxes),
+                     ("swapdims_", T.swapaxes)):
+        setattr(T, name, _shape_inplace(name, fn))
+
+
+_install_last_survey_methods()
+
+
 # ---- the rest of what RL code calls (issue 29's survey), compositions of primitives ----------
 def _method_logit(self: Tensor, eps: Any = None) -> Any:
     """``log(p / (1 - p))``, ``p`` clamped to [eps, 1 - eps] first when ``eps`` is given."""

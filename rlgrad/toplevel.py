@@ -141,6 +141,7 @@ kthvalue, msort, masked_select = _method("kthvalue"), _method("msort"), _method(
 nonzero, tile, isclose, rsqrt = _method("nonzero"), _method("tile"), _method("isclose"), _method("rsqrt")
 frac, logdet = _method("frac"), _method("logdet")
 fliplr, flipud, swapdims = _method("fliplr"), _method("flipud"), _method("swapdims")
+mode, nanmedian = _method("mode"), _method("nanmedian")
 # torch's legacy types: FloatTensor(3, 4), LongTensor([1, 2]), isinstance(t, FloatTensor)
 globals().update(_tm.LEGACY_TYPES)
 

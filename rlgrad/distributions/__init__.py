@@ -12,12 +12,14 @@
 
 from __future__ import annotations
 
-from rlgrad.distributions import constraints, transforms
+from rlgrad.distributions import constraints, transforms, utils
 from rlgrad.distributions.beta import Beta
 from rlgrad.distributions.categorical import Bernoulli, Categorical
 from rlgrad.distributions.distribution import Distribution
+from rlgrad.distributions.exponential_family import Binomial, Exponential, Laplace, LogNormal, Poisson
 from rlgrad.distributions.gamma import Dirichlet, Gamma
 from rlgrad.distributions.kl import kl_divergence, register_kl
+from rlgrad.distributions.mixture import MixtureSameFamily
 from rlgrad.distributions.mvn import MultivariateNormal
 from rlgrad.distributions.normal import (
     DiagNormal,
@@ -46,5 +48,6 @@ __all__ = [
     "register_kl", "constraints", "StateDependentNoiseDistribution", "TransformedDistribution",
     "transforms", "Transform", "AffineTransform", "ComposeTransform", "ExpTransform",
     "SigmoidTransform", "TanhTransform", "Uniform", "MultivariateNormal", "OneHotCategorical",
-    "Gamma", "Dirichlet",
+    "Gamma", "Dirichlet", "Laplace", "Exponential", "LogNormal", "Poisson", "Binomial",
+    "MixtureSameFamily", "utils",
 ]

@@ -3,6 +3,7 @@ uses; new pairs are added with ``@register_kl(TypeP, TypeQ)`` (as in torch.distr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -11,6 +12,7 @@ from rlgrad import ops
 from rlgrad.distributions.beta import Beta
 from rlgrad.distributions.categorical import Bernoulli, Categorical
 from rlgrad.distributions.distribution import Distribution, _sum_rightmost
+from rlgrad.distributions.exponential_family import Binomial, Exponential, Laplace, Poisson
 from rlgrad.distributions.gamma import Dirichlet, Gamma
 from rlgrad.distributions.mvn import MultivariateNormal, _mahalanobis
 from rlgrad.distributions.normal import Independent, Normal
@@ -165,3 +167,65 @@ def _kl_transformed(p: TransformedDistribution, q: TransformedDistribution) -> T
             "kl_divergence(TransformedDistribution, TransformedDistribution) needs the same "
             "transforms and event shape on both sides; estimate it by sampling otherwise")
     return kl_divergence(p.base_dist, q.base_dist)
+
+
+@register_kl(Laplace, Laplace)
+def _kl_laplace(p: Laplace, q: Laplace) -> Tensor:
+    ratio = p.scale / q.scale
+    gap = ops.absolute(p.loc - q.loc)
+    return gap / q.scale + ratio * ops.exp(-gap / p.scale) - ops.log(ratio) - 1
+
+
+@register_kl(Exponential, Exponential)
+def _kl_exponential(p: Exponential, q: Exponential) -> Tensor:
+    r = q.rate / p.rate
+    return r - ops.log(r) - 1
+
+
+@register_kl(Poisson, Poisson)
+def _kl_poisson(p: Poisson, q: Poisson) -> Tensor:
+    return p.rate * (ops.log(p.rate) - ops.log(q.rate)) - (p.rate - q.rate)
+
+
+@register_kl(Binomial, Binomial)
+def _kl_binomial(p: Binomial, q: Binomial) -> Tensor:
+    """Defined for the same number of trials; infinite where p has more than q (q cannot
+    reach p's largest counts), not implemented where q has more, as torch's."""
+    np_, nq = p.total_count._value, q.total_count._value
+    if np.any(np_ < nq):
+        raise NotImplementedError("KL between Binomials where q.total_count > p.total_count is "
+                                  "not implemented")
+    kl = p.total_count * (p.probs * (p.logits - q.logits) + ops.log1p(-p.probs)
+                          - ops.log1p(-q.probs))
+    more = np.broadcast_to(np_ > nq, kl.shape)
+    return ops.where(more, np.inf, kl) if more.any() else kl
+
+
+_EULER_GAMMA = 0.57721566490153286060
+
+
+@register_kl(Exponential, Gamma)
+def _kl_exponential_gamma(p: Exponential, q: Gamma) -> Tensor:
+    r, a = q.rate / p.rate, q.concentration
+    return r - a * ops.log(r) + gammaln(a) + a * _EULER_GAMMA - (1 + _EULER_GAMMA)
+
+
+@register_kl(Gamma, Exponential)
+def _kl_gamma_exponential(p: Gamma, q: Exponential) -> Tensor:
+    return -p.entropy() - ops.log(q.rate) + q.rate * p.concentration / p.rate
+
+
+@register_kl(Exponential, Normal)
+def _kl_exponential_normal(p: Exponential, q: Normal) -> Tensor:
+    # -H(p) - E_p[log q]: E_p[x] = 1/rate, E_p[x^2] = 2/rate^2
+    var, rate = q.scale * q.scale, p.rate
+    cross = 1 / (rate * rate) - q.loc / rate + 0.5 * q.loc * q.loc
+    return 0.5 * ops.log(rate * rate * var * (2 * math.pi)) - 1 + cross / var
+
+
+@register_kl(Laplace, Normal)
+def _kl_laplace_normal(p: Laplace, q: Normal) -> Tensor:
+    var = q.scale * q.scale
+    ratio = p.scale * p.scale / var
+    d = p.loc - q.loc
+    return -0.5 * ops.log(ratio * (2 / math.pi)) + ratio + 0.5 * d * d / var - 1

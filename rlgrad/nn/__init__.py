@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from rlgrad.nn import functional, init, utils
 from rlgrad.nn import layers_extra as _layers_extra
-from rlgrad.nn.attention import MultiheadAttention, TransformerEncoderLayer
+from rlgrad.nn.attention import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 from rlgrad.nn.layers import (
     ELU,
     GELU,
@@ -50,7 +50,7 @@ __all__ = [
     "Identity", "Linear", "Conv2d", "Flatten", "Sequential", "ModuleList", "ModuleDict", "ReLU",
     "Tanh", "Sigmoid", "SiLU", "ELU", "Softplus", "LeakyReLU", "LayerNorm", "MLP",
     "GELU", "Mish", "Dropout", "Embedding", "BatchNorm1d", "BatchNorm2d",
-    "MultiheadAttention", "TransformerEncoderLayer",
+    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
     "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell",
     "MSELoss", "HuberLoss", "SmoothL1Loss", "CrossEntropyLoss", "NLLLoss", "BCEWithLogitsLoss",
     "BCELoss", "KLDivLoss",

@@ -3,6 +3,7 @@ in_proj_bias, out_proj.weight, out_proj.bias), masks and outputs (attn_output, a
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from typing import Any
@@ -12,12 +13,12 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.nn import functional as F
 from rlgrad.nn import init
-from rlgrad.nn.layers import Dropout, LayerNorm, Linear, _as_input
+from rlgrad.nn.layers import Dropout, LayerNorm, Linear, ModuleList, _as_input
 from rlgrad.nn.module import Module, Parameter
 from rlgrad.tensor import Tensor, _shape, get_default_dtype
 from rlgrad.typing import DTypeLike
 
-__all__ = ["MultiheadAttention", "TransformerEncoderLayer"]
+__all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
 
 
 def _additive_mask(mask: Any, dtype: np.dtype) -> np.ndarray:
@@ -147,3 +148,25 @@ class TransformerEncoderLayer(Module):
             return x + self._ff(self.norm2(x))
         x = self.norm1(x + self._sa(x, src_mask, src_key_padding_mask, is_causal))
         return self.norm2(x + self._ff(x))
+
+
+class TransformerEncoder(Module):
+    """``num_layers`` copies of ``encoder_layer`` (each its own parameters, torch's
+    ``layers.<i>.`` names), then ``norm`` if given, as ``torch.nn.TransformerEncoder``."""
+
+    def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int,
+                 norm: Module | None = None, enable_nested_tensor: bool = True,
+                 mask_check: bool = True) -> None:
+        super().__init__()
+        if not isinstance(num_layers, int) or num_layers < 1:
+            raise ValueError(f"TransformerEncoder: num_layers must be a positive int, got {num_layers!r}")
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, src: Tensor, mask: Tensor | None = None,
+                src_key_padding_mask: Tensor | None = None, is_causal: bool | None = None) -> Tensor:
+        out = src
+        for layer in self.layers:
+            out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                        is_causal=bool(is_causal))
+        return self.norm(out) if self.norm is not None else out

@@ -6,6 +6,7 @@ gradients, forward mode, ``vmap`` and ``rlgrad.jit`` come from theirs).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ __all__ = [
     "adaptive_max_pool2d", "softmin", "hardtanh", "relu6", "hardsigmoid", "hardswish", "selu", "celu",
     "glu", "logsigmoid", "softsign", "tanhshrink", "threshold", "softshrink", "hardshrink",
     "cosine_similarity", "pairwise_distance", "gumbel_softmax", "poisson_nll_loss",
-    "gaussian_nll_loss", "margin_ranking_loss",
+    "gaussian_nll_loss", "margin_ranking_loss", "interpolate", "upsample",
 ]
 
 
@@ -279,3 +280,81 @@ def gaussian_nll_loss(input: Tensor, target: Tensor, var: Tensor, full: bool = F
 def margin_ranking_loss(input1: Tensor, input2: Tensor, target: Tensor, margin: float = 0.0,
                         reduction: str = "mean") -> Tensor:
     return _reduce(ops.maximum(-target * (input1 - input2) + margin, 0), reduction)
+
+
+_LINEAR_MODES = {"linear": 1, "bilinear": 2, "trilinear": 3}
+
+
+def _out_sizes(x: Any, size: Any, scale_factor: Any, recompute: Any) -> tuple[tuple, tuple]:
+    """torch's output sizes, and the scale each source index is computed with (None: in/out)."""
+    nsp = x.ndim - 2
+    if (size is None) == (scale_factor is None):
+        raise ValueError("interpolate: give exactly one of size and scale_factor")
+    if size is not None:
+        out = tuple(int(s) for s in (size if isinstance(size, list | tuple) else [size] * nsp))
+        scales: tuple = (None,) * nsp
+    else:
+        sf = tuple(float(s) for s in (scale_factor if isinstance(scale_factor, list | tuple)
+                                      else [scale_factor] * nsp))
+        out = tuple(math.floor(n * f) for n, f in zip(x.shape[2:], sf, strict=False))
+        scales = (None,) * nsp if recompute else tuple(1.0 / f for f in sf)
+    if len(out) != nsp:
+        raise ValueError(f"interpolate: input with {nsp} spatial dimensions got {len(out)} sizes")
+    return out, scales
+
+
+def _source(n_in: int, n_out: int, scale: float | None, mode: str, align: bool) -> np.ndarray:
+    """Where each output position reads the input along one axis (a float for linear modes)."""
+    dst = np.arange(n_out, dtype=np.float64)
+    s = n_in / n_out if scale is None else scale
+    if mode == "nearest":
+        return np.minimum(np.floor(dst * s), n_in - 1)
+    if mode == "nearest-exact":
+        return np.minimum(np.floor((dst + 0.5) * s), n_in - 1)
+    if align:
+        return dst * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+    return np.maximum((dst + 0.5) * s - 0.5, 0.0)
+
+
+def interpolate(input: Tensor, size: int | Sequence[int] | None = None,  # noqa: A002
+                scale_factor: float | Sequence[float] | None = None,
+                mode: str = "nearest", align_corners: bool | None = None,
+                recompute_scale_factor: bool | None = None, antialias: bool = False) -> Tensor:
+    """torch's ``F.interpolate`` for modes nearest, nearest-exact, linear, bilinear and
+    trilinear on (N, C, ...) inputs: one index read per spatial axis (plus a weighted sum for
+    the linear modes), so the gradient goes back to the inputs that were read."""
+    if mode not in ("nearest", "nearest-exact", *_LINEAR_MODES):
+        raise NotImplementedError(f"interpolate: mode {mode!r} is not supported by rlgrad; use "
+                                  "nearest, nearest-exact, linear, bilinear or trilinear")
+    if antialias:
+        raise NotImplementedError("interpolate: antialias=True is not supported by rlgrad")
+    if mode in _LINEAR_MODES and input.ndim - 2 != _LINEAR_MODES[mode]:
+        raise NotImplementedError(f"Got {input.ndim}D input, but {mode} mode needs "
+                                  f"{_LINEAR_MODES[mode] + 2}D input")
+    if mode not in _LINEAR_MODES and align_corners is not None:
+        raise ValueError("align_corners option can only be set with the interpolating modes: "
+                         "linear | bilinear | bicubic | trilinear")
+    if input.ndim < 3:
+        raise ValueError(f"interpolate: expected an (N, C, ...) input of 3 to 5 dims, got {input.ndim}-D")
+    out, scales = _out_sizes(input, size, scale_factor, recompute_scale_factor)
+    x = input
+    for k, (n_out, scale) in enumerate(zip(out, scales, strict=True)):
+        axis, n_in = 2 + k, x.shape[2 + k]
+        src = _source(n_in, n_out, scale, mode, bool(align_corners))
+        lead = (slice(None),) * axis
+        if mode not in _LINEAR_MODES:
+            x = x[lead + (src.astype(np.int64),)]
+            continue
+        i0 = np.floor(src).astype(np.int64)
+        i1 = np.minimum(i0 + 1, n_in - 1)
+        w = (src - i0).astype(x.dtype).reshape((-1,) + (1,) * (x.ndim - axis - 1))
+        a, b = x[lead + (i0,)], x[lead + (i1,)]
+        x = a + (b - a) * w
+    return x
+
+
+def upsample(input: Tensor, size: int | Sequence[int] | None = None,  # noqa: A002
+             scale_factor: float | Sequence[float] | None = None,
+             mode: str = "nearest", align_corners: bool | None = None) -> Tensor:
+    """torch's deprecated ``F.upsample``: ``interpolate``."""
+    return interpolate(input, size, scale_factor, mode, align_corners)

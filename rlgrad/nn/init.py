@@ -19,7 +19,7 @@ from rlgrad.typing import GeneratorLike
 __all__ = [
     "manual_seed", "default_generator", "calculate_gain", "uniform_", "normal_", "constant_",
     "zeros_", "ones_", "eye_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_",
-    "kaiming_normal_", "orthogonal_", "trunc_normal_",
+    "kaiming_normal_", "orthogonal_", "trunc_normal_", "dirac_", "sparse_",
 ]
 
 _state = {"rng": np.random.default_rng()}
@@ -123,6 +123,39 @@ def eye_(tensor: Tensor) -> Tensor:
     if arr.ndim != 2:
         raise ValueError(f"eye_ needs a 2-D tensor, got shape {arr.shape}")
     return _fill(tensor, np.eye(*arr.shape))
+
+
+def dirac_(tensor: Tensor, groups: int = 1) -> Tensor:
+    """A 3-, 4- or 5-D convolution weight that passes its input through (per group): one 1 at
+    the kernel's centre for each of the first min(out/groups, in) channels."""
+    arr = _array(tensor)
+    if arr.ndim not in (3, 4, 5):
+        raise ValueError("Only tensors with 3, 4, or 5 dimensions are supported")
+    if arr.shape[0] % groups:
+        raise ValueError("dim 0 must be divisible by groups")
+    per = arr.shape[0] // groups
+    out = np.zeros(arr.shape)
+    centre = tuple(k // 2 for k in arr.shape[2:])
+    for g in range(groups):
+        for d in range(min(per, arr.shape[1])):
+            out[(g * per + d, d) + centre] = 1
+    return _fill(tensor, out)
+
+
+def sparse_(tensor: Tensor, sparsity: float, std: float = 0.01,
+            generator: GeneratorLike = None) -> Tensor:
+    """A 2-D weight drawn from N(0, std) with ceil(sparsity * rows) entries of each column zeroed
+    (Martens 2010), rows chosen at random per column."""
+    arr = _array(tensor)
+    if arr.ndim != 2:
+        raise ValueError("Only tensors with 2 dimensions are supported")
+    rows, cols = arr.shape
+    rng = _rng(generator)
+    out = rng.normal(0.0, std, arr.shape)
+    zeros = int(math.ceil(sparsity * rows))
+    for c in range(cols):
+        out[rng.permutation(rows)[:zeros], c] = 0
+    return _fill(tensor, out)
 
 
 def xavier_uniform_(tensor: Tensor, gain: float = 1.0, generator: GeneratorLike = None) -> Tensor:

@@ -22,6 +22,7 @@ __all__ = [
     "AdaptiveMaxPool2d", "Softmin", "Hardtanh", "ReLU6", "Hardsigmoid", "Hardswish", "SELU", "CELU",
     "GLU", "LogSigmoid", "Softsign", "Tanhshrink", "Threshold", "Unflatten", "ParameterList", "PReLU",
     "GroupNorm", "CosineSimilarity", "PairwiseDistance", "L1Loss", "GaussianNLLLoss", "PoissonNLLLoss",
+    "Upsample", "UpsamplingNearest2d", "UpsamplingBilinear2d",
 ]
 
 
@@ -156,6 +157,33 @@ class PoissonNLLLoss(Module):
 
     def forward(self, input: Tensor, target: Tensor) -> Tensor:  # noqa: A002
         return F.poisson_nll_loss(input, target, self.log_input, self.full, self.eps, self.reduction)
+
+
+class Upsample(Module):
+    """``F.interpolate`` as a module (torch's arguments)."""
+
+    def __init__(self, size: int | Sequence[int] | None = None,
+                 scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
+                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None) -> None:
+        super().__init__()
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners,
+                             self.recompute_scale_factor)
+
+
+class UpsamplingNearest2d(Upsample):
+    def __init__(self, size: int | Sequence[int] | None = None,
+                 scale_factor: float | Sequence[float] | None = None) -> None:
+        super().__init__(size, scale_factor, mode="nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    def __init__(self, size: int | Sequence[int] | None = None,
+                 scale_factor: float | Sequence[float] | None = None) -> None:
+        super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
 
 
 class Unflatten(Module):

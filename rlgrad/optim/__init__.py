@@ -6,8 +6,10 @@ from rlgrad.nn.utils import clip_grad_norm_, clip_grad_value_
 from rlgrad.optim import lr_scheduler
 from rlgrad.optim.algorithms import (
     SGD,
+    Adadelta,
     Adagrad,
     Adam,
+    Adamax,
     AdamW,
     NAdam,
     RAdam,
@@ -17,13 +19,17 @@ from rlgrad.optim.algorithms import (
 from rlgrad.optim.lr_scheduler import (
     ConstantLR,
     CosineAnnealingLR,
+    CosineAnnealingWarmRestarts,
     ExponentialLR,
     LambdaLR,
     LinearLR,
     LRScheduler,
+    MultiplicativeLR,
     MultiStepLR,
     OneCycleLR,
+    PolynomialLR,
     ReduceLROnPlateau,
+    SequentialLR,
     StepLR,
     constant_schedule,
     linear_schedule,
@@ -34,9 +40,11 @@ from rlgrad.optim.target import hard_update, polyak_update, soft_update
 
 __all__ = [
     "Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike", "Adagrad", "RAdam", "NAdam",
+    "Adamax", "Adadelta",
     "clip_grad_norm_",
     "clip_grad_value_", "lr_scheduler", "LRScheduler", "LambdaLR", "LinearLR", "ConstantLR",
     "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "OneCycleLR", "ReduceLROnPlateau",
+    "MultiplicativeLR", "PolynomialLR", "CosineAnnealingWarmRestarts", "SequentialLR",
     "constant_schedule", "linear_schedule", "update_learning_rate", "polyak_update",
     "soft_update", "hard_update",
 ]

@@ -35,7 +35,8 @@ except ImportError:  # pragma: no cover - depends on the install
 if os.environ.get("RLGRAD_FUSED", "1") == "0":
     _fused = None
 
-__all__ = ["SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike", "Adagrad", "RAdam", "NAdam"]
+__all__ = ["SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike", "Adagrad", "RAdam", "NAdam", "Adamax",
+           "Adadelta"]
 
 
 def _scratch(st: dict[str, Any], like: np.ndarray) -> np.ndarray:
@@ -592,6 +593,65 @@ class Adagrad(_PerParam):
         buf += group["eps"]
         np.divide(g, buf, out=buf)
         buf *= clr
+
+
+class Adamax(_PerParam):
+    """Adamax with PyTorch's arguments (``reference.adamax``): Adam with the infinity norm."""
+
+    _l2_only = True
+
+    def __init__(self, params: Params, lr: float = 2e-3, betas: tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, *, maximize: bool = False) -> None:
+        _check_hparams(lr=lr, eps=eps, weight_decay=weight_decay)
+        _check_betas(betas)
+        super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay,
+                                      maximize=maximize))
+
+    def _new_state(self, x: np.ndarray, group: dict[str, Any]) -> dict[str, Any]:
+        return {"step": 0, "exp_avg": np.zeros_like(x), "exp_inf": np.zeros_like(x)}
+
+    def _math(self, g: np.ndarray, x: np.ndarray, st: dict[str, Any], buf: np.ndarray,
+              group: dict[str, Any]) -> None:
+        (b1, b2), m, u = group["betas"], st["exp_avg"], st["exp_inf"]
+        np.subtract(g, m, out=buf)
+        buf *= 1 - b1
+        m += buf
+        u *= b2
+        np.abs(g, out=buf)
+        buf += group["eps"]
+        np.maximum(u, buf, out=u)
+        np.divide(m, u, out=buf)
+        buf *= group["lr"] / (1 - b1 ** st["step"])
+
+
+class Adadelta(_PerParam):
+    """Adadelta with PyTorch's arguments (``reference.adadelta``)."""
+
+    _l2_only = True
+
+    def __init__(self, params: Params, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6,
+                 weight_decay: float = 0.0, *, maximize: bool = False) -> None:
+        _check_hparams(lr=lr, eps=eps, weight_decay=weight_decay)
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"Invalid rho value: {rho}")
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay,
+                                      maximize=maximize))
+
+    def _new_state(self, x: np.ndarray, group: dict[str, Any]) -> dict[str, Any]:
+        return {"step": 0, "square_avg": np.zeros_like(x), "acc_delta": np.zeros_like(x)}
+
+    def _math(self, g: np.ndarray, x: np.ndarray, st: dict[str, Any], buf: np.ndarray,
+              group: dict[str, Any]) -> None:
+        rho, eps, sq, acc = group["rho"], group["eps"], st["square_avg"], st["acc_delta"]
+        sq *= rho
+        sq += (1 - rho) * g * g
+        np.add(acc, eps, out=buf)
+        buf /= sq + eps
+        np.sqrt(buf, out=buf)
+        buf *= g  # buf: the step, delta
+        acc *= rho
+        acc += (1 - rho) * buf * buf
+        buf *= group["lr"]
 
 
 class RAdam(_PerParam):

@@ -25,6 +25,7 @@ from rlgrad.tracer import replayed
 __all__ = [
     "LRScheduler", "LambdaLR", "LinearLR", "ConstantLR", "StepLR", "MultiStepLR", "ExponentialLR",
     "CosineAnnealingLR", "OneCycleLR", "ReduceLROnPlateau", "constant_schedule", "linear_schedule",
+    "MultiplicativeLR", "PolynomialLR", "CosineAnnealingWarmRestarts", "SequentialLR",
     "update_learning_rate", "Schedule",
 ]
 
@@ -199,6 +200,76 @@ class CosineAnnealingLR(LRScheduler):
     def lrs_at(self, epoch: int) -> list[float]:
         c = (1 + math.cos(math.pi * epoch / self.T_max)) / 2
         return [self.eta_min + (base - self.eta_min) * c for base in self.base_lrs]
+
+
+class MultiplicativeLR(LRScheduler):
+    """``lr`` multiplied by ``lr_lambda(epoch)`` at each step from the first on."""
+
+    def __init__(self, optimizer: Optimizer, lr_lambda: Callable[[int], float],
+                 last_epoch: int = -1) -> None:
+        self.lr_lambda, self._product, self._at = lr_lambda, 1.0, 0
+        super().__init__(optimizer, last_epoch)
+
+    def factor(self, epoch: int) -> float:
+        while self._at < epoch:  # the product of the factors of the steps taken (one per step)
+            self._at += 1
+            self._product *= float(self.lr_lambda(self._at))
+        return self._product
+
+
+class PolynomialLR(LRScheduler):
+    """``lr = base_lr * (1 - min(epoch, total_iters) / total_iters) ** power``."""
+
+    def __init__(self, optimizer: Optimizer, total_iters: int = 5, power: float = 1.0,
+                 last_epoch: int = -1) -> None:
+        self.total_iters, self.power = total_iters, power
+        super().__init__(optimizer, last_epoch)
+
+    def factor(self, epoch: int) -> float:
+        return (1.0 - min(epoch, self.total_iters) / self.total_iters) ** self.power
+
+
+class CosineAnnealingWarmRestarts(LRScheduler):
+    """Cosine annealing restarted every ``T_0`` steps, each period ``T_mult`` times the last (SGDR)."""
+
+    def __init__(self, optimizer: Optimizer, T_0: int, T_mult: int = 1,  # noqa: N803
+                 eta_min: float = 0.0, last_epoch: int = -1) -> None:
+        if not isinstance(T_0, int) or T_0 <= 0:
+            raise ValueError(f"Expected positive integer T_0, but got {T_0}")
+        if not isinstance(T_mult, int) or T_mult < 1:
+            raise ValueError(f"Expected integer T_mult >= 1, but got {T_mult}")
+        self.T_0, self.T_mult, self.eta_min = T_0, T_mult, eta_min
+        super().__init__(optimizer, last_epoch)
+
+    def lrs_at(self, epoch: int) -> list[float]:
+        t_cur, t_i = epoch, self.T_0
+        while t_cur >= t_i:  # (exact in integers, where torch's log form rounds)
+            t_cur, t_i = t_cur - t_i, t_i * self.T_mult
+        c = (1 + math.cos(math.pi * t_cur / t_i)) / 2
+        return [self.eta_min + (base - self.eta_min) * c for base in self.base_lrs]
+
+
+class SequentialLR(LRScheduler):
+    """``schedulers[i]`` from ``milestones[i - 1]`` on, each restarted at its milestone."""
+
+    def __init__(self, optimizer: Optimizer, schedulers: Sequence[LRScheduler],
+                 milestones: Sequence[int], last_epoch: int = -1) -> None:
+        if len(milestones) != len(schedulers) - 1:
+            raise ValueError("Sequential Schedulers expects number of schedulers provided to be one "
+                             f"more than the number of milestone points, but got number of "
+                             f"schedulers {len(schedulers)} and the number of milestones to be equal "
+                             f"to {len(milestones)}")
+        for i, sch in enumerate(schedulers):
+            if sch.optimizer is not optimizer:
+                raise ValueError(f"Sequential Schedulers expects all schedulers to belong to the same "
+                                 f"optimizer, but got scheduler at index {i} to be different")
+        self._schedulers, self._milestones = list(schedulers), [int(m) for m in milestones]
+        super().__init__(optimizer, last_epoch)
+
+    def lrs_at(self, epoch: int) -> list[float]:
+        i = bisect.bisect_right(self._milestones, epoch)
+        start = self._milestones[i - 1] if i else 0
+        return self._schedulers[i].lrs_at(epoch - start)
 
 
 def _per_group(name: str, optimizer: Optimizer, value: Any) -> list[Any]:

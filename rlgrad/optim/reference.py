@@ -105,6 +105,38 @@ def adagrad(p: np.ndarray, g: np.ndarray, state: State, *, lr: float, lr_decay: 
     p -= clr * (g / (np.sqrt(s) + eps))
 
 
+def adamax(p: np.ndarray, g: np.ndarray, state: State, *, lr: float,
+           betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+           maximize: bool = False) -> None:
+    """One Adamax step: Adam's first moment over the running infinity norm of the gradients."""
+    if not state:
+        state.update(step=0, exp_avg=np.zeros_like(p), exp_inf=np.zeros_like(p))
+    t = state["step"] = state["step"] + 1
+    g = -g if maximize else g
+    if weight_decay:
+        g = g + weight_decay * p
+    b1, b2 = betas
+    m = state["exp_avg"] = b1 * state["exp_avg"] + (1 - b1) * g
+    u = state["exp_inf"] = np.maximum(b2 * state["exp_inf"], np.abs(g) + eps)
+    p -= lr / (1 - b1**t) * m / u
+
+
+def adadelta(p: np.ndarray, g: np.ndarray, state: State, *, lr: float, rho: float = 0.9,
+             eps: float = 1e-6, weight_decay: float = 0.0, maximize: bool = False) -> None:
+    """One Adadelta step: the update's scale is the running RMS of past updates over that of
+    the gradients."""
+    if not state:
+        state.update(step=0, square_avg=np.zeros_like(p), acc_delta=np.zeros_like(p))
+    state["step"] += 1
+    g = -g if maximize else g
+    if weight_decay:
+        g = g + weight_decay * p
+    sq = state["square_avg"] = rho * state["square_avg"] + (1 - rho) * g * g
+    delta = np.sqrt(state["acc_delta"] + eps) / np.sqrt(sq + eps) * g
+    state["acc_delta"] = rho * state["acc_delta"] + (1 - rho) * delta * delta
+    p -= lr * delta
+
+
 def radam(p: np.ndarray, g: np.ndarray, state: State, *, lr: float,
           betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
           decoupled_weight_decay: bool = False, maximize: bool = False) -> None:

@@ -298,3 +298,29 @@ def test_transformer_encoder_layer_matches_torch(kw: dict) -> None:
     _close(rx.grad, tx.grad, 1e-9)
     for p, q in zip(rm.parameters(), tm.parameters()):
         _close(p.grad, q.grad, 1e-9)
+
+
+@pytest.mark.parametrize("final_norm", [False, True])
+def test_transformer_encoder_matches_torch(final_norm: bool) -> None:
+    layer = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True)
+    tm = torch.nn.TransformerEncoder(layer, 3, norm=torch.nn.LayerNorm(8) if final_norm else None,
+                                     enable_nested_tensor=False).double()
+    rlayer = nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, dropout=0.0, batch_first=True,
+                                        dtype=np.float64)
+    rm = nn.TransformerEncoder(rlayer, 3, norm=nn.LayerNorm(8, dtype=np.float64) if final_norm else None)
+    assert list(rm.state_dict()) == list(tm.state_dict())
+    with torch.no_grad():
+        for p in tm.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    _load_from(rm, tm)
+    x = RNG.standard_normal((3, 5, 8))
+    rx, tx = rlgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
+    mask = np.triu(np.ones((5, 5), bool), 1)
+    ro, to = rm(rx, mask=mask), tm(tx, mask=torch.tensor(mask))
+    _close(ro, to, 1e-9)
+    (ro * ro).sum().backward()
+    (to * to).sum().backward()
+    _close(rx.grad, tx.grad, 1e-9)
+    for p, q in zip(rm.parameters(), tm.parameters(), strict=True):
+        _close(p.grad, q.grad, 1e-9)
+    assert rm.layers[0].linear1.weight is not rm.layers[1].linear1.weight

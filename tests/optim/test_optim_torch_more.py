@@ -186,6 +186,10 @@ OPTIMIZERS = [
     ("NAdam", reference.nadam, dict(lr=0.01, momentum_decay=0.01, weight_decay=0.1)),
     ("NAdam", reference.nadam, dict(weight_decay=0.1, decoupled_weight_decay=True, maximize=True,
                                     betas=(0.5, 0.9))),
+    ("Adamax", reference.adamax, {}),
+    ("Adamax", reference.adamax, dict(lr=0.01, betas=(0.8, 0.95), weight_decay=0.1, maximize=True)),
+    ("Adadelta", reference.adadelta, {}),
+    ("Adadelta", reference.adadelta, dict(lr=0.5, rho=0.8, eps=1e-4, weight_decay=0.1, maximize=True)),
 ]
 
 
@@ -230,7 +234,7 @@ def test_optimizer_matches_torch_and_its_reference(name, ref, kw, torch_float64)
             np.testing.assert_allclose(np.asarray(r.state[rp[i]][key]), np.asarray(v), rtol=1e-10)
 
 
-@pytest.mark.parametrize("name", ["Adagrad", "RAdam", "NAdam"])
+@pytest.mark.parametrize("name", ["Adagrad", "RAdam", "NAdam", "Adamax", "Adadelta"])
 def test_optimizer_state_dict_resumes_and_float32(name):
     rng = np.random.default_rng(1)
     x0 = rng.normal(size=6).astype(np.float32)
@@ -251,7 +255,8 @@ def test_optimizer_state_dict_resumes_and_float32(name):
 
 
 @pytest.mark.parametrize("name,kw", [("Adagrad", dict(lr_decay=-1.0)), ("RAdam", dict(betas=(1.0, 0.9))),
-                                     ("NAdam", dict(momentum_decay=-0.1)), ("NAdam", dict(eps=-1.0))])
+                                     ("NAdam", dict(momentum_decay=-0.1)), ("NAdam", dict(eps=-1.0)),
+                                     ("Adamax", dict(betas=(0.9, 1.0))), ("Adadelta", dict(rho=1.5))])
 def test_optimizer_bad_hyperparameters(name, kw):
     with pytest.raises(ValueError, match="Invalid"):
         getattr(optim, name)([rlgrad.tensor(np.ones(2), requires_grad=True)], **kw)
