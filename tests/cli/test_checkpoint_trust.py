@@ -202,7 +202,8 @@ def _kill_9_and_resume(tmp_path: Path, args: list[str], interval: int, seed: int
     t0 = time.time()
     while not (run1 / "checkpoint.1.safetensors").exists():
         assert proc.poll() is None, proc.communicate()
-        assert time.time() - t0 < 120, "no second checkpoint"
+        # a hang guard, not a speed check: under a loaded host Ray's start alone takes minutes
+        assert time.time() - t0 < 900, "no second checkpoint after 15 minutes"
         time.sleep(0.01)
     time.sleep(random.Random(seed).uniform(0.0, 0.3))
     proc.kill()
