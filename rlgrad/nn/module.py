@@ -37,6 +37,17 @@ from rlgrad.typing import DeviceLike, DTypeLike
 __all__ = ["Module", "Parameter", "IncompatibleKeys", "StateDictError"]
 
 
+def _state_value(v: Any) -> Any:
+    """A state-dict value's array: a Tensor's; a torch tensor's values (a script that builds a
+    state dict with torch, ``th.rand_like`` of ours), read through ``detach().cpu().numpy()``
+    so torch is the caller's, never imported here."""
+    if isinstance(v, Tensor):
+        return v._value
+    if type(v).__module__.startswith("torch") and hasattr(v, "detach"):
+        return np.asarray(v.detach().cpu().numpy())
+    return v
+
+
 class Parameter(Tensor):
     """A leaf Tensor that a Module registers as trainable (``requires_grad=True`` by default).
 
@@ -436,7 +447,7 @@ class Module:
             if key not in state_dict:
                 continue
             v = state_dict[key]
-            arr = v._value if isinstance(v, Tensor) else v
+            arr = _state_value(v)
             if not isinstance(arr, np.ndarray | np.generic | int | float | list):
                 problems.append(f"value for {key} is a {type(v).__name__}, not an array")
                 continue

@@ -26,7 +26,7 @@ from rlgrad.rl.envs import EnvLike, frame_stacked, is_image_space, preprocess_ob
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.frame_replay import FrameReplayBuffer
 from rlgrad.rl.policies import SB3PolicyMethods, predict_with
-from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
+from rlgrad.rl.sb3_args import existing_checkpoint, unwrap_compiled, with_extension
 from rlgrad.rl.sb3_storage import (
     Sb3Rows,
     default_buffer_options,
@@ -157,6 +157,17 @@ class PolicyView:
                                if k.startswith(prefix + ".")}, strict=strict)
 
     device = cpu_device("cpu")  # rlgrad computes on the CPU (SB3's policy.device.type)
+
+    def forward(self, obs: np.ndarray | rlgrad.Tensor, deterministic: bool = False
+                ) -> rlgrad.Tensor:
+        """SB3's ``policy(obs)``: the networks' actions for a batch of observations (a Box's
+        in [-1, 1], before ``unscale_action``, as SB3's policy gives them)."""
+        obs = obs.detach().numpy() if isinstance(obs, rlgrad.Tensor) else np.asarray(obs)
+        with rlgrad.no_grad():  # (preprocessed as SB3's extractors do: one-hot, /255 ...)
+            act = self._algo._act(preprocess_obs(obs, self._algo.observation_space), deterministic)
+        return rlgrad.as_tensor(act)
+
+    __call__ = forward
 
     def set_training_mode(self, mode: bool) -> None:
         for m in self._algo._modules().values():
@@ -318,6 +329,13 @@ class OffPolicyAlgorithm(BaseAlgorithm):
     def policy(self) -> PolicyView:
         """SB3's ``model.policy``: ``predict`` on the observations the networks see."""
         return PolicyView(self)
+
+    @policy.setter
+    def policy(self, value: object) -> None:
+        view = unwrap_compiled(value)  # (SB3's model.policy = th.compile(model.policy))
+        if not (isinstance(view, PolicyView) and view._algo is self):
+            raise AttributeError(f"{type(self).__name__}.policy is a view of the algorithm's "
+                                 "networks (actor, critic, q_net ...): assign those instead")
 
     # ---- collection -----------------------------------------------------------------------------
     def _on_step(self) -> None:

@@ -36,7 +36,7 @@ from rlgrad.rl.envs import (
 )
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
-from rlgrad.rl.sb3_args import buffer_class
+from rlgrad.rl.sb3_args import PolicySlot, buffer_class
 from rlgrad.rl.schedules import ScheduleLike
 from rlgrad.rl.steps import apply_grads, grad_step, optimized_params, same_params
 from rlgrad.tensor import Tensor
@@ -97,6 +97,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box,
                                                                *action_dists.MULTI_ACTION_SPACES)
     optimizer: Optimizer  # (each algorithm makes its own: PPO's Adam, A2C's RMSprop ...)
+    policy: PolicySlot[ActorCriticPolicy] = PolicySlot()  # (th.compile(model.policy): ours kept)
     env_runner_sampling = True  # env_runners > 0: rollouts on Ray actors (rlgrad.rl.distributed)
 
     def __init__(self, env: EnvLike, learning_rate: ScheduleLike, n_steps: int, gamma: float,
