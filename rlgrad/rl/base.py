@@ -19,7 +19,7 @@ import time
 import warnings
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import IO, TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -868,7 +868,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             save_archive(self, target, hp, ckpt)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, env: EnvLike | None = None, device: DeviceLike = "auto",
+    def load(cls, path: str | os.PathLike | IO[bytes], env: EnvLike | None = None,
+             device: DeviceLike = "auto",
              custom_objects: dict[str, Any] | None = None, print_system_info: bool = False,
              force_reset: bool = True, **overrides: Any) -> BaseAlgorithm:
         """The algorithm saved at ``path`` (a classmethod, as SB3's): SB3's archive (SB3's or
@@ -899,7 +900,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """The model of an archive SB3 wrote (``rlgrad.rl.common.save_util_model``)."""
         if env is not None:
             check_same_spaces(f"{cls.__name__}.load({path!r})",
-                              make_vec_env(env, record_statistics=False),
+                              make_vec_env(wrap_channels_last(env), record_statistics=False),
                               archive.saved["observation_space"], archive.saved["action_space"])
         policy, env, hp, seed = archive_model_args(cls, archive, path, env)
         hp.update(overrides)
@@ -928,7 +929,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             _refuse_file_module(f"{cls.__name__}.load({path!r})", str(env))
         if given is not None and "spaces" in ckpt:  # before building networks that would not fit
             check_same_spaces(f"{cls.__name__}.load({path!r})",
-                              make_vec_env(given, record_statistics=False),
+                              make_vec_env(wrap_channels_last(given), record_statistics=False),
                               ckpt["spaces"]["observation"], ckpt["spaces"]["action"])
         hp: dict[str, Any] = {k: schedule_from_data(v) for k, v in ckpt["hyperparams"].items()}
         if given is not None and not isinstance(given, str):

@@ -120,3 +120,89 @@ def test_changed_attributes_are_saved(tmp_path: Path) -> None:
     assert PPO.load(tmp_path / "m.zip").verbose == 0
     m.save(tmp_path / "m", exclude=["verbose"], include=["verbose"])
     assert PPO.load(tmp_path / "m.zip").verbose == 2
+
+
+def test_optimize_memory_usage_is_the_buffers_option() -> None:
+    """SB3's constructor argument: given to the buffer, whose check applies (it cannot go with
+    handle_timeout_termination); training runs the same way."""
+    m = SAC("MlpPolicy", IdentityEnvBox(-10, 10), buffer_size=100, learning_starts=10, seed=0,
+            optimize_memory_usage=True, replay_buffer_kwargs={"handle_timeout_termination": False},
+            policy_kwargs=dict(net_arch=[8]))
+    assert m.optimize_memory_usage and m.replay_buffer_kwargs["optimize_memory_usage"]
+    m.learn(40)
+    assert m.num_timesteps == 40 and m.replay_buffer.size() == 40
+    with pytest.raises(ValueError, match="optimize_memory_usage = True and "
+                       "handle_timeout_termination = True"):
+        SAC("MlpPolicy", "Pendulum-v1", optimize_memory_usage=True)
+
+
+def test_replay_buffer_round_trips_through_names_and_open_files(tmp_path: Path) -> None:
+    m = DQN("MlpPolicy", IdentityEnv(10), buffer_size=200, learning_starts=30, seed=0,
+            policy_kwargs=dict(net_arch=[8]))
+    m.learn(60)
+    want = {k: np.array(v) for k, v in m.replay_buffer.state_dict().items()
+            if isinstance(v, np.ndarray)}
+    m.save_replay_buffer(tmp_path / "rb")
+    m.replay_buffer = None  # (SB3's test: a buffer set to None is rebuilt by load)
+    m.load_replay_buffer(tmp_path / "rb")
+    with open(tmp_path / "rb2", "w+b") as fp:
+        m.save_replay_buffer(fp)
+        fp.seek(0)
+        m.replay_buffer = None
+        m.load_replay_buffer(fp)
+        assert not fp.closed
+    got = m.replay_buffer.state_dict()
+    assert m.replay_buffer.size() == 60
+    for k, v in want.items():
+        np.testing.assert_array_equal(np.asarray(got[k]), v)
+
+
+@pytest.mark.parametrize("algo", ["DQN", "DDPG"])
+def test_off_policy_policy_save_and_load(tmp_path: Path, algo: str) -> None:
+    """SB3's ``policy.save(p)`` / ``type(policy).load(p)``: the same greedy actions."""
+    import rlgrad.rl as rl
+
+    env = IdentityEnv(10) if algo == "DQN" else IdentityEnvBox(-10, 10)
+    m = getattr(rl, algo)("MlpPolicy", env, learning_starts=10, seed=0,
+                          policy_kwargs=dict(net_arch=[16]))
+    m.learn(40)
+    obs = np.stack([m.observation_space.sample() for _ in range(6)])
+    want = m.policy.predict(obs, deterministic=True)[0]
+    m.policy.save(tmp_path / "policy.pkl")
+    policy = type(m.policy).load(tmp_path / "policy.pkl")
+    np.testing.assert_array_equal(policy.predict(obs, deterministic=True)[0], want)
+    for k, v in m.policy.state_dict().items():
+        np.testing.assert_array_equal(policy.state_dict()[k].numpy(), v.numpy())
+
+
+def test_sac_fixed_ent_coef_is_a_tensor_and_no_log(tmp_path: Path) -> None:
+    m = SAC("MlpPolicy", "Pendulum-v1", seed=0, ent_coef=0.01, learning_starts=10,
+            policy_kwargs=dict(net_arch=[8]))
+    assert m.log_ent_coef is None
+    t = m.ent_coef_tensor
+    assert t.shape == () and t.dtype == np.float32 and float(t) == np.float32(0.01)
+    m.learn(20)
+    m.save(tmp_path / "sac")
+    loaded = SAC.load(tmp_path / "sac", env=m.get_env())
+    assert loaded.log_ent_coef is None and float(loaded.ent_coef_tensor) == np.float32(0.01)
+    learned = SAC("MlpPolicy", "Pendulum-v1", seed=0, ent_coef="auto_0.5")
+    assert float(learned.log_ent_coef.exp()[0]) == pytest.approx(0.5)
+    with pytest.raises(AttributeError, match="learns its entropy coefficient"):
+        _ = learned.ent_coef_tensor
+
+
+def test_load_wraps_channels_last_images_as_the_constructor(tmp_path: Path) -> None:
+    """A model built on channels-last images sees them transposed (SB3's VecTransposeImage);
+    ``load(path, env=the same env)`` wraps it the same way instead of refusing its space."""
+    from rlgrad.rl import A2C
+    from rlgrad.rl.common.envs import FakeImageEnv
+
+    env = FakeImageEnv(screen_height=36, screen_width=36, n_channels=2, discrete=False)
+    m = A2C("CnnPolicy", env, n_steps=4, seed=0, policy_kwargs=dict(net_arch=[8]))
+    assert m.observation_space.shape == (2, 36, 36)
+    m.save(tmp_path / "a2c")
+    loaded = A2C.load(tmp_path / "a2c.zip", env=env)
+    obs = np.stack([env.observation_space.sample() for _ in range(3)])  # channels last
+    np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0],
+                                  m.predict(obs, deterministic=True)[0])
+    loaded.learn(8)
