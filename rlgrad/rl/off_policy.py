@@ -208,10 +208,18 @@ class PolicyView:
 
     def is_vectorized_observation(self, observation: Any) -> bool:
         """SB3's: whether ``observation`` is a batch of the observation space's (ValueError for
-        a shape that is neither)."""
+        a shape that is neither). Channels-last images count as the space's channels-first
+        ones, as SB3's policy transposes them (``maybe_transpose``)."""
+        from rlgrad.rl.common.preprocessing import maybe_transpose
         from rlgrad.rl.common.utils import is_vectorized_observation
 
-        return is_vectorized_observation(observation, self.observation_space)
+        space = self.observation_space
+        if isinstance(space, spaces.Dict) and isinstance(observation, dict):
+            observation = {k: maybe_transpose(np.asarray(v), space[k])
+                           for k, v in observation.items()}
+        elif not isinstance(space, spaces.Dict):
+            observation = maybe_transpose(np.asarray(observation), space)
+        return is_vectorized_observation(observation, space)
 
     def reset_noise(self, batch_size: int = 1) -> None:
         """SB3's: new gSDE exploration matrices of the actor (SAC with ``use_sde``)."""

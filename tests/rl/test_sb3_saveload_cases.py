@@ -206,3 +206,18 @@ def test_load_wraps_channels_last_images_as_the_constructor(tmp_path: Path) -> N
     np.testing.assert_array_equal(loaded.predict(obs, deterministic=True)[0],
                                   m.predict(obs, deterministic=True)[0])
     loaded.learn(8)
+
+
+def test_policy_is_vectorized_observation_transposes_images() -> None:
+    """A channels-last image is one observation of a channels-first space (SB3's policy
+    transposes it first); a batch of them is a batch; a wrong shape is one ValueError."""
+    from gymnasium import spaces
+
+    policy = DQN("MlpPolicy", "CartPole-v1").policy
+    policy.observation_space = spaces.Box(0, 255, (3, 32, 32), np.uint8)
+    assert not policy.is_vectorized_observation(np.zeros((32, 32, 3), np.uint8))
+    assert not policy.is_vectorized_observation(np.zeros((3, 32, 32), np.uint8))
+    assert policy.is_vectorized_observation(np.zeros((5, 32, 32, 3), np.uint8))
+    assert policy.is_vectorized_observation(np.zeros((5, 3, 32, 32), np.uint8))
+    with pytest.raises(ValueError, match=r"Unexpected observation shape \(31, 32, 3\)"):
+        policy.is_vectorized_observation(np.zeros((31, 32, 3), np.uint8))
