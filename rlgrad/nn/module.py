@@ -10,6 +10,7 @@ given a hook moves to a subclass whose ``__call__`` runs them: rlgrad/nn/hooks.p
 from __future__ import annotations
 
 import copy
+import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -35,6 +36,25 @@ from rlgrad.tracer import replayed
 from rlgrad.typing import DeviceLike, DTypeLike
 
 __all__ = ["Module", "Parameter", "IncompatibleKeys", "StateDictError"]
+
+
+def _state_value(v: Any) -> Any:
+    """A state-dict value's array: a Tensor's; a torch tensor's values (a script that builds a
+    state dict with torch, ``th.rand_like`` of ours), read through ``detach().cpu().numpy()``
+    so torch is the caller's, never imported here."""
+    if isinstance(v, Tensor):
+        return v._value
+    if type(v).__module__.startswith("torch") and hasattr(v, "detach"):
+        return np.asarray(v.detach().cpu().numpy())
+    return v
+
+
+def _is_torch_module(value: object) -> bool:
+    """Whether ``value`` is a ``torch.nn.Module`` (found by name: torch is never imported)."""
+    if "torch" not in sys.modules or isinstance(value, np.ndarray | Tensor | int | float | str):
+        return False
+    return any(c.__name__ == "Module" and c.__module__ == "torch.nn.modules.module"
+               for c in type(value).__mro__)
 
 
 class Parameter(Tensor):
@@ -138,6 +158,11 @@ class Module:
             modules = self._registry("_modules")
             self._forget(name)
             modules[name] = value
+        elif _is_torch_module(value):
+            cls = type(value).__name__
+            raise TypeError(f"{type(self).__name__}.{name}: {type(value).__module__}.{cls} is a "
+                            "torch module, which an rlgrad network cannot train or save; use "
+                            f"rlgrad's (import rlgrad.nn as nn: nn.{cls} takes torch's arguments)")
         else:
             known = d.get("_parameters")
             if known is not None and name in known:
@@ -436,7 +461,7 @@ class Module:
             if key not in state_dict:
                 continue
             v = state_dict[key]
-            arr = v._value if isinstance(v, Tensor) else v
+            arr = _state_value(v)
             if not isinstance(arr, np.ndarray | np.generic | int | float | list):
                 problems.append(f"value for {key} is a {type(v).__name__}, not an array")
                 continue

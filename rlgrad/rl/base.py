@@ -188,6 +188,20 @@ def _savable_hyperparams(name: str, hp: dict[str, Any], functions: str) -> dict[
     return hp
 
 
+_PLAIN = (bool, int, float, str)
+
+
+def _with_attributes(model: Any, hp: dict[str, Any]) -> dict[str, Any]:
+    """``hp`` with each plain value (number, string) replaced by the model's attribute of that
+    name when the user changed it to one of the same type (SB3 saves ``model.__dict__``)."""
+    out = dict(hp)
+    for k, v in hp.items():
+        cur = model.__dict__.get(k, v)
+        if isinstance(v, _PLAIN) and type(cur) is type(v) and cur != v:
+            out[k] = cur
+    return out
+
+
 def _loaded_state(saved: dict[str, Any], given: Any, force_reset: bool) -> dict[str, Any]:
     """A checkpoint's state for the env the model is loaded on: a new env starts new episodes
     (``force_reset=False``: its last observation kept, as SB3 keeps ``_last_obs``); an env
@@ -201,6 +215,13 @@ def _loaded_state(saved: dict[str, Any], given: Any, force_reset: bool) -> dict[
     elif not env_state.get("vector_env", True):
         state["env"] = {k: v for k, v in env_state.items() if k == "episode_statistics"}
     return state
+
+
+def _load_device(device: Any) -> Any:
+    """``load(device=)`` as SB3's ``get_device``: "auto" and CUDA give the CPU (there is no GPU
+    here), None; any other device goes to the constructor's check."""
+    name = str(device)
+    return None if name == "auto" or name.partition(":")[0] == "cuda" else device
 
 
 def _refuse_file_module(what: str, env_id: str) -> None:
@@ -290,7 +311,9 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.n_envs = n_envs
         self.verbose = verbose
         self.tensorboard_log = None if tensorboard_log is None else str(tensorboard_log)
-        self.device = "cpu"  # rlgrad computes on the CPU ("auto" and "cpu" mean it)
+        #: SB3's: a device ("auto" and "cuda" give the CPU without a GPU, as SB3's get_device; rlgrad
+        #: computes on the CPU)
+        self.device = rlgrad.device("cpu")
         if verbose >= 1:
             print(f"Using {self.device} device")
         self.gamma = float(gamma)
@@ -837,8 +860,11 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         rlgrad's ``linear_schedule``) are saved as data and loaded back as schedules; any other
         function is code, which a checkpoint does not hold: it is refused unless
         ``function_hyperparams="start"`` saves its value at the start of training (then
-        ``load(..., name=fn)`` or ``custom_objects`` gives it back)."""
-        hp = _savable_hyperparams(type(self).__name__, self.get_hyperparams(),
+        ``load(..., name=fn)`` or ``custom_objects`` gives it back). A hyperparameter changed
+        on the model since (``model.verbose = 2``) is saved with its new value, as SB3 saves
+        the model's attributes."""
+        hp = _savable_hyperparams(type(self).__name__,
+                                  _with_attributes(self, self.get_hyperparams()),
                                   function_hyperparams)
         for key in set(exclude or ()) - set(include or ()):
             hp.pop(key, None)
@@ -885,11 +911,11 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         """The model of an archive SB3 wrote (``rlgrad.rl.common.save_util_model``)."""
         if env is not None:
             check_same_spaces(f"{cls.__name__}.load({path!r})",
-                              make_vec_env(env, record_statistics=False),
+                              make_vec_env(wrap_channels_last(env), record_statistics=False),
                               archive.saved["observation_space"], archive.saved["action_space"])
         policy, env, hp, seed = archive_model_args(cls, archive, path, env)
         hp.update(overrides)
-        if device != "auto":
+        if _load_device(device) is not None:
             hp["device"] = device
         token = _LOADING.set(True)
         try:
@@ -914,7 +940,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             _refuse_file_module(f"{cls.__name__}.load({path!r})", str(env))
         if given is not None and "spaces" in ckpt:  # before building networks that would not fit
             check_same_spaces(f"{cls.__name__}.load({path!r})",
-                              make_vec_env(given, record_statistics=False),
+                              make_vec_env(wrap_channels_last(given), record_statistics=False),
                               ckpt["spaces"]["observation"], ckpt["spaces"]["action"])
         hp: dict[str, Any] = {k: schedule_from_data(v) for k, v in ckpt["hyperparams"].items()}
         if given is not None and not isinstance(given, str):
@@ -922,7 +948,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         takes = hyperparameters(cls)  # custom_objects: only what a file can hold (SB3's)
         hp.update({k: v for k, v in (custom_objects or {}).items() if k in takes})
         hp.update(overrides)
-        if device != "auto":
+        if _load_device(device) is not None:
             hp["device"] = device
         token = _LOADING.set(True)
         try:

@@ -82,7 +82,7 @@ class CrossQ(SAC):
         self.actor_optimizer = optim.Adam(self.actor.parameters(), lr=lr, betas=(0.5, 0.999))
         self.critic_optimizer = optim.Adam(self.critic.parameters(), lr=lr, betas=(0.5, 0.999))
         if self.auto_ent:
-            self.ent_coef_optimizer = optim.Adam([self.log_ent_coef], lr=lr, betas=(0.5, 0.999))
+            self.ent_coef_optimizer = optim.Adam([self._log_alpha()], lr=lr, betas=(0.5, 0.999))
 
     def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any,
                      extractor: nn.Module | None = None, shared: bool = False) -> Any:

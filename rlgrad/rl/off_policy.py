@@ -9,8 +9,9 @@ output) and rescaled to the environment's bounds only when stepping it, as Stabl
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Iterator
-from typing import Any, ClassVar, cast
+from typing import IO, Any, ClassVar, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -22,12 +23,19 @@ from rlgrad.nn import Module, StateDictError
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import ReplayBatch, ReplayBuffer
 from rlgrad.rl.callbacks import BaseCallback
+from rlgrad.rl.common.save_util import PathOrFile
+from rlgrad.rl.common.save_util_model import (
+    read_archive,
+    resolve_saved,
+    state_bytes,
+    state_from_bytes,
+)
 from rlgrad.rl.envs import EnvLike, frame_stacked, is_image_space, preprocess_obs
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.frame_replay import FrameReplayBuffer
 from rlgrad.rl.layers import offpolicy_extractor
 from rlgrad.rl.policies import SB3PolicyMethods, predict_with
-from rlgrad.rl.sb3_args import existing_checkpoint, with_extension
+from rlgrad.rl.sb3_args import existing_checkpoint, unwrap_compiled, with_extension
 from rlgrad.rl.sb3_storage import (
     Sb3Rows,
     default_buffer_options,
@@ -38,6 +46,7 @@ from rlgrad.rl.sb3_storage import (
 from rlgrad.rl.schedules import ScheduleLike
 from rlgrad.rl.steps import grad_step, optimized_params, same_params, step_with_grads
 from rlgrad.tensor import Tensor
+from rlgrad.typing import DeviceLike
 
 
 class NormalActionNoise:
@@ -170,6 +179,39 @@ class PolicyView:
 
     device = cpu_device("cpu")  # rlgrad computes on the CPU (SB3's policy.device.type)
 
+    def save(self, path: PathOrFile) -> None:
+        """SB3's ``policy.save(path)``: here the algorithm's archive (its networks alone would
+        not rebuild the view), which ``PolicyView.load`` turns back into the policy."""
+        self._algo.save(path)
+
+    @classmethod
+    def load(cls, path: PathOrFile, device: DeviceLike = "auto"
+             ) -> PolicyView:
+        """The policy ``save`` wrote (SB3's ``policy_class.load(path)``): predicts as before."""
+        own = read_archive(resolve_saved(path), None).own
+        if own is None:
+            raise ValueError(f"PolicyView.load({path!r}): the file holds no rlgrad model; load "
+                             "SB3's archive with its algorithm's load")
+        todo: list[type[OffPolicyAlgorithm]] = [OffPolicyAlgorithm]
+        name = str(own["algo"])
+        while todo:  # the algorithm class of that name (subclasses: imported with rlgrad.rl)
+            algo = todo.pop()
+            if algo.__name__ == name:
+                return cast(OffPolicyAlgorithm, algo.load(path, device=device)).policy
+            todo.extend(algo.__subclasses__())
+        raise ValueError(f"PolicyView.load({path!r}): {name} is not an off-policy algorithm")
+
+    def forward(self, obs: np.ndarray | rlgrad.Tensor, deterministic: bool = False
+                ) -> rlgrad.Tensor:
+        """SB3's ``policy(obs)``: the networks' actions for a batch of observations (a Box's
+        in [-1, 1], before ``unscale_action``, as SB3's policy gives them)."""
+        obs = obs.detach().numpy() if isinstance(obs, rlgrad.Tensor) else np.asarray(obs)
+        with rlgrad.no_grad():  # (preprocessed as SB3's extractors do: one-hot, /255 ...)
+            act = self._algo._act(preprocess_obs(obs, self._algo.observation_space), deterministic)
+        return rlgrad.as_tensor(act)
+
+    __call__ = forward
+
     def set_training_mode(self, mode: bool) -> None:
         for m in self._algo._modules().values():
             m.train(mode)
@@ -179,10 +221,18 @@ class PolicyView:
 
     def is_vectorized_observation(self, observation: Any) -> bool:
         """SB3's: whether ``observation`` is a batch of the observation space's (ValueError for
-        a shape that is neither)."""
+        a shape that is neither). Channels-last images count as the space's channels-first
+        ones, as SB3's policy transposes them (``maybe_transpose``)."""
+        from rlgrad.rl.common.preprocessing import maybe_transpose
         from rlgrad.rl.common.utils import is_vectorized_observation
 
-        return is_vectorized_observation(observation, self.observation_space)
+        space = self.observation_space
+        if isinstance(space, spaces.Dict) and isinstance(observation, dict):
+            observation = {k: maybe_transpose(np.asarray(v), space[k])
+                           for k, v in observation.items()}
+        elif not isinstance(space, spaces.Dict):
+            observation = maybe_transpose(np.asarray(observation), space)
+        return is_vectorized_observation(observation, space)
 
     def reset_noise(self, batch_size: int = 1) -> None:
         """SB3's: new gSDE exploration matrices of the actor (SAC with ``use_sde``)."""
@@ -217,7 +267,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
                  policy_kwargs: dict | None = None, seed: int | None = None, verbose: int = 0,
                  n_steps: int = 1, replay_buffer_class: str | None = None,
                  replay_buffer_kwargs: dict[str, Any] | None = None,
-                 **env_options: Any) -> None:
+                 optimize_memory_usage: bool = False, **env_options: Any) -> None:
         super().__init__(env, seed=seed, n_envs=n_envs, normalize=normalize,
                          learning_rate=learning_rate, gamma=gamma, policy_kwargs=policy_kwargs,
                          verbose=verbose, **env_options)
@@ -244,8 +294,14 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         else:
             a_shape, a_dtype = (), np.int64
         self.n_steps = int(n_steps)  # > 1: n-step returns (SB3's NStepReplayBuffer)
+        #: SB3's: the buffer's option (rlgrad's storage keeps the next observations either way,
+        #: so its checks apply and the memory stays the same)
+        self.optimize_memory_usage = bool(optimize_memory_usage)
+        rb_kwargs = dict(replay_buffer_kwargs or {})
+        if self.optimize_memory_usage:
+            rb_kwargs.setdefault("optimize_memory_usage", True)
         self.replay_buffer_class, self.replay_buffer_kwargs = n_step_buffer(
-            self, replay_buffer_class, dict(replay_buffer_kwargs or {}))
+            self, replay_buffer_class, rb_kwargs)
         self._rb_action = (a_shape, a_dtype)
         self.replay_buffer = self.make_replay_buffer(a_shape, a_dtype)
         self.action_noise: NormalActionNoise | None = None
@@ -329,18 +385,25 @@ class OffPolicyAlgorithm(BaseAlgorithm):
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         raise NotImplementedError
 
-    def save_replay_buffer(self, path: str) -> None:
+    def save_replay_buffer(self, path: str | os.PathLike | IO[bytes]) -> None:
         """The replay buffer alone, in an rlgrad checkpoint file (SB3's method; ``.safetensors``
-        appended when ``path`` has no extension)."""
-        rlgrad.save({"replay_buffer": self.replay_buffer.state_dict()}, with_extension(path))
+        appended when ``path`` has no extension; an open binary file is written, not closed)."""
+        ckpt = {"replay_buffer": self.replay_buffer.state_dict()}
+        if not isinstance(path, str | os.PathLike):
+            path.write(state_bytes(ckpt))
+            return
+        rlgrad.save(ckpt, with_extension(path))
 
-    def load_replay_buffer(self, path: str, truncate_last_traj: bool = True) -> None:
-        """Replace the replay buffer by the one ``save_replay_buffer`` wrote. A HER buffer's
-        running episodes are ended there (``truncate_last_traj``, SB3's argument) unless the
-        training goes on in the same episodes."""
-        if "replay_buffer" not in self.__dict__:  # deleted (del model.replay_buffer): rebuilt
+    def load_replay_buffer(self, path: str | os.PathLike | IO[bytes],
+                           truncate_last_traj: bool = True) -> None:
+        """Replace the replay buffer by the one ``save_replay_buffer`` wrote (a file name or an
+        open binary file). A HER buffer's running episodes are ended there
+        (``truncate_last_traj``, SB3's argument) unless the training goes on in them."""
+        if self.__dict__.get("replay_buffer") is None:  # deleted or set to None: rebuilt
             self.replay_buffer = self.make_replay_buffer(*self._rb_action)
-        self.replay_buffer.load_state_dict(rlgrad.load(existing_checkpoint(path))["replay_buffer"])
+        state = (rlgrad.load(existing_checkpoint(path)) if isinstance(path, str | os.PathLike)
+                 else state_from_bytes(path.read()))
+        self.replay_buffer.load_state_dict(state["replay_buffer"])
         if truncate_last_traj and hasattr(self.replay_buffer, "truncate_last_trajectory"):
             self.replay_buffer.truncate_last_trajectory()
 
@@ -348,6 +411,13 @@ class OffPolicyAlgorithm(BaseAlgorithm):
     def policy(self) -> PolicyView:
         """SB3's ``model.policy``: ``predict`` on the observations the networks see."""
         return PolicyView(self)
+
+    @policy.setter
+    def policy(self, value: object) -> None:
+        view = unwrap_compiled(value)  # (SB3's model.policy = th.compile(model.policy))
+        if not (isinstance(view, PolicyView) and view._algo is self):
+            raise AttributeError(f"{type(self).__name__}.policy is a view of the algorithm's "
+                                 "networks (actor, critic, q_net ...): assign those instead")
 
     # ---- collection -----------------------------------------------------------------------------
     def _on_step(self) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from gymnasium import spaces
 
 import rlgrad
-from rlgrad import ops
+from rlgrad import nn, ops
 from rlgrad.optim.optimizer import Optimizer
 from rlgrad.rl import action_dists
 from rlgrad.rl.base import BaseAlgorithm
@@ -36,10 +36,13 @@ from rlgrad.rl.envs import (
 )
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.policies import ActorCriticPolicy
-from rlgrad.rl.sb3_args import buffer_class
+from rlgrad.rl.sb3_args import PolicySlot, buffer_class
 from rlgrad.rl.schedules import ScheduleLike
 from rlgrad.rl.steps import apply_grads, grad_step, optimized_params, same_params
 from rlgrad.tensor import Tensor
+
+#: layers whose training-mode forward jit does not replay (``_stateful_training``)
+_STATEFUL = (nn.BatchNorm1d, nn.BatchNorm2d, nn.Dropout)
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
@@ -97,6 +100,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     action_spaces: ClassVar[tuple[type[spaces.Space], ...]] = (spaces.Discrete, spaces.Box,
                                                                *action_dists.MULTI_ACTION_SPACES)
     optimizer: Optimizer  # (each algorithm makes its own: PPO's Adam, A2C's RMSprop ...)
+    policy: PolicySlot[ActorCriticPolicy] = PolicySlot()  # (th.compile(model.policy): ours kept)
     env_runner_sampling = True  # env_runners > 0: rollouts on Ray actors (rlgrad.rl.distributed)
 
     def __init__(self, env: EnvLike, learning_rate: ScheduleLike, n_steps: int, gamma: float,
@@ -229,6 +233,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
 
             return self._env_runner_sampler(RaySampler).collect(callback)
         buf, policy, adapter, norm = self.rollout_buffer, self.policy, self._adapter, self.normalizer
+        policy.set_training_mode(False)  # SB3's: BatchNorm's running statistics, no dropout
         buf.reset()
         if callback is not None:
             callback.on_rollout_start()
@@ -300,6 +305,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         if not self.collect_rollouts(callback):
             return False
         self._update_progress()
+        self.policy.set_training_mode(True)  # (SB3's train() sets it)
         self.train()
         log = self._will_log()
         self._iteration_num += 1
@@ -326,11 +332,18 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         """``self.loss`` and its gradient w.r.t. the optimizer's parameters as one step, compiled
         or eager (built once each, and again if the user replaced the optimizer)."""
         params = optimized_params((self.optimizer,))
+        compiled = compiled and not self._stateful_training()
         entry = self._loss_steps.get(compiled)
         if entry is None or not same_params(entry[1], params):
             step = grad_step(self.loss, params, compiled, static_argnums=(1,))
             entry = self._loss_steps[compiled] = (step, params)
         return entry[0]
+
+    def _stateful_training(self) -> bool:
+        """Whether the policy holds a layer that training runs eagerly (not under rlgrad.jit):
+        BatchNorm writes its running statistics in place, Dropout draws a new mask per call
+        (SB3's test_train_eval_mode extractor has both)."""
+        return any(isinstance(m, _STATEFUL) for m in self.policy.modules())
 
     def train(self) -> None:
         """One gradient step on the whole rollout (A2C, REINFORCE), compiled; losses logged."""
@@ -407,6 +420,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         return np.where(valid, adv, 0.0).astype(np.float32)
 
     def _predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        self.policy.set_training_mode(False)  # (SB3's predict leaves it in evaluation mode)
         if deterministic:
             actions = self.policy.mode(obs)
         else:

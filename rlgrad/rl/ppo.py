@@ -11,6 +11,7 @@ clipping around the old values, and early stopping when the approximate KL excee
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, ClassVar
 
 import numpy as np
@@ -100,6 +101,14 @@ class PPO(OnPolicyAlgorithm):
                          compile_loop=compile_loop, **env_options)
         self.batch_size = int(batch_size)
         self.n_epochs = int(n_epochs)
+        rollout = self.n_steps * self.n_envs
+        if rollout % self.batch_size:  # SB3's warning: the last minibatch is smaller (here padded)
+            warnings.warn(f"You have specified a mini-batch size of {self.batch_size}, but "
+                          f"because the rollout is of size n_steps * n_envs = {rollout}, after "
+                          f"every {rollout // self.batch_size} untruncated mini-batches, there "
+                          f"will be a truncated mini-batch of size {rollout % self.batch_size}; "
+                          "a batch_size that is a factor of n_steps * n_envs avoids it",
+                          UserWarning, stacklevel=3)
         self.clip_range = FloatSchedule(get_schedule_fn(clip_range))  # SB3's types
         self.clip_range_vf = (None if clip_range_vf is None
                               else FloatSchedule(get_schedule_fn(clip_range_vf)))
@@ -108,6 +117,15 @@ class PPO(OnPolicyAlgorithm):
         self.optimizer = self.make_optimizer(self._params, eps=1e-5)
         self.policy.optimizer = self.optimizer  # SB3's model.policy.optimizer
         self._check_compile_loop()
+
+    def _maybe_recommend_cpu(self, mlp_class_name: str = "ActorCriticPolicy") -> None:
+        """SB3's warning for an MLP policy on a GPU (rlgrad computes on the CPU, so only a
+        ``model.device`` set by hand to CUDA gets it)."""
+        if getattr(self.device, "type", str(self.device)) == "cuda" and not self.policy.cnn:
+            warnings.warn(f"You are trying to run {type(self).__name__} on the GPU, but it is "
+                          "primarily intended to run on the CPU when not using a CNN policy "
+                          f"(you are using {mlp_class_name} which should be a MlpPolicy)",
+                          UserWarning, stacklevel=2)
 
     # ---- the update: the loss once, run compiled (whole rollout) or eager (minibatches) -----
     def loss(self, b: dict[str, Any], use_entropy: bool) -> tuple[Any, dict[str, Any]]:

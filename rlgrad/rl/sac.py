@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+import rlgrad
 from rlgrad import nn, ops, optim
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
@@ -38,12 +39,14 @@ from rlgrad.rl.off_policy import (
 )
 from rlgrad.rl.policies import ContinuousCritic, SquashedGaussianActor, upgrade_critic_keys
 from rlgrad.rl.schedules import ScheduleLike
+from rlgrad.tensor import Tensor
 
 
 class SAC(OffPolicyAlgorithm):
     action_space: spaces.Box
     cnn_policy = True  # images: a CNN extractor per network (SB3's CnnPolicy)
     dict_images = True  # Dict image entries: CombinedExtractor
+    log_ent_coef: nn.Parameter | None  # (None with a fixed ent_coef, as SB3's)
 
     def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 3e-4, buffer_size: int = 1_000_000,
                  learning_starts: int = 100, batch_size: int = 256, tau: float = 0.005,
@@ -94,6 +97,7 @@ class SAC(OffPolicyAlgorithm):
             self.ent_coef_optimizer = optim.Adam([self.log_ent_coef], lr=lr)
             self._ent_coef = init
         else:
+            self.log_ent_coef = None  # (SB3's: none to learn)
             self._ent_coef = float(ent_coef)
         self._sde_steps = 0  # steps since the rollout's start (gSDE's sde_sample_freq)
         # SB3's action_noise (noise_type / noise_std): added to the sampled action, clipped
@@ -135,6 +139,21 @@ class SAC(OffPolicyAlgorithm):
             raise ValueError("ent_coef can be set only to a number on a SAC built with a fixed "
                              "ent_coef (a learned one starts from ent_coef='auto_<value>')")
         self._ent_coef = float(value)
+
+    @property
+    def ent_coef_tensor(self) -> Tensor:
+        """SB3's: the fixed entropy coefficient as a 0-d float32 Tensor (a learned one is
+        ``log_ent_coef.exp()``)."""
+        if self.auto_ent:
+            raise AttributeError("ent_coef_tensor: this SAC learns its entropy coefficient; "
+                                 "read log_ent_coef.exp()")
+        return rlgrad.tensor(self._ent_coef, dtype=np.float32)
+
+    def _log_alpha(self) -> nn.Parameter:
+        """``log_ent_coef``, learned (``auto_ent``)."""
+        if self.log_ent_coef is None:
+            raise AttributeError("this SAC has a fixed ent_coef: it has no log_ent_coef")
+        return self.log_ent_coef
 
     # ---- acting -------------------------------------------------------------------------------
     def _act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
@@ -225,7 +244,7 @@ class SAC(OffPolicyAlgorithm):
             # gradient step, log_std has moved, for both)
             b["noise"] = self._noise(batch_size)
             b["next_noise"] = b["noise"] if self.use_sde else self._noise(batch_size)
-            ent_coef = (float(np.exp(self.log_ent_coef._value[0])) if self.auto_ent
+            ent_coef = (float(np.exp(self._log_alpha()._value[0])) if self.auto_ent
                         else self._ent_coef)
             b["ent_coef"] = np.array(ent_coef, dtype=np.float32)
             ent_coefs.append(ent_coef)
@@ -270,7 +289,7 @@ class SAC(OffPolicyAlgorithm):
         out = super()._extra_state()
         sac: dict[str, Any] = {}
         if self.auto_ent:
-            sac["log_ent_coef"] = self.log_ent_coef._value.copy()
+            sac["log_ent_coef"] = self._log_alpha()._value.copy()
         if self.use_sde:
             sac["sde_weights"] = self.actor.sde_weights.copy()
             sac["sde_steps"] = self._sde_steps
@@ -282,7 +301,7 @@ class SAC(OffPolicyAlgorithm):
         super()._set_extra_state(state)
         sac = state.get("sac", {})
         if self.auto_ent and "log_ent_coef" in sac:
-            self.log_ent_coef._value[...] = sac["log_ent_coef"]
+            self._log_alpha()._value[...] = sac["log_ent_coef"]
         if self.use_sde and "sde_weights" in sac:
             self.actor.sde_weights = np.array(sac["sde_weights"], dtype=np.float32)
             self._sde_steps = int(sac["sde_steps"])

@@ -11,7 +11,8 @@ seed for ``seed=None``, and the checkpoint file extension ``save("name")`` adds.
 from __future__ import annotations
 
 import os
-from typing import Any
+import warnings
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -167,3 +168,44 @@ def existing_checkpoint(path: str | os.PathLike) -> str:
 def space_summary(space: spaces.Space) -> str:
     """The space as a string that two equal spaces share (type, shape, dtype, bounds)."""
     return str(space)
+
+
+_P = TypeVar("_P")
+
+
+def unwrap_compiled(value: object) -> object:
+    """What ``torch.compile`` wrapped, else ``value``: SB3's ``model.policy = th.compile(
+    model.policy)``. torch cannot compile rlgrad's NumPy code, so the policy itself is kept
+    (with a warning; ``rlgrad.jit`` is rlgrad's compiler); torch is the caller's module."""
+    if not callable(value) or not hasattr(value, "_torchdynamo_orig_callable"):
+        return value
+    inner = value
+    while hasattr(inner, "__wrapped__"):
+        inner = inner.__wrapped__
+    warnings.warn("torch.compile cannot compile rlgrad's policy (NumPy code): the policy is kept "
+                  "as it was; rlgrad.jit compiles rlgrad code", UserWarning, stacklevel=3)
+    return inner
+
+
+class PolicySlot(Generic[_P]):
+    """The ``policy`` attribute of an algorithm: as assigned, except ``torch.compile``'s wrapper
+    of a policy, which is unwrapped (``unwrap_compiled``). Stored in the instance's ``__dict__``
+    under its own name, as a plain attribute would be."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: object, owner: type | None = None) -> _P:
+        if obj is None:
+            return self  # type: ignore[return-value]  # (the class attribute: the slot)
+        try:
+            return cast(_P, obj.__dict__[self.name])
+        except KeyError:
+            raise AttributeError(f"{type(obj).__name__!r} object has no attribute "
+                                 f"{self.name!r}") from None
+
+    def __set__(self, obj: object, value: object) -> None:
+        obj.__dict__[self.name] = unwrap_compiled(value)
+
+    def __delete__(self, obj: object) -> None:
+        del obj.__dict__[self.name]

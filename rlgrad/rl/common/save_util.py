@@ -24,7 +24,7 @@ import platform
 import re
 import warnings
 import zipfile
-from typing import Any, TypeAlias
+from typing import IO, Any, TypeAlias
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from rlgrad.typing import DeviceLike
 SB3_LAYOUT_VERSION = "2.9.2"
 _FILE_TYPES = (io.BufferedWriter, io.BufferedReader, io.BytesIO, io.BufferedRandom)
 #: where a model is saved or loaded: a file name or an open binary file
-PathOrFile: TypeAlias = "str | os.PathLike[str] | io.BufferedIOBase"
+PathOrFile: TypeAlias = "str | os.PathLike[str] | io.BufferedIOBase | IO[bytes]"
 
 
 def recursive_getattr(obj: object, attr: str, *args: Any) -> object:

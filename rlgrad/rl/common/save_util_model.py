@@ -242,7 +242,7 @@ def is_archive_file(path: PathOrFile) -> bool:
         return f.read(4) == b"PK\x03\x04"
 
 
-def _state_bytes(ckpt: dict[str, Any]) -> bytes:
+def state_bytes(ckpt: dict[str, Any]) -> bytes:
     """rlgrad's checkpoint ``ckpt`` as the bytes of its safetensors file."""
     import tempfile
 
@@ -255,7 +255,7 @@ def _state_bytes(ckpt: dict[str, Any]) -> bytes:
             return f.read()
 
 
-def _state_from_bytes(data: bytes) -> dict[str, Any]:
+def state_from_bytes(data: bytes) -> dict[str, Any]:
     import tempfile
 
     import rlgrad
@@ -281,7 +281,7 @@ def save_archive(model: BaseAlgorithm, path: str | io.BufferedIOBase, hyperparam
     if isinstance(target_entropy, float):  # SB3 reads "auto" with an env
         data["target_entropy"] = target_entropy
     params, variables = model_params(model)
-    extra = {RLGRAD_ENTRY: _state_bytes(ckpt)} if ckpt is not None else {}
+    extra = {RLGRAD_ENTRY: state_bytes(ckpt)} if ckpt is not None else {}
     save_to_zip_file(path, data=data, params=params, pytorch_variables=variables, extra=extra)
 
 
@@ -301,7 +301,7 @@ def _own_checkpoint(path: str | io.BufferedIOBase) -> dict[str, Any] | None:
     finally:
         if hasattr(path, "seek"):
             path.seek(0)
-    return _state_from_bytes(data)
+    return state_from_bytes(data)
 
 
 class Archive:
@@ -340,5 +340,6 @@ def archive_model_args(cls: type, archive: Archive, path: PathOrFile, env: EnvLi
 
 
 __all__ = ["Archive", "SpacesOnlyEnv", "apply_archive", "archive_model_args", "archive_target",
+           "state_bytes", "state_from_bytes",
            "constructor_args", "is_archive_file", "model_data", "model_params", "policy_name",
            "read_archive", "resolve_saved", "save_archive", "sb3_policy_class"]

@@ -250,7 +250,10 @@ def _numpy_name(module: str, name: str) -> Any:
                ("numpy._core.multiarray", "scalar"), ("numpy.core.numeric", "_frombuffer"),
                ("numpy._core.numeric", "_frombuffer"), ("numpy.random._pickle", "__generator_ctor"),
                ("numpy.random._pickle", "__bit_generator_ctor"),
-               ("numpy.random._pickle", "__randomstate_ctor")}
+               ("numpy.random._pickle", "__randomstate_ctor"),
+               # a space's generator keeps its SeedSequence (NumPy's own data class)
+               ("numpy.random.bit_generator", "SeedSequence"),
+               ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence")}
     bit_generators = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
     ok = ((module, name) in allowed
           or (module.startswith("numpy.random") and name in bit_generators)
