@@ -181,3 +181,14 @@ def test_no_gradient_steps_collects_only() -> None:
     assert ring["size"][0] == eager.replay_buffer.size() == 300
     np.testing.assert_array_equal(ring["obs"][0], eager.replay_buffer.observations)
 
+
+
+def test_debug_flag_prints_the_dqn_program(monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture) -> None:
+    """``RLGRAD_LOOP_DEBUG=1`` prints DQN's program of one iteration, as it prints PPO's."""
+    monkeypatch.setenv("RLGRAD_LOOP_DEBUG", "1")
+    DQN("CartPole-v1", seed=0, compile_loop=True, learning_starts=8, train_freq=4, batch_size=8,
+        buffer_size=64, policy_kwargs=dict(net_arch=[8])).learn(32)
+    err = capsys.readouterr().err
+    assert err.startswith("# ---- the program (one iteration):")
+    assert "# ---- loop 1: a rlgrad.lax." in err

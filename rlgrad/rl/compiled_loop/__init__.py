@@ -33,8 +33,9 @@ from rlgrad.rl.compiled_loop.spec import EnvSide, LoopSpec, loop_spec, refuse_en
 from rlgrad.rl.functional.keys import ALGO_STREAM, ENV_STREAM, KeyBatch, KeyGenerator, seed_keys
 from rlgrad.transforms import tree_flatten, tree_unflatten
 
-__all__ = ["LoopSpec", "clear_programs", "initial_state", "learn_compiled", "loop_backend", "loop_spec",
-           "program_source", "refuse_env", "schedule", "train_seeds", "use_key_streams"]
+__all__ = ["LoopSpec", "clear_programs", "compiled_source", "initial_state", "learn_compiled",
+           "loop_backend", "loop_spec", "program_source", "refuse_env", "schedule", "train_seeds",
+           "use_key_streams"]
 
 
 def _tree_map(fn: Any, *trees: Any) -> Any:
@@ -126,11 +127,15 @@ def _rows(sched: dict[str, np.ndarray]) -> list[dict[str, np.ndarray]]:
 def program_source(spec: LoopSpec, state: dict[str, Any], sched: dict[str, Any]) -> str:
     """The compiled program of one update, readable: its top-level step, then the body of every
     loop it calls (a loop is one line of its caller, ``ctx=cK``), each once, outermost first."""
-    compiled = _compiled(spec)
-    row = _rows(sched)[0]
-    top = compiled.lower(state, row)
-    parts = [f"# ---- the program (one update): {top.count(chr(10))} lines ----", top]
-    step = compiled._compile_for((state, row)).fn
+    return compiled_source(_compiled(spec), (state, _rows(sched)[0]), "one update")
+
+
+def compiled_source(compiled: Any, args: tuple[Any, ...], what: str) -> str:
+    """``compiled``'s (an ``rlgrad.jit`` function's) program for ``args``, then its loop bodies
+    (shared by every algorithm's compiled loop: ``RLGRAD_LOOP_DEBUG=1`` prints it)."""
+    top = compiled.lower(*args)
+    parts = [f"# ---- the program ({what}): {top.count(chr(10))} lines ----", top]
+    step = compiled._compile_for(args).fn
     seen: set[int] = set()
     queue = [("program", step)]
     while queue:

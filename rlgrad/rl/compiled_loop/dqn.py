@@ -23,6 +23,8 @@ steps.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -32,7 +34,13 @@ import numpy as np
 import rlgrad
 import rlgrad.numpy as rnp
 from rlgrad import lax
-from rlgrad.rl.compiled_loop import PROGRAM_CACHES, _tree_map, initial_state, loop_backend
+from rlgrad.rl.compiled_loop import (
+    PROGRAM_CACHES,
+    _tree_map,
+    compiled_source,
+    initial_state,
+    loop_backend,
+)
 from rlgrad.rl.compiled_loop import _rows as _sched_rows
 from rlgrad.rl.compiled_loop.program import (
     _clip_grads,
@@ -412,9 +420,12 @@ def learn_compiled_dqn(models: Sequence[DQN], total_timesteps: int) -> None:
     for m in models:
         m._total_timesteps = max(m._total_timesteps, m.num_timesteps + int(total_timesteps))
     program = _compiled(spec)
+    rows = _sched_rows(sched)
+    if os.environ.get("RLGRAD_LOOP_DEBUG", "0") == "1" and rows:
+        print(compiled_source(program, (state, rows[0]), "one iteration"), file=sys.stderr)
     sums, counts = [], []
     with np.errstate(all="ignore"):  # a discarded branch (a done env's step) may overflow
-        for row in _sched_rows(sched):
+        for row in rows:
             state, (ret_sum, n_done) = program(state, row)
             sums.append(ret_sum)
             counts.append(n_done)
