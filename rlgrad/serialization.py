@@ -425,12 +425,34 @@ def load(path: str | os.PathLike, map_location: Any = None, weights_only: Any = 
     ``map_location`` (a CPU device) and ``weights_only`` are accepted as PyTorch's ``load`` takes
     them: a checkpoint holds only data, never code, so it is always "weights only".
     """
-    import safetensors.numpy as stn
-
     check_device(map_location if not callable(map_location) and not isinstance(map_location, dict)
                  else None)
 
     path = os.fspath(path)
+    for attempt in range(3):
+        before = _identity(path)
+        try:
+            return _load_once(path)
+        except CheckpointError:
+            # a writer renamed a new file over ``path`` between our opens of it (a run being
+            # trained rotates its checkpoint): read the new one, instead of calling it corrupt
+            if attempt == 2 or _identity(path) == before:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _identity(path: str) -> tuple[int, ...] | None:
+    """Which file ``path`` names now (a rename over it changes this)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _load_once(path: str) -> Any:
+    import safetensors.numpy as stn
+
     header, raw = _read_header(path)
     meta = header.get("__metadata__") or {}
     try:

@@ -420,12 +420,13 @@ def cmd_resume(run_dir: str, steps: int | None, progress: bool,
         raise CLIError(f"--steps must be positive, got {steps}")
     if keep_checkpoints is not None and keep_checkpoints < 1:
         raise CLIError(f"--keep-checkpoints must be at least 1, got {keep_checkpoints}")
-    algo, cfg, ckpt = restore(rd, trust=trust)
-    if steps is not None:
-        cfg["total_timesteps"] = int(steps)
-    if keep_checkpoints is not None:
-        cfg["keep_checkpoints"] = int(keep_checkpoints)
-    with rd.lock():
+    rd.read_config()  # a run directory: its lock file is made in nothing else
+    with rd.lock():  # before the checkpoint is read: a live trainer may be rotating it
+        algo, cfg, ckpt = restore(rd, trust=trust)
+        if steps is not None:
+            cfg["total_timesteps"] = int(steps)
+        if keep_checkpoints is not None:
+            cfg["keep_checkpoints"] = int(keep_checkpoints)
         return _resume(rd, algo, cfg, ckpt, progress)
 
 

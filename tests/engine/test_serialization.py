@@ -488,3 +488,34 @@ def test_a_dtype_changed_in_the_header_is_caught(tmp_path):
     _with_header(path, header, data[8 + int.from_bytes(data[:8], "little"):])
     got = rlgrad.load(path)
     assert got["w"].dtype == np.float32 and got["s"] == np.float32(2.5)
+
+
+def test_a_checkpoint_renamed_over_during_the_read_loads_the_new_one(tmp_path, monkeypatch):
+    """A run being trained renames its new checkpoint over the old one; a reader that opened
+    the old file's header and then checksums the path's new file must read again, not call a
+    whole checkpoint corrupt (`rlgrad resume`/`eval` beside a live trainer saw that)."""
+    import rlgrad.serialization as ser
+
+    path, newer = tmp_path / "checkpoint.safetensors", tmp_path / "newer.safetensors"
+    rlgrad.save({"step": 1, "w": np.arange(4.0)}, path)
+    rlgrad.save({"step": 2, "w": np.arange(400.0)}, newer)
+    real = ser._read_header
+    calls = []
+
+    def read_then_rotate(p: str):
+        out = real(p)
+        if not calls:
+            os.replace(newer, path)  # the trainer's rename, between our opens
+        calls.append(p)
+        return out
+
+    monkeypatch.setattr(ser, "_read_header", read_then_rotate)
+    got = rlgrad.load(path)
+    assert got["step"] == 2 and np.array_equal(got["w"], np.arange(400.0)) and len(calls) == 2
+    # a file damaged in place (same file, no rename) is still refused at once
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    calls.append("done")  # no more rotations
+    with pytest.raises(ser.CheckpointError, match="corrupt"):
+        rlgrad.load(path)
