@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -165,19 +165,29 @@ def run_loop(models: Sequence[Any], spec: LoopSpec, state: dict[str, Any],
     """The program run on ``state`` once per update; its source printed first when
     ``RLGRAD_LOOP_DEBUG=1``. Returns the final state and, per update and seed, the sum and
     count of the episodes that ended."""
-    if os.environ.get("RLGRAD_LOOP_DEBUG", "0") == "1":
-        print(program_source(spec, state, sched), file=sys.stderr)
     update = _compiled(spec)
-    sums, counts = [], []
-    with np.errstate(all="ignore"):  # a discarded branch (a done env's step) may overflow
-        for row in _rows(sched):
-            state, (ret_sum, n_done) = update(state, row)
-            sums.append(ret_sum)
-            counts.append(n_done)
+    out = run_program(models, update, state, _rows(sched), "one update")
     for m in models:
         m.loop_backend = update.backend
     LOG.info("compile_loop: %s runs its updates as %s", type(models[0]).__name__,
              "native code" if update.backend == "native" else "the NumPy replay")
+    return out
+
+
+def run_program(models: Sequence[Any], program: Any, state: dict[str, Any],
+                rows: Sequence[dict[str, np.ndarray]], what: str
+                ) -> tuple[dict[str, Any], tuple[np.ndarray, np.ndarray]]:
+    """``program`` called once per schedule row (every algorithm's compiled loop): the final
+    state and, per row and seed, the sum and count of the episodes that ended. Non-finite
+    parameters after it are one line naming the seeds."""
+    if os.environ.get("RLGRAD_LOOP_DEBUG", "0") == "1" and rows:
+        print(compiled_source(program, (state, rows[0]), what), file=sys.stderr)
+    sums, counts = [], []
+    with np.errstate(all="ignore"):  # a discarded branch (a done env's step) may overflow
+        for row in rows:
+            state, (ret_sum, n_done) = program(state, row)
+            sums.append(ret_sum)
+            counts.append(n_done)
     state = _tree_map(np.asarray, state)
     bad = [m.seed for i, m in enumerate(models)
            if not all(np.isfinite(p[i]).all() for p in state["params"])]
@@ -185,6 +195,25 @@ def run_loop(models: Sequence[Any], spec: LoopSpec, state: dict[str, Any],
         raise FloatingPointError(f"compile_loop: the parameters of seed(s) {bad} are not finite "
                                  "after training; lower the learning rate or clip the gradients")
     return state, (np.stack(sums), np.stack(counts))
+
+
+def same_spec(models: Sequence[Any], spec_of: Callable[[Any], Any]) -> Any:
+    """The models' one spec (``train_seeds``' models must differ only in their seed)."""
+    spec = spec_of(models[0])
+    if any(spec_of(m) != spec for m in models[1:]):
+        raise ValueError("train_seeds: the models differ in more than their seed; build them "
+                         "with the same arguments")
+    return spec
+
+
+def start_state(models: Sequence[Any], spec: Any, initial: Callable[..., dict[str, Any]]
+                ) -> dict[str, Any]:
+    """The state the loop goes on from: the models' carried states stacked (a later ``learn``),
+    else ``initial(models, spec)``."""
+    carried = [getattr(m, "_loop_state", None) for m in models]
+    if all(c is not None for c in carried):
+        return _tree_map(lambda *xs: np.concatenate(xs), *carried)
+    return initial(models, spec)
 
 
 def _write_back(models: Sequence[Any], state: dict[str, Any], ret_sum: np.ndarray,
@@ -207,15 +236,8 @@ def learn_compiled(models: Sequence[Any], total_timesteps: int) -> None:
     own = getattr(type(models[0]), "learn_compiled_loop", None)
     if own is not None:  # DQN: its own program (compiled_loop.dqn)
         return own(models, total_timesteps)
-    spec = loop_spec(models[0])
-    if any(loop_spec(m) != spec for m in models[1:]):
-        raise ValueError("train_seeds: the models differ in more than their seed; build them "
-                         "with the same arguments")
-    carried = [getattr(m, "_loop_state", None) for m in models]
-    if all(c is not None for c in carried):
-        state = _tree_map(lambda *xs: np.concatenate(xs), *carried)
-    else:
-        state = initial_state(models, spec)
+    spec = same_spec(models, loop_spec)
+    state = start_state(models, spec, initial_state)
     start = models[0].num_timesteps
     sched = schedule(models[0], total_timesteps, start)
     for m in models:  # (learn's bookkeeping, for models trained together by train_seeds)

@@ -23,8 +23,6 @@ steps.
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -37,9 +35,11 @@ from rlgrad import lax
 from rlgrad.rl.compiled_loop import (
     PROGRAM_CACHES,
     _tree_map,
-    compiled_source,
     initial_state,
     loop_backend,
+    run_program,
+    same_spec,
+    start_state,
 )
 from rlgrad.rl.compiled_loop import _rows as _sched_rows
 from rlgrad.rl.compiled_loop.program import (
@@ -407,32 +407,11 @@ def _write_back(models: Sequence[Any], spec: DQNSpec, state: dict[str, Any],
 def learn_compiled_dqn(models: Sequence[DQN], total_timesteps: int) -> None:
     """Train ``models`` (one per seed, built alike) for ``total_timesteps`` each as one program;
     a later call goes on from where the last one stopped."""
-    spec = dqn_spec(models[0])
-    if any(dqn_spec(m) != spec for m in models[1:]):
-        raise ValueError("train_seeds: the models differ in more than their seed; build them "
-                         "with the same arguments")
-    carried = [getattr(m, "_loop_state", None) for m in models]
-    if all(c is not None for c in carried):
-        state = _tree_map(lambda *xs: np.concatenate(xs), *carried)
-    else:
-        state = _initial(models, spec)
+    spec = same_spec(models, dqn_spec)
+    state = start_state(models, spec, _initial)
     sched = dqn_schedule(models[0], total_timesteps)
     for m in models:
         m._total_timesteps = max(m._total_timesteps, m.num_timesteps + int(total_timesteps))
     program = _compiled(spec)
-    rows = _sched_rows(sched)
-    if os.environ.get("RLGRAD_LOOP_DEBUG", "0") == "1" and rows:
-        print(compiled_source(program, (state, rows[0]), "one iteration"), file=sys.stderr)
-    sums, counts = [], []
-    with np.errstate(all="ignore"):  # a discarded branch (a done env's step) may overflow
-        for row in rows:
-            state, (ret_sum, n_done) = program(state, row)
-            sums.append(ret_sum)
-            counts.append(n_done)
-    state = _tree_map(np.asarray, state)
-    bad = [m.seed for i, m in enumerate(models)
-           if not all(np.isfinite(p[i]).all() for p in state["params"])]
-    if bad:
-        raise FloatingPointError(f"compile_loop: the parameters of seed(s) {bad} are not finite "
-                                 "after training; lower the learning rate or clip the gradients")
-    _write_back(models, spec, state, sched, (np.stack(sums), np.stack(counts)), program.backend)
+    state, returns = run_program(models, program, state, _sched_rows(sched), "one iteration")
+    _write_back(models, spec, state, sched, returns, program.backend)
