@@ -15,6 +15,19 @@ from __future__ import annotations
 from rlgrad.distributions import constraints, transforms, utils
 from rlgrad.distributions.beta import Beta
 from rlgrad.distributions.categorical import Bernoulli, Categorical
+from rlgrad.distributions.continuous import (
+    Cauchy,
+    Chi2,
+    FisherSnedecor,
+    Gumbel,
+    HalfCauchy,
+    HalfNormal,
+    InverseGamma,
+    Kumaraswamy,
+    Pareto,
+    StudentT,
+    Weibull,
+)
 from rlgrad.distributions.distribution import Distribution
 from rlgrad.distributions.exponential_family import Binomial, Exponential, Laplace, LogNormal, Poisson
 from rlgrad.distributions.gamma import Dirichlet, Gamma
@@ -49,5 +62,6 @@ __all__ = [
     "transforms", "Transform", "AffineTransform", "ComposeTransform", "ExpTransform",
     "SigmoidTransform", "TanhTransform", "Uniform", "MultivariateNormal", "OneHotCategorical",
     "Gamma", "Dirichlet", "Laplace", "Exponential", "LogNormal", "Poisson", "Binomial",
-    "MixtureSameFamily", "utils",
+    "MixtureSameFamily", "utils", "Cauchy", "Chi2", "FisherSnedecor", "Gumbel", "HalfCauchy",
+    "HalfNormal", "InverseGamma", "Kumaraswamy", "Pareto", "StudentT", "Weibull",
 ]
