@@ -26,6 +26,7 @@ from rlgrad.distributions.continuous import (
     Kumaraswamy,
     Pareto,
     StudentT,
+    VonMises,
     Weibull,
 )
 from rlgrad.distributions.distribution import Distribution
@@ -64,4 +65,5 @@ __all__ = [
     "Gamma", "Dirichlet", "Laplace", "Exponential", "LogNormal", "Poisson", "Binomial",
     "MixtureSameFamily", "utils", "Cauchy", "Chi2", "FisherSnedecor", "Gumbel", "HalfCauchy",
     "HalfNormal", "InverseGamma", "Kumaraswamy", "Pareto", "StudentT", "Weibull",
+    "VonMises",
 ]

@@ -1,7 +1,7 @@
 """Univariate continuous distributions with closed forms (torch's parameters, supports,
 ``log_prob``, ``entropy``, moments, ``cdf``/``icdf`` and ``rsample`` where torch has them):
 ``Cauchy``, ``HalfCauchy``, ``HalfNormal``, ``Gumbel``, ``Weibull``, ``Pareto``, ``Kumaraswamy``,
-``StudentT``, ``Chi2``, ``InverseGamma`` and ``FisherSnedecor``.
+``StudentT``, ``Chi2``, ``InverseGamma``, ``FisherSnedecor`` and ``VonMises``.
 
 torch draws ``StudentT``, ``Chi2``, ``FisherSnedecor`` and ``InverseGamma`` through a Gamma
 ``rsample`` (implicit reparameterization in the shape), which rlgrad's ``Gamma`` lacks; here
@@ -20,13 +20,13 @@ from rlgrad import ops
 from rlgrad.distributions import constraints
 from rlgrad.distributions.distribution import Distribution, _noise, _params, _rng, _shape_tuple
 from rlgrad.distributions.gamma import Gamma
-from rlgrad.special import betaln, digamma, erf, erfinv, gammaln
+from rlgrad.special import betaln, digamma, erf, erfinv, gammaln, i0e, i1e
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
 from rlgrad.typing import ArrayLike, GeneratorLike, ShapeLike
 
 __all__ = ["Cauchy", "HalfCauchy", "HalfNormal", "Gumbel", "Weibull", "Pareto", "Kumaraswamy",
-           "StudentT", "Chi2", "InverseGamma", "FisherSnedecor"]
+           "StudentT", "Chi2", "InverseGamma", "FisherSnedecor", "VonMises"]
 
 _EULER = 0.57721566490153286061
 _LOG_PI = math.log(math.pi)
@@ -494,3 +494,45 @@ class FisherSnedecor(_Scalar):
         ok = ops.greater(self.df2, 4)
         d1, d2 = self.df1, _safe(self.df2, ok, 5.0)
         return _where(ok, 2 * d2 ** 2 * (d1 + d2 - 2) / (d1 * (d2 - 2) ** 2 * (d2 - 4)), math.nan)
+
+
+class VonMises(_Scalar):
+    """The circular normal: density ``exp(k cos(x - loc)) / (2 pi I0(k))``, draws in [-pi, pi)
+    (Best and Fisher's rejection sampler); no rsample and no entropy, as torch's."""
+
+    arg_constraints = {"loc": constraints.real, "concentration": constraints.positive}
+    support = constraints.real
+    _names = ("loc", "concentration")
+    loc: Tensor
+    concentration: Tensor
+
+    def __init__(self, loc: ArrayLike, concentration: ArrayLike, validate_args: bool | None = None) -> None:
+        self._setup((loc, concentration), validate_args)
+
+    def log_prob(self, value: Tensor) -> Tensor:
+        self._check(value)
+        k = self.concentration
+        log_i0 = ops.log(i0e(k)) + k  # log I0(k) without overflow
+        return k * ops.cos(value - self.loc) - math.log(2 * math.pi) - log_i0
+
+    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
+        rng, shape = _rng(generator), _shape_tuple(sample_shape) + self._batch_shape
+        k = np.broadcast_to(self.concentration._value.astype(np.float64), shape)
+        tau = 1 + np.sqrt(1 + 4 * k * k)
+        rho = (tau - np.sqrt(2 * tau)) / (2 * k)
+        r = (1 + rho * rho) / (2 * rho)
+        x, todo = np.zeros(shape), np.ones(shape, bool)
+        while todo.any():  # each round accepts at least ~66% of the rest (Best and Fisher)
+            u1, u2, u3 = rng.random((3,) + shape)
+            z = np.cos(math.pi * u1)
+            f = (1 + r * z) / (r + z)
+            c = k * (r - f)
+            ok = todo & ((c * (2 - c) - u2 > 0) | (np.log(c / u2) + 1 - c >= 0))
+            x = np.where(ok, np.sign(u3 - 0.5) * np.arccos(np.clip(f, -1, 1)), x)
+            todo &= ~ok
+        x = np.mod(x + math.pi + self.loc._value, 2 * math.pi) - math.pi
+        return mark_cut(_const(x.astype(self._dtype())), "sample", (self.loc, self.concentration))
+
+    mean = property(lambda self: self.loc)
+    mode = property(lambda self: self.loc)
+    variance = property(lambda self: 1 - i1e(self.concentration) / i0e(self.concentration))

@@ -29,6 +29,7 @@ CASES = [
     ("Chi2", [[0.7, 2.5, 5.0]], [0.1, 2.0, 7.0]),
     ("InverseGamma", [[0.7, 2.5, 5.0], [0.5, 1.5, 3.0]], [0.1, 2.0, 7.0]),
     ("FisherSnedecor", [[0.7, 2.5, 5.0], [1.5, 3.5, 9.0]], [0.1, 2.0, 7.0]),
+    ("VonMises", [[0.3, -1.0, 2.0], [0.5, 1.5, 30.0]], [0.1, -2.0, 3.0]),
 ]
 PROB = [0.05, 0.5, 0.93]
 
@@ -71,8 +72,10 @@ def test_statistic_and_its_gradients_match_torch(name: str, params: list, value:
     dr, dt, pr, pt = _pair(name, params)
     assert dr.batch_shape == tuple(dt.batch_shape) and dr.event_shape == tuple(dt.event_shape)
     a, b = _get(dr, stat, value, rlgrad), _get(dt, stat, value, torch)
+    # torch's VonMises reads log I0 from a polynomial fit good to ~1e-8; rlgrad's is float64's
+    rtol = 1e-6 if name == "VonMises" else 1e-9
     np.testing.assert_allclose(a.numpy() if not a.requires_grad else a.detach().numpy(),
-                               b.detach().numpy(), rtol=1e-9, atol=1e-12)
+                               b.detach().numpy(), rtol=rtol, atol=rtol * 0.1)
     fin = torch.isfinite(b)
     if not b.requires_grad or not fin.any():
         return
@@ -83,7 +86,7 @@ def test_statistic_and_its_gradients_match_torch(name: str, params: list, value:
         gr = np.zeros(r.shape) if r.grad is None else r.grad.numpy()
         gt = np.zeros(r.shape) if t.grad is None else t.grad.numpy()
         # where the statistic is finite (torch sends 0 * NaN = NaN back from masked entries)
-        np.testing.assert_allclose(gr[fin.numpy()], gt[fin.numpy()], rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(gr[fin.numpy()], gt[fin.numpy()], rtol=rtol * 10, atol=rtol * 0.1)
 
 
 RSAMPLED = [c for c in CASES if getattr(D, c[0]).has_rsample]
@@ -125,7 +128,7 @@ def test_sample_moments_and_support(name: str, params: list, value: list) -> Non
         want = dt.cdf(torch.tensor(q)).numpy()
     except NotImplementedError:  # no cdf in torch: the median against torch's own draws
         ref = dt.sample((40000,)).numpy()
-        np.testing.assert_allclose(q[1], np.median(ref, 0), rtol=0.05)
+        np.testing.assert_allclose(q[1], np.median(ref, 0), rtol=0.05, atol=0.03)
         return
     np.testing.assert_allclose(want, np.array([[0.25] * 3, [0.5] * 3, [0.75] * 3]), atol=0.015)
 
