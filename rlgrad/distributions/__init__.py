@@ -29,10 +29,18 @@ from rlgrad.distributions.continuous import (
     VonMises,
     Weibull,
 )
+from rlgrad.distributions.discrete import (
+    Geometric,
+    Multinomial,
+    NegativeBinomial,
+    OneHotCategoricalStraightThrough,
+    RelaxedBernoulli,
+)
 from rlgrad.distributions.distribution import Distribution
 from rlgrad.distributions.exponential_family import Binomial, Exponential, Laplace, LogNormal, Poisson
 from rlgrad.distributions.gamma import Dirichlet, Gamma
 from rlgrad.distributions.kl import kl_divergence, register_kl
+from rlgrad.distributions.lowrank import LogisticNormal, LowRankMultivariateNormal
 from rlgrad.distributions.mixture import MixtureSameFamily
 from rlgrad.distributions.mvn import MultivariateNormal
 from rlgrad.distributions.normal import (
@@ -51,6 +59,7 @@ from rlgrad.distributions.transforms import (
     ComposeTransform,
     ExpTransform,
     SigmoidTransform,
+    StickBreakingTransform,
     TanhTransform,
     Transform,
 )
@@ -65,5 +74,6 @@ __all__ = [
     "Gamma", "Dirichlet", "Laplace", "Exponential", "LogNormal", "Poisson", "Binomial",
     "MixtureSameFamily", "utils", "Cauchy", "Chi2", "FisherSnedecor", "Gumbel", "HalfCauchy",
     "HalfNormal", "InverseGamma", "Kumaraswamy", "Pareto", "StudentT", "Weibull",
-    "VonMises",
+    "VonMises", "Geometric", "Multinomial", "NegativeBinomial", "OneHotCategoricalStraightThrough",
+    "RelaxedBernoulli", "LogisticNormal", "LowRankMultivariateNormal", "StickBreakingTransform",
 ]
