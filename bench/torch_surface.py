@@ -471,6 +471,7 @@ def _cases5(T):
             x[:, :3], f(4, 3, 2), v[:3]).log_prob(x[:, :3]),
         "distributions.LogisticNormal": lambda: D.LogisticNormal(x, v[:5]).rsample(),
         "distributions.StickBreakingTransform": lambda: D.StickBreakingTransform()(x),
+        "distributions.ContinuousBernoulli": lambda: D.ContinuousBernoulli(p).rsample(),
         "optim.Rprop": lambda: optim.Rprop([T.nn.Parameter(f(2))]).defaults,
         "optim.ASGD": lambda: optim.ASGD([T.nn.Parameter(f(2))]).defaults,
         "optim.LBFGS": lambda: (o := lbfgs()).step(lambda: closure(o)),

@@ -29,6 +29,7 @@ from rlgrad.distributions.continuous import (
     VonMises,
     Weibull,
 )
+from rlgrad.distributions.continuous_bernoulli import ContinuousBernoulli
 from rlgrad.distributions.discrete import (
     Geometric,
     Multinomial,
@@ -76,4 +77,5 @@ __all__ = [
     "HalfNormal", "InverseGamma", "Kumaraswamy", "Pareto", "StudentT", "Weibull",
     "VonMises", "Geometric", "Multinomial", "NegativeBinomial", "OneHotCategoricalStraightThrough",
     "RelaxedBernoulli", "LogisticNormal", "LowRankMultivariateNormal", "StickBreakingTransform",
+    "ContinuousBernoulli",
 ]

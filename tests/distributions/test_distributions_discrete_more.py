@@ -40,6 +40,11 @@ CASES = [
                                    "cov_diag": [[0.5, 1.0, 2.0], [1.5, 0.3, 0.7]]},
      {"log_prob": RNG.normal(size=(2, 3)), "entropy": None, "variance": None, "covariance_matrix": None,
       "precision_matrix": None, "mean": None}),
+    ("ContinuousBernoulli", {"probs": [0.2, 0.4995, 0.5, 0.7, 0.95]},
+     {"log_prob": [0.1, 0.3, 0.5, 0.9, 0.99], "entropy": None, "mean": None, "variance": None,
+      "cdf": [0.1, 0.3, 0.5, 0.9, 0.99], "icdf": [0.05, 0.3, 0.5, 0.9, 0.99]}),
+    ("ContinuousBernoulli", {"logits": [-2.0, 0.001, 0.0, 1.0, 4.0]},
+     {"log_prob": [0.1, 0.3, 0.5, 0.9, 0.99], "entropy": None, "mean": None, "variance": None}),
     ("LogisticNormal", {"loc": [[0.3, -1.0, 2.0], [0.0, 0.5, -0.5]],
                         "scale": [[0.5, 1.5, 3.0], [1.0, 1.0, 0.2]]},
      {"log_prob": SIMPLEX}),
@@ -89,7 +94,8 @@ def test_statistic_and_gradients_match_torch(name: str, params: dict, stat: str,
     ("NegativeBinomial", {"total_count": [2.0, 3.5, 5.0], "probs": [0.2, 0.5, 0.7]}),
     ("Multinomial", {"total_count": 5, "probs": SIMPLEX}),
     ("LowRankMultivariateNormal", CASES[8][1]),
-    ("LogisticNormal", CASES[9][1]),
+    ("LogisticNormal", CASES[11][1]),
+    ("ContinuousBernoulli", CASES[9][1]),
 ])
 def test_sample_means_match_the_closed_form(name: str, params: dict) -> None:
     d, _ = _make(rlgrad, name, params)
@@ -114,7 +120,8 @@ def _at(draw: object, params: dict, k: str, flat: np.ndarray) -> float:
 @pytest.mark.parametrize(("name", "params"), [
     ("RelaxedBernoulli", {"temperature": [0.7], "logits": [-1.0, 0.5, 3.0]}),
     ("LowRankMultivariateNormal", CASES[8][1]),
-    ("LogisticNormal", CASES[9][1]),
+    ("LogisticNormal", CASES[11][1]),
+    ("ContinuousBernoulli", {"probs": [0.2, 0.7, 0.95]}),
 ])
 def test_rsample_gradient_matches_finite_differences(name: str, params: dict) -> None:
     def draw(ps: dict) -> object:
