@@ -26,11 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad import func
 from rlgrad.jit import TRACE_INPUTS, _compile
 from rlgrad.ops import astype, concatenate, getitem, identity, ravel, reshape, stack, stop_gradient
 from rlgrad.tensor import Tensor, _Depth, _Trace, constant
 from rlgrad.tracer import (
     VMAP_LEVELS,
+    NotBatchable,
     defjvp_argnum,
     defjvp_is_linear,
     defvjp,
@@ -175,6 +177,7 @@ class _Body:
         self.y_def: Any = None  # the structure of the outputs after the carry (scan's ys)
         self.avals = [_aval(o) for o in outs]
         self.lins: dict[int, _Lin | None] = {}  # n_carry -> the body split for its VJP
+        self.hoists: dict[int, _Hoist | None] = {}  # n_carry -> the body split before the loop
         compiled = _compile(inputs + captured, tape, outs, tree_flatten(list(outs))[1])
         self.run, self.source = compiled.fn, compiled.source
 
@@ -565,10 +568,11 @@ def _scan_fwd(*arrays: np.ndarray, ctx: _ScanCtx) -> np.ndarray:
     out, views = ctx.buffers()
     ny = len(ctx.y_avals)
     ys, saved = views[nc:nc + ny], views[nc + ny:]
+    rows = list(zip(*xs)) if xs else [()] * n  # each step's slices, made in one go
     for t in (range(n - 1, -1, -1) if ctx.reverse else range(n)):
         for s, c in zip(saved, carry):
             s[t] = c
-        step = run(*carry, *[x[t] for x in xs], *consts)
+        step = run(*carry, *rows[t], *consts)
         carry = step[:nc]
         for y, v in zip(ys, step[nc:]):
             y[t] = v
@@ -602,10 +606,14 @@ def _scan_node(body: _Body, consts: list[Any], init: list[Any], xs: list[Any], n
     stacked ys. While a gradient may be asked for (and ``may_save``) it saves what its VJP
     reads: the body's residuals (``_Lin``), or under ``scan_residuals(False)`` the carries
     entering each step."""
+    hoist = _hoist_of(body, len(init)) if _Fast.hoist and n else None
+    if hoist is not None:
+        consts, xs = _hoisted(hoist, consts, xs)
+        body = hoist.rest
     args = [*consts, *init, *xs]
     save = may_save and is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad
                                                   for a in args)
-    lin = _lin_of(body, len(init)) if save and _Residuals.save else None
+    lin = _lin_of(body, len(init)) if save and _Fast.residuals else None
     if lin is None:
         ctx = _ScanCtx(body, len(init), len(xs), n, reverse, save)
     else:
@@ -674,13 +682,16 @@ def _scan_grads_saved(ctx: _ScanCtx, lin: _Lin, g: Tensor, ans: Any,
     emitted = iter(ctx.unpack(ans, start=nc + ny))
     res = [xs[k] if src == "x" else next(emitted) for src, k in lin.res_src]
     ks = consts[:lin.nk]
-    init_b = [*_floats(cts[:nc]), *[_zeros(k) for k in _floats(ks)]]
+    kd = _take(ks, lin.k_diff)
+    init_b = [*_take(cts[:nc], lin.c_diff), *[_zeros(k) for k in kd]]
     # saving nothing: only grad of grad differentiates it, and then its VJP runs it again
     parts = _scan_node(lin.bwd, lin.binds(lin.bwd, ks), init_b, [*res, *_floats(cts[nc:])],
                        ctx.length, not ctx.reverse, may_save=False)
-    ncf, nkf = len(_floats(init)), len(_floats(ks))
-    d_k = [*_splice(ks, parts[ncf:ncf + nkf]), *[None] * (len(consts) - lin.nk)]
-    return _grads_list(args, [*d_k, *_splice(init, parts[:ncf]), *_splice(xs, parts[ncf + nkf:])])
+    ncd, nkd = sum(lin.c_diff), len(kd)
+    none = [None] * len(args)  # no gradient where the body does not read the input
+    d_k = [*_put(none[:lin.nk], lin.k_diff, parts[ncd:ncd + nkd]), *none[lin.nk:len(consts)]]
+    d_x = _put(none[:len(xs)], lin.x_diff, parts[ncd + nkd:])
+    return _grads_list(args, [*d_k, *_put(none[:nc], lin.c_diff, parts[:ncd]), *d_x])
 
 
 def _grads_list(args: Sequence[Any], grads: Sequence[Any]) -> list[Any]:
@@ -713,12 +724,14 @@ def _scan_jvp(i: int, t: Any, ans: Any, *args: Any, ctx: _ScanCtx) -> Any:
 
 
 # ---- residuals: the scan's VJP reads what the forward saved (JAX's partial evaluation) --------
-class _Residuals:
-    """``save``: scans made while a gradient may be asked for save their body's residuals
+class _Fast:
+    """``residuals``: scans made while a gradient may be asked for save their body's residuals
     (``_Lin``); False: the VJP runs the body again on the saved carries (the plain reference,
-    as ``jax.checkpoint`` of the body)."""
+    as ``jax.checkpoint`` of the body). ``hoist``: what a body computes from the scanned inputs
+    alone runs once before the loop (``_Hoist``); False: at every step (the reference)."""
 
-    save = True
+    residuals = True
+    hoist = True
 
 
 @contextlib.contextmanager
@@ -726,11 +739,22 @@ def scan_residuals(save: bool) -> Iterator[None]:
     """Inside, scans made for differentiation save their body's residuals (``save=True``, the
     default) or recompute them in the backward scan (``save=False``, the reference): the same
     gradients, bit for bit."""
-    before, _Residuals.save = _Residuals.save, bool(save)
+    before, _Fast.residuals = _Fast.residuals, bool(save)
     try:
         yield
     finally:
-        _Residuals.save = before
+        _Fast.residuals = before
+
+
+@contextlib.contextmanager
+def scan_hoisting(enabled: bool) -> Iterator[None]:
+    """Inside, scans run what their body computes from the scanned inputs alone once before
+    the loop, for all the steps (``True``, the default), or at every step (the reference)."""
+    before, _Fast.hoist = _Fast.hoist, bool(enabled)
+    try:
+        yield
+    finally:
+        _Fast.hoist = before
 
 
 #: what a value of the joint step depends on: the captured alone, a step's input, a cotangent
@@ -751,7 +775,13 @@ class _Lin:
     def __init__(self, body: _Body, nc: int) -> None:
         nk, nx = len(body.captured), len(body.inputs) - nc
         self.nk, self.nc = nk, nc
-        joint = _Body(self._joint_fn(body, nc), self._values(body, nc), "rlgrad.lax.scan")
+        # what gets a gradient: floating inputs the body reads (a captured tensor it does not
+        # read would only add zeros into its sum at every step)
+        used = {id(t) for t in _reads_of(body.tape, body.outs, body)}
+        self.k_diff = [_is_float(k) and id(k) in used for k in body.captured]
+        self.c_diff = [_is_float(c) for c in body.inputs[:nc]]
+        self.x_diff = [_is_float(x) and id(x) in used for x in body.inputs[nc:]]
+        joint = _Body(self._joint_fn(body), self._values(body), "rlgrad.lax.scan")
         ks, steps = joint.inputs[:nk], joint.inputs[nk:nk + nc + nx]
         cts = joint.inputs[nk + nc + nx:]
         n_out = len(body.outs)
@@ -763,23 +793,21 @@ class _Lin:
         self.res_src = [_res_source(t, steps[nc:], joint.tape) for t in res]
         emitted = [t for t, s in zip(res, self.res_src) if s[0] == "out"]
         self.fwd = _part(joint, steps, fwd_outs + emitted, ks, kind, _UNKNOWN)
-        nct = len(_floats(body.outs[:nc])) + len(_floats(body.captured))
+        nct = sum(self.c_diff) + sum(self.k_diff)
         self.bwd = _part(joint, [*cts[:nct], *res, *cts[nct:]], bwd_outs, ks, kind, _KNOWN)
         self.n_res = len(emitted)
 
-    @staticmethod
-    def _values(body: _Body, nc: int) -> list[Any]:
+    def _values(self, body: _Body) -> list[Any]:
         """The joint step's inputs to trace it on: the body's own, cotangents of ones."""
         outs = body.outs
-        ones = [np.ones(*_aval(o)) for o in _floats(outs[:nc])]
-        zeros = [np.zeros(*_aval(k)) for k in _floats(body.captured)]
-        return [*builtins.map(_value, body.captured), *builtins.map(_value, body.inputs), *ones, *zeros,
-                *[np.ones(*_aval(o)) for o in _floats(outs[nc:])]]
+        ones = [np.ones(*_aval(o)) for o in _floats(outs[:self.nc])]
+        zeros = [np.zeros(*_aval(k)) for k in _take(body.captured, self.k_diff)]
+        return [*builtins.map(_value, body.captured), *builtins.map(_value, body.inputs), *ones,
+                *zeros, *[np.ones(*_aval(o)) for o in _floats(outs[self.nc:])]]
 
-    @staticmethod
-    def _joint_fn(body: _Body, nc: int) -> Callable[[list[Any]], list[Any]]:
-        nk, nx = len(body.captured), len(body.inputs) - nc
-        ncf, nkf = len(_floats(body.outs[:nc])), len(_floats(body.captured))
+    def _joint_fn(self, body: _Body) -> Callable[[list[Any]], list[Any]]:
+        nk, nc, nx = self.nk, self.nc, len(self.x_diff)
+        ncf, nkf = sum(self.c_diff), sum(self.k_diff)
 
         def joint(leaves: list[Any]) -> list[Any]:
             ks, c, x = leaves[:nk], leaves[nk:nk + nc], leaves[nk + nc:nk + nc + nx]
@@ -787,11 +815,12 @@ class _Lin:
             ct_c, acc, ct_y = rest[:ncf], rest[ncf:ncf + nkf], rest[ncf + nkf:]
             full: list[Any] = []
 
-            def one(kf: list[Any], cf: list[Any], xf: list[Any]) -> list[Any]:
-                full[:] = body.eval([*_splice(c, cf), *_splice(x, xf)], _splice(ks, kf))
+            def one(kd: list[Any], cd: list[Any], xd: list[Any]) -> list[Any]:
+                full[:] = body.eval([*_put(c, self.c_diff, cd), *_put(x, self.x_diff, xd)],
+                                    _put(ks, self.k_diff, kd))
                 return _floats(full)
 
-            _, back = vjp(one, _floats(ks), _floats(c), _floats(x))
+            _, back = vjp(one, _take(ks, self.k_diff), _take(c, self.c_diff), _take(x, self.x_diff))
             dk, dc, dx = back([*ct_c, *ct_y])
             return [*full, *dc, *[a + d for a, d in zip(acc, dk)], *dx]
         return joint
@@ -799,6 +828,16 @@ class _Lin:
     def binds(self, body: _Body, consts: Sequence[Any]) -> list[Any]:
         """``body``'s captured as a node's arguments: the scan's captured, then the constants."""
         return [*consts[:self.nk], *body.captured[self.nk:]]
+
+
+def _take(xs: Sequence[Any], mask: Sequence[bool]) -> list[Any]:
+    return [x for x, m in zip(xs, mask) if m]
+
+
+def _put(xs: Sequence[Any], mask: Sequence[bool], vals: Sequence[Any]) -> list[Any]:
+    """``xs`` with the entries where ``mask`` holds replaced by ``vals`` (in order)."""
+    it = iter(vals)
+    return [next(it) if m else x for x, m in zip(xs, mask)]
 
 
 def _lin_of(body: _Body, nc: int) -> _Lin | None:
@@ -883,6 +922,66 @@ def _part(joint: _Body, inputs: list[Tensor], outs: list[Any], ks: list[Tensor],
     if any(kind.get(id(t), _INV) != _INV or id(t) in inputs_ids for t in extra):
         raise AssertionError("rlgrad.lax.scan: a residual was missed (a bug of rlgrad)")
     return _Body.of_tape("rlgrad.lax.scan", inputs, tape, outs, [*ks, *extra])
+
+
+# ---- hoisting: what reads no carry runs once over all the steps, before the loop --------------
+class _Hoist:
+    """``body`` split where its values stop depending on the carry: ``pre`` (the scanned
+    inputs -> the values the rest reads that depend on them alone, an input projection) runs
+    once for all the steps under ``vmap`` before the loop (one GEMM where the loop made T);
+    ``rest`` is the body reading them as scanned inputs after its own."""
+
+    def __init__(self, body: _Body, nc: int) -> None:
+        carry, xs = body.inputs[:nc], body.inputs[nc:]
+        kind = _kinds(body, body.captured, xs, carry)
+        rest_tape = _live(body.tape, body.outs, lambda e: kind[id(e[3])] != _KNOWN)
+        x_ids = {id(x) for x in xs}
+        self.outs = [t for t in _reads_of(rest_tape, body.outs, body)
+                     if kind.get(id(t)) == _KNOWN and id(t) not in x_ids]
+        self.pre = _part(body, xs, self.outs, body.captured, kind, _UNKNOWN)
+        self.rest = _part(body, [*carry, *xs, *self.outs], body.outs, body.captured, kind, _KNOWN)
+        self.rest.y_def = body.y_def
+
+
+def _hoist_of(body: _Body, nc: int) -> _Hoist | None:
+    """``body``'s split before the loop, made once per body; None with nothing to hoist."""
+    if nc not in body.hoists:
+        hoist = _Hoist(body, nc)
+        useful = any(e[0].name not in _VIEWS for e in hoist.pre.tape)
+        batchable = all(e[0].batch is not None and not isinstance(e[0].batch, NotBatchable)
+                        for e in hoist.pre.tape) and not _bare_reads(hoist.pre)
+        body.hoists[nc] = hoist if hoist.outs and useful and batchable else None
+    return body.hoists[nc]
+
+
+def _bare_reads(body: _Body) -> bool:
+    """An entry reads a value as a bare array (an index): vmap cannot batch that read."""
+    arrays = _arrays(body)
+    return any(_bare([e[1], list(e[2].values())], arrays, []) for e in body.tape)
+
+
+def _bare(a: Any, arrays: dict[int, Tensor], found: list[Any]) -> list[Any]:
+    if type(a) is np.ndarray and id(a) in arrays:
+        found.append(a)
+    elif isinstance(a, list | tuple):
+        for x in a:
+            _bare(x, arrays, found)
+    return found
+
+
+#: operations that only look at their input again: hoisting them alone gains nothing
+_VIEWS = frozenset({"getitem", "reshape", "stop_gradient", "identity", "transpose", "squeeze",
+                    "expand_dims", "broadcast_to"})
+
+
+def _hoisted(h: _Hoist, consts: list[Any], xs: list[Any]) -> tuple[list[Any], list[Any]]:
+    """(the rest's captured, its scanned inputs): ``h.pre`` over every step at once, by vmap."""
+    nk = len(consts)
+
+    def pre(*x: Any) -> list[Any]:
+        return h.pre.eval(list(x), [*consts, *h.pre.captured[nk:]])
+
+    return [*consts, *h.rest.captured[nk:]], [*xs, *func.vmap(pre)(*xs)]
 
 
 def _pick(ts: Sequence[Any], xs: Sequence[Any]) -> list[Any]:

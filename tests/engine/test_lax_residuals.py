@@ -38,12 +38,14 @@ def _args(T: int = 5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return W.copy(), rng.standard_normal((2, 3)), rng.standard_normal((T, 2, 3))
 
 
-def _both(fn: Callable[[], Any]) -> tuple[Any, Any]:
-    """``fn()`` with residuals saved, then recomputed (the reference)."""
-    with lax.scan_residuals(True):
-        saved = fn()
-    with lax.scan_residuals(False):
-        recomputed = fn()
+def _both(fn: Callable[[], Any], hoist: bool = False) -> tuple[Any, Any]:
+    """``fn()`` with residuals saved, then recomputed (the reference); hoisting as asked (it
+    batches the recomputation too: another order of sums, so bits only without it)."""
+    with lax.scan_hoisting(hoist):
+        with lax.scan_residuals(True):
+            saved = fn()
+        with lax.scan_residuals(False):
+            recomputed = fn()
     return saved, recomputed
 
 
@@ -125,6 +127,12 @@ def test_gru_cell_scan_saved_equals_recomputed_bits_and_pytorch(dtype: Any) -> N
     (l_s, g_s), (l_r, g_r) = _both(run)
     _same_bits(l_s, l_r)
     _same_bits(g_s, g_r)
+    with lax.scan_hoisting(True):  # the input projection once for all steps: other sums
+        l_h, g_h = run()
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(l_h, l_s, rtol=tol)
+    for a, b in zip(g_h, g_s):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
     tx = torch.from_numpy(x)
     out, h = tm(tx)
     ((out * out).sum() + (h ** 3).sum()).backward()
@@ -152,8 +160,9 @@ def test_the_backward_body_reads_residuals_instead_of_running_the_cell_again() -
     assert fwd.lin is not None and fwd.n_res > 0
     names = [e[0].name for e in bwd.body.tape]
     assert "gru_cell_grad" in names and "gru_cell" not in names and "linear" not in names, names
-    # the scanned inputs are read where they are, not saved again
-    assert ("x", 0) in fwd.lin.res_src
+    # the input projection, hoisted before the loop (lax._Hoist), is read where it is
+    assert any(src == "x" for src, _ in fwd.lin.res_src)
+    assert "linear" not in [e[0].name for e in fwd.body.tape]
 
 
 def test_a_scan_not_differentiated_saves_nothing() -> None:
@@ -212,3 +221,44 @@ def test_top_level_backward_through_a_node_matches_the_python_loop(save: bool) -
 
     for a, b in zip(grads(True), grads(False)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_hoisting_gives_the_per_step_values_and_gradients() -> None:
+    """What reads no carry (here x @ U, exp(x)) runs once for all steps under vmap; values and
+    gradients as the loop running it at every step, to rounding; first and second order."""
+    U = RNG.standard_normal((3, 3))
+
+    def loss(w: Any, h0: Any, xs: Any) -> Any:
+        def body(h: Any, x: Any) -> tuple[Any, Any]:
+            h = rnp.tanh(h @ w + x @ U) * rnp.exp(-x * x)
+            return h, rnp.sum(h, axis=-1)
+        h, ys = lax.scan(body, h0, xs)
+        return rnp.sum(h * h) + rnp.sum(ys ** 3)
+
+    args = _args(6)
+    g2 = rlgrad.grad(lambda *a: rnp.sum(rlgrad.grad(loss, 0)(*a) ** 2), (0, 1, 2))
+    want = [rlgrad.grad(loss, (0, 1, 2))(*args), g2(*args)]  # eager: a Python loop
+    for hoist in (True, False):
+        with lax.scan_hoisting(hoist):
+            got = [rlgrad.jit(rlgrad.grad(loss, (0, 1, 2)), check=True)(*args), rlgrad.jit(g2)(*args)]
+        for a, b in zip([*got[0], *got[1]], [*want[0], *want[1]]):
+            np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11)
+    with lax.nodes_eagerly():
+        rlgrad.check_grads(loss, modes=("rev", "fwd"), order=2)(*args)
+
+
+def test_a_part_without_a_batching_rule_stays_in_the_loop() -> None:
+    """A loop inside the body over x alone is a node vmap cannot batch: nothing is hoisted."""
+    def loss(h0: Any, xss: Any) -> Any:
+        def body(h: Any, xs: Any) -> tuple[Any, Any]:
+            s, _ = lax.scan(lambda c, x: (c + rnp.sin(x), None), rnp.zeros_like(h), xs)
+            h = rnp.tanh(h + s)
+            return h, h
+        return rnp.sum(lax.scan(body, h0, xss)[1] ** 2)
+
+    h0, xss = np.ones((2, 3)) * 0.1, RNG.standard_normal((4, 5, 2, 3))
+    want = rlgrad.grad(loss, (0, 1))(h0, xss)
+    for a, b in zip(rlgrad.jit(rlgrad.grad(loss, (0, 1)), check=True)(h0, xss), want):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    outer = [b for b, _ in lax._BODIES.values() if "scan" in [e[0].name for e in b.tape]]
+    assert outer and all(h is None for b in outer for h in b.hoists.values())
