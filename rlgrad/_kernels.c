@@ -537,6 +537,22 @@ static int grid_of(const Py_buffer *b, char kind, int gates, Py_ssize_t rows, Py
     return 1;
 }
 
+/* Whether two strided buffers' memory spans (first to last byte addressed) intersect. */
+static int span_overlap(const Py_buffer *a, const Py_buffer *b) {
+    if (a->len == 0 || b->len == 0) return 0;
+    const Py_buffer *x[2] = {a, b};
+    const char *lo[2], *hi[2];
+    for (int k = 0; k < 2; k++) {
+        lo[k] = hi[k] = x[k]->buf;
+        for (int d = 0; d < x[k]->ndim; d++) {
+            Py_ssize_t reach = (x[k]->shape[d] - 1) * x[k]->strides[d];
+            if (reach < 0) lo[k] += reach; else hi[k] += reach;
+        }
+        hi[k] += x[k]->itemsize;
+    }
+    return lo[0] < hi[1] && lo[1] < hi[0];
+}
+
 /* Buffers of objs[0..n) with their strides (None: an empty buffer, buf NULL); writable from
    first_out on. 0 (nothing held, the error cleared) if one is refused. */
 static int take_strided(PyObject *const *objs, int n, int first_out, Py_buffer *b) {
@@ -565,21 +581,25 @@ static PyObject *done_strided(Py_buffer *b, int n, int fits) {
 #define ROW(G_, K_, N_, T_) ((T_ *)((G_).p + (K_) * (G_).k + (N_) * (G_).r))
 
 /* acts holds tanh of the pre-activations, i, f, o halved (sigmoid(a) = tanh(a / 2) / 2 + 1 / 2):
-   i, f, o finished in place, and c' = f * c + g * i. */
+   i, f, o finished and all four written to gt (acts itself, or the output's gate blocks when acts
+   is a scratch GEMM row block: the copy is free in this pass), and c' = f * c + g * i. */
 #define LSTM_GATES_LOOP(T)                                                                         \
-    CLONES static void lstm_gates_##T(grid a, grid c, grid cn, Py_ssize_t rows, Py_ssize_t h) {    \
+    CLONES static void lstm_gates_##T(grid a, grid c, grid cn, grid gt, Py_ssize_t rows,           \
+                                      Py_ssize_t h) {                                              \
         for (Py_ssize_t n = 0; n < rows; n++) {                                                    \
-            T *i = ROW(a, 0, n, T), *f = ROW(a, 1, n, T), *g = ROW(a, 2, n, T);                    \
-            T *o = ROW(a, 3, n, T), *cq = ROW(cn, 0, n, T);                                        \
-            const T *cp = ROW(c, 0, n, T);                                                         \
-            _Pragma("GCC ivdep") /* distinct blocks: no dependence between elements */             \
+            const T *i = ROW(a, 0, n, T), *f = ROW(a, 1, n, T), *g = ROW(a, 2, n, T);              \
+            const T *o = ROW(a, 3, n, T), *cp = ROW(c, 0, n, T);                                   \
+            T *io = ROW(gt, 0, n, T), *fo = ROW(gt, 1, n, T), *go = ROW(gt, 2, n, T);              \
+            T *oo = ROW(gt, 3, n, T), *cq = ROW(cn, 0, n, T);                                      \
+            _Pragma("GCC ivdep") /* distinct blocks (or gt = a: each read before written) */      \
             for (Py_ssize_t j = 0; j < h; j++) {                                                   \
-                T ii = i[j] * (T)0.5 + (T)0.5, ff = f[j] * (T)0.5 + (T)0.5;                        \
+                T ii = i[j] * (T)0.5 + (T)0.5, ff = f[j] * (T)0.5 + (T)0.5, gg = g[j];             \
                 T cc = ff * cp[j];                                                                 \
-                o[j] = o[j] * (T)0.5 + (T)0.5;                                                     \
-                i[j] = ii;                                                                         \
-                f[j] = ff;                                                                         \
-                cq[j] = cc + g[j] * ii;                                                            \
+                oo[j] = o[j] * (T)0.5 + (T)0.5;                                                    \
+                io[j] = ii;                                                                        \
+                fo[j] = ff;                                                                        \
+                go[j] = gg;                                                                        \
+                cq[j] = cc + gg * ii;                                                              \
             }                                                                                      \
         }                                                                                          \
     }
@@ -588,28 +608,36 @@ LSTM_GATES_LOOP(float)
 LSTM_GATES_LOOP(double)
 
 PyDoc_STRVAR(lstm_gates_doc,
-"lstm_gates(acts, c, c_new) -> bool\n\n"
+"lstm_gates(acts, c, c_new[, gates]) -> bool\n\n"
 "acts (4, rows, H): tanh of the gate pre-activations, i, f, o halved; i, f, o become\n"
-"tanh / 2 + 1 / 2 in place and c_new (rows, H) = f * c + g * i. float32/float64 of one dtype,\n"
-"contiguous rows. False (nothing written) if they do not fit.");
+"tanh / 2 + 1 / 2 (in acts, or with g in gates (4, rows, H) when given, acts unchanged) and\n"
+"c_new (rows, H) = f * c + g * i. float32/float64 of one dtype, contiguous rows. False\n"
+"(nothing written) if they do not fit.");
 
 static PyObject *lstm_gates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "lstm_gates(acts, c, c_new) takes 3 arguments");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "lstm_gates(acts, c, c_new[, gates]) takes 3 or 4 arguments");
         return NULL;
     }
-    Py_buffer b[3];
-    if (!take_strided(args, 3, 0, b)) Py_RETURN_FALSE;
-    grid a, c, cn;
+    int n = (int)nargs;
+    Py_buffer b[4];
+    if (!take_strided(args, n, n == 4 ? 2 : 0, b)) Py_RETURN_FALSE;
+    grid a, c, cn, gt;
     char k = b[0].obj && b[0].ndim == 3 ? kind_of(&b[0]) : 0;
     Py_ssize_t rows = k ? b[0].shape[1] : 0, h = k ? b[0].shape[2] : 0;
     int fits = k && b[1].obj && b[2].obj && grid_of(&b[0], k, 4, rows, h, &a)
                && grid_of(&b[1], k, 0, rows, h, &c) && grid_of(&b[2], k, 0, rows, h, &cn);
+    if (n == 4) /* a separate output: it must not overlap what the pass reads */
+        fits = fits && b[3].obj && grid_of(&b[3], k, 4, rows, h, &gt)
+               && !span_overlap(&b[3], &b[0]) && !span_overlap(&b[3], &b[1])
+               && !span_overlap(&b[3], &b[2]);
+    else
+        gt = a;
     if (fits && k == 'f')
-        lstm_gates_float(a, c, cn, rows, h);
+        lstm_gates_float(a, c, cn, gt, rows, h);
     else if (fits)
-        lstm_gates_double(a, c, cn, rows, h);
-    return done_strided(b, 3, fits);
+        lstm_gates_double(a, c, cn, gt, rows, h);
+    return done_strided(b, n, fits);
 }
 
 /* The gradient of a step's gate pre-activations d (4, rows, H) and of the state c it read,

@@ -270,6 +270,16 @@ def test_cell_kernels_refuse_what_does_not_fit() -> None:
     assert k.lstm_dgates(a6, None, c8, a6, c8, c8, f8, c8.copy())
     x = np.full((4, 2, 3), 0.25, np.float32)
     assert k.lstm_gates(x, c + 1, c) and np.all(x[[0, 1, 3]] == 0.625) and np.all(c == 0.625 + 0.25 * 0.625)
+    wide = np.full((2, 12), 0.25, np.float32)  # a (rows, 4H) GEMM block, its gates as columns
+    acts = wide.reshape(2, 4, 3).transpose(1, 0, 2)
+    out = np.zeros((6, 2, 3), np.float32)
+    one = np.ones((2, 3), np.float32)
+    assert not k.lstm_gates(acts, one, c, acts)  # gates written over what the pass reads
+    assert not k.lstm_gates(acts, one, out[1], out[1:5])  # over c_new
+    assert not k.lstm_gates(acts, one, c, out[2:5])  # three blocks
+    assert k.lstm_gates(acts, one, out[1], out[2:]) and np.all(wide == 0.25)
+    assert np.all(out[[2, 3, 5]] == 0.625) and np.all(out[4] == 0.25)
+    assert np.all(out[1] == 0.625 + 0.25 * 0.625)
     o5, x3 = np.zeros((5, 2, 3), np.float32), np.zeros((3, 2, 3), np.float32)
     assert not k.gru_gates(o5[:4], x3)  # four blocks
     assert not k.gru_gates(o5, x3.astype(np.float64))
