@@ -450,14 +450,24 @@ class _Seq:
         return rows
 
     def weight_grads(self, d: np.ndarray, ans: np.ndarray, s0: np.ndarray, b: Any,
-                     reverse: bool) -> tuple[np.ndarray, Any]:
-        """d w (one GEMM of every step's gradient ``d`` (T, rows, G*H) with the h it read)
-        and d b."""
+                     reverse: bool, slots: Any = None) -> tuple[np.ndarray, Any]:
+        """d w (one GEMM of every step's gradient ``d`` (T, rows, G*H) with the h it read,
+        into ``slots[2]`` when given) and d b."""
         T, N, H = self.T, self.N, self.H
         h0 = self.state(s0, 0)[None]
         h_read = np.concatenate([ans[1:, 0], h0] if reverse else [h0, ans[:-1, 0]])
         rows = d.reshape(T * N, -1)
-        return rows.T @ h_read.reshape(T * N, H), (None if b is None else ops._sum(rows, axis=0))
+        dw = None if slots is None else slots[2].reshape(rows.shape[1], H)
+        return (np.matmul(rows.T, h_read.reshape(T * N, H), out=dw),
+                None if b is None else ops._sum(rows, axis=0))
+
+    def step_grads(self, slots: Any) -> np.ndarray:
+        """Every step's gradient (T, rows, G*H): in ``slots[0]`` (d xp's place in the packed
+        result) when xp was not broadcast, so that d xp is written where it goes."""
+        shape = (self.T, self.N, self.G * self.H)
+        if slots is not None and slots[0].size == shape[0] * shape[1] * shape[2]:
+            return slots[0].reshape(shape)
+        return np.empty(shape, self.dtype)
 
     def outputs(self, d: np.ndarray, ds0: list[np.ndarray], xp: np.ndarray,
                 s0: np.ndarray) -> tuple[Any, Any]:
@@ -488,14 +498,15 @@ def _lstm_seq(xp: Any, hc0: Any, w: Any, b: Any = None, reverse: bool = False) -
 
 
 def _lstm_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc0: np.ndarray,
-                    w: np.ndarray, b: Any, reverse: bool) -> tuple[Any, ...]:
-    """(d xp, d hc0, d w, d b) of ``lstm_seq`` in NumPy (first order)."""
+                    w: np.ndarray, b: Any, reverse: bool, slots: Any = None) -> tuple[Any, ...]:
+    """(d xp, d hc0, d w, d b) of ``lstm_seq`` in NumPy (first order); the large ones in
+    ``slots`` (``_grad_fwd``) when given."""
     L = _Seq(ans[:, 0], hc0, w, 6)
     shape = (L.T, 6, L.N, L.H)
     G, ans = np.broadcast_to(G, ans.shape).reshape(shape), ans.reshape(shape)
     tcs = np.tanh(ans[:, 1])  # every step's tanh(c'), one call
     dg = np.empty((4, L.N, L.H), L.dtype)  # a step's, gate first (NumPy's path)
-    d = np.empty((L.T, L.N, 4 * L.H), L.dtype)
+    d = L.step_grads(slots)
     dh: Any = None  # the gradient reaching the state from the later steps
     dc: Any = None
     fused = ops._kernels is not None  # (the C pass writes straight into d's rows)
@@ -503,7 +514,7 @@ def _lstm_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc0: np.ndar
         dc = _lstm_dstep(G[t], dh, dc, ans[t], L.read(ans, hc0, t, 1, reverse),
                          _gates(d[t], 4) if fused else dg, tcs[t])
         dh = (d[t] if fused else L.flat(dg, d[t])) @ w
-    return (*L.outputs(d, [dh, dc], xp, hc0), *L.weight_grads(d, ans, hc0, b, reverse))
+    return (*L.outputs(d, [dh, dc], xp, hc0), *L.weight_grads(d, ans, hc0, b, reverse, slots))
 
 
 def _gru_seq(xp: Any, hs0: Any, w: Any, b: Any = None, reverse: bool = False) -> np.ndarray:
@@ -521,13 +532,13 @@ def _gru_seq(xp: Any, hs0: Any, w: Any, b: Any = None, reverse: bool = False) ->
 
 
 def _gru_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hs0: np.ndarray,
-                   w: np.ndarray, b: Any, reverse: bool) -> tuple[Any, ...]:
-    """(d xp, d hs0, d w, d b) of ``gru_seq`` in NumPy (first order)."""
+                   w: np.ndarray, b: Any, reverse: bool, slots: Any = None) -> tuple[Any, ...]:
+    """(d xp, d hs0, d w, d b) of ``gru_seq`` in NumPy (first order); see ``_lstm_seq_grads``."""
     L = _Seq(ans[:, 0], hs0, w, 5)
     shape = (L.T, 5, L.N, L.H)
     G, ans = np.broadcast_to(G, ans.shape).reshape(shape), ans.reshape(shape)
     dxg, dhg = np.empty((3, L.N, L.H), L.dtype), np.empty((3, L.N, L.H), L.dtype)
-    dx = np.empty((L.T, L.N, 3 * L.H), L.dtype)
+    dx = L.step_grads(slots)
     dhp = np.empty_like(dx)
     dh: Any = None  # the gradient reaching the state from the later steps
     fused = ops._kernels is not None  # (the C pass writes straight into dx's and dhp's rows)
@@ -537,7 +548,7 @@ def _gru_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hs0: np.ndarr
         if not fused:
             L.flat(dxg, dx[t])
         dh += (dhp[t] if fused else L.flat(dhg, dhp[t])) @ w
-    return (*L.outputs(dx, [dh], xp, hs0), *L.weight_grads(dhp, ans, hs0, b, reverse))
+    return (*L.outputs(dx, [dh], xp, hs0), *L.weight_grads(dhp, ans, hs0, b, reverse, slots))
 
 
 def _seq_reference(cell: Any, K: int) -> Any:
@@ -627,11 +638,26 @@ def _seq_jvp(reference: Any, k: int) -> Any:
     return rule
 
 
-def _grad_fwd(grads: Any) -> Any:
+def _grad_fwd(grads: Any, slotted: bool = False) -> Any:
+    """The packed VJP: ``grads``' results one after another in one flat array. ``slotted``:
+    ``grads`` takes the packed array's parts (``slots``) and writes its large results there,
+    which are then not copied (a sequence's d xp is most of the packed array)."""
     def fwd(g: Any, ans: Any, xp: Any, s0: Any, w: Any, b: Any = None,
             reverse: bool = False) -> np.ndarray:
-        return np.concatenate([np.ravel(d) for d in grads(g, ans, xp, s0, w, b, reverse)
-                               if d is not None])
+        args = _present(b, xp, s0, w)
+        if not slotted:
+            return np.concatenate([np.ravel(d) for d in grads(g, ans, xp, s0, w, b, reverse)
+                                   if d is not None])
+        packed = np.empty(sum(a.size for a in args), np.result_type(ans, s0, w))  # (_Seq.dtype)
+        ends = np.cumsum([a.size for a in args])
+        slots = [packed[e - a.size:e] for a, e in zip(args, ends)]
+        got = [d for d in grads(g, ans, xp, s0, w, b, reverse, slots) if d is not None]
+        if len(got) != len(slots) or np.result_type(*got) != packed.dtype:
+            return np.concatenate([np.ravel(d) for d in got])  # (as unslotted: its dtype)
+        for d, slot in zip(got, slots):
+            if not np.may_share_memory(d, packed):  # (what was not written in its slot)
+                np.copyto(slot, np.ravel(d))
+        return packed
     return fwd
 
 
@@ -650,8 +676,8 @@ gru_seq = primitive(_gru_seq, "gru_seq")
 # derivatives are those of the reference's VJP
 lstm_cell_grad = primitive(_grad_fwd(_lstm_grads), "lstm_cell_grad")
 gru_cell_grad = primitive(_grad_fwd(_gru_grads), "gru_cell_grad")
-lstm_seq_grad = primitive(_grad_fwd(_lstm_seq_grads), "lstm_seq_grad")
-gru_seq_grad = primitive(_grad_fwd(_gru_seq_grads), "gru_seq_grad")
+lstm_seq_grad = primitive(_grad_fwd(_lstm_seq_grads, True), "lstm_seq_grad")
+gru_seq_grad = primitive(_grad_fwd(_gru_seq_grads, True), "gru_seq_grad")
 _FUSED = ((lstm_cell, lstm_cell_grad, _lstm_grads, _cell_reference(_lstm_cell_reference)),
           (gru_cell, gru_cell_grad, _gru_grads, _cell_reference(_gru_cell_reference)),
           (lstm_seq, lstm_seq_grad, _lstm_seq_grads, _lstm_seq_reference),

@@ -289,3 +289,25 @@ def test_cell_kernels_refuse_what_does_not_fit() -> None:
     assert k.gru_dgates(o5, c, o5, c, x3, x3.copy(), c.copy())
     o5[2], o5[4] = 0.5, 2.0  # z, n
     assert k.gru_state(o5, np.full((2, 3), 4, np.float32)) and np.all(o5[0] == 3.0)  # (4 - 2) / 2 + 2
+
+
+# ---- the packed VJP of the sequences (jit's node): written in place, as the plain concatenation --
+@pytest.mark.parametrize("name", sorted(KERNELED))
+@pytest.mark.parametrize("broadcast,bias,dtype", [(False, True, np.float32), (True, True, np.float64),
+                                                  (False, False, np.float64)])
+def test_sequence_packed_grads_equal_the_concatenation(name: str, broadcast: bool, bias: bool,
+                                                       dtype: type) -> None:
+    seq, seq_grads, _, _, gates, width = KERNELED[name]
+    packed_p = {"lstm": cells.lstm_seq_grad, "gru": cells.gru_seq_grad}[name]
+    rng = np.random.default_rng(8)
+    h, n, t = 4, 3, 5
+    state = 2 * h if name == "lstm" else h
+    xp = rng.standard_normal((t, 1 if broadcast else n, gates * h)).astype(dtype)
+    s0, w = (rng.standard_normal(s).astype(dtype) for s in ((n, state), (gates * h, h)))
+    b = rng.standard_normal(gates * h).astype(dtype) if bias else None
+    ans = seq(xp, s0, w, b)
+    G = rng.standard_normal(ans.shape).astype(dtype)
+    want = np.concatenate([np.ravel(d) for d in seq_grads(G, ans, xp, s0, w, b, False)
+                           if d is not None])
+    got = np.asarray(packed_p(G, ans, xp, s0, w, b, reverse=False))
+    assert got.dtype == want.dtype and np.array_equal(got, want)
