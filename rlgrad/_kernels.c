@@ -9,7 +9,7 @@
      passes with two temporaries.
    * gae(...): RolloutBuffer's GAE(lambda) advantages and returns (rlgrad.rl.buffers), which NumPy
      runs as ~25 small operations per rollout: most of the cost of A2C's 5-step rollouts.
-   * relu, relu_grad, add_rows (and the two together), outer; live_columns, take_columns,
+   * relu, relu_grad, add_rows (and the two together), outer, outers; live_columns, take_columns,
      put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py); lstm_gates, lstm_dgates,
      gru_gates, gru_state, gru_dgates (the recurrent cells' elementwise work,
      rlgrad/nn/cells.py): below, each where it is.
@@ -514,6 +514,52 @@ static PyObject *outer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return done(b, 3, fits);
 }
 
+/* out[v, i, j] = a[v, i] * b[v, j]: a stack of outer products, vmap's per-sample weight
+   gradients (rlgrad/batching.py: _bmatmul), which NumPy's einsum and broadcast multiply run as
+   an inner-loop call per (v, i) row (~3x slower at (256, 64, 64)). One multiply per element,
+   as np.matmul's contraction of length 1. */
+#define OUTERS_LOOP(T)                                                                             \
+    CLONES static void outers_##T(const T *a, const T *b, T *restrict out, Py_ssize_t v,          \
+                                  Py_ssize_t m, Py_ssize_t n) {                                    \
+        for (Py_ssize_t s = 0; s < v; s++) {                                                       \
+            const T *bs = b + s * n;                                                               \
+            for (Py_ssize_t i = 0; i < m; i++) {                                                   \
+                const T ai = a[s * m + i];                                                         \
+                T *o = out + (s * m + i) * n;                                                      \
+                for (Py_ssize_t j = 0; j < n; j++) o[j] = ai * bs[j];                              \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+OUTERS_LOOP(float)
+OUTERS_LOOP(double)
+
+PyDoc_STRVAR(outers_doc,
+"outers(a, b, out) -> bool\n\n"
+"out[v] = the outer product of a[v] and b[v], for C-contiguous float32/float64 arrays of one\n"
+"dtype: a (V, m), b (V, n), out (V, m, n) apart from both. False (nothing written) if they do\n"
+"not fit.");
+
+static PyObject *outers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "outers(a, b, out) takes 3 arguments");
+        return NULL;
+    }
+    Py_buffer b[3];
+    if (!take(args, 3, 2, b)) Py_RETURN_FALSE;
+    const Py_buffer *x = &b[0], *y = &b[1], *o = &b[2];
+    char k = kind_of(x);
+    int fits = k && kind_of(y) == k && kind_of(o) == k && x->ndim == 2 && y->ndim == 2
+               && o->ndim == 3 && o->shape[0] == x->shape[0] && y->shape[0] == x->shape[0]
+               && o->shape[1] == x->shape[1] && o->shape[2] == y->shape[1] && !overlap(o, x)
+               && !overlap(o, y);
+    if (fits && k == 'f')
+        outers_float(x->buf, y->buf, o->buf, x->shape[0], x->shape[1], y->shape[1]);
+    else if (fits)
+        outers_double(x->buf, y->buf, o->buf, x->shape[0], x->shape[1], y->shape[1]);
+    return done(b, 3, fits);
+}
+
 /* The LSTM cell's elementwise work around its GEMM and NumPy's tanh (rlgrad/nn/cells.py:
    _lstm_step, _lstm_dstep), which NumPy runs as ~6 passes forward and ~17 backward over
    (rows, H) blocks, in one pass each. Arrays of K gates are (K, rows, H) views with any gate and
@@ -874,6 +920,7 @@ static PyMethodDef methods[] = {
     {"take_columns", (PyCFunction)(void (*)(void))take_columns, METH_FASTCALL, take_columns_doc},
     {"put_rows", (PyCFunction)(void (*)(void))put_rows, METH_FASTCALL, put_rows_doc},
     {"outer", (PyCFunction)(void (*)(void))outer, METH_FASTCALL, outer_doc},
+    {"outers", (PyCFunction)(void (*)(void))outers, METH_FASTCALL, outers_doc},
     {"lstm_gates", (PyCFunction)(void (*)(void))lstm_gates, METH_FASTCALL, lstm_gates_doc},
     {"lstm_dgates", (PyCFunction)(void (*)(void))lstm_dgates, METH_FASTCALL, lstm_dgates_doc},
     {"gru_gates", (PyCFunction)(void (*)(void))gru_gates, METH_FASTCALL, gru_gates_doc},

@@ -231,6 +231,22 @@ def test_outer_refuses_what_it_does_not_do(dtype):
     assert not K.outer(np.ones(shape[:-1] + (2,), dtype), b, out)  # a's last axis is not 1
 
 
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_outers_refuses_what_it_does_not_do(dtype):
+    a, b, out = np.ones((4, 3), dtype), np.ones((4, 5), dtype), np.empty((4, 3, 5), dtype)
+    other = np.float64 if dtype == np.float32 else np.float32
+    assert not K.outers(a, b, np.empty((4, 3, 4), dtype))  # out's shape
+    assert not K.outers(a, np.ones((3, 5), dtype), out)  # stacks of different lengths
+    assert not K.outers(a, b.astype(other), out)
+    assert not K.outers(a, b, out.astype(other))
+    assert not K.outers(np.ones((4, 6), dtype)[:, ::2], b, out)  # not contiguous
+    assert not K.outers(a[:, :, None], b, out)  # a is (V, m)
+    big = np.ones((4, 3, 5), dtype)
+    assert not K.outers(big.reshape(-1)[:12].reshape(4, 3), b, big)  # out over an operand
+    assert K.outers(a * 2, b * 3, out) and np.all(out == 6)
+
+
 def test_relu_of_a_channels_last_view_keeps_numpys_layout():
     """A conv's output is an NCHW view of channels-last memory: ReLU and its backward leave it
     to NumPy, which keeps that layout (the next conv reads it without a transposing copy)."""
