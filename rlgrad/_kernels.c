@@ -9,7 +9,8 @@
      passes with two temporaries.
    * gae(...): RolloutBuffer's GAE(lambda) advantages and returns (rlgrad.rl.buffers), which NumPy
      runs as ~25 small operations per rollout: most of the cost of A2C's 5-step rollouts.
-   * relu, relu_grad, add_rows (and the two together), outer, outers; live_columns, take_columns,
+   * relu, relu_grad, add_rows (and the two together), outer, outers, weight_cols (a conv
+     weight's columns); live_columns, take_columns,
      put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py); lstm_gates, lstm_dgates,
      gru_gates, gru_state, gru_dgates (the recurrent cells' elementwise work,
      rlgrad/nn/cells.py): below, each where it is.
@@ -560,6 +561,52 @@ static PyObject *outers(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return done(b, 3, fits);
 }
 
+/* out[s, c, o] = w[o, c, s]: a conv weight (O, C, kh*kw) as the (kh*kw*C, O) matrix of the NHWC
+   columns (rlgrad/nn/functional.py: _weight_cols), which NumPy's transposing copy writes element
+   by element with a stride of C*kh*kw in its innermost loop (59 us for (64, 32, 4, 4), most of
+   a batch-1 convolution). Here 16 output channels at a time: their rows of w are read side by
+   side, each out row segment written contiguously. A copy: the same numbers. */
+#define WEIGHT_COLS_LOOP(T)                                                                        \
+    CLONES static void weight_cols_##T(const T *restrict w, T *restrict out, Py_ssize_t O,        \
+                                       Py_ssize_t C, Py_ssize_t S) {                               \
+        Py_ssize_t K = C * S;                                                                      \
+        for (Py_ssize_t o0 = 0; o0 < O; o0 += 16) {                                                \
+            Py_ssize_t o1 = o0 + 16 < O ? o0 + 16 : O;                                             \
+            for (Py_ssize_t c = 0; c < C; c++)                                                     \
+                for (Py_ssize_t s = 0; s < S; s++) {                                               \
+                    const T *src = w + c * S + s;                                                  \
+                    T *dst = out + (s * C + c) * O;                                                \
+                    for (Py_ssize_t o = o0; o < o1; o++) dst[o] = src[o * K];                      \
+                }                                                                                  \
+        }                                                                                          \
+    }
+
+WEIGHT_COLS_LOOP(float)
+WEIGHT_COLS_LOOP(double)
+
+PyDoc_STRVAR(weight_cols_doc,
+"weight_cols(w, out) -> bool\n\n"
+"out (kh*kw*C, O) = w (O, C, kh, kw) transposed to (kh, kw, C, O), for C-contiguous\n"
+"float32/float64 arrays of one dtype, apart. False (nothing written) if they do not fit.");
+
+static PyObject *weight_cols(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "weight_cols(w, out) takes 2 arguments");
+        return NULL;
+    }
+    Py_buffer b[2];
+    if (!take(args, 2, 1, b)) Py_RETURN_FALSE;
+    const Py_buffer *w = &b[0], *o = &b[1];
+    char k = kind_of(w);
+    int fits = k && kind_of(o) == k && w->ndim == 4 && o->ndim == 2 && o->shape[1] == w->shape[0]
+               && o->shape[0] == w->shape[1] * w->shape[2] * w->shape[3] && !overlap(o, w);
+    if (fits && k == 'f')
+        weight_cols_float(w->buf, o->buf, w->shape[0], w->shape[1], w->shape[2] * w->shape[3]);
+    else if (fits)
+        weight_cols_double(w->buf, o->buf, w->shape[0], w->shape[1], w->shape[2] * w->shape[3]);
+    return done(b, 2, fits);
+}
+
 /* The LSTM cell's elementwise work around its GEMM and NumPy's tanh (rlgrad/nn/cells.py:
    _lstm_step, _lstm_dstep), which NumPy runs as ~6 passes forward and ~17 backward over
    (rows, H) blocks, in one pass each. Arrays of K gates are (K, rows, H) views with any gate and
@@ -921,6 +968,7 @@ static PyMethodDef methods[] = {
     {"put_rows", (PyCFunction)(void (*)(void))put_rows, METH_FASTCALL, put_rows_doc},
     {"outer", (PyCFunction)(void (*)(void))outer, METH_FASTCALL, outer_doc},
     {"outers", (PyCFunction)(void (*)(void))outers, METH_FASTCALL, outers_doc},
+    {"weight_cols", (PyCFunction)(void (*)(void))weight_cols, METH_FASTCALL, weight_cols_doc},
     {"lstm_gates", (PyCFunction)(void (*)(void))lstm_gates, METH_FASTCALL, lstm_gates_doc},
     {"lstm_dgates", (PyCFunction)(void (*)(void))lstm_dgates, METH_FASTCALL, lstm_dgates_doc},
     {"gru_gates", (PyCFunction)(void (*)(void))gru_gates, METH_FASTCALL, gru_gates_doc},
