@@ -288,8 +288,14 @@ def _rows_of(g: np.ndarray) -> np.ndarray:
 
 
 def _weight_cols(weight: np.ndarray) -> np.ndarray:
-    """(O, C, kh, kw) -> (kh*kw*C, O), the row order of the NHWC columns."""
+    """(O, C, kh, kw) -> (kh*kw*C, O), the row order of the NHWC columns (a copy in one C loop
+    where rlgrad._kernels is built: NumPy's transposing copy is most of a batch-1 conv)."""
     o = weight.shape[0]
+    k = ops._kernels
+    if k is not None:
+        out = np.empty((weight.size // max(o, 1), o), weight.dtype)
+        if k.weight_cols(weight, out):
+            return out
     return np.ascontiguousarray(weight.transpose(2, 3, 1, 0)).reshape(-1, o)
 
 
