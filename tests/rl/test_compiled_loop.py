@@ -156,6 +156,44 @@ def test_learn_again_goes_on_from_the_loop_state() -> None:
     assert _max_diff(_params(once), _params(twice)) <= ATOL
 
 
+def test_learn_with_reset_num_timesteps_restarts_the_episodes_as_eager() -> None:
+    """A second ``learn`` (reset_num_timesteps=True) resets the env copies, as SB3 does: first
+    states from the copies' key streams, no episode carried over; the parameters, the optimizer
+    and the algorithm's key go on. The eager run on the key streams resets the same way."""
+    kw = dict(n_envs=2, n_steps=32, batch_size=32, n_epochs=1, learning_rate=1e-3)
+    compiled = PPO("CartPole-v1", seed=1, compile_loop=True, **kw)
+    eager = use_key_streams(PPO("CartPole-v1", seed=1, vectorization_mode="functional", **kw))
+    for model in (compiled, eager):
+        model.learn(128)
+    before = dict(compiled._loop_state["env"])
+    assert before["steps"].any()  # the episodes are under way when the first learn stops
+    for model in (compiled, eager):
+        model.learn(128)
+    assert compiled.num_timesteps == eager.num_timesteps == 128
+    assert _max_diff(_params(compiled), _params(eager)) <= ATOL
+    # a run that went on instead (no reset) ends elsewhere
+    went_on = PPO("CartPole-v1", seed=1, compile_loop=True, **kw)
+    went_on.learn(128)
+    went_on.learn(128, reset_num_timesteps=False)
+    assert _max_diff(_params(went_on), _params(compiled)) > 100 * ATOL
+
+
+def test_dqn_learn_with_reset_num_timesteps_restarts_the_episodes_as_eager() -> None:
+    from rlgrad.rl import DQN
+
+    kw = dict(n_envs=2, learning_starts=50, batch_size=16, train_freq=4, gradient_steps=2,
+              buffer_size=500, target_update_interval=40, learning_rate=1e-3,
+              policy_kwargs=dict(net_arch=[16]))
+    compiled = DQN("CartPole-v1", seed=2, compile_loop=True, **kw)
+    eager = use_key_streams(DQN("CartPole-v1", seed=2, vectorization_mode="functional", **kw))
+    for model in (compiled, eager):
+        model.learn(300)
+        model.learn(200)
+    assert compiled.num_timesteps == eager.num_timesteps == 200
+    assert max(float(np.abs(np.asarray(a._value) - np.asarray(b._value)).max())
+               for a, b in zip(compiled._params, eager._params)) <= ATOL
+
+
 def test_compiled_ppo_learns_cartpole() -> None:
     """A short run: the mean return of the episodes of its last 10 updates far above an
     untrained policy's (~22 on CartPole)."""
