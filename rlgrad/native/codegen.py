@@ -11,6 +11,7 @@ contiguity) and returns None when one differs, and the caller then runs the NumP
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -114,12 +115,37 @@ class Val:
 
 
 class Program:
-    """The C of one step under construction: static buffers, the body's lines, the arguments."""
+    """The C of one step under construction: static buffers, the body's lines, the arguments.
 
-    def __init__(self) -> None:
+    With ``fuse`` (the default; ``RLGRAD_NATIVE_FUSE=0`` turns it off), consecutive elementwise
+    ops over one shape are held back (``_Fused``) and written as one loop when anything else
+    reads ``lines``; without it each op is its own loop, the plain reference that the fused
+    program equals bit for bit."""
+
+    def __init__(self, fuse: bool | None = None) -> None:
         self.statics: list[str] = []
-        self.lines: list[str] = []
+        self._lines: list[str] = []
         self.n_loops = 0
+        self.fuse = os.environ.get("RLGRAD_NATIVE_FUSE", "1") != "0" if fuse is None else fuse
+        self._pending: _Fused | None = None
+        self.n_fused = 0
+
+    @property
+    def lines(self) -> list[str]:
+        """The body's lines, the held-back elementwise loop written first."""
+        self.flush()
+        return self._lines
+
+    @lines.setter
+    def lines(self, value: list[str]) -> None:
+        self.flush()
+        self._lines = value
+
+    def flush(self) -> None:
+        """Write the held-back elementwise ops (one loop) into the body."""
+        group, self._pending = self._pending, None
+        if group is not None:
+            self._lines += group.render(self._loop_vars)
 
     def buffer(self, dtype: Any, shape: Sequence[int]) -> Val:
         name = f"b{len(self.statics)}"
@@ -134,24 +160,18 @@ class Program:
     def elementwise(self, out: Val, expr: Callable[[list[str]], str], ins: Sequence[Val],
                     compute: Any = None) -> None:
         """``out[idx] = expr(ins[idx]...)`` over ``out``'s shape, each input read through a cast
-        to ``compute`` (default: out's dtype), as NumPy's ufunc loops cast their operands."""
+        to ``compute`` (default: out's dtype), as NumPy's ufunc loops cast their operands; joined
+        to the held-back loop when it has out's shape and no element order is at stake."""
         t = ctype(compute if compute is not None else out.dtype)
         ins = [v.broadcast(out.shape) for v in ins]
-        if not out.shape:
-            value = expr([f"({t}){v.at([])}" for v in ins])
-            self.lines.append(f"{out.at([])} = ({ctype(out.dtype)})({value});")
-            return
-        flat = out.contiguous() and all(v.lit is not None or v.contiguous() or not any(v.strides)
-                                        for v in ins)
-        if flat:  # one loop over the elements (constant stride 1: vectorised)
-            i = self._loop_vars(1)[0]
-            read = [f"({t}){_flat_at(v, i)}" for v in ins]
-            self.lines += ["#pragma omp simd", f"for (npy_intp {i} = 0; {i} < {out.size}; {i}++) "
-                           f"{out.ptr}[{out.off} + {i}] = ({ctype(out.dtype)})({expr(read)});"]
-            return
-        idx = self._loop_vars(len(out.shape))
-        body = f"{out.at(idx)} = ({ctype(out.dtype)})({expr([f'({t}){v.at(idx)}' for v in ins])});"
-        self.lines += _nest(out.shape, idx, body)
+        group = self._pending
+        if group is None or not group.admits(out, ins):
+            self.flush()
+            group = self._pending = _Fused(out.shape, f"e{self.n_fused}")
+            self.n_fused += 1
+        group.add(out, expr, ins, t)
+        if not self.fuse:
+            self.flush()
 
     def reduce(self, kind: str, out: Val, x: Val, axes: Sequence[int]) -> None:
         """``out`` (x's shape without ``axes``, contiguous) = the ``kind`` ("sum", "prod", "max",
@@ -298,6 +318,103 @@ def _nest(shape: Sequence[int], idx: Sequence[str], body: str, simd: bool = True
     return lines + [body]
 
 
+_BASE = re.compile(r"\b(?:b|o|in)\d+\b")
+
+
+def _key(v: Val) -> tuple[str | None, str, tuple[int, ...]]:
+    """What identifies a view's elements (two views with one key read the same element at
+    each index of the loop)."""
+    return v.ptr, str(v.off), v.strides
+
+
+def _flat_ok(v: Val) -> bool:
+    return v.lit is not None or v.contiguous() or not any(v.strides)
+
+
+class _Fused:
+    """Elementwise ops over one shape, in order, written as one loop: op k's value is the scalar
+    ``{name}_k``, stored to its buffer and read from the scalar by the later ops of the loop.
+    An op joins only when no element order is at stake: it reads a buffer an earlier op wrote
+    only through that op's own view, and writes a buffer only through the one view the earlier
+    ops read or wrote it through. Stores nobody else reads are dropped later (``drop_dead_stores``)."""
+
+    def __init__(self, shape: tuple[int, ...], name: str) -> None:
+        self.shape, self.name = shape, name
+        self.ops: list[tuple[Val, Callable[[list[str]], str], list[Val | str], str]] = []
+        self.written: dict[str, tuple] = {}  # buffer -> the key of the view written
+        self.read: dict[str, set[tuple]] = {}  # buffer -> the keys of the views read
+        self.scalar: dict[tuple, str] = {}  # key of a view written -> the scalar with its value
+        self.flat = True
+
+    def admits(self, out: Val, ins: Sequence[Val]) -> bool:
+        if out.shape != self.shape or self.flat != (out.contiguous() and all(_flat_ok(v) for v in ins)):
+            return False  # (each op keeps its own loop's form: glibc's vector math as unfused)
+        for v in ins:
+            kv = _key(v)
+            if v.lit is None and any(self.written.get(b, kv) != kv for b in _BASE.findall(v.ptr or "")):
+                return False
+        ko = _key(out)
+        return all(self.written.get(b, ko) == ko and self.read.get(b, {ko}) <= {ko}
+                   for b in _BASE.findall(out.ptr or ""))
+
+    def add(self, out: Val, expr: Callable[[list[str]], str], ins: Sequence[Val], t: str) -> None:
+        reads: list[Val | str] = []
+        for v in ins:
+            if v.lit is None:
+                for b in _BASE.findall(v.ptr or ""):
+                    self.read.setdefault(b, set()).add(_key(v))
+            reads.append(self.scalar.get(_key(v), v) if v.lit is None else v)
+        name = f"{self.name}_{len(self.ops)}"
+        for b in _BASE.findall(out.ptr or ""):
+            self.written[b] = _key(out)
+        self.scalar[_key(out)] = name
+        self.flat = self.flat and out.contiguous() and all(_flat_ok(v) for v in ins)
+        self.ops.append((out, expr, reads, t))
+
+    def render(self, loop_vars: Callable[[int], list[str]]) -> list[str]:
+        """The loop: flat (one index over the elements, vectorised) where every view allows it,
+        else nested over the shape; one op is written as the unfused program writes it."""
+        if not self.shape:
+            idx: list[str] = []
+            at, store = (lambda v: v.at(idx)), (lambda v: v.at(idx))
+        elif self.flat:
+            (i,) = idx = loop_vars(1)
+            at, store = (lambda v: _flat_at(v, i)), (lambda v: f"{v.ptr}[{v.off} + {i}]")
+        else:
+            idx = loop_vars(len(self.shape))
+            at = store = lambda v: v.at(idx)
+        stmts = []
+        for k, (out, expr, reads, t) in enumerate(self.ops):
+            c = ctype(out.dtype)
+            value = f"({c})({expr([f'({t}){r if isinstance(r, str) else at(r)}' for r in reads])})"
+            stmts.append(f"{store(out)} = {value};" if len(self.ops) == 1 else
+                         f"{c} {self.name}_{k} = {value}; {store(out)} = {self.name}_{k};")
+        body = " ".join(stmts) if len(stmts) == 1 else "{ " + " ".join(stmts) + " }"
+        if not self.shape:
+            return [body]
+        if self.flat:
+            return ["#pragma omp simd", f"for (npy_intp {i} = 0; {i} < {math.prod(self.shape)}; "
+                    f"{i}++) {body}"]
+        return _nest(self.shape, idx, body)
+
+
+_STORE = re.compile(r" (b\d+)\[[^\]]*\] = e\d+_\d+;")
+
+
+def drop_dead_stores(lines: list[str]) -> list[str]:
+    """The lines without the fused loops' stores to buffers no other line or op reads: such a
+    value lives in its scalar only (nothing of it is written to memory)."""
+    count: dict[str, int] = {}
+    for ln in lines:
+        for name in _BUFFER.findall(ln):
+            count[name] = count.get(name, 0) + 1
+
+    def keep(m: re.Match) -> str:
+        return "" if count[m.group(1)] == 1 else m.group(0)
+
+    return [_STORE.sub(keep, ln) if " = e" in ln else ln for ln in lines]
+
+
 _BUFFER = re.compile(r"\bb\d+\b")
 _STATIC = re.compile(r"static (.+) (b\d+)\[(\d+)\]")
 
@@ -348,7 +465,9 @@ def share_buffers(statics: list[str], lines: list[str]) -> list[str]:
     decls = []
     for st in statics:
         m = _STATIC.match(st)
-        if m is None or m.group(2) not in ranges:
+        if m is not None and m.group(2) not in ranges:
+            continue  # (a fused loop's value that lives in a scalar only)
+        if m is None:
             decls.append((None, st, None))
         else:
             decls.append((m.group(2), st, (m.group(1), m.group(3))))
