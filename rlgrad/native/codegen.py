@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.native.prelude import MVEC
+
 CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
           np.dtype(np.int64): "int64_t", np.dtype(np.int32): "int32_t",
           np.dtype(np.uint64): "uint64_t", np.dtype(np.uint32): "uint32_t",
@@ -165,11 +167,12 @@ class Program:
         t = ctype(compute if compute is not None else out.dtype)
         ins = [v.broadcast(out.shape) for v in ins]
         group = self._pending
-        if group is None or not group.admits(out, ins):
+        math_call = bool(_VECTOR_MATH.search(expr([f"x{k}" for k in range(len(ins))])))
+        if group is None or not group.admits(out, ins, math_call):
             self.flush()
             group = self._pending = _Fused(out.shape, f"e{self.n_fused}")
             self.n_fused += 1
-        group.add(out, expr, ins, t)
+        group.add(out, expr, ins, t, math_call)
         if not self.fuse:
             self.flush()
 
@@ -319,6 +322,11 @@ def _nest(shape: Sequence[int], idx: Sequence[str], body: str, simd: bool = True
 
 
 _BASE = re.compile(r"\b(?:b|o|in)\d+\b")
+# glibc's math functions with vector versions (libmvec) and the helpers that call them: a loop
+# of another form (flat or nested) may vectorise them otherwise, and their vector and scalar
+# versions may round differently. The rest (arithmetic, casts, sqrt, fabs, floor) is exact in any
+# loop form
+_VECTOR_MATH = re.compile(r"\b(?:" + "|".join(MVEC + ("atan2", "pow", "hypot")) + r")f?\(|\blogaddexp_")
 
 
 def _key(v: Val) -> tuple[str | None, str, tuple[int, ...]]:
@@ -345,10 +353,20 @@ class _Fused:
         self.read: dict[str, set[tuple]] = {}  # buffer -> the keys of the views read
         self.scalar: dict[tuple, str] = {}  # key of a view written -> the scalar with its value
         self.flat = True
+        self.math = False  # an op calls glibc's vector math: the loop's form is fixed
 
-    def admits(self, out: Val, ins: Sequence[Val]) -> bool:
-        if out.shape != self.shape or self.flat != (out.contiguous() and all(_flat_ok(v) for v in ins)):
-            return False  # (each op keeps its own loop's form: glibc's vector math as unfused)
+    def admits(self, out: Val, ins: Sequence[Val], math_call: bool) -> bool:
+        """Whether the op (``math_call``: it calls glibc's vector math) may join."""
+        if out.shape != self.shape:
+            return False
+        flat = out.contiguous() and all(_flat_ok(v) for v in ins)
+        form = flat and self.flat  # the loop's form with it
+        # (an op with vector math keeps its own loop's form, so its values are the unfused ones)
+        return not (math_call and form != flat) and not (self.math and form != self.flat) \
+            and self._ordered(out, ins)
+
+    def _ordered(self, out: Val, ins: Sequence[Val]) -> bool:
+        """No element order at stake: see the class's doc."""
         for v in ins:
             kv = _key(v)
             if v.lit is None and any(self.written.get(b, kv) != kv for b in _BASE.findall(v.ptr or "")):
@@ -357,7 +375,9 @@ class _Fused:
         return all(self.written.get(b, ko) == ko and self.read.get(b, {ko}) <= {ko}
                    for b in _BASE.findall(out.ptr or ""))
 
-    def add(self, out: Val, expr: Callable[[list[str]], str], ins: Sequence[Val], t: str) -> None:
+    def add(self, out: Val, expr: Callable[[list[str]], str], ins: Sequence[Val], t: str,
+            math_call: bool) -> None:
+        self.math = self.math or math_call
         reads: list[Val | str] = []
         for v in ins:
             if v.lit is None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 # glibc's libmvec has vector versions of these (x86-64, glibc >= 2.35): declared "simd", a loop
 # marked `omp simd` over them calls 4 or 8 lanes at a time, as NumPy's own SIMD loops do
-_MVEC = ("acos acosh asin asinh atan atanh cbrt cos cosh erf erfc exp exp10 exp2 expm1 log log10 "
-         "log1p log2 sin sinh tan tanh").split()
+MVEC = tuple(("acos acosh asin asinh atan atanh cbrt cos cosh erf erfc exp exp10 exp2 expm1 log log10 "
+         "log1p log2 sin sinh tan tanh").split())
 
 PRELUDE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -151,5 +151,5 @@ PyMODINIT_FUNC PyInit_@MODULE@(void) {
 
 
 def prelude() -> str:
-    decl = "\n".join(f"VEC float {f}f(float); VEC double {f}(double);" for f in _MVEC)
+    decl = "\n".join(f"VEC float {f}f(float); VEC double {f}(double);" for f in MVEC)
     return PRELUDE.replace("@MVEC@", decl)
