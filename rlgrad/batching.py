@@ -857,7 +857,7 @@ def scatter_along_rule(p: Primitive, args: list, dims: list, level: Level, **kwa
 
 
 def rows_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
-    """``put_rows``/``take_rows``: the index's leading axes are batch axes already; the vmapped
+    """``write_rows``/``written_rows``: the index's leading axes are batch axes already; the vmapped
     one joins them in front."""
     return p.call(*(bcast(a, d, level.size) for a, d in zip(args, dims)), **kwargs)
 

@@ -1243,12 +1243,12 @@ def _rows_check(x: Any, idx: Any, rows_shape: tuple[int, ...] | None, name: str)
     return int(shape[lead])
 
 
-def _put_rows(x: Any, idx: Any, rows: Any) -> np.ndarray:
+def _write_rows(x: Any, idx: Any, rows: Any) -> np.ndarray:
     """``x`` with ``rows[..., r, :]`` written at row ``idx[..., r]`` of x's axis ``idx.ndim - 1``
     for r in order (a row written twice keeps the later one); an index outside ``[0, N)`` writes
     nothing (JAX's ``mode="drop"``: a ring's skipped rows)."""
     idx = np.asarray(idx)
-    n = _rows_check(x, idx, np.shape(rows), "put_rows")
+    n = _rows_check(x, idx, np.shape(rows), "write_rows")
     out = np.array(x, copy=True)
     rows = np.asarray(rows, dtype=out.dtype)
     for r in range(idx.shape[-1]):
@@ -1259,11 +1259,11 @@ def _put_rows(x: Any, idx: Any, rows: Any) -> np.ndarray:
     return out
 
 
-def _take_rows(g: Any, idx: Any) -> np.ndarray:
-    """``put_rows``'s adjoint for its rows: row ``idx[..., r]`` of ``g`` where row r of the
+def _written_rows(g: Any, idx: Any) -> np.ndarray:
+    """``write_rows``'s adjoint for its rows: row ``idx[..., r]`` of ``g`` where row r of the
     index wrote it (in range, and no later r wrote the same row), else zeros."""
     idx = np.asarray(idx)
-    n = _rows_check(g, idx, None, "take_rows")
+    n = _rows_check(g, idx, None, "written_rows")
     g = np.asarray(g)
     lead = idx.ndim - 1
     out = np.zeros(idx.shape + g.shape[lead + 1:], dtype=g.dtype)
@@ -1277,15 +1277,15 @@ def _take_rows(g: Any, idx: Any) -> np.ndarray:
 
 # A ring buffer's write: O(rows) in place on the native backend when x is a loop's carry that
 # nothing reads after the write (rlgrad/native, "donation"); a copy of x on the NumPy replay
-put_rows = primitive(_put_rows, "put_rows")
-take_rows = primitive(_take_rows, "take_rows")
-defbatch(put_rows, "rows")
-defbatch(take_rows, "rows")
-defvjp(put_rows, lambda g, ans, x, idx, rows: put_rows(g, idx, np.zeros(np.shape(rows), _dtype_of(g))),
-       None, lambda g, ans, x, idx, rows: take_rows(g, idx))
-defjvp_is_linear(put_rows, (0, 2))
-defvjp(take_rows, lambda h, ans, g, idx: put_rows(np.zeros(np.shape(g), _dtype_of(h)), idx, h))
-defjvp_is_linear(take_rows)
+write_rows = primitive(_write_rows, "write_rows")
+written_rows = primitive(_written_rows, "written_rows")
+defbatch(write_rows, "rows")
+defbatch(written_rows, "rows")
+defvjp(write_rows, lambda g, ans, x, idx, rows: write_rows(g, idx, np.zeros(np.shape(rows), _dtype_of(g))),
+       None, lambda g, ans, x, idx, rows: written_rows(g, idx))
+defjvp_is_linear(write_rows, (0, 2))
+defvjp(written_rows, lambda h, ans, g, idx: write_rows(np.zeros(np.shape(g), _dtype_of(h)), idx, h))
+defjvp_is_linear(written_rows)
 
 
 def _dtype_of(x: Any) -> np.dtype:

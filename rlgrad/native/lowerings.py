@@ -663,13 +663,13 @@ def _row_loops(ctx: Any, idx: Val) -> tuple[str, list[str]]:
     return "".join(f"for (npy_intp {v} = 0; {v} < {n}; {v}++) " for v, n in zip(iv, idx.shape)), iv
 
 
-@lowers("put_rows")
-def _put_rows(ctx: Any, e: Any) -> Val:
+@lowers("write_rows")
+def _write_rows(ctx: Any, e: Any) -> Val:
     """Rows written into x at a run-time index (later rows win, outside [0, N) skipped), in
     place when x is a carry nothing reads after (``ctx.donated``: O(rows), not O(x))."""
     x, idx, rows = (ctx.val(a) for a in e.args)
     if e.kwargs or idx.dtype.kind not in "iu" or idx.lit is not None or rows.dtype != x.dtype:
-        raise Unsupported("put_rows with keywords, a constant index or rows of another dtype")
+        raise Unsupported("write_rows with keywords, a constant index or rows of another dtype")
     out = x if ctx.donated(x) else ctx.out(e)
     if out is not x:
         _copy_into(ctx, out, x)
@@ -686,13 +686,13 @@ def _put_rows(ctx: Any, e: Any) -> Val:
     return out
 
 
-@lowers("take_rows")
-def _take_rows(ctx: Any, e: Any) -> Val:
-    """The rows of g that ``put_rows`` with this index wrote (zeros for the skipped ones and
+@lowers("written_rows")
+def _written_rows(ctx: Any, e: Any) -> Val:
+    """The rows of g that ``write_rows`` with this index wrote (zeros for the skipped ones and
     for those a later row overwrote)."""
     g, idx = (ctx.val(a) for a in e.args)
     if e.kwargs or idx.dtype.kind not in "iu" or idx.lit is not None:
-        raise Unsupported("take_rows with keywords or a constant index")
+        raise Unsupported("written_rows with keywords or a constant index")
     g, out = contiguous(ctx, g), ctx.out(e)
     lead, n, r_n = len(idx.shape) - 1, g.shape[len(idx.shape) - 1], idx.shape[-1]
     row = math.prod(g.shape[lead + 1:])

@@ -1,4 +1,4 @@
-"""``ops.put_rows`` (a ring buffer's write at a run-time index) and its adjoint ``take_rows``:
+"""``ops.write_rows`` (a ring buffer's write at a run-time index) and its adjoint ``written_rows``:
 the NumPy reference against plain loops, gradients against finite differences (float64, first
 and second order), vmap against a loop over slices, and the native lowering against the NumPy
 replay, bit for bit (rows are copied, nothing is computed). Inside a ``lax.scan`` whose carry
@@ -32,20 +32,20 @@ def _put_loop(x: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return out
 
 
-def test_put_rows_and_take_rows_equal_plain_loops() -> None:
+def test_write_rows_and_written_rows_equal_plain_loops() -> None:
     rng = np.random.default_rng(0)
     x, rows = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 3, 3))
-    np.testing.assert_array_equal(np.asarray(ops.put_rows(x, IDX, rows)), _put_loop(x, IDX, rows))
-    got = np.asarray(ops.take_rows(x, IDX))
+    np.testing.assert_array_equal(np.asarray(ops.write_rows(x, IDX, rows)), _put_loop(x, IDX, rows))
+    got = np.asarray(ops.written_rows(x, IDX))
     want = np.zeros((2, 3, 3))
     want[0, 1], want[0, 2], want[1, 1] = x[0, 3], x[0, 1], x[1, 0]  # (0, 0) overwritten by (0, 2)
     np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("bad, match", [
-    (lambda: ops.put_rows(np.zeros((2, 4)), np.zeros((2, 3)), np.zeros((2, 3))), "must be integers"),
-    (lambda: ops.put_rows(np.zeros((2, 4, 3)), IDX, np.zeros((2, 3))), r"rows must have .*\[2, 3, 3\]"),
-    (lambda: ops.take_rows(np.zeros((3, 4)), IDX), "of shape"),
+    (lambda: ops.write_rows(np.zeros((2, 4)), np.zeros((2, 3)), np.zeros((2, 3))), "must be integers"),
+    (lambda: ops.write_rows(np.zeros((2, 4, 3)), IDX, np.zeros((2, 3))), r"rows must have .*\[2, 3, 3\]"),
+    (lambda: ops.written_rows(np.zeros((3, 4)), IDX), "of shape"),
 ])
 def test_bad_arguments_say_what_was_expected(bad: Any, match: str) -> None:
     with pytest.raises(ValueError, match=match):
@@ -53,8 +53,8 @@ def test_bad_arguments_say_what_was_expected(bad: Any, match: str) -> None:
 
 
 def _loss(x: Any, rows: Any) -> Any:
-    y = ops.put_rows(x, IDX, rows)
-    return (rlgrad.sin(y) * y).sum() + (ops.take_rows(y * y, IDX) ** 2).sum()
+    y = ops.write_rows(x, IDX, rows)
+    return (rlgrad.sin(y) * y).sum() + (ops.written_rows(y * y, IDX) ** 2).sum()
 
 
 def _fd(f: Any, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -81,10 +81,11 @@ def test_gradients_equal_finite_differences_first_and_second_order() -> None:
 def test_vmap_equals_a_loop_over_slices() -> None:
     rng = np.random.default_rng(2)
     x, rows = rng.normal(size=(5, 2, 4, 3)), rng.normal(size=(5, 2, 3, 3))
-    got = rlgrad.vmap(lambda a, b: ops.put_rows(a, IDX, b))(x, rows)
+    got = rlgrad.vmap(lambda a, b: ops.write_rows(a, IDX, b))(x, rows)
     np.testing.assert_array_equal(np.asarray(got), np.stack([_put_loop(a, IDX, b) for a, b in zip(x, rows)]))
-    got = rlgrad.vmap(lambda a: ops.take_rows(a, IDX))(x)
-    np.testing.assert_array_equal(np.asarray(got), np.stack([np.asarray(ops.take_rows(a, IDX)) for a in x]))
+    got = rlgrad.vmap(lambda a: ops.written_rows(a, IDX))(x)
+    want = np.stack([np.asarray(ops.written_rows(a, IDX)) for a in x])
+    np.testing.assert_array_equal(np.asarray(got), want)
 
 
 # ---- native: a ring written at every step of a scan ------------------------------------------
@@ -94,7 +95,7 @@ def _ring(read_old: bool) -> Any:
             buf, p = carry
             n = buf.shape[1]
             idx = (p[:, None] + np.arange(x.shape[1])) % n
-            new = ops.put_rows(buf, idx, x)
+            new = ops.write_rows(buf, idx, x)
             seen = buf[:, 0].sum() if read_old else new[:, 0].sum()  # the old ring read after?
             return (new, (p + x.shape[1]) % n), seen
 
