@@ -119,22 +119,26 @@ class Val:
 class Program:
     """The C of one step under construction: static buffers, the body's lines, the arguments.
 
-    With ``fuse`` (the default; ``RLGRAD_NATIVE_FUSE=0`` turns it off), consecutive elementwise
-    ops over one shape are held back (``_Fused``) and written as one loop when anything else
-    reads ``lines``; without it each op is its own loop, the plain reference that the fused
-    program equals bit for bit."""
+    With ``fuse`` (the default; ``RLGRAD_NATIVE_FUSE=0`` turns it off), elementwise ops are held
+    back in loops by shape (``_Fused``), written in the order the loops were opened when anything
+    else reads ``lines``: an op joins the newest loop of its shape that admits it and that no
+    loop opened after it depends on (it reads nothing they write, writes nothing they read or
+    write: moved ahead of them, it computes what it did). Without it each op is its own loop,
+    the plain reference that the fused program equals bit for bit."""
+
+    MAX_PENDING = 8  # loops held back at once (how far back an op may move)
 
     def __init__(self, fuse: bool | None = None) -> None:
         self.statics: list[str] = []
         self._lines: list[str] = []
         self.n_loops = 0
         self.fuse = os.environ.get("RLGRAD_NATIVE_FUSE", "1") != "0" if fuse is None else fuse
-        self._pending: _Fused | None = None
+        self._pending: list[_Fused] = []
         self.n_fused = 0
 
     @property
     def lines(self) -> list[str]:
-        """The body's lines, the held-back elementwise loop written first."""
+        """The body's lines, the held-back elementwise loops written first."""
         self.flush()
         return self._lines
 
@@ -144,9 +148,9 @@ class Program:
         self._lines = value
 
     def flush(self) -> None:
-        """Write the held-back elementwise ops (one loop) into the body."""
-        group, self._pending = self._pending, None
-        if group is not None:
+        """Write the held-back elementwise loops into the body, in the order they were opened."""
+        groups, self._pending = self._pending, []
+        for group in groups:
             self._lines += group.render(self._loop_vars)
 
     def buffer(self, dtype: Any, shape: Sequence[int]) -> Val:
@@ -166,11 +170,19 @@ class Program:
         to the held-back loop when it has out's shape and no element order is at stake."""
         t = ctype(compute if compute is not None else out.dtype)
         ins = [v.broadcast(out.shape) for v in ins]
-        group = self._pending
         math_call = bool(_VECTOR_MATH.search(expr([f"x{k}" for k in range(len(ins))])))
-        if group is None or not group.admits(out, ins, math_call):
-            self.flush()
-            group = self._pending = _Fused(out.shape, f"e{self.n_fused}")
+        group = None
+        for g in reversed(self._pending):
+            if g.admits(out, ins, math_call):
+                group = g
+                break
+            if not g.independent(out, ins):
+                break
+        if group is None:
+            if len(self._pending) >= self.MAX_PENDING:
+                self._lines += self._pending.pop(0).render(self._loop_vars)
+            group = _Fused(out.shape, f"e{self.n_fused}")
+            self._pending.append(group)
             self.n_fused += 1
         group.add(out, expr, ins, t, math_call)
         if not self.fuse:
@@ -374,6 +386,13 @@ class _Fused:
         ko = _key(out)
         return all(self.written.get(b, ko) == ko and self.read.get(b, {ko}) <= {ko}
                    for b in _BASE.findall(out.ptr or ""))
+
+    def independent(self, out: Val, ins: Sequence[Val]) -> bool:
+        """The op may run before this loop's ops: it reads no buffer they write and writes none
+        they read or write."""
+        reads = {b for v in ins if v.lit is None for b in _BASE.findall(v.ptr or "")}
+        writes = set(_BASE.findall(out.ptr or ""))
+        return not (reads & self.written.keys()) and not (writes & (self.written.keys() | self.read.keys()))
 
     def add(self, out: Val, expr: Callable[[list[str]], str], ins: Sequence[Val], t: str,
             math_call: bool) -> None:

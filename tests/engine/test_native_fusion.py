@@ -149,3 +149,26 @@ def test_one_ppo_update_of_two_seeds_fused_equals_unfused(monkeypatch: pytest.Mo
                                  monkeypatch=monkeypatch)
     _bitwise(fused, plain)
     assert re.search(r"\be\d+_1 = ", source)  # some ops were fused
+
+
+def _reorder(x: Any, y: Any) -> Any:
+    """Loops of two shapes interleaved: an op moves back to the open loop of its shape only past
+    loops it does not depend on."""
+    a = x * 2.0  # loop 1, (6, 5)
+    b = y * 3.0  # loop 2, (5,)
+    c = a + 1.0  # loop 1 (independent of loop 2)
+    d = c * b  # reads loop 2's b: a third loop after loop 2
+    e = rlgrad.exp(b) + 1.0  # loop 2 (loop 3 reads nothing it writes)
+    return d, e
+
+
+def test_an_op_moves_back_only_past_loops_it_does_not_depend_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(2)
+    x, y = rlgrad.tensor(rng.normal(size=(6, 5))), rlgrad.tensor(rng.normal(size=5))
+    fused, plain, source = _both(_reorder, x, y, monkeypatch=monkeypatch)
+    _bitwise(fused, plain)
+    xv, yv = x._value, y._value
+    np.testing.assert_allclose(_leaves(fused)[0], (xv * 2 + 1) * (yv * 3), rtol=1e-14)
+    np.testing.assert_allclose(_leaves(fused)[1], np.exp(yv * 3) + 1, rtol=1e-14)
+    body = source[source.index("static PyObject *step"):]
+    assert body.count("#pragma omp simd") == 3  # (one per loop nest: d's is nested)
