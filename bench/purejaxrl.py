@@ -306,6 +306,9 @@ def main() -> None:
     ap.add_argument("--warm-cache", action="store_true",
                     help="the compiled loop's C module from the user's cache (built by an earlier "
                     "run); by default every run builds it into an empty cache, compile included")
+    ap.add_argument("--sides", default=None, metavar="LIST",
+                    help=f"only these rows, comma-separated, of: {', '.join(SIDES)} (e.g. "
+                    "jax,loop,jax8,loop8: the compiled loop's goals without the eager row)")
     ap.add_argument("--child", choices=tuple(SIDES), help=argparse.SUPPRESS)
     args = ap.parse_args()
     global WARM
@@ -326,6 +329,11 @@ def main() -> None:
     if not args.no_vmap:
         sides += ([] if args.no_loop else ["loop8"]) + (["jax8"] if jax_ok else [])
     sides += [] if args.no_floor else ["numpy", "env"]
+    if args.sides:
+        unknown = sorted(set(args.sides.split(",")) - set(SIDES))
+        if unknown:
+            ap.error(f"--sides: unknown {unknown}; choose among {', '.join(SIDES)}")
+        sides = [s for s in args.sides.split(",") if jax_ok or not s.startswith("jax")]
     runs: dict[str, list[dict]] = {k: [] for k in sides}
     for i in range(repeat):
         msg = []

@@ -862,6 +862,12 @@ def scatter_along_rule(p: Primitive, args: list, dims: list, level: Level, **kwa
     return p.call(src, idx, int(axis) % len(shape) + 1, (level.size,) + shape)
 
 
+def rows_rule(p: Primitive, args: list, dims: list, level: Level, **kwargs: Any) -> Any:
+    """``write_rows``/``written_rows``: the index's leading axes are batch axes already; the vmapped
+    one joins them in front."""
+    return p.call(*(bcast(a, d, level.size) for a, d in zip(args, dims)), **kwargs)
+
+
 # ---- fused losses and the rest ------------------------------------------------------------------
 def loss(pos: int) -> Callable:
     """A fused loss ``f(input, target, ..., reduction)`` (``reduction`` at position ``pos``):
@@ -936,6 +942,7 @@ RULES: dict[str, Callable] = {
     "untake": untake_rule,
     "take_along_axis": take_along_rule,
     "scatter_along_axis": scatter_along_rule,
+    "rows": rows_rule,
     "mse_loss": loss(2),
     "huber_loss": loss(3),
     "categorical_pick": decomposed(_pick_logical),

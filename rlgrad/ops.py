@@ -1227,6 +1227,71 @@ defvjp(scatter_along_axis, lambda g, ans, src, idx, axis, shape: _take_lanes(g, 
 defjvp_is_linear(scatter_along_axis)
 
 
+def _rows_check(x: Any, idx: Any, rows_shape: tuple[int, ...] | None, name: str) -> int:
+    """The length of ``x``'s row axis (the one after the index's leading axes), after checking
+    that ``idx`` is integers and ``rows`` (when given) has the index's shape, then x's rows'."""
+    idx = np.asarray(idx)
+    lead = idx.ndim - 1
+    shape = np.shape(x)
+    if idx.dtype.kind not in "iu" or idx.ndim < 1 or len(shape) <= lead or shape[:lead] != idx.shape[:-1]:
+        raise ValueError(f"{name}: the index must be integers of shape (*batch, R) with x of shape "
+                         f"(*batch, N, ...); got index {idx.dtype}{list(idx.shape)}, x {list(shape)}")
+    want = idx.shape + tuple(shape[lead + 1:])
+    if rows_shape is not None and tuple(rows_shape) != want:
+        raise ValueError(f"{name}: rows must have the index's shape then a row of x: {list(want)}, "
+                         f"got {list(rows_shape)}")
+    return int(shape[lead])
+
+
+def _write_rows(x: Any, idx: Any, rows: Any) -> np.ndarray:
+    """``x`` with ``rows[..., r, :]`` written at row ``idx[..., r]`` of x's axis ``idx.ndim - 1``
+    for r in order (a row written twice keeps the later one); an index outside ``[0, N)`` writes
+    nothing (JAX's ``mode="drop"``: a ring's skipped rows)."""
+    idx = np.asarray(idx)
+    n = _rows_check(x, idx, np.shape(rows), "write_rows")
+    out = np.array(x, copy=True)
+    rows = np.asarray(rows, dtype=out.dtype)
+    for r in range(idx.shape[-1]):
+        j = idx[..., r]
+        ok = (j >= 0) & (j < n)
+        at = np.nonzero(ok)
+        out[at + (j[ok],)] = rows[at + (r,)]
+    return out
+
+
+def _written_rows(g: Any, idx: Any) -> np.ndarray:
+    """``write_rows``'s adjoint for its rows: row ``idx[..., r]`` of ``g`` where row r of the
+    index wrote it (in range, and no later r wrote the same row), else zeros."""
+    idx = np.asarray(idx)
+    n = _rows_check(g, idx, None, "written_rows")
+    g = np.asarray(g)
+    lead = idx.ndim - 1
+    out = np.zeros(idx.shape + g.shape[lead + 1:], dtype=g.dtype)
+    for r in range(idx.shape[-1]):
+        j = idx[..., r]
+        won = (j >= 0) & (j < n) & ~np.any(idx[..., r + 1:] == j[..., None], axis=-1)
+        at = np.nonzero(won)
+        out[at + (r,)] = g[at + (j[won],)]
+    return out
+
+
+# A ring buffer's write: O(rows) in place on the native backend when x is a loop's carry that
+# nothing reads after the write (rlgrad/native, "donation"); a copy of x on the NumPy replay
+write_rows = primitive(_write_rows, "write_rows")
+written_rows = primitive(_written_rows, "written_rows")
+defbatch(write_rows, "rows")
+defbatch(written_rows, "rows")
+defvjp(write_rows, lambda g, ans, x, idx, rows: write_rows(g, idx, np.zeros(np.shape(rows), _dtype_of(g))),
+       None, lambda g, ans, x, idx, rows: written_rows(g, idx))
+defjvp_is_linear(write_rows, (0, 2))
+defvjp(written_rows, lambda h, ans, g, idx: write_rows(np.zeros(np.shape(g), _dtype_of(h)), idx, h))
+defjvp_is_linear(written_rows)
+
+
+def _dtype_of(x: Any) -> np.dtype:
+    return x._value.dtype if isinstance(x, Tensor) else np.asarray(x).dtype
+
+
 # ---------------------------------------------------------------------------------------------
 # Linear algebra
 # ---------------------------------------------------------------------------------------------

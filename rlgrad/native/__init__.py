@@ -17,13 +17,22 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from rlgrad.native import build
-from rlgrad.native.codegen import TYPENUMS, Program, Unsupported, Val, ctype, literal, share_buffers
+from rlgrad.native.codegen import (
+    TYPENUMS,
+    Program,
+    Unsupported,
+    Val,
+    ctype,
+    drop_dead_stores,
+    literal,
+    share_buffers,
+)
 from rlgrad.native.lowerings import LOWERINGS
 from rlgrad.native.prelude import MODULE_END, prelude
 from rlgrad.tensor import Tensor
@@ -59,6 +68,11 @@ class _Lowering:
         self.arg_vals: list[Val] = []
         self.slots = slots  # id(output made on the tape) -> its output slot
         self.slot_vals: dict[int, Val] = {}  # output slot -> its array in C
+        # donation: the buffers an op may overwrite (the carries of the loop whose body is being
+        # lowered), the tape entry being lowered and where each value is read last (id -> entry)
+        self.donatable: set[str] = set()
+        self.position = -1
+        self.last_use: dict[int, float] = {}
         for i, t in enumerate(inputs):
             self._argument(("input", i), t._value, t)
 
@@ -115,9 +129,25 @@ class _Lowering:
             f"goto fail; }} {move} }}")
 
 
-    def body(self, tape: list, inputs: list[Tensor], given: list[Val], outs: list[Any]) -> list[Val]:
-        """A loop body lowered here, its inputs bound to ``given`` (see ``lower_body``)."""
-        return lower_body(self, tape, inputs, given, outs)
+    def body(self, tape: list, inputs: list[Tensor], given: list[Val], outs: list[Any],
+             carries: Sequence[Val] = ()) -> list[Val]:
+        """A loop body lowered here, its inputs bound to ``given`` (see ``lower_body``); its ops
+        may write ``carries`` (the loop's own carry buffers) in place where donated."""
+        saved = self.donatable, self.position, self.last_use
+        self.donatable = {c.ptr for c in carries if c.ptr is not None}
+        try:
+            return lower_body(self, tape, inputs, given, outs)
+        finally:
+            self.donatable, self.position, self.last_use = saved
+
+    def donated(self, x: Val) -> bool:
+        """Whether the op being lowered may write its result over ``x``: a carry buffer of the
+        loop being lowered (contiguous, whole) that no later op of the body reads, through
+        ``x`` or any view of it, and that the body does not return as it is."""
+        if x.ptr not in self.donatable or x.off != 0 or not x.contiguous():
+            return False
+        return all(v.ptr != x.ptr or self.last_use.get(key, -1) <= self.position
+                   for key, v in self.vals.items())
 
     def along(self, out: Val, x: Val, idx: Val, axis: int) -> None:
         """``out[..., i, ...] = x[..., idx[..., i, ...], ...]`` along ``axis`` (the other axes
@@ -195,8 +225,21 @@ def _live(tape: list, outs: list[Any], inputs: list[Any]) -> tuple[list[int], se
     return live, varying
 
 
+def _last_uses(tape: list, live: list[int], outs: list[Any]) -> dict[int, float]:
+    """id of a value (Tensor or array) -> the last live entry that reads it (inf: an output)."""
+    last: dict[int, float] = {}
+    for k in live:
+        _p, args, kwargs, _res = tape[k]
+        for a in _arrays_in([*args, *kwargs.values()]):
+            last[id(a)] = last[id(_raw(a))] = k
+    for o in outs:
+        last[id(o)] = last[id(_raw(o))] = math.inf
+    return last
+
+
 def _lower_tape(ctx: _Lowering, tape: list, live: list[int], varying: set[int]) -> None:
     for k in live:
+        ctx.position = k
         p, args, kwargs, res = tape[k]
         if getattr(p, "effect", False):
             raise Unsupported(f"the replayed call {p.name}")
@@ -226,6 +269,7 @@ def lower_body(ctx: _Lowering, tape: list, inputs: list[Tensor], given: list[Val
         ctx.vals[id(t)] = v
         ctx.vals[id(t._value)] = v
     live, varying = _live(tape, outs, inputs)
+    ctx.last_use = _last_uses(tape, live, outs)
     _lower_tape(ctx, tape, live, varying)
     return [ctx.val(o) for o in outs]
 
@@ -286,8 +330,9 @@ def _c_source(ctx: _Lowering, scalar: set[int]) -> str:
                        for j in slots)
     tail = ["    }", f"    return Py_BuildValue(\"({'N' * len(slots)})\"{', ' if slots else ''}{packed});",
             "fail:", *[f"    Py_XDECREF(r{j});" for j in slots], "    return NULL;", "}"]
-    body = ["    " + ln for ln in ctx.p.lines]
-    statics = share_buffers(ctx.p.statics, ctx.p.lines)
+    lines = drop_dead_stores(ctx.p.lines)
+    body = ["    " + ln for ln in lines]
+    statics = share_buffers(ctx.p.statics, lines)
     return "\n".join([prelude(), *statics, *decl, *head, "    {", *body, *tail, MODULE_END])
 
 

@@ -11,11 +11,14 @@ contiguity) and returns None when one differs, and the caller then runs the NumP
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
+from rlgrad.native.prelude import MVEC
 
 CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
           np.dtype(np.int64): "int64_t", np.dtype(np.int32): "int32_t",
@@ -114,12 +117,41 @@ class Val:
 
 
 class Program:
-    """The C of one step under construction: static buffers, the body's lines, the arguments."""
+    """The C of one step under construction: static buffers, the body's lines, the arguments.
 
-    def __init__(self) -> None:
+    With ``fuse`` (the default; ``RLGRAD_NATIVE_FUSE=0`` turns it off), elementwise ops are held
+    back in loops by shape (``_Fused``), written in the order the loops were opened when anything
+    else reads ``lines``: an op joins the newest loop of its shape that admits it and that no
+    loop opened after it depends on (it reads nothing they write, writes nothing they read or
+    write: moved ahead of them, it computes what it did). Without it each op is its own loop,
+    the plain reference that the fused program equals bit for bit."""
+
+    MAX_PENDING = 8  # loops held back at once (how far back an op may move)
+
+    def __init__(self, fuse: bool | None = None) -> None:
         self.statics: list[str] = []
-        self.lines: list[str] = []
+        self._lines: list[str] = []
         self.n_loops = 0
+        self.fuse = os.environ.get("RLGRAD_NATIVE_FUSE", "1") != "0" if fuse is None else fuse
+        self._pending: list[_Fused] = []
+        self.n_fused = 0
+
+    @property
+    def lines(self) -> list[str]:
+        """The body's lines, the held-back elementwise loops written first."""
+        self.flush()
+        return self._lines
+
+    @lines.setter
+    def lines(self, value: list[str]) -> None:
+        self.flush()
+        self._lines = value
+
+    def flush(self) -> None:
+        """Write the held-back elementwise loops into the body, in the order they were opened."""
+        groups, self._pending = self._pending, []
+        for group in groups:
+            self._lines += group.render(self._loop_vars)
 
     def buffer(self, dtype: Any, shape: Sequence[int]) -> Val:
         name = f"b{len(self.statics)}"
@@ -134,24 +166,27 @@ class Program:
     def elementwise(self, out: Val, expr: Callable[[list[str]], str], ins: Sequence[Val],
                     compute: Any = None) -> None:
         """``out[idx] = expr(ins[idx]...)`` over ``out``'s shape, each input read through a cast
-        to ``compute`` (default: out's dtype), as NumPy's ufunc loops cast their operands."""
+        to ``compute`` (default: out's dtype), as NumPy's ufunc loops cast their operands; joined
+        to the held-back loop when it has out's shape and no element order is at stake."""
         t = ctype(compute if compute is not None else out.dtype)
         ins = [v.broadcast(out.shape) for v in ins]
-        if not out.shape:
-            value = expr([f"({t}){v.at([])}" for v in ins])
-            self.lines.append(f"{out.at([])} = ({ctype(out.dtype)})({value});")
-            return
-        flat = out.contiguous() and all(v.lit is not None or v.contiguous() or not any(v.strides)
-                                        for v in ins)
-        if flat:  # one loop over the elements (constant stride 1: vectorised)
-            i = self._loop_vars(1)[0]
-            read = [f"({t}){_flat_at(v, i)}" for v in ins]
-            self.lines += ["#pragma omp simd", f"for (npy_intp {i} = 0; {i} < {out.size}; {i}++) "
-                           f"{out.ptr}[{out.off} + {i}] = ({ctype(out.dtype)})({expr(read)});"]
-            return
-        idx = self._loop_vars(len(out.shape))
-        body = f"{out.at(idx)} = ({ctype(out.dtype)})({expr([f'({t}){v.at(idx)}' for v in ins])});"
-        self.lines += _nest(out.shape, idx, body)
+        math_call = bool(_VECTOR_MATH.search(expr([f"x{k}" for k in range(len(ins))])))
+        group = None
+        for g in reversed(self._pending):
+            if g.admits(out, ins, math_call):
+                group = g
+                break
+            if not g.independent(out, ins):
+                break
+        if group is None:
+            if len(self._pending) >= self.MAX_PENDING:
+                self._lines += self._pending.pop(0).render(self._loop_vars)
+            group = _Fused(out.shape, f"e{self.n_fused}")
+            self._pending.append(group)
+            self.n_fused += 1
+        group.add(out, expr, ins, t, math_call)
+        if not self.fuse:
+            self.flush()
 
     def reduce(self, kind: str, out: Val, x: Val, axes: Sequence[int]) -> None:
         """``out`` (x's shape without ``axes``, contiguous) = the ``kind`` ("sum", "prod", "max",
@@ -298,6 +333,127 @@ def _nest(shape: Sequence[int], idx: Sequence[str], body: str, simd: bool = True
     return lines + [body]
 
 
+_BASE = re.compile(r"\b(?:b|o|in)\d+\b")
+# glibc's math functions with vector versions (libmvec) and the helpers that call them: a loop
+# of another form (flat or nested) may vectorise them otherwise, and their vector and scalar
+# versions may round differently. The rest (arithmetic, casts, sqrt, fabs, floor) is exact in any
+# loop form
+_VECTOR_MATH = re.compile(r"\b(?:" + "|".join(MVEC + ("atan2", "pow", "hypot")) + r")f?\(|\blogaddexp_")
+
+
+def _key(v: Val) -> tuple[str | None, str, tuple[int, ...]]:
+    """What identifies a view's elements (two views with one key read the same element at
+    each index of the loop)."""
+    return v.ptr, str(v.off), v.strides
+
+
+def _flat_ok(v: Val) -> bool:
+    return v.lit is not None or v.contiguous() or not any(v.strides)
+
+
+class _Fused:
+    """Elementwise ops over one shape, in order, written as one loop: op k's value is the scalar
+    ``{name}_k``, stored to its buffer and read from the scalar by the later ops of the loop.
+    An op joins only when no element order is at stake: it reads a buffer an earlier op wrote
+    only through that op's own view, and writes a buffer only through the one view the earlier
+    ops read or wrote it through. Stores nobody else reads are dropped later (``drop_dead_stores``)."""
+
+    def __init__(self, shape: tuple[int, ...], name: str) -> None:
+        self.shape, self.name = shape, name
+        self.ops: list[tuple[Val, Callable[[list[str]], str], list[Val | str], str]] = []
+        self.written: dict[str, tuple] = {}  # buffer -> the key of the view written
+        self.read: dict[str, set[tuple]] = {}  # buffer -> the keys of the views read
+        self.scalar: dict[tuple, str] = {}  # key of a view written -> the scalar with its value
+        self.flat = True
+        self.math = False  # an op calls glibc's vector math: the loop's form is fixed
+
+    def admits(self, out: Val, ins: Sequence[Val], math_call: bool) -> bool:
+        """Whether the op (``math_call``: it calls glibc's vector math) may join."""
+        if out.shape != self.shape:
+            return False
+        flat = out.contiguous() and all(_flat_ok(v) for v in ins)
+        form = flat and self.flat  # the loop's form with it
+        # (an op with vector math keeps its own loop's form, so its values are the unfused ones)
+        return not (math_call and form != flat) and not (self.math and form != self.flat) \
+            and self._ordered(out, ins)
+
+    def _ordered(self, out: Val, ins: Sequence[Val]) -> bool:
+        """No element order at stake: see the class's doc."""
+        for v in ins:
+            kv = _key(v)
+            if v.lit is None and any(self.written.get(b, kv) != kv for b in _BASE.findall(v.ptr or "")):
+                return False
+        ko = _key(out)
+        return all(self.written.get(b, ko) == ko and self.read.get(b, {ko}) <= {ko}
+                   for b in _BASE.findall(out.ptr or ""))
+
+    def independent(self, out: Val, ins: Sequence[Val]) -> bool:
+        """The op may run before this loop's ops: it reads no buffer they write and writes none
+        they read or write."""
+        reads = {b for v in ins if v.lit is None for b in _BASE.findall(v.ptr or "")}
+        writes = set(_BASE.findall(out.ptr or ""))
+        return not (reads & self.written.keys()) and not (writes & (self.written.keys() | self.read.keys()))
+
+    def add(self, out: Val, expr: Callable[[list[str]], str], ins: Sequence[Val], t: str,
+            math_call: bool) -> None:
+        self.math = self.math or math_call
+        reads: list[Val | str] = []
+        for v in ins:
+            if v.lit is None:
+                for b in _BASE.findall(v.ptr or ""):
+                    self.read.setdefault(b, set()).add(_key(v))
+            reads.append(self.scalar.get(_key(v), v) if v.lit is None else v)
+        name = f"{self.name}_{len(self.ops)}"
+        for b in _BASE.findall(out.ptr or ""):
+            self.written[b] = _key(out)
+        self.scalar[_key(out)] = name
+        self.flat = self.flat and out.contiguous() and all(_flat_ok(v) for v in ins)
+        self.ops.append((out, expr, reads, t))
+
+    def render(self, loop_vars: Callable[[int], list[str]]) -> list[str]:
+        """The loop: flat (one index over the elements, vectorised) where every view allows it,
+        else nested over the shape; one op is written as the unfused program writes it."""
+        if not self.shape:
+            idx: list[str] = []
+            at, store = (lambda v: v.at(idx)), (lambda v: v.at(idx))
+        elif self.flat:
+            (i,) = idx = loop_vars(1)
+            at, store = (lambda v: _flat_at(v, i)), (lambda v: f"{v.ptr}[{v.off} + {i}]")
+        else:
+            idx = loop_vars(len(self.shape))
+            at = store = lambda v: v.at(idx)
+        stmts = []
+        for k, (out, expr, reads, t) in enumerate(self.ops):
+            c = ctype(out.dtype)
+            value = f"({c})({expr([f'({t}){r if isinstance(r, str) else at(r)}' for r in reads])})"
+            stmts.append(f"{store(out)} = {value};" if len(self.ops) == 1 else
+                         f"{c} {self.name}_{k} = {value}; {store(out)} = {self.name}_{k};")
+        body = " ".join(stmts) if len(stmts) == 1 else "{ " + " ".join(stmts) + " }"
+        if not self.shape:
+            return [body]
+        if self.flat:
+            return ["#pragma omp simd", f"for (npy_intp {i} = 0; {i} < {math.prod(self.shape)}; "
+                    f"{i}++) {body}"]
+        return _nest(self.shape, idx, body)
+
+
+_STORE = re.compile(r" (b\d+)\[[^\]]*\] = e\d+_\d+;")
+
+
+def drop_dead_stores(lines: list[str]) -> list[str]:
+    """The lines without the fused loops' stores to buffers no other line or op reads: such a
+    value lives in its scalar only (nothing of it is written to memory)."""
+    count: dict[str, int] = {}
+    for ln in lines:
+        for name in _BUFFER.findall(ln):
+            count[name] = count.get(name, 0) + 1
+
+    def keep(m: re.Match) -> str:
+        return "" if count[m.group(1)] == 1 else m.group(0)
+
+    return [_STORE.sub(keep, ln) if " = e" in ln else ln for ln in lines]
+
+
 _BUFFER = re.compile(r"\bb\d+\b")
 _STATIC = re.compile(r"static (.+) (b\d+)\[(\d+)\]")
 
@@ -348,7 +504,9 @@ def share_buffers(statics: list[str], lines: list[str]) -> list[str]:
     decls = []
     for st in statics:
         m = _STATIC.match(st)
-        if m is None or m.group(2) not in ranges:
+        if m is not None and m.group(2) not in ranges:
+            continue  # (a fused loop's value that lives in a scalar only)
+        if m is None:
             decls.append((None, st, None))
         else:
             decls.append((m.group(2), st, (m.group(1), m.group(3))))

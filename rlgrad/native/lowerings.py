@@ -585,7 +585,7 @@ def _while_loop(ctx: Any, e: Any) -> Val:
     (go,) = ctx.body(wc.cond.tape, wc.cond.inputs + wc.cond.captured, vals + kc, wc.cond.outs)
     ctx.p.lines.append(f"if (!({go.at([])})) break;")
     _update_carries(ctx, vals, ctx.body(wc.body.tape, wc.body.inputs + wc.body.captured, vals + kb,
-                                        wc.body.outs))
+                                        wc.body.outs, vals))
     lines = ctx.p.lines[start:]
     del ctx.p.lines[start:]
     ctx.p.lines += ["for (;;) {", *["    " + ln for ln in lines], "}"]
@@ -644,7 +644,7 @@ def _scan(ctx: Any, e: Any) -> Val:
         for j, c in enumerate(carry):
             _copy_into(ctx, row(nc + len(sc.y_avals) + j), c)
     x_rows = [x.view(x.shape[1:], x.strides[1:], f"{step}*{x.strides[0]}") for x in xs]
-    res = ctx.body(body.tape, body.inputs + body.captured, carry + x_rows + consts, body.outs)
+    res = ctx.body(body.tape, body.inputs + body.captured, carry + x_rows + consts, body.outs, carry)
     for j, y in enumerate(res[nc:]):  # before the carries change: a y may be one of them
         _copy_into(ctx, row(nc + j), y)
     _update_carries(ctx, carry, res[:nc])
@@ -654,6 +654,57 @@ def _scan(ctx: Any, e: Any) -> Val:
                     *["    " + ln for ln in lines], "}"]
     for k, c in enumerate(carry):
         _copy_into(ctx, node_part(sc, out, k), c)
+    return out
+
+
+def _row_loops(ctx: Any, idx: Val) -> tuple[str, list[str]]:
+    """The C loops over an index's elements (``for (...) for (...)``) and their variables."""
+    iv = ctx.p._loop_vars(len(idx.shape))
+    return "".join(f"for (npy_intp {v} = 0; {v} < {n}; {v}++) " for v, n in zip(iv, idx.shape)), iv
+
+
+@lowers("write_rows")
+def _write_rows(ctx: Any, e: Any) -> Val:
+    """Rows written into x at a run-time index (later rows win, outside [0, N) skipped), in
+    place when x is a carry nothing reads after (``ctx.donated``: O(rows), not O(x))."""
+    x, idx, rows = (ctx.val(a) for a in e.args)
+    if e.kwargs or idx.dtype.kind not in "iu" or idx.lit is not None or rows.dtype != x.dtype:
+        raise Unsupported("write_rows with keywords, a constant index or rows of another dtype")
+    out = x if ctx.donated(x) else ctx.out(e)
+    if out is not x:
+        _copy_into(ctx, out, x)
+    rows = contiguous(ctx, rows)
+    lead, n = len(idx.shape) - 1, x.shape[len(idx.shape) - 1]
+    row = math.prod(x.shape[lead + 1:])
+    loops, iv = _row_loops(ctx, idx)
+    batch = " + ".join(f"{v}*{out.strides[k]}" for k, v in enumerate(iv[:-1])) or "0"
+    ctx.p.lines.append(
+        f"{loops}{{ int64_t j = (int64_t){idx.at(iv)}; if (j >= 0 && j < {n}) "
+        f"memcpy({out.ptr} + {out.off} + {batch} + j*{row}, {rows.ptr} + {rows.off} + "
+        f"({' + '.join(f'{v}*{rows.strides[k]}' for k, v in enumerate(iv))}), "
+        f"{row} * sizeof({ctype(x.dtype)})); }}")
+    return out
+
+
+@lowers("written_rows")
+def _written_rows(ctx: Any, e: Any) -> Val:
+    """The rows of g that ``write_rows`` with this index wrote (zeros for the skipped ones and
+    for those a later row overwrote)."""
+    g, idx = (ctx.val(a) for a in e.args)
+    if e.kwargs or idx.dtype.kind not in "iu" or idx.lit is not None:
+        raise Unsupported("written_rows with keywords or a constant index")
+    g, out = contiguous(ctx, g), ctx.out(e)
+    lead, n, r_n = len(idx.shape) - 1, g.shape[len(idx.shape) - 1], idx.shape[-1]
+    row = math.prod(g.shape[lead + 1:])
+    loops, iv = _row_loops(ctx, idx)
+    later = idx.at(iv[:-1] + ["q"])
+    batch = " + ".join(f"{v}*{g.strides[k]}" for k, v in enumerate(iv[:-1])) or "0"
+    dst = f"{out.ptr} + {out.off} + ({' + '.join(f'{v}*{out.strides[k]}' for k, v in enumerate(iv))})"
+    ctx.p.lines.append(
+        f"{loops}{{ int64_t j = (int64_t){idx.at(iv)}; int won = j >= 0 && j < {n}; "
+        f"for (npy_intp q = {iv[-1]} + 1; q < {r_n} && won; q++) won = (int64_t){later} != j; "
+        f"if (won) memcpy({dst}, {g.ptr} + {g.off} + {batch} + j*{row}, {row} * sizeof({ctype(g.dtype)})); "
+        f"else memset({dst}, 0, {row} * sizeof({ctype(g.dtype)})); }}")
     return out
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 # glibc's libmvec has vector versions of these (x86-64, glibc >= 2.35): declared "simd", a loop
 # marked `omp simd` over them calls 4 or 8 lanes at a time, as NumPy's own SIMD loops do
-_MVEC = ("acos acosh asin asinh atan atanh cbrt cos cosh erf erfc exp exp10 exp2 expm1 log log10 "
-         "log1p log2 sin sinh tan tanh").split()
+MVEC = tuple(("acos acosh asin asinh atan atanh cbrt cos cosh erf erfc exp exp10 exp2 expm1 log log10 "
+         "log1p log2 sin sinh tan tanh").split())
 
 PRELUDE = r"""
 #define PY_SSIZE_T_CLEAN
@@ -75,20 +75,28 @@ static inline uint64_t idiv_u(uint64_t a, uint64_t b) { return b ? a / b : 0; }
 static inline uint64_t imod_u(uint64_t a, uint64_t b) { return b ? a % b : 0; }
 
 /* a stable argsort of n values x[0], x[s], ... (NumPy's kind="stable": ties keep their order,
-   NaN last): a bottom-up merge sort of the positions, tmp as scratch */
+   NaN last): runs of 16 by insertion, then bottom-up merges between idx and tmp. LT(a, b): a
+   goes before b (a < b, or b is NaN and a is not) */
+#define LT(a, b) ((a) < (b) || ((b) != (b) && (a) == (a)))
 #define ARGSORT(T, S) static void argsort##S(const T *x, npy_intp s, npy_intp n, int64_t *idx,  \
                                              int64_t *tmp) {                                      \
-    for (npy_intp i = 0; i < n; i++) idx[i] = i;                                                  \
-    for (npy_intp w = 1; w < n; w *= 2) {                                                         \
+    for (npy_intp lo = 0; lo < n; lo += 16) {                                                     \
+        npy_intp hi = lo + 16 < n ? lo + 16 : n;                                                  \
+        for (npy_intp i = lo; i < hi; i++) {                                                      \
+            T a = x[i * s]; npy_intp j = i;                                                       \
+            while (j > lo && LT(a, x[idx[j - 1] * s])) { idx[j] = idx[j - 1]; j--; }              \
+            idx[j] = i; } }                                                                       \
+    int64_t *src = idx, *dst = tmp;                                                               \
+    for (npy_intp w = 16; w < n; w *= 2) {                                                        \
         for (npy_intp lo = 0; lo < n; lo += 2 * w) {                                              \
             npy_intp mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;         \
             npy_intp l = lo, r = mid, k = lo;                                                     \
-            while (l < mid && r < hi) {                                                           \
-                T a = x[idx[l] * s], b = x[idx[r] * s];                                           \
-                tmp[k++] = (b < a || (a != a && b == b)) ? idx[r++] : idx[l++]; }                 \
-            while (l < mid) tmp[k++] = idx[l++];                                                  \
-            while (r < hi) tmp[k++] = idx[r++]; }                                                 \
-        memcpy(idx, tmp, n * sizeof(int64_t)); } }
+            while (l < mid && r < hi)                                                             \
+                dst[k++] = LT(x[src[r] * s], x[src[l] * s]) ? src[r++] : src[l++];                \
+            while (l < mid) dst[k++] = src[l++];                                                  \
+            while (r < hi) dst[k++] = src[r++]; }                                                 \
+        int64_t *t = src; src = dst; dst = t; }                                                   \
+    if (src != idx) memcpy(idx, src, n * sizeof(int64_t)); }
 ARGSORT(float, _f)
 ARGSORT(double, _d)
 ARGSORT(int64_t, _i64)
@@ -151,5 +159,5 @@ PyMODINIT_FUNC PyInit_@MODULE@(void) {
 
 
 def prelude() -> str:
-    decl = "\n".join(f"VEC float {f}f(float); VEC double {f}(double);" for f in _MVEC)
+    decl = "\n".join(f"VEC float {f}f(float); VEC double {f}(double);" for f in MVEC)
     return PRELUDE.replace("@MVEC@", decl)

@@ -33,7 +33,7 @@ def _differentiable() -> set[str]:
 
 # ---- cases for the primitives outside ops.py (tests/helpers/op_rows.py covers ops.py) -----------
 def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
-    from rlgrad import batching, estimators, special
+    from rlgrad import batching, estimators, ops, special
     from rlgrad.autograd_function import _delayed_error
     from rlgrad.distributions import categorical
     from rlgrad.inplace import index_put
@@ -53,6 +53,11 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
     acts = np.array([2, 0, 1, 2])
     return {
         "linear": [Case(F.linear, (r(3, 4), r(5, 4), r(5))), Case(F.linear, (r(4), r(2, 4), r(2)))],
+        # a ring's write (a repeat: the later row wins; -1 and 4: outside, skipped) and its adjoint
+        "write_rows": [Case(lambda x, v: ops.write_rows(x, np.array([[1, 3, 1], [-1, 0, 4]]), v),
+                          (r(2, 4, 3), r(2, 3, 3)))],
+        "written_rows": [Case(lambda g: ops.written_rows(g, np.array([[1, 3, 1], [-1, 0, 4]])),
+                              (r(2, 4, 3),))],
         "index_put": [Case(lambda x, v: index_put(x, v, np.array([0, 2, 5]), (3,)), (r(2, 3), r(3))),
                       Case(lambda x, v: index_put(x, v, np.array([1, 4]), (2,)), (r(6), r(1)))],
         "linear_grad_input": [Case(F._linear_grad_input_p, (r(3, 5), r(5, 4)))],
