@@ -346,19 +346,40 @@ def make_dqn_program(spec: DQNSpec) -> Callable:
 
 
 # ---- running it -------------------------------------------------------------------------------
-_PROGRAMS: dict[tuple[DQNSpec, str], Any] = {}
+_PROGRAMS: dict[tuple[DQNSpec, str, int], Any] = {}
 PROGRAM_CACHES.append(_PROGRAMS)
 
 
-def _compiled(spec: DQNSpec) -> Any:
-    # QR-DQN's and C51's losses compile to native code that trains off the replay's numbers
-    # (tests/rl/test_compiled_loop_dqn.py, 2026-11-29; the native check of the first call sees
-    # no gradient step): the variants run on the NumPy replay until that is found
-    native_ok = spec.variant[0].__name__ == "DQN"
-    key = (spec, loop_backend() if native_ok else "numpy")
+def _probe(spec: DQNSpec, state: dict[str, Any], row: dict[str, np.ndarray]
+           ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A copy of ``state`` whose ring is full of random rows, and a schedule row that acts
+    greedily and at random, syncs the target and trains: the program is traced on it, so the
+    native backend's check against the trace covers a gradient step (a first real iteration
+    is a warm-up one: the check would see no update). Its outputs are dropped."""
+    rng = np.random.default_rng(0)
+    probe = _tree_map(np.array, state)
+    buf = probe["buf"]
+    for name in ("obs", "next_obs"):
+        buf[name] = rng.standard_normal(buf[name].shape).astype(np.float32)
+    buf["actions"] = rng.integers(0, spec.n_actions, buf["actions"].shape)
+    buf["rewards"] = rng.standard_normal(buf["rewards"].shape).astype(np.float32)
+    buf["terminated"] = rng.random(buf["terminated"].shape) < 0.2
+    buf["size"] = np.full_like(buf["size"], spec.buffer_size)
+    x = {**row, "train": np.array(True), "syncs": np.array(1, dtype=np.int64),
+         "warm": np.zeros_like(row["warm"]), "eps": np.full_like(row["eps"], 0.5)}
+    return probe, x
+
+
+def _compiled(spec: DQNSpec, state: dict[str, Any], row: dict[str, np.ndarray]) -> Any:
+    """The program for ``spec`` and this many seeds, traced (and its native code checked) on
+    ``_probe``'s iteration when new."""
+    key = (spec, loop_backend(), int(state["key"].shape[0]))
     fn = _PROGRAMS.get(key)
     if fn is None:
-        fn = _PROGRAMS[key] = rlgrad.jit(make_dqn_program(spec), backend=key[1])
+        fn = rlgrad.jit(make_dqn_program(spec), backend=key[1])
+        with np.errstate(all="ignore"):  # (as run_program: a discarded branch may overflow)
+            fn(*_probe(spec, state, row))
+        _PROGRAMS[key] = fn
     return fn
 
 
@@ -412,6 +433,9 @@ def learn_compiled_dqn(models: Sequence[DQN], total_timesteps: int) -> None:
     sched = dqn_schedule(models[0], total_timesteps)
     for m in models:
         m._total_timesteps = max(m._total_timesteps, m.num_timesteps + int(total_timesteps))
-    program = _compiled(spec)
-    state, returns = run_program(models, program, state, _sched_rows(sched), "one iteration")
+    rows = _sched_rows(sched)
+    if not rows:
+        return
+    program = _compiled(spec, state, rows[0])
+    state, returns = run_program(models, program, state, rows, "one iteration")
     _write_back(models, spec, state, sched, returns, program.backend)
