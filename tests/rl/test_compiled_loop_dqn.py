@@ -244,3 +244,47 @@ def test_the_native_check_covers_a_gradient_step(monkeypatch: pytest.MonkeyPatch
     eager = use_key_streams(DQN("CartPole-v1", seed=3, vectorization_mode="functional", **kw))
     eager.learn(400)
     assert _max_diff(m._params, eager._params) <= ATOL
+
+
+@pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
+@pytest.mark.parametrize("t, max_norm", [(7.0, 10.0), (50.0, None), (100.0, 0.05)],
+                         ids=["clip-loose", "flush", "flush-clip-tight"])
+def test_fused_adam_native_is_its_reference_bit_for_bit(t: float, max_norm: float | None) -> None:
+    """``fused_adam``'s one C loop against its NumPy reference (``_adam_math`` after the clip),
+    every bit, and that against PyTorch's Adam after ``clip_grad_norm_`` (rounding apart; not
+    at a flush step: PyTorch has none). Tiny moments, zero gradients and huge steps included."""
+    import rlgrad
+    from rlgrad.rl.compiled_loop.dqn import _adam_clip, fused_adam
+
+    rng = np.random.default_rng(int(t))
+    S, P = 2, 1000
+    p, g, m = (rng.standard_normal((S, P)).astype(np.float32) for _ in range(3))
+    v = np.abs(rng.standard_normal((S, P))).astype(np.float32)
+    m[:, :100], v[:, 100:200], g[:, :200] = 1e-30, 1e-30, 0.0
+    kw = dict(b1=0.9, b2=0.999, eps=1e-8, max_norm=max_norm)
+    step = rlgrad.jit(lambda *a: fused_adam(*a, **kw), backend="native")
+    args = (p, g, m, v, np.full(S, t), np.array(2.3e-3))
+    step(*args)
+    assert step.backend == "native"
+    got, want = step(*args), _adam_clip(*args, **kw)
+    np.testing.assert_array_equal(got, want)
+    if t % 50:
+        torch = pytest.importorskip("torch")
+        for s in range(S):
+            w = torch.nn.Parameter(torch.tensor(p[s]))
+            opt = torch.optim.Adam([w], lr=2.3e-3, betas=(0.9, 0.999), eps=1e-8)
+            w.grad = torch.tensor(g[s])
+            if max_norm is not None:
+                torch.nn.utils.clip_grad_norm_([w], max_norm)
+            opt.step()  # a first step, then the state put where ours was (t - 1 steps)
+            st = opt.state[w]
+            st["step"].fill_(t - 1)
+            st["exp_avg"].copy_(torch.tensor(m[s]))
+            st["exp_avg_sq"].copy_(torch.tensor(v[s]))
+            w.data.copy_(torch.tensor(p[s]))
+            w.grad = torch.tensor(g[s])
+            if max_norm is not None:
+                torch.nn.utils.clip_grad_norm_([w], max_norm)
+            opt.step()
+            np.testing.assert_allclose(w.detach().numpy(), want[0, s], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(st["exp_avg_sq"].numpy(), want[2, s], rtol=1e-5, atol=1e-30)
