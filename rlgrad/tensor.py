@@ -360,7 +360,7 @@ class Tensor(TensorMethods):
         _refuse_value("int()")
         return int(self._one_element("int()"))
 
-    def _one_element(self, what: str) -> object:
+    def _one_element(self, what: str) -> float | int | bool:
         # torch converts any one-element tensor (shape (1,) or (1, 1) too), NumPy only 0-d
         if self._value.size != 1:
             raise TypeError(f"{what} needs a tensor with one element, this one has shape "

@@ -962,8 +962,10 @@ def batch_norm(input: Tensor, running_mean: Tensor | np.ndarray | None,  # noqa:
     variance) in training, updating ``running_mean``/``running_var`` (Tensors or arrays) in place
     when given; the running statistics otherwise (PyTorch's ``F.batch_norm``)."""
     # the statistics' arrays: they are state, never differentiated (torch's buffers)
-    running_mean = getattr(running_mean, "_value", running_mean)
-    running_var = getattr(running_var, "_value", running_var)
+    if isinstance(running_mean, Tensor):
+        running_mean = running_mean._value
+    if isinstance(running_var, Tensor):
+        running_var = running_var._value
     shape = _shape(input)
     if len(shape) < 2:
         raise ValueError(f"batch_norm: input must be (N, C, ...), got shape {shape}")

@@ -40,6 +40,7 @@ from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, dict_has_images
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.layers import CombinedExtractor
+from rlgrad.rl.network_policy import attach
 from rlgrad.rl.off_policy import OffPolicyAlgorithm, target_network, td_target_of
 from rlgrad.rl.policies import cnn_trunk, mlp, mlp_numpy
 from rlgrad.rl.schedules import ScheduleLike, linear_schedule
@@ -130,7 +131,7 @@ class DQN(OffPolicyAlgorithm):
         self.clip_delta = float(clip_delta)
         self.double_q = bool(double_q)
         self.n_actions = int(self.action_space.n)
-        self.q_net = self.make_q_net()
+        self.q_net = self.network_policy(self.make_q_net())
         self.q_net_target = target_network(self.q_net)
         self._params = list(self.q_net.parameters())
         self._target_params = list(self.q_net_target.parameters())  # cached: synced often
@@ -153,6 +154,11 @@ class DQN(OffPolicyAlgorithm):
         ``activation_fn`` ("relu"); with a CNN also ``features_dim`` and ``normalize_images``.
         """
         return self.q_network(self.n_actions)
+
+    def network_policy(self, net: nn.Module) -> nn.Module:
+        """``net`` predicting on its own too (SB3's ``QNetwork.predict``, ``save``, ``load``):
+        the greedy action of its output."""
+        return attach(net, self.observation_space, self.action_space)
 
     def q_network(self, n_out: int, **defaults: Any) -> nn.Module:
         """An MLP ``obs -> n_out`` on vector observations; on images (``CnnPolicy``) the CNN trunk

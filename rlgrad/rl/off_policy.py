@@ -179,6 +179,10 @@ class PolicyView:
 
     device = cpu_device("cpu")  # rlgrad computes on the CPU (SB3's policy.device.type)
 
+    def to(self, *args: Any, **kwargs: Any) -> PolicyView:
+        """SB3's ``policy.to(device)``: the same view (rlgrad computes on the CPU)."""
+        return self
+
     def save(self, path: PathOrFile) -> None:
         """SB3's ``policy.save(path)``: here the algorithm's archive (its networks alone would
         not rebuild the view), which ``PolicyView.load`` turns back into the policy."""
@@ -404,6 +408,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         state = (rlgrad.load(existing_checkpoint(path)) if isinstance(path, str | os.PathLike)
                  else state_from_bytes(path.read()))
         self.replay_buffer.load_state_dict(state["replay_buffer"])
+        self.replay_buffer.device = self.device  # (SB3's: the model's, which a user may set)
         if truncate_last_traj and hasattr(self.replay_buffer, "truncate_last_trajectory"):
             self.replay_buffer.truncate_last_trajectory()
 
