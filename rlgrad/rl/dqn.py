@@ -39,7 +39,7 @@ from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, dict_has_images
 from rlgrad.rl.finite import check_update
-from rlgrad.rl.layers import CombinedExtractor
+from rlgrad.rl.layers import CombinedExtractor, module_class
 from rlgrad.rl.network_policy import attach
 from rlgrad.rl.off_policy import OffPolicyAlgorithm, target_network, td_target_of
 from rlgrad.rl.policies import cnn_trunk, mlp, mlp_numpy
@@ -167,11 +167,14 @@ class DQN(OffPolicyAlgorithm):
         cnn = self.policy_name == "CnnPolicy"
         space = self.observation_space
         multi = isinstance(space, spaces.Dict) and dict_has_images(space)  # on the flat rows
-        extra = {"features_dim": None, "normalize_images": None,
-                 "features_extractor_kwargs": None} if cnn else (
-                     {"features_extractor_kwargs": None} if multi else {})
-        kw = self.net_kwargs(net_arch=None, activation_fn="relu", **defaults, **extra)
+        extra = {"features_dim": None, "normalize_images": None} if cnn else {}
+        kw = self.net_kwargs(net_arch=None, activation_fn="relu", features_extractor_class=None,
+                             features_extractor_kwargs=None, **defaults, **extra)
         arch = kw["net_arch"] if kw["net_arch"] is not None else ([] if cnn else [64, 64])
+        if kw["features_extractor_class"] is not None:  # SB3's: the user's extractor, then the MLP
+            ext = module_class(kw["features_extractor_class"], "features_extractor_class")(
+                space, **(kw["features_extractor_kwargs"] or {}))
+            return nn.Sequential(ext, *mlp([ext.features_dim, *arch, n_out], kw["activation_fn"]))
         if multi:
             assert isinstance(space, spaces.Dict)  # (multi says so; for the type checker)
             ext = CombinedExtractor(space, **(kw["features_extractor_kwargs"] or {}))
@@ -255,6 +258,7 @@ class DQN(OffPolicyAlgorithm):
         self._n_calls += 1
         if self._n_calls % max(self.target_update_interval // self.n_envs, 1) == 0:
             optim.polyak_update(self._params, self._target_params, self.tau)
+            self._sync_running_stats((self.q_net, self.q_net_target))
         progress = self._current_progress_remaining if self.exploration_steps is None else \
             max(0.0, 1.0 - self.num_timesteps / self.exploration_steps)
         self.exploration_rate = self.exploration_schedule(progress)

@@ -266,6 +266,7 @@ class MaskablePPO(PPO):
             self._predict_masks = None
 
     def _predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        self.policy.set_training_mode(False)  # (SB3's predict leaves it in evaluation mode)
         masks = self._predict_masks
         if masks is not None:
             masks = np.asarray(masks, dtype=bool).reshape(len(obs), -1)

@@ -103,6 +103,14 @@ class _QNetworkPolicy(NetworkPolicy):
 
     n_quantiles: int | None = None
 
+    @property
+    def features_extractor(self) -> nn.Module | None:
+        """SB3's ``q_net.features_extractor``: the extractor the layers start with (a user's
+        ``features_extractor_class``, the CNN, the Dict's); None on vector observations, which
+        the first Linear reads as they are (SB3's ``FlattenExtractor`` has no parameters)."""
+        first = self[0]  # type: ignore[index]  (a Sequential)
+        return None if isinstance(first, nn.Linear) else first
+
     def _actions(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         out = mlp_numpy(self, obs)  # type: ignore[arg-type]  (a Sequential)
         if self.n_quantiles is not None:

@@ -123,6 +123,7 @@ class SAC(OffPolicyAlgorithm):
     def _update_target(self) -> None:
         """Move the target critics toward the critics (CrossQ has none)."""
         optim.polyak_update(self._critic_params, self._critic_target_params, self.tau)
+        self._sync_running_stats((self.critic, self.critic_target))
 
     def _q_pi(self, obs: Any, actions: Any) -> Any:
         """The value the actor ascends: the critics' minimum (TQC: the mean of the quantiles)."""

@@ -122,6 +122,8 @@ class TD3(OffPolicyAlgorithm):
                                         self.actor_optimizer)
                 actor_losses.append(float(st["actor_loss"]))
                 optim.polyak_update(self._pairs[0], self._pairs[1], self.tau)
+                self._sync_running_stats((self.actor, self.actor_target),
+                                         (self.critic, self.critic_target))
         lg = self.logger
         lg.record("train/n_updates", self._n_updates)
         if actor_losses:
