@@ -23,7 +23,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.exports import export
 from rlgrad.tensor import Tensor, _Trace
-from rlgrad.tracer import VMAP_LEVELS, defjvp, defjvp_elementwise, defvjp, primitive
+from rlgrad.tracer import VMAP_LEVELS, defbatch, defjvp, defjvp_elementwise, defvjp, primitive
 
 __all__ = [
     "gammaln", "lgamma", "digamma", "psi", "polygamma", "trigamma", "betaln", "xlogy", "xlog1py",
@@ -383,9 +383,12 @@ standard_gamma_grad = primitive(_standard_gamma_grad_np, "standard_gamma_grad", 
 defvjp(standard_gamma_grad, _no_second_derivative, _no_second_derivative)
 defjvp(standard_gamma_grad, _no_second_derivative, _no_second_derivative)
 # the draw itself, as a function of the concentration: its value is the draw given
-gamma_draw = primitive(lambda a, x: x, "standard_gamma", arity=2)
+# (the value is x broadcast with a: elementwise, so vmap batches both by broadcasting)
+gamma_draw = primitive(lambda a, x: x + np.zeros_like(a), "standard_gamma", arity=2)
 defvjp(gamma_draw, lambda g, ans, a, x: g * standard_gamma_grad(ans, a), None)
 defjvp(gamma_draw, lambda t, ans, a, x: t * standard_gamma_grad(ans, a), None)
+defbatch(gamma_draw, "elementwise")
+defbatch(standard_gamma_grad, "elementwise")
 
 
 # ---- torch.special's other functions RL code calls -------------------------------------------
