@@ -23,7 +23,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.exports import export
 from rlgrad.tensor import Tensor, _Trace
-from rlgrad.tracer import VMAP_LEVELS, defjvp_elementwise, defvjp, primitive
+from rlgrad.tracer import VMAP_LEVELS, defbatch, defjvp, defjvp_elementwise, defvjp, primitive
 
 __all__ = [
     "gammaln", "lgamma", "digamma", "psi", "polygamma", "trigamma", "betaln", "xlogy", "xlog1py",
@@ -347,6 +347,48 @@ for _f in (i0, i0e, i1, i1e):
 export(i0, numpy=False, torch="i0()", top=True, promote="float")
 for _f in (i0e, i1, i1e):
     _f.__doc__ = f"``torch.special.{_f.__name__}``"
+
+
+# ---- the implicit reparameterization of Gamma draws (distributions.Gamma.rsample) ----------
+_GAMMA_SERIES_CAP = 20000
+
+
+def _standard_gamma_grad_np(x: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """dx/da for a draw x of Gamma(a, 1) held at its quantile: -(dP(a, x)/da) / p(a, x) =
+    -sum_n r_n (log x - digamma(a + n + 1)), r_n = x^(n+1) / (a (a+1) ... (a+n)), the power
+    series of P divided by the density term by term (no overflow; float64 inside)."""
+    x64, a64 = np.broadcast_arrays(np.asarray(x, np.float64), np.asarray(a, np.float64))
+    xs = np.maximum(x64, np.finfo(np.float64).tiny)
+    log_x = np.log(xs)
+    r = xs / a64
+    psi = np.asarray(_digamma(a64 + 1.0), np.float64)
+    total = r * (log_x - psi)
+    n_max = int(min(_GAMMA_SERIES_CAP, np.max(np.maximum(xs - a64, 0) + 12 * np.sqrt(xs + a64) + 40)))
+    for n in range(1, n_max):
+        r = r * xs / (a64 + n)
+        psi = psi + 1.0 / (a64 + n)
+        total += r * (log_x - psi)
+        if n % 32 == 0 and np.all(np.abs(r) < 1e-17 * np.maximum(np.abs(total), 1e-300)):
+            break
+    return (-total).astype(np.result_type(x), copy=False)
+
+
+def _no_second_derivative(*_: Any) -> Any:
+    raise NotImplementedError(
+        "Gamma.rsample: no second derivative w.r.t. the concentration (torch has none either); "
+        "take one backward pass through rsample, or differentiate log_prob instead")
+
+
+standard_gamma_grad = primitive(_standard_gamma_grad_np, "standard_gamma_grad", arity=2)
+defvjp(standard_gamma_grad, _no_second_derivative, _no_second_derivative)
+defjvp(standard_gamma_grad, _no_second_derivative, _no_second_derivative)
+# the draw itself, as a function of the concentration: its value is the draw given
+# (the value is x broadcast with a: elementwise, so vmap batches both by broadcasting)
+gamma_draw = primitive(lambda a, x: x + np.zeros_like(a), "standard_gamma", arity=2)
+defvjp(gamma_draw, lambda g, ans, a, x: g * standard_gamma_grad(ans, a), None)
+defjvp(gamma_draw, lambda t, ans, a, x: t * standard_gamma_grad(ans, a), None)
+defbatch(gamma_draw, "elementwise")
+defbatch(standard_gamma_grad, "elementwise")
 
 
 # ---- torch.special's other functions RL code calls -------------------------------------------

@@ -3,10 +3,9 @@
 ``Cauchy``, ``HalfCauchy``, ``HalfNormal``, ``Gumbel``, ``Weibull``, ``Pareto``, ``Kumaraswamy``,
 ``StudentT``, ``Chi2``, ``InverseGamma``, ``FisherSnedecor`` and ``VonMises``.
 
-torch draws ``StudentT``, ``Chi2``, ``FisherSnedecor`` and ``InverseGamma`` through a Gamma
-``rsample`` (implicit reparameterization in the shape), which rlgrad's ``Gamma`` lacks; here
-``StudentT.rsample`` carries gradients to ``loc`` and ``scale`` and raises if ``df`` needs one,
-and the others draw with ``sample()`` only (train with ``log_prob``).
+``StudentT``, ``Chi2``, ``FisherSnedecor`` and ``InverseGamma`` draw through ``Gamma``'s
+implicitly reparameterized ``rsample``, as torch's do, so their draws carry gradients to every
+parameter (first order: the Gamma draw has no second derivative in its shape).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import numpy as np
 from rlgrad import ops
 from rlgrad.distributions import constraints
 from rlgrad.distributions.distribution import Distribution, _noise, _params, _rng, _shape_tuple
-from rlgrad.distributions.gamma import Gamma
+from rlgrad.distributions.gamma import Gamma, standard_gamma_rsample
 from rlgrad.special import betaln, digamma, erf, erfinv, gammaln, i0e, i1e
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
@@ -368,13 +367,10 @@ class StudentT(_Scalar):
         self._setup((df, loc, scale), validate_args)
 
     def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
-        if self.df.requires_grad:
-            raise NotImplementedError(
-                "StudentT.rsample: no gradient w.r.t. df (it needs a reparameterized Gamma draw, "
-                "which rlgrad lacks); pass df.detach(), or train df with log_prob(sample())")
         shape = _shape_tuple(sample_shape) + self._batch_shape
-        t = _rng(generator).standard_t(self.df._value, size=shape).astype(self._dtype())
-        return self.loc + self.scale * _const(t)
+        z = _const(np.asarray(_noise("normal", generator, shape, self._dtype())))
+        chi2 = 2.0 * standard_gamma_rsample(0.5 * self.df, shape, generator)  # Chi2(df)
+        return self.loc + self.scale * z * (chi2 / self.df) ** -0.5
 
     def log_prob(self, value: Tensor) -> Tensor:
         self._check(value)
@@ -418,6 +414,7 @@ class InverseGamma(_Scalar):
 
     arg_constraints = {"concentration": constraints.positive, "rate": constraints.positive}
     support = constraints.positive
+    has_rsample = True
     _names = ("concentration", "rate")
     concentration: Tensor
     rate: Tensor
@@ -425,9 +422,9 @@ class InverseGamma(_Scalar):
     def __init__(self, concentration: ArrayLike, rate: ArrayLike, validate_args: bool | None = None) -> None:
         self._setup((concentration, rate), validate_args)
 
-    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
-        g = Gamma(self.concentration, self.rate, validate_args=False).sample(sample_shape, generator)
-        return mark_cut(_const(1 / g._value), "sample", (self.concentration, self.rate))
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
+        g = Gamma(self.concentration, self.rate, validate_args=False).rsample(sample_shape, generator)
+        return 1 / g
 
     def log_prob(self, value: Tensor) -> Tensor:
         self._check(value)
@@ -457,6 +454,7 @@ class FisherSnedecor(_Scalar):
 
     arg_constraints = {"df1": constraints.positive, "df2": constraints.positive}
     support = constraints.positive
+    has_rsample = True
     _names = ("df1", "df2")
     df1: Tensor
     df2: Tensor
@@ -464,12 +462,11 @@ class FisherSnedecor(_Scalar):
     def __init__(self, df1: ArrayLike, df2: ArrayLike, validate_args: bool | None = None) -> None:
         self._setup((df1, df2), validate_args)
 
-    def sample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
-        rng, shape = _rng(generator), _shape_tuple(sample_shape) + self._batch_shape
-        d1, d2 = self.df1._value, self.df2._value
-        x = (rng.chisquare(d1, size=shape) / d1) / (rng.chisquare(d2, size=shape) / d2)
-        x = np.maximum(x, np.finfo(d1.dtype).tiny).astype(d1.dtype)
-        return mark_cut(_const(x), "sample", (self.df1, self.df2))
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
+        shape = _shape_tuple(sample_shape) + self._batch_shape
+        x1 = standard_gamma_rsample(0.5 * self.df1, shape, generator) / (0.5 * self.df1)
+        x2 = standard_gamma_rsample(0.5 * self.df2, shape, generator) / (0.5 * self.df2)
+        return ops.clip(x1 / x2, float(np.finfo(self._dtype()).tiny), None)
 
     def log_prob(self, value: Tensor) -> Tensor:
         self._check(value)

@@ -1,8 +1,11 @@
 """``Gamma(concentration, rate)`` and ``Dirichlet(concentration)`` (torch's semantics).
 
-Neither has a reparameterized sampler here: torch's uses implicit reparameterization, whose
-gradient needs the derivative of the regularized incomplete gamma function in its shape
-argument, which rlgrad has no exact form for.  Train with ``log_prob`` of ``sample()``.
+``Gamma.rsample`` is implicitly reparameterized, as torch's: the draw ``x`` of
+``Gamma(a, 1)`` moves with ``a`` as ``dx/da = -(dP/da) / p(x)``, P the regularized lower
+incomplete gamma function, read from its power series (``standard_gamma_grad``). Its second
+derivative in ``a`` raises (torch has none either). ``Dirichlet.rsample`` normalises such Gamma
+draws: unbiased pathwise gradients (torch differentiates its Dirichlet draw by another implicit
+formula, so per-draw gradients differ while their expectations agree).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from rlgrad.distributions.distribution import (
     _rng,
     _shape_tuple,
 )
-from rlgrad.special import digamma, gammaln, xlogy
+from rlgrad.special import digamma, gamma_draw, gammaln, xlogy
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
 from rlgrad.typing import GeneratorLike, ShapeLike
@@ -33,12 +36,22 @@ _NON_NEGATIVE = constraints.interval(0.0, np.inf)
 _NON_NEGATIVE.description = "must be non-negative (>= 0)"
 
 
+def standard_gamma_rsample(concentration: Tensor, shape: tuple[int, ...], generator: GeneratorLike) -> Tensor:
+    """A draw of Gamma(concentration, 1) of ``shape`` whose gradient w.r.t. the concentration is
+    the implicit one (torch's ``_standard_gamma``); clamped to the dtype's tiny as torch."""
+    a = concentration._value
+    g = _rng(generator).gamma(np.broadcast_to(a, shape), 1.0)
+    g = np.maximum(g, np.finfo(a.dtype).tiny).astype(a.dtype)
+    full = concentration if concentration._value.shape == shape else ops.broadcast_to(concentration, shape)
+    return gamma_draw(full, _const(g))
+
+
 class Gamma(Distribution):
     """Density ``rate^a x^(a-1) exp(-rate x) / Gamma(a)`` for x >= 0, a = concentration."""
 
     arg_constraints = {"concentration": constraints.positive, "rate": constraints.positive}
     support = _NON_NEGATIVE
-    has_rsample = False
+    has_rsample = True
 
     def __init__(self, concentration: Any, rate: Any, validate_args: bool | None = None) -> None:
         (self.concentration, self.rate), shape = _params(concentration, rate)
@@ -52,6 +65,12 @@ class Gamma(Distribution):
         x = _rng(generator).gamma(a, 1.0, size=_shape_tuple(sample_shape) + self._batch_shape) / r
         x = np.maximum(x, np.finfo(a.dtype).tiny).astype(a.dtype)  # torch clamps to tiny too
         return mark_cut(_const(x), "sample", (self.concentration, self.rate))
+
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
+        shape = _shape_tuple(sample_shape) + self._batch_shape
+        x = standard_gamma_rsample(self.concentration, shape, generator) / self.rate
+        tiny = float(np.finfo(self.concentration._value.dtype).tiny)
+        return ops.clip(x, tiny, None)
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
@@ -81,7 +100,7 @@ class Dirichlet(Distribution):
 
     arg_constraints = {"concentration": constraints.independent(constraints.positive, 1)}
     support = constraints.simplex
-    has_rsample = False
+    has_rsample = True
 
     def __init__(self, concentration: Any, validate_args: bool | None = None) -> None:
         c = _as_param(concentration, _float_dtype(concentration))
@@ -99,6 +118,11 @@ class Dirichlet(Distribution):
         g = np.maximum(g, np.finfo(a.dtype).tiny)
         return mark_cut(_const((g / g.sum(-1, keepdims=True)).astype(a.dtype)), "sample",
                         (self.concentration,))
+
+    def rsample(self, sample_shape: ShapeLike = (), generator: GeneratorLike = None) -> Tensor:
+        g = standard_gamma_rsample(self.concentration, self._extended_shape(sample_shape), generator)
+        fi = np.finfo(self.concentration._value.dtype)
+        return ops.clip(g / ops.sum(g, axis=-1, keepdims=True), float(fi.tiny), float(1 - fi.eps))
 
     def log_prob(self, value: Tensor) -> Tensor:
         if self._validate_args:
