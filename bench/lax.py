@@ -1,18 +1,23 @@
 """Benchmark: a GRU over 32 steps, batch 16, 64 units, forward + backward, under ``rlgrad.jit``:
 ``nn.GRU`` (its sequence node, ``cells.gru_seq``), a ``lax.scan`` over ``GRUCell`` (the fused
-cell as the body) and the same cell unrolled (a ``GRUCell`` called T times); ``nn.GRU`` eagerly;
-PyTorch eager (``torch.nn.GRU``, one thread). And the size of the compiled step for T = 8, 32,
+cell as the body; its VJP reading the saved residuals, the input projection hoisted before the
+loop) and the same scan with both off (``scan_residuals(False)``, ``scan_hoisting(False)``: the
+backward runs the cell again at every step), the same cell unrolled (a ``GRUCell`` called T
+times); ``nn.GRU`` eagerly; PyTorch eager (``torch.nn.GRU``, one thread). The floor: the GEMMs
+the scan makes, alone, NumPy's vs PyTorch's. And the size of the compiled step for T = 8, 32,
 128 (issue 30: it must not grow with T).
 
 All three run the same weights (rlgrad's are loaded from PyTorch's state_dict); losses and
 parameter gradients are compared before timing. Rounds interleave the implementations (see
-bench/_timing.py); times are medians over rounds, ratios medians of per-round ratios.
+bench/_timing.py); times are the process's CPU time (``--clock wall``: elapsed), medians over
+rounds, ratios medians of per-round ratios.
 Run ``python bench/lax.py``. On a loaded machine, say so beside the numbers.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -94,7 +99,49 @@ def program_sizes(lengths: tuple[int, ...] = (8, 32, 128)) -> list[dict[str, Any
     return rows
 
 
-def run(repeats: int = 9, min_time: float = 0.3) -> dict[str, Any]:
+def _recompute_jit(cell: Any, x: np.ndarray) -> Any:
+    """The scan's step traced with residuals and hoisting off: the reference VJP."""
+    with rlgrad.lax.scan_residuals(False), rlgrad.lax.scan_hoisting(False):
+        f = rlgrad.jit(_scan_step(cell))
+        f(x)
+    return f
+
+
+def gemm_floor(torch: Any, clock: Callable[[], float], repeats: int = 9,
+               min_time: float = 0.3) -> dict[str, float]:
+    """ms of the GEMMs alone of the scan's training step, NumPy's (what rlgrad calls) and
+    PyTorch's: the input projection and its weight gradient once over T*B rows (hoisted), per
+    step the recurrent product, its input and weight gradients."""
+    rng = np.random.default_rng(1)
+    x, w, h, g, gx = (rng.standard_normal(s).astype(np.float32) for s in (
+        (T * B, UNITS), (3 * UNITS, UNITS), (B, UNITS), (B, 3 * UNITS), (T * B, 3 * UNITS)))
+
+    def numpy_gemms() -> None:
+        x @ w.T
+        gx.T @ x
+        for _ in range(T):
+            h @ w.T
+            g @ w
+            g.T @ h
+
+    impls = {"numpy": numpy_gemms}
+    if torch is not None:
+        tx, tw, th, tg, tgx = (torch.from_numpy(a) for a in (x, w, h, g, gx))
+
+        def torch_gemms() -> None:
+            tx @ tw.T
+            tgx.T @ tx
+            for _ in range(T):
+                th @ tw.T
+                tg @ tw
+                tg.T @ th
+        impls["torch"] = torch_gemms
+    times = _timing.interleaved(impls, repeats, min_time / repeats, clock=clock)
+    return {name: float(np.median(ts)) * 1e3 for name, ts in times.items()}
+
+
+def run(repeats: int = 9, min_time: float = 0.3,
+        clock: Callable[[], float] = time.process_time) -> dict[str, Any]:
     torch = _timing.torch_or_none()
     x = np.random.default_rng(0).standard_normal((T, B, UNITS)).astype(np.float32)
     m = nn.GRU(UNITS, UNITS)
@@ -104,7 +151,9 @@ def run(repeats: int = 9, min_time: float = 0.3) -> dict[str, Any]:
     cell = _cell_from(m)
     gru_jit, scan_jit = rlgrad.jit(_gru_step(m)), rlgrad.jit(_scan_step(cell))
     unrolled_jit = rlgrad.jit(_unrolled_step(cell))
+    recompute_jit = _recompute_jit(cell, x)
     impls = {"nn.GRU_jit": lambda: gru_jit(x), "scan_GRUCell_jit": lambda: scan_jit(x),
+             "scan_GRUCell_jit_recompute": lambda: recompute_jit(x),
              "unrolled_GRUCell_jit": lambda: unrolled_jit(x),
              "nn.GRU_eager": lambda: _gru_step(m)(rlgrad.tensor(x))}
     losses = {name: float(np.asarray(getattr(f(), "_value", f()))) for name, f in impls.items()}
@@ -116,7 +165,7 @@ def run(repeats: int = 9, min_time: float = 0.3) -> dict[str, Any]:
             np.testing.assert_allclose(p.grad.numpy(), q.grad.numpy(), rtol=1e-3, atol=1e-4)
     ref = losses["nn.GRU_eager"]
     assert all(abs(v - ref) <= 1e-4 * abs(ref) for v in losses.values()), losses
-    times = _timing.interleaved(impls, repeats, min_time / repeats)
+    times = _timing.interleaved(impls, repeats, min_time / repeats, clock=clock)
     base = times.get("torch")
     return {name: {"ms": float(np.median(ts)) * 1e3,
                    "vs_torch": None if base is None else float(np.median(ts / base))}
@@ -147,13 +196,22 @@ def gae(repeats: int = 9, min_time: float = 0.3, n_steps: int = 128,
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=9, help="interleaved timing rounds")
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                    help="the process's CPU time (default) or elapsed time")
     args = ap.parse_args()
-    print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread")
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread, {args.clock} time")
     print(f"GRU T={T} B={B} H={UNITS}, forward + backward, float32\n")
     print("| implementation | ms per step | / PyTorch eager |\n|---|---:|---:|")
-    for name, r in run(args.repeats).items():
+    rows = run(args.repeats, clock=clock)
+    for name, r in rows.items():
         ratio = "-" if r["vs_torch"] is None else f"{r['vs_torch']:.2f}x"
         print(f"| {name} | {r['ms']:.2f} | {ratio} |")
+    floor = gemm_floor(_timing.torch_or_none(), clock, args.repeats)
+    print("\n| the scan's GEMMs alone | ms | / PyTorch eager's GRU step |\n|---|---:|---:|")
+    for name, ms in floor.items():
+        base = rows.get("torch", {}).get("ms")
+        print(f"| {name} | {ms:.2f} | {'-' if base is None else f'{ms / base:.2f}x'} |")
     print("\n| T | lines of the compiled step: nn.GRU | scan over GRUCell | unrolled |\n"
           "|---:|---:|---:|---:|")
     for r in program_sizes():

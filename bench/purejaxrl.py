@@ -18,10 +18,14 @@ rlgrad runs its ``PPO`` with the same hyperparameters, its value weight written 
 convention: PureJaxRL's value term is ``VF_COEF * 0.5 * mean(max(unclipped, clipped))`` of the
 squared errors, SB3's ``vf_coef * mean(...)``, so rlgrad gets ``vf_coef = 0.25`` (with 0.5, twice
 PureJaxRL's weight, the critic's gradient takes most of the shared 0.5 norm clip and seeds 0, 1, 2
-stopped at 342, 301 and 223). What differs by design: rlgrad's value loss is not clipped (SB3's
-default; its ``clip_range_vf`` clips without PureJaxRL's max), and rlgrad drops the transition
-Gymnasium's NEXT_STEP autoreset inserts after a done (gymnax resets within the step), so its
-rollouts hold a few rows fewer.
+stopped at 342, 301 and 223), and its value loss PureJaxRL's: ``clip_range_vf = CLIP_EPS`` with
+``clip_vf_max=True``, the larger of the clipped and unclipped errors (without it the seeds 0-4 of
+the compiled loop evaluated 414, 313, 500, 198, 335; with SB3's clipped term alone 492, 500, 500,
+500, 500 but seed 6 382; docs/rl.md). What differs by design: rlgrad bootstraps time-limit
+truncations (gymnax's 500-step end is a termination to PureJaxRL), its learning rate at update
+i is PureJaxRL's at update i + 1 (the progress counted after the rollout, as SB3), and it drops
+the transition Gymnasium's NEXT_STEP autoreset inserts after a done (gymnax resets within the
+step), so its rollouts hold a few rows fewer.
 
 Each side runs as its own Python process on one thread (XLA:
 ``--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1``; NumPy: one BLAS thread),
@@ -41,7 +45,8 @@ inside the time as XLA's compile is in PureJaxRL's: each run builds into an empt
 ``--warm-cache``), and 8 seeds as one such program (a seed axis on every array) beside PureJaxRL's
 ``jax.jit(jax.vmap(train))`` over 8 keys (``--no-vmap`` leaves both out); those two rows count
 8 runs' steps and give the seeds' mean return. ``--learning 0-4`` does not time: it trains the
-seeds with compile_loop as one program and evaluates each (the ">= 475 on seeds 0-4" check).
+seeds with compile_loop as one program and evaluates each (the ">= 475 on seeds 0-4" check),
+beside PureJaxRL's runs of the same seeds, their parameters evaluated the same way.
 
 Two more rows (``--no-floor`` leaves them out), each its own process too: the NumPy floor
 (``bench/_numpy_ppo.py``: the same PPO, PureJaxRL's loss and configuration, written by hand in
@@ -80,6 +85,8 @@ RLGRAD_KWARGS = {
     "gamma": CONFIG["GAMMA"], "gae_lambda": CONFIG["GAE_LAMBDA"], "clip_range": CONFIG["CLIP_EPS"],
     # PureJaxRL's value term is VF_COEF * 0.5 * mean(squared error): SB3's vf_coef * mean(...)
     "ent_coef": CONFIG["ENT_COEF"], "vf_coef": 0.5 * CONFIG["VF_COEF"],
+    # PureJaxRL clips the value as the ratio, the larger of the clipped and unclipped errors
+    "clip_range_vf": CONFIG["CLIP_EPS"], "clip_vf_max": True,
     "max_grad_norm": CONFIG["MAX_GRAD_NORM"],
     "policy_kwargs": {"net_arch": {"pi": [64, 64], "vf": [64, 64]}, "activation_fn": "tanh"},
 }
@@ -310,7 +317,8 @@ def main() -> None:
         child(args.child, args.seed)
         return
     if args.learning:
-        learning(args.learning, args.config, args.algo)
+        jax = args.config == "purejaxrl" and not args.no_jax and have_jax()
+        learning(args.learning, args.config, args.algo, jax)
         return
     jax_ok = not args.no_jax and have_jax()
     if not jax_ok and not args.no_jax:
@@ -385,9 +393,10 @@ def _table(args: argparse.Namespace, repeat: int, runs: dict[str, list[dict]]) -
     print("\n(ratio columns: medians of the per-run ratios of the row's process to the column's)")
 
 
-def learning(text: str, config: str = "purejaxrl", algo: str = "ppo") -> None:
+def learning(text: str, config: str = "purejaxrl", algo: str = "ppo", jax: bool = False) -> None:
     """The compile_loop learning check: the seeds as one program, each evaluated; PureJaxRL's
-    configuration (PPO), or rlgrad's CartPole-v1 preset of ``algo``."""
+    configuration (PPO), or rlgrad's CartPole-v1 preset of ``algo``. ``jax``: PureJaxRL's own
+    runs of the seeds beside them, their final parameters evaluated the same way."""
     from rlgrad.cli.build import resolve
     from rlgrad.cli.seeds import parse_seeds
     from rlgrad.rl import evaluate
@@ -404,10 +413,43 @@ def learning(text: str, config: str = "purejaxrl", algo: str = "ppo") -> None:
     print(f"{spec.cls.__name__} compile_loop, {config} configuration ({steps} steps), seeds {text} "
           f"as one program: {time.perf_counter() - t0:.1f} s (compile included; load "
           f"{os.getloadavg()[0]:.1f})\n\n| seed | return (last 10 updates, >= 10 episodes) | "
-          "deterministic eval (20 ep.) |\n|---:|---:|---|")
+          "deterministic eval (20 ep.) |" + (" PureJaxRL: return | eval |" if jax else "")
+          + "\n|---:|---:|---|" + ("---:|---|" if jax else ""))
     for m in models:
         mean, std = evaluate(m, CONFIG["ENV_NAME"], n_episodes=20)
-        print(f"| {m.seed} | {_loop_returns(m):.1f} | {mean:.1f} ± {std:.1f} |", flush=True)
+        row = f"| {m.seed} | {_loop_returns(m):.1f} | {mean:.1f} ± {std:.1f} |"
+        if jax:
+            ret, agent = _jax_agent(m.seed)
+            jm, js = evaluate(agent, CONFIG["ENV_NAME"], n_episodes=20)
+            row += f" {ret:.1f} | {jm:.1f} ± {js:.1f} |"
+        print(row, flush=True)
+
+
+def _jax_agent(seed: int) -> tuple[float, object]:
+    """PureJaxRL trained on ``seed``: its return (last 10 updates) and an agent whose ``predict``
+    is its actor's argmax (``rlgrad.rl.evaluate`` runs it as rlgrad's models)."""
+    import jax
+    import numpy as np
+
+    from bench._purejaxrl_jax import make_train
+
+    out = jax.block_until_ready(jax.jit(make_train(CONFIG))(jax.random.PRNGKey(seed)))
+    m = out["metrics"]
+    done = np.asarray(m["returned_episode"])[-10:]
+    ret = float(np.mean(np.asarray(m["returned_episode_returns"])[-10:][done]))
+    p = out["runner_state"][0].params["params"]
+    actor = [(np.asarray(p[f"Dense_{i}"]["kernel"]), np.asarray(p[f"Dense_{i}"]["bias"]))
+             for i in range(3)]  # Dense_0-2: the actor; 3-5: the critic
+
+    class Agent:
+        def predict(self, obs: np.ndarray, deterministic: bool = True) -> tuple:
+            x = np.asarray(obs, np.float32)
+            for i, (w, b) in enumerate(actor):
+                x = x @ w + b
+                x = np.tanh(x) if i < 2 else x
+            return np.argmax(x, axis=-1), None
+
+    return ret, Agent()
 
 
 if __name__ == "__main__":

@@ -437,9 +437,68 @@ def _cases4(T):
     }
 
 
+def _cases5(T):
+    """The distributions, optimizers, schedulers, linalg and Bessel functions of the session
+    that closed issue 29's list."""
+    f = lambda *s: T.tensor(np.random.default_rng(0).normal(size=s))
+    D, optim, sched = T.distributions, T.optim, T.optim.lr_scheduler
+    x, v, m = f(4, 5), f(6).abs() + 0.5, f(4, 4)
+    p = T.sigmoid(f(6))
+    w = T.nn.Parameter(f(3))
+    opt = lambda: optim.SGD([T.nn.Parameter(f(2))], lr=0.1, momentum=0.9)
+    closure = lambda o: (o.zero_grad(), (l := (w ** 2).sum()).backward(), l)[2]
+    lbfgs = lambda: optim.LBFGS([w], line_search_fn="strong_wolfe")
+    return {
+        "distributions.Cauchy": lambda: D.Cauchy(v, v).rsample((2,)),
+        "distributions.HalfCauchy": lambda: D.HalfCauchy(v).log_prob(v),
+        "distributions.HalfNormal": lambda: D.HalfNormal(v).entropy(),
+        "distributions.Gumbel": lambda: D.Gumbel(v, v).rsample(),
+        "distributions.Weibull": lambda: D.Weibull(v, v).log_prob(v),
+        "distributions.Pareto": lambda: D.Pareto(v, v).log_prob(v + 1),
+        "distributions.Kumaraswamy": lambda: D.Kumaraswamy(v, v).rsample(),
+        "distributions.StudentT": lambda: D.StudentT(v).log_prob(v),
+        "distributions.Chi2": lambda: D.Chi2(v).log_prob(v),
+        "distributions.InverseGamma": lambda: D.InverseGamma(v, v).entropy(),
+        "distributions.FisherSnedecor": lambda: D.FisherSnedecor(v, v).log_prob(v),
+        "distributions.VonMises": lambda: D.VonMises(v, v).log_prob(v),
+        "distributions.Geometric": lambda: D.Geometric(p).log_prob(T.ones(6)),
+        "distributions.NegativeBinomial": lambda: D.NegativeBinomial(v, p).log_prob(T.ones(6)),
+        "distributions.Multinomial": lambda: D.Multinomial(3, probs=T.softmax(x, -1)).sample(),
+        "distributions.RelaxedBernoulli": lambda: D.RelaxedBernoulli(T.tensor(0.5), probs=p).rsample(),
+        "distributions.OneHotCategoricalStraightThrough": lambda: D.OneHotCategoricalStraightThrough(
+            logits=x).rsample(),
+        "distributions.LowRankMultivariateNormal": lambda: D.LowRankMultivariateNormal(
+            x[:, :3], f(4, 3, 2), v[:3]).log_prob(x[:, :3]),
+        "distributions.LogisticNormal": lambda: D.LogisticNormal(x, v[:5]).rsample(),
+        "distributions.StickBreakingTransform": lambda: D.StickBreakingTransform()(x),
+        "distributions.ContinuousBernoulli": lambda: D.ContinuousBernoulli(p).rsample(),
+        "optim.Rprop": lambda: optim.Rprop([T.nn.Parameter(f(2))]).defaults,
+        "optim.ASGD": lambda: optim.ASGD([T.nn.Parameter(f(2))]).defaults,
+        "optim.LBFGS": lambda: (o := lbfgs()).step(lambda: closure(o)),
+        "optim.lr_scheduler.CyclicLR": lambda: sched.CyclicLR(opt(), 0.01, 0.1).get_last_lr(),
+        "optim.lr_scheduler.ChainedScheduler": lambda: sched.ChainedScheduler(
+            [sched.ExponentialLR(o := opt(), 0.9), sched.StepLR(o, 2)]).step(),
+        "linalg.lu": lambda: T.linalg.lu(m).L,
+        "linalg.lu_factor": lambda: T.linalg.lu_factor(m).pivots,
+        "linalg.lu_factor_ex": lambda: T.linalg.lu_factor_ex(m).info,
+        "linalg.lu_solve": lambda: T.linalg.lu_solve(*T.linalg.lu_factor(m), x[:, :2]),
+        "linalg.eig": lambda: T.linalg.eig(m).eigenvalues,
+        "linalg.eigvals": lambda: T.linalg.eigvals(m),
+        "linalg.cond": lambda: T.linalg.cond(m),
+        "linalg.matrix_rank": lambda: T.linalg.matrix_rank(m),
+        "linalg.vander": lambda: T.linalg.vander(v),
+        "i0": lambda: T.i0(v),
+        "Tensor.i0": lambda: v.i0(),
+        "special.i0e": lambda: T.special.i0e(v),
+        "special.i1": lambda: T.special.i1(v),
+        "special.i1e": lambda: T.special.i1e(v),
+        "special.modified_bessel_i0": lambda: T.special.modified_bessel_i0(v),
+    }
+
+
 def cases(T):
     out = {}
-    for part in (_cases0, _cases1, _cases2, _cases3, _cases4):
+    for part in (_cases0, _cases1, _cases2, _cases3, _cases4, _cases5):
         out.update(part(T))
     return out
 

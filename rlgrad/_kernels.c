@@ -9,7 +9,8 @@
      passes with two temporaries.
    * gae(...): RolloutBuffer's GAE(lambda) advantages and returns (rlgrad.rl.buffers), which NumPy
      runs as ~25 small operations per rollout: most of the cost of A2C's 5-step rollouts.
-   * relu, relu_grad, add_rows (and the two together), outer; live_columns, take_columns,
+   * relu, relu_grad, add_rows (and the two together), outer, outers, weight_cols (a conv
+     weight's columns); live_columns, take_columns,
      put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py); lstm_gates, lstm_dgates,
      gru_gates, gru_state, gru_dgates (the recurrent cells' elementwise work,
      rlgrad/nn/cells.py): below, each where it is.
@@ -514,6 +515,98 @@ static PyObject *outer(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return done(b, 3, fits);
 }
 
+/* out[v, i, j] = a[v, i] * b[v, j]: a stack of outer products, vmap's per-sample weight
+   gradients (rlgrad/batching.py: _bmatmul), which NumPy's einsum and broadcast multiply run as
+   an inner-loop call per (v, i) row (~3x slower at (256, 64, 64)). One multiply per element,
+   as np.matmul's contraction of length 1. */
+#define OUTERS_LOOP(T)                                                                             \
+    CLONES static void outers_##T(const T *a, const T *b, T *restrict out, Py_ssize_t v,          \
+                                  Py_ssize_t m, Py_ssize_t n) {                                    \
+        for (Py_ssize_t s = 0; s < v; s++) {                                                       \
+            const T *bs = b + s * n;                                                               \
+            for (Py_ssize_t i = 0; i < m; i++) {                                                   \
+                const T ai = a[s * m + i];                                                         \
+                T *o = out + (s * m + i) * n;                                                      \
+                for (Py_ssize_t j = 0; j < n; j++) o[j] = ai * bs[j];                              \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+OUTERS_LOOP(float)
+OUTERS_LOOP(double)
+
+PyDoc_STRVAR(outers_doc,
+"outers(a, b, out) -> bool\n\n"
+"out[v] = the outer product of a[v] and b[v], for C-contiguous float32/float64 arrays of one\n"
+"dtype: a (V, m), b (V, n), out (V, m, n) apart from both. False (nothing written) if they do\n"
+"not fit.");
+
+static PyObject *outers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "outers(a, b, out) takes 3 arguments");
+        return NULL;
+    }
+    Py_buffer b[3];
+    if (!take(args, 3, 2, b)) Py_RETURN_FALSE;
+    const Py_buffer *x = &b[0], *y = &b[1], *o = &b[2];
+    char k = kind_of(x);
+    int fits = k && kind_of(y) == k && kind_of(o) == k && x->ndim == 2 && y->ndim == 2
+               && o->ndim == 3 && o->shape[0] == x->shape[0] && y->shape[0] == x->shape[0]
+               && o->shape[1] == x->shape[1] && o->shape[2] == y->shape[1] && !overlap(o, x)
+               && !overlap(o, y);
+    if (fits && k == 'f')
+        outers_float(x->buf, y->buf, o->buf, x->shape[0], x->shape[1], y->shape[1]);
+    else if (fits)
+        outers_double(x->buf, y->buf, o->buf, x->shape[0], x->shape[1], y->shape[1]);
+    return done(b, 3, fits);
+}
+
+/* out[s, c, o] = w[o, c, s]: a conv weight (O, C, kh*kw) as the (kh*kw*C, O) matrix of the NHWC
+   columns (rlgrad/nn/functional.py: _weight_cols), which NumPy's transposing copy writes element
+   by element with a stride of C*kh*kw in its innermost loop (59 us for (64, 32, 4, 4), most of
+   a batch-1 convolution). Here 16 output channels at a time: their rows of w are read side by
+   side, each out row segment written contiguously. A copy: the same numbers. */
+#define WEIGHT_COLS_LOOP(T)                                                                        \
+    CLONES static void weight_cols_##T(const T *restrict w, T *restrict out, Py_ssize_t O,        \
+                                       Py_ssize_t C, Py_ssize_t S) {                               \
+        Py_ssize_t K = C * S;                                                                      \
+        for (Py_ssize_t o0 = 0; o0 < O; o0 += 16) {                                                \
+            Py_ssize_t o1 = o0 + 16 < O ? o0 + 16 : O;                                             \
+            for (Py_ssize_t c = 0; c < C; c++)                                                     \
+                for (Py_ssize_t s = 0; s < S; s++) {                                               \
+                    const T *src = w + c * S + s;                                                  \
+                    T *dst = out + (s * C + c) * O;                                                \
+                    for (Py_ssize_t o = o0; o < o1; o++) dst[o] = src[o * K];                      \
+                }                                                                                  \
+        }                                                                                          \
+    }
+
+WEIGHT_COLS_LOOP(float)
+WEIGHT_COLS_LOOP(double)
+
+PyDoc_STRVAR(weight_cols_doc,
+"weight_cols(w, out) -> bool\n\n"
+"out (kh*kw*C, O) = w (O, C, kh, kw) transposed to (kh, kw, C, O), for C-contiguous\n"
+"float32/float64 arrays of one dtype, apart. False (nothing written) if they do not fit.");
+
+static PyObject *weight_cols(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "weight_cols(w, out) takes 2 arguments");
+        return NULL;
+    }
+    Py_buffer b[2];
+    if (!take(args, 2, 1, b)) Py_RETURN_FALSE;
+    const Py_buffer *w = &b[0], *o = &b[1];
+    char k = kind_of(w);
+    int fits = k && kind_of(o) == k && w->ndim == 4 && o->ndim == 2 && o->shape[1] == w->shape[0]
+               && o->shape[0] == w->shape[1] * w->shape[2] * w->shape[3] && !overlap(o, w);
+    if (fits && k == 'f')
+        weight_cols_float(w->buf, o->buf, w->shape[0], w->shape[1], w->shape[2] * w->shape[3]);
+    else if (fits)
+        weight_cols_double(w->buf, o->buf, w->shape[0], w->shape[1], w->shape[2] * w->shape[3]);
+    return done(b, 2, fits);
+}
+
 /* The LSTM cell's elementwise work around its GEMM and NumPy's tanh (rlgrad/nn/cells.py:
    _lstm_step, _lstm_dstep), which NumPy runs as ~6 passes forward and ~17 backward over
    (rows, H) blocks, in one pass each. Arrays of K gates are (K, rows, H) views with any gate and
@@ -535,6 +628,22 @@ static int grid_of(const Py_buffer *b, char kind, int gates, Py_ssize_t rows, Py
     g->k = gates ? b->strides[0] : 0;
     g->r = b->strides[nd - 2];
     return 1;
+}
+
+/* Whether two strided buffers' memory spans (first to last byte addressed) intersect. */
+static int span_overlap(const Py_buffer *a, const Py_buffer *b) {
+    if (a->len == 0 || b->len == 0) return 0;
+    const Py_buffer *x[2] = {a, b};
+    const char *lo[2], *hi[2];
+    for (int k = 0; k < 2; k++) {
+        lo[k] = hi[k] = x[k]->buf;
+        for (int d = 0; d < x[k]->ndim; d++) {
+            Py_ssize_t reach = (x[k]->shape[d] - 1) * x[k]->strides[d];
+            if (reach < 0) lo[k] += reach; else hi[k] += reach;
+        }
+        hi[k] += x[k]->itemsize;
+    }
+    return lo[0] < hi[1] && lo[1] < hi[0];
 }
 
 /* Buffers of objs[0..n) with their strides (None: an empty buffer, buf NULL); writable from
@@ -565,21 +674,25 @@ static PyObject *done_strided(Py_buffer *b, int n, int fits) {
 #define ROW(G_, K_, N_, T_) ((T_ *)((G_).p + (K_) * (G_).k + (N_) * (G_).r))
 
 /* acts holds tanh of the pre-activations, i, f, o halved (sigmoid(a) = tanh(a / 2) / 2 + 1 / 2):
-   i, f, o finished in place, and c' = f * c + g * i. */
+   i, f, o finished and all four written to gt (acts itself, or the output's gate blocks when acts
+   is a scratch GEMM row block: the copy is free in this pass), and c' = f * c + g * i. */
 #define LSTM_GATES_LOOP(T)                                                                         \
-    CLONES static void lstm_gates_##T(grid a, grid c, grid cn, Py_ssize_t rows, Py_ssize_t h) {    \
+    CLONES static void lstm_gates_##T(grid a, grid c, grid cn, grid gt, Py_ssize_t rows,           \
+                                      Py_ssize_t h) {                                              \
         for (Py_ssize_t n = 0; n < rows; n++) {                                                    \
-            T *i = ROW(a, 0, n, T), *f = ROW(a, 1, n, T), *g = ROW(a, 2, n, T);                    \
-            T *o = ROW(a, 3, n, T), *cq = ROW(cn, 0, n, T);                                        \
-            const T *cp = ROW(c, 0, n, T);                                                         \
-            _Pragma("GCC ivdep") /* distinct blocks: no dependence between elements */             \
+            const T *i = ROW(a, 0, n, T), *f = ROW(a, 1, n, T), *g = ROW(a, 2, n, T);              \
+            const T *o = ROW(a, 3, n, T), *cp = ROW(c, 0, n, T);                                   \
+            T *io = ROW(gt, 0, n, T), *fo = ROW(gt, 1, n, T), *go = ROW(gt, 2, n, T);              \
+            T *oo = ROW(gt, 3, n, T), *cq = ROW(cn, 0, n, T);                                      \
+            _Pragma("GCC ivdep") /* distinct blocks (or gt = a: each read before written) */      \
             for (Py_ssize_t j = 0; j < h; j++) {                                                   \
-                T ii = i[j] * (T)0.5 + (T)0.5, ff = f[j] * (T)0.5 + (T)0.5;                        \
+                T ii = i[j] * (T)0.5 + (T)0.5, ff = f[j] * (T)0.5 + (T)0.5, gg = g[j];             \
                 T cc = ff * cp[j];                                                                 \
-                o[j] = o[j] * (T)0.5 + (T)0.5;                                                     \
-                i[j] = ii;                                                                         \
-                f[j] = ff;                                                                         \
-                cq[j] = cc + g[j] * ii;                                                            \
+                oo[j] = o[j] * (T)0.5 + (T)0.5;                                                    \
+                io[j] = ii;                                                                        \
+                fo[j] = ff;                                                                        \
+                go[j] = gg;                                                                        \
+                cq[j] = cc + gg * ii;                                                              \
             }                                                                                      \
         }                                                                                          \
     }
@@ -588,28 +701,36 @@ LSTM_GATES_LOOP(float)
 LSTM_GATES_LOOP(double)
 
 PyDoc_STRVAR(lstm_gates_doc,
-"lstm_gates(acts, c, c_new) -> bool\n\n"
+"lstm_gates(acts, c, c_new[, gates]) -> bool\n\n"
 "acts (4, rows, H): tanh of the gate pre-activations, i, f, o halved; i, f, o become\n"
-"tanh / 2 + 1 / 2 in place and c_new (rows, H) = f * c + g * i. float32/float64 of one dtype,\n"
-"contiguous rows. False (nothing written) if they do not fit.");
+"tanh / 2 + 1 / 2 (in acts, or with g in gates (4, rows, H) when given, acts unchanged) and\n"
+"c_new (rows, H) = f * c + g * i. float32/float64 of one dtype, contiguous rows. False\n"
+"(nothing written) if they do not fit.");
 
 static PyObject *lstm_gates(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "lstm_gates(acts, c, c_new) takes 3 arguments");
+    if (nargs != 3 && nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "lstm_gates(acts, c, c_new[, gates]) takes 3 or 4 arguments");
         return NULL;
     }
-    Py_buffer b[3];
-    if (!take_strided(args, 3, 0, b)) Py_RETURN_FALSE;
-    grid a, c, cn;
+    int n = (int)nargs;
+    Py_buffer b[4];
+    if (!take_strided(args, n, n == 4 ? 2 : 0, b)) Py_RETURN_FALSE;
+    grid a, c, cn, gt;
     char k = b[0].obj && b[0].ndim == 3 ? kind_of(&b[0]) : 0;
     Py_ssize_t rows = k ? b[0].shape[1] : 0, h = k ? b[0].shape[2] : 0;
     int fits = k && b[1].obj && b[2].obj && grid_of(&b[0], k, 4, rows, h, &a)
                && grid_of(&b[1], k, 0, rows, h, &c) && grid_of(&b[2], k, 0, rows, h, &cn);
+    if (n == 4) /* a separate output: it must not overlap what the pass reads */
+        fits = fits && b[3].obj && grid_of(&b[3], k, 4, rows, h, &gt)
+               && !span_overlap(&b[3], &b[0]) && !span_overlap(&b[3], &b[1])
+               && !span_overlap(&b[3], &b[2]);
+    else
+        gt = a;
     if (fits && k == 'f')
-        lstm_gates_float(a, c, cn, rows, h);
+        lstm_gates_float(a, c, cn, gt, rows, h);
     else if (fits)
-        lstm_gates_double(a, c, cn, rows, h);
-    return done_strided(b, 3, fits);
+        lstm_gates_double(a, c, cn, gt, rows, h);
+    return done_strided(b, n, fits);
 }
 
 /* The gradient of a step's gate pre-activations d (4, rows, H) and of the state c it read,
@@ -846,6 +967,8 @@ static PyMethodDef methods[] = {
     {"take_columns", (PyCFunction)(void (*)(void))take_columns, METH_FASTCALL, take_columns_doc},
     {"put_rows", (PyCFunction)(void (*)(void))put_rows, METH_FASTCALL, put_rows_doc},
     {"outer", (PyCFunction)(void (*)(void))outer, METH_FASTCALL, outer_doc},
+    {"outers", (PyCFunction)(void (*)(void))outers, METH_FASTCALL, outers_doc},
+    {"weight_cols", (PyCFunction)(void (*)(void))weight_cols, METH_FASTCALL, weight_cols_doc},
     {"lstm_gates", (PyCFunction)(void (*)(void))lstm_gates, METH_FASTCALL, lstm_gates_doc},
     {"lstm_dgates", (PyCFunction)(void (*)(void))lstm_dgates, METH_FASTCALL, lstm_dgates_doc},
     {"gru_gates", (PyCFunction)(void (*)(void))gru_gates, METH_FASTCALL, gru_gates_doc},

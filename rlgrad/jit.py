@@ -51,9 +51,10 @@ _INDEX_OPS = ("getitem", "untake")  # their second argument is an index
 class _Compiled:
     """One traced program: the generated function (it returns the output pytree itself), its
     source and how many ops it runs; ``guards``: (tensor, whether its ``.grad`` was None) that
-    the program assumes at entry; ``first``: ``(outputs,)`` of the trace when it made replayed
-    calls (an optimizer step...), which were that call's, until the call returns them (a tuple,
-    since the outputs may be None: a soft target update returns nothing)."""
+    the program assumes at entry; ``first``: ``(outputs,)`` of the trace, which computed that
+    call's outputs and made its replayed calls (an optimizer step...), until the call returns
+    them instead of running the program again (a tuple, since the outputs may be None: a soft
+    target update returns nothing)."""
 
     def __init__(self, fn: Callable, source: str, n_ops: int) -> None:
         self.fn = fn
@@ -321,10 +322,11 @@ class jit:  # noqa: N801 - lower-case like jax.jit
         compiled.made = {id(t) for t, _ in fresh}
         compiled.state = [e[1] for e in tape if getattr(e[0], "effect", False)] + [
             t for t, _g in grads.final]
-        if any(getattr(p, "effect", False) for p, *_ in tape):
-            compiled.first = (tree_unflatten(out_def, [
-                _tensor_out(o._value) if wrap else o._value if isinstance(o, Tensor) else o
-                for o, wrap in zip(out_leaves, as_tensor)]),)
+        # the trace computed this call's outputs (and made its updates): the first call returns
+        # them rather than running the program again
+        compiled.first = (tree_unflatten(out_def, [
+            _tensor_out(o._value) if wrap else o._value if isinstance(o, Tensor) else o
+            for o, wrap in zip(out_leaves, as_tensor)]),)
         grads.settle()
         return compiled
 

@@ -26,11 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad import func
 from rlgrad.jit import TRACE_INPUTS, _compile
 from rlgrad.ops import astype, concatenate, getitem, identity, ravel, reshape, stack, stop_gradient
 from rlgrad.tensor import Tensor, _Depth, _Trace, constant
 from rlgrad.tracer import (
     VMAP_LEVELS,
+    NotBatchable,
     defjvp_argnum,
     defjvp_is_linear,
     defvjp,
@@ -136,30 +138,47 @@ class _Body:
     tape compiled to one NumPy function ``run(*inputs, *captured) -> list of arrays``."""
 
     def __init__(self, fn: Callable, values: list[Any], where: str) -> None:
-        self.where = where
-        self.inputs = [constant(np.array(_value(v))) for v in values]
+        inputs = [constant(np.array(_value(v))) for v in values]
         outer_vals = _outer_values()
         outer_ids = {id(e[3]) for e in (_Trace.tape or [])} | {id(t) for t in TRACE_INPUTS}
         tape: list = []
         saved = _Trace.tape
         _Trace.tape = tape
+        # a transform inside records its backward on the tape (nested), at the top level too
+        _Depth.value += 1
         try:
             with np.errstate(all="ignore"):  # first-step values: a branch not taken may overflow
-                outs = [_leaf(o) for o in fn(list(self.inputs))]
+                outs = [_leaf(o) for o in fn(list(inputs))]
         finally:
             _Trace.tape = saved
+            _Depth.value -= 1
         for p, *_ in tape:
             if getattr(p, "effect", False) or p.fwd is None:
                 raise TypeError(f"{where}: the body calls {p.name}, which changes state or draws "
                                 "randomness; a loop body must be a pure function of its "
                                 "arguments: return the new values in the carry")
-        self.tape, self.outs = tape, outs
+        captured = _captured(tape, inputs, outs, outer_vals)
+        # cacheable: nothing captured was computed by this trace (a later one would not see it)
+        self._setup(where, inputs, tape, outs, captured,
+                    not any(id(t) in outer_ids for t in captured))
+
+    @classmethod
+    def of_tape(cls, where: str, inputs: list[Tensor], tape: list, outs: list[Any],
+                captured: list[Tensor]) -> _Body:
+        """A body made of part of another's tape (``_Lin``): compiled, not traced."""
+        self = cls.__new__(cls)
+        self._setup(where, inputs, tape, outs, captured, True)
+        return self
+
+    def _setup(self, where: str, inputs: list[Tensor], tape: list, outs: list[Any],
+               captured: list[Tensor], cacheable: bool) -> None:
+        self.where, self.inputs, self.tape, self.outs = where, inputs, tape, outs
+        self.captured, self.cacheable = captured, cacheable
         self.y_def: Any = None  # the structure of the outputs after the carry (scan's ys)
         self.avals = [_aval(o) for o in outs]
-        self.captured = _captured(tape, self.inputs, outs, outer_vals)
-        # cacheable: nothing captured was computed by this trace (a later one would not see it)
-        self.cacheable = not any(id(t) in outer_ids for t in self.captured)
-        compiled = _compile(self.inputs + self.captured, tape, outs, tree_flatten(list(outs))[1])
+        self.lins: dict[int, _Lin | None] = {}  # n_carry -> the body split for its VJP
+        self.hoists: dict[int, _Hoist | None] = {}  # n_carry -> the body split before the loop
+        compiled = _compile(inputs + captured, tape, outs, tree_flatten(list(outs))[1])
         self.run, self.source = compiled.fn, compiled.source
 
     def eval(self, inputs: Sequence[Any], captured: Sequence[Any]) -> list[Any]:
@@ -335,11 +354,13 @@ class _Node:
                 out[off:off + n] = v.ravel()
         return out
 
-    def unpack(self, node: Any, cotangent: bool = False) -> list[Any]:
-        """The outputs of the node's value ``node`` (recorded: differentiable where floating);
-        ``cotangent``: ``node`` is a gradient of the node, whose integer parts are zeros."""
+    def unpack(self, node: Any, cotangent: bool = False, count: int | None = None,
+               start: int = 0) -> list[Any]:
+        """The outputs ``start:count`` of the node's value ``node`` (recorded: differentiable
+        where floating); ``cotangent``: ``node`` is a gradient of the node, whose integer parts
+        are zeros."""
         out = []
-        for (shape, dtype), (off, n, bits) in zip(self.avals, self.layout):
+        for (shape, dtype), (off, n, bits) in list(zip(self.avals, self.layout))[start:count]:
             if bits:
                 out.append(constant(np.zeros(shape, dtype)) if cotangent
                            else _bits_p(node, off, n, dtype.str, shape))
@@ -513,12 +534,15 @@ def _scan_eager(f: Callable, init: list[Any], init_def: Any, xs: list[Any], xs_d
 
 class _ScanCtx(_Node):
     """A scan node: its body, trip count, direction and layout. ``save``: the carries entering
-    each step are packed after the outputs (the residuals the VJP runs the body again on)."""
+    each step are packed after the outputs (the VJP runs the body again on them). ``lin``: the
+    body is ``lin.fwd``, whose last ``n_res`` ys are the residuals ``lin.bwd`` reads."""
 
     def __init__(self, body: _Body, n_carry: int, n_x: int, length: int, reverse: bool,
-                 save: bool) -> None:
+                 save: bool, lin: _Lin | None = None) -> None:
         self.body, self.n_carry, self.n_x = body, n_carry, n_x
         self.length, self.reverse, self.save = length, reverse, save
+        self.lin, self.n_res = lin, lin.n_res if lin is not None else 0
+        self.res_recorded = False  # a recorded VJP read the residuals: they may get gradients
         carry_avals = body.avals[:n_carry]
         self.y_avals = body.avals[n_carry:]
         stacked = [((length, *s), d) for s, d in self.y_avals]
@@ -544,10 +568,11 @@ def _scan_fwd(*arrays: np.ndarray, ctx: _ScanCtx) -> np.ndarray:
     out, views = ctx.buffers()
     ny = len(ctx.y_avals)
     ys, saved = views[nc:nc + ny], views[nc + ny:]
+    rows = list(zip(*xs)) if xs else [()] * n  # each step's slices, made in one go
     for t in (range(n - 1, -1, -1) if ctx.reverse else range(n)):
         for s, c in zip(saved, carry):
             s[t] = c
-        step = run(*carry, *[x[t] for x in xs], *consts)
+        step = run(*carry, *rows[t], *consts)
         carry = step[:nc]
         for y, v in zip(ys, step[nc:]):
             y[t] = v
@@ -571,11 +596,30 @@ def _scan_traced(f: Callable, init: list[Any], init_def: Any, xs: list[Any], xs_
     body = _body_for((f,), flat, [*init, *first], "rlgrad.lax.scan")
     if "y_def" in traced:  # (else found in the cache: the ys' structure is the one traced then)
         body.y_def = traced["y_def"]
-    args = [*body.captured, *init, *xs]
-    save = is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args)
-    ctx = _ScanCtx(body, len(init), len(xs), n, reverse, save)
-    parts = ctx.unpack(_scan_p(*args, ctx=ctx))
-    return parts[:len(init)], parts[len(init):len(init) + len(ctx.y_avals)], body.y_def
+    parts = _scan_node(body, body.captured, init, xs, n, reverse)
+    return parts[:len(init)], parts[len(init):], body.y_def
+
+
+def _scan_node(body: _Body, consts: list[Any], init: list[Any], xs: list[Any], n: int,
+               reverse: bool, may_save: bool = True) -> list[Any]:
+    """The node of a scan of ``body`` (``consts``: its captured): the final carries, then the
+    stacked ys. While a gradient may be asked for (and ``may_save``) it saves what its VJP
+    reads: the body's residuals (``_Lin``), or under ``scan_residuals(False)`` the carries
+    entering each step."""
+    hoist = _hoist_of(body, len(init)) if _Fast.hoist and n else None
+    if hoist is not None:
+        consts, xs = _hoisted(hoist, consts, xs)
+        body = hoist.rest
+    args = [*consts, *init, *xs]
+    save = may_save and is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad
+                                                  for a in args)
+    lin = _lin_of(body, len(init)) if save and _Fast.residuals else None
+    if lin is None:
+        ctx = _ScanCtx(body, len(init), len(xs), n, reverse, save)
+    else:
+        ctx = _ScanCtx(lin.fwd, len(init), len(xs), n, reverse, False, lin)
+        args = [*lin.binds(lin.fwd, consts), *init, *xs]
+    return ctx.unpack(_scan_p(*args, ctx=ctx), count=len(init) + len(ctx.y_avals) - ctx.n_res)
 
 
 def _scan_vjp(i: int, g: Any, ans: Any, *args: Any, ctx: _ScanCtx) -> Any:
@@ -595,7 +639,11 @@ def _saved_carries(ctx: _ScanCtx, ans: Any, args: Sequence[Any]) -> list[Any]:
 def _scan_grads(ctx: _ScanCtx, g: Tensor, ans: Any, args: Sequence[Any]) -> list[Any]:
     """JAX's transpose of scan: a scan the other way over the saved carries, whose body is the
     VJP of the step (the body's tape run again), the captured tensors' gradients summed in its
-    carry."""
+    carry. With residuals saved, ``_scan_grads_saved``, unless a recorded VJP read them before
+    (grad of grad): then they may have gradients of their own, which this path gives."""
+    if ctx.lin is not None and not ctx.res_recorded:
+        ctx.res_recorded = is_grad_enabled()
+        return _scan_grads_saved(ctx, ctx.lin, g, ans, args)
     consts, init, xs = ctx.split(args)
     nc, ny = ctx.n_carry, len(ctx.y_avals)
     cts = ctx.unpack(g, cotangent=True)
@@ -621,6 +669,29 @@ def _scan_grads(ctx: _ScanCtx, g: Tensor, ans: Any, args: Sequence[Any]) -> list
                                (ct_carry, [_zeros(k) for k in kf]),
                                (saved, xs, ct_ys, ct_s), reverse=not ctx.reverse)
     return _grads_list(args, [*_splice(consts, d_k), *d_init, *_splice(xs, d_xs)])
+
+
+def _scan_grads_saved(ctx: _ScanCtx, lin: _Lin, g: Tensor, ans: Any,
+                      args: Sequence[Any]) -> list[Any]:
+    """The transpose of scan over its residuals: a scan the other way of ``lin.bwd``, which
+    reads each step's residuals (the forward's outputs, or the scanned arrays) and the ys'
+    cotangents, carrying the carry's cotangent and the captured tensors' summed gradients."""
+    consts, init, xs = ctx.split(args)
+    nc, ny = ctx.n_carry, len(ctx.y_avals) - ctx.n_res
+    cts = ctx.unpack(g, cotangent=True, count=nc + ny)
+    emitted = iter(ctx.unpack(ans, start=nc + ny))
+    res = [xs[k] if src == "x" else next(emitted) for src, k in lin.res_src]
+    ks = consts[:lin.nk]
+    kd = _take(ks, lin.k_diff)
+    init_b = [*_take(cts[:nc], lin.c_diff), *[_zeros(k) for k in kd]]
+    # saving nothing: only grad of grad differentiates it, and then its VJP runs it again
+    parts = _scan_node(lin.bwd, lin.binds(lin.bwd, ks), init_b, [*res, *_floats(cts[nc:])],
+                       ctx.length, not ctx.reverse, may_save=False)
+    ncd, nkd = sum(lin.c_diff), len(kd)
+    none = [None] * len(args)  # no gradient where the body does not read the input
+    d_k = [*_put(none[:lin.nk], lin.k_diff, parts[ncd:ncd + nkd]), *none[lin.nk:len(consts)]]
+    d_x = _put(none[:len(xs)], lin.x_diff, parts[ncd + nkd:])
+    return _grads_list(args, [*d_k, *_put(none[:nc], lin.c_diff, parts[:ncd]), *d_x])
 
 
 def _grads_list(args: Sequence[Any], grads: Sequence[Any]) -> list[Any]:
@@ -650,6 +721,267 @@ def _scan_jvp(i: int, t: Any, ans: Any, *args: Any, ctx: _ScanCtx) -> Any:
     (_, tlast, _), (_, touts) = scan(_Keyed(step, ("scan jvp", ctx.body, ctx.save, ctx.reverse)),
                                      (init, tinit, tkf), (xs, txs), reverse=ctx.reverse)
     return _as_given(t, _pack_tensors(ctx, [*tlast, *touts]))
+
+
+# ---- residuals: the scan's VJP reads what the forward saved (JAX's partial evaluation) --------
+class _Fast:
+    """``residuals``: scans made while a gradient may be asked for save their body's residuals
+    (``_Lin``); False: the VJP runs the body again on the saved carries (the plain reference,
+    as ``jax.checkpoint`` of the body). ``hoist``: what a body computes from the scanned inputs
+    alone runs once before the loop (``_Hoist``); False: at every step (the reference)."""
+
+    residuals = True
+    hoist = True
+
+
+@contextlib.contextmanager
+def scan_residuals(save: bool) -> Iterator[None]:
+    """Inside, scans made for differentiation save their body's residuals (``save=True``, the
+    default) or recompute them in the backward scan (``save=False``, the reference): the same
+    gradients, bit for bit."""
+    before, _Fast.residuals = _Fast.residuals, bool(save)
+    try:
+        yield
+    finally:
+        _Fast.residuals = before
+
+
+@contextlib.contextmanager
+def scan_hoisting(enabled: bool) -> Iterator[None]:
+    """Inside, scans run what their body computes from the scanned inputs alone once before
+    the loop, for all the steps (``True``, the default), or at every step (the reference)."""
+    before, _Fast.hoist = _Fast.hoist, bool(enabled)
+    try:
+        yield
+    finally:
+        _Fast.hoist = before
+
+
+#: what a value of the joint step depends on: the captured alone, a step's input, a cotangent
+_INV, _KNOWN, _UNKNOWN = 0, 1, 2
+
+
+class _Lin:
+    """A scan body's step and its VJP traced once together (the joint step: ``body`` under
+    ``vjp``, then its backward on the cotangents), its tape split as JAX's partial evaluation
+    splits a linearized jaxpr: ``fwd`` (carry, x -> new carry, ys, residuals) is what does not
+    depend on the cotangents, ``bwd`` ((carry cotangent, summed gradients of the captured),
+    (residuals, ys' cotangents) -> the new pair, xs' gradients) is the rest, reading the
+    residuals (the values of ``fwd`` it needs) instead of running the body again. Values of the
+    captured alone are made again where needed, not stacked. ``res_src[j]``: residual ``j`` is
+    ``("out", k)``, fwd's residual output ``k``, or ``("x", k)``, the scanned array ``k`` itself.
+    Both bodies capture the body's captured first (``nk`` of them), then constants of the trace."""
+
+    def __init__(self, body: _Body, nc: int) -> None:
+        nk, nx = len(body.captured), len(body.inputs) - nc
+        self.nk, self.nc = nk, nc
+        # what gets a gradient: floating inputs the body reads (a captured tensor it does not
+        # read would only add zeros into its sum at every step)
+        used = {id(t) for t in _reads_of(body.tape, body.outs, body)}
+        self.k_diff = [_is_float(k) and id(k) in used for k in body.captured]
+        self.c_diff = [_is_float(c) for c in body.inputs[:nc]]
+        self.x_diff = [_is_float(x) and id(x) in used for x in body.inputs[nc:]]
+        joint = _Body(self._joint_fn(body), self._values(body), "rlgrad.lax.scan")
+        ks, steps = joint.inputs[:nk], joint.inputs[nk:nk + nc + nx]
+        cts = joint.inputs[nk + nc + nx:]
+        n_out = len(body.outs)
+        kind = _kinds(joint, ks, steps, cts)
+        fwd_outs, bwd_outs = joint.outs[:n_out], joint.outs[n_out:]
+        bwd_tape = _live(joint.tape, bwd_outs, lambda e: kind[id(e[3])] != _KNOWN)
+        read = _reads_of(bwd_tape, bwd_outs, joint)
+        res = [t for t in read if kind.get(id(t)) == _KNOWN]
+        self.res_src = [_res_source(t, steps[nc:], joint.tape) for t in res]
+        emitted = [t for t, s in zip(res, self.res_src) if s[0] == "out"]
+        self.fwd = _part(joint, steps, fwd_outs + emitted, ks, kind, _UNKNOWN)
+        nct = sum(self.c_diff) + sum(self.k_diff)
+        self.bwd = _part(joint, [*cts[:nct], *res, *cts[nct:]], bwd_outs, ks, kind, _KNOWN)
+        self.n_res = len(emitted)
+
+    def _values(self, body: _Body) -> list[Any]:
+        """The joint step's inputs to trace it on: the body's own, cotangents of ones."""
+        outs = body.outs
+        ones = [np.ones(*_aval(o)) for o in _floats(outs[:self.nc])]
+        zeros = [np.zeros(*_aval(k)) for k in _take(body.captured, self.k_diff)]
+        return [*builtins.map(_value, body.captured), *builtins.map(_value, body.inputs), *ones,
+                *zeros, *[np.ones(*_aval(o)) for o in _floats(outs[self.nc:])]]
+
+    def _joint_fn(self, body: _Body) -> Callable[[list[Any]], list[Any]]:
+        nk, nc, nx = self.nk, self.nc, len(self.x_diff)
+        ncf, nkf = sum(self.c_diff), sum(self.k_diff)
+
+        def joint(leaves: list[Any]) -> list[Any]:
+            ks, c, x = leaves[:nk], leaves[nk:nk + nc], leaves[nk + nc:nk + nc + nx]
+            rest = leaves[nk + nc + nx:]
+            ct_c, acc, ct_y = rest[:ncf], rest[ncf:ncf + nkf], rest[ncf + nkf:]
+            full: list[Any] = []
+
+            def one(kd: list[Any], cd: list[Any], xd: list[Any]) -> list[Any]:
+                full[:] = body.eval([*_put(c, self.c_diff, cd), *_put(x, self.x_diff, xd)],
+                                    _put(ks, self.k_diff, kd))
+                return _floats(full)
+
+            _, back = vjp(one, _take(ks, self.k_diff), _take(c, self.c_diff), _take(x, self.x_diff))
+            dk, dc, dx = back([*ct_c, *ct_y])
+            return [*full, *dc, *[a + d for a, d in zip(acc, dk)], *dx]
+        return joint
+
+    def binds(self, body: _Body, consts: Sequence[Any]) -> list[Any]:
+        """``body``'s captured as a node's arguments: the scan's captured, then the constants."""
+        return [*consts[:self.nk], *body.captured[self.nk:]]
+
+
+def _take(xs: Sequence[Any], mask: Sequence[bool]) -> list[Any]:
+    return [x for x, m in zip(xs, mask) if m]
+
+
+def _put(xs: Sequence[Any], mask: Sequence[bool], vals: Sequence[Any]) -> list[Any]:
+    """``xs`` with the entries where ``mask`` holds replaced by ``vals`` (in order)."""
+    it = iter(vals)
+    return [next(it) if m else x for x, m in zip(xs, mask)]
+
+
+def _lin_of(body: _Body, nc: int) -> _Lin | None:
+    """``body``'s split for its VJP, made once per body; None when there is nothing to save."""
+    if nc not in body.lins:
+        body.lins[nc] = _Lin(body, nc) if _floats(body.outs) else None
+    return body.lins[nc]
+
+
+def _tensors(a: Any, arrays: dict[int, Tensor], found: list[Tensor]) -> list[Tensor]:
+    """The Tensors an entry's arguments read (also as a bare array of one: an index)."""
+    if isinstance(a, Tensor):
+        found.append(a)
+    elif type(a) is np.ndarray and id(a) in arrays:
+        found.append(arrays[id(a)])
+    elif isinstance(a, list | tuple):
+        for x in a:
+            _tensors(x, arrays, found)
+    elif isinstance(a, dict):
+        _tensors(list(a.values()), arrays, found)
+    return found
+
+
+def _arrays(joint: _Body) -> dict[int, Tensor]:
+    made = [*joint.inputs, *joint.captured, *[e[3] for e in joint.tape]]
+    return {id(t._value): t for t in made if isinstance(t, Tensor) and type(t._value) is np.ndarray}
+
+
+def _kinds(joint: _Body, ks: list[Tensor], steps: list[Tensor], cts: list[Tensor]) -> dict[int, int]:
+    """Each value's kind: made of the captured alone, of a step's inputs, of a cotangent."""
+    kind = {id(t): k for k, ts in ((_INV, ks), (_KNOWN, steps), (_UNKNOWN, cts)) for t in ts}
+    arrays = _arrays(joint)
+    for _p, args, kwargs, res in joint.tape:
+        reads = _tensors([args, kwargs], arrays, [])
+        kind[id(res)] = builtins.max([kind.get(id(t), _INV) for t in reads], default=_INV)
+    return kind
+
+
+def _live(tape: list, outs: list[Any], keep: Callable[[tuple], bool]) -> list:
+    """The entries of ``tape`` (those ``keep`` allows) that ``outs`` need, in order."""
+    arrays = {id(e[3]._value): e[3] for e in tape if type(e[3]._value) is np.ndarray}
+    need = {id(t) for t in _tensors(outs, arrays, [])}
+    out = []
+    for e in reversed(tape):
+        if id(e[3]) in need and keep(e):
+            out.append(e)
+            need.update(id(t) for t in _tensors([e[1], e[2]], arrays, []))
+    return out[::-1]
+
+
+def _reads_of(tape: list, outs: list[Any], joint: _Body) -> list[Tensor]:
+    """The tensors ``tape`` and ``outs`` read that ``tape`` does not make, in order of use."""
+    arrays = _arrays(joint)
+    made = {id(e[3]) for e in tape}
+    found: dict[int, Tensor] = {}
+    for t in _tensors([[e[1], e[2]] for e in tape] + [outs], arrays, []):
+        if id(t) not in made:
+            found.setdefault(id(t), t)
+    return list(found.values())
+
+
+def _res_source(t: Tensor, xs: list[Tensor], tape: list) -> tuple[str, int]:
+    """A residual that is a scanned input (or the leaf vjp made of one) is read from xs."""
+    for e in tape:
+        if e[3] is t and e[0].name == "stop_gradient" and isinstance(e[1][0], Tensor):
+            t = e[1][0]
+            break
+    for k, x in enumerate(xs):
+        if x is t:
+            return "x", k
+    return "out", -1
+
+
+def _part(joint: _Body, inputs: list[Tensor], outs: list[Any], ks: list[Tensor],
+          kind: dict[int, int], drop: int) -> _Body:
+    """The body of ``joint``'s entries that ``outs`` need, without those of kind ``drop``:
+    its inputs ``inputs``, its captured the scan's captured then any constant of the trace."""
+    tape = _live(joint.tape, outs, lambda e: kind[id(e[3])] != drop)
+    given = {id(t) for t in [*inputs, *ks]}
+    extra = [t for t in _reads_of(tape, outs, joint) if id(t) not in given]
+    inputs_ids = {id(t) for t in joint.inputs}
+    if any(kind.get(id(t), _INV) != _INV or id(t) in inputs_ids for t in extra):
+        raise AssertionError("rlgrad.lax.scan: a residual was missed (a bug of rlgrad)")
+    return _Body.of_tape("rlgrad.lax.scan", inputs, tape, outs, [*ks, *extra])
+
+
+# ---- hoisting: what reads no carry runs once over all the steps, before the loop --------------
+class _Hoist:
+    """``body`` split where its values stop depending on the carry: ``pre`` (the scanned
+    inputs -> the values the rest reads that depend on them alone, an input projection) runs
+    once for all the steps under ``vmap`` before the loop (one GEMM where the loop made T);
+    ``rest`` is the body reading them as scanned inputs after its own."""
+
+    def __init__(self, body: _Body, nc: int) -> None:
+        carry, xs = body.inputs[:nc], body.inputs[nc:]
+        kind = _kinds(body, body.captured, xs, carry)
+        rest_tape = _live(body.tape, body.outs, lambda e: kind[id(e[3])] != _KNOWN)
+        x_ids = {id(x) for x in xs}
+        self.outs = [t for t in _reads_of(rest_tape, body.outs, body)
+                     if kind.get(id(t)) == _KNOWN and id(t) not in x_ids]
+        self.pre = _part(body, xs, self.outs, body.captured, kind, _UNKNOWN)
+        self.rest = _part(body, [*carry, *xs, *self.outs], body.outs, body.captured, kind, _KNOWN)
+        self.rest.y_def = body.y_def
+
+
+def _hoist_of(body: _Body, nc: int) -> _Hoist | None:
+    """``body``'s split before the loop, made once per body; None with nothing to hoist."""
+    if nc not in body.hoists:
+        hoist = _Hoist(body, nc)
+        useful = any(e[0].name not in _VIEWS for e in hoist.pre.tape)
+        batchable = all(e[0].batch is not None and not isinstance(e[0].batch, NotBatchable)
+                        for e in hoist.pre.tape) and not _bare_reads(hoist.pre)
+        body.hoists[nc] = hoist if hoist.outs and useful and batchable else None
+    return body.hoists[nc]
+
+
+def _bare_reads(body: _Body) -> bool:
+    """An entry reads a value as a bare array (an index): vmap cannot batch that read."""
+    arrays = _arrays(body)
+    return any(_bare([e[1], list(e[2].values())], arrays, []) for e in body.tape)
+
+
+def _bare(a: Any, arrays: dict[int, Tensor], found: list[Any]) -> list[Any]:
+    if type(a) is np.ndarray and id(a) in arrays:
+        found.append(a)
+    elif isinstance(a, list | tuple):
+        for x in a:
+            _bare(x, arrays, found)
+    return found
+
+
+#: operations that only look at their input again: hoisting them alone gains nothing
+_VIEWS = frozenset({"getitem", "reshape", "stop_gradient", "identity", "transpose", "squeeze",
+                    "expand_dims", "broadcast_to"})
+
+
+def _hoisted(h: _Hoist, consts: list[Any], xs: list[Any]) -> tuple[list[Any], list[Any]]:
+    """(the rest's captured, its scanned inputs): ``h.pre`` over every step at once, by vmap."""
+    nk = len(consts)
+
+    def pre(*x: Any) -> list[Any]:
+        return h.pre.eval(list(x), [*consts, *h.pre.captured[nk:]])
+
+    return [*consts, *h.rest.captured[nk:]], [*xs, *func.vmap(pre)(*xs)]
 
 
 def _pick(ts: Sequence[Any], xs: Sequence[Any]) -> list[Any]:

@@ -226,3 +226,213 @@ def cross(input: Tensor, other: ArrayLike, *, dim: int = -1) -> Tensor:  # noqa:
 
 def diagonal(A: Tensor, *, offset: int = 0, dim1: int = -2, dim2: int = -1) -> Tensor:  # noqa: N803
     return _t(A, "diagonal").diagonal(offset, dim1, dim2)
+
+
+# ---- LU, eig, cond, matrix_rank, vander ------------------------------------------------------
+class LUResult(NamedTuple):
+    P: Any  # noqa: N815 - torch's field names
+    L: Any  # noqa: N815
+    U: Any  # noqa: N815
+
+
+class LUFactorResult(NamedTuple):
+    LU: Any  # noqa: N815
+    pivots: Any
+
+
+class LUFactorExResult(NamedTuple):
+    LU: Any  # noqa: N815
+    pivots: Any
+    info: Any
+
+
+class EigResult(NamedTuple):
+    eigenvalues: Any
+    eigenvectors: Any
+
+
+def _partial_pivots(a: np.ndarray) -> np.ndarray:
+    """LAPACK getrf's row interchanges (0-based, per step) of each matrix of ``a`` (..., m, n):
+    at step k the row of largest |entry| in column k at or below the diagonal (the first of
+    equals), after the elimination of the earlier columns."""
+    work = np.array(a, dtype=np.float64 if a.dtype.kind != "c" else np.complex128)
+    m, n = work.shape[-2:]
+    piv = np.zeros(work.shape[:-2] + (min(m, n),), np.int64)
+    for k in range(min(m, n)):
+        p = k + np.argmax(np.abs(work[..., k:, k]), axis=-1)
+        piv[..., k] = p
+        rows_k = np.take_along_axis(work, np.broadcast_to(p[..., None, None], work.shape[:-2] + (1, n)), -2)
+        rows_p = work[..., k:k + 1, :].copy()
+        np.put_along_axis(work, np.broadcast_to(p[..., None, None], work.shape[:-2] + (1, n)), rows_p, -2)
+        work[..., k:k + 1, :] = rows_k
+        pivot = work[..., k, k]
+        safe = np.where(pivot == 0, 1.0, pivot)
+        factors = np.where((pivot == 0)[..., None], 0.0, work[..., k + 1:, k] / safe[..., None])
+        work[..., k + 1:, :] -= factors[..., :, None] * work[..., k:k + 1, :]
+    return piv
+
+
+def _permutation(piv: np.ndarray, m: int) -> np.ndarray:
+    """The row order ``perm`` that getrf's interchanges ``piv`` give: ``(P^T A) = A[perm]``."""
+    perm = np.broadcast_to(np.arange(m), piv.shape[:-1] + (m,)).copy()
+    for k in range(piv.shape[-1]):
+        a, b = perm[..., k].copy(), np.take_along_axis(perm, piv[..., k:k + 1], -1)[..., 0]
+        perm[..., k] = b
+        np.put_along_axis(perm, piv[..., k:k + 1], a[..., None], -1)
+    return perm
+
+
+def _lu_no_pivot(b: Tensor) -> tuple[Tensor, Tensor]:
+    """Doolittle's L (unit lower, m x k) and U (k x n) of ``b`` (..., m, n), k = min(m, n), in
+    engine operations: the gradient is the engine's (torch's LU backward for full rank)."""
+    m, n = b.shape[-2:]
+    k = min(m, n)
+    u_rows: list[Tensor] = []
+    l_cols: list[Tensor] = []
+    for i in range(k):
+        row = b[..., i, :]
+        col = b[..., :, i]
+        for j in range(i):
+            row = row - l_cols[j][..., i:i + 1] * u_rows[j]
+            col = col - u_rows[j][..., i:i + 1] * l_cols[j]
+        u_rows.append(row)
+        l_cols.append(col / row[..., i:i + 1])
+    upper = ops.triu(ops.stack(u_rows, axis=-2))
+    lower = ops.tril(ops.stack(l_cols, axis=-1), -1) + np.eye(m, k, dtype=b.dtype)
+    return lower, upper
+
+
+def _lu_parts(A: Tensor, name: str) -> tuple[np.ndarray, np.ndarray, Tensor, Tensor]:  # noqa: N803
+    a = _t(A, name)
+    if a.ndim < 2:
+        raise RuntimeError(f"linalg.{name}: A must have at least 2 dimensions, got {a.ndim}")
+    piv = _partial_pivots(a._value)
+    perm = _permutation(piv, a.shape[-2])
+    index = np.broadcast_to(perm[..., :, None], perm.shape + (a.shape[-1],))
+    lower, upper = _lu_no_pivot(ops.take_along_axis(a, index, axis=-2))
+    return piv, perm, lower, upper
+
+
+def lu(A: Tensor, *, pivot: bool = True) -> LUResult:  # noqa: N803
+    """``A = P L U`` with partial pivoting (L unit lower-triangular); gradients reach A through
+    L and U (P is piecewise constant)."""
+    if not pivot:
+        raise NotImplementedError("linalg.lu: pivot=False is only for CUDA in torch; use pivot=True")
+    _, perm, lower, upper = _lu_parts(A, "lu")
+    m = A.shape[-2]
+    p = np.zeros(perm.shape[:-1] + (m, m), A.dtype)
+    np.put_along_axis(p, perm[..., None, :], 1.0, -2)  # P[perm[j], j] = 1
+    return LUResult(constant(p), lower, upper)
+
+
+def lu_factor(A: Tensor, *, pivot: bool = True) -> LUFactorResult:  # noqa: N803
+    """LAPACK's compact LU: L below the diagonal and U on and above it in one matrix, and the
+    1-based row interchanges ``pivots`` (int32), as torch."""
+    if not pivot:
+        raise NotImplementedError("linalg.lu_factor: pivot=False is only for CUDA in torch; use pivot=True")
+    piv, _, lower, upper = _lu_parts(A, "lu_factor")
+    m, n = A.shape[-2:]
+    packed = _pad_to(ops.tril(lower, -1), m, n) + _pad_to(upper, m, n)
+    return LUFactorResult(packed, constant((piv + 1).astype(np.int32)))
+
+
+def _pad_to(x: Tensor, m: int, n: int) -> Tensor:
+    """``x`` (..., i, j) with zero rows/columns appended up to (..., m, n)."""
+    i, j = x.shape[-2:]
+    if j < n:
+        x = ops.concatenate([x, constant(np.zeros(x.shape[:-1] + (n - j,), x.dtype))], -1)
+    if i < m:
+        x = ops.concatenate([x, constant(np.zeros(x.shape[:-2] + (m - i, n), x.dtype))], -2)
+    return x
+
+
+def lu_factor_ex(A: Tensor, *, pivot: bool = True, check_errors: bool = False) -> LUFactorExResult:  # noqa: N803
+    """``lu_factor`` and ``info``: 0, or i where U[i-1, i-1] is exactly 0 (singular)."""
+    packed, piv = lu_factor(A, pivot=pivot)
+    diag = np.diagonal(packed._value, 0, -2, -1)
+    zero = diag == 0
+    info = np.where(zero.any(-1), np.argmax(zero, -1) + 1, 0).astype(np.int32)
+    if check_errors and info.any():
+        raise LinAlgError(f"linalg.lu_factor_ex: U[{int(info.flat[np.flatnonzero(info)[0]]) - 1}, ...] is "
+                          "exactly zero: the matrix is singular")
+    return LUFactorExResult(packed, piv, constant(info))
+
+
+def lu_solve(LU: Tensor, pivots: Tensor, B: Tensor, *, left: bool = True, adjoint: bool = False) -> Tensor:  # noqa: N803
+    """``X`` with ``A X = B`` from ``lu_factor(A)`` (``X A = B`` if not ``left``, ``A^H`` if
+    ``adjoint``); differentiable in ``LU`` and ``B``."""
+    lu_t, b = _square(LU, "lu_solve"), _t(B, "lu_solve")
+    n = lu_t.shape[-1]
+    perm = _permutation(_data(pivots).astype(np.int64) - 1, n)
+    p = np.zeros(perm.shape[:-1] + (n, n), lu_t.dtype)
+    np.put_along_axis(p, perm[..., None, :], 1.0, -2)
+    pt = constant(p)  # A = P L U
+    if not left:  # X A = B  <=>  A^T X^T = B^T
+        return lu_solve(LU, pivots, b.mT, left=True, adjoint=not adjoint).mT
+    if adjoint:  # A^T X = B: U^T L^T P^T X = B
+        y = solve_triangular(lu_t.mT, b, upper=False)
+        z = solve_triangular(lu_t.mT, y, upper=True, unitriangular=True)
+        return ops.matmul(pt, z)
+    y = solve_triangular(lu_t, ops.matmul(pt.mT, b), upper=False, unitriangular=True)
+    return solve_triangular(lu_t, y, upper=True)
+
+
+def _data(x: Any) -> np.ndarray:
+    return x._value if isinstance(x, Tensor) else np.asarray(x)
+
+
+def _no_grad_for(a: Tensor, name: str, hint: str) -> None:
+    from rlgrad.tracer import is_grad_enabled
+
+    if a.requires_grad and is_grad_enabled():
+        raise NotImplementedError(f"linalg.{name}: no gradient here (complex eigenvectors); {hint}")
+
+
+def eig(A: Tensor) -> EigResult:  # noqa: N803
+    """Eigenvalues and eigenvectors of a general square matrix, complex as torch's (values
+    only: a tensor that needs a gradient raises)."""
+    a = _square(A, "eig")
+    _no_grad_for(a, "eig", "use linalg.eigh for symmetric matrices, or pass A.detach()")
+    w, v = np.linalg.eig(a._value)
+    cdt = np.complex64 if a.dtype in (np.float32, np.complex64) else np.complex128
+    return EigResult(constant(w.astype(cdt)), constant(v.astype(cdt)))
+
+
+def eigvals(A: Tensor) -> Tensor:  # noqa: N803
+    """``eig(A).eigenvalues`` (values only)."""
+    a = _square(A, "eigvals")
+    _no_grad_for(a, "eigvals", "use linalg.eigvalsh for symmetric matrices, or pass A.detach()")
+    return eig(a).eigenvalues
+
+
+def cond(A: Tensor, p: NormOrd = None) -> Tensor:  # noqa: N803
+    """The condition number: the ratio of extreme singular values for ``p`` None/2/-2, else
+    ``norm(A, p) * norm(inv(A), p)``; differentiable."""
+    a = _t(A, "cond")
+    if p is None or p in (2, -2):
+        s = svdvals(a)
+        big, small = ops.max(s, axis=-1), ops.min(s, axis=-1)
+        return small / big if p == -2 else big / small
+    a = _square(a, "cond")
+    return matrix_norm(a, p) * matrix_norm(inv(a), p)
+
+
+def matrix_rank(A: Tensor, *, atol: float | None = None, rtol: float | None = None,  # noqa: N803
+                hermitian: bool = False) -> Tensor:
+    """The number of singular values above ``max(atol, rtol * largest)`` (int64)."""
+    s = np.linalg.svd(_t(A, "matrix_rank")._value, compute_uv=False)
+    top = s.max(-1, initial=0.0)
+    if rtol is None:
+        rtol = 0.0 if atol is not None and atol > 0 else max(A.shape[-2:]) * np.finfo(s.dtype).eps
+    tol = np.maximum(atol or 0.0, rtol * top)
+    return constant((s > tol[..., None]).sum(-1).astype(np.int64))
+
+
+def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803
+    """Columns ``x**0, x**1, ..., x**(N-1)`` (increasing powers, torch's order)."""
+    xt = _t(x, "vander")
+    n = xt.shape[-1] if N is None else int(N)
+    if n < 1:
+        raise RuntimeError(f"linalg.vander: N must be greater than 1, got {n}")
+    cols = [constant(np.ones(xt.shape, xt.dtype))] + [xt ** k for k in range(1, n)]
+    return ops.stack(cols, axis=-1)

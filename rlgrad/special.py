@@ -29,6 +29,7 @@ __all__ = [
     "gammaln", "lgamma", "digamma", "psi", "polygamma", "trigamma", "betaln", "xlogy", "xlog1py",
     "erf", "erfinv", "erfc", "erfcx", "entr", "expit", "logit", "ndtr", "log_ndtr", "exp2",
     "expm1", "log1p", "sinc", "round", "softmax", "log_softmax", "logsumexp", "multigammaln",
+    "i0", "i0e", "i1", "i1e", "modified_bessel_i0", "modified_bessel_i1",
 ]
 
 # Lanczos coefficients for g = 7, n = 9 (Godfrey): relative error about 1e-15 for x >= 1/2.
@@ -280,6 +281,74 @@ export(erfinv, numpy=False, torch="erfinv()", top=True, promote="float")
 
 
 
+# ---- modified Bessel functions of the first kind, orders 0 and 1 (VonMises) --------------------
+# |x| < 30: the power series sum_k (x/2)^(2k+n) / (k! (k+n)!), positive terms (no cancellation),
+# 80 of them reach float64 there; |x| >= 30: Hankel's asymptotic series of e^-|x| I_n(|x|),
+# whose 20th term is below 1e-17 from x = 30 on.
+_BESSEL_SERIES_TERMS = 80
+_BESSEL_ASYMPTOTIC_TERMS = 20
+
+
+def _bessel_series(x: np.ndarray, n: int) -> np.ndarray:
+    q = 0.25 * x * x
+    term = (0.5 * x) ** n / math.factorial(n)
+    total = term.copy()
+    for k in range(1, _BESSEL_SERIES_TERMS):
+        term = term * q / (k * (k + n))
+        total += term
+    return total
+
+
+def _bessel_asymptotic(ax: np.ndarray, n: int) -> np.ndarray:
+    """e^-x I_n(x) for large positive x: (2 pi x)^-1/2 sum_k (-1)^k a_k(n) / x^k."""
+    mu = 4.0 * n * n
+    term, total = np.ones_like(ax), np.ones_like(ax)
+    for k in range(1, _BESSEL_ASYMPTOTIC_TERMS):
+        term = -term * (mu - (2 * k - 1) ** 2) / (k * 8.0 * ax)
+        total += term
+    return total / np.sqrt(2.0 * math.pi * ax)
+
+
+def _bessel(x: Any, n: int, scaled: bool) -> Any:
+    """I_n(x) (``scaled``: e^-|x| I_n(x)) for n in (0, 1); I_0 is even, I_1 odd."""
+    x64, dt = _as_f64(x)
+    ax = np.abs(x64)
+    big = ax >= 30.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        small = _bessel_series(np.where(big, 0.0, x64), n)
+        if scaled:
+            small = small * np.exp(-np.where(big, 0.0, ax))
+        large = _bessel_asymptotic(np.where(big, ax, 30.0), n)
+        if not scaled:
+            large = large * np.exp(np.where(big, ax, 0.0))
+        if n == 1:
+            large = np.copysign(large, x64)
+        out = np.where(big, large, small)
+    return np.asarray(out, dtype=np.float64).astype(dt, copy=False)
+
+
+def _i1_over_x(x: Any, i1x: Any) -> Any:
+    """I_1(x) / x, 1/2 at x = 0 (its limit), from I_1(x) (or e^-|x| I_1(x): then scaled)."""
+    zero = ops.equal(x, 0)
+    return ops.where(zero, 0.5, i1x / ops.where(zero, 1.0, x))
+
+
+i0 = primitive(lambda x: _bessel(x, 0, False), "i0", arity=1)
+i0e = primitive(lambda x: _bessel(x, 0, True), "i0e", arity=1)
+i1 = primitive(lambda x: _bessel(x, 1, False), "i1", arity=1)
+i1e = primitive(lambda x: _bessel(x, 1, True), "i1e", arity=1)
+# I0' = I1, I1' = I0 - I1/x; the scaled ones subtract sign(x) times themselves
+defvjp(i0, lambda g, ans, x: g * i1(x))
+defvjp(i0e, lambda g, ans, x: g * (i1e(x) - ops.sign(x) * ans))
+defvjp(i1, lambda g, ans, x: g * (i0(x) - _i1_over_x(x, ans)))
+defvjp(i1e, lambda g, ans, x: g * (i0e(x) - _i1_over_x(x, ans) - ops.sign(x) * ans))
+for _f in (i0, i0e, i1, i1e):
+    defjvp_elementwise(_f)
+export(i0, numpy=False, torch="i0()", top=True, promote="float")
+for _f in (i0e, i1, i1e):
+    _f.__doc__ = f"``torch.special.{_f.__name__}``"
+
+
 # ---- torch.special's other functions RL code calls -------------------------------------------
 def _erfc(x: Any) -> Any:
     x64, dt = _as_f64(x)
@@ -395,7 +464,8 @@ def _on_floats(fn: Any) -> Any:
     return call
 
 
-gammaln, digamma, erf, erfinv, erfc, erfcx, entr = (
-    _on_floats(f) for f in (gammaln, digamma, erf, erfinv, erfc, erfcx, entr))
+gammaln, digamma, erf, erfinv, erfc, erfcx, entr, i0, i0e, i1, i1e = (
+    _on_floats(f) for f in (gammaln, digamma, erf, erfinv, erfc, erfcx, entr, i0, i0e, i1, i1e))
+modified_bessel_i0, modified_bessel_i1 = i0, i1
 psi, polygamma, trigamma, xlogy, xlog1py = (
     digamma, _on_floats(polygamma), _on_floats(trigamma), _on_floats(xlogy), _on_floats(xlog1py))

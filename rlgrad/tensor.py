@@ -354,11 +354,18 @@ class Tensor(TensorMethods):
     def __float__(self) -> float:
         _refuse_value("float()")
         _refuse_float(self, "float()")
-        return float(self._value)
+        return float(self._one_element("float()"))
 
     def __int__(self) -> int:
         _refuse_value("int()")
-        return int(self._value)
+        return int(self._one_element("int()"))
+
+    def _one_element(self, what: str) -> float | int | bool:
+        # torch converts any one-element tensor (shape (1,) or (1, 1) too), NumPy only 0-d
+        if self._value.size != 1:
+            raise TypeError(f"{what} needs a tensor with one element, this one has shape "
+                            f"{self.shape}")
+        return self._value.item()
 
     def __index__(self) -> int:
         _refuse_value("using it as a Python index (e.g. a NumPy array indexed by it)")

@@ -15,10 +15,33 @@ from __future__ import annotations
 from rlgrad.distributions import constraints, transforms, utils
 from rlgrad.distributions.beta import Beta
 from rlgrad.distributions.categorical import Bernoulli, Categorical
+from rlgrad.distributions.continuous import (
+    Cauchy,
+    Chi2,
+    FisherSnedecor,
+    Gumbel,
+    HalfCauchy,
+    HalfNormal,
+    InverseGamma,
+    Kumaraswamy,
+    Pareto,
+    StudentT,
+    VonMises,
+    Weibull,
+)
+from rlgrad.distributions.continuous_bernoulli import ContinuousBernoulli
+from rlgrad.distributions.discrete import (
+    Geometric,
+    Multinomial,
+    NegativeBinomial,
+    OneHotCategoricalStraightThrough,
+    RelaxedBernoulli,
+)
 from rlgrad.distributions.distribution import Distribution
 from rlgrad.distributions.exponential_family import Binomial, Exponential, Laplace, LogNormal, Poisson
 from rlgrad.distributions.gamma import Dirichlet, Gamma
 from rlgrad.distributions.kl import kl_divergence, register_kl
+from rlgrad.distributions.lowrank import LogisticNormal, LowRankMultivariateNormal
 from rlgrad.distributions.mixture import MixtureSameFamily
 from rlgrad.distributions.mvn import MultivariateNormal
 from rlgrad.distributions.normal import (
@@ -37,6 +60,7 @@ from rlgrad.distributions.transforms import (
     ComposeTransform,
     ExpTransform,
     SigmoidTransform,
+    StickBreakingTransform,
     TanhTransform,
     Transform,
 )
@@ -49,5 +73,9 @@ __all__ = [
     "transforms", "Transform", "AffineTransform", "ComposeTransform", "ExpTransform",
     "SigmoidTransform", "TanhTransform", "Uniform", "MultivariateNormal", "OneHotCategorical",
     "Gamma", "Dirichlet", "Laplace", "Exponential", "LogNormal", "Poisson", "Binomial",
-    "MixtureSameFamily", "utils",
+    "MixtureSameFamily", "utils", "Cauchy", "Chi2", "FisherSnedecor", "Gumbel", "HalfCauchy",
+    "HalfNormal", "InverseGamma", "Kumaraswamy", "Pareto", "StudentT", "Weibull",
+    "VonMises", "Geometric", "Multinomial", "NegativeBinomial", "OneHotCategoricalStraightThrough",
+    "RelaxedBernoulli", "LogisticNormal", "LowRankMultivariateNormal", "StickBreakingTransform",
+    "ContinuousBernoulli",
 ]

@@ -24,7 +24,7 @@ from rlgrad.typing import ArrayLike
 
 __all__ = [
     "Transform", "ComposeTransform", "AffineTransform", "ExpTransform", "SigmoidTransform",
-    "TanhTransform", "identity_transform",
+    "TanhTransform", "identity_transform", "StickBreakingTransform",
 ]
 
 _LOG2 = math.log(2.0)
@@ -359,9 +359,44 @@ class AffineTransform(Transform):
         return f"AffineTransform(event_dim={self._event_dim})"
 
 
+class StickBreakingTransform(Transform):
+    """Unconstrained vectors of size K to the (K+1)-simplex by breaking a stick (torch's map):
+    ``z_i = sigmoid(x_i - log(K + 1 - i))``, ``y_i = z_i prod_{j<i} (1 - z_j)``, the rest last."""
+
+    domain = constraints.independent(constraints.real, 1)
+    codomain = constraints.simplex
+
+    @staticmethod
+    def _offset(k: int, like: Any) -> np.ndarray:
+        return np.log(np.arange(k, 0, -1, dtype=_dtype_of(like)))
+
+    def _call(self, x: Any) -> Any:
+        xs = x - self._offset(_data(x).shape[-1], x)
+        z = ops.sigmoid(xs)
+        # prod_{j<=i} (1 - z_j) as exp(cumsum(log(1 - z))), log(1 - z) = -softplus(xs)
+        rest = ops.exp(ops.cumsum(-ops.softplus(xs), axis=-1))
+        one = _const(np.ones(_data(z).shape[:-1] + (1,), _dtype_of(x)))
+        return ops.concatenate([z, one], axis=-1) * ops.concatenate([one, rest], axis=-1)
+
+    def _inverse(self, y: Any) -> Any:
+        crop = y[..., :-1]
+        sf = ops.clip(1 - ops.cumsum(crop, axis=-1), np.finfo(_dtype_of(y)).tiny, None)
+        return ops.log(crop) - ops.log(sf) + self._offset(_data(crop).shape[-1], y)
+
+    def log_abs_det_jacobian(self, x: Tensor, y: Tensor) -> Tensor:
+        xs = x - self._offset(_data(x).shape[-1], x)
+        return ops.sum(-xs - ops.softplus(-xs) + ops.log(y[..., :-1]), axis=-1)
+
+    def forward_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(shape[:-1]) + (shape[-1] + 1,)
+
+    def inverse_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(shape[:-1]) + (shape[-1] - 1,)
+
+
 def _dtype_of(x: Any) -> np.dtype:
     d = _data(x).dtype
     return d if d.kind == "f" else np.dtype(np.float64)
 
 
-_PARAMETER_FREE = (ExpTransform, SigmoidTransform, TanhTransform)
+_PARAMETER_FREE = (ExpTransform, SigmoidTransform, TanhTransform, StickBreakingTransform)

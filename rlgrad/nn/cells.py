@@ -90,10 +90,15 @@ def _flat_rows(x: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
 
 
 # ---- LSTM: gates i, f, g, o; a step's output blocks h, c, i, f, g, o ----------------------------
-# The elementwise work around a step's GEMM and NumPy's tanh is one C pass each way where
-# rlgrad._kernels is built (``lstm_gates``, ``lstm_dgates``: the same operations in the same
-# order, so the same bits); the NumPy lines beside each call are the reference, run without it.
+# A step is one 2-D GEMM into a (rows, 4H) scratch (h @ W_hh^T, the weights transposed once per
+# call: a batched product of four (H, H) blocks, or W_hh.T as a transposed view, costs 1.3-2.5x
+# the GEMM's time), the input projection added and NumPy's tanh in place on that contiguous
+# block, then the elementwise rest in one C pass each way where rlgrad._kernels is built
+# (``lstm_gates``, which also copies the gates into the output's blocks, ``lstm_dgates``: the
+# same operations in the same order, so the same bits); the NumPy lines beside each call are the
+# reference, run without it.
 _HALF: dict[np.dtype, np.ndarray] = {}
+_HALF_COLS: dict[tuple[np.dtype, int], np.ndarray] = {}
 
 
 def _halves(dtype: np.dtype) -> np.ndarray:
@@ -103,36 +108,58 @@ def _halves(dtype: np.dtype) -> np.ndarray:
     return _HALF[dtype]
 
 
-def _lstm_step(o: np.ndarray, xg: np.ndarray, h: np.ndarray, c: np.ndarray, wk: np.ndarray,
-               b4: Any, halved: bool = False) -> None:
-    """One step into ``o`` (6, rows, H) from the input projection ``xg`` (4, rows, H), the state
-    ``h``, ``c`` (rows, H) and the hidden weights ``wk`` (4, H, H), each gate's W_k.T.
-    ``halved``: ``xg`` and ``wk`` come with gates i, f, o already halved (``_lstm_seq`` does it
-    once: halving is exact, so the pre-activations are the same bits)."""
-    acts = o[2:]
-    np.matmul(h, wk, out=acts)  # the step's GEMM
-    acts += xg if b4 is None else xg + b4  # (the bias added first, as lstm_seq does)
-    if not halved:
-        acts *= _halves(acts.dtype)
-    np.tanh(acts, out=acts)  # g, and i, f, o up to their last two operations
+def _half_columns(dtype: np.dtype, H: int) -> np.ndarray:
+    """``_halves`` over a (rows, 4H) array's column blocks: (4H,)."""
+    key = (np.dtype(dtype), H)
+    if key not in _HALF_COLS:
+        _HALF_COLS[key] = np.repeat(_halves(key[0]).ravel(), H)
+    return _HALF_COLS[key]
+
+
+def _lstm_operands(xp: np.ndarray, b: Any, w: np.ndarray, dtype: np.dtype) -> tuple[Any, Any]:
+    """What every step reads: ``xq`` = (xp + b_hh) with gates i, f, o halved (a new array of
+    xp's shape), and ``wq`` (H, 4H), W_hh^T contiguous with the same columns halved (halving is
+    exact: the pre-activations are the bits of halving after the sum)."""
+    half = _half_columns(dtype, w.shape[-1])
+    xq = np.empty(xp.shape, dtype)
+    if b is None:
+        np.multiply(xp, half, out=xq)
+    else:
+        np.add(xp, b, out=xq)
+        xq *= half
+    wq = np.empty(w.shape[::-1], dtype)
+    np.multiply(w.T, half, out=wq)
+    return xq, wq
+
+
+def _lstm_step(o: np.ndarray, xq: np.ndarray, h: np.ndarray, c: np.ndarray, wq: np.ndarray,
+               pre: np.ndarray) -> None:
+    """One step into ``o`` (6, rows, H) from ``xq`` (rows, 4H) and ``wq`` (``_lstm_operands``),
+    the state ``h``, ``c`` (rows, H) and the scratch ``pre`` (rows, 4H)."""
+    np.matmul(h, wq, out=pre)  # the step's GEMM
+    pre += xq
+    np.tanh(pre, out=pre)  # g, and i, f, o up to their last two operations
+    acts = _gates(pre, 4)
     k = ops._kernels
-    if k is None or not k.lstm_gates(acts, c, o[1]):
+    if k is None or not k.lstm_gates(acts, c, o[1], o[2:]):
+        acts = o[2:]
+        np.copyto(acts, _gates(pre, 4))
         for s in (acts[:2], acts[3]):
             s *= 0.5
             s += 0.5
         np.multiply(acts[1], c, out=o[1])
         o[1] += acts[2] * acts[0]
     np.tanh(o[1], out=o[0])
-    o[0] *= acts[3]
+    o[0] *= o[5]
 
 
 def _lstm_dstep(G: np.ndarray, dh: Any, dc: Any, a: np.ndarray, c: np.ndarray,
-                d: np.ndarray) -> np.ndarray:
+                d: np.ndarray, tc: np.ndarray) -> np.ndarray:
     """The gradient of a step's gate pre-activations, into ``d`` (4, rows, H), for the
     gradient ``G`` of its output ``a`` (6, rows, H), plus ``dh``, ``dc`` (the later steps' share
-    of its h' and c'; None: none), from the state c; returns the gradient of c."""
-    tc = np.tanh(a[1])
-    out = np.empty_like(tc)
+    of its h' and c'; None: none), from the state c; ``tc`` is tanh(c'). Returns the gradient
+    of c."""
+    out = np.empty_like(c)
     k = ops._kernels
     if k is not None and k.lstm_dgates(G, dh, dc, a, tc, c, d, out):
         return out
@@ -168,9 +195,10 @@ def _lstm_cell(xp: Any, hc: Any, w: Any, b: Any = None) -> np.ndarray:
     H = w.shape[-1]
     lead = _lead(xp, hc)
     hc2 = _flat_rows(hc, lead)
-    out = np.empty((hc2.shape[0], 6 * H), np.result_type(xp, hc, w))
-    _lstm_step(_gates(out, 6), _gates(_flat_rows(xp, lead), 4), hc2[:, :H], hc2[:, H:2 * H],
-               _hidden_weights(w, 4), None if b is None else b.reshape(4, 1, H))
+    dtype = np.result_type(xp, hc, w)
+    out = np.empty((hc2.shape[0], 6 * H), dtype)
+    xq, wq = _lstm_operands(_flat_rows(xp, lead), b, w, dtype)
+    _lstm_step(_gates(out, 6), xq, hc2[:, :H], hc2[:, H:2 * H], wq, np.empty_like(xq))
     return out.reshape(lead + (6 * H,))
 
 
@@ -182,7 +210,8 @@ def _lstm_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc: np.ndarray, 
     a, G2, hc2 = ans.reshape(-1, 6 * H), _flat_rows(G, lead), _flat_rows(hc, lead)
     Gg = _gates(G2, 6)
     dpre = np.empty((a.shape[0], 4 * H), ans.dtype)
-    dc = _lstm_dstep(Gg, None, None, _gates(a, 6), hc2[:, H:2 * H], _gates(dpre, 4))
+    dc = _lstm_dstep(Gg, None, None, _gates(a, 6), hc2[:, H:2 * H], _gates(dpre, 4),
+                     np.tanh(a[:, H:2 * H]))
     dhc = np.zeros((a.shape[0], hc.shape[-1]), ans.dtype)
     np.matmul(dpre, w, out=dhc[:, :H])
     dhc[:, H:2 * H] = dc
@@ -388,17 +417,19 @@ class _Seq:
         self.N = int(np.prod(self.lead, dtype=np.int64))
         self.dtype = np.result_type(xp, s0, w)
 
-    def gates_first(self, xp: np.ndarray, b: Any = None) -> np.ndarray:
-        """``xp`` (T, *rows, G*H) (plus the bias ``b``, G*H) as a contiguous (T, G, rows, H)
-        copy."""
+    def rows(self, xp: np.ndarray) -> np.ndarray:
+        """``xp`` (T, *rows, G*H) as (T, rows, G*H), broadcast along the rows (a view)."""
+        width = int(xp.shape[-1])
+        xp = xp.reshape((self.T,) + (1,) * (len(self.lead) + 2 - xp.ndim) + xp.shape[1:])
+        src = np.broadcast_to(xp, (self.T,) + self.lead + (width,))
+        return src.reshape(self.T, self.N, width)
+
+    def gates_first(self, xp: np.ndarray) -> np.ndarray:
+        """``xp`` (T, *rows, G*H) as a contiguous (T, G, rows, H) copy (the caller writes into
+        it)."""
         T, G, N, H = self.T, self.G, self.N, self.H
-        xp = xp.reshape((T,) + (1,) * (len(self.lead) + 2 - xp.ndim) + xp.shape[1:])
-        src = np.broadcast_to(xp, (T,) + self.lead + (G * H,)).reshape(T, N, G, H)
-        out = np.empty((T, G, N, H), self.dtype)  # (ours: the caller adds into it)
-        if b is None:
-            np.copyto(out, src.transpose(0, 2, 1, 3))
-        else:  # the same adds as ``out += b`` after the copy, in the same pass
-            np.add(src.transpose(0, 2, 1, 3), b.reshape(G, 1, H), out=out)
+        out = np.empty((T, G, N, H), self.dtype)
+        np.copyto(out, self.rows(xp).reshape(T, N, G, H).transpose(0, 2, 1, 3))
         return out
 
     def state(self, s0: np.ndarray, k: int) -> np.ndarray:
@@ -419,14 +450,24 @@ class _Seq:
         return rows
 
     def weight_grads(self, d: np.ndarray, ans: np.ndarray, s0: np.ndarray, b: Any,
-                     reverse: bool) -> tuple[np.ndarray, Any]:
-        """d w (one GEMM of every step's gradient ``d`` (T, rows, G*H) with the h it read)
-        and d b."""
+                     reverse: bool, slots: Any = None) -> tuple[np.ndarray, Any]:
+        """d w (one GEMM of every step's gradient ``d`` (T, rows, G*H) with the h it read,
+        into ``slots[2]`` when given) and d b."""
         T, N, H = self.T, self.N, self.H
         h0 = self.state(s0, 0)[None]
         h_read = np.concatenate([ans[1:, 0], h0] if reverse else [h0, ans[:-1, 0]])
         rows = d.reshape(T * N, -1)
-        return rows.T @ h_read.reshape(T * N, H), (None if b is None else ops._sum(rows, axis=0))
+        dw = None if slots is None else slots[2].reshape(rows.shape[1], H)
+        return (np.matmul(rows.T, h_read.reshape(T * N, H), out=dw),
+                None if b is None else ops._sum(rows, axis=0))
+
+    def step_grads(self, slots: Any) -> np.ndarray:
+        """Every step's gradient (T, rows, G*H): in ``slots[0]`` (d xp's place in the packed
+        result) when xp was not broadcast, so that d xp is written where it goes."""
+        shape = (self.T, self.N, self.G * self.H)
+        if slots is not None and slots[0].size == shape[0] * shape[1] * shape[2]:
+            return slots[0].reshape(shape)
+        return np.empty(shape, self.dtype)
 
     def outputs(self, d: np.ndarray, ds0: list[np.ndarray], xp: np.ndarray,
                 s0: np.ndarray) -> tuple[Any, Any]:
@@ -447,33 +488,33 @@ class _Seq:
 
 def _lstm_seq(xp: Any, hc0: Any, w: Any, b: Any = None, reverse: bool = False) -> np.ndarray:
     L = _Seq(xp, hc0, w, 6)
-    xg = L.gates_first(xp, b)
-    half = _halves(L.dtype)
-    xg *= half
+    xq, wq = _lstm_operands(L.rows(xp), b, w, L.dtype)
     out = np.empty((L.T, 6, L.N, L.H), L.dtype)
-    wk, h, c = _hidden_weights(w, 4) * half, L.state(hc0, 0), L.state(hc0, 1)
+    h, c, pre = L.state(hc0, 0), L.state(hc0, 1), np.empty_like(xq[0])
     for t in _order(L.T, reverse):
-        _lstm_step(out[t], xg[t], h, c, wk, None, halved=True)
+        _lstm_step(out[t], xq[t], h, c, wq, pre)
         h, c = out[t, 0], out[t, 1]
     return out.reshape((L.T, 6) + L.lead + (L.H,))
 
 
 def _lstm_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc0: np.ndarray,
-                    w: np.ndarray, b: Any, reverse: bool) -> tuple[Any, ...]:
-    """(d xp, d hc0, d w, d b) of ``lstm_seq`` in NumPy (first order)."""
+                    w: np.ndarray, b: Any, reverse: bool, slots: Any = None) -> tuple[Any, ...]:
+    """(d xp, d hc0, d w, d b) of ``lstm_seq`` in NumPy (first order); the large ones in
+    ``slots`` (``_grad_fwd``) when given."""
     L = _Seq(ans[:, 0], hc0, w, 6)
     shape = (L.T, 6, L.N, L.H)
     G, ans = np.broadcast_to(G, ans.shape).reshape(shape), ans.reshape(shape)
+    tcs = np.tanh(ans[:, 1])  # every step's tanh(c'), one call
     dg = np.empty((4, L.N, L.H), L.dtype)  # a step's, gate first (NumPy's path)
-    d = np.empty((L.T, L.N, 4 * L.H), L.dtype)
+    d = L.step_grads(slots)
     dh: Any = None  # the gradient reaching the state from the later steps
     dc: Any = None
     fused = ops._kernels is not None  # (the C pass writes straight into d's rows)
     for t in _order(L.T, not reverse):
         dc = _lstm_dstep(G[t], dh, dc, ans[t], L.read(ans, hc0, t, 1, reverse),
-                         _gates(d[t], 4) if fused else dg)
+                         _gates(d[t], 4) if fused else dg, tcs[t])
         dh = (d[t] if fused else L.flat(dg, d[t])) @ w
-    return (*L.outputs(d, [dh, dc], xp, hc0), *L.weight_grads(d, ans, hc0, b, reverse))
+    return (*L.outputs(d, [dh, dc], xp, hc0), *L.weight_grads(d, ans, hc0, b, reverse, slots))
 
 
 def _gru_seq(xp: Any, hs0: Any, w: Any, b: Any = None, reverse: bool = False) -> np.ndarray:
@@ -491,13 +532,13 @@ def _gru_seq(xp: Any, hs0: Any, w: Any, b: Any = None, reverse: bool = False) ->
 
 
 def _gru_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hs0: np.ndarray,
-                   w: np.ndarray, b: Any, reverse: bool) -> tuple[Any, ...]:
-    """(d xp, d hs0, d w, d b) of ``gru_seq`` in NumPy (first order)."""
+                   w: np.ndarray, b: Any, reverse: bool, slots: Any = None) -> tuple[Any, ...]:
+    """(d xp, d hs0, d w, d b) of ``gru_seq`` in NumPy (first order); see ``_lstm_seq_grads``."""
     L = _Seq(ans[:, 0], hs0, w, 5)
     shape = (L.T, 5, L.N, L.H)
     G, ans = np.broadcast_to(G, ans.shape).reshape(shape), ans.reshape(shape)
     dxg, dhg = np.empty((3, L.N, L.H), L.dtype), np.empty((3, L.N, L.H), L.dtype)
-    dx = np.empty((L.T, L.N, 3 * L.H), L.dtype)
+    dx = L.step_grads(slots)
     dhp = np.empty_like(dx)
     dh: Any = None  # the gradient reaching the state from the later steps
     fused = ops._kernels is not None  # (the C pass writes straight into dx's and dhp's rows)
@@ -507,7 +548,7 @@ def _gru_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hs0: np.ndarr
         if not fused:
             L.flat(dxg, dx[t])
         dh += (dhp[t] if fused else L.flat(dhg, dhp[t])) @ w
-    return (*L.outputs(dx, [dh], xp, hs0), *L.weight_grads(dhp, ans, hs0, b, reverse))
+    return (*L.outputs(dx, [dh], xp, hs0), *L.weight_grads(dhp, ans, hs0, b, reverse, slots))
 
 
 def _seq_reference(cell: Any, K: int) -> Any:
@@ -597,11 +638,26 @@ def _seq_jvp(reference: Any, k: int) -> Any:
     return rule
 
 
-def _grad_fwd(grads: Any) -> Any:
+def _grad_fwd(grads: Any, slotted: bool = False) -> Any:
+    """The packed VJP: ``grads``' results one after another in one flat array. ``slotted``:
+    ``grads`` takes the packed array's parts (``slots``) and writes its large results there,
+    which are then not copied (a sequence's d xp is most of the packed array)."""
     def fwd(g: Any, ans: Any, xp: Any, s0: Any, w: Any, b: Any = None,
             reverse: bool = False) -> np.ndarray:
-        return np.concatenate([np.ravel(d) for d in grads(g, ans, xp, s0, w, b, reverse)
-                               if d is not None])
+        args = _present(b, xp, s0, w)
+        if not slotted:
+            return np.concatenate([np.ravel(d) for d in grads(g, ans, xp, s0, w, b, reverse)
+                                   if d is not None])
+        packed = np.empty(sum(a.size for a in args), np.result_type(ans, s0, w))  # (_Seq.dtype)
+        ends = np.cumsum([a.size for a in args])
+        slots = [packed[e - a.size:e] for a, e in zip(args, ends)]
+        got = [d for d in grads(g, ans, xp, s0, w, b, reverse, slots) if d is not None]
+        if len(got) != len(slots) or np.result_type(*got) != packed.dtype:
+            return np.concatenate([np.ravel(d) for d in got])  # (as unslotted: its dtype)
+        for d, slot in zip(got, slots):
+            if not np.may_share_memory(d, packed):  # (what was not written in its slot)
+                np.copyto(slot, np.ravel(d))
+        return packed
     return fwd
 
 
@@ -620,8 +676,8 @@ gru_seq = primitive(_gru_seq, "gru_seq")
 # derivatives are those of the reference's VJP
 lstm_cell_grad = primitive(_grad_fwd(_lstm_grads), "lstm_cell_grad")
 gru_cell_grad = primitive(_grad_fwd(_gru_grads), "gru_cell_grad")
-lstm_seq_grad = primitive(_grad_fwd(_lstm_seq_grads), "lstm_seq_grad")
-gru_seq_grad = primitive(_grad_fwd(_gru_seq_grads), "gru_seq_grad")
+lstm_seq_grad = primitive(_grad_fwd(_lstm_seq_grads, True), "lstm_seq_grad")
+gru_seq_grad = primitive(_grad_fwd(_gru_seq_grads, True), "gru_seq_grad")
 _FUSED = ((lstm_cell, lstm_cell_grad, _lstm_grads, _cell_reference(_lstm_cell_reference)),
           (gru_cell, gru_cell_grad, _gru_grads, _cell_reference(_gru_cell_reference)),
           (lstm_seq, lstm_seq_grad, _lstm_seq_grads, _lstm_seq_reference),

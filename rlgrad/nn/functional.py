@@ -288,8 +288,14 @@ def _rows_of(g: np.ndarray) -> np.ndarray:
 
 
 def _weight_cols(weight: np.ndarray) -> np.ndarray:
-    """(O, C, kh, kw) -> (kh*kw*C, O), the row order of the NHWC columns."""
+    """(O, C, kh, kw) -> (kh*kw*C, O), the row order of the NHWC columns (a copy in one C loop
+    where rlgrad._kernels is built: NumPy's transposing copy is most of a batch-1 conv)."""
     o = weight.shape[0]
+    k = ops._kernels
+    if k is not None:
+        out = np.empty((weight.size // max(o, 1), o), weight.dtype)
+        if k.weight_cols(weight, out):
+            return out
     return np.ascontiguousarray(weight.transpose(2, 3, 1, 0)).reshape(-1, o)
 
 
@@ -954,12 +960,18 @@ def _update_running(running_mean: np.ndarray, running_var: np.ndarray, mu: Any, 
     running_var += momentum * v
 
 
-def batch_norm(input: Tensor, running_mean: np.ndarray | None, running_var: np.ndarray | None,  # noqa: A002
-               weight: Tensor | None = None, bias: Tensor | None = None, training: bool = False,
-               momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+def batch_norm(input: Tensor, running_mean: Tensor | np.ndarray | None,  # noqa: A002
+               running_var: Tensor | np.ndarray | None, weight: Tensor | None = None,
+               bias: Tensor | None = None, training: bool = False, momentum: float = 0.1,
+               eps: float = 1e-5) -> Tensor:
     """Normalise each channel (axis 1) over the batch and spatial axes: batch statistics (biased
-    variance) in training, updating ``running_mean``/``running_var`` in place when given; the
-    running statistics otherwise (PyTorch's ``F.batch_norm``)."""
+    variance) in training, updating ``running_mean``/``running_var`` (Tensors or arrays) in place
+    when given; the running statistics otherwise (PyTorch's ``F.batch_norm``)."""
+    # the statistics' arrays: they are state, never differentiated (torch's buffers)
+    if isinstance(running_mean, Tensor):
+        running_mean = running_mean._value
+    if isinstance(running_var, Tensor):
+        running_var = running_var._value
     shape = _shape(input)
     if len(shape) < 2:
         raise ValueError(f"batch_norm: input must be (N, C, ...), got shape {shape}")

@@ -10,7 +10,7 @@ import numpy as np
 from rlgrad.nn import functional as F
 from rlgrad.nn.layers import _as_input
 from rlgrad.nn.module import Module, Parameter
-from rlgrad.tensor import Tensor, _shape, get_default_dtype
+from rlgrad.tensor import Tensor, _shape, constant, get_default_dtype
 
 __all__ = ["BatchNorm1d", "BatchNorm2d"]
 
@@ -19,10 +19,11 @@ class _BatchNorm(Module):
     _dims: tuple[int, ...] = ()  # the input ranks the subclass accepts
     weight: Parameter | None
     bias: Parameter | None
-    # buffers (register_buffer); None when track_running_stats=False, and then never read
-    running_mean: np.ndarray
-    running_var: np.ndarray
-    num_batches_tracked: np.ndarray
+    # buffers (register_buffer), Tensors that never require grad as torch's (``.clone()``,
+    # ``th.allclose`` work on them); None when track_running_stats=False, and then never read
+    running_mean: Tensor
+    running_var: Tensor
+    num_batches_tracked: Tensor
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
                  affine: bool = True, track_running_stats: bool = True, dtype: Any = None) -> None:
@@ -36,18 +37,18 @@ class _BatchNorm(Module):
         else:
             self.weight = self.bias = None
         if self.track_running_stats:
-            self.register_buffer("running_mean", np.zeros(self.num_features, dtype=dt))
-            self.register_buffer("running_var", np.ones(self.num_features, dtype=dt))
-            self.register_buffer("num_batches_tracked", np.array(0, dtype=np.int64))
+            self.register_buffer("running_mean", constant(np.zeros(self.num_features, dtype=dt)))
+            self.register_buffer("running_var", constant(np.ones(self.num_features, dtype=dt)))
+            self.register_buffer("num_batches_tracked", constant(np.array(0, dtype=np.int64)))
         else:
             for name in ("running_mean", "running_var", "num_batches_tracked"):
                 self.register_buffer(name, None)
 
     def reset_running_stats(self) -> None:
         if self.track_running_stats:
-            self.running_mean[...] = 0
-            self.running_var[...] = 1
-            self.num_batches_tracked[...] = 0
+            self.running_mean._value[...] = 0
+            self.running_var._value[...] = 1
+            self.num_batches_tracked._value[...] = 0
 
     def _check(self, x: Any) -> None:
         shape = _shape(x)
@@ -64,7 +65,7 @@ class _BatchNorm(Module):
             x = _as_input(x, F._dtype(self.weight))
         factor = 0.0 if self.momentum is None else float(self.momentum)
         if self.training and self.track_running_stats:
-            self.num_batches_tracked[...] += 1
+            self.num_batches_tracked._value[...] += 1
             if self.momentum is None:  # cumulative moving average
                 factor = 1.0 / float(self.num_batches_tracked)
         use_batch = self.training or self.running_mean is None

@@ -148,6 +148,10 @@ def array(object: ArrayLike, *args: Any, **kwargs: Any) -> Array:  # noqa: A002 
 def asarray(a: ArrayLike, *args: Any, **kwargs: Any) -> Array:
     """NumPy's asarray; a Tensor of the asked dtype is returned itself, lists holding Tensors
     are built as ``array`` builds them."""
+    if isinstance(a, _Tensor) and len(args) <= 1 and set(kwargs) <= {"dtype"}:
+        # without reading values (as jnp.asarray of a tracer): a vmapped tensor has none
+        want = kwargs.get("dtype", args[0] if args else None)
+        return a if want is None or a.dtype == _np.dtype(want) else _ops.astype(a, _np.dtype(want))
     if _holds_tensor(a):
         return _array_from(a, False, *args, **kwargs)
     return _np.asarray(a, *args, **kwargs)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rlgrad.nn.utils import clip_grad_norm_, clip_grad_value_
 from rlgrad.optim import lr_scheduler
 from rlgrad.optim.algorithms import (
+    ASGD,
     SGD,
     Adadelta,
     Adagrad,
@@ -15,11 +16,15 @@ from rlgrad.optim.algorithms import (
     RAdam,
     RMSprop,
     RMSpropTFLike,
+    Rprop,
 )
+from rlgrad.optim.lbfgs import LBFGS
 from rlgrad.optim.lr_scheduler import (
+    ChainedScheduler,
     ConstantLR,
     CosineAnnealingLR,
     CosineAnnealingWarmRestarts,
+    CyclicLR,
     ExponentialLR,
     LambdaLR,
     LinearLR,
@@ -40,11 +45,11 @@ from rlgrad.optim.target import hard_update, polyak_update, soft_update
 
 __all__ = [
     "Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike", "Adagrad", "RAdam", "NAdam",
-    "Adamax", "Adadelta",
+    "Adamax", "Adadelta", "Rprop", "ASGD", "LBFGS",
     "clip_grad_norm_",
     "clip_grad_value_", "lr_scheduler", "LRScheduler", "LambdaLR", "LinearLR", "ConstantLR",
     "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "OneCycleLR", "ReduceLROnPlateau",
     "MultiplicativeLR", "PolynomialLR", "CosineAnnealingWarmRestarts", "SequentialLR",
     "constant_schedule", "linear_schedule", "update_learning_rate", "polyak_update",
-    "soft_update", "hard_update",
+    "soft_update", "hard_update", "CyclicLR", "ChainedScheduler",
 ]

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from rlgrad.creation import _empty_aligned
+from rlgrad.optim import reference
 from rlgrad.optim.optimizer import Optimizer, _check_hparams
 from rlgrad.tensor import mark_written
 from rlgrad.tracer import replayed
@@ -720,3 +722,48 @@ class NAdam(_PerParam):
         x -= (lr * (1 - mu) / (1 - prod)) * g / buf
         np.divide(m, buf, out=buf)
         buf *= lr * mu_next / (1 - prod * mu_next)
+
+
+class _ByReference(Optimizer):
+    """Optimizers rare in RL code, run by their plain form in ``reference.py`` itself (no
+    faster path to keep in step with it): ``_ref`` with the group's hyperparameters ``_keys``."""
+
+    _keys: tuple[str, ...] = ()
+    _ref: Callable[..., None]  # a staticmethod of reference.py
+
+    def _update_group(self, group: dict[str, Any]) -> None:
+        kw = {k: group[k] for k in self._keys}
+        for p in group["params"]:
+            if p.grad is None:
+                continue
+            self._ref(p._value, p.grad._value, self.state.setdefault(p, {}), **kw)
+
+
+class Rprop(_ByReference):
+    """Rprop with PyTorch's arguments (``reference.rprop``): full-batch training only (the
+    gradient's sign decides, so minibatch noise breaks it)."""
+
+    _keys = ("lr", "etas", "step_sizes", "maximize")
+    _ref = staticmethod(reference.rprop)
+
+    def __init__(self, params: Params, lr: float = 1e-2, etas: tuple[float, float] = (0.5, 1.2),
+                 step_sizes: tuple[float, float] = (1e-6, 50.0), *, maximize: bool = False) -> None:
+        _check_hparams(lr=lr)
+        if not 0.0 < etas[0] < 1.0 < etas[1]:
+            raise ValueError(f"Invalid eta values: {etas[0]}, {etas[1]} (need 0 < etaminus < 1 < etaplus)")
+        super().__init__(params, dict(lr=lr, etas=tuple(etas), step_sizes=tuple(step_sizes),
+                                      maximize=maximize))
+
+
+class ASGD(_ByReference):
+    """Averaged SGD with PyTorch's arguments (``reference.asgd``); the averaged parameters are
+    ``state[p]["ax"]``."""
+
+    _keys = ("lr", "lambd", "alpha", "t0", "weight_decay", "maximize")
+    _ref = staticmethod(reference.asgd)
+
+    def __init__(self, params: Params, lr: float = 1e-2, lambd: float = 1e-4, alpha: float = 0.75,
+                 t0: float = 1e6, weight_decay: float = 0.0, *, maximize: bool = False) -> None:
+        _check_hparams(lr=lr, weight_decay=weight_decay)
+        super().__init__(params, dict(lr=lr, lambd=lambd, alpha=alpha, t0=t0,
+                                      weight_decay=weight_decay, maximize=maximize))

@@ -26,7 +26,7 @@ __all__ = [
     "LRScheduler", "LambdaLR", "LinearLR", "ConstantLR", "StepLR", "MultiStepLR", "ExponentialLR",
     "CosineAnnealingLR", "OneCycleLR", "ReduceLROnPlateau", "constant_schedule", "linear_schedule",
     "MultiplicativeLR", "PolynomialLR", "CosineAnnealingWarmRestarts", "SequentialLR",
-    "update_learning_rate", "Schedule",
+    "update_learning_rate", "Schedule", "CyclicLR", "ChainedScheduler",
 ]
 
 Schedule = Callable[[float], float]
@@ -361,6 +361,117 @@ class OneCycleLR(LRScheduler):
                     break
                 start = end
         return lrs
+
+
+_CYCLIC_SCALES: dict[str, tuple[Callable[[float, float], float], str]] = {
+    "triangular": (lambda x, gamma: 1.0, "cycle"),
+    "triangular2": (lambda x, gamma: 1 / (2.0 ** (x - 1)), "cycle"),
+    "exp_range": (lambda x, gamma: gamma ** x, "iterations"),
+}
+
+
+class CyclicLR(LRScheduler):
+    """PyTorch's cyclical learning rate: up from ``base_lr`` to ``max_lr`` in ``step_size_up``
+    steps and down in ``step_size_down``, the amplitude scaled per cycle (``triangular2``: halved)
+    or per step (``exp_range``: ``gamma ** step``) or by ``scale_fn``; ``cycle_momentum`` moves
+    the momentum (or beta1) the opposite way between ``max_momentum`` and ``base_momentum``."""
+
+    def __init__(self, optimizer: Optimizer, base_lr: float | Sequence[float],
+                 max_lr: float | Sequence[float], step_size_up: int = 2000,
+                 step_size_down: int | None = None, mode: str = "triangular",
+                 gamma: float = 1.0, scale_fn: Callable[[float], float] | None = None,
+                 scale_mode: str = "cycle", cycle_momentum: bool = True,
+                 base_momentum: float | Sequence[float] = 0.8, max_momentum: float | Sequence[float] = 0.9,
+                 last_epoch: int = -1) -> None:
+        if not isinstance(optimizer, Optimizer):
+            raise TypeError(f"{type(optimizer).__name__} is not an Optimizer")
+        if scale_fn is None and mode not in _CYCLIC_SCALES:
+            raise ValueError(f"mode is invalid and scale_fn is None: mode must be one of "
+                             f"{', '.join(_CYCLIC_SCALES)}, got {mode!r}")
+        base_lrs = _per_group("base_lr", optimizer, base_lr)
+        if last_epoch == -1:
+            for lr, g in zip(base_lrs, optimizer.param_groups):
+                g["lr"] = lr
+        self.max_lrs = _per_group("max_lr", optimizer, max_lr)
+        up = float(step_size_up)
+        down = float(step_size_down) if step_size_down is not None else up
+        self.total_size, self.step_ratio = up + down, up / (up + down)
+        self.mode, self.gamma = mode, gamma
+        if scale_fn is None:
+            fn, self.scale_mode = _CYCLIC_SCALES[mode]
+            self._scale = lambda x: fn(x, gamma)
+        else:
+            self._scale, self.scale_mode = scale_fn, scale_mode
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            self._init_momentum(optimizer, base_momentum, max_momentum, last_epoch)
+        super().__init__(optimizer, last_epoch)
+        self.base_lrs = base_lrs
+
+    def _init_momentum(self, optimizer: Optimizer, base: float | Sequence[float],
+                       top: float | Sequence[float], last_epoch: int) -> None:
+        if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+            raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+        self.use_beta1 = "betas" in optimizer.defaults
+        self.base_momentums = _per_group("base_momentum", optimizer, base)
+        self.max_momentums = _per_group("max_momentum", optimizer, top)
+        if last_epoch == -1:
+            for hi, lo, g in zip(self.max_momentums, self.base_momentums, optimizer.param_groups):
+                self._set_momentum(g, hi)
+                g.update(max_momentum=hi, base_momentum=lo)
+
+    def _set_momentum(self, group: dict[str, Any], value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+    def lrs_at(self, epoch: int) -> list[float]:
+        """The learning rates at ``epoch``; with ``cycle_momentum`` it also sets each group's
+        momentum (or beta1), as PyTorch's ``get_lr`` does."""
+        cycle = math.floor(1 + epoch / self.total_size)
+        x = 1.0 + epoch / self.total_size - cycle
+        rise = x / self.step_ratio if x <= self.step_ratio else (x - 1) / (self.step_ratio - 1)
+        scale = self._scale(cycle if self.scale_mode == "cycle" else epoch)
+        lrs = [lo + (hi - lo) * rise * scale for lo, hi in zip(self.base_lrs, self.max_lrs)]
+        if self.cycle_momentum:
+            for g, lo, hi in zip(self.optimizer.param_groups, self.base_momentums, self.max_momentums):
+                self._set_momentum(g, hi - (hi - lo) * rise * scale)
+        return lrs
+
+
+class ChainedScheduler:
+    """Steps every scheduler of ``schedulers`` at each ``step()`` (their factors compose)."""
+
+    def __init__(self, schedulers: Sequence[LRScheduler], optimizer: Optimizer | None = None) -> None:
+        if not schedulers:
+            raise ValueError("ChainedScheduler expects at least one scheduler")
+        self.optimizer = optimizer if optimizer is not None else schedulers[0].optimizer
+        for i, sch in enumerate(schedulers):
+            if sch.optimizer is not self.optimizer:
+                raise ValueError(f"ChainedScheduler expects all schedulers to belong to the same "
+                                 f"optimizer, but got scheduler at index {i} to be different")
+        self._schedulers = list(schedulers)
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+
+    def step(self) -> None:
+        """Each scheduler one epoch on; the rates multiply: ``base * prod(lr_i / base_i)`` (rlgrad's
+        schedulers give closed forms, torch's chain each onto the current rate: the same product)."""
+        lrs: list[float] | None = None
+        for sch in self._schedulers:
+            sch.last_epoch += 1
+            ratios = [lr / base for lr, base in zip(sch.lrs_at(sch.last_epoch), sch.base_lrs)]
+            lrs = [b * r for b, r in zip(sch.base_lrs, ratios)] if lrs is None else \
+                [lr * r for lr, r in zip(lrs, ratios)]
+        assert lrs is not None
+        for g, lr in zip(self.optimizer.param_groups, lrs):
+            g["lr"] = lr
+        self._last_lr = [g["lr"] for g in self.optimizer.param_groups]
+        for sch in self._schedulers:
+            sch._last_lr = list(self._last_lr)
+
+    def get_last_lr(self) -> list[float]:
+        return list(self._last_lr)
 
 
 def _one_cycle_total(total_steps: int | None, epochs: int | None,

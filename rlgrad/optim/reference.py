@@ -186,3 +186,43 @@ def nadam(p: np.ndarray, g: np.ndarray, state: State, *, lr: float,
     denom = np.sqrt(v / (1 - b2**t)) + eps
     p -= lr * (1 - mu) / (1 - mu_product) * (g / denom)
     p -= lr * mu_next / (1 - mu_product * mu_next) * (m / denom)
+
+
+def rprop(p: np.ndarray, g: np.ndarray, state: State, *, lr: float = 1e-2,
+          etas: tuple[float, float] = (0.5, 1.2), step_sizes: tuple[float, float] = (1e-6, 50.0),
+          maximize: bool = False) -> None:
+    """One Rprop step: each coordinate moves by its own step size against the gradient's sign;
+    the size grows by ``etas[1]`` while the sign holds and shrinks by ``etas[0]`` when it flips
+    (and that coordinate then skips the move and forgets its gradient)."""
+    if not state:
+        state.update(step=0, prev=np.zeros_like(p), step_size=np.full_like(p, lr))
+    state["step"] += 1
+    g = -g if maximize else g
+    agree = np.sign(g * state["prev"])
+    factor = np.where(agree > 0, etas[1], np.where(agree < 0, etas[0], 1.0)).astype(p.dtype)
+    size = state["step_size"] = np.clip(state["step_size"] * factor, *step_sizes)
+    g = np.where(factor == etas[0], 0.0, g).astype(p.dtype)
+    p -= np.sign(g) * size
+    state["prev"] = g
+
+
+def asgd(p: np.ndarray, g: np.ndarray, state: State, *, lr: float = 1e-2, lambd: float = 1e-4,
+         alpha: float = 0.75, t0: float = 1e6, weight_decay: float = 0.0,
+         maximize: bool = False) -> None:
+    """One averaged-SGD step: SGD with a decaying rate ``eta`` and a shrink of ``p``; ``ax``
+    is the running average of the iterates from step ``t0`` on (``mu = 1 / max(1, t - t0)``)."""
+    if not state:
+        state.update(step=0, eta=float(lr), mu=1.0, ax=np.zeros_like(p))
+    t = state["step"] = state["step"] + 1
+    g = -g if maximize else g
+    if weight_decay:
+        g = g + weight_decay * p
+    eta = state["eta"]
+    p *= 1 - lambd * eta
+    p -= eta * g
+    if state["mu"] != 1:
+        state["ax"] = state["ax"] + (p - state["ax"]) * state["mu"]
+    else:
+        state["ax"] = p.copy()
+    state["eta"] = lr / ((1 + lambd * lr * t) ** alpha)
+    state["mu"] = 1 / max(1, t - t0)

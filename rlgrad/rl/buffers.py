@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from rlgrad import lax, ops
+from rlgrad.device import device as cpu_device
 
 
 def compute_gae(
@@ -283,6 +284,37 @@ class ReplayBuffer:
 
     def sample(self, batch_size: int, rng: np.random.Generator) -> ReplayBatch:
         return self.take(self.sample_indices(batch_size, rng))
+
+    # ---- SB3's names for what tests and scripts read (rows: (buffer_size,), one per transition)
+    device = cpu_device("cpu")  # rlgrad computes on the CPU (SB3's buffer.device)
+
+    @property
+    def dones(self) -> np.ndarray:
+        """SB3's ``dones`` (float32): the episode ended, by termination or time limit."""
+        return (self.terminated | self.truncated).astype(np.float32)
+
+    @property
+    def timeouts(self) -> np.ndarray:
+        """SB3's ``timeouts`` (float32): ended by the time limit only (``TimeLimit.truncated``)."""
+        return (self.truncated & ~self.terminated).astype(np.float32)
+
+    def extend(self, obs: np.ndarray, next_obs: np.ndarray, actions: np.ndarray,
+               rewards: np.ndarray, dones: np.ndarray, infos: Any = None) -> None:
+        """SB3's ``extend``: rows of SB3's ``add`` arguments at once (``dones``, and
+        ``infos``' ``TimeLimit.truncated`` telling a time limit from a termination)."""
+        rewards = np.asarray(rewards, dtype=np.float32).reshape(-1)
+        dones = np.asarray(dones).reshape(-1).astype(bool)
+        timeouts = np.zeros_like(dones)
+        if infos is not None:
+            flat = [i for row in infos for i in (row if isinstance(row, list | tuple) else [row])]
+            if len(flat) != len(dones):
+                raise ValueError(f"ReplayBuffer.extend: {len(flat)} infos for {len(dones)} rows")
+            timeouts = np.array([bool(i.get("TimeLimit.truncated", False)) for i in flat])
+        rows = len(rewards)
+        self.add(np.asarray(obs).reshape(rows, *self.observations.shape[1:]),
+                 np.asarray(next_obs).reshape(rows, *self.observations.shape[1:]),
+                 np.asarray(actions).reshape(rows, *self.actions.shape[1:]), rewards,
+                 dones & ~timeouts, dones & timeouts)
 
     def sample_indices(self, n: int, rng: np.random.Generator) -> np.ndarray:
         """``n`` uniform draws (with replacement) of stored rows. ``k`` calls drawing ``m`` each

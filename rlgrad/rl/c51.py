@@ -66,6 +66,9 @@ class C51(DQN):
         """The distributions of a network output, (batch, n_actions, n_atoms)."""
         return ops.softmax(ops.reshape(out, (out.shape[0], self.n_actions, self.n_atoms)), axis=2)
 
+    def network_policy(self, net: nn.Module) -> nn.Module:
+        return net  # (its distribution's head: model.predict acts on its expectations)
+
     def q_values(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
         return np.asarray(self.q_of(mlp_numpy(self.q_net if net is None else net, obs)))
 

@@ -40,15 +40,19 @@ class BatchNormCritic(FeaturesNet):
         super().__init__()
         self._set_extractor(None)  # vector observations only
         act = _act_cls(activation_fn)
-        nets = []
-        for _ in range(n_critics):
+        self.n_critics = int(n_critics)
+        for i in range(self.n_critics):
             layers: list[nn.Module] = [nn.BatchNorm1d(in_dim, eps=eps, momentum=momentum)]
             last = in_dim
             for h in net_arch:
                 layers += [nn.Linear(last, h), act(), nn.BatchNorm1d(h, eps=eps, momentum=momentum)]
                 last = h
-            nets.append(nn.Sequential(*layers, nn.Linear(last, 1)))
-        self.q_networks = nn.ModuleList(nets)
+            # sb3-contrib's keys: critic.qf0.0.weight, ... (SAC's critics' names)
+            setattr(self, f"qf{i}", nn.Sequential(*layers, nn.Linear(last, 1)))
+
+    @property
+    def q_networks(self) -> list[nn.Module]:
+        return [getattr(self, f"qf{i}") for i in range(self.n_critics)]
 
     def forward(self, obs: Any, actions: Any) -> list[Any]:
         x = _cat(obs, actions)
@@ -107,6 +111,11 @@ class CrossQ(SAC):
 
     def _update_target(self) -> None:
         pass  # no target networks
+
+    def _modules(self) -> dict[str, Any]:
+        """The actor and the critic (sb3-contrib's policy holds no target network: SAC's copy
+        is neither saved nor listed; older checkpoints' copy is ignored at load)."""
+        return {k: m for k, m in super()._modules().items() if k != "critic_target"}
 
     def _q_pi(self, obs: Any, actions: Any) -> Any:
         self.critic.eval()  # the running statistics; the update does not move them

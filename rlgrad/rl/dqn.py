@@ -39,7 +39,8 @@ from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.callbacks import BaseCallback
 from rlgrad.rl.envs import EnvLike, dict_has_images
 from rlgrad.rl.finite import check_update
-from rlgrad.rl.layers import CombinedExtractor
+from rlgrad.rl.layers import CombinedExtractor, module_class
+from rlgrad.rl.network_policy import attach
 from rlgrad.rl.off_policy import OffPolicyAlgorithm, target_network, td_target_of
 from rlgrad.rl.policies import cnn_trunk, mlp, mlp_numpy
 from rlgrad.rl.schedules import ScheduleLike, linear_schedule
@@ -130,7 +131,7 @@ class DQN(OffPolicyAlgorithm):
         self.clip_delta = float(clip_delta)
         self.double_q = bool(double_q)
         self.n_actions = int(self.action_space.n)
-        self.q_net = self.make_q_net()
+        self.q_net = self.network_policy(self.make_q_net())
         self.q_net_target = target_network(self.q_net)
         self._params = list(self.q_net.parameters())
         self._target_params = list(self.q_net_target.parameters())  # cached: synced often
@@ -154,6 +155,11 @@ class DQN(OffPolicyAlgorithm):
         """
         return self.q_network(self.n_actions)
 
+    def network_policy(self, net: nn.Module) -> nn.Module:
+        """``net`` predicting on its own too (SB3's ``QNetwork.predict``, ``save``, ``load``):
+        the greedy action of its output."""
+        return attach(net, self.observation_space, self.action_space)
+
     def q_network(self, n_out: int, **defaults: Any) -> nn.Module:
         """An MLP ``obs -> n_out`` on vector observations; on images (``CnnPolicy``) the CNN trunk
         (``policies.cnn_trunk``: Nature CNN for 84x84, MinAtar's for 10x10) then the MLP head.
@@ -161,11 +167,14 @@ class DQN(OffPolicyAlgorithm):
         cnn = self.policy_name == "CnnPolicy"
         space = self.observation_space
         multi = isinstance(space, spaces.Dict) and dict_has_images(space)  # on the flat rows
-        extra = {"features_dim": None, "normalize_images": None,
-                 "features_extractor_kwargs": None} if cnn else (
-                     {"features_extractor_kwargs": None} if multi else {})
-        kw = self.net_kwargs(net_arch=None, activation_fn="relu", **defaults, **extra)
+        extra = {"features_dim": None, "normalize_images": None} if cnn else {}
+        kw = self.net_kwargs(net_arch=None, activation_fn="relu", features_extractor_class=None,
+                             features_extractor_kwargs=None, **defaults, **extra)
         arch = kw["net_arch"] if kw["net_arch"] is not None else ([] if cnn else [64, 64])
+        if kw["features_extractor_class"] is not None:  # SB3's: the user's extractor, then the MLP
+            ext = module_class(kw["features_extractor_class"], "features_extractor_class")(
+                space, **(kw["features_extractor_kwargs"] or {}))
+            return nn.Sequential(ext, *mlp([ext.features_dim, *arch, n_out], kw["activation_fn"]))
         if multi:
             assert isinstance(space, spaces.Dict)  # (multi says so; for the type checker)
             ext = CombinedExtractor(space, **(kw["features_extractor_kwargs"] or {}))
@@ -249,6 +258,7 @@ class DQN(OffPolicyAlgorithm):
         self._n_calls += 1
         if self._n_calls % max(self.target_update_interval // self.n_envs, 1) == 0:
             optim.polyak_update(self._params, self._target_params, self.tau)
+            self._sync_running_stats((self.q_net, self.q_net_target))
         progress = self._current_progress_remaining if self.exploration_steps is None else \
             max(0.0, 1.0 - self.num_timesteps / self.exploration_steps)
         self.exploration_rate = self.exploration_schedule(progress)

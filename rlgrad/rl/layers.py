@@ -330,6 +330,20 @@ def cnn_trunk(observation_space: spaces.Space, features_dim: int | None = None,
     return MinAtarCNN(shape, features_dim or 128, normalize=normalize_images)
 
 
+#: layers whose training-mode forward changes state (BatchNorm's running statistics) or draws
+#: (Dropout's mask): a network holding one runs in evaluation mode to act, in training mode to
+#: learn, eagerly (SB3's ``set_training_mode``; rlgrad.jit does not replay them)
+STATEFUL_LAYERS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.Dropout)
+
+
+def copy_running_stats(online: nn.Module, target: nn.Module) -> None:
+    """The target network's BatchNorm statistics become the online network's (copied, not
+    averaged: SB3's ``polyak_update(batch_norm_stats, batch_norm_stats_target, 1.0)``)."""
+    for (_, a), (_, b) in zip(online.named_buffers(), target.named_buffers()):
+        if a is not None and b is not None:
+            np.copyto(b._value, a._value)
+
+
 #: the features-extractor keys of an off-policy algorithm's ``policy_kwargs`` (SB3's defaults)
 EXTRACTOR_DEFAULTS: dict[str, Any] = {
     "features_extractor_class": None, "features_extractor_kwargs": None,

@@ -24,6 +24,7 @@ from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import POLICY_DEFAULTS
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.ppo import PPO
+from rlgrad.rl.ranges import ROLLOUT_BATCH
 from rlgrad.tensor import Tensor, _shape
 
 #: the logit of a masked action (sb3-contrib's): exp of it is 0 in float32, so is p log p
@@ -190,6 +191,9 @@ class MaskablePPO(PPO):
     policy: MaskableActorCriticPolicy
     rollout_buffer: MaskableRolloutBuffer
     cnn_policy = True
+    # a batch_size above the rollout trains on the whole rollout, with SB3's truncated
+    # mini-batch warning (sb3-contrib's test_invalid_actions builds one)
+    relations_not_applying = (ROLLOUT_BATCH,)
 
     def __init__(self, env: EnvLike, **kwargs: Any) -> None:
         self._use_masking = True
@@ -262,6 +266,7 @@ class MaskablePPO(PPO):
             self._predict_masks = None
 
     def _predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        self.policy.set_training_mode(False)  # (SB3's predict leaves it in evaluation mode)
         masks = self._predict_masks
         if masks is not None:
             masks = np.asarray(masks, dtype=bool).reshape(len(obs), -1)

@@ -33,7 +33,7 @@ from rlgrad.rl.common.save_util_model import (
 from rlgrad.rl.envs import EnvLike, frame_stacked, is_image_space, preprocess_obs
 from rlgrad.rl.finite import check_update
 from rlgrad.rl.frame_replay import FrameReplayBuffer
-from rlgrad.rl.layers import offpolicy_extractor
+from rlgrad.rl.layers import STATEFUL_LAYERS, copy_running_stats, offpolicy_extractor
 from rlgrad.rl.policies import SB3PolicyMethods, predict_with
 from rlgrad.rl.sb3_args import existing_checkpoint, unwrap_compiled, with_extension
 from rlgrad.rl.sb3_storage import (
@@ -179,6 +179,10 @@ class PolicyView:
 
     device = cpu_device("cpu")  # rlgrad computes on the CPU (SB3's policy.device.type)
 
+    def to(self, *args: Any, **kwargs: Any) -> PolicyView:
+        """SB3's ``policy.to(device)``: the same view (rlgrad computes on the CPU)."""
+        return self
+
     def save(self, path: PathOrFile) -> None:
         """SB3's ``policy.save(path)``: here the algorithm's archive (its networks alone would
         not rebuild the view), which ``PolicyView.load`` turns back into the policy."""
@@ -213,8 +217,10 @@ class PolicyView:
     __call__ = forward
 
     def set_training_mode(self, mode: bool) -> None:
-        for m in self._algo._modules().values():
-            m.train(mode)
+        """SB3's: the actor, critic and Q-network in training or evaluation mode; the target
+        networks stay in evaluation mode (SB3 builds them so)."""
+        for name, m in self._algo._modules().items():
+            m.train(mode and "target" not in name)
 
     # SB3's BasePolicy methods on tensors (observation_space: the algorithm's)
     obs_to_tensor = SB3PolicyMethods.obs_to_tensor
@@ -375,7 +381,29 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         env_act = self.unscale_action(act).reshape(n, *cast(spaces.Box, self.action_space).shape)
         return act, env_act
 
+    def _stateful_nets(self) -> bool:
+        """Whether a network holds BatchNorm or Dropout (``STATEFUL_LAYERS``): then acting runs
+        the networks in evaluation mode and the updates in training mode, eagerly (SB3's
+        ``set_training_mode``); the target networks take the running statistics at each
+        target update. Found once (the networks are built with the algorithm)."""
+        found = self.__dict__.get("_has_stateful")
+        if found is None:
+            found = self._has_stateful = any(
+                isinstance(m, STATEFUL_LAYERS) for net in self._modules().values()
+                for m in net.modules())
+            if found:  # BatchNorm writes its statistics in place: not under rlgrad.jit
+                self.compile_updates = False
+        return found
+
+    def _sync_running_stats(self, *pairs: tuple[Module, Module]) -> None:
+        """With BatchNorm, at a target update: (online, target) pairs' statistics copied."""
+        if self._stateful_nets():
+            for online, target in pairs:
+                copy_running_stats(online, target)
+
     def _predict(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        if self._stateful_nets():
+            self.policy.set_training_mode(False)  # (SB3's predict: evaluation mode)
         act = self._act(obs, deterministic)
         if self.continuous:  # in the space's dtype (float64 spaces get float64 actions, as SB3)
             a = cast(spaces.Box, self.action_space)
@@ -404,6 +432,7 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         state = (rlgrad.load(existing_checkpoint(path)) if isinstance(path, str | os.PathLike)
                  else state_from_bytes(path.read()))
         self.replay_buffer.load_state_dict(state["replay_buffer"])
+        self.replay_buffer.device = self.device  # (SB3's: the model's, which a user may set)
         if truncate_last_traj and hasattr(self.replay_buffer, "truncate_last_trajectory"):
             self.replay_buffer.truncate_last_trajectory()
 
@@ -436,6 +465,8 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         if callback is not None:
             callback.on_rollout_start()
         want_locals = callback is not None and callback.wants_locals()
+        if self._stateful_nets():
+            self.policy.set_training_mode(False)  # SB3's: acting in evaluation mode
         raw = prev_raw = self._last_obs
         obs = preprocess_obs(raw, space)
         with rlgrad.no_grad():
@@ -485,6 +516,8 @@ class OffPolicyAlgorithm(BaseAlgorithm):
         if self.num_timesteps > 0 and self.num_timesteps > self.learning_starts:
             gs = self.gradient_steps if self.gradient_steps >= 0 else collected
             if gs > 0:
+                if self._stateful_nets():
+                    self.policy.set_training_mode(True)  # (SB3's train() sets it)
                 self.train(gs, self.batch_size)
         if self._episode_num - self._last_dump_episode >= self.log_interval:
             self._last_dump_episode = self._episode_num

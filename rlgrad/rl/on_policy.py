@@ -19,7 +19,7 @@ import numpy as np
 from gymnasium import spaces
 
 import rlgrad
-from rlgrad import nn, ops
+from rlgrad import ops
 from rlgrad.optim.optimizer import Optimizer
 from rlgrad.rl import action_dists
 from rlgrad.rl.base import BaseAlgorithm
@@ -35,14 +35,12 @@ from rlgrad.rl.envs import (
     preprocess_obs,
 )
 from rlgrad.rl.finite import check_update
+from rlgrad.rl.layers import STATEFUL_LAYERS
 from rlgrad.rl.policies import ActorCriticPolicy
 from rlgrad.rl.sb3_args import PolicySlot, buffer_class
 from rlgrad.rl.schedules import ScheduleLike
 from rlgrad.rl.steps import apply_grads, grad_step, optimized_params, same_params
 from rlgrad.tensor import Tensor
-
-#: layers whose training-mode forward jit does not replay (``_stateful_training``)
-_STATEFUL = (nn.BatchNorm1d, nn.BatchNorm2d, nn.Dropout)
 
 
 def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
@@ -343,7 +341,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         """Whether the policy holds a layer that training runs eagerly (not under rlgrad.jit):
         BatchNorm writes its running statistics in place, Dropout draws a new mask per call
         (SB3's test_train_eval_mode extractor has both)."""
-        return any(isinstance(m, _STATEFUL) for m in self.policy.modules())
+        return any(isinstance(m, STATEFUL_LAYERS) for m in self.policy.modules())
 
     def train(self) -> None:
         """One gradient step on the whole rollout (A2C, REINFORCE), compiled; losses logged."""

@@ -5,7 +5,8 @@ Each update: ``n_epochs`` passes over the rollout in shuffled minibatches of the
     L = -E[min(r A, clip(r, 1 - eps, 1 + eps) A)] + vf_coef * E[(R - V)^2] - ent_coef * H,
 
 ``r = pi(a|s) / pi_old(a|s)``, advantages from GAE(lambda) normalised per minibatch, optional value
-clipping around the old values, and early stopping when the approximate KL exceeds
+clipping around the old values (SB3's; ``clip_vf_max=True``: PureJaxRL's and CleanRL's larger of
+the clipped and unclipped errors), and early stopping when the approximate KL exceeds
 ``1.5 * target_kl``.
 """
 
@@ -21,6 +22,7 @@ from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, with_value_and_entropy
 from rlgrad.rl.schedules import FloatSchedule, ScheduleLike, get_schedule_fn
 from rlgrad.tracer import defbatch, defjvp, defvjp, primitive
+from rlgrad.typing import Array
 
 
 def _surrogate(log_prob: Any, old_log_prob: Any, adv: Any, clip: Any, w: Any) -> Any:
@@ -77,12 +79,28 @@ def _approx_kl_padded(log_prob: np.ndarray, old_log_prob: np.ndarray, n_real: np
     return kl, (real & (np.abs(ratio - 1) > clip)).sum(axis=1) / n_real
 
 
+def clipped_values(values: Array, old_values: Array, returns: Array, clip: Array | float,
+                   pessimistic: bool = False) -> Array:
+    """The values the value loss compares with the returns under ``clip_range_vf``: SB3's
+    ``old + clip(values - old, -clip, clip)``; ``pessimistic`` (PureJaxRL's and CleanRL's
+    ``clip_vloss``): per row whichever of ``values`` and that lies farther from the return, so the
+    squared error is the larger of the unclipped and the clipped one, and its gradient that
+    one's (SB3's form has none once a value left the clip range)."""
+    clipped = old_values + ops.clip(values - old_values, -clip, clip)
+    if not pessimistic:
+        return clipped
+    farther = ops.abs(returns - values) >= ops.abs(returns - clipped)
+    return ops.where(farther, values, clipped)
+
+
 class PPO(OnPolicyAlgorithm):
     #: minibatches of one shape (the ragged last one padded): the compiled step, and the whole
     #: rollout as one batch when it fits; False (RecurrentPPO's padded sequences): eager
     fixed_shape_batches: ClassVar[bool] = True
     #: the policy loss the compiled loop (rlgrad.rl.compiled_loop) traces
     clipped_surrogate = staticmethod(clipped_surrogate_loss)
+    #: the clipped values of the value loss (the compiled loop traces it too)
+    clipped_values = staticmethod(clipped_values)
 
     def __init__(self, env: EnvLike, learning_rate: ScheduleLike = 3e-4, n_steps: int = 2048,
                  batch_size: int = 64, n_epochs: int = 10, gamma: float = 0.99,
@@ -93,7 +111,11 @@ class PPO(OnPolicyAlgorithm):
                  rollout_buffer_kwargs: dict | None = None, n_envs: int = 1,
                  normalize: bool | dict = False, policy_kwargs: dict | None = None,
                  seed: int | None = None, verbose: int = 0, compile_loop: bool = False,
-                 **env_options: Any) -> None:
+                 clip_vf_max: bool = False, **env_options: Any) -> None:
+        if clip_vf_max and clip_range_vf is None:
+            raise ValueError("clip_vf_max=True takes the larger of the clipped and unclipped value "
+                             "errors and needs clip_range_vf: set clip_range_vf (e.g. 0.2)")
+        self.clip_vf_max = bool(clip_vf_max)
         super().__init__(env, learning_rate, n_steps, gamma, gae_lambda, ent_coef, vf_coef,
                          max_grad_norm, normalize_advantage, n_envs, normalize, policy_kwargs,
                          seed, verbose, rollout_buffer_class=rollout_buffer_class,
@@ -135,8 +157,8 @@ class PPO(OnPolicyAlgorithm):
         w = b["weights"]
         policy_loss = _surrogate_p(log_prob, b["old_log_prob"], b["advantages"], b["clip"], w)
         if "clip_vf" in b:  # keep the new value within clip_vf of the old one
-            old, c = b["old_values"], b["clip_vf"]
-            values = old + ops.clip(values - old, -c, c)
+            values = clipped_values(values, b["old_values"], b["returns"], b["clip_vf"],
+                                    self.clip_vf_max)
         loss, terms = with_value_and_entropy(policy_loss, values, dist, b, use_entropy, log_prob)
         return loss, {**terms, "log_prob": log_prob}
 

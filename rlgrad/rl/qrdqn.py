@@ -28,6 +28,7 @@ from rlgrad.nn import functional as F
 from rlgrad.rl.dqn import DQN, bootstrap, gather_actions
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.hyperparams import apply_defaults
+from rlgrad.rl.network_policy import attach
 from rlgrad.rl.policies import mlp_numpy
 from rlgrad.typing import Array
 
@@ -64,6 +65,10 @@ class QRDQN(DQN):
         """``obs -> (batch, n_actions * n_quantiles)``: per action, its quantiles."""
         self.n_quantiles = int(self.policy_kwargs.get("n_quantiles", 200))
         return self.q_network(self.n_actions * self.n_quantiles, n_quantiles=200)
+
+    def network_policy(self, net: nn.Module) -> nn.Module:
+        """sb3-contrib's ``QuantileNetwork.predict``: the greedy action of the quantiles' mean."""
+        return attach(net, self.observation_space, self.action_space, self.n_quantiles)
 
     @property
     def quantile_net(self) -> nn.Module:

@@ -142,6 +142,7 @@ RANGES: dict[str, Range] = {
     "n_epochs": Range(1, 10_000, integer=True),  # more: a typo, a run that never ends
     "clip_range": Range(0.0, lo_open=True, schedule=True),
     "clip_range_vf": Range(0.0, lo_open=True, schedule=True, none_ok=True),
+    "clip_vf_max": _FLAG,
     "target_kl": Range(0.0, lo_open=True, none_ok=True),
     "rms_prop_eps": _POSITIVE,
     "top_quantiles_to_drop_per_net": Range(0, 10_000, integer=True),  # TQC

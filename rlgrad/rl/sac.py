@@ -30,6 +30,7 @@ from rlgrad import nn, ops, optim
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.layers import EXTRACTOR_DEFAULTS, get_actor_critic_arch
+from rlgrad.rl.network_policy import SACActor, attach
 from rlgrad.rl.off_policy import (
     OffPolicyAlgorithm,
     make_action_noise,
@@ -37,7 +38,7 @@ from rlgrad.rl.off_policy import (
     target_network,
     td_target_of,
 )
-from rlgrad.rl.policies import ContinuousCritic, SquashedGaussianActor, upgrade_critic_keys
+from rlgrad.rl.policies import ContinuousCritic, upgrade_critic_keys
 from rlgrad.rl.schedules import ScheduleLike
 from rlgrad.tensor import Tensor
 
@@ -76,9 +77,9 @@ class SAC(OffPolicyAlgorithm):
         self.sde_sample_freq = int(sde_sample_freq)
         self.use_sde_at_warmup = bool(use_sde_at_warmup)
         actor_fx, critic_fx, in_dim = self.make_extractors(fx)
-        self.actor = SquashedGaussianActor(in_dim, self.act_dim, pi_arch, act_fn,
-                                           use_sde=self.use_sde, features_extractor=actor_fx,
-                                           **kw)  # kw: gSDE's options
+        self.actor = attach(SACActor(in_dim, self.act_dim, pi_arch, act_fn, use_sde=self.use_sde,
+                                     features_extractor=actor_fx, **kw),  # kw: gSDE's options
+                            self.observation_space, self.action_space)
         self.critic = self._make_critic(qf_arch, n_critics, act_fn, critic_fx,
                                         bool(fx["share_features_extractor"]))
         self.critic_target = target_network(self.critic)
@@ -122,6 +123,7 @@ class SAC(OffPolicyAlgorithm):
     def _update_target(self) -> None:
         """Move the target critics toward the critics (CrossQ has none)."""
         optim.polyak_update(self._critic_params, self._critic_target_params, self.tau)
+        self._sync_running_stats((self.critic, self.critic_target))
 
     def _q_pi(self, obs: Any, actions: Any) -> Any:
         """The value the actor ascends: the critics' minimum (TQC: the mean of the quantiles)."""

@@ -17,6 +17,7 @@ from rlgrad import ops, optim
 from rlgrad.rl.buffers import ReplayBatch
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.layers import EXTRACTOR_DEFAULTS, get_actor_critic_arch
+from rlgrad.rl.network_policy import TD3Actor, attach
 from rlgrad.rl.off_policy import (
     OffPolicyAlgorithm,
     make_action_noise,
@@ -24,7 +25,7 @@ from rlgrad.rl.off_policy import (
     target_networks,
     td_target_of,
 )
-from rlgrad.rl.policies import ContinuousCritic, DeterministicActor, upgrade_critic_keys
+from rlgrad.rl.policies import ContinuousCritic, upgrade_critic_keys
 from rlgrad.rl.schedules import ScheduleLike
 
 
@@ -54,7 +55,8 @@ class TD3(OffPolicyAlgorithm):
         pi_arch, qf_arch = get_actor_critic_arch(kw["net_arch"])
         act_fn = kw["activation_fn"]
         actor_fx, critic_fx, in_dim = self.make_extractors(kw)
-        self.actor = DeterministicActor(in_dim, self.act_dim, pi_arch, act_fn, actor_fx)
+        self.actor = attach(TD3Actor(in_dim, self.act_dim, pi_arch, act_fn, actor_fx),
+                            self.observation_space, self.action_space)
         self.critic = ContinuousCritic(in_dim, self.act_dim, qf_arch, n_critics, act_fn,
                                        critic_fx, bool(kw["share_features_extractor"]))
         self.actor_target, self.critic_target = target_networks(self.actor, self.critic)
@@ -120,6 +122,8 @@ class TD3(OffPolicyAlgorithm):
                                         self.actor_optimizer)
                 actor_losses.append(float(st["actor_loss"]))
                 optim.polyak_update(self._pairs[0], self._pairs[1], self.tau)
+                self._sync_running_stats((self.actor, self.actor_target),
+                                         (self.critic, self.critic_target))
         lg = self.logger
         lg.record("train/n_updates", self._n_updates)
         if actor_losses:

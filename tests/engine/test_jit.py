@@ -250,3 +250,26 @@ def test_one_element_broadcasts_are_left_to_the_ufuncs_that_read_them() -> None:
     a, b = j2(x, c)
     np.testing.assert_array_equal(a, c[1] * x.sum() * x)
     np.testing.assert_array_equal(b, np.full(8, c[0]))
+
+
+def test_a_pure_program_runs_once_on_its_first_call() -> None:
+    """The trace computed the first call's outputs: that call returns them, it does not run the
+    compiled program a second time (later calls run it once each)."""
+    from rlgrad.tracer import defvjp, primitive
+
+    runs: list[int] = []
+
+    def double(x: np.ndarray) -> np.ndarray:
+        runs.append(1)
+        return x * 2.0
+
+    counted = primitive(double, "counted_double", arity=1)
+    defvjp(counted, lambda g, ans, x: g * 2.0)
+    f = rlgrad.jit(lambda x: counted(rlgrad.as_tensor(x)) + 1.0, check=False)  # (not run twice)
+    np.testing.assert_array_equal(np.asarray(f(np.ones(3))), 3.0)
+    assert len(runs) == 1
+    np.testing.assert_array_equal(np.asarray(f(np.full(3, 2.0))), 5.0)
+    assert len(runs) == 2
+    g = rlgrad.jit(rlgrad.grad(lambda x: rnp.sum(counted(x) ** 2)), check=False)
+    np.testing.assert_array_equal(g(np.ones(3)), 8.0)
+    assert len(runs) == 3

@@ -13,6 +13,7 @@ from helpers.kernel_inputs import relu_inputs, rollout
 
 import rlgrad
 from rlgrad import ops
+from rlgrad.nn import functional as F
 
 K = ops._kernels
 needs_kernels = pytest.mark.skipif(K is None, reason="rlgrad._kernels not built (or turned off)")
@@ -229,6 +230,43 @@ def test_outer_refuses_what_it_does_not_do(dtype):
     assert not K.outer(a, b, np.empty(shape[:-1] + (299,), dtype))
     assert not K.outer(a, b.astype(np.float64 if dtype == np.float32 else np.float32), out)
     assert not K.outer(np.ones(shape[:-1] + (2,), dtype), b, out)  # a's last axis is not 1
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_outers_refuses_what_it_does_not_do(dtype):
+    a, b, out = np.ones((4, 3), dtype), np.ones((4, 5), dtype), np.empty((4, 3, 5), dtype)
+    other = np.float64 if dtype == np.float32 else np.float32
+    assert not K.outers(a, b, np.empty((4, 3, 4), dtype))  # out's shape
+    assert not K.outers(a, np.ones((3, 5), dtype), out)  # stacks of different lengths
+    assert not K.outers(a, b.astype(other), out)
+    assert not K.outers(a, b, out.astype(other))
+    assert not K.outers(np.ones((4, 6), dtype)[:, ::2], b, out)  # not contiguous
+    assert not K.outers(a[:, :, None], b, out)  # a is (V, m)
+    big = np.ones((4, 3, 5), dtype)
+    assert not K.outers(big.reshape(-1)[:12].reshape(4, 3), b, big)  # out over an operand
+    assert K.outers(a * 2, b * 3, out) and np.all(out == 6)
+
+
+@needs_kernels
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(64, 32, 4, 4), (17, 3, 2, 5), (1, 1, 1, 1), (40, 1, 8, 8)])
+def test_weight_cols_is_numpys_transposing_copy(dtype, shape):
+    w = np.random.default_rng(3).standard_normal(shape).astype(dtype)
+    want = np.ascontiguousarray(w.transpose(2, 3, 1, 0)).reshape(-1, shape[0])
+    out = np.full(want.shape, np.nan, dtype)
+    assert K.weight_cols(w, out) and np.array_equal(out, want)
+    assert np.array_equal(F._weight_cols(w), want)
+
+
+@needs_kernels
+def test_weight_cols_refuses_what_it_does_not_do():
+    w = np.ones((4, 3, 2, 2), np.float32)
+    assert not K.weight_cols(w, np.empty((12, 3), np.float32))  # out's shape
+    assert not K.weight_cols(w, np.empty((12, 4)))  # dtypes differ
+    assert not K.weight_cols(w[:, :, :, :1], np.empty((6, 4), np.float32))  # not contiguous
+    assert not K.weight_cols(w.reshape(4, 12), np.empty((12, 4), np.float32))  # not 4-d
+    assert not K.weight_cols(w, w.reshape(12, 4))  # out over w
 
 
 def test_relu_of_a_channels_last_view_keeps_numpys_layout():

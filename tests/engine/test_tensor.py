@@ -47,6 +47,18 @@ def test_computed_tensor_attributes() -> None:
     assert not c.requires_grad and c.is_leaf and c.grad_fn is None
 
 
+def test_int_float_of_any_one_element_tensor() -> None:
+    """As torch: int() and float() take a one-element tensor of any rank (SB3's tests write
+    ``int(dist.entropy().exp())`` on a shape (1,) result); more elements is one line."""
+    assert int(rlgrad.tensor([2.7])) == 2 and int(rlgrad.tensor([[3]])) == 3
+    assert float(rlgrad.tensor([[0.5]])) == 0.5 and float(rlgrad.tensor(1.5)) == 1.5
+    assert int(leaf([4.0])) == 4  # as torch: no gradient is asked for
+    with pytest.raises(TypeError, match=r"int\(\) needs a tensor with one element.*\(2,\)"):
+        int(rlgrad.tensor([1, 2]))
+    with pytest.raises(TypeError, match=r"float\(\) needs a tensor with one element"):
+        float(rlgrad.tensor(np.zeros((0,))))
+
+
 def test_item_numpy_detach() -> None:
     x = leaf([[2.5]])
     v = x.item()

@@ -12,6 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.torch_compare import (
+    check_against_torch,
+    grads_match_finite_differences,
+    grads_match_torch,
+)
+from helpers.torch_compare import same as _same
 
 import rlgrad
 import rlgrad.func as rf
@@ -25,23 +31,6 @@ X3 = RNG.normal(size=(2, 3, 4))
 TIES = np.array([[1.0, 3.0, 3.0, 2.0, 5.0, np.nan, 1.0], [2.0, 2.0, -1.0, 7.0, 7.0, 0.0, 8.0]])
 INTS = RNG.integers(0, 6, 12)
 IDX = np.array([3, 0, 3])
-
-
-def _dtype(t: Any) -> np.dtype:
-    return np.dtype(str(t.dtype).replace("torch.", "")) if hasattr(t, "dtype") and \
-        "torch" in str(t.dtype) else np.dtype(t.dtype)
-
-
-def _same(got: Any, want: Any, tol: float = 1e-12) -> None:
-    if isinstance(want, tuple | list):
-        assert len(got) == len(want)
-        for g, w in zip(got, want):
-            _same(g, w, tol)
-        return
-    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
-    assert np.dtype(got.dtype) == _dtype(want)
-    np.testing.assert_allclose(np.asarray(got.detach().numpy(), np.float64),
-                               np.asarray(want.detach().numpy(), np.float64), rtol=tol, atol=tol)
 
 
 # name: function of (library, its tensor constructor)
@@ -135,11 +124,7 @@ GRADS: dict[str, tuple[Callable, np.ndarray]] = {
 @pytest.mark.parametrize("name", sorted(GRADS))
 def test_gradients_match_torch(name: str) -> None:
     fn, x = GRADS[name]
-    w = RNG.normal(size=np.shape(fn(torch, torch.tensor(x))))
-    xr, xt = rlgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    (fn(rlgrad, xr) * rlgrad.tensor(w)).sum().backward()
-    (fn(torch, xt) * torch.tensor(w)).sum().backward()
-    np.testing.assert_allclose(xr.grad.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-12)
+    grads_match_torch(fn, x, RNG)
 
 
 @pytest.mark.parametrize("name", sorted(GRADS))
@@ -148,11 +133,7 @@ def test_first_and_second_order_match_finite_differences(name: str) -> None:
     if name in ("clamp_min", "clamp_max"):  # away from the kink
         x = np.where(np.abs(x - 0.1) < 1e-3, x + 0.01, x)
         x = np.where(np.abs(x + 0.1) < 1e-3, x + 0.01, x)
-    def f(a: Any) -> Any:  # check_grads hands arrays (the differences) and traced tensors
-        out = rlgrad.numpy.tanh(fn(rlgrad, a if isinstance(a, rlgrad.Tensor) else rlgrad.tensor(a)))
-        return out if isinstance(a, rlgrad.Tensor) else out.numpy()
-
-    check_grads(f, modes=("rev", "fwd"), order=2)(x)
+    grads_match_finite_differences(fn, x)
 
 
 def test_cummax_indices_are_recorded_under_jit() -> None:
@@ -286,17 +267,7 @@ SURVEY_GRADS: dict[str, tuple[Callable, np.ndarray]] = {
 @pytest.mark.parametrize("name", sorted(SURVEY_GRADS))
 def test_survey_gradients_match_torch_and_finite_differences(name: str) -> None:
     fn, x = SURVEY_GRADS[name]
-    w = RNG.normal(size=np.shape(fn(torch, torch.tensor(x))))
-    xr, xt = rlgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    (fn(rlgrad, xr) * rlgrad.tensor(w)).sum().backward()
-    (fn(torch, xt) * torch.tensor(w)).sum().backward()
-    np.testing.assert_allclose(xr.grad.numpy(), xt.grad.numpy(), rtol=1e-9, atol=1e-11)
-
-    def f(a: Any) -> Any:
-        out = rlgrad.numpy.tanh(fn(rlgrad, a if isinstance(a, rlgrad.Tensor) else rlgrad.tensor(a)))
-        return out if isinstance(a, rlgrad.Tensor) else out.numpy()
-
-    check_grads(f, modes=("rev", "fwd"), order=2)(x)
+    check_against_torch(fn, x, RNG)
 
 
 @pytest.mark.parametrize("call, support, mean", [
@@ -381,12 +352,7 @@ def test_functional_additions_match_torch_and_finite_differences(name: str) -> N
     tol = 1e-7 if name == "activations" else 1e-9
     np.testing.assert_allclose(xr.grad.numpy(), xt.grad.numpy(), rtol=tol, atol=tol)
     if "pool" in name or name in ("conv1d", "glu"):
-        def f(a: Any) -> Any:
-            out = fn(rlgrad.nn.functional, a if isinstance(a, rlgrad.Tensor) else rlgrad.tensor(a))
-            out = rlgrad.numpy.tanh(out)
-            return out if isinstance(a, rlgrad.Tensor) else out.numpy()
-
-        check_grads(f, modes=("rev", "fwd"), order=2)(x)
+        grads_match_finite_differences(lambda lib, a: fn(lib.nn.functional, a), x)
 
 
 def test_gumbel_softmax_is_a_distribution_and_hard_is_one_hot_with_the_soft_gradient() -> None:

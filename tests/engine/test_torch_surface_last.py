@@ -12,10 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.torch_compare import check_against_torch
+from helpers.torch_compare import same as _same
+from helpers.torch_compare import torch_dtype as _dtype
 
 import rlgrad
 import rlgrad.special
-from rlgrad.gradcheck import check_grads
 
 torch = pytest.importorskip("torch")
 
@@ -27,23 +29,6 @@ SEQ = RNG.normal(size=(2, 3, 5))
 VOL = RNG.normal(size=(1, 2, 3, 2, 4))
 TIES = np.array([[1, 2, 2, 3, 3, 0], [5, 5, 1, 1, 1, 5]])
 NAN = np.array([[1.0, np.nan, 3.0, 2.0, np.nan], [4.0, 5.0, 6.0, 7.0, 0.5]])
-
-
-def _dtype(t: Any) -> np.dtype:
-    return np.dtype(str(t.dtype).replace("torch.", "")) if "torch" in str(t.dtype) else np.dtype(t.dtype)
-
-
-def _same(got: Any, want: Any, tol: float = 1e-12) -> None:
-    if isinstance(want, tuple | list):
-        assert len(got) == len(want)
-        for g, w in zip(got, want, strict=True):
-            _same(g, w, tol)
-        return
-    assert tuple(got.shape) == tuple(want.shape), (got.shape, want.shape)
-    assert np.dtype(got.dtype) == _dtype(want), (got.dtype, want.dtype)
-    if np.dtype(got.dtype) == np.float32:  # (float32 rounding of another evaluation order)
-        tol = max(tol, 3e-6)
-    np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), rtol=tol, atol=tol)
 
 
 def _s(lib: Any) -> Any:
@@ -142,17 +127,7 @@ GRADS: dict[str, tuple[Callable, np.ndarray]] = {
 @pytest.mark.parametrize("name", sorted(GRADS))
 def test_gradients_match_torch_and_finite_differences(name: str) -> None:
     fn, x = GRADS[name]
-    w = RNG.normal(size=tuple(fn(torch, torch.tensor(x)).shape))
-    xr, xt = rlgrad.tensor(x, requires_grad=True), torch.tensor(x, requires_grad=True)
-    (fn(rlgrad, xr) * rlgrad.tensor(w)).sum().backward()
-    (fn(torch, xt) * torch.tensor(w)).sum().backward()
-    np.testing.assert_allclose(xr.grad.numpy(), xt.grad.numpy(), rtol=1e-9, atol=1e-11)
-
-    def f(a: Any) -> Any:
-        out = rlgrad.numpy.tanh(fn(rlgrad, a if isinstance(a, rlgrad.Tensor) else rlgrad.tensor(a)))
-        return out if isinstance(a, rlgrad.Tensor) else out.numpy()
-
-    check_grads(f, modes=("rev", "fwd"), order=2)(x)
+    check_against_torch(fn, x, RNG)
 
 
 def test_fft_values_and_dtypes_match_torch() -> None:

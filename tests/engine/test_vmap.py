@@ -531,6 +531,22 @@ def test_bmatmul_fast_paths_equal_numpys_matmul(case: str) -> None:
     rlgrad.check_grads(batching.bmatmul, modes=("rev", "fwd"), order=2)(np.array(a), np.array(b))
 
 
+@pytest.mark.parametrize("kernels", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("m,n", [(64, 64), (64, 8), (1, 9), (5, 1)])
+def test_bmatmul_outer_products_are_matmuls_bits(monkeypatch: Any, kernels: bool, dtype: type,
+                                                 m: int, n: int) -> None:
+    """Per-sample weight gradients (a contraction of length 1): the C loop (rlgrad._kernels.outers)
+    or einsum without it, each element the one product np.matmul computes."""
+    if kernels and batching.ops._kernels is None:
+        pytest.skip("rlgrad._kernels not built (or turned off)")
+    if not kernels:
+        monkeypatch.setattr(batching.ops, "_kernels", None)
+    a, b = RNG.normal(size=(6, m, 1)).astype(dtype), RNG.normal(size=(6, 1, n)).astype(dtype)
+    got = batching._bmatmul(a, b)
+    assert got.dtype == dtype and np.array_equal(got, np.matmul(a, b))
+
+
 # ---- JAX's spelling ----------------------------------------------------------------------------
 def test_rlgrad_vmap_has_jaxs_signature_and_returns_arrays() -> None:
     w, xs = RNG.normal(size=(4, 3)), RNG.normal(size=(5, 4))

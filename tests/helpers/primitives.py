@@ -10,7 +10,7 @@ PRIMITIVE_MODULES = {
     "rlgrad.ops", "rlgrad.nn.functional", "rlgrad.special", "rlgrad.estimators", "rlgrad.rl.ppo",
     "rlgrad.numpy.linalg", "rlgrad.distributions.categorical", "rlgrad.numpy",
     "rlgrad.autograd_function", "rlgrad.lax", "rlgrad.inplace", "rlgrad.batching",
-    "rlgrad.nn.cells",
+    "rlgrad.nn.cells", "rlgrad.rl.compiled_loop.dqn",
 }
 
 

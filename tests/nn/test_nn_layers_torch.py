@@ -174,6 +174,25 @@ def test_batchnorm_running_stats_closed_form() -> None:
     assert int(m.num_batches_tracked) == 0 and np.all(m.running_var == 1)
 
 
+def test_batchnorm_buffers_are_tensors_as_torchs() -> None:
+    """running_mean/var are registered buffers holding Tensors that never require grad (SB3's
+    tests clone them and compare with th.allclose); F.batch_norm takes them as torch's does."""
+    rm, tm = nn.BatchNorm1d(3, dtype=np.float64), torch.nn.BatchNorm1d(3).double()
+    x = RNG.standard_normal((6, 3))
+    rm(x), tm(torch.tensor(x))
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        buf = getattr(rm, name)
+        assert isinstance(buf, rlgrad.Tensor) and not buf.requires_grad, name
+        assert dict(rm.named_buffers())[name] is buf
+        snapshot = buf.clone()
+        _close(snapshot, getattr(tm, name))
+        assert torch.allclose(snapshot, getattr(tm, name))  # torch reads rlgrad's Tensors
+    rm.eval(), tm.eval()
+    _close(rm(x), tm(torch.tensor(x)).detach())
+    _close(F.batch_norm(rlgrad.tensor(x), rm.running_mean, rm.running_var),
+           torch.nn.functional.batch_norm(torch.tensor(x), tm.running_mean, tm.running_var))
+
+
 def test_batchnorm_bad_input_is_one_clear_line() -> None:
     m = nn.BatchNorm2d(3)
     with pytest.raises(ValueError, match="4-D input"):

@@ -270,6 +270,16 @@ def test_cell_kernels_refuse_what_does_not_fit() -> None:
     assert k.lstm_dgates(a6, None, c8, a6, c8, c8, f8, c8.copy())
     x = np.full((4, 2, 3), 0.25, np.float32)
     assert k.lstm_gates(x, c + 1, c) and np.all(x[[0, 1, 3]] == 0.625) and np.all(c == 0.625 + 0.25 * 0.625)
+    wide = np.full((2, 12), 0.25, np.float32)  # a (rows, 4H) GEMM block, its gates as columns
+    acts = wide.reshape(2, 4, 3).transpose(1, 0, 2)
+    out = np.zeros((6, 2, 3), np.float32)
+    one = np.ones((2, 3), np.float32)
+    assert not k.lstm_gates(acts, one, c, acts)  # gates written over what the pass reads
+    assert not k.lstm_gates(acts, one, out[1], out[1:5])  # over c_new
+    assert not k.lstm_gates(acts, one, c, out[2:5])  # three blocks
+    assert k.lstm_gates(acts, one, out[1], out[2:]) and np.all(wide == 0.25)
+    assert np.all(out[[2, 3, 5]] == 0.625) and np.all(out[4] == 0.25)
+    assert np.all(out[1] == 0.625 + 0.25 * 0.625)
     o5, x3 = np.zeros((5, 2, 3), np.float32), np.zeros((3, 2, 3), np.float32)
     assert not k.gru_gates(o5[:4], x3)  # four blocks
     assert not k.gru_gates(o5, x3.astype(np.float64))
@@ -279,3 +289,25 @@ def test_cell_kernels_refuse_what_does_not_fit() -> None:
     assert k.gru_dgates(o5, c, o5, c, x3, x3.copy(), c.copy())
     o5[2], o5[4] = 0.5, 2.0  # z, n
     assert k.gru_state(o5, np.full((2, 3), 4, np.float32)) and np.all(o5[0] == 3.0)  # (4 - 2) / 2 + 2
+
+
+# ---- the packed VJP of the sequences (jit's node): written in place, as the plain concatenation --
+@pytest.mark.parametrize("name", sorted(KERNELED))
+@pytest.mark.parametrize("broadcast,bias,dtype", [(False, True, np.float32), (True, True, np.float64),
+                                                  (False, False, np.float64)])
+def test_sequence_packed_grads_equal_the_concatenation(name: str, broadcast: bool, bias: bool,
+                                                       dtype: type) -> None:
+    seq, seq_grads, _, _, gates, width = KERNELED[name]
+    packed_p = {"lstm": cells.lstm_seq_grad, "gru": cells.gru_seq_grad}[name]
+    rng = np.random.default_rng(8)
+    h, n, t = 4, 3, 5
+    state = 2 * h if name == "lstm" else h
+    xp = rng.standard_normal((t, 1 if broadcast else n, gates * h)).astype(dtype)
+    s0, w = (rng.standard_normal(s).astype(dtype) for s in ((n, state), (gates * h, h)))
+    b = rng.standard_normal(gates * h).astype(dtype) if bias else None
+    ans = seq(xp, s0, w, b)
+    G = rng.standard_normal(ans.shape).astype(dtype)
+    want = np.concatenate([np.ravel(d) for d in seq_grads(G, ans, xp, s0, w, b, False)
+                           if d is not None])
+    got = np.asarray(packed_p(G, ans, xp, s0, w, b, reverse=False))
+    assert got.dtype == want.dtype and np.array_equal(got, want)

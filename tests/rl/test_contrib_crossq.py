@@ -41,7 +41,7 @@ def test_critic_loss_is_the_joint_batchnorm_forward() -> None:
         y = b["rewards"] + m.gamma * b["not_terminated"] * (
             np.minimum(*[q[16:] for q in qs]) - 0.2 * np.asarray(next_logp._value))
         want = 0.5 * sum(np.mean((q[:16] - y) ** 2) for q in qs)
-        running = m.critic.q_networks[0][0].running_mean.copy()
+        running = np.array(m.critic.q_networks[0][0].running_mean)  # a copy
         loss, _ = m.critic_loss(b)
     np.testing.assert_allclose(float(loss._value), want, rtol=1e-4)
     # the train-mode forward moved the running mean toward the joint batch's mean (momentum 0.01)

@@ -279,3 +279,24 @@ def test_separate_value_extractor_gives_the_loss_its_values():
     np.testing.assert_allclose(values._value, p.value(obs)._value, rtol=1e-6)
     np.testing.assert_allclose(values._value, p.values_numpy(obs), rtol=1e-5, atol=1e-6)
     m.learn(16)  # every parameter reached by the loss (no unused-input error)
+
+
+def test_a_batch_size_above_the_rollout_trains_on_the_whole_rollout() -> None:
+    """sb3-contrib warns and takes the rollout as one minibatch: the same update as
+    ``batch_size`` equal to the rollout, on the same rollout (the padded rows weigh nothing)."""
+    def model(batch_size: int) -> MaskablePPO:
+        env = InvalidActionEnvDiscrete(dim=20, n_invalid_actions=10)
+        return MaskablePPO("MlpPolicy", env, n_steps=32, batch_size=batch_size, n_epochs=2, seed=3)
+
+    with pytest.warns(UserWarning, match="truncated mini-batch of size 32"):
+        big = model(64)
+    small = model(32)
+    before = [p.detach().numpy().copy() for p in big.policy.parameters()]
+    big.learn(32)
+    small.rollout_buffer = big.rollout_buffer  # the same rollout, trained with batch_size=32
+    small._current_progress_remaining = big._current_progress_remaining
+    small.policy.set_training_mode(True)
+    small.train()
+    for p0, a, b in zip(before, big.policy.parameters(), small.policy.parameters()):
+        assert not np.allclose(a.detach().numpy(), p0)
+        np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)

@@ -77,3 +77,76 @@ def test_a_torch_module_in_an_rlgrad_network_is_one_line() -> None:
     assert "nn.BatchNorm1d" in msg and "\n" not in msg
     net.scale = torch.ones(2)  # other torch objects are plain attributes, as before
     assert isinstance(net.scale, torch.Tensor)
+
+
+def _stats(bn: nn.BatchNorm1d) -> tuple[np.ndarray, np.ndarray]:
+    return np.array(bn.bias.detach().numpy()), np.array(bn.running_mean)
+
+
+def _off_policy(name: str):
+    from rlgrad.rl import DQN, SAC, TD3
+    from rlgrad.rl.contrib import QRDQN, TQC
+
+    cls = {"DQN": DQN, "QRDQN": QRDQN, "SAC": SAC, "TD3": TD3, "TQC": TQC}[name]
+    env = "CartPole-v1" if name in ("DQN", "QRDQN") else "Pendulum-v1"
+    kw = {"n_quantiles": 5} if name in ("QRDQN", "TQC") else {}
+    return cls("MlpPolicy", env, seed=1, learning_starts=0, buffer_size=500, batch_size=16,
+               policy_kwargs=dict(net_arch=[8], features_extractor_class=BatchNormDropout, **kw))
+
+
+def _nets(m) -> tuple[nn.Module, nn.Module]:  # noqa: ANN001
+    """(an online network, its target) holding the extractor."""
+    if hasattr(m, "q_net"):
+        return m.q_net, m.q_net_target
+    return m.critic, m.critic_target
+
+
+@pytest.mark.parametrize("name", ["DQN", "QRDQN", "SAC", "TD3", "TQC"])
+def test_off_policy_acts_in_eval_mode_and_learns_in_train_mode(name: str) -> None:
+    """SB3's semantics, off-policy: collecting and predicting leave BatchNorm's statistics
+    (evaluation mode, no dropout: repeated predictions agree); the updates train the online
+    network (its bias and running mean move) and never the target's, which runs in evaluation
+    mode and takes the statistics, copied, at a target update."""
+    m = _off_policy(name)
+    online, target = _nets(m)
+    ext = online.features_extractor
+    bn, bn_t = ext.batch_norm, target.features_extractor.batch_norm
+    before, before_t = _stats(bn), _stats(bn_t)
+    m._setup_learn(64, reset_num_timesteps=True)
+    m.collect_rollouts(None)
+    assert not ext.training and not bn.training
+    np.testing.assert_array_equal(_stats(bn)[1], before[1])
+    obs = m.observation_space.sample()[None].repeat(4, 0)
+    first = m.predict(obs, deterministic=True)[0]
+    for _ in range(3):
+        np.testing.assert_array_equal(m.predict(obs, deterministic=True)[0], first)
+    np.testing.assert_array_equal(_stats(bn)[1], before[1])
+    m.policy.set_training_mode(True)
+    assert bn.training and not bn_t.training  # a target network stays in evaluation mode
+    m.train(2, 16)
+    after = _stats(bn)
+    assert np.all(after[0] != before[0]) and np.all(after[1] != before[1])
+    if name in ("DQN", "QRDQN"):  # target_update_interval (10000) not reached: untouched
+        np.testing.assert_array_equal(_stats(bn_t)[1], before_t[1])
+        m._n_calls = m.target_update_interval - 1
+        m._on_step()
+    np.testing.assert_array_equal(np.array(bn_t.running_mean), np.array(bn.running_mean))
+    assert not m.compile_updates  # the statistics are written in place: eager updates
+
+
+def test_maskable_ppo_predicts_in_eval_mode() -> None:
+    from rlgrad.rl.contrib import MaskablePPO
+    from rlgrad.rl.contrib.common.envs import InvalidActionEnvDiscrete
+
+    env = InvalidActionEnvDiscrete(dim=20, n_invalid_actions=10)
+    m = MaskablePPO("MlpPolicy", env, seed=1, n_steps=32, batch_size=32, n_epochs=1,
+                    policy_kwargs=dict(net_arch=[16], features_extractor_class=BatchNormDropout))
+    bn = m.policy.features_extractor.batch_norm
+    m.learn(32)
+    stats = _stats(bn)
+    obs, _ = env.reset(seed=0)
+    first = m.predict(obs, action_masks=env.action_masks(), deterministic=True)[0]
+    for _ in range(3):
+        np.testing.assert_array_equal(
+            m.predict(obs, action_masks=env.action_masks(), deterministic=True)[0], first)
+    np.testing.assert_array_equal(_stats(bn)[1], stats[1])

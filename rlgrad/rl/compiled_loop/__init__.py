@@ -34,7 +34,8 @@ from rlgrad.rl.functional.keys import ALGO_STREAM, ENV_STREAM, KeyBatch, KeyGene
 from rlgrad.transforms import tree_flatten, tree_unflatten
 
 __all__ = ["LoopSpec", "clear_programs", "compiled_source", "initial_state", "learn_compiled",
-           "loop_backend", "loop_spec", "program_source", "refuse_env", "schedule", "train_seeds",
+           "loop_backend", "loop_spec", "program_source", "refuse_env", "restart_episodes",
+           "schedule", "train_seeds",
            "use_key_streams"]
 
 
@@ -209,11 +210,28 @@ def same_spec(models: Sequence[Any], spec_of: Callable[[Any], Any]) -> Any:
 def start_state(models: Sequence[Any], spec: Any, initial: Callable[..., dict[str, Any]]
                 ) -> dict[str, Any]:
     """The state the loop goes on from: the models' carried states stacked (a later ``learn``),
-    else ``initial(models, spec)``."""
+    else ``initial(models, spec)``. A ``learn(reset_num_timesteps=True)`` (the counter back at 0)
+    restarts the episodes, as SB3 resets the env then: everything else carries on."""
     carried = [getattr(m, "_loop_state", None) for m in models]
     if all(c is not None for c in carried):
-        return _tree_map(lambda *xs: np.concatenate(xs), *carried)
+        state = _tree_map(lambda *xs: np.concatenate(xs), *carried)
+        if all(m.num_timesteps == 0 for m in models):
+            state = restart_episodes(state, spec)
+        return state
     return initial(models, spec)
+
+
+def restart_episodes(state: dict[str, Any], spec: EnvSide) -> dict[str, Any]:
+    """``state`` with every env copy at a new first state, drawn from the copy's own key stream
+    where it stands (an unseeded reset of ``FunctionalVectorEnv`` with ``key_rng`` draws the
+    same), and the running episode returns at 0."""
+    batch = KeyBatch(np.array(state["env"]["keys"]))
+    first = np.asarray(spec.func_env.initial(batch))
+    env = {"state": first, "keys": np.ascontiguousarray(batch.keys),
+           "steps": np.zeros_like(state["env"]["steps"]),
+           "autoreset": np.zeros_like(state["env"]["autoreset"]),
+           "obs": np.asarray(spec.func_env.observation(first), dtype=np.float32)}
+    return {**state, "env": env, "ep_ret": np.zeros_like(state["ep_ret"])}
 
 
 def _write_back(models: Sequence[Any], state: dict[str, Any], ret_sum: np.ndarray,

@@ -32,6 +32,7 @@ import numpy as np
 import rlgrad
 import rlgrad.numpy as rnp
 from rlgrad import lax
+from rlgrad.optim.algorithms import _adam_math
 from rlgrad.rl.compiled_loop import (
     PROGRAM_CACHES,
     _tree_map,
@@ -43,9 +44,9 @@ from rlgrad.rl.compiled_loop import (
 )
 from rlgrad.rl.compiled_loop import _rows as _sched_rows
 from rlgrad.rl.compiled_loop.program import (
+    _ACT,
     _clip_grads,
     _flat,
-    _mlp,
     _opt_step,
     _rows,
     _take,
@@ -55,6 +56,7 @@ from rlgrad.rl.compiled_loop.program import (
 from rlgrad.rl.compiled_loop.spec import Layer, _chain, optimizer_args, refuse_env
 from rlgrad.rl.functional import FunctionalVectorEnv
 from rlgrad.rl.functional.keys import split, uniform
+from rlgrad.tracer import primitive
 from rlgrad.transforms import grad
 
 if TYPE_CHECKING:
@@ -169,6 +171,19 @@ def _rowwise(fn: Callable, x: Any) -> Any:
     return rnp.reshape(out, (s[0], s[1]) + tuple(out.shape[1:]))
 
 
+def _q_net(params: list[Any], layers: tuple[Layer, ...], x: Any) -> Any:
+    """The Q-network's outputs ``(S, B, k)`` of rows ``x`` ``(S, B, d)``, computed column-wise
+    (``W @ h`` on activations ``(S, features, B)``: ``program._mlp``'s ``x @ W.T`` transposed):
+    the weights' gradients ``g @ h.T`` then come out in the weights' own layout, where
+    ``x @ W.T``'s come out transposed and are copied back element by element."""
+    h = rnp.swapaxes(x, -1, -2)
+    for w, b, act in layers:
+        h = rnp.matmul(params[w], h) + rnp.expand_dims(params[b], -1)
+        if act is not None:
+            h = _ACT[act](h)
+    return rnp.swapaxes(h, -1, -2)
+
+
 def _integers(sub: Any, n: int, high: int) -> Any:
     """``KeyGenerator.integers(0, high, n)`` from subkeys ``sub`` (S,): (S, n) int64."""
     u = uniform(sub, (n,))
@@ -187,7 +202,7 @@ def _act(spec: DQNSpec, params: list[Any], obs: Any, key: Any, eps: Any, warm: A
     def epsilon_greedy(k: Any) -> tuple[Any, Any]:
         k, sub = split(k)
         explore = uniform(sub, (E,)) < eps
-        greedy = rnp.argmax(_rowwise(spec.hooks.q_of, _mlp(params, spec.q, obs)), axis=-1)
+        greedy = rnp.argmax(_rowwise(spec.hooks.q_of, _q_net(params, spec.q, obs)), axis=-1)
 
         def some_explore(k: Any) -> tuple[Any, Any]:
             drawn, k2 = random_actions(k)
@@ -251,19 +266,57 @@ def _targets(spec: DQNSpec, params: list[Any], target: list[Any], b: dict[str, A
     x = b["next_obs"]
     d = {"rewards": flat(b["rewards"]), "gamma": np.array(spec.gamma, dtype=np.float32),
          "not_terminated": np.float32(1.0) - rnp.asarray(flat(b["terminated"]), dtype=np.float32)}
-    y = spec.hooks.bootstrap_target(d, flat(_mlp(target, spec.q, x)),
-                                    lambda: flat(_mlp(params, spec.q, x)))
+    y = spec.hooks.bootstrap_target(d, flat(_q_net(target, spec.q, x)),
+                                    lambda: flat(_q_net(params, spec.q, x)))
     return lax.stop_gradient(rnp.reshape(y, s + tuple(y.shape[1:])))
 
 
 def _loss(spec: DQNSpec, params: list[Any], b: dict[str, Any], y: Any) -> Any:
     """The sum over seeds of the model's ``loss_of`` on each seed's minibatch."""
-    out = _mlp(params, spec.q, b["obs"])
+    out = _q_net(params, spec.q, b["obs"])
     total = None
     for i in range(out.shape[0]):  # (S is static: the seeds' losses, each its own batch mean)
         part = spec.hooks.loss_of(out[i], {"actions": b["actions"][i], "target": y[i]})
         total = part if total is None else total + part
     return total
+
+
+def _adam_clip(p: np.ndarray, g: np.ndarray, m: np.ndarray, v: np.ndarray, t: np.ndarray,
+               lr: np.ndarray, *, b1: float, b2: float, eps: float, max_norm: float | None
+               ) -> np.ndarray:
+    """``fused_adam``'s plain reference: per seed (rows of the flat ``(S, P)`` arrays, ``t`` the
+    step counts ``(S,)`` after this step) ``clip_grad_norm_`` as ``program._clip_grads`` and
+    ``rlgrad.optim``'s Adam step (``_adam_math``, with its flush of tiny moments); returns the
+    new parameters, first and second moments stacked ``(3, S, P)``. Its native lowering
+    (``rlgrad.native.lowerings``) does both in one C loop over the parameters."""
+    out = np.empty((3,) + p.shape, p.dtype)
+    for s in range(p.shape[0]):
+        gs = g[s]
+        if max_norm is not None:
+            sq = np.sum(np.asarray(gs * gs, dtype=np.float64))
+            gs = gs * np.float32(min(max_norm / (np.sqrt(sq) + 1e-6), 1.0))
+        out[1, s], out[2, s] = m[s], v[s]
+        step = np.empty_like(gs)
+        _adam_math(gs, out[1, s], out[2, s], None, step, int(t[s]), float(lr), b1, b2, eps)
+        np.subtract(p[s], step, out=out[0, s])
+    return out
+
+
+#: the clipped Adam step of every seed as one op (no gradient: it is the update itself)
+fused_adam = primitive(_adam_clip, "fused_adam", nondiff=True)
+
+
+def _update(spec: DQNSpec, flat: Any, g: Any, opt: dict[str, Any], lr: Any
+            ) -> tuple[Any, dict[str, Any]]:
+    """The optimizer's step on the flat parameters ``(S, P)`` and gradients: Adam with the
+    gradient clip as one op (``fused_adam``), RMSprop as ``program._opt_step``."""
+    if spec.optimizer != "adam":
+        return _opt_step(spec, flat, _clip_grads(spec, g), opt, lr)
+    t = opt["step"] + 1.0
+    b1, b2, eps = spec.opt_args
+    out = fused_adam(flat, g, opt["m"], opt["v"], t, lr, b1=b1, b2=b2, eps=eps,
+                     max_norm=spec.max_grad_norm)
+    return out[0], {"step": t, "m": out[1], "v": out[2]}
 
 
 def _train(spec: DQNSpec, buf: dict[str, Any], lr: Any) -> Callable:
@@ -289,8 +342,8 @@ def _train(spec: DQNSpec, buf: dict[str, Any], lr: Any) -> Callable:
         def body(carry: tuple[Any, Any], mb: dict[str, Any]) -> tuple[tuple[Any, Any], Any]:
             params, opt = carry
             y = mb["y"] if "y" in mb else _targets(spec, params, target, mb)
-            g = _clip_grads(spec, _flat(grad(lambda p: _loss(spec, p, mb, y))(params)))
-            flat, opt = _opt_step(spec, _flat(params), g, opt, lr)
+            g = _flat(grad(lambda p: _loss(spec, p, mb, y))(params))
+            flat, opt = _update(spec, _flat(params), g, opt, lr)
             return (_unflat(flat, params), opt), None
 
         (params, opt), _ = lax.scan(body, (params, opt), {k: per_step(v) for k, v in b.items()})
@@ -346,19 +399,40 @@ def make_dqn_program(spec: DQNSpec) -> Callable:
 
 
 # ---- running it -------------------------------------------------------------------------------
-_PROGRAMS: dict[tuple[DQNSpec, str], Any] = {}
+_PROGRAMS: dict[tuple[DQNSpec, str, int], Any] = {}
 PROGRAM_CACHES.append(_PROGRAMS)
 
 
-def _compiled(spec: DQNSpec) -> Any:
-    # QR-DQN's and C51's losses compile to native code that trains off the replay's numbers
-    # (tests/rl/test_compiled_loop_dqn.py, 2026-11-29; the native check of the first call sees
-    # no gradient step): the variants run on the NumPy replay until that is found
-    native_ok = spec.variant[0].__name__ == "DQN"
-    key = (spec, loop_backend() if native_ok else "numpy")
+def _probe(spec: DQNSpec, state: dict[str, Any], row: dict[str, np.ndarray]
+           ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A copy of ``state`` whose ring is full of random rows, and a schedule row that acts
+    greedily and at random, syncs the target and trains: the program is traced on it, so the
+    native backend's check against the trace covers a gradient step (a first real iteration
+    is a warm-up one: the check would see no update). Its outputs are dropped."""
+    rng = np.random.default_rng(0)
+    probe = _tree_map(np.array, state)
+    buf = probe["buf"]
+    for name in ("obs", "next_obs"):
+        buf[name] = rng.standard_normal(buf[name].shape).astype(np.float32)
+    buf["actions"] = rng.integers(0, spec.n_actions, buf["actions"].shape)
+    buf["rewards"] = rng.standard_normal(buf["rewards"].shape).astype(np.float32)
+    buf["terminated"] = rng.random(buf["terminated"].shape) < 0.2
+    buf["size"] = np.full_like(buf["size"], spec.buffer_size)
+    x = {**row, "train": np.array(True), "syncs": np.array(1, dtype=np.int64),
+         "warm": np.zeros_like(row["warm"]), "eps": np.full_like(row["eps"], 0.5)}
+    return probe, x
+
+
+def _compiled(spec: DQNSpec, state: dict[str, Any], row: dict[str, np.ndarray]) -> Any:
+    """The program for ``spec`` and this many seeds, traced (and its native code checked) on
+    ``_probe``'s iteration when new."""
+    key = (spec, loop_backend(), int(state["key"].shape[0]))
     fn = _PROGRAMS.get(key)
     if fn is None:
-        fn = _PROGRAMS[key] = rlgrad.jit(make_dqn_program(spec), backend=key[1])
+        fn = rlgrad.jit(make_dqn_program(spec), backend=key[1])
+        with np.errstate(all="ignore"):  # (as run_program: a discarded branch may overflow)
+            fn(*_probe(spec, state, row))
+        _PROGRAMS[key] = fn
     return fn
 
 
@@ -412,6 +486,9 @@ def learn_compiled_dqn(models: Sequence[DQN], total_timesteps: int) -> None:
     sched = dqn_schedule(models[0], total_timesteps)
     for m in models:
         m._total_timesteps = max(m._total_timesteps, m.num_timesteps + int(total_timesteps))
-    program = _compiled(spec)
-    state, returns = run_program(models, program, state, _sched_rows(sched), "one iteration")
+    rows = _sched_rows(sched)
+    if not rows:
+        return
+    program = _compiled(spec, state, rows[0])
+    state, returns = run_program(models, program, state, rows, "one iteration")
     _write_back(models, spec, state, sched, returns, program.backend)

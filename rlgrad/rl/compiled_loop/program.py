@@ -242,8 +242,8 @@ def _loss(spec: LoopSpec, params: list[Any], b: dict[str, Any]) -> Any:
     else:
         policy = -rnp.sum(w * lp * b["adv"])
     if spec.clip_vf:
-        old, c = b["old_values"], b["clip_vf"]
-        values = old + rnp.clip(values - old, -c, c)
+        values = spec.clipped_values(values, b["old_values"], b["returns"], b["clip_vf"],
+                                     spec.clip_vf_max)
     loss = policy + np.float32(spec.vf_coef) * rnp.sum(w * rnp.square(b["returns"] - values))
     if spec.ent_coef != 0:
         loss = loss + np.float32(spec.ent_coef) * -rnp.sum(w * ent)

@@ -76,6 +76,8 @@ class LoopSpec:
     n_epochs: int
     batch_size: int
     clip_vf: bool
+    clip_vf_max: bool  # PureJaxRL's value loss: the larger of the clipped and unclipped errors
+    clipped_values: Any  # PPO's clip of the values (rlgrad.rl.ppo, read from the class)
     optimizer: str  # "adam" or "rmsprop" (PyTorch's form)
     opt_args: tuple[float, ...]  # adam: (b1, b2, eps); rmsprop: (alpha, eps)
 
@@ -152,4 +154,6 @@ def loop_spec(model: Any) -> LoopSpec:
         surrogate=getattr(type(model), "clipped_surrogate", None),
         n_epochs=model.n_epochs if ppo else 1,
         batch_size=model.batch_size if ppo else env.num_envs * model.n_steps,
-        clip_vf=ppo and model.clip_range_vf is not None, optimizer=opt, opt_args=args)
+        clip_vf=ppo and model.clip_range_vf is not None,
+        clip_vf_max=bool(getattr(model, "clip_vf_max", False)),
+        clipped_values=getattr(type(model), "clipped_values", None), optimizer=opt, opt_args=args)
