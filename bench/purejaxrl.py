@@ -382,7 +382,7 @@ def _table(args: argparse.Namespace, repeat: int, runs: dict[str, list[dict]]) -
                             for s, k in keys)
         print(f"| {name} | {med(xs, 'wall_s'):.1f} | {med(xs, 'cpu_s'):.1f} | {train} | "
               f"{x['steps']} | {ret} | {ev} | {ratios} |")
-    pairs = [("rlgrad", s) for s in runs if s not in ("rlgrad", "loop8", "jax8")]
+    pairs = [("rlgrad", s) for s in runs if "rlgrad" in runs and s not in ("rlgrad", "loop8", "jax8")]
     pairs += [(a, b) for a, b in (("loop", "jax"), ("loop", "rlgrad"), ("loop8", "jax8"))
               if a in runs and b in runs]
     for a, b in pairs:

@@ -104,6 +104,7 @@ def _extra_cases(rng: np.random.Generator) -> dict[str, list[Case]]:
         "polygamma": [Case(lambda x: special.polygamma(2, x), (r(4, lo=0.3, hi=4),))],
         "erf": [Case(special.erf, (r(4),))],
         "erfinv": [Case(special.erfinv, (r(4, lo=-0.9, hi=0.9),))],
+        "i1e": [Case(special.i1e, (r(4, lo=0.2, hi=3),))],  # (|x| kinks at 0: away from it)
         "erfc": [Case(special.erfc, (r(4),))],
         "erfcx": [Case(special.erfcx, (r(4, lo=-2, hi=30),))],
         "entr": [Case(special.entr, (r(4, lo=0.2, hi=3),))],
