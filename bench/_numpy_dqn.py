@@ -258,3 +258,28 @@ def env_alone(cfg: dict[str, Any], seed: int = 0, env_id: str = "CartPole-v1",
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     env.close()
     return {"train_s": wall, "cpu_s": cpu, "steps": n}
+
+
+def gemm_floor(cfg: dict[str, Any], seed: int = 0) -> dict[str, Any]:
+    """The run's network passes alone: per training round, the target network over the
+    round's sampled rows (in 1,024-row chunks, as ``targets``), then ``gradient_steps`` forward
+    and backward passes of ``batch_size`` rows (``QNet``: the matrix products and the ReLUs'
+    masks), on random data, with no env, replay, loss or optimizer: the floor of any
+    implementation that runs these products through this BLAS (the compiled loop's, too)."""
+    B, G, F_ = cfg["batch_size"], cfg["gradient_steps"], cfg["train_freq"]
+    n_iter = -(-cfg["total"] // F_)
+    rounds = sum(1 for i in range(1, n_iter + 1) if i * F_ > cfg["learning_starts"])
+    rng = np.random.default_rng(seed)
+    net = QNet(4, 2, cfg["hidden"], B, seed)
+    x1, xt = (np.ones((n, 5), F32) for n in (B, 1024))
+    x1[:, :4], xt[:, :4] = rng.standard_normal((B, 4)), rng.standard_normal((1024, 4))
+    dq = rng.standard_normal((B, 2)).astype(F32)
+    t0, c0 = time.perf_counter(), time.process_time()
+    for _ in range(rounds):
+        for _ in range(-(-G * B // 1024)):
+            net.forward(xt, net.params)
+        for _ in range(G):
+            net.forward(x1)
+            net.backward(x1, dq)
+    return {"train_s": time.perf_counter() - t0, "cpu_s": time.process_time() - c0,
+            "updates": rounds * G}

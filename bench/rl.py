@@ -29,7 +29,9 @@ same vector env as rlgrad's row: the NumPy floor (``bench/_numpy_ppo.py``, DQN's
 forward, backward and optimizer included, with rlgrad's bookkeeping) and the environment alone
 (the same env and number of steps with random actions and the floor's per-step bookkeeping); a
 second table gives their CPU time against rlgrad's and SB3's. DQN's native stepping is the same
-as its ``same`` (one env: ``SyncVectorEnv``).
+as its ``same`` (one env: ``SyncVectorEnv``). With ``--compiled``, DQN's floor runs also time the
+network passes alone (``_numpy_dqn.gemm_floor``: the target network over the sampled rows and
+each update's forward and backward, no env, replay, loss or optimizer), the compiled loop's floor.
 """
 
 from __future__ import annotations
@@ -126,6 +128,18 @@ def run_floor(algo: str, seed: int, stepping: str, alone: bool = False) -> dict:
             "std": std}
 
 
+def run_gemm_floor(seed: int) -> dict:
+    """DQN's network passes alone (``_numpy_dqn.gemm_floor``): what the compiled loop cannot
+    go below through this BLAS."""
+    import _numpy_dqn
+
+    hp, env_cfg = split_preset(load_preset("dqn", "CartPole-v1"))
+    res = _numpy_dqn.gemm_floor(_numpy_dqn.zoo_dqn(hp, int(env_cfg["n_timesteps"])), seed)
+    print(f"dqn seed {seed}: network passes alone {res['train_s']:.1f}s (CPU "
+          f"{res['cpu_s']:.1f}), {res['updates']} updates", file=sys.stderr, flush=True)
+    return res
+
+
 def _median_run(runs: list[dict]) -> dict:
     out = dict(runs[-1])
     for k in ("time", "cpu"):
@@ -149,6 +163,8 @@ def _pair(algo: str, seed: int, stepping: str, repeat: int, have_sb3: bool,
         rs.append(r)
         if s:
             ss.append(s)
+        if floor and compiled is not None and algo == "dqn":  # the compiled loop's floor
+            compiled[-1]["gemm"] = run_gemm_floor(seed)
         if floor:
             fs.append(run_floor(algo, seed, stepping))
             es.append(run_floor(algo, seed, stepping, alone=True))
@@ -244,6 +260,13 @@ def main() -> None:
         print(line)
     if any(x[-1][2] for x in rows):
         _floor_table(rows)
+    for algo, _seed, stepping, _r, _s, _ratio, (cs, ss, _f, _e) in rows:
+        if stepping == "compiled" and cs and "gemm" in cs[0] and ss:
+            g = statistics.median(c["gemm"]["cpu_s"] for c in cs)
+            print(f"\n{algo.upper()} compiled loop: CPU {statistics.median(c['cpu'] for c in cs):.1f}"
+                  f" s; its network passes alone (bench/_numpy_dqn.py gemm_floor) {g:.1f} s, "
+                  f"{statistics.median(c['gemm']['cpu_s'] / s['cpu'] for c, s in zip(cs, ss)):.2f}"
+                  " x SB3's CPU")
 
 
 if __name__ == "__main__":

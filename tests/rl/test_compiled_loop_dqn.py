@@ -288,3 +288,29 @@ def test_fused_adam_native_is_its_reference_bit_for_bit(t: float, max_norm: floa
             opt.step()
             np.testing.assert_allclose(w.detach().numpy(), want[0, s], rtol=1e-5, atol=1e-6)
             np.testing.assert_allclose(st["exp_avg_sq"].numpy(), want[2, s], rtol=1e-5, atol=1e-30)
+
+
+@pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
+def test_ring_write_native_is_its_reference() -> None:
+    """``ring_write`` in C against its NumPy reference: rows wrapping around the ring's end, no
+    row, and more rows than slots (the last ones land), for float rows and bool scalars."""
+    import rlgrad
+    from rlgrad.rl.compiled_loop.dqn import _ring_write, ring_write
+
+    rng = np.random.default_rng(0)
+    S, N, R = 3, 10, 13
+    write = rlgrad.jit(ring_write, backend="native")
+    for ring, rows in ((rng.standard_normal((S, N, 4)).astype(np.float32),
+                        rng.standard_normal((S, R, 4)).astype(np.float32)),
+                       (rng.random((S, N)) < 0.5, rng.random((S, R)) < 0.5)):
+        for k, pos in (([3, 0, 13], [8, 2, 4]), ([10, 11, 1], [0, 9, 9])):
+            args = (ring, rows, np.array(k), np.array(pos))
+            write(*args)
+            assert write.backend == "native"
+            got = write(*args)
+            np.testing.assert_array_equal(got, _ring_write(*args))
+            if k[0] == 3:  # slots 8, 9, 0; no row; rows 3..12 at slots 7, 8, ..., 6
+                np.testing.assert_array_equal(got[0, [8, 9, 0]], rows[0, :3])
+                np.testing.assert_array_equal(got[0, 1:8], ring[0, 1:8])
+                np.testing.assert_array_equal(got[1], ring[1])
+                np.testing.assert_array_equal(got[2, (7 + np.arange(10)) % 10], rows[2, 3:])

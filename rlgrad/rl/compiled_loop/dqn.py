@@ -16,9 +16,11 @@ Reset rows (NEXT_STEP autoreset) are not stored, as the eager loop drops them. T
 a call's minibatches are computed before its steps (the target network does not change during
 a call), as ``DQN.target_path = "stacked"``; with ``double_q`` in each step.
 
-Writing a step's rows into the ring is a gather over the whole ring (NumPy arrays in a traced
-program are not updated in place), once per iteration: ``O(buffer_size)`` every ``train_freq``
-steps.
+Writing a step's rows into the ring is one op, ``ring_write``: in native code a copy of the ring
+(``memcpy``: the program's output is a new array; in-place donation would spare it) and the
+rows written, no index arithmetic over the ring. The optimizer's step, Adam with the gradient
+clip, is one op too (``fused_adam``: one C loop over the parameters), and the Q-network runs
+column-wise (``_q_net``) so its weight gradients need no transposing copy.
 """
 
 from __future__ import annotations
@@ -235,26 +237,37 @@ def _collect(spec: DQNSpec, params: list[Any], carry: tuple[Any, ...], steps: di
     return lax.scan(step, carry, steps)
 
 
+def _ring_write(ring: np.ndarray, rows: np.ndarray, k: np.ndarray, pos: np.ndarray
+                ) -> np.ndarray:
+    """``ring_write``'s plain reference: ``ring`` ``(S, N, ...)`` with, per seed ``s``, the first
+    ``k[s]`` of ``rows`` ``(S, R, ...)`` written in order from slot ``pos[s]`` on, around the
+    ring (a slot written twice keeps the later row). Its native lowering copies the ring and
+    writes the rows: no index arithmetic over the whole ring."""
+    out = ring.copy()
+    N = ring.shape[1]
+    for s in range(ring.shape[0]):
+        first = max(int(k[s]) - N, 0)  # (a ring shorter than the rows: the last N land)
+        slots = (int(pos[s]) + np.arange(first, int(k[s]))) % N
+        out[s, slots] = rows[s, first:int(k[s])]
+    return out
+
+
+#: the replay ring's write of a step's rows (gradient-free: the ring is data)
+ring_write = primitive(_ring_write, "ring_write", nondiff=True)
+
+
 def _store(spec: DQNSpec, buf: dict[str, Any], rows: dict[str, Any], valid: Any
            ) -> dict[str, Any]:
     """``ReplayBuffer.add`` of the valid rows (S, R) in order: compacted, then written to the
-    ring from ``pos``; a slot written twice keeps the later row (a ring shorter than R)."""
+    ring from ``pos`` (``ring_write``)."""
     R, N = valid.shape[-1], spec.buffer_size
     at = rnp.broadcast_to(rnp.arange(R), valid.shape)
     order = rnp.argsort(rnp.where(valid, at, at + R), axis=-1, kind="stable")
-    k = rnp.sum(rnp.asarray(valid, dtype=np.int64), axis=-1, keepdims=True)  # (S, 1)
+    k = rnp.sum(rnp.asarray(valid, dtype=np.int64), axis=-1)  # (S,)
     pos, size = buf["pos"], buf["size"]
-    o = rnp.mod(rnp.arange(N) - rnp.expand_dims(pos, -1), N)  # slot i's offset from pos
-    hit = o < k
-    j = o + N * rnp.floor_divide(rnp.maximum(k - 1 - o, 0), N)  # the last row landing there
-    src = rnp.take_along_axis(order, rnp.minimum(j, R - 1), axis=-1)  # (S, N)
-    out = {}
-    for name, new in rows.items():
-        old = buf[name]
-        mask = rnp.reshape(hit, hit.shape + (1,) * (len(old.shape) - 2))
-        out[name] = rnp.where(mask, _take(new, src), old)
-    out["pos"] = rnp.mod(pos + k[:, 0], N)
-    out["size"] = rnp.minimum(size + k[:, 0], N)
+    out = {name: ring_write(buf[name], _take(new, order), k, pos) for name, new in rows.items()}
+    out["pos"] = rnp.mod(pos + k, N)
+    out["size"] = rnp.minimum(size + k, N)
     return out
 
 
