@@ -227,9 +227,35 @@ def _check_jvp(fn: Any, args: tuple, rng: np.random.Generator, fd: bool = True) 
 
 def test_every_differentiable_primitive_has_a_case() -> None:
     """Coverage cannot rot: a new differentiable primitive, wherever it is made, needs a case."""
-    covered = {r.name for r in ROWS if r.primitive} | set(_extra_cases(np.random.default_rng(0)))
+    covered = ({r.name for r in ROWS if r.primitive} | set(_extra_cases(np.random.default_rng(0)))
+               | _CHECKED_BELOW)
     missing = sorted(_differentiable() - covered)
     assert not missing, f"differentiable primitives with no forward-mode case: {missing}"
+
+
+# first order only, by definition: their second derivative raises (test below)
+_CHECKED_BELOW = {"standard_gamma", "standard_gamma_grad"}
+
+
+def test_jvp_of_the_gamma_draw_is_the_quantile_held_derivative() -> None:
+    """Gamma.rsample's draw x(a) holds its quantile u = P(a, x): its JVP in a is dx/da, which
+    is the finite difference of scipy's inverse P at a fixed u; its second derivative raises."""
+    from scipy import special as sp
+
+    from rlgrad import special
+
+    a = np.array([0.3, 1.0, 2.5, 7.0])
+    u = np.array([0.2, 0.5, 0.7, 0.95])
+    x = sp.gammaincinv(a, u)
+    t = np.array([1.0, -0.5, 2.0, 0.3])
+    _, jvp_t = rlgrad.jvp(lambda a_: special.gamma_draw(a_, x), (a,), (t,))
+    eps = 1e-6
+    fd = (sp.gammaincinv(a + eps, u) - sp.gammaincinv(a - eps, u)) / (2 * eps)
+    np.testing.assert_allclose(jvp_t, t * fd, rtol=1e-6)
+    _, vjp_fn = rlgrad.vjp(lambda a_: special.gamma_draw(a_, x), a)
+    np.testing.assert_allclose(vjp_fn(t)[0], t * fd, rtol=1e-6)
+    with pytest.raises(NotImplementedError, match="no second derivative"):
+        rlgrad.jvp(lambda a_: special.standard_gamma_grad(x, a_), (a,), (t,))
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
