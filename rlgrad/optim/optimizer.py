@@ -220,7 +220,12 @@ class Optimizer:
         return "\n".join(lines)
 
 
+# torch's wording ("Invalid learning rate: -1.0"): code and SB3's tests match on it
+_HPARAM_LABELS = {"lr": "learning rate", "eps": "epsilon value"}
+
+
 def _check_hparams(**kw: Any) -> None:
     for name, v in kw.items():
         if not v >= 0.0:  # also catches nan
-            raise ValueError(f"Invalid {name} value: {v} (must be non-negative)")
+            label = _HPARAM_LABELS.get(name, f"{name} value")
+            raise ValueError(f"Invalid {label}: {v} (must be non-negative)")

@@ -30,6 +30,7 @@ from rlgrad.rl.callbacks import (
     StopTrainingOnNoModelImprovement,
     StopTrainingOnRewardThreshold,
 )
+from rlgrad.rl.common.save_util import SB3_LAYOUT_VERSION
 from rlgrad.rl.contrib.common import envs as _contrib_envs  # noqa: F401 (CartPoleNoVel-v1)
 from rlgrad.rl.crossq import CrossQ
 from rlgrad.rl.ddpg import DDPG
@@ -52,6 +53,9 @@ from rlgrad.rl.td3 import TD3
 from rlgrad.rl.tqc import TQC
 from rlgrad.rl.trpo import TRPO
 from rlgrad.rl.vec_env import DummyVecEnv, SubprocVecEnv, VecCheckNan, VecEnv, VecNormalize
+
+# what `stable_baselines3.__version__` answers: the SB3 release whose API rlgrad.rl follows
+__version__ = SB3_LAYOUT_VERSION
 
 
 def HER(*args: object, **kwargs: object) -> None:  # noqa: N802 - SB3's name

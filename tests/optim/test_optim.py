@@ -242,7 +242,7 @@ def test_optimizer_argument_errors():
         optim.Adam([p * 2])
     with pytest.raises(ValueError, match="empty parameter list"):
         optim.SGD([], lr=0.1)
-    with pytest.raises(ValueError, match="Invalid lr"):
+    with pytest.raises(ValueError, match="Invalid learning rate"):
         optim.Adam([p], lr=-1)
 
 

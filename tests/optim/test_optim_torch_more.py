@@ -295,3 +295,18 @@ def test_scheduler_inside_a_jitted_step_is_eagers(opt_name, sched_name):
     w_jit, lr_jit = _training_run(True, opt_name, sched_name)
     assert lr_jit == lr_eager and len(set(lr_eager)) > 2
     np.testing.assert_allclose(w_jit, w_eager, rtol=1e-6)
+
+
+@pytest.mark.parametrize("opt_name, kw", [
+    ("SGD", {"lr": -1.0}), ("SGD", {"momentum": -1.0}), ("SGD", {"weight_decay": -1.0}),
+    ("Adam", {"eps": -1.0}), ("RMSprop", {"alpha": -1.0}), ("RMSprop", {"momentum": -1.0}),
+])
+def test_invalid_hyperparameters_say_what_torch_says(opt_name: str, kw: dict[str, float]) -> None:
+    """A negative hyperparameter raises ValueError whose message starts with torch's own, so
+    code (and SB3's tests) matching torch's text match rlgrad's."""
+    with pytest.raises(ValueError) as theirs:
+        getattr(torch.optim, opt_name)([torch.zeros(2, requires_grad=True)], **{"lr": 0.1, **kw})
+    with pytest.raises(ValueError) as ours:
+        getattr(optim, opt_name)([rlgrad.zeros(2, requires_grad=True)], **{"lr": 0.1, **kw})
+    assert str(ours.value).startswith(str(theirs.value)), (str(ours.value), str(theirs.value))
+    assert "\n" not in str(ours.value)

@@ -117,6 +117,13 @@ def test_get_system_info(capsys: pytest.CaptureFixture[str]) -> None:
     for key in ("OS", "Python", "Numpy", "Gymnasium", "GPU Enabled"):
         assert info[key] == ref[key]
     assert info["rlgrad"] == rlgrad.__version__
+    # every key SB3 reports is there (scripts index them): "Stable-Baselines3" is the SB3 release
+    # rlgrad.rl follows (the one installed here), "PyTorch" says rlgrad does not use it
+    from rlgrad import rl
+
+    assert set(ref) <= set(info), set(ref) - set(info)
+    assert info["Stable-Baselines3"] == rl.__version__ == ref["Stable-Baselines3"]
+    assert "- PyTorch: not used" in text
     assert text == "".join(f"- {k}: {v}\n" for k, v in info.items())
     assert capsys.readouterr().out.strip() == text.strip()
 

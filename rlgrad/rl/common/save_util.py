@@ -165,7 +165,7 @@ def _first_missing(value: Any, depth: int = 0) -> Missing | None:
 
 
 def get_system_info(print_info: bool = True) -> tuple[dict[str, str], str]:
-    """The versions a bug report needs (SB3's keys, rlgrad's in place of SB3's and PyTorch's)
+    """The versions a bug report needs (SB3's keys, and rlgrad's version)
     as a dict and as the Markdown list SB3 prints (what an archive's system_info.txt holds)."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -182,6 +182,10 @@ def get_system_info(print_info: bool = True) -> tuple[dict[str, str], str]:
         "OS": re.sub(r"#(\d)", r"# \1", f"{platform.platform()} {platform.version()}"),
         "Python": platform.python_version(),
         "rlgrad": rlgrad.__version__,
+        # SB3's keys, which scripts and SB3's tests index: the SB3 release whose API and archive
+        # layout rlgrad.rl follows (rlgrad.rl.__version__), and no PyTorch
+        "Stable-Baselines3": SB3_LAYOUT_VERSION,
+        "PyTorch": "not used (rlgrad's own engine)",
         "GPU Enabled": "False",
         "Numpy": np.__version__,
         "Cloudpickle": installed("cloudpickle"),
