@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from rlgrad.nn import functional, init, utils
 from rlgrad.nn import layers_extra as _layers_extra
+from rlgrad.nn import torch_modules as _torch_modules  # noqa: F401 - converts torch layers
 from rlgrad.nn.attention import MultiheadAttention, TransformerEncoder, TransformerEncoderLayer
 from rlgrad.nn.layers import (
     ELU,

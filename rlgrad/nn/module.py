@@ -57,6 +57,12 @@ def _is_torch_module(value: object) -> bool:
                for c in type(value).__mro__)
 
 
+def convert_torch_module(torch_module: Any) -> Module:
+    """Replaced by ``rlgrad.nn.torch_modules.from_torch`` when ``rlgrad.nn`` is imported (it
+    needs the layers, which import this module)."""
+    raise TypeError(f"{type(torch_module).__name__} is a torch module; import rlgrad.nn to convert it")
+
+
 class Parameter(Tensor):
     """A leaf Tensor that a Module registers as trainable (``requires_grad=True`` by default).
 
@@ -158,11 +164,13 @@ class Module:
             modules = self._registry("_modules")
             self._forget(name)
             modules[name] = value
-        elif _is_torch_module(value):
-            cls = type(value).__name__
-            raise TypeError(f"{type(self).__name__}.{name}: {type(value).__module__}.{cls} is a "
-                            "torch module, which an rlgrad network cannot train or save; use "
-                            f"rlgrad's (import rlgrad.nn as nn: nn.{cls} takes torch's arguments)")
+        elif _is_torch_module(value):  # torch's layer: rlgrad's of the same name (torch_modules)
+            try:
+                converted = convert_torch_module(value)
+            except TypeError as err:
+                raise TypeError(f"{type(self).__name__}.{name}: {err}") from None
+            self.__setattr__(name, converted)
+            return
         else:
             known = d.get("_parameters")
             if known is not None and name in known:
