@@ -506,7 +506,19 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         return self.normalizer.process_obs(x) if update else self.normalizer.normalize_obs(x)
 
     # ---- training loop ------------------------------------------------------------------------
-    def _setup_learn(self, total_timesteps: int, reset_num_timesteps: bool) -> None:
+    def _setup_learn(self, total_timesteps: int, callback: Any = None,
+                     reset_num_timesteps: bool = True, tb_log_name: str = "run",
+                     progress_bar: bool = False) -> tuple[int, BaseCallback | None]:
+        """SB3's: reset the env and counters for a run of ``total_timesteps``; returns the run's
+        total and the callback, initialised. ``learn`` sets up the logger (``tb_log_name``) and
+        the progress bar itself; they are in the signature for code written against SB3's."""
+        self._start_learn(total_timesteps, reset_num_timesteps)
+        cb = make_callback(callback)
+        if cb is not None:
+            cb.init_callback(self)
+        return self._total_timesteps, cb
+
+    def _start_learn(self, total_timesteps: int, reset_num_timesteps: bool) -> None:
         self._start_time = time.perf_counter()
         if reset_num_timesteps or self._last_obs is None:
             if reset_num_timesteps:
@@ -545,11 +557,10 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         total_timesteps = check_total_timesteps(type(self).__name__, total_timesteps)
         if log_interval is not None:
             self.log_interval = log_interval
-        self._setup_learn(total_timesteps, reset_num_timesteps)
+        _, cb = self._setup_learn(total_timesteps, callback,
+                                  reset_num_timesteps=reset_num_timesteps)
         writers = self._learn_writers(tb_log_name or type(self).__name__, reset_num_timesteps)
-        cb = make_callback(callback)
         if cb is not None:
-            cb.init_callback(self)
             cb.on_training_start(locals(), globals())
         bar = ProgressBar(self._total_timesteps, self) if progress_bar else None
         try:

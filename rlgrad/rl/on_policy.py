@@ -225,7 +225,26 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         # the Gaussian policy is unbounded: clip to the box, store the unclipped action
         return np.clip(actions, self._low, self._high)
 
-    def collect_rollouts(self, callback: BaseCallback | None) -> bool:
+    def collect_rollouts(self, env: Any = None, callback: BaseCallback | None = None,
+                         rollout_buffer: Any = None, n_rollout_steps: int | None = None) -> bool:
+        """SB3's: fill the rollout buffer with ``n_steps`` steps of every env copy; False when a
+        callback stopped it. The env, buffer and step count are the model's own (SB3's code passes
+        them as arguments: anything else is refused in one line)."""
+        self._check_rollout_args(env, rollout_buffer, n_rollout_steps)
+        return self._collect(callback)
+
+    def _check_rollout_args(self, env: Any, rollout_buffer: Any, n_rollout_steps: int | None) -> None:
+        own_envs = (None, self.env, self.vector_env, getattr(self, "_vec_env", None))
+        if not any(env is e for e in own_envs) and env is not self.get_env():
+            raise ValueError("collect_rollouts: env must be the model's own (model.get_env()); "
+                             "use model.set_env(env) to train on another")
+        if rollout_buffer is not None and rollout_buffer is not self.rollout_buffer:
+            raise ValueError("collect_rollouts: rollout_buffer must be model.rollout_buffer")
+        if n_rollout_steps is not None and n_rollout_steps != self.n_steps:
+            raise ValueError(f"collect_rollouts: n_rollout_steps={n_rollout_steps} but the model "
+                             f"was built with n_steps={self.n_steps}; build it with that n_steps")
+
+    def _collect(self, callback: BaseCallback | None) -> bool:
         if self.env_runners:  # the same rollout, sampled by Ray actors (started on first use)
             from rlgrad.rl.distributed.sampler import RaySampler
 
@@ -300,7 +319,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
     def _iteration(self, callback: BaseCallback | None) -> bool:
         if self.compile_loop:
             return self._compiled_iteration(callback)
-        if not self.collect_rollouts(callback):
+        if not self._collect(callback):
             return False
         self._update_progress()
         self.policy.set_training_mode(True)  # (SB3's train() sets it)

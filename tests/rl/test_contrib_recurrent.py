@@ -54,7 +54,7 @@ def test_sequences_reproduce_the_rollout(env: str, kw: dict) -> None:
     resets at episode starts and the sequence cuts are right)."""
     m = RecurrentPPO("MlpLstmPolicy", env, n_steps=64, n_envs=3, batch_size=50, seed=0,
                      policy_kwargs=kw)
-    m._setup_learn(1000, True)
+    m._setup_learn(1000, reset_num_timesteps=True)
     m.collect_rollouts(None)
     if env == "CartPole-v1":
         assert m.rollout_buffer.episode_starts[1:].any()  # episodes end inside the rollout
@@ -73,7 +73,7 @@ def test_sequences_reproduce_the_rollout(env: str, kw: dict) -> None:
 def test_sequence_minibatches_cover_rows_and_cut_at_starts() -> None:
     m = RecurrentPPO("MlpLstmPolicy", "CartPole-v1", n_steps=40, n_envs=2, batch_size=32,
                      seed=1, policy_kwargs={"lstm_hidden_size": 4})
-    m._setup_learn(1000, True)
+    m._setup_learn(1000, reset_num_timesteps=True)
     m.collect_rollouts(None)
     buf = m.rollout_buffer
     seen = []

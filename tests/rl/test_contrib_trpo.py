@@ -81,7 +81,7 @@ def test_fisher_vector_product_is_the_kl_hessian_float64(float64) -> None:
 
 def test_policy_step_keeps_the_kl_within_target() -> None:
     m = TRPO("CartPole-v1", n_steps=256, seed=0, target_kl=0.005)
-    m._setup_learn(1000, True)
+    m._setup_learn(1000, reset_num_timesteps=True)
     m.collect_rollouts(None)
     buf = m.rollout_buffer
     data, valid = buf.flat(), buf.valid_indices()

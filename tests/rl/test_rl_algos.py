@@ -11,7 +11,7 @@ from rlgrad.rl.callbacks import BaseCallback
 
 
 def _rollout(m):
-    m._setup_learn(10_000, True)
+    m._setup_learn(10_000, reset_num_timesteps=True)
     m.collect_rollouts(None)
     return next(m.rollout_buffer.get(None))
 
@@ -291,7 +291,7 @@ def _same_step_env(max_steps):
 
 def test_same_step_autoreset_bootstraps_truncation_from_final_obs():
     m = PPO(_same_step_env(5), n_steps=8, batch_size=16, seed=0)
-    m._setup_learn(1000, True)
+    m._setup_learn(1000, reset_num_timesteps=True)
     m.collect_rollouts(None)
     buf = m.rollout_buffer
     assert buf.valid.all()  # SAME_STEP inserts no reset transitions
@@ -303,7 +303,7 @@ def test_same_step_autoreset_bootstraps_truncation_from_final_obs():
 
 def test_replay_stores_final_obs_and_truncation_flags():
     m = SAC(_same_step_env(4), learning_starts=1000, seed=0)
-    m._setup_learn(1000, True)
+    m._setup_learn(1000, reset_num_timesteps=True)
     m.train_freq = (12, "step")
     m.collect_rollouts(None)
     rb = m.replay_buffer

@@ -8,7 +8,7 @@ from rlgrad.rl import PPO
 
 def _collected(seed=0):
     m = PPO("CartPole-v1", n_envs=4, n_steps=32, batch_size=40, n_epochs=1, seed=seed)
-    m._setup_learn(128, True)
+    m._setup_learn(128, reset_num_timesteps=True)
     m.collect_rollouts(None)
     return m
 

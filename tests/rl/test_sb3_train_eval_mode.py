@@ -1,7 +1,7 @@
 """SB3's train/eval switching on rlgrad.rl's on-policy algorithms: rollouts and ``predict`` run
 the policy in evaluation mode (BatchNorm's running statistics, no dropout), the update in
 training mode, eagerly when the policy holds such a layer; a torch module put in an rlgrad
-network is refused in one line."""
+network becomes rlgrad's layer of the same name."""
 
 from __future__ import annotations
 
@@ -67,16 +67,45 @@ def test_the_update_trains_batch_norm(cls: type) -> None:
     assert not plain._stateful_training()
 
 
-def test_a_torch_module_in_an_rlgrad_network_is_one_line() -> None:
+def test_a_torch_layer_in_an_extractor_trains_as_rlgrad_s() -> None:
+    """SB3's test_train_eval_mode writes its extractor with torch's layers: they become
+    rlgrad's, so the rollout leaves the statistics and the update moves them."""
     torch = pytest.importorskip("torch")
+
+    class TorchLayers(BaseFeaturesExtractor):
+        def __init__(self, observation_space) -> None:  # noqa: ANN001 - SB3's signature
+            super().__init__(observation_space, get_flattened_obs_dim(observation_space))
+            self.batch_norm = torch.nn.BatchNorm1d(self.features_dim)
+            self.dropout = torch.nn.Dropout(0.5)
+
+        def forward(self, x: rlgrad.Tensor) -> rlgrad.Tensor:
+            return self.dropout(self.batch_norm(x))
+
+    m = A2C("MlpPolicy", "CartPole-v1", seed=1, n_steps=32,
+            policy_kwargs=dict(net_arch=[16], features_extractor_class=TorchLayers))
+    bn = m.policy.features_extractor.batch_norm
+    assert isinstance(bn, nn.BatchNorm1d)
+    total, cb = m._setup_learn(64, None, True)
+    assert total == 64 and cb is None
+    mean0 = np.array(bn.running_mean)
+    assert m.collect_rollouts(m.get_env(), cb, m.rollout_buffer, n_rollout_steps=m.n_steps)
+    np.testing.assert_array_equal(bn.running_mean, mean0)
+    m.learn(64)
+    assert not np.array_equal(bn.running_mean, mean0)
     net = nn.Module()
-    with pytest.raises(TypeError) as e:
-        net.bn = torch.nn.BatchNorm1d(3)
-    msg = str(e.value)
-    assert "torch.nn.modules.batchnorm.BatchNorm1d is a torch module" in msg
-    assert "nn.BatchNorm1d" in msg and "\n" not in msg
     net.scale = torch.ones(2)  # other torch objects are plain attributes, as before
     assert isinstance(net.scale, torch.Tensor)
+
+
+def test_collect_rollouts_refuses_another_env_buffer_or_length_in_one_line() -> None:
+    m = _model(A2C)
+    m._setup_learn(64)
+    with pytest.raises(ValueError, match="n_rollout_steps=5 but the model was built with n_steps=32"):
+        m.collect_rollouts(None, None, None, n_rollout_steps=5)
+    with pytest.raises(ValueError, match="rollout_buffer must be model.rollout_buffer"):
+        m.collect_rollouts(None, None, rollout_buffer=object())
+    with pytest.raises(ValueError, match="env must be the model's own"):
+        m.collect_rollouts(object(), None)
 
 
 def _stats(bn: nn.BatchNorm1d) -> tuple[np.ndarray, np.ndarray]:
