@@ -1248,6 +1248,8 @@ def _write_rows(x: Any, idx: Any, rows: Any) -> np.ndarray:
     for r in order (a row written twice keeps the later one); an index outside ``[0, N)`` writes
     nothing (JAX's ``mode="drop"``: a ring's skipped rows)."""
     idx = np.asarray(idx)
+    if idx.ndim == 1:  # no lead dimensions: as one lead row of size 1
+        return _write_rows(np.asarray(x)[None], idx[None], np.asarray(rows)[None])[0]
     n = _rows_check(x, idx, np.shape(rows), "write_rows")
     out = np.array(x, copy=True)
     rows = np.asarray(rows, dtype=out.dtype)
@@ -1263,6 +1265,8 @@ def _written_rows(g: Any, idx: Any) -> np.ndarray:
     """``write_rows``'s adjoint for its rows: row ``idx[..., r]`` of ``g`` where row r of the
     index wrote it (in range, and no later r wrote the same row), else zeros."""
     idx = np.asarray(idx)
+    if idx.ndim == 1:  # no lead dimensions: as one lead row of size 1
+        return _written_rows(np.asarray(g)[None], idx[None])[0]
     n = _rows_check(g, idx, None, "written_rows")
     g = np.asarray(g)
     lead = idx.ndim - 1

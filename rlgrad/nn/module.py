@@ -57,10 +57,10 @@ def _is_torch_module(value: object) -> bool:
                for c in type(value).__mro__)
 
 
-def convert_torch_module(torch_module: Any) -> Module:
+def convert_torch_module(value: object) -> Module:
     """Replaced by ``rlgrad.nn.torch_modules.from_torch`` when ``rlgrad.nn`` is imported (it
     needs the layers, which import this module)."""
-    raise TypeError(f"{type(torch_module).__name__} is a torch module; import rlgrad.nn to convert it")
+    raise TypeError(f"{type(value).__name__} is a torch module; import rlgrad.nn to convert it")
 
 
 class Parameter(Tensor):

@@ -11,7 +11,7 @@ the module is read through its attributes and ``state_dict()``.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, cast
 
 from rlgrad.nn import layers, layers_extra, module, normalization
 
@@ -44,8 +44,9 @@ def _constructor_args(torch_module: Any, cls: type[module.Module]) -> dict[str, 
     return args
 
 
-def from_torch(torch_module: Any) -> module.Module:
-    """rlgrad's module equal to ``torch_module`` (same arguments, weights, buffers and mode)."""
+def from_torch(value: object) -> module.Module:
+    """rlgrad's module equal to the torch module ``value`` (same arguments, weights, buffers and mode)."""
+    torch_module = cast(Any, value)  # a torch.nn.Module, read by its attributes
     name = type(torch_module).__name__
     if type(torch_module).__module__.split(".")[:2] != ["torch", "nn"]:
         raise TypeError(f"{type(torch_module).__module__}.{name} is a torch module with its own "

@@ -557,8 +557,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         total_timesteps = check_total_timesteps(type(self).__name__, total_timesteps)
         if log_interval is not None:
             self.log_interval = log_interval
-        _, cb = self._setup_learn(total_timesteps, callback,
-                                  reset_num_timesteps=reset_num_timesteps)
+        cb = self._setup_learn(total_timesteps, callback,
+                               reset_num_timesteps=reset_num_timesteps)[1]
         writers = self._learn_writers(tb_log_name or type(self).__name__, reset_num_timesteps)
         if cb is not None:
             cb.on_training_start(locals(), globals())

@@ -225,15 +225,16 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         # the Gaussian policy is unbounded: clip to the box, store the unclipped action
         return np.clip(actions, self._low, self._high)
 
-    def collect_rollouts(self, env: Any = None, callback: BaseCallback | None = None,
-                         rollout_buffer: Any = None, n_rollout_steps: int | None = None) -> bool:
+    def collect_rollouts(self, env: object = None, callback: BaseCallback | None = None,
+                         rollout_buffer: object = None, n_rollout_steps: int | None = None) -> bool:
         """SB3's: fill the rollout buffer with ``n_steps`` steps of every env copy; False when a
         callback stopped it. The env, buffer and step count are the model's own (SB3's code passes
         them as arguments: anything else is refused in one line)."""
         self._check_rollout_args(env, rollout_buffer, n_rollout_steps)
         return self._collect(callback)
 
-    def _check_rollout_args(self, env: Any, rollout_buffer: Any, n_rollout_steps: int | None) -> None:
+    def _check_rollout_args(self, env: object, rollout_buffer: object,
+                            n_rollout_steps: int | None) -> None:
         own_envs = (None, self.env, self.vector_env, getattr(self, "_vec_env", None))
         if not any(env is e for e in own_envs) and env is not self.get_env():
             raise ValueError("collect_rollouts: env must be the model's own (model.get_env()); "

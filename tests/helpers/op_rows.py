@@ -640,6 +640,22 @@ def take_case(draw: Any) -> Case:
 
 
 @st.composite
+def rows_case(draw: Any, adjoint: bool) -> Case:
+    """A ring's write (``ops.write_rows``) or its adjoint (``ops.written_rows``): indices out of
+    range are skipped, a later row wins over an earlier one at the same index."""
+    n, k, r = draw(st.integers(1, 5)), draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    lead = draw(st.sampled_from([(), (2,)]))  # unbatched, or a lead dimension (seeds)
+    idx = np.array(draw(st.lists(st.integers(-1, n), min_size=r * math.prod(lead),
+                                 max_size=r * math.prod(lead))), np.int64).reshape(lead + (r,))
+    x = draw(arrays(reals(-3, 3), lead + (n, k)))
+    if adjoint:
+        return Case(_named(lambda g: ops.written_rows(g, idx), f"written_rows({idx.tolist()})"), (x,))
+    rows = draw(arrays(reals(-3, 3), lead + (r, k)))
+    return Case(_named(lambda x, rows: ops.write_rows(x, idx, rows), f"write_rows({idx.tolist()})"),
+                (x, rows))
+
+
+@st.composite
 def sort_case(draw: Any) -> Case:
     shape = draw(NONEMPTY_SHAPES)
     x = draw(distinct(shape))
@@ -914,6 +930,8 @@ ROWS: list[Row] = [
     Row("untake", untake_case()),
     Row("take_along_axis", take_along_axis_case()),
     Row("scatter_along_axis", scatter_along_axis_case()),
+    Row("write_rows", rows_case(adjoint=False)),
+    Row("written_rows", rows_case(adjoint=True)),
     # linear algebra
     Row("matmul", matmul_case()),
     Row("einsum", einsum_case()),
