@@ -928,31 +928,3 @@ def _fused_adam(ctx: Any, e: Any) -> Val:
         f"vv = (flush & (fabs{f}(vv) < {floor})) ? ({T})0 : vv; "
         f"oM[i] = mm; oV[i] = vv; oP[i] = Pp[i] - mm / (sqrt{f}(vv) + eps_t) * step; }} }}")
     return out
-
-
-@lowers("ring_write")
-def _ring_write(ctx: Any, e: Any) -> Val:
-    """``dqn.ring_write``: per seed, the ring copied into the output (``memcpy``: the copy an
-    in-place update would spare) and the first ``k`` rows written from slot ``pos`` on, only
-    the last N of them when there are more (the later row wins a slot, as in the reference)."""
-    ring, rows = (contiguous(ctx, ctx.val(a)) for a in e.args[:2])
-    k, pos = ctx.val(e.args[2]), ctx.val(e.args[3])
-    S, N = ring.shape[:2]
-    if e.kwargs or len(e.args) != 4 or rows.dtype != ring.dtype or len(rows.shape) < 2 \
-            or rows.shape[0] != S or rows.shape[2:] != ring.shape[2:] \
-            or any(x.dtype.kind not in "iu" for x in (k, pos)):
-        raise Unsupported("ring_write beyond rows of the ring's dtype and row shape")
-    out = ctx.out(e)
-    R, row = rows.shape[1], math.prod(ring.shape[2:])
-    size = f"{N * row} * sizeof(*{out.ptr})"
-    ctx.p.lines.append(
-        f"for (npy_intp s = 0; s < {S}; s++) {{ "
-        f"memcpy({out.ptr} + {out.off} + s*{N * row}, {ring.ptr} + {ring.off} + s*{N * row}, {size}); "
-        f"int64_t n = (int64_t){k.broadcast((S,)).at(['s'])}, p = (int64_t){pos.broadcast((S,)).at(['s'])}; "
-        f"if (n < 0 || n > {R}) {{ PyErr_SetString(PyExc_ValueError, \"ring_write: a count outside "
-        f"[0, {R}]\"); goto fail; }} "
-        f"for (int64_t j = n > {N} ? n - {N} : 0; j < n; j++) {{ int64_t slot = (p + j) % {N}; "
-        f"if (slot < 0) slot += {N}; "
-        f"memcpy({out.ptr} + {out.off} + s*{N * row} + slot*{row}, "
-        f"{rows.ptr} + {rows.off} + s*{R * row} + j*{row}, {row} * sizeof(*{out.ptr})); }} }}")
-    return out

@@ -291,11 +291,30 @@ def test_fused_adam_native_is_its_reference_bit_for_bit(t: float, max_norm: floa
 
 
 @pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
+def _ring_reference(ring: np.ndarray, rows: np.ndarray, k: np.ndarray, pos: np.ndarray
+                    ) -> np.ndarray:
+    """Per seed s, the first k[s] rows written in order from slot pos[s] on, around the ring
+    (more rows than slots: the last N land)."""
+    out = ring.copy()
+    N = ring.shape[1]
+    for s in range(ring.shape[0]):
+        first = max(int(k[s]) - N, 0)
+        out[s, (int(pos[s]) + np.arange(first, int(k[s]))) % N] = rows[s, first:int(k[s])]
+    return out
+
+
 def test_ring_write_native_is_its_reference() -> None:
-    """``ring_write`` in C against its NumPy reference: rows wrapping around the ring's end, no
-    row, and more rows than slots (the last ones land), for float rows and bool scalars."""
+    """The replay ring's write (``ops.write_rows`` at the slots ``_store`` computes) in C against
+    a plain loop: rows wrapping around the ring's end, no row, and more rows than slots (the
+    last ones land), for float rows and bool scalars."""
     import rlgrad
-    from rlgrad.rl.compiled_loop.dqn import _ring_write, ring_write
+    import rlgrad.numpy as rnp
+    from rlgrad import ops
+
+    def ring_write(ring, rows, k, pos):  # noqa: ANN001, ANN202 - _store's slots and write
+        r = rnp.arange(rows.shape[1])
+        slots = rnp.where(r < k[..., None], rnp.mod(pos[..., None] + r, ring.shape[1]), -1)
+        return ops.write_rows(ring, slots, rows)
 
     rng = np.random.default_rng(0)
     S, N, R = 3, 10, 13
@@ -308,7 +327,7 @@ def test_ring_write_native_is_its_reference() -> None:
             write(*args)
             assert write.backend == "native"
             got = write(*args)
-            np.testing.assert_array_equal(got, _ring_write(*args))
+            np.testing.assert_array_equal(got, _ring_reference(*args))
             if k[0] == 3:  # slots 8, 9, 0; no row; rows 3..12 at slots 7, 8, ..., 6
                 np.testing.assert_array_equal(got[0, [8, 9, 0]], rows[0, :3])
                 np.testing.assert_array_equal(got[0, 1:8], ring[0, 1:8])

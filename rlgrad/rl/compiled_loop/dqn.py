@@ -16,9 +16,9 @@ Reset rows (NEXT_STEP autoreset) are not stored, as the eager loop drops them. T
 a call's minibatches are computed before its steps (the target network does not change during
 a call), as ``DQN.target_path = "stacked"``; with ``double_q`` in each step.
 
-Writing a step's rows into the ring is one op, ``ring_write``: in native code a copy of the ring
-(``memcpy``: the program's output is a new array; in-place donation would spare it) and the
-rows written, no index arithmetic over the ring. The optimizer's step, Adam with the gradient
+Writing a step's rows into the ring is one op, ``ops.write_rows``: in native code a copy of the
+ring (``memcpy``: the program's output is a new array; in place only for a loop's carry) and
+the rows written, no index arithmetic over the ring. The optimizer's step, Adam with the gradient
 clip, is one op too (``fused_adam``: one C loop over the parameters), and the Q-network runs
 column-wise (``_q_net``) so its weight gradients need no transposing copy.
 """
@@ -33,7 +33,7 @@ import numpy as np
 
 import rlgrad
 import rlgrad.numpy as rnp
-from rlgrad import lax
+from rlgrad import lax, ops
 from rlgrad.optim.algorithms import _adam_math
 from rlgrad.rl.compiled_loop import (
     PROGRAM_CACHES,
@@ -237,35 +237,19 @@ def _collect(spec: DQNSpec, params: list[Any], carry: tuple[Any, ...], steps: di
     return lax.scan(step, carry, steps)
 
 
-def _ring_write(ring: np.ndarray, rows: np.ndarray, k: np.ndarray, pos: np.ndarray
-                ) -> np.ndarray:
-    """``ring_write``'s plain reference: ``ring`` ``(S, N, ...)`` with, per seed ``s``, the first
-    ``k[s]`` of ``rows`` ``(S, R, ...)`` written in order from slot ``pos[s]`` on, around the
-    ring (a slot written twice keeps the later row). Its native lowering copies the ring and
-    writes the rows: no index arithmetic over the whole ring."""
-    out = ring.copy()
-    N = ring.shape[1]
-    for s in range(ring.shape[0]):
-        first = max(int(k[s]) - N, 0)  # (a ring shorter than the rows: the last N land)
-        slots = (int(pos[s]) + np.arange(first, int(k[s]))) % N
-        out[s, slots] = rows[s, first:int(k[s])]
-    return out
-
-
-#: the replay ring's write of a step's rows (gradient-free: the ring is data)
-ring_write = primitive(_ring_write, "ring_write", nondiff=True)
-
-
 def _store(spec: DQNSpec, buf: dict[str, Any], rows: dict[str, Any], valid: Any
            ) -> dict[str, Any]:
     """``ReplayBuffer.add`` of the valid rows (S, R) in order: compacted, then written to the
-    ring from ``pos`` (``ring_write``)."""
+    ring from ``pos`` (``ops.write_rows``; the rows past ``k`` get index -1 and are skipped, and
+    of more rows than slots the later win, as the ring keeps the last N)."""
     R, N = valid.shape[-1], spec.buffer_size
     at = rnp.broadcast_to(rnp.arange(R), valid.shape)
     order = rnp.argsort(rnp.where(valid, at, at + R), axis=-1, kind="stable")
     k = rnp.sum(rnp.asarray(valid, dtype=np.int64), axis=-1)  # (S,)
     pos, size = buf["pos"], buf["size"]
-    out = {name: ring_write(buf[name], _take(new, order), k, pos) for name, new in rows.items()}
+    r = rnp.arange(R)
+    slots = rnp.where(r < k[..., None], rnp.mod(pos[..., None] + r, N), -1)
+    out = {name: ops.write_rows(buf[name], slots, _take(new, order)) for name, new in rows.items()}
     out["pos"] = rnp.mod(pos + k, N)
     out["size"] = rnp.minimum(size + k, N)
     return out
