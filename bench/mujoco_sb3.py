@@ -33,19 +33,16 @@ from rlgrad.rl import load_preset, split_preset  # noqa: E402
 
 def _curve_callback(base: type, path: str, record: dict) -> Any:
     """A callback of the library's own ``BaseCallback`` class that appends each finished episode
-    (read from ``model.ep_info_buffer``, which both libraries keep) to ``record``."""
+    (``Monitor``'s ``info["episode"]`` in the step's ``infos``, as SB3 users read it) to
+    ``record``."""
 
     class Curve(base):  # type: ignore[misc, valid-type]
-        def _on_training_start(self) -> None:
-            self._last: object = None
-
         def _on_step(self) -> bool:
-            buf = self.model.ep_info_buffer
-            if buf and buf[-1] is not self._last:
-                self._last = buf[-1]
-                record["curve"].append([int(self.num_timesteps), float(buf[-1]["r"])])
-                if len(record["curve"]) % 25 == 0:
-                    _write(path, record)
+            for info in self.locals.get("infos", ()):
+                if "episode" in info:
+                    record["curve"].append([int(self.num_timesteps), float(info["episode"]["r"])])
+                    if len(record["curve"]) % 25 == 0:
+                        _write(path, record)
             return True
 
     return Curve()
