@@ -964,74 +964,80 @@ static PyObject *lstm_seq_fwd(PyObject *self, PyObject *const *args, Py_ssize_t 
 }
 
 PyDoc_STRVAR(lstm_seq_bwd_doc,
-"lstm_seq_bwd(G, ans, tanh_c, c0, w, d, dh, dc, sgemm, reverse) -> bool\n\n"
+"lstm_seq_bwd(G, ans, c0, w, d, dh, dc, sgemm, reverse) -> bool\n\n"
 "lstm_seq_fwd's backward: every step's gate gradient d (T, rows, 4H) for the gradient G\n"
-"(T, 6, rows, H; contiguous rows) of its output ans (T, 6, rows, H), tanh_c = tanh(ans[:, 1])\n"
-"(T, rows, H), from c0 (rows, H; contiguous rows) and w = W_hh (4H, H); the gradients of h0 and c0\n"
-"into dh, dc (rows, H). C-contiguous but G and c0, float32 only. False (nothing written) if they\n"
-"do not fit.");
+"(T, 6, rows, H; contiguous rows) of its output ans (T, 6, rows, H), from c0 (rows, H; contiguous\n"
+"rows) and w = W_hh (4H, H); the gradients of h0 and c0 into dh, dc (rows, H). tanh(c') is\n"
+"lstm_seq_fwd's. C-contiguous but G and c0, float32 only. False (nothing written) if they do not\n"
+"fit.");
+
+/* tc = tanh(c) over n entries (a step's tanh(c'), as lstm_seq_gates computed it) */
+CLONES_512 static void lstm_seq_tanh(const float *c, float *tc, Py_ssize_t n) {
+    _Pragma("GCC ivdep")
+    for (Py_ssize_t i = 0; i < n; i++) tc[i] = tanh_f32(c[i]);
+}
 
 static int lstm_bwd_fits(Py_buffer *b, Py_ssize_t *T, Py_ssize_t *rows, Py_ssize_t *h) {
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 7; i++)
         if (!b[i].obj || kind_of(&b[i]) != 'f') return 0;
     if (b[1].ndim != 4 || b[1].shape[1] != 6) return 0;
     *T = b[1].shape[0], *rows = b[1].shape[2], *h = b[1].shape[3];
     Py_ssize_t w4 = 4 * *h, fl = sizeof(float);
     int ok = b[0].ndim == 4 && b[0].shape[0] == *T && b[0].shape[1] == 6
              && b[0].shape[2] == *rows && b[0].shape[3] == *h && b[0].strides[3] == fl
-             && b[2].ndim == 3 && b[2].shape[0] == *T && b[2].shape[1] == *rows
-             && b[2].shape[2] == *h
-             && b[3].ndim == 2 && b[3].shape[0] == *rows && b[3].shape[1] == *h
-             && b[3].strides[1] == fl
-             && b[4].ndim == 2 && b[4].shape[0] == w4 && b[4].shape[1] == *h
-             && b[5].ndim == 3 && b[5].shape[0] == *T && b[5].shape[1] == *rows
-             && b[5].shape[2] == w4;
-    for (int i = 6; ok && i < 8; i++)
+             && b[2].ndim == 2 && b[2].shape[0] == *rows && b[2].shape[1] == *h
+             && b[2].strides[1] == fl
+             && b[3].ndim == 2 && b[3].shape[0] == w4 && b[3].shape[1] == *h
+             && b[4].ndim == 3 && b[4].shape[0] == *T && b[4].shape[1] == *rows
+             && b[4].shape[2] == w4;
+    for (int i = 5; ok && i < 7; i++)
         ok = b[i].ndim == 2 && b[i].shape[0] == *rows && b[i].shape[1] == *h;
-    for (int i = 1; ok && i < 8; i++)
-        ok = i == 3 || PyBuffer_IsContiguous(&b[i], 'C');
-    for (int i = 5; ok && i < 8; i++)
+    for (int i = 1; ok && i < 7; i++)
+        ok = i == 2 || PyBuffer_IsContiguous(&b[i], 'C');
+    for (int i = 4; ok && i < 7; i++)
         for (int j = 0; ok && j < i; j++) ok = !span_overlap(&b[i], &b[j]);
     return ok && *T > 0 && *rows > 0 && *h > 0;
 }
 
 static PyObject *lstm_seq_bwd(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 10) {
-        PyErr_SetString(PyExc_TypeError, "lstm_seq_bwd takes 10 arguments");
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "lstm_seq_bwd takes 9 arguments");
         return NULL;
     }
-    unsigned long long addr = PyLong_AsUnsignedLongLong(args[8]);
-    int reverse = PyObject_IsTrue(args[9]);
+    unsigned long long addr = PyLong_AsUnsignedLongLong(args[7]);
+    int reverse = PyObject_IsTrue(args[8]);
     if (PyErr_Occurred() || reverse < 0) return NULL;
-    Py_buffer b[8];
-    if (!addr || !take_strided(args, 8, 5, b)) Py_RETURN_FALSE;
+    Py_buffer b[7];
+    if (!addr || !take_strided(args, 7, 4, b)) Py_RETURN_FALSE;
     Py_ssize_t T = 0, rows = 0, h = 0;
     int fits = lstm_bwd_fits(b, &T, &rows, &h);
-    float *scratch = fits ? PyMem_Malloc(2 * rows * h * sizeof(float)) : NULL;
+    float *scratch = fits ? PyMem_Malloc(3 * rows * h * sizeof(float)) : NULL;
     if (scratch) {
         sgemm_fn gemm = (sgemm_fn)(uintptr_t)addr;
         Py_ssize_t fl = sizeof(float), blk = rows * h, w4 = 4 * h;
-        const float *ans = b[1].buf, *tcs = b[2].buf;
-        float *d = b[5].buf, *dh = b[6].buf, *dc = scratch, *dcn = scratch + blk;
-        grid none = {NULL, 0, 0};
+        const float *ans = b[1].buf;
+        float *d = b[4].buf, *dh = b[5].buf, *dc = scratch, *dcn = scratch + blk;
+        float *tcs = scratch + 2 * blk;
+        grid none = {NULL, 0, 0}, tc = {(char *)tcs, 0, h * fl};
         for (Py_ssize_t s = 0; s < T; s++) {
             Py_ssize_t t = reverse ? s : T - 1 - s, prev = reverse ? t + 1 : t - 1;
             grid G = {(char *)b[0].buf + t * b[0].strides[0], b[0].strides[1], b[0].strides[2]};
             grid a = {(char *)(ans + t * 6 * blk), blk * fl, h * fl};
-            grid tc = {(char *)(tcs + t * blk), 0, h * fl};
-            grid c = s == T - 1 ? (grid){b[3].buf, 0, b[3].strides[0]}
+            grid c = s == T - 1 ? (grid){b[2].buf, 0, b[2].strides[0]}
                                 : (grid){(char *)(ans + prev * 6 * blk + blk), 0, h * fl};
             grid dd = {(char *)(d + t * rows * w4), h * fl, w4 * fl}, out = {(char *)dcn, 0, h * fl};
-            grid gh = s ? (grid){(char *)dh, 0, h * fl} : none, gc = s ? (grid){(char *)dc, 0, h * fl} : none;
+            grid gh = s ? (grid){(char *)dh, 0, h * fl} : none;
+            grid gc = s ? (grid){(char *)dc, 0, h * fl} : none;
+            lstm_seq_tanh(ans + t * 6 * blk + blk, tcs, blk);
             lstm_dgates_float(G, gh, gc, a, tc, c, dd, out, rows, h);
-            gemm(101, 111, 111, rows, h, w4, 1.0f, d + t * rows * w4, w4, b[4].buf, h, 0.0f, dh, h);
+            gemm(101, 111, 111, rows, h, w4, 1.0f, d + t * rows * w4, w4, b[3].buf, h, 0.0f, dh, h);
             float *swap = dc;
             dc = dcn, dcn = swap;
         }
-        memcpy(b[7].buf, dc, blk * fl);
+        memcpy(b[6].buf, dc, blk * fl);
         PyMem_Free(scratch);
     }
-    return done_strided(b, 8, scratch != NULL);
+    return done_strided(b, 7, scratch != NULL);
 }
 
 /* The GRU cell's elementwise work (rlgrad/nn/cells.py: _gru_step, _gru_dstep), as the LSTM's:

@@ -541,16 +541,16 @@ def _lstm_seq(xp: Any, hc0: Any, w: Any, b: Any = None, reverse: bool = False) -
     return out.reshape((L.T, 6) + L.lead + (L.H,))
 
 
-def _lstm_seq_grads_c(L: _Seq, G: np.ndarray, ans: np.ndarray, tcs: np.ndarray, hc0: np.ndarray,
-                      w: np.ndarray, d: np.ndarray, reverse: bool) -> list[np.ndarray] | None:
+def _lstm_seq_grads_c(L: _Seq, G: np.ndarray, ans: np.ndarray, hc0: np.ndarray, w: np.ndarray,
+                      d: np.ndarray, reverse: bool) -> list[np.ndarray] | None:
     """``_lstm_seq_grads``' loop as one C call (``LOOP_IN_C``): every step's gradient into ``d``
     and [d h0, d c0]; None: not taken."""
     gemm = _c_loop(G, ans, hc0, w)
     if not gemm or not d.flags.c_contiguous:
         return None
     dh, dc = np.empty((L.N, L.H), L.dtype), np.empty((L.N, L.H), L.dtype)
-    if not ops._kernels.lstm_seq_bwd(G, ans, tcs, L.state(hc0, 1), np.ascontiguousarray(w), d,
-                                     dh, dc, gemm, reverse):
+    if not ops._kernels.lstm_seq_bwd(G, ans, L.state(hc0, 1), np.ascontiguousarray(w), d, dh, dc,
+                                     gemm, reverse):
         return None
     return [dh, dc]
 
@@ -562,11 +562,11 @@ def _lstm_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc0: np.ndar
     L = _Seq(ans[:, 0], hc0, w, 6)
     shape = (L.T, 6, L.N, L.H)
     G, ans = np.broadcast_to(G, ans.shape).reshape(shape), ans.reshape(shape)
-    tcs = np.tanh(ans[:, 1])  # every step's tanh(c'), one call
     d = L.step_grads(slots)
-    ds0 = _lstm_seq_grads_c(L, G, ans, tcs, hc0, w, d, reverse)
+    ds0 = _lstm_seq_grads_c(L, G, ans, hc0, w, d, reverse)
     if ds0 is not None:
         return (*L.outputs(d, ds0, xp, hc0), *L.weight_grads(d, ans, hc0, b, reverse, slots))
+    tcs = np.tanh(ans[:, 1])  # every step's tanh(c'), one call
     dg = np.empty((4, L.N, L.H), L.dtype)  # a step's, gate first (NumPy's path)
     dh: Any = None  # the gradient reaching the state from the later steps
     dc: Any = None

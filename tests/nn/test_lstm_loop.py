@@ -134,12 +134,14 @@ def test_kernels_refuse_what_does_not_fit() -> None:
     assert not K.lstm_seq_fwd(out[:, :4].reshape(T, N, 4 * H), None, h0, c0, wq, half, out, GEMM,
                               False)  # reads what it writes
     G, d = np.zeros((T, 6, N, H), f4), np.empty((T, N, 4 * H), f4)
-    tcs, w, dh, dc = np.zeros((T, N, H), f4), np.zeros((4 * H, H), f4), h0.copy(), c0.copy()
-    assert K.lstm_seq_bwd(G, out, tcs, c0, w, d, dh, dc, GEMM, False)
-    assert not K.lstm_seq_bwd(G, out, tcs, c0, w, d, dh, dc, 0, False)
-    assert not K.lstm_seq_bwd(G, out, tcs, c0, w.T, d, dh, dc, GEMM, False)
-    assert not K.lstm_seq_bwd(G, out, tcs, c0, w, d[:, :, ::2], dh, dc, GEMM, False)
-    assert not K.lstm_seq_bwd(G, out, tcs, c0, w, d, dh, dh, GEMM, False)  # outputs overlap
-    assert not K.lstm_seq_bwd(G.astype(np.float64), out, tcs, c0, w, d, dh, dc, GEMM, False)
+    w, dh, dc = np.zeros((4 * H, H), f4), h0.copy(), c0.copy()
+    assert K.lstm_seq_bwd(G, out, c0, w, d, dh, dc, GEMM, False)
+    assert not K.lstm_seq_bwd(G, out, c0, w, d, dh, dc, 0, False)
+    assert not K.lstm_seq_bwd(G, out, c0, w.T, d, dh, dc, GEMM, False)
+    assert not K.lstm_seq_bwd(G, out, c0, w, d[:, :, ::2], dh, dc, GEMM, False)
+    assert not K.lstm_seq_bwd(G, out, c0, w, d, dh, dh, GEMM, False)  # outputs overlap
+    assert not K.lstm_seq_bwd(G, out, c0, w, out[:, :4].reshape(T, N, 4 * H), dh, dc, GEMM,
+                              False)  # writes what it reads
+    assert not K.lstm_seq_bwd(G.astype(np.float64), out, c0, w, d, dh, dc, GEMM, False)
     with pytest.raises(TypeError, match="9 arguments"):
         K.lstm_seq_fwd(xp)
