@@ -818,7 +818,8 @@ static PyObject *lstm_dgates(PyObject *self, PyObject *const *args, Py_ssize_t n
 /* A whole LSTM sequence in one call each way (rlgrad/nn/cells.py: _lstm_seq_c,
    _lstm_seq_grads_c), float32: the step's GEMM through the cblas_sgemm NumPy's OpenBLAS exports
    (its address passed in: rlgrad/native/build.py's blas_pointers), the input projection's
-   share added and halved into the GEMM's output before it (beta = 1), and the gates in one pass
+   share added and halved into the GEMM's output per step (in L1, not a pass over all T; beta = 1
+   in the GEMM instead is OpenBLAS's slower small kernel), and the gates in one pass
    with tanh_f32 below; backward, lstm_dgates' loop and the state's GEMM per step. What this
    saves is NumPy's ~8 calls a step (with their Python around them) and two passes over the
    whole input projection. tanh_f32 is not NumPy's tanh (within ~3 ulp of it, not its bits):
@@ -863,16 +864,17 @@ static inline float tanh_f32(float x) {
 #define CLONES_512
 #endif
 
-/* pre (rows, 4H) = (xp + b) * half, b NULL: none; xp's rows sr bytes apart. */
+/* pre (rows, 4H) += (xp + b) * half, b NULL: none; xp's rows sr bytes apart (after the GEMM, as
+   _lstm_step adds xq to its product: the same roundings). */
 CLONES static void lstm_seq_in(const char *xp, Py_ssize_t sr, const float *b, const float *half,
                                float *pre, Py_ssize_t rows, Py_ssize_t w4) {
     for (Py_ssize_t n = 0; n < rows; n++) {
         const float *x = (const float *)(xp + n * sr);
         float *p = pre + n * w4;
         if (b)
-            for (Py_ssize_t j = 0; j < w4; j++) p[j] = (x[j] + b[j]) * half[j];
+            for (Py_ssize_t j = 0; j < w4; j++) p[j] += (x[j] + b[j]) * half[j];
         else
-            for (Py_ssize_t j = 0; j < w4; j++) p[j] = x[j] * half[j];
+            for (Py_ssize_t j = 0; j < w4; j++) p[j] += x[j] * half[j];
     }
 }
 
@@ -952,9 +954,9 @@ static PyObject *lstm_seq_fwd(PyObject *self, PyObject *const *args, Py_ssize_t 
         for (Py_ssize_t s = 0; s < T; s++) {
             Py_ssize_t t = reverse ? T - 1 - s : s;
             float *o = out + t * 6 * blk;
+            gemm(101, 111, 111, rows, 4 * h, h, 1.0f, hp, h, b[4].buf, 4 * h, 0.0f, pre, 4 * h);
             lstm_seq_in((const char *)b[0].buf + t * b[0].strides[0], b[0].strides[1], b[1].buf,
                         b[5].buf, pre, rows, 4 * h);
-            gemm(101, 111, 111, rows, 4 * h, h, 1.0f, hp, h, b[4].buf, 4 * h, 1.0f, pre, 4 * h);
             lstm_seq_gates(pre, cp, cr, o, rows, h);
             hp = o, cp = (const char *)(o + blk), cr = h * sizeof(float);
         }
