@@ -145,3 +145,33 @@ def test_kernels_refuse_what_does_not_fit() -> None:
     assert not K.lstm_seq_bwd(G.astype(np.float64), out, c0, w, d, dh, dc, GEMM, False)
     with pytest.raises(TypeError, match="9 arguments"):
         K.lstm_seq_fwd(xp)
+
+
+class _Spy:
+    """``ops._kernels`` with ``lstm_seq_fwd``/``lstm_seq_bwd``'s answers recorded."""
+
+    def __init__(self, kernels: Any) -> None:
+        self._k, self.answers = kernels, {"lstm_seq_fwd": [], "lstm_seq_bwd": []}
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(self._k, name)
+        if name not in self.answers:
+            return fn
+
+        def call(*args: Any) -> Any:
+            self.answers[name].append(fn(*args))
+            return self.answers[name][-1]
+        return call
+
+
+@needs_loop
+@pytest.mark.parametrize("kw", [{}, {"batch_first": True, "bidirectional": True}])
+def test_a_float32_layer_takes_the_loops(monkeypatch: Any, kw: dict) -> None:
+    """nn.LSTM's own arrays fit the kernels (a silent fallback would only be slower)."""
+    spy = _Spy(K)
+    monkeypatch.setattr(cells.ops, "_kernels", spy)
+    m = nn.LSTM(6, 5, **kw)
+    out = m(np.random.default_rng(11).standard_normal((4, 3, 6)).astype(np.float32))[0]
+    (out * out).sum().backward()
+    dirs = 2 if kw else 1
+    assert spy.answers == {"lstm_seq_fwd": [True] * dirs, "lstm_seq_bwd": [True] * dirs}
