@@ -5,6 +5,11 @@ under ``rlgrad.jit``, one thread).
 Both libraries run the same weights (rlgrad's are loaded from PyTorch's state_dict) and the
 outputs and gradients are compared before timing. Timing rounds interleave the three (see
 bench/_timing.py) on the process's CPU clock, so the ratios are medians of per-round ratios.
+The last column is the floor under any implementation that computes the same products
+(``minimal_flops``) at this machine's single-thread sgemm peak, measured in the same rounds by a
+(1024, 1024) product: the 0.5x goal is out of reach where it, plus the work around the GEMMs,
+is above 0.5x. PyTorch's CPU LSTM is oneDNN's fused RNN (``aten::mkldnn_rnn_layer`` and its
+backward, ``torch.backends.mkldnn.enabled``); its GRU and RNN are ATen's loops of ops.
 Run ``python bench/recurrent.py [--wall]``.
 """
 
@@ -89,6 +94,26 @@ def _gemm_floor(gates: int, x: np.ndarray) -> Callable[[], Any]:
     return products
 
 
+PEAK_N = 1024  # the large sgemm that measures this machine's single-thread peak, in the same run
+
+
+def _peak_gemm() -> Callable[[], Any]:
+    """A (PEAK_N, PEAK_N) float32 product: 2 PEAK_N^3 FLOPs at the BLAS's best rate."""
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal((PEAK_N, PEAK_N)).astype(np.float32) for _ in range(2))
+    out = np.empty_like(a)
+    return lambda: np.matmul(a, b, out=out)
+
+
+def minimal_flops(gates: int, inputs: int = UNITS) -> int:
+    """The GEMM FLOPs a forward + backward cannot avoid: the input projection of all T steps, the
+    hidden product of steps 1..T-1 forward (h0 = 0) and backward (the gradient of h_t, t < T-1:
+    h0 needs none), the hidden weights' gradient over steps 1..T-1 (step 0 read h0 = 0) and the
+    input weights' over all T. No input gradient (x needs none)."""
+    G = gates * UNITS
+    return 2 * B * G * (2 * T * inputs + 3 * (T - 1) * UNITS)
+
+
 def _check_jit(m: Any, eager: Callable[[], Any], jit: Callable[[], Any]) -> None:
     out = eager()
     grads = [p.grad.numpy().copy() for p in m.parameters()]
@@ -115,15 +140,26 @@ def run(repeats: int = 9, min_time: float = 0.3, wall: bool = False) -> list[dic
             _check_same(m, tm, impls["rlgrad"], impls["torch"])
         impls["jit"] = _jit_step(m, x)
         _check_jit(m, impls["rlgrad"], impls["jit"])
-        impls["floor"] = _gemm_floor({"LSTM": 4, "GRU": 3, "RNN": 1}[name], x)
+        gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[name]
+        impls["floor"] = _gemm_floor(gates, x)
+        impls["peak"] = _peak_gemm()
         times = _timing.interleaved(impls, repeats, min_time / repeats, clock=clock)
-        row: dict[str, Any] = {"case": f"{name} T={T} B={B} H={UNITS}"}
-        for k in ("rlgrad", "jit", "torch", "floor"):
-            row[f"{k}_ms"] = float(np.median(times[k])) * 1e3 if k in times else None
-            row[f"{k}/torch"] = (float(np.median(times[k] / times["torch"]))
-                                 if k in times and torch else None)
-        rows.append(row)
+        rows.append(_row(name, times, minimal_flops(gates), torch is not None))
     return rows
+
+
+def _row(name: str, times: dict[str, np.ndarray], flops: int, torch: bool) -> dict[str, Any]:
+    """Medians of the times and of the per-round ratios to PyTorch; ``min`` is ``flops`` at the
+    round's measured peak (GFLOP/s of the large sgemm)."""
+    peak = 2.0 * PEAK_N ** 3 / times["peak"]  # FLOP/s, per round
+    times = dict(times, min=flops / peak)
+    row: dict[str, Any] = {"case": f"{name} T={T} B={B} H={UNITS}",
+                           "peak_gflops": float(np.median(peak)) / 1e9, "min_mflop": flops / 1e6}
+    for k in ("rlgrad", "jit", "torch", "floor", "min"):
+        row[f"{k}_ms"] = float(np.median(times[k])) * 1e3 if k in times else None
+        row[f"{k}/torch"] = (float(np.median(times[k] / times["torch"]))
+                             if k in times and torch else None)
+    return row
 
 
 def _fmt(v: float | None, unit: str) -> str:
@@ -133,11 +169,14 @@ def _fmt(v: float | None, unit: str) -> str:
 def table(rows: list[dict[str, Any]]) -> str:
     lines = ["| case (forward + backward, float32) | rlgrad eager | rlgrad.jit "
              "| PyTorch eager (1 thread) | eager / PyTorch | jit / PyTorch "
-             "| its GEMMs alone / PyTorch |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "| its GEMMs alone / PyTorch | minimal GEMM FLOPs at this machine's peak / PyTorch |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['case']} | {_fmt(r['rlgrad_ms'], ' ms')} | {_fmt(r['jit_ms'], ' ms')} | "
                      f"{_fmt(r['torch_ms'], ' ms')} | {_fmt(r['rlgrad/torch'], 'x')} | "
-                     f"{_fmt(r['jit/torch'], 'x')} | {_fmt(r['floor/torch'], 'x')} |")
+                     f"{_fmt(r['jit/torch'], 'x')} | {_fmt(r['floor/torch'], 'x')} | "
+                     f"{_fmt(r['min/torch'], 'x')} ({r['min_mflop']:.1f} MFLOP at "
+                     f"{r['peak_gflops']:.0f} GFLOP/s) |")
     return "\n".join(lines)
 
 

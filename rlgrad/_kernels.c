@@ -14,6 +14,10 @@
      put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py); lstm_gates, lstm_dgates,
      gru_gates, gru_state, gru_dgates (the recurrent cells' elementwise work,
      rlgrad/nn/cells.py): below, each where it is.
+   * lstm_seq_fwd, lstm_seq_bwd: a float32 LSTM sequence's whole loop, GEMMs included, one call
+     each way. The exception to the rule below: their tanh is their own (within 3 ulp, not
+     NumPy's bits), so their reference is the NumPy loop at float32 precision
+     (tests/nn/test_lstm_loop.py).
 
    Each kernel's reference is the NumPy line beside its call (rlgrad.ops, nn/functional.py,
    rl/buffers.py), which runs when the kernel is absent or refuses: deleting a kernel loses only
@@ -29,6 +33,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "_buffers.h"
+#include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 static int overlap(const Py_buffer *a, const Py_buffer *b) {
@@ -809,6 +815,233 @@ static PyObject *lstm_dgates(PyObject *self, PyObject *const *args, Py_ssize_t n
     return done_strided(b, 8, fits);
 }
 
+/* A whole LSTM sequence in one call each way (rlgrad/nn/cells.py: _lstm_seq_c,
+   _lstm_seq_grads_c), float32: the step's GEMM through the cblas_sgemm NumPy's OpenBLAS exports
+   (its address passed in: rlgrad/native/build.py's blas_pointers), the input projection's
+   share added and halved into the GEMM's output per step (in L1, not a pass over all T; beta = 1
+   in the GEMM instead is OpenBLAS's slower small kernel), and the gates in one pass
+   with tanh_f32 below; backward, lstm_dgates' loop and the state's GEMM per step. What this
+   saves is NumPy's ~8 calls a step (with their Python around them) and two passes over the
+   whole input projection. tanh_f32 is not NumPy's tanh (within ~3 ulp of it, not its bits):
+   the NumPy loop beside each call stays the reference (tests/nn/test_lstm_loop.py). */
+typedef void (*sgemm_fn)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
+                         const float *, int64_t, float, float *, int64_t);
+
+/* tanh(x) = e / (e + 2) with e = expm1(2|x|) = 2^k (1 + q(r)) - 1, 2|x| = k ln2 + r, |r| <= ln2/2,
+   q(r) = expm1(r) by its Taylor series to r^8 (truncation < 2e-9 relative), the sign put back;
+   |x| > 9 is 9 (tanh is 1 in float32 there), NaN stays NaN. Integer selects and bit operations
+   only (a float comparison may trap, which keeps GCC from vectorizing without
+   -fno-trapping-math), so that loops of it vectorize. */
+static inline float tanh_f32(float x) {
+    int32_t ib, mb, tb;
+    float ax = fabsf(x), s, t;
+    memcpy(&ib, &ax, sizeof ib);
+    int32_t nan = ((int32_t)0x7f800000 - ib) >> 31; /* -1: x is NaN */
+    ib = ib < 0x41100000 ? ib : 0x41100000;          /* 9.0f */
+    memcpy(&ax, &ib, sizeof ib);
+    float y = ax + ax;
+    float m = y * 1.44269504f + 12582912.0f; /* k = round(y / ln2) in m's low bits */
+    float kf = m - 12582912.0f;
+    float r = (y - kf * 0.693359375f) - kf * -2.12194440e-4f; /* ln 2 in two parts */
+    float q = r * (1.0f + r * (0.5f + r * (1.66666672e-1f + r * (4.16666679e-2f
+              + r * (8.33333377e-3f + r * (1.38888892e-3f + r * (1.98412701e-4f
+              + r * 2.48015876e-5f)))))));
+    memcpy(&mb, &m, sizeof mb);
+    int32_t bits = (mb - 0x4B400000 + 127) << 23; /* 2^k */
+    memcpy(&s, &bits, sizeof s);
+    float e = s * q + (s - 1.0f);
+    t = copysignf(e / (e + 2.0f), x);
+    memcpy(&tb, &t, sizeof tb);
+    tb |= nan & 0x7fc00000;
+    memcpy(&t, &tb, sizeof tb);
+    return t;
+}
+
+/* the gates' loop, mostly tanh_f32's arithmetic, also in an AVX-512 version (twice as wide) */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define CLONES_512 __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CLONES_512
+#endif
+
+/* pre (rows, 4H) += (xp + b) * half, b NULL: none; xp's rows sr bytes apart (after the GEMM, as
+   _lstm_step adds xq to its product: the same roundings). */
+CLONES static void lstm_seq_in(const char *xp, Py_ssize_t sr, const float *b, const float *half,
+                               float *pre, Py_ssize_t rows, Py_ssize_t w4) {
+    for (Py_ssize_t n = 0; n < rows; n++) {
+        const float *x = (const float *)(xp + n * sr);
+        float *p = pre + n * w4;
+        if (b)
+            for (Py_ssize_t j = 0; j < w4; j++) p[j] += (x[j] + b[j]) * half[j];
+        else
+            for (Py_ssize_t j = 0; j < w4; j++) p[j] += x[j] * half[j];
+    }
+}
+
+/* A step's gates from pre (rows, 4H: i, f, o halved) into o (6, rows, H) = h', c', i, f, g, o,
+   from the state c (rows cr bytes apart): _lstm_step's arithmetic with tanh_f32. */
+CLONES_512 static void lstm_seq_gates(const float *pre, const char *c, Py_ssize_t cr, float *o,
+                                  Py_ssize_t rows, Py_ssize_t h) {
+    Py_ssize_t blk = rows * h;
+    for (Py_ssize_t n = 0; n < rows; n++) {
+        const float *p = pre + n * 4 * h, *cp = (const float *)(c + n * cr);
+        float *ho = o + n * h, *co = ho + blk, *io = co + blk, *fo = io + blk, *go = fo + blk;
+        float *oo = go + blk;
+        _Pragma("GCC ivdep") /* distinct blocks */
+        for (Py_ssize_t j = 0; j < h; j++) {
+            float ii = tanh_f32(p[j]) * 0.5f + 0.5f, ff = tanh_f32(p[h + j]) * 0.5f + 0.5f;
+            float gg = tanh_f32(p[2 * h + j]), og = tanh_f32(p[3 * h + j]) * 0.5f + 0.5f;
+            float cc = ff * cp[j] + gg * ii;
+            io[j] = ii;
+            fo[j] = ff;
+            go[j] = gg;
+            oo[j] = og;
+            co[j] = cc;
+            ho[j] = tanh_f32(cc) * og;
+        }
+    }
+}
+
+PyDoc_STRVAR(lstm_seq_fwd_doc,
+"lstm_seq_fwd(xp, b, h0, c0, wq, half, out, sgemm, reverse) -> bool\n\n"
+"The LSTM over xp (T, rows, 4H; contiguous rows), b (4H,) or None, from h0 (rows, H; C-contiguous)\n"
+"and c0 (rows, H; contiguous rows), wq (H, 4H) = W_hh^T with i, f, o's columns halved, half (4H,)\n"
+"those factors; every step's [h', c', i, f, g, o] into out (T, 6, rows, H), C-contiguous.\n"
+"float32 only; sgemm: cblas_sgemm's address (64-bit integers). False (nothing written) if they do\n"
+"not fit.");
+
+static int lstm_fwd_fits(Py_buffer *b, Py_ssize_t *T, Py_ssize_t *rows, Py_ssize_t *h) {
+    for (int i = 0; i < 7; i++)
+        if (i != 1 && (!b[i].obj || kind_of(&b[i]) != 'f')) return 0;
+    if (b[6].ndim != 4 || b[6].shape[1] != 6 || !PyBuffer_IsContiguous(&b[6], 'C')) return 0;
+    *T = b[6].shape[0], *rows = b[6].shape[2], *h = b[6].shape[3];
+    Py_ssize_t w4 = 4 * *h, fl = sizeof(float);
+    int ok = b[0].ndim == 3 && b[0].shape[0] == *T && b[0].shape[1] == *rows
+             && b[0].shape[2] == w4 && b[0].strides[2] == fl
+             && b[2].ndim == 2 && b[2].shape[0] == *rows && b[2].shape[1] == *h
+             && b[2].strides[1] == fl && b[2].strides[0] == *h * fl
+             && b[3].ndim == 2 && b[3].shape[0] == *rows && b[3].shape[1] == *h
+             && b[3].strides[1] == fl
+             && b[4].ndim == 2 && b[4].shape[0] == *h && b[4].shape[1] == w4
+             && PyBuffer_IsContiguous(&b[4], 'C')
+             && b[5].ndim == 1 && b[5].shape[0] == w4 && b[5].strides[0] == fl;
+    if (b[1].obj)
+        ok = ok && kind_of(&b[1]) == 'f' && b[1].ndim == 1 && b[1].shape[0] == w4
+             && b[1].strides[0] == fl;
+    for (int i = 0; ok && i < 6; i++) ok = !span_overlap(&b[6], &b[i]);
+    return ok && *T > 0 && *rows > 0 && *h > 0;
+}
+
+static PyObject *lstm_seq_fwd(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "lstm_seq_fwd takes 9 arguments");
+        return NULL;
+    }
+    unsigned long long addr = PyLong_AsUnsignedLongLong(args[7]);
+    int reverse = PyObject_IsTrue(args[8]);
+    if (PyErr_Occurred() || reverse < 0) return NULL;
+    Py_buffer b[7];
+    if (!addr || !take_strided(args, 7, 6, b)) Py_RETURN_FALSE;
+    Py_ssize_t T = 0, rows = 0, h = 0;
+    int fits = lstm_fwd_fits(b, &T, &rows, &h);
+    float *pre = fits ? PyMem_Malloc(rows * 4 * h * sizeof(float)) : NULL;
+    if (pre) {
+        sgemm_fn gemm = (sgemm_fn)(uintptr_t)addr;
+        float *out = b[6].buf;
+        const float *hp = b[2].buf;
+        const char *cp = b[3].buf;
+        Py_ssize_t cr = b[3].strides[0], blk = rows * h;
+        for (Py_ssize_t s = 0; s < T; s++) {
+            Py_ssize_t t = reverse ? T - 1 - s : s;
+            float *o = out + t * 6 * blk;
+            gemm(101, 111, 111, rows, 4 * h, h, 1.0f, hp, h, b[4].buf, 4 * h, 0.0f, pre, 4 * h);
+            lstm_seq_in((const char *)b[0].buf + t * b[0].strides[0], b[0].strides[1], b[1].buf,
+                        b[5].buf, pre, rows, 4 * h);
+            lstm_seq_gates(pre, cp, cr, o, rows, h);
+            hp = o, cp = (const char *)(o + blk), cr = h * sizeof(float);
+        }
+        PyMem_Free(pre);
+    }
+    return done_strided(b, 7, pre != NULL);
+}
+
+PyDoc_STRVAR(lstm_seq_bwd_doc,
+"lstm_seq_bwd(G, ans, c0, w, d, dh, dc, sgemm, reverse) -> bool\n\n"
+"lstm_seq_fwd's backward: every step's gate gradient d (T, rows, 4H) for the gradient G\n"
+"(T, 6, rows, H; contiguous rows) of its output ans (T, 6, rows, H), from c0 (rows, H; contiguous\n"
+"rows) and w = W_hh (4H, H); the gradients of h0 and c0 into dh, dc (rows, H). tanh(c') is\n"
+"lstm_seq_fwd's. C-contiguous but G and c0, float32 only. False (nothing written) if they do not\n"
+"fit.");
+
+/* tc = tanh(c) over n entries (a step's tanh(c'), as lstm_seq_gates computed it) */
+CLONES_512 static void lstm_seq_tanh(const float *c, float *tc, Py_ssize_t n) {
+    _Pragma("GCC ivdep")
+    for (Py_ssize_t i = 0; i < n; i++) tc[i] = tanh_f32(c[i]);
+}
+
+static int lstm_bwd_fits(Py_buffer *b, Py_ssize_t *T, Py_ssize_t *rows, Py_ssize_t *h) {
+    for (int i = 0; i < 7; i++)
+        if (!b[i].obj || kind_of(&b[i]) != 'f') return 0;
+    if (b[1].ndim != 4 || b[1].shape[1] != 6) return 0;
+    *T = b[1].shape[0], *rows = b[1].shape[2], *h = b[1].shape[3];
+    Py_ssize_t w4 = 4 * *h, fl = sizeof(float);
+    int ok = b[0].ndim == 4 && b[0].shape[0] == *T && b[0].shape[1] == 6
+             && b[0].shape[2] == *rows && b[0].shape[3] == *h && b[0].strides[3] == fl
+             && b[2].ndim == 2 && b[2].shape[0] == *rows && b[2].shape[1] == *h
+             && b[2].strides[1] == fl
+             && b[3].ndim == 2 && b[3].shape[0] == w4 && b[3].shape[1] == *h
+             && b[4].ndim == 3 && b[4].shape[0] == *T && b[4].shape[1] == *rows
+             && b[4].shape[2] == w4;
+    for (int i = 5; ok && i < 7; i++)
+        ok = b[i].ndim == 2 && b[i].shape[0] == *rows && b[i].shape[1] == *h;
+    for (int i = 1; ok && i < 7; i++)
+        ok = i == 2 || PyBuffer_IsContiguous(&b[i], 'C');
+    for (int i = 4; ok && i < 7; i++)
+        for (int j = 0; ok && j < i; j++) ok = !span_overlap(&b[i], &b[j]);
+    return ok && *T > 0 && *rows > 0 && *h > 0;
+}
+
+static PyObject *lstm_seq_bwd(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "lstm_seq_bwd takes 9 arguments");
+        return NULL;
+    }
+    unsigned long long addr = PyLong_AsUnsignedLongLong(args[7]);
+    int reverse = PyObject_IsTrue(args[8]);
+    if (PyErr_Occurred() || reverse < 0) return NULL;
+    Py_buffer b[7];
+    if (!addr || !take_strided(args, 7, 4, b)) Py_RETURN_FALSE;
+    Py_ssize_t T = 0, rows = 0, h = 0;
+    int fits = lstm_bwd_fits(b, &T, &rows, &h);
+    float *scratch = fits ? PyMem_Malloc(3 * rows * h * sizeof(float)) : NULL;
+    if (scratch) {
+        sgemm_fn gemm = (sgemm_fn)(uintptr_t)addr;
+        Py_ssize_t fl = sizeof(float), blk = rows * h, w4 = 4 * h;
+        const float *ans = b[1].buf;
+        float *d = b[4].buf, *dh = b[5].buf, *dc = scratch, *dcn = scratch + blk;
+        float *tcs = scratch + 2 * blk;
+        grid none = {NULL, 0, 0}, tc = {(char *)tcs, 0, h * fl};
+        for (Py_ssize_t s = 0; s < T; s++) {
+            Py_ssize_t t = reverse ? s : T - 1 - s, prev = reverse ? t + 1 : t - 1;
+            grid G = {(char *)b[0].buf + t * b[0].strides[0], b[0].strides[1], b[0].strides[2]};
+            grid a = {(char *)(ans + t * 6 * blk), blk * fl, h * fl};
+            grid c = s == T - 1 ? (grid){b[2].buf, 0, b[2].strides[0]}
+                                : (grid){(char *)(ans + prev * 6 * blk + blk), 0, h * fl};
+            grid dd = {(char *)(d + t * rows * w4), h * fl, w4 * fl}, out = {(char *)dcn, 0, h * fl};
+            grid gh = s ? (grid){(char *)dh, 0, h * fl} : none;
+            grid gc = s ? (grid){(char *)dc, 0, h * fl} : none;
+            lstm_seq_tanh(ans + t * 6 * blk + blk, tcs, blk);
+            lstm_dgates_float(G, gh, gc, a, tc, c, dd, out, rows, h);
+            gemm(101, 111, 111, rows, h, w4, 1.0f, d + t * rows * w4, w4, b[3].buf, h, 0.0f, dh, h);
+            float *swap = dc;
+            dc = dcn, dcn = swap;
+        }
+        memcpy(b[6].buf, dc, blk * fl);
+        PyMem_Free(scratch);
+    }
+    return done_strided(b, 7, scratch != NULL);
+}
+
 /* The GRU cell's elementwise work (rlgrad/nn/cells.py: _gru_step, _gru_dstep), as the LSTM's:
    a step's output o is [h', r, z, W_hn h + b_hn, n] (5, rows, H), its input projection xg
    (3, rows, H). */
@@ -971,6 +1204,8 @@ static PyMethodDef methods[] = {
     {"weight_cols", (PyCFunction)(void (*)(void))weight_cols, METH_FASTCALL, weight_cols_doc},
     {"lstm_gates", (PyCFunction)(void (*)(void))lstm_gates, METH_FASTCALL, lstm_gates_doc},
     {"lstm_dgates", (PyCFunction)(void (*)(void))lstm_dgates, METH_FASTCALL, lstm_dgates_doc},
+    {"lstm_seq_fwd", (PyCFunction)(void (*)(void))lstm_seq_fwd, METH_FASTCALL, lstm_seq_fwd_doc},
+    {"lstm_seq_bwd", (PyCFunction)(void (*)(void))lstm_seq_bwd, METH_FASTCALL, lstm_seq_bwd_doc},
     {"gru_gates", (PyCFunction)(void (*)(void))gru_gates, METH_FASTCALL, gru_gates_doc},
     {"gru_state", (PyCFunction)(void (*)(void))gru_state, METH_FASTCALL, gru_state_doc},
     {"gru_dgates", (PyCFunction)(void (*)(void))gru_dgates, METH_FASTCALL, gru_dgates_doc},

@@ -21,10 +21,15 @@ what the primitives are tested against (tests/nn/test_rnn_fused.py). A step's el
 around its GEMM and NumPy's tanh is one C pass each way where ``rlgrad._kernels`` is built
 (``lstm_gates``/``lstm_dgates``, ``gru_gates``/``gru_state``/``gru_dgates``: the NumPy lines
 beside each call, operation for operation, so the same bits; those lines run without it).
+A float32 LSTM sequence runs its whole loop as one C call each way (``lstm_seq_fwd``/
+``lstm_seq_bwd``: the step's GEMM through NumPy's OpenBLAS, the gates with the kernel's own tanh,
+within 3 ulp of float64's); ``LOOP_IN_C = False`` (or RLGRAD_LSTM_LOOP=0) keeps the NumPy loops,
+its reference (tests/nn/test_lstm_loop.py).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -486,15 +491,68 @@ class _Seq:
         return dxp, full.reshape(self.lead + s0.shape[-1:])
 
 
+#: the LSTM sequence's loop as one C call each way (``_kernels.lstm_seq_fwd``/``lstm_seq_bwd``,
+#: float32, through NumPy's OpenBLAS); False, or RLGRAD_LSTM_LOOP=0: the NumPy loops below
+LOOP_IN_C = os.environ.get("RLGRAD_LSTM_LOOP", "1") != "0"
+_BLAS: list[int] = []
+
+
+def _sgemm() -> int:
+    """cblas_sgemm's address in NumPy's OpenBLAS (0: none; RLGRAD_NATIVE_BLAS=0 says none)."""
+    if not _BLAS:
+        from rlgrad.native.build import blas_pointers
+        _BLAS.append(blas_pointers()[0])
+    return _BLAS[0]
+
+
+def _c_loop(*arrays: Any) -> int:
+    """The sgemm address when the C loops apply to these arrays (float32, plain), else 0."""
+    if not LOOP_IN_C or ops._kernels is None:
+        return 0
+    if not all(a is None or (type(a) is np.ndarray and a.dtype == np.float32) for a in arrays):
+        return 0
+    return _sgemm()
+
+
+def _lstm_seq_c(L: _Seq, xp: np.ndarray, hc0: np.ndarray, w: np.ndarray, b: Any,
+                reverse: bool, out: np.ndarray) -> bool:
+    """``_lstm_seq``'s loop as one C call (``LOOP_IN_C``); False: not taken, nothing written."""
+    gemm = _c_loop(xp, hc0, w, b)
+    if not gemm:
+        return False
+    half = _half_columns(L.dtype, L.H)
+    wq = np.empty(w.shape[::-1], L.dtype)
+    np.multiply(w.T, half, out=wq)
+    h0 = np.ascontiguousarray(L.state(hc0, 0))
+    return bool(ops._kernels.lstm_seq_fwd(L.rows(xp), b, h0, L.state(hc0, 1), wq, half, out,
+                                          gemm, reverse))
+
+
 def _lstm_seq(xp: Any, hc0: Any, w: Any, b: Any = None, reverse: bool = False) -> np.ndarray:
     L = _Seq(xp, hc0, w, 6)
-    xq, wq = _lstm_operands(L.rows(xp), b, w, L.dtype)
     out = np.empty((L.T, 6, L.N, L.H), L.dtype)
+    if _lstm_seq_c(L, xp, hc0, w, b, reverse, out):
+        return out.reshape((L.T, 6) + L.lead + (L.H,))
+    xq, wq = _lstm_operands(L.rows(xp), b, w, L.dtype)
     h, c, pre = L.state(hc0, 0), L.state(hc0, 1), np.empty_like(xq[0])
     for t in _order(L.T, reverse):
         _lstm_step(out[t], xq[t], h, c, wq, pre)
         h, c = out[t, 0], out[t, 1]
     return out.reshape((L.T, 6) + L.lead + (L.H,))
+
+
+def _lstm_seq_grads_c(L: _Seq, G: np.ndarray, ans: np.ndarray, hc0: np.ndarray, w: np.ndarray,
+                      d: np.ndarray, reverse: bool) -> list[np.ndarray] | None:
+    """``_lstm_seq_grads``' loop as one C call (``LOOP_IN_C``): every step's gradient into ``d``
+    and [d h0, d c0]; None: not taken."""
+    gemm = _c_loop(G, ans, hc0, w)
+    if not gemm or not d.flags.c_contiguous:
+        return None
+    dh, dc = np.empty((L.N, L.H), L.dtype), np.empty((L.N, L.H), L.dtype)
+    if not ops._kernels.lstm_seq_bwd(G, ans, L.state(hc0, 1), np.ascontiguousarray(w), d, dh, dc,
+                                     gemm, reverse):
+        return None
+    return [dh, dc]
 
 
 def _lstm_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc0: np.ndarray,
@@ -504,9 +562,12 @@ def _lstm_seq_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hc0: np.ndar
     L = _Seq(ans[:, 0], hc0, w, 6)
     shape = (L.T, 6, L.N, L.H)
     G, ans = np.broadcast_to(G, ans.shape).reshape(shape), ans.reshape(shape)
+    d = L.step_grads(slots)
+    ds0 = _lstm_seq_grads_c(L, G, ans, hc0, w, d, reverse)
+    if ds0 is not None:
+        return (*L.outputs(d, ds0, xp, hc0), *L.weight_grads(d, ans, hc0, b, reverse, slots))
     tcs = np.tanh(ans[:, 1])  # every step's tanh(c'), one call
     dg = np.empty((4, L.N, L.H), L.dtype)  # a step's, gate first (NumPy's path)
-    d = L.step_grads(slots)
     dh: Any = None  # the gradient reaching the state from the later steps
     dc: Any = None
     fused = ops._kernels is not None  # (the C pass writes straight into d's rows)
@@ -740,12 +801,14 @@ for _p, _gp, _grads, _ref in _FUSED:
 # ---- one step on plain arrays (the NumPy acting paths) -------------------------------------------
 def lstm_step_numpy(x: np.ndarray, h: np.ndarray, c: np.ndarray, w_ih: np.ndarray,
                     w_hh: np.ndarray, b_ih: np.ndarray | None, b_hh: np.ndarray | None) -> np.ndarray:
-    """One LSTM step on arrays: the cell's own forward (so the acting path computes what the
-    module does); the wide output, ``h'`` and ``c'`` in its first 2H columns."""
+    """One LSTM step on arrays: the module's own forward, ``lstm_seq`` over one step (so the
+    acting path computes what ``nn.LSTM`` does, C loop or not); the wide output (B, 6H),
+    ``h'`` and ``c'`` in its first 2H columns."""
     xp = x @ w_ih.T
     if b_ih is not None:
         xp += b_ih
-    return _lstm_cell(xp, np.concatenate([h, c], axis=-1), w_hh, b_hh)
+    out = _lstm_seq(xp[None], np.concatenate([h, c], axis=-1), w_hh, b_hh)[0]
+    return np.moveaxis(out, 0, -2).reshape(out.shape[1:-1] + (6 * out.shape[-1],))
 
 
 def gru_step_numpy(x: np.ndarray, h: np.ndarray, w_ih: np.ndarray, w_hh: np.ndarray,

@@ -234,6 +234,7 @@ def _seq_and_grads(name: str, args: list[Any], G: np.ndarray, Gc: np.ndarray,
 @pytest.mark.parametrize("reverse,bias", [(False, True), (True, True), (False, False)])
 def test_cell_kernels_give_the_numpy_paths_bits(monkeypatch: Any, name: str, dtype: type,
                                                 reverse: bool, bias: bool) -> None:
+    monkeypatch.setattr(cells, "LOOP_IN_C", False)  # (the C loops: tests/nn/test_lstm_loop.py)
     rng = np.random.default_rng(5)
     h, n, t = 8, 5, 6
     gates, width = KERNELED[name][4], KERNELED[name][5]
