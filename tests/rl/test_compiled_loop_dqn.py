@@ -226,6 +226,29 @@ def test_native_program_trains_as_the_numpy_replay(algo: type, env_id: str, step
 
 
 @pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
+def test_the_probe_check_allows_float32_1e_5(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The program's first-call check runs at ``dqn.PROBE_CHECK_FLOAT32`` (1e-5 of each output's
+    largest magnitude, not the default 1e-3; the reason is beside it), and the native code passes
+    it (as for QR-DQN, C51 and Double DQN above)."""
+    import rlgrad.native as native
+    from rlgrad.rl.compiled_loop.dqn import PROBE_CHECK_FLOAT32
+
+    seen = []
+    verify = native._verify
+
+    def spy(*args: object) -> None:
+        seen.append(native._CHECK.get())
+        verify(*args)
+
+    monkeypatch.setattr(native, "_verify", spy)
+    clear_programs()
+    m = DQN("CartPole-v1", seed=3, compile_loop=True, **CASES[0][3])
+    m.learn(100)
+    assert PROBE_CHECK_FLOAT32 == 1e-5 and m.loop_backend == "native"
+    assert seen == [{"float32": 1e-5, "float64": 1e-6}]
+
+
+@pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
 def test_the_native_check_covers_a_gradient_step(monkeypatch: pytest.MonkeyPatch,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     """A wrong lowering of an op of the backward pass alone (relu's gradient scaled by 1.5) is
