@@ -47,9 +47,8 @@ ARITHMETIC = {
     "add": "{0} + {1}", "subtract": "{0} - {1}", "multiply": "{0} * {1}", "negative": "-{0}",
     "maximum": "({0} != {0} || {0} >= {1}) ? {0} : {1}",
     "minimum": "({0} != {0} || {0} <= {1}) ? {0} : {1}",
-    # both branches read first: GCC 12 with AVX-512 vectorised ``c ? x[i] : 0`` under ``omp simd``
-    # with a masked load from the wrong address (QR-DQN's gather backward trained off the replay)
-    "where": "({{ __typeof__({1}) w1_ = {1}; __typeof__({2}) w2_ = {2}; {0} ? w1_ : w2_; }})",
+    # (a select of values already read: codegen._Fused.render loads every operand first)
+    "where": "{0} ? {1} : {2}",
 }
 # integers and booleans only (NumPy has no float loops for these): computed in the result's type
 BITWISE = {
