@@ -436,7 +436,7 @@ def _probe(spec: DQNSpec, state: dict[str, Any], row: dict[str, np.ndarray]
 PROBE_CHECK_FLOAT32 = 1e-5
 
 
-def _check_tolerance(backend: str) -> Any:
+def _check_tolerance(backend: str) -> contextlib.AbstractContextManager[None]:
     """``rlgrad.native.check_tolerance`` at ``PROBE_CHECK_FLOAT32`` when native code may run."""
     if backend == "numpy":
         return contextlib.nullcontext()
