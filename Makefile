@@ -15,11 +15,11 @@ $(PY):
 # setup.py builds the optional C modules (the fused optimizer updates, the engine's backward loop,
 # an MLP's elementwise loops and GAE, one C pass each);
 # without a compiler the NumPy / Python paths run, with the same results
-$(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c rlgrad/_buffers.h | $(PY)
+$(RUN_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c rlgrad/_buffers.h rlgrad/_adam.h | $(PY)
 	$(PY) -m pip install --quiet -e ".[rl]"
 	touch $@
 
-$(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c rlgrad/_buffers.h | $(PY)
+$(TEST_STAMP): pyproject.toml setup.py rlgrad/optim/_fused.c rlgrad/_engine.c rlgrad/_kernels.c rlgrad/_buffers.h rlgrad/_adam.h | $(PY)
 	$(PY) -m pip install --quiet -e ".[dev,rl,compare,atari,ray,docs,mujoco,box2d]"
 	touch $@
 

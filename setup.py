@@ -13,9 +13,10 @@ from setuptools import Extension, setup
 flags = [] if sys.platform == "win32" else ["-O3", "-ffp-contract=off", "-fno-math-errno"]
 
 # rlgrad._engine: the backward pass's loop in C (core.py falls back to its Python loop without it).
+# (rlgrad/_adam.h: Adam's arithmetic, also included by the native backend's generated C)
 setup(ext_modules=[Extension("rlgrad.optim._fused", ["rlgrad/optim/_fused.c"],
-                             depends=["rlgrad/_buffers.h"], extra_compile_args=flags,
-                             optional=True),
+                             depends=["rlgrad/_buffers.h", "rlgrad/_adam.h"],
+                             extra_compile_args=flags, optional=True),
                    Extension("rlgrad._engine", ["rlgrad/_engine.c"], extra_compile_args=flags[:1],
                              optional=True),
                    Extension("rlgrad._kernels", ["rlgrad/_kernels.c"], depends=["rlgrad/_buffers.h"],

@@ -13,11 +13,13 @@ at compile time, and falls back per call when an argument is not what it was tra
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -37,10 +39,29 @@ from rlgrad.native.lowerings import LOWERINGS
 from rlgrad.native.prelude import MODULE_END, prelude
 from rlgrad.tensor import Tensor
 
-__all__ = ["lower", "LOWERINGS", "Unsupported"]
+__all__ = ["lower", "LOWERINGS", "Unsupported", "check_tolerance"]
 
 LOG = logging.getLogger("rlgrad.jit")
 BACKENDS = ("numpy", "native", "auto")
+# The first call's check (``_verify``): each output against the trace's, within these fractions
+# of the output's largest magnitude (at least 1). Loose, for any program: long scans, glibc's
+# vector math against NumPy's, sums in another order. A caller that knows how far its program's
+# rounding goes narrows them for its own trace (``check_tolerance``: the compiled DQN's probe).
+CHECK_TOLERANCE = {"float32": 1e-3, "float64": 1e-6}
+_CHECK: contextvars.ContextVar[dict[str, float] | None] = contextvars.ContextVar(
+    "rlgrad_native_check", default=None)
+
+
+@contextlib.contextmanager
+def check_tolerance(float32: float | None = None, float64: float | None = None) -> Iterator[None]:
+    """The first-call check's tolerances (``CHECK_TOLERANCE``'s) for the programs traced in the
+    block; None keeps a dtype's default."""
+    given = {"float32": float32, "float64": float64}
+    token = _CHECK.set({k: CHECK_TOLERANCE[k] if v is None else float(v) for k, v in given.items()})
+    try:
+        yield
+    finally:
+        _CHECK.reset(token)
 
 
 class Entry:
@@ -367,7 +388,9 @@ def _runtime_values(ctx: _Lowering, inputs: list[Tensor]) -> list[Any]:
 
 def _verify(ctx: _Lowering, kernel: Any, inputs: list[Tensor], outs: list[Any]) -> None:
     """The kernel on the traced arguments gives the traced outputs, within float rounding
-    (float32: 1e-3, float64: 1e-6 relative to the output's largest magnitude)."""
+    (``CHECK_TOLERANCE``, or ``check_tolerance``'s: float32 1e-3, float64 1e-6 of the output's
+    largest magnitude by default)."""
+    tols = _CHECK.get() or CHECK_TOLERANCE
     got = kernel(*_runtime_values(ctx, inputs))
     if got is None:  # the trace's own arrays are not contiguous: nothing to compare
         return
@@ -377,7 +400,7 @@ def _verify(ctx: _Lowering, kernel: Any, inputs: list[Tensor], outs: list[Any]) 
     for j, g in enumerate(got):
         want = np.asarray(_raw(firsts[j]))
         g = np.asarray(g)
-        tol = 1e-3 if want.dtype == np.float32 else 1e-6
+        tol = tols["float32"] if want.dtype == np.float32 else tols["float64"]
         finite = np.abs(want[np.isfinite(want)]) if want.dtype.kind == "f" else np.abs(want)
         scale = max(1.0, float(finite.max())) if finite.size else 1.0
         if g.shape != want.shape or g.dtype != want.dtype or not np.allclose(

@@ -17,6 +17,7 @@ import importlib.machinery
 import importlib.util
 import os
 import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -32,6 +33,11 @@ import numpy as np
 # -fopenmp-simd: the `#pragma omp simd` loops call glibc's vector math (libmvec)
 FLAGS = ["-O2", "-ffp-contract=off", "-fno-math-errno", "-fno-strict-aliasing", "-fopenmp-simd"]
 _state: dict[str, Any] = {}  # what was found once per process: compiler, flags, BLAS
+# rlgrad's own headers that a generated source includes (``#include "_adam.h"``: Adam's
+# arithmetic, shared with rlgrad/optim/_fused.c) are found in the package's folder (-iquote) and
+# hashed with the source, so a changed header builds anew
+INCLUDE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 
 
 class BuildError(RuntimeError):
@@ -115,8 +121,8 @@ def build(source: str, name_hint: str = "step") -> ModuleType:
     if link is None:
         raise Unavailable(f"{cc[0]} cannot build an extension module here (Python's or NumPy's "
                           "headers missing?)")
-    key = "\0".join([source, *cc, *FLAGS, *link, sys.version, np.__version__, sysconfig.get_platform(),
-                     cpu_fingerprint()])
+    key = "\0".join([source, *included(source), *cc, *FLAGS, *link, sys.version, np.__version__,
+                     sysconfig.get_platform(), cpu_fingerprint()])
     digest = hashlib.sha256(key.encode()).hexdigest()[:24]
     mod_name = f"rlgrad_native_{digest}"
     path = os.path.join(folder, mod_name + importlib.machinery.EXTENSION_SUFFIXES[0])
@@ -124,6 +130,20 @@ def build(source: str, name_hint: str = "step") -> ModuleType:
     if not _state["last_cached"]:
         _compile(cc, source.replace("@MODULE@", mod_name), path, link, folder)
     return _load(mod_name, path)
+
+
+def included(source: str) -> list[str]:
+    """The text of each of rlgrad's headers that ``source`` includes (``#include "..."``), in
+    order; Unavailable when one is missing (an install without rlgrad's headers)."""
+    texts = []
+    for name in _INCLUDE.findall(source):
+        try:
+            with open(os.path.join(INCLUDE_DIR, name)) as f:
+                texts.append(f.read())
+        except OSError:
+            raise Unavailable(f"rlgrad's header {name} is missing from {INCLUDE_DIR} (an "
+                              "incomplete install)") from None
+    return texts
 
 
 def _compile(cc: list[str], source: str, path: str, link: list[str], folder: str) -> None:
@@ -136,7 +156,7 @@ def _compile(cc: list[str], source: str, path: str, link: list[str], folder: str
         f.write(source)
     tmp_so = tmp_c[:-2] + ".so.tmp"
     cmd = [*cc, *FLAGS, "-shared", "-fPIC", "-I", sysconfig.get_paths()["include"],
-           "-I", np.get_include(), tmp_c, "-o", tmp_so, *link]
+           "-I", np.get_include(), "-iquote", INCLUDE_DIR, tmp_c, "-o", tmp_so, *link]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode != 0:

@@ -412,7 +412,15 @@ class _Fused:
 
     def render(self, loop_vars: Callable[[int], list[str]]) -> list[str]:
         """The loop: flat (one index over the elements, vectorised) where every view allows it,
-        else nested over the shape; one op is written as the unfused program writes it."""
+        else nested over the shape; one op is written as the unfused program writes it.
+
+        Every operand an op reads from memory is loaded into a local before its expression, so
+        no expression (``where``'s ``c ? x : y``, maximum's, clip's) holds a load that runs
+        under a condition: each element is read whatever the select picks, and the vectoriser
+        sees a blend of loaded values, never a masked load. (GCC 12 with AVX-512 vectorised
+        ``c ? x[i] : 0`` under ``omp simd``, with a broadcast ``c``, as a masked load from the
+        wrong address: QR-DQN's gather backward trained off the replay.) The loaded values are
+        the ones the expression would read, so results do not change."""
         if not self.shape:
             idx: list[str] = []
             at, store = (lambda v: v.at(idx)), (lambda v: v.at(idx))
@@ -425,7 +433,14 @@ class _Fused:
         stmts = []
         for k, (out, expr, reads, t) in enumerate(self.ops):
             c = ctype(out.dtype)
-            value = f"({c})({expr([f'({t}){r if isinstance(r, str) else at(r)}' for r in reads])})"
+            operands = []
+            for j, r in enumerate(reads):  # every operand from memory loaded first (see above)
+                if isinstance(r, Val) and r.lit is None:
+                    stmts.append(f"{t} {self.name}_{k}r{j} = ({t}){at(r)};")
+                    operands.append(f"{self.name}_{k}r{j}")
+                else:
+                    operands.append(f"({t}){r if isinstance(r, str) else at(r)}")
+            value = f"({c})({expr(operands)})"
             stmts.append(f"{store(out)} = {value};" if len(self.ops) == 1 else
                          f"{c} {self.name}_{k} = {value}; {store(out)} = {self.name}_{k};")
         body = " ".join(stmts) if len(stmts) == 1 else "{ " + " ".join(stmts) + " }"

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rlgrad.native.codegen import Unsupported, Val, c_strides, ctype
+from rlgrad.native.codegen import Unsupported, Val, c_strides, ctype, literal
 
 LOWERINGS: dict[str, Callable[[Any, Any], Val]] = {}
 
@@ -47,9 +47,8 @@ ARITHMETIC = {
     "add": "{0} + {1}", "subtract": "{0} - {1}", "multiply": "{0} * {1}", "negative": "-{0}",
     "maximum": "({0} != {0} || {0} >= {1}) ? {0} : {1}",
     "minimum": "({0} != {0} || {0} <= {1}) ? {0} : {1}",
-    # both branches read first: GCC 12 with AVX-512 vectorised ``c ? x[i] : 0`` under ``omp simd``
-    # with a masked load from the wrong address (QR-DQN's gather backward trained off the replay)
-    "where": "({{ __typeof__({1}) w1_ = {1}; __typeof__({2}) w2_ = {2}; {0} ? w1_ : w2_; }})",
+    # (a select of values already read: codegen._Fused.render loads every operand first)
+    "where": "{0} ? {1} : {2}",
 }
 # integers and booleans only (NumPy has no float loops for these): computed in the result's type
 BITWISE = {
@@ -891,9 +890,9 @@ def _fused_adam(ctx: Any, e: Any) -> Val:
     """``dqn.fused_adam``: per seed, the gradient's squared norm (in double, as the reference's
     float64 sum of float32 squares), then one loop doing the clip's scaling and ``_adam_math``'s
     operations in its order and precision (no FMA: -ffp-contract=off), its flush every 50 steps
-    included; the parameters, moments stacked in the output ``(3, S, P)``."""
-    from rlgrad.native.codegen import literal  # (here: this section is appended as a whole)
-
+    included; the parameters, moments stacked in the output ``(3, S, P)``. The per-element
+    arithmetic is ``adam_step_T`` of rlgrad/_adam.h, the one C spelling of Adam that
+    rlgrad/optim/_fused.c (the eager optimizers' update) calls too."""
     p, g, m, v = (contiguous(ctx, ctx.val(a)) for a in e.args[:4])
     t, lr = ctx.val(e.args[4]), ctx.val(e.args[5])
     kw = e.kwargs
@@ -902,29 +901,27 @@ def _fused_adam(ctx: Any, e: Any) -> Val:
         raise Unsupported("fused_adam beyond flat (S, P) float arrays of one dtype")
     out = ctx.out(e)
     S, P = p.shape
-    T, f = ctype(p.dtype), "f" if p.dtype == np.float32 else ""
+    T = ctype(p.dtype)
     b1, b2, eps = float(kw["b1"]), float(kw["b2"]), float(kw["eps"])
     lit = lambda x: f"(({T}){literal(p.dtype.type(x))})"  # noqa: E731 - in the array's type
     floor = lit(np.finfo(p.dtype).tiny * 1e13)
-    clip = ""
+    clip = ""  # (the factor rounded to float32 in either dtype, as the reference's np.float32)
     if kw["max_norm"] is not None:
         clip = (f"double sq = 0; _Pragma(\"omp simd reduction(+:sq)\") "
                 f"for (npy_intp i = 0; i < {P}; i++) {{ {T} q = G[i] * G[i]; "
                 f"sq += (double)q; }} double c = {literal(float(kw['max_norm']))} / (sqrt(sq) + "
-                f"{literal(1e-6)}); scale = ({T})((c != c || c <= 1.0) ? c : 1.0);")
-    ctx.p.lines.append(
+                f"{literal(1e-6)}); scale = ({T})(float)((c != c || c <= 1.0) ? c : 1.0);")
+    ctx.p.lines.append(  # (the flush: a floor of 0 at the other steps; rlgrad/_adam.h's step)
         f"for (npy_intp s = 0; s < {S}; s++) {{ const {T} *G = {g.ptr} + {g.off} + s*{P}; "
         f"{T} scale = 1; {clip} double tt = (double){t.broadcast((S,)).at(['s'])}; "
         f"double bc2 = sqrt(1.0 - pow({literal(b2)}, tt)); "
         f"{T} step = ({T})((double){lr.at([])} * bc2 / (1.0 - pow({literal(b1)}, tt))); "
-        f"{T} eps_t = ({T})({literal(eps)} * bc2); int flush = fmod(tt, 50.0) == 0.0; "
+        f"{T} eps_t = ({T})({literal(eps)} * bc2); "
+        f"{T} floor_ = fmod(tt, 50.0) == 0.0 ? {floor} : ({T})0; "
         f"const {T} *Pp = {p.ptr} + {p.off} + s*{P}, *M = {m.ptr} + {m.off} + s*{P}, "
         f"*V = {v.ptr} + {v.off} + s*{P}; {T} *oP = {out.ptr} + {out.off} + s*{P}, "
         f"*oM = oP + {S * P}, *oV = oP + {2 * S * P}; "
-        f"_Pragma(\"omp simd\") for (npy_intp i = 0; i < {P}; i++) {{ {T} gi = G[i] * scale; "
-        f"{T} mm = M[i] + (gi - M[i]) * {lit(1 - b1)}; "
-        f"{T} vv = V[i] * {lit(b2)} + (gi * gi) * {lit(1 - b2)}; "  # (the flush: a select)
-        f"mm = (flush & (fabs{f}(mm) < {floor})) ? ({T})0 : mm; "
-        f"vv = (flush & (fabs{f}(vv) < {floor})) ? ({T})0 : vv; "
-        f"oM[i] = mm; oV[i] = vv; oP[i] = Pp[i] - mm / (sqrt{f}(vv) + eps_t) * step; }} }}")
+        f"_Pragma(\"omp simd\") for (npy_intp i = 0; i < {P}; i++) {{ {T} mm = M[i], vv = V[i]; "
+        f"oP[i] = adam_step_{T}(Pp[i], G[i] * scale, &mm, &vv, {lit(1 - b1)}, {lit(b2)}, "
+        f"{lit(1 - b2)}, eps_t, step, floor_); oM[i] = mm; oV[i] = vv; }} }}")
     return out

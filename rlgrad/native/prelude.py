@@ -16,6 +16,7 @@ PRELUDE = r"""
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "_adam.h"
 #ifndef RLGRAD_NO_MVEC
 #define VEC __attribute__((simd("notinbranch")))
 @MVEC@

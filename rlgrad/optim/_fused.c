@@ -18,6 +18,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include "../_buffers.h"
+#include "../_adam.h"
 #include <math.h>
 
 /* One flat group's buffers: the parameters' (written), the gradients' (read) and the state's. */
@@ -88,7 +89,10 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
 /* ---- Adam ------------------------------------------------------------------------------------
    _adam_math: m = m + (g - m) c1; v = v b2 + (g g) c2; every `flush` steps
    |m|, |v| < floor become 0; amsgrad: vmax = max(vmax, v), NaN-propagating like np.maximum;
-   p = p shrink (AdamW) - m / (sqrt(v) + eps) * step_size. */
+   p = p shrink (AdamW) - m / (sqrt(v) + eps) * step_size. The per-element arithmetic is
+   rlgrad/_adam.h's (adam_moments_T, adam_param_T, adam_step_T), which the native backend's
+   generated C calls too; the loops here add the blocks, the sign, the clip's scale, amsgrad and
+   the decay around it. */
 
 /* Idle blocks. A ReLU unit dead on every input (in the DQN CartPole preset's 256-256 network
    ~70% of the second layer's units, for thousands of steps) has exact-zero gradients, and once
@@ -100,7 +104,7 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
    the full loop. Only the fast loop (no flush, decay, negation or amsgrad) does this. */
 #define ADAM_BLOCK 64
 
-#define ADAM_LOOPS(T, SQRT, FABS)                                                                  \
+#define ADAM_LOOPS(T)                                                                              \
     CLONES static void adam_fast_##T(T *restrict p, const T *restrict g, T *restrict m,            \
                                      T *restrict v, Py_ssize_t n, T c1, T b2, T c2, T eps,         \
                                      T step, T scale) {                                            \
@@ -110,21 +114,13 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
             for (Py_ssize_t i = s; i < e; i++)                                                     \
                 busy |= (g[i] != 0) | (m[i] != 0) | (v[i] != v[i]);                                \
             if (!busy) { /* idle (see ADAM_BLOCK): p - (+0) / (sqrt(v) + eps) * step is p */      \
-                for (Py_ssize_t i = s; i < e; i++) {                                               \
-                    T gi = g[i] * scale;                                                           \
-                    v[i] = v[i] * b2 + (gi * gi) * c2;                                             \
-                    m[i] = m[i] + (gi - m[i]) * c1;                                                \
-                }                                                                                  \
+                for (Py_ssize_t i = s; i < e; i++)                                                 \
+                    adam_moments_##T(g[i] * scale, &m[i], &v[i], c1, b2, c2, (T)0);               \
                 continue;                                                                          \
             }                                                                                      \
-            for (Py_ssize_t i = s; i < e; i++) {                                                   \
-                T gi = g[i] * scale; /* the clipped gradient (x 1 is exact: the same bits) */     \
-                T vv = v[i] * b2 + (gi * gi) * c2;                                                 \
-                T mm = m[i] + (gi - m[i]) * c1;                                                    \
-                m[i] = mm;                                                                         \
-                v[i] = vv;                                                                         \
-                p[i] = p[i] - mm / (SQRT(vv) + eps) * step;                                        \
-            }                                                                                      \
+            for (Py_ssize_t i = s; i < e; i++) /* g x scale: the clipped gradient (x 1: exact) */  \
+                p[i] = adam_step_##T(p[i], g[i] * scale, &m[i], &v[i], c1, b2, c2, eps, step,      \
+                                     (T)0);                                                        \
         }                                                                                          \
     }                                                                                              \
     static void adam_general_##T(T *restrict p, const T *restrict g, T *restrict m, T *restrict v, \
@@ -134,19 +130,14 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
         for (Py_ssize_t i = 0; i < n; i++) {                                                       \
             T gi = negate ? -g[i] : g[i];                                                          \
             if (scaled) gi = gi * scale; /* the clipped gradient, as NumPy's g * scale */          \
-            T vv = v[i] * b2 + (gi * gi) * c2;                                                     \
-            T mm = m[i] + (gi - m[i]) * c1;                                                        \
-            if (FABS(mm) < floor_) mm = 0;                                                         \
-            if (FABS(vv) < floor_) vv = 0;                                                         \
-            m[i] = mm;                                                                             \
-            v[i] = vv;                                                                             \
+            adam_moments_##T(gi, &m[i], &v[i], c1, b2, c2, floor_);                                \
+            T vv = v[i];                                                                           \
             if (vmax) {                                                                            \
                 T a = vmax[i];                                                                     \
                 vv = (a != a || a >= vv) ? a : vv;                                                 \
                 vmax[i] = vv;                                                                      \
             }                                                                                      \
-            T x = decay ? p[i] * shrink : p[i];                                                    \
-            p[i] = x - mm / (SQRT(vv) + eps) * step;                                               \
+            p[i] = adam_param_##T(decay ? p[i] * shrink : p[i], m[i], vv, eps, step);              \
         }                                                                                          \
     }                                                                                              \
     /* every parameter in turn, its slice of the flat state; each scalar is rounded to T once,  \
@@ -172,8 +163,8 @@ static int acquire(Group *gr, PyObject *params, PyObject *grads, PyObject **stat
         }                                                                                          \
     }
 
-ADAM_LOOPS(float, sqrtf, fabsf)
-ADAM_LOOPS(double, sqrt, fabs)
+ADAM_LOOPS(float)
+ADAM_LOOPS(double)
 
 PyDoc_STRVAR(adam_doc,
 "adam(params, grads, exp_avg, exp_avg_sq, max_exp_avg_sq, c1, b2, c2, eps, step_size, shrink,\n"

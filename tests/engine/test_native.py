@@ -301,6 +301,33 @@ def test_a_lowering_that_disagrees_with_the_trace(monkeypatch: pytest.MonkeyPatc
     assert f.backend == "numpy" and "native lowering failed" in caplog.text
 
 
+def test_check_tolerance_narrows_the_first_call_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A float32 lowering off by 1e-4 relative passes the default check (1e-3 of the largest
+    magnitude) and is caught under ``check_tolerance(float32=1e-5)``, the compiled DQN's;
+    float64 keeps its default there, and the default is back after the block."""
+    from rlgrad.native import _CHECK, CHECK_TOLERANCE, LoweringError, check_tolerance
+
+    monkeypatch.setitem(LOWERINGS, "tanh", _template_lowering("tanh{f}({0}) * ({T})1.0001"))
+    x = np.linspace(0.5, 2.0, 7, dtype=np.float32)
+    f = rlgrad.jit(lambda x: rnp.tanh(x) * np.float32(3.0), backend="native")
+    f(x)
+    assert f.backend == "native"
+    with check_tolerance(float32=1e-5), pytest.raises(LoweringError, match="differs from the trace"):
+        rlgrad.jit(lambda x: rnp.tanh(x) * np.float32(3.0), backend="native")(x)
+    with check_tolerance(float32=1e-5):
+        assert _CHECK.get() == {"float32": 1e-5, "float64": 1e-6}
+    assert _CHECK.get() is None and CHECK_TOLERANCE == {"float32": 1e-3, "float64": 1e-6}
+    h = rlgrad.jit(lambda x: rnp.tanh(x) * np.float32(2.0), backend="native")
+    h(x)
+    assert h.backend == "native"
+
+
+def _template_lowering(tmpl: str) -> Any:
+    from rlgrad.native.lowerings import _elementwise
+
+    return _elementwise(tmpl, "float")
+
+
 def test_the_cache_is_shared_across_processes(tmp_path: Any) -> None:
     """A second process loads the module the first built (same hash), and no temporary file
     is left behind."""

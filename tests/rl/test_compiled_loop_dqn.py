@@ -226,6 +226,29 @@ def test_native_program_trains_as_the_numpy_replay(algo: type, env_id: str, step
 
 
 @pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
+def test_the_probe_check_allows_float32_1e_5(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The program's first-call check runs at ``dqn.PROBE_CHECK_FLOAT32`` (1e-5 of each output's
+    largest magnitude, not the default 1e-3; the reason is beside it), and the native code passes
+    it (as for QR-DQN, C51 and Double DQN above)."""
+    import rlgrad.native as native
+    from rlgrad.rl.compiled_loop.dqn import PROBE_CHECK_FLOAT32
+
+    seen = []
+    verify = native._verify
+
+    def spy(*args: object) -> None:
+        seen.append(native._CHECK.get())
+        verify(*args)
+
+    monkeypatch.setattr(native, "_verify", spy)
+    clear_programs()
+    m = DQN("CartPole-v1", seed=3, compile_loop=True, **CASES[0][3])
+    m.learn(100)
+    assert PROBE_CHECK_FLOAT32 == 1e-5 and m.loop_backend == "native"
+    assert seen == [{"float32": 1e-5, "float64": 1e-6}]
+
+
+@pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
 def test_the_native_check_covers_a_gradient_step(monkeypatch: pytest.MonkeyPatch,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     """A wrong lowering of an op of the backward pass alone (relu's gradient scaled by 1.5) is
@@ -247,20 +270,24 @@ def test_the_native_check_covers_a_gradient_step(monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.skipif(build.compiler() is None, reason="no C compiler")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("t, max_norm", [(7.0, 10.0), (50.0, None), (100.0, 0.05)],
                          ids=["clip-loose", "flush", "flush-clip-tight"])
-def test_fused_adam_native_is_its_reference_bit_for_bit(t: float, max_norm: float | None) -> None:
-    """``fused_adam``'s one C loop against its NumPy reference (``_adam_math`` after the clip),
-    every bit, and that against PyTorch's Adam after ``clip_grad_norm_`` (rounding apart; not
-    at a flush step: PyTorch has none). Tiny moments, zero gradients and huge steps included."""
+def test_fused_adam_native_is_its_reference_bit_for_bit(t: float, max_norm: float | None,
+                                                        dtype: type) -> None:
+    """``fused_adam``'s one C loop (rlgrad/_adam.h's arithmetic) against its NumPy reference
+    (``_adam_math`` after the clip), every bit, and that against PyTorch's Adam after
+    ``clip_grad_norm_`` (rounding apart; not at a flush step: PyTorch has none). Tiny moments
+    (below each dtype's flush floor), zero gradients and huge steps included."""
     import rlgrad
     from rlgrad.rl.compiled_loop.dqn import _adam_clip, fused_adam
 
     rng = np.random.default_rng(int(t))
     S, P = 2, 1000
-    p, g, m = (rng.standard_normal((S, P)).astype(np.float32) for _ in range(3))
-    v = np.abs(rng.standard_normal((S, P))).astype(np.float32)
-    m[:, :100], v[:, 100:200], g[:, :200] = 1e-30, 1e-30, 0.0
+    p, g, m = (rng.standard_normal((S, P)).astype(dtype) for _ in range(3))
+    v = np.abs(rng.standard_normal((S, P))).astype(dtype)
+    tiny = np.finfo(dtype).tiny * 1e12  # (under the flush's floor, tiny * 1e13)
+    m[:, :100], v[:, 100:200], g[:, :200] = tiny, tiny, 0.0
     kw = dict(b1=0.9, b2=0.999, eps=1e-8, max_norm=max_norm)
     step = rlgrad.jit(lambda *a: fused_adam(*a, **kw), backend="native")
     args = (p, g, m, v, np.full(S, t), np.array(2.3e-3))
@@ -268,7 +295,9 @@ def test_fused_adam_native_is_its_reference_bit_for_bit(t: float, max_norm: floa
     assert step.backend == "native"
     got, want = step(*args), _adam_clip(*args, **kw)
     np.testing.assert_array_equal(got, want)
-    if t % 50:
+    if t % 50 == 0:  # (the flush ran: the tiny moments are zeros now, on both sides)
+        assert not want[1, :, :100].any() and not want[2, :, 100:200].any()
+    if t % 50 and dtype == np.float32:
         torch = pytest.importorskip("torch")
         for s in range(S):
             w = torch.nn.Parameter(torch.tensor(p[s]))

@@ -25,6 +25,7 @@ column-wise (``_q_net``) so its weight gradients need no transposing copy.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -420,6 +421,30 @@ def _probe(spec: DQNSpec, state: dict[str, Any], row: dict[str, np.ndarray]
     return probe, x
 
 
+# The probe's native check (``rlgrad.native._verify``) allows float32 outputs 1e-5 of their
+# largest magnitude, not the default 1e-3 of any program. Measured on the probe (a train call on
+# a full random ring): at most 2.2e-7 (CartPole preset: 256-256 ReLU, 128 gradient steps), 1.5e-8
+# (QR-DQN), 3e-8 (C51), two float32 ulps of 1; the float64 env state and the integer ring equal.
+# What differs is rounding only: float32 sums accumulated in double (NumPy's are pairwise float32:
+# the loss, the bias gradients, the clip's norm), the BLAS kernel a transposed operand takes,
+# glibc's expf/tanhf against NumPy's; each a few ulps of a gradient. Adam divides each moment by
+# its own scale, so a step moves a parameter by lr times O(1) and its rounding is the gradient's
+# relative rounding times lr: after G steps about G * lr * 1e-6, 3e-7 for the preset. 1e-5 is 45x
+# the largest measured, and a wrong lowering is orders above it (QR-DQN's miscompiled where:
+# 0.04). (A gradient element that rounding alone signs, |g| ~ 1e-9, would move by 2 lr, past 1e-3
+# too: not a case a tolerance can cover; the replay then runs, with a warning.)
+PROBE_CHECK_FLOAT32 = 1e-5
+
+
+def _check_tolerance(backend: str) -> contextlib.AbstractContextManager[None]:
+    """``rlgrad.native.check_tolerance`` at ``PROBE_CHECK_FLOAT32`` when native code may run."""
+    if backend == "numpy":
+        return contextlib.nullcontext()
+    from rlgrad import native  # (imported when asked for, as jit imports it: it builds C)
+
+    return native.check_tolerance(float32=PROBE_CHECK_FLOAT32)
+
+
 def _compiled(spec: DQNSpec, state: dict[str, Any], row: dict[str, np.ndarray]) -> Any:
     """The program for ``spec`` and this many seeds, traced (and its native code checked) on
     ``_probe``'s iteration when new."""
@@ -427,7 +452,8 @@ def _compiled(spec: DQNSpec, state: dict[str, Any], row: dict[str, np.ndarray]) 
     fn = _PROGRAMS.get(key)
     if fn is None:
         fn = rlgrad.jit(make_dqn_program(spec), backend=key[1])
-        with np.errstate(all="ignore"):  # (as run_program: a discarded branch may overflow)
+        # (errstate as run_program's: a discarded branch may overflow)
+        with np.errstate(all="ignore"), _check_tolerance(key[1]):
             fn(*_probe(spec, state, row))
         _PROGRAMS[key] = fn
     return fn
