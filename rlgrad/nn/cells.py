@@ -264,13 +264,14 @@ def _gru_step(o: np.ndarray, xg: np.ndarray, h: np.ndarray, wk: np.ndarray, b3: 
     """One step into ``o`` (5, rows, H) from ``xg`` (3, rows, H), ``h`` (rows, H) and ``wk``.
     ``halved``: ``xg``, ``wk`` and ``b3`` come with gates r, z halved (``_gru_seq``: exact)."""
     np.matmul(h, wk, out=o[1:4])  # the step's GEMM: W_hr h, W_hz h, W_hn h
-    if b3 is not None:
-        o[1:4] += b3
-    o[1:3] += xg[:2]
-    if not halved:
-        o[1:3] *= 0.5  # sigmoid(a) = (tanh(a / 2) + 1) / 2
-    np.tanh(o[1:3], out=o[1:3])
     k = ops._kernels  # one C pass each (rlgrad._kernels: the same bits) or these NumPy lines
+    if k is None or not k.gru_pre(o, xg, b3, not halved):
+        if b3 is not None:
+            o[1:4] += b3
+        o[1:3] += xg[:2]
+        if not halved:
+            o[1:3] *= 0.5  # sigmoid(a) = (tanh(a / 2) + 1) / 2
+    np.tanh(o[1:3], out=o[1:3])
     if k is None or not k.gru_gates(o, xg):
         o[1:3] *= 0.5
         o[1:3] += 0.5
