@@ -31,7 +31,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from rlgrad import ops
+from rlgrad import lax, ops
 from rlgrad.batching import Level, align, bcast, decomposed
 from rlgrad.nn.functional import _dtype, _linear_p
 from rlgrad.tensor import _shape
@@ -752,6 +752,14 @@ defbatch(gru_seq, _seq_batch_rule(_gru_seq_reference))
 for _p, _gp, _grads, _ref in _FUSED:
     defbatch(_gp, _grad_batch_rule(_ref))
 
+
+def _gru_states(xp: Any, h0: Any, w: Any, b: Any = None, reverse: bool = False) -> Any:
+    """The states h' of ``gru_seq`` over ``xp`` (T, *rows, 3H) from ``h0``: (T, *rows, H)."""
+    return ops.getitem(gru_seq(xp, h0, w, b, reverse=reverse), (slice(None), 0))
+
+
+# a lax.scan whose body is one gru_cell step on its carry runs as one gru_seq node
+lax.defsequence(gru_cell, _gru_states)
 
 
 

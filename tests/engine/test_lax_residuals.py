@@ -153,7 +153,8 @@ def test_the_backward_body_reads_residuals_instead_of_running_the_cell_again() -
 
     lax._scan_p.primitive.fwd = spy
     try:
-        rlgrad.jit(_gru_train(cell))(x)
+        with lax.scan_fusion(False):  # (a loop of cells, not gru_seq: test_lax_fusion.py)
+            rlgrad.jit(_gru_train(cell))(x)
     finally:
         lax._scan_p.primitive.fwd = orig
     fwd, bwd = ctxs[0], ctxs[1]
@@ -181,7 +182,8 @@ def test_a_scan_not_differentiated_saves_nothing() -> None:
 
     lax._scan_p.primitive.fwd = spy
     try:
-        rlgrad.jit(fwd_only)(np.ones((3, 2, 4)))
+        with lax.scan_fusion(False):
+            rlgrad.jit(fwd_only)(np.ones((3, 2, 4)))
     finally:
         lax._scan_p.primitive.fwd = orig
     assert ctxs[0].lin is None and not ctxs[0].save
