@@ -21,6 +21,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import math
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -545,7 +546,9 @@ class _ScanCtx(_Node):
         self.body, self.n_carry, self.n_x = body, n_carry, n_x
         self.length, self.reverse, self.save = length, reverse, save
         self.lin, self.n_res = lin, lin.n_res if lin is not None else 0
-        self.res_recorded = False  # a recorded VJP read the residuals: they may get gradients
+        # the values of the nodes (made with this ctx) whose residuals a recorded VJP read: they
+        # may get gradients of their own (``_scan_grads``); weak, so a dead node's id is free
+        self.res_read: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
         carry_avals = body.avals[:n_carry]
         self.y_avals = body.avals[n_carry:]
         stacked = [((length, *s), d) for s, d in self.y_avals]
@@ -645,10 +648,14 @@ def _saved_carries(ctx: _ScanCtx, ans: Any, args: Sequence[Any]) -> list[Any]:
 def _scan_grads(ctx: _ScanCtx, g: Tensor, ans: Any, args: Sequence[Any]) -> list[Any]:
     """JAX's transpose of scan: a scan the other way over the saved carries, whose body is the
     VJP of the step (the body's tape run again), the captured tensors' gradients summed in its
-    carry. With residuals saved, ``_scan_grads_saved``, unless a recorded VJP read them before
-    (grad of grad): then they may have gradients of their own, which this path gives."""
-    if ctx.lin is not None and not ctx.res_recorded:
-        ctx.res_recorded = is_grad_enabled()
+    carry. With residuals saved, ``_scan_grads_saved``, unless a recorded VJP read this node's
+    residuals before (grad of grad): then they may have gradients of their own, which this path
+    gives. The choice is the node's (its value ``ans``), not its ctx's: other nodes made with the
+    same ctx (a tape run again) keep the saved path."""
+    node = _value(ans)
+    if ctx.lin is not None and ctx.res_read.get(id(node)) is not node:
+        if is_grad_enabled():
+            ctx.res_read[id(node)] = node
         return _scan_grads_saved(ctx, ctx.lin, g, ans, args)
     consts, init, xs = ctx.split(args)
     nc, ny = ctx.n_carry, len(ctx.y_avals)
