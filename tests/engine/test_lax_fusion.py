@@ -170,3 +170,17 @@ def test_gru_pre_gives_the_numpy_lines_bits_and_refuses_what_does_not_fit() -> N
     assert np.all(o5[1:3] == 1.0) and np.all(o5[3] == 1.0) and np.all(o5[[0, 4]] == 0.0)
     with pytest.raises(TypeError):
         k.gru_pre(o5, x3, None)
+
+
+def test_a_cell_scan_without_ys_is_fused_too() -> None:
+    def loss(w: Any, b: Any, h0: Any, xs: Any) -> Any:
+        h, ys = lax.scan(lambda h, xp: (cells.gru_cell(xp, h, w, b)[..., :H], None), h0, xs)
+        assert ys is None
+        return rnp.sum(h ** 3)
+
+    args = _args()
+    src = _names(rlgrad.grad(loss, (0, 1, 2, 3)), *args)
+    assert "gru_seq" in src and "# scan" not in src
+    for a, b in zip(rlgrad.jit(rlgrad.grad(loss, (0, 1, 2, 3)))(*args),
+                    rlgrad.grad(loss, (0, 1, 2, 3))(*args), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
