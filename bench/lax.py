@@ -1,9 +1,11 @@
 """Benchmark: a GRU over 32 steps, batch 16, 64 units, forward + backward, under ``rlgrad.jit``:
-``nn.GRU`` (its sequence node, ``cells.gru_seq``), a ``lax.scan`` over ``GRUCell`` (the fused
-cell as the body; its VJP reading the saved residuals, the input projection hoisted before the
-loop) and the same scan with both off (``scan_residuals(False)``, ``scan_hoisting(False)``: the
-backward runs the cell again at every step), the same cell unrolled (a ``GRUCell`` called T
-times); ``nn.GRU`` eagerly; PyTorch eager (``torch.nn.GRU``, one thread). The floor: the GEMMs
+``nn.GRU`` (its sequence node, ``cells.gru_seq``), a ``lax.scan`` over ``GRUCell`` (the input
+projection hoisted before the loop, the body then one ``gru_cell`` step: one ``gru_seq`` node,
+``lax.defsequence``), the same scan as a loop of cells (``scan_fusion(False)``: the fused cell as
+the body, its VJP reading the saved residuals), the same scan with residuals and hoisting off
+(``scan_residuals(False)``, ``scan_hoisting(False)``: the backward runs the cell again at every
+step), the same cell unrolled (a ``GRUCell`` called T times); ``nn.GRU`` eagerly; PyTorch eager
+(``torch.nn.GRU``, one thread). The floor: the GEMMs
 the scan makes, alone, NumPy's vs PyTorch's. And the size of the compiled step for T = 8, 32,
 128 (issue 30: it must not grow with T).
 
@@ -107,6 +109,14 @@ def _recompute_jit(cell: Any, x: np.ndarray) -> Any:
     return f
 
 
+def _loop_jit(cell: Any, x: np.ndarray) -> Any:
+    """The scan's step traced as a loop of cells (not one ``gru_seq``): residuals, hoisting."""
+    with rlgrad.lax.scan_fusion(False):
+        f = rlgrad.jit(_scan_step(cell))
+        f(x)
+    return f
+
+
 def gemm_floor(torch: Any, clock: Callable[[], float], repeats: int = 9,
                min_time: float = 0.3) -> dict[str, float]:
     """ms of the GEMMs alone of the scan's training step, NumPy's (what rlgrad calls) and
@@ -151,8 +161,9 @@ def run(repeats: int = 9, min_time: float = 0.3,
     cell = _cell_from(m)
     gru_jit, scan_jit = rlgrad.jit(_gru_step(m)), rlgrad.jit(_scan_step(cell))
     unrolled_jit = rlgrad.jit(_unrolled_step(cell))
-    recompute_jit = _recompute_jit(cell, x)
+    recompute_jit, loop_jit = _recompute_jit(cell, x), _loop_jit(cell, x)
     impls = {"nn.GRU_jit": lambda: gru_jit(x), "scan_GRUCell_jit": lambda: scan_jit(x),
+             "scan_GRUCell_jit_loop": lambda: loop_jit(x),
              "scan_GRUCell_jit_recompute": lambda: recompute_jit(x),
              "unrolled_GRUCell_jit": lambda: unrolled_jit(x),
              "nn.GRU_eager": lambda: _gru_step(m)(rlgrad.tensor(x))}

@@ -21,6 +21,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import math
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -33,6 +34,8 @@ from rlgrad.tensor import Tensor, _Depth, _Trace, constant
 from rlgrad.tracer import (
     VMAP_LEVELS,
     NotBatchable,
+    Primitive,
+    PrimitiveFunction,
     defjvp_argnum,
     defjvp_is_linear,
     defvjp,
@@ -178,6 +181,7 @@ class _Body:
         self.avals = [_aval(o) for o in outs]
         self.lins: dict[int, _Lin | None] = {}  # n_carry -> the body split for its VJP
         self.hoists: dict[int, _Hoist | None] = {}  # n_carry -> the body split before the loop
+        self.fusions: dict[int, _Fused | None] = {}  # n_carry -> its sequence rule (defsequence)
         compiled = _compile(inputs + captured, tape, outs, tree_flatten(list(outs))[1])
         self.run, self.source = compiled.fn, compiled.source
 
@@ -542,7 +546,9 @@ class _ScanCtx(_Node):
         self.body, self.n_carry, self.n_x = body, n_carry, n_x
         self.length, self.reverse, self.save = length, reverse, save
         self.lin, self.n_res = lin, lin.n_res if lin is not None else 0
-        self.res_recorded = False  # a recorded VJP read the residuals: they may get gradients
+        # the values of the nodes (made with this ctx) whose residuals a recorded VJP read: they
+        # may get gradients of their own (``_scan_grads``); weak, so a dead node's id is free
+        self.res_read: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
         carry_avals = body.avals[:n_carry]
         self.y_avals = body.avals[n_carry:]
         stacked = [((length, *s), d) for s, d in self.y_avals]
@@ -610,6 +616,9 @@ def _scan_node(body: _Body, consts: list[Any], init: list[Any], xs: list[Any], n
     if hoist is not None:
         consts, xs = _hoisted(hoist, consts, xs)
         body = hoist.rest
+    fused = _fused_of(body, len(init)) if _Fast.fuse and n else None
+    if fused is not None:
+        return fused.run(consts, init, xs, len(body.outs) - len(init), reverse)
     args = [*consts, *init, *xs]
     save = may_save and is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad
                                                   for a in args)
@@ -639,10 +648,14 @@ def _saved_carries(ctx: _ScanCtx, ans: Any, args: Sequence[Any]) -> list[Any]:
 def _scan_grads(ctx: _ScanCtx, g: Tensor, ans: Any, args: Sequence[Any]) -> list[Any]:
     """JAX's transpose of scan: a scan the other way over the saved carries, whose body is the
     VJP of the step (the body's tape run again), the captured tensors' gradients summed in its
-    carry. With residuals saved, ``_scan_grads_saved``, unless a recorded VJP read them before
-    (grad of grad): then they may have gradients of their own, which this path gives."""
-    if ctx.lin is not None and not ctx.res_recorded:
-        ctx.res_recorded = is_grad_enabled()
+    carry. With residuals saved, ``_scan_grads_saved``, unless a recorded VJP read this node's
+    residuals before (grad of grad): then they may have gradients of their own, which this path
+    gives. The choice is the node's (its value ``ans``), not its ctx's: other nodes made with the
+    same ctx (a tape run again) keep the saved path."""
+    node = _value(ans)
+    if ctx.lin is not None and ctx.res_read.get(id(node)) is not node:
+        if is_grad_enabled():
+            ctx.res_read[id(node)] = node
         return _scan_grads_saved(ctx, ctx.lin, g, ans, args)
     consts, init, xs = ctx.split(args)
     nc, ny = ctx.n_carry, len(ctx.y_avals)
@@ -728,10 +741,12 @@ class _Fast:
     """``residuals``: scans made while a gradient may be asked for save their body's residuals
     (``_Lin``); False: the VJP runs the body again on the saved carries (the plain reference,
     as ``jax.checkpoint`` of the body). ``hoist``: what a body computes from the scanned inputs
-    alone runs once before the loop (``_Hoist``); False: at every step (the reference)."""
+    alone runs once before the loop (``_Hoist``); False: at every step (the reference).
+    ``fuse``: a body that is one cell step runs as the cell's sequence node (``defsequence``)."""
 
     residuals = True
     hoist = True
+    fuse = True
 
 
 @contextlib.contextmanager
@@ -755,6 +770,18 @@ def scan_hoisting(enabled: bool) -> Iterator[None]:
         yield
     finally:
         _Fast.hoist = before
+
+
+@contextlib.contextmanager
+def scan_fusion(enabled: bool) -> Iterator[None]:
+    """Inside, a scan whose body is one step of a cell with a sequence rule (``defsequence``:
+    ``gru_cell``) runs as that sequence's node (``True``, the default), or as the loop of
+    cells (the reference): the same values, but for rounding in the gradients' sums."""
+    before, _Fast.fuse = _Fast.fuse, bool(enabled)
+    try:
+        yield
+    finally:
+        _Fast.fuse = before
 
 
 #: what a value of the joint step depends on: the captured alone, a step's input, a cotangent
@@ -982,6 +1009,67 @@ def _hoisted(h: _Hoist, consts: list[Any], xs: list[Any]) -> tuple[list[Any], li
         return h.pre.eval(list(x), [*consts, *h.pre.captured[nk:]])
 
     return [*consts, *h.rest.captured[nk:]], [*xs, *func.vmap(pre)(*xs)]
+
+
+# ---- sequence rules: a body that is one cell step runs as the cell's sequence node ------------
+#: a cell primitive -> ``rule(xp, h0, *others, reverse=...)``: the states after every step,
+#: stacked (T, *rows, H), as one node (``defsequence``)
+_SEQUENCES: dict[Primitive, Callable[..., Any]] = {}
+
+
+def defsequence(cell: PrimitiveFunction, rule: Callable[..., Any]) -> None:
+    """Declare that a ``scan`` whose body is ``h' = cell(x_t, h, *others)[..., :H]`` (the carry
+    ``h``, a scanned ``x_t``, ``others`` captured; ys: ``h'``) is ``rule(xs, h0, *others,
+    reverse=...)``, the states stacked, one node whose derivatives are its own (the cell's
+    sequence primitive: ``nn/cells.py`` declares ``gru_cell``'s). ``scan_fusion(False)`` keeps
+    the loop of cells (the reference)."""
+    _SEQUENCES[cell.primitive] = rule
+
+
+class _Fused:
+    """A body matching a ``defsequence`` rule: the scanned input the cell reads (``x``) and
+    the cell's other arguments as indices of the body's captured (None: None)."""
+
+    def __init__(self, rule: Callable[..., Any], x: int, others: list[int | None]) -> None:
+        self.rule, self.x, self.others = rule, x, others
+
+    def run(self, consts: list[Any], init: list[Any], xs: list[Any], n_y: int,
+            reverse: bool) -> list[Any]:
+        args = [None if k is None else consts[k] for k in self.others]
+        states = self.rule(xs[self.x], init[0], *args, reverse=reverse)
+        return [getitem(states, 0 if reverse else -1), *[states] * n_y]
+
+
+def _fused_of(body: _Body, nc: int) -> _Fused | None:
+    """``body``'s sequence rule, matched once per body; None when it is not one cell step."""
+    if nc not in body.fusions:
+        body.fusions[nc] = _match_sequence(body, nc)
+    return body.fusions[nc]
+
+
+def _match_sequence(body: _Body, nc: int) -> _Fused | None:
+    """The body is ``h' = cell(x_t, h, *captured)``, then a view of its first H columns, which
+    is the new carry and every y (``defsequence``)."""
+    if nc != 1 or len(body.tape) != 2 or not body.outs:
+        return None
+    (p, args, kwargs, res), view = body.tape
+    rule = _SEQUENCES.get(p)
+    xs, carry = body.inputs[nc:], body.inputs[0]
+    if rule is None or kwargs or len(args) < 2 or args[1] is not carry or view[0].name != "getitem":
+        return None
+    new = view[3]
+    if view[1][0] is not res or any(o is not new for o in body.outs) or _aval(new) != _aval(carry):
+        return None
+    H = _aval(carry)[0][-1]
+    want, got = res._value[..., :H], new._value
+    if (got.shape, got.strides) != (want.shape, want.strides) or not np.shares_memory(got, want) \
+            or got.__array_interface__["data"][0] != want.__array_interface__["data"][0]:
+        return None  # not the state's columns of the cell's output
+    x = [k for k, t in enumerate(xs) if t is args[0]]
+    ids = {id(t): k for k, t in enumerate(body.captured)}
+    if not x or any(a is not None and id(a) not in ids for a in args[2:]):
+        return None
+    return _Fused(rule, x[0], [None if a is None else ids[id(a)] for a in args[2:]])
 
 
 def _pick(ts: Sequence[Any], xs: Sequence[Any]) -> list[Any]:

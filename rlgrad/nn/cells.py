@@ -29,13 +29,14 @@ its reference (tests/nn/test_lstm_loop.py).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
 
-from rlgrad import ops
+from rlgrad import lax, ops
 from rlgrad.batching import Level, align, bcast, decomposed
 from rlgrad.nn.functional import _dtype, _linear_p
 from rlgrad.tensor import _shape
@@ -269,13 +270,14 @@ def _gru_step(o: np.ndarray, xg: np.ndarray, h: np.ndarray, wk: np.ndarray, b3: 
     """One step into ``o`` (5, rows, H) from ``xg`` (3, rows, H), ``h`` (rows, H) and ``wk``.
     ``halved``: ``xg``, ``wk`` and ``b3`` come with gates r, z halved (``_gru_seq``: exact)."""
     np.matmul(h, wk, out=o[1:4])  # the step's GEMM: W_hr h, W_hz h, W_hn h
-    if b3 is not None:
-        o[1:4] += b3
-    o[1:3] += xg[:2]
-    if not halved:
-        o[1:3] *= 0.5  # sigmoid(a) = (tanh(a / 2) + 1) / 2
-    np.tanh(o[1:3], out=o[1:3])
     k = ops._kernels  # one C pass each (rlgrad._kernels: the same bits) or these NumPy lines
+    if k is None or not k.gru_pre(o, xg, b3, not halved):
+        if b3 is not None:
+            o[1:4] += b3
+        o[1:3] += xg[:2]
+        if not halved:
+            o[1:3] *= 0.5  # sigmoid(a) = (tanh(a / 2) + 1) / 2
+    np.tanh(o[1:3], out=o[1:3])
     if k is None or not k.gru_gates(o, xg):
         o[1:3] *= 0.5
         o[1:3] += 0.5
@@ -332,22 +334,33 @@ def _gru_cell(xp: Any, hs: Any, w: Any, b: Any = None) -> np.ndarray:
 
 
 def _gru_grads(G: np.ndarray, ans: np.ndarray, xp: np.ndarray, hs: np.ndarray, w: np.ndarray,
-               b: Any, reverse: bool = False) -> tuple[Any, ...]:
-    """(d xp, d hs, d w, d b) for the output's gradient ``G``, in NumPy (first order)."""
+               b: Any, reverse: bool = False, slots: Any = None) -> tuple[Any, ...]:
+    """(d xp, d hs, d w, d b) for the output's gradient ``G``, in NumPy (first order); each
+    written into its part of ``slots`` (``_grad_fwd``: the packed result) where it fits."""
     H = w.shape[-1]
     lead = ans.shape[:-1]
     a, G2, hs2 = ans.reshape(-1, 5 * H), _flat_rows(G, lead), _flat_rows(hs, lead)
-    h = hs2[:, :H]
-    Gg = _gates(G2, 5)
-    dxp = np.empty((a.shape[0], 3 * H), ans.dtype)
-    dhp = np.empty_like(dxp)
-    dh = _gru_dstep(Gg, None, _gates(a, 5), h, _gates(dxp, 3), _gates(dhp, 3))
-    dhs = np.zeros((a.shape[0], hs.shape[-1]), ans.dtype)
+    h, rows, dt = hs2[:, :H], a.shape[0], ans.dtype
+    dxp = _slot(slots, 0, (rows, 3 * H), dt)
+    dhp = np.empty((rows, 3 * H), dt)
+    dh = _gru_dstep(_gates(G2, 5), None, _gates(a, 5), h, _gates(dxp, 3), _gates(dhp, 3))
+    dhs = _slot(slots, 1, (rows, hs.shape[-1]), dt)
+    if dhs.shape[1] > H:
+        dhs[:, H:] = 0
     np.matmul(dhp, w, out=dhs[:, :H])
     dhs[:, :H] += dh
-    dw = dhp.T @ h
-    db = None if b is None else ops._sum(dhp, axis=0)
+    dw = np.matmul(dhp.T, h, out=_slot(slots, 2, w.shape, dt))
+    db = None if b is None else ops._sum(dhp, axis=0, out=_slot(slots, 3, b.shape, dt))
     return dxp.reshape(lead + (3 * H,)), dhs.reshape(lead + hs.shape[-1:]), dw, db
+
+
+def _slot(slots: Any, k: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """Part ``k`` of a packed result as ``shape``, or a new array where it does not fit."""
+    if slots is not None and k < len(slots):
+        s = slots[k]
+        if s.dtype == dtype and s.size == math.prod(shape):
+            return s.reshape(shape)
+    return np.empty(shape, dtype)
 
 
 def _gru_tangent(tx: Any, thp: Any, th: Any, ans: Any, hs: Any, H: int) -> Any:
@@ -709,11 +722,15 @@ def _grad_fwd(grads: Any, slotted: bool = False) -> Any:
         if not slotted:
             return np.concatenate([np.ravel(d) for d in grads(g, ans, xp, s0, w, b, reverse)
                                    if d is not None])
-        packed = np.empty(sum(a.size for a in args), np.result_type(ans, s0, w))  # (_Seq.dtype)
-        ends = np.cumsum([a.size for a in args])
-        slots = [packed[e - a.size:e] for a, e in zip(args, ends)]
+        sizes = [a.size for a in args]
+        packed = np.empty(sum(sizes), np.result_type(ans, s0, w))  # (_Seq.dtype)
+        slots, at = [], 0
+        for n in sizes:  # (a loop: np.cumsum of a list costs more than the cell's kernels)
+            slots.append(packed[at:at + n])
+            at += n
         got = [d for d in grads(g, ans, xp, s0, w, b, reverse, slots) if d is not None]
-        if len(got) != len(slots) or np.result_type(*got) != packed.dtype:
+        if (len(got) != len(slots) or np.result_type(*got) != packed.dtype
+                or any(d.size != slot.size for d, slot in zip(got, slots))):
             return np.concatenate([np.ravel(d) for d in got])  # (as unslotted: its dtype)
         for d, slot in zip(got, slots):
             if not np.may_share_memory(d, packed):  # (what was not written in its slot)
@@ -736,7 +753,7 @@ gru_seq = primitive(_gru_seq, "gru_seq")
 # The VJPs of the four, given Tensors: one node each (the NumPy backward, packed), whose own
 # derivatives are those of the reference's VJP
 lstm_cell_grad = primitive(_grad_fwd(_lstm_grads), "lstm_cell_grad")
-gru_cell_grad = primitive(_grad_fwd(_gru_grads), "gru_cell_grad")
+gru_cell_grad = primitive(_grad_fwd(_gru_grads, True), "gru_cell_grad")
 lstm_seq_grad = primitive(_grad_fwd(_lstm_seq_grads, True), "lstm_seq_grad")
 gru_seq_grad = primitive(_grad_fwd(_gru_seq_grads, True), "gru_seq_grad")
 _FUSED = ((lstm_cell, lstm_cell_grad, _lstm_grads, _cell_reference(_lstm_cell_reference)),
@@ -795,6 +812,15 @@ defbatch(lstm_seq, _seq_batch_rule(_lstm_seq_reference))
 defbatch(gru_seq, _seq_batch_rule(_gru_seq_reference))
 for _p, _gp, _grads, _ref in _FUSED:
     defbatch(_gp, _grad_batch_rule(_ref))
+
+
+def _gru_states(xp: Any, h0: Any, w: Any, b: Any = None, reverse: bool = False) -> Any:
+    """The states h' of ``gru_seq`` over ``xp`` (T, *rows, 3H) from ``h0``: (T, *rows, H)."""
+    return ops.getitem(gru_seq(xp, h0, w, b, reverse=reverse), (slice(None), 0))
+
+
+# a lax.scan whose body is one gru_cell step on its carry runs as one gru_seq node
+lax.defsequence(gru_cell, _gru_states)
 
 
 

@@ -153,7 +153,8 @@ def test_the_backward_body_reads_residuals_instead_of_running_the_cell_again() -
 
     lax._scan_p.primitive.fwd = spy
     try:
-        rlgrad.jit(_gru_train(cell))(x)
+        with lax.scan_fusion(False):  # (a loop of cells, not gru_seq: test_lax_fusion.py)
+            rlgrad.jit(_gru_train(cell))(x)
     finally:
         lax._scan_p.primitive.fwd = orig
     fwd, bwd = ctxs[0], ctxs[1]
@@ -181,7 +182,8 @@ def test_a_scan_not_differentiated_saves_nothing() -> None:
 
     lax._scan_p.primitive.fwd = spy
     try:
-        rlgrad.jit(fwd_only)(np.ones((3, 2, 4)))
+        with lax.scan_fusion(False):
+            rlgrad.jit(fwd_only)(np.ones((3, 2, 4)))
     finally:
         lax._scan_p.primitive.fwd = orig
     assert ctxs[0].lin is None and not ctxs[0].save
@@ -262,3 +264,40 @@ def test_a_part_without_a_batching_rule_stays_in_the_loop() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
     outer = [b for b, _ in lax._BODIES.values() if "scan" in [e[0].name for e in b.tape]]
     assert outer and all(h is None for b in outer for h in b.hoists.values())
+
+
+def test_the_residual_path_is_chosen_per_node_not_per_ctx(monkeypatch: Any) -> None:
+    """After grad of grad through one node (its residuals read by a recorded VJP: the reference
+    path for it), a second node made with the same ctx (as a tape run again makes it) still
+    takes the saved path, with the same first-order gradients."""
+    w0, h0, xs = _args(4)
+    made: list[tuple[tuple, Any]] = []
+    scan_p, saved_path = lax._scan_p, lax._scan_grads_saved
+    calls: list[int] = []
+
+    def record(*a: Any, ctx: Any) -> Any:
+        made.append((a, ctx))
+        return scan_p(*a, ctx=ctx)
+
+    def counted(*a: Any) -> Any:
+        calls.append(1)
+        return saved_path(*a)
+
+    monkeypatch.setattr(lax, "_scan_p", record)
+    monkeypatch.setattr(lax, "_scan_grads_saved", counted)
+    w = rlgrad.tensor(w0, requires_grad=True)
+
+    def loss_of(node: Any, ctx: Any) -> Any:
+        h, ys = ctx.unpack(node, count=ctx.n_carry + 1)[::ctx.n_carry]  # h, then ys
+        return (h * h).sum() + (ys ** 3).sum()
+
+    with lax.nodes_eagerly():
+        (_h, _k), _ys = lax.scan(_step(w), (rlgrad.tensor(h0), np.int32(0)), rlgrad.tensor(xs))
+    (args, ctx), = made
+    assert ctx.lin is not None
+    g1, = rlgrad.autograd.grad(loss_of(scan_p(*args, ctx=ctx), ctx), [w], create_graph=True)
+    (g1 * g1).sum().backward()  # grad of grad: node 1's second VJP is the reference one
+    assert len(ctx.res_read) == 1 and len(calls) == 1
+    want = [d.numpy() for d in rlgrad.autograd.grad(loss_of(scan_p(*args, ctx=ctx), ctx), [w])]
+    assert len(calls) == 2  # a new node with the same ctx: the saved path again
+    np.testing.assert_allclose(want[0], g1.detach().numpy(), rtol=1e-12, atol=1e-12)
