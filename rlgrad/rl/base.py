@@ -217,6 +217,22 @@ def _loaded_state(saved: dict[str, Any], given: Any, force_reset: bool) -> dict[
     return state
 
 
+def _load_module_state(module: Any, state: dict[str, Any]) -> None:
+    """``module.load_state_dict(state)``, exactly; SB3's patch for A2C/PPO policies saved before
+    SB3 1.7 (without ``pi_features_extractor``'s entries): load what there is, with SB3's
+    warning (the same extractor's entries are there under ``features_extractor``)."""
+    try:
+        module.load_state_dict(state)
+    except rlgrad.nn.StateDictError as e:
+        if "pi_features_extractor" not in str(e) or "Missing key(s) in state_dict" not in str(e):
+            raise
+        module.load_state_dict(state, strict=False)
+        warnings.warn("You are probably loading an A2C/PPO model saved with SB3 < 1.7.0 (its "
+                      "policy has no pi_features_extractor entries): loaded without exact "
+                      "match; save the model again to avoid this warning. Original error: "
+                      f"{e}", UserWarning, stacklevel=4)
+
+
 def _load_device(device: Any) -> Any:
     """``load(device=)`` as SB3's ``get_device``: "auto" and CUDA give the CPU (there is no GPU
     here), None; any other device goes to the constructor's check."""
@@ -775,7 +791,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._upgrade_state(state)
         for k, m in self._modules().items():
-            m.load_state_dict(state["modules"][k])
+            _load_module_state(m, state["modules"][k])
         for k, o in self._optimizers().items():
             o.load_state_dict(state["optimizers"][k])
         c = state["counters"]
