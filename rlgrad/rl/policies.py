@@ -634,7 +634,13 @@ class ActorCriticPolicy(AliasedStateDict, SB3PolicyMethods, nn.Module):
         log-probability, in NumPy (tests/test_sb3_sde.py checks them against the Tensors')."""
         f = trunk_numpy(self._trunk, obs)
         latent = self._latent_np(f, True)
-        mean = mlp_numpy([self.action_net], latent)
+        actions, log_prob = self.sde_sample_numpy(latent, mlp_numpy([self.action_net], latent))
+        return actions, self.values_numpy(obs, f), log_prob
+
+    def sde_sample_numpy(self, latent: np.ndarray, mean: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """(actions, log-probabilities) of the gSDE distribution with means ``mean`` and noise
+        features ``latent`` (the policy tower's output), for the held exploration matrices."""
         std = self.sde_std()
         u = mean + sde_noise_numpy(latent, std * self.sde_weights)
         scale = np.sqrt(np.square(latent) @ np.square(std) + 1e-6)
@@ -644,9 +650,8 @@ class ActorCriticPolicy(AliasedStateDict, SB3PolicyMethods, nn.Module):
         if self.squash_output:  # log p(tanh u) = log p(u) - sum log(1 - tanh(u)^2 + eps)
             actions = np.tanh(u)
             log_prob -= np.log(1.0 - np.square(actions) + 1e-6).sum(axis=1)
-        values = self.values_numpy(obs, f)
-        return (actions.reshape(len(obs), *self.action_shape).astype(np.float32, copy=False),
-                values, log_prob.astype(np.float32, copy=False))
+        return (actions.reshape(len(mean), *self.action_shape).astype(np.float32, copy=False),
+                log_prob.astype(np.float32, copy=False))
 
     def sde_std(self) -> np.ndarray:
         """The exploration matrices' std, (latent features, actions), as an array."""
