@@ -466,8 +466,22 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         return {"optimizer": self.optimizer}
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"iteration": {"num": self._iteration_num}, **self._env_runner_state()}
+        return {"iteration": {"num": self._iteration_num}, "log_row": self._pending_log_row(),
+                **self._env_runner_state()}
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         self._iteration_num = int(state.get("iteration", {}).get("num", 0))
+        row = state.get("log_row", {})
+        for k, v, ex in zip(row.get("keys", []), row.get("values", []), row.get("exclude", [])):
+            self.logger.record(k, np.asarray(v).item(), exclude=tuple(ex) or None)
         self._set_env_runner_state(state)
+
+    def _pending_log_row(self) -> dict[str, list[Any]]:
+        """The last update's values, waiting in the logger for the next row (SB3's order: a row
+        is written before its update): kept in checkpoints, so that a resumed run writes the
+        rows of the uninterrupted one."""
+        lg = self.logger
+        keys = [k for k, v in lg.name_to_value.items()
+                if isinstance(v, int | float | np.number) and not isinstance(v, bool)]
+        return {"keys": keys, "values": [np.asarray(lg.name_to_value[k]) for k in keys],
+                "exclude": [list(lg.name_to_excluded.get(k, ())) for k in keys]}
