@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextvars
 import math
 import os
+import random
 import sys
 import time
 import warnings
@@ -217,6 +218,23 @@ def _loaded_state(saved: dict[str, Any], given: Any, force_reset: bool) -> dict[
     return state
 
 
+def _load_module_state(module: Any, state: dict[str, Any]) -> None:
+    """``module.load_state_dict(state)``, exactly; SB3's patch for A2C/PPO policies saved before
+    SB3 1.7 (without ``pi_features_extractor``'s entries): load what there is, with SB3's
+    warning (the same extractor's entries are there under ``features_extractor``)."""
+    try:
+        module.load_state_dict(state)
+    except rlgrad.nn.StateDictError as e:
+        if "pi_features_extractor" not in str(e) or "Missing key(s) in state_dict" not in str(e):
+            raise
+        module.load_state_dict(state, strict=False)
+        warnings.warn("You are probably loading an A2C/PPO model saved with SB3 < 1.7.0 (or "
+                      "an rlgrad checkpoint older than SB3's extractor names): its policy has "
+                      "no pi_features_extractor entries; loaded without exact match, save the "
+                      f"model again to avoid this warning. Original error: {e}", UserWarning,
+                      stacklevel=4)
+
+
 def _load_device(device: Any) -> Any:
     """``load(device=)`` as SB3's ``get_device``: "auto" and CUDA give the CPU (there is no GPU
     here), None; any other device goes to the constructor's check."""
@@ -334,6 +352,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                                       record_statistics=False), given)
         self.observation_space: spaces.Space = self.vector_env.single_observation_space
         self.action_space: spaces.Space = self.vector_env.single_action_space
+        if seed is not None:
+            self._seed_shared_generators(self.seed)
         try:
             check_relations(type(self).__name__, {**self._hyperparams, "n_envs": self.n_envs},
                             self.relations_not_applying)
@@ -744,6 +764,17 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         self.rng = self.generator.numpy
         self._env_seeded = False
         self._last_obs = None
+        if seed is not None:
+            self._seed_shared_generators(self.seed)
+
+    def _seed_shared_generators(self, seed: int) -> None:
+        """SB3's ``set_random_seed`` beyond the algorithm's own generators (a given seed only):
+        Python's and NumPy's global ones and the action space, which is the env's own object
+        when an env instance was given, so an env that draws from them (SB3's Identity and
+        sb3-contrib's InvalidAction envs) steps the same for the same seed."""
+        random.seed(seed)
+        np.random.seed(seed)
+        self.action_space.seed(seed)
 
     # ---- state ---------------------------------------------------------------------------------
     def get_state(self, include_replay_buffer: bool = True) -> dict[str, Any]:
@@ -775,7 +806,7 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
     def set_state(self, state: dict[str, Any]) -> None:
         state = self._upgrade_state(state)
         for k, m in self._modules().items():
-            m.load_state_dict(state["modules"][k])
+            _load_module_state(m, state["modules"][k])
         for k, o in self._optimizers().items():
             o.load_state_dict(state["optimizers"][k])
         c = state["counters"]

@@ -323,13 +323,14 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         if not self._collect(callback):
             return False
         self._update_progress()
-        self.policy.set_training_mode(True)  # (SB3's train() sets it)
-        self.train()
-        log = self._will_log()
         self._iteration_num += 1
-        if log:
+        if self.log_interval and self._iteration_num % self.log_interval == 0:
+            # SB3's order: the row is written before the update, with the previous update's
+            # train/ values; the last update's stay in logger.name_to_value after learn
             self._record_rollout_stats()
             self.logger.dump(self.num_timesteps)
+        self.policy.set_training_mode(True)  # (SB3's train() sets it)
+        self.train()
         return True
 
     # ---- the loss and the update --------------------------------------------------------------
@@ -388,8 +389,11 @@ class OnPolicyAlgorithm(BaseAlgorithm):
             lg.record("train/std", float(np.exp(self.policy.log_std._value).mean()))
 
     def _will_log(self) -> bool:
-        """Whether the current iteration's statistics will be dumped (computed only then)."""
-        return bool(self.log_interval) and (self._iteration_num + 1) % self.log_interval == 0
+        """Whether this update's statistics are read (computed only then): the next
+        iteration's row holds them, or it is the last update of ``learn`` (they stay in
+        ``logger.name_to_value``); an update in between would be overwritten unseen."""
+        return ((bool(self.log_interval) and (self._iteration_num + 1) % self.log_interval == 0)
+                or self.num_timesteps >= self._total_timesteps)
 
     # ---- shared pieces of the updates -------------------------------------------------------
     def _set_lr(self) -> float:
@@ -462,8 +466,22 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         return {"optimizer": self.optimizer}
 
     def _extra_state(self) -> dict[str, Any]:
-        return {"iteration": {"num": self._iteration_num}, **self._env_runner_state()}
+        return {"iteration": {"num": self._iteration_num}, "log_row": self._pending_log_row(),
+                **self._env_runner_state()}
 
     def _set_extra_state(self, state: dict[str, Any]) -> None:
         self._iteration_num = int(state.get("iteration", {}).get("num", 0))
+        row = state.get("log_row", {})
+        for k, v, ex in zip(row.get("keys", []), row.get("values", []), row.get("exclude", [])):
+            self.logger.record(k, np.asarray(v).item(), exclude=tuple(ex) or None)
         self._set_env_runner_state(state)
+
+    def _pending_log_row(self) -> dict[str, list[Any]]:
+        """The last update's values, waiting in the logger for the next row (SB3's order: a row
+        is written before its update): kept in checkpoints, so that a resumed run writes the
+        rows of the uninterrupted one."""
+        lg = self.logger
+        keys = [k for k, v in lg.name_to_value.items()
+                if isinstance(v, int | float | np.number) and not isinstance(v, bool)]
+        return {"keys": keys, "values": [np.asarray(lg.name_to_value[k]) for k in keys],
+                "exclude": [list(lg.name_to_excluded.get(k, ())) for k in keys]}

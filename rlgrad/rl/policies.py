@@ -19,7 +19,8 @@ from __future__ import annotations
 import math
 import os
 import pickle
-from typing import Any
+from collections import OrderedDict
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -217,6 +218,65 @@ def load_policy(cls: type, path: Any) -> nn.Module:
     return policy
 
 
+def module_aliases(module: nn.Module) -> list[tuple[str, str]]:
+    """``(alias, name)`` for each child registered again under ``alias`` after ``name`` (SB3's
+    ``pi_features_extractor`` and, when shared, ``vf_features_extractor``: the
+    ``features_extractor`` itself)."""
+    first: dict[int, str] = {}
+    out = []
+    for name, m in module._modules.items():
+        if m is None:
+            continue
+        if id(m) in first:
+            out.append((name, first[id(m)]))
+        else:
+            first[id(m)] = name
+    return out
+
+
+class AliasedStateDict:
+    """PyTorch's state dict of a module whose children are registered under several names:
+    every name lists the child's entries (rlgrad's ``Module`` lists a shared child once), so
+    the keys are SB3's, and a state dict without an alias's entries is missing keys, as in
+    PyTorch (SB3's load of a policy saved before SB3 1.7, which had no
+    ``pi_features_extractor``)."""
+
+    def state_dict(self, destination: dict | None = None, prefix: str = "",
+                   keep_vars: bool = False) -> dict[str, Any]:
+        me = cast(nn.Module, self)
+        own = nn.Module.state_dict(me, None, prefix, keep_vars)
+        aliases = dict(module_aliases(me))
+        out: dict[str, Any] = OrderedDict() if destination is None else destination
+        # PyTorch's order: the module's own entries, then each child's under each of its names
+        out.update((k, v) for k, v in own.items()
+                   if k[len(prefix):].split(".", 1)[0] not in me._modules)
+        for name in me._modules:
+            head, new = f"{prefix}{aliases.get(name, name)}.", f"{prefix}{name}."
+            out.update((new + k[len(head):], v) for k, v in own.items() if k.startswith(head))
+        return out
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True) -> nn.IncompatibleKeys:
+        me = cast(nn.Module, self)
+        aliases = module_aliases(me)
+        keys = list(nn.Module.state_dict(me, keep_vars=True))
+        expected = {alias + k[len(name):]: k for alias, name in aliases
+                    for k in keys if k.startswith(name + ".")}  # alias's key -> the child's
+        heads = tuple(f"{a}." for a, _ in aliases)
+        missing = [k for k in expected if k not in state_dict]
+        unexpected = [k for k in state_dict if k.startswith(heads) and k not in expected]
+        if strict and (missing or unexpected):
+            problems = [f"{what} key(s) in state_dict: " + ", ".join(f'"{k}"' for k in ks) + "."
+                        for what, ks in (("Missing", missing), ("Unexpected", unexpected)) if ks]
+            raise nn.StateDictError(f"Error(s) in loading state_dict for {type(me).__name__}:"
+                                    "\n\t" + "\n\t".join(problems))
+        res = nn.Module.load_state_dict(
+            me, {k: v for k, v in state_dict.items() if not k.startswith(heads)}, strict)
+        values = {k: state_dict[a] for a, k in expected.items() if a in state_dict}
+        if values:  # PyTorch loads each name in turn: the last name's values stay
+            nn.Module.load_state_dict(me, values, strict=False)
+        return nn.IncompatibleKeys(res.missing_keys + missing, res.unexpected_keys + unexpected)
+
+
 class SB3PolicyMethods:
     """SB3's ``BasePolicy`` methods on tensors, for a policy with ``observation_space``,
     ``_features`` and ``distribution_and_value``."""
@@ -275,7 +335,7 @@ class SB3PolicyMethods:
         return load_policy(cls, path)
 
 
-class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
+class ActorCriticPolicy(AliasedStateDict, SB3PolicyMethods, nn.Module):
     """SB3's ``ActorCriticPolicy`` (its constructor and state-dict keys): a features extractor
     (``FlattenExtractor`` for vectors, the CNN for images, ``CombinedExtractor`` for Dict
     observations, or ``features_extractor_class``), the ``mlp_extractor``'s policy and value
@@ -324,8 +384,10 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         self.optimizer_class, self.optimizer_kwargs = optimizer_class, optimizer_kwargs
         self.features_extractor = self.make_features_extractor()
         self.features_dim = self.features_extractor.features_dim
-        if not self.share_features_extractor:
-            self.vf_features_extractor = self.make_features_extractor()
+        # SB3's three names (>= 1.7): the actor's is the extractor; the critic's too when shared
+        self.pi_features_extractor = self.features_extractor
+        self.vf_features_extractor = (self.features_extractor if self.share_features_extractor
+                                      else self.make_features_extractor())
         custom = features_extractor_class is not None or isinstance(observation_space, spaces.Dict)
         if net_arch is None:  # SB3's: heads right on a CNN's features, else [64, 64] towers
             net_arch = [] if self.cnn and not custom else {"pi": [64, 64], "vf": [64, 64]}
@@ -572,7 +634,13 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         log-probability, in NumPy (tests/test_sb3_sde.py checks them against the Tensors')."""
         f = trunk_numpy(self._trunk, obs)
         latent = self._latent_np(f, True)
-        mean = mlp_numpy([self.action_net], latent)
+        actions, log_prob = self.sde_sample_numpy(latent, mlp_numpy([self.action_net], latent))
+        return actions, self.values_numpy(obs, f), log_prob
+
+    def sde_sample_numpy(self, latent: np.ndarray, mean: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """(actions, log-probabilities) of the gSDE distribution with means ``mean`` and noise
+        features ``latent`` (the policy tower's output), for the held exploration matrices."""
         std = self.sde_std()
         u = mean + sde_noise_numpy(latent, std * self.sde_weights)
         scale = np.sqrt(np.square(latent) @ np.square(std) + 1e-6)
@@ -582,9 +650,8 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         if self.squash_output:  # log p(tanh u) = log p(u) - sum log(1 - tanh(u)^2 + eps)
             actions = np.tanh(u)
             log_prob -= np.log(1.0 - np.square(actions) + 1e-6).sum(axis=1)
-        values = self.values_numpy(obs, f)
-        return (actions.reshape(len(obs), *self.action_shape).astype(np.float32, copy=False),
-                values, log_prob.astype(np.float32, copy=False))
+        return (actions.reshape(len(mean), *self.action_shape).astype(np.float32, copy=False),
+                log_prob.astype(np.float32, copy=False))
 
     def sde_std(self) -> np.ndarray:
         """The exploration matrices' std, (latent features, actions), as an array."""

@@ -69,14 +69,16 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
                  features_dim: int | None = None, normalize_images: bool | None = None,
                  share_features_extractor: bool = True, lstm_hidden_size: int = 256,
                  n_lstm_layers: int = 1, shared_lstm: bool = False,
-                 enable_critic_lstm: bool = True, lstm_kwargs: dict[str, Any] | None = None
-                 ) -> None:
+                 enable_critic_lstm: bool = True, lstm_kwargs: dict[str, Any] | None = None,
+                 use_sde: bool = False, full_std: bool = True, use_expln: bool = False,
+                 squash_output: bool = False) -> None:
         _check_lstm_options(shared_lstm, enable_critic_lstm, share_features_extractor)
         super().__init__(observation_space, action_space, net_arch=net_arch,
                          activation_fn=activation_fn, ortho_init=ortho_init,
                          log_std_init=log_std_init, normalize_images=normalize_images,
                          share_features_extractor=share_features_extractor, init_seed=init_seed,
-                         cnn=cnn, features_dim=features_dim)
+                         cnn=cnn, features_dim=features_dim, use_sde=use_sde, full_std=full_std,
+                         use_expln=use_expln, squash_output=squash_output)
         in_dim = self.features_dim
         # the critic's own CNN (share_features_extractor=False); vectors need no extractor
         self.vf_features_extractor = (self.vf_features_extractor
@@ -95,6 +97,11 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         self.mlp_extractor = MlpExtractor(H, {"pi": pi_arch, "vf": vf_arch}, activation_fn)
         self.action_net = nn.Linear(pi_arch[-1] if pi_arch else H, self.act_dim)
         self.value_net = nn.Linear(vf_arch[-1] if vf_arch else H, 1)
+        if self.use_sde:  # gSDE's noise reads the policy tower's output on the LSTM's
+            latent = self.mlp_extractor.latent_dim_pi
+            self.log_std = nn.Parameter(np.full((latent, self.act_dim if full_std else 1),
+                                                self.log_std_init, dtype=np.float32))
+            self.reset_noise(1)
         if ortho_init:  # sb3-contrib's gains (its LSTMs keep PyTorch's initialisation)
             from rlgrad.nn import init
 
@@ -158,9 +165,11 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, LSTMStates]:
         """(actions, values, log-probabilities, next states) of one step from ``states``."""
         lat_pi, lat_vf, nxt = self._latent_numpy(obs, states)
-        out = mlp_numpy([self.action_net], mlp_numpy(self.pi_net, lat_pi))
+        latent = mlp_numpy(self.pi_net, lat_pi)
+        out = mlp_numpy([self.action_net], latent)
         values = mlp_numpy([self.value_net], mlp_numpy(self.vf_net, lat_vf))[:, 0]
-        actions, log_prob = self.sample_numpy(out, rng)
+        actions, log_prob = (self.sde_sample_numpy(latent, out) if self.use_sde
+                             else self.sample_numpy(out, rng))
         return actions, values, log_prob, nxt
 
     def values_recurrent(self, obs: np.ndarray, vf_state: tuple[np.ndarray, np.ndarray]
@@ -175,9 +184,14 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
                           ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
         """Actions for ``obs`` from the actor's ``state``, and its next state."""
         lat_pi, _, nxt = self._latent_numpy(obs, LSTMStates(state, state), critic=False)
-        out = mlp_numpy([self.action_net], mlp_numpy(self.pi_net, lat_pi))
+        latent = mlp_numpy(self.pi_net, lat_pi)
+        out = mlp_numpy([self.action_net], latent)
         if deterministic:
             a = out.argmax(axis=1) if self.discrete else out.reshape(len(obs), *self.action_shape)
+            if self.squash_output:
+                a = np.tanh(a)
+        elif self.use_sde:  # the held exploration matrices (sb3-contrib's get_actions)
+            a = self.sde_sample_numpy(latent, out)[0]
         else:
             a = self.sample_numpy(out, rng)[0]
         return a, nxt.pi
@@ -193,7 +207,9 @@ class RecurrentActorCriticPolicy(ActorCriticPolicy):
         def act(x: np.ndarray) -> np.ndarray:
             st = start_state(self, state, episode_start, len(x))
             a, out["state"] = self.actions_recurrent(x, st, deterministic, default_generator.numpy)
-            if isinstance(self.action_space, spaces.Box):
+            if self.squash_output:  # tanh-squashed actions: onto the bounds (sb3-contrib's)
+                a = self.unscale_action(a)
+            elif isinstance(self.action_space, spaces.Box):
                 a = np.clip(a, self.action_space.low, self.action_space.high)
             return a
 

@@ -96,17 +96,16 @@ class RecurrentPPO(PPO):
         super()._apply_policy_name()
 
     def _build_policy(self, cnn: bool, extra: dict[str, Any]) -> Any:
-        if self.use_sde:  # (else the first rollout's reset_noise would fail deep in learn)
-            raise ValueError("RecurrentPPO: use_sde=True (gSDE) is not supported for the LSTM "
-                             "policies; leave use_sde=False (Gaussian exploration)")
         kw = dict(self.policy_kwargs)
         fe_kwargs = kw.pop("features_extractor_kwargs", None) or {}
         self.policy_kwargs = {**kw, **fe_kwargs}  # SB3's features_dim key, at the top level
         lstm = {"share_features_extractor": True, "lstm_hidden_size": 256, "n_lstm_layers": 1,
-                "shared_lstm": False, "enable_critic_lstm": True, "lstm_kwargs": None}
+                "shared_lstm": False, "enable_critic_lstm": True, "lstm_kwargs": None,
+                "full_std": True, "use_expln": False, "squash_output": False}
         try:
             return RecurrentActorCriticPolicy(
                 self._policy_observation_space(), self.action_space, cnn=cnn,
+                use_sde=self.use_sde,
                 **self.net_kwargs(net_arch=None, activation_fn="tanh", ortho_init=True,
                                   log_std_init=0.0, init_seed=None, normalize_images=None,
                                   **lstm, **extra))

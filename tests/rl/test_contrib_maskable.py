@@ -4,6 +4,8 @@ the eval callback, and the one-line errors."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -300,3 +302,37 @@ def test_a_batch_size_above_the_rollout_trains_on_the_whole_rollout() -> None:
     for p0, a, b in zip(before, big.policy.parameters(), small.policy.parameters()):
         assert not np.allclose(a.detach().numpy(), p0)
         np.testing.assert_allclose(a.detach().numpy(), b.detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_a_seed_makes_an_unseeded_env_instance_repeat_as_sb3_contribs() -> None:
+    """SB3's set_random_seed also seeds NumPy's global generator and the action space, the
+    env's own object: an env instance that draws from them (InvalidActionEnvDiscrete: its state
+    from the action space, its invalid actions from np.random) steps the same for the same
+    seed, and as sb3-contrib's after sb3-contrib's model seeded it."""
+    sb3c = pytest.importorskip("sb3_contrib")
+    from sb3_contrib.common.envs import InvalidActionEnvDiscrete as Theirs
+
+    runs = []
+    for _ in range(2):
+        env = InvalidActionEnvDiscrete(dim=20, n_invalid_actions=10)
+        m = MaskablePPO("MlpPolicy", env, n_steps=64, batch_size=64, seed=8)
+        m.learn(128)
+        runs.append([np.asarray(v).copy() for v in m.policy.state_dict().values()]
+                    + [m.rollout_buffer.actions.copy()])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+    def draws(model: Any, env: Any) -> list:  # 5 steps after the model's seed, 5 after seed 3
+        out = []
+        for seed in (None, 3):
+            if seed is not None:
+                model.set_random_seed(seed)
+            for _ in range(5):
+                env.step(0)
+                out.append((int(env.state), env.action_masks()))
+        return out
+
+    ours, theirs = (InvalidActionEnvDiscrete(dim=20, n_invalid_actions=10),
+                    Theirs(dim=20, n_invalid_actions=10))
+    mine = draws(MaskablePPO("MlpPolicy", ours, seed=8), ours)  # (one global NumPy generator:
+    ref = draws(sb3c.MaskablePPO("MlpPolicy", theirs, seed=8, device="cpu"), theirs)  # in turn)
+    assert mine == ref

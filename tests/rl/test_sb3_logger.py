@@ -149,3 +149,29 @@ def test_monitor_files_read_back_as_sb3s(tmp_path) -> None:
     np.testing.assert_array_equal(mine["l"], theirs["l"])
     with pytest.raises(Exception, match="No monitor files"):
         load_results(str(tmp_path / "none"))
+
+
+@pytest.mark.parametrize("algo", ["A2C", "PPO"])
+def test_rows_are_dumped_before_the_update_as_sb3s(algo: str) -> None:
+    """SB3's on-policy loop writes a row (every ``log_interval`` iterations) before the update:
+    the row holds the previous update's train/ values, and after ``learn`` the last update's
+    stay in ``logger.name_to_value``. Same rows (their train/n_updates) as SB3 itself."""
+    import stable_baselines3 as sb3
+
+    import rlgrad.rl
+
+    kw = dict(n_steps=8, seed=0) | ({"batch_size": 8, "n_epochs": 2} if algo == "PPO" else {})
+    rows: dict[str, list] = {}
+    for name, mod in (("ours", rlgrad.rl), ("sb3", sb3)):
+        m = getattr(mod, algo)("MlpPolicy", "CartPole-v1", **kw)
+        logger = (ours if name == "ours" else sb3_logger).configure(None, [])
+        seen: list = []
+        logger.dump = lambda step=0, logger=logger, seen=seen: (
+            seen.append(logger.name_to_value.get("train/n_updates")),
+            logger.name_to_value.clear())
+        m.set_logger(logger)
+        m.learn(5 * 8, log_interval=2)
+        rows[name] = seen + [m.logger.name_to_value["train/n_updates"]]
+        assert np.isfinite(m.logger.name_to_value["train/loss"])
+    per = 2 if algo == "PPO" else 1  # updates per iteration
+    assert rows["ours"] == rows["sb3"] == [per, 3 * per, 5 * per]

@@ -434,3 +434,69 @@ def test_sac_takes_sb3s_action_noise_on_its_sampled_actions():
     noise = (np.float32(0.3) * rng.standard_normal((5, 1))).astype(np.float32)
     np.testing.assert_allclose(got, np.clip(sample + noise, -1.0, 1.0), rtol=1e-6)
     assert not np.allclose(got, sample)
+
+
+# ---- SB3's three extractor names (pi_/vf_features_extractor) and their state-dict entries -----
+def _torch_linear_extractor():
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+    class Linear8(BaseFeaturesExtractor):
+        def __init__(self, observation_space, features_dim: int = 8):
+            super().__init__(observation_space, features_dim)
+            self.linear = th.nn.Sequential(th.nn.Linear(observation_space.shape[0], features_dim),
+                                           th.nn.ReLU())
+
+        def forward(self, observations):
+            return self.linear(observations)
+
+    return Linear8
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_extractor_names_and_state_dict_are_sb3s(shared):
+    kw = dict(n_steps=32, batch_size=32, seed=0)
+    ours = PPO("MlpPolicy", "Pendulum-v1", policy_kwargs=dict(
+        features_extractor_class=_linear_extractor(), share_features_extractor=shared), **kw)
+    theirs = _sb3("PPO", "Pendulum-v1", policy_kwargs=dict(
+        features_extractor_class=_torch_linear_extractor(), share_features_extractor=shared), **kw)
+    pol = ours.policy
+    assert pol.pi_features_extractor is pol.features_extractor
+    assert (pol.vf_features_extractor is pol.features_extractor) == shared
+    assert list(pol.state_dict()) == list(theirs.policy.state_dict())  # names and order
+    assert _shapes(pol.state_dict()) == _shapes(theirs.policy.state_dict())
+    assert len(list(pol.parameters())) == len(list(theirs.policy.parameters()))
+    # SB3's state dict (every name listed) loads exactly; an alias's values are the extractor's
+    sd = {k: v.numpy() + 1.0 for k, v in theirs.policy.state_dict().items()}
+    assert pol.load_state_dict(sd) == ([], [])
+    np.testing.assert_array_equal(pol.features_extractor.linear[0].weight.detach().numpy(),
+                                  sd["pi_features_extractor.linear.0.weight"])
+    with pytest.raises(RuntimeError, match='Missing key.*"pi_features_extractor.linear.0.bias"'):
+        pol.load_state_dict({k: v for k, v in sd.items() if not k.startswith("pi_")})
+    res = pol.load_state_dict({k: v for k, v in sd.items() if not k.startswith("pi_")},
+                              strict=False)
+    assert res.missing_keys == ["pi_features_extractor.linear.0.weight",
+                                "pi_features_extractor.linear.0.bias"]
+    with pytest.raises(RuntimeError, match="Unexpected key.*pi_features_extractor.x"):
+        pol.load_state_dict({**sd, "pi_features_extractor.x": sd["log_std"]})
+
+
+def test_a_model_saved_without_pi_features_extractor_loads_with_sb3s_warning(tmp_path):
+    # SB3 < 1.7 had no pi_features_extractor: SB3's load warns, loads the rest and goes on
+    from rlgrad.rl.common.envs import FakeImageEnv
+
+    env = FakeImageEnv(screen_height=36, screen_width=36, n_channels=1, discrete=False)
+    m = A2C("CnnPolicy", env, n_steps=8, seed=0, policy_kwargs=dict(net_arch=[8]))
+    m.learn(16)
+    m.save(tmp_path / "new")
+    with warnings.catch_warnings():  # the complete model loads without a warning
+        warnings.simplefilter("error")
+        A2C.load(tmp_path / "new", env=env)
+    del m.policy.pi_features_extractor
+    assert not any(k.startswith("pi_") for k in m.policy.state_dict())
+    m.save(tmp_path / "old")
+    with pytest.warns(UserWarning, match="SB3 < 1.7.0"):
+        m2 = A2C.load(tmp_path / "old", env=env)
+    assert m2.policy.pi_features_extractor is m2.policy.features_extractor
+    for k, v in m.policy.state_dict().items():
+        np.testing.assert_array_equal(np.asarray(v), np.asarray(m2.policy.state_dict()[k]))
+    m2.learn(16)
