@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from rlgrad.batching import BatchedTensor
 from rlgrad.nn import functional as F
 from rlgrad.nn.layers import Conv2d, Flatten, Linear, ReLU, Sequential
 from rlgrad.tensor import Tensor, _Trace, constant, get_default_dtype
@@ -60,7 +61,9 @@ def _plain_values(x: Any, params: Sequence[Any]) -> list[np.ndarray] | None:
     if not (PLAIN_ACTING and type(x) is np.ndarray and x.ndim == 4 and not is_grad_enabled()
             and _Trace.tape is None):
         return None
-    vals = [p._value if isinstance(p, Tensor) else p for p in params]
+    # plain Tensors or arrays only (a BatchedTensor, vmap's, is a Tensor whose array is a stack)
+    vals = [p._value if isinstance(p, Tensor) and not isinstance(p, BatchedTensor) else p
+            for p in params]
     return vals if all(type(v) is np.ndarray for v in vals) else None
 
 

@@ -197,10 +197,15 @@ def test_plain_acting_gives_the_recorded_paths_bits(monkeypatch, dtype):
     nets = [(NatureCNN((1, 64, 64), 256, dtype=dtype), rng.integers(0, 256, (3, 1, 64, 64))),
             (NatureCNN((4, 84, 84), dtype=dtype), rng.integers(0, 256, (1, 4, 84, 84))),
             (MinAtarCNN((4, 10, 10), dtype=dtype), rng.integers(0, 2, (2, 4, 10, 10)))]
+    plain = []
+    trunk = cnn._plain_trunk
+    monkeypatch.setattr(cnn, "_plain_trunk", lambda *a: plain.append(1) or trunk(*a))
     for net, x in nets:
         x = x.astype(np.uint8)
         with rlgrad.no_grad():
+            plain.clear()
             fast = net(x)
+            assert plain == [1]  # the plain path was taken
             monkeypatch.setattr(cnn, "PLAIN_ACTING", False)
             ref = net(x)
             monkeypatch.setattr(cnn, "PLAIN_ACTING", True)
@@ -270,3 +275,17 @@ def test_relu_on_a_channels_last_view_gives_numpys_bits():
     assert got.transpose(0, 2, 3, 1).flags.c_contiguous
     out = np.empty(x.shape, np.float32)  # NCHW memory: NumPy's path
     np.testing.assert_array_equal(ops._relu(x, out=out), np.maximum(x, 0))
+
+
+def test_plain_acting_leaves_vmapped_parameters_to_the_recorded_path():
+    """Under vmap (an ensemble's stacked parameters, a shared NumPy batch, gradients off) the
+    trunk runs member by member as the recorded path does, not on the stacked arrays."""
+    rlgrad.random.seed(3)
+    nets = [MinAtarCNN((2, 10, 10), 8, dtype=np.float64) for _ in range(3)]
+    x = np.random.default_rng(11).integers(0, 2, (4, 2, 10, 10)).astype(np.uint8)
+    params, bufs = rlgrad.func.stack_module_state(nets)
+    with rlgrad.no_grad():
+        got = rlgrad.func.vmap(lambda p, b: rlgrad.func.functional_call(nets[0], (p, b), (x,)),
+                               in_dims=(0, 0))(params, bufs)
+        want = [net(x)._value for net in nets]
+    np.testing.assert_allclose(_array(got), np.stack(want), rtol=1e-12, atol=1e-12)
