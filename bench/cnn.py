@@ -12,6 +12,12 @@ weight gradient, on its two paths: im2col + GEMM and the row-folded one (``conv2
 ``_FOLD_ROWS``: one GEMM over half the columns and two shifted adds), in CPU time of the process
 (``process_time``), interleaved rounds, ratio per round.
 
+``--layers`` times each pass of the CNN on SB3's ``SimpleMultiObsEnv`` image (1x64x64, 256
+features; issue 28's Dict-observation PPO) at batch 64 (an update) and 1 (a rollout step) in CPU
+time: rlgrad (C column copies, conv+ReLU in one pass), its reference (``_C_COLUMNS`` off),
+PyTorch's (oneDNN) and the GEMM of the same shape alone, with the sums scaled to the PPO run's
+128 updates and 2048 steps: how far the convolutions are from this BLAS's floor.
+
 ``--input-grad`` times the input gradients of conv2 (4x4 stride 2) and conv3 (3x3 stride 1) at
 batch 32, and the whole forward + backward at batch 32, on col2im (one GEMM, then one strided add
 per kernel offset) and on ``conv2d``'s other paths (``_INPUT_GRAD_PATHS``: sub-pixel for stride 2,
@@ -176,7 +182,96 @@ def input_grad_rows(repeats: int = 9, calls: int = 20) -> list[tuple[str, float,
     model = NatureCNN()
     cases["forward + backward, batch 32 (update)"] = _cases(model, rng)[
         "forward + backward, batch 32 (update)"]["rlgrad"]
-    return _flag_rows(cases, "_INPUT_GRAD_PATHS", repeats, calls)
+    saved, F._C_COLUMNS = F._C_COLUMNS, False  # (the other paths are taken with NumPy's col2im)
+    try:
+        return _flag_rows(cases, "_INPUT_GRAD_PATHS", repeats, calls)
+    finally:
+        F._C_COLUMNS = saved
+
+
+# SB3's SimpleMultiObsEnv image (1x64x64) through the Nature CNN: (name, input C, H, out, k, s)
+_MULTI_LAYERS = (("conv1 8x8/4 1->32", 1, 64, 32, 8, 4), ("conv2 4x4/2 32->64", 32, 15, 64, 4, 2),
+                 ("conv3 3x3/1 64->64", 64, 6, 64, 3, 1))
+
+
+def _layer_fns(n: int, c: int, h: int, o: int, k: int, s: int,
+               torch: Any) -> dict[str, dict[str, Callable[[], Any]]]:
+    """pass -> {implementation: call} for one conv layer at batch ``n`` (float32): rlgrad with
+    its fast paths and with ``_C_COLUMNS`` off, torch's (oneDNN) forward and its backward for
+    the one gradient, and the GEMM of that pass's shape alone (the floor)."""
+    rng = np.random.default_rng(0)
+    x = np.ascontiguousarray(rng.random((n, h, h, c), dtype=np.float32)).transpose(0, 3, 1, 2)
+    w = (rng.standard_normal((o, c, k, k)) * 0.05).astype(np.float32)
+    b = np.zeros(o, np.float32)
+    oh = (h - k) // s + 1
+    g = np.ascontiguousarray(rng.standard_normal((n, oh, oh, o), dtype=np.float32)).transpose(
+        0, 3, 1, 2)
+    rows, kk = n * oh * oh, c * k * k
+    a, bm, gm = (rng.random(shape, dtype=np.float32) for shape in ((rows, kk), (kk, o), (rows, o)))
+
+    def switched(on: bool, fn: Callable[[], Any]) -> Callable[[], Any]:
+        def call() -> Any:
+            F._C_COLUMNS = on
+            return fn()
+        return call
+
+    ours = {"fwd + ReLU": lambda: F._conv2d_relu(x, w, b, s),
+            "input grad": lambda: F._conv2d_input_grad_fwd(g, w, s, 0, x.shape),
+            "weight grad": lambda: F._conv2d_weight_grad_fwd(x, g, s, 0, w.shape)}
+    gemm = {"fwd + ReLU": lambda: a @ bm, "input grad": lambda: gm @ bm.T,
+            "weight grad": lambda: gm.T @ a}
+    out = {p: {"rlgrad": switched(True, fn), "reference": switched(False, fn), "GEMM": gemm[p]}
+           for p, fn in ours.items()}
+    if torch is not None:
+        tx, tw, tb, tg = (torch.from_numpy(np.ascontiguousarray(v)) for v in (x, w, b, g))
+        back = torch.ops.aten.convolution_backward
+        args = ([o], [s, s], [0, 0], [1, 1], False, [0, 0], 1)
+        out["fwd + ReLU"]["PyTorch"] = lambda: torch.relu(torch.conv2d(tx, tw, tb, s))
+        out["input grad"]["PyTorch"] = lambda: back(tg, tx, tw, *args, [True, False, False])
+        out["weight grad"]["PyTorch"] = lambda: back(tg, tx, tw, *args, [False, True, True])
+    return out
+
+
+def layer_rows(repeats: int = 7) -> list[dict[str, Any]]:
+    """CPU microseconds per call of every conv pass of the SimpleMultiObsEnv CNN, at the update's
+    batch 64 and the rollout's batch 1 (forward only; the first layer's input gradient is never
+    taken: its input is data)."""
+    torch = _timing.torch_or_none()
+    rows = []
+    for n in (64, 1):
+        for name, c, h, o, k, s in _MULTI_LAYERS:
+            for pas, fns in _layer_fns(n, c, h, o, k, s, torch).items():
+                if (pas == "input grad" and c == 1) or (n == 1 and pas != "fwd + ReLU"):
+                    continue  # (conv1's input is data; a rollout step only runs forward)
+                ours, ref = fns["rlgrad"](), fns["reference"]()
+                err = np.linalg.norm(ours - ref) / max(float(np.linalg.norm(ref)), 1e-30)
+                if not err < 1e-5:
+                    raise AssertionError(f"bench/cnn.py: {name} {pas}: the fast paths and the "
+                                         f"reference disagree (relative error {err:.1e})")
+                t = _timing.interleaved(fns, repeats, 0.05, clock=time.process_time)
+                oh = (h - k) // s + 1
+                rows.append({"layer": f"{name}, batch {n}", "pass": pas,
+                             "gflop": 2e-9 * n * oh * oh * c * k * k * o,
+                             **{impl: float(np.median(v)) * 1e6 for impl, v in t.items()}})
+    F._C_COLUMNS = True
+    return rows
+
+
+def layer_table(rows: list[dict[str, Any]]) -> str:
+    """The per-pass rows, then the sums per update (batch 64) and per rollout step (batch 1)
+    beside the GEMMs alone: the convolutions' floor on this machine's BLAS."""
+    impls = [k for k in ("rlgrad", "reference", "PyTorch", "GEMM") if k in rows[0]]
+    lines = ["| layer | pass | " + " | ".join(f"{i} (µs)" for i in impls) + " | GEMM GFLOP/s |",
+             "|---|---|" + "---:|" * (len(impls) + 1)]
+    for r in rows:
+        lines.append(f"| {r['layer']} | {r['pass']} | " + " | ".join(f"{r[i]:,.0f}" for i in impls)
+                     + f" | {r['gflop'] / r['GEMM'] * 1e6:.0f} |")
+    for n, times in (("64", 128), ("1", 2048)):
+        sub = [r for r in rows if r["layer"].endswith(f"batch {n}")]
+        sums = {i: sum(r[i] for r in sub) for i in impls}
+        lines.append(f"| all, batch {n} | sum (x{times} in the PPO run: s) | " + " | ".join(
+            f"{sums[i]:,.0f} ({sums[i] * times * 1e-6:.2f} s)" for i in impls) + " | |")
+    return "\n".join(lines)
 
 
 def conv1_table(rows: list[tuple[str, float, float, float]],
@@ -204,9 +299,15 @@ def main() -> None:
     ap.add_argument("--conv1", action="store_true", help="conv1's two paths only (CPU time)")
     ap.add_argument("--input-grad", action="store_true",
                     help="conv2/conv3 input gradients: col2im vs the other paths (CPU time)")
+    ap.add_argument("--layers", action="store_true",
+                    help="SimpleMultiObsEnv's CNN per layer and pass: rlgrad, its reference, "
+                         "PyTorch, the GEMM alone (CPU time)")
     args = ap.parse_args()
     repeats, min_time = (3, 0.3) if args.quick else (args.repeats, 1.0)
     print(f"rlgrad {rlgrad.__version__}, NumPy {np.__version__}, one BLAS thread")
+    if args.layers:
+        print(layer_table(layer_rows(min(repeats, 7))))
+        return
     if args.conv1:
         print(conv1_table(conv1_rows(repeats)))
         return

@@ -13,7 +13,8 @@
      weight's columns); live_columns, take_columns,
      put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py); lstm_gates, lstm_dgates,
      gru_gates, gru_state, gru_dgates, gru_pre (the recurrent cells' elementwise work,
-     rlgrad/nn/cells.py): below, each where it is.
+     rlgrad/nn/cells.py); conv_cols, conv_col2im (conv2d's column copies): below, each where it
+     is.
    * lstm_seq_fwd, lstm_seq_bwd: a float32 LSTM sequence's whole loop, GEMMs included, one call
      each way. The exception to the rule below: their tanh is their own (within 3 ulp, not
      NumPy's bits), so their reference is the NumPy loop at float32 precision
@@ -1258,6 +1259,133 @@ static PyObject *gru_pre(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return done_strided(buf, 3, fits);
 }
 
+/* ---- conv2d's column copies (rlgrad/nn/functional.py: _Blocks, _Folded, _col2im_input_grad) ----
+   conv_cols: im2col of a padded channels-last input (N, Hp, Wp, C): row (n, y, x) of the
+   columns is the receptive field of output (y, x), kh runs of kw*C contiguous numbers. NumPy
+   copies the 6-D strided window with one inner-loop call per kw*C run (8 numbers for a 1-channel
+   8x8 kernel) and its iterator's setup per call (~40 us of a 100 us batch-1 conv); here one
+   loop. A copy: the same numbers.
+   conv_col2im: the adjoint, gx[n, y*sh + i, x*sw + j, :] += cols[(n, y, x), (i, j, :)], per
+   sample, kernel offsets (i, j) in increasing order, so each element receives the same adds in
+   the same order as NumPy's one strided add per offset over the block (bitwise the same). */
+#define CONV_COLS_LOOP(T)                                                                          \
+    CLONES static void conv_cols_##T(const T *restrict x, T *restrict cols, Py_ssize_t m,          \
+                                     Py_ssize_t hp, Py_ssize_t wp, Py_ssize_t c, Py_ssize_t kh,    \
+                                     Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t oh,   \
+                                     Py_ssize_t ow) {                                              \
+        Py_ssize_t run = kw * c;                                                                   \
+        for (Py_ssize_t n = 0; n < m; n++)                                                         \
+            for (Py_ssize_t y = 0; y < oh; y++)                                                    \
+                for (Py_ssize_t xo = 0; xo < ow; xo++) {                                           \
+                    const T *src = x + ((n * hp + y * sh) * wp + xo * sw) * c;                     \
+                    for (Py_ssize_t i = 0; i < kh; i++, cols += run) {                             \
+                        const T *r = src + i * wp * c;                                             \
+                        if (run == 8) /* a 1-channel 8-wide kernel's rows: one vector each */      \
+                            for (int a = 0; a < 8; a++) cols[a] = r[a];                            \
+                        else                                                                       \
+                            memcpy(cols, r, (size_t)run * sizeof(T));                              \
+                    }                                                                              \
+                }                                                                                  \
+    }
+
+CONV_COLS_LOOP(float)
+CONV_COLS_LOOP(double)
+
+#define CONV_COL2IM_LOOP(T)                                                                        \
+    CLONES static void conv_col2im_##T(const T *restrict cols, T *restrict gx, Py_ssize_t m,       \
+                                       Py_ssize_t hp, Py_ssize_t wp, Py_ssize_t c, Py_ssize_t kh,  \
+                                       Py_ssize_t kw, Py_ssize_t sh, Py_ssize_t sw, Py_ssize_t oh, \
+                                       Py_ssize_t ow) {                                            \
+        Py_ssize_t k = kh * kw * c;                                                                \
+        for (Py_ssize_t n = 0; n < m; n++)                                                         \
+            for (Py_ssize_t i = 0; i < kh; i++)                                                    \
+                for (Py_ssize_t j = 0; j < kw; j++)                                                \
+                    for (Py_ssize_t y = 0; y < oh; y++) {                                          \
+                        const T *src = cols + (n * oh + y) * ow * k + (i * kw + j) * c;            \
+                        T *dst = gx + ((n * hp + y * sh + i) * wp + j) * c;                        \
+                        for (Py_ssize_t xo = 0; xo < ow; xo++, src += k) {                         \
+                            T *d = dst + xo * sw * c;                                              \
+                            for (Py_ssize_t a = 0; a < c; a++) d[a] = d[a] + src[a];               \
+                        }                                                                          \
+                    }                                                                              \
+    }
+
+CONV_COL2IM_LOOP(float)
+CONV_COL2IM_LOOP(double)
+
+/* The geometry (kh, kw, sh, sw, oh, ow) of a conv_cols / conv_col2im call from args[2..8),
+   checked against the image buffer (m, Hp, Wp, C) and the columns (m*oh*ow, kh*kw*C). */
+static int conv_geometry(PyObject *const *args, const Py_buffer *img, const Py_buffer *cols,
+                         Py_ssize_t g[6]) {
+    for (int i = 0; i < 6; i++) {
+        g[i] = PyLong_AsSsize_t(args[2 + i]);
+        if (g[i] < 1) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    if (img->ndim != 4 || cols->ndim != 2) return 0;
+    Py_ssize_t m = img->shape[0], hp = img->shape[1], wp = img->shape[2], c = img->shape[3];
+    return (g[4] - 1) * g[2] + g[0] <= hp && (g[5] - 1) * g[3] + g[1] <= wp
+           && cols->shape[0] == m * g[4] * g[5] && cols->shape[1] == g[0] * g[1] * c
+           && !overlap(img, cols);
+}
+
+PyDoc_STRVAR(conv_cols_doc,
+"conv_cols(x, cols, kh, kw, sh, sw, oh, ow) -> bool\n\n"
+"cols (m*oh*ow, kh*kw*C) = the receptive fields of x (m, Hp, Wp, C): row (n, y, x) holds\n"
+"x[n, y*sh:y*sh+kh, x*sw:x*sw+kw, :]. C-contiguous float32/float64 of one dtype, apart. False\n"
+"(nothing written) if they do not fit.");
+
+static PyObject *conv_cols(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "conv_cols(x, cols, kh, kw, sh, sw, oh, ow) takes 8 "
+                                         "arguments");
+        return NULL;
+    }
+    Py_buffer b[2];
+    if (!take(args, 2, 1, b)) Py_RETURN_FALSE;
+    Py_ssize_t g[6];
+    char k = kind_of(&b[0]);
+    int fits = k && kind_of(&b[1]) == k && conv_geometry(args, &b[0], &b[1], g);
+    const Py_ssize_t *s = b[0].shape;
+    if (fits && k == 'f')
+        conv_cols_float(b[0].buf, b[1].buf, s[0], s[1], s[2], s[3], g[0], g[1], g[2], g[3], g[4],
+                        g[5]);
+    else if (fits)
+        conv_cols_double(b[0].buf, b[1].buf, s[0], s[1], s[2], s[3], g[0], g[1], g[2], g[3], g[4],
+                         g[5]);
+    return done(b, 2, fits);
+}
+
+PyDoc_STRVAR(conv_col2im_doc,
+"conv_col2im(gx, cols, kh, kw, sh, sw, oh, ow) -> bool\n\n"
+"gx (m, Hp, Wp, C)[n, y*sh+i, x*sw+j, :] += cols (m*oh*ow, kh*kw*C)[(n, y, x), (i, j, :)], per\n"
+"sample for (i, j) in increasing order (conv_cols' adjoint). C-contiguous float32/float64 of\n"
+"one dtype, apart. False (nothing written) if they do not fit.");
+
+static PyObject *conv_col2im(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "conv_col2im(gx, cols, kh, kw, sh, sw, oh, ow) takes 8 "
+                                         "arguments");
+        return NULL;
+    }
+    PyObject *objs[2] = {args[1], args[0]};  /* cols read, gx written */
+    Py_buffer b[2];
+    if (!take(objs, 2, 1, b)) Py_RETURN_FALSE;
+    Py_ssize_t g[6];
+    char k = kind_of(&b[1]);
+    int fits = k && kind_of(&b[0]) == k && conv_geometry(args, &b[1], &b[0], g);
+    const Py_ssize_t *s = b[1].shape;
+    if (fits && k == 'f')
+        conv_col2im_float(b[0].buf, b[1].buf, s[0], s[1], s[2], s[3], g[0], g[1], g[2], g[3], g[4],
+                          g[5]);
+    else if (fits)
+        conv_col2im_double(b[0].buf, b[1].buf, s[0], s[1], s[2], s[3], g[0], g[1], g[2], g[3],
+                           g[4], g[5]);
+    return done(b, 2, fits);
+}
+
 static PyMethodDef methods[] = {
     {"sum_rows", (PyCFunction)(void (*)(void))sum_rows, METH_FASTCALL, sum_rows_doc},
     {"tanh_grad", (PyCFunction)(void (*)(void))tanh_grad, METH_FASTCALL, tanh_grad_doc},
@@ -1279,6 +1407,8 @@ static PyMethodDef methods[] = {
     {"gru_state", (PyCFunction)(void (*)(void))gru_state, METH_FASTCALL, gru_state_doc},
     {"gru_dgates", (PyCFunction)(void (*)(void))gru_dgates, METH_FASTCALL, gru_dgates_doc},
     {"gru_pre", (PyCFunction)(void (*)(void))gru_pre, METH_FASTCALL, gru_pre_doc},
+    {"conv_cols", (PyCFunction)(void (*)(void))conv_cols, METH_FASTCALL, conv_cols_doc},
+    {"conv_col2im", (PyCFunction)(void (*)(void))conv_col2im, METH_FASTCALL, conv_col2im_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -363,10 +363,12 @@ export(softplus, numpy=False, torch="softplus()", promote="float")
 def _relu(x: Any, out: Any = None) -> Any:
     """``np.maximum(x, 0)``; one C pass for a float array (``_kernels.relu``, the same bits:
     NumPy's maximum with a scalar runs ~2x slower)."""
-    if (_kernels is not None and type(x) is np.ndarray and x.dtype.char in "fd"
-            and x.flags.c_contiguous):  # (a conv's channels-last view keeps NumPy's layout)
-        res = np.empty_like(x) if out is None else out
-        if _kernels.relu(x, res):
+    if _kernels is not None and type(x) is np.ndarray and x.dtype.char in "fd":
+        res = np.empty_like(x) if out is None else out  # (keeps x's memory order)
+        if x.flags.c_contiguous and _kernels.relu(x, res):
+            return res
+        # a conv's output: an NCHW view of channels-last memory, as it is
+        if x.ndim == 4 and _kernels.relu(x.transpose(0, 2, 3, 1), res.transpose(0, 2, 3, 1)):
             return res
     return np.maximum(x, 0, out=out)
 
@@ -376,10 +378,13 @@ def _relu_grad(g: Any, x: Any, out: Any = None) -> Any:
     (``_kernels.relu_grad``, the same bits) instead of a comparison, then a float-by-bool
     multiply (NumPy casts the mask on the fly: ~3x the C pass)."""
     if (_kernels is not None and type(g) is np.ndarray and type(x) is np.ndarray
-            and g.shape == x.shape and g.dtype == x.dtype and g.dtype.char in "fd"
-            and g.flags.c_contiguous and x.flags.c_contiguous):
-        res = np.empty_like(g) if out is None else out
-        if _kernels.relu_grad(g, x, res):
+            and g.shape == x.shape and g.dtype == x.dtype and g.dtype.char in "fd"):
+        res = np.empty_like(g) if out is None else out  # (empty_like keeps g's memory order)
+        if g.flags.c_contiguous and x.flags.c_contiguous and _kernels.relu_grad(g, x, res):
+            return res
+        # a conv's output and its gradient: NCHW views of channels-last memory, as they are
+        if (g.ndim == 4 and _kernels.relu_grad(g.transpose(0, 2, 3, 1), x.transpose(0, 2, 3, 1),
+                                               res.transpose(0, 2, 3, 1))):
             return res
     return np.multiply(g, np.greater(x, 0), out=out)
 

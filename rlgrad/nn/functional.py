@@ -320,11 +320,41 @@ class _Blocks:
 
     def im2col(self, xp: np.ndarray, n0: int, m: int, cols: np.ndarray) -> np.ndarray:
         """Write samples n0..n0+m of the padded NHWC input's receptive fields into ``cols``."""
-        s0, s1, s2, s3 = xp.strides
-        win = as_strided(xp[n0:], (m, self.oh, self.ow, self.kh, self.kw, self.c),
-                         (s0, s1 * self.st[0], s2 * self.st[1], s1, s2, s3), writeable=False)
-        np.copyto(cols.reshape(win.shape), win)
+        return _im2col(xp[n0:n0 + m], cols, (self.kh, self.kw), self.st, (self.oh, self.ow))
+
+
+# The column copies in one C loop each (rlgrad._kernels' conv_cols / conv_col2im: NumPy's
+# strided copy and adds make one inner-loop call per run of kw*C or C numbers); off: NumPy's
+# (the reference: tests/nn/test_conv_kernels.py compares them bit for bit).
+_C_COLUMNS = True
+
+
+def _im2col(xp: np.ndarray, cols: np.ndarray, k: tuple[int, int], st: tuple[int, int],
+            ohw: tuple[int, int]) -> np.ndarray:
+    """``cols`` (m*oh*ow, kh*kw*C) = the (kh, kw) windows at strides ``st`` of the padded NHWC
+    ``xp`` (m, Hp, Wp, C), ``ohw`` of them per sample."""
+    kern = ops._kernels
+    if _C_COLUMNS and kern is not None and kern.conv_cols(xp, cols, *k, *st, *ohw):
         return cols
+    s0, s1, s2, s3 = xp.strides
+    win = as_strided(xp, (xp.shape[0], *ohw, *k, xp.shape[3]),
+                     (s0, s1 * st[0], s2 * st[1], s1, s2, s3), writeable=False)
+    np.copyto(cols.reshape(win.shape), win)
+    return cols
+
+
+def _col2im(gx: np.ndarray, cols: np.ndarray, k: tuple[int, int], st: tuple[int, int],
+            ohw: tuple[int, int]) -> None:
+    """``gx`` (m, Hp, Wp, C) += the columns (m*oh*ow, kh*kw*C) at their windows (``_im2col``'s
+    adjoint), one strided add per kernel offset."""
+    kern = ops._kernels
+    if _C_COLUMNS and kern is not None and kern.conv_col2im(gx, cols, *k, *st, *ohw):
+        return
+    (kh, kw), (sh, sw), (oh, ow) = k, st, ohw
+    d = cols.reshape(gx.shape[0], oh, ow, kh, kw, gx.shape[3])
+    for i in range(kh):
+        for j in range(kw):
+            gx[:, i:i + sh * oh:sh, j:j + sw * ow:sw] += d[:, :, :, i, j]
 
 
 def _check_conv(x: np.ndarray, weight: np.ndarray, st: tuple[int, int],
@@ -349,23 +379,64 @@ def _check_conv(x: np.ndarray, weight: np.ndarray, st: tuple[int, int],
 
 def _conv2d_fwd(x: np.ndarray, weight: np.ndarray, bias: Any = None, stride: Any = 1,
                 padding: Any = 0) -> np.ndarray:
+    return _conv2d_run(x, weight, bias, stride, padding, False, None)
+
+
+def _conv2d_relu(x: np.ndarray, weight: np.ndarray, bias: Any = None, stride: Any = 1,
+                 padding: Any = 0, out: np.ndarray | None = None) -> np.ndarray:
+    """``relu(conv2d(x, weight, bias))`` with the bias add and the ReLU in one pass over each
+    block of the output while it is in cache (the same bits as the two calls): what
+    ``rlgrad.jit`` runs for a convolution whose output only its ReLU reads, and the CNN trunks'
+    acting (rlgrad.rl.cnn)."""
+    return _conv2d_run(x, weight, bias, stride, padding, True, out)
+
+
+def _nhwc_rows(out: np.ndarray | None, shape: tuple[int, ...], dt: Any) -> np.ndarray | None:
+    """``out`` (N, O, OH, OW) as the (N*OH*OW, O) rows of its NHWC memory (a view), if it is laid
+    out so and fits ``shape`` (NHWC) and ``dt``; else None."""
+    if out is None or out.dtype != dt or out.shape != (shape[0], shape[3], shape[1], shape[2]):
+        return None
+    v = out.transpose(0, 2, 3, 1)
+    return v.reshape(-1, shape[3]) if v.flags.c_contiguous else None
+
+
+def _conv2d_run(x: np.ndarray, weight: np.ndarray, bias: Any, stride: Any, padding: Any,
+                relu: bool, out: np.ndarray | None) -> np.ndarray:
+    """conv2d (then ReLU if ``relu``), written into ``out`` when given (any layout)."""
     if weight.ndim == 5:
-        return _stacked_fwd(x, weight, bias, stride, padding)
+        y = _stacked_fwd(x, weight, bias, stride, padding)
+        return ops._relu(y, out=out) if relu else y
     st, pd = _pair(stride, "stride"), _pair(padding, "padding")
     _check_conv(x, weight, st, pd)
     dt = np.result_type(x.dtype, weight.dtype)
     xp = _nhwc(x, pd, dt)
     o, _, kh, kw = weight.shape
-    if _folds(xp.shape[1], kh, st[0]):
-        return _folded_fwd(xp, weight.astype(dt, copy=False), bias, st)
     b = _Blocks(xp.shape, kh, kw, st, dt)
-    w2 = _weight_cols(weight.astype(dt, copy=False))
-    out = np.empty((b.n * b.rows, o), dtype=dt)
-    for n0, m, r0, r1, cols in b.spans():
-        y = np.matmul(b.im2col(xp, n0, m, cols), w2, out=out[r0:r1])
-        if bias is not None:
-            y += bias  # while the block is in cache
-    return out.reshape(b.n, b.oh, b.ow, o).transpose(0, 3, 1, 2)  # NHWC memory, NCHW view
+    rows = _nhwc_rows(out, (b.n, b.oh, b.ow, o), dt)
+    if rows is None:
+        rows = np.empty((b.n * b.rows, o), dtype=dt)
+    if _folds(xp.shape[1], kh, st[0]):
+        _folded_fwd(xp, weight.astype(dt, copy=False), bias, st, relu, rows)
+    else:
+        w2 = _weight_cols(weight.astype(dt, copy=False))
+        for n0, m, r0, r1, cols in b.spans():
+            y = np.matmul(b.im2col(xp, n0, m, cols), w2, out=rows[r0:r1])
+            _bias_relu(y, bias, relu)  # while the block is in cache
+    y = rows.reshape(b.n, b.oh, b.ow, o).transpose(0, 3, 1, 2)  # NHWC memory, NCHW view
+    if out is None:
+        return y
+    if not np.shares_memory(out, rows):
+        np.copyto(out, y)
+    return out
+
+
+def _bias_relu(y: np.ndarray, bias: Any, relu: bool) -> None:
+    """``y += bias``, then ``y = relu(y)`` if asked, in place on a C-contiguous block (one C
+    pass where rlgrad._kernels fits, the same bits as NumPy's two)."""
+    if bias is not None:
+        _add_bias(y, bias, relu)
+    elif relu:
+        ops._relu(y, out=y)
 
 
 def _conv2d_input_grad_fwd(g: np.ndarray, weight: np.ndarray, stride: Any, padding: Any,
@@ -383,9 +454,10 @@ def _conv2d_input_grad_fwd(g: np.ndarray, weight: np.ndarray, stride: Any, paddi
                          f"{tuple(x_shape)} and weight {weight.shape}")
     dt = np.result_type(g.dtype, weight.dtype)
     wt = weight.astype(dt, copy=False)
-    if _INPUT_GRAD_PATHS and st == (1, 1):
+    other_paths = _INPUT_GRAD_PATHS and not (_C_COLUMNS and ops._kernels is not None)
+    if other_paths and st == (1, 1):
         gx = _offsets_input_grad(_rows_of(g), wt, n, (oh, ow), (hp, wp))
-    elif _INPUT_GRAD_PATHS and _subpixel_pays(kh, kw, st, (oh, ow), (hp, wp)):
+    elif other_paths and _subpixel_pays(kh, kw, st, (oh, ow), (hp, wp)):
         gx = _subpixel_input_grad(g, wt, st, (hp, wp))
     else:
         gx = _col2im_input_grad(g, wt, st, n, (hp, wp))
@@ -394,19 +466,16 @@ def _conv2d_input_grad_fwd(g: np.ndarray, weight: np.ndarray, stride: Any, paddi
 
 def _col2im_input_grad(g: np.ndarray, wt: np.ndarray, st: tuple[int, int], n: int,
                        hwp: tuple[int, int]) -> np.ndarray:
-    """One GEMM into the columns, then col2im: one strided add per kernel offset (whose inner runs
-    are only C numbers long: kw * C apart in the columns, sw * C apart in the input)."""
+    """One GEMM into the columns, then col2im (one C loop, or one strided add per kernel
+    offset, whose inner runs are only C numbers long)."""
     o, c, kh, kw = wt.shape
-    (sh, sw), dt = st, wt.dtype
+    dt = wt.dtype
     gx = np.zeros((n, *hwp, c), dtype=dt)  # padded NHWC
     b = _Blocks(gx.shape, kh, kw, st, dt)
     g2, w2t = _rows_of(g), _weight_cols(wt).T
     for n0, m, r0, r1, cols in b.spans():
-        d = np.matmul(g2[r0:r1], w2t, out=cols).reshape(m, b.oh, b.ow, kh, kw, c)
-        gb = gx[n0:n0 + m]
-        for i in range(kh):  # col2im on the cached block
-            for j in range(kw):
-                gb[:, i:i + sh * b.oh:sh, j:j + sw * b.ow:sw] += d[:, :, :, i, j]
+        d = np.matmul(g2[r0:r1], w2t, out=cols)
+        _col2im(gx[n0:n0 + m], d, (kh, kw), st, (b.oh, b.ow))  # on the cached block
     return gx
 
 
@@ -420,6 +489,10 @@ def _col2im_input_grad(g: np.ndarray, wt: np.ndarray, st: tuple[int, int], n: in
 # side ((window, O) x (phase, C)) gives every input pixel, no adds; its FLOPs are those of the
 # GEMM + col2im times hq*wq*s*s*ceil(kh/s)*ceil(kw/s) / (oh*ow*kh*kw) (conv2: 1.23), so it is
 # taken up to _SUBPIXEL_MAX_FLOPS.
+# With col2im in one C loop (rlgrad._kernels' conv_col2im) the col2im path is faster than both
+# (CPU time, one thread, float32: conv2 of the Nature CNN at batch 32 4.76 -> 3.30 ms, conv3
+# 1.83 -> 1.57 ms; SimpleMultiObsEnv's 3x3 conv at batch 64 1.20 -> 1.00 ms): they are taken only
+# where col2im runs in NumPy.
 _INPUT_GRAD_PATHS = True  # off: every input gradient takes the col2im path (tests compare)
 _SUBPIXEL_MAX_FLOPS = 1.5
 
@@ -534,14 +607,11 @@ class _Folded:
 
     def spans(self) -> Any:
         """(first sample, samples, that block's windows as (m * fh * ow, sh * kw * C) rows)."""
-        s0, s1, s2, s3 = self.xp.strides
         for n0 in range(0, self.n, self.per):
             m = min(self.per, self.n - n0)
-            win = as_strided(self.xp[n0:], (m, self.fh, self.ow, self.sh, self.kw, self.c),
-                             (s0, s1 * self.sh, s2 * self.sw, s1, s2, s3), writeable=False)
-            cols = self.buf[:m]
-            np.copyto(cols.reshape(win.shape), win)
-            yield n0, m, cols.reshape(-1, self.k)
+            cols = _im2col(self.xp[n0:n0 + m], self.buf[:m].reshape(-1, self.k),
+                           (self.sh, self.kw), (self.sh, self.sw), (self.fh, self.ow))
+            yield n0, m, cols
 
 
 def _folded_weight(weight: np.ndarray, q: int, sh: int) -> np.ndarray:
@@ -552,11 +622,14 @@ def _folded_weight(weight: np.ndarray, q: int, sh: int) -> np.ndarray:
         sh * kw * c, q * o)
 
 
-def _folded_fwd(xp: np.ndarray, weight: np.ndarray, bias: Any, st: tuple[int, int]) -> np.ndarray:
+def _folded_fwd(xp: np.ndarray, weight: np.ndarray, bias: Any, st: tuple[int, int], relu: bool,
+                rows: np.ndarray) -> None:
+    """The row-folded convolution (then ReLU if ``relu``) into ``rows``, its NHWC output's
+    (N*OH*OW, O) rows."""
     o, _, kh, kw = weight.shape
     f = _Folded(xp, kh, kw, st)
     wf = _folded_weight(weight, f.q, f.sh)
-    out = np.empty((f.n, f.oh, f.ow, o), dtype=xp.dtype)
+    out = rows.reshape(f.n, f.oh, f.ow, o)
     part = np.empty((f.per * f.fh * f.ow, f.q * o), dtype=xp.dtype)
     for n0, m, cols in f.spans():
         y = np.matmul(cols, wf, out=part[:len(cols)]).reshape(m, f.fh, f.ow, f.q, o)
@@ -564,9 +637,7 @@ def _folded_fwd(xp: np.ndarray, weight: np.ndarray, bias: Any, st: tuple[int, in
         np.add(y[:, :f.oh, :, 0], y[:, 1:f.oh + 1, :, 1], out=ob)
         for a in range(2, f.q):
             ob += y[:, a:a + f.oh, :, a]
-        if bias is not None:
-            ob += bias
-    return out.transpose(0, 3, 1, 2)
+        _bias_relu(ob, bias, relu)
 
 
 def _folded_weight_grad(xp: np.ndarray, g: np.ndarray, w_shape: tuple[int, ...],
@@ -677,6 +748,7 @@ def _bias_grad(g: Any) -> Any:
 
 
 _conv2d_p = primitive(_conv2d_fwd, "conv2d")
+FUSED_PAIRS[("conv2d", "relu")] = _conv2d_relu
 defbatch(_conv2d_p, "conv2d")
 conv2d_input_grad = primitive(_conv2d_input_grad_fwd, "conv2d_input_grad")
 conv2d_weight_grad = primitive(_conv2d_weight_grad_fwd, "conv2d_weight_grad")
