@@ -24,6 +24,7 @@ from rlgrad import ops
 from rlgrad.exports import export
 from rlgrad.tensor import Tensor, _Trace
 from rlgrad.tracer import VMAP_LEVELS, defbatch, defjvp, defjvp_elementwise, defvjp, primitive
+from rlgrad.typing import Array, ArrayLike
 
 __all__ = [
     "gammaln", "lgamma", "digamma", "psi", "polygamma", "trigamma", "betaln", "xlogy", "xlog1py",
@@ -577,14 +578,14 @@ defjvp(_gammaincc_p, _no_concentration_grad("igammac"), lambda t, ans, a, x: -t 
 defbatch(_gammaincc_p, "elementwise")
 
 
-def gammainc(input: Any, other: Any) -> Any:  # noqa: A002 - torch's names
+def gammainc(input: ArrayLike, other: ArrayLike) -> Array:  # noqa: A002 - torch's names
     """``torch.special.gammainc``: the regularized lower incomplete gamma function P(a, x),
     a = ``input``, x = ``other``; differentiable in x only (torch raises for a, and so does the
     backward pass here when a needs a gradient)."""
     return _gammainc_p(input, other)
 
 
-def gammaincc(input: Any, other: Any) -> Any:  # noqa: A002 - torch's names
+def gammaincc(input: ArrayLike, other: ArrayLike) -> Array:  # noqa: A002 - torch's names
     """``torch.special.gammaincc``: Q(a, x) = 1 - P(a, x), computed directly where P is near 1."""
     return _gammaincc_p(input, other)
 

@@ -12,9 +12,10 @@
 
 from __future__ import annotations
 
-from rlgrad.distributions import constraints, transforms, utils
+from rlgrad.distributions import constraint_registry, constraints, transforms, utils
 from rlgrad.distributions.beta import Beta
 from rlgrad.distributions.categorical import Bernoulli, Categorical
+from rlgrad.distributions.constraint_registry import biject_to, transform_to
 from rlgrad.distributions.continuous import (
     Cauchy,
     Chi2,
@@ -56,10 +57,22 @@ from rlgrad.distributions.relaxed import RelaxedOneHotCategorical
 from rlgrad.distributions.sde import StateDependentNoiseDistribution
 from rlgrad.distributions.transformed import TransformedDistribution
 from rlgrad.distributions.transforms import (
+    AbsTransform,
     AffineTransform,
+    CatTransform,
     ComposeTransform,
+    CorrCholeskyTransform,
+    CumulativeDistributionTransform,
     ExpTransform,
+    IndependentTransform,
+    LowerCholeskyTransform,
+    PositiveDefiniteTransform,
+    PowerTransform,
+    ReshapeTransform,
     SigmoidTransform,
+    SoftmaxTransform,
+    SoftplusTransform,
+    StackTransform,
     StickBreakingTransform,
     TanhTransform,
     Transform,
@@ -77,5 +90,8 @@ __all__ = [
     "HalfNormal", "InverseGamma", "Kumaraswamy", "Pareto", "StudentT", "Weibull",
     "VonMises", "Geometric", "Multinomial", "NegativeBinomial", "OneHotCategoricalStraightThrough",
     "RelaxedBernoulli", "LogisticNormal", "LowRankMultivariateNormal", "StickBreakingTransform",
-    "ContinuousBernoulli",
+    "ContinuousBernoulli", "AbsTransform", "CatTransform", "CorrCholeskyTransform",
+    "CumulativeDistributionTransform", "IndependentTransform", "LowerCholeskyTransform",
+    "PositiveDefiniteTransform", "PowerTransform", "ReshapeTransform", "SoftmaxTransform",
+    "SoftplusTransform", "StackTransform", "biject_to", "transform_to", "constraint_registry",
 ]

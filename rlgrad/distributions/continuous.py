@@ -11,7 +11,7 @@ parameter (first order: the Gamma draw has no second derivative in its shape).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -435,7 +435,7 @@ class InverseGamma(_Scalar):
         """Q(a, rate / x), the upper regularized incomplete gamma function (torch's 1 - P, with
         its gradient: none w.r.t. the concentration)."""
         self._check(value)
-        return gammaincc(self.concentration, self.rate / value)
+        return cast(Tensor, gammaincc(self.concentration, self.rate / value))
 
     def entropy(self) -> Tensor:
         a = self.concentration

@@ -10,7 +10,7 @@ formula, so per-draw gradients differ while their expectations agree).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -83,7 +83,7 @@ class Gamma(Distribution):
         ``value`` and ``rate``; one w.r.t. the concentration raises, as torch's."""
         if self._validate_args:
             self._validate_sample(value)
-        return gammainc(self.concentration, self.rate * value)
+        return cast(Tensor, gammainc(self.concentration, self.rate * value))
 
     def entropy(self) -> Tensor:
         a = self.concentration
