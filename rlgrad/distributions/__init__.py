@@ -41,6 +41,7 @@ from rlgrad.distributions.discrete import (
 from rlgrad.distributions.distribution import Distribution
 from rlgrad.distributions.exponential_family import Binomial, Exponential, Laplace, LogNormal, Poisson
 from rlgrad.distributions.gamma import Dirichlet, Gamma
+from rlgrad.distributions.generalized_pareto import GeneralizedPareto
 from rlgrad.distributions.kl import kl_divergence, register_kl
 from rlgrad.distributions.lowrank import LogisticNormal, LowRankMultivariateNormal
 from rlgrad.distributions.mixture import MixtureSameFamily
@@ -94,4 +95,5 @@ __all__ = [
     "CumulativeDistributionTransform", "IndependentTransform", "LowerCholeskyTransform",
     "PositiveDefiniteTransform", "PowerTransform", "ReshapeTransform", "SoftmaxTransform",
     "SoftplusTransform", "StackTransform", "biject_to", "transform_to", "constraint_registry",
+    "GeneralizedPareto",
 ]
