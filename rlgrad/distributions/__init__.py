@@ -43,6 +43,7 @@ from rlgrad.distributions.exponential_family import Binomial, Exponential, Lapla
 from rlgrad.distributions.gamma import Dirichlet, Gamma
 from rlgrad.distributions.generalized_pareto import GeneralizedPareto
 from rlgrad.distributions.kl import kl_divergence, register_kl
+from rlgrad.distributions.lkj_cholesky import LKJCholesky
 from rlgrad.distributions.lowrank import LogisticNormal, LowRankMultivariateNormal
 from rlgrad.distributions.mixture import MixtureSameFamily
 from rlgrad.distributions.mvn import MultivariateNormal
@@ -95,5 +96,5 @@ __all__ = [
     "CumulativeDistributionTransform", "IndependentTransform", "LowerCholeskyTransform",
     "PositiveDefiniteTransform", "PowerTransform", "ReshapeTransform", "SoftmaxTransform",
     "SoftplusTransform", "StackTransform", "biject_to", "transform_to", "constraint_registry",
-    "GeneralizedPareto",
+    "GeneralizedPareto", "LKJCholesky",
 ]
