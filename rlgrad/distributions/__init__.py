@@ -80,6 +80,7 @@ from rlgrad.distributions.transforms import (
     Transform,
 )
 from rlgrad.distributions.uniform import Uniform
+from rlgrad.distributions.wishart import Wishart
 
 __all__ = [
     "Distribution", "Categorical", "Bernoulli", "Normal", "Independent", "DiagNormal",
@@ -96,5 +97,5 @@ __all__ = [
     "CumulativeDistributionTransform", "IndependentTransform", "LowerCholeskyTransform",
     "PositiveDefiniteTransform", "PowerTransform", "ReshapeTransform", "SoftmaxTransform",
     "SoftplusTransform", "StackTransform", "biject_to", "transform_to", "constraint_registry",
-    "GeneralizedPareto", "LKJCholesky",
+    "GeneralizedPareto", "LKJCholesky", "Wishart",
 ]
