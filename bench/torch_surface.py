@@ -496,9 +496,67 @@ def _cases5(T):
     }
 
 
+def _adafactor_step(T, init):
+    with T.enable_grad():
+        w = T.nn.Parameter(init)
+        opt = T.optim.Adafactor([w])
+        (w ** 2).sum().backward()
+        opt.step()
+    return w
+
+
+def _cases6(T):
+    """Issue 29's last list: transforms, constraints, GeneralizedPareto, LKJCholesky, the
+    incomplete gamma function, linalg's _ex and LDL forms, Adafactor and SparseAdam."""
+    f = lambda *s: T.tensor(np.random.default_rng(0).normal(size=s))
+    D, tr, C, optim = T.distributions, T.distributions.transforms, T.distributions.constraints, T.optim
+    x, v, m = f(4, 6), f(6).abs() + 0.5, f(4, 4)
+    spd = m @ m.mT + 4 * T.eye(4, dtype=m.dtype)
+    sym = m + m.mT
+    fit = lambda t, z: t.log_abs_det_jacobian(z, t(z))
+    return {
+        "distributions.transforms.PowerTransform": lambda: fit(tr.PowerTransform(2.0), v),
+        "distributions.transforms.AbsTransform": lambda: tr.AbsTransform()(x),
+        "distributions.transforms.SoftmaxTransform": lambda: tr.SoftmaxTransform()(x),
+        "distributions.transforms.SoftplusTransform": lambda: fit(tr.SoftplusTransform(), x),
+        "distributions.transforms.IndependentTransform": lambda: fit(
+            tr.IndependentTransform(tr.ExpTransform(), 1), x),
+        "distributions.transforms.ReshapeTransform": lambda: tr.ReshapeTransform((6,), (2, 3))(x),
+        "distributions.transforms.CatTransform": lambda: fit(
+            tr.CatTransform([tr.ExpTransform(), tr.SigmoidTransform()], 1, [2, 4]), x),
+        "distributions.transforms.StackTransform": lambda: fit(
+            tr.StackTransform([tr.ExpTransform()] * 4, 0), x),
+        "distributions.transforms.CorrCholeskyTransform": lambda: fit(tr.CorrCholeskyTransform(), x),
+        "distributions.transforms.LowerCholeskyTransform": lambda: tr.LowerCholeskyTransform()(m),
+        "distributions.transforms.PositiveDefiniteTransform": lambda: tr.PositiveDefiniteTransform()(m),
+        "distributions.transforms.CumulativeDistributionTransform": lambda: fit(
+            tr.CumulativeDistributionTransform(D.Normal(0.0, 1.0)), x.float()),
+        "distributions.biject_to": lambda: D.biject_to(C.interval(-1.0, 2.0))(x),
+        "distributions.transform_to": lambda: D.transform_to(C.simplex)(x),
+        "distributions.constraints.corr_cholesky": lambda: C.corr_cholesky.event_dim,
+        "distributions.constraints.greater_than": lambda: C.greater_than(1.0).lower_bound,
+        "distributions.GeneralizedPareto": lambda: D.GeneralizedPareto(
+            v.float(), v.float(), v.float()).log_prob(v.float() + 1),
+        "distributions.LKJCholesky": lambda: D.LKJCholesky(3, 2.0).log_prob(D.LKJCholesky(3, 2.0).sample()),
+        "distributions.Gamma.cdf": lambda: D.Gamma(v, v).cdf(v),
+        "distributions.Chi2.cdf": lambda: D.Chi2(v).cdf(v),
+        "distributions.InverseGamma.cdf": lambda: D.InverseGamma(v, v).cdf(v),
+        "special.gammainc": lambda: T.special.gammainc(v, v),
+        "special.gammaincc": lambda: T.special.gammaincc(v, v),
+        "linalg.inv_ex": lambda: T.linalg.inv_ex(m).info,
+        "linalg.solve_ex": lambda: T.linalg.solve_ex(m, x[:, :2]).result,
+        "linalg.cholesky_ex": lambda: T.linalg.cholesky_ex(spd).L,
+        "linalg.ldl_factor": lambda: T.linalg.ldl_factor(sym).pivots,
+        "linalg.ldl_factor_ex": lambda: T.linalg.ldl_factor_ex(sym).info,
+        "linalg.ldl_solve": lambda: T.linalg.ldl_solve(*T.linalg.ldl_factor(sym), x[:, :2]),
+        "optim.Adafactor": lambda: _adafactor_step(T, f(3, 2)),
+        "optim.SparseAdam": lambda: optim.SparseAdam([T.nn.Parameter(f(2))]).defaults,
+    }
+
+
 def cases(T):
     out = {}
-    for part in (_cases0, _cases1, _cases2, _cases3, _cases4, _cases5):
+    for part in (_cases0, _cases1, _cases2, _cases3, _cases4, _cases5, _cases6):
         out.update(part(T))
     return out
 

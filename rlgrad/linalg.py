@@ -436,3 +436,336 @@ def vander(x: Tensor, *, N: int | None = None) -> Tensor:  # noqa: N803
         raise RuntimeError(f"linalg.vander: N must be greater than 1, got {n}")
     cols = [constant(np.ones(xt.shape, xt.dtype))] + [xt ** k for k in range(1, n)]
     return ops.stack(cols, axis=-1)
+
+
+# ---- the _ex forms (info instead of an error) and LDL^T -----------------------------------
+class InvExResult(NamedTuple):
+    inverse: Any
+    info: Any
+
+
+class CholeskyExResult(NamedTuple):
+    L: Any  # noqa: N815 - torch's field name
+    info: Any
+
+
+class SolveExResult(NamedTuple):
+    result: Any
+    info: Any
+
+
+class LDLFactorResult(NamedTuple):
+    LD: Any  # noqa: N815 - torch's field name
+    pivots: Any
+
+
+class LDLFactorExResult(NamedTuple):
+    LD: Any  # noqa: N815 - torch's field name
+    pivots: Any
+    info: Any
+
+
+def _getrf_info(a: np.ndarray) -> np.ndarray:
+    """LAPACK getrf's ``info`` per matrix: 0, or the 1-based index of the first exactly zero
+    pivot of U (the matrix is singular)."""
+    m = a.shape[-1]
+    piv = _partial_pivots(a)
+    perm = _permutation(piv, m)
+    work = np.take_along_axis(np.asarray(a, np.float64), perm[..., :, None], -2)
+    info = np.zeros(a.shape[:-2], np.int32)
+    for k in range(m):  # Doolittle on the permuted rows: U's diagonal in order
+        pivot = work[..., k, k]
+        hit = (pivot == 0) & (info == 0)
+        info[hit] = k + 1
+        safe = np.where(pivot == 0, 1.0, pivot)
+        factors = np.where((pivot == 0)[..., None], 0.0, work[..., k + 1:, k] / safe[..., None])
+        work[..., k + 1:, :] -= factors[..., :, None] * work[..., k:k + 1, :]
+    return info
+
+
+def _nan_where(x: Tensor, bad: np.ndarray) -> Tensor:
+    """``x`` with the matrices flagged in ``bad`` (its batch shape) replaced by NaN."""
+    if not bad.any():
+        return x
+    mask = np.broadcast_to(bad.reshape(bad.shape + (1,) * (x.ndim - bad.ndim)), x.shape)
+    return ops.where(mask, constant(np.full(x.shape, np.nan, x.dtype)), x)
+
+
+def _eye_where(a: Tensor, bad: np.ndarray) -> Tensor:
+    """``a`` with the square matrices flagged in ``bad`` replaced by the identity."""
+    if not bad.any():
+        return a
+    eye = np.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    return ops.where(np.broadcast_to(bad[..., None, None], a.shape), constant(eye.copy()), a)
+
+
+def inv_ex(A: Tensor, *, check_errors: bool = False) -> InvExResult:  # noqa: N803
+    """``(inverse, info)``: ``info`` 0, or the 1-based index of U's first zero pivot (LAPACK
+    getrf's) for a singular matrix, whose inverse is NaN here (LAPACK leaves inf/NaN there);
+    the gradient is ``inv``'s."""
+    a = _square(A, "inv_ex")
+    info = _getrf_info(a._value)
+    if check_errors and info.any():
+        raise LinAlgError(f"linalg.inv_ex: The diagonal element {int(info[info > 0].flat[0])} is zero, "
+                          "the inversion could not be completed because the input matrix is singular.")
+    bad = info > 0
+    return InvExResult(_nan_where(ops.inv(_eye_where(a, bad)), bad), constant(info))
+
+
+def solve_ex(A: Tensor, B: Tensor, *, left: bool = True, check_errors: bool = False) -> SolveExResult:  # noqa: N803
+    """``(result, info)`` of ``solve``, ``info`` as ``inv_ex``'s (NaN results for a singular A)."""
+    a, b = _square(A, "solve_ex"), _t(B, "solve_ex")
+    info = _getrf_info(a._value)
+    if check_errors and info.any():
+        raise LinAlgError("torch.linalg.solve_ex: The solver failed because the input matrix is singular.")
+    bad = info > 0
+    x = solve(_eye_where(a, bad), b, left=left)
+    return SolveExResult(_nan_where(x, np.broadcast_to(bad, x.shape[:bad.ndim]) if bad.ndim else bad),
+                         constant(info))
+
+
+def _potf2(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """LAPACK's unblocked left-looking Cholesky (potf2, lower) of each matrix, stopping at the
+    first non-positive pivot: ``(L, info)`` with the failing diagonal entry and the entries not
+    reached as LAPACK leaves them (the lower triangle kept)."""
+    work = np.tril(np.array(a, dtype=np.result_type(a.dtype, np.float32), copy=True))
+    n = int(work.shape[-1])
+    flat = work.reshape(-1, n, n)
+    info = np.zeros(flat.shape[0], np.int32)
+    for b in range(flat.shape[0]):
+        m = flat[b]
+        for j in range(n):
+            ajj = m[j, j] - m[j, :j] @ m[j, :j]
+            if not ajj > 0:  # also NaN
+                m[j, j] = ajj
+                info[b] = j + 1
+                break
+            m[j, j] = ajj = np.sqrt(ajj)
+            m[j + 1:, j] = (m[j + 1:, j] - m[j + 1:, :j] @ m[j, :j]) / ajj
+    return work, info.reshape(work.shape[:-2])
+
+
+def cholesky_ex(A: Tensor, *, upper: bool = False, check_errors: bool = False) -> CholeskyExResult:  # noqa: N803
+    """``(L, info)``: ``info`` 0, or the order of the first leading minor that is not positive
+    definite, where L holds LAPACK's partial factor (unblocked potf2's; no gradient reaches A
+    through a failed matrix). The gradient is ``cholesky``'s."""
+    a = _square(A, "cholesky_ex")
+    sym = _symmetric_as_torch(a, False)
+    try:
+        low = ops.cholesky(sym)
+        info = np.zeros(a.shape[:-2], np.int32)
+    except np.linalg.LinAlgError:
+        part, info = _potf2(sym._value)
+        if check_errors:
+            raise LinAlgError(
+                "linalg.cholesky_ex: The factorization could not be completed because the input is not "
+                f"positive-definite (the leading minor of order {int(info[info > 0].flat[0])} is not "
+                "positive-definite).") from None
+        bad = info > 0
+        low = ops.cholesky(_eye_where(sym, bad))
+        mask = np.broadcast_to(bad[..., None, None], low.shape)
+        low = ops.where(mask, constant(part.astype(low.dtype)), low)
+    return CholeskyExResult(low.mT if upper else low, constant(info))
+
+
+_BK_ALPHA = (1.0 + np.sqrt(17.0)) / 8.0  # Bunch-Kaufman's pivoting threshold
+
+
+def _bk_pivot(m: np.ndarray, k: int) -> tuple[int, int]:
+    """Bunch-Kaufman's choice at column k (0-based) of the trailing matrix (lower triangle):
+    ``(kp, kstep)``, the row to bring to k (or k + 1) and a 1x1 or 2x2 pivot; kp = -1 if the
+    column is zero."""
+    n = m.shape[0]
+    absakk = abs(m[k, k])
+    imax = k + 1 + int(np.argmax(np.abs(m[k + 1:, k]))) if k + 1 < n else k
+    colmax = abs(m[imax, k]) if k + 1 < n else 0.0
+    if not max(absakk, colmax) > 0:
+        return -1, 1
+    if absakk >= _BK_ALPHA * colmax:
+        return k, 1
+    rowmax = np.max(np.abs(m[imax, k:imax]))
+    if imax + 1 < n:
+        rowmax = max(rowmax, np.max(np.abs(m[imax + 1:, imax])))
+    if absakk >= _BK_ALPHA * colmax * (colmax / rowmax):
+        return k, 1
+    if abs(m[imax, imax]) >= _BK_ALPHA * rowmax:
+        return imax, 1
+    return imax, 2
+
+
+def _bk_swap(m: np.ndarray, k: int, kk: int, kp: int, kstep: int) -> None:
+    """Exchange rows and columns ``kk`` and ``kp`` of the trailing lower triangle."""
+    m[kp + 1:, [kk, kp]] = m[kp + 1:, [kp, kk]]
+    mid = m[kk + 1:kp, kk].copy()
+    m[kk + 1:kp, kk] = m[kp, kk + 1:kp]
+    m[kp, kk + 1:kp] = mid
+    m[[kk, kp], [kk, kp]] = m[[kp, kk], [kp, kk]]
+    if kstep == 2:
+        m[[k + 1, kp], k] = m[[kp, k + 1], k]
+
+
+def _bk_update(m: np.ndarray, k: int, kstep: int) -> None:
+    """Eliminate column k (a 1x1 pivot) or columns k, k + 1 (2x2), storing L's columns."""
+    n = m.shape[0]
+    if kstep == 1:
+        x = m[k + 1:, k].copy()
+        m[k + 1:, k + 1:] -= np.tril(np.outer(x, x)) / m[k, k]
+        m[k + 1:, k] = x / m[k, k]
+        return
+    if k + 2 >= n:
+        return
+    d21 = m[k + 1, k]
+    d11, d22 = m[k + 1, k + 1] / d21, m[k, k] / d21
+    t = 1.0 / (d11 * d22 - 1.0)
+    d21 = t / d21
+    ck, ck1 = m[k + 2:, k].copy(), m[k + 2:, k + 1].copy()
+    wk, wk1 = d21 * (d11 * ck - ck1), d21 * (d22 * ck1 - ck)
+    m[k + 2:, k + 2:] -= np.tril(np.outer(ck, wk) + np.outer(ck1, wk1))
+    m[k + 2:, k], m[k + 2:, k + 1] = wk, wk1
+
+
+def _sytf2(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """LAPACK's sytf2 (lower): ``A = P L D L^T P^T`` with Bunch-Kaufman pivoting; returns the
+    compact ``LD``, 1-based ``pivots`` (negative for both rows of a 2x2 block) and ``info`` (the
+    first zero diagonal block, 1-based, else 0)."""
+    m = np.tril(np.array(a, dtype=np.result_type(a.dtype, np.float32), copy=True))
+    n = m.shape[0]
+    piv = np.zeros(n, np.int32)
+    info, k = 0, 0
+    while k < n:
+        kp, kstep = _bk_pivot(m, k)
+        if kp < 0:
+            info = info or k + 1
+            piv[k] = k + 1
+            k += 1
+            continue
+        kk = k + kstep - 1
+        if kp != kk:
+            _bk_swap(m, k, kk, kp, kstep)
+        _bk_update(m, k, kstep)
+        if kstep == 1:
+            piv[k] = kp + 1
+        else:
+            piv[k] = piv[k + 1] = -(kp + 1)
+        k += kstep
+    return m, piv, info
+
+
+def _no_derivative(name: str, out: np.ndarray, args: tuple[Tensor, ...]) -> Tensor:
+    """``out`` as the result of ``args``: a Tensor whose backward pass raises, as torch's
+    ``derivative for aten::NAME is not implemented`` (the forward works on inputs that
+    require grad)."""
+    from rlgrad.tracer import is_grad_enabled
+    if not (is_grad_enabled() and any(a.requires_grad for a in args)):
+        return constant(out)
+    return _NO_DERIVATIVE[name].apply(constant(out), *args)
+
+
+def _no_derivative_function(name: str) -> Any:
+    from rlgrad.autograd_function import Function
+
+    def forward(ctx: Any, out: Tensor, *args: Tensor) -> Tensor:
+        return out.clone()
+
+    def backward(ctx: Any, *grads: Any) -> Any:
+        raise RuntimeError(f"derivative for aten::{name} is not implemented")
+
+    return type(f"_{name}", (Function,), {"forward": staticmethod(forward),
+                                         "backward": staticmethod(backward)})
+
+
+_NO_DERIVATIVE = {n: _no_derivative_function(n) for n in ("linalg_ldl_factor_ex", "linalg_ldl_solve")}
+
+
+def ldl_factor_ex(A: Tensor, *, hermitian: bool = False, check_errors: bool = False) -> LDLFactorExResult:  # noqa: N803
+    """``(LD, pivots, info)`` of a symmetric matrix (its lower triangle read): LAPACK sytrf's
+    compact ``P L D L^T P^T`` with Bunch-Kaufman pivoting (1x1 and 2x2 blocks of D; pivots
+    1-based int32, negative for a 2x2 block); ``info`` > 0 where D has an exactly zero block.
+    No gradient (torch has none): a backward pass through it raises."""
+    a = _square(A, "ldl_factor_ex")
+    if a.dtype.kind not in "fc":
+        raise RuntimeError("linalg.ldl_factor_ex: Expected a floating point or complex tensor as "
+                           f"input. Got {a.dtype}")
+    flat = a._value.reshape((-1,) + a.shape[-2:])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        parts = [_sytf2(m) for m in flat]
+    ld = np.stack([p[0] for p in parts]).reshape(a.shape).astype(a.dtype, copy=False)
+    piv = np.stack([p[1] for p in parts]).reshape(a.shape[:-1])
+    info = np.array([p[2] for p in parts], np.int32).reshape(a.shape[:-2])
+    if check_errors and info.any():
+        raise LinAlgError(f"torch.linalg.ldl_factor_ex: The factorization could not be completed because "
+                          f"the input is singular (D[{int(info[info > 0].flat[0])}] is exactly zero).")
+    return LDLFactorExResult(_no_derivative("linalg_ldl_factor_ex", ld, (a,)), constant(piv),
+                             constant(info))
+
+
+def ldl_factor(A: Tensor, *, hermitian: bool = False) -> LDLFactorResult:  # noqa: N803
+    """``ldl_factor_ex`` that raises for an exactly singular D (torch's raises there too)."""
+    ld, piv, info = ldl_factor_ex(A, hermitian=hermitian)
+    if info._value.any():
+        raise LinAlgError(f"linalg.ldl_factor: The factorization could not be completed because the "
+                          f"input is singular (D[{int(info._value[info._value > 0].flat[0])}] is "
+                          "exactly zero); ldl_factor_ex reports it in info instead")
+    return LDLFactorResult(ld, piv)
+
+
+def _sytrs(ld: np.ndarray, piv: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """LAPACK's sytrs (lower): ``X`` with ``A X = B`` from sytrf's ``(LD, pivots)``."""
+    x = np.array(b, copy=True)
+    n = ld.shape[0]
+    k = 0
+    while k < n:  # L D Y = P^T B, forwards
+        if piv[k] > 0:
+            kp = piv[k] - 1
+            x[[k, kp]] = x[[kp, k]]
+            x[k + 1:] -= np.outer(ld[k + 1:, k], x[k])
+            x[k] /= ld[k, k]
+            k += 1
+            continue
+        kp = -piv[k] - 1
+        x[[k + 1, kp]] = x[[kp, k + 1]]
+        x[k + 2:] -= np.outer(ld[k + 2:, k], x[k]) + np.outer(ld[k + 2:, k + 1], x[k + 1])
+        off = ld[k + 1, k]
+        akm1, ak = ld[k, k] / off, ld[k + 1, k + 1] / off
+        denom = akm1 * ak - 1.0
+        bkm1, bk = x[k] / off, x[k + 1] / off
+        x[k], x[k + 1] = (ak * bkm1 - bk) / denom, (akm1 * bk - bkm1) / denom
+        k += 2
+    k = n - 1
+    while k >= 0:  # L^T P^T X = Y, backwards
+        if piv[k] > 0:
+            x[k] -= ld[k + 1:, k] @ x[k + 1:]
+            kp = piv[k] - 1
+            x[[k, kp]] = x[[kp, k]]
+            k -= 1
+            continue
+        x[k] -= ld[k + 1:, k] @ x[k + 1:]
+        x[k - 1] -= ld[k + 1:, k - 1] @ x[k + 1:]
+        kp = -piv[k] - 1
+        x[[k, kp]] = x[[kp, k]]
+        k -= 2
+    return x
+
+
+def ldl_solve(LD: Tensor, pivots: Tensor, B: Tensor, *, hermitian: bool = False) -> Tensor:  # noqa: N803
+    """``X`` with ``A X = B`` from ``ldl_factor(A)`` (B a matrix or a batch of them,
+    broadcast against LD's batch). No gradient (torch has none): a backward pass raises."""
+    ld, b = _square(LD, "ldl_solve"), _t(B, "ldl_solve")
+    piv = _data(pivots)
+    if b.ndim < 2:
+        raise RuntimeError("torch.linalg.ldl_solve: Expected B to have at least 2 dimensions, but it "
+                           f"has {b.ndim} dimensions instead")
+    if piv.dtype != np.int32 or piv.shape != ld.shape[:-1]:
+        raise RuntimeError("torch.linalg.ldl_solve: pivots must be the int32 pivots of ldl_factor(LD's "
+                           f"matrix) with shape {tuple(ld.shape[:-1])}, got {piv.dtype} {piv.shape}")
+    if b.shape[-2] != ld.shape[-1]:
+        raise RuntimeError(f"torch.linalg.ldl_solve: Incompatible shapes of A and B for the equation AX = B "
+                           f"({ld.shape[-2]}x{ld.shape[-1]} and {b.shape[-2]}x{b.shape[-1]})")
+    batch = np.broadcast_shapes(ld.shape[:-2], b.shape[:-2])
+    lds = np.broadcast_to(ld._value, batch + ld.shape[-2:]).reshape((-1,) + ld.shape[-2:])
+    pivs = np.broadcast_to(piv, batch + piv.shape[-1:]).reshape((-1, piv.shape[-1]))
+    bs = np.broadcast_to(b._value, batch + b.shape[-2:]).reshape((-1,) + b.shape[-2:])
+    dt = np.result_type(ld.dtype, b.dtype)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a singular D: inf/NaN, as LAPACK's
+        out = np.stack([_sytrs(m, p, r.astype(dt)) for m, p, r in zip(lds, pivs, bs, strict=True)])
+    return _no_derivative("linalg_ldl_solve", out.reshape(batch + b.shape[-2:]), (ld, b))

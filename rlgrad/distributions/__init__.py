@@ -12,9 +12,10 @@
 
 from __future__ import annotations
 
-from rlgrad.distributions import constraints, transforms, utils
+from rlgrad.distributions import constraint_registry, constraints, transforms, utils
 from rlgrad.distributions.beta import Beta
 from rlgrad.distributions.categorical import Bernoulli, Categorical
+from rlgrad.distributions.constraint_registry import biject_to, transform_to
 from rlgrad.distributions.continuous import (
     Cauchy,
     Chi2,
@@ -40,7 +41,9 @@ from rlgrad.distributions.discrete import (
 from rlgrad.distributions.distribution import Distribution
 from rlgrad.distributions.exponential_family import Binomial, Exponential, Laplace, LogNormal, Poisson
 from rlgrad.distributions.gamma import Dirichlet, Gamma
+from rlgrad.distributions.generalized_pareto import GeneralizedPareto
 from rlgrad.distributions.kl import kl_divergence, register_kl
+from rlgrad.distributions.lkj_cholesky import LKJCholesky
 from rlgrad.distributions.lowrank import LogisticNormal, LowRankMultivariateNormal
 from rlgrad.distributions.mixture import MixtureSameFamily
 from rlgrad.distributions.mvn import MultivariateNormal
@@ -56,15 +59,28 @@ from rlgrad.distributions.relaxed import RelaxedOneHotCategorical
 from rlgrad.distributions.sde import StateDependentNoiseDistribution
 from rlgrad.distributions.transformed import TransformedDistribution
 from rlgrad.distributions.transforms import (
+    AbsTransform,
     AffineTransform,
+    CatTransform,
     ComposeTransform,
+    CorrCholeskyTransform,
+    CumulativeDistributionTransform,
     ExpTransform,
+    IndependentTransform,
+    LowerCholeskyTransform,
+    PositiveDefiniteTransform,
+    PowerTransform,
+    ReshapeTransform,
     SigmoidTransform,
+    SoftmaxTransform,
+    SoftplusTransform,
+    StackTransform,
     StickBreakingTransform,
     TanhTransform,
     Transform,
 )
 from rlgrad.distributions.uniform import Uniform
+from rlgrad.distributions.wishart import Wishart
 
 __all__ = [
     "Distribution", "Categorical", "Bernoulli", "Normal", "Independent", "DiagNormal",
@@ -77,5 +93,9 @@ __all__ = [
     "HalfNormal", "InverseGamma", "Kumaraswamy", "Pareto", "StudentT", "Weibull",
     "VonMises", "Geometric", "Multinomial", "NegativeBinomial", "OneHotCategoricalStraightThrough",
     "RelaxedBernoulli", "LogisticNormal", "LowRankMultivariateNormal", "StickBreakingTransform",
-    "ContinuousBernoulli",
+    "ContinuousBernoulli", "AbsTransform", "CatTransform", "CorrCholeskyTransform",
+    "CumulativeDistributionTransform", "IndependentTransform", "LowerCholeskyTransform",
+    "PositiveDefiniteTransform", "PowerTransform", "ReshapeTransform", "SoftmaxTransform",
+    "SoftplusTransform", "StackTransform", "biject_to", "transform_to", "constraint_registry",
+    "GeneralizedPareto", "LKJCholesky", "Wishart",
 ]

@@ -11,7 +11,7 @@ parameter (first order: the Gamma draw has no second derivative in its shape).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -19,7 +19,7 @@ from rlgrad import ops
 from rlgrad.distributions import constraints
 from rlgrad.distributions.distribution import Distribution, _noise, _params, _rng, _shape_tuple
 from rlgrad.distributions.gamma import Gamma, standard_gamma_rsample
-from rlgrad.special import betaln, digamma, erf, erfinv, gammaln, i0e, i1e
+from rlgrad.special import betaln, digamma, erf, erfinv, gammaincc, gammaln, i0e, i1e
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
 from rlgrad.typing import ArrayLike, GeneratorLike, ShapeLike
@@ -430,6 +430,12 @@ class InverseGamma(_Scalar):
         self._check(value)
         a, r = self.concentration, self.rate
         return a * ops.log(r) - gammaln(a) - (a + 1) * ops.log(value) - r / value
+
+    def cdf(self, value: Tensor) -> Tensor:
+        """Q(a, rate / x), the upper regularized incomplete gamma function (torch's 1 - P, with
+        its gradient: none w.r.t. the concentration)."""
+        self._check(value)
+        return cast(Tensor, gammaincc(self.concentration, self.rate / value))
 
     def entropy(self) -> Tensor:
         a = self.concentration

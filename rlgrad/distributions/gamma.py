@@ -10,7 +10,7 @@ formula, so per-draw gradients differ while their expectations agree).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from rlgrad.distributions.distribution import (
     _rng,
     _shape_tuple,
 )
-from rlgrad.special import digamma, gamma_draw, gammaln, xlogy
+from rlgrad.special import digamma, gamma_draw, gammainc, gammaln, xlogy
 from rlgrad.tensor import Tensor, _const
 from rlgrad.tracer import mark_cut
 from rlgrad.typing import GeneratorLike, ShapeLike
@@ -77,6 +77,13 @@ class Gamma(Distribution):
             self._validate_sample(value)
         a, r = self.concentration, self.rate
         return xlogy(a, r) + xlogy(a - 1, value) - r * value - gammaln(a)
+
+    def cdf(self, value: Tensor) -> Tensor:
+        """P(a, rate x), the regularized lower incomplete gamma function: its gradient reaches
+        ``value`` and ``rate``; one w.r.t. the concentration raises, as torch's."""
+        if self._validate_args:
+            self._validate_sample(value)
+        return cast(Tensor, gammainc(self.concentration, self.rate * value))
 
     def entropy(self) -> Tensor:
         a = self.concentration

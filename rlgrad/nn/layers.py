@@ -308,8 +308,11 @@ class Embedding(Module):
     ``padding_idx`` zeroed and never given a gradient (PyTorch)."""
 
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None,
-                 max_norm: float | None = None, dtype: DTypeLike = None) -> None:
+                 max_norm: float | None = None, dtype: DTypeLike = None, *, sparse: bool = False) -> None:
         super().__init__()
+        if sparse:
+            raise NotImplementedError("Embedding(sparse=True): rlgrad has no sparse gradients; use "
+                                      "sparse=False with a dense optimizer (Adam for SparseAdam)")
         self.num_embeddings, self.embedding_dim = int(num_embeddings), int(embedding_dim)
         if padding_idx is not None:
             if not -self.num_embeddings <= padding_idx < self.num_embeddings:

@@ -18,6 +18,7 @@ from rlgrad.optim.algorithms import (
     RMSpropTFLike,
     Rprop,
 )
+from rlgrad.optim.factored import Adafactor, SparseAdam
 from rlgrad.optim.lbfgs import LBFGS
 from rlgrad.optim.lr_scheduler import (
     ChainedScheduler,
@@ -45,7 +46,7 @@ from rlgrad.optim.target import hard_update, polyak_update, soft_update
 
 __all__ = [
     "Optimizer", "SGD", "Adam", "AdamW", "RMSprop", "RMSpropTFLike", "Adagrad", "RAdam", "NAdam",
-    "Adamax", "Adadelta", "Rprop", "ASGD", "LBFGS",
+    "Adamax", "Adadelta", "Rprop", "ASGD", "LBFGS", "Adafactor", "SparseAdam",
     "clip_grad_norm_",
     "clip_grad_value_", "lr_scheduler", "LRScheduler", "LambdaLR", "LinearLR", "ConstantLR",
     "StepLR", "MultiStepLR", "ExponentialLR", "CosineAnnealingLR", "OneCycleLR", "ReduceLROnPlateau",

@@ -118,8 +118,8 @@ def test_a2c_keeps_its_rmsprop_and_ppo_its_eps_without_optimizer_class():
 
 
 def test_a_torch_optimizer_without_counterpart_is_one_line():
-    with pytest.raises(ValueError, match="torch's SparseAdam has no rlgrad.optim counterpart"):
-        PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(optimizer_class=th.optim.SparseAdam))
+    with pytest.raises(ValueError, match="torch's Muon has no rlgrad.optim counterpart"):
+        PPO("MlpPolicy", "CartPole-v1", policy_kwargs=dict(optimizer_class=th.optim.Muon))
 
 
 def test_old_checkpoints_with_pi_net_keys_still_load(tmp_path):
