@@ -126,6 +126,7 @@ def test_sample_moments_and_support(name: str, params: list, value: list) -> Non
     try:
         want = dt.cdf(torch.tensor(q)).numpy()
     except NotImplementedError:  # no cdf in torch: the median against torch's own draws
+        torch.manual_seed(0)  # torch's global generator: else the draws depend on test order
         ref = dt.sample((40000,)).numpy()
         np.testing.assert_allclose(q[1], np.median(ref, 0), rtol=0.05, atol=0.03)
         return
