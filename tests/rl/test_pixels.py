@@ -394,8 +394,8 @@ def test_cnn_loss_and_gradients_equal_sb3s_with_copied_weights(algo):
     theirs = {"ppo": sb3.PPO, "a2c": sb3.A2C}[algo]("CnnPolicy", env, seed=0, ent_coef=0.01, **kw)
     ours = {"ppo": PPO, "a2c": A2C}[algo]("BreakoutNoFrameskip-v4", n_envs=1, seed=0,
                                           ent_coef=0.01, **kw)
-    sd = {k: v.detach().numpy() for k, v in theirs.policy.state_dict().items()
-          if not k.startswith(("pi_", "vf_"))}  # the shared extractor's copies
+    # every key, the shared extractor's pi_/vf_ copies included: rlgrad's policy lists them too
+    sd = {k: v.detach().numpy() for k, v in theirs.policy.state_dict().items()}
     ours.policy.load_state_dict({k.replace("cnn.", "").replace("linear.0", "7"): v
                                  for k, v in sd.items()})
     tobs, tact = torch.as_tensor(obs), torch.as_tensor(actions)
