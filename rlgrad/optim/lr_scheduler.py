@@ -289,7 +289,35 @@ def _anneal(strategy: str, start: float, end: float, pct: float) -> float:
     return (end - start) * pct + start
 
 
-class OneCycleLR(LRScheduler):
+class _MomentumCycle(LRScheduler):
+    """What OneCycleLR and CyclicLR share with ``cycle_momentum``: the optimizer's momentum (or
+    Adam's beta1) set per group, and each group's ``base_momentum``/``max_momentum``."""
+
+    use_beta1: bool
+
+    def _init_momentum(self, optimizer: Optimizer, base: float | Sequence[float],
+                       top: float | Sequence[float], last_epoch: int
+                       ) -> tuple[list[float], list[float]]:
+        if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
+            raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
+                             "option enabled")
+        self.use_beta1 = "betas" in optimizer.defaults
+        lows = _per_group("base_momentum", optimizer, base)
+        highs = _per_group("max_momentum", optimizer, top)
+        if last_epoch == -1:
+            for hi, lo, g in zip(highs, lows, optimizer.param_groups):
+                self._set_momentum(g, hi)
+                g.update(max_momentum=hi, base_momentum=lo)
+        return lows, highs
+
+    def _set_momentum(self, group: dict[str, Any], value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+
+class OneCycleLR(_MomentumCycle):
     """PyTorch's 1cycle policy: from ``max_lr / div_factor`` up to ``max_lr`` over ``pct_start``
     of ``total_steps``, then down to ``initial_lr / final_div_factor`` (``three_phase``: down to
     the initial lr first, then to the minimum). ``cycle_momentum`` moves the momentum (SGD) or
@@ -325,23 +353,8 @@ class OneCycleLR(LRScheduler):
                 g.update(initial_lr=m / div_factor, max_lr=m, min_lr=m / div_factor / final_div_factor)
         self.cycle_momentum = cycle_momentum
         if cycle_momentum:
-            if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` "
-                                 "option enabled")
-            self.use_beta1 = "betas" in optimizer.defaults
-            if last_epoch == -1:
-                for hi, lo, g in zip(_per_group("max_momentum", optimizer, max_momentum),
-                                     _per_group("base_momentum", optimizer, base_momentum),
-                                     optimizer.param_groups):
-                    self._set_momentum(g, hi)
-                    g.update(max_momentum=hi, base_momentum=lo)
+            self._init_momentum(optimizer, base_momentum, max_momentum, last_epoch)
         super().__init__(optimizer, last_epoch)
-
-    def _set_momentum(self, group: dict[str, Any], value: float) -> None:
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
 
     def lrs_at(self, epoch: int) -> list[float]:
         """The learning rates at ``epoch``; with ``cycle_momentum`` it also sets each group's
@@ -370,7 +383,7 @@ _CYCLIC_SCALES: dict[str, tuple[Callable[[float, float], float], str]] = {
 }
 
 
-class CyclicLR(LRScheduler):
+class CyclicLR(_MomentumCycle):
     """PyTorch's cyclical learning rate: up from ``base_lr`` to ``max_lr`` in ``step_size_up``
     steps and down in ``step_size_down``, the amplitude scaled per cycle (``triangular2``: halved)
     or per step (``exp_range``: ``gamma ** step``) or by ``scale_fn``; ``cycle_momentum`` moves
@@ -403,28 +416,11 @@ class CyclicLR(LRScheduler):
         else:
             self._scale, self.scale_mode = scale_fn, scale_mode
         self.cycle_momentum = cycle_momentum
-        if cycle_momentum:
-            self._init_momentum(optimizer, base_momentum, max_momentum, last_epoch)
+        if cycle_momentum:  # torch's CyclicLR keeps the two lists (its OneCycleLR does not)
+            self.base_momentums, self.max_momentums = self._init_momentum(
+                optimizer, base_momentum, max_momentum, last_epoch)
         super().__init__(optimizer, last_epoch)
         self.base_lrs = base_lrs
-
-    def _init_momentum(self, optimizer: Optimizer, base: float | Sequence[float],
-                       top: float | Sequence[float], last_epoch: int) -> None:
-        if "momentum" not in optimizer.defaults and "betas" not in optimizer.defaults:
-            raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
-        self.use_beta1 = "betas" in optimizer.defaults
-        self.base_momentums = _per_group("base_momentum", optimizer, base)
-        self.max_momentums = _per_group("max_momentum", optimizer, top)
-        if last_epoch == -1:
-            for hi, lo, g in zip(self.max_momentums, self.base_momentums, optimizer.param_groups):
-                self._set_momentum(g, hi)
-                g.update(max_momentum=hi, base_momentum=lo)
-
-    def _set_momentum(self, group: dict[str, Any], value: float) -> None:
-        if self.use_beta1:
-            group["betas"] = (value, *group["betas"][1:])
-        else:
-            group["momentum"] = value
 
     def lrs_at(self, epoch: int) -> list[float]:
         """The learning rates at ``epoch``; with ``cycle_momentum`` it also sets each group's
