@@ -370,6 +370,7 @@ def _relu(x: Any, out: Any = None) -> Any:
         # a conv's output: an NCHW view of channels-last memory, as it is
         if x.ndim == 4 and _kernels.relu(x.transpose(0, 2, 3, 1), res.transpose(0, 2, 3, 1)):
             return res
+        return np.maximum(x, 0, out=res)  # the array made above, not a second one
     return np.maximum(x, 0, out=out)
 
 
@@ -386,6 +387,7 @@ def _relu_grad(g: Any, x: Any, out: Any = None) -> Any:
         if (g.ndim == 4 and _kernels.relu_grad(g.transpose(0, 2, 3, 1), x.transpose(0, 2, 3, 1),
                                                res.transpose(0, 2, 3, 1))):
             return res
+        return np.multiply(g, np.greater(x, 0), out=res)  # the array made above
     return np.multiply(g, np.greater(x, 0), out=out)
 
 
