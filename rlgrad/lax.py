@@ -750,38 +750,34 @@ class _Fast:
 
 
 @contextlib.contextmanager
-def scan_residuals(save: bool) -> Iterator[None]:
+def _fast_switch(attr: str, value: bool) -> Iterator[None]:
+    """``_Fast.<attr>`` set to ``value`` inside, restored after (the three switches below)."""
+    before = getattr(_Fast, attr)
+    setattr(_Fast, attr, bool(value))
+    try:
+        yield
+    finally:
+        setattr(_Fast, attr, before)
+
+
+def scan_residuals(save: bool) -> contextlib.AbstractContextManager[None]:
     """Inside, scans made for differentiation save their body's residuals (``save=True``, the
     default) or recompute them in the backward scan (``save=False``, the reference): the same
     gradients, bit for bit."""
-    before, _Fast.residuals = _Fast.residuals, bool(save)
-    try:
-        yield
-    finally:
-        _Fast.residuals = before
+    return _fast_switch("residuals", save)
 
 
-@contextlib.contextmanager
-def scan_hoisting(enabled: bool) -> Iterator[None]:
+def scan_hoisting(enabled: bool) -> contextlib.AbstractContextManager[None]:
     """Inside, scans run what their body computes from the scanned inputs alone once before
     the loop, for all the steps (``True``, the default), or at every step (the reference)."""
-    before, _Fast.hoist = _Fast.hoist, bool(enabled)
-    try:
-        yield
-    finally:
-        _Fast.hoist = before
+    return _fast_switch("hoist", enabled)
 
 
-@contextlib.contextmanager
-def scan_fusion(enabled: bool) -> Iterator[None]:
+def scan_fusion(enabled: bool) -> contextlib.AbstractContextManager[None]:
     """Inside, a scan whose body is one step of a cell with a sequence rule (``defsequence``:
     ``gru_cell``) runs as that sequence's node (``True``, the default), or as the loop of
     cells (the reference): the same values, but for rounding in the gradients' sums."""
-    before, _Fast.fuse = _Fast.fuse, bool(enabled)
-    try:
-        yield
-    finally:
-        _Fast.fuse = before
+    return _fast_switch("fuse", enabled)
 
 
 #: what a value of the joint step depends on: the captured alone, a step's input, a cotangent
