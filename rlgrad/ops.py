@@ -614,7 +614,29 @@ def _sum(x: Any, axis: Any = None, keepdims: bool = False, out: Any = None) -> A
         res = _sum_rows(x, out)
         if res is not None:
             return res
+    elif type(axis) is tuple and not keepdims and _kernels is not None:  # a conv's bias gradient
+        rows = _rows_over(x, axis)
+        res = None if rows is None else _sum_rows(rows, out)
+        if res is not None:
+            return res
     return x.sum(axis=axis, keepdims=keepdims, out=out)  # the method skips np.sum's dispatch
+
+
+def _rows_over(x: np.ndarray, axis: tuple) -> np.ndarray | None:
+    """``x`` as the (rows, n) matrix whose column sums are its sum over ``axis``, when that
+    leaves one axis and it is innermost in memory with the others in memory order before it (a
+    conv output's (N, C, H, W) view of NHWC memory over (0, 2, 3)): NumPy's reduction then adds
+    those rows one after another, as ``_sum_rows`` does (the same bits, ~5x faster on a conv's
+    bias gradient). None otherwise."""
+    nd = x.ndim
+    if nd < 3 or len(axis) != nd - 1 or not all(type(a) is int and -nd <= a < nd for a in axis):
+        return None
+    reduced = sorted(a % nd for a in axis)
+    kept = next((k for k in range(nd) if k not in reduced), None)
+    if kept is None or len(set(reduced)) != nd - 1:
+        return None
+    y = x.transpose(*reduced, kept)
+    return y.reshape(-1, x.shape[kept]) if y.flags.c_contiguous else None
 
 
 def _sum_rows(x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:

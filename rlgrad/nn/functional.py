@@ -10,7 +10,9 @@ On plain NumPy arrays these functions return plain arrays (as ``rlgrad.numpy`` d
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -287,9 +289,46 @@ def _rows_of(g: np.ndarray) -> np.ndarray:
         -1, v.shape[3])
 
 
+# A conv weight's columns (``_weight_cols``) kept while the weights are known to stay as they
+# are: inside ``weights_fixed()`` (an on-policy rollout: the policy acts, nothing trains) each
+# weight array is copied once and its copy reused, a third of a batch-1 convolution's time;
+# anywhere else, or with KEEP_WEIGHT_COLS off (the reference: tests/nn/test_conv_kernels.py
+# compares the two), at every call.
+KEEP_WEIGHT_COLS = True
+_KEPT_COLS: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
+_KEPT_MAX = 64  # arrays kept at most (a weight cast at every call is a new array each time)
+
+
+@contextlib.contextmanager
+def weights_fixed() -> Iterator[dict[int, tuple[np.ndarray, np.ndarray]]]:
+    """Within it, nothing writes the conv weights it runs: their columns are made once (see
+    KEEP_WEIGHT_COLS). The dict it yields is what is kept: ``.clear()`` it after code that may
+    write the weights (a user's callback)."""
+    global _KEPT_COLS
+    saved, _KEPT_COLS = _KEPT_COLS, ({} if KEEP_WEIGHT_COLS else None)
+    try:
+        yield {} if _KEPT_COLS is None else _KEPT_COLS
+    finally:
+        _KEPT_COLS = saved
+
+
 def _weight_cols(weight: np.ndarray) -> np.ndarray:
     """(O, C, kh, kw) -> (kh*kw*C, O), the row order of the NHWC columns (a copy in one C loop
-    where rlgrad._kernels is built: NumPy's transposing copy is most of a batch-1 conv)."""
+    where rlgrad._kernels is built: NumPy's transposing copy is most of a batch-1 conv); inside
+    ``weights_fixed()``, the copy made at the weight's first call (read-only for the callers)."""
+    kept = _KEPT_COLS
+    if kept is None:
+        return _weight_cols_copy(weight)
+    hit = kept.get(id(weight))
+    if hit is not None and hit[0] is weight:  # (holding the array: its id is not reused)
+        return hit[1]
+    if len(kept) >= _KEPT_MAX:
+        kept.clear()
+    cols = kept[id(weight)] = (weight, _weight_cols_copy(weight))
+    return cols[1]
+
+
+def _weight_cols_copy(weight: np.ndarray) -> np.ndarray:
     o = weight.shape[0]
     k = ops._kernels
     if k is not None:

@@ -290,6 +290,7 @@ class CombinedExtractor(BaseFeaturesExtractor):
                 total += get_flattened_obs_dim(sub)
         super().__init__(observation_space, total)
         self.extractors = nn.ModuleDict(extractors)
+        self._flat_layout = _flat_layout(observation_space)
 
     def forward(self, observations: Any) -> Any:
         """Features of a dict of observation batches, or of the batch the algorithms' loops
@@ -304,14 +305,23 @@ class CombinedExtractor(BaseFeaturesExtractor):
         """The same features of a batch flattened as ``rlgrad.rl.envs.preprocess_obs`` flattens a
         Dict (its entries preprocessed and side by side, an image as its pixel values): each
         image's columns reshaped for its CNN, every other entry's columns as they are."""
-        parts, start = [], 0
-        for k, sub in self._observation_space.spaces.items():
-            width = flat_obs_dim(sub)
-            x = flat[:, start:start + width]
-            start += width
-            parts.append(self.extractors[k](x.reshape(-1, *sub.shape)) if is_image_space(sub)
-                         else x)
+        parts, extractors = [], self.extractors
+        for k, start, stop, image_shape in self._flat_layout:
+            x = flat[:, start:stop]
+            parts.append(x if image_shape is None else extractors[k](x.reshape(-1, *image_shape)))
         return ops.concatenate(parts, axis=1)
+
+
+def _flat_layout(space: spaces.Dict) -> tuple[tuple[str, int, int, tuple[int, ...] | None], ...]:
+    """(key, first column, end column, image shape or None) of each entry of ``space`` in the
+    rows ``preprocess_obs`` flattens it to (computed once: the space does not change, and a
+    rollout step reads it)."""
+    layout, start = [], 0
+    for k, sub in space.spaces.items():
+        width = flat_obs_dim(sub)
+        layout.append((k, start, start + width, tuple(sub.shape) if is_image_space(sub) else None))
+        start += width
+    return tuple(layout)
 
 
 def cnn_trunk(observation_space: spaces.Space, features_dim: int | None = None,

@@ -20,6 +20,7 @@ from gymnasium import spaces
 
 import rlgrad
 from rlgrad import ops
+from rlgrad.nn.functional import weights_fixed
 from rlgrad.optim.optimizer import Optimizer
 from rlgrad.rl import action_dists
 from rlgrad.rl.base import BaseAlgorithm
@@ -265,7 +266,9 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         sde_freq = self.sde_sample_freq if self.use_sde else 0
         if self.use_sde:
             policy.reset_noise(n, rng)
-        with rlgrad.no_grad():
+        # the weights stay as they are while acting: conv weights' GEMM columns made once
+        # (forgotten after a callback, which may write them)
+        with rlgrad.no_grad(), weights_fixed() as kept:
             for t in range(self.n_steps):
                 if sde_freq > 0 and t > 0 and t % sde_freq == 0:
                     policy.reset_noise(n, rng)
@@ -285,9 +288,11 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                 add(obs, actions, rew, term, done, values, log_probs, valid)
                 obs = next_obs
                 self.num_timesteps += n
-                if callback is not None and not self._callback_step(
-                        callback, want_locals, raw, rew, done, actions):
-                    return False
+                if callback is not None:
+                    go_on = self._callback_step(callback, want_locals, raw, rew, done, actions)
+                    kept.clear()  # (the callback may have written the weights)
+                    if not go_on:
+                        return False
             self._last_obs = raw
             buf.compute_returns_and_advantage(self._bootstrap_values(obs, None))
         if callback is not None:

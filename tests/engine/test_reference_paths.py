@@ -413,6 +413,22 @@ def _k_sum_rows(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
     return [(out, want), (ops._sum(x, axis=0), want)]  # ops._sum: the traced sum, a bias gradient
 
 
+def _k_sum_over(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
+    """A conv's bias gradient: the sum over (0, 2, 3) of an (N, C, H, W) view of NHWC memory
+    (``shape``), and over (0, 1, 2) of the NHWC array itself; a layout NumPy reduces otherwise
+    (the plain NCHW array) stays NumPy's."""
+    x = awkward(rng, shape, dtype)
+    nchw = x.transpose(0, 3, 1, 2)
+    assert ops._rows_over(nchw, (0, 2, 3)) is not None and ops._rows_over(x, (0, 1, 2)) is not None
+    plain = np.ascontiguousarray(nchw)
+    if shape[1] * shape[2] > 1 and shape[3] > 1:  # (1x1 images or 1 channel: one layout)
+        assert ops._rows_over(plain, (0, 2, 3)) is None
+    return [(ops._sum(nchw, axis=(0, 2, 3)), np.add.reduce(nchw, axis=(0, 2, 3))),
+            (ops._sum(nchw, axis=(-4, 3, 2)), np.add.reduce(nchw, axis=(0, 2, 3))),
+            (ops._sum(x, axis=(0, 1, 2)), np.add.reduce(x, axis=(0, 1, 2))),
+            (ops._sum(plain, axis=(0, 2, 3)), np.add.reduce(plain, axis=(0, 2, 3)))]
+
+
 def _k_tanh_grad(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
     g = np.asarray(rng.standard_normal(shape), dtype)
     y = np.asarray(np.tanh(3 * rng.standard_normal(shape)), dtype)  # saturated entries included
@@ -505,6 +521,8 @@ def _k_outer(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
 KERNEL_CASES = [
     ("sum_rows", _k_sum_rows, [(1, 3), (2, 2), (5, 64), (128, 2), (128, 64), (256, 3), (2048, 64),
                                (4097, 2), (3, 5000)]),
+    ("sum_over", _k_sum_over, [(64, 15, 15, 32), (1, 6, 6, 64), (3, 4, 4, 2), (7, 1, 1, 5),
+                               (2, 3, 5, 1)]),
     ("tanh_grad", _k_tanh_grad, [(), (1,), (7,), (128, 64), (3, 5, 7)]),
     ("relu", _k_relu, [(), (1,), (7,), (1, 256), (256, 300), (3, 5, 7)]),
     ("add_rows", _k_add_rows, [(5,), (1, 256), (256, 400), (2, 3, 4)]),

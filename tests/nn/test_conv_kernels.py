@@ -289,3 +289,65 @@ def test_plain_acting_leaves_vmapped_parameters_to_the_recorded_path():
                                in_dims=(0, 0))(params, bufs)
         want = [net(x)._value for net in nets]
     np.testing.assert_allclose(_array(got), np.stack(want), rtol=1e-12, atol=1e-12)
+
+
+def test_kept_weight_columns_give_the_copies_bits(monkeypatch):
+    """Inside ``weights_fixed()`` a weight's columns are made at its first call and reused
+    (the same array); the convolutions give the bits of the columns made at every call
+    (KEEP_WEIGHT_COLS off, the reference) and of calls outside; a cleared dict (after a
+    callback) makes them again from the weights as they are then."""
+    rng = np.random.default_rng(5)
+    for xs, (o, k), s, p in _CASES:
+        x, b = _rand(rng, xs, np.float32), _rand(rng, o, np.float32)
+        w = _rand(rng, (o, xs[1], *k), np.float32)
+        want = F._conv2d_relu(x, w, b, s, p)
+        with F.weights_fixed() as kept:
+            assert F._weight_cols(w) is F._weight_cols(w) and kept[id(w)][0] is w
+            np.testing.assert_array_equal(F._conv2d_relu(x, w, b, s, p), want)
+            np.testing.assert_array_equal(F._conv2d_relu(x, w, b, s, p), want)
+            w *= 2  # a callback writes the weight: cleared, the columns follow it
+            kept.clear()
+            np.testing.assert_array_equal(F._conv2d_relu(x, w, b, s, p),
+                                          F._conv2d_relu(x, w.copy(), b, s, p))
+        assert F._KEPT_COLS is None and F._weight_cols(w) is not F._weight_cols(w)
+    monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", False)
+    with F.weights_fixed() as kept:
+        assert F._weight_cols(w) is not F._weight_cols(w) and not kept
+
+
+def test_kept_weight_columns_hold_a_bounded_number_of_arrays():
+    """A weight cast at every call is a new array each time: the dict is emptied when full."""
+    w = np.ones((4, 2, 3, 3), np.float64)
+    with F.weights_fixed() as kept:
+        for _ in range(3 * F._KEPT_MAX):
+            F._weight_cols(w.astype(np.float32))
+            assert len(kept) <= F._KEPT_MAX
+
+
+@pytest.mark.parametrize("with_callback", [False, True])
+def test_a_rollout_with_kept_columns_gives_the_references_bits(monkeypatch, with_callback):
+    """PPO on SB3's SimpleMultiObsEnv (a Dict of a 64x64 image and a vector, so
+    CombinedExtractor with a Nature CNN): the rollout buffer and the trained parameters with
+    the columns kept while acting are the reference's, bit for bit."""
+    from rlgrad.rl import PPO
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    def run():
+        np.random.seed(3)  # (the env draws its images from NumPy's global generator)
+        model = PPO("MultiInputPolicy", SimpleMultiObsEnv(random_start=False), n_steps=32,
+                    batch_size=16, n_epochs=1, seed=3)
+        model.learn(64, callback=(lambda _locals, _globals: True) if with_callback else None)
+        buf = model.rollout_buffer
+        return [buf.observations.copy(), buf.actions.copy(), buf.log_probs.copy(),
+                *(p._value.copy() for p in model.policy.parameters())]
+
+    copies = []
+    copy = F._weight_cols_copy
+    monkeypatch.setattr(F, "_weight_cols_copy", lambda w: copies.append(1) or copy(w))
+    fast, n_fast = run(), len(copies)
+    monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", False)
+    copies.clear()
+    for a, b in zip(fast, run(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # 64 steps of 3 convolutions each: kept, once per rollout (a callback: again every step)
+    assert n_fast <= len(copies) if with_callback else n_fast < len(copies) - 3 * 60

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import OrderedDict
 
 import gymnasium as gym
 import numpy as np
@@ -257,6 +258,26 @@ def test_transpose_and_extract_dict_obs_match_sb3() -> None:
         assert obs.shape == (1, 2) and done[0] and info[0]["terminal_observation"].shape == (2,)
     with pytest.raises(AssertionError):
         ours.VecTransposeImage(ours.DummyVecEnv(_fns()))
+
+
+def test_transposed_dict_observations_are_copies_as_sb3s() -> None:
+    """SB3 deep-copies a Dict observation before transposing its images: the same values, the
+    same dict type, and nothing shared with what the wrapped env returned."""
+    img = spaces.Box(0, 255, (4, 5, 3), np.uint8)
+    both = spaces.Dict({"img": img, "vec": spaces.Box(-1e6, 1e6, (2,), np.float32)})
+    rng = np.random.default_rng(0)
+    obs = OrderedDict(img=rng.integers(0, 256, (2, 4, 5, 3)).astype(np.uint8),
+                      vec=rng.standard_normal((2, 2)).astype(np.float32))
+    got = []
+    for mod in (ours, sb3_vec):
+        t = mod.VecTransposeImage(mod.DummyVecEnv([lambda: CountEnv(3, both)]))
+        out = t.transpose_observations(obs)
+        assert type(out) is OrderedDict and list(out) == ["img", "vec"]
+        assert not any(np.shares_memory(out[k], obs[k]) for k in out)
+        got.append(out)
+    for k in obs:
+        np.testing.assert_array_equal(got[0][k], got[1][k])
+        assert got[0][k].dtype == got[1][k].dtype and got[0][k].shape == got[1][k].shape
 
 
 def test_algorithm_trains_through_every_wrapper() -> None:
