@@ -28,6 +28,7 @@ from gymnasium import spaces
 import rlgrad
 from rlgrad import threads
 from rlgrad.nn import init as nn_init
+from rlgrad.nn.module import fill_shared_names
 from rlgrad.random import Generator, generator_state_dict, load_generator_state
 from rlgrad.rl.callbacks import BaseCallback, make_callback
 from rlgrad.rl.common.save_util import PathOrFile
@@ -219,20 +220,26 @@ def _loaded_state(saved: dict[str, Any], given: Any, force_reset: bool) -> dict[
 
 
 def _load_module_state(module: Any, state: dict[str, Any]) -> None:
-    """``module.load_state_dict(state)``, exactly; SB3's patch for A2C/PPO policies saved before
-    SB3 1.7 (without ``pi_features_extractor``'s entries): load what there is, with SB3's
-    warning (the same extractor's entries are there under ``features_extractor``)."""
+    """``module.load_state_dict(state)``, exactly. A checkpoint of the older layout, which
+    listed a shared child once (rlgrad's ``state_dict`` before it listed every name, as
+    PyTorch's), lacks the child's other names: they are filled from the name it has, the same
+    tensors (``fill_shared_names``). A policy without ``pi_features_extractor`` entries gets
+    SB3's warning for A2C/PPO models saved before SB3 1.7 too (SB3 loads those loosely)."""
     try:
         module.load_state_dict(state)
     except rlgrad.nn.StateDictError as e:
-        if "pi_features_extractor" not in str(e) or "Missing key(s) in state_dict" not in str(e):
+        if "Missing key(s) in state_dict" not in str(e) or "Unexpected key(s)" in str(e):
             raise
-        module.load_state_dict(state, strict=False)
-        warnings.warn("You are probably loading an A2C/PPO model saved with SB3 < 1.7.0 (or "
-                      "an rlgrad checkpoint older than SB3's extractor names): its policy has "
-                      "no pi_features_extractor entries; loaded without exact match, save the "
-                      f"model again to avoid this warning. Original error: {e}", UserWarning,
-                      stacklevel=4)
+        try:
+            module.load_state_dict(fill_shared_names(module, state))
+        except rlgrad.nn.StateDictError:
+            raise e from None
+        if "pi_features_extractor" in str(e):
+            warnings.warn("You are probably loading an A2C/PPO model saved with SB3 < 1.7.0 (or "
+                          "an rlgrad checkpoint older than SB3's extractor names): its policy "
+                          "has no pi_features_extractor entries; loaded from its "
+                          "features_extractor's, save the model again to avoid this warning. "
+                          f"Original error: {e}", UserWarning, stacklevel=4)
 
 
 def _load_device(device: Any) -> Any:
@@ -879,8 +886,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             raise ValueError(f"set_parameters: {path} holds a {ckpt.get('algo')} checkpoint, not "
                              f"{type(self).__name__}")
         state = self._upgrade_state(ckpt["state"])
-        for k, m in self._modules().items():
-            m.load_state_dict(state["modules"][k], strict=exact_match)
+        for k, m in self._modules().items():  # (filled: a file of the older layout, see above)
+            m.load_state_dict(fill_shared_names(m, state["modules"][k]), strict=exact_match)
         for k, o in self._optimizers().items():
             o.load_state_dict(state["optimizers"][k])
 
