@@ -443,9 +443,13 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         own = EpisodeStatistics(self.n_envs, self._stats_window_size) if wrapper is None else None
         self._adapter = StepAdapter(venv, check_finite=self._check_finite, statistics=own)
         self._ep_stats: Any = wrapper if own is None else own
-        old = getattr(self, "_adapter_successes", None)  # (kept across set_env, as SB3 keeps them)
-        self._adapter.successes = old if old is not None else deque(maxlen=self._stats_window_size)
-        self._adapter_successes = self._adapter.successes
+        # SB3's ep_info_buffer and ep_success_buffer: kept across set_env, as SB3 keeps them
+        infos = getattr(self, "ep_info_buffer", None)
+        self.ep_info_buffer: deque[dict[str, float]] = (
+            infos if infos is not None else deque(maxlen=self._stats_window_size))
+        old = getattr(self, "_adapter_successes", None)
+        self._adapter_successes = old if old is not None else deque(maxlen=self._stats_window_size)
+        self._connect_episode_buffers()
         # what checkpoints keep of them: ours, or a wrapper that saves itself (pixel envs' own)
         self._saved_stats: Any = own if own is not None or not hasattr(wrapper, "state_dict") else wrapper
 
@@ -551,6 +555,10 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             if reset_num_timesteps:
                 self.num_timesteps = 0
                 self._episode_num = 0
+                # SB3's: new episode buffers for a new run
+                self.ep_info_buffer = deque(maxlen=self._stats_window_size)
+                self._adapter_successes = deque(maxlen=self._stats_window_size)
+                self._connect_episode_buffers()
             # the first reset is seeded (sub-environment i gets seed + i); later ones continue
             seed = None if self._env_seeded else self.seed
             if seed is not None:
@@ -625,24 +633,26 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                                  reset_num_timesteps)
 
     @property
-    def ep_info_buffer(self) -> deque[dict[str, float]]:
-        """SB3's: the last ``stats_window_size`` finished episodes as ``{"r": return, "l":
-        length}`` (a snapshot of the statistics the algorithm keeps)."""
-        st, n = self._ep_stats, self._stats_window_size
-        pairs = list(zip(st.return_queue, st.length_queue, strict=False))[-n:]
-        return deque(({"r": float(r), "l": int(length)} for r, length in pairs), maxlen=n)
-
-    @property
     def ep_success_buffer(self) -> deque[bool]:
         """SB3's: ``info["is_success"]`` of the last ``stats_window_size`` finished episodes
         that reported one."""
         return self._adapter_successes
 
+    def _connect_episode_buffers(self) -> None:
+        """The step adapter appends to ``ep_info_buffer`` (SB3's ``{"r": return, "l": length,
+        "t": seconds}`` of the last ``stats_window_size`` finished episodes, one deque the
+        rollouts fill) and ``ep_success_buffer``, the episodes counted from now on."""
+        ad = self._adapter
+        ad.episodes, ad.successes = self.ep_info_buffer, self._adapter_successes
+        ad.episode_source = self._ep_stats
+        ad.episodes_seen = int(self._ep_stats.episode_count)
+
     def _record_rollout_stats(self) -> None:
-        st, n = self._ep_stats, self._stats_window_size
-        if len(st.return_queue):
-            self.logger.record("rollout/ep_rew_mean", float(np.mean(list(st.return_queue)[-n:])))
-            self.logger.record("rollout/ep_len_mean", float(np.mean(list(st.length_queue)[-n:])))
+        infos = self.ep_info_buffer  # SB3's means: over ep_info_buffer (a user's entries too)
+        if len(infos) > 0 and len(infos[0]) > 0:
+            self.logger.record("rollout/ep_rew_mean", float(np.mean([e["r"] for e in infos])))
+            self.logger.record("rollout/ep_len_mean", float(np.mean([e["l"] for e in infos])))
+        st = self._ep_stats
         if len(self._adapter_successes):
             self.logger.record("rollout/success_rate", float(np.mean(self._adapter_successes)))
         elapsed = max(time.perf_counter() - self._start_time, 1e-9)
@@ -805,6 +815,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                             "vector_env": get_env_state(self.vector_env)}
             if self._saved_stats is not None:
                 state["env"]["episode_statistics"] = self._saved_stats.state_dict()
+        state["episode_infos"] = {k: np.asarray([e.get(k, np.nan) for e in self.ep_info_buffer],
+                                                dtype=np.float64) for k in ("r", "l", "t")}
         state.update(self._extra_state())
         if not include_replay_buffer:
             state.pop("replay_buffer", None)
@@ -836,7 +848,23 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             if "vector_env" in env:
                 set_env_state(self.vector_env, env["vector_env"], self._adapter.statistics)
             self._env_seeded = True
+        self._restore_episode_infos(state.get("episode_infos"))
         self._set_extra_state(state)
+
+    def _restore_episode_infos(self, saved: dict[str, Any] | None) -> None:
+        """``ep_info_buffer`` (the same deque) as a checkpoint had it; one written before it was
+        saved: the statistics' last episodes, their times unknown (NaN)."""
+        buf, st = self.ep_info_buffer, self._ep_stats
+        buf.clear()
+        if saved is not None:
+            r, n, t = (np.asarray(saved[k], dtype=np.float64).reshape(-1) for k in ("r", "l", "t"))
+        else:
+            k = buf.maxlen or 0
+            r = np.asarray(list(st.return_queue)[-k:] if k else [], dtype=np.float64)
+            n = np.asarray(list(st.length_queue)[-k:] if k else [], dtype=np.float64)
+            t = np.full(len(r), np.nan)
+        buf.extend({"r": float(a), "l": int(b), "t": float(c)} for a, b, c in zip(r, n, t, strict=True))
+        self._adapter.episodes_seen = int(st.episode_count)
 
     # ---- SB3's parameter access -----------------------------------------------------------------
     def _parameter_objects(self) -> dict[str, Any]:
