@@ -13,13 +13,13 @@ import copy
 import sys
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from rlgrad.device import check_device, is_device
 from rlgrad.nn.hooks import hooks_of
-from rlgrad.serialization import StateDictError, _source_of
+from rlgrad.serialization import CheckpointDict, StateDictError, _source_of
 from rlgrad.tensor import (
     RemovableHandle,
     Tensor,
@@ -112,6 +112,24 @@ def _add_hook(module: Module, kind: str, entry: Any, prepend: bool) -> Removable
     return handle
 
 
+def fill_shared_names(module: Module, state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """``state_dict`` with every name of a shared child (or parameter) that it lacks filled in
+    from a name of the same tensor that it has: what loads a state dict rlgrad wrote before
+    ``state_dict`` listed each shared tensor under all of its names (once, under the first)
+    with ``strict=True``. Not PyTorch's (its ``load_state_dict`` wants every name): the
+    checkpoint readers of ``rlgrad.rl`` call it for files of that older layout."""
+    out = CheckpointDict(module._renamed_keys(state_dict),
+                         source=getattr(state_dict, "source", None))  # (for error messages)
+    names: dict[int, list[str]] = {}
+    for key, v in module.state_dict(keep_vars=True).items():
+        names.setdefault(id(v), []).append(key)
+    for group in names.values():
+        have = next((k for k in group if k in out), None)
+        if have is not None:
+            out.update((k, out[have]) for k in group if k not in out)
+    return out
+
+
 class Module:
     """Base class of every layer and model; subclass it and define ``forward``."""
 
@@ -156,13 +174,14 @@ class Module:
 
     def __setattr__(self, name: str, value: Any) -> None:
         d = self.__dict__
+        # (as PyTorch's: a name assigned again keeps its place in the order of state_dict)
         if isinstance(value, Parameter):
             params = self._registry("_parameters")
-            self._forget(name)
+            self._forget(name, keep="_parameters")
             params[name] = value
         elif isinstance(value, Module):
             modules = self._registry("_modules")
-            self._forget(name)
+            self._forget(name, keep="_modules")
             modules[name] = value
         elif _is_torch_module(value):  # torch's layer: rlgrad's of the same name (torch_modules)
             try:
@@ -192,9 +211,10 @@ class Module:
                 d["_buffers"][name] = value
         object.__setattr__(self, name, value)
 
-    def _forget(self, name: str) -> None:
+    def _forget(self, name: str, keep: str = "") -> None:
         for reg in ("_parameters", "_modules", "_buffers"):
-            self.__dict__[reg].pop(name, None)
+            if reg != keep:
+                self.__dict__[reg].pop(name, None)
         self.__dict__["_non_persistent"].discard(name)
 
     def __delattr__(self, name: str) -> None:
@@ -421,11 +441,15 @@ class Module:
         share the parameters' memory (writing into ``sd['w']`` changes the parameter; a state
         dict kept as "best model so far" needs a copy: ``copy.deepcopy(sd)`` or
         ``{k: v.clone() ...}``). ``keep_vars=True`` gives the Parameters themselves.
+
+        As PyTorch's, a child registered under several names (or reached by several paths) is
+        listed under each of them; ``named_parameters`` lists its parameters once.
         """
         if _Trace.compiling and not keep_vars:
             _refuse_copy_under_jit("state_dict()")
         out: dict = OrderedDict() if destination is None else destination
-        for mod_prefix, mod in self.named_modules(prefix=prefix.rstrip(".")):
+        for mod_prefix, mod in self.named_modules(prefix=prefix.rstrip("."),
+                                                  remove_duplicate=False):
             base = f"{mod_prefix}." if mod_prefix else ""
             for name, p in mod._parameters.items():
                 if p is not None:
@@ -437,8 +461,9 @@ class Module:
         return out
 
     def _state_slots(self) -> dict[str, tuple[Module, str, str]]:
+        """Every name ``state_dict`` lists -> (the module holding it, its local name, kind)."""
         slots: dict[str, tuple[Module, str, str]] = {}
-        for mod_prefix, mod in self.named_modules():
+        for mod_prefix, mod in self.named_modules(remove_duplicate=False):
             base = f"{mod_prefix}." if mod_prefix else ""
             for name, p in mod._parameters.items():
                 if p is not None:
@@ -448,18 +473,46 @@ class Module:
                     slots[base + name] = (mod, name, "buffer")
         return slots
 
+    #: ``{old: new}`` local key prefixes of state dicts an older layout of the class wrote
+    #: (``"7."``: ``"linear.0."``): ``load_state_dict`` reads them under the new names
+    _renamed_state_keys: ClassVar[dict[str, str]] = {}
+
+    def _renamed_keys(self, state_dict: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``state_dict`` with the keys of every submodule's older layout renamed (itself when
+        no submodule has one: the usual case costs one walk)."""
+        renames = [(prefix, mod._renamed_state_keys)
+                   for prefix, mod in self.named_modules(remove_duplicate=False)
+                   if mod._renamed_state_keys]
+        if not renames:
+            return state_dict
+        out = dict(state_dict)
+        for prefix, table in renames:
+            base = f"{prefix}." if prefix else ""
+            for key in [k for k in out if k.startswith(base)]:
+                local = key[len(base):]
+                for old, new in table.items():
+                    if local.startswith(old) and base + new + local[len(old):] not in out:
+                        out[base + new + local[len(old):]] = out.pop(key)
+                        break
+        return out
+
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> IncompatibleKeys:
         """Copy ``state_dict`` into this module's parameters and buffers, in place.
 
         Every key is checked before anything is written: with ``strict`` missing and unexpected
         keys are an error, and a shape mismatch always is. The error (``StateDictError``, a
-        ``RuntimeError`` and a ``ValueError``) lists every problem at once.
+        ``RuntimeError`` and a ``ValueError``) lists every problem at once. As PyTorch's, every
+        name ``state_dict`` lists is expected, a shared child's under each of its names (each
+        is written in turn: the last one's values stay). A module class may name keys it
+        wrote under older names (``_renamed_state_keys``): those are read under the new ones.
         """
         if _Trace.compiling:
             _refuse_copy_under_jit("load_state_dict()")
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"load_state_dict expects a mapping of names to arrays, got "
                             f"{type(state_dict).__name__}")
+        source = _source_of(state_dict)
+        state_dict = self._renamed_keys(state_dict)
         slots = self._state_slots()
         missing = [k for k in slots if k not in state_dict]
         unexpected = [k for k in state_dict if k not in slots]
@@ -496,7 +549,7 @@ class Module:
             hint = ("\n\t(strict=False skips missing and unexpected keys; shapes must always match)"
                     if strict and (missing or unexpected) else "")
             raise StateDictError(
-                f"Error(s) in loading state_dict for {type(self).__name__}{_source_of(state_dict)}:"
+                f"Error(s) in loading state_dict for {type(self).__name__}{source}:"
                 "\n\t" + "\n\t".join(problems) + hint
             )
         for mod, name, _kind, arr in values:

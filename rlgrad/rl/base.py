@@ -28,6 +28,7 @@ from gymnasium import spaces
 import rlgrad
 from rlgrad import threads
 from rlgrad.nn import init as nn_init
+from rlgrad.nn.module import fill_shared_names
 from rlgrad.random import Generator, generator_state_dict, load_generator_state
 from rlgrad.rl.callbacks import BaseCallback, make_callback
 from rlgrad.rl.common.save_util import PathOrFile
@@ -219,20 +220,26 @@ def _loaded_state(saved: dict[str, Any], given: Any, force_reset: bool) -> dict[
 
 
 def _load_module_state(module: Any, state: dict[str, Any]) -> None:
-    """``module.load_state_dict(state)``, exactly; SB3's patch for A2C/PPO policies saved before
-    SB3 1.7 (without ``pi_features_extractor``'s entries): load what there is, with SB3's
-    warning (the same extractor's entries are there under ``features_extractor``)."""
+    """``module.load_state_dict(state)``, exactly. A checkpoint of the older layout, which
+    listed a shared child once (rlgrad's ``state_dict`` before it listed every name, as
+    PyTorch's), lacks the child's other names: they are filled from the name it has, the same
+    tensors (``fill_shared_names``). A policy without ``pi_features_extractor`` entries gets
+    SB3's warning for A2C/PPO models saved before SB3 1.7 too (SB3 loads those loosely)."""
     try:
         module.load_state_dict(state)
     except rlgrad.nn.StateDictError as e:
-        if "pi_features_extractor" not in str(e) or "Missing key(s) in state_dict" not in str(e):
+        if "Missing key(s) in state_dict" not in str(e) or "Unexpected key(s)" in str(e):
             raise
-        module.load_state_dict(state, strict=False)
-        warnings.warn("You are probably loading an A2C/PPO model saved with SB3 < 1.7.0 (or "
-                      "an rlgrad checkpoint older than SB3's extractor names): its policy has "
-                      "no pi_features_extractor entries; loaded without exact match, save the "
-                      f"model again to avoid this warning. Original error: {e}", UserWarning,
-                      stacklevel=4)
+        try:
+            module.load_state_dict(fill_shared_names(module, state))
+        except rlgrad.nn.StateDictError:
+            raise e from None
+        if "pi_features_extractor" in str(e):
+            warnings.warn("You are probably loading an A2C/PPO model saved with SB3 < 1.7.0 (or "
+                          "an rlgrad checkpoint older than SB3's extractor names): its policy "
+                          "has no pi_features_extractor entries; loaded from its "
+                          "features_extractor's, save the model again to avoid this warning. "
+                          f"Original error: {e}", UserWarning, stacklevel=4)
 
 
 def _load_device(device: Any) -> Any:
@@ -436,9 +443,13 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
         own = EpisodeStatistics(self.n_envs, self._stats_window_size) if wrapper is None else None
         self._adapter = StepAdapter(venv, check_finite=self._check_finite, statistics=own)
         self._ep_stats: Any = wrapper if own is None else own
-        old = getattr(self, "_adapter_successes", None)  # (kept across set_env, as SB3 keeps them)
-        self._adapter.successes = old if old is not None else deque(maxlen=self._stats_window_size)
-        self._adapter_successes = self._adapter.successes
+        # SB3's ep_info_buffer and ep_success_buffer: kept across set_env, as SB3 keeps them
+        infos = getattr(self, "ep_info_buffer", None)
+        self.ep_info_buffer: deque[dict[str, float]] = (
+            infos if infos is not None else deque(maxlen=self._stats_window_size))
+        old = getattr(self, "_adapter_successes", None)
+        self._adapter_successes = old if old is not None else deque(maxlen=self._stats_window_size)
+        self._connect_episode_buffers()
         # what checkpoints keep of them: ours, or a wrapper that saves itself (pixel envs' own)
         self._saved_stats: Any = own if own is not None or not hasattr(wrapper, "state_dict") else wrapper
 
@@ -544,6 +555,10 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             if reset_num_timesteps:
                 self.num_timesteps = 0
                 self._episode_num = 0
+                # SB3's: new episode buffers for a new run
+                self.ep_info_buffer = deque(maxlen=self._stats_window_size)
+                self._adapter_successes = deque(maxlen=self._stats_window_size)
+                self._connect_episode_buffers()
             # the first reset is seeded (sub-environment i gets seed + i); later ones continue
             seed = None if self._env_seeded else self.seed
             if seed is not None:
@@ -618,24 +633,26 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                                  reset_num_timesteps)
 
     @property
-    def ep_info_buffer(self) -> deque[dict[str, float]]:
-        """SB3's: the last ``stats_window_size`` finished episodes as ``{"r": return, "l":
-        length}`` (a snapshot of the statistics the algorithm keeps)."""
-        st, n = self._ep_stats, self._stats_window_size
-        pairs = list(zip(st.return_queue, st.length_queue, strict=False))[-n:]
-        return deque(({"r": float(r), "l": int(length)} for r, length in pairs), maxlen=n)
-
-    @property
     def ep_success_buffer(self) -> deque[bool]:
         """SB3's: ``info["is_success"]`` of the last ``stats_window_size`` finished episodes
         that reported one."""
         return self._adapter_successes
 
+    def _connect_episode_buffers(self) -> None:
+        """The step adapter appends to ``ep_info_buffer`` (SB3's ``{"r": return, "l": length,
+        "t": seconds}`` of the last ``stats_window_size`` finished episodes, one deque the
+        rollouts fill) and ``ep_success_buffer``, the episodes counted from now on."""
+        ad = self._adapter
+        ad.episodes, ad.successes = self.ep_info_buffer, self._adapter_successes
+        ad.episode_source = self._ep_stats
+        ad.episodes_seen = int(self._ep_stats.episode_count)
+
     def _record_rollout_stats(self) -> None:
-        st, n = self._ep_stats, self._stats_window_size
-        if len(st.return_queue):
-            self.logger.record("rollout/ep_rew_mean", float(np.mean(list(st.return_queue)[-n:])))
-            self.logger.record("rollout/ep_len_mean", float(np.mean(list(st.length_queue)[-n:])))
+        infos = self.ep_info_buffer  # SB3's means: over ep_info_buffer (a user's entries too)
+        if len(infos) > 0 and len(infos[0]) > 0:
+            self.logger.record("rollout/ep_rew_mean", float(np.mean([e["r"] for e in infos])))
+            self.logger.record("rollout/ep_len_mean", float(np.mean([e["l"] for e in infos])))
+        st = self._ep_stats
         if len(self._adapter_successes):
             self.logger.record("rollout/success_rate", float(np.mean(self._adapter_successes)))
         elapsed = max(time.perf_counter() - self._start_time, 1e-9)
@@ -798,6 +815,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
                             "vector_env": get_env_state(self.vector_env)}
             if self._saved_stats is not None:
                 state["env"]["episode_statistics"] = self._saved_stats.state_dict()
+        state["episode_infos"] = {k: np.asarray([e.get(k, np.nan) for e in self.ep_info_buffer],
+                                                dtype=np.float64) for k in ("r", "l", "t")}
         state.update(self._extra_state())
         if not include_replay_buffer:
             state.pop("replay_buffer", None)
@@ -829,7 +848,23 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             if "vector_env" in env:
                 set_env_state(self.vector_env, env["vector_env"], self._adapter.statistics)
             self._env_seeded = True
+        self._restore_episode_infos(state.get("episode_infos"))
         self._set_extra_state(state)
+
+    def _restore_episode_infos(self, saved: dict[str, Any] | None) -> None:
+        """``ep_info_buffer`` (the same deque) as a checkpoint had it; one written before it was
+        saved: the statistics' last episodes, their times unknown (NaN)."""
+        buf, st = self.ep_info_buffer, self._ep_stats
+        buf.clear()
+        if saved is not None:
+            r, n, t = (np.asarray(saved[k], dtype=np.float64).reshape(-1) for k in ("r", "l", "t"))
+        else:
+            k = buf.maxlen or 0
+            r = np.asarray(list(st.return_queue)[-k:] if k else [], dtype=np.float64)
+            n = np.asarray(list(st.length_queue)[-k:] if k else [], dtype=np.float64)
+            t = np.full(len(r), np.nan)
+        buf.extend({"r": float(a), "l": int(b), "t": float(c)} for a, b, c in zip(r, n, t, strict=True))
+        self._adapter.episodes_seen = int(st.episode_count)
 
     # ---- SB3's parameter access -----------------------------------------------------------------
     def _parameter_objects(self) -> dict[str, Any]:
@@ -879,8 +914,8 @@ class BaseAlgorithm(metaclass=_AlgorithmType):
             raise ValueError(f"set_parameters: {path} holds a {ckpt.get('algo')} checkpoint, not "
                              f"{type(self).__name__}")
         state = self._upgrade_state(ckpt["state"])
-        for k, m in self._modules().items():
-            m.load_state_dict(state["modules"][k], strict=exact_match)
+        for k, m in self._modules().items():  # (filled: a file of the older layout, see above)
+            m.load_state_dict(fill_shared_names(m, state["modules"][k]), strict=exact_match)
         for k, o in self._optimizers().items():
             o.load_state_dict(state["optimizers"][k])
 

@@ -1,15 +1,16 @@
 """Convolutional trunks for pixel observations: the Nature DQN CNN (Mnih et al. 2015) for 84x84
 Atari frames and the MinAtar paper's small CNN (Young & Tian 2019) for 10x10 inputs.
 
-Both are ``Sequential``s whose children are numbered as in the equivalent ``torch.nn.Sequential``,
-so a ``state_dict`` moves between them key for key:
+Their children are named as in the equivalent torch modules, so a ``state_dict`` moves between
+them key for key:
 
-* ``NatureCNN``: ``Conv2d(C, 32, 8, stride=4), ReLU, Conv2d(32, 64, 4, stride=2), ReLU,
-  Conv2d(64, 64, 3, stride=1), ReLU, Flatten, Linear(n_flatten, features_dim), ReLU``; keys
-  ``0.weight 0.bias 2.weight 2.bias 4.weight 4.bias 7.weight 7.bias`` (SB3's ``NatureCNN`` names
-  them ``cnn.0 cnn.2 cnn.4 linear.0``: the same tensors).
-* ``MinAtarCNN``: ``Conv2d(C, 16, 3, stride=1), ReLU, Flatten, Linear(16 * 8 * 8, features_dim),
-  ReLU``; keys ``0.weight 0.bias 3.weight 3.bias``.
+* ``NatureCNN``: SB3's layout, ``cnn = Sequential(Conv2d(C, 32, 8, stride=4), ReLU,
+  Conv2d(32, 64, 4, stride=2), ReLU, Conv2d(64, 64, 3, stride=1), ReLU, Flatten)`` and
+  ``linear = Sequential(Linear(n_flatten, features_dim), ReLU)``; keys ``cnn.0 cnn.2 cnn.4
+  linear.0`` (``.weight``, ``.bias``). State dicts of the older layout (one ``Sequential``:
+  ``0 2 4 7``) still load: ``load_state_dict`` renames them.
+* ``MinAtarCNN``: a ``Sequential``, ``Conv2d(C, 16, 3, stride=1), ReLU, Flatten,
+  Linear(16 * 8 * 8, features_dim), ReLU``; keys ``0.weight 0.bias 3.weight 3.bias``.
 
 The forward passes are the functions ``nature_cnn`` / ``minatar_cnn`` of an input and the list of
 weights (the modules call them with their own parameters), so they can be differentiated with
@@ -20,13 +21,14 @@ in as stored, as SB3's ``normalize_images``); ``MinAtarCNN`` casts its 0/1 input
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from rlgrad.batching import BatchedTensor
 from rlgrad.nn import functional as F
 from rlgrad.nn.layers import Conv2d, Flatten, Linear, ReLU, Sequential
+from rlgrad.nn.module import Module
 from rlgrad.tensor import Tensor, _Trace, constant, get_default_dtype
 from rlgrad.tracer import is_grad_enabled
 
@@ -110,12 +112,18 @@ def _conv_out(size: int, kernel: int, stride: int) -> int:
     return (size - kernel) // stride + 1
 
 
-class NatureCNN(Sequential):
+class NatureCNN(Module):
     """The Nature DQN trunk; ``features_dim`` outputs (512). ``observation_shape`` is (C, H, W),
-    channels first: 4 stacked 84x84 frames for Atari."""
+    channels first: 4 stacked 84x84 frames for Atari. SB3's children: ``cnn`` (the convolutions
+    and the flatten) and ``linear`` (the linear layer and its ReLU)."""
+
+    #: the keys of the older layout (one Sequential), read under SB3's
+    _renamed_state_keys: ClassVar[dict[str, str]] = {
+        "0.": "cnn.0.", "2.": "cnn.2.", "4.": "cnn.4.", "7.": "linear.0."}
 
     def __init__(self, observation_shape: Sequence[int] = (4, 84, 84), features_dim: int = 512,
                  normalize: bool = True, dtype: Any = None) -> None:
+        super().__init__()
         c, h, w = (int(d) for d in observation_shape)
         for _, k, s in _NATURE_CONVS:
             h, w = _conv_out(h, k, s), _conv_out(w, k, s)
@@ -124,17 +132,18 @@ class NatureCNN(Sequential):
                              f"{tuple(observation_shape)}")
         dt = np.dtype(dtype) if dtype is not None else get_default_dtype()
         (c1, k1, s1), (c2, k2, s2), (c3, k3, s3) = _NATURE_CONVS
-        super().__init__(
+        self.cnn = Sequential(
             Conv2d(c, c1, k1, s1, dtype=dt), ReLU(), Conv2d(c1, c2, k2, s2, dtype=dt), ReLU(),
-            Conv2d(c2, c3, k3, s3, dtype=dt), ReLU(), Flatten(),
-            Linear(c3 * h * w, features_dim, dtype=dt), ReLU(),
-        )
+            Conv2d(c2, c3, k3, s3, dtype=dt), ReLU(), Flatten())
+        self.linear = Sequential(Linear(c3 * h * w, features_dim, dtype=dt), ReLU())
         self.observation_shape = (c, *observation_shape[1:])
         self.features_dim = int(features_dim)
         self.normalize = normalize
 
     def forward(self, x: Any) -> Any:
-        return nature_cnn(x, _layer_params(self, (0, 2, 4, 7)), self.normalize)
+        cnn, lin = self.cnn, self.linear[0]
+        return nature_cnn(x, [*_layer_params(cnn, (0, 2, 4)), lin.weight, lin.bias],
+                          self.normalize)
 
 
 class MinAtarCNN(Sequential):

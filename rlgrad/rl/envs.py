@@ -13,6 +13,7 @@ final observation in ``info["final_obs"]``) are handled too; ``DISABLED`` is ref
 from __future__ import annotations
 
 import importlib
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -472,6 +473,12 @@ class StepAdapter:
         self.statistics = statistics  # episode returns and lengths, kept here when given
         #: SB3's ep_success_buffer: the finished episodes' info["is_success"], when given
         self.successes: deque[bool] | None = None
+        #: SB3's ep_info_buffer: ``{"r", "l", "t"}`` of each finished episode, when given, as
+        #: ``episode_source`` (this adapter's statistics or the env's wrapper) counts them
+        self.episodes: deque[dict[str, float]] | None = None
+        self.episode_source: Any = statistics
+        self.episodes_seen = 0  # the source's episode_count when last read
+        self._t0 = time.perf_counter()  # "t": seconds since then (SB3's Monitor: since its start)
         self.steps = 0
         self.mode = autoreset_mode(venv)
         self.next_step = self.mode == AutoresetMode.NEXT_STEP
@@ -535,7 +542,22 @@ class StepAdapter:
             self.statistics.record(rew, valid, done, all_valid, any_done)
         if any_done and self.successes is not None:
             record_successes(self.successes, info, done, self.next_step)
+        if any_done and self.episodes is not None:
+            self.add_episodes(int(np.count_nonzero(done)))
         return obs, rew, term, trunc, valid, final_obs
+
+    def add_episodes(self, at_most: int | None = None) -> None:
+        """Append to ``episodes`` the episodes ``episode_source`` finished since the last call
+        (its newest entries; ``at_most``: the rows done at this step, which bounds them even if
+        the source's count was restored from a checkpoint meanwhile)."""
+        st = self.episode_source
+        new = int(st.episode_count) - self.episodes_seen
+        self.episodes_seen = int(st.episode_count)
+        k = min(new, len(st.return_queue), new if at_most is None else at_most)
+        if k > 0 and self.episodes is not None:
+            t = round(time.perf_counter() - self._t0, 6)
+            rs, ls = list(st.return_queue)[-k:], list(st.length_queue)[-k:]
+            self.episodes.extend({"r": float(r), "l": int(n), "t": t} for r, n in zip(rs, ls, strict=True))
 
 
 def obs_rows(obs: Any, rows: np.ndarray) -> Any:

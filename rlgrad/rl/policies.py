@@ -19,8 +19,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
-from collections import OrderedDict
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
@@ -32,6 +31,7 @@ from rlgrad.distributions.categorical import inverse_cdf, row_indices, row_max
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std, sde_std_numpy
 from rlgrad.nn import init
 from rlgrad.nn.functional import _linear, _linear_relu
+from rlgrad.nn.module import fill_shared_names
 from rlgrad.rl import action_dists
 from rlgrad.rl.common.preprocessing import maybe_transpose
 from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs, space_str
@@ -214,67 +214,9 @@ def load_policy(cls: type, path: Any) -> nn.Module:
     if not issubclass(saved["class"], cls):
         raise ValueError(f"{path} holds a {saved['class'].__name__}, not a {cls.__name__}")
     policy = saved["class"](**saved["data"])
-    policy.load_state_dict(saved["state_dict"])
+    # (a file written before state_dict listed a shared extractor under each of its names)
+    policy.load_state_dict(fill_shared_names(policy, saved["state_dict"]))
     return policy
-
-
-def module_aliases(module: nn.Module) -> list[tuple[str, str]]:
-    """``(alias, name)`` for each child registered again under ``alias`` after ``name`` (SB3's
-    ``pi_features_extractor`` and, when shared, ``vf_features_extractor``: the
-    ``features_extractor`` itself)."""
-    first: dict[int, str] = {}
-    out = []
-    for name, m in module._modules.items():
-        if m is None:
-            continue
-        if id(m) in first:
-            out.append((name, first[id(m)]))
-        else:
-            first[id(m)] = name
-    return out
-
-
-class AliasedStateDict:
-    """PyTorch's state dict of a module whose children are registered under several names:
-    every name lists the child's entries (rlgrad's ``Module`` lists a shared child once), so
-    the keys are SB3's, and a state dict without an alias's entries is missing keys, as in
-    PyTorch (SB3's load of a policy saved before SB3 1.7, which had no
-    ``pi_features_extractor``)."""
-
-    def state_dict(self, destination: dict | None = None, prefix: str = "",
-                   keep_vars: bool = False) -> dict[str, Any]:
-        me = cast(nn.Module, self)
-        own = nn.Module.state_dict(me, None, prefix, keep_vars)
-        aliases = dict(module_aliases(me))
-        out: dict[str, Any] = OrderedDict() if destination is None else destination
-        # PyTorch's order: the module's own entries, then each child's under each of its names
-        out.update((k, v) for k, v in own.items()
-                   if k[len(prefix):].split(".", 1)[0] not in me._modules)
-        for name in me._modules:
-            head, new = f"{prefix}{aliases.get(name, name)}.", f"{prefix}{name}."
-            out.update((new + k[len(head):], v) for k, v in own.items() if k.startswith(head))
-        return out
-
-    def load_state_dict(self, state_dict: Any, strict: bool = True) -> nn.IncompatibleKeys:
-        me = cast(nn.Module, self)
-        aliases = module_aliases(me)
-        keys = list(nn.Module.state_dict(me, keep_vars=True))
-        expected = {alias + k[len(name):]: k for alias, name in aliases
-                    for k in keys if k.startswith(name + ".")}  # alias's key -> the child's
-        heads = tuple(f"{a}." for a, _ in aliases)
-        missing = [k for k in expected if k not in state_dict]
-        unexpected = [k for k in state_dict if k.startswith(heads) and k not in expected]
-        if strict and (missing or unexpected):
-            problems = [f"{what} key(s) in state_dict: " + ", ".join(f'"{k}"' for k in ks) + "."
-                        for what, ks in (("Missing", missing), ("Unexpected", unexpected)) if ks]
-            raise nn.StateDictError(f"Error(s) in loading state_dict for {type(me).__name__}:"
-                                    "\n\t" + "\n\t".join(problems))
-        res = nn.Module.load_state_dict(
-            me, {k: v for k, v in state_dict.items() if not k.startswith(heads)}, strict)
-        values = {k: state_dict[a] for a, k in expected.items() if a in state_dict}
-        if values:  # PyTorch loads each name in turn: the last name's values stay
-            nn.Module.load_state_dict(me, values, strict=False)
-        return nn.IncompatibleKeys(res.missing_keys + missing, res.unexpected_keys + unexpected)
 
 
 class SB3PolicyMethods:
@@ -335,7 +277,7 @@ class SB3PolicyMethods:
         return load_policy(cls, path)
 
 
-class ActorCriticPolicy(AliasedStateDict, SB3PolicyMethods, nn.Module):
+class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
     """SB3's ``ActorCriticPolicy`` (its constructor and state-dict keys): a features extractor
     (``FlattenExtractor`` for vectors, the CNN for images, ``CombinedExtractor`` for Dict
     observations, or ``features_extractor_class``), the ``mlp_extractor``'s policy and value

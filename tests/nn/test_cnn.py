@@ -15,10 +15,20 @@ def _frames(shape, seed=0):
 
 
 def _torch_nature(torch, c, n_flat, features):
+    """SB3's NatureCNN layout in torch: ``cnn`` (convolutions, flatten) and ``linear``."""
     nn = torch.nn
-    return nn.Sequential(nn.Conv2d(c, 32, 8, 4), nn.ReLU(), nn.Conv2d(32, 64, 4, 2), nn.ReLU(),
-                         nn.Conv2d(64, 64, 3, 1), nn.ReLU(), nn.Flatten(), nn.Linear(n_flat, features),
-                         nn.ReLU())
+
+    class Nature(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cnn = nn.Sequential(nn.Conv2d(c, 32, 8, 4), nn.ReLU(), nn.Conv2d(32, 64, 4, 2),
+                                     nn.ReLU(), nn.Conv2d(64, 64, 3, 1), nn.ReLU(), nn.Flatten())
+            self.linear = nn.Sequential(nn.Linear(n_flat, features), nn.ReLU())
+
+        def forward(self, x):
+            return self.linear(self.cnn(x))
+
+    return Nature()
 
 
 def _torch_minatar(torch, c, features):
@@ -27,11 +37,13 @@ def _torch_minatar(torch, c, features):
                          nn.ReLU())
 
 
-def test_state_dict_keys_follow_torch_sequential():
+def test_state_dict_keys_are_sb3s():
     nat = NatureCNN()
-    assert list(nat.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight",
-                                      "4.bias", "7.weight", "7.bias"]
-    assert nat.state_dict()["7.weight"].shape == (512, 64 * 7 * 7) and nat.features_dim == 512
+    assert list(nat.state_dict()) == ["cnn.0.weight", "cnn.0.bias", "cnn.2.weight", "cnn.2.bias",
+                                      "cnn.4.weight", "cnn.4.bias", "linear.0.weight",
+                                      "linear.0.bias"]
+    assert nat.state_dict()["linear.0.weight"].shape == (512, 64 * 7 * 7)
+    assert nat.features_dim == 512
     mini = MinAtarCNN((6, 10, 10))
     assert list(mini.state_dict()) == ["0.weight", "0.bias", "3.weight", "3.bias"]
     assert mini.state_dict()["3.weight"].shape == (128, 1024) and mini.features_dim == 128
@@ -47,7 +59,7 @@ def test_nature_cnn_matches_pytorch(dtype):
     theirs = _torch_nature(torch, 4, 3136, 512).to(torch.float64 if dtype == np.float64 else torch.float32)
     theirs.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in ours.state_dict().items()})
     x = _frames((3, 4, 84, 84))
-    tx = torch.from_numpy(x).to(theirs[0].weight.dtype) / 255.0
+    tx = torch.from_numpy(x).to(theirs.cnn[0].weight.dtype) / 255.0
     out = ours(x)
     want = theirs(tx)
     tol = dict(rtol=1e-4, atol=1e-5) if dtype == np.float32 else dict(rtol=1e-11, atol=1e-12)
@@ -69,6 +81,40 @@ def test_nature_cnn_matches_pytorch(dtype):
     back = NatureCNN(dtype=dtype)
     back.load_state_dict({k: v.detach().numpy() for k, v in theirs.state_dict().items()})
     np.testing.assert_array_equal(back(x)._value, out._value)
+
+
+def test_older_layout_state_dicts_load():
+    """A state dict of the former layout (one Sequential: 0, 2, 4, 7; or, from
+    rlgrad.rl.common.torch_layers' former wrapper, that Sequential as ``cnn``: cnn.7) loads into
+    the SB3 layout, strictly, with the same outputs."""
+    from gymnasium import spaces
+
+    from rlgrad.rl.common.torch_layers import NatureCNN as SB3NatureCNN
+
+    rlgrad.random.seed(2)
+    src = NatureCNN((2, 36, 36), features_dim=6, dtype=np.float64)
+    new = {k: v.numpy() for k, v in src.state_dict().items()}
+    old = {k.replace("cnn.", "").replace("linear.0.", "7."): v for k, v in new.items()}
+    assert sorted(old) == ["0.bias", "0.weight", "2.bias", "2.weight", "4.bias", "4.weight",
+                           "7.bias", "7.weight"]
+    x = _frames((3, 2, 36, 36), seed=5)
+    dst = NatureCNN((2, 36, 36), features_dim=6, dtype=np.float64)
+    assert dst.load_state_dict(old) == ([], [])
+    np.testing.assert_array_equal(dst(x)._value, src(x)._value)
+    # inside a parent, under its prefix
+    parent = rlgrad.nn.Sequential(NatureCNN((2, 36, 36), features_dim=6, dtype=np.float64))
+    parent.load_state_dict({f"0.{k}": v for k, v in old.items()})
+    np.testing.assert_array_equal(parent(x)._value, src(x)._value)
+    # SB3's class: its keys are SB3's; the former wrapper's (cnn.0 ... cnn.7) load
+    space = spaces.Box(0, 255, (2, 36, 36), np.uint8)
+    ext = SB3NatureCNN(space, features_dim=6)
+    assert list(ext.state_dict()) == list(src.state_dict())
+    wrapper_keys = {f"cnn.{k}": v.astype(np.float32) for k, v in old.items()}
+    assert ext.load_state_dict(wrapper_keys) == ([], [])
+    np.testing.assert_allclose(ext(x)._value, src(x)._value, rtol=1e-5, atol=1e-6)
+    # an unknown key is still one
+    with pytest.raises(RuntimeError, match='Unexpected key.*"9.weight"'):
+        dst.load_state_dict({**old, "9.weight": old["7.weight"]})
 
 
 def test_minatar_cnn_matches_pytorch():

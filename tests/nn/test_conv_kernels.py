@@ -226,7 +226,9 @@ def test_simple_multi_obs_cnn_gradients_match_pytorch(dtype):
     theirs = nn.Sequential(nn.Conv2d(1, 32, 8, 4), nn.ReLU(), nn.Conv2d(32, 64, 4, 2), nn.ReLU(),
                            nn.Conv2d(64, 64, 3, 1), nn.ReLU(), nn.Flatten(), nn.Linear(1024, 256),
                            nn.ReLU()).to(torch.float64 if dtype == np.float64 else torch.float32)
-    theirs.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in ours.state_dict().items()})
+    # (ours: SB3's cnn.i / linear.0 names; this Sequential's: i / 7)
+    theirs.load_state_dict({k.replace("cnn.", "").replace("linear.0.", "7."): torch.from_numpy(
+        v.numpy()) for k, v in ours.state_dict().items()})
     x = np.random.default_rng(5).integers(0, 256, (16, 1, 64, 64), dtype=np.uint8)
     g = np.random.default_rng(6).standard_normal((16, 256)).astype(dtype)
     step = rlgrad.jit(lambda x: rlgrad.grad(lambda *p: rlgrad.numpy.sum(

@@ -62,6 +62,80 @@ def test_shared_parameter_is_listed_once():
     assert len(list(seq.parameters())) == 2
 
 
+def _shared(lib):
+    """A model with a child under two names, a shared Sequential entry and a tied parameter,
+    built the same way from ``lib`` (rlgrad.nn or torch.nn)."""
+
+    class Shared(lib.Module):
+        def __init__(self):
+            super().__init__()
+            self.trunk = lib.Linear(3, 4)
+            self.alias = self.trunk  # the same child, a second name
+            self.heads = lib.Sequential(lib.Linear(4, 2), lib.Tanh())
+            self.heads.append(self.heads[0])  # reached twice inside a child
+            self.out = lib.Linear(2, 2)
+            self.tied = lib.Linear(2, 2)
+            self.tied.weight = self.out.weight  # a parameter of two modules
+
+    return Shared()
+
+
+def test_shared_children_state_dict_is_pytorchs():
+    """PyTorch's ``state_dict`` lists a shared child under each name (its recursion over
+    ``_modules`` keeps no memo) while ``named_parameters`` lists each tensor once; its strict
+    ``load_state_dict`` expects every name, and each name is written in turn."""
+    torch = pytest.importorskip("torch")
+    ours, theirs = _shared(nn), _shared(torch.nn)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    assert "alias.weight" in ours.state_dict() and "heads.2.bias" in ours.state_dict()
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+    assert len(list(ours.parameters())) == len(list(theirs.parameters())) == 7
+    # the same values both ways, strictly: ours from torch's, and torch's from ours
+    sd = {k: v.detach().numpy() + 1.0 for k, v in theirs.state_dict().items()}
+    assert ours.load_state_dict(sd) == ([], [])
+    theirs.load_state_dict({k: torch.from_numpy(v.numpy()) for k, v in ours.state_dict().items()})
+    for (n, a), b in zip(ours.state_dict().items(), theirs.state_dict().values()):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=n)
+    np.testing.assert_array_equal(ours.alias.weight._value, sd["alias.weight"])
+    # two names, two values: the later name's stay, as in torch
+    two = {**sd, "trunk.bias": np.zeros(4), "alias.bias": np.full(4, 5.0)}
+    ours.load_state_dict(two)
+    theirs.load_state_dict({k: torch.as_tensor(v, dtype=torch.float32) for k, v in two.items()})
+    np.testing.assert_array_equal(ours.trunk.bias._value, theirs.trunk.bias.detach().numpy())
+    np.testing.assert_array_equal(ours.trunk.bias._value, 5.0)
+    # every name is expected: a missing alias is missing, as in torch
+    lack = {k: v for k, v in sd.items() if not k.startswith("alias.")}
+    with pytest.raises(RuntimeError, match='Missing key.*"alias.weight", "alias.bias"'):
+        ours.load_state_dict(lack)
+    with pytest.raises(RuntimeError, match="Missing key.*alias.weight"):
+        theirs.load_state_dict({k: torch.from_numpy(v) for k, v in lack.items()})
+    res = ours.load_state_dict(lack, strict=False)
+    want = theirs.load_state_dict({k: torch.from_numpy(v) for k, v in lack.items()}, strict=False)
+    assert res.missing_keys == want.missing_keys == ["alias.weight", "alias.bias"]
+
+
+def test_state_dict_of_the_older_layout_fills_its_shared_names():
+    """A state dict rlgrad wrote when it listed a shared child once (under its first name):
+    ``fill_shared_names`` (what rlgrad.rl's checkpoint readers call) makes it load strictly,
+    the shared tensors from the one name; anything else missing is still missing."""
+    from rlgrad.nn.module import fill_shared_names
+
+    m = _shared(nn)
+    once = {n: p for n, p in m.named_parameters()}  # the older layout's names (first path)
+    old = {k: np.asarray(v.numpy()) + 2.0 for k, v in m.state_dict().items() if k in once}
+    assert "alias.weight" not in old and "heads.2.weight" not in old
+    with pytest.raises(RuntimeError, match="Missing key"):
+        m.load_state_dict(old)
+    full = fill_shared_names(m, old)
+    assert sorted(full) == sorted(m.state_dict())
+    assert m.load_state_dict(full) == ([], [])
+    np.testing.assert_array_equal(m.alias.weight._value, old["trunk.weight"])
+    np.testing.assert_array_equal(m.tied.weight._value, old["out.weight"])
+    partial = {k: v for k, v in old.items() if k != "out.bias"}
+    with pytest.raises(RuntimeError, match='Missing key.*"out.bias"'):
+        m.load_state_dict(fill_shared_names(m, partial))
+
+
 def test_assigning_a_plain_tensor_to_a_parameter_slot_is_refused():
     lin = nn.Linear(2, 2)
     with pytest.raises(TypeError, match="cannot assign 'Tensor' as parameter 'weight'"):

@@ -59,14 +59,6 @@ MULTI = spaces.Dict({"img": spaces.Box(0, 255, (1, 36, 36), np.uint8),
                      "vec": spaces.Box(0, 1, (5,), np.float64), "d": spaces.Discrete(3)})
 
 
-def _sb3_key(key):
-    """SB3's NatureCNN keys (cnn.0, linear.0) for rlgrad's one Sequential (0, 7)."""
-    for mine, theirs in ((".img.7.", ".img.linear.0."), (".img.0.", ".img.cnn.0."),
-                         (".img.2.", ".img.cnn.2."), (".img.4.", ".img.cnn.4.")):
-        key = key.replace(mine, theirs)
-    return key
-
-
 def test_combined_extractor_flat_rows_match_dicts_and_sb3():
     from rlgrad.rl.envs import preprocess_obs as flat_rows
     from rlgrad.rl.layers import CombinedExtractor
@@ -74,7 +66,7 @@ def test_combined_extractor_flat_rows_match_dicts_and_sb3():
     sb3_layers = pytest.importorskip("stable_baselines3.common.torch_layers")
     ext = CombinedExtractor(MULTI, cnn_output_dim=16)
     ref = sb3_layers.CombinedExtractor(MULTI, cnn_output_dim=16)
-    ref.load_state_dict({_sb3_key(f"extractors.{k}"): th.tensor(np.asarray(v))
+    ref.load_state_dict({f"extractors.{k}": th.tensor(np.asarray(v))  # SB3's keys, as they are
                          for k, v in ext.extractors.state_dict().items()}, strict=True)
     obs = _batch(MULTI, n=5)
     from_dict = ext(obs)._value

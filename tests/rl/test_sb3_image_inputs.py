@@ -62,15 +62,8 @@ sb3 = pytest.importorskip("stable_baselines3")
 th = pytest.importorskip("torch")
 
 
-def _sb3_cnn_key(key: str) -> str:
-    """SB3's NatureCNN keys (cnn.0, linear.0) for rlgrad's one Sequential (0, 7)."""
-    for i in ("0", "2", "4"):
-        key = key.replace(f"features_extractor.{i}.", f"features_extractor.cnn.{i}.")
-    return key.replace("features_extractor.7.", "features_extractor.linear.0.")
-
-
 def _copy_into_sb3(mine, theirs) -> None:
-    theirs.load_state_dict({_sb3_cnn_key(k): th.tensor(np.asarray(v))
+    theirs.load_state_dict({k: th.tensor(np.asarray(v))  # SB3's keys (NatureCNN's cnn, linear)
                             for k, v in mine.state_dict().items()}, strict=True)
 
 

@@ -122,6 +122,73 @@ def test_stats_window_logged_means() -> None:
     assert logged["rollout/ep_rew_mean"] == pytest.approx(5.0)
 
 
+class GrowingEnv(SuccessEnv):
+    """Episode k lasts k + 1 steps (returns 1, 2, 3, ...): each entry is told apart."""
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.t += 1
+        done = self.t > self.k
+        self.k += int(done)
+        return np.zeros(2, np.float32), 1.0, done, False, {}
+
+
+@pytest.mark.parametrize("algo", ["PPO", "DQN"])
+def test_ep_info_buffer_is_one_deque_the_rollouts_fill_like_sb3s(algo: str) -> None:
+    """SB3's ``ep_info_buffer``: one ``deque(maxlen=stats_window_size)`` of ``{"r", "l", "t"}``
+    the rollouts append to (a reference kept across ``learn(reset_num_timesteps=False)`` sees
+    the new episodes; a new run gets a new deque), and rollout/ep_rew_mean is its mean."""
+    from stable_baselines3.common.monitor import Monitor as SB3Monitor
+
+    from rlgrad.rl.common.monitor import Monitor
+
+    kw: dict[str, Any] = (dict(n_steps=16, batch_size=16, n_epochs=1) if algo == "PPO"
+                          else dict(learning_starts=8, buffer_size=100))
+    got = {}
+    for lib, dummy, monitor in ((rl, DummyVecEnv, Monitor),
+                                (sb3, sb3.common.vec_env.DummyVecEnv, SB3Monitor)):
+        model = getattr(lib, algo)("MlpPolicy", dummy([lambda: monitor(GrowingEnv())]),  # noqa: B023
+                                   stats_window_size=4, seed=0, **kw)
+        logged = _logged(model) if lib is rl else {}
+        model.learn(48, log_interval=1)
+        buf = model.ep_info_buffer
+        assert buf is model.ep_info_buffer and buf.maxlen == 4
+        first = [(e["r"], e["l"]) for e in buf]
+        first_logged = dict(logged)
+        model.learn(48, reset_num_timesteps=False)
+        assert model.ep_info_buffer is buf  # the same deque, filled by the rollouts
+        assert set(buf[-1]) >= {"r", "l", "t"}
+        got[lib.__name__] = (first, [(e["r"], e["l"]) for e in buf])
+        if lib is rl:
+            assert first_logged["rollout/ep_rew_mean"] == pytest.approx(
+                np.mean([r for r, _ in first]))
+            buf.append({"r": 100.0, "l": 1, "t": 0.0})  # SB3 users append: it is averaged
+            model._record_rollout_stats()
+            assert model.logger.name_to_value["rollout/ep_rew_mean"] == pytest.approx(
+                np.mean([e["r"] for e in buf]))
+        model.learn(8)  # a new run: SB3 starts new buffers
+        assert model.ep_info_buffer is not buf and model.ep_info_buffer.maxlen == 4
+    mine, theirs = got["rlgrad.rl"], got["stable_baselines3"]
+    assert mine == theirs
+    assert mine[0] == [(float(k), k) for k in range(6, 10)]  # episodes 6..9 of 48 steps
+
+
+def test_ep_info_buffer_survives_a_checkpoint() -> None:
+    model = rl.PPO("MlpPolicy", DummyVecEnv([GrowingEnv]), n_steps=16, batch_size=16,
+                   n_epochs=1, stats_window_size=3, seed=0)
+    model.learn(48)
+    saved = [dict(e) for e in model.ep_info_buffer]
+    state = model.get_state()
+    other = rl.PPO("MlpPolicy", DummyVecEnv([GrowingEnv]), n_steps=16, batch_size=16,
+                   n_epochs=1, stats_window_size=3, seed=1)
+    buf = other.ep_info_buffer
+    other.set_state(state)
+    assert other.ep_info_buffer is buf and list(buf) == saved
+    del state["episode_infos"]  # a checkpoint written before it was saved: the statistics'
+    other.set_state(state)
+    assert [(e["r"], e["l"]) for e in buf] == [(e["r"], e["l"]) for e in saved]
+    assert all(np.isnan(e["t"]) for e in buf)  # (times unknown)
+
+
 @pytest.mark.parametrize("bad", [0, -1, 2.5, "10"])
 def test_stats_window_size_refused(bad: Any) -> None:
     with pytest.raises(ValueError, match="stats_window_size"):

@@ -151,6 +151,7 @@ class RaySampler:
             st.return_queue.extend(b["episode_returns"].tolist())
             st.length_queue.extend(b["episode_lengths"].tolist())
             st.episode_count += b["episodes"]
+        self.algo._adapter.add_episodes()  # (into ep_info_buffer, as the learner's own would)
 
     def _fill(self, batches: list[dict[str, Any]]) -> None:
         buf = self.algo.rollout_buffer
