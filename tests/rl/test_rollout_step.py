@@ -1,8 +1,11 @@
 """The on-policy rollout step's shared parts against their references: a trunk's features for
 acting without the module call (rlgrad.rl.cnn.PLAIN_FEATURES, under PLAIN_ACTING) against the
 modules' own forward, bit for bit; a fixed-seed PPO run on SB3's SimpleMultiObsEnv with every
-acting fast path on against all of them off (the same buffer and trained parameters)."""
+acting fast path on against all of them off (the same buffer and trained parameters); the
+SB3-VecEnv adapter's steps without a done against the per-copy rule; the finite check of Dict
+and Tuple observations."""
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
@@ -11,8 +14,10 @@ import rlgrad
 from rlgrad.nn import functional as F
 from rlgrad.rl import cnn
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
+from rlgrad.rl.finite import NonFiniteError, check_transition
 from rlgrad.rl.layers import CombinedExtractor
 from rlgrad.rl.policies import trunk_numpy
+from rlgrad.rl.vec_env import DummyVecEnv, VecEnvVectorEnv
 
 _IMG = spaces.Box(0, 255, (1, 64, 64), np.uint8)
 _SMALL = spaces.Box(0, 255, (2, 10, 10), np.uint8)
@@ -111,3 +116,69 @@ def test_a_dict_image_run_gives_the_reference_paths_bits(monkeypatch, with_callb
     assert np.isfinite(ref[4]).any()  # truncations were bootstrapped (NaN: none)
     for a, b in zip(fast, ref, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+class _Count(gym.Env):
+    """Counts up; terminates at ``end``, a TimeLimit truncates at ``limit``."""
+
+    observation_space = spaces.Box(0, 100, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, end):
+        self.end, self.t = end, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, self.t == self.end, False, {}
+
+
+def test_vecenv_adapter_steps_give_the_per_copy_rule():
+    """The SB3-VecEnv adapter's terminated / truncated / final observations at every step
+    (most with no copy done) against the per-copy infos' definition."""
+    from gymnasium.wrappers import TimeLimit
+
+    venv = DummyVecEnv([lambda: TimeLimit(_Count(3), 5), lambda: TimeLimit(_Count(9), 4)])
+    adapter = VecEnvVectorEnv(venv)  # (what a VecEnv with wrappers of its own is stepped by)
+    adapter.reset(seed=0)
+    quiet = 0
+    for _ in range(12):
+        obs, rew, term, trunc, info = adapter.step(np.zeros(2, np.int64))
+        infos = info.per_env
+        dones = term | trunc
+        want_trunc = [bool(i.get("TimeLimit.truncated", False)) for i in infos]
+        assert trunc.tolist() == want_trunc and trunc.dtype == term.dtype == bool
+        assert dones.tolist() == ["terminal_observation" in i for i in infos]
+        assert rew.tolist() == [1.0, 1.0]
+        if dones.any():
+            for k in np.flatnonzero(dones):
+                assert info["final_obs"][k] is infos[k]["terminal_observation"]
+            assert info["_final_obs"].tolist() == dones.tolist()
+        else:
+            quiet += 1
+            assert "final_obs" not in info
+    assert quiet >= 5
+    assert term.base is None and trunc.base is None  # arrays of their own, every step
+
+
+def test_finite_check_reads_dict_and_tuple_observations():
+    """A NaN / inf in a Dict or Tuple observation's entry stops training in one line naming the
+    entry; integer entries (uint8 frames) are finite and pass."""
+    img = np.zeros((2, 1, 4, 4), np.uint8)
+    ok = {"img": img, "vec": np.ones((2, 3), np.float32)}
+    check_transition(ok, np.zeros(2, np.float32), 1)
+    check_transition(img, np.zeros(2), 1)
+    check_transition((img, np.ones((2, 3))), np.zeros(2), 1)
+    bad = {"img": img, "vec": np.array([[1, 2, 3], [1, np.nan, 3]], np.float32)}
+    with pytest.raises(NonFiniteError, match=r"environment 1 .* observation entry 'vec' \(nan\)"):
+        check_transition(bad, np.zeros(2), 7)
+    with pytest.raises(NonFiniteError, match=r"environment 0 .* observation entry 1 \(-inf\)"):
+        check_transition((img, np.array([[-np.inf], [0.0]])), np.zeros(2), 7)
+    with pytest.raises(NonFiniteError, match=r"environment 1 .* reward \(inf\)"):
+        check_transition(ok, np.array([0.0, np.inf]), 7)
+    big = {"vec": np.full((2, 3), 3e38, np.float32)}  # the sum overflows: every entry finite
+    with np.errstate(over="ignore"):
+        check_transition(big, np.zeros(2), 1)
