@@ -3,7 +3,8 @@ acting without the module call (rlgrad.rl.cnn.PLAIN_FEATURES, under PLAIN_ACTING
 modules' own forward, bit for bit; a fixed-seed PPO run on SB3's SimpleMultiObsEnv with every
 acting fast path on against all of them off (the same buffer and trained parameters); the
 SB3-VecEnv adapter's steps without a done against the per-copy rule; the finite check of Dict
-and Tuple observations."""
+and Tuple observations; a Dict batch flattened column block by column block
+(rlgrad.rl.envs.FLAT_DICT_COLUMNS) against the per-entry path."""
 
 import gymnasium as gym
 import numpy as np
@@ -12,7 +13,7 @@ from gymnasium import spaces
 
 import rlgrad
 from rlgrad.nn import functional as F
-from rlgrad.rl import cnn
+from rlgrad.rl import cnn, envs
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
 from rlgrad.rl.finite import NonFiniteError, check_transition
 from rlgrad.rl.layers import CombinedExtractor
@@ -182,3 +183,54 @@ def test_finite_check_reads_dict_and_tuple_observations():
     big = {"vec": np.full((2, 3), 3e38, np.float32)}  # the sum overflows: every entry finite
     with np.errstate(over="ignore"):
         check_transition(big, np.zeros(2), 1)
+
+
+def _dict_cases():
+    rng = np.random.default_rng(2)
+    goals = spaces.Dict({k: spaces.MultiBinary(10) for k in ("achieved", "desired", "obs")})
+    mixed = spaces.Dict({"img": _IMG, "vec": _VEC, "s": spaces.Box(-1, 1, (), np.float32),
+                         "m": spaces.Box(-2, 2, (2, 3), np.float64)})
+    onehot = spaces.Dict({"v": _VEC, "d": spaces.Discrete(3)})
+    frames = spaces.Dict({"v": _VEC, "u": spaces.Box(0, 1, (2, 3, 4), np.uint8)})
+    n = 3
+    return [
+        (goals, {k: rng.integers(0, 2, (n, 10)).astype(np.int8) for k in goals.spaces}, True),
+        (mixed, {"img": rng.integers(0, 256, (n, 1, 64, 64)).astype(np.uint8),
+                 "vec": rng.standard_normal((n, 5)), "s": rng.standard_normal(n).astype(np.float32),
+                 "m": rng.standard_normal((n, 2, 3))}, True),
+        (mixed, {"img": np.zeros((1, 1, 64, 64), np.uint8), "vec": np.full((1, 5), 1 / 3),
+                 "s": np.zeros(1, np.float32), "m": np.ones((1, 2, 3))}, True),
+        (onehot, {"v": rng.standard_normal((n, 5)), "d": np.array([0, 2, 1])}, False),
+        (frames, {"v": np.ones((2, 5)), "u": np.ones((2, 2, 3, 4), np.uint8)}, True),
+        (goals, {k: [[0] * 10] for k in goals.spaces}, False),  # lists: the per-entry path
+    ]
+
+
+def test_dict_columns_give_the_per_entry_paths_bits(monkeypatch):
+    """preprocess_obs of Dict batches (MultiBinary goals; an image, vectors, a scalar and a
+    matrix Box; float64 values cast to float32) written column block by column block: the bits
+    of the per-entry flattening and concatenate (FLAT_DICT_COLUMNS off); Discrete entries or
+    lists take the per-entry path; bad batches its errors."""
+    for space, obs, columns in _dict_cases():
+        assert (envs._dict_columns(obs, space) is not None) == columns
+        monkeypatch.setattr(envs, "FLAT_DICT_COLUMNS", False)
+        try:
+            ref = envs.preprocess_obs(obs, space)
+        except ValueError as e:
+            ref = e
+        monkeypatch.setattr(envs, "FLAT_DICT_COLUMNS", True)
+        if isinstance(ref, ValueError):
+            with pytest.raises(ValueError):
+                envs.preprocess_obs(obs, space)
+            continue
+        got = envs.preprocess_obs(obs, space)
+        assert got.dtype == ref.dtype == np.float32 and got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+    goals, obs, _ = _dict_cases()[0]
+    short = dict(obs, obs=obs["obs"][:2])  # rows that do not match: the reference's error
+    with pytest.raises(ValueError):
+        envs.preprocess_obs(short, goals)
+    assert envs._dict_columns(short, goals) is None
+    wide = dict(obs, obs=np.zeros((3, 11), np.int8))  # an entry wider than its space
+    assert envs._dict_columns(wide, goals) is None
+
