@@ -104,7 +104,7 @@ def minatar_cnn(x: Any, params: Sequence[Any], normalize: bool = False) -> Any:
 # output and a Dict extractor's op dispatch (~20 us of a batch-1 step): the functions registered
 # here per exact module class (a subclass, or an instance with hooks, whose class is a subclass
 # made by nn.hooks, is called as a module), under PLAIN_ACTING's conditions. The same arrays as
-# the module's own forward (tests/rl/test_cnn.py compares them with PLAIN_ACTING off).
+# the module's own forward (tests/rl/test_rollout_step.py compares them, PLAIN_ACTING off).
 PLAIN_FEATURES: dict[type, Callable[[Any, np.ndarray], np.ndarray | None]] = {}
 
 
