@@ -76,8 +76,9 @@ def _her_sac(lib: object, steps: int, seed: int) -> float:
 
 class _ReferencePaths:
     """rlgrad's model whose ``learn`` runs with the conv fast paths switched off (NumPy's column
-    copies, no conv+ReLU pair in compiled steps, acting through the recorded path): the
-    reference beside which ``--reference`` times the fast paths."""
+    copies, no conv+ReLU pair in compiled steps, acting through the recorded path, the conv
+    shape work at every call, Dict observations flattened entry by entry): the reference
+    beside which ``--reference`` times the fast paths."""
 
     def __init__(self, model: object) -> None:
         self.model = model
@@ -87,17 +88,18 @@ class _ReferencePaths:
 
     def learn(self, steps: int) -> object:
         from rlgrad.nn import functional as F
-        from rlgrad.rl import cnn
+        from rlgrad.rl import cnn, envs
         from rlgrad.tracer import FUSED_PAIRS
 
-        saved = F._C_COLUMNS, cnn.PLAIN_ACTING, FUSED_PAIRS.pop(("conv2d", "relu"), None)
-        F._C_COLUMNS = cnn.PLAIN_ACTING = False
+        saved = (F._C_COLUMNS, cnn.PLAIN_ACTING, F.CONV_PLANS, envs.FLAT_DICT_COLUMNS,
+                 FUSED_PAIRS.pop(("conv2d", "relu"), None))
+        F._C_COLUMNS = cnn.PLAIN_ACTING = F.CONV_PLANS = envs.FLAT_DICT_COLUMNS = False
         try:
             return self.model.learn(steps)
         finally:
-            F._C_COLUMNS, cnn.PLAIN_ACTING = saved[:2]
-            if saved[2] is not None:
-                FUSED_PAIRS[("conv2d", "relu")] = saved[2]
+            F._C_COLUMNS, cnn.PLAIN_ACTING, F.CONV_PLANS, envs.FLAT_DICT_COLUMNS = saved[:4]
+            if saved[4] is not None:
+                FUSED_PAIRS[("conv2d", "relu")] = saved[4]
 
 
 def _libs(reference: bool = False) -> dict[str, object]:

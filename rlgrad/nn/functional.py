@@ -439,22 +439,55 @@ def _nhwc_rows(out: np.ndarray | None, shape: tuple[int, ...], dt: Any) -> np.nd
     return v.reshape(-1, shape[3]) if v.flags.c_contiguous else None
 
 
+# A forward convolution's shape-only work (stride and padding read, the shapes checked, the
+# result dtype, the folded path or not) done once per (input shape and dtype, weight shape and
+# dtype, stride, padding) and kept: a batch-1 rollout runs the same few convolutions at every
+# step (~3 us of each). Off: done at every call (the reference; the same answers, which depend
+# on the shapes only: tests/nn/test_conv_kernels.py compares the two).
+CONV_PLANS = True
+_PLANS: dict[Any, tuple[tuple[int, int], tuple[int, int], np.dtype, bool]] = {}
+_PLANS_MAX = 256
+
+
+def _conv_plan(x: np.ndarray, weight: np.ndarray, stride: Any, padding: Any
+               ) -> tuple[tuple[int, int], tuple[int, int], np.dtype, bool]:
+    """(stride pair, padding pair, result dtype, folded path) of ``conv2d(x, weight)``."""
+    key = None
+    if CONV_PLANS:
+        # (the fold switches too: a plan kept before they change must not outlive them)
+        key = (x.shape, x.dtype, weight.shape, weight.dtype, stride, padding, _FOLD_ROWS,
+               _FOLD_MIN_ROWS)
+        try:
+            hit = _PLANS.get(key)
+        except TypeError:  # (a list stride or padding: not kept)
+            hit, key = None, None
+        if hit is not None:
+            return hit
+    st, pd = _pair(stride, "stride"), _pair(padding, "padding")
+    _check_conv(x, weight, st, pd)
+    dt = np.result_type(x.dtype, weight.dtype)
+    plan = st, pd, dt, _folds(x.shape[2] + 2 * pd[0], weight.shape[2], st[0])
+    if key is not None:
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan
+
+
 def _conv2d_run(x: np.ndarray, weight: np.ndarray, bias: Any, stride: Any, padding: Any,
                 relu: bool, out: np.ndarray | None) -> np.ndarray:
     """conv2d (then ReLU if ``relu``), written into ``out`` when given (any layout)."""
     if weight.ndim == 5:
         y = _stacked_fwd(x, weight, bias, stride, padding)
         return ops._relu(y, out=out) if relu else y
-    st, pd = _pair(stride, "stride"), _pair(padding, "padding")
-    _check_conv(x, weight, st, pd)
-    dt = np.result_type(x.dtype, weight.dtype)
+    st, pd, dt, folds = _conv_plan(x, weight, stride, padding)
     xp = _nhwc(x, pd, dt)
     o, _, kh, kw = weight.shape
     b = _Blocks(xp.shape, kh, kw, st, dt)
     rows = _nhwc_rows(out, (b.n, b.oh, b.ow, o), dt)
     if rows is None:
         rows = np.empty((b.n * b.rows, o), dtype=dt)
-    if _folds(xp.shape[1], kh, st[0]):
+    if folds:
         _folded_fwd(xp, weight.astype(dt, copy=False), bias, st, relu, rows)
     else:
         w2 = _weight_cols(weight.astype(dt, copy=False))

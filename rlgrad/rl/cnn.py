@@ -20,7 +20,7 @@ in as stored, as SB3's ``normalize_images``); ``MinAtarCNN`` casts its 0/1 input
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -102,10 +102,30 @@ def minatar_cnn(x: Any, params: Sequence[Any], normalize: bool = False) -> Any:
     return F.relu(F.linear(F.flatten(h, 1), params[2], params[3]))
 
 
+# A trunk's features for acting as an array, without the module call, the Tensor wrapping of the
+# output and a Dict extractor's op dispatch (~20 us of a batch-1 step): the functions registered
+# here per exact module class (a subclass, or an instance with hooks, whose class is a subclass
+# made by nn.hooks, is called as a module), under PLAIN_ACTING's conditions. The same arrays as
+# the module's own forward (tests/rl/test_rollout_step.py compares them, PLAIN_ACTING off).
+PLAIN_FEATURES: dict[type, Callable[[Any, np.ndarray], np.ndarray | None]] = {}
+
+
+def plain_features(module: Any, x: Any) -> np.ndarray | None:
+    """``module(x)``'s array on the plain acting path, or None when it does not apply (another
+    module class, a Tensor input, gradients on or a trace running, PLAIN_ACTING off)."""
+    fn = PLAIN_FEATURES.get(type(module))
+    if fn is None or not (PLAIN_ACTING and type(x) is np.ndarray and not is_grad_enabled()
+                          and _Trace.tape is None):
+        return None
+    return fn(module, x)
+
+
 def _layer_params(seq: Sequential, layers: Sequence[int]) -> list[Any]:
     """The weight and bias of each of ``layers`` (``list(seq.parameters())``'s order, without its
-    walk over the modules: a fifth of a batch-1 forward)."""
-    return [t for i in layers for t in (seq[i].weight, seq[i].bias)]
+    walk over the modules: a fifth of a batch-1 forward; the children listed once, not indexed
+    one by one: ``Sequential[i]`` lists its keys at every call)."""
+    mods = list(seq._modules.values())
+    return [t for i in layers for t in (mods[i].weight, mods[i].bias)]
 
 
 def _conv_out(size: int, kernel: int, stride: int) -> int:
@@ -141,9 +161,13 @@ class NatureCNN(Module):
         self.normalize = normalize
 
     def forward(self, x: Any) -> Any:
-        cnn, lin = self.cnn, self.linear[0]
-        return nature_cnn(x, [*_layer_params(cnn, (0, 2, 4)), lin.weight, lin.bias],
-                          self.normalize)
+        return nature_cnn(x, _nature_params(self), self.normalize)
+
+
+def _nature_params(m: NatureCNN) -> list[Any]:
+    """(w1, b1, w2, b2, w3, b3, w4, b4): the three convolutions' and the linear layer's."""
+    lin = m.linear._modules["0"]
+    return [*_layer_params(m.cnn, (0, 2, 4)), lin.weight, lin.bias]
 
 
 class MinAtarCNN(Sequential):
@@ -167,3 +191,22 @@ class MinAtarCNN(Sequential):
 
     def forward(self, x: Any) -> Any:
         return minatar_cnn(x, _layer_params(self, (0, 3)), self.normalize)
+
+
+def _nature_plain(m: NatureCNN, x: np.ndarray) -> np.ndarray | None:
+    vals = _plain_values(x, _nature_params(m))
+    if vals is None:
+        return None
+    return _plain_trunk(x, vals, _NATURE_STRIDES, 255.0 if m.normalize else None)
+
+
+def _minatar_plain(m: MinAtarCNN, x: np.ndarray) -> np.ndarray | None:
+    vals = _plain_values(x, _layer_params(m, (0, 3)))
+    if vals is None:
+        return None
+    return _plain_trunk(x, vals, (1,), 255.0 if m.normalize else None)
+
+
+_NATURE_STRIDES = tuple(s for _, _, s in _NATURE_CONVS)
+PLAIN_FEATURES[NatureCNN] = _nature_plain
+PLAIN_FEATURES[MinAtarCNN] = _minatar_plain

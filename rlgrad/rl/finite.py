@@ -34,19 +34,42 @@ def _first_bad(x: np.ndarray) -> tuple[int, str] | None:
     return i, "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
 
 
+def _float_sum(x: Any) -> Any:
+    """The sum of ``x``'s floating-point entries (a Dict or Tuple observation: of each of its
+    arrays): finite iff none is NaN or inf, barring overflow. Integer arrays (uint8 frames) hold
+    no NaN or inf: not read."""
+    if type(x) is np.ndarray:
+        return np.add.reduce(x, axis=None) if x.dtype.kind in "fc" else 0.0
+    if isinstance(x, dict | tuple):
+        total = 0.0
+        for v in (x.values() if isinstance(x, dict) else x):
+            total += _float_sum(v)
+        return total
+    return np.add.reduce(x, axis=None)
+
+
+def _arrays(field: str, x: Any) -> list[tuple[str, np.ndarray]]:
+    """(name, array) of ``x``'s arrays: itself, or a Dict / Tuple observation's entries."""
+    if isinstance(x, np.ndarray):
+        return [(field, x)]
+    if isinstance(x, dict):
+        return [(f"{field} entry {k!r}", v) for k, v in x.items() if isinstance(v, np.ndarray)]
+    if isinstance(x, tuple):
+        return [(f"{field} entry {i}", v) for i, v in enumerate(x) if isinstance(v, np.ndarray)]
+    return []
+
+
 def check_transition(obs: Any, rewards: Any, step: int) -> None:
     """Raise NonFiniteError naming the environment, the step and the field."""
     try:  # fast path: a sum is finite iff no entry is NaN or inf (barring overflow: then look)
         # one env's reward read as it is (its own sum) without a reduction (~0.5 us a step)
         r = rewards[0] if type(rewards) is np.ndarray and rewards.shape == (1,) else \
             np.add.reduce(rewards, axis=None)
-        if math.isfinite(np.add.reduce(obs, axis=None) + r):
+        if math.isfinite(_float_sum(obs) + r):
             return
     except (TypeError, ValueError):
         pass  # not arrays of numbers: checked field by field below
-    for field, x in (("observation", obs), ("reward", rewards)):
-        if not isinstance(x, np.ndarray):
-            continue
+    for field, x in (*_arrays("observation", obs), *_arrays("reward", rewards)):
         bad = _first_bad(x)
         if bad is not None:
             raise NonFiniteError(

@@ -23,7 +23,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlgrad import nn, ops, optim
-from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
+from rlgrad.rl.cnn import PLAIN_FEATURES, MinAtarCNN, NatureCNN, plain_features
 from rlgrad.rl.common.preprocessing import get_flattened_obs_dim
 from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs
 from rlgrad.tensor import Tensor
@@ -322,6 +322,23 @@ def _flat_layout(space: spaces.Dict) -> tuple[tuple[str, int, int, tuple[int, ..
         layout.append((k, start, start + width, tuple(sub.shape) if is_image_space(sub) else None))
         start += width
     return tuple(layout)
+
+
+def _combined_plain(m: CombinedExtractor, flat: np.ndarray) -> np.ndarray | None:
+    """``forward_flat``'s features as an array on the plain acting path (rlgrad.rl.cnn's
+    PLAIN_FEATURES): each image's CNN on its columns, the other columns as they are."""
+    parts = []
+    for k, start, stop, image_shape in m._flat_layout:
+        x: np.ndarray | None = flat[:, start:stop]
+        if image_shape is not None:
+            x = plain_features(m.extractors[k], x.reshape(-1, *image_shape))
+            if x is None:
+                return None
+        parts.append(x)
+    return np.concatenate(parts, axis=1)
+
+
+PLAIN_FEATURES[CombinedExtractor] = _combined_plain
 
 
 def cnn_trunk(observation_space: spaces.Space, features_dim: int | None = None,

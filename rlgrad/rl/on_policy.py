@@ -281,7 +281,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                 else:
                     next_obs = self._obs(raw, update=True)
                     rew = norm.process_reward(rew, done, valid)
-                if same_step and trunc.any():  # bootstrap from the final observation
+                if same_step and adapter.any_done and trunc.any():  # bootstrap from the final obs
                     rows = np.flatnonzero(trunc)
                     buf.bootstrap[buf.pos, rows] = self._bootstrap_values(
                         self._obs(obs_rows(final, rows), update=False), rows)

@@ -11,14 +11,16 @@ returning the same values: the same
 observation batch (a copy when ``copy``), rewards, termination and truncation arrays (copies) and
 info dict, with NEXT_STEP autoreset (a done step's observation is the final one, the next step
 resets and reports reward 0, not done) or SAME_STEP (a done step resets at once, the final
-observation and info in ``final_obs`` / ``final_info``). ``DISABLED`` and observation spaces whose
-batching is not a plain ``np.stack`` (Tuple, Dict, ...) take ``SyncVectorEnv.step`` itself.
+observation and info in ``final_obs`` / ``final_info``). A Dict of such spaces (HER's goals) is
+batched entry by entry, as Gymnasium's ``concatenate`` does. ``DISABLED`` and observation spaces
+whose batching is not a plain ``np.stack`` (Tuple, nested Dicts, ...) take
+``SyncVectorEnv.step`` itself.
 ``tests/rl/test_one_env.py`` checks it step for step against ``SyncVectorEnv``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from gymnasium import spaces
@@ -40,8 +42,12 @@ class OneEnvSyncVectorEnv(SyncVectorEnv):
         # NEXT_STEP, observations batched by np.stack, actions iterated by iter() (Box /
         # MultiDiscrete / MultiBinary batch spaces)
         self._same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        space = self.single_observation_space
+        # a Dict of such spaces (HER's goals): batched entry by entry, each by np.stack
+        self._keys = tuple(space.spaces) if (type(space) is spaces.Dict and space.spaces and all(
+            type(s) in _STACKED for s in space.spaces.values())) else None
         self._short = (self.autoreset_mode in (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP)
-                       and type(self.single_observation_space) in _STACKED
+                       and (type(space) in _STACKED or self._keys is not None)
                        and type(self.action_space) in _STACKED[:1] + _STACKED[2:])
         # its own state (not SyncVectorEnv's fields): whether the next step is the reset, and
         # the observation batch it writes
@@ -49,7 +55,8 @@ class OneEnvSyncVectorEnv(SyncVectorEnv):
         self._batch = create_empty_array(self.single_observation_space, n=1, fn=np.zeros)
         # an observation that is already an array of the batch's row (Box): written in place,
         # what np.stack(..., out=) does, without its dispatch (~1.6 us of a CartPole step)
-        self._row = (self._batch.shape[1:], self._batch.dtype) if self._short else None
+        self._row = (self._batch.shape[1:], self._batch.dtype) if (
+            self._short and self._keys is None) else None
 
     @classmethod
     def of(cls, venv: SyncVectorEnv) -> OneEnvSyncVectorEnv:
@@ -94,9 +101,25 @@ class OneEnvSyncVectorEnv(SyncVectorEnv):
         self._reset_next = not self._same_step and bool(terms[0] or truncs[0])
         if info:
             infos = self._add_info(infos, info, 0)
+        if self._keys is not None:
+            return self._dict_batch(obs), rewards, terms, truncs, infos
         batch = self._batch
         if type(obs) is np.ndarray and (obs.shape, obs.dtype) == self._row:
             batch[0] = obs
         else:
             batch = self._batch = np.stack([obs], axis=0, out=batch)
         return batch.copy() if self.copy else batch, rewards, terms, truncs, infos
+
+    def _dict_batch(self, obs: Any) -> dict[str, np.ndarray]:
+        """A Dict observation written into the batch's arrays, entry by entry in the space's
+        key order (Gymnasium's ``concatenate``: an array of the entry's row in place, anything
+        else through ``np.stack``'s cast), then their copies when ``copy`` (its ``deepcopy``)."""
+        out = {}
+        for k in cast(tuple, self._keys):
+            row, dst = obs[k], self._batch[k]
+            if type(row) is np.ndarray and row.shape == dst.shape[1:] and row.dtype == dst.dtype:
+                dst[0] = row
+            else:
+                dst = np.stack([row], axis=0, out=dst)
+            out[k] = dst.copy() if self.copy else dst
+        return out

@@ -33,6 +33,7 @@ from rlgrad.nn import init
 from rlgrad.nn.functional import _linear, _linear_relu
 from rlgrad.nn.module import fill_shared_names
 from rlgrad.rl import action_dists
+from rlgrad.rl.cnn import plain_features
 from rlgrad.rl.common.preprocessing import maybe_transpose
 from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs, space_str
 from rlgrad.rl.layers import (  # noqa: F401  (names the algorithms import from here)
@@ -85,6 +86,9 @@ def trunk_numpy(trunk: nn.Module | None, obs: np.ndarray) -> np.ndarray:
     if trunk is None:
         return obs
     with no_grad():
+        out = plain_features(trunk, obs)  # a CNN or Dict extractor's arrays directly
+        if out is not None:
+            return out
         out = trunk(obs)  # (a module given a NumPy array may answer with one)
     return out._value if isinstance(out, Tensor) else np.asarray(out)
 

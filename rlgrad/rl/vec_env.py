@@ -322,17 +322,18 @@ class VecEnvVectorEnv(VectorEnv):
         dones = np.asarray(dones, dtype=bool)
         if len(infos) != self.num_envs:  # a VecEnv that returns no infos ([]) at some steps
             infos = [*infos, *({} for _ in range(self.num_envs - len(infos)))]
-        trunc = np.array([bool(d and info.get("TimeLimit.truncated", False))
-                          for d, info in zip(dones, infos, strict=True)], dtype=bool)
-        info = VecInfos(infos)
-        if dones.any():
-            have = np.array([d and "terminal_observation" in i for d, i in zip(dones, infos,
-                                                                                strict=True)])
-            final = np.empty(self.num_envs, dtype=object)
-            for i in np.flatnonzero(have):
-                final[i] = infos[i]["terminal_observation"]
-            info["final_obs"], info["_final_obs"] = final, have
-        return obs, np.asarray(rew), dones & ~trunc, trunc, info
+        info, rew = VecInfos(infos), np.asarray(rew)
+        if not np.count_nonzero(dones):  # most steps: no copy done, so none truncated
+            return obs, rew, dones.copy(), np.zeros(self.num_envs, dtype=bool), info
+        trunc = np.array([bool(d and i.get("TimeLimit.truncated", False))
+                          for d, i in zip(dones, infos, strict=True)], dtype=bool)
+        have = np.array([d and "terminal_observation" in i for d, i in zip(dones, infos,
+                                                                            strict=True)])
+        final = np.empty(self.num_envs, dtype=object)
+        for k in np.flatnonzero(have):
+            final[k] = infos[k]["terminal_observation"]
+        info["final_obs"], info["_final_obs"] = final, have
+        return obs, rew, dones & ~trunc, trunc, info
 
     def render(self) -> Any:
         return self.vec_env.render()

@@ -2,7 +2,8 @@
 rlgrad._kernels' conv_cols / conv_col2im against NumPy's strided copy and adds, bit for bit),
 the conv+ReLU pair (``_conv2d_relu``: one pass for the bias add and the ReLU, in compiled steps
 and in acting, against the two calls, bit for bit), the CNN trunks' plain acting path
-(rlgrad.rl.cnn.PLAIN_ACTING against the recorded path, bit for bit), and the gradients of the
+(rlgrad.rl.cnn.PLAIN_ACTING against the recorded path, bit for bit), the kept shape-only work
+(CONV_PLANS against the work done at every call), and the gradients of the
 Nature CNN at SB3's ``SimpleMultiObsEnv`` image size against PyTorch's (float64 and float32)."""
 
 import numpy as np
@@ -353,3 +354,37 @@ def test_a_rollout_with_kept_columns_gives_the_references_bits(monkeypatch, with
         np.testing.assert_array_equal(a, b)
     # 64 steps of 3 convolutions each: kept, once per rollout (a callback: again every step)
     assert n_fast <= len(copies) if with_callback else n_fast < len(copies) - 3 * 60
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_plans_give_the_per_call_answers(monkeypatch, dtype):
+    """A convolution's shape-only work kept per (shapes, dtypes, stride, padding) (CONV_PLANS):
+    the bits of the work done at every call (the reference), one plan per key, a list stride
+    not kept, and bad input refused in one line at every call."""
+    rng = np.random.default_rng(6)
+    monkeypatch.setattr(F, "_PLANS", {})
+    for xs, (o, k), s, p in _CASES:
+        x, b = _rand(rng, xs, dtype), _rand(rng, o, dtype)
+        w = _rand(rng, (o, xs[1], *k), np.float32)  # (a float32 weight: the result's dtype)
+        monkeypatch.setattr(F, "CONV_PLANS", False)
+        want = [F._conv2d_relu(x, w, b, s, p), F._conv2d_fwd(x, w, b, s, p)]
+        monkeypatch.setattr(F, "CONV_PLANS", True)
+        for _ in range(2):
+            got = [F._conv2d_relu(x, w, b, s, p), F._conv2d_fwd(x, w, b, s, p)]
+            for a, c in zip(got, want, strict=True):
+                assert a.dtype == c.dtype == np.result_type(dtype, np.float32)
+                np.testing.assert_array_equal(a, c)
+    assert len(F._PLANS) == len(_CASES)
+    x, w = _rand(rng, (1, 2, 6, 6), np.float32), _rand(rng, (3, 2, 3, 3), np.float32)
+    F._conv2d_fwd(x, w, None, [1, 2], 0)
+    assert len(F._PLANS) == len(_CASES)  # (unhashable: worked out, not kept)
+    for _ in range(2):
+        with pytest.raises(ValueError, match="input has 2 channels"):
+            F._conv2d_fwd(x, _rand(rng, (3, 4, 3, 3), np.float32), None, 1, 0)
+        with pytest.raises(ValueError, match="smaller than the kernel"):
+            F._conv2d_fwd(x, _rand(rng, (3, 2, 7, 7), np.float32), None, 1, 0)
+    monkeypatch.setattr(F, "_PLANS_MAX", 2)
+    for n in range(1, 6):  # a bounded number kept
+        F._conv2d_fwd(_rand(rng, (n, 2, 6, 6), np.float32), w, None, 1, 0)
+        assert len(F._PLANS) <= 2
+

@@ -23,17 +23,39 @@ def _same_info(a: dict, b: dict) -> None:
             _same_info(a[k], b[k])
         elif np.asarray(a[k]).dtype == object:  # SAME_STEP's final_obs: arrays per env
             for x, y in zip(a[k], b[k]):
-                np.testing.assert_array_equal(x, y)
+                if isinstance(x, dict):  # (a Dict space's final observation)
+                    assert list(x) == list(y)
+                    for key in x:
+                        np.testing.assert_array_equal(x[key], y[key])
+                else:
+                    np.testing.assert_array_equal(x, y)
         else:
             np.testing.assert_array_equal(a[k], b[k])
             assert np.asarray(a[k]).dtype == np.asarray(b[k]).dtype
 
 
+def _same_obs(a, b) -> None:
+    """The same batch, bitwise, of the same types (a Dict space's: dicts, in the same key order)."""
+    assert type(a) is type(b)
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for k in a:
+            _same_obs(a[k], b[k])
+        return
+    assert a.dtype == b.dtype and a.shape == b.shape
+    np.testing.assert_array_equal(a, b)
+
+
+def _batch_arrays(obs) -> list:
+    return list(obs.values()) if isinstance(obs, dict) else [obs]
+
+
 def _compare(make, n_steps: int = 400, seed: int = 3, **kw) -> tuple[int, int]:
     ours, ref = OneEnvSyncVectorEnv([make], **kw), SyncVectorEnv([make], **kw)
+    assert ours._short
     o1, i1 = ours.reset(seed=seed)
     o2, i2 = ref.reset(seed=seed)
-    np.testing.assert_array_equal(o1, o2)
+    _same_obs(o1, o2)
     rng = np.random.default_rng(seed)
     ref.action_space.seed(seed)  # the actions, and so the episode ends counted, are fixed
     ref.single_action_space.seed(seed + 1)
@@ -43,11 +65,11 @@ def _compare(make, n_steps: int = 400, seed: int = 3, **kw) -> tuple[int, int]:
             [ref.single_action_space.sample()])
         r1, r2 = ours.step(a), ref.step(a)
         for x, y in zip(r1[:4], r2[:4]):
-            assert type(x) is type(y) and x.dtype == y.dtype and x.shape == y.shape
-            np.testing.assert_array_equal(x, y)
+            _same_obs(x, y)
         _same_info(r1[4], r2[4])
         # a fresh copy each step, as SyncVectorEnv's deepcopy (copy=False: its one buffer)
-        assert (r1[0] is ours._batch) == (not kw.get("copy", True))
+        for x, buf in zip(_batch_arrays(r1[0]), _batch_arrays(ours._batch), strict=True):
+            assert (x is buf) == (not kw.get("copy", True))
         terms += int(r2[2][0])
         truncs += int(r2[3][0])
     return terms, truncs
@@ -79,6 +101,39 @@ def test_observations_not_of_the_spaces_dtype_are_cast_as_syncvectorenv_casts_th
 
     terms, truncs = _compare(make)
     assert terms + truncs > 3
+
+
+class _Goals(gym.Env):
+    """A Dict of a float32 Box (written as float64: cast into the batch), a Discrete and a
+    MultiBinary (HER's goal layout); ends after a random number of steps."""
+
+    observation_space = gym.spaces.Dict({
+        "pos": gym.spaces.Box(-5.0, 5.0, (2,), np.float32), "room": gym.spaces.Discrete(4),
+        "bits": gym.spaces.MultiBinary(3)})
+    action_space = gym.spaces.Discrete(3)
+
+    def _obs(self):
+        return {"room": self.t % 4, "pos": np.array([self.t, -self.t], np.float64) / 3.0,
+                "bits": np.array([self.t & 1, self.t & 2, 0], np.int8).clip(0, 1)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += int(action) + 1
+        return self._obs(), 1.0, bool(self.np_random.random() < 0.1), False, {"n": self.t}
+
+
+@pytest.mark.parametrize("copy", [True, False])
+@pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP])
+def test_dict_observations_step_for_step(mode, copy) -> None:
+    """Dict observations (entries cast into the batch or written in place) through
+    terminations and truncations, with and without the copy."""
+    terms, truncs = _compare(lambda: gym.wrappers.TimeLimit(_Goals(), 12), copy=copy,
+                             autoreset_mode=mode)
+    assert terms > 3 and truncs > 3
 
 
 def test_box_actions() -> None:

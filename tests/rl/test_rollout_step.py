@@ -1,0 +1,236 @@
+"""The on-policy rollout step's shared parts against their references: a trunk's features for
+acting without the module call (rlgrad.rl.cnn.PLAIN_FEATURES, under PLAIN_ACTING) against the
+modules' own forward, bit for bit; a fixed-seed PPO run on SB3's SimpleMultiObsEnv with every
+acting fast path on against all of them off (the same buffer and trained parameters); the
+SB3-VecEnv adapter's steps without a done against the per-copy rule; the finite check of Dict
+and Tuple observations; a Dict batch flattened column block by column block
+(rlgrad.rl.envs.FLAT_DICT_COLUMNS) against the per-entry path."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+import rlgrad
+from rlgrad.nn import functional as F
+from rlgrad.rl import cnn, envs
+from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
+from rlgrad.rl.finite import NonFiniteError, check_transition
+from rlgrad.rl.layers import CombinedExtractor
+from rlgrad.rl.policies import trunk_numpy
+from rlgrad.rl.vec_env import DummyVecEnv, VecEnvVectorEnv
+
+_IMG = spaces.Box(0, 255, (1, 64, 64), np.uint8)
+_SMALL = spaces.Box(0, 255, (2, 10, 10), np.uint8)
+_VEC = spaces.Box(-1.0, 1.0, (5,), np.float64)
+
+
+def _trunks():
+    rlgrad.random.seed(0)
+    rng = np.random.default_rng(1)
+    img = rng.integers(0, 256, (3, 64 * 64)).astype(np.float32)
+    small = rng.integers(0, 256, (3, 2 * 10 * 10)).astype(np.float32)
+    vec = rng.standard_normal((3, 5)).astype(np.float32)
+    both = CombinedExtractor(spaces.Dict({"img": _IMG, "vec": _VEC}), cnn_output_dim=64)
+    two = CombinedExtractor(spaces.Dict({"a": _SMALL, "b": _IMG, "v": _VEC}))
+    return [(both, np.concatenate([img, vec], axis=1)),
+            (two, np.concatenate([small, img, vec], axis=1)),
+            (NatureCNN((1, 64, 64), 32), img.reshape(3, 1, 64, 64).astype(np.uint8)),
+            (MinAtarCNN((2, 10, 10), 16), small.reshape(3, 2, 10, 10))]
+
+
+def test_plain_features_give_the_modules_bits(monkeypatch):
+    """``trunk_numpy`` of a Dict extractor (images and a vector) or a CNN takes the registered
+    plain path and gives the bits of the module's own forward (PLAIN_ACTING off)."""
+    taken = []
+    for cls, fn in list(cnn.PLAIN_FEATURES.items()):
+        monkeypatch.setitem(cnn.PLAIN_FEATURES, cls,
+                            lambda m, x, fn=fn: taken.append(type(m)) or fn(m, x))
+    for trunk, x in _trunks():
+        taken.clear()
+        fast = trunk_numpy(trunk, x)
+        assert type(trunk) in taken and isinstance(fast, np.ndarray)
+        monkeypatch.setattr(cnn, "PLAIN_ACTING", False)
+        taken.clear()
+        ref = trunk_numpy(trunk, x)
+        monkeypatch.setattr(cnn, "PLAIN_ACTING", True)
+        assert not taken and ref.dtype == fast.dtype and (fast != 0).any()
+        np.testing.assert_array_equal(fast, ref)
+
+
+def test_a_hooked_or_subclassed_trunk_is_called_as_a_module():
+    """A trunk with a forward hook (nn.hooks moves it to a class of its own) or of a subclass
+    that changes its forward is called as a module: the hook runs, the forward is its own."""
+    trunk, x = _trunks()[0]
+    seen = []
+    handle = trunk.register_forward_hook(lambda m, i, o: seen.append(o.shape) or o * 2)
+    hooked = trunk_numpy(trunk, x)
+    handle.remove()
+    assert seen == [(3, trunk.features_dim)]
+    np.testing.assert_array_equal(hooked, 2 * trunk_numpy(trunk, x))
+
+    class Doubled(NatureCNN):
+        def forward(self, x):
+            return super().forward(x) * 2
+
+    net = Doubled((1, 64, 64), 32)
+    img = x[:, :64 * 64].reshape(3, 1, 64, 64).astype(np.uint8)
+    plain = NatureCNN((1, 64, 64), 32)
+    plain.load_state_dict(net.state_dict())
+    np.testing.assert_array_equal(trunk_numpy(net, img), 2 * trunk_numpy(plain, img))
+
+
+def test_plain_features_leave_tensors_and_gradients_to_the_module():
+    trunk, x = _trunks()[0]
+    assert cnn.plain_features(trunk, rlgrad.as_tensor(x)) is None
+    assert cnn.plain_features(trunk, x) is None  # gradients on: the recorded path
+    with rlgrad.no_grad():
+        assert cnn.plain_features(trunk, x) is not None
+        assert cnn.plain_features(rlgrad.nn.Flatten(), x) is None  # (not registered)
+
+
+def _ppo_run(with_callback):
+    from rlgrad.rl import PPO
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    np.random.seed(3)  # (the env draws its images from NumPy's global generator)
+    model = PPO("MultiInputPolicy", SimpleMultiObsEnv(random_start=False), n_steps=96,
+                batch_size=32, n_epochs=1, seed=3)
+    # 192 steps: the first episode's 100 steps end (truncated) inside the last rollout
+    model.learn(192, callback=(lambda _locals, _globals: True) if with_callback else None)
+    buf = model.rollout_buffer
+    return [buf.observations.copy(), buf.actions.copy(), buf.log_probs.copy(),
+            buf.values.copy(), buf.bootstrap.copy(), buf.returns.copy(),
+            *(p._value.copy() for p in model.policy.parameters())]
+
+
+@pytest.mark.parametrize("with_callback", [False, True])
+def test_a_dict_image_run_gives_the_reference_paths_bits(monkeypatch, with_callback):
+    """PPO on SB3's SimpleMultiObsEnv with the acting fast paths on (plain features, conv plans,
+    kept weight columns) and all of them off: the same rollout buffer and trained parameters,
+    bit for bit."""
+    fast = _ppo_run(with_callback)
+    monkeypatch.setattr(cnn, "PLAIN_ACTING", False)
+    monkeypatch.setattr(F, "CONV_PLANS", False)
+    monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", False)
+    ref = _ppo_run(with_callback)
+    assert np.isfinite(ref[4]).any()  # truncations were bootstrapped (NaN: none)
+    for a, b in zip(fast, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+class _Count(gym.Env):
+    """Counts up; terminates at ``end``, a TimeLimit truncates at ``limit``."""
+
+    observation_space = spaces.Box(0, 100, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, end):
+        self.end, self.t = end, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.array([self.t], np.float32), 1.0, self.t == self.end, False, {}
+
+
+def test_vecenv_adapter_steps_give_the_per_copy_rule():
+    """The SB3-VecEnv adapter's terminated / truncated / final observations at every step
+    (most with no copy done) against the per-copy infos' definition."""
+    from gymnasium.wrappers import TimeLimit
+
+    venv = DummyVecEnv([lambda: TimeLimit(_Count(3), 5), lambda: TimeLimit(_Count(9), 4)])
+    adapter = VecEnvVectorEnv(venv)  # (what a VecEnv with wrappers of its own is stepped by)
+    adapter.reset(seed=0)
+    quiet = 0
+    for _ in range(12):
+        obs, rew, term, trunc, info = adapter.step(np.zeros(2, np.int64))
+        infos = info.per_env
+        dones = term | trunc
+        want_trunc = [bool(i.get("TimeLimit.truncated", False)) for i in infos]
+        assert trunc.tolist() == want_trunc and trunc.dtype == term.dtype == bool
+        assert dones.tolist() == ["terminal_observation" in i for i in infos]
+        assert rew.tolist() == [1.0, 1.0]
+        if dones.any():
+            for k in np.flatnonzero(dones):
+                assert info["final_obs"][k] is infos[k]["terminal_observation"]
+            assert info["_final_obs"].tolist() == dones.tolist()
+        else:
+            quiet += 1
+            assert "final_obs" not in info
+    assert quiet >= 5
+    assert term.base is None and trunc.base is None  # arrays of their own, every step
+
+
+def test_finite_check_reads_dict_and_tuple_observations():
+    """A NaN / inf in a Dict or Tuple observation's entry stops training in one line naming the
+    entry; integer entries (uint8 frames) are finite and pass."""
+    img = np.zeros((2, 1, 4, 4), np.uint8)
+    ok = {"img": img, "vec": np.ones((2, 3), np.float32)}
+    check_transition(ok, np.zeros(2, np.float32), 1)
+    check_transition(img, np.zeros(2), 1)
+    check_transition((img, np.ones((2, 3))), np.zeros(2), 1)
+    bad = {"img": img, "vec": np.array([[1, 2, 3], [1, np.nan, 3]], np.float32)}
+    with pytest.raises(NonFiniteError, match=r"environment 1 .* observation entry 'vec' \(nan\)"):
+        check_transition(bad, np.zeros(2), 7)
+    with pytest.raises(NonFiniteError, match=r"environment 0 .* observation entry 1 \(-inf\)"):
+        check_transition((img, np.array([[-np.inf], [0.0]])), np.zeros(2), 7)
+    with pytest.raises(NonFiniteError, match=r"environment 1 .* reward \(inf\)"):
+        check_transition(ok, np.array([0.0, np.inf]), 7)
+    big = {"vec": np.full((2, 3), 3e38, np.float32)}  # the sum overflows: every entry finite
+    with np.errstate(over="ignore"):
+        check_transition(big, np.zeros(2), 1)
+
+
+def _dict_cases():
+    rng = np.random.default_rng(2)
+    goals = spaces.Dict({k: spaces.MultiBinary(10) for k in ("achieved", "desired", "obs")})
+    mixed = spaces.Dict({"img": _IMG, "vec": _VEC, "s": spaces.Box(-1, 1, (), np.float32),
+                         "m": spaces.Box(-2, 2, (2, 3), np.float64)})
+    onehot = spaces.Dict({"v": _VEC, "d": spaces.Discrete(3)})
+    frames = spaces.Dict({"v": _VEC, "u": spaces.Box(0, 1, (2, 3, 4), np.uint8)})
+    n = 3
+    return [
+        (goals, {k: rng.integers(0, 2, (n, 10)).astype(np.int8) for k in goals.spaces}, True),
+        (mixed, {"img": rng.integers(0, 256, (n, 1, 64, 64)).astype(np.uint8),
+                 "vec": rng.standard_normal((n, 5)), "s": rng.standard_normal(n).astype(np.float32),
+                 "m": rng.standard_normal((n, 2, 3))}, True),
+        (mixed, {"img": np.zeros((1, 1, 64, 64), np.uint8), "vec": np.full((1, 5), 1 / 3),
+                 "s": np.zeros(1, np.float32), "m": np.ones((1, 2, 3))}, True),
+        (onehot, {"v": rng.standard_normal((n, 5)), "d": np.array([0, 2, 1])}, False),
+        (frames, {"v": np.ones((2, 5)), "u": np.ones((2, 2, 3, 4), np.uint8)}, True),
+        (goals, {k: [[0] * 10] for k in goals.spaces}, False),  # lists: the per-entry path
+    ]
+
+
+def test_dict_columns_give_the_per_entry_paths_bits(monkeypatch):
+    """preprocess_obs of Dict batches (MultiBinary goals; an image, vectors, a scalar and a
+    matrix Box; float64 values cast to float32) written column block by column block: the bits
+    of the per-entry flattening and concatenate (FLAT_DICT_COLUMNS off); Discrete entries or
+    lists take the per-entry path; bad batches its errors."""
+    for space, obs, columns in _dict_cases():
+        assert (envs._dict_columns(obs, space) is not None) == columns
+        monkeypatch.setattr(envs, "FLAT_DICT_COLUMNS", False)
+        try:
+            ref = envs.preprocess_obs(obs, space)
+        except ValueError as e:
+            ref = e
+        monkeypatch.setattr(envs, "FLAT_DICT_COLUMNS", True)
+        if isinstance(ref, ValueError):
+            with pytest.raises(ValueError):
+                envs.preprocess_obs(obs, space)
+            continue
+        got = envs.preprocess_obs(obs, space)
+        assert got.dtype == ref.dtype == np.float32 and got.shape == ref.shape
+        np.testing.assert_array_equal(got, ref)
+    goals, obs, _ = _dict_cases()[0]
+    short = dict(obs, obs=obs["obs"][:2])  # rows that do not match: the reference's error
+    with pytest.raises(ValueError):
+        envs.preprocess_obs(short, goals)
+    assert envs._dict_columns(short, goals) is None
+    wide = dict(obs, obs=np.zeros((3, 11), np.int8))  # an entry wider than its space
+    assert envs._dict_columns(wide, goals) is None
+
