@@ -1,24 +1,30 @@
 """CrossQ (Bhatt et al., 2024), as sb3-contrib's ``CrossQ``: SAC without target networks, whose
-critics normalise their inputs and hidden layers with batch normalisation.
+actor and critics normalise their inputs and hidden layers with Batch Renormalization.
 
 The critics see ``(s, a)`` and ``(s', a')`` in one batch (train mode), so both halves are
 normalised with the same statistics; ``y = r + gamma (1 - terminated) (min_i Q_i(s', a') -
 alpha log pi(a'|s'))`` from that same forward, with the gradient stopped. The actor ascends the
 critics in eval mode (running statistics), every ``policy_delay``-th step; Adam's betas are
 (0.5, 0.999). sb3-contrib's defaults: learning rate 1e-3, critics of [1024, 1024], actor
-[256, 256], momentum 0.01 and eps 0.001 of the normalisation. Differences: sb3-contrib's
-critics use Batch Renormalization (which is batch normalisation during its first 100k
-steps); here ``rlgrad.nn.BatchNorm1d``, and the actor has no normalisation layers.
+[256, 256], momentum 0.01 and eps 0.001 of the normalisation, warm-up of 100k steps. As
+sb3-contrib's, the actor and the critics normalise with Batch Renormalization
+(``rlgrad.rl.batch_renorm.BatchRenorm1d``: batch normalisation during its warm-up, then the
+running statistics with clipped r/d corrections): the actor's layers are in training
+mode (moving their statistics) only in the actor's update; ``a'`` of the critics' target and
+acting read its running statistics. The module structure and state-dict keys are sb3-contrib's
+(``actor.latent_pi.0.scale``, ``critic.qf0.0.ra_mean``...). Checkpoints of the older critics
+(``BatchNorm1d``'s keys) load into the new ones; an older checkpoint's actor, which had no
+normalisation, does not (a one-line error).
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, ClassVar
 
 import numpy as np
 
 from rlgrad import nn, ops, optim
+from rlgrad.rl.batch_renorm import BatchRenorm1d
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.hyperparams import apply_defaults
 from rlgrad.rl.layers import _act_cls
@@ -31,24 +37,40 @@ _NORM_DEFAULTS: dict[str, Any] = {"batch_norm": True, "batch_norm_momentum": 0.0
                                   "batch_norm_eps": 0.001, "renorm_warmup_steps": 100_000}
 
 
+def renorm_tower(in_dim: int, net_arch: list[int], activation_fn: str | type,
+                 norm: dict[str, Any]) -> list[nn.Module]:
+    """sb3-contrib's ``create_mlp(..., pre_linear_modules=[BatchRenorm1d])`` without its output
+    layer: per hidden size, BatchRenorm1d, Linear and the activation."""
+    act, layers, last = _act_cls(activation_fn), [], in_dim
+    for h in net_arch:
+        layers += [BatchRenorm1d(last, **norm), nn.Linear(last, h), act()]
+        last = h
+    return layers
+
+
+def set_bn_training_mode(module: nn.Module, mode: bool) -> None:
+    """sb3-contrib's ``set_bn_training_mode``: only the BatchRenorm1d layers' mode."""
+    for m in module.modules():
+        if isinstance(m, BatchRenorm1d):
+            m.train(mode)
+
+
 class BatchNormCritic(FeaturesNet):
-    """``n_critics`` Q(s, a) networks: BatchNorm on the input, then Linear, activation and
-    BatchNorm per hidden layer, and a linear output (``forward`` returns a list of (batch,))."""
+    """sb3-contrib's ``CrossQCritic``: ``n_critics`` Q(s, a) networks ``qf0``, ``qf1``, ...,
+    BatchRenorm1d before every Linear (``forward`` returns a list of (batch,))."""
 
     def __init__(self, in_dim: int, net_arch: list[int], n_critics: int, activation_fn: Any,
-                 momentum: float = 0.01, eps: float = 0.001) -> None:
+                 momentum: float = 0.01, eps: float = 0.001,
+                 warmup_steps: int = 100_000) -> None:
         super().__init__()
         self._set_extractor(None)  # vector observations only
-        act = _act_cls(activation_fn)
         self.n_critics = int(n_critics)
+        norm: dict[str, Any] = {"momentum": momentum, "eps": eps, "warmup_steps": warmup_steps}
+        last = net_arch[-1] if net_arch else in_dim
         for i in range(self.n_critics):
-            layers: list[nn.Module] = [nn.BatchNorm1d(in_dim, eps=eps, momentum=momentum)]
-            last = in_dim
-            for h in net_arch:
-                layers += [nn.Linear(last, h), act(), nn.BatchNorm1d(h, eps=eps, momentum=momentum)]
-                last = h
-            # sb3-contrib's keys: critic.qf0.0.weight, ... (SAC's critics' names)
-            setattr(self, f"qf{i}", nn.Sequential(*layers, nn.Linear(last, 1)))
+            layers = renorm_tower(in_dim, net_arch, activation_fn, norm)
+            setattr(self, f"qf{i}", nn.Sequential(*layers, BatchRenorm1d(last, **norm),
+                                                  nn.Linear(last, 1)))
 
     @property
     def q_networks(self) -> list[nn.Module]:
@@ -78,8 +100,8 @@ class CrossQ(SAC):
         self.batch_norm_momentum = float(norm["batch_norm_momentum"])
         self.batch_norm_eps = float(norm["batch_norm_eps"])
         self.renorm_warmup_steps = int(norm["renorm_warmup_steps"])
-        self._renorm_warned = False
         super().__init__(env, policy_kwargs=pk, **kwargs)
+        self._renorm_actor()
         self.policy_kwargs.update(norm)  # saved with the model, read again at load
         self.compile_updates = False  # BatchNorm's running statistics change in the forward
         lr = self.lr_schedule(1.0)
@@ -88,6 +110,34 @@ class CrossQ(SAC):
         if self.auto_ent:
             self.ent_coef_optimizer = optim.Adam([self._log_alpha()], lr=lr, betas=(0.5, 0.999))
 
+    def _norm(self) -> dict[str, Any]:
+        return {"momentum": self.batch_norm_momentum, "eps": self.batch_norm_eps,
+                "warmup_steps": self.renorm_warmup_steps}
+
+    def _renorm_actor(self) -> None:
+        """sb3-contrib's CrossQ ``Actor``: ``latent_pi`` with BatchRenorm1d before every Linear
+        and after the last hidden layer; its layers in evaluation mode but in the actor's
+        update (acting and ``a'`` read the running statistics)."""
+        arch = [m.out_features for m in self.actor.latent_pi.modules() if isinstance(m, nn.Linear)]
+        act_fn = self.policy_kwargs.get("activation_fn", "relu")
+        layers = renorm_tower(self.obs_dim, arch, act_fn, self._norm())
+        if arch:
+            layers.append(BatchRenorm1d(arch[-1], **self._norm()))
+        self.actor.latent_pi = nn.Sequential(*layers)
+        set_bn_training_mode(self.actor, False)
+
+    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
+        set_bn_training_mode(self.actor, False)  # (moved in the actor's update only)
+        super().train(gradient_steps, batch_size)
+
+    def actor_loss(self, b: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """SAC's, with the actor's BatchRenorm1d layers in training mode (sb3-contrib's)."""
+        set_bn_training_mode(self.actor, True)
+        try:
+            return super().actor_loss(b)
+        finally:
+            set_bn_training_mode(self.actor, False)
+
     def _make_critic(self, arch: list[int], n_critics: int, activation_fn: Any,
                      extractor: nn.Module | None = None, shared: bool = False) -> Any:
         if extractor is not None:
@@ -95,16 +145,15 @@ class CrossQ(SAC):
                              "a features extractor (CNN, CombinedExtractor) is not supported")
         arch = arch if "net_arch" in self.policy_kwargs else [1024, 1024]
         return BatchNormCritic(self.obs_dim + self.act_dim, arch, n_critics, activation_fn,
-                               momentum=self.batch_norm_momentum, eps=self.batch_norm_eps)
+                               **self._norm())
 
-    def train(self, gradient_steps: int, batch_size: int = 100) -> None:
-        super().train(gradient_steps, batch_size)
-        if self._n_updates > self.renorm_warmup_steps and not self._renorm_warned:
-            self._renorm_warned = True
-            warnings.warn(f"CrossQ: {self._n_updates} updates, past renorm_warmup_steps="
-                          f"{self.renorm_warmup_steps}: sb3-contrib's Batch Renormalization now "
-                          "normalises with its running statistics, rlgrad's critics keep batch "
-                          "normalisation (the warm-up's behaviour)", stacklevel=2)
+    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        actor = state.get("modules", {}).get("actor", {})
+        if "latent_pi.0.weight" in actor:  # a Linear first: no BatchRenorm1d in the actor
+            raise ValueError("CrossQ: this checkpoint's actor has no Batch Renormalization "
+                             "layers (written by an older rlgrad); its actor cannot be loaded "
+                             "into sb3-contrib's CrossQ actor: train it again")
+        return super()._upgrade_state(state)
 
     def _actor_step_due(self) -> bool:
         return (self._n_updates + 1) % self.policy_delay == 0

@@ -20,6 +20,7 @@ import rlgrad
 from rlgrad import ops
 from rlgrad.device import device as cpu_device
 from rlgrad.nn import Module, StateDictError
+from rlgrad.nn.module import _state_value
 from rlgrad.rl.base import BaseAlgorithm
 from rlgrad.rl.buffers import ReplayBatch, ReplayBuffer
 from rlgrad.rl.callbacks import BaseCallback
@@ -127,6 +128,16 @@ def td_target_of(b: dict[str, Any], next_values: Any) -> Any:
     return b["rewards"] + b["gamma"] * b["not_terminated"] * next_values
 
 
+def _unpermuted(value: Any, rows: np.ndarray) -> np.ndarray:
+    """``value`` (SB3's rows: ``rows`` of ours, in its order) in rlgrad's row order."""
+    arr = np.asarray(_state_value(value))
+    if arr.shape[:1] != rows.shape:  # (the network's load refuses the shape in one line)
+        return arr
+    out = np.empty_like(arr)
+    out[rows] = arr
+    return out
+
+
 class PolicyView:
     """``model.policy`` of an off-policy algorithm: SB3's ``policy.predict`` (observations as
     the networks see them: ``normalize=True`` statistics not applied, as SB3's policy does not
@@ -152,30 +163,72 @@ class PolicyView:
                     seen.add(id(p))
                     yield p
 
-    def _named_modules(self) -> dict[str, Module]:
-        """The networks under SB3's policy attribute names (DQN's ``q_net.q_net``)."""
+    def _key_map(self) -> dict[str, tuple[Module, str, np.ndarray | None]]:
+        """SB3's policy key of every entry of the networks' state dicts -> (network, its own
+        key, the rows of SB3's value in its order or None), in SB3's order:
+        ``actor.mu.0.weight``, ``critic.qf0.0.weight``...; a Q-network (sb3-contrib's QR-DQN:
+        ``quantile_net``) splits into SB3's ``features_extractor`` (the CNN, a Dict's or a
+        user's extractor) and its MLP (``q_net.q_net.0.weight``)."""
         mods = self._algo._modules()
-        if "q_net" in mods:
-            return {"q_net.q_net": mods["q_net"], "q_net_target.q_net": mods["q_net_target"]}
-        return {k: mods[k] for k in ("actor", "actor_target", "critic", "critic_target")
-                if k in mods}
+        if "q_net" not in mods:
+            return {f"{n}.{k}": (mods[n], k, None) for n in ("actor", "actor_target", "critic",
+                                                             "critic_target") if n in mods
+                    for k in mods[n].state_dict()}
+        name = getattr(self._algo, "sb3_q_net_name", "q_net")
+        rows_of = getattr(self._algo, "sb3_rows", lambda net, key: None)
+        out: dict[str, tuple[Module, str, np.ndarray | None]] = {}
+        for attr, prefix in (("q_net", name), ("q_net_target", f"{name}_target")):
+            net = mods[attr]
+            split = getattr(net, "features_extractor", None) is not None
+            for k in net.state_dict():
+                i, rest = k.split(".", 1)
+                entry = (net, k, rows_of(net, k))
+                if not split:
+                    out[f"{prefix}.{name}.{k}"] = entry
+                elif i == "0":
+                    out[f"{prefix}.features_extractor.{rest}"] = entry
+                else:
+                    out[f"{prefix}.{name}.{int(i) - 1}.{rest}"] = entry
+        return out
+
+    def _old_prefixes(self) -> dict[str, Module]:
+        """The policy keys rlgrad wrote before SB3's Q-network layout (``q_net.q_net.0.cnn.0.weight``,
+        QR-DQN's ``q_net.*``): the networks' own keys after the prefix (still read)."""
+        mods = self._algo._modules()
+        if "q_net" not in mods:
+            return {}
+        return {"q_net.q_net.": mods["q_net"], "q_net_target.q_net.": mods["q_net_target"]}
 
     def state_dict(self) -> dict[str, Any]:
         """The networks' parameters with SB3's policy keys (``actor.mu.0.weight``,
-        ``critic.qf0.0.weight``, ``q_net.q_net.0.weight``...)."""
-        return {f"{prefix}.{k}": v for prefix, m in self._named_modules().items()
-                for k, v in m.state_dict().items()}
+        ``critic.qf0.0.weight``, ``q_net.q_net.0.weight``, ``q_net.features_extractor.cnn.0.weight``,
+        QR-DQN's ``quantile_net.quantile_net.0.weight``...). The values share the parameters'
+        memory, except a permuted copy where SB3's rows are in another order (``sb3_rows``)."""
+        states = {id(m): m.state_dict() for m in self._algo._modules().values()}
+        return {key: states[id(m)][k] if rows is None else
+                rlgrad.as_tensor(states[id(m)][k].numpy()[rows])
+                for key, (m, k, rows) in self._key_map().items()}
 
     def load_state_dict(self, state_dict: dict[str, Any], strict: bool = True) -> None:
-        """``state_dict``'s arrays into the networks (keys as ``state_dict`` gives them)."""
-        named = self._named_modules()
-        unknown = [k for k in state_dict if not any(k.startswith(p + ".") for p in named)]
+        """``state_dict``'s arrays into the networks (keys as ``state_dict`` gives them, or as
+        an older rlgrad wrote them: ``_old_prefixes``)."""
+        key_map, old = self._key_map(), self._old_prefixes()
+        local: dict[int, dict[str, Any]] = {id(m): {} for m in self._algo._modules().values()}
+        unknown = []
+        for key, v in state_dict.items():
+            if key in key_map:
+                m, k, rows = key_map[key]
+                local[id(m)][k] = v if rows is None else _unpermuted(v, rows)
+                continue
+            prefix = next((p for p in old if key.startswith(p)), None)
+            if prefix is None:
+                unknown.append(key)
+            else:
+                local[id(old[prefix])][key[len(prefix):]] = v
         if unknown and strict:
             raise StateDictError(f"policy.load_state_dict: unexpected keys {unknown}")
-        for prefix, m in named.items():
-            n = len(prefix) + 1
-            m.load_state_dict({k[n:]: v for k, v in state_dict.items()
-                               if k.startswith(prefix + ".")}, strict=strict)
+        for m in {id(m): m for m, _, _ in key_map.values()}.values():
+            m.load_state_dict(local[id(m)], strict=strict)
 
     device = cpu_device("cpu")  # rlgrad computes on the CPU (SB3's policy.device.type)
 

@@ -55,6 +55,8 @@ class QRDQN(DQN):
     default_hyperparams: ClassVar[dict[str, Any]] = {
         "learning_rate": 5e-5, "exploration_fraction": 0.005, "exploration_final_eps": 0.01,
         "max_grad_norm": None}
+    #: sb3-contrib's name of the network in the policy's keys (``quantile_net.quantile_net.0.weight``)
+    sb3_q_net_name: ClassVar[str] = "quantile_net"
 
     def __init__(self, env: EnvLike, **kwargs: Any) -> None:
         super().__init__(env, **apply_defaults(type(self), kwargs))
@@ -79,6 +81,16 @@ class QRDQN(DQN):
     def quantile_net_target(self) -> nn.Module:
         """sb3-contrib's name of the target network (``q_net_target``)."""
         return self.q_net_target
+
+    def sb3_rows(self, net: nn.Module, key: str) -> np.ndarray | None:
+        """sb3-contrib's output rows of the last layer (quantile-major: row ``i * n_actions +
+        a``), as indices of rlgrad's (action-major: ``a * n_quantiles + i``); None for the
+        other entries. The policy's state dict is in sb3-contrib's order."""
+        last = len(list(net.children())) - 1  # (a Sequential: its last Linear)
+        if not key.startswith(f"{last}."):
+            return None
+        s = np.arange(self.n_actions * self.n_quantiles)
+        return (s % self.n_actions) * self.n_quantiles + s // self.n_actions
 
     def quantiles(self, obs: np.ndarray, net: nn.Module | None = None) -> np.ndarray:
         """(batch, n_actions, n_quantiles) in NumPy (the online network by default)."""

@@ -27,7 +27,9 @@ from rlgrad.rl.sac import SAC
 class QuantileCritics(FeaturesNet):
     """``n_critics`` networks on ``[s, a]``, each giving ``n_quantiles`` values: forward returns
     them side by side, (batch, n_critics * n_quantiles), critic ``k`` in columns
-    ``k * n_quantiles ...`` (``s``: ``features_extractor``'s features when there is one)."""
+    ``k * n_quantiles ...`` (``s``: ``features_extractor``'s features when there is one). The
+    networks are ``qf0``, ``qf1``, ... as sb3-contrib's (keys ``qf0.0.weight``); checkpoints
+    with the older ``q_networks.<k>.`` keys are renamed on load (SAC's ``upgrade_critic_keys``)."""
 
     def __init__(self, obs_dim: int, act_dim: int, net_arch: list[int], n_critics: int,
                  n_quantiles: int, activation_fn: Any = "relu",
@@ -35,9 +37,12 @@ class QuantileCritics(FeaturesNet):
         super().__init__()
         self._set_extractor(features_extractor, shared)
         self.n_critics, self.n_quantiles = int(n_critics), int(n_quantiles)
-        self.q_networks = nn.ModuleList(
-            [mlp([obs_dim + act_dim, *net_arch, n_quantiles], activation_fn)
-             for _ in range(n_critics)])
+        for i in range(self.n_critics):
+            setattr(self, f"qf{i}", mlp([obs_dim + act_dim, *net_arch, n_quantiles], activation_fn))
+
+    @property
+    def q_networks(self) -> list[nn.Module]:
+        return [getattr(self, f"qf{i}") for i in range(self.n_critics)]
 
     def forward(self, obs: Any, actions: Any) -> Any:
         x = _cat(self.extract_features(obs), actions)
@@ -68,10 +73,6 @@ class TQC(SAC):
                      extractor: nn.Module | None = None, shared: bool = False) -> Any:
         return QuantileCritics(self.features_width(extractor), self.act_dim, arch, n_critics,
                                self.n_quantiles, activation_fn, extractor, shared)
-
-    def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        # QuantileCritics keep their q_networks keys: not SAC's renaming of old critics to qf<i>
-        return super(SAC, self)._upgrade_state(state)
 
     def _q_pi(self, obs: Any, actions: Any) -> Any:
         return ops.mean(self.critic(obs, actions), axis=1)

@@ -11,15 +11,18 @@ import pytest
 
 import rlgrad
 from rlgrad.rl import evaluate_policy
+from rlgrad.rl.contrib.common.torch_layers import BatchRenorm1d
 from rlgrad.rl.crossq import CrossQ
 
 
 def _critic_numpy(net, x: np.ndarray) -> np.ndarray:
-    """One critic in train mode: BatchNorm with the batch's mean and biased variance."""
+    """One critic in train mode during the renormalisation's warm-up: the batch's mean and
+    unbiased variance (sb3-contrib's BatchRenorm1d)."""
     for m in net:
-        if isinstance(m, rlgrad.nn.BatchNorm1d):
-            mu, var = x.mean(0), x.var(0)
-            x = (x - mu) / np.sqrt(var + m.eps) * m.weight._value + m.bias._value
+        if isinstance(m, BatchRenorm1d):
+            assert int(m.steps._value) <= m.warmup_steps
+            mu, var = x.mean(0), x.var(0, ddof=1)
+            x = (x - mu) / np.sqrt(var + m.eps) * m.scale._value + m.bias._value
         elif isinstance(m, rlgrad.nn.Linear):
             x = x @ m.weight._value.T + m.bias._value
         else:
@@ -41,11 +44,11 @@ def test_critic_loss_is_the_joint_batchnorm_forward() -> None:
         y = b["rewards"] + m.gamma * b["not_terminated"] * (
             np.minimum(*[q[16:] for q in qs]) - 0.2 * np.asarray(next_logp._value))
         want = 0.5 * sum(np.mean((q[:16] - y) ** 2) for q in qs)
-        running = np.array(m.critic.q_networks[0][0].running_mean)  # a copy
+        running = np.array(m.critic.q_networks[0][0].ra_mean)  # a copy
         loss, _ = m.critic_loss(b)
     np.testing.assert_allclose(float(loss._value), want, rtol=1e-4)
     # the train-mode forward moved the running mean toward the joint batch's mean (momentum 0.01)
-    np.testing.assert_allclose(m.critic.q_networks[0][0].running_mean,
+    np.testing.assert_allclose(m.critic.q_networks[0][0].ra_mean,
                                0.99 * running + 0.01 * x.mean(0), rtol=1e-4, atol=1e-6)
 
 
@@ -72,23 +75,23 @@ def test_crossq_learns_pendulum(seeded_eval_env: Callable[[str], Any]) -> None:
 
 
 def test_sb3_contrib_normalisation_keys():
-    """batch_norm_momentum / batch_norm_eps reach every BatchNorm1d of the critics;
-    renorm_warmup_steps says, once, when training passes it (rlgrad keeps batch normalisation
-    where sb3-contrib's Batch Renormalization switches to its running statistics)."""
-    import warnings
-
-    from rlgrad import nn
-
-    m = CrossQ("MlpPolicy", "Pendulum-v1", learning_starts=20, seed=0,
+    """batch_norm_momentum / batch_norm_eps / renorm_warmup_steps reach every BatchRenorm1d of
+    the actor and the critics; the actor's statistics move in its update only (every
+    ``policy_delay``-th step), the critics' in every critic update."""
+    # (tanh: after the warm-up a dead ReLU unit's zero variance makes sb3-contrib's gradient
+    # of sqrt(var) NaN, and rlgrad's as well, refused by the update's finite check)
+    m = CrossQ("MlpPolicy", "Pendulum-v1", learning_starts=20, seed=0, policy_delay=3,
                policy_kwargs=dict(net_arch=[16], batch_norm_momentum=0.2, batch_norm_eps=0.01,
-                                  renorm_warmup_steps=3))
-    bns = [b for b in m.critic.modules() if isinstance(b, nn.BatchNorm1d)]
-    assert len(bns) == 2 * 2 and all(b.momentum == 0.2 and b.eps == 0.01 for b in bns)
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        m.learn(30)
-    msgs = [str(x.message) for x in w if "renorm_warmup_steps=3" in str(x.message)]
-    assert len(msgs) == 1
+                                  renorm_warmup_steps=3, activation_fn="tanh"))
+    critic = [b for b in m.critic.modules() if isinstance(b, BatchRenorm1d)]
+    actor = [b for b in m.actor.modules() if isinstance(b, BatchRenorm1d)]
+    assert len(critic) == 2 * 2 and len(actor) == 2
+    assert all(b.momentum == 0.2 and b.eps == 0.01 and b.warmup_steps == 3
+               for b in critic + actor)
+    m.learn(20)
+    m.train(6, 16)
+    assert int(actor[0].steps._value) == 2 and int(critic[0].steps._value) == 6
+    assert not any(b.training for b in actor)  # acting reads the running statistics
     assert m.policy_kwargs["renorm_warmup_steps"] == 3
     with pytest.raises(ValueError, match="batch_norm=False"):
         CrossQ("MlpPolicy", "Pendulum-v1", policy_kwargs=dict(batch_norm=False))
