@@ -7,6 +7,7 @@ skipped, with the reason printed by ``pytest -rs``, only when Ray is not install
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import signal
@@ -215,6 +216,19 @@ def test_interrupted_sweep_resumes(tmp_path):
             assert b - 1300 < cfg["resumes"][0]["from_step"] <= b, (b, cfg["resumes"])
 
 
+def _kill_session(sid: int) -> None:
+    """SIGKILL to every process of session ``sid`` (Ray's workers have process groups of their
+    own, so ``killpg`` of the driver's would leave them running)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # (the process ended meanwhile)
+            continue
+        if int(fields[3]) == sid:  # after the name: state, ppid, pgrp, session
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(stat.parent.name), signal.SIGKILL)
+
+
 @needs_ray
 def test_sweep_killed_with_sigkill_resumes(tmp_path):
     """kill -9 of the sweep's driver (no chance to save anything on the way out): ``--resume``
@@ -223,13 +237,15 @@ def test_sweep_killed_with_sigkill_resumes(tmp_path):
     space.write_text(TINY)
     sweep = tmp_path / "sweep"
     cmd = _cmd(sweep, space, "--samples", "2", "--steps", "6000", "--checkpoint-every", "1000")
+    # its own session: the kill takes the driver and Ray's trial workers at once, as a lost
+    # machine would (a worker left running could finish its trial before --resume starts)
     p = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True)
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
     end = time.monotonic() + 120
     while time.monotonic() < end and len(list(sweep.glob("runs/*/checkpoint.safetensors"))) < 2:
         time.sleep(0.1)
     assert p.poll() is None, p.communicate()[1][-2000:]
-    os.kill(p.pid, signal.SIGKILL)
+    _kill_session(p.pid)
     p.communicate(timeout=60)
     assert p.returncode == -signal.SIGKILL
     out = subprocess.run([*cmd, "--resume"], cwd=ROOT, env=_env(), capture_output=True,
