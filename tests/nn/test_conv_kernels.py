@@ -8,6 +8,7 @@ Nature CNN at SB3's ``SimpleMultiObsEnv`` image size against PyTorch's (float64 
 
 import numpy as np
 import pytest
+from helpers.rl_runs import dict_image_ppo
 
 import rlgrad
 from rlgrad import ops
@@ -332,17 +333,8 @@ def test_a_rollout_with_kept_columns_gives_the_references_bits(monkeypatch, with
     """PPO on SB3's SimpleMultiObsEnv (a Dict of a 64x64 image and a vector, so
     CombinedExtractor with a Nature CNN): the rollout buffer and the trained parameters with
     the columns kept while acting are the reference's, bit for bit."""
-    from rlgrad.rl import PPO
-    from rlgrad.rl.common.envs import SimpleMultiObsEnv
-
     def run():
-        np.random.seed(3)  # (the env draws its images from NumPy's global generator)
-        model = PPO("MultiInputPolicy", SimpleMultiObsEnv(random_start=False), n_steps=32,
-                    batch_size=16, n_epochs=1, seed=3)
-        model.learn(64, callback=(lambda _locals, _globals: True) if with_callback else None)
-        buf = model.rollout_buffer
-        return [buf.observations.copy(), buf.actions.copy(), buf.log_probs.copy(),
-                *(p._value.copy() for p in model.policy.parameters())]
+        return dict_image_ppo(32, 16, 64, with_callback)
 
     copies = []
     copy = F._weight_cols_copy

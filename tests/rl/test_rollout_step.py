@@ -10,6 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 from gymnasium import spaces
+from helpers.rl_runs import dict_image_ppo
 
 import rlgrad
 from rlgrad.nn import functional as F
@@ -89,31 +90,16 @@ def test_plain_features_leave_tensors_and_gradients_to_the_module():
         assert cnn.plain_features(rlgrad.nn.Flatten(), x) is None  # (not registered)
 
 
-def _ppo_run(with_callback):
-    from rlgrad.rl import PPO
-    from rlgrad.rl.common.envs import SimpleMultiObsEnv
-
-    np.random.seed(3)  # (the env draws its images from NumPy's global generator)
-    model = PPO("MultiInputPolicy", SimpleMultiObsEnv(random_start=False), n_steps=96,
-                batch_size=32, n_epochs=1, seed=3)
-    # 192 steps: the first episode's 100 steps end (truncated) inside the last rollout
-    model.learn(192, callback=(lambda _locals, _globals: True) if with_callback else None)
-    buf = model.rollout_buffer
-    return [buf.observations.copy(), buf.actions.copy(), buf.log_probs.copy(),
-            buf.values.copy(), buf.bootstrap.copy(), buf.returns.copy(),
-            *(p._value.copy() for p in model.policy.parameters())]
-
-
 @pytest.mark.parametrize("with_callback", [False, True])
 def test_a_dict_image_run_gives_the_reference_paths_bits(monkeypatch, with_callback):
     """PPO on SB3's SimpleMultiObsEnv with the acting fast paths on (plain features, conv plans,
     kept weight columns) and all of them off: the same rollout buffer and trained parameters,
     bit for bit."""
-    fast = _ppo_run(with_callback)
+    fast = dict_image_ppo(96, 32, 192, with_callback)
     monkeypatch.setattr(cnn, "PLAIN_ACTING", False)
     monkeypatch.setattr(F, "CONV_PLANS", False)
     monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", False)
-    ref = _ppo_run(with_callback)
+    ref = dict_image_ppo(96, 32, 192, with_callback)
     assert np.isfinite(ref[4]).any()  # truncations were bootstrapped (NaN: none)
     for a, b in zip(fast, ref, strict=True):
         np.testing.assert_array_equal(a, b)
