@@ -208,8 +208,8 @@ static PyObject *gae(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
    one ufunc call with a scalar or a broadcast operand (np.maximum(x, 0) runs ~0.2 ns per float32
    element here, g * (x > 0) a second pass plus a bool-to-float cast, out += bias a broadcast):
    * relu(x, out): np.maximum(x, 0): x where x > 0, NaN kept as it is (its bits), else +0;
-   * relu_grad(g, x, out): g * (x > 0), the bool read as 0 or 1 (so g * 0: a signed zero, NaN
-     for an infinite or NaN g, as NumPy gives);
+   * relu_grad(g, x, out): x <= 0 ? +0 : g, torch's threshold_backward (a NaN or infinite g
+     where the unit is off gives +0; a NaN x passes g);
    * add_rows(out, b, relu=False): out += b for a C-contiguous out whose last axis is b's length
      (relu: then relu(out) in the same pass, a linear layer and its ReLU in one);
    out may be an input itself (each element is read before it is written). */
@@ -222,10 +222,7 @@ static PyObject *gae(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         }                                                                                          \
     }                                                                                              \
     CLONES static void relu_grad_##T(const T *g, const T *x, T *out, Py_ssize_t n) {               \
-        for (Py_ssize_t i = 0; i < n; i++) { /* a select, not an int-to-float conversion */      \
-            T m = x[i] > (T)0 ? (T)1 : (T)0;                                                       \
-            out[i] = g[i] * m;                                                                     \
-        }                                                                                          \
+        for (Py_ssize_t i = 0; i < n; i++) out[i] = x[i] <= (T)0 ? (T)0 : g[i];                    \
     }                                                                                              \
     CLONES static void add_rows_##T(T *out, const T *restrict b, Py_ssize_t rows,                 \
                                     Py_ssize_t cols) {                                             \
@@ -274,8 +271,8 @@ static PyObject *relu(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 
 PyDoc_STRVAR(relu_grad_doc,
 "relu_grad(g, x, out) -> bool\n\n"
-"out = g * (x > 0) for C-contiguous float32/float64 arrays of one dtype and size (out may be g\n"
-"or x). False (nothing written) if they do not fit.");
+"out = where(x <= 0, 0, g) (torch's threshold_backward) for C-contiguous float32/float64 arrays of one\n"
+"dtype and size (out may be g or x). False (nothing written) if they do not fit.");
 
 static PyObject *relu_grad(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) {

@@ -39,7 +39,7 @@ UNARY_FLOAT = {
 BINARY_FLOAT = {
     "divide": "{0} / {1}", "power": "pow{f}({0}, {1})", "arctan2": "atan2{f}({0}, {1})",
     "hypot": "hypot{f}({0}, {1})", "logaddexp": "logaddexp{s}({0}, {1})",
-    "tanh_grad": "{0} * (({T})1 - {1} * {1})", "relu_grad": "{0} * ({T})({1} > 0)",
+    "tanh_grad": "{0} * (({T})1 - {1} * {1})", "relu_grad": "{1} <= 0 ? ({T})0 : {0}",
     "leaky_relu": "{0} > 0 ? {0} : {0} * {1}", "leaky_relu_grad": "{1} > 0 ? {0} : {0} * {2}",
 }
 # any dtype: computed in the result's type

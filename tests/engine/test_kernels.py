@@ -280,5 +280,25 @@ def test_relu_of_a_channels_last_view_keeps_numpys_layout():
     assert y.strides == want.strides and not y.flags.c_contiguous
     np.testing.assert_array_equal(_bits(y), _bits(want))
     d = ops._relu_grad(g, y)
-    np.testing.assert_array_equal(_bits(d), _bits(g * (y > 0)))
-    assert d.strides == (g * (y > 0)).strides
+    np.testing.assert_array_equal(_bits(d), _bits(np.where(y <= 0, np.float32(0), g)))
+    assert d.strides == g.strides  # (torch's select: +0 where the unit is off, not g * 0)
+
+
+@pytest.mark.parametrize("with_kernels", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_backward_selects_as_torchs(monkeypatch, with_kernels, dtype):
+    """ReLU's backward is torch's threshold_backward, a select: where the unit is off the
+    gradient is +0 even for a NaN, infinite or negative upstream gradient, and a NaN input
+    passes its gradient; the C pass and NumPy's reference give torch's bits."""
+    torch = pytest.importorskip("torch")
+    if not with_kernels:
+        monkeypatch.setattr(ops, "_kernels", None)
+    x = np.array([-1.0, 0.0, -0.0, 2.0, np.nan, 3.0, -2.0, 0.5], dtype)
+    g = np.array([np.nan, np.inf, -1.0, -2.0, 4.0, np.nan, -0.0, -np.inf], dtype)
+    t = torch.tensor(x, requires_grad=True)
+    torch.relu(t).backward(torch.tensor(g))
+    want = t.grad.numpy()
+    np.testing.assert_array_equal(_bits(ops._relu_grad(g, x)), _bits(want))
+    got = rlgrad.vjp(ops.relu, x)[1](g)
+    np.testing.assert_array_equal(_bits(np.asarray(got[0] if isinstance(got, tuple) else got)),
+                                  _bits(want))

@@ -447,7 +447,7 @@ def _k_tanh_grad(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
 def _k_relu(rng: np.random.Generator, dtype: type, shape: tuple) -> Pairs:
     x = relu_inputs(rng, shape, dtype)
     g = relu_inputs(rng, shape, dtype)[..., ::-1].copy() if shape else np.asarray(-2.0, dtype)
-    want_fwd, want_bwd = np.maximum(x, 0), g * (x > 0)
+    want_fwd, want_bwd = np.maximum(x, 0), np.where(x <= 0, dtype(0), g)  # torch's select
     assert want_fwd.dtype == dtype and want_bwd.dtype == dtype
     pairs = [(ops._relu(x), want_fwd), (ops._relu_grad(g, x), want_bwd)]
     # into a buffer, and into an argument (a compiled step reuses what it no longer needs)
