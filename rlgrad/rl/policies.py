@@ -32,7 +32,7 @@ from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std, s
 from rlgrad.nn import init
 from rlgrad.nn.functional import _linear, _linear_relu
 from rlgrad.nn.module import fill_shared_names
-from rlgrad.rl import action_dists
+from rlgrad.rl import action_dists, cnn
 from rlgrad.rl.cnn import plain_features
 from rlgrad.rl.common.preprocessing import maybe_transpose
 from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs, space_str
@@ -59,7 +59,8 @@ _NP_ACT = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out=None: np.maximum(x, 0, out=x
 
 
 def mlp_numpy(net: nn.Module, x: np.ndarray) -> np.ndarray:
-    """``net(x)`` in plain NumPy for a Sequential of Linear / Tanh / ReLU (acting, no graph),
+    """``net(x)`` in plain NumPy for a Sequential of Linear / Tanh / ReLU (acting, no graph; a
+    layer with a ``forward_numpy``, BatchRenorm's evaluation mode, through it),
     with ``linear``'s forward; a Linear followed by a ReLU runs as the pair a compiled step runs
     (``_linear_relu``: the bias add and the ReLU in one pass, the same bits)."""
     mods = list(net)
@@ -74,8 +75,10 @@ def mlp_numpy(net: nn.Module, x: np.ndarray) -> np.ndarray:
             i += pair
         elif t in _NP_ACT:
             x = _NP_ACT[t](x)
-        else:  # anything else (a CNN trunk): the module itself, without a graph
-            x = trunk_numpy(m, x)
+        else:  # anything else (a CNN trunk): its NumPy step if it has one, else the module
+            step = getattr(m, "forward_numpy", None) if cnn.PLAIN_ACTING else None
+            y = step(x) if step is not None else None  # (None: not on arrays, or training)
+            x = trunk_numpy(m, x) if y is None else y
         i += 1
     return x
 

@@ -201,3 +201,30 @@ def test_a_dead_relu_unit_after_the_warm_up_gives_torchs_finite_gradient():
     assert np.isfinite(xt.grad.numpy()).all() and (xt.grad.numpy()[:, 1] == 0).all()
     np.testing.assert_allclose(xr.grad.numpy(), xt.grad.numpy(), rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(mine.scale.grad.numpy(), theirs.scale.grad.numpy(), rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_acting_in_numpy_gives_the_modules_bits(monkeypatch, dtype):
+    """Evaluation mode's NumPy step (``forward_numpy``, what ``mlp_numpy`` acts with) gives the
+    module's forward bit for bit; in training mode it declines (the forward moves the running
+    averages). A trained CrossQ's actions are the same with the plain acting path on and off."""
+    mine = BatchRenorm1d(5, warmup_steps=2, dtype=dtype)
+    rng = np.random.default_rng(4)
+    for _ in range(4):  # running averages away from their start, past the warm-up
+        mine(rng.standard_normal((16, 5)).astype(dtype) * 3 + 1)
+    x = rng.standard_normal((3, 5)).astype(dtype)
+    assert mine.forward_numpy(x) is None  # training mode
+    mine.eval()
+    with rlgrad.no_grad():
+        want = mine(x)._value
+    np.testing.assert_array_equal(mine.forward_numpy(x).view(np.uint8), want.view(np.uint8))
+
+    from rlgrad.rl import cnn
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = rl.contrib.CrossQ("MlpPolicy", "Pendulum-v1", seed=0, learning_starts=30)
+        model.learn(60)
+    obs = rng.standard_normal((4, 3)).astype(np.float32)
+    fast = model.predict(obs, deterministic=True)[0]
+    monkeypatch.setattr(cnn, "PLAIN_ACTING", False)
+    np.testing.assert_array_equal(fast, model.predict(obs, deterministic=True)[0])
