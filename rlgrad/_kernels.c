@@ -930,14 +930,23 @@ static int lstm_fwd_fits(Py_buffer *b, Py_ssize_t *T, Py_ssize_t *rows, Py_ssize
     return ok && *T > 0 && *rows > 0 && *h > 0;
 }
 
-static PyObject *lstm_seq_fwd(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+/* lstm_seq_fwd's and lstm_seq_bwd's argument count and last two arguments (sgemm's address,
+   reverse): 0 with a Python error set when they are wrong */
+static int lstm_seq_args(const char *name, PyObject *const *args, Py_ssize_t nargs,
+                         unsigned long long *addr, int *reverse) {
     if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "lstm_seq_fwd takes 9 arguments");
-        return NULL;
+        PyErr_Format(PyExc_TypeError, "%s takes 9 arguments", name);
+        return 0;
     }
-    unsigned long long addr = PyLong_AsUnsignedLongLong(args[7]);
-    int reverse = PyObject_IsTrue(args[8]);
-    if (PyErr_Occurred() || reverse < 0) return NULL;
+    *addr = PyLong_AsUnsignedLongLong(args[7]);
+    *reverse = PyObject_IsTrue(args[8]);
+    return !(PyErr_Occurred() || *reverse < 0);
+}
+
+static PyObject *lstm_seq_fwd(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    unsigned long long addr = 0;
+    int reverse = 0;
+    if (!lstm_seq_args("lstm_seq_fwd", args, nargs, &addr, &reverse)) return NULL;
     Py_buffer b[7];
     if (!addr || !take_strided(args, 7, 6, b)) Py_RETURN_FALSE;
     Py_ssize_t T = 0, rows = 0, h = 0;
@@ -1000,13 +1009,9 @@ static int lstm_bwd_fits(Py_buffer *b, Py_ssize_t *T, Py_ssize_t *rows, Py_ssize
 }
 
 static PyObject *lstm_seq_bwd(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "lstm_seq_bwd takes 9 arguments");
-        return NULL;
-    }
-    unsigned long long addr = PyLong_AsUnsignedLongLong(args[7]);
-    int reverse = PyObject_IsTrue(args[8]);
-    if (PyErr_Occurred() || reverse < 0) return NULL;
+    unsigned long long addr = 0;
+    int reverse = 0;
+    if (!lstm_seq_args("lstm_seq_bwd", args, nargs, &addr, &reverse)) return NULL;
     Py_buffer b[7];
     if (!addr || !take_strided(args, 7, 4, b)) Py_RETURN_FALSE;
     Py_ssize_t T = 0, rows = 0, h = 0;

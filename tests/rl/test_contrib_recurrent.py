@@ -48,6 +48,16 @@ POLICY_KWARGS = [{}, {"shared_lstm": True, "enable_critic_lstm": False},
                  {"enable_critic_lstm": False, "n_lstm_layers": 2, "lstm_hidden_size": 8}]
 
 
+def _replayed(m: RecurrentPPO) -> Any:
+    """Each sequence minibatch of the collected rollout with its real rows and the
+    log-probabilities and values the policy gives it now, without a graph."""
+    for b, real in m._minibatches():
+        with rlgrad.no_grad():
+            d, v = m._distribution_and_value(b)
+            lp = np.asarray(d.log_prob(b["actions"])._value)
+        yield b, real, lp, v
+
+
 @pytest.mark.parametrize("kw", POLICY_KWARGS)
 @pytest.mark.parametrize("env", ["CartPole-v1", "Pendulum-v1"])
 def test_sequences_reproduce_the_rollout(env: str, kw: dict) -> None:
@@ -61,10 +71,7 @@ def test_sequences_reproduce_the_rollout(env: str, kw: dict) -> None:
     if env == "CartPole-v1":
         assert m.rollout_buffer.episode_starts[1:].any()  # episodes end inside the rollout
     n_real = 0
-    for b, real in m._minibatches():
-        with rlgrad.no_grad():
-            d, v = m._distribution_and_value(b)
-            lp = np.asarray(d.log_prob(b["actions"])._value)
+    for b, real, lp, v in _replayed(m):
         np.testing.assert_allclose(lp[real], b["old_log_prob"][real], atol=2e-6)
         np.testing.assert_allclose(np.asarray(v._value)[real], b["old_values"][real], atol=2e-6)
         assert np.isclose(b["weights"].sum(), 1.0) and (b["weights"][~real] == 0).all()
@@ -230,10 +237,7 @@ def test_sde_rollout_resamples_and_sequences_reproduce_it(monkeypatch) -> None:
     assert len(seen) == 4 and all(w.shape == (2, 16, 1) for w in seen)  # steps 0, 4, 8, 12
     assert not any(np.array_equal(a, b) for a, b in zip(seen, seen[1:]))
     n_real = 0
-    for b, real_rows in m._minibatches():
-        with rlgrad.no_grad():
-            d, _ = m._distribution_and_value(b)
-            lp = np.asarray(d.log_prob(b["actions"])._value)
+    for b, real_rows, lp, _ in _replayed(m):
         np.testing.assert_allclose(lp[real_rows], b["old_log_prob"][real_rows], atol=2e-5)
         n_real += int(real_rows.sum())
     assert n_real == 32
