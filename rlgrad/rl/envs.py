@@ -426,44 +426,40 @@ def preprocess_obs(obs: Any, space: spaces.Space) -> np.ndarray:
 # entry (one-hot Discrete), or arrays that do not fit: the per-entry path (the reference:
 # tests/rl/test_rollout_step.py compares the two).
 FLAT_DICT_COLUMNS = True
-_COLUMNS: dict[int, tuple[spaces.Dict, tuple[tuple[str, spaces.Space, int, int], ...] | None]] = {}
+_LAYOUTS: dict[int, tuple[spaces.Dict, tuple[tuple[str, spaces.Space, int, int], ...]]] = {}
+_COLUMN_ENTRIES = (spaces.Box, spaces.MultiBinary)  # the entries written as they are
 
 
-def _columns_of(space: spaces.Dict) -> tuple[tuple[str, spaces.Space, int, int], ...] | None:
-    """(key, sub-space, first column, end column) of each entry, None unless every entry is a
-    Box or MultiBinary (kept per space object, holding it: its id is not reused)."""
-    hit = _COLUMNS.get(id(space))
+def dict_columns(space: spaces.Dict) -> tuple[tuple[str, spaces.Space, int, int], ...]:
+    """(key, sub-space, first column, end column) of each entry of a Dict in the rows
+    ``preprocess_obs`` flattens its batches to; worked out once per space object (kept holding
+    it, so its id is not reused): a rollout step reads it."""
+    hit = _LAYOUTS.get(id(space))
     if hit is not None and hit[0] is space:
         return hit[1]
-    cols: list[tuple[str, spaces.Space, int, int]] | None = []
-    start = 0
+    cols, start = [], 0
     for k, sub in space.spaces.items():
-        if type(sub) not in (spaces.Box, spaces.MultiBinary) or cols is None:
-            cols = None
-            continue
-        width = int(np.prod(sub.shape))
+        width = flat_obs_dim(sub)
         cols.append((k, sub, start, start + width))
         start += width
-    if len(_COLUMNS) >= 64:
-        _COLUMNS.clear()
-    _COLUMNS[id(space)] = (space, None if not cols else tuple(cols))
-    return _COLUMNS[id(space)][1]
+    if len(_LAYOUTS) >= 64:
+        _LAYOUTS.clear()
+    _LAYOUTS[id(space)] = (space, tuple(cols))
+    return _LAYOUTS[id(space)][1]
 
 
 def _dict_columns(obs: dict, space: spaces.Dict) -> np.ndarray | None:
     """``preprocess_obs`` of a Dict batch written column block by column block, or None when
-    the space or the arrays do not fit (see FLAT_DICT_COLUMNS)."""
-    cols = _columns_of(space)
-    if cols is None or len(cols) != len(space.spaces):
-        return None
-    first = obs.get(cols[0][0])
+    an entry or an array does not fit (see FLAT_DICT_COLUMNS)."""
+    cols = dict_columns(space)
+    first = obs.get(cols[0][0]) if cols else None
     if type(first) is not np.ndarray or not first.ndim:
         return None
     n = len(first)
     out = np.empty((n, cols[-1][3]), dtype=np.float32)
     for k, sub, a, b in cols:
         x = obs.get(k)
-        if (type(x) is not np.ndarray or space.spaces.get(k) is not sub or not x.ndim
+        if (type(sub) not in _COLUMN_ENTRIES or type(x) is not np.ndarray or not x.ndim
                 or len(x) != n or x.size != n * (b - a)):
             return None
         out[:, a:b] = x.reshape(n, b - a)

@@ -25,7 +25,7 @@ from gymnasium import spaces
 from rlgrad import nn, ops, optim
 from rlgrad.rl.cnn import PLAIN_FEATURES, MinAtarCNN, NatureCNN, plain_features
 from rlgrad.rl.common.preprocessing import get_flattened_obs_dim
-from rlgrad.rl.envs import flat_obs_dim, is_image_space, preprocess_obs
+from rlgrad.rl.envs import dict_columns, is_image_space, preprocess_obs
 from rlgrad.tensor import Tensor
 
 #: the activation modules a policy's layers take, by name (torch's class of the same name maps here)
@@ -316,12 +316,8 @@ def _flat_layout(space: spaces.Dict) -> tuple[tuple[str, int, int, tuple[int, ..
     """(key, first column, end column, image shape or None) of each entry of ``space`` in the
     rows ``preprocess_obs`` flattens it to (computed once: the space does not change, and a
     rollout step reads it)."""
-    layout, start = [], 0
-    for k, sub in space.spaces.items():
-        width = flat_obs_dim(sub)
-        layout.append((k, start, start + width, tuple(sub.shape) if is_image_space(sub) else None))
-        start += width
-    return tuple(layout)
+    return tuple((k, a, b, tuple(sub.shape) if is_image_space(sub) else None)
+                 for k, sub, a, b in dict_columns(space))
 
 
 def _combined_plain(m: CombinedExtractor, flat: np.ndarray) -> np.ndarray | None:
