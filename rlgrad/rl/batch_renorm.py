@@ -28,9 +28,10 @@ __all__ = ["BatchRenorm", "BatchRenorm1d"]
 
 def _sqrt_zero_grad_at_zero(v: Any) -> Any:
     """``sqrt(v)`` whose gradient is 0 where ``v`` is 0 (a feature constant over the batch: a
-    dead ReLU unit). torch's is infinite there and its input gradient NaN, which torch's ReLU
-    backward (a select) turns back into 0; rlgrad's ReLU VJP multiplies by its mask and would
-    keep the NaN. Elsewhere the same values and gradient as ``sqrt``."""
+    dead ReLU unit). torch's is infinite there and its input gradient NaN, which the ReLU
+    backward before it (a select, torch's and rlgrad's) turns back into 0: the same gradients,
+    without the inf and NaN on the way (and NumPy's divide-by-zero warning at every update).
+    Elsewhere the same values and gradient as ``sqrt``."""
     pos = v > 0
     return ops.where(pos, ops.sqrt(ops.where(pos, v, 1.0)), 0.0)
 
