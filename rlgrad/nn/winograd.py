@@ -1,0 +1,226 @@
+"""Winograd convolutions for conv2d's batched passes (rlgrad/nn/functional.py dispatches here).
+
+A convolution over a padded channels-last input ``xp`` (N, Hp, Wp, C) with kernel kh x kw and
+stride (sh, sw), where kh = r*sh and kw = r*sw for r in {2, 3}, is first a space-to-depth by the
+stride: the input becomes (N, Hp/sh, Wp/sw, sh*sw*C) and the kernel r x r at stride 1 (the Nature
+CNN's 4x4/2 layer: 2x2 over 4x the channels). That stride-1 convolution runs as Winograd's minimal
+filtering F(m x m, r x r) with alpha = m + r - 1 = 4 (F(2x2, 3x3) and F(3x3, 2x2)): the output in
+m x m tiles, each read from a 4x4 input tile; per tile point (16 of them) one GEMM of the tiles'
+transformed inputs V (tiles, C') by the transformed kernel U (C', O), then the tiles' outputs
+Y = A^T M A. The GEMMs do 16 / (m*m*r*r) of im2col's multiplies (F(2,3): 0.44, F(3,2): 0.44).
+
+The transforms use the Toom-Cook points 0, 1, -1 and infinity: B^T and A^T hold only 0 and +-1,
+G halves, so they are exact sums and differences (float32 error ~ a few ulp of the inputs'
+scale). The backward passes are the adjoints: the input gradient takes the output gradient's
+tiles through A (dM = A dY A^T), multiplies by U^T and goes back through B, adding overlapping
+tiles, then depth-to-space; the weight gradient is V^T dM per tile point, back through G.
+
+The tile transforms are C loops (rlgrad._kernels' wino_in, wino_out; each with its adjoint); the
+NumPy lines beside them are the reference (``C_TRANSFORMS`` off; tests/nn/test_winograd.py).
+``WINOGRAD`` off: conv2d takes its im2col paths everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from rlgrad import ops
+
+WINOGRAD = True  # off: every convolution takes conv2d's im2col / folded paths
+C_TRANSFORMS = True  # off: the tile transforms in NumPy (the reference)
+MIN_TILES = 32  # tiles (N * tile rows * tile columns) for Winograd to be taken: see plan()
+MIN_CHANNELS = 32  # space-to-depth channels C' = sh*sw*C: below, the GEMMs are too thin to pay
+
+ALPHA = 4
+# B^T (alpha x alpha), the same for both r; A^T (m x alpha) and G (alpha x r) by r.
+_BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, -1, 0, 1]], dtype=np.float64)
+_AT = {3: np.array([[1, 1, 1, 0], [0, 1, -1, 1]], dtype=np.float64),
+       2: np.array([[1, 1, 1, 0], [0, 1, -1, 0], [0, 1, 1, 1]], dtype=np.float64)}
+_G = {3: np.array([[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]]),
+      2: np.array([[1, 0], [.5, .5], [.5, -.5], [0, 1]])}
+_GG = {r: np.kron(g, g) for r, g in _G.items()}  # (16, r*r): U = GG @ w per channel pair
+
+
+class Plan(NamedTuple):
+    """The geometry of one Winograd convolution."""
+
+    r: int  # stride-1 kernel size after space-to-depth
+    m: int  # outputs per tile side
+    sh: int
+    sw: int
+    oh: int
+    ow: int
+    th: int  # tile rows
+    tw: int  # tile columns
+    cp: int  # channels after space-to-depth, sh*sw*C
+
+    @property
+    def at(self) -> np.ndarray:
+        return _AT[self.r]
+
+
+_PLANS: dict[tuple[tuple[int, ...], tuple[int, ...], tuple[int, int]], Plan | None] = {}
+
+
+def plan(xp_shape: tuple[int, ...], w_shape: tuple[int, ...], st: tuple[int, int]) -> Plan | None:
+    """The Winograd plan for a convolution of a padded NHWC input of ``xp_shape`` by a weight of
+    ``w_shape`` (O, C, kh, kw) at stride ``st``, or None where it does not apply or pay: kernels
+    r*s with r in {2, 3}; at least MIN_TILES tiles (a batch-1 rollout's convolutions are 4 to 16
+    tiles, where the transforms cost more than the GEMMs save: forward CPU time against im2col's,
+    one thread, float32, SimpleMultiObsEnv's and Atari's conv2 and conv3, 2.2x-1.1x at 4-16
+    tiles, 0.77x-0.97x at 32, 0.64x-0.85x from 64); at least MIN_CHANNELS channels after
+    space-to-depth (SimpleMultiObsEnv's conv1, 8x8/4 over one channel: 16, where the thin GEMMs
+    make the forward 1.14x slower; Atari's, over 4 frames: 64, 0.88x). Plans are kept per
+    shapes (the thresholds are read when a plan is made)."""
+    if not WINOGRAD:
+        return None
+    key = (xp_shape, w_shape, st)
+    if key in _PLANS:
+        return _PLANS[key]
+    p = _make_plan(xp_shape, w_shape, st)
+    if len(_PLANS) >= 256:
+        _PLANS.clear()
+    _PLANS[key] = p
+    return p
+
+
+def _make_plan(xp_shape: tuple[int, ...], w_shape: tuple[int, ...], st: tuple[int, int]
+               ) -> Plan | None:
+    n, hp, wp, c = xp_shape
+    _, _, kh, kw = w_shape
+    sh, sw = st
+    if kh % sh or kw % sw or kh // sh != kw // sw or kh // sh not in _AT:
+        return None
+    r = kh // sh
+    m = ALPHA - r + 1
+    oh, ow = (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    th, tw = -(-oh // m), -(-ow // m)
+    if n * th * tw < MIN_TILES or sh * sw * c < MIN_CHANNELS:
+        return None
+    return Plan(r, m, sh, sw, oh, ow, th, tw, sh * sw * c)
+
+
+def weight_transform(w: np.ndarray, p: Plan) -> np.ndarray:
+    """U (16, C', O) = G w' G^T of the space-to-depth kernel w' (r x r over C' = (row, column,
+    channel) in the stride block), one GEMM."""
+    o, c = w.shape[:2]
+    ws = w.reshape(o, c, p.r, p.sh, p.r, p.sw).transpose(2, 4, 3, 5, 1, 0).reshape(p.r * p.r, -1)
+    return (_GG[p.r].astype(w.dtype) @ ws).reshape(ALPHA * ALPHA, p.cp, o)
+
+
+def weight_transform_adjoint(du: np.ndarray, p: Plan, c: int) -> np.ndarray:
+    """dw (O, C, kh, kw) from dU (16, C', O): ``weight_transform``'s adjoint."""
+    o = du.shape[2]
+    dws = (_GG[p.r].T.astype(du.dtype) @ du.reshape(ALPHA * ALPHA, -1))
+    dws = dws.reshape(p.r, p.r, p.sh, p.sw, c, o).transpose(5, 4, 0, 2, 1, 3)
+    return np.ascontiguousarray(dws).reshape(o, c, p.r * p.sh, p.r * p.sw)
+
+
+def _s2d_rows(p: Plan) -> tuple[int, int]:
+    """Space-to-depth rows and columns the tiles read."""
+    return p.th * p.m + p.r - 1, p.tw * p.m + p.r - 1
+
+
+_SKEW = 64  # bytes between planes beyond their size (see _planes)
+Planes = tuple[np.ndarray, np.ndarray]
+
+
+def _planes(rows: int, cols: int, dtype: np.dtype) -> Planes:
+    """16 planes (rows, cols) as the (16, L) buffer the C loops take and its (16, rows, cols)
+    view (the GEMMs'). L is 64 bytes more than a plane: planes a power of two bytes apart (as
+    (256, 128) float32 ones are) share the same cache sets, and the transforms, which read or
+    write all 16 at once, ran 3x slower so."""
+    flat = np.empty((ALPHA * ALPHA, rows * cols + _SKEW // np.dtype(dtype).itemsize), dtype)
+    return flat, flat[:, :rows * cols].reshape(ALPHA * ALPHA, rows, cols)
+
+
+def input_transform(xp: np.ndarray, p: Plan) -> Planes:
+    """V (16, N*th*tw, C') = B^T d B of every 4x4 tile d of the space-to-depth input."""
+    n, _, _, c = xp.shape
+    v = _planes(n * p.th * p.tw, p.cp, xp.dtype)
+    k = ops._kernels
+    if C_TRANSFORMS and k is not None and k.wino_in(xp, v[0], p.sh, p.sw, p.m, p.th, p.tw, False):
+        return v
+    h2, w2 = _s2d_rows(p)
+    xs = np.zeros((n, h2 * p.sh, w2 * p.sw, c), dtype=xp.dtype)
+    hh, ww = min(xp.shape[1], h2 * p.sh), min(xp.shape[2], w2 * p.sw)
+    xs[:, :hh, :ww] = xp[:, :hh, :ww]
+    xs = xs.reshape(n, h2, p.sh, w2, p.sw, c).transpose(0, 1, 3, 2, 4, 5).reshape(n, h2, w2, p.cp)
+    s0, s1, s2, s3 = xs.strides
+    d = as_strided(xs, (n, p.th, p.tw, ALPHA, ALPHA, p.cp), (s0, s1 * p.m, s2 * p.m, s1, s2, s3))
+    bt = _BT.astype(xp.dtype)
+    v[1][...] = np.einsum("au,bv,ntsuvc->abntsc", bt, bt, d).reshape(v[1].shape)
+    return v
+
+
+def input_transform_adjoint(dv: Planes, p: Plan, gx: np.ndarray) -> None:
+    """``gx`` (N, Hp, Wp, C) += ``input_transform``'s adjoint applied to dV (16, N*th*tw, C')."""
+    k = ops._kernels
+    if C_TRANSFORMS and k is not None and k.wino_in(gx, dv[0], p.sh, p.sw, p.m, p.th, p.tw, True):
+        return
+    n, _, _, c = gx.shape
+    h2, w2 = _s2d_rows(p)
+    bt = _BT.astype(gx.dtype)
+    dd = np.einsum("au,bv,abntsc->ntsuvc", bt, bt,
+                   dv[1].reshape(ALPHA, ALPHA, n, p.th, p.tw, p.cp))
+    xs = np.zeros((n, h2, w2, p.cp), dtype=gx.dtype)
+    for u in range(ALPHA):
+        for v in range(ALPHA):
+            xs[:, u:u + p.m * p.th:p.m, v:v + p.m * p.tw:p.m] += dd[:, :, :, u, v]
+    xs = xs.reshape(n, h2, w2, p.sh, p.sw, c).transpose(0, 1, 3, 2, 4, 5).reshape(
+        n, h2 * p.sh, w2 * p.sw, c)
+    hh, ww = min(gx.shape[1], h2 * p.sh), min(gx.shape[2], w2 * p.sw)
+    gx[:, :hh, :ww] += xs[:, :hh, :ww]
+
+
+def output_transform(mm: Planes, p: Plan, y: np.ndarray) -> None:
+    """``y`` (N, OH, OW, O) = A^T M A of every tile of M (16, N*th*tw, O), the extra outputs of
+    the last tiles dropped."""
+    k = ops._kernels
+    if C_TRANSFORMS and k is not None and k.wino_out(mm[0], y, p.m, p.th, p.tw, False):
+        return
+    n, o = y.shape[0], y.shape[3]
+    a = p.at.astype(y.dtype)
+    t = np.einsum("ia,jb,abntso->ntisjo", a, a, mm[1].reshape(ALPHA, ALPHA, n, p.th, p.tw, o))
+    y[...] = t.reshape(n, p.th * p.m, p.tw * p.m, o)[:, :p.oh, :p.ow]
+
+
+def output_transform_adjoint(gy: np.ndarray, p: Plan) -> Planes:
+    """dM (16, N*th*tw, O) = A dY A^T of the output gradient's tiles (zeros past its edge)."""
+    n, o = gy.shape[0], gy.shape[3]
+    dm = _planes(n * p.th * p.tw, o, gy.dtype)
+    k = ops._kernels
+    if C_TRANSFORMS and k is not None and k.wino_out(dm[0], gy, p.m, p.th, p.tw, True):
+        return dm
+    gt = np.zeros((n, p.th * p.m, p.tw * p.m, o), dtype=gy.dtype)
+    gt[:, :p.oh, :p.ow] = gy
+    a = p.at.astype(gy.dtype)
+    dm[1][...] = np.einsum("ia,jb,ntisjo->abntso", a, a,
+                           gt.reshape(n, p.th, p.m, p.tw, p.m, o)).reshape(dm[1].shape)
+    return dm
+
+
+def forward(xp: np.ndarray, w: np.ndarray, p: Plan, y: np.ndarray) -> None:
+    """``y`` (N, OH, OW, O), C-contiguous = the convolution of ``xp`` by ``w`` (no bias)."""
+    v = input_transform(xp, p)
+    mm = _planes(v[1].shape[1], w.shape[0], y.dtype)
+    np.matmul(v[1], weight_transform(w, p), out=mm[1])
+    output_transform(mm, p, y)
+
+
+def input_grad(gy: np.ndarray, w: np.ndarray, p: Plan, gx: np.ndarray) -> None:
+    """``gx`` (N, Hp, Wp, C), zeros on entry, += the padded input's gradient from ``gy``
+    (N, OH, OW, O) C-contiguous."""
+    dm = output_transform_adjoint(gy, p)
+    dv = _planes(dm[1].shape[1], p.cp, gx.dtype)
+    np.matmul(dm[1], weight_transform(w, p).transpose(0, 2, 1), out=dv[1])
+    input_transform_adjoint(dv, p, gx)
+
+
+def weight_grad(xp: np.ndarray, gy: np.ndarray, p: Plan, c: int) -> np.ndarray:
+    """The weight gradient (O, C, kh, kw) from the padded input and ``gy`` (N, OH, OW, O)."""
+    du = np.matmul(input_transform(xp, p)[1].transpose(0, 2, 1), output_transform_adjoint(gy, p)[1])
+    return weight_transform_adjoint(du, p, c)
