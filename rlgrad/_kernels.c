@@ -1450,9 +1450,9 @@ static PyObject *conv_col2im(PyObject *self, PyObject *const *args, Py_ssize_t n
         Py_ssize_t k = 0;                                                                          \
         for (; k + (Py_ssize_t)(sizeof(VT) / sizeof(T)) <= len; k += sizeof(VT) / sizeof(T)) {    \
             VT s[16], t[16], o[16];                                                                \
-            for (int j = 0; j < NIN; j++) memcpy(&s[j], in[j] + k, sizeof(VT));                    \
+            for (int j = 0; j < NIN; j++) s[j] = *(const VT *)(in[j] + k);                         \
             BODY(s, t, o)                                                                          \
-            for (int j = 0; j < NOUT; j++) memcpy(out[j] + k, &o[j], sizeof(VT));                  \
+            for (int j = 0; j < NOUT; j++) *(VT *)(out[j] + k) = o[j];                             \
         }                                                                                          \
         for (; k < len; k++) {                                                                     \
             T s[16], t[16], o[16];                                                                 \
@@ -1462,8 +1462,10 @@ static PyObject *conv_col2im(PyObject *self, PyObject *const *args, Py_ssize_t n
         }                                                                                          \
     }
 
-typedef float wino_vf __attribute__((vector_size(32)));
-typedef double wino_vd __attribute__((vector_size(32)));
+/* (unaligned: loaded and stored whole, not through memcpy, whose two 16-byte halves then read
+   back as one 32-byte vector stalled every load on store forwarding) */
+typedef float wino_vf __attribute__((vector_size(32), aligned(4), may_alias));
+typedef double wino_vd __attribute__((vector_size(32), aligned(8), may_alias));
 
 /* wino_in's tile, one row p of the stride blocks (run = sw*C channels of each pixel): pointers to
    the 16 pixels' runs in x, or to a copy padded with zeros (in pad) at the input's edge, or to

@@ -490,7 +490,8 @@ def _conv2d_run(x: np.ndarray, weight: np.ndarray, bias: Any, stride: Any, paddi
         rows = np.empty((n * oh * ow, o), dtype=dt)
     wino = _wino.plan(xp.shape, weight.shape, st)
     if wino is not None:  # (a batched update's convolution: rlgrad/nn/winograd.py)
-        _wino.forward(xp, weight.astype(dt, copy=False), wino, rows.reshape(n, oh, ow, o))
+        _wino.forward(xp, _weight_cols(weight.astype(dt, copy=False)), wino,
+                      rows.reshape(n, oh, ow, o))
         _bias_relu(rows, bias, relu)
     elif folds:
         _folded_fwd(xp, weight.astype(dt, copy=False), bias, st, relu, rows)
@@ -536,7 +537,8 @@ def _conv2d_input_grad_fwd(g: np.ndarray, weight: np.ndarray, stride: Any, paddi
     wino = _wino.plan((n, hp, wp, c), weight.shape, st)
     if wino is not None:
         gx = np.zeros((n, hp, wp, c), dtype=dt)
-        _wino.input_grad(_rows_of(g.astype(dt, copy=False)).reshape(n, oh, ow, o), wt, wino, gx)
+        _wino.input_grad(_rows_of(g.astype(dt, copy=False)).reshape(n, oh, ow, o),
+                         _weight_cols(wt), wino, gx)
     elif other_paths and st == (1, 1):
         gx = _offsets_input_grad(_rows_of(g), wt, n, (oh, ow), (hp, wp))
     elif other_paths and _subpixel_pays(kh, kw, st, (oh, ow), (hp, wp)):

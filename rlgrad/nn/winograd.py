@@ -103,20 +103,23 @@ def _make_plan(xp_shape: tuple[int, ...], w_shape: tuple[int, ...], st: tuple[in
     return Plan(r, m, sh, sw, oh, ow, th, tw, sh * sw * c)
 
 
-def weight_transform(w: np.ndarray, p: Plan) -> np.ndarray:
+def weight_transform(cols: np.ndarray, p: Plan) -> np.ndarray:
     """U (16, C', O) = G w' G^T of the space-to-depth kernel w' (r x r over C' = (row, column,
-    channel) in the stride block), one GEMM."""
-    o, c = w.shape[:2]
-    ws = w.reshape(o, c, p.r, p.sh, p.r, p.sw).transpose(2, 4, 3, 5, 1, 0).reshape(p.r * p.r, -1)
-    return (_GG[p.r].astype(w.dtype) @ ws).reshape(ALPHA * ALPHA, p.cp, o)
+    channel) in the stride block), from the weight's GEMM columns (kh*kw*C, O) (conv2d's
+    ``_weight_cols``, rows (kernel row, column, channel)): a copy of C*O blocks, one GEMM."""
+    o = cols.shape[1]
+    ws = cols.reshape(p.r, p.sh, p.r, p.sw, -1).transpose(0, 2, 1, 3, 4)  # (i, j, p, q, (c, o))
+    u = _GG[p.r].astype(cols.dtype) @ np.ascontiguousarray(ws).reshape(p.r * p.r, -1)
+    return u.reshape(ALPHA * ALPHA, p.cp, o)
 
 
 def weight_transform_adjoint(du: np.ndarray, p: Plan, c: int) -> np.ndarray:
     """dw (O, C, kh, kw) from dU (16, C', O): ``weight_transform``'s adjoint."""
     o = du.shape[2]
-    dws = (_GG[p.r].T.astype(du.dtype) @ du.reshape(ALPHA * ALPHA, -1))
-    dws = dws.reshape(p.r, p.r, p.sh, p.sw, c, o).transpose(5, 4, 0, 2, 1, 3)
-    return np.ascontiguousarray(dws).reshape(o, c, p.r * p.sh, p.r * p.sw)
+    dws = (_GG[p.r].T.astype(du.dtype) @ du.reshape(ALPHA * ALPHA, -1)).reshape(
+        p.r, p.r, p.sh, p.sw, c * o)
+    cols = np.ascontiguousarray(dws.transpose(0, 2, 1, 3, 4))  # (kernel row, column, (c, o))
+    return np.ascontiguousarray(cols.reshape(p.r * p.sh, p.r * p.sw, c, o).transpose(3, 2, 0, 1))
 
 
 def _s2d_rows(p: Plan) -> tuple[int, int]:
@@ -203,20 +206,21 @@ def output_transform_adjoint(gy: np.ndarray, p: Plan) -> Planes:
     return dm
 
 
-def forward(xp: np.ndarray, w: np.ndarray, p: Plan, y: np.ndarray) -> None:
-    """``y`` (N, OH, OW, O), C-contiguous = the convolution of ``xp`` by ``w`` (no bias)."""
+def forward(xp: np.ndarray, cols: np.ndarray, p: Plan, y: np.ndarray) -> None:
+    """``y`` (N, OH, OW, O), C-contiguous = the convolution of ``xp`` by the weight whose GEMM
+    columns are ``cols`` (no bias)."""
     v = input_transform(xp, p)
-    mm = _planes(v[1].shape[1], w.shape[0], y.dtype)
-    np.matmul(v[1], weight_transform(w, p), out=mm[1])
+    mm = _planes(v[1].shape[1], cols.shape[1], y.dtype)
+    np.matmul(v[1], weight_transform(cols, p), out=mm[1])
     output_transform(mm, p, y)
 
 
-def input_grad(gy: np.ndarray, w: np.ndarray, p: Plan, gx: np.ndarray) -> None:
+def input_grad(gy: np.ndarray, cols: np.ndarray, p: Plan, gx: np.ndarray) -> None:
     """``gx`` (N, Hp, Wp, C), zeros on entry, += the padded input's gradient from ``gy``
-    (N, OH, OW, O) C-contiguous."""
+    (N, OH, OW, O) C-contiguous, through the weight whose GEMM columns are ``cols``."""
     dm = output_transform_adjoint(gy, p)
     dv = _planes(dm[1].shape[1], p.cp, gx.dtype)
-    np.matmul(dm[1], weight_transform(w, p).transpose(0, 2, 1), out=dv[1])
+    np.matmul(dm[1], weight_transform(cols, p).transpose(0, 2, 1), out=dv[1])
     input_transform_adjoint(dv, p, gx)
 
 
