@@ -488,7 +488,7 @@ def _conv2d_run(x: np.ndarray, weight: np.ndarray, bias: Any, stride: Any, paddi
     rows = _nhwc_rows(out, (n, oh, ow, o), dt)
     if rows is None:
         rows = np.empty((n * oh * ow, o), dtype=dt)
-    wino = _wino.plan(xp.shape, weight.shape, st)
+    wino = _wino.plan(xp.shape, weight.shape, st, dt)
     if wino is not None:  # (a batched update's convolution: rlgrad/nn/winograd.py)
         _wino.forward(xp, _weight_cols(weight.astype(dt, copy=False)), wino,
                       rows.reshape(n, oh, ow, o))
@@ -534,7 +534,7 @@ def _conv2d_input_grad_fwd(g: np.ndarray, weight: np.ndarray, stride: Any, paddi
     dt = np.result_type(g.dtype, weight.dtype)
     wt = weight.astype(dt, copy=False)
     other_paths = _INPUT_GRAD_PATHS and not (_C_COLUMNS and ops._kernels is not None)
-    wino = _wino.plan((n, hp, wp, c), weight.shape, st)
+    wino = _wino.plan((n, hp, wp, c), weight.shape, st, dt)
     if wino is not None:
         gx = np.zeros((n, hp, wp, c), dtype=dt)
         _wino.input_grad(_rows_of(g.astype(dt, copy=False)).reshape(n, oh, ow, o),
@@ -642,7 +642,7 @@ def _conv2d_weight_grad_fwd(x: np.ndarray, g: np.ndarray, stride: Any, padding: 
     dt = np.result_type(x.dtype, g.dtype)
     xp = _nhwc(x, _pair(padding, "padding"), dt)
     st = _pair(stride, "stride")
-    wino = _wino.plan(xp.shape, w_shape, st)
+    wino = _wino.plan(xp.shape, w_shape, st, dt)
     if wino is not None:
         gy = _rows_of(g.astype(dt, copy=False)).reshape(g.shape[0], g.shape[2], g.shape[3], o)
         return _wino.weight_grad(xp, gy, wino, c)

@@ -22,6 +22,7 @@ NumPy lines beside them are the reference (``C_TRANSFORMS`` off; tests/nn/test_w
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -32,7 +33,7 @@ from rlgrad import ops
 WINOGRAD = True  # off: every convolution takes conv2d's im2col / folded paths
 C_TRANSFORMS = True  # off: the tile transforms in NumPy (the reference)
 MIN_TILES = 32  # tiles (N * tile rows * tile columns) for Winograd to be taken: see plan()
-MIN_CHANNELS = 32  # space-to-depth channels C' = sh*sw*C: below, the GEMMs are too thin to pay
+MIN_CHANNELS = 32  # space-to-depth channels C' = sh*sw*C: see plan()
 
 ALPHA = 4
 # B^T (alpha x alpha), the same for both r; A^T (m x alpha) and G (alpha x r) by r.
@@ -62,20 +63,24 @@ class Plan(NamedTuple):
         return _AT[self.r]
 
 
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 _PLANS: dict[tuple[tuple[int, ...], tuple[int, ...], tuple[int, int]], Plan | None] = {}
 
 
-def plan(xp_shape: tuple[int, ...], w_shape: tuple[int, ...], st: tuple[int, int]) -> Plan | None:
+def plan(xp_shape: tuple[int, ...], w_shape: tuple[int, ...], st: tuple[int, int],
+         dtype: np.dtype) -> Plan | None:
     """The Winograd plan for a convolution of a padded NHWC input of ``xp_shape`` by a weight of
-    ``w_shape`` (O, C, kh, kw) at stride ``st``, or None where it does not apply or pay: kernels
-    r*s with r in {2, 3}; at least MIN_TILES tiles (a batch-1 rollout's convolutions are 4 to 16
-    tiles, where the transforms cost more than the GEMMs save: forward CPU time against im2col's,
-    one thread, float32, SimpleMultiObsEnv's and Atari's conv2 and conv3, 2.2x-1.1x at 4-16
-    tiles, 0.77x-0.97x at 32, 0.64x-0.85x from 64); at least MIN_CHANNELS channels after
-    space-to-depth (SimpleMultiObsEnv's conv1, 8x8/4 over one channel: 16, where the thin GEMMs
-    make the forward 1.14x slower; Atari's, over 4 frames: 64, 0.88x). Plans are kept per
-    shapes (the thresholds are read when a plan is made)."""
-    if not WINOGRAD:
+    ``w_shape`` (O, C, kh, kw) at stride ``st`` in ``dtype``, or None where it does not apply or
+    pay: float32 or float64; kernels r*s with r in {2, 3}; at least MIN_TILES tiles; at least
+    MIN_CHANNELS channels after space-to-depth. Forward CPU time against im2col's (one thread,
+    float32, SimpleMultiObsEnv's and Atari's conv2 and conv3): 0.92x-1.45x at batch 1 (4 to 16
+    tiles: a rollout's convolutions stay on im2col, their numbers with them), 0.6x-0.85x from 32
+    tiles, 0.55x-0.73x in an update. SimpleMultiObsEnv's conv1 (8x8/4 over one channel, 16
+    channels after space-to-depth) 0.93x alone, but its PPO run (bench/sb3_multi.py --image)
+    took 0.07 s longer with it than without (its planes, 5 MB at batch 64, out of cache where
+    the row-folded path's blocks stay in); Atari's conv1 (over 4 frames, 64 channels) 0.81x.
+    Plans are kept per shapes (the thresholds are read when a plan is made)."""
+    if not WINOGRAD or dtype not in _FLOATS:
         return None
     key = (xp_shape, w_shape, st)
     if key in _PLANS:
@@ -129,21 +134,35 @@ def _s2d_rows(p: Plan) -> tuple[int, int]:
 
 _SKEW = 64  # bytes between planes beyond their size (see _planes)
 Planes = tuple[np.ndarray, np.ndarray]
+_SCRATCH = threading.local()
 
 
-def _planes(rows: int, cols: int, dtype: np.dtype) -> Planes:
+def _planes(rows: int, cols: int, dtype: np.dtype, name: str | None = None) -> Planes:
     """16 planes (rows, cols) as the (16, L) buffer the C loops take and its (16, rows, cols)
     view (the GEMMs'). L is 64 bytes more than a plane: planes a power of two bytes apart (as
     (256, 128) float32 ones are) share the same cache sets, and the transforms, which read or
-    write all 16 at once, ran 3x slower so."""
-    flat = np.empty((ALPHA * ALPHA, rows * cols + _SKEW // np.dtype(dtype).itemsize), dtype)
+    write all 16 at once, ran 3x slower so. With a ``name``, a scratch buffer of this thread
+    kept for the next call of the same name and size (the caller's temporary: V and M never
+    leave a call): a fresh megabyte is a fresh mapping from the system, and its page faults
+    took longer than the transform that fills it (Atari's conv3 at batch 16: 2x im2col's time)."""
+    size = rows * cols + _SKEW // np.dtype(dtype).itemsize
+    if name is None:
+        flat = np.empty((ALPHA * ALPHA, size), dtype)
+    else:
+        kept = _SCRATCH.__dict__.setdefault("planes", {})
+        key = (name, size, np.dtype(dtype))
+        flat = kept.get(key)
+        if flat is None:
+            if len(kept) >= 16:
+                kept.clear()
+            flat = kept[key] = np.empty((ALPHA * ALPHA, size), dtype)
     return flat, flat[:, :rows * cols].reshape(ALPHA * ALPHA, rows, cols)
 
 
 def input_transform(xp: np.ndarray, p: Plan) -> Planes:
     """V (16, N*th*tw, C') = B^T d B of every 4x4 tile d of the space-to-depth input."""
     n, _, _, c = xp.shape
-    v = _planes(n * p.th * p.tw, p.cp, xp.dtype)
+    v = _planes(n * p.th * p.tw, p.cp, xp.dtype, "v")
     k = ops._kernels
     if C_TRANSFORMS and k is not None and k.wino_in(xp, v[0], p.sh, p.sw, p.m, p.th, p.tw, False):
         return v
@@ -194,7 +213,7 @@ def output_transform(mm: Planes, p: Plan, y: np.ndarray) -> None:
 def output_transform_adjoint(gy: np.ndarray, p: Plan) -> Planes:
     """dM (16, N*th*tw, O) = A dY A^T of the output gradient's tiles (zeros past its edge)."""
     n, o = gy.shape[0], gy.shape[3]
-    dm = _planes(n * p.th * p.tw, o, gy.dtype)
+    dm = _planes(n * p.th * p.tw, o, gy.dtype, "m")
     k = ops._kernels
     if C_TRANSFORMS and k is not None and k.wino_out(dm[0], gy, p.m, p.th, p.tw, True):
         return dm
@@ -210,7 +229,7 @@ def forward(xp: np.ndarray, cols: np.ndarray, p: Plan, y: np.ndarray) -> None:
     """``y`` (N, OH, OW, O), C-contiguous = the convolution of ``xp`` by the weight whose GEMM
     columns are ``cols`` (no bias)."""
     v = input_transform(xp, p)
-    mm = _planes(v[1].shape[1], cols.shape[1], y.dtype)
+    mm = _planes(v[1].shape[1], cols.shape[1], y.dtype, "m")
     np.matmul(v[1], weight_transform(cols, p), out=mm[1])
     output_transform(mm, p, y)
 
@@ -219,7 +238,7 @@ def input_grad(gy: np.ndarray, cols: np.ndarray, p: Plan, gx: np.ndarray) -> Non
     """``gx`` (N, Hp, Wp, C), zeros on entry, += the padded input's gradient from ``gy``
     (N, OH, OW, O) C-contiguous, through the weight whose GEMM columns are ``cols``."""
     dm = output_transform_adjoint(gy, p)
-    dv = _planes(dm[1].shape[1], p.cp, gx.dtype)
+    dv = _planes(dm[1].shape[1], p.cp, gx.dtype, "v")
     np.matmul(dm[1], weight_transform(cols, p).transpose(0, 2, 1), out=dv[1])
     input_transform_adjoint(dv, p, gx)
 

@@ -16,6 +16,7 @@ from rlgrad.nn import winograd as W
 
 K = ops._kernels
 needs_kernels = pytest.mark.skipif(K is None, reason="rlgrad._kernels not built (or turned off)")
+F32 = np.dtype(np.float32)
 TOL = {np.float32: 2e-5, np.float64: 1e-12}
 
 # (input N, C, H, W), (out, kh, kw), stride, padding
@@ -103,7 +104,7 @@ def test_c_transforms_match_the_numpy_reference(forced, monkeypatch, case, dtype
     x, w, b, g, s, p = _data(case, dtype, seed=2)
     st = (s, s) if isinstance(s, int) else s
     xp = F._nhwc(x, (p, p), dtype)
-    plan = W.plan(xp.shape, w.shape, st)
+    plan = W.plan(xp.shape, w.shape, st, xp.dtype)
     gy = np.ascontiguousarray(g.transpose(0, 2, 3, 1))
     mm = W._planes(gy.shape[0] * plan.th * plan.tw, w.shape[0], dtype)
     mm[1][...] = np.random.default_rng(3).standard_normal(mm[1].shape)
@@ -114,7 +115,8 @@ def test_c_transforms_match_the_numpy_reference(forced, monkeypatch, case, dtype
         W.output_transform(mm, plan, y)
         gx = np.zeros_like(xp)
         W.input_transform_adjoint(v, plan, gx)
-        return v[1], y, W.output_transform_adjoint(gy, plan)[1], gx, *_passes(x, w, b, g, s, p)
+        dm = W.output_transform_adjoint(gy, plan)[1].copy()  # (scratch planes: kept)
+        return v[1].copy(), y, dm, gx, *_passes(x, w, b, g, s, p)
 
     fast = transforms()
     monkeypatch.setattr(W, "C_TRANSFORMS", False)
@@ -166,19 +168,20 @@ def test_jvp_and_a_compiled_step_agree_with_the_im2col_paths(forced, monkeypatch
 def test_the_plan_takes_winograd_where_it_pays():
     """SimpleMultiObsEnv's CNN: conv2 and conv3 in a batch-64 update; not at batch 1 (a rollout
     step), not conv1 (16 channels after space-to-depth), nor kernels that are not 2 or 3 strides
-    wide, nor with the switch off."""
-    assert W.plan((64, 15, 15, 32), (64, 32, 4, 4), (2, 2)) == W.Plan(2, 3, 2, 2, 6, 6, 2, 2, 128)
-    assert W.plan((64, 6, 6, 64), (64, 64, 3, 3), (1, 1)) == W.Plan(3, 2, 1, 1, 4, 4, 2, 2, 64)
-    assert W.plan((1, 15, 15, 32), (64, 32, 4, 4), (2, 2)) is None
-    assert W.plan((64, 64, 64, 1), (32, 1, 8, 8), (4, 4)) is None
-    assert W.plan((64, 20, 20, 64), (64, 64, 5, 5), (1, 1)) is None
-    assert W.plan((64, 20, 20, 64), (64, 64, 3, 3), (2, 2)) is None
-    assert W.plan((64, 20, 20, 64), (64, 64, 4, 2), (2, 2)) is None
+    wide, nor float16, nor with the switch off."""
+    assert W.plan((64, 15, 15, 32), (64, 32, 4, 4), (2, 2), F32) == W.Plan(2, 3, 2, 2, 6, 6, 2, 2, 128)
+    assert W.plan((64, 6, 6, 64), (64, 64, 3, 3), (1, 1), F32) == W.Plan(3, 2, 1, 1, 4, 4, 2, 2, 64)
+    assert W.plan((1, 15, 15, 32), (64, 32, 4, 4), (2, 2), F32) is None
+    assert W.plan((64, 64, 64, 1), (32, 1, 8, 8), (4, 4), F32) is None  # 16 channels
+    assert W.plan((64, 20, 20, 64), (64, 64, 5, 5), (1, 1), F32) is None
+    assert W.plan((64, 20, 20, 64), (64, 64, 3, 3), (2, 2), F32) is None
+    assert W.plan((64, 20, 20, 64), (64, 64, 4, 2), (2, 2), F32) is None
+    assert W.plan((64, 6, 6, 64), (64, 64, 3, 3), (1, 1), np.dtype(np.float16)) is None
 
 
 def test_switch_off_takes_none(monkeypatch):
     monkeypatch.setattr(W, "WINOGRAD", False)
-    assert W.plan((64, 6, 6, 64), (64, 64, 3, 3), (1, 1)) is None
+    assert W.plan((64, 6, 6, 64), (64, 64, 3, 3), (1, 1), F32) is None
 
 
 @pytest.mark.parametrize("r", [2, 3])
