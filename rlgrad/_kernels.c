@@ -1400,6 +1400,11 @@ static PyObject *conv_col2im(PyObject *self, PyObject *const *args, Py_ssize_t n
    input's edge). Adjoint: x += B dV B^T of each tile, tile after tile.
    wino_out: y[n, ti*m+i, tj*m+j, :] = (A^T M A)[i, j] (outputs past y's edge dropped); adjoint:
    M = A dY A^T of y's tiles (zeros past its edge).
+   An output whose r x r window of input pixels is all zeros is exactly 0 for im2col, but here a
+   sum of tile values that cancel only up to rounding (~1e-9): a ReLU after it then lets its
+   gradient through where im2col's shuts it (an Atari frame's black border at zero bias: the
+   bias gradients 15-60% off PyTorch's). So wino_in notes each tile's all-zero pixels (zeros,
+   a bit per pixel) and wino_out writes those outputs 0.
    The reference is the NumPy einsum beside each call: not the same order of adds, so a float32
    tolerance (tests/nn/test_winograd.py). */
 #define WINO_B_FWD(s, t, o)                                                                        \
@@ -1500,18 +1505,22 @@ typedef double wino_vd __attribute__((vector_size(32), aligned(8), may_alias));
     CLONES static void wino_in_##T(T *restrict x, T *restrict v, T *restrict buf, Py_ssize_t n,   \
                                    Py_ssize_t hp, Py_ssize_t wp, Py_ssize_t c, Py_ssize_t sh,      \
                                    Py_ssize_t sw, Py_ssize_t m, Py_ssize_t th, Py_ssize_t tw,      \
-                                   Py_ssize_t plane, int adjoint) {                                \
+                                   Py_ssize_t plane, int adjoint, uint16_t *zeros) {               \
         Py_ssize_t cp = sh * sw * c, run = sw * c;                                                 \
         T *pad = buf, *zero = buf + 16 * run, *px[16], *pv[16];                                    \
         memset(zero, 0, (size_t)run * sizeof(T));                                                  \
         for (Py_ssize_t nn = 0, tile = 0; nn < n; nn++)                                            \
             for (Py_ssize_t ti = 0; ti < th; ti++)                                                 \
-                for (Py_ssize_t tj = 0; tj < tw; tj++, tile++)                                     \
+                for (Py_ssize_t tj = 0; tj < tw; tj++, tile++) {                                   \
+                    unsigned z = 0xFFFF; /* bit u*4+v: pixel (u, v) all zeros */                   \
                     for (Py_ssize_t p = 0; p < sh; p++) {                                          \
                         for (int i = 0; i < 16; i++) pv[i] = v + i * plane + tile * cp + p * run;  \
                         wino_pixels_##T(x + nn * hp * wp * c, px, pad, zero, hp, wp, c, sw,        \
                                         ti * m * sh + p, sh, tj * m * sw, m, !adjoint);            \
                         if (!adjoint) {                                                            \
+                            for (int i = 0; zeros && i < 16; i++)                                  \
+                                for (Py_ssize_t e = 0; (z >> i & 1) && px[i] != zero && e < run; e++)\
+                                    if (px[i][e] != 0) z &= ~(1u << i);                            \
                             wino_b_fwd_##T((const T *const *)px, pv, run);                         \
                             continue;                                                              \
                         }                                                                          \
@@ -1528,11 +1537,21 @@ typedef double wino_vd __attribute__((vector_size(32), aligned(8), may_alias));
                             for (Py_ssize_t e = 0; e < ok; e++) dst[e] = dst[e] + src[e];          \
                         }                                                                          \
                     }                                                                              \
+                    if (zeros) zeros[tile] = (uint16_t)z;                                          \
+                }                                                                                  \
     }                                                                                              \
     CLONES static void wino_out_##T(T *restrict mm, T *restrict y, T *restrict buf, Py_ssize_t n, \
                                     Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t o, Py_ssize_t m,      \
-                                    Py_ssize_t th, Py_ssize_t tw, Py_ssize_t plane, int adjoint) { \
+                                    Py_ssize_t th, Py_ssize_t tw, Py_ssize_t plane, int adjoint,   \
+                                    const uint16_t *zeros) {                                       \
         T *scratch = buf, *zero = buf + 16 * o, *pm[16], *py[9];                                   \
+        unsigned win[9]; /* the input pixels of output (i, j): its window of r x r */              \
+        for (int i = 0; i < m; i++)                                                                \
+            for (int j = 0; j < m; j++) {                                                          \
+                win[i * m + j] = 0;                                                                \
+                for (int u = 0; u < 5 - m; u++)                                                    \
+                    for (int q = 0; q < 5 - m; q++) win[i * m + j] |= 1u << ((i + u) * 4 + j + q); \
+            }                                                                                      \
         memset(zero, 0, (size_t)o * sizeof(T));                                                    \
         for (Py_ssize_t nn = 0, tile = 0; nn < n; nn++)                                            \
             for (Py_ssize_t ti = 0; ti < th; ti++)                                                 \
@@ -1548,6 +1567,8 @@ typedef double wino_vd __attribute__((vector_size(32), aligned(8), may_alias));
                     else if (adjoint) wino_a3_adj_##T((const T *const *)py, pm, o);                \
                     else if (m == 2) wino_a2_fwd_##T((const T *const *)pm, py, o);                 \
                     else wino_a3_fwd_##T((const T *const *)pm, py, o);                             \
+                    for (int i = 0; !adjoint && zeros && i < m * m; i++)                           \
+                        if ((zeros[tile] & win[i]) == win[i]) memset(py[i], 0, (size_t)o * sizeof(T));\
                 }                                                                                  \
     }
 
@@ -1567,16 +1588,36 @@ static int wino_ints(PyObject *const *args, int first, int count, Py_ssize_t *g)
 }
 
 PyDoc_STRVAR(wino_in_doc,
-"wino_in(x, v, sh, sw, m, th, tw, adjoint) -> bool\n\n"
+"wino_in(x, v, sh, sw, m, th, tw, adjoint, zeros) -> bool\n\n"
 "v[i, :n*th*tw*sh*sw*C] (v (16, L): 16 planes of (n*th*tw, sh*sw*C), L at least that) =\n"
 "B^T d B of the 4x4 tiles d (at steps of m, 2 or 3) of the\n"
 "space-to-depth (by sh, sw) of x (n, Hp, Wp, C), zeros past its edge; adjoint: x += B dV B^T of\n"
-"each tile of v at its place. C-contiguous float32/float64 of one dtype, apart. False (nothing\n"
-"written) if they do not fit.");
+"each tile of v at its place. zeros (forward only; or None): uint16 (n*th*tw,), bit u*4+v of\n"
+"a tile's entry set where its pixel (u, v) is all zeros. C-contiguous float32/float64 of one\n"
+"dtype, apart. False (nothing written) if they do not fit.");
+
+/* The optional flags of a wino call (None: NULL): a C-contiguous uint16 array of at least
+   `count` entries, writable if asked. 0 if it does not fit (nothing held). */
+static int wino_flags(PyObject *obj, Py_buffer *b, Py_ssize_t count, int writable) {
+    memset(b, 0, sizeof(Py_buffer));
+    if (obj == Py_None) return 1;
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, b, flags) < 0) {
+        PyErr_Clear();
+        memset(b, 0, sizeof(Py_buffer));
+        return 0;
+    }
+    const char *f = b->format ? b->format : "B";
+    if (*f == '=' || *f == '<' || *f == '@') f++;
+    if (b->itemsize == 2 && *f == 'H' && f[1] == 0 && b->len >= count * 2) return 1;
+    PyBuffer_Release(b);
+    memset(b, 0, sizeof(Py_buffer));
+    return 0;
+}
 
 static PyObject *wino_in(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "wino_in(x, v, sh, sw, m, th, tw, adjoint) takes 8 "
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "wino_in(x, v, sh, sw, m, th, tw, adjoint, zeros) takes 9 "
                                          "arguments");
         return NULL;
     }
@@ -1593,29 +1634,35 @@ static PyObject *wino_in(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     int fits = k && kind_of(vb) == k && xb->ndim == 4 && vb->ndim == 2 && m >= 2 && m <= 3
                && vb->shape[0] == 16 && vb->shape[1] >= xb->shape[0] * th * tw * cp && cp > 0
                && !overlap(xb, vb);
+    Py_buffer zb = {0}; /* (not taken when fits is already 0) */
+    fits = fits && wino_flags(args[8], &zb, xb->shape[0] * th * tw, 1) && !(adjoint && zb.obj);
     void *buf = fits ? malloc(32 * (size_t)cp * (k == 'f' ? 4 : 8)) : NULL;
     fits = fits && buf != NULL;
     const Py_ssize_t *s = xb->shape, pl = vb->shape[1];
     if (fits && k == 'f')
         wino_in_float(xb->buf, vb->buf, buf, s[0], s[1], s[2], s[3], sh, sw, m, th, tw, pl,
-                      adjoint);
+                      adjoint, zb.buf);
     else if (fits)
         wino_in_double(xb->buf, vb->buf, buf, s[0], s[1], s[2], s[3], sh, sw, m, th, tw, pl,
-                       adjoint);
+                       adjoint, zb.buf);
     free(buf);
+    if (zb.obj) PyBuffer_Release(&zb);
     return done(b, 2, fits);
 }
 
 PyDoc_STRVAR(wino_out_doc,
-"wino_out(mm, y, m, th, tw, adjoint) -> bool\n\n"
+"wino_out(mm, y, m, th, tw, adjoint, zeros) -> bool\n\n"
 "y (n, OH, OW, O) = A^T M A of the tiles of mm (16, L): 16 planes of (n*th*tw, O) (L at least\n"
 "that), m (2 or 3) outputs per tile\n"
 "side, those past y's edge dropped; adjoint: mm = A Y A^T of y's tiles (zeros past its edge).\n"
-"C-contiguous float32/float64 of one dtype, apart. False (nothing written) if they do not fit.");
+"zeros (forward only; or None): wino_in's flags; an output whose window of input pixels is all\n"
+"zeros is written 0. C-contiguous float32/float64 of one dtype, apart. False (nothing written)\n"
+"if they do not fit.");
 
 static PyObject *wino_out(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "wino_out(mm, y, m, th, tw, adjoint) takes 6 arguments");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "wino_out(mm, y, m, th, tw, adjoint, zeros) takes 7 "
+                                         "arguments");
         return NULL;
     }
     int adjoint = PyObject_IsTrue(args[5]);
@@ -1631,14 +1678,19 @@ static PyObject *wino_out(PyObject *self, PyObject *const *args, Py_ssize_t narg
                && mb->shape[0] == 16 && mb->shape[1] >= yb->shape[0] * th * tw * yb->shape[3]
                && yb->shape[3] > 0 && (th - 1) * m < yb->shape[1] && yb->shape[1] <= th * m
                && (tw - 1) * m < yb->shape[2] && yb->shape[2] <= tw * m && !overlap(mb, yb);
+    Py_buffer zb = {0}; /* (not taken when fits is already 0) */
+    fits = fits && wino_flags(args[6], &zb, yb->shape[0] * th * tw, 0) && !(adjoint && zb.obj);
     void *buf = fits ? malloc(32 * (size_t)yb->shape[3] * (k == 'f' ? 4 : 8)) : NULL;
     fits = fits && buf != NULL;
     const Py_ssize_t *s = yb->shape, pl = mb->shape[1];
     if (fits && k == 'f')
-        wino_out_float(mb->buf, yb->buf, buf, s[0], s[1], s[2], s[3], m, th, tw, pl, adjoint);
+        wino_out_float(mb->buf, yb->buf, buf, s[0], s[1], s[2], s[3], m, th, tw, pl, adjoint,
+                       zb.buf);
     else if (fits)
-        wino_out_double(mb->buf, yb->buf, buf, s[0], s[1], s[2], s[3], m, th, tw, pl, adjoint);
+        wino_out_double(mb->buf, yb->buf, buf, s[0], s[1], s[2], s[3], m, th, tw, pl, adjoint,
+                        zb.buf);
     free(buf);
+    if (zb.obj) PyBuffer_Release(&zb);
     return done(b, 2, fits);
 }
 

@@ -159,12 +159,14 @@ def _planes(rows: int, cols: int, dtype: np.dtype, name: str | None = None) -> P
     return flat, flat[:, :rows * cols].reshape(ALPHA * ALPHA, rows, cols)
 
 
-def input_transform(xp: np.ndarray, p: Plan) -> Planes:
-    """V (16, N*th*tw, C') = B^T d B of every 4x4 tile d of the space-to-depth input."""
+def input_transform(xp: np.ndarray, p: Plan, zeros: np.ndarray | None = None) -> Planes:
+    """V (16, N*th*tw, C') = B^T d B of every 4x4 tile d of the space-to-depth input; into
+    ``zeros`` (uint16, one per tile) if given, bit u*4+v set where d's pixel (u, v) is all 0."""
     n, _, _, c = xp.shape
     v = _planes(n * p.th * p.tw, p.cp, xp.dtype, "v")
     k = ops._kernels
-    if C_TRANSFORMS and k is not None and k.wino_in(xp, v[0], p.sh, p.sw, p.m, p.th, p.tw, False):
+    if C_TRANSFORMS and k is not None and k.wino_in(xp, v[0], p.sh, p.sw, p.m, p.th, p.tw, False,
+                                                    zeros):
         return v
     h2, w2 = _s2d_rows(p)
     xs = np.zeros((n, h2 * p.sh, w2 * p.sw, c), dtype=xp.dtype)
@@ -175,13 +177,18 @@ def input_transform(xp: np.ndarray, p: Plan) -> Planes:
     d = as_strided(xs, (n, p.th, p.tw, ALPHA, ALPHA, p.cp), (s0, s1 * p.m, s2 * p.m, s1, s2, s3))
     bt = _BT.astype(xp.dtype)
     v[1][...] = np.einsum("au,bv,ntsuvc->abntsc", bt, bt, d).reshape(v[1].shape)
+    if zeros is not None:
+        flat = ~d.any(axis=-1).reshape(-1, ALPHA * ALPHA)
+        zeros[...] = (flat.astype(np.uint16) << np.arange(ALPHA * ALPHA, dtype=np.uint16)).sum(
+            axis=1, dtype=np.uint16)
     return v
 
 
 def input_transform_adjoint(dv: Planes, p: Plan, gx: np.ndarray) -> None:
     """``gx`` (N, Hp, Wp, C) += ``input_transform``'s adjoint applied to dV (16, N*th*tw, C')."""
     k = ops._kernels
-    if C_TRANSFORMS and k is not None and k.wino_in(gx, dv[0], p.sh, p.sw, p.m, p.th, p.tw, True):
+    if C_TRANSFORMS and k is not None and k.wino_in(gx, dv[0], p.sh, p.sw, p.m, p.th, p.tw, True,
+                                                    None):
         return
     n, _, _, c = gx.shape
     h2, w2 = _s2d_rows(p)
@@ -198,16 +205,25 @@ def input_transform_adjoint(dv: Planes, p: Plan, gx: np.ndarray) -> None:
     gx[:, :hh, :ww] += xs[:, :hh, :ww]
 
 
-def output_transform(mm: Planes, p: Plan, y: np.ndarray) -> None:
+def output_transform(mm: Planes, p: Plan, y: np.ndarray, zeros: np.ndarray | None = None
+                     ) -> None:
     """``y`` (N, OH, OW, O) = A^T M A of every tile of M (16, N*th*tw, O), the extra outputs of
-    the last tiles dropped."""
+    the last tiles dropped; with ``input_transform``'s ``zeros``, 0 where an output's r x r
+    window of input pixels is all 0 (exactly, as im2col's: the tile sums cancel there only to
+    rounding, and a ReLU after would let the gradient through)."""
     k = ops._kernels
-    if C_TRANSFORMS and k is not None and k.wino_out(mm[0], y, p.m, p.th, p.tw, False):
+    if C_TRANSFORMS and k is not None and k.wino_out(mm[0], y, p.m, p.th, p.tw, False, zeros):
         return
     n, o = y.shape[0], y.shape[3]
     a = p.at.astype(y.dtype)
     t = np.einsum("ia,jb,abntso->ntisjo", a, a, mm[1].reshape(ALPHA, ALPHA, n, p.th, p.tw, o))
     y[...] = t.reshape(n, p.th * p.m, p.tw * p.m, o)[:, :p.oh, :p.ow]
+    if zeros is not None:
+        bits = (zeros[:, None] >> np.arange(ALPHA * ALPHA, dtype=np.uint16)) & 1
+        z = bits.astype(bool).reshape(n, p.th, p.tw, ALPHA, ALPHA)
+        win = np.stack([np.stack([z[..., i:i + p.r, j:j + p.r].all(axis=(-2, -1))
+                                  for j in range(p.m)], axis=-1) for i in range(p.m)], axis=-2)
+        y[win.transpose(0, 1, 3, 2, 4).reshape(n, p.th * p.m, p.tw * p.m)[:, :p.oh, :p.ow]] = 0
 
 
 def output_transform_adjoint(gy: np.ndarray, p: Plan) -> Planes:
@@ -215,7 +231,7 @@ def output_transform_adjoint(gy: np.ndarray, p: Plan) -> Planes:
     n, o = gy.shape[0], gy.shape[3]
     dm = _planes(n * p.th * p.tw, o, gy.dtype, "m")
     k = ops._kernels
-    if C_TRANSFORMS and k is not None and k.wino_out(dm[0], gy, p.m, p.th, p.tw, True):
+    if C_TRANSFORMS and k is not None and k.wino_out(dm[0], gy, p.m, p.th, p.tw, True, None):
         return dm
     gt = np.zeros((n, p.th * p.m, p.tw * p.m, o), dtype=gy.dtype)
     gt[:, :p.oh, :p.ow] = gy
@@ -228,10 +244,11 @@ def output_transform_adjoint(gy: np.ndarray, p: Plan) -> Planes:
 def forward(xp: np.ndarray, cols: np.ndarray, p: Plan, y: np.ndarray) -> None:
     """``y`` (N, OH, OW, O), C-contiguous = the convolution of ``xp`` by the weight whose GEMM
     columns are ``cols`` (no bias)."""
-    v = input_transform(xp, p)
+    zeros = np.empty(xp.shape[0] * p.th * p.tw, np.uint16)
+    v = input_transform(xp, p, zeros)
     mm = _planes(v[1].shape[1], cols.shape[1], y.dtype, "m")
     np.matmul(v[1], weight_transform(cols, p), out=mm[1])
-    output_transform(mm, p, y)
+    output_transform(mm, p, y, zeros)
 
 
 def input_grad(gy: np.ndarray, cols: np.ndarray, p: Plan, gx: np.ndarray) -> None:

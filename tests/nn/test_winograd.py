@@ -110,18 +110,23 @@ def test_c_transforms_match_the_numpy_reference(forced, monkeypatch, case, dtype
     mm[1][...] = np.random.default_rng(3).standard_normal(mm[1].shape)
 
     def transforms():
-        v = W.input_transform(xp, plan)
+        zeros = np.full(gy.shape[0] * plan.th * plan.tw, 7, np.uint16)
+        v = W.input_transform(xp, plan, zeros)
         y = np.full(gy.shape, np.nan, dtype)
-        W.output_transform(mm, plan, y)
+        W.output_transform(mm, plan, y, zeros)
         gx = np.zeros_like(xp)
         W.input_transform_adjoint(v, plan, gx)
         dm = W.output_transform_adjoint(gy, plan)[1].copy()  # (scratch planes: kept)
-        return v[1].copy(), y, dm, gx, *_passes(x, w, b, g, s, p)
+        return zeros, v[1].copy(), y, dm, gx, *_passes(x, w, b, g, s, p)
 
+    xp[:, :8] = 0  # some all-zero pixels for the flags (two at stride 4)
     fast = transforms()
     monkeypatch.setattr(W, "C_TRANSFORMS", False)
-    for a, ref in zip(fast, transforms()):
-        _close(a, ref, dtype)
+    ref = transforms()
+    np.testing.assert_array_equal(fast[0], ref[0])
+    assert ref[0].any()
+    for a, r in zip(fast[1:], ref[1:]):
+        _close(a, r, dtype)
 
 
 @pytest.mark.parametrize("case", [_CASES[2], _CASES[3], _CASES[5]])
@@ -200,26 +205,54 @@ def test_the_matrices_are_minimal_filtering(r):
 def test_the_kernels_refuse_what_does_not_fit():
     x = np.zeros((2, 9, 9, 3), np.float32)
     v = np.full((16, 2 * 2 * 2 * 3 + 5), 7.0, np.float32)
-    assert K.wino_in(x, v, 1, 1, 3, 2, 2, False)
-    assert not K.wino_in(x, v.astype(np.float64), 1, 1, 3, 2, 2, False)  # dtypes differ
-    assert not K.wino_in(x, v[:, :20].copy(), 1, 1, 3, 2, 2, False)  # planes too short
-    assert not K.wino_in(x, v[:15], 1, 1, 3, 2, 2, False)  # not 16 planes
-    assert not K.wino_in(x, v, 1, 1, 4, 2, 2, False)  # m not 2 or 3
-    assert not K.wino_in(x, v, 0, 1, 3, 2, 2, False)  # stride 0
-    assert not K.wino_in(x[..., :2], v, 1, 1, 3, 2, 2, False)  # not contiguous
+    z = np.zeros(8, np.uint16)
+    assert K.wino_in(x, v, 1, 1, 3, 2, 2, False, None)
+    assert K.wino_in(x, v, 1, 1, 3, 2, 2, False, z) and (z == 0xFFFF).all()  # all zeros
+    assert not K.wino_in(x, v.astype(np.float64), 1, 1, 3, 2, 2, False, None)  # dtypes differ
+    assert not K.wino_in(x, v[:, :20].copy(), 1, 1, 3, 2, 2, False, None)  # planes too short
+    assert not K.wino_in(x, v[:15], 1, 1, 3, 2, 2, False, None)  # not 16 planes
+    assert not K.wino_in(x, v, 1, 1, 4, 2, 2, False, None)  # m not 2 or 3
+    assert not K.wino_in(x, v, 0, 1, 3, 2, 2, False, None)  # stride 0
+    assert not K.wino_in(x[..., :2], v, 1, 1, 3, 2, 2, False, None)  # not contiguous
+    assert not K.wino_in(x, v, 1, 1, 3, 2, 2, False, z[:7])  # flags too few
+    assert not K.wino_in(x, v, 1, 1, 3, 2, 2, False, z.astype(np.int32))  # flags not uint16
     gx = np.zeros_like(x)
-    assert not K.wino_in(gx, v[:15], 1, 1, 3, 2, 2, True)
+    assert not K.wino_in(gx, v[:15], 1, 1, 3, 2, 2, True, None)
+    assert not K.wino_in(gx, v, 1, 1, 3, 2, 2, True, z)  # flags: forward only
     assert not gx.any()  # nothing written
     y = np.zeros((2, 5, 6, 4), np.float32)
     mm = np.zeros((16, 2 * 2 * 3 * 4), np.float32)
-    assert K.wino_out(mm, y, 3, 2, 2 + 1, False) is False  # 3 tile columns of 3 for 6 columns
-    assert K.wino_out(mm, y, 3, 2, 2, False)
-    assert not K.wino_out(mm, y, 2, 2, 2, False)  # 2x2 tiles of 2 do not cover 5x6
-    assert not K.wino_out(mm[:, :31].copy(), y, 3, 2, 2, False)  # planes too short
+    assert not K.wino_out(mm, y, 3, 2, 3, False, None)  # 3 tile columns of 3 for 6 columns
+    assert K.wino_out(mm, y, 3, 2, 2, False, None)
+    assert not K.wino_out(mm, y, 2, 2, 2, False, None)  # 2x2 tiles of 2 do not cover 5x6
+    assert not K.wino_out(mm[:, :31].copy(), y, 3, 2, 2, False, None)  # planes too short
+    assert not K.wino_out(mm, y, 3, 2, 2, True, z)  # flags: forward only
     alias = np.zeros(16 * 48 + 240, np.float32)
     assert not K.wino_out(alias[:768].reshape(16, 48), alias[100:340].reshape(2, 5, 6, 4), 3, 2,
-                          2, False)  # overlapping
-    with pytest.raises(TypeError, match="takes 8"):
+                          2, False, None)  # overlapping
+    with pytest.raises(TypeError, match="takes 9"):
         K.wino_in(x, v)
-    with pytest.raises(TypeError, match="takes 6"):
+    with pytest.raises(TypeError, match="takes 7"):
         K.wino_out(mm, y)
+
+
+@pytest.mark.parametrize("case", [_CASES[0], _CASES[3], _CASES[4]])
+def test_outputs_over_zeros_are_zero_as_im2cols(forced, monkeypatch, case):
+    """Where an output's receptive field is all zeros (an Atari frame's black border, a ReLU's
+    dead region), im2col's output is exactly 0: so is Winograd's, whose tile sums cancel there
+    only to rounding. Else a ReLU at zero bias passes the gradient there and the bias gradient
+    is far from PyTorch's (tests/rl/test_pixels.py)."""
+    x, w, _, g, s, p = _data(case, np.float32, seed=8)
+    x[:, :, : x.shape[2] // 2] = 0  # the top half black
+    x[:, :, :, -3:] = 0
+    x[::2, :, :, 1:4] = 0
+    b = np.zeros(w.shape[0], np.float32)
+    fast = F._conv2d_run(x, w, b, s, p, False, None)
+    for ref_path in ({"WINOGRAD": False}, {"C_TRANSFORMS": False}):
+        with monkeypatch.context() as mp:
+            for k, v in ref_path.items():
+                mp.setattr(W, k, v)
+            ref = F._conv2d_run(x, w, b, s, p, False, None)
+        np.testing.assert_array_equal(fast == 0, ref == 0)
+        assert (ref == 0).mean() > 0.2
+    _close(fast, ref, np.float32)
