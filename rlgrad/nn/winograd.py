@@ -15,6 +15,10 @@ scale). The backward passes are the adjoints: the input gradient takes the outpu
 tiles through A (dM = A dY A^T), multiplies by U^T and goes back through B, adding overlapping
 tiles, then depth-to-space; the weight gradient is V^T dM per tile point, back through G.
 
+An output whose receptive field is all zeros (a black border, a ReLU's dead region) is written
+exactly 0, as im2col's is: the tile sums cancel there only to rounding, and a ReLU at zero bias
+would let its gradient through (``output_transform``'s ``zeros``).
+
 The tile transforms are C loops (rlgrad._kernels' wino_in, wino_out; each with its adjoint); the
 NumPy lines beside them are the reference (``C_TRANSFORMS`` off; tests/nn/test_winograd.py).
 ``WINOGRAD`` off: conv2d takes its im2col paths everywhere.
