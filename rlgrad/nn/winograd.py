@@ -38,6 +38,7 @@ WINOGRAD = True  # off: every convolution takes conv2d's im2col / folded paths
 C_TRANSFORMS = True  # off: the tile transforms in NumPy (the reference)
 MIN_TILES = 32  # tiles (N * tile rows * tile columns) for Winograd to be taken: see plan()
 MIN_CHANNELS = 32  # space-to-depth channels C' = sh*sw*C: see plan()
+BLOCK_BYTES = 1 << 19  # V or M planes per block of samples (see _spans)
 
 ALPHA = 4
 # B^T (alpha x alpha), the same for both r; A^T (m x alpha) and G (alpha x r) by r.
@@ -245,26 +246,42 @@ def output_transform_adjoint(gy: np.ndarray, p: Plan) -> Planes:
     return dm
 
 
+def _spans(n: int, p: Plan, o: int, itemsize: int) -> list[tuple[int, int]]:
+    """(first, last + 1) samples of each block: the tiles of BLOCK_BYTES of V or M planes, so
+    that the GEMMs read them from L2 where the transforms wrote them (not from memory)."""
+    per = max(1, BLOCK_BYTES // (ALPHA * ALPHA * p.th * p.tw * max(p.cp, o) * itemsize))
+    return [(n0, min(n, n0 + per)) for n0 in range(0, n, per)]
+
+
 def forward(xp: np.ndarray, cols: np.ndarray, p: Plan, y: np.ndarray) -> None:
     """``y`` (N, OH, OW, O), C-contiguous = the convolution of ``xp`` by the weight whose GEMM
     columns are ``cols`` (no bias)."""
-    zeros = np.empty(xp.shape[0] * p.th * p.tw, np.uint16)
-    v = input_transform(xp, p, zeros)
-    mm = _planes(v[1].shape[1], cols.shape[1], y.dtype, "m")
-    np.matmul(v[1], weight_transform(cols, p), out=mm[1])
-    output_transform(mm, p, y, zeros)
+    u = weight_transform(cols, p)
+    for n0, n1 in _spans(xp.shape[0], p, cols.shape[1], y.itemsize):
+        zeros = np.empty((n1 - n0) * p.th * p.tw, np.uint16)
+        v = input_transform(xp[n0:n1], p, zeros)
+        mm = _planes(v[1].shape[1], cols.shape[1], y.dtype, "m")
+        np.matmul(v[1], u, out=mm[1])
+        output_transform(mm, p, y[n0:n1], zeros)
 
 
 def input_grad(gy: np.ndarray, cols: np.ndarray, p: Plan, gx: np.ndarray) -> None:
     """``gx`` (N, Hp, Wp, C), zeros on entry, += the padded input's gradient from ``gy``
     (N, OH, OW, O) C-contiguous, through the weight whose GEMM columns are ``cols``."""
-    dm = output_transform_adjoint(gy, p)
-    dv = _planes(dm[1].shape[1], p.cp, gx.dtype, "v")
-    np.matmul(dm[1], weight_transform(cols, p).transpose(0, 2, 1), out=dv[1])
-    input_transform_adjoint(dv, p, gx)
+    ut = np.ascontiguousarray(weight_transform(cols, p).transpose(0, 2, 1))
+    for n0, n1 in _spans(gy.shape[0], p, cols.shape[1], gx.itemsize):
+        dm = output_transform_adjoint(gy[n0:n1], p)
+        dv = _planes(dm[1].shape[1], p.cp, gx.dtype, "v")
+        np.matmul(dm[1], ut, out=dv[1])
+        input_transform_adjoint(dv, p, gx[n0:n1])
 
 
 def weight_grad(xp: np.ndarray, gy: np.ndarray, p: Plan, c: int) -> np.ndarray:
     """The weight gradient (O, C, kh, kw) from the padded input and ``gy`` (N, OH, OW, O)."""
-    du = np.matmul(input_transform(xp, p)[1].transpose(0, 2, 1), output_transform_adjoint(gy, p)[1])
+    o = gy.shape[3]
+    du = np.zeros((ALPHA * ALPHA, p.cp, o), gy.dtype)
+    part = np.empty_like(du)
+    for n0, n1 in _spans(xp.shape[0], p, o, gy.itemsize):
+        v = input_transform(xp[n0:n1], p)[1].transpose(0, 2, 1)
+        du += np.matmul(v, output_transform_adjoint(gy[n0:n1], p)[1], out=part)
     return weight_transform_adjoint(du, p, c)

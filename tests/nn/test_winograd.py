@@ -67,9 +67,11 @@ def _close(a, ref, dtype):
     np.testing.assert_allclose(a, ref, rtol=0, atol=TOL[dtype] * max(1.0, np.abs(ref).max()))
 
 
+@pytest.mark.parametrize("block", [W.BLOCK_BYTES, 40_000])  # small: one sample per block and up
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("case", _CASES)
-def test_the_three_passes_match_the_im2col_paths(forced, monkeypatch, case, dtype):
+def test_the_three_passes_match_the_im2col_paths(forced, monkeypatch, case, dtype, block):
+    monkeypatch.setattr(W, "BLOCK_BYTES", block)
     args = _data(case, dtype)
     wino = _passes(*args)
     assert forced == ["forward", "input_grad", "weight_grad"]
