@@ -80,7 +80,7 @@ def plan(xp_shape: tuple[int, ...], w_shape: tuple[int, ...], st: tuple[int, int
     MIN_CHANNELS channels after space-to-depth. Forward CPU time against im2col's (one thread,
     float32, SimpleMultiObsEnv's and Atari's conv2 and conv3): 0.92x-1.45x at batch 1 (4 to 16
     tiles: a rollout's convolutions stay on im2col, their numbers with them), 0.6x-0.85x from 32
-    tiles, 0.55x-0.73x in an update. SimpleMultiObsEnv's conv1 (8x8/4 over one channel, 16
+    tiles, 0.48x-0.66x in an update. SimpleMultiObsEnv's conv1 (8x8/4 over one channel, 16
     channels after space-to-depth) 0.93x alone, but its PPO run (bench/sb3_multi.py --image)
     took 0.07 s longer with it than without (its planes, 5 MB at batch 64, out of cache where
     the row-folded path's blocks stay in); Atari's conv1 (over 4 frames, 64 channels) 0.81x.
