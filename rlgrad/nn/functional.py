@@ -23,6 +23,7 @@ from rlgrad import ops
 from rlgrad import special as _special
 from rlgrad.batching import BatchedTensor, every_slice
 from rlgrad.indexing import one_hot as _one_hot
+from rlgrad.nn import winograd as _wino
 from rlgrad.random import draw as _draw
 from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
 
@@ -483,18 +484,24 @@ def _conv2d_run(x: np.ndarray, weight: np.ndarray, bias: Any, stride: Any, paddi
     st, pd, dt, folds = _conv_plan(x, weight, stride, padding)
     xp = _nhwc(x, pd, dt)
     o, _, kh, kw = weight.shape
-    b = _Blocks(xp.shape, kh, kw, st, dt)
-    rows = _nhwc_rows(out, (b.n, b.oh, b.ow, o), dt)
+    n, oh, ow = xp.shape[0], (xp.shape[1] - kh) // st[0] + 1, (xp.shape[2] - kw) // st[1] + 1
+    rows = _nhwc_rows(out, (n, oh, ow, o), dt)
     if rows is None:
-        rows = np.empty((b.n * b.rows, o), dtype=dt)
-    if folds:
+        rows = np.empty((n * oh * ow, o), dtype=dt)
+    wino = _wino.plan(xp.shape, weight.shape, st, dt)
+    if wino is not None:  # (a batched update's convolution: rlgrad/nn/winograd.py)
+        _wino.forward(xp, _weight_cols(weight.astype(dt, copy=False)), wino,
+                      rows.reshape(n, oh, ow, o))
+        _bias_relu(rows, bias, relu)
+    elif folds:
         _folded_fwd(xp, weight.astype(dt, copy=False), bias, st, relu, rows)
     else:
+        b = _Blocks(xp.shape, kh, kw, st, dt)
         w2 = _weight_cols(weight.astype(dt, copy=False))
         for n0, m, r0, r1, cols in b.spans():
             y = np.matmul(b.im2col(xp, n0, m, cols), w2, out=rows[r0:r1])
             _bias_relu(y, bias, relu)  # while the block is in cache
-    y = rows.reshape(b.n, b.oh, b.ow, o).transpose(0, 3, 1, 2)  # NHWC memory, NCHW view
+    y = rows.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)  # NHWC memory, NCHW view
     if out is None:
         return y
     if not np.shares_memory(out, rows):
@@ -527,7 +534,12 @@ def _conv2d_input_grad_fwd(g: np.ndarray, weight: np.ndarray, stride: Any, paddi
     dt = np.result_type(g.dtype, weight.dtype)
     wt = weight.astype(dt, copy=False)
     other_paths = _INPUT_GRAD_PATHS and not (_C_COLUMNS and ops._kernels is not None)
-    if other_paths and st == (1, 1):
+    wino = _wino.plan((n, hp, wp, c), weight.shape, st, dt)
+    if wino is not None:
+        gx = np.zeros((n, hp, wp, c), dtype=dt)
+        _wino.input_grad(_rows_of(g.astype(dt, copy=False)).reshape(n, oh, ow, o),
+                         _weight_cols(wt), wino, gx)
+    elif other_paths and st == (1, 1):
         gx = _offsets_input_grad(_rows_of(g), wt, n, (oh, ow), (hp, wp))
     elif other_paths and _subpixel_pays(kh, kw, st, (oh, ow), (hp, wp)):
         gx = _subpixel_input_grad(g, wt, st, (hp, wp))
@@ -630,6 +642,10 @@ def _conv2d_weight_grad_fwd(x: np.ndarray, g: np.ndarray, stride: Any, padding: 
     dt = np.result_type(x.dtype, g.dtype)
     xp = _nhwc(x, _pair(padding, "padding"), dt)
     st = _pair(stride, "stride")
+    wino = _wino.plan(xp.shape, w_shape, st, dt)
+    if wino is not None:
+        gy = _rows_of(g.astype(dt, copy=False)).reshape(g.shape[0], g.shape[2], g.shape[3], o)
+        return _wino.weight_grad(xp, gy, wino, c)
     if _folds(xp.shape[1], kh, st[0]):
         return _folded_weight_grad(xp, g, w_shape, st)
     b = _Blocks(xp.shape, kh, kw, st, dt)

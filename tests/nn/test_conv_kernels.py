@@ -4,7 +4,8 @@ the conv+ReLU pair (``_conv2d_relu``: one pass for the bias add and the ReLU, in
 and in acting, against the two calls, bit for bit), the CNN trunks' plain acting path
 (rlgrad.rl.cnn.PLAIN_ACTING against the recorded path, bit for bit), the kept shape-only work
 (CONV_PLANS against the work done at every call), and the gradients of the
-Nature CNN at SB3's ``SimpleMultiObsEnv`` image size against PyTorch's (float64 and float32)."""
+Nature CNN at SB3's ``SimpleMultiObsEnv`` image size against PyTorch's (float64 and float32).
+The Winograd path is off here (these are the im2col paths' tests): tests/nn/test_winograd.py."""
 
 import numpy as np
 import pytest
@@ -13,11 +14,18 @@ from helpers.rl_runs import dict_image_ppo
 import rlgrad
 from rlgrad import ops
 from rlgrad.nn import functional as F
+from rlgrad.nn import winograd
 from rlgrad.rl import cnn
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
 from rlgrad.tracer import FUSED_PAIRS
 
 K = ops._kernels
+
+
+@pytest.fixture(autouse=True)
+def _im2col_paths(monkeypatch):
+    monkeypatch.setattr(winograd, "WINOGRAD", False)
+
 needs_kernels = pytest.mark.skipif(K is None, reason="rlgrad._kernels not built (or turned off)")
 
 # (input N, C, H, W), (out, kernel), stride, padding
