@@ -268,6 +268,18 @@ def test_relu_grad_on_channels_last_views_gives_numpys_bits(dtype):
         assert ops._relu_grad(g, x, out=out) is out
         np.testing.assert_array_equal(out, want)
     assert ops._relu_grad(last[0], last[1]).transpose(0, 2, 3, 1).flags.c_contiguous
+    # a flattened conv output's gradient (NCHW) against the conv's output (channels-last): the
+    # result is laid out as the output is (what the next conv's gradients read without a copy)
+    assert ops._relu_grad(first, last[1]).transpose(0, 2, 3, 1).flags.c_contiguous
+    g = first.copy()
+    assert ops._relu_grad(g, last[1], out=g) is g  # in place on g: NumPy's path, same select
+    np.testing.assert_array_equal(g, np.where(last[1] <= 0, dtype(0), first))
+    # a column slice (the features' part of a concatenation's gradient) against a C-order x
+    wide, x2 = _rand(rng, (7, 9), dtype), _rand(rng, (7, 5), dtype)
+    for out in (None, np.empty((7, 5), dtype)):
+        got = ops._relu_grad(wide[:, 2:7], x2, out=out)
+        np.testing.assert_array_equal(got, np.where(x2 <= 0, dtype(0), wide[:, 2:7]))
+        assert got.flags.c_contiguous and (out is None or got is out)
 
 
 @needs_kernels
