@@ -192,6 +192,71 @@ def _array(a):
     return np.asarray(a._value if hasattr(a, "_value") else a)
 
 
+@pytest.mark.parametrize("c_columns", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("xs,ok,s,p", _CASES)
+def test_input_grad_relu_pair_gives_the_two_calls_bits(monkeypatch, c_columns, dtype, xs, ok, s,
+                                                       p):
+    """``_conv2d_input_grad_relu`` (the select applied by col2im's blocks, or to the whole where
+    another path runs) against ``relu_grad(conv2d_input_grad(...), mask)``, bit for bit, for
+    masks and outputs laid out channels-last (a conv's) and NCHW."""
+    monkeypatch.setattr(F, "_C_COLUMNS", c_columns)
+    rng = np.random.default_rng(11)
+    w = _rand(rng, (ok[0], xs[1], *ok[1]), dtype)
+    y = F._conv2d_fwd(_rand(rng, xs, dtype), w, None, s, p)
+    g = ops._relu(_rand(rng, y.shape, dtype)).transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)
+    mask_last = _rand(rng, (xs[0], xs[2], xs[3], xs[1]), dtype).transpose(0, 3, 1, 2)
+    for mask in (mask_last, np.ascontiguousarray(mask_last)):
+        want = ops._relu_grad(F._conv2d_input_grad_fwd(g, w, s, p, xs), mask)
+        np.testing.assert_array_equal(F._conv2d_input_grad_relu(g, w, s, p, xs, (mask,)), want)
+        after = F._ReluGradAfter(mask, None)
+        F._conv2d_input_grad_fwd(g, w, s, p, xs, after)
+        # blockwise where col2im runs (in C, or the reference's NumPy for strides > 1) on an
+        # unpadded input and the mask is a conv's output
+        col2im = c_columns or (s != (1, 1) and not F._subpixel_pays(
+            *ok[1], s, y.shape[2:], (xs[2] + 2 * p[0], xs[3] + 2 * p[1])))
+        assert after.done == (col2im and p == (0, 0) and mask is mask_last)
+        for out in (np.empty_like(mask_last), np.empty(xs, dtype)):
+            assert F._conv2d_input_grad_relu(g, w, s, p, xs, (mask,), out=out) is out
+            np.testing.assert_array_equal(out, want)
+
+
+def test_compiled_step_runs_input_grad_and_relu_grad_as_the_pair(monkeypatch):
+    """A compiled gradient step of a 3-conv trunk runs each inner layer's input gradient and the
+    ReLU's backward below it as the pair (one call, second operand ``then``), and its
+    convolutions' values in reused buffers; the eager step's bits, and the reference's (the pair
+    removed), at every call."""
+    rng = np.random.default_rng(12)
+    ws = [_rand(rng, s, np.float32) * 0.3 for s in ((8, 2, 4, 4), (6, 8, 3, 3), (5, 6, 2, 2))]
+    bs = [_rand(rng, (s,), np.float32) for s in (8, 6, 5)]
+
+    def loss(w1, b1, w2, b2, w3, b3, x):
+        h = F.relu(F.conv2d(x, w1, b1, 2))
+        h = F.relu(F.conv2d(h, w2, b2, 1))
+        return rlgrad.numpy.sum(F.relu(F.conv2d(h, w3, b3, 1)) ** 2)
+
+    params = [rlgrad.tensor(a) for pair in zip(ws, bs) for a in pair]
+    step = rlgrad.jit(rlgrad.value_and_grad(loss, argnums=tuple(range(6))))
+    pair = FUSED_PAIRS.pop(("conv2d_input_grad", "relu_grad"))
+    try:
+        reference = rlgrad.jit(rlgrad.value_and_grad(loss, argnums=tuple(range(6))))
+        ref_src = reference.lower(*params, _rand(rng, (4, 2, 20, 20), np.float32))
+    finally:
+        FUSED_PAIRS[("conv2d_input_grad", "relu_grad")] = pair
+    src = step.lower(*params, _rand(rng, (4, 2, 20, 20), np.float32))
+    assert src.count("conv2d_input_grad+relu_grad, in place") == 2
+    assert "conv2d_input_grad+relu_grad" not in ref_src
+    assert src.count("conv2d+relu, in place") == 3  # (weight gradients read them: not outputs)
+    for _ in range(3):
+        x = _rand(rng, (4, 2, 20, 20), np.float32)
+        got, ref = step(*params, x), reference(*params, x)
+        eager = rlgrad.value_and_grad(loss, argnums=tuple(range(6)))(*params, x)
+        leaves = [rlgrad.tree_util.tree_flatten(t)[0] for t in (got, ref, eager)]
+        for a, b, c in zip(*leaves):
+            np.testing.assert_array_equal(_array(a), _array(c))
+            np.testing.assert_array_equal(_array(b), _array(c))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_plain_acting_gives_the_recorded_paths_bits(monkeypatch, dtype):
     rng = np.random.default_rng(4)
