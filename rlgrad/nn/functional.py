@@ -925,12 +925,28 @@ defjvp(
 )
 
 
-def _images(x: np.ndarray, dtype: np.dtype, scale: float | None) -> np.ndarray:
+def _images(x: np.ndarray, dtype: np.dtype, scale: float | None,
+            out: np.ndarray | None = None) -> np.ndarray:
     """(N, C, H, W) frames as float ``dtype`` (divided by ``scale``) in one pass, written
-    channels-last: an NCHW view of NHWC memory, the layout ``conv2d`` reads without a copy."""
+    channels-last: an NCHW view of NHWC memory, the layout ``conv2d`` reads without a copy
+    (into ``out`` when given: a compiled step's buffer, laid out so)."""
     x = np.asarray(x)
     n, c, h, w = x.shape
-    out = np.empty((n, h, w, c), dtype=dtype)
+    if out is not None:
+        if (out.dtype == dtype and out.shape == x.shape
+                and out.transpose(0, 2, 3, 1).flags.c_contiguous):
+            _images_into(x, dtype, scale, out.transpose(0, 2, 3, 1))
+        else:
+            np.copyto(out, _images(x, dtype, scale))
+        return out
+    res = np.empty((n, h, w, c), dtype=dtype)
+    _images_into(x, dtype, scale, res)
+    return res.transpose(0, 3, 1, 2)
+
+
+def _images_into(x: np.ndarray, dtype: np.dtype, scale: float | None, out: np.ndarray) -> None:
+    """``_images``' pass into ``out``, (N, H, W, C) C-contiguous."""
+    c = x.shape[1]
     # few channels (4 stacked frames): one contiguous read per channel (a transposing copy that
     # gathers 4 numbers 28 KB apart for every pixel is twice as slow)
     planes = [(x[:, i], out[..., i]) for i in range(c)] if c <= 16 else [
@@ -940,13 +956,12 @@ def _images(x: np.ndarray, dtype: np.dtype, scale: float | None) -> np.ndarray:
             dst[...] = src
         else:
             np.divide(src, dtype.type(scale), out=dst, casting="unsafe")
-    return out.transpose(0, 3, 1, 2)
 
 
 # The input step of rlgrad.rl.cnn's trunks, recorded like any op: a traced observation batch
 # (rlgrad.jit) stays an input of the compiled step instead of being read once as a constant.
 # Observations carry no gradient.
-_images_to_float = primitive(_images, "images_to_float", nondiff=True, arity=1, fresh=True)
+_images_to_float = primitive(_images, "images_to_float", nondiff=True, arity=1, writes_out=True)
 defbatch(_images_to_float, "merge_first")
 
 

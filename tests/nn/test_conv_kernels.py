@@ -257,6 +257,22 @@ def test_compiled_step_runs_input_grad_and_relu_grad_as_the_pair(monkeypatch):
             np.testing.assert_array_equal(_array(b), _array(c))
 
 
+@pytest.mark.parametrize("c", [1, 4, 20])
+def test_images_to_float_into_a_buffer_gives_the_fresh_bits(c):
+    """rlgrad.rl.cnn's input step written into a compiled step's buffer (channels-last, as the
+    traced value is) or any other array, against the fresh result: the same numbers."""
+    rng = np.random.default_rng(13)
+    for x in (rng.integers(0, 256, (3, c, 7, 5)).astype(np.uint8),
+              rng.integers(0, 256, (3, c, 7, 5)).astype(np.float32)):
+        for dtype, scale in ((np.dtype(np.float32), 255.0), (np.dtype(np.float64), None)):
+            want = F._images(x, dtype, scale)
+            assert want.transpose(0, 2, 3, 1).flags.c_contiguous and want.dtype == dtype
+            np.testing.assert_array_equal(want, x.astype(dtype) / (scale or 1))
+            for out in (np.empty_like(want), np.empty(x.shape, dtype)):
+                assert F._images(x, dtype, scale, out=out) is out
+                np.testing.assert_array_equal(out, want)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_plain_acting_gives_the_recorded_paths_bits(monkeypatch, dtype):
     rng = np.random.default_rng(4)
