@@ -290,8 +290,10 @@ def _rows_of(g: np.ndarray) -> np.ndarray:
 
 
 # A conv weight's columns (``_weight_cols``) kept while the weights are known to stay as they
-# are: inside ``weights_fixed()`` (an on-policy rollout: the policy acts, nothing trains) each
-# weight array is copied once and its copy reused, a third of a batch-1 convolution's time;
+# are: inside ``weights_fixed()`` (an on-policy rollout: the policy acts, nothing trains; an
+# on-policy gradient step: the forward and the input gradient read the same weights, and the
+# optimizer writes them after) each weight array is copied once and its copy reused, a third of
+# a batch-1 convolution's time;
 # anywhere else, or with KEEP_WEIGHT_COLS off (the reference: tests/nn/test_conv_kernels.py
 # compares the two), at every call.
 KEEP_WEIGHT_COLS = True

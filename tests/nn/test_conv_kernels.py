@@ -441,6 +441,32 @@ def test_a_rollout_with_kept_columns_gives_the_references_bits(monkeypatch, with
     assert n_fast <= len(copies) if with_callback else n_fast < len(copies) - 3 * 60
 
 
+def test_an_update_makes_each_weights_columns_once_per_step(monkeypatch):
+    """PPO's minibatch steps run inside ``weights_fixed()``: each conv weight's columns are made
+    once per step, for its forward and its input gradient (SimpleMultiObsEnv's Nature CNN: three
+    forwards, two input gradients: conv1's input is the observation), made at each of the five
+    calls with KEEP_WEIGHT_COLS off; the parameters trained both ways are the same bits."""
+    from rlgrad.rl import PPO
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    copies = []
+    copy = F._weight_cols_copy
+    monkeypatch.setattr(F, "_weight_cols_copy", lambda w: copies.append(1) or copy(w))
+    trained = []
+    for keep in (True, False):
+        monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", keep)
+        np.random.seed(3)
+        model = PPO("MultiInputPolicy", SimpleMultiObsEnv(random_start=False), n_steps=32,
+                    batch_size=16, n_epochs=2, seed=3)
+        model.learn(32)  # one rollout, 2 x 2 minibatch steps (the first one traced)
+        copies.clear()
+        model.train()
+        assert len(copies) == 4 * (3 if keep else 5)
+        trained.append([p._value.copy() for p in model.policy.parameters()])
+    for a, b in zip(*trained, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_conv_plans_give_the_per_call_answers(monkeypatch, dtype):
     """A convolution's shape-only work kept per (shapes, dtypes, stride, padding) (CONV_PLANS):
