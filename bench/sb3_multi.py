@@ -76,9 +76,10 @@ def _her_sac(lib: object, steps: int, seed: int) -> float:
 
 class _ReferencePaths:
     """rlgrad's model whose ``learn`` runs with the conv fast paths switched off (NumPy's column
-    copies, no conv+ReLU pair in compiled steps, acting through the recorded path, the conv
-    shape work at every call, Dict observations flattened entry by entry): the reference
-    beside which ``--reference`` times the fast paths."""
+    copies, no conv+ReLU pairs in compiled steps (forward; input gradient and ReLU's backward),
+    acting through the recorded path, the conv shape work at every call, Dict observations
+    flattened entry by entry): the reference beside which ``--reference`` times the fast
+    paths."""
 
     def __init__(self, model: object) -> None:
         self.model = model
@@ -91,15 +92,15 @@ class _ReferencePaths:
         from rlgrad.rl import cnn, envs
         from rlgrad.tracer import FUSED_PAIRS
 
+        pairs = [("conv2d", "relu"), ("conv2d_input_grad", "relu_grad")]
         saved = (F._C_COLUMNS, cnn.PLAIN_ACTING, F.CONV_PLANS, envs.FLAT_DICT_COLUMNS,
-                 FUSED_PAIRS.pop(("conv2d", "relu"), None))
+                 {k: FUSED_PAIRS.pop(k) for k in pairs if k in FUSED_PAIRS})
         F._C_COLUMNS = cnn.PLAIN_ACTING = F.CONV_PLANS = envs.FLAT_DICT_COLUMNS = False
         try:
             return self.model.learn(steps)
         finally:
             F._C_COLUMNS, cnn.PLAIN_ACTING, F.CONV_PLANS, envs.FLAT_DICT_COLUMNS = saved[:4]
-            if saved[4] is not None:
-                FUSED_PAIRS[("conv2d", "relu")] = saved[4]
+            FUSED_PAIRS.update(saved[4])
 
 
 def _libs(reference: bool = False) -> dict[str, object]:
