@@ -36,6 +36,7 @@ import numpy as np  # noqa: E402
 
 import rlgrad  # noqa: E402
 from rlgrad.nn import functional as F  # noqa: E402
+from rlgrad.nn import winograd  # noqa: E402
 from rlgrad.rl.cnn import NatureCNN  # noqa: E402
 
 
@@ -197,8 +198,9 @@ _MULTI_LAYERS = (("conv1 8x8/4 1->32", 1, 64, 32, 8, 4), ("conv2 4x4/2 32->64", 
 def _layer_fns(n: int, c: int, h: int, o: int, k: int, s: int,
                torch: Any) -> dict[str, dict[str, Callable[[], Any]]]:
     """pass -> {implementation: call} for one conv layer at batch ``n`` (float32): rlgrad with
-    its fast paths and with ``_C_COLUMNS`` off, torch's (oneDNN) forward and its backward for
-    the one gradient, and the GEMM of that pass's shape alone (the floor)."""
+    its fast paths and with ``_C_COLUMNS`` and ``WINOGRAD`` off (the im2col paths), torch's (oneDNN)
+    forward and its backward for the one gradient, and the GEMM of im2col's shape alone (that
+    path's floor; Winograd's GEMMs do 0.44x its multiplies)."""
     rng = np.random.default_rng(0)
     x = np.ascontiguousarray(rng.random((n, h, h, c), dtype=np.float32)).transpose(0, 3, 1, 2)
     w = (rng.standard_normal((o, c, k, k)) * 0.05).astype(np.float32)
@@ -211,7 +213,7 @@ def _layer_fns(n: int, c: int, h: int, o: int, k: int, s: int,
 
     def switched(on: bool, fn: Callable[[], Any]) -> Callable[[], Any]:
         def call() -> Any:
-            F._C_COLUMNS = on
+            F._C_COLUMNS = winograd.WINOGRAD = on
             return fn()
         return call
 
@@ -253,7 +255,7 @@ def layer_rows(repeats: int = 7) -> list[dict[str, Any]]:
                 rows.append({"layer": f"{name}, batch {n}", "pass": pas,
                              "gflop": 2e-9 * n * oh * oh * c * k * k * o,
                              **{impl: float(np.median(v)) * 1e6 for impl, v in t.items()}})
-    F._C_COLUMNS = True
+    F._C_COLUMNS = winograd.WINOGRAD = True
     return rows
 
 
