@@ -27,7 +27,7 @@ from gymnasium import spaces
 from rlgrad import nn, no_grad, ops
 from rlgrad.device import device as cpu_device
 from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
-from rlgrad.distributions.categorical import inverse_cdf, row_indices, row_max
+from rlgrad.distributions.categorical import logits_draw
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std, sde_std_numpy
 from rlgrad.nn import init
 from rlgrad.nn.functional import _linear, _linear_relu
@@ -559,15 +559,7 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         # (tests/rl/test_rl_algos.py checks both give the same actions and log-probabilities)
         if self.discrete:
             # inverse-CDF sampling on unnormalised probabilities; log p(a) = z_a - m - log(sum)
-            # (ufunc methods: the same operations as .max / np.cumsum without their wrappers;
-            # in place where the array is this call's own)
-            z = out - row_max(out)
-            cdf = np.exp(z)
-            np.add.accumulate(cdf, axis=1, out=cdf)
-            actions = inverse_cdf(cdf, rng.random(n))
-            log_prob = z[row_indices(n), actions]
-            log_prob -= np.log(cdf[:, -1])
-            return actions, log_prob
+            return logits_draw(out, rng.random(n))
         if self.multi:
             actions, log_prob = action_dists.sample_numpy(self.action_space, out, rng)
             return actions, log_prob.astype(out.dtype, copy=False)
