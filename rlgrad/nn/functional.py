@@ -295,12 +295,12 @@ def _rows_of(g: np.ndarray) -> np.ndarray:
 # anywhere else, or with KEEP_WEIGHT_COLS off (the reference: tests/nn/test_conv_kernels.py
 # compares the two), at every call.
 KEEP_WEIGHT_COLS = True
-_KEPT_COLS: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
+_KEPT_COLS: dict[int, tuple[Any, Any]] | None = None
 _KEPT_MAX = 64  # arrays kept at most (a weight cast at every call is a new array each time)
 
 
 @contextlib.contextmanager
-def weights_fixed() -> Iterator[dict[int, tuple[np.ndarray, np.ndarray]]]:
+def weights_fixed() -> Iterator[dict[int, tuple[Any, Any]]]:
     """Within it, nothing writes the conv weights it runs: their columns are made once (see
     KEEP_WEIGHT_COLS). The dict it yields is what is kept: ``.clear()`` it after code that may
     write the weights (a user's callback)."""
@@ -310,6 +310,13 @@ def weights_fixed() -> Iterator[dict[int, tuple[np.ndarray, np.ndarray]]]:
         yield {} if _KEPT_COLS is None else _KEPT_COLS
     finally:
         _KEPT_COLS = saved
+
+
+def kept_while_fixed() -> dict[int, tuple[Any, Any]] | None:
+    """What ``weights_fixed()`` keeps (None outside it, or with KEEP_WEIGHT_COLS off): entries
+    ``id(obj): (obj, made from obj's weights)``, which code acting on fixed weights may add to
+    (rlgrad.rl.policies' MLP layers as arrays); at most _KEPT_MAX, then emptied."""
+    return _KEPT_COLS
 
 
 def _weight_cols(weight: np.ndarray) -> np.ndarray:

@@ -30,7 +30,7 @@ from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
 from rlgrad.distributions.categorical import logits_draw
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std, sde_std_numpy
 from rlgrad.nn import init
-from rlgrad.nn.functional import _linear, _linear_relu
+from rlgrad.nn.functional import _KEPT_MAX, _linear, _linear_relu, kept_while_fixed
 from rlgrad.nn.module import fill_shared_names
 from rlgrad.rl import action_dists, cnn
 from rlgrad.rl.cnn import plain_features
@@ -58,29 +58,59 @@ from rlgrad.tensor import Tensor
 _NP_ACT = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out=None: np.maximum(x, 0, out=x if out is None else out)}
 
 
-def mlp_numpy(net: nn.Module, x: np.ndarray) -> np.ndarray:
-    """``net(x)`` in plain NumPy for a Sequential of Linear / Tanh / ReLU (acting, no graph; a
-    layer with a ``forward_numpy``, BatchRenorm's evaluation mode, through it),
-    with ``linear``'s forward; a Linear followed by a ReLU runs as the pair a compiled step runs
-    (``_linear_relu``: the bias add and the ReLU in one pass, the same bits)."""
-    mods = list(net)
+def mlp_numpy(net: Any, x: np.ndarray, head: nn.Module | None = None) -> np.ndarray:
+    """``net(x)`` (then ``head``'s, a policy's output layer) in plain NumPy for a Sequential of
+    Linear / Tanh / ReLU (acting, no graph; a layer with a ``forward_numpy``, BatchRenorm's
+    evaluation mode, through it), with ``linear``'s forward; a Linear followed by a ReLU runs as
+    the pair a compiled step runs (``_linear_relu``: the bias add and the ReLU in one pass, the
+    same bits). Inside ``weights_fixed()`` (an on-policy rollout) the layers' arrays are read
+    once per rollout, not at every step (kept as the conv weights' columns are, and with them
+    made at every call with KEEP_WEIGHT_COLS off: the reference)."""
+    kept = kept_while_fixed() if type(net) is not list else None  # (a list: made per call)
+    hit = None if kept is None else kept.get(id(net))
+    if hit is not None and hit[0] is net and hit[1][0] is head:  # (holding net: id not reused)
+        steps = hit[1][1]
+    else:
+        steps = _mlp_steps([*net] if head is None else [*net, head])
+        if kept is not None:
+            if len(kept) >= _KEPT_MAX:
+                kept.clear()
+            kept[id(net)] = (net, (head, steps))
+    for kind, a, b, relu in steps:
+        if kind == _LINEAR:
+            x = (_linear_relu if relu else _linear)(x, a, b)
+        elif kind == _ACTIVATION:
+            x = a(x)
+        else:  # anything else (a CNN trunk): its NumPy step if it has one, else the module
+            step = getattr(a, "forward_numpy", None) if cnn.PLAIN_ACTING else None
+            y = step(x) if step is not None else None  # (None: not on arrays, or training)
+            x = trunk_numpy(a, x) if y is None else y
+    return x
+
+
+_LINEAR, _ACTIVATION, _MODULE = 0, 1, 2
+
+
+def _mlp_steps(mods: list[nn.Module]) -> list[tuple[int, Any, Any, bool]]:
+    """What ``mlp_numpy`` runs for ``mods``: (_LINEAR, weight, bias, a ReLU follows) per Linear
+    (its arrays; the ReLU is then skipped), (_ACTIVATION, the NumPy function, None, False) per
+    Tanh / ReLU, (_MODULE, the module, None, False) for anything else."""
+    steps: list[tuple[int, Any, Any, bool]] = []
     i = 0
     while i < len(mods):
         m = mods[i]
         t = type(m)
         if t is nn.Linear:
             pair = i + 1 < len(mods) and type(mods[i + 1]) is nn.ReLU
-            b = None if m.bias is None else m.bias._value
-            x = (_linear_relu if pair else _linear)(x, m.weight._value, b)
+            steps.append((_LINEAR, m.weight._value, None if m.bias is None else m.bias._value,
+                          pair))
             i += pair
         elif t in _NP_ACT:
-            x = _NP_ACT[t](x)
-        else:  # anything else (a CNN trunk): its NumPy step if it has one, else the module
-            step = getattr(m, "forward_numpy", None) if cnn.PLAIN_ACTING else None
-            y = step(x) if step is not None else None  # (None: not on arrays, or training)
-            x = trunk_numpy(m, x) if y is None else y
+            steps.append((_ACTIVATION, _NP_ACT[t], None, False))
+        else:
+            steps.append((_MODULE, m, None, False))
         i += 1
-    return x
+    return steps
 
 
 def trunk_numpy(trunk: nn.Module | None, obs: np.ndarray) -> np.ndarray:
@@ -474,6 +504,8 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
 
     def _head_np(self, obs: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
         f = trunk_numpy(self._trunk, obs) if features is None else features
+        if self._plain_mlp:  # the tower and its output layer as one list of layers
+            return mlp_numpy(self.pi_net, f, self.action_net)
         return mlp_numpy([self.action_net], self._latent_np(f, True))
 
     def values_numpy(self, obs: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
@@ -481,6 +513,8 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         if not self.share_features_extractor:
             features = trunk_numpy(self.vf_features_extractor, obs)
         f = trunk_numpy(self._trunk, obs) if features is None else features
+        if self._plain_mlp:
+            return mlp_numpy(self.vf_net, f, self.value_net)[:, 0]
         return mlp_numpy([self.value_net], self._latent_np(f, False))[:, 0]
 
     def fused_numpy(self) -> list[tuple[np.ndarray, np.ndarray, Any]] | None:

@@ -1,6 +1,7 @@
 """The on-policy rollout step's shared parts against their references: a trunk's features for
 acting without the module call (rlgrad.rl.cnn.PLAIN_FEATURES, under PLAIN_ACTING) against the
-modules' own forward, bit for bit; a fixed-seed PPO run on SB3's SimpleMultiObsEnv with every
+modules' own forward, bit for bit; the MLP layers' arrays kept while the weights are fixed
+against reading them at every call; a fixed-seed PPO run on SB3's SimpleMultiObsEnv with every
 acting fast path on against all of them off (the same buffer and trained parameters); the
 SB3-VecEnv adapter's steps without a done against the per-copy rule; the finite check of Dict
 and Tuple observations; a Dict batch flattened column block by column block
@@ -13,6 +14,7 @@ from gymnasium import spaces
 from helpers.rl_runs import dict_image_ppo
 
 import rlgrad
+from rlgrad.distributions import categorical
 from rlgrad.nn import functional as F
 from rlgrad.rl import cnn, envs
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
@@ -93,16 +95,53 @@ def test_plain_features_leave_tensors_and_gradients_to_the_module():
 @pytest.mark.parametrize("with_callback", [False, True])
 def test_a_dict_image_run_gives_the_reference_paths_bits(monkeypatch, with_callback):
     """PPO on SB3's SimpleMultiObsEnv with the acting fast paths on (plain features, conv plans,
-    kept weight columns) and all of them off: the same rollout buffer and trained parameters,
-    bit for bit."""
+    kept weight columns and MLP layers, the C sampling loops) and all of them off: the same
+    rollout buffer and trained parameters, bit for bit."""
     fast = dict_image_ppo(96, 32, 192, with_callback)
     monkeypatch.setattr(cnn, "PLAIN_ACTING", False)
     monkeypatch.setattr(F, "CONV_PLANS", False)
     monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", False)
+    monkeypatch.setattr(categorical, "C_DRAW", False)
     ref = dict_image_ppo(96, 32, 192, with_callback)
     assert np.isfinite(ref[4]).any()  # truncations were bootstrapped (NaN: none)
     for a, b in zip(fast, ref, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def _heads(policy, f):
+    return policy._head_np(None, f), policy.values_numpy(None, f)
+
+
+def test_mlp_layers_are_kept_while_the_weights_are_fixed(monkeypatch):
+    """Inside ``weights_fixed()`` (a rollout) the towers' and heads' arrays are read once
+    (``mlp_numpy``'s steps kept with the conv weights' columns): the bits of reading them at
+    every call; a write in place is seen (the arrays are the parameters' own), an array
+    replaced after ``kept.clear()`` (what the rollout does after a callback); KEEP_WEIGHT_COLS
+    off keeps nothing."""
+    from rlgrad.rl import PPO
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    policy = PPO("MultiInputPolicy", SimpleMultiObsEnv(random_start=False), seed=0).policy
+    f = np.random.default_rng(0).standard_normal((3, policy.pi_net[0].in_features)).astype(
+        np.float32)
+    ref = _heads(policy, f)
+    with rlgrad.no_grad(), F.weights_fixed() as kept:
+        got = _heads(policy, f)
+        assert id(policy.pi_net) in kept and id(policy.vf_net) in kept
+        for a, b in zip(got, ref, strict=True):
+            assert a.tobytes() == b.tobytes()
+        policy.action_net.weight._value *= 2  # in place
+        w2 = _heads(policy, f)[0]
+        policy.value_net.bias._value = policy.value_net.bias._value + 1  # a new array
+        kept.clear()
+        v1 = _heads(policy, f)[1]
+    assert w2.tobytes() == _heads(policy, f)[0].tobytes() != ref[0].tobytes()
+    np.testing.assert_allclose(v1, ref[1] + 1, rtol=1e-6)
+    monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", False)
+    with F.weights_fixed() as kept:
+        assert F.kept_while_fixed() is None
+        _heads(policy, f)
+        assert not kept
 
 
 class _Count(gym.Env):
