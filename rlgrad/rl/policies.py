@@ -53,6 +53,7 @@ from rlgrad.rl.layers import (  # noqa: F401  (names the algorithms import from 
     tower,
 )
 from rlgrad.tensor import Tensor
+from rlgrad.tracer import is_grad_enabled
 
 #: activations acting computes in NumPy directly (others: their module, without a graph)
 _NP_ACT = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out=None: np.maximum(x, 0, out=x if out is None else out)}
@@ -118,11 +119,13 @@ def trunk_numpy(trunk: nn.Module | None, obs: np.ndarray) -> np.ndarray:
     there is no trunk: MLP policies read the observation directly)."""
     if trunk is None:
         return obs
-    with no_grad():
-        out = plain_features(trunk, obs)  # a CNN or Dict extractor's arrays directly
-        if out is not None:
-            return out
-        out = trunk(obs)  # (a module given a NumPy array may answer with one)
+    if is_grad_enabled():  # (a rollout turned them off already)
+        with no_grad():
+            return trunk_numpy(trunk, obs)
+    out = plain_features(trunk, obs)  # a CNN or Dict extractor's arrays directly
+    if out is not None:
+        return out
+    out = trunk(obs)  # (a module given a NumPy array may answer with one)
     return out._value if isinstance(out, Tensor) else np.asarray(out)
 
 

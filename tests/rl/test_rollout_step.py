@@ -113,8 +113,8 @@ def _heads(policy, f):
 
 
 def test_mlp_layers_are_kept_while_the_weights_are_fixed(monkeypatch):
-    """Inside ``weights_fixed()`` (a rollout) the towers' and heads' arrays are read once
-    (``mlp_numpy``'s steps kept with the conv weights' columns): the bits of reading them at
+    """Inside ``weights_fixed()`` (a rollout) the towers', heads' and CNN's arrays are read once
+    (kept with the conv weights' columns): the bits of reading them at
     every call; a write in place is seen (the arrays are the parameters' own), an array
     replaced after ``kept.clear()`` (what the rollout does after a callback); KEEP_WEIGHT_COLS
     off keeps nothing."""
@@ -124,12 +124,16 @@ def test_mlp_layers_are_kept_while_the_weights_are_fixed(monkeypatch):
     policy = PPO("MultiInputPolicy", SimpleMultiObsEnv(random_start=False), seed=0).policy
     f = np.random.default_rng(0).standard_normal((3, policy.pi_net[0].in_features)).astype(
         np.float32)
-    ref = _heads(policy, f)
+    obs = np.random.default_rng(1).integers(0, 256, (2, 4101)).astype(np.float32)
+    ref, ref_f = _heads(policy, f), trunk_numpy(policy._trunk, obs)
     with rlgrad.no_grad(), F.weights_fixed() as kept:
         got = _heads(policy, f)
         assert id(policy.pi_net) in kept and id(policy.vf_net) in kept
         for a, b in zip(got, ref, strict=True):
             assert a.tobytes() == b.tobytes()
+        for _ in range(2):  # the CNN's arrays kept at the first call, read at the second
+            assert trunk_numpy(policy._trunk, obs).tobytes() == ref_f.tobytes()
+        assert id(policy._trunk.extractors["img"]) in kept
         policy.action_net.weight._value *= 2  # in place
         w2 = _heads(policy, f)[0]
         policy.value_net.bias._value = policy.value_net.bias._value + 1  # a new array
