@@ -348,6 +348,8 @@ def _weight_cols_copy(weight: np.ndarray) -> np.ndarray:
 class _Blocks:
     """The geometry of one convolution and its column blocks: ``per`` samples per block."""
 
+    __slots__ = ("n", "c", "kh", "kw", "st", "oh", "ow", "rows", "k", "per", "buf")
+
     def __init__(self, xp_shape: tuple[int, ...], kh: int, kw: int, st: tuple[int, int],
                  dtype: Any) -> None:
         self.n, hp, wp, self.c = xp_shape
@@ -359,7 +361,13 @@ class _Blocks:
         self.buf = np.empty((self.per * self.rows, self.k), dtype=dtype)
 
     def spans(self) -> Any:
-        """(first sample, samples, first row, last row, column block) for every block."""
+        """(first sample, samples, first row, last row, column block) for every block (one
+        block, a rollout's batch of 1: as a tuple, without a generator's setup)."""
+        if self.per >= self.n:
+            return ((0, self.n, 0, self.n * self.rows, self.buf),)
+        return self._spans()
+
+    def _spans(self) -> Any:
         for n0 in range(0, self.n, self.per):
             m = min(self.per, self.n - n0)
             yield n0, m, n0 * self.rows, (n0 + m) * self.rows, self.buf[:m * self.rows]
