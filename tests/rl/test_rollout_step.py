@@ -212,6 +212,12 @@ def test_finite_check_reads_dict_and_tuple_observations():
     big = {"vec": np.full((2, 3), 3e38, np.float32)}  # the sum overflows: every entry finite
     with np.errstate(over="ignore"):
         check_transition(big, np.zeros(2), 1)
+        check_transition({"vec": np.full((2, 3), 1e308)}, np.zeros(2), 1)  # (Python's sum)
+        check_transition({"vec": np.full((2, 40), 1e308)}, np.zeros(2), 1)  # (NumPy's)
+    wide = np.zeros((2, 40))  # more numbers than are summed in Python: NumPy's reduction
+    wide[1, 33] = np.nan
+    with pytest.raises(NonFiniteError, match=r"environment 1 .* observation entry 'w' \(nan\)"):
+        check_transition({"img": img, "w": wide}, np.zeros(2), 7)
 
 
 def _dict_cases():
