@@ -17,6 +17,7 @@ import rlgrad
 from rlgrad.distributions import categorical
 from rlgrad.nn import functional as F
 from rlgrad.rl import cnn, envs
+from rlgrad.rl import policies as P
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
 from rlgrad.rl.finite import NonFiniteError, check_transition
 from rlgrad.rl.layers import CombinedExtractor
@@ -102,6 +103,7 @@ def test_a_dict_image_run_gives_the_reference_paths_bits(monkeypatch, with_callb
     monkeypatch.setattr(F, "CONV_PLANS", False)
     monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", False)
     monkeypatch.setattr(categorical, "C_DRAW", False)
+    monkeypatch.setattr(P, "STACKED_TOWERS", False)
     ref = dict_image_ppo(96, 32, 192, with_callback)
     assert np.isfinite(ref[4]).any()  # truncations were bootstrapped (NaN: none)
     for a, b in zip(fast, ref, strict=True):
@@ -146,6 +148,39 @@ def test_mlp_layers_are_kept_while_the_weights_are_fixed(monkeypatch):
         assert F.kept_while_fixed() is None
         _heads(policy, f)
         assert not kept
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"net_arch": {"pi": [32, 16], "vf": [32, 16]}, "activation_fn": rlgrad.nn.ReLU},
+    {"net_arch": [8]}, {"net_arch": {"pi": [16], "vf": [32]}}])
+@pytest.mark.parametrize("continuous", [False, True])
+def test_stacked_towers_give_each_towers_bits(monkeypatch, kwargs, continuous):
+    """Both towers stacked (one matmul per layer over the pair) against each run apart, bit
+    for bit, in batches of 1 and 5, Categorical and Gaussian heads; towers of different shapes,
+    STACKED_TOWERS off, or outside a rollout: run apart (None)."""
+    from rlgrad.rl import PPO
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    env = SimpleMultiObsEnv(random_start=False, discrete_actions=not continuous)
+    policy = PPO("MultiInputPolicy", env, seed=0, policy_kwargs=kwargs).policy
+    heads = (policy.action_net, policy.value_net)
+    apart = kwargs.get("net_arch") == {"pi": [16], "vf": [32]}
+    rng = np.random.default_rng(2)
+    for n in (1, 5):
+        f = rng.standard_normal((n, policy.pi_net[0].in_features)).astype(np.float32)
+        ref = _heads(policy, f)
+        with rlgrad.no_grad(), F.weights_fixed():
+            both = P.stacked_towers(policy.pi_net, policy.vf_net, heads, f)
+            monkeypatch.setattr(P, "STACKED_TOWERS", False)
+            assert P.stacked_towers(policy.pi_net, policy.vf_net, heads, f) is None
+            monkeypatch.setattr(P, "STACKED_TOWERS", True)
+        if apart:
+            assert both is None
+            continue
+        assert both is not None
+        assert both[0].tobytes() == ref[0].tobytes()
+        assert both[1][:, 0].tobytes() == ref[1].tobytes()
+    assert P.stacked_towers(policy.pi_net, policy.vf_net, heads, f) is None  # (no rollout)
 
 
 class _Count(gym.Env):
