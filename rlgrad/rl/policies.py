@@ -125,6 +125,7 @@ def _mlp_steps(mods: list[nn.Module]) -> list[tuple[int, Any, Any, bool]]:
 # and heads 14 -> 9 us). Inside weights_fixed() only (the stacked copies made once per rollout);
 # off: each tower through mlp_numpy (the reference: tests/rl/test_rollout_step.py).
 STACKED_TOWERS = True
+_LATER = object()  # kept for towers seen once: stacked at the next step (if the store lasts)
 _Layers = tuple[list[tuple[Any, Any, Any, bool]], tuple[list[Any], list[Any]]]
 
 
@@ -160,11 +161,15 @@ def stacked_towers(pi: Any, vf: Any, heads: tuple[nn.Module, nn.Module], f: np.n
     if (hit is not None and hit[0] is pi and hit[1][0] is vf and hit[1][1] is heads[0]
             and hit[1][2] is heads[1]):  # (holding them: their ids are not reused)
         made = hit[1][3]
-    else:
-        made = _stack_towers(pi, vf, heads)
+        if made is _LATER:  # the store outlived a step: stacking pays from here on
+            made = _stack_towers(pi, vf, heads)
+            kept[("towers", id(pi))] = (pi, (vf, *heads, made))
+    else:  # the first step, or the store was emptied (after a callback: at every step, where
+        # stacking would cost more than it saves), so the towers run apart this time
         if len(kept) >= _KEPT_MAX:
             kept.clear()
-        kept[("towers", id(pi))] = (pi, (vf, *heads, made))
+        kept[("towers", id(pi))] = (pi, (vf, *heads, _LATER))
+        return None
     if made is None:
         return None
     y = f

@@ -169,8 +169,13 @@ def test_stacked_towers_give_each_towers_bits(monkeypatch, kwargs, continuous):
     for n in (1, 5):
         f = rng.standard_normal((n, policy.pi_net[0].in_features)).astype(np.float32)
         ref = _heads(policy, f)
-        with rlgrad.no_grad(), F.weights_fixed():
+        with rlgrad.no_grad(), F.weights_fixed() as kept:
+            # the first step runs the towers apart (a store emptied at every step, after a
+            # callback, never pays for the stacking), the next ones stacked
+            assert P.stacked_towers(policy.pi_net, policy.vf_net, heads, f) is None
             both = P.stacked_towers(policy.pi_net, policy.vf_net, heads, f)
+            kept.clear()
+            assert P.stacked_towers(policy.pi_net, policy.vf_net, heads, f) is None
             monkeypatch.setattr(P, "STACKED_TOWERS", False)
             assert P.stacked_towers(policy.pi_net, policy.vf_net, heads, f) is None
             monkeypatch.setattr(P, "STACKED_TOWERS", True)
