@@ -188,6 +188,75 @@ def test_stacked_towers_give_each_towers_bits(monkeypatch, kwargs, continuous):
     assert P.stacked_towers(policy.pi_net, policy.vf_net, heads, f) is None  # (no rollout)
 
 
+def test_which_callbacks_may_write_the_weights(tmp_path):
+    """rlgrad's own callbacks only read the weights (the rollout keeps what it made of them); a
+    user's callback, a user's subclass of one of rlgrad's, or a function may write them, and so
+    may any list or event callback that triggers one."""
+    from rlgrad.rl.callbacks import (
+        BaseCallback,
+        CallbackList,
+        CheckpointCallback,
+        EvalCallback,
+        EveryNTimesteps,
+        LogEveryNTimesteps,
+        StopTrainingOnRewardThreshold,
+        make_callback,
+    )
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    class Mine(BaseCallback):
+        def _on_step(self):
+            return True
+
+    class MyCheckpoint(CheckpointCallback):
+        pass
+
+    check = CheckpointCallback(10, str(tmp_path))
+    ev = EvalCallback(SimpleMultiObsEnv(), StopTrainingOnRewardThreshold(1.0))
+    assert not check.may_write_weights() and not ev.may_write_weights()
+    assert not CallbackList([check, ev]).may_write_weights()
+    assert not EveryNTimesteps(5, check).may_write_weights()
+    for writes in (Mine(), MyCheckpoint(10, str(tmp_path)), make_callback(lambda _l, _g: True),
+                   CallbackList([check, Mine()]), EveryNTimesteps(5, Mine()),
+                   EvalCallback(SimpleMultiObsEnv(), callback_after_eval=Mine()),
+                   LogEveryNTimesteps(5)):
+        assert writes.may_write_weights()
+
+
+@pytest.mark.parametrize("writer", [False, True])
+def test_callbacks_give_the_reference_bits(monkeypatch, tmp_path, writer):
+    """A Dict-image PPO run with rlgrad's own callbacks (the kept arrays last the rollout) or a
+    user's callback that writes every weight in place now and then (they are forgotten after
+    each of its steps): the rollout buffer and parameters of the run that keeps nothing."""
+    from rlgrad.rl import PPO
+    from rlgrad.rl.callbacks import BaseCallback, CheckpointCallback, EvalCallback
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    class Shrink(BaseCallback):
+        def _on_step(self):
+            if self.n_calls % 7 == 0:
+                for p in self.model.policy.parameters():
+                    p._value *= np.float32(0.99)
+            return True
+
+    def run():
+        np.random.seed(3)
+        model = PPO("MultiInputPolicy", SimpleMultiObsEnv(random_start=False, channel_last=False),
+                    n_steps=48, batch_size=24, n_epochs=1, seed=3)
+        own = [CheckpointCallback(1000, str(tmp_path)),
+               EvalCallback(SimpleMultiObsEnv(random_start=False, channel_last=False),
+                            eval_freq=30, n_eval_episodes=1, warn=False)]
+        model.learn(96, callback=own + [Shrink()] if writer else own)
+        buf = model.rollout_buffer
+        return [buf.observations, buf.actions, buf.log_probs, buf.values,
+                *(p._value for p in model.policy.parameters())]
+
+    fast = run()
+    monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", False)
+    for a, b in zip(fast, run(), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 class _Count(gym.Env):
     """Counts up; terminates at ``end``, a TimeLimit truncates at ``limit``."""
 
