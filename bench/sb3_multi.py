@@ -76,10 +76,11 @@ def _her_sac(lib: object, steps: int, seed: int) -> float:
 
 class _ReferencePaths:
     """rlgrad's model whose ``learn`` runs with the conv and acting fast paths switched off
-    (NumPy's column copies, no conv+ReLU pair in compiled steps, acting through the recorded
-    path, the conv shape work at every call, Dict observations flattened entry by entry, the
-    weights' arrays read at every step, the towers apart, NumPy's Categorical sampling): the
-    reference beside which ``--reference`` times the fast paths."""
+    (NumPy's column copies, no conv+ReLU pairs in compiled steps (forward; input gradient and
+    ReLU's backward), acting through the recorded path, the conv shape work at every call, Dict
+    observations flattened entry by entry, the weights' arrays made at every call, the towers
+    apart, NumPy's Categorical sampling): the reference beside which ``--reference`` times the
+    fast paths."""
 
     def __init__(self, model: object) -> None:
         self.model = model
@@ -97,7 +98,8 @@ class _ReferencePaths:
                     (envs, "FLAT_DICT_COLUMNS"), (F, "KEEP_WEIGHT_COLS"),
                     (policies, "STACKED_TOWERS"), (categorical, "C_DRAW")]
         saved = [getattr(m, k) for m, k in switches]
-        pair = FUSED_PAIRS.pop(("conv2d", "relu"), None)
+        pairs = [("conv2d", "relu"), ("conv2d_input_grad", "relu_grad")]
+        fused = {k: FUSED_PAIRS.pop(k) for k in pairs if k in FUSED_PAIRS}
         for m, k in switches:
             setattr(m, k, False)
         try:
@@ -105,8 +107,7 @@ class _ReferencePaths:
         finally:
             for (m, k), v in zip(switches, saved):
                 setattr(m, k, v)
-            if pair is not None:
-                FUSED_PAIRS[("conv2d", "relu")] = pair
+            FUSED_PAIRS.update(fused)
 
 
 def _libs(reference: bool = False) -> dict[str, object]:

@@ -13,8 +13,9 @@
      weight's columns); live_columns, take_columns,
      put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py); lstm_gates, lstm_dgates,
      gru_gates, gru_state, gru_dgates, gru_pre (the recurrent cells' elementwise work,
-     rlgrad/nn/cells.py); conv_cols, conv_col2im (conv2d's column copies); row_shift, cdf_pick
-     (categorical sampling from logits): below, each where it is.
+     rlgrad/nn/cells.py); conv_cols, conv_col2im (conv2d's column copies); wino_in, wino_out
+     (Winograd convolutions' tile transforms, not NumPy's order of adds: see there); row_shift,
+     cdf_pick (categorical sampling from logits): below, each where it is.
    * lstm_seq_fwd, lstm_seq_bwd: a float32 LSTM sequence's whole loop, GEMMs included, one call
      each way. The exception to the rule below: their tanh is their own (within 3 ulp, not
      NumPy's bits), so their reference is the NumPy loop at float32 precision
@@ -1388,6 +1389,311 @@ static PyObject *conv_col2im(PyObject *self, PyObject *const *args, Py_ssize_t n
     return done(b, 2, fits);
 }
 
+/* ---- Winograd convolutions' tile transforms (rlgrad/nn/winograd.py) ----
+   The matrices of the Toom-Cook points 0, 1, -1, infinity (winograd.py's _BT, _AT), written out
+   as sums and differences over a tile's 16 (or m*m) vectors of channels, 32 bytes of channels at
+   a time: B^T = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 -1 0 1] (both tile sizes), A^T = [1 1 1 0;
+   0 1 -1 1] (m = 2, F(2x2, 3x3)) or [1 1 1 0; 0 1 -1 0; 0 1 1 1] (m = 3, F(3x3, 2x2)).
+   wino_in: V[a*4+b, tile, :] = (B^T d B)[a, b] for every 4x4 tile d of the space-to-depth input
+   (tile (n, ti, tj) at rows ti*m.., columns tj*m..; its pixel (u, v) is the stride block
+   x[n, (ti*m+u)*sh.., (tj*m+v)*sw.., :]: sh runs of sw*C contiguous numbers, zeros past the
+   input's edge). Adjoint: x += B dV B^T of each tile, tile after tile.
+   wino_out: y[n, ti*m+i, tj*m+j, :] = (A^T M A)[i, j] (outputs past y's edge dropped); adjoint:
+   M = A dY A^T of y's tiles (zeros past its edge).
+   An output whose r x r window of input pixels is all zeros is exactly 0 for im2col, but here a
+   sum of tile values that cancel only up to rounding (~1e-9): a ReLU after it then lets its
+   gradient through where im2col's shuts it (an Atari frame's black border at zero bias: the
+   bias gradients 15-60% off PyTorch's). So wino_in notes each tile's all-zero pixels (zeros,
+   a bit per pixel) and wino_out writes those outputs 0.
+   The reference is the NumPy einsum beside each call: not the same order of adds, so a float32
+   tolerance (tests/nn/test_winograd.py). */
+#define WINO_B_FWD(s, t, o)                                                                        \
+    for (int v = 0; v < 4; v++)                                                                    \
+        t[v] = s[v] - s[8 + v], t[4 + v] = s[4 + v] + s[8 + v], t[8 + v] = s[8 + v] - s[4 + v],    \
+        t[12 + v] = s[12 + v] - s[4 + v];                                                          \
+    for (int a = 0; a < 4; a++)                                                                    \
+        o[4 * a] = t[4 * a] - t[4 * a + 2], o[4 * a + 1] = t[4 * a + 1] + t[4 * a + 2],            \
+        o[4 * a + 2] = t[4 * a + 2] - t[4 * a + 1], o[4 * a + 3] = t[4 * a + 3] - t[4 * a + 1];
+#define WINO_B_ADJ(s, t, o)                                                                        \
+    for (int v = 0; v < 4; v++)                                                                    \
+        t[v] = s[v], t[4 + v] = s[4 + v] - s[8 + v] - s[12 + v],                                   \
+        t[8 + v] = s[4 + v] + s[8 + v] - s[v], t[12 + v] = s[12 + v];                              \
+    for (int a = 0; a < 4; a++)                                                                    \
+        o[4 * a] = t[4 * a], o[4 * a + 1] = t[4 * a + 1] - t[4 * a + 2] - t[4 * a + 3],            \
+        o[4 * a + 2] = t[4 * a + 1] + t[4 * a + 2] - t[4 * a], o[4 * a + 3] = t[4 * a + 3];
+#define WINO_A2_FWD(s, t, o)                                                                       \
+    for (int b = 0; b < 4; b++)                                                                    \
+        t[b] = s[b] + s[4 + b] + s[8 + b], t[4 + b] = s[4 + b] - s[8 + b] + s[12 + b];             \
+    for (int i = 0; i < 2; i++)                                                                    \
+        o[2 * i] = t[4 * i] + t[4 * i + 1] + t[4 * i + 2],                                         \
+        o[2 * i + 1] = t[4 * i + 1] - t[4 * i + 2] + t[4 * i + 3];
+#define WINO_A3_FWD(s, t, o)                                                                       \
+    for (int b = 0; b < 4; b++)                                                                    \
+        t[b] = s[b] + s[4 + b] + s[8 + b], t[4 + b] = s[4 + b] - s[8 + b],                         \
+        t[8 + b] = s[4 + b] + s[8 + b] + s[12 + b];                                                \
+    for (int i = 0; i < 3; i++)                                                                    \
+        o[3 * i] = t[4 * i] + t[4 * i + 1] + t[4 * i + 2], o[3 * i + 1] = t[4 * i + 1] - t[4 * i + 2],\
+        o[3 * i + 2] = t[4 * i + 1] + t[4 * i + 2] + t[4 * i + 3];
+#define WINO_A2_ADJ(s, t, o)                                                                       \
+    for (int j = 0; j < 2; j++)                                                                    \
+        t[j] = s[j], t[2 + j] = s[j] + s[2 + j], t[4 + j] = s[j] - s[2 + j], t[6 + j] = s[2 + j];  \
+    for (int a = 0; a < 4; a++)                                                                    \
+        o[4 * a] = t[2 * a], o[4 * a + 1] = t[2 * a] + t[2 * a + 1],                               \
+        o[4 * a + 2] = t[2 * a] - t[2 * a + 1], o[4 * a + 3] = t[2 * a + 1];
+#define WINO_A3_ADJ(s, t, o)                                                                       \
+    for (int j = 0; j < 3; j++)                                                                    \
+        t[j] = s[j], t[3 + j] = s[j] + s[3 + j] + s[6 + j], t[6 + j] = s[j] - s[3 + j] + s[6 + j], \
+        t[9 + j] = s[6 + j];                                                                       \
+    for (int a = 0; a < 4; a++)                                                                    \
+        o[4 * a] = t[3 * a], o[4 * a + 1] = t[3 * a] + t[3 * a + 1] + t[3 * a + 2],                \
+        o[4 * a + 2] = t[3 * a] - t[3 * a + 1] + t[3 * a + 2], o[4 * a + 3] = t[3 * a + 2];
+
+/* out[j] (NOUT rows of len numbers) = BODY of in[j] (NIN rows), 32 bytes of each row at a time
+   (then one number at a time); the rows anywhere (a tile's pixels, the planes of V or M). */
+#define WINO_MAP(NAME, T, VT, NIN, NOUT, BODY)                                                     \
+    static inline void NAME(const T *const *in, T *const *out, Py_ssize_t len) {                   \
+        Py_ssize_t k = 0;                                                                          \
+        for (; k + (Py_ssize_t)(sizeof(VT) / sizeof(T)) <= len; k += sizeof(VT) / sizeof(T)) {    \
+            VT s[16], t[16], o[16];                                                                \
+            for (int j = 0; j < NIN; j++) s[j] = *(const VT *)(in[j] + k);                         \
+            BODY(s, t, o)                                                                          \
+            for (int j = 0; j < NOUT; j++) *(VT *)(out[j] + k) = o[j];                             \
+        }                                                                                          \
+        for (; k < len; k++) {                                                                     \
+            T s[16], t[16], o[16];                                                                 \
+            for (int j = 0; j < NIN; j++) s[j] = in[j][k];                                         \
+            BODY(s, t, o)                                                                          \
+            for (int j = 0; j < NOUT; j++) out[j][k] = o[j];                                       \
+        }                                                                                          \
+    }
+
+/* (unaligned: loaded and stored whole, not through memcpy, whose two 16-byte halves then read
+   back as one 32-byte vector stalled every load on store forwarding) */
+typedef float wino_vf __attribute__((vector_size(32), aligned(4), may_alias));
+typedef double wino_vd __attribute__((vector_size(32), aligned(8), may_alias));
+
+/* wino_in's tile, one row p of the stride blocks (run = sw*C channels of each pixel): pointers to
+   the 16 pixels' runs in x, or to a copy padded with zeros (in pad) at the input's edge, or to
+   zeros (zero) past it. */
+#define WINO_PIXELS(T)                                                                             \
+    static inline void wino_pixels_##T(T *x, T **px, T *pad, const T *zero, Py_ssize_t hp,         \
+                                       Py_ssize_t wp, Py_ssize_t c, Py_ssize_t sw, Py_ssize_t y0,  \
+                                       Py_ssize_t sh, Py_ssize_t x0, Py_ssize_t m, int copy) {     \
+        Py_ssize_t run = sw * c;                                                                   \
+        for (int u = 0; u < 4; u++)                                                                \
+            for (int q = 0; q < 4; q++) {                                                          \
+                Py_ssize_t y = y0 + u * sh, xc = x0 + q * sw;                                            \
+                Py_ssize_t ok = y >= hp || xc >= wp ? 0 : (xc + sw <= wp ? sw : wp - xc) * c;      \
+                T *src = ok ? x + (y * wp + xc) * c : NULL;                                        \
+                if (ok == run) px[u * 4 + q] = src;                                                \
+                else if (!copy) px[u * 4 + q] = ok ? pad + (u * 4 + q) * run : (T *)zero;          \
+                else {                                                                             \
+                    T *dst = px[u * 4 + q] = pad + (u * 4 + q) * run;                              \
+                    for (Py_ssize_t e = 0; e < run; e++) dst[e] = e < ok ? src[e] : 0;             \
+                }                                                                                  \
+            }                                                                                      \
+    }
+
+#define WINO_LOOPS(T, VT)                                                                          \
+    WINO_MAP(wino_b_fwd_##T, T, VT, 16, 16, WINO_B_FWD)                                            \
+    WINO_MAP(wino_b_adj_##T, T, VT, 16, 16, WINO_B_ADJ)                                            \
+    WINO_MAP(wino_a2_fwd_##T, T, VT, 16, 4, WINO_A2_FWD)                                           \
+    WINO_MAP(wino_a3_fwd_##T, T, VT, 16, 9, WINO_A3_FWD)                                           \
+    WINO_MAP(wino_a2_adj_##T, T, VT, 4, 16, WINO_A2_ADJ)                                           \
+    WINO_MAP(wino_a3_adj_##T, T, VT, 9, 16, WINO_A3_ADJ)                                           \
+    WINO_PIXELS(T)                                                                                 \
+    CLONES static void wino_in_##T(T *restrict x, T *restrict v, T *restrict buf, Py_ssize_t n,   \
+                                   Py_ssize_t hp, Py_ssize_t wp, Py_ssize_t c, Py_ssize_t sh,      \
+                                   Py_ssize_t sw, Py_ssize_t m, Py_ssize_t th, Py_ssize_t tw,      \
+                                   Py_ssize_t plane, int adjoint, uint16_t *zeros) {               \
+        Py_ssize_t cp = sh * sw * c, run = sw * c;                                                 \
+        T *pad = buf, *zero = buf + 16 * run, *px[16], *pv[16];                                    \
+        memset(zero, 0, (size_t)run * sizeof(T));                                                  \
+        for (Py_ssize_t nn = 0, tile = 0; nn < n; nn++)                                            \
+            for (Py_ssize_t ti = 0; ti < th; ti++)                                                 \
+                for (Py_ssize_t tj = 0; tj < tw; tj++, tile++) {                                   \
+                    unsigned z = 0xFFFF; /* bit u*4+v: pixel (u, v) all zeros */                   \
+                    for (Py_ssize_t p = 0; p < sh; p++) {                                          \
+                        for (int i = 0; i < 16; i++) pv[i] = v + i * plane + tile * cp + p * run;  \
+                        wino_pixels_##T(x + nn * hp * wp * c, px, pad, zero, hp, wp, c, sw,        \
+                                        ti * m * sh + p, sh, tj * m * sw, m, !adjoint);            \
+                        if (!adjoint) {                                                            \
+                            for (int i = 0; zeros && i < 16; i++)                                  \
+                                for (Py_ssize_t e = 0; (z >> i & 1) && px[i] != zero && e < run; e++)\
+                                    if (px[i][e] != 0) z &= ~(1u << i);                            \
+                            wino_b_fwd_##T((const T *const *)px, pv, run);                         \
+                            continue;                                                              \
+                        }                                                                          \
+                        T *dd[16];                                                                 \
+                        for (int i = 0; i < 16; i++) dd[i] = pad + i * run;                        \
+                        wino_b_adj_##T((const T *const *)pv, dd, run);                             \
+                        for (int i = 0; i < 16; i++) {                                             \
+                            T *dst = px[i], *src = dd[i];                                          \
+                            Py_ssize_t y = ti * m * sh + p + (i / 4) * sh;                         \
+                            Py_ssize_t xc = tj * m * sw + (i % 4) * sw;                            \
+                            Py_ssize_t ok = y >= hp || xc >= wp ? 0                                \
+                                            : (xc + sw <= wp ? sw : wp - xc) * c;                  \
+                            if (ok < run) dst = ok ? x + ((nn * hp + y) * wp + xc) * c : NULL;     \
+                            for (Py_ssize_t e = 0; e < ok; e++) dst[e] = dst[e] + src[e];          \
+                        }                                                                          \
+                    }                                                                              \
+                    if (zeros) zeros[tile] = (uint16_t)z;                                          \
+                }                                                                                  \
+    }                                                                                              \
+    CLONES static void wino_out_##T(T *restrict mm, T *restrict y, T *restrict buf, Py_ssize_t n, \
+                                    Py_ssize_t oh, Py_ssize_t ow, Py_ssize_t o, Py_ssize_t m,      \
+                                    Py_ssize_t th, Py_ssize_t tw, Py_ssize_t plane, int adjoint,   \
+                                    const uint16_t *zeros) {                                       \
+        T *scratch = buf, *zero = buf + 16 * o, *pm[16], *py[9];                                   \
+        unsigned win[9]; /* the input pixels of output (i, j): its window of r x r */              \
+        for (int i = 0; i < m; i++)                                                                \
+            for (int j = 0; j < m; j++) {                                                          \
+                win[i * m + j] = 0;                                                                \
+                for (int u = 0; u < 5 - m; u++)                                                    \
+                    for (int q = 0; q < 5 - m; q++) win[i * m + j] |= 1u << ((i + u) * 4 + j + q); \
+            }                                                                                      \
+        memset(zero, 0, (size_t)o * sizeof(T));                                                    \
+        for (Py_ssize_t nn = 0, tile = 0; nn < n; nn++)                                            \
+            for (Py_ssize_t ti = 0; ti < th; ti++)                                                 \
+                for (Py_ssize_t tj = 0; tj < tw; tj++, tile++) {                                   \
+                    for (int i = 0; i < 16; i++) pm[i] = mm + i * plane + tile * o;                \
+                    for (Py_ssize_t i = 0; i < m; i++)                                             \
+                        for (Py_ssize_t j = 0; j < m; j++) {                                       \
+                            Py_ssize_t r = ti * m + i, col = tj * m + j;                           \
+                            py[i * m + j] = r < oh && col < ow ? y + ((nn * oh + r) * ow + col) * o\
+                                            : adjoint ? zero : scratch + (i * m + j) * o;          \
+                        }                                                                          \
+                    if (adjoint && m == 2) wino_a2_adj_##T((const T *const *)py, pm, o);           \
+                    else if (adjoint) wino_a3_adj_##T((const T *const *)py, pm, o);                \
+                    else if (m == 2) wino_a2_fwd_##T((const T *const *)pm, py, o);                 \
+                    else wino_a3_fwd_##T((const T *const *)pm, py, o);                             \
+                    for (int i = 0; !adjoint && zeros && i < m * m; i++)                           \
+                        if ((zeros[tile] & win[i]) == win[i]) memset(py[i], 0, (size_t)o * sizeof(T));\
+                }                                                                                  \
+    }
+
+WINO_LOOPS(float, wino_vf)
+WINO_LOOPS(double, wino_vd)
+
+/* Integer arguments args[first..first+count), each >= 1. */
+static int wino_ints(PyObject *const *args, int first, int count, Py_ssize_t *g) {
+    for (int i = 0; i < count; i++) {
+        g[i] = PyLong_AsSsize_t(args[first + i]);
+        if (g[i] < 1) {
+            PyErr_Clear();
+            return 0;
+        }
+    }
+    return 1;
+}
+
+PyDoc_STRVAR(wino_in_doc,
+"wino_in(x, v, sh, sw, m, th, tw, adjoint, zeros) -> bool\n\n"
+"v[i, :n*th*tw*sh*sw*C] (v (16, L): 16 planes of (n*th*tw, sh*sw*C), L at least that) =\n"
+"B^T d B of the 4x4 tiles d (at steps of m, 2 or 3) of the\n"
+"space-to-depth (by sh, sw) of x (n, Hp, Wp, C), zeros past its edge; adjoint: x += B dV B^T of\n"
+"each tile of v at its place. zeros (forward only; or None): uint16 (n*th*tw,), bit u*4+v of\n"
+"a tile's entry set where its pixel (u, v) is all zeros. C-contiguous float32/float64 of one\n"
+"dtype, apart. False (nothing written) if they do not fit.");
+
+/* The optional flags of a wino call (None: NULL): a C-contiguous uint16 array of at least
+   `count` entries, writable if asked. 0 if it does not fit (nothing held). */
+static int wino_flags(PyObject *obj, Py_buffer *b, Py_ssize_t count, int writable) {
+    memset(b, 0, sizeof(Py_buffer));
+    if (obj == Py_None) return 1;
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, b, flags) < 0) {
+        PyErr_Clear();
+        memset(b, 0, sizeof(Py_buffer));
+        return 0;
+    }
+    const char *f = b->format ? b->format : "B";
+    if (*f == '=' || *f == '<' || *f == '@') f++;
+    if (b->itemsize == 2 && *f == 'H' && f[1] == 0 && b->len >= count * 2) return 1;
+    PyBuffer_Release(b);
+    memset(b, 0, sizeof(Py_buffer));
+    return 0;
+}
+
+static PyObject *wino_in(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "wino_in(x, v, sh, sw, m, th, tw, adjoint, zeros) takes 9 "
+                                         "arguments");
+        return NULL;
+    }
+    int adjoint = PyObject_IsTrue(args[7]);
+    if (adjoint < 0) return NULL;
+    PyObject *objs[2] = {adjoint ? args[1] : args[0], adjoint ? args[0] : args[1]};
+    Py_buffer b[2];
+    Py_ssize_t g[5];
+    if (!wino_ints(args, 2, 5, g) || !take(objs, 2, 1, b)) Py_RETURN_FALSE;
+    Py_buffer *xb = &b[adjoint ? 1 : 0], *vb = &b[adjoint ? 0 : 1];
+    char k = kind_of(xb);
+    Py_ssize_t sh = g[0], sw = g[1], m = g[2], th = g[3], tw = g[4];
+    Py_ssize_t cp = xb->ndim == 4 ? sh * sw * xb->shape[3] : 0;
+    int fits = k && kind_of(vb) == k && xb->ndim == 4 && vb->ndim == 2 && m >= 2 && m <= 3
+               && vb->shape[0] == 16 && vb->shape[1] >= xb->shape[0] * th * tw * cp && cp > 0
+               && !overlap(xb, vb);
+    Py_buffer zb = {0}; /* (not taken when fits is already 0) */
+    fits = fits && wino_flags(args[8], &zb, xb->shape[0] * th * tw, 1) && !(adjoint && zb.obj);
+    void *buf = fits ? malloc(32 * (size_t)cp * (k == 'f' ? 4 : 8)) : NULL;
+    fits = fits && buf != NULL;
+    const Py_ssize_t *s = xb->shape, pl = vb->shape[1];
+    if (fits && k == 'f')
+        wino_in_float(xb->buf, vb->buf, buf, s[0], s[1], s[2], s[3], sh, sw, m, th, tw, pl,
+                      adjoint, zb.buf);
+    else if (fits)
+        wino_in_double(xb->buf, vb->buf, buf, s[0], s[1], s[2], s[3], sh, sw, m, th, tw, pl,
+                       adjoint, zb.buf);
+    free(buf);
+    if (zb.obj) PyBuffer_Release(&zb);
+    return done(b, 2, fits);
+}
+
+PyDoc_STRVAR(wino_out_doc,
+"wino_out(mm, y, m, th, tw, adjoint, zeros) -> bool\n\n"
+"y (n, OH, OW, O) = A^T M A of the tiles of mm (16, L): 16 planes of (n*th*tw, O) (L at least\n"
+"that), m (2 or 3) outputs per tile\n"
+"side, those past y's edge dropped; adjoint: mm = A Y A^T of y's tiles (zeros past its edge).\n"
+"zeros (forward only; or None): wino_in's flags; an output whose window of input pixels is all\n"
+"zeros is written 0. C-contiguous float32/float64 of one dtype, apart. False (nothing written)\n"
+"if they do not fit.");
+
+static PyObject *wino_out(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "wino_out(mm, y, m, th, tw, adjoint, zeros) takes 7 "
+                                         "arguments");
+        return NULL;
+    }
+    int adjoint = PyObject_IsTrue(args[5]);
+    if (adjoint < 0) return NULL;
+    PyObject *objs[2] = {adjoint ? args[1] : args[0], adjoint ? args[0] : args[1]};
+    Py_buffer b[2];
+    Py_ssize_t g[3];
+    if (!wino_ints(args, 2, 3, g) || !take(objs, 2, 1, b)) Py_RETURN_FALSE;
+    Py_buffer *mb = &b[adjoint ? 1 : 0], *yb = &b[adjoint ? 0 : 1];
+    char k = kind_of(mb);
+    Py_ssize_t m = g[0], th = g[1], tw = g[2];
+    int fits = k && kind_of(yb) == k && mb->ndim == 2 && yb->ndim == 4 && m >= 2 && m <= 3
+               && mb->shape[0] == 16 && mb->shape[1] >= yb->shape[0] * th * tw * yb->shape[3]
+               && yb->shape[3] > 0 && (th - 1) * m < yb->shape[1] && yb->shape[1] <= th * m
+               && (tw - 1) * m < yb->shape[2] && yb->shape[2] <= tw * m && !overlap(mb, yb);
+    Py_buffer zb = {0}; /* (not taken when fits is already 0) */
+    fits = fits && wino_flags(args[6], &zb, yb->shape[0] * th * tw, 0) && !(adjoint && zb.obj);
+    void *buf = fits ? malloc(32 * (size_t)yb->shape[3] * (k == 'f' ? 4 : 8)) : NULL;
+    fits = fits && buf != NULL;
+    const Py_ssize_t *s = yb->shape, pl = mb->shape[1];
+    if (fits && k == 'f')
+        wino_out_float(mb->buf, yb->buf, buf, s[0], s[1], s[2], s[3], m, th, tw, pl, adjoint,
+                       zb.buf);
+    else if (fits)
+        wino_out_double(mb->buf, yb->buf, buf, s[0], s[1], s[2], s[3], m, th, tw, pl, adjoint,
+                        zb.buf);
+    free(buf);
+    if (zb.obj) PyBuffer_Release(&zb);
+    return done(b, 2, fits);
+}
+
 /* Categorical sampling from logits rows (the policies' acting, rlgrad/distributions/
    categorical.py's logits_draw), the passes around NumPy's exp and log that NumPy runs as one
    small ufunc call per column:
@@ -1504,6 +1810,8 @@ static PyMethodDef methods[] = {
     {"gru_pre", (PyCFunction)(void (*)(void))gru_pre, METH_FASTCALL, gru_pre_doc},
     {"conv_cols", (PyCFunction)(void (*)(void))conv_cols, METH_FASTCALL, conv_cols_doc},
     {"conv_col2im", (PyCFunction)(void (*)(void))conv_col2im, METH_FASTCALL, conv_col2im_doc},
+    {"wino_in", (PyCFunction)(void (*)(void))wino_in, METH_FASTCALL, wino_in_doc},
+    {"wino_out", (PyCFunction)(void (*)(void))wino_out, METH_FASTCALL, wino_out_doc},
     {"row_shift", (PyCFunction)(void (*)(void))row_shift, METH_FASTCALL, row_shift_doc},
     {"cdf_pick", (PyCFunction)(void (*)(void))cdf_pick, METH_FASTCALL, cdf_pick_doc},
     {NULL, NULL, 0, NULL},

@@ -494,8 +494,8 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     prologue = [f"{names.obj(t)}._value = {names.const(init)}.copy()  # made in the step"
                 for t, init in fresh or ()]
     sync = _GradSync(grads.initial if grads else {})
-    lines, writers = _emit(tape, names, _one_element_broadcasts(tape, out_leaves),
-                           _fused_pairs(tape, out_leaves), sync)
+    lines, writers, fresh_values = _emit(tape, names, _one_element_broadcasts(tape, out_leaves),
+                                         _fused_pairs(tape, out_leaves), sync)
     if grads is not None:
         lines += sync.lines(grads.final, names, "end")
     lines = _fold_constants(lines, names.consts)
@@ -503,7 +503,7 @@ def _compile(inputs: list[Tensor], tape: list, out_leaves: list[Any], out_def: A
     outs = [names.ref(o) if isinstance(o, Tensor | np.ndarray) else names.const(o) for o in out_leaves]
     # what replayed calls and .grad assignments read escapes the step, as its outputs do
     roots = outs + [code for target, code, _ in lines if _is_effect(target)]
-    body = _reuse_buffers(_live_lines(lines, roots), roots, writers, names.const)
+    body = _reuse_buffers(_live_lines(lines, roots), roots, writers, names.const, fresh_values)
     if grads is not None:  # the step reads these .grad: the caller must have left one
         grads.guards += [(t, False) for t in {id(t): t for t in names.owners_read}.values()]
     structure = _structure_source if not any(as_tensor or ()) else _tensor_structure(as_tensor or [])
@@ -608,9 +608,9 @@ def _one_element_broadcasts(tape: list, out_leaves: list[Any]) -> dict[int, Any]
 
 def _fused_pairs(tape: list, out_leaves: list[Any]) -> dict[int, int]:
     """``{k: m}``: tape entry ``m`` applies primitive ``second`` to the result of entry ``k``
-    (``first``), a pair of ``tracer.FUSED_PAIRS``, and nothing else (no other entry, no output)
-    reads that result: the step runs the two as the pair's one function at ``m``, nothing at
-    ``k``."""
+    (``first``) as its first argument (its further arguments, if any, are others), a pair of
+    ``tracer.FUSED_PAIRS``, and nothing else (no other entry, no output) reads that result: the
+    step runs the two as the pair's one function at ``m``, nothing at ``k``."""
     if not FUSED_PAIRS:
         return {}
     made = {id(res): k for k, (_p, _a, _kw, res) in enumerate(tape)}
@@ -623,7 +623,7 @@ def _fused_pairs(tape: list, out_leaves: list[Any]) -> dict[int, int]:
     outs = {id(o) for o in out_leaves}
     pairs = {}
     for m, (p, args, kwargs, _res) in enumerate(tape):
-        k = made.get(id(args[0])) if len(args) == 1 and not kwargs else None
+        k = made.get(id(args[0])) if args and not kwargs else None
         if k is None or (tape[k][0].name, p.name) not in FUSED_PAIRS:
             continue
         first = tape[k][3]
@@ -634,12 +634,15 @@ def _fused_pairs(tape: list, out_leaves: list[Any]) -> dict[int, int]:
 
 def _emit(tape: list, names: _Names, skip: dict[int, Any] | None = None,
           fused: dict[int, int] | None = None, sync: _GradSync | None = None,
-          ) -> tuple[list, dict[str, tuple[str, str, str, np.ndarray]]]:
+          ) -> tuple[list, dict[str, tuple[str, str, str, np.ndarray]], set[str]]:
     """One line of source per op on the tape (identity-like ops and the broadcasts in ``skip``
-    just rename; the pairs in ``fused`` are one line, at the second's place), and the in-place
-    forms of the lines whose primitive can write into a given buffer (see _reuse_buffers)."""
+    just rename; the pairs in ``fused`` are one line, at the second's place: the pair's function
+    on the first's arguments, the second's further arguments as ``then=(...)``), the in-place
+    forms of the lines whose primitive can write into a given buffer (see _reuse_buffers), and
+    the lines whose primitive makes a new array (``Primitive.fresh``)."""
     lines: list[tuple[str, str, set[str]]] = []  # (target, code, names used)
     writers: dict[str, tuple[str, str, str, np.ndarray]] = {}
+    fresh: set[str] = set()
     skip = skip or {}
     fused = fused or {}
     second = {m: k for k, m in fused.items()}
@@ -660,13 +663,16 @@ def _emit(tape: list, names: _Names, skip: dict[int, Any] | None = None,
             name = names.ref(args[0])
         else:
             name = f"v{k}"
-            op_name, fwd = p.name, p.fwd
+            op_name, fwd, then = p.name, p.fwd, ()
             if k in second:  # the pair's function on the first's arguments
+                then = args[1:]
                 fp, args, kwargs = tape[second[k]][:3]
                 op_name, fwd = f"{fp.name}+{p.name}", FUSED_PAIRS[(fp.name, p.name)]
             fn = names.const(fwd)
             arg_src = [names.ref(a) for a in args]
             kw_src = [f"{key}={names.ref(v)}" for key, v in kwargs.items()]
+            if then:
+                kw_src.append(f"then=({''.join(names.ref(a) + ', ' for a in then)})")
             call_args = ", ".join(arg_src + kw_src)
             code = f"{name} = {fn}({call_args})  # {op_name}"
             lines.append((name, code, _names(code)))
@@ -674,8 +680,10 @@ def _emit(tape: list, names: _Names, skip: dict[int, Any] | None = None,
             if (p.writes_out and type(value) is np.ndarray and value.ndim
                     and "out" not in kwargs):  # (forward, its arguments, op name, traced value)
                 writers[name] = (fn, call_args, op_name, value)
+            if p.fresh:
+                fresh.add(name)
         names.bind(res, name)
-    return lines, writers
+    return lines, writers, fresh
 
 
 def _live_lines(lines: list, outs: list[str]) -> list:
@@ -747,14 +755,14 @@ def _buffer_like(value: np.ndarray) -> np.ndarray:
 
 def _reuse_buffers(body: list, outs: list[str],
                    writers: dict[str, tuple[str, str, str, Any]],
-                   const: Callable[[Any], str]) -> list:
+                   const: Callable[[Any], str], fresh: set[str] | frozenset = frozenset()) -> list:
     """Write every intermediate value that can be written in place (its primitive has a
     ``writes_out``) into a buffer allocated here, once, instead of a fresh array per call: no
     allocator round trip, and memory that stays in cache from one call to the next.
 
     * A value the caller can still see after the call gets none: the outputs, and whatever an
-      output may be a view of (ops without ``writes_out``, such as reshape or transpose, may return
-      views of their arguments).
+      output may be a view of (ops without ``writes_out`` or ``fresh``, such as reshape or
+      transpose, may return views of their arguments).
     * Values whose lives do not overlap share a buffer, as registers are allocated: a buffer is
       free again after the last line that reads its value or any view of it, and the line that
       writes a buffer never reads it. That keeps the step's working set about as small as the
@@ -763,7 +771,7 @@ def _reuse_buffers(body: list, outs: list[str],
     The price: one compiled step must not run in two threads at once."""
     escaping = set().union(*(_names(o) for o in outs)) if outs else set()
     for target, _code, used in reversed(body):
-        if target in escaping and target not in writers:
+        if target in escaping and target not in writers and target not in fresh:
             escaping.update(used)
     buffered = {t for t, _, _ in body if t in writers and t not in escaping}
     # roots[v]: the buffered values whose memory v may be (itself, or what it may be a view of)
@@ -775,7 +783,7 @@ def _reuse_buffers(body: list, outs: list[str],
                 last_use[r] = i
         if target in buffered:
             roots[target] = {target}
-        elif target not in writers:
+        elif target not in writers and target not in fresh:
             roots[target] = set().union(*(roots.get(n, set()) for n in used)) if used else set()
     free: dict[tuple, list[str]] = {}  # (shape, dtype) -> buffers no live value uses
     holder: dict[str, str] = {}  # buffered value -> its buffer's name

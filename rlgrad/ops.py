@@ -380,15 +380,30 @@ def _relu_grad(g: Any, x: Any, out: Any = None) -> Any:
     pass over same-shape float arrays (``_kernels.relu_grad``, the same bits), else NumPy."""
     if (_kernels is not None and type(g) is np.ndarray and type(x) is np.ndarray
             and g.shape == x.shape and g.dtype == x.dtype and g.dtype.char in "fd"):
-        res = np.empty_like(g) if out is None else out  # (empty_like keeps g's memory order)
-        if g.flags.c_contiguous and x.flags.c_contiguous and _kernels.relu_grad(g, x, res):
-            return res
-        # a conv's output and its gradient: NCHW views of channels-last memory, as they are
-        if (g.ndim == 4 and _kernels.relu_grad(g.transpose(0, 2, 3, 1), x.transpose(0, 2, 3, 1),
-                                               res.transpose(0, 2, 3, 1))):
-            return res
+        if out is None:  # g's memory order (empty_like keeps it), or a conv output's (x's)
+            res = np.empty_like(x if _channels_last(x) and not _channels_last(g) else g)
+        else:
+            res = out
+        # C order, or a conv's output and its gradient: NCHW views of channels-last memory
+        for axes in ((None, (0, 2, 3, 1)) if g.ndim == 4 else (None,)):
+            gv, xv, rv = (a if axes is None else a.transpose(axes) for a in (g, x, res))
+            if not (xv.flags.c_contiguous and rv.flags.c_contiguous):
+                continue
+            if not gv.flags.c_contiguous and not (np.may_share_memory(res, g)
+                                                  or np.may_share_memory(res, x)):
+                # g laid out otherwise (a slice; a flattened conv output's gradient, NCHW):
+                # copied into the result's memory first, the select then in place
+                np.copyto(rv, gv)
+                gv = rv
+            if _kernels.relu_grad(gv, xv, rv):
+                return res
         out = res  # the array made above
     return _relu_grad_numpy(g, x, out)
+
+
+def _channels_last(a: np.ndarray) -> bool:
+    """Whether ``a`` is a 4-D NCHW view of C-contiguous NHWC memory (a conv's output)."""
+    return a.ndim == 4 and a.transpose(0, 2, 3, 1).flags.c_contiguous
 
 
 def _relu_grad_numpy(g: Any, x: Any, out: Any = None) -> Any:

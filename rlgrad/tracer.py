@@ -204,15 +204,18 @@ class set_grad_enabled(_GradModeContext):
 class Primitive:
     """One differentiable operation: its NumPy forward and its VJP rules, side by side."""
 
-    __slots__ = ("name", "fwd", "writes_out", "vjps", "vjp_argnum", "nondiff", "cut_reason", "jvps",
-                 "jvp_argnum", "jvp_linear", "call", "batch")
+    __slots__ = ("name", "fwd", "writes_out", "fresh", "vjps", "vjp_argnum", "nondiff",
+                 "cut_reason", "jvps", "jvp_argnum", "jvp_linear", "call", "batch")
 
     def __init__(self, fwd: Callable, name: str, nondiff: bool = False,
-                 writes_out: bool = False) -> None:
+                 writes_out: bool = False, fresh: bool = False) -> None:
         self.fwd = fwd
         # Whether ``fwd(*args, out=buf, **kwargs)`` writes its result into ``buf`` (a ufunc does),
         # for ``rlgrad.jit``'s reused buffers; False: the op may return a view.
         self.writes_out = writes_out or isinstance(fwd, np.ufunc)
+        # Whether the result is always a new array, never a view of an argument (so a compiled
+        # step's output made by it does not keep its arguments' buffers from being reused)
+        self.fresh = fresh or self.writes_out
         self.name = name
         self.vjps: tuple[Callable | None, ...] | None = None
         self.vjp_argnum: Callable | None = None  # rule(i, g, ans, *args) for variadic primitives
@@ -399,15 +402,18 @@ class PrimitiveFunction(Protocol):
 
 
 def primitive(fwd: Callable, name: str | None = None, nondiff: bool = False,
-              arity: int | None = None, writes_out: bool = False) -> PrimitiveFunction:
+              arity: int | None = None, writes_out: bool = False,
+              fresh: bool = False) -> PrimitiveFunction:
     """Wrap NumPy function ``fwd`` as a traced primitive; attach its rules with ``defvjp``.
 
     ``arity=1``: one tensor argument first, any further arguments static (never Tensors: axes,
     shapes, indices); ``arity=2``: two arguments, no keywords. Both pick a faster call path.
     ``writes_out=True``: ``fwd`` also takes ``out=`` and writes the same bits there, which lets
     compiled steps reuse one buffer per intermediate value (a NumPy ufunc always does).
+    ``fresh=True`` (implied by ``writes_out``): ``fwd`` returns a new array, never a view of an
+    argument, so the arguments of a compiled step's output made by it may live in reused buffers.
     """
-    p = Primitive(fwd, name or getattr(fwd, "__name__", "op"), nondiff, writes_out)
+    p = Primitive(fwd, name or getattr(fwd, "__name__", "op"), nondiff, writes_out, fresh)
     if arity == 1:
         call = _unary(p)
     elif arity == 2:

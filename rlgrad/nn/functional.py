@@ -23,6 +23,7 @@ from rlgrad import ops
 from rlgrad import special as _special
 from rlgrad.batching import BatchedTensor, every_slice
 from rlgrad.indexing import one_hot as _one_hot
+from rlgrad.nn import winograd as _wino
 from rlgrad.random import draw as _draw
 from rlgrad.tensor import Tensor, TraceError, _const, _shape, _size, _Trace
 
@@ -290,17 +291,19 @@ def _rows_of(g: np.ndarray) -> np.ndarray:
 
 
 # A conv weight's columns (``_weight_cols``) kept while the weights are known to stay as they
-# are: inside ``weights_fixed()`` (an on-policy rollout: the policy acts, nothing trains) each
-# weight array is copied once and its copy reused, a third of a batch-1 convolution's time;
+# are: inside ``weights_fixed()`` (an on-policy rollout: the policy acts, nothing trains; an
+# on-policy gradient step: the forward and the input gradient read the same weights, and the
+# optimizer writes them after) each weight array is copied once and its copy reused, a third of
+# a batch-1 convolution's time;
 # anywhere else, or with KEEP_WEIGHT_COLS off (the reference: tests/nn/test_conv_kernels.py
 # compares the two), at every call.
 KEEP_WEIGHT_COLS = True
-_KEPT_COLS: dict[int, tuple[Any, Any]] | None = None
+_KEPT_COLS: dict[Any, tuple[Any, Any]] | None = None
 _KEPT_MAX = 64  # arrays kept at most (a weight cast at every call is a new array each time)
 
 
 @contextlib.contextmanager
-def weights_fixed() -> Iterator[dict[int, tuple[Any, Any]]]:
+def weights_fixed() -> Iterator[dict[Any, tuple[Any, Any]]]:
     """Within it, nothing writes the conv weights it runs: their columns are made once (see
     KEEP_WEIGHT_COLS). The dict it yields is what is kept: ``.clear()`` it after code that may
     write the weights (a user's callback)."""
@@ -312,10 +315,10 @@ def weights_fixed() -> Iterator[dict[int, tuple[Any, Any]]]:
         _KEPT_COLS = saved
 
 
-def kept_while_fixed() -> dict[int, tuple[Any, Any]] | None:
+def kept_while_fixed() -> dict[Any, tuple[Any, Any]] | None:
     """What ``weights_fixed()`` keeps (None outside it, or with KEEP_WEIGHT_COLS off): entries
-    ``id(obj): (obj, made from obj's weights)``, which code acting on fixed weights may add to
-    (rlgrad.rl.policies' MLP layers as arrays); at most _KEPT_MAX, then emptied."""
+    ``key naming id(obj): (obj, made from obj's weights)``, which code acting on fixed weights
+    may add to (rlgrad.rl.policies' MLP layers as arrays); at most _KEPT_MAX, then emptied."""
     return _KEPT_COLS
 
 
@@ -498,18 +501,24 @@ def _conv2d_run(x: np.ndarray, weight: np.ndarray, bias: Any, stride: Any, paddi
     st, pd, dt, folds = _conv_plan(x, weight, stride, padding)
     xp = _nhwc(x, pd, dt)
     o, _, kh, kw = weight.shape
-    b = _Blocks(xp.shape, kh, kw, st, dt)
-    rows = _nhwc_rows(out, (b.n, b.oh, b.ow, o), dt)
+    n, oh, ow = xp.shape[0], (xp.shape[1] - kh) // st[0] + 1, (xp.shape[2] - kw) // st[1] + 1
+    rows = _nhwc_rows(out, (n, oh, ow, o), dt)
     if rows is None:
-        rows = np.empty((b.n * b.rows, o), dtype=dt)
-    if folds:
+        rows = np.empty((n * oh * ow, o), dtype=dt)
+    wino = _wino.plan(xp.shape, weight.shape, st, dt)
+    if wino is not None:  # (a batched update's convolution: rlgrad/nn/winograd.py)
+        _wino.forward(xp, _weight_cols(weight.astype(dt, copy=False)), wino,
+                      rows.reshape(n, oh, ow, o))
+        _bias_relu(rows, bias, relu)
+    elif folds:
         _folded_fwd(xp, weight.astype(dt, copy=False), bias, st, relu, rows)
     else:
+        b = _Blocks(xp.shape, kh, kw, st, dt)
         w2 = _weight_cols(weight.astype(dt, copy=False))
         for n0, m, r0, r1, cols in b.spans():
             y = np.matmul(b.im2col(xp, n0, m, cols), w2, out=rows[r0:r1])
             _bias_relu(y, bias, relu)  # while the block is in cache
-    y = rows.reshape(b.n, b.oh, b.ow, o).transpose(0, 3, 1, 2)  # NHWC memory, NCHW view
+    y = rows.reshape(n, oh, ow, o).transpose(0, 3, 1, 2)  # NHWC memory, NCHW view
     if out is None:
         return y
     if not np.shares_memory(out, rows):
@@ -527,8 +536,10 @@ def _bias_relu(y: np.ndarray, bias: Any, relu: bool) -> None:
 
 
 def _conv2d_input_grad_fwd(g: np.ndarray, weight: np.ndarray, stride: Any, padding: Any,
-                           x_shape: tuple[int, ...]) -> np.ndarray:
-    """Transposed convolution: the adjoint of ``conv2d(., weight)`` applied to ``g``."""
+                           x_shape: tuple[int, ...], then: _ReluGradAfter | None = None
+                           ) -> np.ndarray:
+    """Transposed convolution: the adjoint of ``conv2d(., weight)`` applied to ``g`` (``then``:
+    an epilogue the col2im path applies block by block, see ``_conv2d_input_grad_relu``)."""
     if weight.ndim == 5:
         return _stacked_input_grad(g, weight, stride, padding, tuple(x_shape))
     o, c, kh, kw = weight.shape
@@ -542,28 +553,89 @@ def _conv2d_input_grad_fwd(g: np.ndarray, weight: np.ndarray, stride: Any, paddi
     dt = np.result_type(g.dtype, weight.dtype)
     wt = weight.astype(dt, copy=False)
     other_paths = _INPUT_GRAD_PATHS and not (_C_COLUMNS and ops._kernels is not None)
-    if other_paths and st == (1, 1):
+    wino = _wino.plan((n, hp, wp, c), weight.shape, st, dt)
+    if wino is not None:
+        gx = np.zeros((n, hp, wp, c), dtype=dt)
+        _wino.input_grad(_rows_of(g.astype(dt, copy=False)).reshape(n, oh, ow, o),
+                         _weight_cols(wt), wino, gx)
+    elif other_paths and st == (1, 1):
         gx = _offsets_input_grad(_rows_of(g), wt, n, (oh, ow), (hp, wp))
     elif other_paths and _subpixel_pays(kh, kw, st, (oh, ow), (hp, wp)):
         gx = _subpixel_input_grad(g, wt, st, (hp, wp))
     else:
-        gx = _col2im_input_grad(g, wt, st, n, (hp, wp))
+        gx = _col2im_input_grad(g, wt, st, n, (hp, wp), then)
     return gx[:, ph:ph + h, pw:pw + w].transpose(0, 3, 1, 2)
 
 
 def _col2im_input_grad(g: np.ndarray, wt: np.ndarray, st: tuple[int, int], n: int,
-                       hwp: tuple[int, int]) -> np.ndarray:
+                       hwp: tuple[int, int], then: _ReluGradAfter | None = None) -> np.ndarray:
     """One GEMM into the columns, then col2im (one C loop, or one strided add per kernel
-    offset, whose inner runs are only C numbers long)."""
+    offset, whose inner runs are only C numbers long), then ``then``'s epilogue if it fits."""
     o, c, kh, kw = wt.shape
     dt = wt.dtype
-    gx = np.zeros((n, *hwp, c), dtype=dt)  # padded NHWC
+    shape = (n, *hwp, c)  # padded NHWC
+    gx = np.zeros(shape, dtype=dt) if then is None else then.zeros(shape, dt)
     b = _Blocks(gx.shape, kh, kw, st, dt)
     g2, w2t = _rows_of(g), _weight_cols(wt).T
     for n0, m, r0, r1, cols in b.spans():
         d = np.matmul(g2[r0:r1], w2t, out=cols)
         _col2im(gx[n0:n0 + m], d, (kh, kw), st, (b.oh, b.ow))  # on the cached block
+        if then is not None:
+            then.apply(gx, n0, m)  # still cached
     return gx
+
+
+# ``relu_grad(conv2d_input_grad(g, w, ...), mask)``: the gradient through a convolution and then
+# through the ReLU of the layer below (``mask`` its output), what the backward pass of a CNN
+# trunk runs at every layer but the first. As one call (rlgrad.jit's pair, tracer.FUSED_PAIRS) the
+# col2im path applies the ReLU's select to each block of samples right after its col2im, while it
+# is in cache, and writes into the step's buffer: one pass over the input gradient's memory less
+# (SimpleMultiObsEnv's 4x4/2 conv at batch 64: a 1.8 MB gradient). A select: the same bits as the
+# two calls, which every other path (and the reference, the pair removed) runs.
+class _ReluGradAfter:
+    """The epilogue ``relu_grad(., mask)`` of an input gradient, written into ``out`` if given;
+    ``done``: the col2im path applied it (else the caller does, to the whole gradient)."""
+
+    def __init__(self, mask: Any, out: np.ndarray | None) -> None:
+        self.mask, self.out = mask, out
+        self.done = self.in_out = False
+        self.rows: np.ndarray | None = None
+
+    def zeros(self, shape: tuple[int, ...], dt: Any) -> np.ndarray:
+        """The zeroed padded NHWC gradient (``out``'s memory when it is that, unpadded); the
+        epilogue is taken when ``mask`` is that too (a conv's output, unpadded input)."""
+        m = self.mask
+        if (type(m) is np.ndarray and m.dtype == dt and m.shape == (shape[0], shape[3], *shape[1:3])
+                and m.transpose(0, 2, 3, 1).flags.c_contiguous):
+            self.rows, self.done = m.transpose(0, 2, 3, 1), True
+        o = self.out
+        if (self.done and o is not None and o.dtype == dt and o.shape == m.shape
+                and o.transpose(0, 2, 3, 1).flags.c_contiguous):
+            gx = o.transpose(0, 2, 3, 1)
+            gx.fill(0)
+            self.in_out = True
+            return gx
+        return np.zeros(shape, dtype=dt)
+
+    def apply(self, gx: np.ndarray, n0: int, m: int) -> None:
+        if self.rows is not None:
+            blk = gx[n0:n0 + m]
+            ops._relu_grad(blk, self.rows[n0:n0 + m], out=blk)
+
+
+def _conv2d_input_grad_relu(g: np.ndarray, weight: np.ndarray, stride: Any, padding: Any,
+                            x_shape: tuple[int, ...], then: tuple[Any, ...],
+                            out: np.ndarray | None = None) -> np.ndarray:
+    """``relu_grad(conv2d_input_grad(g, weight, stride, padding, x_shape), *then)`` (the same
+    bits), written into ``out`` when given."""
+    after = _ReluGradAfter(then[0], out)
+    gx = _conv2d_input_grad_fwd(g, weight, stride, padding, x_shape, after)
+    if not after.done:  # (a path without the epilogue: the select on the whole, in place)
+        return ops._relu_grad(gx, then[0], out=gx if out is None else out)
+    if after.in_out or out is None:
+        return gx if out is None else out
+    np.copyto(out, gx)
+    return out
 
 
 # The input gradient without col2im's short strided adds (measured on the Nature CNN at batch 32,
@@ -645,6 +717,10 @@ def _conv2d_weight_grad_fwd(x: np.ndarray, g: np.ndarray, stride: Any, padding: 
     dt = np.result_type(x.dtype, g.dtype)
     xp = _nhwc(x, _pair(padding, "padding"), dt)
     st = _pair(stride, "stride")
+    wino = _wino.plan(xp.shape, w_shape, st, dt)
+    if wino is not None:
+        gy = _rows_of(g.astype(dt, copy=False)).reshape(g.shape[0], g.shape[2], g.shape[3], o)
+        return _wino.weight_grad(xp, gy, wino, c)
     if _folds(xp.shape[1], kh, st[0]):
         return _folded_weight_grad(xp, g, w_shape, st)
     b = _Blocks(xp.shape, kh, kw, st, dt)
@@ -834,11 +910,12 @@ def _bias_grad(g: Any) -> Any:
     return g.sum(axis=(0, 2, 3)) if len(_shape(g)) == 4 else g.sum(axis=(1, 3, 4))
 
 
-_conv2d_p = primitive(_conv2d_fwd, "conv2d")
+_conv2d_p = primitive(_conv2d_fwd, "conv2d", fresh=True)
 FUSED_PAIRS[("conv2d", "relu")] = _conv2d_relu
 defbatch(_conv2d_p, "conv2d")
-conv2d_input_grad = primitive(_conv2d_input_grad_fwd, "conv2d_input_grad")
-conv2d_weight_grad = primitive(_conv2d_weight_grad_fwd, "conv2d_weight_grad")
+conv2d_input_grad = primitive(_conv2d_input_grad_fwd, "conv2d_input_grad", fresh=True)
+conv2d_weight_grad = primitive(_conv2d_weight_grad_fwd, "conv2d_weight_grad", fresh=True)
+FUSED_PAIRS[("conv2d_input_grad", "relu_grad")] = _conv2d_input_grad_relu
 defbatch(conv2d_input_grad, "conv2d_input_grad")  # (conv_transpose2d's forward)
 nobatch(conv2d_weight_grad, "conv2d's gradients are taken on the batched graph; call rlgrad.func.grad "
         "inside vmap")  # vmap differentiates the physical conv2d instead
@@ -881,12 +958,28 @@ defjvp(
 )
 
 
-def _images(x: np.ndarray, dtype: np.dtype, scale: float | None) -> np.ndarray:
+def _images(x: np.ndarray, dtype: np.dtype, scale: float | None,
+            out: np.ndarray | None = None) -> np.ndarray:
     """(N, C, H, W) frames as float ``dtype`` (divided by ``scale``) in one pass, written
-    channels-last: an NCHW view of NHWC memory, the layout ``conv2d`` reads without a copy."""
+    channels-last: an NCHW view of NHWC memory, the layout ``conv2d`` reads without a copy
+    (into ``out`` when given: a compiled step's buffer, laid out so)."""
     x = np.asarray(x)
     n, c, h, w = x.shape
-    out = np.empty((n, h, w, c), dtype=dtype)
+    if out is not None:
+        if (out.dtype == dtype and out.shape == x.shape
+                and out.transpose(0, 2, 3, 1).flags.c_contiguous):
+            _images_into(x, dtype, scale, out.transpose(0, 2, 3, 1))
+        else:
+            np.copyto(out, _images(x, dtype, scale))
+        return out
+    res = np.empty((n, h, w, c), dtype=dtype)
+    _images_into(x, dtype, scale, res)
+    return res.transpose(0, 3, 1, 2)
+
+
+def _images_into(x: np.ndarray, dtype: np.dtype, scale: float | None, out: np.ndarray) -> None:
+    """``_images``' pass into ``out``, (N, H, W, C) C-contiguous."""
+    c = x.shape[1]
     # few channels (4 stacked frames): one contiguous read per channel (a transposing copy that
     # gathers 4 numbers 28 KB apart for every pixel is twice as slow)
     planes = [(x[:, i], out[..., i]) for i in range(c)] if c <= 16 else [
@@ -896,13 +989,12 @@ def _images(x: np.ndarray, dtype: np.dtype, scale: float | None) -> np.ndarray:
             dst[...] = src
         else:
             np.divide(src, dtype.type(scale), out=dst, casting="unsafe")
-    return out.transpose(0, 3, 1, 2)
 
 
 # The input step of rlgrad.rl.cnn's trunks, recorded like any op: a traced observation batch
 # (rlgrad.jit) stays an input of the compiled step instead of being read once as a constant.
 # Observations carry no gradient.
-_images_to_float = primitive(_images, "images_to_float", nondiff=True, arity=1)
+_images_to_float = primitive(_images, "images_to_float", nondiff=True, arity=1, writes_out=True)
 defbatch(_images_to_float, "merge_first")
 
 

@@ -38,14 +38,19 @@ _NORM_DEFAULTS: dict[str, Any] = {"batch_norm": True, "batch_norm_momentum": 0.0
 
 
 def renorm_tower(in_dim: int, net_arch: list[int], activation_fn: str | type,
-                 norm: dict[str, Any]) -> list[nn.Module]:
+                 norm: dict[str, Any] | None) -> list[nn.Module]:
     """sb3-contrib's ``create_mlp(..., pre_linear_modules=[BatchRenorm1d])`` without its output
-    layer: per hidden size, BatchRenorm1d, Linear and the activation."""
+    layer: per hidden size, BatchRenorm1d, Linear and the activation (no BatchRenorm1d where
+    ``norm`` is None: sb3-contrib's ``batch_norm=False``)."""
     act, layers, last = _act_cls(activation_fn), [], in_dim
     for h in net_arch:
-        layers += [BatchRenorm1d(last, **norm), nn.Linear(last, h), act()]
+        layers += [*_renorm(last, norm), nn.Linear(last, h), act()]
         last = h
     return layers
+
+
+def _renorm(features: int, norm: dict[str, Any] | None) -> list[nn.Module]:
+    return [] if norm is None else [BatchRenorm1d(features, **norm)]
 
 
 def set_bn_training_mode(module: nn.Module, mode: bool) -> None:
@@ -57,19 +62,21 @@ def set_bn_training_mode(module: nn.Module, mode: bool) -> None:
 
 class BatchNormCritic(FeaturesNet):
     """sb3-contrib's ``CrossQCritic``: ``n_critics`` Q(s, a) networks ``qf0``, ``qf1``, ...,
-    BatchRenorm1d before every Linear (``forward`` returns a list of (batch,))."""
+    BatchRenorm1d before every Linear unless ``batch_norm`` is False (``forward`` returns a list
+    of (batch,))."""
 
     def __init__(self, in_dim: int, net_arch: list[int], n_critics: int, activation_fn: Any,
                  momentum: float = 0.01, eps: float = 0.001,
-                 warmup_steps: int = 100_000) -> None:
+                 warmup_steps: int = 100_000, batch_norm: bool = True) -> None:
         super().__init__()
         self._set_extractor(None)  # vector observations only
         self.n_critics = int(n_critics)
-        norm: dict[str, Any] = {"momentum": momentum, "eps": eps, "warmup_steps": warmup_steps}
+        norm: dict[str, Any] | None = {"momentum": momentum, "eps": eps,
+                                       "warmup_steps": warmup_steps} if batch_norm else None
         last = net_arch[-1] if net_arch else in_dim
         for i in range(self.n_critics):
             layers = renorm_tower(in_dim, net_arch, activation_fn, norm)
-            setattr(self, f"qf{i}", nn.Sequential(*layers, BatchRenorm1d(last, **norm),
+            setattr(self, f"qf{i}", nn.Sequential(*layers, *_renorm(last, norm),
                                                   nn.Linear(last, 1)))
 
     @property
@@ -94,9 +101,7 @@ class CrossQ(SAC):
         pk = dict(kwargs.pop("policy_kwargs", None) or {})
         # sb3-contrib's normalisation keys: read here, not by SAC's networks
         norm = {k: pk.pop(k, v) for k, v in _NORM_DEFAULTS.items()}
-        if not norm["batch_norm"]:
-            raise ValueError("CrossQ: batch_norm=False is not supported: rlgrad's CrossQ critics "
-                             "are batch-normalised (drop the key)")
+        self.batch_norm = bool(norm["batch_norm"])
         self.batch_norm_momentum = float(norm["batch_norm_momentum"])
         self.batch_norm_eps = float(norm["batch_norm_eps"])
         self.renorm_warmup_steps = int(norm["renorm_warmup_steps"])
@@ -110,7 +115,10 @@ class CrossQ(SAC):
         if self.auto_ent:
             self.ent_coef_optimizer = optim.Adam([self._log_alpha()], lr=lr, betas=(0.5, 0.999))
 
-    def _norm(self) -> dict[str, Any]:
+    def _norm(self) -> dict[str, Any] | None:
+        """BatchRenorm1d's arguments; None without normalisation (``batch_norm=False``)."""
+        if not self.batch_norm:
+            return None
         return {"momentum": self.batch_norm_momentum, "eps": self.batch_norm_eps,
                 "warmup_steps": self.renorm_warmup_steps}
 
@@ -122,7 +130,7 @@ class CrossQ(SAC):
         act_fn = self.policy_kwargs.get("activation_fn", "relu")
         layers = renorm_tower(self.obs_dim, arch, act_fn, self._norm())
         if arch:
-            layers.append(BatchRenorm1d(arch[-1], **self._norm()))
+            layers += _renorm(arch[-1], self._norm())
         self.actor.latent_pi = nn.Sequential(*layers)
         set_bn_training_mode(self.actor, False)
 
@@ -144,12 +152,13 @@ class CrossQ(SAC):
             raise ValueError("CrossQ: its batch-normalised critics read vector observations; "
                              "a features extractor (CNN, CombinedExtractor) is not supported")
         arch = arch if "net_arch" in self.policy_kwargs else [1024, 1024]
+        norm = self._norm()
         return BatchNormCritic(self.obs_dim + self.act_dim, arch, n_critics, activation_fn,
-                               **self._norm())
+                               batch_norm=norm is not None, **(norm or {}))
 
     def _upgrade_state(self, state: dict[str, Any]) -> dict[str, Any]:
         actor = state.get("modules", {}).get("actor", {})
-        if "latent_pi.0.weight" in actor:  # a Linear first: no BatchRenorm1d in the actor
+        if self.batch_norm and "latent_pi.0.weight" in actor:  # a Linear first: no BatchRenorm1d in the actor
             raise ValueError("CrossQ: this checkpoint's actor has no Batch Renormalization "
                              "layers (written by an older rlgrad); its actor cannot be loaded "
                              "into sb3-contrib's CrossQ actor: train it again")

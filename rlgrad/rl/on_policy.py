@@ -356,7 +356,10 @@ class OnPolicyAlgorithm(BaseAlgorithm):
 
     def _loss_step(self, compiled: bool) -> Any:
         """``self.loss`` and its gradient w.r.t. the optimizer's parameters as one step, compiled
-        or eager (built once each, and again if the user replaced the optimizer)."""
+        or eager (built once each, and again if the user replaced the optimizer). The step only
+        reads the weights (the optimizer writes them after it): the updates call it inside
+        ``nn.functional.weights_fixed()``, so a conv weight's columns are made once per step,
+        for the forward and the input gradient."""
         params = optimized_params((self.optimizer,))
         compiled = compiled and not self._stateful_training()
         entry = self._loss_steps.get(compiled)
@@ -375,7 +378,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         """One gradient step on the whole rollout (A2C, REINFORCE), compiled; losses logged."""
         self._set_lr()
         b, valid = self._full_batch()
-        loss, stats, grads = self._loss_step(compiled=True)(b, self.ent_coef != 0)
+        with weights_fixed():  # (the step reads the weights: see _loss_step)
+            loss, stats, grads = self._loss_step(compiled=True)(b, self.ent_coef != 0)
         self._apply_grads(grads, loss, stats)
         self._n_updates += 1
         if self._will_log():

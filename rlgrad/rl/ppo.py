@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from rlgrad import ops
+from rlgrad.nn.functional import weights_fixed
 from rlgrad.rl.envs import EnvLike
 from rlgrad.rl.on_policy import OnPolicyAlgorithm, with_value_and_entropy
 from rlgrad.rl.schedules import FloatSchedule, ScheduleLike, get_schedule_fn
@@ -186,7 +187,8 @@ class PPO(OnPolicyAlgorithm):
                 b["clip"] = clip
                 if clip_vf is not None:
                     b["clip_vf"] = clip_vf
-                loss, s, grads = step(b, self.ent_coef != 0)
+                with weights_fixed():  # (the step reads the weights: see _loss_step)
+                    loss, s, grads = step(b, self.ent_coef != 0)
                 stats.append((loss, s, b["old_log_prob"], valid))
                 stop = (self.target_kl is not None
                         and _approx_kl(s["log_prob"], b["old_log_prob"], valid)[0]

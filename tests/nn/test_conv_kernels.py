@@ -4,7 +4,8 @@ the conv+ReLU pair (``_conv2d_relu``: one pass for the bias add and the ReLU, in
 and in acting, against the two calls, bit for bit), the CNN trunks' plain acting path
 (rlgrad.rl.cnn.PLAIN_ACTING against the recorded path, bit for bit), the kept shape-only work
 (CONV_PLANS against the work done at every call), and the gradients of the
-Nature CNN at SB3's ``SimpleMultiObsEnv`` image size against PyTorch's (float64 and float32)."""
+Nature CNN at SB3's ``SimpleMultiObsEnv`` image size against PyTorch's (float64 and float32).
+The Winograd path is off here (these are the im2col paths' tests): tests/nn/test_winograd.py."""
 
 import numpy as np
 import pytest
@@ -13,11 +14,18 @@ from helpers.rl_runs import dict_image_ppo
 import rlgrad
 from rlgrad import ops
 from rlgrad.nn import functional as F
+from rlgrad.nn import winograd
 from rlgrad.rl import cnn
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
 from rlgrad.tracer import FUSED_PAIRS
 
 K = ops._kernels
+
+
+@pytest.fixture(autouse=True)
+def _im2col_paths(monkeypatch):
+    monkeypatch.setattr(winograd, "WINOGRAD", False)
+
 needs_kernels = pytest.mark.skipif(K is None, reason="rlgrad._kernels not built (or turned off)")
 
 # (input N, C, H, W), (out, kernel), stride, padding
@@ -192,6 +200,87 @@ def _array(a):
     return np.asarray(a._value if hasattr(a, "_value") else a)
 
 
+@pytest.mark.parametrize("c_columns", [True, False])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("xs,ok,s,p", _CASES)
+def test_input_grad_relu_pair_gives_the_two_calls_bits(monkeypatch, c_columns, dtype, xs, ok, s,
+                                                       p):
+    """``_conv2d_input_grad_relu`` (the select applied by col2im's blocks, or to the whole where
+    another path runs) against ``relu_grad(conv2d_input_grad(...), mask)``, bit for bit, for
+    masks and outputs laid out channels-last (a conv's) and NCHW."""
+    monkeypatch.setattr(F, "_C_COLUMNS", c_columns)
+    rng = np.random.default_rng(11)
+    w = _rand(rng, (ok[0], xs[1], *ok[1]), dtype)
+    y = F._conv2d_fwd(_rand(rng, xs, dtype), w, None, s, p)
+    g = ops._relu(_rand(rng, y.shape, dtype)).transpose(0, 2, 3, 1).copy().transpose(0, 3, 1, 2)
+    mask_last = _rand(rng, (xs[0], xs[2], xs[3], xs[1]), dtype).transpose(0, 3, 1, 2)
+    for mask in (mask_last, np.ascontiguousarray(mask_last)):
+        want = ops._relu_grad(F._conv2d_input_grad_fwd(g, w, s, p, xs), mask)
+        np.testing.assert_array_equal(F._conv2d_input_grad_relu(g, w, s, p, xs, (mask,)), want)
+        after = F._ReluGradAfter(mask, None)
+        F._conv2d_input_grad_fwd(g, w, s, p, xs, after)
+        # blockwise where col2im runs (in C, or the reference's NumPy for strides > 1) on an
+        # unpadded input and the mask is a conv's output
+        col2im = c_columns or (s != (1, 1) and not F._subpixel_pays(
+            *ok[1], s, y.shape[2:], (xs[2] + 2 * p[0], xs[3] + 2 * p[1])))
+        assert after.done == (col2im and p == (0, 0) and mask is mask_last)
+        for out in (np.empty_like(mask_last), np.empty(xs, dtype)):
+            assert F._conv2d_input_grad_relu(g, w, s, p, xs, (mask,), out=out) is out
+            np.testing.assert_array_equal(out, want)
+
+
+def test_compiled_step_runs_input_grad_and_relu_grad_as_the_pair(monkeypatch):
+    """A compiled gradient step of a 3-conv trunk runs each inner layer's input gradient and the
+    ReLU's backward below it as the pair (one call, second operand ``then``), and its
+    convolutions' values in reused buffers; the eager step's bits, and the reference's (the pair
+    removed), at every call."""
+    rng = np.random.default_rng(12)
+    ws = [_rand(rng, s, np.float32) * 0.3 for s in ((8, 2, 4, 4), (6, 8, 3, 3), (5, 6, 2, 2))]
+    bs = [_rand(rng, (s,), np.float32) for s in (8, 6, 5)]
+
+    def loss(w1, b1, w2, b2, w3, b3, x):
+        h = F.relu(F.conv2d(x, w1, b1, 2))
+        h = F.relu(F.conv2d(h, w2, b2, 1))
+        return rlgrad.numpy.sum(F.relu(F.conv2d(h, w3, b3, 1)) ** 2)
+
+    params = [rlgrad.tensor(a) for pair in zip(ws, bs) for a in pair]
+    step = rlgrad.jit(rlgrad.value_and_grad(loss, argnums=tuple(range(6))))
+    pair = FUSED_PAIRS.pop(("conv2d_input_grad", "relu_grad"))
+    try:
+        reference = rlgrad.jit(rlgrad.value_and_grad(loss, argnums=tuple(range(6))))
+        ref_src = reference.lower(*params, _rand(rng, (4, 2, 20, 20), np.float32))
+    finally:
+        FUSED_PAIRS[("conv2d_input_grad", "relu_grad")] = pair
+    src = step.lower(*params, _rand(rng, (4, 2, 20, 20), np.float32))
+    assert src.count("conv2d_input_grad+relu_grad, in place") == 2
+    assert "conv2d_input_grad+relu_grad" not in ref_src
+    assert src.count("conv2d+relu, in place") == 3  # (weight gradients read them: not outputs)
+    for _ in range(3):
+        x = _rand(rng, (4, 2, 20, 20), np.float32)
+        got, ref = step(*params, x), reference(*params, x)
+        eager = rlgrad.value_and_grad(loss, argnums=tuple(range(6)))(*params, x)
+        leaves = [rlgrad.tree_util.tree_flatten(t)[0] for t in (got, ref, eager)]
+        for a, b, c in zip(*leaves):
+            np.testing.assert_array_equal(_array(a), _array(c))
+            np.testing.assert_array_equal(_array(b), _array(c))
+
+
+@pytest.mark.parametrize("c", [1, 4, 20])
+def test_images_to_float_into_a_buffer_gives_the_fresh_bits(c):
+    """rlgrad.rl.cnn's input step written into a compiled step's buffer (channels-last, as the
+    traced value is) or any other array, against the fresh result: the same numbers."""
+    rng = np.random.default_rng(13)
+    for x in (rng.integers(0, 256, (3, c, 7, 5)).astype(np.uint8),
+              rng.integers(0, 256, (3, c, 7, 5)).astype(np.float32)):
+        for dtype, scale in ((np.dtype(np.float32), 255.0), (np.dtype(np.float64), None)):
+            want = F._images(x, dtype, scale)
+            assert want.transpose(0, 2, 3, 1).flags.c_contiguous and want.dtype == dtype
+            np.testing.assert_array_equal(want, x.astype(dtype) / (scale or 1))
+            for out in (np.empty_like(want), np.empty(x.shape, dtype)):
+                assert F._images(x, dtype, scale, out=out) is out
+                np.testing.assert_array_equal(out, want)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_plain_acting_gives_the_recorded_paths_bits(monkeypatch, dtype):
     rng = np.random.default_rng(4)
@@ -268,6 +357,18 @@ def test_relu_grad_on_channels_last_views_gives_numpys_bits(dtype):
         assert ops._relu_grad(g, x, out=out) is out
         np.testing.assert_array_equal(out, want)
     assert ops._relu_grad(last[0], last[1]).transpose(0, 2, 3, 1).flags.c_contiguous
+    # a flattened conv output's gradient (NCHW) against the conv's output (channels-last): the
+    # result is laid out as the output is (what the next conv's gradients read without a copy)
+    assert ops._relu_grad(first, last[1]).transpose(0, 2, 3, 1).flags.c_contiguous
+    g = first.copy()
+    assert ops._relu_grad(g, last[1], out=g) is g  # in place on g: NumPy's path, same select
+    np.testing.assert_array_equal(g, np.where(last[1] <= 0, dtype(0), first))
+    # a column slice (the features' part of a concatenation's gradient) against a C-order x
+    wide, x2 = _rand(rng, (7, 9), dtype), _rand(rng, (7, 5), dtype)
+    for out in (None, np.empty((7, 5), dtype)):
+        got = ops._relu_grad(wide[:, 2:7], x2, out=out)
+        np.testing.assert_array_equal(got, np.where(x2 <= 0, dtype(0), wide[:, 2:7]))
+        assert got.flags.c_contiguous and (out is None or got is out)
 
 
 @needs_kernels
@@ -346,6 +447,32 @@ def test_a_rollout_with_kept_columns_gives_the_references_bits(monkeypatch, with
         np.testing.assert_array_equal(a, b)
     # 64 steps of 3 convolutions each: kept, once per rollout (a callback: again every step)
     assert n_fast <= len(copies) if with_callback else n_fast < len(copies) - 3 * 60
+
+
+def test_an_update_makes_each_weights_columns_once_per_step(monkeypatch):
+    """PPO's minibatch steps run inside ``weights_fixed()``: each conv weight's columns are made
+    once per step, for its forward and its input gradient (SimpleMultiObsEnv's Nature CNN: three
+    forwards, two input gradients: conv1's input is the observation), made at each of the five
+    calls with KEEP_WEIGHT_COLS off; the parameters trained both ways are the same bits."""
+    from rlgrad.rl import PPO
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    copies = []
+    copy = F._weight_cols_copy
+    monkeypatch.setattr(F, "_weight_cols_copy", lambda w: copies.append(1) or copy(w))
+    trained = []
+    for keep in (True, False):
+        monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", keep)
+        np.random.seed(3)
+        model = PPO("MultiInputPolicy", SimpleMultiObsEnv(random_start=False), n_steps=32,
+                    batch_size=16, n_epochs=2, seed=3)
+        model.learn(32)  # one rollout, 2 x 2 minibatch steps (the first one traced)
+        copies.clear()
+        model.train()
+        assert len(copies) == 4 * (3 if keep else 5)
+        trained.append([p._value.copy() for p in model.policy.parameters()])
+    for a, b in zip(*trained, strict=True):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

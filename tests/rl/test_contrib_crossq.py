@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-import pytest
 
 import rlgrad
 from rlgrad.rl import evaluate_policy
@@ -93,5 +92,26 @@ def test_sb3_contrib_normalisation_keys():
     assert int(actor[0].steps._value) == 2 and int(critic[0].steps._value) == 6
     assert not any(b.training for b in actor)  # acting reads the running statistics
     assert m.policy_kwargs["renorm_warmup_steps"] == 3
-    with pytest.raises(ValueError, match="batch_norm=False"):
-        CrossQ("MlpPolicy", "Pendulum-v1", policy_kwargs=dict(batch_norm=False))
+
+
+def test_without_batch_norm_the_critic_loss_is_the_plain_mlps() -> None:
+    """sb3-contrib's ``batch_norm=False``: no BatchRenorm1d anywhere, the critics plain MLPs
+    whose joint forward gives the same loss as a NumPy recomputation; saved and loaded."""
+    m = CrossQ("Pendulum-v1", seed=0, learning_starts=10,
+               policy_kwargs={"net_arch": [8], "batch_norm": False})
+    assert not any(isinstance(b, BatchRenorm1d) for b in [*m.critic.modules(),
+                                                          *m.actor.modules()])
+    m.learn(30)
+    b = m.batch_dict(m.sample(16))
+    b["next_noise"] = m._noise(16)
+    b["ent_coef"] = np.array(0.2, np.float32)
+    with rlgrad.no_grad():
+        next_a, next_logp = m._rsample(b["next_obs"], b["next_noise"])
+        q = [_critic_numpy(net, np.concatenate([o, a], 1).astype(np.float64))
+             for net in m.critic.q_networks
+             for o, a in ((b["obs"], b["actions"]), (b["next_obs"], np.asarray(next_a._value)))]
+        y = b["rewards"] + m.gamma * b["not_terminated"] * (
+            np.minimum(q[1], q[3]) - 0.2 * np.asarray(next_logp._value))
+        want = 0.5 * (np.mean((q[0] - y) ** 2) + np.mean((q[2] - y) ** 2))
+        loss, _ = m.critic_loss(b)
+    np.testing.assert_allclose(float(loss._value), want, rtol=1e-4)

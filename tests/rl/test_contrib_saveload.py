@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import rlgrad
 from rlgrad.rl import DQN, SAC, TD3
 from rlgrad.rl.buffers import ReplayBuffer
 from rlgrad.rl.c51 import C51
@@ -134,3 +135,25 @@ def test_crossq_keys_are_sb3_contribs() -> None:
     assert not any(k.startswith("critic_target") for k in mine)
     assert set(ours.get_parameters()) == set(theirs.get_parameters())
     pickle.dumps(ours.critic)  # (a plain module: no lambdas)
+
+
+def test_crossq_without_batch_norm_has_sb3_contribs_keys(tmp_path: Path) -> None:
+    """``batch_norm=False``: the policy's keys are sb3-contrib's exactly, its weights load into
+    sb3-contrib's CrossQ and give the same Q-values, and the model saves and loads as it is."""
+    contrib = pytest.importorskip("sb3_contrib")
+    torch = pytest.importorskip("torch")
+    theirs = contrib.CrossQ("MlpPolicy", "Pendulum-v1",
+                            policy_kwargs={"net_arch": [8], "batch_norm": False})
+    ours = CrossQ("MlpPolicy", "Pendulum-v1", seed=0,
+                  policy_kwargs={"net_arch": [8], "batch_norm": False})
+    weights = ours.get_parameters()["policy"]
+    assert set(weights) == set(theirs.policy.state_dict())
+    theirs.set_parameters({"policy": weights}, exact_match=False)
+    obs, act = np.ones((2, 3), np.float32), np.full((2, 1), 0.5, np.float32)
+    theirs.policy.set_training_mode(False)
+    with torch.no_grad():
+        want = theirs.critic(torch.tensor(obs), torch.tensor(act))[0].numpy()[:, 0]
+    np.testing.assert_allclose(np.asarray(ours.critic(obs, act)[0]._value), want, rtol=1e-6)
+    ours.save(tmp_path / "m")
+    again = CrossQ.load(tmp_path / "m")
+    assert not again.batch_norm and isinstance(again.critic.qf0[0], rlgrad.nn.Linear)
