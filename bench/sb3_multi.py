@@ -75,11 +75,12 @@ def _her_sac(lib: object, steps: int, seed: int) -> float:
 
 
 class _ReferencePaths:
-    """rlgrad's model whose ``learn`` runs with the conv fast paths switched off (NumPy's column
-    copies, no conv+ReLU pairs in compiled steps (forward; input gradient and ReLU's backward),
-    acting through the recorded path, the conv shape work at every call, Dict observations
-    flattened entry by entry): the reference beside which ``--reference`` times the fast
-    paths."""
+    """rlgrad's model whose ``learn`` runs with the conv and acting fast paths switched off
+    (NumPy's column copies, no conv+ReLU pairs in compiled steps (forward; input gradient and
+    ReLU's backward), acting through the recorded path, the conv shape work at every call, Dict
+    observations flattened entry by entry, the weights' arrays made at every call, the towers
+    apart, NumPy's Categorical sampling): the reference beside which ``--reference`` times the
+    fast paths."""
 
     def __init__(self, model: object) -> None:
         self.model = model
@@ -88,19 +89,25 @@ class _ReferencePaths:
         return getattr(self.model, name)
 
     def learn(self, steps: int) -> object:
+        from rlgrad.distributions import categorical
         from rlgrad.nn import functional as F
-        from rlgrad.rl import cnn, envs
+        from rlgrad.rl import cnn, envs, policies
         from rlgrad.tracer import FUSED_PAIRS
 
+        switches = [(F, "_C_COLUMNS"), (cnn, "PLAIN_ACTING"), (F, "CONV_PLANS"),
+                    (envs, "FLAT_DICT_COLUMNS"), (F, "KEEP_WEIGHT_COLS"),
+                    (policies, "STACKED_TOWERS"), (categorical, "C_DRAW")]
+        saved = [getattr(m, k) for m, k in switches]
         pairs = [("conv2d", "relu"), ("conv2d_input_grad", "relu_grad")]
-        saved = (F._C_COLUMNS, cnn.PLAIN_ACTING, F.CONV_PLANS, envs.FLAT_DICT_COLUMNS,
-                 {k: FUSED_PAIRS.pop(k) for k in pairs if k in FUSED_PAIRS})
-        F._C_COLUMNS = cnn.PLAIN_ACTING = F.CONV_PLANS = envs.FLAT_DICT_COLUMNS = False
+        fused = {k: FUSED_PAIRS.pop(k) for k in pairs if k in FUSED_PAIRS}
+        for m, k in switches:
+            setattr(m, k, False)
         try:
             return self.model.learn(steps)
         finally:
-            F._C_COLUMNS, cnn.PLAIN_ACTING, F.CONV_PLANS, envs.FLAT_DICT_COLUMNS = saved[:4]
-            FUSED_PAIRS.update(saved[4])
+            for (m, k), v in zip(switches, saved):
+                setattr(m, k, v)
+            FUSED_PAIRS.update(fused)
 
 
 def _libs(reference: bool = False) -> dict[str, object]:

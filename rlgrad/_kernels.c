@@ -14,8 +14,8 @@
      put_rows (linear's dead-unit skipping, rlgrad/nn/functional.py); lstm_gates, lstm_dgates,
      gru_gates, gru_state, gru_dgates, gru_pre (the recurrent cells' elementwise work,
      rlgrad/nn/cells.py); conv_cols, conv_col2im (conv2d's column copies); wino_in, wino_out
-     (Winograd convolutions' tile transforms, not NumPy's order of adds: see there): below, each
-     where it is.
+     (Winograd convolutions' tile transforms, not NumPy's order of adds: see there); row_shift,
+     cdf_pick (categorical sampling from logits): below, each where it is.
    * lstm_seq_fwd, lstm_seq_bwd: a float32 LSTM sequence's whole loop, GEMMs included, one call
      each way. The exception to the rule below: their tanh is their own (within 3 ulp, not
      NumPy's bits), so their reference is the NumPy loop at float32 precision
@@ -1694,6 +1694,99 @@ static PyObject *wino_out(PyObject *self, PyObject *const *args, Py_ssize_t narg
     return done(b, 2, fits);
 }
 
+/* Categorical sampling from logits rows (the policies' acting, rlgrad/distributions/
+   categorical.py's logits_draw), the passes around NumPy's exp and log that NumPy runs as one
+   small ufunc call per column:
+   * row_shift(x, z): z = x - max(x) per row of a (rows, K) array: the maximum column after
+     column with np.maximum's rule (the first NaN met propagates), one rounded subtraction each;
+   * cdf_pick(cdf, u, z, idx, out): per row, cdf's running sum in place (np.add.accumulate's
+     adds, in order), idx = how many of the first K-1 sums are <= u * total (u float64: the
+     product and the comparisons in double, as NumPy promotes them: inverse_cdf's rule), and
+     out = z[row, idx]. */
+#define CATEGORICAL_LOOPS(T)                                                                       \
+    static void row_shift_##T(const T *x, T *z, Py_ssize_t rows, Py_ssize_t k) {                  \
+        for (Py_ssize_t r = 0; r < rows; r++, x += k, z += k) {                                    \
+            T m = x[0];                                                                            \
+            for (Py_ssize_t j = 1; j < k; j++) m = (m >= x[j] || m != m) ? m : x[j];               \
+            for (Py_ssize_t j = 0; j < k; j++) z[j] = x[j] - m;                                    \
+        }                                                                                          \
+    }                                                                                              \
+    static void cdf_pick_##T(T *c, const double *u, const T *z, int64_t *idx, T *out,              \
+                             Py_ssize_t rows, Py_ssize_t k) {                                      \
+        for (Py_ssize_t r = 0; r < rows; r++, c += k, z += k) {                                    \
+            for (Py_ssize_t j = 1; j < k; j++) c[j] = c[j - 1] + c[j];                             \
+            double t = u[r] * (double)c[k - 1];                                                    \
+            int64_t a = 0;                                                                         \
+            for (Py_ssize_t j = 0; j < k - 1; j++) a += (double)c[j] <= t;                         \
+            idx[r] = a;                                                                            \
+            out[r] = z[a];                                                                         \
+        }                                                                                          \
+    }
+
+CATEGORICAL_LOOPS(float)
+CATEGORICAL_LOOPS(double)
+
+static int is_int64(const Py_buffer *b) {
+    const char *f = b->format ? b->format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    return b->itemsize == 8 && (f[0] == 'l' || f[0] == 'q') && f[1] == '\0';
+}
+
+PyDoc_STRVAR(row_shift_doc,
+"row_shift(x, z) -> bool\n\n"
+"z = x - max(x, axis=-1, keepdims=True) for C-contiguous float32/float64 (rows, K) arrays of\n"
+"one dtype and shape, apart. False (nothing written) if they do not fit.");
+
+static PyObject *row_shift(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "row_shift(x, z) takes 2 arguments");
+        return NULL;
+    }
+    Py_buffer b[2];
+    if (!take(args, 2, 1, b)) Py_RETURN_FALSE;
+    char k = kind_of(&b[0]);
+    int fits = k && kind_of(&b[1]) == k && b[0].ndim == 2 && b[1].ndim == 2
+               && b[0].shape[0] == b[1].shape[0] && b[0].shape[1] == b[1].shape[1]
+               && b[0].shape[1] >= 1 && !overlap(&b[0], &b[1]);
+    if (fits && k == 'f')
+        row_shift_float(b[0].buf, b[1].buf, b[0].shape[0], b[0].shape[1]);
+    else if (fits)
+        row_shift_double(b[0].buf, b[1].buf, b[0].shape[0], b[0].shape[1]);
+    return done(b, 2, fits);
+}
+
+PyDoc_STRVAR(cdf_pick_doc,
+"cdf_pick(cdf, u, z, idx, out) -> bool\n\n"
+"Per row of cdf (rows, K): its running sum in place, idx[r] = #{j < K-1: cdf[r, j] <= u[r] *\n"
+"cdf[r, K-1]}, out[r] = z[r, idx[r]]. cdf, z (rows, K) and out (rows,) C-contiguous of one\n"
+"float dtype, u float64 and idx int64 (rows,), apart. False (nothing written) if they do not\n"
+"fit.");
+
+static PyObject *cdf_pick(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "cdf_pick(cdf, u, z, idx, out) takes 5 arguments");
+        return NULL;
+    }
+    PyObject *objs[5] = {args[1], args[2], args[0], args[3], args[4]};  /* u, z read */
+    Py_buffer b[5];
+    if (!take(objs, 5, 2, b)) Py_RETURN_FALSE;
+    const Py_buffer *u = &b[0], *z = &b[1], *c = &b[2], *ix = &b[3], *o = &b[4];
+    char k = kind_of(c);
+    Py_ssize_t rows = c->ndim == 2 ? c->shape[0] : -1;
+    int fits = k && kind_of(z) == k && kind_of(o) == k && kind_of(u) == 'd' && is_int64(ix)
+               && rows >= 0 && c->shape[1] >= 1 && z->ndim == 2 && z->shape[0] == rows
+               && z->shape[1] == c->shape[1] && u->ndim == 1 && u->shape[0] == rows
+               && ix->ndim == 1 && ix->shape[0] == rows && o->ndim == 1 && o->shape[0] == rows;
+    for (int i = 0; fits && i < 5; i++)
+        for (int j = i + 1; fits && j < 5; j++)
+            if (i >= 2 || j >= 2) fits = !overlap(&b[i], &b[j]);
+    if (fits && k == 'f')
+        cdf_pick_float(c->buf, u->buf, z->buf, ix->buf, o->buf, rows, c->shape[1]);
+    else if (fits)
+        cdf_pick_double(c->buf, u->buf, z->buf, ix->buf, o->buf, rows, c->shape[1]);
+    return done(b, 5, fits);
+}
+
 static PyMethodDef methods[] = {
     {"sum_rows", (PyCFunction)(void (*)(void))sum_rows, METH_FASTCALL, sum_rows_doc},
     {"tanh_grad", (PyCFunction)(void (*)(void))tanh_grad, METH_FASTCALL, tanh_grad_doc},
@@ -1719,6 +1812,8 @@ static PyMethodDef methods[] = {
     {"conv_col2im", (PyCFunction)(void (*)(void))conv_col2im, METH_FASTCALL, conv_col2im_doc},
     {"wino_in", (PyCFunction)(void (*)(void))wino_in, METH_FASTCALL, wino_in_doc},
     {"wino_out", (PyCFunction)(void (*)(void))wino_out, METH_FASTCALL, wino_out_doc},
+    {"row_shift", (PyCFunction)(void (*)(void))row_shift, METH_FASTCALL, row_shift_doc},
+    {"cdf_pick", (PyCFunction)(void (*)(void))cdf_pick, METH_FASTCALL, cdf_pick_doc},
     {NULL, NULL, 0, NULL},
 };
 

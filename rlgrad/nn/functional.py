@@ -298,12 +298,12 @@ def _rows_of(g: np.ndarray) -> np.ndarray:
 # anywhere else, or with KEEP_WEIGHT_COLS off (the reference: tests/nn/test_conv_kernels.py
 # compares the two), at every call.
 KEEP_WEIGHT_COLS = True
-_KEPT_COLS: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
+_KEPT_COLS: dict[Any, tuple[Any, Any]] | None = None
 _KEPT_MAX = 64  # arrays kept at most (a weight cast at every call is a new array each time)
 
 
 @contextlib.contextmanager
-def weights_fixed() -> Iterator[dict[int, tuple[np.ndarray, np.ndarray]]]:
+def weights_fixed() -> Iterator[dict[Any, tuple[Any, Any]]]:
     """Within it, nothing writes the conv weights it runs: their columns are made once (see
     KEEP_WEIGHT_COLS). The dict it yields is what is kept: ``.clear()`` it after code that may
     write the weights (a user's callback)."""
@@ -313,6 +313,13 @@ def weights_fixed() -> Iterator[dict[int, tuple[np.ndarray, np.ndarray]]]:
         yield {} if _KEPT_COLS is None else _KEPT_COLS
     finally:
         _KEPT_COLS = saved
+
+
+def kept_while_fixed() -> dict[Any, tuple[Any, Any]] | None:
+    """What ``weights_fixed()`` keeps (None outside it, or with KEEP_WEIGHT_COLS off): entries
+    ``key naming id(obj): (obj, made from obj's weights)``, which code acting on fixed weights
+    may add to (rlgrad.rl.policies' MLP layers as arrays); at most _KEPT_MAX, then emptied."""
+    return _KEPT_COLS
 
 
 def _weight_cols(weight: np.ndarray) -> np.ndarray:
@@ -344,6 +351,8 @@ def _weight_cols_copy(weight: np.ndarray) -> np.ndarray:
 class _Blocks:
     """The geometry of one convolution and its column blocks: ``per`` samples per block."""
 
+    __slots__ = ("n", "c", "kh", "kw", "st", "oh", "ow", "rows", "k", "per", "buf")
+
     def __init__(self, xp_shape: tuple[int, ...], kh: int, kw: int, st: tuple[int, int],
                  dtype: Any) -> None:
         self.n, hp, wp, self.c = xp_shape
@@ -355,7 +364,13 @@ class _Blocks:
         self.buf = np.empty((self.per * self.rows, self.k), dtype=dtype)
 
     def spans(self) -> Any:
-        """(first sample, samples, first row, last row, column block) for every block."""
+        """(first sample, samples, first row, last row, column block) for every block (one
+        block, a rollout's batch of 1: as a tuple, without a generator's setup)."""
+        if self.per >= self.n:
+            return ((0, self.n, 0, self.n * self.rows, self.buf),)
+        return self._spans()
+
+    def _spans(self) -> Any:
         for n0 in range(0, self.n, self.per):
             m = min(self.per, self.n - n0)
             yield n0, m, n0 * self.rows, (n0 + m) * self.rows, self.buf[:m * self.rows]

@@ -16,7 +16,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlgrad.distributions import Bernoulli, Categorical, Independent
-from rlgrad.distributions.categorical import inverse_cdf, row_indices, row_max
+from rlgrad.distributions.categorical import logits_draw
 from rlgrad.rl.envs import SpaceError
 
 MULTI_ACTION_SPACES = (spaces.MultiDiscrete, spaces.MultiBinary)
@@ -83,12 +83,9 @@ def sample_numpy(space: spaces.Space, out: np.ndarray, rng: np.random.Generator
     actions = np.empty((n, len(space.nvec)), dtype=np.int64)
     log_prob = np.zeros(n, dtype=out.dtype)
     for i in range(len(space.nvec)):
-        z = out[:, bounds[i]:bounds[i + 1]]
-        z = z - row_max(z)
-        cdf = np.cumsum(np.exp(z), axis=1)
-        a = inverse_cdf(cdf, rng.random(n))
+        a, part = logits_draw(out[:, bounds[i]:bounds[i + 1]], rng.random(n))
         actions[:, i] = a
-        log_prob += z[row_indices(n), a] - np.log(cdf[:, -1])
+        log_prob += part
     return actions, log_prob
 
 

@@ -39,6 +39,11 @@ class BaseCallback:
     #: whether it reads ``self.locals`` (the loop then fills them at every step, ~2 us): True
     #: for a user's subclass, False for rlgrad's own callbacks, which never read them
     uses_locals = True
+    #: whether its steps may write the policy's weights: after each of its steps an on-policy
+    #: rollout then forgets the arrays it keeps of them while acting (``F.weights_fixed``; ~50
+    #: us of a Dict-image step). True unless the class itself says False (rlgrad's own that
+    #: only read them; a user's subclass of one is taken to write, as any user's callback)
+    writes_weights = True
 
     def __init__(self, verbose: int = 0) -> None:
         self.model: Any = None
@@ -114,6 +119,12 @@ class BaseCallback:
         """Whether this callback or one it triggers reads the per-step locals."""
         return self.uses_locals or any(c.wants_locals() for c in self._children())
 
+    def may_write_weights(self) -> bool:
+        """Whether this callback or one it triggers may write the weights (``writes_weights``
+        as its own class declares it, True where it does not)."""
+        return (type(self).__dict__.get("writes_weights", True)
+                or any(c.may_write_weights() for c in self._children()))
+
     def _children(self) -> list[BaseCallback]:
         return []
 
@@ -123,6 +134,7 @@ class BaseCallback:
 
 class CallbackList(BaseCallback):
     uses_locals = False
+    writes_weights = False  # (its callbacks decide)
 
     def __init__(self, callbacks: Sequence[BaseCallback]) -> None:
         super().__init__()
@@ -220,6 +232,7 @@ class EventCallback(BaseCallback):
     """A callback that triggers a child callback (``callback``) on its events."""
 
     uses_locals = False
+    writes_weights = False  # (the callback it triggers decides)
 
     def __init__(self, callback: BaseCallback | None = None, verbose: int = 0) -> None:
         super().__init__(verbose)
@@ -249,6 +262,8 @@ class EventCallback(BaseCallback):
 
 class EveryNTimesteps(EventCallback):
     """Triggers ``callback`` every ``n_steps`` environment steps."""
+
+    writes_weights = False  # (the callback it triggers decides)
 
     def __init__(self, n_steps: int, callback: BaseCallback) -> None:
         super().__init__(callback)
@@ -282,6 +297,7 @@ class CheckpointCallback(BaseCallback):
     pickle) and the VecNormalize statistics next to it."""
 
     uses_locals = False
+    writes_weights = False  # (reads them only)
 
     def __init__(self, save_freq: int, save_path: str, name_prefix: str = "rl_model",
                  save_replay_buffer: bool = False, save_vecnormalize: bool = False,
@@ -324,6 +340,8 @@ class EvalCallback(EventCallback):
     ``callback_on_new_best``, then ``callback_after_eval``; with ``log_path``, writes every
     evaluation so far to ``<log_path>/evaluations.npz`` (``timesteps``, ``results``,
     ``ep_lengths``) as SB3 does."""
+
+    writes_weights = False  # (it reads them; the callbacks it triggers decide)
 
     def __init__(self, eval_env: Any, callback_on_new_best: BaseCallback | None = None,
                  callback_after_eval: BaseCallback | None = None, n_eval_episodes: int = 5,
@@ -429,6 +447,7 @@ class StopTrainingOnRewardThreshold(BaseCallback):
     ``reward_threshold``."""
 
     uses_locals = False
+    writes_weights = False  # (reads them only)
 
     def __init__(self, reward_threshold: float, verbose: int = 0) -> None:
         super().__init__(verbose)
@@ -450,6 +469,7 @@ class StopTrainingOnNoModelImprovement(BaseCallback):
     evaluations in a row without a new best (counted once ``min_evals`` have run)."""
 
     uses_locals = False
+    writes_weights = False  # (reads them only)
 
     def __init__(self, max_no_improvement_evals: int, min_evals: int = 0, verbose: int = 0) -> None:
         super().__init__(verbose)
@@ -479,6 +499,7 @@ class StopTrainingOnMaxEpisodes(BaseCallback):
     in all, as SB3 counts)."""
 
     uses_locals = False
+    writes_weights = False  # (reads them only)
 
     def __init__(self, max_episodes: int, verbose: int = 0) -> None:
         super().__init__(verbose)
@@ -503,6 +524,7 @@ class ProgressBarCallback(BaseCallback):
     """The progress bar of ``learn(progress_bar=True)`` as a callback (rich)."""
 
     uses_locals = False
+    writes_weights = False  # (reads them only)
 
     def __init__(self) -> None:
         super().__init__()

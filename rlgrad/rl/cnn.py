@@ -193,15 +193,36 @@ class MinAtarCNN(Sequential):
         return minatar_cnn(x, _layer_params(self, (0, 3)), self.normalize)
 
 
+def _kept_values(m: Module, x: np.ndarray, params: Callable[[Any], list[Any]]
+                 ) -> list[np.ndarray] | None:
+    """``_plain_values(x, params(m))``; inside ``F.weights_fixed()`` (a rollout) the arrays are
+    read once, kept with the conv weights' columns (~3 us of a batch-1 step; KEEP_WEIGHT_COLS
+    off: read at every call, the reference)."""
+    kept = F.kept_while_fixed()
+    hit = None if kept is None else kept.get(id(m))
+    if hit is not None and hit[0] is m:  # (holding m: its id is not reused)
+        return hit[1] if x.ndim == 4 else None  # (the other conditions: plain_features')
+    vals = _plain_values(x, params(m))
+    if vals is not None and kept is not None:
+        if len(kept) >= F._KEPT_MAX:
+            kept.clear()
+        kept[id(m)] = (m, vals)
+    return vals
+
+
 def _nature_plain(m: NatureCNN, x: np.ndarray) -> np.ndarray | None:
-    vals = _plain_values(x, _nature_params(m))
+    vals = _kept_values(m, x, _nature_params)
     if vals is None:
         return None
     return _plain_trunk(x, vals, _NATURE_STRIDES, 255.0 if m.normalize else None)
 
 
+def _minatar_params(m: MinAtarCNN) -> list[Any]:
+    return _layer_params(m, (0, 3))
+
+
 def _minatar_plain(m: MinAtarCNN, x: np.ndarray) -> np.ndarray | None:
-    vals = _plain_values(x, _layer_params(m, (0, 3)))
+    vals = _kept_values(m, x, _minatar_params)
     if vals is None:
         return None
     return _plain_trunk(x, vals, (1,), 255.0 if m.normalize else None)

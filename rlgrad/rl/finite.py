@@ -34,12 +34,18 @@ def _first_bad(x: np.ndarray) -> tuple[int, str] | None:
     return i, "nan" if np.isnan(v) else ("inf" if v > 0 else "-inf")
 
 
+_FEW = 32  # numbers summed in Python (~1 us less than np.add.reduce's setup at one step)
+
+
 def _float_sum(x: Any) -> Any:
     """The sum of ``x``'s floating-point entries (a Dict or Tuple observation: of each of its
     arrays): finite iff none is NaN or inf, barring overflow. Integer arrays (uint8 frames) hold
     no NaN or inf: not read."""
     if type(x) is np.ndarray:
-        return np.add.reduce(x, axis=None) if x.dtype.kind in "fc" else 0.0
+        if x.dtype.kind not in "fc":
+            return 0.0
+        # a few numbers (a Dict's vector entry): as Python floats, without a reduction's setup
+        return sum(x.ravel().tolist()) if x.size <= _FEW else np.add.reduce(x, axis=None)
     if isinstance(x, dict | tuple):
         total = 0.0
         for v in (x.values() if isinstance(x, dict) else x):

@@ -257,6 +257,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         if callback is not None:
             callback.on_rollout_start()
         want_locals = callback is not None and callback.wants_locals()
+        forget = callback is not None and callback.may_write_weights()
         obs = self._obs(self._last_obs, update=False)
         rng, n, space = self.rng, self.n_envs, self.observation_space
         same_step = not adapter.next_step
@@ -267,7 +268,7 @@ class OnPolicyAlgorithm(BaseAlgorithm):
         if self.use_sde:
             policy.reset_noise(n, rng)
         # the weights stay as they are while acting: conv weights' GEMM columns made once
-        # (forgotten after a callback, which may write them)
+        # (forgotten after a callback that may write them: a user's, not rlgrad's own)
         with rlgrad.no_grad(), weights_fixed() as kept:
             for t in range(self.n_steps):
                 if sde_freq > 0 and t > 0 and t % sde_freq == 0:
@@ -290,7 +291,8 @@ class OnPolicyAlgorithm(BaseAlgorithm):
                 self.num_timesteps += n
                 if callback is not None:
                     go_on = self._callback_step(callback, want_locals, raw, rew, done, actions)
-                    kept.clear()  # (the callback may have written the weights)
+                    if forget:  # (the callback may have written the weights)
+                        kept.clear()
                     if not go_on:
                         return False
             self._last_obs = raw

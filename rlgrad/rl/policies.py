@@ -27,10 +27,10 @@ from gymnasium import spaces
 from rlgrad import nn, no_grad, ops
 from rlgrad.device import device as cpu_device
 from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
-from rlgrad.distributions.categorical import inverse_cdf, row_indices, row_max
+from rlgrad.distributions.categorical import logits_draw
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std, sde_std_numpy
 from rlgrad.nn import init
-from rlgrad.nn.functional import _linear, _linear_relu
+from rlgrad.nn.functional import _KEPT_MAX, _add_bias, _linear, _linear_relu, kept_while_fixed
 from rlgrad.nn.module import fill_shared_names
 from rlgrad.rl import action_dists, cnn
 from rlgrad.rl.cnn import plain_features
@@ -53,34 +53,134 @@ from rlgrad.rl.layers import (  # noqa: F401  (names the algorithms import from 
     tower,
 )
 from rlgrad.tensor import Tensor
+from rlgrad.tracer import is_grad_enabled
 
 #: activations acting computes in NumPy directly (others: their module, without a graph)
 _NP_ACT = {nn.Tanh: np.tanh, nn.ReLU: lambda x, out=None: np.maximum(x, 0, out=x if out is None else out)}
 
 
-def mlp_numpy(net: nn.Module, x: np.ndarray) -> np.ndarray:
-    """``net(x)`` in plain NumPy for a Sequential of Linear / Tanh / ReLU (acting, no graph; a
-    layer with a ``forward_numpy``, BatchRenorm's evaluation mode, through it),
-    with ``linear``'s forward; a Linear followed by a ReLU runs as the pair a compiled step runs
-    (``_linear_relu``: the bias add and the ReLU in one pass, the same bits)."""
-    mods = list(net)
+def mlp_numpy(net: Any, x: np.ndarray, head: nn.Module | None = None) -> np.ndarray:
+    """``net(x)`` (then ``head``'s, a policy's output layer) in plain NumPy for a Sequential of
+    Linear / Tanh / ReLU (acting, no graph; a layer with a ``forward_numpy``, BatchRenorm's
+    evaluation mode, through it), with ``linear``'s forward; a Linear followed by a ReLU runs as
+    the pair a compiled step runs (``_linear_relu``: the bias add and the ReLU in one pass, the
+    same bits). Inside ``weights_fixed()`` (an on-policy rollout) the layers' arrays are read
+    once per rollout, not at every step (kept as the conv weights' columns are, and with them
+    made at every call with KEEP_WEIGHT_COLS off: the reference)."""
+    kept = kept_while_fixed() if type(net) is not list else None  # (a list: made per call)
+    hit = None if kept is None else kept.get(id(net))
+    if hit is not None and hit[0] is net and hit[1][0] is head:  # (holding net: id not reused)
+        steps = hit[1][1]
+    else:
+        steps = _mlp_steps([*net] if head is None else [*net, head])
+        if kept is not None:
+            if len(kept) >= _KEPT_MAX:
+                kept.clear()
+            kept[id(net)] = (net, (head, steps))
+    return _run_steps(steps, x)
+
+
+def _run_steps(steps: list[tuple[int, Any, Any, bool]], x: np.ndarray) -> np.ndarray:
+    for kind, a, b, relu in steps:
+        if kind == _LINEAR:
+            x = (_linear_relu if relu else _linear)(x, a, b)
+        elif kind == _ACTIVATION:
+            x = a(x)
+        else:  # anything else (a CNN trunk): its NumPy step if it has one, else the module
+            step = getattr(a, "forward_numpy", None) if cnn.PLAIN_ACTING else None
+            y = step(x) if step is not None else None  # (None: not on arrays, or training)
+            x = trunk_numpy(a, x) if y is None else y
+    return x
+
+
+_LINEAR, _ACTIVATION, _MODULE = 0, 1, 2
+
+
+def _mlp_steps(mods: list[nn.Module]) -> list[tuple[int, Any, Any, bool]]:
+    """What ``mlp_numpy`` runs for ``mods``: (_LINEAR, weight, bias, a ReLU follows) per Linear
+    (its arrays; the ReLU is then skipped), (_ACTIVATION, the NumPy function, None, False) per
+    Tanh / ReLU, (_MODULE, the module, None, False) for anything else."""
+    steps: list[tuple[int, Any, Any, bool]] = []
     i = 0
     while i < len(mods):
         m = mods[i]
         t = type(m)
         if t is nn.Linear:
             pair = i + 1 < len(mods) and type(mods[i + 1]) is nn.ReLU
-            b = None if m.bias is None else m.bias._value
-            x = (_linear_relu if pair else _linear)(x, m.weight._value, b)
+            steps.append((_LINEAR, m.weight._value, None if m.bias is None else m.bias._value,
+                          pair))
             i += pair
         elif t in _NP_ACT:
-            x = _NP_ACT[t](x)
-        else:  # anything else (a CNN trunk): its NumPy step if it has one, else the module
-            step = getattr(m, "forward_numpy", None) if cnn.PLAIN_ACTING else None
-            y = step(x) if step is not None else None  # (None: not on arrays, or training)
-            x = trunk_numpy(m, x) if y is None else y
+            steps.append((_ACTIVATION, _NP_ACT[t], None, False))
+        else:
+            steps.append((_MODULE, m, None, False))
         i += 1
-    return x
+    return steps
+
+
+# Acting with two towers of one shape (SB3's default net_arch: pi and vf alike) on the same
+# features: each layer's two products as one NumPy matmul over the weights stacked (per tower
+# the same BLAS call as apart: the same bits), the bias adds per tower as apart (_add_bias), each
+# activation one call over both; the output layers apart (~5 us of a batch-1 step: the two towers
+# and heads 14 -> 9 us). Inside weights_fixed() only (the stacked copies made once per rollout);
+# off: each tower through mlp_numpy (the reference: tests/rl/test_rollout_step.py).
+STACKED_TOWERS = True
+_LATER = object()  # kept for towers seen once: stacked at the next step (if the store lasts)
+_Layers = tuple[list[tuple[Any, Any, Any, bool]], tuple[list[Any], list[Any]]]
+
+
+def _stack_towers(pi: Any, vf: Any, heads: tuple[nn.Module, nn.Module]) -> _Layers | None:
+    """(the towers' layers stacked: (weights (2, in, out) as transposed views, the two biases,
+    None, a ReLU follows) per Linear, (None, None, the function, False) per activation; the two
+    output layers' steps), or None when the towers differ or hold another kind of layer."""
+    sp, sv = _mlp_steps([*pi]), _mlp_steps([*vf])
+    if not sp or len(sp) != len(sv):
+        return None
+    layers: list[tuple[Any, Any, Any, bool]] = []
+    for (kp, wp, bp, rp), (kv, wv, bv, rv) in zip(sp, sv):
+        if kp != kv or kp == _MODULE or (kp == _ACTIVATION and wp is not wv):
+            return None
+        if kp == _ACTIVATION:
+            layers.append((None, None, wp, False))
+        elif (wp.shape != wv.shape or wp.dtype != wv.dtype or rp != rv or bp is None
+              or bv is None):
+            return None
+        else:
+            layers.append((np.stack([wp, wv]).transpose(0, 2, 1), (bp, bv), None, rp))
+    return layers, (_mlp_steps([heads[0]]), _mlp_steps([heads[1]]))
+
+
+def stacked_towers(pi: Any, vf: Any, heads: tuple[nn.Module, nn.Module], f: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(heads[0](pi(f)), heads[1](vf(f)))`` with the towers stacked (see STACKED_TOWERS), or
+    None where that does not apply (outside a rollout, towers of different shapes)."""
+    kept = kept_while_fixed()
+    if not STACKED_TOWERS or kept is None or type(f) is not np.ndarray or f.ndim != 2:
+        return None
+    hit = kept.get(("towers", id(pi)))
+    if (hit is not None and hit[0] is pi and hit[1][0] is vf and hit[1][1] is heads[0]
+            and hit[1][2] is heads[1]):  # (holding them: their ids are not reused)
+        made = hit[1][3]
+        if made is _LATER:  # the store outlived a step: stacking pays from here on
+            made = _stack_towers(pi, vf, heads)
+            kept[("towers", id(pi))] = (pi, (vf, *heads, made))
+    else:  # the first step, or the store was emptied (after a callback: at every step, where
+        # stacking would cost more than it saves), so the towers run apart this time
+        if len(kept) >= _KEPT_MAX:
+            kept.clear()
+        kept[("towers", id(pi))] = (pi, (vf, *heads, _LATER))
+        return None
+    if made is None:
+        return None
+    y = f
+    for w, b, act, relu in made[0]:
+        if w is None:
+            y = act(y)
+        else:
+            y = np.matmul(y, w)  # (2, n, out): each tower's product as its own BLAS call
+            _add_bias(y[0], b[0], relu)
+            _add_bias(y[1], b[1], relu)
+    return _run_steps(made[1][0], y[0]), _run_steps(made[1][1], y[1])
 
 
 def trunk_numpy(trunk: nn.Module | None, obs: np.ndarray) -> np.ndarray:
@@ -88,11 +188,13 @@ def trunk_numpy(trunk: nn.Module | None, obs: np.ndarray) -> np.ndarray:
     there is no trunk: MLP policies read the observation directly)."""
     if trunk is None:
         return obs
-    with no_grad():
-        out = plain_features(trunk, obs)  # a CNN or Dict extractor's arrays directly
-        if out is not None:
-            return out
-        out = trunk(obs)  # (a module given a NumPy array may answer with one)
+    if is_grad_enabled():  # (a rollout turned them off already)
+        with no_grad():
+            return trunk_numpy(trunk, obs)
+    out = plain_features(trunk, obs)  # a CNN or Dict extractor's arrays directly
+    if out is not None:
+        return out
+    out = trunk(obs)  # (a module given a NumPy array may answer with one)
     return out._value if isinstance(out, Tensor) else np.asarray(out)
 
 
@@ -474,6 +576,8 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
 
     def _head_np(self, obs: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
         f = trunk_numpy(self._trunk, obs) if features is None else features
+        if self._plain_mlp:  # the tower and its output layer as one list of layers
+            return mlp_numpy(self.pi_net, f, self.action_net)
         return mlp_numpy([self.action_net], self._latent_np(f, True))
 
     def values_numpy(self, obs: np.ndarray, features: np.ndarray | None = None) -> np.ndarray:
@@ -481,6 +585,8 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         if not self.share_features_extractor:
             features = trunk_numpy(self.vf_features_extractor, obs)
         f = trunk_numpy(self._trunk, obs) if features is None else features
+        if self._plain_mlp:
+            return mlp_numpy(self.vf_net, f, self.value_net)[:, 0]
         return mlp_numpy([self.value_net], self._latent_np(f, False))[:, 0]
 
     def fused_numpy(self) -> list[tuple[np.ndarray, np.ndarray, Any]] | None:
@@ -547,6 +653,11 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
             out, values = x[:, :-1], x[:, -1]
         else:
             f = trunk_numpy(self._trunk, obs)  # the CNN once for both heads
+            both = (stacked_towers(self.pi_net, self.vf_net, (self.action_net, self.value_net),
+                                   f) if self._plain_mlp and self.share_features_extractor
+                    else None)
+            if both is not None:
+                return both[0], both[1][:, 0]
             out = self._head_np(obs, f)
             values = self.values_numpy(obs, f)
         return out, values
@@ -559,15 +670,7 @@ class ActorCriticPolicy(SB3PolicyMethods, nn.Module):
         # (tests/rl/test_rl_algos.py checks both give the same actions and log-probabilities)
         if self.discrete:
             # inverse-CDF sampling on unnormalised probabilities; log p(a) = z_a - m - log(sum)
-            # (ufunc methods: the same operations as .max / np.cumsum without their wrappers;
-            # in place where the array is this call's own)
-            z = out - row_max(out)
-            cdf = np.exp(z)
-            np.add.accumulate(cdf, axis=1, out=cdf)
-            actions = inverse_cdf(cdf, rng.random(n))
-            log_prob = z[row_indices(n), actions]
-            log_prob -= np.log(cdf[:, -1])
-            return actions, log_prob
+            return logits_draw(out, rng.random(n))
         if self.multi:
             actions, log_prob = action_dists.sample_numpy(self.action_space, out, rng)
             return actions, log_prob.astype(out.dtype, copy=False)

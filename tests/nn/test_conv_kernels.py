@@ -507,3 +507,16 @@ def test_conv_plans_give_the_per_call_answers(monkeypatch, dtype):
         F._conv2d_fwd(_rand(rng, (n, 2, 6, 6), np.float32), w, None, 1, 0)
         assert len(F._PLANS) <= 2
 
+
+
+@pytest.mark.parametrize("n", [1, 3, 40])
+def test_one_block_spans_are_the_generators(n):
+    """``_Blocks.spans``: one block (a rollout's batch of 1) as a tuple, many through the
+    generator; the same (first sample, samples, row range, column block) either way."""
+    b = F._Blocks((n, 30, 30, 32), 4, 4, (2, 2), np.float32)
+    one, gen = list(b.spans()), list(b._spans())
+    assert (len(one) == 1) == (b.per >= n)
+    assert [s[:4] for s in one] == [s[:4] for s in gen]
+    assert sum(s[1] for s in gen) == n
+    for (*_, c1), (*_, c2) in zip(one, gen, strict=True):
+        assert c1.shape == c2.shape and np.shares_memory(c1, b.buf) and np.shares_memory(c2, b.buf)

@@ -1,6 +1,7 @@
 """The on-policy rollout step's shared parts against their references: a trunk's features for
 acting without the module call (rlgrad.rl.cnn.PLAIN_FEATURES, under PLAIN_ACTING) against the
-modules' own forward, bit for bit; a fixed-seed PPO run on SB3's SimpleMultiObsEnv with every
+modules' own forward, bit for bit; the MLP layers' arrays kept while the weights are fixed
+against reading them at every call; a fixed-seed PPO run on SB3's SimpleMultiObsEnv with every
 acting fast path on against all of them off (the same buffer and trained parameters); the
 SB3-VecEnv adapter's steps without a done against the per-copy rule; the finite check of Dict
 and Tuple observations; a Dict batch flattened column block by column block
@@ -13,8 +14,10 @@ from gymnasium import spaces
 from helpers.rl_runs import dict_image_ppo
 
 import rlgrad
+from rlgrad.distributions import categorical
 from rlgrad.nn import functional as F
 from rlgrad.rl import cnn, envs
+from rlgrad.rl import policies as P
 from rlgrad.rl.cnn import MinAtarCNN, NatureCNN
 from rlgrad.rl.finite import NonFiniteError, check_transition
 from rlgrad.rl.layers import CombinedExtractor
@@ -93,15 +96,164 @@ def test_plain_features_leave_tensors_and_gradients_to_the_module():
 @pytest.mark.parametrize("with_callback", [False, True])
 def test_a_dict_image_run_gives_the_reference_paths_bits(monkeypatch, with_callback):
     """PPO on SB3's SimpleMultiObsEnv with the acting fast paths on (plain features, conv plans,
-    kept weight columns) and all of them off: the same rollout buffer and trained parameters,
-    bit for bit."""
+    kept weight columns and MLP layers, the C sampling loops) and all of them off: the same
+    rollout buffer and trained parameters, bit for bit."""
     fast = dict_image_ppo(96, 32, 192, with_callback)
     monkeypatch.setattr(cnn, "PLAIN_ACTING", False)
     monkeypatch.setattr(F, "CONV_PLANS", False)
     monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", False)
+    monkeypatch.setattr(categorical, "C_DRAW", False)
+    monkeypatch.setattr(P, "STACKED_TOWERS", False)
     ref = dict_image_ppo(96, 32, 192, with_callback)
     assert np.isfinite(ref[4]).any()  # truncations were bootstrapped (NaN: none)
     for a, b in zip(fast, ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def _heads(policy, f):
+    return policy._head_np(None, f), policy.values_numpy(None, f)
+
+
+def test_mlp_layers_are_kept_while_the_weights_are_fixed(monkeypatch):
+    """Inside ``weights_fixed()`` (a rollout) the towers', heads' and CNN's arrays are read once
+    (kept with the conv weights' columns): the bits of reading them at
+    every call; a write in place is seen (the arrays are the parameters' own), an array
+    replaced after ``kept.clear()`` (what the rollout does after a callback); KEEP_WEIGHT_COLS
+    off keeps nothing."""
+    from rlgrad.rl import PPO
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    policy = PPO("MultiInputPolicy", SimpleMultiObsEnv(random_start=False), seed=0).policy
+    f = np.random.default_rng(0).standard_normal((3, policy.pi_net[0].in_features)).astype(
+        np.float32)
+    obs = np.random.default_rng(1).integers(0, 256, (2, 4101)).astype(np.float32)
+    ref, ref_f = _heads(policy, f), trunk_numpy(policy._trunk, obs)
+    with rlgrad.no_grad(), F.weights_fixed() as kept:
+        got = _heads(policy, f)
+        assert id(policy.pi_net) in kept and id(policy.vf_net) in kept
+        for a, b in zip(got, ref, strict=True):
+            assert a.tobytes() == b.tobytes()
+        for _ in range(2):  # the CNN's arrays kept at the first call, read at the second
+            assert trunk_numpy(policy._trunk, obs).tobytes() == ref_f.tobytes()
+        assert id(policy._trunk.extractors["img"]) in kept
+        policy.action_net.weight._value *= 2  # in place
+        w2 = _heads(policy, f)[0]
+        policy.value_net.bias._value = policy.value_net.bias._value + 1  # a new array
+        kept.clear()
+        v1 = _heads(policy, f)[1]
+    assert w2.tobytes() == _heads(policy, f)[0].tobytes() != ref[0].tobytes()
+    np.testing.assert_allclose(v1, ref[1] + 1, rtol=1e-6)
+    monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", False)
+    with F.weights_fixed() as kept:
+        assert F.kept_while_fixed() is None
+        _heads(policy, f)
+        assert not kept
+
+
+@pytest.mark.parametrize("kwargs", [
+    {}, {"net_arch": {"pi": [32, 16], "vf": [32, 16]}, "activation_fn": rlgrad.nn.ReLU},
+    {"net_arch": [8]}, {"net_arch": {"pi": [16], "vf": [32]}}])
+@pytest.mark.parametrize("continuous", [False, True])
+def test_stacked_towers_give_each_towers_bits(monkeypatch, kwargs, continuous):
+    """Both towers stacked (one matmul per layer over the pair) against each run apart, bit
+    for bit, in batches of 1 and 5, Categorical and Gaussian heads; towers of different shapes,
+    STACKED_TOWERS off, or outside a rollout: run apart (None)."""
+    from rlgrad.rl import PPO
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    env = SimpleMultiObsEnv(random_start=False, discrete_actions=not continuous)
+    policy = PPO("MultiInputPolicy", env, seed=0, policy_kwargs=kwargs).policy
+    heads = (policy.action_net, policy.value_net)
+    apart = kwargs.get("net_arch") == {"pi": [16], "vf": [32]}
+    rng = np.random.default_rng(2)
+    for n in (1, 5):
+        f = rng.standard_normal((n, policy.pi_net[0].in_features)).astype(np.float32)
+        ref = _heads(policy, f)
+        with rlgrad.no_grad(), F.weights_fixed() as kept:
+            # the first step runs the towers apart (a store emptied at every step, after a
+            # callback, never pays for the stacking), the next ones stacked
+            assert P.stacked_towers(policy.pi_net, policy.vf_net, heads, f) is None
+            both = P.stacked_towers(policy.pi_net, policy.vf_net, heads, f)
+            kept.clear()
+            assert P.stacked_towers(policy.pi_net, policy.vf_net, heads, f) is None
+            monkeypatch.setattr(P, "STACKED_TOWERS", False)
+            assert P.stacked_towers(policy.pi_net, policy.vf_net, heads, f) is None
+            monkeypatch.setattr(P, "STACKED_TOWERS", True)
+        if apart:
+            assert both is None
+            continue
+        assert both is not None
+        assert both[0].tobytes() == ref[0].tobytes()
+        assert both[1][:, 0].tobytes() == ref[1].tobytes()
+    assert P.stacked_towers(policy.pi_net, policy.vf_net, heads, f) is None  # (no rollout)
+
+
+def test_which_callbacks_may_write_the_weights(tmp_path):
+    """rlgrad's own callbacks only read the weights (the rollout keeps what it made of them); a
+    user's callback, a user's subclass of one of rlgrad's, or a function may write them, and so
+    may any list or event callback that triggers one."""
+    from rlgrad.rl.callbacks import (
+        BaseCallback,
+        CallbackList,
+        CheckpointCallback,
+        EvalCallback,
+        EveryNTimesteps,
+        LogEveryNTimesteps,
+        StopTrainingOnRewardThreshold,
+        make_callback,
+    )
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    class Mine(BaseCallback):
+        def _on_step(self):
+            return True
+
+    class MyCheckpoint(CheckpointCallback):
+        pass
+
+    check = CheckpointCallback(10, str(tmp_path))
+    ev = EvalCallback(SimpleMultiObsEnv(), StopTrainingOnRewardThreshold(1.0))
+    assert not check.may_write_weights() and not ev.may_write_weights()
+    assert not CallbackList([check, ev]).may_write_weights()
+    assert not EveryNTimesteps(5, check).may_write_weights()
+    for writes in (Mine(), MyCheckpoint(10, str(tmp_path)), make_callback(lambda _l, _g: True),
+                   CallbackList([check, Mine()]), EveryNTimesteps(5, Mine()),
+                   EvalCallback(SimpleMultiObsEnv(), callback_after_eval=Mine()),
+                   LogEveryNTimesteps(5)):
+        assert writes.may_write_weights()
+
+
+@pytest.mark.parametrize("writer", [False, True])
+def test_callbacks_give_the_reference_bits(monkeypatch, tmp_path, writer):
+    """A Dict-image PPO run with rlgrad's own callbacks (the kept arrays last the rollout) or a
+    user's callback that writes every weight in place now and then (they are forgotten after
+    each of its steps): the rollout buffer and parameters of the run that keeps nothing."""
+    from rlgrad.rl import PPO
+    from rlgrad.rl.callbacks import BaseCallback, CheckpointCallback, EvalCallback
+    from rlgrad.rl.common.envs import SimpleMultiObsEnv
+
+    class Shrink(BaseCallback):
+        def _on_step(self):
+            if self.n_calls % 7 == 0:
+                for p in self.model.policy.parameters():
+                    p._value *= np.float32(0.99)
+            return True
+
+    def run():
+        np.random.seed(3)
+        model = PPO("MultiInputPolicy", SimpleMultiObsEnv(random_start=False, channel_last=False),
+                    n_steps=48, batch_size=24, n_epochs=1, seed=3)
+        own = [CheckpointCallback(1000, str(tmp_path)),
+               EvalCallback(SimpleMultiObsEnv(random_start=False, channel_last=False),
+                            eval_freq=30, n_eval_episodes=1, warn=False)]
+        model.learn(96, callback=own + [Shrink()] if writer else own)
+        buf = model.rollout_buffer
+        return [buf.observations, buf.actions, buf.log_probs, buf.values,
+                *(p._value for p in model.policy.parameters())]
+
+    fast = run()
+    monkeypatch.setattr(F, "KEEP_WEIGHT_COLS", False)
+    for a, b in zip(fast, run(), strict=True):
         np.testing.assert_array_equal(a, b)
 
 
@@ -169,6 +321,12 @@ def test_finite_check_reads_dict_and_tuple_observations():
     big = {"vec": np.full((2, 3), 3e38, np.float32)}  # the sum overflows: every entry finite
     with np.errstate(over="ignore"):
         check_transition(big, np.zeros(2), 1)
+        check_transition({"vec": np.full((2, 3), 1e308)}, np.zeros(2), 1)  # (Python's sum)
+        check_transition({"vec": np.full((2, 40), 1e308)}, np.zeros(2), 1)  # (NumPy's)
+    wide = np.zeros((2, 40))  # more numbers than are summed in Python: NumPy's reduction
+    wide[1, 33] = np.nan
+    with pytest.raises(NonFiniteError, match=r"environment 1 .* observation entry 'w' \(nan\)"):
+        check_transition({"img": img, "w": wide}, np.zeros(2), 7)
 
 
 def _dict_cases():

@@ -42,9 +42,9 @@ def is_image_space(observation_space: spaces.Space, check_channels: bool = False
 
 def transpose_image(image: np.ndarray) -> np.ndarray:
     """Channels last to channels first: (H, W, C) -> (C, H, W), batched (N, H, W, C) too."""
-    if image.ndim == 3:
-        return np.transpose(image, (2, 0, 1))
-    return np.transpose(image, (0, 3, 1, 2))
+    axes = (2, 0, 1) if np.ndim(image) == 3 else (0, 3, 1, 2)
+    # (an array's own method: np.transpose's dispatch is most of a step's transpose)
+    return image.transpose(axes) if isinstance(image, np.ndarray) else np.transpose(image, axes)
 
 
 def maybe_transpose(observation: np.ndarray, observation_space: spaces.Space) -> np.ndarray:

@@ -63,7 +63,7 @@ class VecTransposeImage(VecEnvWrapper):
 
     def step_wait(self) -> tuple[Any, np.ndarray, np.ndarray, list[dict[str, Any]]]:
         obs, rewards, dones, infos = self.venv.step_wait()
-        for i in np.flatnonzero(dones):
+        for i in np.flatnonzero(dones) if np.count_nonzero(dones) else ():  # (most: none done)
             if "terminal_observation" in infos[i]:
                 infos[i]["terminal_observation"] = self.transpose_observations(
                     infos[i]["terminal_observation"])
