@@ -76,11 +76,11 @@ def _her_sac(lib: object, steps: int, seed: int) -> float:
 
 class _ReferencePaths:
     """rlgrad's model whose ``learn`` runs with the conv and acting fast paths switched off
-    (NumPy's column copies, no conv+ReLU pairs in compiled steps (forward; input gradient and
-    ReLU's backward), acting through the recorded path, the conv shape work at every call, Dict
-    observations flattened entry by entry, the weights' arrays made at every call, the towers
-    apart, NumPy's Categorical sampling): the reference beside which ``--reference`` times the
-    fast paths."""
+    (im2col convolutions, not Winograd's; NumPy's column copies; no conv+ReLU pairs in compiled
+    steps (forward; input gradient and ReLU's backward); acting through the recorded path; the
+    conv shape work at every call; Dict observations flattened entry by entry; the weights'
+    arrays made at every call; the towers apart; NumPy's Categorical sampling): the reference
+    beside which ``--reference`` times the fast paths."""
 
     def __init__(self, model: object) -> None:
         self.model = model
@@ -91,12 +91,14 @@ class _ReferencePaths:
     def learn(self, steps: int) -> object:
         from rlgrad.distributions import categorical
         from rlgrad.nn import functional as F
+        from rlgrad.nn import winograd
         from rlgrad.rl import cnn, envs, policies
         from rlgrad.tracer import FUSED_PAIRS
 
         switches = [(F, "_C_COLUMNS"), (cnn, "PLAIN_ACTING"), (F, "CONV_PLANS"),
                     (envs, "FLAT_DICT_COLUMNS"), (F, "KEEP_WEIGHT_COLS"),
-                    (policies, "STACKED_TOWERS"), (categorical, "C_DRAW")]
+                    (policies, "STACKED_TOWERS"), (categorical, "C_DRAW"),
+                    (winograd, "WINOGRAD")]
         saved = [getattr(m, k) for m, k in switches]
         pairs = [("conv2d", "relu"), ("conv2d_input_grad", "relu_grad")]
         fused = {k: FUSED_PAIRS.pop(k) for k in pairs if k in FUSED_PAIRS}
