@@ -29,12 +29,18 @@ def _critic_numpy(net, x: np.ndarray) -> np.ndarray:
     return x[:, 0]
 
 
-def test_critic_loss_is_the_joint_batchnorm_forward() -> None:
-    m = CrossQ("Pendulum-v1", seed=0, learning_starts=10, policy_kwargs={"net_arch": [8]})
-    m.learn(30)
+def _loss_batch(m: CrossQ) -> dict[str, Any]:
+    """16 transitions of ``m``'s buffer as its critic loss reads them (noise, alpha 0.2)."""
     b = m.batch_dict(m.sample(16))
     b["next_noise"] = m._noise(16)
     b["ent_coef"] = np.array(0.2, np.float32)
+    return b
+
+
+def test_critic_loss_is_the_joint_batchnorm_forward() -> None:
+    m = CrossQ("Pendulum-v1", seed=0, learning_starts=10, policy_kwargs={"net_arch": [8]})
+    m.learn(30)
+    b = _loss_batch(m)
     with rlgrad.no_grad():
         next_a, next_logp = m._rsample(b["next_obs"], b["next_noise"])
         x = np.concatenate([np.concatenate([b["obs"], b["actions"]], 1),
@@ -102,9 +108,7 @@ def test_without_batch_norm_the_critic_loss_is_the_plain_mlps() -> None:
     assert not any(isinstance(b, BatchRenorm1d) for b in [*m.critic.modules(),
                                                           *m.actor.modules()])
     m.learn(30)
-    b = m.batch_dict(m.sample(16))
-    b["next_noise"] = m._noise(16)
-    b["ent_coef"] = np.array(0.2, np.float32)
+    b = _loss_batch(m)
     with rlgrad.no_grad():
         next_a, next_logp = m._rsample(b["next_obs"], b["next_noise"])
         q = [_critic_numpy(net, np.concatenate([o, a], 1).astype(np.float64))
