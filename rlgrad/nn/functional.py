@@ -322,20 +322,38 @@ def kept_while_fixed() -> dict[Any, tuple[Any, Any]] | None:
     return _KEPT_COLS
 
 
+_MISSING = object()  # what ``_kept_get`` answers for nothing kept
+
+
+def _kept_get(key: Any, owner: Any) -> Any:
+    """What ``weights_fixed()`` keeps under ``key`` (naming ``id(owner)``) for ``owner``, or
+    _MISSING (outside it, or nothing kept for that object)."""
+    kept = _KEPT_COLS
+    hit = None if kept is None else kept.get(key)
+    if hit is not None and hit[0] is owner:  # (held with its value: its id is not reused)
+        return hit[1]
+    return _MISSING
+
+
+def _keep(key: Any, owner: Any, value: Any) -> Any:
+    """``value`` kept under ``key`` for ``owner`` while inside ``weights_fixed()`` (emptied
+    first at _KEPT_MAX entries); returns ``value``."""
+    kept = _KEPT_COLS
+    if kept is not None:
+        if len(kept) >= _KEPT_MAX:
+            kept.clear()
+        kept[key] = (owner, value)
+    return value
+
+
 def _weight_cols(weight: np.ndarray) -> np.ndarray:
     """(O, C, kh, kw) -> (kh*kw*C, O), the row order of the NHWC columns (a copy in one C loop
     where rlgrad._kernels is built: NumPy's transposing copy is most of a batch-1 conv); inside
     ``weights_fixed()``, the copy made at the weight's first call (read-only for the callers)."""
-    kept = _KEPT_COLS
-    if kept is None:
-        return _weight_cols_copy(weight)
-    hit = kept.get(id(weight))
-    if hit is not None and hit[0] is weight:  # (holding the array: its id is not reused)
-        return hit[1]
-    if len(kept) >= _KEPT_MAX:
-        kept.clear()
-    cols = kept[id(weight)] = (weight, _weight_cols_copy(weight))
-    return cols[1]
+    cols = _kept_get(id(weight), weight)
+    if cols is _MISSING:
+        cols = _keep(id(weight), weight, _weight_cols_copy(weight))
+    return cols
 
 
 def _weight_cols_copy(weight: np.ndarray) -> np.ndarray:

@@ -198,16 +198,11 @@ def _kept_values(m: Module, x: np.ndarray, params: Callable[[Any], list[Any]]
     """``_plain_values(x, params(m))``; inside ``F.weights_fixed()`` (a rollout) the arrays are
     read once, kept with the conv weights' columns (~3 us of a batch-1 step; KEEP_WEIGHT_COLS
     off: read at every call, the reference)."""
-    kept = F.kept_while_fixed()
-    hit = None if kept is None else kept.get(id(m))
-    if hit is not None and hit[0] is m:  # (holding m: its id is not reused)
-        return hit[1] if x.ndim == 4 else None  # (the other conditions: plain_features')
+    vals = F._kept_get(id(m), m)
+    if vals is not F._MISSING:
+        return vals if x.ndim == 4 else None  # (the other conditions: plain_features')
     vals = _plain_values(x, params(m))
-    if vals is not None and kept is not None:
-        if len(kept) >= F._KEPT_MAX:
-            kept.clear()
-        kept[id(m)] = (m, vals)
-    return vals
+    return vals if vals is None else F._keep(id(m), m, vals)
 
 
 def _nature_plain(m: NatureCNN, x: np.ndarray) -> np.ndarray | None:

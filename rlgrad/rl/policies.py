@@ -30,7 +30,15 @@ from rlgrad.distributions import Categorical, Independent, Normal, TanhNormal
 from rlgrad.distributions.categorical import logits_draw
 from rlgrad.distributions.sde import StateDependentNoiseDistribution, sde_std, sde_std_numpy
 from rlgrad.nn import init
-from rlgrad.nn.functional import _KEPT_MAX, _add_bias, _linear, _linear_relu, kept_while_fixed
+from rlgrad.nn.functional import (
+    _MISSING,
+    _add_bias,
+    _keep,
+    _kept_get,
+    _linear,
+    _linear_relu,
+    kept_while_fixed,
+)
 from rlgrad.nn.module import fill_shared_names
 from rlgrad.rl import action_dists, cnn
 from rlgrad.rl.cnn import plain_features
@@ -67,16 +75,13 @@ def mlp_numpy(net: Any, x: np.ndarray, head: nn.Module | None = None) -> np.ndar
     same bits). Inside ``weights_fixed()`` (an on-policy rollout) the layers' arrays are read
     once per rollout, not at every step (kept as the conv weights' columns are, and with them
     made at every call with KEEP_WEIGHT_COLS off: the reference)."""
-    kept = kept_while_fixed() if type(net) is not list else None  # (a list: made per call)
-    hit = None if kept is None else kept.get(id(net))
-    if hit is not None and hit[0] is net and hit[1][0] is head:  # (holding net: id not reused)
-        steps = hit[1][1]
-    else:
-        steps = _mlp_steps([*net] if head is None else [*net, head])
-        if kept is not None:
-            if len(kept) >= _KEPT_MAX:
-                kept.clear()
-            kept[id(net)] = (net, (head, steps))
+    if type(net) is list:  # (a list: made per call)
+        return _run_steps(_mlp_steps([*net] if head is None else [*net, head]), x)
+    hit = _kept_get(id(net), net)
+    if hit is not _MISSING and hit[0] is head:
+        return _run_steps(hit[1], x)
+    steps = _mlp_steps([*net] if head is None else [*net, head])
+    _keep(id(net), net, (head, steps))
     return _run_steps(steps, x)
 
 
@@ -154,22 +159,19 @@ def stacked_towers(pi: Any, vf: Any, heads: tuple[nn.Module, nn.Module], f: np.n
                    ) -> tuple[np.ndarray, np.ndarray] | None:
     """``(heads[0](pi(f)), heads[1](vf(f)))`` with the towers stacked (see STACKED_TOWERS), or
     None where that does not apply (outside a rollout, towers of different shapes)."""
-    kept = kept_while_fixed()
-    if not STACKED_TOWERS or kept is None or type(f) is not np.ndarray or f.ndim != 2:
+    if (not STACKED_TOWERS or kept_while_fixed() is None or type(f) is not np.ndarray
+            or f.ndim != 2):
         return None
-    hit = kept.get(("towers", id(pi)))
-    if (hit is not None and hit[0] is pi and hit[1][0] is vf and hit[1][1] is heads[0]
-            and hit[1][2] is heads[1]):  # (holding them: their ids are not reused)
-        made = hit[1][3]
-        if made is _LATER:  # the store outlived a step: stacking pays from here on
-            made = _stack_towers(pi, vf, heads)
-            kept[("towers", id(pi))] = (pi, (vf, *heads, made))
-    else:  # the first step, or the store was emptied (after a callback: at every step, where
+    key = ("towers", id(pi))
+    hit = _kept_get(key, pi)
+    if hit is _MISSING or hit[0] is not vf or hit[1] is not heads[0] or hit[2] is not heads[1]:
+        # the first step, or the store was emptied (after a callback: at every step, where
         # stacking would cost more than it saves), so the towers run apart this time
-        if len(kept) >= _KEPT_MAX:
-            kept.clear()
-        kept[("towers", id(pi))] = (pi, (vf, *heads, _LATER))
+        _keep(key, pi, (vf, *heads, _LATER))
         return None
+    made = hit[3]
+    if made is _LATER:  # the store outlived a step: stacking pays from here on
+        made = _keep(key, pi, (vf, *heads, _stack_towers(pi, vf, heads)))[3]
     if made is None:
         return None
     y = f
